@@ -1,0 +1,3 @@
+from survivor.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,500 @@
+"""The agent: the story of one boot of a training VM.
+
+    $ survivor agent --workdir /var/lib/survivor      # started by the systemd unit on every boot
+
+1. Read the job spec from instance metadata (or `--config`), and who this VM is.
+2. Open the job dir. DONE or FAILED already? Finish at once; never train again.
+3. Record this attempt. Too many failed attempts in a row? Write FAILED and finish.
+4. Watch for a notice: `preempted`, a terminating maintenance event, SIGTERM/SIGINT.
+5. Restore the newest committed snapshot that verifies into the local job dir.
+6. Find the GPUs, deliver the trainer's code, start the trainer.
+7. Mirror every new local checkpoint to the job dir while it trains (a background thread).
+8. On a notice: SIGTERM the trainer, wait for its save within the grace budget, commit, exit.
+9. On success: commit the last snapshot, write DONE, finish (leave the MIG, stop, or keep alive).
+
+Every step logs what it did and how long it took, as one JSON line Cloud Logging can parse.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from survivor import log as logs
+from survivor.delivery import DeliveryError, deliver
+from survivor.finish import ComputeActions, choose_finisher
+from survivor.gpus import count_gpus, decide_gpu_count, wait_for_gpus
+from survivor.journal import Attempt, Journal, should_give_up, steps_lost
+from survivor.metadata import InstanceIdentity, MetadataClient, MetadataError
+from survivor.notice import Notice, NoticeWatcher
+from survivor.snapshot import event_files, scan
+from survivor.spec import JobSpec, SpecError, validate_uri
+from survivor.storage import JobStorage, StorageError, open_storage
+from survivor.store import CheckpointStore, CommitStats, SnapshotChanged
+from survivor.trainer_process import PROGRESS_ENV, TrainerProcess, TrainerUserError, decide_user, read_progress, trainer_argv
+
+log = logs.get("agent")
+
+#: Exit codes. 0: nothing left to do on this boot (done, failed for good, or saved after a notice).
+EXIT_OK = 0
+EXIT_RETRY = 1  # the trainer failed; systemd restarts the agent and the journal counts the attempt
+EXIT_BAD_SPEC = 2
+
+
+@dataclass
+class AgentOptions:
+    """How this agent runs; everything about the job itself is in the JobSpec."""
+
+    workdir: str = "/var/lib/survivor"
+    spec_file: str | None = None
+    allow_root_trainer: bool = False
+    gpu_wait_seconds: float = 900.0
+    python: str = sys.executable
+    compute_factory: Callable[[InstanceIdentity], ComputeActions | None] | None = None
+    metadata: MetadataClient | None = None
+
+
+@dataclass
+class Phase:
+    """Wall-clock seconds per phase of this boot, reported in the attempt record and the logs."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def timed(self, name: str):
+        phase = self
+
+        class _Timer:
+            def __enter__(self):
+                self.start = time.monotonic()
+
+            def __exit__(self, *exc):
+                phase.seconds[name] = round(phase.seconds.get(name, 0.0) + time.monotonic() - self.start, 3)
+
+        return _Timer()
+
+
+def run(options: AgentOptions) -> int:
+    """Runs one boot of the agent; returns the process exit code."""
+    return Boot(options).run()
+
+
+class Mirror:
+    """Commits each new local snapshot to the job dir, in a background thread while training runs."""
+
+    def __init__(self, store: CheckpointStore, storage: JobStorage, local_root: str, attempt: int,
+                 interval: float, committed_step: int | None, on_commit: Callable[[CommitStats], None]):
+        self.store = store
+        self.storage = storage
+        self.local_root = local_root
+        self.attempt = attempt
+        self.interval = interval
+        self.committed_step = committed_step
+        self.on_commit = on_commit
+        self._fingerprint: frozenset | None = None
+        self._crc_cache: dict = {}
+        self._events: dict[str, tuple[int, int]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="mirror", daemon=True)
+        self.errors = 0
+
+    def start(self) -> "Mirror":
+        self._fingerprint = scan(self.local_root, self._crc_cache).fingerprint()  # what restore put there
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.sync()
+            except Exception as exc:  # keep training; the next round or the final sync tries again
+                self.errors += 1
+                log.warning("sync failed; will retry", error=str(exc))
+
+    def sync(self) -> CommitStats | None:
+        """Commits the local snapshot if it changed and holds a step; mirrors event files."""
+        with self._lock:
+            self._mirror_events()
+            snapshot = scan(self.local_root, self._crc_cache)
+            if snapshot.step is None or not snapshot.files:
+                return None
+            if self.committed_step is not None and snapshot.step < self.committed_step:
+                return None
+            fingerprint = snapshot.fingerprint()
+            if fingerprint == self._fingerprint:
+                return None
+            try:
+                stats = self.store.commit(self.local_root, snapshot, self.attempt)
+            except SnapshotChanged as exc:
+                log.info("a file changed during upload; committing at the next sync", reason=str(exc))
+                return None
+            self._fingerprint = fingerprint
+            self.committed_step = snapshot.step
+            self.on_commit(stats)
+            try:
+                self.store.collect_garbage()
+            except Exception as exc:
+                log.warning("garbage collection failed; old snapshots stay for now", error=str(exc))
+            return stats
+
+    def _mirror_events(self) -> None:
+        """TensorBoard event files go to the job dir as they are, so `tensorboard --logdir` works."""
+        todo = []
+        for rel in event_files(self.local_root):
+            try:
+                st = os.stat(os.path.join(self.local_root, rel))
+            except FileNotFoundError:
+                continue
+            if self._events.get(rel) != (st.st_size, st.st_mtime_ns):
+                self._events[rel] = (st.st_size, st.st_mtime_ns)
+                todo.append((os.path.join(self.local_root, rel), rel))
+        if todo:
+            self.storage.upload(todo)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def final_sync(self, attempts: int = 3) -> CommitStats | None:
+        """Stops the background loop and commits what the trainer left, retrying a changed file."""
+        self.stop()
+        stats = None
+        for _ in range(attempts):
+            stats = self.sync() or stats
+            snapshot_step = scan(self.local_root, self._crc_cache).step
+            if snapshot_step is None or snapshot_step == self.committed_step:
+                break
+        return stats
+
+
+class Boot:
+    """One boot's state; `run()` is the story told in the module docstring."""
+
+    def __init__(self, options: AgentOptions):
+        self.options = options
+        self.phase = Phase()
+        self.metadata = options.metadata
+        self.local_job = os.path.join(options.workdir, "job")
+        self.progress_file = os.path.join(options.workdir, "progress.json")
+        self.notice: Notice | None = None
+        self._last_guest_write = 0.0
+
+    # -- 1. spec and identity ---------------------------------------------------------------------
+
+    def _load(self) -> tuple[JobSpec, InstanceIdentity]:
+        if self.options.spec_file:
+            spec = JobSpec.from_file(self.options.spec_file)
+            identity = self._identity_or_local()
+            return spec, identity
+        if self.metadata is None:
+            self.metadata = MetadataClient()
+        attributes = self.metadata.attributes()
+        try:
+            spec = JobSpec.from_metadata(attributes)
+        except SpecError as exc:
+            exc.attributes = attributes  # type: ignore[attr-defined]
+            raise
+        return spec, self.metadata.identity()
+
+    def _identity_or_local(self) -> InstanceIdentity:
+        try:
+            if self.metadata is None and os.environ.get("GCE_METADATA_HOST"):
+                self.metadata = MetadataClient()
+            if self.metadata is not None:
+                return self.metadata.identity()
+        except MetadataError as exc:
+            log.info("no metadata server; running as a local instance", reason=exc.reason)
+            self.metadata = None
+        return InstanceIdentity(project="local", zone="local", name=socket.gethostname())
+
+    def _guest(self, key: str, value: str, force: bool = False) -> None:
+        """Writes a guest attribute for `survivor status`; rare, never fatal."""
+        if self.metadata is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._last_guest_write < 10.0:
+            return
+        self._last_guest_write = now
+        try:
+            self.metadata.put_guest_attribute("survivor", key, value)
+        except Exception as exc:
+            log.debug("guest attribute not written", key=key, error=str(exc))
+
+    # -- the story --------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        with self.phase.timed("spec"):
+            try:
+                spec, identity = self._load()
+            except SpecError as exc:
+                for problem in exc.problems:
+                    log.error(f"job spec: {problem}")
+                return self._bad_spec(exc)
+            except MetadataError as exc:
+                log.error("cannot read the job from the metadata server", error=str(exc))
+                return EXIT_RETRY
+        log.info("job", name=spec.name, job_dir=spec.job_dir, train_steps=spec.train_steps, instance=identity.name)
+        self.spec, self.identity = spec, identity
+
+        try:
+            storage = open_storage(spec.job_dir, project=identity.project if identity.project != "local" else None)
+            journal = Journal(storage)
+            state = journal.state()
+        except StorageError as exc:
+            log.error("cannot use the job dir", job_dir=spec.job_dir, error=str(exc))
+            return EXIT_RETRY
+        self.storage, self.journal = storage, journal
+
+        # 2. a finished job is never trained again
+        if state.done is not None:
+            log.info("the job dir says DONE; not training again", step=state.done.get("step"))
+            self._guest("state", "done", force=True)
+            return self._finish("done")
+        if state.failed is not None:
+            log.error("the job dir says FAILED; not training again", reason=state.failed.get("reason"))
+            self._guest("state", "failed", force=True)
+            return self._finish("failed")
+
+        # 3. record the attempt; stop a crash loop
+        attempt = journal.begin(identity.name)
+        self.attempt = attempt
+        if should_give_up(state.attempts, spec.max_failed_attempts):
+            last = next((a for a in reversed(state.attempts) if a.outcome == "failed"), None)
+            reason = f"{spec.max_failed_attempts} attempts in a row failed without progress" + (
+                f"; last: {last.reason}" if last and last.reason else "")
+            log.error("giving up", reason=reason)
+            journal.mark_failed(reason, attempts=attempt.number - 1)
+            journal.end(attempt, "gave-up", reason=reason)
+            self._guest("state", "failed", force=True)
+            return self._finish("failed")
+
+        # 4. from here on a notice is heard
+        watcher = NoticeWatcher(self.metadata).start()
+        try:
+            return self._train(spec, identity, storage, journal, attempt, watcher)
+        finally:
+            watcher.stop()
+
+    def _train(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage, journal: Journal,
+               attempt: Attempt, watcher: NoticeWatcher) -> int:
+        # 5. restore
+        self._guest("state", "restoring", force=True)
+        store = CheckpointStore(storage, keep=spec.keep, writer=identity.name)
+        with self.phase.timed("restore"):
+            manifest = store.restore(self.local_job)
+        restored = manifest.step if manifest else None
+        attempt.restored_step = restored
+        journal.update(attempt)
+        log.info("restored" if manifest else "no committed snapshot; starting from scratch",
+                 step=restored, files=len(manifest.files) if manifest else 0,
+                 bytes=manifest.size if manifest else 0, seconds=self.phase.seconds.get("restore"))
+
+        if watcher.notice is not None:  # preempted while restoring: nothing new to save
+            return self._end_after_notice(watcher.notice, store, None, restored)
+
+        # 6. GPUs, code, trainer
+        try:
+            with self.phase.timed("setup"):
+                num_gpus = self._gpus(spec)
+                delivered = deliver(spec.trainer, self.options.workdir, fetch=self._fetch)
+                user = decide_user(os.geteuid(), spec.user, self.options.allow_root_trainer)
+                argv = trainer_argv(spec, python=self.options.python, job_dir=self.local_job,
+                                    data_dir=spec.data_dir, num_gpus=num_gpus)
+                env = self._trainer_env(delivered.pythonpath)
+                if os.path.exists(self.progress_file):
+                    os.remove(self.progress_file)
+                if user:
+                    _give_to(user, [self.local_job, self.options.workdir])
+                trainer = TrainerProcess.start(argv, env=env, cwd=delivered.cwd, user=user)
+                with open(os.path.join(self.options.workdir, "trainer.pid"), "w", encoding="utf-8") as f:
+                    f.write(str(trainer.pid))
+        except (DeliveryError, TrainerUserError, OSError) as exc:
+            return self._failed(attempt, f"cannot start the trainer: {exc}", restored)
+
+        self._guest("state", "training", force=True)
+        self._guest("step", str(restored or 0), force=True)
+
+        # 7. mirror while it trains
+        def on_commit(stats: CommitStats) -> None:
+            log.info("committed", step=stats.manifest.step, files=len(stats.manifest.files),
+                     uploaded_files=stats.uploaded_files, uploaded_bytes=stats.uploaded_bytes,
+                     upload_seconds=round(stats.upload_seconds, 3), manifest_seconds=round(stats.manifest_seconds, 3))
+            self._guest("step", str(stats.manifest.step))
+
+        mirror = Mirror(store, storage, self.local_job, attempt.number, spec.sync_seconds, restored, on_commit).start()
+        train_started = time.monotonic()
+        while True:
+            notice = watcher.wait(timeout=0.2)
+            code = trainer.poll()
+            if code is not None:
+                break
+            if notice is not None:
+                break
+        self.phase.seconds["train"] = round(time.monotonic() - train_started, 3)
+
+        # 8. a notice: save now
+        if code is None and watcher.notice is not None:
+            return self._save_on_notice(watcher.notice, trainer, mirror, store, restored)
+
+        # the trainer ended by itself
+        with self.phase.timed("final_commit"):
+            mirror.final_sync()
+        committed = mirror.committed_step
+        reached = read_progress(self.progress_file)
+        if code == 0 and watcher.notice is None:
+            return self._done(attempt, committed, reached)
+        if watcher.notice is not None:  # it exited on the SIGTERM the whole unit got from systemd
+            return self._end_after_notice(watcher.notice, store, mirror, restored, reached)
+        return self._failed(attempt, f"the trainer exited with code {code}", restored, committed, reached)
+
+    # -- endings ----------------------------------------------------------------------------------
+
+    def _save_on_notice(self, notice: Notice, trainer: TrainerProcess, mirror: Mirror,
+                        store: CheckpointStore, restored: int | None) -> int:
+        spec = self.spec
+        self._guest("state", "saving", force=True)
+        trainer.terminate()
+        # Leave the last part of the grace budget for the upload and the commit.
+        deadline = notice.monotonic + spec.grace_seconds * 0.6
+        code = trainer.wait(timeout=max(0.0, deadline - time.monotonic()))
+        if code is None:
+            log.warning("the trainer did not exit in time after SIGTERM; keeping its newest completed checkpoint",
+                        waited=round(time.monotonic() - notice.monotonic, 2))
+            trainer.kill()
+            trainer.wait(timeout=5)
+        saved_at = time.monotonic()
+        self.phase.seconds["trainer_save"] = round(saved_at - notice.monotonic, 3)
+        mirror.final_sync()
+        self.phase.seconds["final_commit"] = round(time.monotonic() - saved_at, 3)
+        reached = read_progress(self.progress_file)
+        return self._end_after_notice(notice, store, mirror, restored, reached)
+
+    def _end_after_notice(self, notice: Notice, store: CheckpointStore, mirror: Mirror | None,
+                          restored: int | None, reached: int | None = None) -> int:
+        committed = mirror.committed_step if mirror else restored
+        total = round(time.monotonic() - notice.monotonic, 3)
+        self.phase.seconds["notice_to_safe"] = total
+        lost = steps_lost(reached, committed)
+        log.info("safe after notice", source=notice.source, committed_step=committed, reached_step=reached,
+                 steps_lost=lost, seconds=total, **{f"{k}_seconds": v for k, v in self.phase.seconds.items()})
+        self.journal.end(self.attempt, notice.outcome, end_step=committed, reached_step=reached,
+                         steps_lost=lost, notice=notice.source, timings=self.phase.seconds)
+        self._guest("state", "stopped", force=True)
+        return EXIT_OK
+
+    def _done(self, attempt: Attempt, committed: int | None, reached: int | None) -> int:
+        journal = self.journal
+        lost = steps_lost(reached, committed)
+        journal.end(attempt, "finished", end_step=committed, reached_step=reached, steps_lost=lost,
+                    timings=self.phase.seconds)
+        state = journal.state()
+        summary = {
+            "step": committed,
+            "train_steps": self.spec.train_steps,
+            "attempts": len(state.attempts),
+            "preemptions": state.preemptions,
+            "steps_lost": state.steps_lost,
+            "instance": self.identity.name,
+        }
+        if journal.mark_done(summary):
+            log.info("training finished; DONE written", **summary)
+        else:
+            log.warning("DONE was already written by another writer")
+        self._guest("state", "done", force=True)
+        self._guest("step", str(committed or 0), force=True)
+        return self._finish("done")
+
+    def _failed(self, attempt: Attempt, reason: str, restored: int | None, committed: int | None = None,
+                reached: int | None = None) -> int:
+        log.error("attempt failed", reason=reason)
+        self.journal.end(attempt, "failed", reason=reason, end_step=committed if committed is not None else restored,
+                         reached_step=reached, steps_lost=steps_lost(reached, committed), timings=self.phase.seconds)
+        attempts = self.journal.attempts()
+        if should_give_up(attempts, self.spec.max_failed_attempts):
+            why = f"{self.spec.max_failed_attempts} attempts in a row failed without progress; last: {reason}"
+            log.error("giving up", reason=why)
+            self.journal.mark_failed(why, attempts=len(attempts))
+            self._guest("state", "failed", force=True)
+            return self._finish("failed")
+        self._guest("state", "retrying", force=True)
+        return EXIT_RETRY
+
+    def _bad_spec(self, exc: SpecError) -> int:
+        """A spec that cannot run will not run on the next boot either: record FAILED where possible."""
+        attributes = getattr(exc, "attributes", {}) or {}
+        raw = attributes.get("jobDir")
+        if raw and not validate_uri(raw):
+            try:
+                journal = Journal(open_storage(raw))
+                journal.mark_failed("invalid job spec: " + "; ".join(exc.problems))
+                log.error("FAILED written to the job dir: the job spec is invalid", job_dir=raw)
+            except Exception as err:  # the spec error is what matters; say it and stop
+                log.warning("could not record FAILED in the job dir", error=str(err))
+        return EXIT_BAD_SPEC
+
+    def _finish(self, why: str) -> int:
+        finisher = choose_finisher(self.spec.on_finish, self.identity)
+        compute = None
+        if finisher.name != "keep-alive":
+            factory = self.options.compute_factory or _default_compute
+            compute = factory(self.identity)
+        try:
+            finisher.finish(self.identity, compute)
+        except Exception as exc:
+            log.error("finish action failed; the VM is left as it is", action=finisher.name, error=str(exc))
+            return EXIT_RETRY
+        log.info("finished", why=why, action=finisher.name)
+        return EXIT_OK
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _gpus(self, spec: JobSpec) -> int:
+        detected = count_gpus()
+        if spec.num_gpus and detected < spec.num_gpus and self.metadata is not None:
+            if (self.metadata.get_or("instance/attributes/install-nvidia-driver", "") or "").lower() == "true":
+                detected = wait_for_gpus(spec.num_gpus, self.options.gpu_wait_seconds)
+        count = decide_gpu_count(spec.num_gpus, detected)
+        log.info("GPUs", detected=detected, using=count)
+        return count
+
+    def _fetch(self, url: str, local: str) -> None:
+        from survivor.storage import GcsStorage, split_gs_url
+
+        if url.startswith("gs://"):
+            bucket, name = split_gs_url(url)
+            GcsStorage(f"gs://{bucket}").download([(name, local)])
+        else:
+            import shutil
+
+            shutil.copyfile(url[len("file://"):] if url.startswith("file://") else url, local)
+
+    def _trainer_env(self, pythonpath: list[str]) -> dict[str, str]:
+        env = dict(os.environ)
+        env[PROGRESS_ENV] = self.progress_file
+        if pythonpath:
+            env["PYTHONPATH"] = os.pathsep.join(pythonpath + [p for p in [env.get("PYTHONPATH")] if p])
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        return env
+
+
+def _give_to(user: str, paths: list[str]) -> None:
+    """Lets the trainer's user write the local job dir the agent (root) restored."""
+    import pwd
+
+    entry = pwd.getpwnam(user)
+    for top in paths:
+        for dirpath, dirnames, filenames in os.walk(top):
+            os.chown(dirpath, entry.pw_uid, entry.pw_gid)
+            for name in filenames:
+                os.chown(os.path.join(dirpath, name), entry.pw_uid, entry.pw_gid)
+
+
+def _default_compute(identity: InstanceIdentity) -> ComputeActions | None:
+    from survivor.compute import Compute
+
+    return Compute.from_environment(identity.project)

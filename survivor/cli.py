@@ -1,0 +1,114 @@
+"""The `survivor` command line: the agent, the demo, the emulators and the operator commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from survivor import __version__
+from survivor import log as logs
+
+
+def _agent(args: argparse.Namespace) -> int:
+    from survivor import agent
+
+    logs.setup(args.log_format, args.log_level)
+    options = agent.AgentOptions(
+        workdir=args.workdir,
+        spec_file=args.config,
+        allow_root_trainer=args.allow_root_trainer,
+        gpu_wait_seconds=args.gpu_wait_seconds,
+    )
+    return agent.run(options)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from survivor import demo
+
+    return demo.main(args)
+
+
+def _emulate(args: argparse.Namespace) -> int:
+    from survivor.local.metadata_server import serve_forever
+
+    attributes = {}
+    if args.config:
+        with open(args.config, encoding="utf-8") as f:
+            attributes["survivor-job"] = f.read()
+    for item in args.attribute or []:
+        key, _, value = item.partition("=")
+        attributes[key] = value
+    serve_forever(args.port, attributes, name=args.name, zone=args.zone, project=args.project)
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from survivor import status
+
+    return status.main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="survivor",
+        description="TensorFlow training on Spot VMs that survives preemption and finishes exactly once.",
+    )
+    parser.add_argument("--version", action="version", version=f"survivor {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("agent", help="the daemon a VM's startup script runs: resume, train, save on notice, finish")
+    p.add_argument("--workdir", default=os.environ.get("SURVIVOR_WORKDIR", "/var/lib/survivor"),
+                   help="local state: the trainer's job dir, delivered code (default /var/lib/survivor)")
+    p.add_argument("--config", help="read the job spec from this YAML file instead of instance metadata")
+    p.add_argument("--allow-root-trainer", action="store_true",
+                   help="let the trainer run as root when the agent does (local use only)")
+    p.add_argument("--gpu-wait-seconds", type=float, default=900.0,
+                   help="how long to wait for the NVIDIA driver on a first boot (default 900)")
+    p.add_argument("--log-format", choices=["auto", "json", "text"], default="auto",
+                   help="json: one object per line for Cloud Logging (default when not a terminal)")
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(func=_agent)
+
+    p = sub.add_parser("demo", help="the whole lifecycle on this machine: train, get preempted, resume, finish")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default: the trainer's demo size)")
+    p.add_argument("--preemptions", type=int, default=3, help="how many preemptions to inflict (default 3)")
+    p.add_argument("--trainer", choices=["cifar10", "mlp", "dummy"], default="mlp",
+                   help="which built-in trainer to run (default mlp)")
+    p.add_argument("--gcs", action="store_true", help="keep the job dir in fake-gcs-server instead of a local dir")
+    p.add_argument("--workdir", default=None, help="where to keep the demo's files (default: a temporary dir)")
+    p.add_argument("--seed", type=int, default=None, help="seed for the preemption schedule")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_demo)
+
+    p = sub.add_parser("emulate", help="run a local stand-in for a Google Cloud service")
+    esub = p.add_subparsers(dest="service", required=True)
+    e = esub.add_parser("metadata", help="the metadata-server emulator on 127.0.0.1")
+    e.add_argument("--port", type=int, default=8089)
+    e.add_argument("--config", help="a job spec YAML to serve as the survivor-job attribute")
+    e.add_argument("--attribute", action="append", metavar="KEY=VALUE", help="an instance attribute (repeatable)")
+    e.add_argument("--name", default="survivor-local-1")
+    e.add_argument("--zone", default="us-west1-b")
+    e.add_argument("--project", default="survivor-local")
+    e.set_defaults(func=_emulate)
+
+    p = sub.add_parser("status", help="how far a job is, what it survived, and whether it is done")
+    p.add_argument("--job-dir", required=True, help="the job dir (gs://... or a local path)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=_status)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""What the agent does once the job is DONE or FAILED: the finish actions, one small object each.
+
+    >>> finisher = choose_finisher("auto", identity)      # LeaveGroup inside a MIG, else StopInstance
+    >>> finisher.finish(identity, compute)
+
+- `leave-group`: delete this instance through its own MIG (`instanceGroupManagers.deleteInstances`,
+  or the regional one), which lowers the target size so the MIG does not recreate it -- the gap the
+  recipe leaves open, where a finished VM is brought back for ever;
+- `stop` / `delete`: stop or delete this instance (standalone VMs);
+- `keep-alive`: do nothing; the VM stays up for inspection.
+
+`auto` is `leave-group` for an instance whose `created-by` attribute names a MIG, else `stop`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from survivor import log as logs
+from survivor.metadata import InstanceIdentity
+
+log = logs.get("finish")
+
+
+@dataclass(frozen=True)
+class GroupRef:
+    """A managed instance group, parsed from a `created-by` URL."""
+
+    project: str
+    name: str
+    zone: str | None = None
+    region: str | None = None
+
+
+def parse_created_by(url: str | None) -> GroupRef | None:
+    """`projects/P/zones/Z/instanceGroupManagers/NAME` (or `regions/R/...`) -> GroupRef; else None."""
+    if not url:
+        return None
+    parts = url.strip().split("/")
+    try:
+        i = parts.index("projects")
+        project = parts[i + 1]
+        scope, where, kind, name = parts[i + 2], parts[i + 3], parts[i + 4], parts[i + 5]
+    except (ValueError, IndexError):
+        return None
+    if kind != "instanceGroupManagers":
+        return None
+    if scope == "zones":
+        return GroupRef(project, name, zone=where)
+    if scope == "regions":
+        return GroupRef(project, name, region=where)
+    return None
+
+
+class ComputeActions(Protocol):
+    """The Compute Engine calls finishing needs (survivor.compute.Compute provides them)."""
+
+    def leave_group(self, group: GroupRef, zone: str, instance: str) -> None: ...
+    def stop_instance(self, project: str, zone: str, instance: str) -> None: ...
+    def delete_instance(self, project: str, zone: str, instance: str) -> None: ...
+
+
+class Finisher(Protocol):
+    name: str
+
+    def finish(self, identity: InstanceIdentity, compute: ComputeActions | None) -> None: ...
+
+
+class KeepAlive:
+    name = "keep-alive"
+
+    def finish(self, identity: InstanceIdentity, compute: ComputeActions | None) -> None:
+        log.info("finish: keeping the VM running (keep-alive)")
+
+
+@dataclass
+class LeaveGroup:
+    group: GroupRef
+    name: str = "leave-group"
+
+    def finish(self, identity: InstanceIdentity, compute: ComputeActions | None) -> None:
+        log.info("finish: leaving the managed instance group", group=self.group.name, instance=identity.name)
+        _need(compute).leave_group(self.group, identity.zone, identity.name)
+
+
+class StopInstance:
+    name = "stop"
+
+    def finish(self, identity: InstanceIdentity, compute: ComputeActions | None) -> None:
+        log.info("finish: stopping this instance", instance=identity.name)
+        _need(compute).stop_instance(identity.project, identity.zone, identity.name)
+
+
+class DeleteInstance:
+    name = "delete"
+
+    def finish(self, identity: InstanceIdentity, compute: ComputeActions | None) -> None:
+        log.info("finish: deleting this instance", instance=identity.name)
+        _need(compute).delete_instance(identity.project, identity.zone, identity.name)
+
+
+def _need(compute: ComputeActions | None) -> ComputeActions:
+    if compute is None:
+        raise RuntimeError("this finish action needs the Compute Engine API")
+    return compute
+
+
+def choose_finisher(on_finish: str, identity: InstanceIdentity) -> Finisher:
+    """Pure decision: the finish action for the spec's `on_finish` and where the agent runs."""
+    group = parse_created_by(identity.created_by)
+    if on_finish == "keep-alive":
+        return KeepAlive()
+    if on_finish == "delete":
+        return DeleteInstance()
+    if on_finish == "stop":
+        return StopInstance()
+    if on_finish == "leave-group" or (on_finish == "auto" and group):
+        if group is None:
+            log.warning("on_finish is leave-group but this instance is not in a MIG; stopping it instead")
+            return StopInstance()
+        return LeaveGroup(group)
+    return StopInstance()

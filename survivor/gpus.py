@@ -1,0 +1,54 @@
+"""How many GPUs the VM has, from `nvidia-smi -L`, waiting for the driver on a first boot.
+
+Deep Learning VM images install the NVIDIA driver on first boot (`install-nvidia-driver=True`),
+which takes minutes: until then `nvidia-smi` is missing or lists nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from typing import Callable
+
+from survivor import log as logs
+
+log = logs.get("gpus")
+
+
+def parse_nvidia_smi_list(output: str) -> int:
+    """Counts `GPU 0: Tesla T4 (UUID: ...)` lines."""
+    return sum(1 for line in output.splitlines() if re.match(r"^GPU \d+:", line.strip()))
+
+
+def count_gpus(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> int:
+    """The number of GPUs `nvidia-smi -L` lists; 0 when it is absent or fails."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        result = run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return parse_nvidia_smi_list(result.stdout) if result.returncode == 0 else 0
+
+
+def decide_gpu_count(requested: int | None, detected: int) -> int:
+    """Pure decision: the spec's count when given (capped by what exists, if any exist), else all."""
+    if requested is None:
+        return detected
+    if detected and requested > detected:
+        log.warning("the spec asks for more GPUs than the VM has; using all it has", requested=requested, detected=detected)
+        return detected
+    return requested
+
+
+def wait_for_gpus(expected: int, timeout: float, counter: Callable[[], int] = count_gpus, poll: float = 10.0) -> int:
+    """Waits until `expected` GPUs are listed (the driver is installing) or `timeout`; returns the count."""
+    deadline = time.monotonic() + timeout
+    count = counter()
+    while count < expected and time.monotonic() < deadline:
+        log.info("waiting for the GPU driver", found=count, expected=expected)
+        time.sleep(poll)
+        count = counter()
+    return count

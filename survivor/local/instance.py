@@ -1,0 +1,156 @@
+"""A local stand-in for one Spot VM: an agent process with its own metadata emulator and boot disk.
+
+    >>> vm = LocalInstance(attributes={"survivor-job": spec_yaml}, root="/tmp/vm").boot()
+    >>> vm.wait_for_step(20)
+    >>> vm.preempt()                 # preempted=TRUE, SIGTERM (ACPI soft off), SIGKILL 30 s later
+    >>> vm.boot(wipe=True)           # the MIG recreates it: a fresh boot disk, same name
+
+Depends on nothing in the agent: it starts `python -m survivor agent` as a process, as the
+systemd unit would, and acts on it only from outside (metadata, signals, files).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from survivor.local.metadata_server import MetadataServer
+
+
+class LocalInstance:
+    """One simulated VM. `boot()` starts the agent; `preempt()`/`kill()` end it like GCE would."""
+
+    def __init__(self, attributes: dict[str, str], root: str, *, name: str = "survivor-local-1",
+                 zone: str = "us-west1-b", project: str = "survivor-local", env: dict[str, str] | None = None,
+                 agent_args: tuple[str, ...] = ("--allow-root-trainer",), python: str = sys.executable):
+        self.root = os.path.abspath(root)
+        self.name = name
+        self.metadata = MetadataServer(attributes=attributes, name=name, zone=zone, project=project).start()
+        self.env = dict(env or {})
+        self.agent_args = tuple(agent_args)
+        self.python = python
+        self.process: subprocess.Popen | None = None
+        self.boots = 0
+        self._log = None
+
+    @property
+    def workdir(self) -> str:
+        """The agent's work dir: on the boot disk, so a recreated VM starts without it."""
+        return os.path.join(self.root, "disk", "var-lib-survivor")
+
+    def log_path(self, boot: int | None = None) -> str:
+        return os.path.join(self.root, f"agent-boot-{boot or self.boots}.log")
+
+    def boot(self, wipe: bool = False) -> "LocalInstance":
+        """Starts the agent on a (re)booted VM. `wipe`: the boot disk is new (MIG recreation)."""
+        if self.process is not None and self.process.poll() is None:
+            raise RuntimeError("the instance is still running")
+        if wipe:
+            shutil.rmtree(os.path.join(self.root, "disk"), ignore_errors=True)
+        os.makedirs(self.workdir, exist_ok=True)
+        self.metadata.set("instance/preempted", "FALSE")
+        self.metadata.set("instance/maintenance-event", "NONE")
+        self.boots += 1
+        env = {**os.environ, **self.env, "GCE_METADATA_HOST": self.metadata.host, "PYTHONUNBUFFERED": "1"}
+        self._log = open(self.log_path(), "wb")
+        self.process = subprocess.Popen(
+            [self.python, "-m", "survivor", "agent", "--workdir", self.workdir, "--log-format", "json", *self.agent_args],
+            env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        return self
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def progress(self) -> int | None:
+        """The step the trainer last reported, read from the boot disk."""
+        try:
+            with open(os.path.join(self.workdir, "progress.json"), encoding="utf-8") as f:
+                return int(json.load(f)["step"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def wait_for_step(self, step: int, timeout: float = 120.0) -> int:
+        """Waits until the trainer reports `step` or more; returns the reported step."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            reached = self.progress()
+            if reached is not None and reached >= step:
+                return reached
+            if not self.running():
+                raise RuntimeError(f"the agent exited ({self.process.returncode}) before step {step}; see {self.log_path()}")
+            time.sleep(0.02)
+        raise TimeoutError(f"step {step} not reached in {timeout} s; see {self.log_path()}")
+
+    def set_preempted(self) -> None:
+        """What GCE does first on a Spot preemption (with a notice duration, before the soft off)."""
+        self.metadata.set("instance/preempted", "TRUE")
+
+    def soft_off(self) -> None:
+        """ACPI soft off: systemd stops the unit, which sends SIGTERM to the agent."""
+        if self.running():
+            os.kill(self.process.pid, signal.SIGTERM)
+
+    def preempt(self, notice_seconds: float = 0.0, hard_off_after: float = 30.0, soft_off: bool = True) -> int | None:
+        """A Spot preemption: `preempted=TRUE`, after `notice_seconds` the soft off (SIGTERM), and the
+        hard power-off (SIGKILL of everything) `hard_off_after` seconds later. Returns the exit code."""
+        self.set_preempted()
+        if notice_seconds:
+            code = self.wait(notice_seconds)
+            if code is not None:
+                return code
+        if soft_off:
+            self.soft_off()
+        code = self.wait(hard_off_after)
+        if code is None:
+            self.kill()
+        return self.process.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Waits for the agent to exit; returns its code, or None after `timeout`."""
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        if self._log:
+            self._log.close()
+        return code
+
+    def kill(self) -> None:
+        """Hard power-off: SIGKILL the agent and its trainer at once."""
+        pids = [self.process.pid] if self.process else []
+        try:
+            with open(os.path.join(self.workdir, "trainer.pid"), encoding="utf-8") as f:
+                pids.append(int(f.read().strip()))
+        except (OSError, ValueError):
+            pass
+        for pid in pids:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if self.process:
+            self.process.wait()
+
+    def log_lines(self, boot: int | None = None) -> list[dict]:
+        """The agent's JSON log lines of a boot."""
+        out = []
+        with open(self.log_path(boot), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        out.append(json.loads(line))
+                    except ValueError:
+                        pass
+        return out
+
+    def close(self) -> None:
+        if self.running():
+            self.kill()
+        self.metadata.stop()

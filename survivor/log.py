@@ -1,0 +1,101 @@
+"""Structured logs: one JSON object per line for Cloud Logging, or readable lines for a terminal.
+
+    >>> from survivor.log import get, setup
+    >>> setup("json")
+    >>> get("agent").info("restored", step=1200, seconds=0.8)
+    {"severity": "INFO", "message": "restored", "step": 1200, "seconds": 0.8, ...}
+
+Cloud Logging's agent reads the journal and turns a JSON line into a structured entry: `severity`
+and `message` are its special fields, every other key lands in `jsonPayload`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import sys
+from typing import Any
+
+_SEVERITY = {
+    logging.DEBUG: "DEBUG",
+    logging.INFO: "INFO",
+    logging.WARNING: "WARNING",
+    logging.ERROR: "ERROR",
+    logging.CRITICAL: "CRITICAL",
+}
+
+
+class JsonFormatter(logging.Formatter):
+    """Formats a record as one JSON object in the shape Cloud Logging parses."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "severity": _SEVERITY.get(record.levelno, "DEFAULT"),
+            "message": record.getMessage(),
+            "time": _dt.datetime.fromtimestamp(record.created, _dt.timezone.utc).isoformat(),
+            "logger": record.name,
+        }
+        entry.update(getattr(record, "fields", {}) or {})
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """Formats a record as `HH:MM:SS LEVEL logger: message key=value ...` for people."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = _dt.datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
+        fields = getattr(record, "fields", {}) or {}
+        extra = " ".join(f"{k}={v}" for k, v in fields.items())
+        line = f"{when} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        if extra:
+            line = f"{line}  {extra}"
+        if record.exc_info:
+            line = f"{line}\n{self.formatException(record.exc_info)}"
+        return line
+
+
+class Log:
+    """A logger that takes structured fields as keyword arguments."""
+
+    def __init__(self, logger: logging.Logger):
+        self._logger = logger
+
+    def _emit(self, level: int, message: str, fields: dict[str, Any], exc_info: bool = False) -> None:
+        if self._logger.isEnabledFor(level):
+            self._logger.log(level, message, extra={"fields": fields}, exc_info=exc_info)
+
+    def debug(self, message: str, **fields: Any) -> None:
+        self._emit(logging.DEBUG, message, fields)
+
+    def info(self, message: str, **fields: Any) -> None:
+        self._emit(logging.INFO, message, fields)
+
+    def warning(self, message: str, **fields: Any) -> None:
+        self._emit(logging.WARNING, message, fields)
+
+    def error(self, message: str, **fields: Any) -> None:
+        self._emit(logging.ERROR, message, fields)
+
+    def exception(self, message: str, **fields: Any) -> None:
+        self._emit(logging.ERROR, message, fields, exc_info=True)
+
+
+def get(name: str) -> Log:
+    """Returns the structured logger `survivor.<name>`."""
+    return Log(logging.getLogger(f"survivor.{name}"))
+
+
+def setup(fmt: str = "auto", level: str = "INFO", stream=None) -> None:
+    """Sends survivor's logs to `stream` (stdout) as `json`, `text`, or `auto` (text on a terminal)."""
+    stream = stream or sys.stdout
+    if fmt == "auto":
+        fmt = "text" if stream.isatty() else "json"
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger("survivor")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False

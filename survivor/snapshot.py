@@ -1,0 +1,155 @@
+"""What the trainer has completed in its local job dir: the files of a snapshot and its step.
+
+    >>> snap = scan("/var/lib/survivor/job")
+    >>> snap.step, [f.path for f in snap.files]
+    (1200, ['checkpoint', 'ckpt-1200.data-00000-of-00001', 'ckpt-1200.index', 'hparams.json'])
+
+The step comes from, in order: TensorFlow's `checkpoint` state file (`model_checkpoint_path:
+"ckpt-1200"`), or the largest number in a checkpoint-like file name (the recipe's dummy trainer
+writes `dummy-checkpoint-N.json`). Files still being written are left out: temporary names
+(`*_temp*`, `*.tmp*`, dot files), TF checkpoint shards whose prefix the state file does not list
+yet, and files whose size or mtime changed while they were read. TensorBoard event files grow while
+training runs; they are mirrored as they are, outside snapshots (`is_event_file`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from survivor.storage import crc32c_of_file
+
+#: The file a trainer may write (atomically) with its current step, for live progress. Not a checkpoint.
+PROGRESS_FILE = "survivor-progress.json"
+
+_TEMP = re.compile(r"(^\.|_temp|\.tmp|\.tempstate|\.partial$|~$)")
+_TF_SHARD = re.compile(r"^(?P<prefix>.+)\.(index|data-\d{5}-of-\d{5})$")
+_NUMBER = re.compile(r"(\d+)")
+_STATE_LINE = re.compile(r'^(model_checkpoint_path|all_model_checkpoint_paths):\s*"(.*)"\s*$')
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    """One file of a snapshot: path relative to the job dir, size, mtime (ns) and crc32c (base64)."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    crc32c: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A set of completed files and the training step they hold (None when no step is found)."""
+
+    step: int | None
+    files: tuple[LocalFile, ...]
+
+    def fingerprint(self) -> frozenset[tuple[str, int, str]]:
+        """What changes when any file changes: used to skip commits of an identical snapshot."""
+        return frozenset((f.path, f.size, f.crc32c) for f in self.files)
+
+
+def is_temporary(rel_path: str) -> bool:
+    """True for names a writer uses before its atomic rename."""
+    return any(_TEMP.search(part) for part in rel_path.split("/"))
+
+
+def is_event_file(rel_path: str) -> bool:
+    """True for TensorBoard event files, which grow while training runs."""
+    return os.path.basename(rel_path).startswith("events.out.tfevents")
+
+
+def parse_tf_state(text: str) -> tuple[str | None, list[str]]:
+    """Parses TF's `checkpoint` state file: (latest prefix, every listed prefix)."""
+    latest, listed = None, []
+    for line in text.splitlines():
+        m = _STATE_LINE.match(line.strip())
+        if not m:
+            continue
+        if m.group(1) == "model_checkpoint_path":
+            latest = m.group(2)
+        else:
+            listed.append(m.group(2))
+    if latest and latest not in listed:
+        listed.append(latest)
+    return latest, listed
+
+
+def step_of(name: str) -> int | None:
+    """The last number in a file name or checkpoint prefix: `ckpt-1200` -> 1200."""
+    numbers = _NUMBER.findall(os.path.basename(name))
+    return int(numbers[-1]) if numbers else None
+
+
+def decide_files_and_step(paths: list[str], tf_state: str | None) -> tuple[int | None, list[str]]:
+    """Pure decision: which relative paths make up the snapshot, and its step.
+
+    `tf_state` is the text of a top-level `checkpoint` state file, if any.
+    """
+    candidates = [p for p in paths if not is_temporary(p) and not is_event_file(p) and p != PROGRESS_FILE]
+    if tf_state is not None:
+        latest, listed = parse_tf_state(tf_state)
+        listed_bases = {os.path.basename(p) for p in listed}
+        chosen = []
+        for p in candidates:
+            shard = _TF_SHARD.match(os.path.basename(p))
+            if shard and os.path.dirname(p) == "" and shard.group("prefix") not in listed_bases:
+                continue  # a checkpoint still being written, or one the manager is about to delete
+            chosen.append(p)
+        return (step_of(latest) if latest else None), sorted(chosen)
+    numbered = [step_of(p) for p in candidates if "checkpoint" in os.path.basename(p).lower() or "ckpt" in p]
+    numbered = [n for n in numbered if n is not None]
+    return (max(numbered) if numbered else None), sorted(candidates)
+
+
+def scan(root: str, cache: dict | None = None) -> Snapshot:
+    """Reads the local job dir and returns the snapshot of its completed files.
+
+    `cache` maps (path, size, mtime_ns) to a crc32c across calls, so an unchanged multi-gigabyte
+    checkpoint is not read again on every sync.
+    """
+    paths = []
+    for dirpath, dirnames, files in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not is_temporary(d)]
+        for name in files:
+            paths.append(os.path.relpath(os.path.join(dirpath, name), root))
+    tf_state = None
+    state_path = os.path.join(root, "checkpoint")
+    if os.path.isfile(state_path):
+        with open(state_path, encoding="utf-8", errors="replace") as f:
+            tf_state = f.read()
+    step, chosen = decide_files_and_step(paths, tf_state)
+    files = []
+    for rel in chosen:
+        entry = _stable_entry(os.path.join(root, rel), rel, cache if cache is not None else {})
+        if entry is not None:
+            files.append(entry)
+    return Snapshot(step, tuple(files))
+
+
+def _stable_entry(path: str, rel: str, cache: dict) -> LocalFile | None:
+    """Checksums a file, or returns None if it vanished or changed while being read."""
+    try:
+        before = os.stat(path)
+        key = (rel, before.st_size, before.st_mtime_ns)
+        crc = cache.get(key) or crc32c_of_file(path)
+        after = os.stat(path)
+    except FileNotFoundError:
+        return None
+    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
+        return None
+    cache[key] = crc
+    return LocalFile(rel, after.st_size, after.st_mtime_ns, crc)
+
+
+def event_files(root: str) -> list[str]:
+    """Relative paths of TensorBoard event files under the local job dir."""
+    out = []
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            rel = os.path.relpath(os.path.join(dirpath, name), root)
+            if is_event_file(rel):
+                out.append(rel)
+    return sorted(out)

@@ -1,0 +1,74 @@
+"""`survivor status`: what the job dir says about a job, for people (`rich` table) or scripts (`--json`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from survivor.journal import Journal
+from survivor.storage import open_storage
+from survivor.store import CheckpointStore
+
+
+def job_summary(job_dir: str) -> dict[str, Any]:
+    """Everything the job dir knows: state, committed step, attempts, preemptions, work lost."""
+    storage = open_storage(job_dir)
+    state = Journal(storage).state()
+    latest = CheckpointStore(storage).latest()
+    if state.done is not None:
+        phase = "DONE"
+    elif state.failed is not None:
+        phase = "FAILED"
+    elif state.attempts and state.attempts[-1].ended is None:
+        phase = "RUNNING"
+    elif state.attempts:
+        phase = "WAITING"
+    else:
+        phase = "NOT STARTED"
+    return {
+        "job_dir": job_dir,
+        "state": phase,
+        "committed_step": latest.step if latest else None,
+        "committed_at": latest.created if latest else None,
+        "attempts": len(state.attempts),
+        "preemptions": state.preemptions,
+        "steps_lost": state.steps_lost,
+        "done": state.done,
+        "failed": state.failed,
+        "history": [
+            {
+                "attempt": a.number,
+                "instance": a.instance,
+                "started": a.started,
+                "restored_step": a.restored_step,
+                "end_step": a.end_step,
+                "outcome": a.outcome or ("running or killed" if a.ended is None else ""),
+                "steps_lost": a.steps_lost,
+                "reason": a.reason,
+            }
+            for a in state.attempts
+        ],
+    }
+
+
+def main(args: argparse.Namespace) -> int:
+    summary = job_summary(args.job_dir)
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]{summary['job_dir']}[/bold]: {summary['state']}, committed step "
+                  f"{summary['committed_step']}, {summary['preemptions']} preemptions survived, "
+                  f"{summary['steps_lost']} steps lost")
+    if summary["failed"]:
+        console.print(f"[red]FAILED:[/red] {summary['failed'].get('reason')}")
+    table = Table("attempt", "instance", "restored", "ended at", "outcome", "lost", "reason")
+    for row in summary["history"]:
+        table.add_row(str(row["attempt"]), row["instance"], str(row["restored_step"]), str(row["end_step"]),
+                      row["outcome"], str(row["steps_lost"]), row["reason"])
+    console.print(table)
+    return 0

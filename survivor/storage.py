@@ -1,0 +1,340 @@
+"""The job dir's storage: Cloud Storage through google-cloud-storage, or a local directory.
+
+    >>> storage = open_storage("gs://my-bucket/runs/cifar10")    # or "/tmp/job", "file:///tmp/job"
+    >>> storage.write("survivor/DONE", b"{}")
+    >>> storage.read("survivor/DONE").data
+    b'{}'
+
+Names are relative to the job dir. Both backends give the same guarantees the checkpoint store and
+the lease build on: `write` is atomic (readers see the old or the new object, never a part), and
+`if_generation_match` makes a write conditional (0: only if absent), raising `PreconditionFailed`.
+Uploads and downloads of many files run in parallel. This is the one Cloud Storage wrapper in
+survivor: everything that touches the bucket goes through it, so the emulator sees it all.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import os
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+import google_crc32c
+
+from survivor import retry
+
+PARALLELISM = 16
+
+
+class PreconditionFailed(Exception):
+    """A conditional write lost: the object's generation was not the one expected."""
+
+
+class StorageError(Exception):
+    """The job dir cannot be used (no such bucket, no permission, ...). Says which and why."""
+
+
+@dataclass(frozen=True)
+class Blob:
+    """An object's bytes and generation."""
+
+    data: bytes
+    generation: int
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """An object's name (relative to the job dir), size and crc32c (base64, as GCS reports it)."""
+
+    name: str
+    size: int
+    crc32c: str
+
+
+def crc32c_of_file(path: str, chunk: int = 4 << 20) -> str:
+    """The file's CRC32C, base64-encoded big-endian, the form Cloud Storage reports."""
+    checksum = google_crc32c.Checksum()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            checksum.update(block)
+    return base64.b64encode(checksum.digest()).decode()
+
+
+def crc32c_of_bytes(data: bytes) -> str:
+    """CRC32C of `data`, base64-encoded big-endian."""
+    return base64.b64encode(google_crc32c.Checksum(data).digest()).decode()
+
+
+class JobStorage(Protocol):
+    """What the checkpoint store, journal and lease need from a job dir."""
+
+    url: str
+
+    def read(self, name: str) -> Blob | None: ...
+    def write(self, name: str, data: bytes, *, if_generation_match: int | None = None) -> int: ...
+    def list(self, prefix: str) -> list[ObjectInfo]: ...
+    def delete(self, names: Iterable[str]) -> None: ...
+    def upload(self, pairs: list[tuple[str, str]]) -> list[ObjectInfo]: ...
+    def download(self, pairs: list[tuple[str, str]]) -> None: ...
+
+
+def open_storage(url: str, project: str | None = None) -> JobStorage:
+    """Opens the job dir at `url`: `gs://BUCKET/PATH`, `file:///PATH` or `/PATH`."""
+    if url.startswith("gs://"):
+        return GcsStorage(url, project=project)
+    if url.startswith("file://"):
+        return LocalStorage(url[len("file://"):])
+    return LocalStorage(url)
+
+
+def split_gs_url(url: str) -> tuple[str, str]:
+    """`gs://bucket/a/b` -> (`bucket`, `a/b`)."""
+    rest = url[len("gs://"):]
+    bucket, _, prefix = rest.partition("/")
+    return bucket, prefix.strip("/")
+
+
+# -- local directory -------------------------------------------------------------------------------
+
+
+class LocalStorage:
+    """A job dir on a local (or mounted) file system: the embedded default of `survivor demo`.
+
+    Atomic writes go through a temporary file and `os.replace`; generations are kept in a sidecar
+    file under a lock so conditional writes behave as on Cloud Storage.
+    """
+
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)
+        self.url = self.root
+        os.makedirs(self.root, exist_ok=True)
+        self._lock_path = os.path.join(self.root, ".survivor-generations.lock")
+
+    def _path(self, name: str) -> str:
+        path = os.path.normpath(os.path.join(self.root, name))
+        if not path.startswith(self.root + os.sep):
+            raise ValueError(f"object name escapes the job dir: {name!r}")
+        return path
+
+    def _generation(self, path: str) -> int:
+        try:
+            return os.stat(path).st_mtime_ns or 1
+        except FileNotFoundError:
+            return 0
+
+    def read(self, name: str) -> Blob | None:
+        path = self._path(name)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        return Blob(data, self._generation(path))
+
+    def write(self, name: str, data: bytes, *, if_generation_match: int | None = None) -> int:
+        path = self._path(name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(self._lock_path, "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if if_generation_match is not None and self._generation(path) != if_generation_match:
+                raise PreconditionFailed(f"{name}: generation is not {if_generation_match}")
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            return self._generation(path)
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        base = self._path(prefix) if prefix.strip("/") else self.root
+        out: list[ObjectInfo] = []
+        if os.path.isfile(base):
+            candidates = [base]
+        else:
+            candidates = []
+            for dirpath, _, files in os.walk(base):
+                candidates.extend(os.path.join(dirpath, f) for f in files)
+        for path in candidates:
+            rel = os.path.relpath(path, self.root)
+            if os.path.basename(rel).startswith((".tmp-", ".survivor-generations")):
+                continue
+            if not rel.startswith(prefix.rstrip("/")):
+                continue
+            out.append(ObjectInfo(rel, os.path.getsize(path), ""))
+        return sorted(out, key=lambda o: o.name)
+
+    def delete(self, names: Iterable[str]) -> None:
+        for name in names:
+            try:
+                os.remove(self._path(name))
+            except FileNotFoundError:
+                pass
+
+    def upload(self, pairs: list[tuple[str, str]]) -> list[ObjectInfo]:
+        def one(pair: tuple[str, str]) -> ObjectInfo:
+            local, name = pair
+            path = self._path(name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+            os.close(fd)
+            shutil.copyfile(local, tmp)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            # the stored copy's checksum, not the source's: the source may have changed meanwhile
+            return ObjectInfo(name, os.path.getsize(path), crc32c_of_file(path))
+
+        with ThreadPoolExecutor(PARALLELISM) as pool:
+            return list(pool.map(one, pairs))
+
+    def download(self, pairs: list[tuple[str, str]]) -> None:
+        def one(pair: tuple[str, str]) -> None:
+            name, local = pair
+            os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
+            shutil.copyfile(self._path(name), local)
+
+        with ThreadPoolExecutor(PARALLELISM) as pool:
+            list(pool.map(one, pairs))
+
+
+# -- Cloud Storage ---------------------------------------------------------------------------------
+
+
+class GcsStorage:
+    """A job dir under `gs://BUCKET/PREFIX`, through google-cloud-storage.
+
+    Honours `STORAGE_EMULATOR_HOST` (the client then talks to fake-gcs-server without credentials).
+    Simple (single-request) uploads are used for small objects so that `if_generation_match` holds
+    on the emulator as on GCS.
+    """
+
+    def __init__(self, url: str, project: str | None = None, client=None):
+        from google.cloud import storage as gcs
+
+        self.url = url.rstrip("/")
+        self.bucket_name, self.prefix = split_gs_url(self.url)
+        if client is None:
+            if os.environ.get("STORAGE_EMULATOR_HOST"):
+                from google.auth.credentials import AnonymousCredentials
+
+                client = gcs.Client(project=project or "survivor-local", credentials=AnonymousCredentials())
+            else:
+                client = gcs.Client(project=project)
+        self.client = client
+        self.bucket = client.bucket(self.bucket_name)
+
+    def _object(self, name: str) -> str:
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def _relative(self, object_name: str) -> str:
+        return object_name[len(self.prefix) + 1:] if self.prefix else object_name
+
+    def _translate(self, exc: Exception, what: str) -> Exception:
+        from google.api_core import exceptions as gexc
+
+        if isinstance(exc, gexc.NotFound):
+            return StorageError(f"gs://{self.bucket_name}: {what}: bucket or object not found ({exc.message})")
+        if isinstance(exc, gexc.Forbidden):
+            return StorageError(
+                f"gs://{self.bucket_name}: {what}: permission denied; the VM's service account needs "
+                f"storage read-write on this bucket ({exc.message})"
+            )
+        return exc
+
+    def read(self, name: str) -> Blob | None:
+        from google.api_core import exceptions as gexc
+
+        blob = self.bucket.blob(self._object(name))
+        try:
+            for attempt in retry.storage():
+                with attempt:
+                    data = blob.download_as_bytes()
+        except gexc.NotFound:
+            if not self._bucket_exists():
+                raise StorageError(f"gs://{self.bucket_name}: the bucket does not exist") from None
+            return None
+        except Exception as exc:
+            raise self._translate(exc, f"reading {name}") from exc
+        return Blob(data, int(blob.generation or 0))
+
+    def _bucket_exists(self) -> bool:
+        from google.api_core import exceptions as gexc
+
+        try:
+            self.client.get_bucket(self.bucket_name)
+            return True
+        except gexc.NotFound:
+            return False
+
+    def write(self, name: str, data: bytes, *, if_generation_match: int | None = None) -> int:
+        from google.api_core import exceptions as gexc
+
+        blob = self.bucket.blob(self._object(name))
+        try:
+            for attempt in retry.storage():
+                with attempt:
+                    blob.upload_from_string(data, if_generation_match=if_generation_match, checksum="crc32c")
+        except gexc.PreconditionFailed as exc:
+            raise PreconditionFailed(f"{name}: generation is not {if_generation_match}") from exc
+        except Exception as exc:
+            raise self._translate(exc, f"writing {name}") from exc
+        return int(blob.generation or 0)
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        try:
+            blobs = list(self.client.list_blobs(self.bucket_name, prefix=self._object(prefix)))
+        except Exception as exc:
+            raise self._translate(exc, f"listing {prefix}") from exc
+        return sorted(
+            (ObjectInfo(self._relative(b.name), int(b.size or 0), b.crc32c or "") for b in blobs),
+            key=lambda o: o.name,
+        )
+
+    def delete(self, names: Iterable[str]) -> None:
+        from google.api_core import exceptions as gexc
+
+        def one(name: str) -> None:
+            try:
+                self.bucket.blob(self._object(name)).delete()
+            except gexc.NotFound:
+                pass
+
+        with ThreadPoolExecutor(PARALLELISM) as pool:
+            list(pool.map(one, list(names)))
+
+    def upload(self, pairs: list[tuple[str, str]]) -> list[ObjectInfo]:
+        def one(pair: tuple[str, str]) -> ObjectInfo:
+            local, name = pair
+            blob = self.bucket.blob(self._object(name))
+            for attempt in retry.storage():
+                with attempt:
+                    blob.upload_from_filename(local, checksum="crc32c")
+            # the crc32c the server stored, which is what a later restore will verify against
+            return ObjectInfo(name, int(blob.size or 0), blob.crc32c or "")
+
+        try:
+            with ThreadPoolExecutor(PARALLELISM) as pool:
+                return list(pool.map(one, pairs))
+        except Exception as exc:
+            raise self._translate(exc, "uploading a checkpoint") from exc
+
+    def download(self, pairs: list[tuple[str, str]]) -> None:
+        def one(pair: tuple[str, str]) -> None:
+            name, local = pair
+            os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
+            blob = self.bucket.blob(self._object(name))
+            for attempt in retry.storage():
+                with attempt:
+                    # checksum=None: the caller verifies every file against the manifest itself
+                    blob.download_to_filename(local, checksum=None)
+
+        try:
+            with ThreadPoolExecutor(PARALLELISM) as pool:
+                list(pool.map(one, pairs))
+        except Exception as exc:
+            raise self._translate(exc, "downloading a checkpoint") from exc

@@ -1,0 +1,181 @@
+"""The trainer as a child process: argv built in one place, never a shell, never root.
+
+    >>> argv = trainer_argv(spec, python="/opt/venv/bin/python", job_dir="/var/lib/survivor/job",
+    ...                     data_dir="gs://bucket/data", num_gpus=4)
+    >>> proc = TrainerProcess.start(argv, env=trainer_env(progress_file), user="trainer")
+    >>> proc.terminate()                   # "save a checkpoint now and exit"
+
+The contract (docs/trainer-contract.md): the trainer gets `--job-dir` (a local directory the agent
+mirrors to the job dir), `--data-dir`, `--train-steps`, `--num-gpus`, `--checkpoint-steps` when set,
+and each hyperparameter as `--kebab-case value`. SIGTERM means save now and exit; exit 0 without a
+notice means training finished. Its stdout/stderr are forwarded line by line into the agent's
+structured log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from survivor import log as logs
+from survivor.spec import BUILTIN_TRAINERS, JobSpec
+
+log = logs.get("trainer")
+
+PROGRESS_ENV = "SURVIVOR_PROGRESS_FILE"
+
+
+class TrainerUserError(Exception):
+    """The trainer would run as root, or as a user that does not exist."""
+
+
+def trainer_argv(
+    spec: JobSpec,
+    *,
+    python: str,
+    job_dir: str,
+    data_dir: str | None,
+    num_gpus: int,
+    module: str | None = None,
+) -> list[str]:
+    """The one place trainer argv is built. `module` overrides the spec's (e.g. a delivered package)."""
+    trainer = spec.trainer
+    if trainer.argv:
+        argv = list(trainer.argv)
+    else:
+        name = module or trainer.module or BUILTIN_TRAINERS[trainer.builtin or ""]
+        argv = [python, "-m", name]
+    argv += ["--job-dir", job_dir]
+    if data_dir:
+        argv += ["--data-dir", data_dir]
+    argv += ["--train-steps", str(spec.train_steps), "--num-gpus", str(num_gpus)]
+    if spec.checkpoint_steps:
+        argv += ["--checkpoint-steps", str(spec.checkpoint_steps)]
+    for name, value in spec.hyperparameters:
+        argv += [f"--{name}", value]
+    return argv
+
+
+def decide_user(euid: int, requested: str | None, allow_root: bool) -> str | None:
+    """Pure decision: the user to run the trainer as (None: as the agent itself).
+
+    The trainer never runs as root: an agent running as root needs a user in the spec (`gceUser`),
+    unless root was explicitly allowed (the local demo on a machine where everything is root).
+    """
+    if requested:
+        if requested == "root" and not allow_root:
+            raise TrainerUserError("user = 'root': the trainer never runs as root; name another user")
+        return requested if euid == 0 else None
+    if euid == 0 and not allow_root:
+        raise TrainerUserError(
+            "the agent runs as root and the spec names no user: set user (gceUser) so the trainer does not run as root"
+        )
+    return None
+
+
+def read_progress(path: str) -> int | None:
+    """The step a trainer last reported in its progress file, if any."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return int(json.load(f)["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+@dataclass
+class TrainerExit:
+    """How the trainer ended."""
+
+    returncode: int
+    signalled_by_us: bool
+    killed: bool
+
+
+class TrainerProcess:
+    """A running trainer. Its own process group, so a terminal's Ctrl-C reaches only the agent."""
+
+    def __init__(self, popen: subprocess.Popen, argv: Sequence[str]):
+        self.popen = popen
+        self.argv = list(argv)
+        self.terminated_at: float | None = None
+        self.killed = False
+        self._pump = threading.Thread(target=self._forward_output, name="trainer-output", daemon=True)
+        self._pump.start()
+
+    @classmethod
+    def start(cls, argv: Sequence[str], *, env: dict[str, str], cwd: str | None = None,
+              user: str | None = None) -> "TrainerProcess":
+        """Starts the trainer from an argv list (no shell), optionally as `user`."""
+        kwargs: dict = {}
+        if user:
+            try:
+                entry = pwd.getpwnam(user)
+            except KeyError:
+                raise TrainerUserError(f"user {user!r} does not exist on this VM") from None
+            kwargs.update(user=entry.pw_uid, group=entry.pw_gid, extra_groups=[])
+            env = {**env, "HOME": entry.pw_dir, "USER": user, "LOGNAME": user}
+        popen = subprocess.Popen(
+            list(argv),
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            **kwargs,
+        )
+        log.info("trainer started", pid=popen.pid, argv=" ".join(argv), user=user or "")
+        return cls(popen, argv)
+
+    def _forward_output(self) -> None:
+        assert self.popen.stdout is not None
+        for raw in iter(self.popen.stdout.readline, b""):
+            line = raw.decode(errors="replace").rstrip()
+            if line:
+                log.info(line, source="trainer")
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def terminate(self) -> None:
+        """SIGTERM: save a checkpoint now and exit."""
+        if self.popen.poll() is None and self.terminated_at is None:
+            self.terminated_at = time.monotonic()
+            self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL the trainer's whole process group."""
+        if self.popen.poll() is None:
+            self.killed = True
+            self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.popen.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Waits up to `timeout` seconds; returns the exit code or None if still running."""
+        try:
+            code = self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        self._pump.join(timeout=2)
+        return code
+
+    def result(self) -> TrainerExit:
+        code = self.popen.wait()
+        self._pump.join(timeout=2)
+        return TrainerExit(code, self.terminated_at is not None, self.killed)

@@ -1,0 +1,83 @@
+"""The recipe's dummy trainer, made runnable: counts steps, writes `dummy-checkpoint-N.json`.
+
+    $ python -m survivor.trainers.dummy --job-dir /tmp/job --train-steps 100 --checkpoint-steps 10
+
+Like the recipe's, it resumes from the highest N in its job dir and, by default, ignores SIGTERM
+(`--on-sigterm ignore`): the agent then keeps its newest completed file. With `--on-sigterm save` it
+follows the full contract (finish the step in flight, save, exit 0), which is what the lifecycle tests
+use to show that at most the step in flight is lost. `--fail-at-start` makes it a broken trainer.
+`--step-log FILE` appends every step it executes, so a test can count the work done across restarts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import sys
+import time
+
+from survivor.trainers.contract import StopRequest, report_progress
+
+
+def latest_checkpoint(job_dir: str) -> int:
+    best = 0
+    for name in os.listdir(job_dir):
+        m = re.fullmatch(r"dummy-checkpoint-(\d+)\.json", name)
+        if m:
+            best = max(best, int(m.group(1)))
+    return best
+
+
+def save(job_dir: str, step: int) -> None:
+    tmp = os.path.join(job_dir, f".dummy-checkpoint-{step}.json.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"step": step, "state": step * 7 % 1000}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(job_dir, f"dummy-checkpoint-{step}.json"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--job-dir", required=True)
+    parser.add_argument("--data-dir")
+    parser.add_argument("--train-steps", type=int, required=True)
+    parser.add_argument("--num-gpus", type=int, default=0)
+    parser.add_argument("--checkpoint-steps", type=int, default=10)
+    parser.add_argument("--step-seconds", type=float, default=0.05)
+    parser.add_argument("--on-sigterm", choices=["ignore", "save"], default="ignore")
+    parser.add_argument("--fail-at-start", action="store_true")
+    parser.add_argument("--step-log")
+    args, unknown = parser.parse_known_args(argv)
+
+    if args.fail_at_start:
+        print("dummy trainer: failing at start as asked (--fail-at-start)", file=sys.stderr)
+        return 3
+    os.makedirs(args.job_dir, exist_ok=True)
+    stop = StopRequest.install()
+    if args.on_sigterm == "ignore":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    step = latest_checkpoint(args.job_dir)
+    print(f"dummy trainer: resuming at step {step} of {args.train_steps}; hyperparameters {unknown}", flush=True)
+    while step < args.train_steps:
+        time.sleep(args.step_seconds)
+        step += 1
+        if args.step_log:
+            with open(args.step_log, "a", encoding="utf-8") as f:
+                f.write(f"{step}\n")
+        report_progress(step)
+        if step % args.checkpoint_steps == 0 or step == args.train_steps:
+            save(args.job_dir, step)
+            print(f"step {step}/{args.train_steps} saved", flush=True)
+        if stop.requested and args.on_sigterm == "save":
+            save(args.job_dir, step)
+            print(f"dummy trainer: {stop.signal_name} at step {step}; saved, exiting", flush=True)
+            return 0
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
