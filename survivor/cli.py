@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import signal
 import json
 import os
 import sys
@@ -15,6 +17,8 @@ def _agent(args: argparse.Namespace) -> int:
     from survivor import agent
 
     logs.setup(args.log_format, args.log_level)
+    # `kill -USR1 <agent pid>` prints every thread's stack to the journal: how to debug a stuck agent.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     options = agent.AgentOptions(
         workdir=args.workdir,
         spec_file=args.config,

@@ -47,8 +47,9 @@ def metadata_host() -> str:
 class MetadataClient:
     """A thin client for the metadata server's v1 API. Thread-safe for concurrent calls."""
 
-    def __init__(self, host: str | None = None, timeout: float = 5.0):
+    def __init__(self, host: str | None = None, timeout: float = 5.0, retrying=retry.metadata):
         self.host = host or metadata_host()
+        self.retrying = retrying
         self.base = f"http://{self.host}/computeMetadata/v1/"
         self.timeout = timeout
         self._session = requests.Session()
@@ -57,7 +58,7 @@ class MetadataClient:
     def _request(self, method: str, path: str, *, params=None, data=None, timeout=None) -> requests.Response:
         url = self.base + path.lstrip("/")
         try:
-            for attempt in retry.metadata():
+            for attempt in self.retrying():
                 with attempt:
                     response = self._session.request(
                         method, url, params=params, data=data, headers=FLAVOR, timeout=timeout or self.timeout

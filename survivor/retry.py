@@ -47,7 +47,7 @@ def policy(
     """A bounded, jittered exponential-backoff policy that re-raises the last error."""
     return tenacity.Retrying(
         stop=tenacity.stop_after_attempt(attempts) | tenacity.stop_after_delay(deadline),
-        wait=tenacity.wait_exponential_jitter(initial=initial, max=maximum),
+        wait=tenacity.wait_exponential_jitter(initial=initial, max=maximum, jitter=initial),
         retry=tenacity.retry_if_exception(retry_on),
         reraise=True,
     )
@@ -60,7 +60,7 @@ def metadata() -> tenacity.Retrying:
 
 def watcher_backoff() -> tenacity.wait.wait_base:
     """The pause between failed hanging GETs of a notice watcher, which never gives up."""
-    return tenacity.wait_exponential_jitter(initial=0.2, max=5.0)
+    return tenacity.wait_exponential_jitter(initial=0.2, max=5.0, jitter=0.2)
 
 
 def storage() -> tenacity.Retrying:

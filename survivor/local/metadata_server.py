@@ -87,7 +87,7 @@ class MetadataServer:
         return f"127.0.0.1:{self._httpd.server_address[1]}"
 
     def start(self) -> "MetadataServer":
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="metadata-emulator", daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="metadata-emulator", daemon=True)
         self._thread.start()
         return self
 

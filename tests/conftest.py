@@ -1,0 +1,96 @@
+"""Shared fixtures: the stand-ins for Google Cloud, each started and stopped by the tests themselves."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+
+import pytest
+
+from survivor.local.metadata_server import MetadataServer
+
+PYTHON = sys.executable
+
+
+@pytest.fixture
+def metadata_server():
+    """A metadata-server emulator on 127.0.0.1, torn down after the test."""
+    server = MetadataServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def gcs_server():
+    """fake-gcs-server on 127.0.0.1; STORAGE_EMULATOR_HOST points the real client (and children) at it."""
+    from survivor.local.gcs import StorageEmulator
+
+    with StorageEmulator() as server:
+        yield server
+
+
+@pytest.fixture
+def bucket(gcs_server):
+    """A fresh bucket in fake-gcs-server; returns its name."""
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    gcs_server.create_bucket(name)
+    return name
+
+
+@pytest.fixture(params=["local", "gcs"])
+def job_dir(request, tmp_path):
+    """A job dir URL, once on the local file system and once in fake-gcs-server."""
+    if request.param == "local":
+        return str(tmp_path / "jobdir")
+    bucket = request.getfixturevalue("bucket")
+    return f"gs://{bucket}/runs/{uuid.uuid4().hex[:8]}"
+
+
+def dummy_spec(job_dir: str, tmp_path, *, train_steps: int = 60, on_sigterm: str = "save",
+               checkpoint_steps: int = 1000, step_seconds: float = 0.03, extra_args=(), **fields) -> str:
+    """A job spec YAML running the dummy trainer, which logs every step it executes to steps.log."""
+    import yaml
+
+    argv = [PYTHON, "-m", "survivor.trainers.dummy", "--on-sigterm", on_sigterm,
+            "--step-seconds", str(step_seconds), "--step-log", str(tmp_path / "steps.log"), *extra_args]
+    spec = {
+        "job_dir": job_dir,
+        "train_steps": train_steps,
+        "checkpoint_steps": checkpoint_steps,
+        "grace_seconds": 5,
+        "sync_seconds": 0.3,
+        "on_finish": "keep-alive",
+        "trainer": {"argv": argv},
+    }
+    spec.update(fields)
+    return yaml.safe_dump(spec)
+
+
+def executed_steps(tmp_path) -> list[int]:
+    """Every step the dummy trainer executed, across all its processes, in order."""
+    path = tmp_path / "steps.log"
+    if not path.exists():
+        return []
+    return [int(line) for line in path.read_text().split()]
+
+
+@pytest.fixture
+def instance_factory(tmp_path):
+    """Makes LocalInstances (an agent process + its own metadata emulator) and cleans them up."""
+    from survivor.local.instance import LocalInstance
+
+    made = []
+
+    def make(spec_yaml: str, **kwargs) -> LocalInstance:
+        vm = LocalInstance({"survivor-job": spec_yaml}, str(tmp_path / f"vm{len(made)}"), python=PYTHON, **kwargs)
+        made.append(vm)
+        return vm
+
+    yield make
+    for vm in made:
+        vm.close()
+
+
+def pytest_configure(config):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -1,0 +1,145 @@
+"""The agent end to end: real agent processes, each with its own metadata emulator, a job dir on
+the local file system or in fake-gcs-server, and the dummy trainer counting every step it runs."""
+
+import json
+import random
+
+import pytest
+
+from survivor.journal import Journal
+from survivor.storage import open_storage
+from survivor.store import CheckpointStore
+from tests.conftest import PYTHON, dummy_spec, executed_steps
+
+
+def journal_of(job_dir):
+    return Journal(open_storage(job_dir)).state()
+
+
+def run_to_completion(vm, timeout=120):
+    vm.boot(wipe=True)
+    code = vm.wait(timeout)
+    assert code == 0, f"agent exit {code}; see {vm.log_path()}"
+
+
+@pytest.mark.parametrize("how", ["metadata-flag", "sigterm"])
+def test_preempted_at_a_random_step_resumes_at_the_emergency_checkpoint(how, job_dir, tmp_path, instance_factory):
+    train_steps = 60
+    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=train_steps))
+    vm.boot()
+    target = random.Random().randint(5, 45)
+    vm.wait_for_step(target)
+    if how == "metadata-flag":
+        vm.set_preempted()  # a notice duration: the flag comes before the soft off
+        code = vm.wait(20)
+    else:
+        code = vm.preempt(soft_off=True)  # no notice duration: SIGTERM is the first word
+    assert code == 0
+
+    first = journal_of(job_dir).attempts[-1]
+    assert first.outcome == "preempted" if how == "metadata-flag" else first.outcome in ("preempted", "stopped")
+    assert first.steps_lost is not None and first.steps_lost <= 1
+    emergency = first.end_step
+    assert emergency >= target
+
+    run_to_completion(vm)
+    state = journal_of(job_dir)
+    second = state.attempts[-1]
+    assert second.restored_step == emergency
+    assert second.outcome == "finished"
+    assert state.done["step"] == train_steps
+
+    steps = executed_steps(tmp_path)
+    restarted_at = steps.index(emergency + 1, emergency)  # the second process's first step
+    assert steps[restarted_at - 1] in (emergency, emergency + 1)
+    assert len(steps) == train_steps + first.steps_lost
+    assert steps[-1] == train_steps
+
+
+def test_a_trainer_that_ignores_sigterm_resumes_from_its_newest_file(job_dir, tmp_path, instance_factory):
+    """The recipe's dummy trainer: writes a file every 5 steps and ignores SIGTERM."""
+    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=40, on_sigterm="ignore",
+                                     checkpoint_steps=5, grace_seconds=2))
+    vm.boot()
+    vm.wait_for_step(random.Random().randint(12, 28))
+    vm.set_preempted()
+    assert vm.wait(20) == 0
+    first = journal_of(job_dir).attempts[-1]
+    assert first.end_step % 5 == 0 and first.end_step >= 10
+    run_to_completion(vm)
+    state = journal_of(job_dir)
+    assert state.attempts[-1].restored_step == first.end_step
+    assert state.done["step"] == 40
+
+
+def test_a_job_dir_that_says_done_is_never_trained_again(job_dir, tmp_path, instance_factory):
+    Journal(open_storage(job_dir)).mark_done({"step": 60})
+    vm = instance_factory(dummy_spec(job_dir, tmp_path))
+    run_to_completion(vm, timeout=60)
+    assert executed_steps(tmp_path) == []
+    assert journal_of(job_dir).attempts == []
+    assert any(line["message"].startswith("the job dir says DONE") for line in vm.log_lines())
+
+
+def test_repeated_failed_starts_write_failed_and_stop(job_dir, tmp_path, instance_factory):
+    spec = dummy_spec(job_dir, tmp_path, extra_args=["--fail-at-start"], max_failed_attempts=3)
+    vm = instance_factory(spec)
+    codes = []
+    for _ in range(3):
+        vm.boot(wipe=True)
+        codes.append(vm.wait(60))
+    assert codes == [1, 1, 0]  # systemd restarts the first two; the third gives up for good
+    state = journal_of(job_dir)
+    assert state.failed is not None
+    assert "3 attempts in a row failed without progress" in state.failed["reason"]
+    assert "exited with code 3" in state.failed["reason"]
+    vm.boot(wipe=True)  # a MIG recreating it anyway: it does not try again
+    assert vm.wait(60) == 0
+    assert len(journal_of(job_dir).attempts) == 3
+
+
+def test_killed_without_notice_resumes_from_the_last_periodic_commit(job_dir, tmp_path, instance_factory):
+    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=50, checkpoint_steps=10))
+    vm.boot()
+    vm.wait_for_step(27)
+    vm.kill()  # hard off with no notice at all
+    committed = CheckpointStore(open_storage(job_dir)).latest().step
+    assert committed in (10, 20)
+    run_to_completion(vm)
+    state = journal_of(job_dir)
+    assert state.attempts[-1].restored_step == committed
+    assert state.done["step"] == 50
+
+
+def test_an_invalid_spec_names_the_key_and_writes_failed(tmp_path, instance_factory):
+    from survivor.local.instance import LocalInstance
+
+    job_dir = str(tmp_path / "jobdir")
+    vm = LocalInstance({"jobDir": job_dir, "trainSteps": "lots", "momentum": "0.9"}, str(tmp_path / "vm"), python=PYTHON)
+    try:
+        vm.boot()
+        assert vm.wait(60) == 2
+        messages = [line["message"] for line in vm.log_lines()]
+        assert "job spec: trainSteps = 'lots': expected a whole number >= 1" in messages
+        failed = journal_of(job_dir).failed
+        assert "trainSteps" in failed["reason"]
+    finally:
+        vm.close()
+
+
+def test_logs_are_one_json_object_per_line_with_severity(job_dir, tmp_path, instance_factory):
+    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=10))
+    run_to_completion(vm)
+    raw = open(vm.log_path(), encoding="utf-8").read().splitlines()
+    parsed = [json.loads(line) for line in raw if line.strip()]
+    assert len(parsed) == len([line for line in raw if line.strip()])
+    assert all({"severity", "message", "time"} <= set(entry) for entry in parsed)
+    assert any(entry.get("source") == "trainer" for entry in parsed)
+    assert any(entry["message"] == "training finished; DONE written" for entry in parsed)
+
+
+def test_guest_attributes_show_state_and_step(job_dir, tmp_path, instance_factory):
+    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=10))
+    run_to_completion(vm)
+    guest = vm.metadata.get("instance/guest-attributes/survivor")
+    assert guest == {"state": "done", "step": "10"}

@@ -1,0 +1,143 @@
+"""The job spec: three sources, one dataclass, and one clear line per problem."""
+
+import pytest
+
+from survivor.spec import JobSpec, SpecError, flat_attributes_to_mapping, kebab
+
+RECIPE_ATTRIBUTES = {
+    "jobDir": "gs://my-project-cifar-10-checkpoints",
+    "dataDir": "gs://my-project-cifar-10-data/",
+    "trainSteps": "99999999",
+    "numGpus": "4",
+    "momentum": "0.9",
+    "weightDecay": "0.0002",
+    "learningRate": "0.1",
+    "batchNormDecay": "0.997",
+    "batchNormEpsilon": "0.00001",
+    "gceUser": "trainer",
+    # Compute Engine's own keys: never hyperparameters
+    "startup-script": "#!/bin/bash\necho hi",
+    "created-by": "projects/123/zones/us-west1-b/instanceGroupManagers/cifar10-managed",
+    "instance-template": "projects/123/global/instanceTemplates/cifar10-default-params",
+    "enable-guest-attributes": "TRUE",
+    "ssh-keys": "alice:ssh-rsa AAAA",
+    "sshKeys": "bob:ssh-rsa BBBB",
+}
+
+
+def test_recipe_flat_attributes_become_a_spec_with_kebab_case_hyperparameters():
+    spec = JobSpec.from_metadata(RECIPE_ATTRIBUTES)
+    assert spec.job_dir == "gs://my-project-cifar-10-checkpoints"
+    assert spec.data_dir == "gs://my-project-cifar-10-data"
+    assert spec.train_steps == 99999999
+    assert spec.num_gpus == 4
+    assert spec.user == "trainer"
+    assert spec.trainer.builtin == "cifar10"
+    assert dict(spec.hyperparameters) == {
+        "momentum": "0.9",
+        "weight-decay": "0.0002",
+        "learning-rate": "0.1",
+        "batch-norm-decay": "0.997",
+        "batch-norm-epsilon": "0.00001",
+    }
+
+
+def test_gce_keys_are_never_passed_to_the_trainer():
+    mapping = flat_attributes_to_mapping(RECIPE_ATTRIBUTES)
+    names = set(mapping["hyperparameters"])
+    for reserved in ("startup-script", "created-by", "instance-template", "enable-guest-attributes",
+                     "ssh-keys", "ssh-keys", "sshKeys", "gce-user"):
+        assert reserved not in names
+
+
+def test_survivor_job_attribute_wins_over_flat_keys():
+    spec = JobSpec.from_metadata({"survivor-job": "job_dir: /tmp/j\ntrain_steps: 5\ntrainer: {builtin: dummy}\n",
+                                  "jobDir": "gs://other/x", "trainSteps": "9"})
+    assert (spec.job_dir, spec.train_steps, spec.trainer.builtin) == ("/tmp/j", 5, "dummy")
+
+
+def test_keep_alive_flag_sets_on_finish():
+    spec = JobSpec.from_metadata({"jobDir": "gs://bucket/x", "trainSteps": "10", "keepAlive": "true"})
+    assert spec.on_finish == "keep-alive"
+
+
+def test_kebab_case():
+    assert kebab("batchNormEpsilon") == "batch-norm-epsilon"
+    assert kebab("weight_decay") == "weight-decay"
+    assert kebab("lr") == "lr"
+
+
+@pytest.mark.parametrize(
+    "attributes, expected",
+    [
+        ({"trainSteps": "10"}, "jobDir is missing: expected gs://BUCKET/PATH or an absolute path"),
+        ({"jobDir": "gs://b-1/x", "trainSteps": "ten"}, "trainSteps = 'ten': expected a whole number >= 1"),
+        ({"jobDir": "gs://b-1/x", "trainSteps": "10", "onFinish": "explode"},
+         "onFinish = 'explode': expected one of auto, leave-group, stop, delete, keep-alive"),
+        ({"jobDir": "checkpoints/run1", "trainSteps": "10"},
+         "jobDir = 'checkpoints/run1': expected gs://BUCKET/PATH, file:///ABSOLUTE/PATH or an absolute path (not a relative path)"),
+        ({"jobDir": "gs://", "trainSteps": "10"}, "jobDir = 'gs://': expected a bucket name after gs://"),
+        ({"jobDir": "gs://Bad_Bucket!/x", "trainSteps": "10"}, "jobDir = 'gs://Bad_Bucket!/x': expected a valid bucket name"),
+        ({"jobDir": "gs://bucket/../x", "trainSteps": "10"}, "jobDir = 'gs://bucket/../x': expected a path without . or .. segments"),
+        ({"jobDir": "s3://bucket/x", "trainSteps": "10"}, "jobDir = 's3://bucket/x': expected gs://BUCKET/PATH"),
+        ({"jobDir": "gs://b-1/x", "trainSteps": "10", "numGpus": "many"}, "numGpus = 'many': expected a whole number >= 0"),
+    ],
+)
+def test_bad_flat_specs_name_the_key_the_value_and_what_was_expected(attributes, expected):
+    with pytest.raises(SpecError) as err:
+        JobSpec.from_metadata(attributes)
+    assert any(problem.startswith(expected) for problem in err.value.problems), err.value.problems
+
+
+def test_every_problem_is_reported_at_once_one_line_each():
+    with pytest.raises(SpecError) as err:
+        JobSpec.from_yaml("job_dir: relative/dir\ntrain_steps: -3\non_finish: nope\ntrainer: {module: 'a b'}\n")
+    problems = err.value.problems
+    assert len(problems) == 4, problems
+    assert all("\n" not in p for p in problems)
+    assert str(err.value).count("\n") == 4
+
+
+def test_yaml_spec_rejects_unknown_keys_with_a_hint():
+    with pytest.raises(SpecError) as err:
+        JobSpec.from_yaml("job_dir: /tmp/x\ntrain_steps: 3\ntrainer: {builtin: dummy}\nlearning_rate: 0.1\ntrainSteps: 4\n")
+    assert "learning_rate: unknown key (hyperparameters go under hyperparameters:)" in err.value.problems
+    assert "trainSteps: unknown key (write train_steps)" in err.value.problems
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("[1, 2", "not valid YAML/JSON"),
+        ("- a\n- b\n", "expected a mapping of keys to values, got list"),
+        ("job_dir: /tmp/x\ntrain_steps: 3\ntrainer: {argv: 'python train.py --lr 1'}\n",
+         "trainer.argv = 'python train.py --lr 1': expected a list of strings (no shell command line)"),
+        ("job_dir: /tmp/x\ntrain_steps: 3\ntrainer: {builtin: resnet9000}\n", "trainer.builtin = 'resnet9000': expected one of"),
+        ("job_dir: /tmp/x\ntrain_steps: 3\ntrainer: {module: m, builtin: dummy}\n", "trainer: expected exactly one of"),
+        ("job_dir: /tmp/x\ntrain_steps: 3\ntrainer: {builtin: dummy}\nhyperparameters: {lr: [1, 2]}\n",
+         "hyperparameters.lr = [1, 2]: expected a single value"),
+        ("job_dir: /tmp/x\ntrain_steps: 3\ntrainer: {builtin: dummy, package: gs://b-1/pkg.exe}\n", "trainer.package = 'gs://b-1/pkg.exe'"),
+        ("job_dir: /tmp/x\ntrain_steps: 3\ntrainer: {builtin: dummy, git_url: --upload-pack=evil}\n", "trainer.git_url = '--upload-pack=evil'"),
+    ],
+)
+def test_bad_yaml_specs_get_one_clear_line(text, expected):
+    with pytest.raises(SpecError) as err:
+        JobSpec.from_yaml(text)
+    assert any(expected in p for p in err.value.problems), err.value.problems
+
+
+def test_spec_round_trips_through_yaml():
+    spec = JobSpec.from_yaml(
+        "name: cifar10-run\njob_dir: gs://b-1/run\ntrain_steps: 80000\nnum_gpus: 4\n"
+        "trainer: {builtin: cifar10}\nhyperparameters: {momentum: 0.9, use_nesterov: true}\n"
+        "compute: {machine_type: n1-standard-16}\n"
+    )
+    again = JobSpec.from_yaml(spec.to_yaml())
+    assert again == spec
+    assert dict(spec.hyperparameters) == {"momentum": "0.9", "use-nesterov": "true"}
+    assert spec.extra["compute"] == {"machine_type": "n1-standard-16"}
+
+
+def test_name_defaults_to_the_job_dir_tail():
+    spec = JobSpec.from_yaml("job_dir: gs://b-1/runs/CIFAR_10\ntrain_steps: 3\ntrainer: {builtin: dummy}\n")
+    assert spec.name == "cifar-10"
