@@ -350,7 +350,9 @@ class Boot:
             return self._done(attempt, committed, reached)
         if watcher.notice is not None:  # it exited on the SIGTERM the whole unit got from systemd
             return self._end_after_notice(watcher.notice, store, mirror, restored, reached)
-        return self._failed(attempt, f"the trainer exited with code {code}", restored, committed, reached)
+        last = trainer.last_words()
+        reason = f"the trainer exited with code {code}" + (f": {last}" if last else "")
+        return self._failed(attempt, reason, restored, committed, reached)
 
     # -- endings ----------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ structured log.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import pwd
@@ -106,6 +107,7 @@ class TrainerProcess:
         self.argv = list(argv)
         self.terminated_at: float | None = None
         self.killed = False
+        self.tail: collections.deque[str] = collections.deque(maxlen=20)
         self._pump = threading.Thread(target=self._forward_output, name="trainer-output", daemon=True)
         self._pump.start()
 
@@ -139,6 +141,7 @@ class TrainerProcess:
         for raw in iter(self.popen.stdout.readline, b""):
             line = raw.decode(errors="replace").rstrip()
             if line:
+                self.tail.append(line)
                 log.info(line, source="trainer")
 
     @property
@@ -174,6 +177,13 @@ class TrainerProcess:
             return None
         self._pump.join(timeout=2)
         return code
+
+    def last_words(self) -> str:
+        """The trainer's last output line that says something (for a failure reason)."""
+        for line in reversed(self.tail):
+            if line.strip(" ^~") and not line.startswith("  File "):
+                return line.strip()[:300]
+        return ""
 
     def result(self) -> TrainerExit:
         code = self.popen.wait()

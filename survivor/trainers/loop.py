@@ -1,0 +1,242 @@
+"""A resumable TensorFlow 2 training loop on MirroredStrategy that survives preemption bit for bit.
+
+    >>> runtime = Runtime.from_args(args)                 # devices, determinism, strategy, SIGTERM
+    >>> with runtime.strategy.scope():
+    ...     model, optimizer = build_model(), keras.optimizers.SGD(0.1, momentum=0.9)
+    >>> return runtime.train(model, optimizer, dataset_of_global_batches, TrainHooks(...))
+
+What it keeps in its `tf.train.Checkpoint`, so that a resumed run reproduces the uninterrupted one
+exactly (with op determinism and fixed seeds): the model, the optimizer (slots, iterations), the step,
+the input iterator (a plain iterator over global batches, split per replica at each step: a
+distributed iterator cannot be checkpointed), and the Keras RNG state variables
+(`seed_generator_state`, which `model.weights` leaves out).
+
+SIGTERM or SIGINT: the step in flight finishes, a checkpoint is saved, the process exits 0. Resuming
+with hyperparameters other than the checkpoint's is refused, naming each difference, unless
+`--allow-hparam-change`. On a machine without GPUs, `--num-gpus N` splits the CPU into N logical
+devices, which is how multi-GPU training is tested here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from survivor.trainers.contract import StopRequest, report_progress
+
+HPARAMS_FILE = "hparams.json"
+
+
+def add_contract_flags(parser: argparse.ArgumentParser, *, checkpoint_steps: int = 1000) -> None:
+    """The flags every survivor trainer takes (the trainer contract)."""
+    parser.add_argument("--job-dir", required=True, help="local directory for checkpoints (the agent mirrors it)")
+    parser.add_argument("--data-dir", default=None, help="where the input data is")
+    parser.add_argument("--train-steps", type=int, required=True, help="total training steps")
+    parser.add_argument("--num-gpus", type=int, default=None,
+                        help="replicas: GPUs to use (default all); on a CPU-only machine, logical CPU devices")
+    parser.add_argument("--checkpoint-steps", type=int, default=checkpoint_steps, help="save every N steps")
+    parser.add_argument("--keep-checkpoints", type=int, default=3, help="local checkpoints kept")
+    parser.add_argument("--seed", type=int, default=0, help="seed for weights, data order and dropout")
+    parser.add_argument("--log-steps", type=int, default=10, help="log and summarise every N steps")
+    parser.add_argument("--allow-hparam-change", action="store_true",
+                        help="resume even if hyperparameters differ from the checkpoint's")
+    parser.add_argument("--no-determinism", action="store_true",
+                        help="skip op determinism (faster on GPUs; resume is then not bitwise exact)")
+
+
+class HparamMismatch(Exception):
+    """Resuming with other hyperparameters than the checkpoint was made with."""
+
+
+def hparam_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Pure decision: one line per hyperparameter that differs between a checkpoint and this run."""
+    lines = []
+    for key in sorted(set(saved) | set(current)):
+        if saved.get(key) != current.get(key):
+            lines.append(f"{key}: checkpoint has {saved.get(key)!r}, this run has {current.get(key)!r}")
+    return lines
+
+
+def select_devices(num_gpus: int | None, physical_gpus: int) -> tuple[str, int]:
+    """Pure decision: ("gpu" | "cpu", replica count) for the requested count and what exists."""
+    if physical_gpus:
+        return "gpu", min(num_gpus or physical_gpus, physical_gpus) or physical_gpus
+    return "cpu", max(1, num_gpus or 1)
+
+
+@dataclass
+class TrainHooks:
+    """What a model module provides beyond the model: its loss and optional extras."""
+
+    loss: Callable  # (labels, logits) -> per-example loss
+    regularization: Callable[[], Any] | None = None  # () -> scalar, added once per replica (scaled)
+    learning_rate: Callable[[Any], Any] | None = None  # step -> value (logged)
+    evaluate: Callable[[], dict] | None = None  # after training: {"loss": ..., "accuracy": ...}
+    export: Callable[[str], None] | None = None  # after training: write a SavedModel at the path
+    examples_per_batch: int = 0
+    after_step: Callable[[], None] | None = None  # e.g. a pause that stands in for a bigger model
+
+
+@dataclass
+class Runtime:
+    """Devices, determinism, the strategy and the stop flag for one trainer process."""
+
+    args: argparse.Namespace
+    strategy: Any
+    replicas: int
+    stop: StopRequest
+    hparams: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, hparams: dict[str, Any]) -> "Runtime":
+        import tensorflow as tf
+        import keras
+
+        stop = StopRequest.install()  # before the slow imports finish: a SIGTERM now still saves
+        kind, replicas = select_devices(args.num_gpus, len(tf.config.list_physical_devices("GPU")))
+        if kind == "cpu" and replicas > 1:
+            cpu = tf.config.list_physical_devices("CPU")[0]
+            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+        if not args.no_determinism:
+            tf.config.experimental.enable_op_determinism()
+        keras.utils.set_random_seed(args.seed)
+        devices = [f"/{kind}:{i}" for i in range(replicas)]
+        strategy = tf.distribute.MirroredStrategy(devices)
+        return cls(args, strategy, replicas, stop, hparams)
+
+    # -- hyperparameter guard ---------------------------------------------------------------------
+
+    def guard_hparams(self) -> None:
+        """Refuses to resume with different hyperparameters; records them on a first start."""
+        path = os.path.join(self.args.job_dir, HPARAMS_FILE)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                saved = json.load(f)
+            differences = hparam_differences(saved, self.hparams)
+            if differences and not self.args.allow_hparam_change:
+                raise HparamMismatch(
+                    "refusing to resume with other hyperparameters than the checkpoint's "
+                    "(pass --allow-hparam-change to override): " + "; ".join(differences)
+                )
+            if not differences:
+                return
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(self.hparams, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def train(self, model, optimizer, dataset, hooks: TrainHooks) -> int:
+        """Runs (or resumes) training to `--train-steps`. Returns the process exit code."""
+        import tensorflow as tf
+
+        args = self.args
+        os.makedirs(args.job_dir, exist_ok=True)
+        try:
+            self.guard_hparams()
+        except HparamMismatch as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 2
+        strategy = self.strategy
+        replicas = self.replicas
+        global_batch = hooks.examples_per_batch
+
+        with strategy.scope():
+            optimizer.build(model.trainable_variables)
+            step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        iterator = iter(dataset)
+        rng_state = {f"rng_{i}": getattr(v, "value", v) for i, v in enumerate(rng_variables(model))}
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step, iterator=iterator, rng=rng_state)
+        manager = tf.train.CheckpointManager(checkpoint, args.job_dir, max_to_keep=args.keep_checkpoints,
+                                             checkpoint_name="ckpt")
+        if manager.latest_checkpoint:
+            checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+            print(f"resumed from {os.path.basename(manager.latest_checkpoint)} at step {int(step.numpy())}", flush=True)
+        else:
+            print(f"starting from scratch on {replicas} replica(s)", flush=True)
+
+        def split(batch, ctx):
+            index, count = ctx.replica_id_in_sync_group, ctx.num_replicas_in_sync
+            per = global_batch // count
+            return tuple(t[index * per:(index + 1) * per] for t in batch)
+
+        @tf.function
+        def train_step(features, labels):
+            def replica_step(x, y):
+                with tf.GradientTape() as tape:
+                    logits = model(x, training=True)
+                    per_example = hooks.loss(y, logits)
+                    loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+                    if hooks.regularization is not None:
+                        loss += hooks.regularization() / replicas
+                grads = tape.gradient(loss, model.trainable_variables)
+                optimizer.apply_gradients(zip(grads, model.trainable_variables))
+                correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=y.dtype), y), tf.float32))
+                return loss, correct
+
+            loss, correct = strategy.run(replica_step, args=(features, labels))
+            step.assign_add(1)
+            return (strategy.reduce("SUM", loss, axis=None),
+                    strategy.reduce("SUM", correct, axis=None) / global_batch)
+
+        writer = tf.summary.create_file_writer(os.path.join(args.job_dir, "train"))
+        current = int(step.numpy())
+        window_start, window_steps = time.monotonic(), 0
+        loss_value = accuracy = float("nan")
+        while current < args.train_steps:
+            batch = next(iterator)
+            distributed = strategy.experimental_distribute_values_from_function(lambda ctx: split(batch, ctx))
+            loss_t, acc_t = train_step(*distributed)
+            current += 1
+            window_steps += 1
+            if hooks.after_step is not None:
+                hooks.after_step()
+            report_progress(current)
+            if current % args.log_steps == 0 or current == args.train_steps:
+                loss_value, accuracy = float(loss_t), float(acc_t)
+                elapsed = max(time.monotonic() - window_start, 1e-9)
+                steps_per_s = window_steps / elapsed
+                lr = float(hooks.learning_rate(current)) if hooks.learning_rate else float("nan")
+                print(f"step {current}/{args.train_steps} loss {loss_value:.3f} acc {accuracy:.3f} "
+                      f"{steps_per_s * global_batch:.0f} ex/s", flush=True)
+                with writer.as_default(step=current):
+                    tf.summary.scalar("loss", loss_value)
+                    tf.summary.scalar("accuracy", accuracy)
+                    tf.summary.scalar("learning_rate", lr)
+                    tf.summary.scalar("steps_per_second", steps_per_s)
+                    tf.summary.scalar("examples_per_second", steps_per_s * global_batch)
+                writer.flush()
+                window_start, window_steps = time.monotonic(), 0
+            if self.stop.requested:
+                manager.save(checkpoint_number=current)
+                print(f"{self.stop.signal_name or 'stop'} at step {current}: checkpoint saved, exiting", flush=True)
+                return 0
+            if current % args.checkpoint_steps == 0:
+                manager.save(checkpoint_number=current)
+        if manager.latest_checkpoint is None or not manager.latest_checkpoint.endswith(f"ckpt-{current}"):
+            manager.save(checkpoint_number=current)
+        if hooks.evaluate is not None:
+            metrics = hooks.evaluate()
+            print("eval " + " ".join(f"{k} {v:.4f}" for k, v in metrics.items()), flush=True)
+            with writer.as_default(step=current):
+                for key, value in metrics.items():
+                    tf.summary.scalar(f"eval_{key}", value)
+            writer.flush()
+        if hooks.export is not None:
+            export_dir = os.path.join(args.job_dir, "export")
+            hooks.export(export_dir)
+            print(f"exported a SavedModel to {export_dir}", flush=True)
+        print(f"training finished at step {current}", flush=True)
+        return 0
+
+
+def rng_variables(model) -> list:
+    """Keras 3 RNG state variables (Dropout, random augmentation layers): in `model.variables`,
+    not in `model.weights`, and not saved by `tf.train.Checkpoint(model=...)`."""
+    return [v for v in model.variables if "seed_generator_state" in getattr(v, "path", v.name)]

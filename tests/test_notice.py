@@ -1,0 +1,84 @@
+"""Notice watching: the first of preempted, a terminating maintenance event, or a signal."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from survivor.metadata import MetadataClient
+from survivor.notice import NoticeWatcher, notice_from_metadata
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("instance/preempted", "TRUE", "preempted"),
+    ("instance/preempted", "FALSE", None),
+    ("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", "maintenance"),
+    ("instance/maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE", None),
+    ("instance/maintenance-event", "NONE", None),
+])
+def test_what_a_metadata_value_means(key, value, expected):
+    assert notice_from_metadata(key, value) == expected
+
+
+def watcher_for(server):
+    return NoticeWatcher(MetadataClient(server.host), timeout_sec=5, handle_signals=False).start()
+
+
+def test_preempted_flag_fires_within_a_round_trip(metadata_server):
+    watcher = watcher_for(metadata_server)
+    try:
+        assert watcher.wait(0.3) is None
+        flipped = time.monotonic()
+        metadata_server.set("instance/preempted", "TRUE")
+        notice = watcher.wait(5)
+        assert notice.source == "preempted" and notice.detail == "instance/preempted=TRUE"
+        assert notice.monotonic - flipped < 1.0
+    finally:
+        watcher.stop()
+
+
+def test_terminating_maintenance_fires_and_migration_does_not(metadata_server):
+    watcher = watcher_for(metadata_server)
+    try:
+        metadata_server.set("instance/maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
+        assert watcher.wait(0.5) is None
+        metadata_server.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+        assert watcher.wait(5).source == "maintenance"
+    finally:
+        watcher.stop()
+
+
+def test_the_watcher_rides_out_a_misbehaving_metadata_server(metadata_server):
+    metadata_server.fault("garbage", count=6)
+    watcher = watcher_for(metadata_server)
+    try:
+        time.sleep(0.5)
+        metadata_server.set("instance/preempted", "TRUE")
+        assert watcher.wait(15).source == "preempted"
+    finally:
+        watcher.stop()
+
+
+def test_the_first_notice_wins(metadata_server):
+    watcher = watcher_for(metadata_server)
+    try:
+        watcher.fire("signal", "SIGTERM")
+        metadata_server.set("instance/preempted", "TRUE")
+        time.sleep(0.3)
+        assert watcher.notice.source == "signal"
+        assert watcher.notice.outcome == "stopped"
+    finally:
+        watcher.stop()
+
+
+def test_sigterm_to_the_agent_is_a_notice():
+    watcher = NoticeWatcher(None).start()  # installs handlers: we are on the main thread
+    try:
+        threading.Timer(0.1, os.kill, args=(os.getpid(), signal.SIGTERM)).start()
+        notice = watcher.wait(5)
+        assert notice.source == "signal" and notice.detail == "SIGTERM"
+    finally:
+        watcher.stop()
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL

@@ -1,0 +1,159 @@
+"""Starting the trainer: argv built in one place, no shell, never root, code delivered first."""
+
+import os
+import pwd
+import stat
+import subprocess
+import sys
+import tempfile
+import zipfile
+
+import pytest
+
+from survivor.delivery import deliver, git_commands
+from survivor.gpus import decide_gpu_count, parse_nvidia_smi_list
+from survivor.spec import JobSpec, TrainerSpec
+from survivor.trainer_process import TrainerUserError, decide_user, trainer_argv
+
+
+def spec(**trainer):
+    return JobSpec.from_mapping({
+        "job_dir": "gs://bucket-1/run", "data_dir": "gs://bucket-1/data", "train_steps": 1000,
+        "checkpoint_steps": 100, "trainer": trainer or {"builtin": "cifar10"},
+        "hyperparameters": {"momentum": 0.9, "batchNormEpsilon": "1e-05", "use_nesterov": True},
+    })
+
+
+def test_argv_carries_the_contract_flags_and_kebab_case_hyperparameters():
+    argv = trainer_argv(spec(), python="/venv/bin/python", job_dir="/var/lib/survivor/job",
+                        data_dir="gs://bucket-1/data", num_gpus=4)
+    assert argv == [
+        "/venv/bin/python", "-m", "survivor.trainers.cifar10",
+        "--job-dir", "/var/lib/survivor/job", "--data-dir", "gs://bucket-1/data",
+        "--train-steps", "1000", "--num-gpus", "4", "--checkpoint-steps", "100",
+        "--momentum", "0.9", "--batch-norm-epsilon", "1e-05", "--use-nesterov", "true",
+    ]
+
+
+def test_a_metadata_value_stays_one_argument_never_a_shell_word():
+    hostile = JobSpec.from_metadata({"jobDir": "gs://bucket-1/x", "trainSteps": "5",
+                                     "optimizer": "adam; rm -rf / #", "note": "$(reboot)"})
+    argv = trainer_argv(hostile, python="python", job_dir="/j", data_dir=None, num_gpus=0)
+    assert "adam; rm -rf / #" in argv and "$(reboot)" in argv
+    out = subprocess.run([sys.executable, "-c", "import sys; print(sys.argv[1:])", *argv[3:]],
+                         capture_output=True, text=True).stdout
+    assert "'adam; rm -rf / #'" in out and "'$(reboot)'" in out
+
+
+def test_argv_trainers_keep_their_own_arguments_first():
+    argv = trainer_argv(spec(argv=["/opt/bin/train", "--model", "big"]), python="python", job_dir="/j",
+                        data_dir=None, num_gpus=0)
+    assert argv[:3] == ["/opt/bin/train", "--model", "big"] and argv[3:5] == ["--job-dir", "/j"]
+
+
+@pytest.mark.parametrize("euid, requested, allow_root, expected", [
+    (0, "trainer", False, "trainer"),
+    (1000, "trainer", False, None),  # not root: cannot switch, runs as the agent's own user
+    (1000, None, False, None),
+    (0, None, True, None),
+])
+def test_decide_user(euid, requested, allow_root, expected):
+    assert decide_user(euid, requested, allow_root) == expected
+
+
+@pytest.mark.parametrize("euid, requested", [(0, None), (0, "root"), (1000, "root")])
+def test_the_trainer_never_runs_as_root(euid, requested):
+    with pytest.raises(TrainerUserError):
+        decide_user(euid, requested, allow_root=False)
+
+
+def test_gpu_count_from_nvidia_smi():
+    listing = "GPU 0: Tesla T4 (UUID: GPU-1)\nGPU 1: Tesla T4 (UUID: GPU-2)\n"
+    assert parse_nvidia_smi_list(listing) == 2
+    assert parse_nvidia_smi_list("NVIDIA-SMI has failed") == 0
+    assert decide_gpu_count(None, 4) == 4
+    assert decide_gpu_count(2, 4) == 2
+    assert decide_gpu_count(8, 4) == 4
+    assert decide_gpu_count(2, 0) == 2  # CPU machine: logical devices stand in
+
+
+def test_git_commands_put_a_separator_before_the_url():
+    first = git_commands("https://example.com/r.git", "v1", "/w/src", exists=False)
+    assert first[0] == ["git", "clone", "--quiet", "--", "https://example.com/r.git", "/w/src"]
+    again = git_commands("https://example.com/r.git", None, "/w/src", exists=True)
+    assert again[0][:4] == ["git", "-C", "/w/src", "fetch"]
+
+
+def _git(*args, cwd):
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+
+
+def test_trainer_code_from_git_is_cloned_then_updated_on_the_next_boot(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "mytrainer").mkdir(parents=True)
+    (repo / "mytrainer" / "__init__.py").write_text("VERSION = 1\n")
+    _git("init", "-q", "-b", "main", cwd=repo)
+    _git("add", ".", cwd=repo)
+    _git("commit", "-qm", "v1", cwd=repo)
+    workdir = tmp_path / "work"
+    delivered = deliver(TrainerSpec(module="mytrainer", git_url=str(repo), git_ref="main"), str(workdir))
+    check = [sys.executable, "-c", "import mytrainer; print(mytrainer.VERSION)"]
+    env = {**os.environ, "PYTHONPATH": delivered.pythonpath[0]}
+    assert subprocess.run(check, env=env, capture_output=True, text=True).stdout.strip() == "1"
+    (repo / "mytrainer" / "__init__.py").write_text("VERSION = 2\n")
+    _git("commit", "-qam", "v2", cwd=repo)
+    deliver(TrainerSpec(module="mytrainer", git_url=str(repo), git_ref="origin/main"), str(workdir))
+    assert subprocess.run(check, env=env, capture_output=True, text=True).stdout.strip() == "2"
+
+
+def make_wheel(path, package="pkgtrainer", version="0.1"):
+    dist = f"{package}-{version}.dist-info"
+    with zipfile.ZipFile(path, "w") as whl:
+        whl.writestr(f"{package}/__init__.py", "")
+        whl.writestr(f"{package}/task.py", "import sys\nprint('packaged trainer', sys.argv[1:])\n")
+        whl.writestr(f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n")
+        whl.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        whl.writestr(f"{dist}/RECORD", "")
+
+
+def test_a_packaged_trainer_is_fetched_and_installed_like_cloud_ml_engine_packages(tmp_path, bucket):
+    from survivor.storage import GcsStorage
+
+    wheel = tmp_path / "pkgtrainer-0.1-py3-none-any.whl"
+    make_wheel(wheel)
+    GcsStorage(f"gs://{bucket}").upload([(str(wheel), "packages/pkgtrainer-0.1-py3-none-any.whl")])
+
+    def fetch(url, local):
+        GcsStorage(f"gs://{bucket}").download([(url.split(bucket + "/", 1)[1], local)])
+
+    url = f"gs://{bucket}/packages/pkgtrainer-0.1-py3-none-any.whl"
+    delivered = deliver(TrainerSpec(module="pkgtrainer.task", package=url), str(tmp_path / "work"), fetch=fetch)
+    out = subprocess.run([sys.executable, "-m", "pkgtrainer.task", "--job-dir", "/j"], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": delivered.pythonpath[0]}).stdout
+    assert out.strip() == "packaged trainer ['--job-dir', '/j']"
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"  # one the unprivileged user can execute (this venv lives under /root)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+@pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason="needs a system python3")
+def test_an_agent_running_as_root_runs_the_trainer_as_the_named_user(tmp_path):
+    from survivor import agent
+
+    nobody = pwd.getpwnam("nobody")
+    base = tempfile.mkdtemp(prefix="survivor-user-", dir="/tmp")
+    os.chmod(base, 0o755)
+    probe = ("import os, sys; d = sys.argv[sys.argv.index('--job-dir') + 1]; "
+             "open(os.path.join(d, 'ckpt-1.txt'), 'w').write(str(os.getuid()))")
+    spec_file = os.path.join(base, "spec.yaml")
+    with open(spec_file, "w") as f:
+        f.write(f"job_dir: {base}/jobdir\ntrain_steps: 1\non_finish: keep-alive\nuser: nobody\n"
+                f"trainer: {{argv: [{SYSTEM_PYTHON}, -c, \"{probe}\"]}}\n")
+    code = agent.run(agent.AgentOptions(workdir=os.path.join(base, "work"), spec_file=spec_file))
+    assert code == 0
+    written = open(os.path.join(base, "work", "job", "ckpt-1.txt")).read()
+    assert written == str(nobody.pw_uid)
+    assert stat.S_IMODE(os.stat(base).st_mode) == 0o755
