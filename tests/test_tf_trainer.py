@@ -1,0 +1,69 @@
+"""The TensorFlow training loop (through the small MLP trainer): exact resume on 2 logical devices."""
+
+import random
+
+import pytest
+
+from tests.tf_resume import assert_bitwise_equal, checkpoint_values, run_trainer
+
+pytestmark = pytest.mark.slow
+
+MLP = "survivor.trainers.mlp"
+ARGS = ["--train-steps", "40", "--num-gpus", "2", "--checkpoint-steps", "1000", "--log-steps", "5", "--dropout", "0.3"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    job_dir = str(tmp_path_factory.mktemp("straight") / "job")
+    run_trainer(MLP, job_dir, ARGS)
+    return checkpoint_values(job_dir)
+
+
+def test_sigterm_at_three_random_steps_resumes_bit_for_bit(uninterrupted, tmp_path):
+    job_dir = str(tmp_path / "job")
+    stops = sorted(random.Random().sample(range(3, 37), 3))
+    for stop in stops:
+        run_trainer(MLP, job_dir, ARGS, stop_at=stop)
+    run_trainer(MLP, job_dir, ARGS)
+    resumed = checkpoint_values(job_dir)
+    assert int(resumed["step/.ATTRIBUTES/VARIABLE_VALUE"]) == 40
+    assert any("rng" in name for name in resumed), "dropout RNG state must be in the checkpoint"
+    assert any(name.startswith("optimizer/") for name in resumed)
+    assert_bitwise_equal(uninterrupted, resumed)
+
+
+def test_a_changed_hyperparameter_on_resume_is_refused_naming_it(tmp_path):
+    job_dir = str(tmp_path / "job")
+    run_trainer(MLP, job_dir, ARGS, stop_at=5)
+    with pytest.raises(AssertionError) as err:
+        run_trainer(MLP, job_dir, [*ARGS, "--learning-rate", "0.2"])
+    assert "learning_rate: checkpoint has 0.05, this run has 0.2" in str(err.value)
+    run_trainer(MLP, job_dir, [*ARGS, "--learning-rate", "0.2", "--allow-hparam-change"])
+
+
+def test_through_the_agent_and_the_storage_emulator(uninterrupted, bucket, tmp_path, instance_factory):
+    """Preempted twice at random steps, shipped to the bucket and back each time: still exact."""
+    import sys
+
+    import yaml
+
+    from survivor.storage import open_storage
+    from survivor.store import CheckpointStore
+
+    job_dir = f"gs://{bucket}/mlp"
+    spec = yaml.safe_dump({
+        "job_dir": job_dir, "train_steps": 40, "num_gpus": 2, "on_finish": "keep-alive", "sync_seconds": 0.5,
+        "trainer": {"argv": [sys.executable, "-m", MLP]},
+        "hyperparameters": {"checkpoint-steps": 1000, "log-steps": 5, "dropout": 0.3},
+    })
+    vm = instance_factory(spec)
+    vm.boot()
+    for stop in sorted(random.Random().sample(range(3, 37), 2)):
+        vm.wait_for_step(stop, timeout=180)
+        assert vm.preempt() == 0
+        vm.boot(wipe=True)
+    assert vm.wait(300) == 0
+    restored = str(tmp_path / "restored")
+    manifest = CheckpointStore(open_storage(job_dir)).restore(restored)
+    assert manifest.step == 40
+    assert_bitwise_equal(uninterrupted, checkpoint_values(restored))
