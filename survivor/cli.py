@@ -48,12 +48,6 @@ def _emulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _status(args: argparse.Namespace) -> int:
-    from survivor import status
-
-    return status.main(args)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="survivor",
@@ -97,10 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--project", default="survivor-local")
     e.set_defaults(func=_emulate)
 
-    p = sub.add_parser("status", help="how far a job is, what it survived, and whether it is done")
-    p.add_argument("--job-dir", required=True, help="the job dir (gs://... or a local path)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(func=_status)
+    from survivor import operator
+
+    operator.add_commands(sub)
     return parser
 
 

@@ -530,4 +530,4 @@ def format_value(value: Any) -> str:
 
 def dumps_json(spec: JobSpec) -> str:
     """The spec as compact JSON (what goes into the `survivor-job` attribute)."""
-    return json.dumps(spec.to_mapping(), sort_keys=True)
+    return json.dumps(spec.to_mapping())

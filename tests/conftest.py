@@ -94,3 +94,14 @@ def instance_factory(tmp_path):
 
 def pytest_configure(config):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+@pytest.fixture
+def compute_server(monkeypatch):
+    """survivor's fake Compute REST API; SURVIVOR_COMPUTE_ENDPOINT points the real client at it."""
+    from survivor.local.compute_server import ComputeServer
+
+    server = ComputeServer().start()
+    monkeypatch.setenv("SURVIVOR_COMPUTE_ENDPOINT", server.endpoint)
+    yield server
+    server.stop()

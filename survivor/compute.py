@@ -1,0 +1,273 @@
+"""Compute Engine, through google-cloud-compute (REST): templates, MIGs, instances, operations.
+
+    >>> compute = Compute("my-project")                               # default credentials
+    >>> compute.insert_template(body)                                  # waits for the operation
+    >>> compute.leave_group(GroupRef("my-project", "cifar10", zone="us-west1-b"), "us-west1-b", "cifar10-x1z2")
+
+`SURVIVOR_COMPUTE_ENDPOINT=http://127.0.0.1:PORT` points every client at a local fake (with anonymous
+credentials), the way `STORAGE_EMULATOR_HOST` does for Cloud Storage. Operations are waited on with
+operations clients built with the same options -- `ExtendedOperation.result()` builds its own client
+that ignores a custom endpoint -- with a deadline and a progress callback. Failures become
+`ComputeError`: one sentence saying what happened and what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from typing import Any, Callable
+
+from survivor import log as logs
+from survivor.finish import GroupRef
+
+log = logs.get("compute")
+
+ENDPOINT_ENV = "SURVIVOR_COMPUTE_ENDPOINT"
+
+
+class ComputeError(Exception):
+    """A Compute Engine call failed. The message is one actionable sentence."""
+
+
+class NotFound(ComputeError):
+    """The resource does not exist."""
+
+
+def explain(exc: Exception, what: str) -> ComputeError:
+    """Pure decision: the sentence an operator needs for a failed call."""
+    from google.api_core import exceptions as gexc
+
+    message = re.sub(r"^(GET|POST|PUT|PATCH|DELETE) \S+: ", "", getattr(exc, "message", None) or str(exc))
+    if isinstance(exc, gexc.NotFound):
+        return NotFound(f"{what}: not found ({message})")
+    if isinstance(exc, gexc.Conflict):
+        return ComputeError(f"{what}: it already exists ({message})")
+    if isinstance(exc, (gexc.Forbidden, gexc.Unauthorized)):
+        return ComputeError(
+            f"{what}: permission denied ({message}). Use an account with roles/compute.instanceAdmin.v1 on the "
+            "project (gcloud auth application-default login), or, on a VM, give its service account that role "
+            "and the compute scope."
+        )
+    return ComputeError(f"{what}: {message}")
+
+
+def explain_operation_errors(errors: list[tuple[str, str]], what: str, where: str) -> ComputeError:
+    """Pure decision: the sentence for an operation that finished with errors (stockout, quota...)."""
+    codes = [code for code, _ in errors]
+    detail = "; ".join(f"{code}: {message}" for code, message in errors)
+    if any(code.startswith("ZONE_RESOURCE_POOL_EXHAUSTED") for code in codes):
+        return ComputeError(
+            f"{what}: {where} has no capacity for this machine and GPU type right now (a stockout). Try another "
+            f"zone (--zone), or a regional MIG (make-group --region) that can place the VM in any zone of the "
+            f"region. [{detail}]"
+        )
+    if "QUOTA_EXCEEDED" in codes:
+        return ComputeError(
+            f"{what}: a quota is exceeded. Ask for more in the console (IAM & Admin > Quotas, e.g. "
+            f"PREEMPTIBLE_NVIDIA_*_GPUS or GPUS_ALL_REGIONS) or use fewer or smaller GPUs. [{detail}]"
+        )
+    return ComputeError(f"{what}: the operation failed. [{detail}]")
+
+
+def group_scope(group: GroupRef) -> tuple[str, str]:
+    """("zone", Z) or ("region", R)."""
+    return ("zone", group.zone) if group.zone else ("region", group.region or "")
+
+
+class Compute:
+    """The Compute Engine calls survivor makes, for one project."""
+
+    def __init__(self, project: str, endpoint: str | None = None, credentials=None, deadline: float = 600.0,
+                 progress: Callable[[str], None] | None = None):
+        from google.cloud import compute_v1
+
+        self.project = project
+        self.deadline = deadline
+        self.progress = progress
+        endpoint = endpoint or os.environ.get(ENDPOINT_ENV)
+        options = {"api_endpoint": endpoint} if endpoint else None
+        if endpoint and credentials is None:
+            from google.auth.credentials import AnonymousCredentials
+
+            credentials = AnonymousCredentials()
+        kwargs = {"credentials": credentials, "client_options": options}
+        self.v1 = compute_v1
+        self.templates = compute_v1.InstanceTemplatesClient(**kwargs)
+        self.groups = compute_v1.InstanceGroupManagersClient(**kwargs)
+        self.region_groups = compute_v1.RegionInstanceGroupManagersClient(**kwargs)
+        self.instances = compute_v1.InstancesClient(**kwargs)
+        self.zone_ops = compute_v1.ZoneOperationsClient(**kwargs)
+        self.region_ops = compute_v1.RegionOperationsClient(**kwargs)
+        self.global_ops = compute_v1.GlobalOperationsClient(**kwargs)
+
+    @classmethod
+    def from_environment(cls, project: str) -> "Compute":
+        """Default credentials (on a VM: its service account), or the local fake if configured."""
+        return cls(project)
+
+    # -- operations -------------------------------------------------------------------------------
+
+    def _wait(self, operation, what: str, where: str) -> None:
+        """Waits for an operation to be DONE (with the deadline); raises ComputeError on its errors."""
+        op = getattr(operation, "_extended_operation", operation)
+        name = op.name
+        done = self.v1.Operation.Status.DONE
+        deadline = time.monotonic() + self.deadline
+        started = time.monotonic()
+        while op.status != done:
+            if time.monotonic() > deadline:
+                raise ComputeError(f"{what}: still not done after {self.deadline:.0f} s (operation {name}); "
+                                   "check it with gcloud compute operations describe")
+            if self.progress:
+                self.progress(f"{what}: waiting ({time.monotonic() - started:.0f} s)")
+            if op.zone:
+                op = self.zone_ops.wait(project=self.project, zone=op.zone.rsplit("/", 1)[-1], operation=name)
+            elif op.region:
+                op = self.region_ops.wait(project=self.project, region=op.region.rsplit("/", 1)[-1], operation=name)
+            else:
+                op = self.global_ops.wait(project=self.project, operation=name)
+        if op.error and op.error.errors:
+            raise explain_operation_errors([(e.code, e.message) for e in op.error.errors], what, where)
+
+    def _call(self, what: str, where: str, fn: Callable[[], Any], wait: bool = True) -> Any:
+        try:
+            result = fn()
+        except ComputeError:
+            raise
+        except Exception as exc:
+            raise explain(exc, what) from exc
+        if wait:
+            try:
+                self._wait(result, what, where)
+            except ComputeError:
+                raise
+            except Exception as exc:
+                raise explain(exc, what) from exc
+        return result
+
+    # -- templates --------------------------------------------------------------------------------
+
+    def template_message(self, body: dict):
+        """The request message for a REST body (unknown fields are an error here already)."""
+        return self.v1.InstanceTemplate.from_json(json.dumps(body), ignore_unknown_fields=False)
+
+    def get_template(self, name: str) -> dict | None:
+        """The template's REST body, or None."""
+        try:
+            template = self._call(f"template {name}", "global", lambda: self.templates.get(project=self.project, instance_template=name), wait=False)
+        except NotFound:
+            return None
+        return json.loads(self.v1.InstanceTemplate.to_json(template))
+
+    def insert_template(self, body: dict) -> None:
+        message = self.template_message(body)
+        self._call(f"creating template {body['name']}", "global",
+                   lambda: self.templates.insert(project=self.project, instance_template_resource=message))
+
+    def delete_template(self, name: str) -> None:
+        self._call(f"deleting template {name}", "global",
+                   lambda: self.templates.delete(project=self.project, instance_template=name))
+
+    # -- managed instance groups ------------------------------------------------------------------
+
+    def create_group(self, name: str, template: str, *, zone: str | None = None, region: str | None = None,
+                     size: int = 1) -> None:
+        body = self.v1.InstanceGroupManager(
+            name=name, base_instance_name=name, target_size=size,
+            instance_template=f"projects/{self.project}/global/instanceTemplates/{template}",
+        )
+        if zone:
+            self._call(f"creating group {name}", f"zone {zone}", lambda: self.groups.insert(
+                project=self.project, zone=zone, instance_group_manager_resource=body))
+        else:
+            self._call(f"creating group {name}", f"region {region}", lambda: self.region_groups.insert(
+                project=self.project, region=region, instance_group_manager_resource=body))
+
+    def get_group(self, group: GroupRef) -> dict | None:
+        kind, where = group_scope(group)
+        client = self.groups if kind == "zone" else self.region_groups
+        try:
+            found = self._call(f"group {group.name}", where, lambda: client.get(
+                project=group.project, instance_group_manager=group.name, **{kind: where}), wait=False)
+        except NotFound:
+            return None
+        return json.loads(self.v1.InstanceGroupManager.to_json(found))
+
+    def resize_group(self, group: GroupRef, size: int) -> None:
+        kind, where = group_scope(group)
+        client = self.groups if kind == "zone" else self.region_groups
+        self._call(f"resizing group {group.name} to {size}", f"{kind} {where}", lambda: client.resize(
+            project=group.project, instance_group_manager=group.name, size=size, **{kind: where}))
+
+    def delete_group(self, group: GroupRef) -> None:
+        kind, where = group_scope(group)
+        client = self.groups if kind == "zone" else self.region_groups
+        self._call(f"deleting group {group.name}", f"{kind} {where}", lambda: client.delete(
+            project=group.project, instance_group_manager=group.name, **{kind: where}))
+
+    def managed_instances(self, group: GroupRef) -> list[dict]:
+        """The group's instances: name, zone, status, current action."""
+        kind, where = group_scope(group)
+        client = self.groups if kind == "zone" else self.region_groups
+        pager = self._call(f"listing the instances of {group.name}", where, lambda: client.list_managed_instances(
+            project=group.project, instance_group_manager=group.name, **{kind: where}), wait=False)
+        out = []
+        for item in pager:
+            parts = item.instance.split("/")
+            out.append({"name": parts[-1], "zone": parts[parts.index("zones") + 1] if "zones" in parts else "",
+                        "status": item.instance_status, "action": item.current_action})
+        return out
+
+    def leave_group(self, group: GroupRef, zone: str, instance: str) -> None:
+        """Deletes `instance` through its MIG, which lowers the target size: nothing is recreated."""
+        kind, where = group_scope(group)
+        ref = f"zones/{zone}/instances/{instance}"
+        if kind == "zone":
+            request = self.v1.InstanceGroupManagersDeleteInstancesRequest(instances=[ref])
+            self._call(f"leaving group {group.name}", f"zone {where}", lambda: self.groups.delete_instances(
+                project=group.project, zone=where, instance_group_manager=group.name,
+                instance_group_managers_delete_instances_request_resource=request))
+        else:
+            request = self.v1.RegionInstanceGroupManagersDeleteInstancesRequest(instances=[ref])
+            self._call(f"leaving group {group.name}", f"region {where}", lambda: self.region_groups.delete_instances(
+                project=group.project, region=where, instance_group_manager=group.name,
+                region_instance_group_managers_delete_instances_request_resource=request))
+
+    # -- instances --------------------------------------------------------------------------------
+
+    def get_instance(self, zone: str, name: str) -> dict | None:
+        try:
+            found = self._call(f"instance {name}", f"zone {zone}", lambda: self.instances.get(
+                project=self.project, zone=zone, instance=name), wait=False)
+        except NotFound:
+            return None
+        return json.loads(self.v1.Instance.to_json(found))
+
+    def stop_instance(self, project: str, zone: str, instance: str) -> None:
+        self._call(f"stopping {instance}", f"zone {zone}", lambda: self.instances.stop(
+            project=project, zone=zone, instance=instance))
+
+    def start_instance(self, zone: str, instance: str) -> None:
+        self._call(f"starting {instance}", f"zone {zone}", lambda: self.instances.start(
+            project=self.project, zone=zone, instance=instance))
+
+    def delete_instance(self, project: str, zone: str, instance: str) -> None:
+        self._call(f"deleting {instance}", f"zone {zone}", lambda: self.instances.delete(
+            project=project, zone=zone, instance=instance))
+
+    def serial_output(self, zone: str, instance: str, start: int = 0) -> tuple[str, int]:
+        out = self._call(f"serial port of {instance}", f"zone {zone}", lambda: self.instances.get_serial_port_output(
+            request=self.v1.GetSerialPortOutputInstanceRequest(project=self.project, zone=zone, instance=instance,
+                                                               start=start)), wait=False)
+        return out.contents, int(out.next_ or 0)
+
+    def guest_attributes(self, zone: str, instance: str, namespace: str = "survivor") -> dict[str, str]:
+        try:
+            out = self._call(f"guest attributes of {instance}", f"zone {zone}", lambda: self.instances.get_guest_attributes(
+                request=self.v1.GetGuestAttributesInstanceRequest(project=self.project, zone=zone, instance=instance,
+                                                                  query_path=f"{namespace}/")), wait=False)
+        except NotFound:
+            return {}
+        return {item.key: item.value for item in out.query_value.items}

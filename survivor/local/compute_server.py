@@ -1,0 +1,638 @@
+"""A fake Compute Engine REST API that the real google-cloud-compute client talks to.
+
+    >>> server = ComputeServer().start()                   # 127.0.0.1:PORT
+    >>> client = compute_v1.InstanceTemplatesClient(
+    ...     credentials=AnonymousCredentials(), client_options={"api_endpoint": server.endpoint})
+
+Every request is matched against the Compute v1 discovery document shipped (offline) with
+google-api-python-client: an unknown path or method is a 404, a query parameter the method does not
+take or an enum value it does not know is a 400, and every request body is validated against its
+schema -- an unknown (misspelt) field, a wrong type or a bad enum fails the call as the real API would.
+
+Implemented with real semantics: instanceTemplates (insert/get/list/delete, 409 on duplicates),
+instanceGroupManagers and regionInstanceGroupManagers (insert/get/delete/resize/deleteInstances/
+listManagedInstances; the MIG keeps `targetSize` instances and recreates one that was stopped or
+deleted by anything but itself), instances (get/start/stop/delete/getSerialPortOutput/
+getGuestAttributes), zone/region/global operations (get and wait; operations start RUNNING and are
+DONE when next looked at). Failures can be injected per method: an HTTP error (403 ...) or an
+operation error (`ZONE_RESOURCE_POOL_EXHAUSTED`, `QUOTA_EXCEEDED`).
+
+`on_instance_created` / `on_instance_deleted` let the local simulator attach a running agent to each
+instance the MIG creates.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+import json
+import random
+import re
+import string
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+from urllib.parse import parse_qs, urlsplit
+
+BASE = "/compute/v1/"
+
+
+class SchemaError(ValueError):
+    """A request that does not fit the discovery document."""
+
+
+def discovery() -> dict:
+    """The Compute v1 discovery document bundled with google-api-python-client."""
+    from googleapiclient.discovery_cache import get_static_doc
+
+    return json.loads(get_static_doc("compute", "v1"))
+
+
+class Validator:
+    """Checks JSON values against the discovery document's schemas."""
+
+    def __init__(self, schemas: dict):
+        self.schemas = schemas
+
+    def check(self, value: Any, schema: dict, where: str) -> None:
+        if "$ref" in schema:
+            return self.check(value, self.schemas[schema["$ref"]], where)
+        kind = schema.get("type")
+        if kind == "object":
+            if not isinstance(value, dict):
+                raise SchemaError(f"{where}: expected an object, got {type(value).__name__}")
+            properties = schema.get("properties", {})
+            extra = schema.get("additionalProperties")
+            for key, item in value.items():
+                if key in properties:
+                    self.check(item, properties[key], f"{where}.{key}")
+                elif extra is not None:
+                    self.check(item, extra, f"{where}.{key}")
+                else:
+                    raise SchemaError(f"{where}: unknown field {key!r}")
+        elif kind == "array":
+            if not isinstance(value, list):
+                raise SchemaError(f"{where}: expected an array, got {type(value).__name__}")
+            for i, item in enumerate(value):
+                self.check(item, schema.get("items", {}), f"{where}[{i}]")
+        elif kind == "string":
+            fmt = schema.get("format")
+            if fmt in ("int64", "uint64"):
+                if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and re.fullmatch(r"-?\d+", value))):
+                    raise SchemaError(f"{where}: expected an {fmt} (a string of digits), got {value!r}")
+                return
+            if not isinstance(value, str):
+                raise SchemaError(f"{where}: expected a string, got {value!r}")
+            if "enum" in schema and value not in schema["enum"]:
+                raise SchemaError(f"{where}: {value!r} is not one of {schema['enum']}")
+        elif kind == "integer":
+            if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and re.fullmatch(r"-?\d+", value))):
+                raise SchemaError(f"{where}: expected an integer, got {value!r}")
+        elif kind == "number":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise SchemaError(f"{where}: expected a number, got {value!r}")
+        elif kind == "boolean":
+            if not isinstance(value, bool):
+                raise SchemaError(f"{where}: expected true or false, got {value!r}")
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str, reason: str = "invalid"):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.reason = reason
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _tail(url: str) -> str:
+    return url.rstrip("/").rsplit("/", 1)[-1]
+
+
+class ComputeServer:
+    """The fake. Thread-safe; state is plain dicts a test can read."""
+
+    def __init__(self, port: int = 0, zones_per_region: int = 3):
+        doc = discovery()
+        self.validator = Validator(doc["schemas"])
+        self.routes = self._routes(doc)
+        self.zones_per_region = zones_per_region
+        self.lock = threading.RLock()
+        self.templates: dict[tuple[str, str], dict] = {}  # (project, name)
+        self.groups: dict[tuple[str, str, str], dict] = {}  # (project, "zones/Z" | "regions/R", name)
+        self.instances: dict[tuple[str, str, str], dict] = {}  # (project, zone, name)
+        self.operations: dict[str, dict] = {}
+        self.requests: list[tuple[str, str, Any]] = []  # (method id, path, body) for tests to inspect
+        self.failures: dict[str, list[tuple[str, Any]]] = {}
+        self.on_instance_created: list[Callable[[dict], None]] = []
+        self.on_instance_deleted: list[Callable[[dict], None]] = []
+        self._ids = itertools.count(1000000000000000000)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
+        self._httpd.daemon_threads = True
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str:
+        """The `api_endpoint` for google-cloud-compute's client_options."""
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def start(self) -> "ComputeServer":
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                         name="compute-fake", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> "ComputeServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- failure injection ------------------------------------------------------------------------
+
+    def fail(self, method: str, *, http: int | None = None, message: str = "", operation_error: str | None = None,
+             times: int = 1) -> None:
+        """Makes the next `times` calls of `method` (e.g. `compute.instanceGroupManagers.insert`) fail:
+        with an HTTP status, or with a DONE operation carrying `operation_error` (a stockout, a quota)."""
+        kind = ("http", (http, message)) if http else ("operation", (operation_error, message))
+        with self.lock:
+            self.failures.setdefault(method, []).extend([kind] * times)
+
+    def _take_failure(self, method: str):
+        with self.lock:
+            queue = self.failures.get(method) or []
+            return queue.pop(0) if queue else None
+
+    # -- routing ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _routes(doc: dict) -> list[tuple[re.Pattern, str, dict]]:
+        routes = []
+
+        def walk(resources: dict) -> None:
+            for resource in resources.values():
+                for method in resource.get("methods", {}).values():
+                    pattern = re.sub(r"\{\+?(\w+)\}", r"(?P<\1>[^/]+)", method["path"])
+                    routes.append((re.compile(f"^{pattern}$"), method["httpMethod"], method))
+                walk(resource.get("resources", {}))
+
+        walk(doc["resources"])
+        # literal segments first, so `.../instanceGroupManagers/X/resize` never matches a looser path
+        routes.sort(key=lambda r: -r[0].pattern.count("/") * 100 + r[0].pattern.count("(?P"))
+        return routes
+
+    def match(self, http_method: str, path: str) -> tuple[dict, dict]:
+        for pattern, verb, method in self.routes:
+            if verb != http_method:
+                continue
+            m = pattern.match(path)
+            if m:
+                return method, m.groupdict()
+        raise HttpError(404, f"The requested URL /{BASE.strip('/')}/{path} was not found on this server.", "notFound")
+
+    def handle(self, http_method: str, raw_path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
+        path = raw_path[len(BASE):]
+        method, params = self.match(http_method, path)
+        known = method.get("parameters", {})
+        for name, value in query.items():
+            if name in ("alt", "prettyPrint", "$alt", "key", "fields", "quotaUser", "userIp", "access_token", "callback"):
+                continue
+            if name not in known:
+                raise HttpError(400, f"Invalid JSON payload received. Unknown name {name!r}: Cannot bind query parameter.")
+            enum = known[name].get("enum")
+            if enum and value not in enum:
+                raise HttpError(400, f"Invalid value for {name}: {value!r} is not one of {enum}")
+        for name in method.get("parameterOrder", []):
+            if known.get(name, {}).get("location") == "query" and known[name].get("required") and name not in query:
+                raise HttpError(400, f"Required parameter {name!r} is missing")
+        request_schema = method.get("request")
+        if request_schema:
+            if body is None:
+                raise HttpError(400, f"{method['id']} needs a request body")
+            try:
+                self.validator.check(body, request_schema, request_schema["$ref"])
+            except SchemaError as exc:
+                raise HttpError(400, f"Invalid value in the request body: {exc}") from None
+        elif body not in (None, {}, ""):
+            raise HttpError(400, f"{method['id']} takes no request body")
+        self.requests.append((method["id"], path, body))
+        failure = self._take_failure(method["id"])
+        if failure and failure[0] == "http":
+            status, message = failure[1]
+            raise HttpError(status, message or f"Required permission for {method['id']} is missing", "forbidden")
+        handler = getattr(self, "_" + method["id"].split(".", 1)[1].replace(".", "_"), None)
+        if handler is None:
+            raise HttpError(501, f"{method['id']} is not implemented by survivor's Compute fake")
+        with self.lock:
+            result = handler(params, query, body)
+            if failure and failure[0] == "operation" and isinstance(result, dict) and result.get("kind") == "compute#operation":
+                code, message = failure[1]
+                result["error"] = {"errors": [{"code": code, "message": message or _default_message(code, params)}]}
+                result["status"] = "DONE"
+                result["httpErrorStatusCode"] = 400 if code != "QUOTA_EXCEEDED" else 403
+                self._undo(result)
+        return 200, result
+
+    # -- operations -------------------------------------------------------------------------------
+
+    def _operation(self, params: dict, kind: str, target: str, scope: str, undo: Callable[[], None] | None = None) -> dict:
+        name = f"operation-{next(self._ids)}-{''.join(random.choices(string.hexdigits.lower(), k=8))}"
+        project = params["project"]
+        op = {
+            "kind": "compute#operation",
+            "id": str(next(self._ids)),
+            "name": name,
+            "operationType": kind,
+            "targetLink": f"{self.endpoint}{BASE}{target}",
+            "status": "RUNNING",
+            "progress": 0,
+            "insertTime": _now(),
+            "startTime": _now(),
+        }
+        if scope.startswith("zones/"):
+            op["zone"] = f"{self.endpoint}{BASE}projects/{project}/{scope}"
+        elif scope.startswith("regions/"):
+            op["region"] = f"{self.endpoint}{BASE}projects/{project}/{scope}"
+        op["selfLink"] = f"{self.endpoint}{BASE}projects/{project}/{scope}/operations/{name}"
+        self.operations[name] = {"op": op, "undo": undo}
+        return dict(op)
+
+    def _undo(self, op: dict) -> None:
+        entry = self.operations.get(op["name"])
+        if entry:
+            entry["op"].update(error=op["error"], status="DONE", httpErrorStatusCode=op["httpErrorStatusCode"])
+            if entry["undo"]:
+                entry["undo"]()
+
+    def _get_op(self, params: dict) -> dict:
+        entry = self.operations.get(params["operation"])
+        if entry is None:
+            raise HttpError(404, f"The resource 'operations/{params['operation']}' was not found", "notFound")
+        op = entry["op"]
+        op.update(status="DONE", progress=100, endTime=op.get("endTime") or _now())
+        return dict(op)
+
+    def _zoneOperations_get(self, params, query, body):
+        return self._get_op(params)
+
+    _zoneOperations_wait = _zoneOperations_get
+    _regionOperations_get = _zoneOperations_get
+    _regionOperations_wait = _zoneOperations_get
+    _globalOperations_get = _zoneOperations_get
+    _globalOperations_wait = _zoneOperations_get
+
+    # -- instance templates -----------------------------------------------------------------------
+
+    def _template_url(self, project: str, name: str) -> str:
+        return f"{self.endpoint}{BASE}projects/{project}/global/instanceTemplates/{name}"
+
+    def _instanceTemplates_insert(self, params, query, body):
+        key = (params["project"], body.get("name", ""))
+        if not key[1]:
+            raise HttpError(400, "Invalid value for field 'resource.name': ''. Must be a match of regex '[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?'")
+        if key in self.templates:
+            raise HttpError(409, f"The resource 'projects/{key[0]}/global/instanceTemplates/{key[1]}' already exists", "alreadyExists")
+        stored = json.loads(json.dumps(body))
+        stored.update(kind="compute#instanceTemplate", id=str(next(self._ids)), creationTimestamp=_now(),
+                      selfLink=self._template_url(*key))
+        self.templates[key] = stored
+        return self._operation(params, "insert", f"projects/{key[0]}/global/instanceTemplates/{key[1]}", "global",
+                               undo=lambda: self.templates.pop(key, None))
+
+    def _instanceTemplates_get(self, params, query, body):
+        key = (params["project"], params["instanceTemplate"])
+        if key not in self.templates:
+            raise HttpError(404, f"The resource 'projects/{key[0]}/global/instanceTemplates/{key[1]}' was not found", "notFound")
+        return self.templates[key]
+
+    def _instanceTemplates_list(self, params, query, body):
+        items = [t for (p, _), t in self.templates.items() if p == params["project"]]
+        return {"kind": "compute#instanceTemplateList", "items": items}
+
+    def _instanceTemplates_delete(self, params, query, body):
+        key = (params["project"], params["instanceTemplate"])
+        if key not in self.templates:
+            raise HttpError(404, f"The resource 'projects/{key[0]}/global/instanceTemplates/{key[1]}' was not found", "notFound")
+        in_use = [g["name"] for g in self.groups.values() if _tail(g["instanceTemplate"]) == key[1] and g["_project"] == key[0]]
+        if in_use:
+            raise HttpError(400, f"The instance_template resource '{key[1]}' is already being used by '{in_use[0]}'", "resourceInUseByAnotherResource")
+        del self.templates[key]
+        return self._operation(params, "delete", f"projects/{key[0]}/global/instanceTemplates/{key[1]}", "global")
+
+    # -- managed instance groups ------------------------------------------------------------------
+
+    def _scope(self, params: dict) -> str:
+        return f"zones/{params['zone']}" if "zone" in params else f"regions/{params['region']}"
+
+    def _group(self, params: dict) -> dict:
+        key = (params["project"], self._scope(params), params["instanceGroupManager"])
+        group = self.groups.get(key)
+        if group is None:
+            raise HttpError(404, f"The resource 'projects/{key[0]}/{key[1]}/instanceGroupManagers/{key[2]}' was not found", "notFound")
+        return group
+
+    def _group_zones(self, group: dict) -> list[str]:
+        if group["_scope"].startswith("zones/"):
+            return [group["_scope"].split("/")[1]]
+        configured = [_tail(z["zone"]) for z in (group.get("distributionPolicy") or {}).get("zones", [])]
+        region = group["_scope"].split("/")[1]
+        return configured or [f"{region}-{c}" for c in "abcdefg"[: self.zones_per_region]]
+
+    def _instanceGroupManagers_insert(self, params, query, body):
+        project, scope, name = params["project"], self._scope(params), body.get("name", "")
+        key = (project, scope, name)
+        if key in self.groups:
+            raise HttpError(409, f"The resource 'projects/{project}/{scope}/instanceGroupManagers/{name}' already exists", "alreadyExists")
+        template = _tail(body.get("instanceTemplate", ""))
+        if (project, template) not in self.templates:
+            raise HttpError(404, f"The resource 'projects/{project}/global/instanceTemplates/{template}' was not found", "notFound")
+        group = json.loads(json.dumps(body))
+        group.update(kind="compute#instanceGroupManager", id=str(next(self._ids)), creationTimestamp=_now(),
+                     selfLink=f"{self.endpoint}{BASE}projects/{project}/{scope}/instanceGroupManagers/{name}",
+                     _project=project, _scope=scope, _members=[], status={"isStable": True})
+        group["targetSize"] = int(body.get("targetSize", 0))
+        group.setdefault("baseInstanceName", name)
+        if scope.startswith("zones/"):
+            group["zone"] = f"{self.endpoint}{BASE}projects/{project}/{scope}"
+        else:
+            group["region"] = f"{self.endpoint}{BASE}projects/{project}/{scope}"
+        self.groups[key] = group
+        self._reconcile(group)
+        return self._operation(params, "insert", f"projects/{project}/{scope}/instanceGroupManagers/{name}", scope,
+                               undo=lambda: self._drop_group(key))
+
+    _regionInstanceGroupManagers_insert = _instanceGroupManagers_insert
+
+    def _drop_group(self, key) -> None:
+        group = self.groups.pop(key, None)
+        if group:
+            for member in list(group["_members"]):
+                self._delete_instance(member, by_group=True)
+
+    def _public_group(self, group: dict) -> dict:
+        return {k: v for k, v in group.items() if not k.startswith("_")}
+
+    def _instanceGroupManagers_get(self, params, query, body):
+        return self._public_group(self._group(params))
+
+    _regionInstanceGroupManagers_get = _instanceGroupManagers_get
+
+    def _instanceGroupManagers_delete(self, params, query, body):
+        group = self._group(params)
+        key = (group["_project"], group["_scope"], group["name"])
+        self._drop_group(key)
+        return self._operation(params, "delete", f"projects/{key[0]}/{key[1]}/instanceGroupManagers/{key[2]}", key[1])
+
+    _regionInstanceGroupManagers_delete = _instanceGroupManagers_delete
+
+    def _instanceGroupManagers_resize(self, params, query, body):
+        group = self._group(params)
+        size = int(query["size"])
+        if size < 0:
+            raise HttpError(400, "Invalid value for field 'size': must be >= 0")
+        group["targetSize"] = size
+        self._reconcile(group)
+        return self._operation(params, "compute.instanceGroupManagers.resize", group["selfLink"].split(BASE, 1)[1], group["_scope"])
+
+    _regionInstanceGroupManagers_resize = _instanceGroupManagers_resize
+
+    def _instanceGroupManagers_deleteInstances(self, params, query, body):
+        group = self._group(params)
+        wanted = body.get("instances", [])
+        for ref in wanted:
+            m = re.search(r"zones/([^/]+)/instances/([^/]+)$", ref)
+            if not m:
+                raise HttpError(400, f"Invalid value for field 'request.instances': {ref!r}")
+            member = (group["_project"], m.group(1), m.group(2))
+            if member not in group["_members"]:
+                if body.get("skipInstancesOnValidationError"):
+                    continue
+                raise HttpError(400, f"The instance {ref!r} is not a member of the managed instance group", "invalid")
+            group["_members"].remove(member)
+            self._delete_instance(member, by_group=True)
+            group["targetSize"] = max(0, group["targetSize"] - 1)
+        return self._operation(params, "compute.instanceGroupManagers.deleteInstances",
+                               group["selfLink"].split(BASE, 1)[1], group["_scope"])
+
+    _regionInstanceGroupManagers_deleteInstances = _instanceGroupManagers_deleteInstances
+
+    def _instanceGroupManagers_listManagedInstances(self, params, query, body):
+        group = self._group(params)
+        out = []
+        for member in group["_members"]:
+            vm = self.instances.get(member)
+            if vm is None:
+                continue
+            out.append({
+                "instance": vm["selfLink"], "id": vm["id"], "name": vm["name"], "instanceStatus": vm["status"],
+                "currentAction": "NONE", "version": {"instanceTemplate": group["instanceTemplate"]},
+            })
+        return {"managedInstances": out}
+
+    _regionInstanceGroupManagers_listManagedInstances = _instanceGroupManagers_listManagedInstances
+
+    def _reconcile(self, group: dict) -> None:
+        """Creates or deletes members until the group has `targetSize` of them."""
+        zones = self._group_zones(group)
+        while len(group["_members"]) < group["targetSize"]:
+            suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=4))
+            zone = zones[len(group["_members"]) % len(zones)]
+            member = (group["_project"], zone, f"{group['baseInstanceName']}-{suffix}")
+            group["_members"].append(member)
+            self._create_instance(member, group)
+        while len(group["_members"]) > group["targetSize"]:
+            self._delete_instance(group["_members"].pop(), by_group=True)
+
+    # -- instances --------------------------------------------------------------------------------
+
+    def _create_instance(self, member: tuple[str, str, str], group: dict) -> dict:
+        project, zone, name = member
+        template = self.templates.get((project, _tail(group["instanceTemplate"])), {})
+        properties = json.loads(json.dumps(template.get("properties", {})))
+        items = list((properties.get("metadata") or {}).get("items", []))
+        items += [{"key": "created-by", "value": group["selfLink"].split(BASE, 1)[1]},
+                  {"key": "instance-template", "value": template.get("selfLink", "").split(BASE, 1)[-1]}]
+        vm = {
+            "kind": "compute#instance",
+            "id": str(next(self._ids)),
+            "name": name,
+            "zone": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}",
+            "status": "RUNNING",
+            "machineType": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}/machineTypes/{properties.get('machineType', 'n1-standard-1')}",
+            "scheduling": properties.get("scheduling", {}),
+            "guestAccelerators": properties.get("guestAccelerators", []),
+            "metadata": {"items": items},
+            "labels": properties.get("labels", {}),
+            "creationTimestamp": _now(),
+            "selfLink": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}/instances/{name}",
+            "_group": (group["_project"], group["_scope"], group["name"]),
+            "_serial": f"survivor compute fake: {name} booted\n",
+            "_guest": {},
+        }
+        self.instances[member] = vm
+        for callback in self.on_instance_created:
+            callback(vm)
+        return vm
+
+    def _delete_instance(self, member: tuple[str, str, str], by_group: bool) -> None:
+        vm = self.instances.pop(member, None)
+        if vm is None:
+            return
+        for callback in self.on_instance_deleted:
+            callback(vm)
+        group = self.groups.get(vm["_group"]) if vm.get("_group") else None
+        if group and not by_group and member in group["_members"]:
+            # a MIG recreates an instance deleted by anything but itself
+            self._create_instance(member, group)
+
+    def _instance(self, params: dict) -> tuple[tuple[str, str, str], dict]:
+        member = (params["project"], params["zone"], params["instance"])
+        vm = self.instances.get(member)
+        if vm is None:
+            raise HttpError(404, f"The resource 'projects/{member[0]}/zones/{member[1]}/instances/{member[2]}' was not found", "notFound")
+        return member, vm
+
+    def _public_instance(self, vm: dict) -> dict:
+        return {k: v for k, v in vm.items() if not k.startswith("_")}
+
+    def _instances_get(self, params, query, body):
+        return self._public_instance(self._instance(params)[1])
+
+    def _instances_stop(self, params, query, body):
+        member, vm = self._instance(params)
+        vm["status"] = "TERMINATED"
+        vm["_serial"] += "survivor compute fake: stopped\n"
+        for callback in self.on_instance_deleted:
+            callback(vm)
+        if vm.get("_group") in self.groups:
+            vm["status"] = "RUNNING"  # autohealing: the MIG starts it again
+            vm["_serial"] += "survivor compute fake: restarted by its managed instance group\n"
+            for callback in self.on_instance_created:
+                callback(vm)
+        return self._operation(params, "stop", vm["selfLink"].split(BASE, 1)[1], f"zones/{member[1]}")
+
+    def _instances_start(self, params, query, body):
+        member, vm = self._instance(params)
+        was = vm["status"]
+        vm["status"] = "RUNNING"
+        if was != "RUNNING":
+            vm["_serial"] += "survivor compute fake: started\n"
+            for callback in self.on_instance_created:
+                callback(vm)
+        return self._operation(params, "start", vm["selfLink"].split(BASE, 1)[1], f"zones/{member[1]}")
+
+    def _instances_delete(self, params, query, body):
+        member, vm = self._instance(params)
+        self._delete_instance(member, by_group=False)
+        return self._operation(params, "delete", vm["selfLink"].split(BASE, 1)[1], f"zones/{member[1]}")
+
+    def _instances_getSerialPortOutput(self, params, query, body):
+        _, vm = self._instance(params)
+        start = int(query.get("start", "0") or 0)
+        contents = vm["_serial"][start:]
+        return {"kind": "compute#serialPortOutput", "contents": contents, "start": str(start),
+                "next": str(start + len(contents))}
+
+    def _instances_getGuestAttributes(self, params, query, body):
+        _, vm = self._instance(params)
+        prefix = query.get("queryPath", "")
+        items = [{"namespace": ns, "key": k, "value": v} for (ns, k), v in sorted(vm["_guest"].items())
+                 if f"{ns}/{k}".startswith(prefix)]
+        return {"kind": "compute#guestAttributes", "queryPath": prefix, "queryValue": {"items": items}}
+
+    def add_instance(self, project: str, zone: str, name: str, metadata: dict[str, str] | None = None) -> dict:
+        """A standalone instance (not in a MIG), as `gcloud compute instances create` would make."""
+        with self.lock:
+            vm = {
+                "kind": "compute#instance", "id": str(next(self._ids)), "name": name, "status": "RUNNING",
+                "zone": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}",
+                "metadata": {"items": [{"key": k, "value": v} for k, v in (metadata or {}).items()]},
+                "creationTimestamp": _now(),
+                "selfLink": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}/instances/{name}",
+                "_group": None, "_serial": f"survivor compute fake: {name} booted\n", "_guest": {},
+            }
+            self.instances[(project, zone, name)] = vm
+            return vm
+
+    def set_guest_attribute(self, project: str, zone: str, name: str, namespace: str, key: str, value: str) -> None:
+        """What a guest writes from inside (the simulator mirrors its emulator's guest attributes here)."""
+        with self.lock:
+            self.instances[(project, zone, name)]["_guest"][(namespace, key)] = value
+
+    def append_serial(self, project: str, zone: str, name: str, text: str) -> None:
+        with self.lock:
+            vm = self.instances.get((project, zone, name))
+            if vm:
+                vm["_serial"] += text
+
+    # -- HTTP -------------------------------------------------------------------------------------
+
+    def _handler_class(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _send(self, status: int, payload: Any) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json; charset=UTF-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _serve(self, verb: str) -> None:
+                url = urlsplit(self.path)
+                query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    if not url.path.startswith(BASE):
+                        raise HttpError(404, f"not found: {url.path}", "notFound")
+                    try:
+                        body = json.loads(raw) if raw.strip() else None
+                    except ValueError:
+                        raise HttpError(400, "the request body is not JSON") from None
+                    status, payload = server.handle(verb, url.path, query, body)
+                except HttpError as exc:
+                    status = exc.status
+                    payload = {"error": {"code": exc.status, "message": exc.message,
+                                         "errors": [{"message": exc.message, "domain": "global", "reason": exc.reason}]}}
+                self._send(status, payload)
+
+            def do_GET(self):
+                self._serve("GET")
+
+            def do_POST(self):
+                self._serve("POST")
+
+            def do_DELETE(self):
+                self._serve("DELETE")
+
+            def do_PATCH(self):
+                self._serve("PATCH")
+
+            def do_PUT(self):
+                self._serve("PUT")
+
+        return Handler
+
+
+def _default_message(code: str, params: dict) -> str:
+    zone = params.get("zone") or params.get("region") or "the zone"
+    if code.startswith("ZONE_RESOURCE_POOL_EXHAUSTED"):
+        return (f"The zone 'projects/{params.get('project')}/zones/{zone}' does not have enough resources available "
+                "to fulfill the request. Try a different zone, or try again later.")
+    if code == "QUOTA_EXCEEDED":
+        return f"Quota 'PREEMPTIBLE_NVIDIA_T4_GPUS' exceeded. Limit: 0.0 in region {zone.rsplit('-', 1)[0]}."
+    return code

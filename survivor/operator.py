@@ -1,0 +1,385 @@
+"""The operator's commands: make-template, make-group, status, stop, start, delete, logs.
+
+They replace the recipe's `gcloud compute instance-templates create ...`, `instance-groups managed
+create ...` and `instances stop/start`, by job name: a job NAME has a template NAME and a
+single-instance MIG NAME (zonal with --zone, regional with --region). Every Compute failure ends in
+one sentence that says what to do, and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from survivor.compute import Compute, ComputeError
+from survivor.finish import GroupRef
+from survivor.spec import JobSpec, SpecError
+from survivor.template import MachineOptions, body_differences, parse_gpu, pretty, template_body
+
+
+def _err(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 1
+
+
+def _project(args: argparse.Namespace, spec: JobSpec | None = None) -> str:
+    project = (getattr(args, "project", None) or (spec.extra.get("compute", {}).get("project") if spec else None)
+               or os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("CLOUDSDK_CORE_PROJECT"))
+    if not project:
+        raise SpecError(["project: give --project, compute.project in the spec, or set GOOGLE_CLOUD_PROJECT"])
+    return project
+
+
+def _progress(message: str) -> None:
+    print(f"  {message}", file=sys.stderr, flush=True)
+
+
+def compute_for(project: str) -> Compute:
+    return Compute(project, progress=_progress)
+
+
+def _group(args: argparse.Namespace, project: str) -> GroupRef:
+    if bool(args.zone) == bool(args.region):
+        raise SpecError(["zone/region: give exactly one of --zone (zonal MIG) or --region (regional MIG)"])
+    return GroupRef(project, args.name, zone=args.zone, region=args.region)
+
+
+# -- make-template ---------------------------------------------------------------------------------
+
+
+def make_template(args: argparse.Namespace) -> int:
+    try:
+        spec = JobSpec.from_file(args.config)
+        gpu_type = gpu_count = None
+        if args.gpu:
+            gpu_type, gpu_count = parse_gpu(args.gpu)
+        options = MachineOptions.from_spec(
+            spec, project=args.project, machine_type=args.machine_type, gpu_type=gpu_type, gpu_count=gpu_count,
+            spot=args.spot, image_family=args.image_family, image_project=args.image_project, disk_gb=args.disk_gb,
+            service_account=args.service_account, zone=args.zone, region=args.region,
+            preemption_notice=args.preemption_notice, survivor_wheel=args.survivor_wheel,
+            cloud_platform_scope=True if args.cloud_platform_scope else None,
+        )
+        if args.gpu and gpu_type is None:
+            options.gpu_type, options.gpu_count = None, 0
+        body = template_body(args.name, spec, options)
+        project = None if args.dry_run else _project(args, spec)
+    except SpecError as exc:
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(pretty(body))
+        return 0
+    compute = compute_for(project)
+    try:
+        # What would be sent, normalised through the request message (unknown fields fail here).
+        wanted = json.loads(compute.v1.InstanceTemplate.to_json(compute.template_message(body)))
+        existing = compute.get_template(args.name)
+        if existing is not None:
+            differences = body_differences(
+                {k: existing.get(k) for k in ("name", "description", "properties")},
+                {k: wanted.get(k) for k in ("name", "description", "properties")})
+            if not differences:
+                print(f"template {args.name}: unchanged")
+                return 0
+            return _err(
+                f"template {args.name} already exists with a different body (differs in: {', '.join(differences[:6])}). "
+                f"Templates cannot be changed: use a new name (e.g. {args.name}-v2) and point the group at it, or "
+                f"run `survivor delete {args.name}` first (the job dir is never touched)."
+            )
+        compute.insert_template(body)
+    except ComputeError as exc:
+        return _err(str(exc))
+    print(f"template {args.name}: created in project {project}")
+    return 0
+
+
+# -- make-group ------------------------------------------------------------------------------------
+
+
+def make_group(args: argparse.Namespace) -> int:
+    try:
+        project = _project(args)
+        group = _group(args, project)
+    except SpecError as exc:
+        return _err(exc.problems[0])
+    if args.dry_run:
+        print(json.dumps({"name": args.name, "baseInstanceName": args.name, "targetSize": 1,
+                          "instanceTemplate": f"projects/{project}/global/instanceTemplates/{args.template}",
+                          "zone" if args.zone else "region": args.zone or args.region}, indent=2))
+        return 0
+    compute = compute_for(project)
+    try:
+        if compute.get_group(group) is not None:
+            print(f"group {args.name}: already exists")
+            return 0
+        compute.create_group(args.name, args.template, zone=args.zone, region=args.region, size=1)
+    except ComputeError as exc:
+        return _err(str(exc))
+    print(f"group {args.name}: created ({'zone ' + args.zone if args.zone else 'region ' + args.region}, 1 instance)")
+    return 0
+
+
+# -- status ----------------------------------------------------------------------------------------
+
+
+def _hours(attempts: list[dict]) -> float:
+    total = 0.0
+    now = _dt.datetime.now(_dt.timezone.utc)
+    for a in attempts:
+        try:
+            start = _dt.datetime.fromisoformat(a["started"])
+            end = _dt.datetime.fromisoformat(a["ended"]) if a.get("ended") else now
+        except (KeyError, TypeError, ValueError):
+            continue
+        total += max(0.0, (end - start).total_seconds())
+    return total / 3600
+
+
+def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None) -> dict[str, Any]:
+    """Everything `survivor status` shows: the MIG, its instance, the job dir's story, the cost."""
+    from survivor import pricing
+    from survivor.status import job_summary
+
+    out: dict[str, Any] = {"name": group.name, "project": group.project, "zone": group.zone, "region": group.region}
+    found = compute.get_group(group)
+    spec = None
+    if found is None:
+        out["group"] = None
+    else:
+        out["group"] = {"target_size": found.get("targetSize"), "template": (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]}
+        instances = compute.managed_instances(group)
+        for instance in instances:
+            instance["guest"] = compute.guest_attributes(instance["zone"], instance["name"]) if instance["zone"] else {}
+        out["instances"] = instances
+        template = compute.get_template(out["group"]["template"]) if out["group"]["template"] else None
+        if template:
+            items = {i["key"]: i["value"] for i in template["properties"].get("metadata", {}).get("items", [])}
+            if "survivor-job" in items:
+                spec = JobSpec.from_yaml(items["survivor-job"])
+            props = template["properties"]
+            accel = (props.get("guestAccelerators") or [{}])[0]
+            out["machine"] = {"machine_type": props.get("machineType"), "gpu_type": accel.get("acceleratorType"),
+                              "gpu_count": int(accel.get("acceleratorCount") or 0),
+                              "spot": props.get("scheduling", {}).get("provisioningModel") == "SPOT"}
+    job_dir = job_dir or (spec.job_dir if spec else None)
+    if job_dir:
+        summary = job_summary(job_dir)
+        out["job"] = summary
+        if spec:
+            summary["train_steps"] = spec.train_steps
+        hours = _hours([{"started": h["started"], "ended": None if h["outcome"] == "running or killed" else h.get("ended")}
+                        for h in summary["history"]])
+        out["compute_hours"] = round(hours, 3)
+        machine = out.get("machine")
+        if machine:
+            cost = pricing.estimate(hours, machine["machine_type"], machine["gpu_type"], machine["gpu_count"])
+            out["cost_usd"] = {"spot": cost.spot_usd, "on_demand": cost.on_demand_usd, "saving": cost.saving}
+    return out
+
+
+def status(args: argparse.Namespace) -> int:
+    if args.name is None:
+        if not args.job_dir:
+            return _err("give a job name (with --zone or --region), or --job-dir")
+        from survivor import status as job_dir_status
+
+        return job_dir_status.main(args)
+    try:
+        project = _project(args)
+        group = _group(args, project)
+    except SpecError as exc:
+        return _err(exc.problems[0])
+    try:
+        report = job_status(compute_for(project), group, args.job_dir)
+    except ComputeError as exc:
+        return _err(str(exc))
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    g = report.get("group")
+    console.print(f"[bold]{report['name']}[/bold] in {report['project']}/{report['zone'] or report['region']}: "
+                  + (f"group target size {g['target_size']}, template {g['template']}" if g else "no group"))
+    for instance in report.get("instances", []):
+        guest = instance.get("guest") or {}
+        console.print(f"  instance {instance['name']} ({instance['zone']}): {instance['status']}"
+                      + (f", agent {guest.get('state')} at step {guest.get('step')}" if guest else ""))
+    job = report.get("job")
+    if job:
+        console.print(f"  job {job['state']}: committed step {job['committed_step']} of {job.get('train_steps', '?')}, "
+                      f"{job['preemptions']} preemptions survived, {job['steps_lost']} steps lost, "
+                      f"{job['attempts']} boots")
+        if job.get("failed"):
+            console.print(f"  [red]FAILED[/red]: {job['failed'].get('reason')}")
+        cost = report.get("cost_usd") or {}
+        if cost.get("spot") is not None:
+            console.print(f"  compute {report['compute_hours']:.2f} h: ${cost['spot']:.2f} on Spot "
+                          f"(${cost['on_demand']:.2f} on demand, {100 * (cost['saving'] or 0):.0f}% saved; list-price estimate)")
+        elif "compute_hours" in report:
+            console.print(f"  compute {report['compute_hours']:.2f} h")
+        table = Table("boot", "instance", "from", "saved", "outcome", "lost", "reason")
+        for row in job["history"][-10:]:
+            table.add_row(str(row["attempt"]), row["instance"], str(row["restored_step"]), str(row["end_step"]),
+                          row["outcome"], str(row["steps_lost"]), row["reason"][:60])
+        console.print(table)
+    return 0
+
+
+# -- stop / start / delete / logs ------------------------------------------------------------------
+
+
+def stop(args: argparse.Namespace) -> int:
+    """Graceful: GCE soft-offs the VM, the agent saves and commits before it goes."""
+    try:
+        project = _project(args)
+        compute = compute_for(project)
+        if args.instance:
+            compute.stop_instance(project, args.zone, args.instance)
+            print(f"instance {args.instance}: stopped (the agent saved on the way down)")
+            return 0
+        group = _group(args, project)
+        compute.resize_group(group, 0)
+    except (SpecError, ComputeError) as exc:
+        return _err(exc.problems[0] if isinstance(exc, SpecError) else str(exc))
+    print(f"group {args.name}: resized to 0; the agent saves and commits before its VM goes. "
+          f"`survivor start {args.name}` resumes from that checkpoint.")
+    return 0
+
+
+def start(args: argparse.Namespace) -> int:
+    try:
+        project = _project(args)
+        compute = compute_for(project)
+        if args.instance:
+            compute.start_instance(args.zone, args.instance)
+            print(f"instance {args.instance}: started")
+            return 0
+        group = _group(args, project)
+        compute.resize_group(group, 1)
+    except (SpecError, ComputeError) as exc:
+        return _err(exc.problems[0] if isinstance(exc, SpecError) else str(exc))
+    print(f"group {args.name}: resized to 1; training resumes from the newest committed checkpoint")
+    return 0
+
+
+def delete(args: argparse.Namespace) -> int:
+    """Deletes the MIG, then the template. Never the job dir."""
+    try:
+        project = _project(args)
+        group = _group(args, project)
+        compute = compute_for(project)
+        found = compute.get_group(group)
+        template = args.template or ((found or {}).get("instanceTemplate") or "").rsplit("/", 1)[-1] or args.name
+        if found is not None:
+            compute.delete_group(group)
+            print(f"group {args.name}: deleted")
+        else:
+            print(f"group {args.name}: not found (nothing to delete)")
+        if compute.get_template(template) is not None:
+            compute.delete_template(template)
+            print(f"template {template}: deleted")
+    except (SpecError, ComputeError) as exc:
+        return _err(exc.problems[0] if isinstance(exc, SpecError) else str(exc))
+    print("the job dir is untouched")
+    return 0
+
+
+def logs(args: argparse.Namespace) -> int:
+    """Serial port output of the job's instance (the startup script and the agent's journal)."""
+    try:
+        project = _project(args)
+        compute = compute_for(project)
+        if args.instance:
+            zone, name = args.zone, args.instance
+        else:
+            members = compute.managed_instances(_group(args, project))
+            if not members:
+                return _err(f"group {args.name} has no instance right now (stopped or finished)")
+            zone, name = members[0]["zone"], members[0]["name"]
+        offset = 0
+        while True:
+            text, offset = compute.serial_output(zone, name, offset)
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            if not args.follow:
+                return 0
+            time.sleep(args.interval)
+    except (SpecError, ComputeError) as exc:
+        return _err(exc.problems[0] if isinstance(exc, SpecError) else str(exc))
+    except KeyboardInterrupt:
+        return 0
+
+
+def add_commands(sub) -> None:
+    """Adds the operator subcommands to the CLI's subparsers."""
+
+    def where(p, instance: bool = False):
+        p.add_argument("name", help="the job's name (its MIG and template)")
+        p.add_argument("--project", help="Google Cloud project (default: $GOOGLE_CLOUD_PROJECT)")
+        p.add_argument("--zone", help="the zonal MIG's zone")
+        p.add_argument("--region", help="the regional MIG's region")
+        if instance:
+            p.add_argument("--instance", help="a standalone instance instead of the MIG (with --zone)")
+
+    p = sub.add_parser("make-template", help="create the instance template for a job spec")
+    p.add_argument("name")
+    p.add_argument("--config", required=True, help="the job spec YAML")
+    p.add_argument("--project")
+    p.add_argument("--machine-type")
+    p.add_argument("--gpu", help="TYPE:COUNT, e.g. nvidia-tesla-t4:4, or none")
+    spot = p.add_mutually_exclusive_group()
+    spot.add_argument("--spot", dest="spot", action="store_true", default=None, help="Spot VM (default)")
+    spot.add_argument("--on-demand", dest="spot", action="store_false", help="standard (on-demand) VM")
+    p.add_argument("--image-family")
+    p.add_argument("--image-project")
+    p.add_argument("--disk-gb", type=int)
+    p.add_argument("--service-account")
+    p.add_argument("--cloud-platform-scope", action="store_true", help="the whole cloud-platform scope instead of storage+compute")
+    p.add_argument("--zone")
+    p.add_argument("--region")
+    p.add_argument("--preemption-notice", type=int, metavar="SECONDS", help="Spot: ask for this much notice before the soft off")
+    p.add_argument("--survivor-wheel", help="install survivor from this gs:// or https:// wheel instead of PyPI")
+    p.add_argument("--dry-run", action="store_true", help="print the exact REST body; call nothing")
+    p.set_defaults(func=make_template)
+
+    p = sub.add_parser("make-group", help="create the job's single-instance managed instance group")
+    where(p)
+    p.add_argument("--template", required=True)
+    p.add_argument("--dry-run", action="store_true")
+    p.set_defaults(func=make_group)
+
+    p = sub.add_parser("status", help="MIG, instance, progress, preemptions, lost work and cost of a job")
+    p.add_argument("name", nargs="?", help="the job's name (omit with --job-dir alone for the job dir only)")
+    p.add_argument("--project")
+    p.add_argument("--zone")
+    p.add_argument("--region")
+    p.add_argument("--job-dir", help="the job dir (default: from the template's job spec)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=status)
+
+    for name, func, text in (("stop", stop, "stop training gracefully (the agent saves first): MIG resize to 0"),
+                             ("start", start, "start training again: MIG resize to 1")):
+        p = sub.add_parser(name, help=text)
+        where(p, instance=True)
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("delete", help="delete the job's MIG and template (never the job dir)")
+    where(p)
+    p.add_argument("--template", help="template name when it is not the job's name")
+    p.set_defaults(func=delete)
+
+    p = sub.add_parser("logs", help="the job instance's serial port output")
+    where(p, instance=True)
+    p.add_argument("--follow", "-f", action="store_true")
+    p.add_argument("--interval", type=float, default=5.0)
+    p.set_defaults(func=logs)

@@ -1,0 +1,167 @@
+"""The instance template for a job: a pure function from the job spec and machine options to the
+exact REST body `instanceTemplates.insert` takes.
+
+    >>> body = template_body("cifar10", spec, MachineOptions(gpu_type="nvidia-tesla-t4", gpu_count=4))
+    >>> body["properties"]["scheduling"]["provisioningModel"]
+    'SPOT'
+
+It replaces the recipe's `tf-estimator-instance-template.sh` and `tf-estimator-set-metadata.sh`:
+the job spec goes into metadata `survivor-job`, `startup/startup.sh` into `startup-script`, guest
+attributes are enabled for `survivor status`, Deep Learning VM images get `install-nvidia-driver`,
+and scheduling is right for GPUs (`onHostMaintenance: TERMINATE`; Spot: no automatic restart).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from survivor import __version__
+from survivor.spec import JobSpec, SpecError, dumps_json
+
+DLVM_PROJECT = "deeplearning-platform-release"
+METADATA_LIMIT = 512 * 1024
+
+SCOPES = {
+    "storage": "https://www.googleapis.com/auth/devstorage.read_write",
+    "compute": "https://www.googleapis.com/auth/compute",
+    "logging": "https://www.googleapis.com/auth/logging.write",
+    "monitoring": "https://www.googleapis.com/auth/monitoring.write",
+    "cloud-platform": "https://www.googleapis.com/auth/cloud-platform",
+}
+
+
+@dataclass
+class MachineOptions:
+    """Where and on what the job runs. CLI flags override the spec's `compute:` section."""
+
+    project: str | None = None
+    zone: str | None = None
+    region: str | None = None
+    machine_type: str = "n1-standard-16"
+    gpu_type: str | None = "nvidia-tesla-t4"
+    gpu_count: int | None = None  # None: the spec's num_gpus, else 1
+    spot: bool = True
+    termination_action: str = "STOP"
+    preemption_notice: int | None = None  # seconds of warning before the soft off (Spot only)
+    image_family: str = "common-cu128-ubuntu-2204-nvidia-570"
+    image_project: str = DLVM_PROJECT
+    disk_gb: int = 200
+    disk_type: str = "pd-balanced"
+    service_account: str = "default"
+    cloud_platform_scope: bool = False
+    network: str = "global/networks/default"
+    survivor_version: str = __version__
+    survivor_wheel: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_spec(cls, spec: JobSpec, **overrides: Any) -> "MachineOptions":
+        """Options from the spec's `compute:` section, then explicit overrides (None means unset)."""
+        known = {f.name for f in fields(cls)}
+        section = dict(spec.extra.get("compute", {}))
+        if "gpu" in section:
+            section["gpu_type"], section["gpu_count"] = parse_gpu(str(section.pop("gpu")))
+        unknown = sorted(set(section) - known)
+        if unknown:
+            raise SpecError([f"compute.{key}: unknown key; expected one of {', '.join(sorted(known))}" for key in unknown])
+        values = {**section, **{k: v for k, v in overrides.items() if v is not None}}
+        options = cls(**values)
+        if options.gpu_count is None:
+            options.gpu_count = spec.num_gpus if spec.num_gpus is not None else 1
+        return options
+
+
+def parse_gpu(text: str) -> tuple[str | None, int]:
+    """`nvidia-tesla-t4:4` -> (`nvidia-tesla-t4`, 4); `none` -> (None, 0)."""
+    if text.strip().lower() in ("none", "0", ""):
+        return None, 0
+    kind, _, count = text.partition(":")
+    if not count.isdigit() or int(count) < 1:
+        raise SpecError([f"gpu = {text!r}: expected TYPE:COUNT, e.g. nvidia-tesla-t4:4, or none"])
+    return kind.strip(), int(count)
+
+
+def startup_script() -> str:
+    """The VM startup script shipped with survivor (startup/startup.sh)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for candidate in (os.path.join(here, "startup", "startup.sh"), os.path.join(here, "..", "startup", "startup.sh")):
+        if os.path.exists(candidate):
+            with open(candidate, encoding="utf-8") as f:
+                return f.read()
+    raise FileNotFoundError("startup/startup.sh is missing from this installation of survivor")
+
+
+def template_body(name: str, spec: JobSpec, options: MachineOptions, script: str | None = None) -> dict[str, Any]:
+    """The REST body of `instanceTemplates.insert` for this job."""
+    gpus = options.gpu_count if options.gpu_type else 0
+    scheduling: dict[str, Any] = {"onHostMaintenance": "TERMINATE" if gpus else "MIGRATE"}
+    if options.spot:
+        scheduling.update(provisioningModel="SPOT", instanceTerminationAction=options.termination_action,
+                          automaticRestart=False, onHostMaintenance="TERMINATE")
+        if options.preemption_notice:
+            scheduling["preemptionNoticeDuration"] = {"seconds": str(int(options.preemption_notice))}
+    else:
+        scheduling.update(provisioningModel="STANDARD", automaticRestart=True)
+    items = [
+        {"key": "survivor-job", "value": dumps_json(spec)},
+        {"key": "startup-script", "value": script if script is not None else startup_script()},
+        {"key": "enable-guest-attributes", "value": "TRUE"},
+    ]
+    if options.survivor_wheel:
+        items.append({"key": "survivor-wheel", "value": options.survivor_wheel})
+    else:
+        items.append({"key": "survivor-version", "value": options.survivor_version})
+    if options.image_project == DLVM_PROJECT and gpus:
+        items.append({"key": "install-nvidia-driver", "value": "True"})
+    scopes = [SCOPES["cloud-platform"]] if options.cloud_platform_scope else [
+        SCOPES["storage"], SCOPES["compute"], SCOPES["logging"], SCOPES["monitoring"]]
+    properties: dict[str, Any] = {
+        "machineType": options.machine_type,
+        "scheduling": scheduling,
+        "disks": [{
+            "boot": True,
+            "autoDelete": True,
+            "type": "PERSISTENT",
+            "initializeParams": {
+                "sourceImage": f"projects/{options.image_project}/global/images/family/{options.image_family}",
+                "diskSizeGb": str(options.disk_gb),
+                "diskType": options.disk_type,
+            },
+        }],
+        "metadata": {"items": items},
+        "serviceAccounts": [{"email": options.service_account, "scopes": scopes}],
+        "networkInterfaces": [{"network": options.network,
+                               "accessConfigs": [{"name": "External NAT", "type": "ONE_TO_ONE_NAT"}]}],
+        "labels": {"survivor-job": spec.name, **options.labels},
+    }
+    if gpus:
+        properties["guestAccelerators"] = [{"acceleratorType": options.gpu_type, "acceleratorCount": gpus}]
+    body = {"name": name, "description": f"survivor {__version__} job {spec.name}", "properties": properties}
+    size = sum(len(item["key"]) + len(item["value"].encode()) for item in items)
+    if size > METADATA_LIMIT:
+        raise SpecError([f"metadata: {size} bytes; Compute Engine allows {METADATA_LIMIT} in all"])
+    return body
+
+
+def body_differences(existing: dict[str, Any], wanted: dict[str, Any], prefix: str = "") -> list[str]:
+    """Pure decision: the dotted paths where two template bodies differ (what the server adds is ignored)."""
+    ignore = {"id", "kind", "selfLink", "creationTimestamp", "fingerprint"}
+    out: list[str] = []
+    if isinstance(existing, dict) and isinstance(wanted, dict):
+        for key in sorted(set(existing) | set(wanted)):
+            if key in ignore:
+                continue
+            out += body_differences(existing.get(key), wanted.get(key), f"{prefix}.{key}" if prefix else key)
+    elif isinstance(existing, list) and isinstance(wanted, list) and len(existing) == len(wanted):
+        for i, (a, b) in enumerate(zip(existing, wanted)):
+            out += body_differences(a, b, f"{prefix}[{i}]")
+    elif existing != wanted:
+        out.append(prefix or "(body)")
+    return out
+
+
+def pretty(body: dict[str, Any]) -> str:
+    return json.dumps(body, indent=2, sort_keys=False)

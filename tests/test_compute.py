@@ -1,0 +1,307 @@
+"""The Compute Engine side against survivor's fake REST API, with the real google-cloud-compute client:
+templates, groups, the operator commands, clear failures, and the startup script."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from survivor import cli
+from survivor.compute import Compute, ComputeError
+from survivor.finish import GroupRef, parse_created_by
+from survivor.local.compute_server import SchemaError, Validator, discovery
+from survivor.spec import JobSpec
+from survivor.template import MachineOptions, template_body
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECIPE = os.path.join(ROOT, "templates", "cifar10-4gpu.yaml")
+PROJECT = "survivor-local"
+
+
+def run_cli(capsys, *argv):
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def schema():
+    doc = discovery()
+    return Validator(doc["schemas"])
+
+
+def test_dry_run_body_for_the_recipe_validates_and_carries_everything(capsys, schema):
+    code, out, _ = run_cli(capsys, "make-template", "cifar10", "--config", RECIPE, "--dry-run")
+    assert code == 0
+    body = json.loads(out)
+    schema.check(body, {"$ref": "InstanceTemplate"}, "InstanceTemplate")
+    props = body["properties"]
+    items = {i["key"]: i["value"] for i in props["metadata"]["items"]}
+    spec = JobSpec.from_yaml(items["survivor-job"])
+    assert spec == JobSpec.from_file(RECIPE)
+    assert dict(spec.hyperparameters) == {"momentum": "0.9", "weight-decay": "0.0002", "learning-rate": "0.1",
+                                          "batch-norm-decay": "0.997", "batch-norm-epsilon": "1e-05",
+                                          "train-batch-size": "128"}
+    assert items["startup-script"] == open(os.path.join(ROOT, "startup", "startup.sh")).read()
+    assert items["enable-guest-attributes"] == "TRUE" and items["install-nvidia-driver"] == "True"
+    assert props["guestAccelerators"] == [{"acceleratorType": "nvidia-tesla-t4", "acceleratorCount": 4}]
+    assert props["scheduling"] == {"onHostMaintenance": "TERMINATE", "provisioningModel": "SPOT",
+                                   "instanceTerminationAction": "STOP", "automaticRestart": False,
+                                   "preemptionNoticeDuration": {"seconds": "30"}}
+    scopes = props["serviceAccounts"][0]["scopes"]
+    assert "https://www.googleapis.com/auth/compute" in scopes
+    assert "https://www.googleapis.com/auth/devstorage.read_write" in scopes
+    assert "https://www.googleapis.com/auth/cloud-platform" not in scopes
+    assert props["labels"] == {"survivor-job": "cifar10"}
+
+
+def test_on_demand_gpu_vms_terminate_on_maintenance_and_restart():
+    spec = JobSpec.from_file(RECIPE)
+    body = template_body("t", spec, MachineOptions.from_spec(spec, spot=False), script="#!/bin/bash\n")
+    assert body["properties"]["scheduling"] == {"onHostMaintenance": "TERMINATE", "provisioningModel": "STANDARD",
+                                                "automaticRestart": True}
+
+
+def test_the_schema_catches_a_misspelt_field_and_a_bad_enum(schema):
+    with pytest.raises(SchemaError, match="unknown field 'machinetype'"):
+        schema.check({"name": "t", "properties": {"machinetype": "n1"}}, {"$ref": "InstanceTemplate"}, "t")
+    with pytest.raises(SchemaError, match="'CHEAP' is not one of"):
+        schema.check({"properties": {"scheduling": {"provisioningModel": "CHEAP"}}}, {"$ref": "InstanceTemplate"}, "t")
+
+
+def test_the_fake_rejects_a_bad_body_sent_by_the_real_client(compute_server):
+    import requests
+
+    answer = requests.post(f"{compute_server.endpoint}/compute/v1/projects/p/global/instanceTemplates",
+                           json={"name": "t", "properties": {"machineTyp": "n1-standard-4"}})
+    assert answer.status_code == 400 and "unknown field 'machineTyp'" in answer.json()["error"]["message"]
+    answer = requests.post(f"{compute_server.endpoint}/compute/v1/projects/p/zones/z/instanceGroupManagers/g/resize")
+    assert answer.status_code == 400 and "size" in answer.json()["error"]["message"]
+
+
+def test_make_template_creates_then_is_unchanged_then_refuses_a_different_body(compute_server, capsys):
+    args = ["make-template", "cifar10", "--config", RECIPE, "--project", PROJECT]
+    assert run_cli(capsys, *args)[0] == 0
+    assert (PROJECT, "cifar10") in compute_server.templates
+    code, out, _ = run_cli(capsys, *args)
+    assert code == 0 and "unchanged" in out
+    code, _, err = run_cli(capsys, *args, "--machine-type", "n1-standard-32")
+    assert code == 1
+    assert "already exists with a different body" in err and "properties.machineType" in err
+    assert "cifar10-v2" in err and "survivor delete cifar10" in err
+
+
+def test_group_lifecycle_status_stop_start_delete(compute_server, capsys, tmp_path):
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(f"name: demo\njob_dir: {tmp_path / 'jobdir'}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
+                         "compute: {machine_type: n1-standard-8, gpu: 'nvidia-tesla-t4:1'}\n")
+    assert run_cli(capsys, "make-template", "demo", "--config", str(spec_file), "--project", PROJECT)[0] == 0
+    assert run_cli(capsys, "make-group", "demo", "--template", "demo", "--zone", "us-west1-b", "--project", PROJECT)[0] == 0
+    group = compute_server.groups[(PROJECT, "zones/us-west1-b", "demo")]
+    assert group["targetSize"] == 1 and len(group["_members"]) == 1
+
+    from survivor.journal import Journal
+    from survivor.storage import open_storage
+
+    journal = Journal(open_storage(str(tmp_path / "jobdir")))
+    attempt = journal.begin("demo-x")
+    journal.end(attempt, "preempted", end_step=40, reached_step=40, steps_lost=0)
+    member = group["_members"][0]
+    compute_server.set_guest_attribute(*member, "survivor", "state", "training")
+    compute_server.set_guest_attribute(*member, "survivor", "step", "55")
+
+    code, out, _ = run_cli(capsys, "status", "demo", "--zone", "us-west1-b", "--project", PROJECT, "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["group"]["target_size"] == 1
+    assert report["instances"][0]["guest"] == {"state": "training", "step": "55"}
+    assert report["job"]["preemptions"] == 1 and report["job"]["train_steps"] == 100
+    assert report["cost_usd"]["spot"] is not None and report["cost_usd"]["saving"] > 0.5
+    code, out, _ = run_cli(capsys, "status", "demo", "--zone", "us-west1-b", "--project", PROJECT)
+    assert code == 0 and "1 preemptions survived" in " ".join(out.split())
+
+    assert run_cli(capsys, "stop", "demo", "--zone", "us-west1-b", "--project", PROJECT)[0] == 0
+    assert group["targetSize"] == 0 and group["_members"] == []
+    assert run_cli(capsys, "start", "demo", "--zone", "us-west1-b", "--project", PROJECT)[0] == 0
+    assert group["targetSize"] == 1 and len(group["_members"]) == 1
+
+    code, out, _ = run_cli(capsys, "logs", "demo", "--zone", "us-west1-b", "--project", PROJECT)
+    assert code == 0 and "booted" in out
+
+    code, out, _ = run_cli(capsys, "delete", "demo", "--zone", "us-west1-b", "--project", PROJECT)
+    assert code == 0 and "the job dir is untouched" in out
+    assert compute_server.groups == {} and compute_server.templates == {}
+    assert (tmp_path / "jobdir" / "survivor" / "attempts").exists()
+
+
+def test_regional_group(compute_server, capsys, tmp_path):
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(f"job_dir: {tmp_path}/j\ntrain_steps: 1\ntrainer: {{builtin: dummy}}\n")
+    run_cli(capsys, "make-template", "reg", "--config", str(spec_file), "--project", PROJECT)
+    assert run_cli(capsys, "make-group", "reg", "--template", "reg", "--region", "us-west1", "--project", PROJECT)[0] == 0
+    group = compute_server.groups[(PROJECT, "regions/us-west1", "reg")]
+    assert group["_members"][0][1].startswith("us-west1-")
+    ref = parse_created_by(compute_server.instances[group["_members"][0]]["metadata"]["items"][-2]["value"])
+    assert ref == GroupRef(PROJECT, "reg", region="us-west1")
+
+
+@pytest.mark.parametrize("failure, expected", [
+    (dict(operation_error="ZONE_RESOURCE_POOL_EXHAUSTED"), "has no capacity for this machine and GPU type right now (a stockout). Try another zone"),
+    (dict(operation_error="QUOTA_EXCEEDED"), "a quota is exceeded. Ask for more in the console"),
+    (dict(http=403, message="Required 'compute.instanceGroupManagers.create' permission for 'projects/survivor-local'"),
+     "permission denied (Required 'compute.instanceGroupManagers.create' permission"),
+])
+def test_stockout_quota_and_permission_errors_are_one_actionable_sentence(compute_server, capsys, tmp_path, failure, expected):
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(f"job_dir: {tmp_path}/j\ntrain_steps: 1\ntrainer: {{builtin: dummy}}\n")
+    run_cli(capsys, "make-template", "t", "--config", str(spec_file), "--project", PROJECT)
+    compute_server.fail("compute.instanceGroupManagers.insert", **failure)
+    code, out, err = run_cli(capsys, "make-group", "g", "--template", "t", "--zone", "us-west1-b", "--project", PROJECT)
+    assert code == 1
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and expected in lines[0], err
+    assert "Traceback" not in err
+
+
+def test_operations_are_waited_on_with_the_custom_endpoint(compute_server):
+    compute = Compute(PROJECT)
+    spec = JobSpec.from_yaml("job_dir: /tmp/x\ntrain_steps: 1\ntrainer: {builtin: dummy}\n")
+    compute.insert_template(template_body("w", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
+    waits = [r for r in compute_server.requests if r[0] == "compute.globalOperations.wait"]
+    assert waits, "the insert's operation must be waited on through the fake"
+    with pytest.raises(ComputeError, match="not found"):
+        compute.delete_template("nope")
+
+
+# -- the agent finishing inside a fake MIG ---------------------------------------------------------
+
+
+def _instance_attributes(vm: dict) -> dict[str, str]:
+    return {item["key"]: item["value"] for item in vm["metadata"]["items"]}
+
+
+@pytest.mark.parametrize("on_finish", ["auto", "keep-alive"])
+def test_a_finished_agent_leaves_its_group_so_nothing_is_recreated(on_finish, compute_server, tmp_path, capsys):
+    from survivor.local.instance import LocalInstance
+    from tests.conftest import dummy_spec
+
+    spec_yaml = dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=15, on_finish=on_finish)
+    (tmp_path / "job.yaml").write_text(spec_yaml)
+    assert run_cli(capsys, "make-template", "fin", "--config", str(tmp_path / "job.yaml"), "--project", PROJECT)[0] == 0
+    assert run_cli(capsys, "make-group", "fin", "--template", "fin", "--zone", "us-west1-b", "--project", PROJECT)[0] == 0
+    group = compute_server.groups[(PROJECT, "zones/us-west1-b", "fin")]
+    member = group["_members"][0]
+    vm = LocalInstance(_instance_attributes(compute_server.instances[member]), str(tmp_path / "vm"),
+                       name=member[2], zone=member[1], project=PROJECT, python=sys.executable,
+                       env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint})
+    try:
+        vm.boot()
+        assert vm.wait(120) == 0, open(vm.log_path()).read()[-2000:]
+    finally:
+        vm.close()
+    if on_finish == "auto":
+        assert group["targetSize"] == 0 and group["_members"] == [] and member not in compute_server.instances
+        assert any(r[0] == "compute.instanceGroupManagers.deleteInstances" for r in compute_server.requests)
+    else:
+        assert group["targetSize"] == 1 and compute_server.instances[member]["status"] == "RUNNING"
+
+
+def test_a_standalone_agent_stops_its_instance(compute_server, tmp_path):
+    from survivor.local.instance import LocalInstance
+    from tests.conftest import dummy_spec
+
+    compute_server.add_instance(PROJECT, "us-west1-b", "solo")
+    vm = LocalInstance({"survivor-job": dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=10, on_finish="auto")},
+                       str(tmp_path / "vm"), name="solo", zone="us-west1-b", project=PROJECT, python=sys.executable,
+                       env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint})
+    try:
+        vm.boot()
+        assert vm.wait(120) == 0
+    finally:
+        vm.close()
+    assert compute_server.instances[(PROJECT, "us-west1-b", "solo")]["status"] == "TERMINATED"
+
+
+def test_stopping_a_mig_instance_directly_gets_it_restarted_which_is_why_agents_leave(compute_server):
+    compute = Compute(PROJECT)
+    spec = JobSpec.from_yaml("job_dir: /tmp/x\ntrain_steps: 1\ntrainer: {builtin: dummy}\n")
+    compute.insert_template(template_body("r", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
+    compute.create_group("r", "r", zone="us-west1-b")
+    name = compute.managed_instances(GroupRef(PROJECT, "r", zone="us-west1-b"))[0]["name"]
+    compute.stop_instance(PROJECT, "us-west1-b", name)
+    assert compute.get_instance("us-west1-b", name)["status"] == "RUNNING"
+
+
+# -- the startup script ----------------------------------------------------------------------------
+
+
+def test_startup_script_is_shellcheck_clean():
+    result = subprocess.run([os.path.join(os.path.dirname(sys.executable), "shellcheck"), "startup/startup.sh"],
+                            cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def test_the_unit_file_and_the_one_the_script_writes_are_the_same():
+    script = open(os.path.join(ROOT, "startup", "startup.sh")).read()
+    embedded = script.split("<<'UNIT'\n", 1)[1].split("\nUNIT\n", 1)[0] + "\n"
+    assert embedded == open(os.path.join(ROOT, "startup", "survivor-agent.service")).read()
+    unit = embedded
+    assert "Restart=on-failure" in unit and "StartLimitBurst=" in unit and "User=survivor" in unit
+    timeout = int(unit.split("TimeoutStopSec=")[1].split()[0])
+    assert timeout >= 25
+
+
+def _sandbox(tmp_path, attributes: dict[str, str]):
+    """Stub commands on PATH: curl answers from `attributes`, the rest record their argv."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls.log"
+    (tmp_path / "md").mkdir()
+    for key, value in attributes.items():
+        (tmp_path / "md" / key).write_text(value)
+    stub = f'#!/bin/bash\nprintf "%s\\0" "$(basename "$0")" "$@" >> {calls}; printf "\\n" >> {calls}\n'
+    for name in ("useradd", "systemctl", "gcloud"):
+        (bin_dir / name).write_text(stub)
+    (bin_dir / "id").write_text("#!/bin/bash\nexit 1\n")
+    (bin_dir / "curl").write_text(f'#!/bin/bash\nkey="${{@: -1}}"; f="{tmp_path}/md/${{key##*/}}"; [[ -f "$f" ]] && cat "$f" || exit 22\n')
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("#!/bin/bash\nexit 1\n")
+    (venv / "bin" / "pip").write_text(stub)
+    for path in list(bin_dir.iterdir()) + [venv / "bin" / "python", venv / "bin" / "pip"]:
+        path.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SURVIVOR_VENV": str(venv), "SURVIVOR_UNIT_PATH": str(tmp_path / "unit"),
+           "SURVIVOR_WHEELS": str(tmp_path / "wheels")}
+    return env, calls
+
+
+def _calls(path) -> list[list[str]]:
+    if not path.exists():
+        return []
+    return [line.strip("\0").split("\0") for line in path.read_text().split("\n") if line.strip("\0")]
+
+
+def test_startup_script_installs_the_pinned_version_and_starts_the_unit(tmp_path):
+    env, calls = _sandbox(tmp_path, {"survivor-version": "0.1.0"})
+    result = subprocess.run(["bash", os.path.join(ROOT, "startup", "startup.sh")], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    recorded = _calls(calls)
+    assert ["pip", "install", "--quiet", "--upgrade", "survivor[gpu]==0.1.0"] in recorded
+    assert ["systemctl", "start", "survivor-agent.service"] in recorded
+    assert (tmp_path / "unit").read_text() == open(os.path.join(ROOT, "startup", "survivor-agent.service")).read()
+
+
+@pytest.mark.parametrize("attributes", [
+    {"survivor-version": "1.0; touch /tmp/pwned"},
+    {"survivor-version": "$(touch /tmp/pwned)"},
+    {"survivor-wheel": "gs://bucket/x.whl; reboot"},
+    {"survivor-wheel": "file:///etc/passwd.whl"},
+])
+def test_startup_script_refuses_hostile_metadata_values(tmp_path, attributes):
+    env, calls = _sandbox(tmp_path, attributes)
+    result = subprocess.run(["bash", os.path.join(ROOT, "startup", "startup.sh")], env=env, capture_output=True, text=True)
+    assert result.returncode == 1 and "refusing" in result.stdout
+    assert not any(call[0] == "pip" for call in _calls(calls))
+    assert not os.path.exists("/tmp/pwned")
