@@ -48,6 +48,17 @@ def _emulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data(args: argparse.Namespace) -> int:
+    from survivor.trainers import cifar10_data
+
+    if args.archive:
+        counts = cifar10_data.from_python_archive(args.archive, args.out)
+    else:
+        counts = cifar10_data.synthetic(args.synthetic, args.out, seed=args.seed)
+    print(" ".join(f"{split}.tfrecords: {n}" for split, n in counts.items()) + f" (in {args.out})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="survivor",
@@ -72,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the whole lifecycle on this machine: train, get preempted, resume, finish")
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the trainer's demo size)")
     p.add_argument("--preemptions", type=int, default=3, help="how many preemptions to inflict (default 3)")
-    p.add_argument("--trainer", choices=["cifar10", "mlp", "dummy"], default="mlp",
-                   help="which built-in trainer to run (default mlp)")
+    p.add_argument("--trainer", choices=["cifar10", "mlp", "dummy"], default="cifar10",
+                   help="built-in trainer: cifar10 (ResNet-8 on synthetic images, the default), mlp, or dummy")
     p.add_argument("--gcs", action="store_true", help="keep the job dir in fake-gcs-server instead of a local dir")
     p.add_argument("--workdir", default=None, help="where to keep the demo's files (default: a temporary dir)")
     p.add_argument("--seed", type=int, default=None, help="seed for the preemption schedule")
@@ -90,6 +101,16 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--zone", default="us-west1-b")
     e.add_argument("--project", default="survivor-local")
     e.set_defaults(func=_emulate)
+
+    p = sub.add_parser("data", help="write training data in the layout the built-in trainers read")
+    dsub = p.add_subparsers(dest="dataset", required=True)
+    d = dsub.add_parser("cifar10", help="CIFAR-10 TFRecords (train/validation/eval), as the estimator example's")
+    source = d.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from", dest="archive", help="the official cifar-10-python.tar.gz")
+    source.add_argument("--synthetic", type=int, metavar="N", help="N deterministic fake training images")
+    d.add_argument("--out", required=True, help="output directory")
+    d.add_argument("--seed", type=int, default=0)
+    d.set_defaults(func=_data)
 
     from survivor import operator
 

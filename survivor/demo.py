@@ -22,7 +22,7 @@ import yaml
 from survivor.journal import Journal
 from survivor.storage import open_storage
 
-DEFAULT_STEPS = {"mlp": 300, "dummy": 200, "cifar10": 60}
+DEFAULT_STEPS = {"mlp": 300, "dummy": 200, "cifar10": 80}
 
 
 def preemption_steps(train_steps: int, count: int, seed: int) -> list[int]:
@@ -32,7 +32,7 @@ def preemption_steps(train_steps: int, count: int, seed: int) -> list[int]:
     return sorted(random.Random(seed).sample(population, min(count, len(population))))
 
 
-def demo_spec(trainer: str, job_dir: str, train_steps: int, python: str) -> dict:
+def demo_spec(trainer: str, job_dir: str, train_steps: int, python: str, data_dir: str | None = None) -> dict:
     """The job spec the demo runs: a built-in trainer on 2 logical devices."""
     spec = {
         "name": "survivor-demo",
@@ -47,8 +47,8 @@ def demo_spec(trainer: str, job_dir: str, train_steps: int, python: str) -> dict
         spec.update(trainer={"builtin": "mlp"}, checkpoint_steps=100,
                     hyperparameters={"learning-rate": 0.05, "log-steps": 25, "step-seconds": 0.02})
     elif trainer == "cifar10":
-        spec.update(trainer={"builtin": "cifar10"}, checkpoint_steps=20,
-                    hyperparameters={"resnet-depth": 8, "train-batch-size": 32, "log-steps": 5})
+        spec.update(trainer={"builtin": "cifar10"}, checkpoint_steps=20, data_dir=data_dir,
+                    hyperparameters={"resnet-depth": 8, "train-batch-size": 32, "log-steps": 5, "eval-steps": 2})
     else:
         spec.update(trainer={"argv": [python, "-m", "survivor.trainers.dummy", "--on-sigterm", "save",
                                       "--step-seconds", "0.03"]}, checkpoint_steps=25)
@@ -80,7 +80,14 @@ def main(args: argparse.Namespace) -> int:
         job_dir = "gs://survivor-demo/job"
     else:
         job_dir = os.path.join(root, "jobdir")
-    spec = demo_spec(args.trainer, job_dir, steps, sys.executable)
+    data_dir = None
+    if args.trainer == "cifar10":
+        from survivor.trainers import cifar10_data
+
+        data_dir = os.path.join(root, "cifar-10-data")
+        counts = cifar10_data.synthetic(512, data_dir, seed=0)
+        console.print(f"wrote {counts['train']} synthetic CIFAR-10 images to {data_dir}")
+    spec = demo_spec(args.trainer, job_dir, steps, sys.executable, data_dir)
     console.print(f"[bold]survivor demo[/bold]: {args.trainer} trainer, {steps} steps on 2 logical devices, "
                   f"job dir {job_dir}")
     console.print(f"preemptions planned at steps {schedule} (seed {seed}); files under {root}")

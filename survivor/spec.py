@@ -521,6 +521,8 @@ def _opt_str(value: Any) -> str | None:
 
 def format_value(value: Any) -> str:
     """Formats a hyperparameter value the way a trainer's argparse expects it."""
+    if value is None:
+        return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):

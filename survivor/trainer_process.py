@@ -60,7 +60,8 @@ def trainer_argv(
     if spec.checkpoint_steps:
         argv += ["--checkpoint-steps", str(spec.checkpoint_steps)]
     for name, value in spec.hyperparameters:
-        argv += [f"--{name}", value]
+        # an empty value is a bare flag (`no-export: ""` or `no-export:` -> `--no-export`)
+        argv += [f"--{name}", value] if value != "" else [f"--{name}"]
     return argv
 
 

@@ -31,10 +31,11 @@ def test_demo_trains_gets_preempted_resumes_and_finishes(extra, tmp_path):
 
 
 @pytest.mark.slow
-def test_default_demo_with_the_tensorflow_trainer(tmp_path):
-    out = subprocess.run([SURVIVOR, "demo", "--no-progress", "--seed", "11", "--steps", "150",
+def test_default_demo_runs_the_cifar10_resnet(tmp_path):
+    out = subprocess.run([SURVIVOR, "demo", "--no-progress", "--seed", "11", "--steps", "50",
                           "--workdir", str(tmp_path / "demo")], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     text = " ".join(out.stdout.split())
-    assert "DONE at step 150 of 150" in text and "3 preemptions survived" in text
+    assert "wrote 512 synthetic CIFAR-10 images" in text
+    assert "DONE at step 50 of 50" in text and "3 preemptions survived" in text
     assert "(max 0)" in text or "(max 1)" in text

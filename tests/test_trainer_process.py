@@ -20,7 +20,7 @@ def spec(**trainer):
     return JobSpec.from_mapping({
         "job_dir": "gs://bucket-1/run", "data_dir": "gs://bucket-1/data", "train_steps": 1000,
         "checkpoint_steps": 100, "trainer": trainer or {"builtin": "cifar10"},
-        "hyperparameters": {"momentum": 0.9, "batchNormEpsilon": "1e-05", "use_nesterov": True},
+        "hyperparameters": {"momentum": 0.9, "batchNormEpsilon": "1e-05", "use_nesterov": True, "no-export": None},
     })
 
 
@@ -31,7 +31,7 @@ def test_argv_carries_the_contract_flags_and_kebab_case_hyperparameters():
         "/venv/bin/python", "-m", "survivor.trainers.cifar10",
         "--job-dir", "/var/lib/survivor/job", "--data-dir", "gs://bucket-1/data",
         "--train-steps", "1000", "--num-gpus", "4", "--checkpoint-steps", "100",
-        "--momentum", "0.9", "--batch-norm-epsilon", "1e-05", "--use-nesterov", "true",
+        "--momentum", "0.9", "--batch-norm-epsilon", "1e-05", "--use-nesterov", "true", "--no-export",
     ]
 
 

@@ -30,7 +30,9 @@ import random
 import re
 import string
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from survivor.local.http import QuietServer
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
@@ -130,8 +132,7 @@ class ComputeServer:
         self.on_instance_created: list[Callable[[dict], None]] = []
         self.on_instance_deleted: list[Callable[[dict], None]] = []
         self._ids = itertools.count(1000000000000000000)
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
-        self._httpd.daemon_threads = True
+        self._httpd = QuietServer(("127.0.0.1", port), self._handler_class())
 
     # -- lifecycle --------------------------------------------------------------------------------
 

@@ -23,7 +23,9 @@ import hashlib
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from survivor.local.http import QuietServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -75,8 +77,7 @@ class MetadataServer:
         self._cond = threading.Condition()
         self._fault: tuple[str, int] = ("ok", 0)
         self.requests = 0
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
-        self._httpd.daemon_threads = True
+        self._httpd = QuietServer(("127.0.0.1", port), self._handler_class())
         self._thread: threading.Thread | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
