@@ -67,3 +67,22 @@ def test_through_the_agent_and_the_storage_emulator(uninterrupted, bucket, tmp_p
     manifest = CheckpointStore(open_storage(job_dir)).restore(restored)
     assert manifest.step == 40
     assert_bitwise_equal(uninterrupted, checkpoint_values(restored))
+
+
+KERAS_FIT = "survivor.trainers.keras_fit"
+
+
+def test_keras_fit_helper_saves_on_sigterm_and_resumes_mid_epoch_exactly(tmp_path):
+    """The runnable example of docs/trainer-contract.md: 7 epochs of 8 steps, SIGTERMed mid-epoch."""
+    args = ["--train-steps", "56", "--steps-per-epoch", "8"]
+    straight = str(tmp_path / "straight")
+    run_trainer(KERAS_FIT, straight, args)
+    resumed = str(tmp_path / "resumed")
+    stops = sorted(random.Random().sample([s for s in range(3, 50) if s % 8], 2))
+    for stop in stops:
+        run_trainer(KERAS_FIT, resumed, args, stop_at=stop)
+    run_trainer(KERAS_FIT, resumed, args)
+    a, b = checkpoint_values(straight), checkpoint_values(resumed)
+    assert int(b["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"]) == 56
+    assert any("rng" in name for name in b)
+    assert_bitwise_equal(a, b)
