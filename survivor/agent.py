@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import socket
+import uuid
 import sys
 import threading
 import time
@@ -30,6 +31,7 @@ from survivor.delivery import DeliveryError, deliver
 from survivor.finish import ComputeActions, choose_finisher
 from survivor.gpus import count_gpus, decide_gpu_count, wait_for_gpus
 from survivor.journal import Attempt, Journal, should_give_up, steps_lost
+from survivor.lease import Holder, Lease, LeaseHeld, LeaseLost
 from survivor.metadata import InstanceIdentity, MetadataClient, MetadataError
 from survivor.notice import Notice, NoticeWatcher
 from survivor.snapshot import event_files, scan
@@ -87,7 +89,8 @@ class Mirror:
     """Commits each new local snapshot to the job dir, in a background thread while training runs."""
 
     def __init__(self, store: CheckpointStore, storage: JobStorage, local_root: str, attempt: int,
-                 interval: float, committed_step: int | None, on_commit: Callable[[CommitStats], None]):
+                 interval: float, committed_step: int | None, on_commit: Callable[[CommitStats], None],
+                 fence: Callable[[], None] | None = None):
         self.store = store
         self.storage = storage
         self.local_root = local_root
@@ -95,6 +98,7 @@ class Mirror:
         self.interval = interval
         self.committed_step = committed_step
         self.on_commit = on_commit
+        self.fence = fence
         self._fingerprint: frozenset | None = None
         self._crc_cache: dict = {}
         self._events: dict[str, tuple[int, int]] = {}
@@ -112,6 +116,8 @@ class Mirror:
         while not self._stop.wait(self.interval):
             try:
                 self.sync()
+            except LeaseLost:
+                return
             except Exception as exc:  # keep training; the next round or the final sync tries again
                 self.errors += 1
                 log.warning("sync failed; will retry", error=str(exc))
@@ -129,7 +135,7 @@ class Mirror:
             if fingerprint == self._fingerprint:
                 return None
             try:
-                stats = self.store.commit(self.local_root, snapshot, self.attempt)
+                stats = self.store.commit(self.local_root, snapshot, self.attempt, fence=self.fence)
             except SnapshotChanged as exc:
                 log.info("a file changed during upload; committing at the next sync", reason=str(exc))
                 return None
@@ -260,7 +266,23 @@ class Boot:
             self._guest("state", "failed", force=True)
             return self._finish("failed")
 
-        # 3. record the attempt; stop a crash loop
+        # 3. one writer per job dir: take the lease (a stale one after ttl, our own name at once)
+        lease = Lease(storage, Holder(identity.name, f"{identity.instance_id}:{uuid.uuid4().hex[:8]}"),
+                      ttl=spec.lease_seconds)
+        try:
+            lease.acquire()
+        except LeaseHeld as exc:
+            log.error("not training: another agent holds this job", reason=str(exc))
+            return EXIT_RETRY
+        self.lease = lease.start_renewing()
+        try:
+            return self._attempt(spec, identity, storage, journal, state)
+        finally:
+            lease.release()
+
+    def _attempt(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage, journal: Journal,
+                 state) -> int:
+        # record the attempt; stop a crash loop
         attempt = journal.begin(identity.name)
         self.attempt = attempt
         if should_give_up(state.attempts, spec.max_failed_attempts):
@@ -326,15 +348,16 @@ class Boot:
                      upload_seconds=round(stats.upload_seconds, 3), manifest_seconds=round(stats.manifest_seconds, 3))
             self._guest("step", str(stats.manifest.step))
 
-        mirror = Mirror(store, storage, self.local_job, attempt.number, spec.sync_seconds, restored, on_commit).start()
+        mirror = Mirror(store, storage, self.local_job, attempt.number, spec.sync_seconds, restored, on_commit,
+                        fence=self.lease.renew).start()
         train_started = time.monotonic()
         while True:
             notice = watcher.wait(timeout=0.2)
             code = trainer.poll()
-            if code is not None:
+            if code is not None or notice is not None:
                 break
-            if notice is not None:
-                break
+            if self.lease.lost.is_set():
+                return self._superseded(attempt, trainer, mirror)
         self.phase.seconds["train"] = round(time.monotonic() - train_started, 3)
 
         # 8. a notice: save now
@@ -342,8 +365,11 @@ class Boot:
             return self._save_on_notice(watcher.notice, trainer, mirror, store, restored)
 
         # the trainer ended by itself
-        with self.phase.timed("final_commit"):
-            mirror.final_sync()
+        try:
+            with self.phase.timed("final_commit"):
+                mirror.final_sync()
+        except LeaseLost:
+            return self._superseded(attempt, trainer, mirror)
         committed = mirror.committed_step
         reached = read_progress(self.progress_file)
         if code == 0 and watcher.notice is None:
@@ -371,7 +397,10 @@ class Boot:
             trainer.wait(timeout=5)
         saved_at = time.monotonic()
         self.phase.seconds["trainer_save"] = round(saved_at - notice.monotonic, 3)
-        mirror.final_sync()
+        try:
+            mirror.final_sync()
+        except LeaseLost:
+            return self._superseded(self.attempt, trainer, mirror)
         self.phase.seconds["final_commit"] = round(time.monotonic() - saved_at, 3)
         reached = read_progress(self.progress_file)
         return self._end_after_notice(notice, store, mirror, restored, reached)
@@ -403,6 +432,11 @@ class Boot:
             "steps_lost": state.steps_lost,
             "instance": self.identity.name,
         }
+        try:
+            self.lease.renew()
+        except LeaseLost:
+            log.error("lost the lease before writing DONE; the holder finishes the job")
+            return EXIT_RETRY
         if journal.mark_done(summary):
             log.info("training finished; DONE written", **summary)
         else:
@@ -424,6 +458,18 @@ class Boot:
             self._guest("state", "failed", force=True)
             return self._finish("failed")
         self._guest("state", "retrying", force=True)
+        return EXIT_RETRY
+
+    def _superseded(self, attempt: Attempt, trainer: TrainerProcess, mirror: Mirror) -> int:
+        """Another agent took the job over: stop at once, commit nothing more."""
+        trainer.kill()
+        trainer.wait(timeout=5)
+        mirror.stop()
+        log.error("another agent took over this job; stopped without committing")
+        try:
+            self.journal.end(attempt, "superseded", reason="the lease was taken over", end_step=mirror.committed_step)
+        except Exception as exc:
+            log.warning("could not record the attempt's end", error=str(exc))
         return EXIT_RETRY
 
     def _bad_spec(self, exc: SpecError) -> int:

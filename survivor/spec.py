@@ -107,6 +107,7 @@ class JobSpec:
     grace_seconds: float = 25.0
     max_failed_attempts: int = 3
     sync_seconds: float = 2.0
+    lease_seconds: float = 60.0
     extra: Mapping[str, Any] = field(default_factory=dict)  # sections other commands read (compute, ...)
 
     # -- constructors -----------------------------------------------------------------------------
@@ -159,6 +160,7 @@ class JobSpec:
             grace_seconds=v.number("grace_seconds", minimum=1.0) or 25.0,
             max_failed_attempts=v.integer("max_failed_attempts", minimum=1) or 3,
             sync_seconds=v.number("sync_seconds", minimum=0.1) or 2.0,
+            lease_seconds=v.number("lease_seconds", minimum=1.0) or 60.0,
             extra=v.extra(),
         )
         v.reject_unknown()
@@ -190,6 +192,7 @@ class JobSpec:
             "grace_seconds": self.grace_seconds,
             "max_failed_attempts": self.max_failed_attempts,
             "sync_seconds": self.sync_seconds,
+            "lease_seconds": self.lease_seconds,
         }
         out.update(self.extra)
         return {k: v for k, v in out.items() if v not in (None, {}, [])}
@@ -253,7 +256,7 @@ _FLAT_NAMES = {v: k for k, v in FLAT_KEYS.items()}
 _TOP_LEVEL = {
     "name", "job_dir", "data_dir", "train_steps", "checkpoint_steps", "num_gpus", "trainer",
     "hyperparameters", "on_finish", "keep_alive", "user", "keep", "grace_seconds",
-    "max_failed_attempts", "sync_seconds",
+    "max_failed_attempts", "sync_seconds", "lease_seconds",
     # the flat form's trainer keys
     "trainer_module", "trainer_git_url", "trainer_git_ref", "trainer_package",
 }

@@ -28,6 +28,7 @@ import posixpath
 import shutil
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from survivor import log as logs
 from survivor.snapshot import Snapshot
@@ -211,10 +212,13 @@ class CheckpointStore:
             self._known_blobs = {o.name for o in self.storage.list(BLOBS)}
         return self._known_blobs
 
-    def commit(self, local_root: str, snapshot: Snapshot, attempt: int) -> CommitStats:
+    def commit(self, local_root: str, snapshot: Snapshot, attempt: int,
+               fence: Callable[[], None] | None = None) -> CommitStats:
         """Uploads the snapshot's new files in parallel, then writes its manifest: the commit point.
 
-        Raises SnapshotChanged if a file changed during the upload (nothing is committed then).
+        `fence()` runs right before the manifest write and raises if this writer may no longer
+        commit (the lease's renewal). Raises SnapshotChanged if a file changed during the upload
+        (nothing is committed then).
         """
         if snapshot.step is None:
             raise ValueError("a snapshot without a step cannot be committed")
@@ -232,6 +236,8 @@ class CheckpointStore:
                     raise SnapshotChanged(f"{entry.path} changed while it was uploaded")
                 known.add(entry.object)
         uploaded = time.monotonic()
+        if fence is not None:
+            fence()
         self._seq += 1
         manifest = Manifest(
             step=snapshot.step,
