@@ -65,14 +65,19 @@ def watcher_backoff() -> tenacity.wait.wait_base:
 
 def storage() -> tenacity.Retrying:
     """For a whole job-dir operation (a commit, a restore) on top of the client's own per-call retries."""
-    return policy(attempts=4, deadline=60.0, initial=0.5, maximum=5.0, retry_on=is_transient_storage)
+    return policy(attempts=8, deadline=120.0, initial=0.2, maximum=5.0, retry_on=is_transient_storage)
 
 
 def is_transient_storage(exc: BaseException) -> bool:
-    """True for Cloud Storage failures worth another try."""
+    """True for Cloud Storage failures worth another try: throttling, server errors, broken or
+    stalled connections, and a download whose bytes did not match the object's checksum."""
+    import http.client
+
     from google.api_core import exceptions as gexc
+    from google.cloud.storage.exceptions import DataCorruption
 
     if isinstance(exc, (gexc.TooManyRequests, gexc.ServiceUnavailable, gexc.InternalServerError,
-                        gexc.BadGateway, gexc.GatewayTimeout)):
+                        gexc.BadGateway, gexc.GatewayTimeout, DataCorruption, http.client.IncompleteRead,
+                        requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError)):
         return True
     return is_transient(exc)

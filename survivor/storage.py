@@ -280,6 +280,11 @@ class GcsStorage:
                 with attempt:
                     blob.upload_from_string(data, if_generation_match=if_generation_match, checksum="crc32c")
         except gexc.PreconditionFailed as exc:
+            # A retried write whose first try landed (the answer was lost) now fails its own
+            # precondition: if the object holds exactly our bytes, the write is ours.
+            current = self.read(name)
+            if current is not None and current.data == data:
+                return current.generation
             raise PreconditionFailed(f"{name}: generation is not {if_generation_match}") from exc
         except Exception as exc:
             raise self._translate(exc, f"writing {name}") from exc
@@ -330,8 +335,9 @@ class GcsStorage:
             blob = self.bucket.blob(self._object(name))
             for attempt in retry.storage():
                 with attempt:
-                    # checksum=None: the caller verifies every file against the manifest itself
-                    blob.download_to_filename(local, checksum=None)
+                    # the client checks the bytes against the object's crc32c (a truncated or mangled
+                    # transfer is retried); the caller then verifies each file against the manifest
+                    blob.download_to_filename(local, checksum="crc32c")
 
         try:
             with ThreadPoolExecutor(PARALLELISM) as pool:

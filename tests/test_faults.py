@@ -1,0 +1,86 @@
+"""Riding out a hostile storage path and metadata server: retries where they help, clear errors where
+they cannot, never a corrupt restore."""
+
+import os
+import random
+
+import pytest
+
+from survivor.journal import Journal
+from survivor.lease import Holder, Lease
+from survivor.local.fault_proxy import FaultPlan, FaultProxy
+from survivor.snapshot import scan
+from survivor.storage import GcsStorage, open_storage
+from survivor.store import CheckpointStore
+from tests.conftest import dummy_spec
+
+
+@pytest.fixture
+def faulty(gcs_server, bucket, monkeypatch):
+    """A fault proxy in front of the storage emulator; the client (and child agents) go through it."""
+    proxy = FaultProxy(gcs_server.url, FaultPlan(rate=0.25, seed=random.randrange(1 << 20), stall_seconds=0.5)).start()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+    yield proxy, bucket
+    proxy.stop()
+
+
+def test_commits_and_restores_ride_out_injected_faults(faulty, tmp_path):
+    proxy, bucket = faulty
+    store = CheckpointStore(GcsStorage(f"gs://{bucket}/faults"))
+    local = tmp_path / "job"
+    local.mkdir()
+    for step in range(1, 9):
+        (local / f"ckpt-{step}.bin").write_bytes(os.urandom(300_000))
+        (local / "checkpoint-step.json").write_text(f'{{"checkpoint": {step}}}')
+        store.commit(str(local), scan(str(local)), attempt=1)
+        store.collect_garbage()
+    for _ in range(3):
+        restored = store.restore(str(tmp_path / "restored"))
+        assert restored.step == 8
+        for entry in restored.files:
+            assert (tmp_path / "restored" / entry.path).read_bytes() == (local / entry.path).read_bytes()
+    assert sum(proxy.count.values()) >= 5, proxy.count  # faults really were injected
+
+
+def test_a_conditional_write_whose_answer_was_lost_is_still_ours(faulty):
+    proxy, bucket = faulty
+    storage = GcsStorage(f"gs://{bucket}/lease")
+    lease = Lease(storage, Holder("vm-a", "1"), ttl=30).acquire()
+    for _ in range(30):
+        lease.renew()  # never a false "lease lost" on a lost answer
+    assert not lease.lost.is_set()
+
+
+def test_the_agent_finishes_through_a_faulty_storage_path(faulty, tmp_path, instance_factory):
+    proxy, bucket = faulty
+    job_dir = f"gs://{bucket}/agent"
+    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=60, checkpoint_steps=7))
+    vm.boot()
+    vm.wait_for_step(random.randint(15, 40))
+    assert vm.preempt() == 0
+    vm.boot(wipe=True)
+    assert vm.wait(180) == 0, open(vm.log_path()).read()[-3000:]
+    state = Journal(open_storage(job_dir)).state()
+    assert state.done["step"] == 60
+    assert state.attempts[-1].restored_step == state.attempts[0].end_step
+
+
+def test_a_job_dir_in_a_bucket_that_does_not_exist_is_a_clear_error(gcs_server, tmp_path, instance_factory):
+    vm = instance_factory(dummy_spec("gs://no-such-bucket-here/job", tmp_path))
+    vm.boot()
+    assert vm.wait(60) == 1
+    errors = [line for line in vm.log_lines() if line["severity"] == "ERROR"]
+    assert errors and "the bucket does not exist" in errors[0]["error"]
+
+
+def test_the_agent_rides_out_a_metadata_server_that_answers_503s_and_garbage(tmp_path, instance_factory, job_dir):
+    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=40))
+    vm.metadata.fault("503", count=3)
+    vm.boot()
+    vm.wait_for_step(10)
+    vm.metadata.fault("garbage", count=4)  # the notice watcher sees these
+    vm.wait_for_step(20)
+    vm.set_preempted()
+    assert vm.wait(30) == 0
+    first = Journal(open_storage(job_dir)).attempts()[-1]
+    assert first.outcome == "preempted" and first.steps_lost <= 1
