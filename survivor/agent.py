@@ -316,8 +316,8 @@ class Boot:
                  step=restored, files=len(manifest.files) if manifest else 0,
                  bytes=manifest.size if manifest else 0, seconds=self.phase.seconds.get("restore"))
 
-        if watcher.notice is not None:  # preempted while restoring: nothing new to save
-            return self._end_after_notice(watcher.notice, store, None, restored)
+        if watcher.notice is not None:  # preempted while restoring: nothing new to save, nothing lost
+            return self._end_after_notice(watcher.notice, store, None, restored, reached=restored or 0)
 
         # 6. GPUs, code, trainer
         try:
@@ -405,6 +405,16 @@ class Boot:
         reached = read_progress(self.progress_file)
         return self._end_after_notice(notice, store, mirror, restored, reached)
 
+    def _classify(self, notice: Notice) -> str:
+        """A SIGTERM that beat the metadata watcher to a preemption is still a preemption."""
+        if notice.source == "signal" and self.metadata is not None:
+            try:
+                if self.metadata.get("instance/preempted").strip().upper() == "TRUE":
+                    return "preempted"
+            except Exception:
+                pass
+        return notice.outcome
+
     def _end_after_notice(self, notice: Notice, store: CheckpointStore, mirror: Mirror | None,
                           restored: int | None, reached: int | None = None) -> int:
         committed = mirror.committed_step if mirror else restored
@@ -413,7 +423,7 @@ class Boot:
         lost = steps_lost(reached, committed)
         log.info("safe after notice", source=notice.source, committed_step=committed, reached_step=reached,
                  steps_lost=lost, seconds=total, **{f"{k}_seconds": v for k, v in self.phase.seconds.items()})
-        self.journal.end(self.attempt, notice.outcome, end_step=committed, reached_step=reached,
+        self.journal.end(self.attempt, self._classify(notice), end_step=committed, reached_step=reached,
                          steps_lost=lost, notice=notice.source, timings=self.phase.seconds)
         self._guest("state", "stopped", force=True)
         return EXIT_OK

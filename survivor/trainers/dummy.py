@@ -31,10 +31,10 @@ def latest_checkpoint(job_dir: str) -> int:
     return best
 
 
-def save(job_dir: str, step: int) -> None:
+def save(job_dir: str, step: int, padding: int = 0) -> None:
     tmp = os.path.join(job_dir, f".dummy-checkpoint-{step}.json.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"step": step, "state": step * 7 % 1000}, f)
+        json.dump({"step": step, "state": step * 7 % 1000, "padding": "x" * padding}, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, os.path.join(job_dir, f"dummy-checkpoint-{step}.json"))
@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--on-sigterm", choices=["ignore", "save"], default="ignore")
     parser.add_argument("--fail-at-start", action="store_true")
     parser.add_argument("--step-log")
+    parser.add_argument("--checkpoint-bytes", type=int, default=0,
+                        help="pad each checkpoint with this many bytes, to make uploads and restores take time")
     args, unknown = parser.parse_known_args(argv)
 
     if args.fail_at_start:
@@ -70,10 +72,10 @@ def main(argv: list[str] | None = None) -> int:
                 f.write(f"{step}\n")
         report_progress(step)
         if step % args.checkpoint_steps == 0 or step == args.train_steps:
-            save(args.job_dir, step)
+            save(args.job_dir, step, args.checkpoint_bytes)
             print(f"step {step}/{args.train_steps} saved", flush=True)
         if stop.requested and args.on_sigterm == "save":
-            save(args.job_dir, step)
+            save(args.job_dir, step, args.checkpoint_bytes)
             print(f"dummy trainer: {stop.signal_name} at step {step}; saved, exiting", flush=True)
             return 0
     return 0

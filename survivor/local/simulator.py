@@ -1,0 +1,321 @@
+"""The whole lifecycle on one machine: a Spot VM in a single-instance MIG, under fire.
+
+    >>> sim = Simulator(spec_yaml, root="/tmp/sim", preempt_every=90, jitter=30, seed=1)
+    >>> result = sim.run(timeout=3600)          # until DONE/FAILED and the MIG is at size 0
+    >>> print(result.table())
+
+The job's template and MIG are created through the real google-cloud-compute client in survivor's
+fake Compute server; every instance the MIG creates becomes a `LocalInstance` (an agent process with
+its own metadata emulator and boot disk). A preemption is what Compute Engine does to a Spot VM:
+`preempted=TRUE`, after the template's `preemptionNoticeDuration` the ACPI soft off (SIGTERM), the hard
+off (SIGKILL) `hard_off_after` seconds later; then the MIG recreates the instance after
+`recreate_delay` with a fresh boot disk. When the agent finishes it leaves the MIG through the API,
+and the simulator sees the target size drop to 0. All durations can be scaled for tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+import yaml
+
+from survivor.local.compute_server import ComputeServer
+from survivor.local.instance import LocalInstance
+
+PROJECT = "survivor-local"
+ZONE = "us-west1-b"
+
+
+@dataclass
+class Event:
+    """One line of the timeline."""
+
+    t: float
+    kind: str  # boot, notice, soft-off, hard-off, exit, recreate, left-group, done
+    instance: str
+    detail: str = ""
+
+
+@dataclass
+class SimulationResult:
+    events: list[Event] = field(default_factory=list)
+    target_size: int | None = None
+    done: dict | None = None
+    failed: dict | None = None
+    attempts: list = field(default_factory=list)
+
+    @property
+    def preemptions(self) -> int:
+        return sum(1 for e in self.events if e.kind == "notice")
+
+    def table(self) -> str:
+        """The timeline as text."""
+        lines = [f"{'t (s)':>8}  {'event':<11} {'instance':<22} detail"]
+        for e in self.events:
+            lines.append(f"{e.t:8.1f}  {e.kind:<11} {e.instance:<22} {e.detail}")
+        lines.append("")
+        lines.append(f"{'boot':>4} {'from':>6} {'reached':>8} {'saved':>6} {'lost':>5}  outcome")
+        for a in self.attempts:
+            lines.append(f"{a.number:>4} {str(a.restored_step or 0):>6} {str(a.reached_step):>8} "
+                         f"{str(a.end_step):>6} {str(a.steps_lost):>5}  {a.outcome or 'killed'}")
+        lines.append(f"MIG target size {self.target_size}; DONE {'written' if self.done else 'missing'}"
+                     + (f"; FAILED: {self.failed.get('reason')}" if self.failed else ""))
+        return "\n".join(lines)
+
+    def plot(self, path: str, train_steps: int) -> str | None:
+        """A PNG of the timeline: committed step per boot, with notices and hard offs marked."""
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            return None
+        fig, ax = plt.subplots(figsize=(9, 3.5))
+        for e in self.events:
+            color = {"notice": "tab:orange", "hard-off": "tab:red", "boot": "tab:green", "left-group": "tab:blue"}.get(e.kind)
+            if color:
+                ax.axvline(e.t, color=color, alpha=0.6, lw=1)
+        starts = [e.t for e in self.events if e.kind == "boot"]
+        for a, start in zip(self.attempts, starts):
+            ax.plot([start], [a.restored_step or 0], "o", color="tab:green")
+            if a.end_step is not None:
+                ax.annotate(f"{a.end_step}", (start, a.end_step), fontsize=7)
+        ax.set_ylim(0, train_steps * 1.05)
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("step restored at boot")
+        ax.set_title("survivor simulate: boots (green), notices (orange), hard offs (red), leaving the MIG (blue)")
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return path
+
+
+class Simulator:
+    """Runs one job through the fake MIG with Spot-style preemptions."""
+
+    def __init__(self, spec_yaml: str, root: str, *, preempt_every: float = 90.0, jitter: float = 0.0,
+                 hard_off_after: float = 30.0, recreate_delay: float = 1.0, max_preemptions: int | None = None,
+                 seed: int = 0, python: str = sys.executable, env: dict[str, str] | None = None,
+                 preempt_during_restore: int = 0, stateful_disk: bool = False):
+        self.spec = yaml.safe_load(spec_yaml)
+        self.spec_yaml = spec_yaml
+        self.root = os.path.abspath(root)
+        self.preempt_every = preempt_every
+        self.jitter = jitter
+        self.hard_off_after = hard_off_after
+        self.recreate_delay = recreate_delay
+        self.max_preemptions = max_preemptions
+        self.rng = random.Random(seed)
+        self.python = python
+        self.env = dict(env or {})
+        self.preempt_during_restore = preempt_during_restore
+        self.stateful_disk = stateful_disk
+        self.compute = ComputeServer().start()
+        self.result = SimulationResult()
+        self.vms: dict[str, LocalInstance] = {}
+        self._lock = threading.Lock()
+        self._started = time.monotonic()
+        self._pending: list[dict] = []
+        self.compute.on_instance_created.append(self._created)
+        self.compute.on_instance_deleted.append(self._deleted)
+
+    def _event(self, kind: str, instance: str, detail: str = "") -> None:
+        with self._lock:
+            self.result.events.append(Event(round(time.monotonic() - self._started, 2), kind, instance, detail))
+
+    # -- the fake MIG's instances become local VMs ------------------------------------------------
+
+    def _created(self, vm: dict) -> None:
+        # called inside the fake's request handler: boot outside it
+        with self._lock:
+            self._pending.append(vm)
+
+    def _deleted(self, vm: dict) -> None:
+        local = self.vms.get(vm["name"])
+        if local is not None and local.running():
+            threading.Thread(target=self._power_off, args=(local,), daemon=True).start()
+        self._event("left-group" if vm.get("_group") else "deleted", vm["name"])
+
+    def _power_off(self, local: LocalInstance) -> None:
+        local.soft_off()
+        if local.wait(self.hard_off_after) is None:
+            local.kill()
+
+    def _boot_pending(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for vm in pending:
+            name = vm["name"]
+            attributes = {i["key"]: i["value"] for i in vm["metadata"]["items"]}
+            local = self.vms.get(name)
+            if local is None:
+                local = LocalInstance(attributes, os.path.join(self.root, name), name=name, zone=ZONE,
+                                      project=PROJECT, python=self.python,
+                                      env={**self.env, "SURVIVOR_COMPUTE_ENDPOINT": self.compute.endpoint})
+                self.vms[name] = local
+            local.boot(wipe=not self.stateful_disk)
+            self._event("boot", name, f"boot {local.boots}")
+
+    # -- the run ----------------------------------------------------------------------------------
+
+    def _template_and_group(self) -> None:
+        from survivor.compute import Compute
+        from survivor.spec import JobSpec
+        from survivor.template import MachineOptions, template_body
+
+        spec = JobSpec.from_yaml(self.spec_yaml)
+        compute = Compute(PROJECT, endpoint=self.compute.endpoint)
+        options = MachineOptions.from_spec(spec)
+        compute.insert_template(template_body("sim", spec, options, script="#!/bin/bash\n# simulated\n"))
+        notice = (self.compute.templates[(PROJECT, "sim")]["properties"].get("scheduling", {})
+                  .get("preemptionNoticeDuration", {}).get("seconds"))
+        self.notice_seconds = float(notice or 0)
+        compute.create_group("sim", "sim", zone=ZONE, size=1)
+
+    def _group(self) -> dict:
+        return self.compute.groups[(PROJECT, f"zones/{ZONE}", "sim")]
+
+    def _running(self) -> LocalInstance | None:
+        for local in self.vms.values():
+            if local.running():
+                return local
+        return None
+
+    def _preempt(self, local: LocalInstance) -> None:
+        self._event("notice", local.name, f"preempted=TRUE at step {local.progress()}")
+        local.set_preempted()
+        if self.notice_seconds:
+            local.wait(self.notice_seconds)
+        self._event("soft-off", local.name)
+        local.soft_off()
+        if local.wait(self.hard_off_after) is None:
+            self._event("hard-off", local.name, "SIGKILL: the agent was still running")
+            local.kill()
+        self._event("exit", local.name, f"agent exit {local.process.returncode}")
+        time.sleep(self.recreate_delay)
+        group = self._group()
+        member = next((m for m in group["_members"] if m[2] == local.name), None)
+        if member is not None:
+            self._event("recreate", local.name, "the MIG recreates the preempted VM")
+            with self.compute.lock:
+                self.compute.instances[member]["status"] = "RUNNING"
+                for callback in self.compute.on_instance_created:
+                    callback(self.compute.instances[member])
+
+    def run(self, timeout: float = 3600.0) -> SimulationResult:
+        from survivor.journal import Journal
+        from survivor.storage import open_storage
+
+        os.makedirs(self.root, exist_ok=True)
+        self._template_and_group()
+        journal = Journal(open_storage(self.spec["job_dir"]))
+        deadline = time.monotonic() + timeout
+        next_preemption = self._next_gap()
+        preempted = 0
+        restore_hits = 0
+        try:
+            while time.monotonic() < deadline:
+                self._boot_pending()
+                local = self._running()
+                group = self._group()
+                if local is None and group["targetSize"] == 0:
+                    break
+                if local is None:
+                    if not self._pending:
+                        # the agent exited by itself (a failure): systemd restarts it on the same VM
+                        for vm in self.vms.values():
+                            if vm.process and vm.process.poll() not in (None, 0) and any(
+                                    m[2] == vm.name for m in group["_members"]):
+                                self._event("exit", vm.name, f"agent exit {vm.process.returncode}; systemd restarts it")
+                                time.sleep(self.recreate_delay)
+                                vm.boot(wipe=False)
+                                self._event("boot", vm.name, f"boot {vm.boots} (restart)")
+                                break
+                        else:
+                            if all(vm.process and vm.process.poll() == 0 for vm in self.vms.values()) and \
+                                    (journal.done() or journal.failed()):
+                                # finished with keep-alive: nothing more happens
+                                break
+                    time.sleep(0.05)
+                    continue
+                allowed = self.max_preemptions is None or preempted < self.max_preemptions
+                if allowed and restore_hits < self.preempt_during_restore and \
+                        local.metadata.get("instance/guest-attributes").get("survivor", {}).get("state") == "restoring":
+                    restore_hits += 1
+                    preempted += 1
+                    self._preempt(local)
+                    next_preemption = time.monotonic() - self._started + self._next_gap()
+                    continue
+                if allowed and time.monotonic() >= self._started + next_preemption:
+                    preempted += 1
+                    self._preempt(local)
+                    next_preemption = time.monotonic() - self._started + self._next_gap()
+                    continue
+                time.sleep(0.01)
+        finally:
+            for local in self.vms.values():
+                local.close()
+            state = journal.state()
+            self.result.done, self.result.failed, self.result.attempts = state.done, state.failed, state.attempts
+            self.result.target_size = self._group()["targetSize"] if (PROJECT, f"zones/{ZONE}", "sim") in self.compute.groups else None
+            if state.done:
+                self._event("done", "-", f"DONE at step {state.done.get('step')}")
+            self.compute.stop()
+        return self.result
+
+    def _next_gap(self) -> float:
+        return max(0.5, self.preempt_every + self.rng.uniform(-self.jitter, self.jitter))
+
+
+def parse_seconds(text: str) -> float:
+    """`90s`, `2m`, `1.5` -> seconds."""
+    text = str(text).strip().lower()
+    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    for suffix in ("ms", "s", "m", "h"):
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * scale[suffix]
+    return float(text)
+
+
+def main(args) -> int:
+    """`survivor simulate`: run a job spec through the simulator and print the timeline."""
+    with open(args.config, encoding="utf-8") as f:
+        spec_yaml = f.read()
+    root = args.workdir or os.path.join(os.getcwd(), "survivor-simulation")
+    if os.path.exists(root):
+        shutil.rmtree(root)
+    spec = yaml.safe_load(spec_yaml)
+    spec.setdefault("on_finish", "auto")
+    emulator = None
+    if args.gcs:
+        from survivor.local.gcs import StorageEmulator
+
+        emulator = StorageEmulator(log_dir=os.path.dirname(root)).start()
+        emulator.create_bucket("survivor-sim")
+        spec["job_dir"] = "gs://survivor-sim/job"
+    elif not str(spec.get("job_dir", "")).startswith("/"):
+        spec["job_dir"] = os.path.join(root, "jobdir")
+    sim = Simulator(yaml.safe_dump(spec), root, preempt_every=parse_seconds(args.preempt_every),
+                    jitter=parse_seconds(args.jitter), hard_off_after=parse_seconds(args.hard_off_after),
+                    recreate_delay=parse_seconds(args.recreate_delay), max_preemptions=args.max_preemptions,
+                    seed=args.seed)
+    try:
+        result = sim.run(timeout=parse_seconds(args.timeout))
+    finally:
+        if emulator:
+            emulator.stop()
+    print(result.table())
+    png = result.plot(os.path.join(root, "timeline.png"), int(spec["train_steps"]))
+    if png:
+        print(f"timeline plot: {png}")
+    print(json.dumps({"preemptions": result.preemptions, "target_size": result.target_size,
+                      "done": bool(result.done)}))
+    return 0 if result.done and result.target_size == 0 else 1

@@ -1,0 +1,125 @@
+"""The whole lifecycle under fire: the local MIG simulator with the real clients, and a chaos run."""
+
+import datetime as dt
+import json
+import os
+import random
+import sys
+
+import pytest
+import yaml
+
+from survivor.local.simulator import Simulator
+from tests.conftest import executed_steps
+
+pytestmark = pytest.mark.slow
+
+
+def sim_spec(job_dir, tmp_path, train_steps, checkpoint_bytes=3_000_000, step_seconds=0.03, **extra):
+    spec = {
+        "job_dir": job_dir, "train_steps": train_steps, "checkpoint_steps": 1000, "sync_seconds": 0.3,
+        "grace_seconds": 8, "on_finish": "auto",
+        "trainer": {"argv": [sys.executable, "-m", "survivor.trainers.dummy", "--on-sigterm", "save",
+                             "--step-seconds", str(step_seconds), "--checkpoint-bytes", str(checkpoint_bytes),
+                             "--step-log", str(tmp_path / "steps.log")]},
+    }
+    spec.update(extra)
+    return yaml.safe_dump(spec)
+
+
+def _times(lines, message):
+    return [dt.datetime.fromisoformat(l["time"]) for l in lines if l["message"] == message]
+
+
+def test_preempted_many_times_at_random_moments_including_upload_and_restore(bucket, tmp_path):
+    train_steps = 300
+    sim = Simulator(sim_spec(f"gs://{bucket}/sim", tmp_path, train_steps), str(tmp_path / "sim"),
+                    preempt_every=1.5, jitter=0.5, hard_off_after=10, recreate_delay=0.2, max_preemptions=7,
+                    seed=random.randrange(1000), preempt_during_restore=1)
+    result = sim.run(timeout=300)
+    print(result.table())
+    assert result.preemptions >= 5
+    assert result.done is not None and result.done["step"] == train_steps
+    assert result.target_size == 0
+    assert [a.outcome for a in result.attempts].count("finished") == 1
+
+    noticed = [a for a in result.attempts if a.outcome in ("preempted", "stopped")]
+    assert noticed and all(a.steps_lost is not None and a.steps_lost <= 1 for a in noticed)
+    steps = executed_steps(tmp_path)
+    assert steps[-1] == train_steps
+    # every step of the final lineage ran; the only extra steps are those lost to preemptions
+    lost = len(steps) - train_steps
+    assert lost >= 0
+    assert lost <= sum((a.reached_step or 0) - (a.end_step or 0) for a in result.attempts if a.outcome) + \
+        sum(1 for a in result.attempts if a.outcome is None) * 50
+
+    # at least one notice arrived while a checkpoint was being uploaded
+    during_upload = 0
+    vm = next(iter(sim.vms.values()))
+    for boot in range(1, vm.boots + 1):
+        lines = vm.log_lines(boot)
+        notices = _times(lines, "notice: the VM is going away")
+        commits = [(dt.datetime.fromisoformat(l["time"]), l["upload_seconds"] + l["manifest_seconds"])
+                   for l in lines if l["message"] == "committed"]
+        for n in notices:
+            during_upload += any(end - dt.timedelta(seconds=took) <= n <= end for end, took in commits)
+    restore_preemptions = [e for e in result.events if e.kind == "notice"]
+    assert during_upload >= 1 or len(restore_preemptions) >= 6
+
+
+def test_chaos_fifty_random_kill_points_lose_no_committed_checkpoint(bucket, tmp_path):
+    """SIGKILL of the agent or the trainer at random times, with storage faults and a flaky metadata
+    server: no restore is ever corrupt, no committed checkpoint is lost, DONE in the end."""
+    from survivor.local.fault_proxy import FaultPlan, FaultProxy
+    from survivor.local.instance import LocalInstance
+    from survivor.storage import open_storage
+    from survivor.store import CheckpointStore
+    from tests.conftest import dummy_spec
+
+    from survivor.local.gcs import ENV
+
+    proxy = FaultProxy(os.environ[ENV], FaultPlan(rate=0.05, seed=random.randrange(1000), stall_seconds=0.3)).start()
+    job_dir = f"gs://{bucket}/chaos"
+    env = {ENV: proxy.url}
+    spec = dummy_spec(job_dir, tmp_path, train_steps=100000, checkpoint_steps=3, step_seconds=0.01, keep=2,
+                      sync_seconds=0.2, lease_seconds=5)
+    vm = LocalInstance({"survivor-job": spec}, str(tmp_path / "vm"), python=sys.executable, env=env)
+    store = CheckpointStore(open_storage(job_dir))
+    rng = random.Random()
+    kills, worst_lost, corrupt = 0, 0, 0
+    try:
+        while kills < 50:
+            vm.boot(wipe=rng.random() < 0.5)
+            if rng.random() < 0.2:
+                vm.metadata.fault(rng.choice(["503", "garbage"]), count=rng.randint(1, 4))
+            import time
+
+            time.sleep(rng.uniform(0.3, 2.5))
+            committed_before = store.latest()
+            victim = rng.choice(["agent", "trainer", "both"])
+            pid_file = os.path.join(vm.workdir, "trainer.pid")
+            if victim == "trainer" and os.path.exists(pid_file):
+                import signal
+
+                try:
+                    os.killpg(int(open(pid_file).read()), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+                vm.wait(30)
+            vm.kill()
+            kills += 1
+            restored = store.restore(str(tmp_path / "check"))
+            if committed_before is not None:
+                assert restored is not None and restored.step >= committed_before.step, "a committed checkpoint was lost"
+            if restored is not None:
+                for entry in restored.files:
+                    corrupt += not os.path.exists(os.path.join(tmp_path, "check", entry.path))
+                reached = vm.progress() or 0
+                worst_lost = max(worst_lost, reached - restored.step)
+        logs = "".join(open(vm.log_path(b)).read() for b in range(1, vm.boots + 1))
+        assert "skipping a snapshot that does not verify" not in logs
+        assert corrupt == 0
+        print(json.dumps({"kills": kills, "worst_case_lost_steps": worst_lost, "faults": dict(proxy.count)}))
+    finally:
+        vm.close()
+        proxy.stop()
