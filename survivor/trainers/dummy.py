@@ -31,12 +31,29 @@ def latest_checkpoint(job_dir: str) -> int:
     return best
 
 
+_BLOCK = os.urandom(1 << 20)
+
+
 def save(job_dir: str, step: int, padding: int = 0) -> None:
+    """Writes dummy-checkpoint-N.json (and, with `padding`, a dummy-checkpoint-N.data of that many
+    bytes standing in for model state), each through a temporary name and a rename."""
+    if padding:
+        tmp = os.path.join(job_dir, f".dummy-checkpoint-{step}.data.tmp")
+        with open(tmp, "wb") as f:
+            f.write(step.to_bytes(8, "big"))
+            left = padding - 8
+            while left > 0:
+                chunk = _BLOCK[: min(left, len(_BLOCK))]
+                f.write(chunk)
+                left -= len(chunk)
+        os.replace(tmp, os.path.join(job_dir, f"dummy-checkpoint-{step}.data"))
+        for name in os.listdir(job_dir):  # keep only the newest state file, like CheckpointManager
+            m = re.fullmatch(r"dummy-checkpoint-(\d+)\.data", name)
+            if m and int(m.group(1)) < step:
+                os.remove(os.path.join(job_dir, name))
     tmp = os.path.join(job_dir, f".dummy-checkpoint-{step}.json.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"step": step, "state": step * 7 % 1000, "padding": "x" * padding}, f)
-        f.flush()
-        os.fsync(f.fileno())
+        json.dump({"step": step, "state": step * 7 % 1000}, f)
     os.replace(tmp, os.path.join(job_dir, f"dummy-checkpoint-{step}.json"))
 
 
@@ -48,9 +65,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-gpus", type=int, default=0)
     parser.add_argument("--checkpoint-steps", type=int, default=10)
     parser.add_argument("--step-seconds", type=float, default=0.05)
-    parser.add_argument("--on-sigterm", choices=["ignore", "save"], default="ignore")
+    parser.add_argument("--on-sigterm", choices=["ignore", "save", "die"], default="ignore",
+                        help="ignore it (the recipe's dummy), save and exit (the contract), or die at once")
+    parser.add_argument("--resume-every", type=int, default=1,
+                        help="resume only from a multiple of this step (Keras BackupAndRestore: the epoch start)")
     parser.add_argument("--fail-at-start", action="store_true")
     parser.add_argument("--step-log")
+    parser.add_argument("--save-seconds", type=float, default=0.0,
+                        help="extra time each periodic save takes (stands in for a bigger model's save)")
+    parser.add_argument("--startup-seconds", type=float, default=0.0,
+                        help="extra start-up time before the first step (imports, graph building)")
     parser.add_argument("--checkpoint-bytes", type=int, default=0,
                         help="pad each checkpoint with this many bytes, to make uploads and restores take time")
     args, unknown = parser.parse_known_args(argv)
@@ -62,7 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopRequest.install()
     if args.on_sigterm == "ignore":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    step = latest_checkpoint(args.job_dir)
+    elif args.on_sigterm == "die":
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    time.sleep(args.startup_seconds)
+    step = latest_checkpoint(args.job_dir) // args.resume_every * args.resume_every
     print(f"dummy trainer: resuming at step {step} of {args.train_steps}; hyperparameters {unknown}", flush=True)
     while step < args.train_steps:
         time.sleep(args.step_seconds)
@@ -72,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                 f.write(f"{step}\n")
         report_progress(step)
         if step % args.checkpoint_steps == 0 or step == args.train_steps:
+            time.sleep(args.save_seconds)
             save(args.job_dir, step, args.checkpoint_bytes)
             print(f"step {step}/{args.train_steps} saved", flush=True)
         if stop.requested and args.on_sigterm == "save":

@@ -187,6 +187,14 @@ class Runtime:
 
         writer = tf.summary.create_file_writer(os.path.join(args.job_dir, "train"))
         current = int(step.numpy())
+        first_step_done = None  # steps/s is timed after the first step, which traces the graph
+        timed_steps = 0
+        save_seconds: list[float] = []
+
+        def save() -> None:
+            started = time.perf_counter()
+            manager.save(checkpoint_number=current)
+            save_seconds.append(time.perf_counter() - started)
         window_start, window_steps = time.monotonic(), 0
         loss_value = accuracy = float("nan")
         while current < args.train_steps:
@@ -195,6 +203,10 @@ class Runtime:
             loss_t, acc_t = train_step(*distributed)
             current += 1
             window_steps += 1
+            if first_step_done is None:
+                first_step_done = time.perf_counter()
+            else:
+                timed_steps += 1
             if hooks.after_step is not None:
                 hooks.after_step()
             report_progress(current)
@@ -214,11 +226,17 @@ class Runtime:
                 writer.flush()
                 window_start, window_steps = time.monotonic(), 0
             if self.stop.requested:
-                manager.save(checkpoint_number=current)
-                print(f"{self.stop.signal_name or 'stop'} at step {current}: checkpoint saved, exiting", flush=True)
+                save()
+                print(f"{self.stop.signal_name or 'stop'} at step {current}: checkpoint saved in "
+                      f"{save_seconds[-1]:.3f} s, exiting", flush=True)
                 return 0
             if current % args.checkpoint_steps == 0:
-                manager.save(checkpoint_number=current)
+                save()
+        if first_step_done is not None and timed_steps:
+            elapsed = time.perf_counter() - first_step_done
+            mean_save = sum(save_seconds) / len(save_seconds) if save_seconds else 0.0
+            print(f"timing steps {timed_steps} seconds {elapsed:.3f} steps_per_second {timed_steps / elapsed:.3f} "
+                  f"saves {len(save_seconds)} mean_save_seconds {mean_save:.4f}", flush=True)
         if manager.latest_checkpoint is None or not manager.latest_checkpoint.endswith(f"ckpt-{current}"):
             manager.save(checkpoint_number=current)
         if hooks.evaluate is not None:

@@ -1,0 +1,112 @@
+"""Shared by the benchmarks: the machine's description, tables, plots, and running a trainer."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLOTS = os.path.join(ROOT, "docs", "benchmarks")
+
+
+def machine() -> str:
+    """One line about where the figures come from."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            models = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        cpu = f"{len(models)} x {models[0]}" if models else cpu
+    except OSError:
+        pass
+    try:
+        import tensorflow as tf
+
+        tf_version = tf.__version__
+    except Exception:
+        tf_version = "?"
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{cpu}, {mem:.0f} GiB, Python {platform.python_version()}, TensorFlow {tf_version}, no GPU"
+
+
+def table(title: str, header: list[str], rows: list[list]) -> str:
+    """A Markdown table (what the benchmarks print and docs/benchmarks.md quotes)."""
+    out = [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        out.append("| " + " | ".join(_fmt(v) for v in row) + " |")
+    return "\n".join(out) + "\n"
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def plot_bars(path: str, title: str, labels: list[str], series: dict[str, list[float]], ylabel: str,
+              stacked: bool = False) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    width = 0.8 / (1 if stacked else max(len(series), 1))
+    bottom = [0.0] * len(labels)
+    for i, (name, values) in enumerate(series.items()):
+        xs = [x + (0 if stacked else i * width) for x in range(len(labels))]
+        ax.bar(xs, values, width, label=name, bottom=bottom if stacked else None)
+        if stacked:
+            bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_xticks([x + (0 if stacked else width * (len(series) - 1) / 2) for x in range(len(labels))])
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def parse_timing(text: str) -> dict[str, float]:
+    """The loop's closing `timing steps N seconds S steps_per_second R saves K mean_save_seconds M` line."""
+    match = re.search(r"timing steps (\d+) seconds ([\d.]+) steps_per_second ([\d.]+) saves (\d+) "
+                      r"mean_save_seconds ([\d.]+)", text)
+    if not match:
+        raise ValueError("no timing line in the trainer's output")
+    steps, seconds, rate, saves, mean_save = match.groups()
+    return {"steps": int(steps), "seconds": float(seconds), "steps_per_second": float(rate), "saves": int(saves),
+            "mean_save_seconds": float(mean_save)}
+
+
+def run(argv: list[str], env: dict | None = None, timeout: float = 1800) -> str:
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})})
+    if out.returncode != 0:
+        raise RuntimeError(f"{argv[:4]} exited {out.returncode}: {out.stdout[-2000:]}{out.stderr[-2000:]}")
+    return out.stdout + out.stderr
+
+
+def agent_log_text(path: str) -> str:
+    """The trainer's lines from an agent's JSON log, as plain text."""
+    lines = []
+    with open(path) as f:
+        for line in f:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            lines.append(entry.get("message", ""))
+    return "\n".join(lines)
+
+
+def now() -> float:
+    return time.perf_counter()

@@ -1,0 +1,166 @@
+"""Goodput under preemption: survivor beside the alternatives, same trainer, same preemption schedule.
+
+    python -m benchmarks.goodput [--steps 2400] [--step-seconds 0.05] [--preempt-every 30] [--seed 1]
+
+Time is scaled 1:10 (a 30 s gap between preemptions stands for 5 minutes, the 3 s hard-off window
+for Spot's 30 s). Every strategy runs the same step-timed trainer through real agent processes and
+the storage emulator, preempted on the same seeded schedule (`preempted=TRUE`, SIGTERM, SIGKILL 3 s
+later, a fresh boot disk). What differs is only the checkpoint policy each alternative has:
+
+- survivor: periodic saves plus a save on the notice (the trainer contract);
+- periodic only (the recipe; also TF's PreemptionCheckpointHandler on a Spot VM, whose default GCE
+  watcher reads only `maintenance-event` and so never hears a Spot preemption): the trainer dies on
+  SIGTERM and resumes from its last periodic save;
+- Keras BackupAndRestore, epoch saving: a save at each epoch end, resumed at the epoch start;
+- Keras BackupAndRestore, step saving: saves every N steps, but resumed at the epoch start.
+
+goodput = useful training time (train_steps x step time) / wall time of all boots. Badput split:
+start-up (agent and trainer start), restore, checkpoint stalls, work lost (steps run again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import tempfile
+import time
+
+import yaml
+
+from benchmarks.common import PLOTS, machine, plot_bars, table
+
+STRATEGIES = {
+    "survivor": ["--on-sigterm", "save"],
+    "periodic only (recipe / PreemptionCheckpointHandler)": ["--on-sigterm", "die"],
+    "Keras BackupAndRestore (epoch)": ["--on-sigterm", "die", "@epoch"],
+    "Keras BackupAndRestore (steps)": ["--on-sigterm", "die", "@resume-epoch"],
+}
+
+
+def schedule(seed: int, every: float, jitter: float, horizon: float) -> list[float]:
+    """Pure: preemption times (s since the job's first boot), the same for every strategy."""
+    rng, t, out = random.Random(seed), 0.0, []
+    while t < horizon:
+        t += every + rng.uniform(-jitter, jitter)
+        out.append(t)
+    return out
+
+
+def run_strategy(name: str, args, times: list[float], root: str, bucket: str) -> dict:
+    from survivor.journal import Journal
+    from survivor.local.instance import LocalInstance
+    from survivor.storage import open_storage
+
+    flags = list(STRATEGIES[name])
+    checkpoint_steps = args.checkpoint_steps
+    resume_every = 1
+    if "@epoch" in flags:
+        flags.remove("@epoch")
+        checkpoint_steps = args.epoch_steps
+    if "@resume-epoch" in flags:
+        flags.remove("@resume-epoch")
+        resume_every = args.epoch_steps
+    slug = "".join(c if c.isalnum() else "-" for c in name.lower())[:30]
+    job_dir = f"gs://{bucket}/{slug}"
+    steps_log = os.path.join(root, f"{slug}-steps.log")
+    spec = {"job_dir": job_dir, "train_steps": args.steps, "checkpoint_steps": checkpoint_steps,
+            "grace_seconds": 25, "sync_seconds": 0.5, "on_finish": "keep-alive",
+            "trainer": {"argv": [sys.executable, "-m", "survivor.trainers.dummy", *flags,
+                                 "--step-seconds", str(args.step_seconds), "--save-seconds", str(args.save_seconds),
+                                 "--startup-seconds", str(args.startup_seconds), "--resume-every", str(resume_every),
+                                 "--step-log", steps_log]}}
+    vm = LocalInstance({"survivor-job": yaml.safe_dump(spec)}, os.path.join(root, slug), python=sys.executable)
+    journal = Journal(open_storage(job_dir))
+    wall, job_clock, pending = 0.0, 0.0, list(times)
+    try:
+        while journal.done() is None:
+            boot = time.perf_counter()
+            vm.boot(wipe=True)
+            next_at = pending.pop(0) if pending else float("inf")
+            while vm.running() and job_clock + (time.perf_counter() - boot) < next_at:
+                time.sleep(0.01)
+            if vm.running():
+                vm.set_preempted()
+                time.sleep(0.05)
+                vm.soft_off()
+                if vm.wait(args.hard_off) is None:
+                    vm.kill()
+            else:
+                vm.wait()
+            elapsed = time.perf_counter() - boot
+            wall += elapsed
+            job_clock += elapsed
+            if wall > args.steps * args.step_seconds * 20:
+                raise RuntimeError(f"{name}: no progress; see {vm.log_path()}")
+    finally:
+        vm.close()
+    executed = sum(1 for _ in open(steps_log))
+    attempts = journal.attempts()
+    useful = args.steps * args.step_seconds
+    saves = executed // checkpoint_steps
+    restore = sum(a.timings.get("restore", 0.0) for a in attempts)
+    startup = sum(a.timings.get("spec", 0.0) + a.timings.get("setup", 0.0) for a in attempts) + \
+        len(attempts) * args.startup_seconds
+    return {
+        "strategy": name, "goodput": useful / wall, "wall": wall, "boots": len(attempts),
+        "preemptions": sum(1 for a in attempts if a.outcome in ("preempted", "stopped")),
+        "lost_steps": executed - args.steps,
+        "lost_per_preemption": [a.steps_lost for a in attempts if a.outcome in ("preempted", "stopped")],
+        "badput_startup": startup / wall, "badput_restore": restore / wall,
+        "badput_stalls": saves * args.save_seconds / wall,
+        "badput_lost": (executed - args.steps) * args.step_seconds / wall,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=2400)
+    parser.add_argument("--step-seconds", type=float, default=0.05)
+    parser.add_argument("--checkpoint-steps", type=int, default=200, help="periodic interval (10 s = 100 s at scale)")
+    parser.add_argument("--epoch-steps", type=int, default=600)
+    parser.add_argument("--save-seconds", type=float, default=0.05, help="stall of one synchronous save")
+    parser.add_argument("--startup-seconds", type=float, default=0.5, help="trainer imports and graph building")
+    parser.add_argument("--preempt-every", type=float, default=30.0)
+    parser.add_argument("--jitter", type=float, default=5.0)
+    parser.add_argument("--hard-off", type=float, default=3.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--only", help="run only strategies whose name contains this")
+    args = parser.parse_args()
+    from survivor.local.gcs import StorageEmulator
+
+    times = schedule(args.seed, args.preempt_every, args.jitter, args.steps * args.step_seconds * 10)
+    root = tempfile.mkdtemp(prefix="bench-goodput-")
+    results = []
+    with StorageEmulator(log_dir=root) as gcs:
+        gcs.create_bucket("bench")
+        for name in STRATEGIES:
+            if args.only and args.only.lower() not in name.lower():
+                continue
+            results.append(run_strategy(name, args, times, root, "bench"))
+            print(f"  {name}: goodput {results[-1]['goodput']:.3f}", file=sys.stderr, flush=True)
+    print(f"machine: {machine()}; {args.steps} steps of {args.step_seconds} s; preemption every "
+          f"{args.preempt_every}+-{args.jitter} s (seed {args.seed}); periodic save every {args.checkpoint_steps} "
+          f"steps; epoch {args.epoch_steps} steps; time scaled 1:10\n")
+    rows = [[r["strategy"], f"{100 * r['goodput']:.1f}%", r["preemptions"], r["lost_steps"],
+             str(r["lost_per_preemption"]), f"{100 * r['badput_startup']:.1f}%", f"{100 * r['badput_restore']:.1f}%",
+             f"{100 * r['badput_stalls']:.1f}%", f"{100 * r['badput_lost']:.1f}%"] for r in results]
+    print(table("goodput under preemption", ["strategy", "goodput", "preemptions", "steps run again",
+                                              "lost per preemption", "start-up", "restore", "ckpt stalls",
+                                              "work lost"], rows))
+    plot = plot_bars(os.path.join(PLOTS, "goodput.png"), "goodput and badput under the same preemption schedule",
+                     [r["strategy"].split(" (")[0] + ("\n(" + r["strategy"].split(" (")[1] if " (" in r["strategy"] else "")
+                      for r in results],
+                     {"goodput": [r["goodput"] for r in results],
+                      "start-up": [r["badput_startup"] for r in results],
+                      "restore": [r["badput_restore"] for r in results],
+                      "ckpt stalls": [r["badput_stalls"] for r in results],
+                      "work lost": [r["badput_lost"] for r in results]}, "share of wall time", stacked=True)
+    if plot:
+        print(f"plot: {plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Runs every benchmark in turn (they would skew each other run at once) and keeps their tables.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=docs/benchmarks/results.md
+mkdir -p docs/benchmarks
+: > "$out"
+for bench in overhead time_to_safety time_to_resume goodput chaos; do
+  echo "running $bench" >&2
+  python -m "benchmarks.$bench" 2>/dev/null | tee -a "$out"
+  echo >> "$out"
+done

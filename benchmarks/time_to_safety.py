@@ -1,0 +1,95 @@
+"""Time to safety: from the notice to the committed manifest, for 10 MB, 100 MB and 1 GB of state.
+
+    python -m benchmarks.time_to_safety [--sizes 10,100,1000]
+
+Beside each, the floor measured in the same run: the same bytes written locally (the trainer's save)
+plus the raw parallel upload of them with google-cloud-storage to the same storage emulator.
+Targets: within 1.15x of the floor, and inside the 30 s Spot window at 1 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import os
+import sys
+import tempfile
+import time
+
+import yaml
+
+from benchmarks.common import PLOTS, machine, plot_bars, table
+
+
+def measure(size_mb: int, root: str, bucket: str, repeat: int = 0) -> dict:
+    from survivor.journal import Journal
+    from survivor.local.instance import LocalInstance
+    from survivor.storage import GcsStorage, open_storage
+    from survivor.trainers.dummy import save
+
+    size = size_mb * 1_000_000
+    job_dir = f"gs://{bucket}/safety-{size_mb}-{repeat}"
+    spec = {"job_dir": job_dir, "train_steps": 10_000_000, "checkpoint_steps": 1_000_000, "grace_seconds": 60,
+            "on_finish": "keep-alive", "sync_seconds": 1.0,
+            "trainer": {"argv": [sys.executable, "-m", "survivor.trainers.dummy", "--on-sigterm", "save",
+                                 "--step-seconds", "0.01", "--checkpoint-bytes", str(size)]}}
+    vm = LocalInstance({"survivor-job": yaml.safe_dump(spec)}, os.path.join(root, f"vm{size_mb}-{repeat}"), python=sys.executable)
+    try:
+        vm.boot()
+        vm.wait_for_step(20)
+        vm.set_preempted()
+        vm.wait(120)
+    finally:
+        vm.close()
+    attempt = Journal(open_storage(job_dir)).attempts()[-1]
+    t = attempt.timings
+
+    # the floor: write the same bytes locally, then upload them raw
+    floor_dir = os.path.join(root, f"floor{size_mb}-{repeat}")
+    os.makedirs(floor_dir)
+    started = time.perf_counter()
+    save(floor_dir, 7, size)
+    written = time.perf_counter()
+    files = [os.path.join(floor_dir, f) for f in os.listdir(floor_dir)]
+    GcsStorage(f"gs://{bucket}/floor-{size_mb}-{repeat}").upload([(f, os.path.basename(f)) for f in files])
+    uploaded = time.perf_counter()
+    return {"size_mb": size_mb, "notice_to_safe": t["notice_to_safe"], "trainer_save": t.get("trainer_save", 0.0),
+            "commit": t.get("final_commit", 0.0), "floor_write": written - started, "floor_upload": uploaded - written,
+            "steps_lost": attempt.steps_lost}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10,100,1000", help="state sizes in MB")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per size; medians are reported")
+    args = parser.parse_args()
+    from survivor.local.gcs import StorageEmulator
+
+    root = tempfile.mkdtemp(prefix="bench-safety-")
+    rows, results = [], []
+    with StorageEmulator(log_dir=root) as gcs:
+        gcs.create_bucket("bench")
+        for size in [int(s) for s in args.sizes.split(",")]:
+            runs = [measure(size, root, "bench", i) for i in range(args.repeats)]
+            r = {key: statistics.median(run[key] for run in runs) if key != "steps_lost" else max(run[key] or 0 for run in runs)
+                 for key in runs[0]}
+            results.append(r)
+            floor = r["floor_write"] + r["floor_upload"]
+            rows.append([f"{size} MB", r["notice_to_safe"], r["trainer_save"], r["commit"], floor,
+                         f"{r['notice_to_safe'] / floor:.2f}x", "yes" if r["notice_to_safe"] < 30 else "NO", r["steps_lost"]])
+    print(f"machine: {machine()}; storage: fake-gcs-server (memory backend) on 127.0.0.1; "
+          f"medians of {args.repeats} runs (steps lost: the worst)\n")
+    print(table("notice -> committed manifest (s)",
+                ["state", "notice->safe", "trainer save+exit", "upload+commit", "floor (write+raw upload)",
+                 "vs floor", "< 30 s", "steps lost"], rows))
+    plot = plot_bars(os.path.join(PLOTS, "time_to_safety.png"), "notice to committed checkpoint",
+                     [f"{r['size_mb']} MB" for r in results],
+                     {"survivor": [r["notice_to_safe"] for r in results],
+                      "floor": [r["floor_write"] + r["floor_upload"] for r in results]}, "seconds")
+    if plot:
+        print(f"plot: {plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
