@@ -67,59 +67,15 @@ def test_preempted_many_times_at_random_moments_including_upload_and_restore(buc
     assert during_upload >= 1 or len(restore_preemptions) >= 6
 
 
-def test_chaos_fifty_random_kill_points_lose_no_committed_checkpoint(bucket, tmp_path):
+def test_chaos_fifty_random_kill_points_lose_no_committed_checkpoint(tmp_path):
     """SIGKILL of the agent or the trainer at random times, with storage faults and a flaky metadata
-    server: no restore is ever corrupt, no committed checkpoint is lost, DONE in the end."""
-    from survivor.local.fault_proxy import FaultPlan, FaultProxy
-    from survivor.local.instance import LocalInstance
-    from survivor.storage import open_storage
-    from survivor.store import CheckpointStore
-    from tests.conftest import dummy_spec
+    server: no restore is ever corrupt and no committed checkpoint is lost."""
+    from survivor.local.chaos import run_chaos
 
-    from survivor.local.gcs import ENV
-
-    proxy = FaultProxy(os.environ[ENV], FaultPlan(rate=0.05, seed=random.randrange(1000), stall_seconds=0.3)).start()
-    job_dir = f"gs://{bucket}/chaos"
-    env = {ENV: proxy.url}
-    spec = dummy_spec(job_dir, tmp_path, train_steps=100000, checkpoint_steps=3, step_seconds=0.01, keep=2,
-                      sync_seconds=0.2, lease_seconds=5)
-    vm = LocalInstance({"survivor-job": spec}, str(tmp_path / "vm"), python=sys.executable, env=env)
-    store = CheckpointStore(open_storage(job_dir))
-    rng = random.Random()
-    kills, worst_lost, corrupt = 0, 0, 0
-    try:
-        while kills < 50:
-            vm.boot(wipe=rng.random() < 0.5)
-            if rng.random() < 0.2:
-                vm.metadata.fault(rng.choice(["503", "garbage"]), count=rng.randint(1, 4))
-            import time
-
-            time.sleep(rng.uniform(0.3, 2.5))
-            committed_before = store.latest()
-            victim = rng.choice(["agent", "trainer", "both"])
-            pid_file = os.path.join(vm.workdir, "trainer.pid")
-            if victim == "trainer" and os.path.exists(pid_file):
-                import signal
-
-                try:
-                    os.killpg(int(open(pid_file).read()), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
-                vm.wait(30)
-            vm.kill()
-            kills += 1
-            restored = store.restore(str(tmp_path / "check"))
-            if committed_before is not None:
-                assert restored is not None and restored.step >= committed_before.step, "a committed checkpoint was lost"
-            if restored is not None:
-                for entry in restored.files:
-                    corrupt += not os.path.exists(os.path.join(tmp_path, "check", entry.path))
-                reached = vm.progress() or 0
-                worst_lost = max(worst_lost, reached - restored.step)
-        logs = "".join(open(vm.log_path(b)).read() for b in range(1, vm.boots + 1))
-        assert "skipping a snapshot that does not verify" not in logs
-        assert corrupt == 0
-        print(json.dumps({"kills": kills, "worst_case_lost_steps": worst_lost, "faults": dict(proxy.count)}))
-    finally:
-        vm.close()
-        proxy.stop()
+    result = run_chaos(kills=50, fault_rate=0.05, seed=random.randrange(1 << 20), root=str(tmp_path / "chaos"))
+    print(json.dumps({"kills": result.kills, "worst_case_lost_steps": result.worst_lost_steps,
+                      "faults": dict(result.faults)}))
+    assert result.kills == 50
+    assert result.corrupt_restores == 0
+    assert result.lost_commits == 0
+    assert result.skipped_snapshots == 0
