@@ -48,6 +48,53 @@ def _emulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _submit(args: argparse.Namespace) -> int:
+    import yaml
+
+    from survivor import vertex
+    from survivor.spec import JobSpec, SpecError
+
+    try:
+        spec = JobSpec.from_file(args.config)
+        section = spec.extra.get("vertex", {})
+        legacy = spec.extra.get("trainingInput")
+        if args.training_input:
+            with open(args.training_input, encoding="utf-8") as f:
+                loaded = yaml.safe_load(f) or {}
+            legacy = loaded.get("trainingInput", loaded)
+        notes: list[str] = []
+        if legacy:
+            pools, notes = vertex.translate_training_input(legacy)
+        else:
+            pools = vertex.pools_from_spec(spec)
+        spot = args.spot if args.spot is not None else bool(section.get("spot", False))
+        body = vertex.custom_job_body(spec, pools, package_uri=args.package or section.get("package"),
+                                      container_image=args.container_image or section.get("container_image"), spot=spot)
+        region = args.region or section.get("region") or "us-central1"
+        project = args.project or section.get("project") or os.environ.get("GOOGLE_CLOUD_PROJECT")
+    except SpecError as exc:
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    if args.dry_run:
+        print(json.dumps(body, indent=2))
+        return 0
+    if not project:
+        print("error: project: give --project, vertex.project in the spec, or set GOOGLE_CLOUD_PROJECT", file=sys.stderr)
+        return 2
+    try:
+        created = vertex.submit(body, project, region)
+    except Exception as exc:
+        message = getattr(exc, "message", None) or str(exc)
+        print(f"error: submitting the custom job failed: {message}", file=sys.stderr)
+        return 1
+    print(f"submitted {created['name']}")
+    print(f"watch it: survivor status --vertex {created['name']} --job-dir {spec.job_dir}")
+    return 0
+
+
 def _data(args: argparse.Namespace) -> int:
     from survivor.trainers import cifar10_data
 
@@ -103,6 +150,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gcs", action="store_true", help="keep the job dir in the Cloud Storage emulator")
     p.add_argument("--workdir", help="where the simulated VMs' disks and logs go (default ./survivor-simulation)")
     p.set_defaults(func=lambda args: __import__("survivor.local.simulator", fromlist=["main"]).main(args))
+
+    p = sub.add_parser("submit", help="run the job on Vertex AI custom jobs (many workers, managed restarts)")
+    p.add_argument("--config", required=True, help="the job spec YAML")
+    p.add_argument("--training-input", help="a Cloud ML Engine config.yaml (trainingInput: scaleTier, masterType...)")
+    p.add_argument("--project")
+    p.add_argument("--region", default=None, help="Vertex region (default: vertex.region or us-central1)")
+    p.add_argument("--package", help="gs:// sdist holding the trainer (survivor's own for a builtin trainer)")
+    p.add_argument("--container-image", help="run this image instead of a Python package")
+    p.add_argument("--spot", action="store_true", default=None, help="Spot VMs for every worker pool")
+    p.add_argument("--dry-run", action="store_true", help="print the request; send nothing")
+    p.set_defaults(func=_submit)
 
     p = sub.add_parser("emulate", help="run a local stand-in for a Google Cloud service")
     esub = p.add_subparsers(dest="service", required=True)

@@ -184,7 +184,33 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None) ->
     return out
 
 
+def vertex_status(args: argparse.Namespace) -> int:
+    """A Vertex AI custom job's state, beside what its job dir says."""
+    from survivor import vertex
+
+    region = args.vertex.split("/locations/")[1].split("/")[0] if "/locations/" in args.vertex else (args.region or "us-central1")
+    try:
+        job = vertex.get(args.vertex, region)
+    except Exception as exc:
+        return _err(f"custom job {args.vertex}: {getattr(exc, 'message', None) or exc}")
+    report = {"vertex_job": job["name"], "state": job.get("state"), "display_name": job.get("displayName")}
+    if args.job_dir:
+        from survivor.status import job_summary
+
+        report["job"] = job_summary(args.job_dir)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print(f"{report['display_name']}: {report['state']} ({report['vertex_job']})")
+        if "job" in report:
+            print(f"  job dir: {report['job']['state']}, committed step {report['job']['committed_step']}")
+        print(f"  logs: gcloud ai custom-jobs stream-logs {job['name'].rsplit('/', 1)[-1]} --region {region}")
+    return 0
+
+
 def status(args: argparse.Namespace) -> int:
+    if getattr(args, "vertex", None):
+        return vertex_status(args)
     if args.name is None:
         if not args.job_dir:
             return _err("give a job name (with --zone or --region), or --job-dir")
@@ -364,6 +390,7 @@ def add_commands(sub) -> None:
     p.add_argument("--zone")
     p.add_argument("--region")
     p.add_argument("--job-dir", help="the job dir (default: from the template's job spec)")
+    p.add_argument("--vertex", metavar="CUSTOM_JOB", help="a Vertex AI custom job's name (from survivor submit)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=status)
 

@@ -261,7 +261,7 @@ _TOP_LEVEL = {
     "trainer_module", "trainer_git_url", "trainer_git_ref", "trainer_package",
 }
 #: Sections that belong to other commands (make-template, submit); carried along untouched.
-EXTRA_SECTIONS = ("compute", "vertex")
+EXTRA_SECTIONS = ("compute", "vertex", "trainingInput")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,0 +1,206 @@
+"""Beyond one machine: the same job spec and trainer as a Vertex AI custom job.
+
+    $ survivor submit --config job.yaml --region us-central1 --dry-run
+    $ survivor submit --config job.yaml --training-input config.yaml   # the seeds' Cloud ML Engine YAML
+
+Worker pools come from the spec's `vertex:` section (`chief`, `workers`, `parameter_servers`, each with
+`machine_type`, `accelerator: TYPE:COUNT`, `count`), or are translated from a legacy `trainingInput`
+(`scaleTier`, `masterType`, `workerCount`, `workerType`, `parameterServerCount`, `parameterServerType`,
+`runtimeVersion`), saying what could not be kept. Spot scheduling where asked, restart on worker
+restart, the job dir as `baseOutputDirectory`; the trainer runs as a Python package module (the spec's
+`trainer.package`, or survivor's own sdist for a builtin trainer) or a container image. On Vertex the
+trainer writes its checkpoints straight to `<job_dir>/checkpoints` (TensorFlow's GCS file system);
+Vertex, not survivor's agent, restarts workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from survivor.spec import BUILTIN_TRAINERS, JobSpec, SpecError
+from survivor.trainer_process import trainer_argv
+
+ENDPOINT_ENV = "SURVIVOR_VERTEX_ENDPOINT"
+TF_CPU_IMAGE = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest"
+TF_GPU_IMAGE = "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest"
+
+#: Cloud ML Engine's legacy machine names -> (Compute Engine machine type, GPU type, GPU count).
+LEGACY_MACHINES: dict[str, tuple[str, str | None, int]] = {
+    "standard": ("n1-standard-4", None, 0),
+    "large_model": ("n1-highmem-8", None, 0),
+    "complex_model_s": ("n1-highcpu-8", None, 0),
+    "complex_model_m": ("n1-highcpu-16", None, 0),
+    "complex_model_l": ("n1-highcpu-32", None, 0),
+    "standard_gpu": ("n1-standard-8", "NVIDIA_TESLA_K80", 1),
+    "complex_model_m_gpu": ("n1-standard-16", "NVIDIA_TESLA_K80", 4),
+    "complex_model_l_gpu": ("n1-standard-32", "NVIDIA_TESLA_K80", 8),
+    "standard_p100": ("n1-standard-8", "NVIDIA_TESLA_P100", 1),
+    "complex_model_m_p100": ("n1-standard-16", "NVIDIA_TESLA_P100", 4),
+    "standard_v100": ("n1-standard-8", "NVIDIA_TESLA_V100", 1),
+    "large_model_v100": ("n1-highmem-8", "NVIDIA_TESLA_V100", 1),
+    "complex_model_m_v100": ("n1-standard-16", "NVIDIA_TESLA_V100", 4),
+    "complex_model_l_v100": ("n1-standard-32", "NVIDIA_TESLA_V100", 8),
+}
+#: Predefined scale tiers -> (master, workers, worker type, parameter servers, ps type).
+SCALE_TIERS = {
+    "BASIC": ("standard", 0, None, 0, None),
+    "BASIC_GPU": ("standard_gpu", 0, None, 0, None),
+    "STANDARD_1": ("complex_model_m", 4, "complex_model_m", 3, "standard"),
+    "PREMIUM_1": ("complex_model_l", 19, "complex_model_l", 11, "large_model"),
+}
+#: K80s are no longer offered on Vertex AI: the closest current GPU stands in.
+RETIRED_GPUS = {"NVIDIA_TESLA_K80": "NVIDIA_TESLA_T4"}
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One worker pool: Vertex orders them chief (0), workers (1), parameter servers (2)."""
+
+    role: str
+    machine_type: str
+    replicas: int
+    accelerator: str | None = None
+    accelerator_count: int = 0
+
+
+def accelerator_name(text: str) -> tuple[str, int]:
+    """`nvidia-tesla-t4:4` or `NVIDIA_TESLA_T4:4` -> (`NVIDIA_TESLA_T4`, 4)."""
+    kind, _, count = text.partition(":")
+    if not count.isdigit():
+        raise SpecError([f"accelerator = {text!r}: expected TYPE:COUNT, e.g. nvidia-tesla-t4:4"])
+    return kind.strip().upper().replace("-", "_"), int(count)
+
+
+def translate_training_input(training_input: dict[str, Any]) -> tuple[list[Pool], list[str]]:
+    """Pure decision: the seeds' `trainingInput` as Vertex worker pools, and what could not be kept."""
+    notes: list[str] = []
+    tier = str(training_input.get("scaleTier", "BASIC")).upper()
+    if tier == "CUSTOM":
+        master = training_input.get("masterType", "standard")
+        workers, worker_type = int(training_input.get("workerCount", 0)), training_input.get("workerType")
+        servers, server_type = int(training_input.get("parameterServerCount", 0)), training_input.get("parameterServerType")
+    elif tier in SCALE_TIERS:
+        master, workers, worker_type, servers, server_type = SCALE_TIERS[tier]
+        notes.append(f"scaleTier {tier} became its machines: master {master}, {workers} workers, {servers} parameter servers")
+    else:
+        raise SpecError([f"trainingInput.scaleTier = {tier!r}: expected BASIC, BASIC_GPU, STANDARD_1, PREMIUM_1 or CUSTOM"])
+
+    def pool(role: str, legacy: str | None, replicas: int) -> Pool:
+        if legacy not in LEGACY_MACHINES:
+            raise SpecError([f"trainingInput: machine type {legacy!r} for the {role}: expected one of "
+                             + ", ".join(sorted(LEGACY_MACHINES))])
+        machine, gpu, count = LEGACY_MACHINES[legacy]
+        if gpu in RETIRED_GPUS:
+            notes.append(f"{role} {legacy}: {gpu} is retired on Vertex AI; using {RETIRED_GPUS[gpu]}")
+            gpu = RETIRED_GPUS[gpu]
+        return Pool(role, machine, replicas, gpu, count)
+
+    pools = [pool("chief", master, 1)]
+    if workers:
+        pools.append(pool("worker", worker_type or master, workers))
+    if servers:
+        pools.append(pool("parameter server", server_type or "standard", servers))
+    if "runtimeVersion" in training_input:
+        notes.append(f"runtimeVersion {training_input['runtimeVersion']} (TensorFlow 1.x) cannot be kept: the job "
+                     "runs on a TensorFlow 2 image; parameter servers need a trainer written for "
+                     "ParameterServerStrategy, the built-in ones use (MultiWorker)MirroredStrategy")
+    for key in ("pythonVersion", "region", "jobDir", "args", "packageUris", "pythonModule"):
+        if key in training_input:
+            notes.append(f"trainingInput.{key} is set from the job spec and the command line instead")
+    return pools, notes
+
+
+def pools_from_spec(spec: JobSpec) -> list[Pool]:
+    """Pools from the spec's `vertex:` section (default: one chief like the single VM's)."""
+    section = spec.extra.get("vertex", {})
+    pools = []
+    for role, key, default_count in (("chief", "chief", 1), ("worker", "workers", 0),
+                                     ("parameter server", "parameter_servers", 0)):
+        entry = section.get(key)
+        if entry is None and role == "chief":
+            compute = spec.extra.get("compute", {})
+            entry = {"machine_type": compute.get("machine_type", "n1-standard-16"),
+                     "accelerator": compute.get("gpu", f"nvidia-tesla-t4:{spec.num_gpus or 1}")}
+        if not entry:
+            continue
+        count = int(entry.get("count", default_count if role != "chief" else 1))
+        if count <= 0:
+            continue
+        gpu, gpus = accelerator_name(entry["accelerator"]) if entry.get("accelerator") else (None, 0)
+        pools.append(Pool(role, entry.get("machine_type", "n1-standard-8"), count, gpu, gpus))
+    return pools
+
+
+def custom_job_body(spec: JobSpec, pools: list[Pool], *, display_name: str | None = None,
+                    package_uri: str | None = None, container_image: str | None = None,
+                    spot: bool = False) -> dict[str, Any]:
+    """The CustomJob REST body (enums by name; the client sends them as numbers)."""
+    trainer = spec.trainer
+    checkpoints = f"{spec.job_dir.rstrip('/')}/checkpoints"
+    argv = trainer_argv(spec, python="python", job_dir=checkpoints, data_dir=spec.data_dir,
+                        num_gpus=max((p.accelerator_count for p in pools), default=0))
+    module_args = argv[3:] if not trainer.argv else argv[len(trainer.argv):]
+    uses_gpu = any(p.accelerator for p in pools)
+    pool_specs = []
+    for pool in pools:
+        machine: dict[str, Any] = {"machineType": pool.machine_type}
+        if pool.accelerator:
+            machine.update(acceleratorType=pool.accelerator, acceleratorCount=pool.accelerator_count)
+        entry: dict[str, Any] = {"machineSpec": machine, "replicaCount": str(pool.replicas)}
+        if container_image or trainer.argv:
+            if not container_image:
+                raise SpecError(["trainer.argv: a command line trainer needs --container-image on Vertex AI"])
+            entry["containerSpec"] = {"imageUri": container_image,
+                                      **({"command": list(trainer.argv)} if trainer.argv else {}),
+                                      "args": module_args}
+        else:
+            package = package_uri or trainer.package
+            if not package:
+                raise SpecError(["vertex: the trainer's code must be in the bucket: set trainer.package (a gs:// "
+                                 "sdist), or --package with survivor's own sdist for a builtin trainer"])
+            module = trainer.module or BUILTIN_TRAINERS[trainer.builtin or ""]
+            entry["pythonPackageSpec"] = {"executorImageUri": TF_GPU_IMAGE if uses_gpu else TF_CPU_IMAGE,
+                                          "packageUris": [package], "pythonModule": module, "args": module_args}
+        pool_specs.append(entry)
+    body: dict[str, Any] = {
+        "displayName": display_name or spec.name,
+        "jobSpec": {
+            "workerPoolSpecs": pool_specs,
+            "baseOutputDirectory": {"outputUriPrefix": spec.job_dir},
+            "scheduling": {"restartJobOnWorkerRestart": True, **({"strategy": "SPOT"} if spot else {})},
+        },
+        "labels": {"survivor-job": spec.name},
+    }
+    return body
+
+
+def client(region: str):
+    """A JobServiceClient over REST for `region` (or the local fake named by SURVIVOR_VERTEX_ENDPOINT)."""
+    from google.cloud import aiplatform_v1
+
+    endpoint = os.environ.get(ENDPOINT_ENV)
+    if endpoint:
+        from google.auth.credentials import AnonymousCredentials
+
+        return aiplatform_v1.JobServiceClient(transport="rest", credentials=AnonymousCredentials(),
+                                              client_options={"api_endpoint": endpoint})
+    return aiplatform_v1.JobServiceClient(transport="rest",
+                                          client_options={"api_endpoint": f"{region}-aiplatform.googleapis.com"})
+
+
+def submit(body: dict[str, Any], project: str, region: str) -> dict[str, Any]:
+    """Creates the custom job; returns the created job as REST JSON."""
+    from google.cloud import aiplatform_v1
+
+    job = aiplatform_v1.CustomJob.from_json(json.dumps(body), ignore_unknown_fields=False)
+    created = client(region).create_custom_job(parent=f"projects/{project}/locations/{region}", custom_job=job)
+    return json.loads(aiplatform_v1.CustomJob.to_json(created, use_integers_for_enums=False))
+
+
+def get(name: str, region: str) -> dict[str, Any]:
+    from google.cloud import aiplatform_v1
+
+    return json.loads(aiplatform_v1.CustomJob.to_json(client(region).get_custom_job(name=name), use_integers_for_enums=False))

@@ -1,0 +1,118 @@
+"""Beyond one machine: the job spec and the seeds' Cloud ML Engine configs as Vertex AI custom jobs,
+sent by the real google-cloud-aiplatform client (REST, enums as integers) to a fake endpoint."""
+
+import json
+
+import pytest
+
+pytest.importorskip("google.cloud.aiplatform_v1")
+
+from survivor import cli  # noqa: E402
+from survivor.spec import JobSpec  # noqa: E402
+from survivor.vertex import Pool, custom_job_body, translate_training_input  # noqa: E402
+
+SPEC = """
+name: mnist-dist
+job_dir: gs://my-project-ml/mnist
+data_dir: gs://cloud-ml-data/mnist
+train_steps: 5000
+trainer: {module: trainer.task, package: gs://my-project-ml/packages/trainer-0.1.tar.gz}
+hyperparameters: {learning-rate: 0.01}
+vertex:
+  region: us-central1
+  spot: true
+  chief: {machine_type: n1-standard-8, accelerator: "nvidia-tesla-t4:1"}
+  workers: {count: 2, machine_type: n1-standard-8, accelerator: "nvidia-tesla-t4:1"}
+"""
+
+
+def test_the_seed_multiworker_config_translates_and_says_what_it_cannot_keep():
+    # seeds/000: scaleTier CUSTOM, standard_gpu master + 9 workers, 3 standard parameter servers, TF 1.12
+    pools, notes = translate_training_input({"runtimeVersion": "1.12", "scaleTier": "CUSTOM",
+                                             "masterType": "standard_gpu", "workerCount": 9,
+                                             "workerType": "standard_gpu", "parameterServerCount": 3,
+                                             "parameterServerType": "standard"})
+    assert pools == [Pool("chief", "n1-standard-8", 1, "NVIDIA_TESLA_T4", 1),
+                     Pool("worker", "n1-standard-8", 9, "NVIDIA_TESLA_T4", 1),
+                     Pool("parameter server", "n1-standard-4", 3, None, 0)]
+    assert any("NVIDIA_TESLA_K80 is retired" in n for n in notes)
+    assert any("runtimeVersion 1.12" in n and "cannot be kept" in n for n in notes)
+
+
+def test_a_scale_tier_becomes_its_machines():
+    pools, notes = translate_training_input({"scaleTier": "STANDARD_1"})  # seeds/004
+    assert [(p.role, p.replicas) for p in pools] == [("chief", 1), ("worker", 4), ("parameter server", 3)]
+    assert notes and "STANDARD_1" in notes[0]
+
+
+def test_bad_legacy_values_are_named():
+    from survivor.spec import SpecError
+
+    with pytest.raises(SpecError, match="scaleTier = 'HUGE'"):
+        translate_training_input({"scaleTier": "HUGE"})
+    with pytest.raises(SpecError, match="machine type 'quantum_gpu'"):
+        translate_training_input({"scaleTier": "CUSTOM", "masterType": "quantum_gpu"})
+
+
+def test_dry_run_prints_the_custom_job(tmp_path, capsys):
+    (tmp_path / "job.yaml").write_text(SPEC)
+    assert cli.main(["submit", "--config", str(tmp_path / "job.yaml"), "--dry-run"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    pools = body["jobSpec"]["workerPoolSpecs"]
+    assert [p["replicaCount"] for p in pools] == ["1", "2"]
+    assert pools[0]["machineSpec"] == {"machineType": "n1-standard-8", "acceleratorType": "NVIDIA_TESLA_T4",
+                                       "acceleratorCount": 1}
+    package = pools[0]["pythonPackageSpec"]
+    assert package["pythonModule"] == "trainer.task"
+    assert package["packageUris"] == ["gs://my-project-ml/packages/trainer-0.1.tar.gz"]
+    assert package["args"][:2] == ["--job-dir", "gs://my-project-ml/mnist/checkpoints"]
+    assert "--learning-rate" in package["args"]
+    assert body["jobSpec"]["scheduling"] == {"restartJobOnWorkerRestart": True, "strategy": "SPOT"}
+    assert body["jobSpec"]["baseOutputDirectory"] == {"outputUriPrefix": "gs://my-project-ml/mnist"}
+
+
+def test_a_builtin_trainer_needs_its_package_in_the_bucket():
+    from survivor.spec import SpecError
+
+    spec = JobSpec.from_yaml("job_dir: gs://b-1/x\ntrain_steps: 1\ntrainer: {builtin: cifar10}\n")
+    with pytest.raises(SpecError, match="survivor's own sdist"):
+        custom_job_body(spec, [Pool("chief", "n1-standard-8", 1)])
+    body = custom_job_body(spec, [Pool("chief", "n1-standard-8", 1)], package_uri="gs://b-1/survivor-0.1.0.tar.gz")
+    assert body["jobSpec"]["workerPoolSpecs"][0]["pythonPackageSpec"]["pythonModule"] == "survivor.trainers.cifar10"
+
+
+@pytest.fixture
+def vertex_server(monkeypatch):
+    from survivor.local.vertex_server import VertexServer
+
+    server = VertexServer().start()
+    monkeypatch.setenv("SURVIVOR_VERTEX_ENDPOINT", server.endpoint)
+    yield server
+    server.stop()
+
+
+def test_submit_with_the_real_client_and_the_legacy_config_then_status(vertex_server, tmp_path, capsys):
+    (tmp_path / "job.yaml").write_text(SPEC)
+    (tmp_path / "config.yaml").write_text("trainingInput:\n  scaleTier: STANDARD_1\n")
+    code = cli.main(["submit", "--config", str(tmp_path / "job.yaml"), "--training-input", str(tmp_path / "config.yaml"),
+                     "--project", "my-project"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "note: scaleTier STANDARD_1" in out.err
+    method, path, body = vertex_server.requests[-1]
+    assert path.startswith("/v1/projects/my-project/locations/us-central1/customJobs")
+    assert "enum-encoding%3Dint" in path or "enum-encoding=int" in path
+    assert body["jobSpec"]["scheduling"]["strategy"] == 4  # SPOT, sent as its number
+    assert [p["replicaCount"] for p in body["jobSpec"]["workerPoolSpecs"]] == ["1", "4", "3"]
+    name = next(iter(vertex_server.jobs))
+    assert cli.main(["status", "--vertex", name, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["vertex_job"] == name and report["state"] in ("JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED")
+
+
+def test_a_body_the_api_would_reject_fails_at_the_fake(vertex_server):
+    import requests
+
+    answer = requests.post(f"{vertex_server.endpoint}/v1/projects/p/locations/r/customJobs",
+                           json={"displayName": "x", "jobSpec": {"workerPoolSpecz": []}})
+    assert answer.status_code == 400 and "workerPoolSpecz" in answer.json()["error"]["message"]
