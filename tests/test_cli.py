@@ -1,0 +1,57 @@
+"""Command-line paths not covered elsewhere: the metadata emulator as a process, job-dir status."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import requests
+
+from survivor import cli
+from survivor.journal import Journal
+from survivor.storage import open_storage
+
+SURVIVOR = os.path.join(os.path.dirname(sys.executable), "survivor")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_emulate_metadata_serves_the_spec_and_flips_preempted(tmp_path):
+    spec = tmp_path / "job.yaml"
+    spec.write_text("job_dir: /tmp/x\ntrain_steps: 3\ntrainer: {builtin: dummy}\n")
+    port = free_port()
+    proc = subprocess.Popen([SURVIVOR, "emulate", "metadata", "--port", str(port), "--config", str(spec),
+                             "--attribute", "momentum=0.9"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert f"GCE_METADATA_HOST=127.0.0.1:{port}" in proc.stdout.readline()
+        base = f"http://127.0.0.1:{port}/computeMetadata/v1/instance/"
+        headers = {"Metadata-Flavor": "Google"}
+        assert requests.get(base + "attributes/survivor-job", headers=headers).text == spec.read_text()
+        assert requests.get(base + "attributes/momentum", headers=headers).text == "0.9"
+        requests.put(f"http://127.0.0.1:{port}/emulator/v1/instance/preempted", data="TRUE")
+        assert requests.get(base + "preempted", headers=headers).text == "TRUE"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_status_from_the_job_dir_alone(tmp_path, capsys):
+    job_dir = str(tmp_path / "jobdir")
+    journal = Journal(open_storage(job_dir))
+    first = journal.begin("vm-a")
+    journal.end(first, "preempted", end_step=30, reached_step=31, steps_lost=1)
+    second = journal.begin("vm-a")
+    journal.end(second, "finished", end_step=50, reached_step=50, steps_lost=0)
+    journal.mark_done({"step": 50})
+    assert cli.main(["status", "--job-dir", job_dir, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["state"] == "DONE" and report["preemptions"] == 1 and report["steps_lost"] == 1
+    assert [h["outcome"] for h in report["history"]] == ["preempted", "finished"]
+    assert cli.main(["status", "--job-dir", job_dir]) == 0
+    assert "DONE" in capsys.readouterr().out
