@@ -59,6 +59,7 @@ class AgentOptions:
     python: str = sys.executable
     compute_factory: Callable[[InstanceIdentity], ComputeActions | None] | None = None
     metadata: MetadataClient | None = None
+    early_signals: list[str] = field(default_factory=list)  # SIGTERMs that came before the watcher
 
 
 @dataclass
@@ -295,8 +296,10 @@ class Boot:
             self._guest("state", "failed", force=True)
             return self._finish("failed")
 
-        # 4. from here on a notice is heard
+        # 4. from here on a notice is heard (and one that came during start-up is not forgotten)
         watcher = NoticeWatcher(self.metadata).start()
+        if self.options.early_signals:
+            watcher.fire("signal", self.options.early_signals[0])
         try:
             return self._train(spec, identity, storage, journal, attempt, watcher)
         finally:

@@ -14,6 +14,11 @@ from survivor import log as logs
 
 
 def _agent(args: argparse.Namespace) -> int:
+    # A preemption can come while the imports below still run: note a SIGTERM/SIGINT now and hand
+    # it to the notice watcher, instead of dying before anything is in place.
+    early: list[str] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: early.append(signal.Signals(signum).name))
     from survivor import agent
 
     logs.setup(args.log_format, args.log_level)
@@ -24,6 +29,7 @@ def _agent(args: argparse.Namespace) -> int:
         spec_file=args.config,
         allow_root_trainer=args.allow_root_trainer,
         gpu_wait_seconds=args.gpu_wait_seconds,
+        early_signals=early,
     )
     return agent.run(options)
 

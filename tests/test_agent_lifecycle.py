@@ -143,3 +143,16 @@ def test_guest_attributes_show_state_and_step(job_dir, tmp_path, instance_factor
     run_to_completion(vm)
     guest = vm.metadata.get("instance/guest-attributes/survivor")
     assert guest == {"state": "done", "step": "10"}
+
+
+def test_a_sigterm_while_the_agent_is_still_starting_is_a_clean_stop(job_dir, tmp_path, instance_factory):
+    vm = instance_factory(dummy_spec(job_dir, tmp_path))
+    vm.boot()
+    import time
+
+    time.sleep(0.4)  # past the interpreter's start, inside the agent's own imports and set-up
+    vm.soft_off()
+    assert vm.wait(30) == 0
+    attempts = journal_of(job_dir).attempts
+    assert all(a.outcome in ("stopped", "preempted") for a in attempts)
+    assert executed_steps(tmp_path) == [] or attempts[-1].steps_lost == 0
