@@ -28,7 +28,7 @@ from typing import Callable
 
 from survivor import log as logs
 from survivor.delivery import DeliveryError, deliver
-from survivor.finish import ComputeActions, choose_finisher
+from survivor.finish import ComputeActions, KeepAlive, choose_finisher
 from survivor.gpus import count_gpus, decide_gpu_count, wait_for_gpus
 from survivor.journal import Attempt, Journal, should_give_up, steps_lost
 from survivor.lease import Holder, Lease, LeaseHeld, LeaseLost
@@ -500,6 +500,9 @@ class Boot:
 
     def _finish(self, why: str) -> int:
         finisher = choose_finisher(self.spec.on_finish, self.identity)
+        if self.metadata is None and finisher.name != "keep-alive":
+            log.info("not on a Compute Engine VM (no metadata server): nothing to stop or leave")
+            finisher = KeepAlive()
         compute = None
         if finisher.name != "keep-alive":
             factory = self.options.compute_factory or _default_compute

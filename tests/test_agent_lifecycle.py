@@ -156,3 +156,14 @@ def test_a_sigterm_while_the_agent_is_still_starting_is_a_clean_stop(job_dir, tm
     attempts = journal_of(job_dir).attempts
     assert all(a.outcome in ("stopped", "preempted") for a in attempts)
     assert executed_steps(tmp_path) == [] or attempts[-1].steps_lost == 0
+
+
+def test_an_agent_off_gce_with_a_spec_file_just_finishes(tmp_path, monkeypatch):
+    from survivor import agent
+
+    monkeypatch.delenv("GCE_METADATA_HOST", raising=False)
+    spec = tmp_path / "job.yaml"
+    spec.write_text(dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=5, on_finish="auto"))
+    code = agent.run(agent.AgentOptions(workdir=str(tmp_path / "work"), spec_file=str(spec), allow_root_trainer=True))
+    assert code == 0
+    assert journal_of(str(tmp_path / "jobdir")).done["step"] == 5
