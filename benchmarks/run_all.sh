@@ -4,8 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=docs/benchmarks/results.md
 mkdir -p docs/benchmarks
-: > "$out"
-for bench in overhead time_to_safety time_to_resume goodput chaos; do
+benches="${*:-overhead time_to_safety time_to_resume goodput chaos}"
+[[ $# -eq 0 ]] && : > "$out"
+for bench in ${benches}; do
   echo "running $bench" >&2
   python -m "benchmarks.$bench" 2>/dev/null | tee -a "$out"
   echo >> "$out"

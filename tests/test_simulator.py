@@ -79,3 +79,41 @@ def test_chaos_fifty_random_kill_points_lose_no_committed_checkpoint(tmp_path):
     assert result.corrupt_restores == 0
     assert result.lost_commits == 0
     assert result.skipped_snapshots == 0
+
+
+def test_operator_stop_saves_and_start_resumes_on_a_new_instance(tmp_path, capsys):
+    """`survivor stop` is a resize to 0: the VM gets the soft off, the agent saves and commits.
+    `survivor start` resizes to 1: a new instance (another name) takes the released lease at once."""
+    import time
+
+    from survivor import cli
+    from survivor.journal import Journal
+    from survivor.storage import open_storage
+
+    job_dir = str(tmp_path / "jobdir")
+    sim = Simulator(sim_spec(job_dir, tmp_path, 400, checkpoint_bytes=0, lease_seconds=60), str(tmp_path / "sim"),
+                    preempt_every=1e9, hard_off_after=10)
+    os.environ["SURVIVOR_COMPUTE_ENDPOINT"] = sim.compute.endpoint
+    try:
+        sim._template_and_group()
+        sim._boot_pending()
+        first = sim._running()
+        first.wait_for_step(40)
+        where = ["--zone", "us-west1-b", "--project", "survivor-local"]
+        assert cli.main(["stop", "sim", *where]) == 0
+        assert first.wait(30) == 0
+        stopped = Journal(open_storage(job_dir)).attempts()[-1]
+        assert stopped.outcome in ("stopped", "preempted") and stopped.steps_lost == 0
+        assert cli.main(["start", "sim", *where]) == 0
+        sim._boot_pending()
+        second = sim._running()
+        assert second is not None and second.name != first.name
+        second.wait_for_step(stopped.end_step + 1, timeout=30)
+        resumed = Journal(open_storage(job_dir)).attempts()[-1]
+        assert resumed.restored_step == stopped.end_step
+        assert time.monotonic() - sim._started < 60  # no wait for a stale lease
+    finally:
+        os.environ.pop("SURVIVOR_COMPUTE_ENDPOINT", None)
+        for vm in sim.vms.values():
+            vm.close()
+        sim.compute.stop()
