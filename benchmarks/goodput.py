@@ -150,10 +150,12 @@ def main() -> int:
           f"steps; epoch {args.epoch_steps} steps; time scaled 1:10\n")
     rows = [[r["strategy"], f"{100 * r['goodput']:.1f}%", r["preemptions"], r["lost_steps"],
              str(r["lost_per_preemption"]), f"{100 * r['badput_startup']:.1f}%", f"{100 * r['badput_restore']:.1f}%",
-             f"{100 * r['badput_stalls']:.1f}%", f"{100 * r['badput_lost']:.1f}%"] for r in results]
+             f"{100 * r['badput_stalls']:.1f}%", f"{100 * r['badput_lost']:.1f}%",
+             f"{100 * (1 - r['goodput'] - r['badput_startup'] - r['badput_restore'] - r['badput_stalls'] - r['badput_lost']):.1f}%"]
+            for r in results]
     print(table("goodput under preemption", ["strategy", "goodput", "preemptions", "steps run again",
                                               "lost per preemption", "start-up", "restore", "ckpt stalls",
-                                              "work lost"], rows))
+                                              "work lost", "other (process starts, notice to exit)"], rows))
     plot = plot_bars(os.path.join(PLOTS, "goodput.png"), "goodput and badput under the same preemption schedule",
                      [r["strategy"].split(" (")[0] + ("\n(" + r["strategy"].split(" (")[1] if " (" in r["strategy"] else "")
                       for r in results],
