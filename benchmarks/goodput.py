@@ -163,7 +163,9 @@ def main() -> int:
                       "start-up": [r["badput_startup"] for r in results],
                       "restore": [r["badput_restore"] for r in results],
                       "ckpt stalls": [r["badput_stalls"] for r in results],
-                      "work lost": [r["badput_lost"] for r in results]}, "share of wall time", stacked=True)
+                      "work lost": [r["badput_lost"] for r in results],
+                      "other": [1 - r["goodput"] - r["badput_startup"] - r["badput_restore"] - r["badput_stalls"]
+                                - r["badput_lost"] for r in results]}, "share of wall time", stacked=True)
     if plot:
         print(f"plot: {plot}")
     return 0
