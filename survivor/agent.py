@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from survivor import log as logs
+from survivor import retry
 from survivor.delivery import DeliveryError, deliver
 from survivor.finish import ComputeActions, KeepAlive, choose_finisher
 from survivor.gpus import count_gpus, decide_gpu_count, wait_for_gpus
@@ -200,7 +201,12 @@ class Boot:
             return spec, identity
         if self.metadata is None:
             self.metadata = MetadataClient()
-        attributes = self.metadata.attributes()
+        # At boot a garbled or flavourless answer is more likely a server still coming up than a
+        # wrong host: ask again for a while before giving up (systemd restarts us after that).
+        for attempt in retry.policy(attempts=10, deadline=30.0, initial=0.5, maximum=5.0,
+                                    retry_on=lambda exc: isinstance(exc, MetadataError)):
+            with attempt:
+                attributes = self.metadata.attributes()
         try:
             spec = JobSpec.from_metadata(attributes)
         except SpecError as exc:

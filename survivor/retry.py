@@ -65,7 +65,7 @@ def watcher_backoff() -> tenacity.wait.wait_base:
 
 def storage() -> tenacity.Retrying:
     """For a whole job-dir operation (a commit, a restore) on top of the client's own per-call retries."""
-    return policy(attempts=8, deadline=120.0, initial=0.2, maximum=5.0, retry_on=is_transient_storage)
+    return policy(attempts=6, deadline=45.0, initial=0.2, maximum=3.0, retry_on=is_transient_storage)
 
 
 def is_transient_storage(exc: BaseException) -> bool:

@@ -30,6 +30,15 @@ from survivor import retry
 PARALLELISM = 16
 
 
+def _client_retry():
+    """The client library's own per-request retry, made fast and short: its default backs off from
+    1 s to 60 s for up to 120 s, which does not fit a 30 s preemption window. `survivor.retry.storage`
+    adds a bounded retry of whole operations on top."""
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    return DEFAULT_RETRY.with_delay(initial=0.1, maximum=2.0, multiplier=2.0).with_timeout(20.0)
+
+
 class PreconditionFailed(Exception):
     """A conditional write lost: the object's generation was not the one expected."""
 
@@ -253,7 +262,7 @@ class GcsStorage:
         try:
             for attempt in retry.storage():
                 with attempt:
-                    data = blob.download_as_bytes()
+                    data = blob.download_as_bytes(retry=_client_retry())
         except gexc.NotFound:
             if not self._bucket_exists():
                 raise StorageError(f"gs://{self.bucket_name}: the bucket does not exist") from None
@@ -266,7 +275,7 @@ class GcsStorage:
         from google.api_core import exceptions as gexc
 
         try:
-            self.client.get_bucket(self.bucket_name)
+            self.client.get_bucket(self.bucket_name, retry=_client_retry())
             return True
         except gexc.NotFound:
             return False
@@ -278,7 +287,9 @@ class GcsStorage:
         try:
             for attempt in retry.storage():
                 with attempt:
-                    blob.upload_from_string(data, if_generation_match=if_generation_match, checksum="crc32c")
+                    # retried even though conditional: a retry that finds its own bytes is recognised below
+                    blob.upload_from_string(data, if_generation_match=if_generation_match, checksum="crc32c",
+                                            retry=_client_retry())
         except gexc.PreconditionFailed as exc:
             # A retried write whose first try landed (the answer was lost) now fails its own
             # precondition: if the object holds exactly our bytes, the write is ours.
@@ -292,7 +303,7 @@ class GcsStorage:
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         try:
-            blobs = list(self.client.list_blobs(self.bucket_name, prefix=self._object(prefix)))
+            blobs = list(self.client.list_blobs(self.bucket_name, prefix=self._object(prefix), retry=_client_retry()))
         except Exception as exc:
             raise self._translate(exc, f"listing {prefix}") from exc
         return sorted(
@@ -305,7 +316,7 @@ class GcsStorage:
 
         def one(name: str) -> None:
             try:
-                self.bucket.blob(self._object(name)).delete()
+                self.bucket.blob(self._object(name)).delete(retry=_client_retry())
             except gexc.NotFound:
                 pass
 
@@ -318,7 +329,8 @@ class GcsStorage:
             blob = self.bucket.blob(self._object(name))
             for attempt in retry.storage():
                 with attempt:
-                    blob.upload_from_filename(local, checksum="crc32c")
+                    # content-addressed names make a repeated upload harmless
+                    blob.upload_from_filename(local, checksum="crc32c", retry=_client_retry())
             # the crc32c the server stored, which is what a later restore will verify against
             return ObjectInfo(name, int(blob.size or 0), blob.crc32c or "")
 
@@ -337,7 +349,7 @@ class GcsStorage:
                 with attempt:
                     # the client checks the bytes against the object's crc32c (a truncated or mangled
                     # transfer is retried); the caller then verifies each file against the manifest
-                    blob.download_to_filename(local, checksum="crc32c")
+                    blob.download_to_filename(local, checksum="crc32c", retry=_client_retry())
 
         try:
             with ThreadPoolExecutor(PARALLELISM) as pool:

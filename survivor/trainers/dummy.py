@@ -32,6 +32,7 @@ def latest_checkpoint(job_dir: str) -> int:
 
 
 _BLOCK = os.urandom(1 << 20)
+KEEP = 5
 
 
 def save(job_dir: str, step: int, padding: int = 0) -> None:
@@ -55,6 +56,13 @@ def save(job_dir: str, step: int, padding: int = 0) -> None:
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump({"step": step, "state": step * 7 % 1000}, f)
     os.replace(tmp, os.path.join(job_dir, f"dummy-checkpoint-{step}.json"))
+    kept = sorted((int(m.group(1)) for m in (re.fullmatch(r"dummy-checkpoint-(\d+)\.json", n)
+                                              for n in os.listdir(job_dir)) if m), reverse=True)
+    for old in kept[KEEP:]:  # keep the newest few, as TF's CheckpointManager does
+        try:
+            os.remove(os.path.join(job_dir, f"dummy-checkpoint-{old}.json"))
+        except FileNotFoundError:
+            pass
 
 
 def main(argv: list[str] | None = None) -> int:
