@@ -305,3 +305,32 @@ def test_startup_script_refuses_hostile_metadata_values(tmp_path, attributes):
     assert result.returncode == 1 and "refusing" in result.stdout
     assert not any(call[0] == "pip" for call in _calls(calls))
     assert not os.path.exists("/tmp/pwned")
+
+
+def test_a_job_that_keeps_failing_ends_failed_and_leaves_its_group(compute_server, tmp_path, capsys):
+    from survivor.local.instance import LocalInstance
+    from survivor.journal import Journal
+    from survivor.storage import open_storage
+    from tests.conftest import dummy_spec
+
+    job_dir = str(tmp_path / "jobdir")
+    (tmp_path / "job.yaml").write_text(dummy_spec(job_dir, tmp_path, extra_args=["--fail-at-start"], on_finish="auto"))
+    assert run_cli(capsys, "make-template", "bad", "--config", str(tmp_path / "job.yaml"), "--project", PROJECT)[0] == 0
+    assert run_cli(capsys, "make-group", "bad", "--template", "bad", "--zone", "us-west1-b", "--project", PROJECT)[0] == 0
+    group = compute_server.groups[(PROJECT, "zones/us-west1-b", "bad")]
+    member = group["_members"][0]
+    vm = LocalInstance(_instance_attributes(compute_server.instances[member]), str(tmp_path / "vm"),
+                       name=member[2], zone=member[1], project=PROJECT, python=sys.executable,
+                       env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint})
+    try:
+        codes = []
+        for _ in range(3):  # systemd restarting the agent on the same VM
+            vm.boot()
+            codes.append(vm.wait(60))
+    finally:
+        vm.close()
+    assert codes == [1, 1, 0]
+    assert "exited with code 3" in Journal(open_storage(job_dir)).failed()["reason"]
+    assert group["targetSize"] == 0 and member not in compute_server.instances
+    code, out, _ = run_cli(capsys, "status", "--job-dir", job_dir)
+    assert code == 0 and "FAILED" in out and "exited with code 3" in " ".join(out.split())
