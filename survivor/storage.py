@@ -236,6 +236,7 @@ class GcsStorage:
                 client = gcs.Client(project=project)
         self.client = client
         self.bucket = client.bucket(self.bucket_name)
+        self._bucket_seen = False  # once it answered, a missing object is just missing
 
     def _object(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
@@ -274,11 +275,14 @@ class GcsStorage:
     def _bucket_exists(self) -> bool:
         from google.api_core import exceptions as gexc
 
+        if self._bucket_seen:
+            return True
         try:
             self.client.get_bucket(self.bucket_name, retry=_client_retry())
-            return True
         except gexc.NotFound:
             return False
+        self._bucket_seen = True
+        return True
 
     def write(self, name: str, data: bytes, *, if_generation_match: int | None = None) -> int:
         from google.api_core import exceptions as gexc
