@@ -380,7 +380,7 @@ class Boot:
         except LeaseLost:
             return self._superseded(attempt, trainer, mirror)
         committed = mirror.committed_step
-        reached = read_progress(self.progress_file)
+        reached = self._reached(restored)
         if code == 0 and watcher.notice is None:
             return self._done(attempt, committed, reached)
         if watcher.notice is not None:  # it exited on the SIGTERM the whole unit got from systemd
@@ -411,8 +411,14 @@ class Boot:
         except LeaseLost:
             return self._superseded(self.attempt, trainer, mirror)
         self.phase.seconds["final_commit"] = round(time.monotonic() - saved_at, 3)
-        reached = read_progress(self.progress_file)
+        reached = self._reached(restored)
         return self._end_after_notice(notice, store, mirror, restored, reached)
+
+    def _reached(self, restored: int | None) -> int:
+        """The furthest step the trainer reported; a trainer that reported nothing did nothing
+        beyond the step it was restored at."""
+        reached = read_progress(self.progress_file)
+        return reached if reached is not None else (restored or 0)
 
     def _classify(self, notice: Notice) -> str:
         """A SIGTERM that beat the metadata watcher to a preemption is still a preemption."""

@@ -167,3 +167,18 @@ def test_an_agent_off_gce_with_a_spec_file_just_finishes(tmp_path, monkeypatch):
     code = agent.run(agent.AgentOptions(workdir=str(tmp_path / "work"), spec_file=str(spec), allow_root_trainer=True))
     assert code == 0
     assert journal_of(str(tmp_path / "jobdir")).done["step"] == 5
+
+
+def test_preempted_before_the_trainers_first_step_loses_nothing(job_dir, tmp_path, instance_factory):
+    import os
+    import time
+
+    vm = instance_factory(dummy_spec(job_dir, tmp_path, on_sigterm="die", extra_args=["--startup-seconds", "5"]))
+    vm.boot()
+    deadline = time.monotonic() + 30
+    while not os.path.exists(os.path.join(vm.workdir, "trainer.pid")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    vm.set_preempted()
+    assert vm.wait(30) == 0
+    attempt = journal_of(job_dir).attempts[-1]
+    assert attempt.outcome == "preempted" and attempt.steps_lost == 0 and attempt.reached_step == 0
