@@ -46,7 +46,7 @@ def test_a_stale_lease_is_taken_and_its_old_holder_is_fenced(job_dir):
 
 
 def test_second_agent_on_the_same_job_dir_stops_naming_the_holder(job_dir, tmp_path, instance_factory):
-    spec = dummy_spec(job_dir, tmp_path, train_steps=200, lease_seconds=2)
+    spec = dummy_spec(job_dir, tmp_path, train_steps=1000, lease_seconds=2)  # ~30 s: outlives the wait
     first = instance_factory(spec, name="vm-a")
     second = instance_factory(spec, name="vm-b")
     first.boot()
