@@ -182,20 +182,28 @@ def _instance_attributes(vm: dict) -> dict[str, str]:
     return {item["key"]: item["value"] for item in vm["metadata"]["items"]}
 
 
-@pytest.mark.parametrize("on_finish", ["auto", "keep-alive"])
-def test_a_finished_agent_leaves_its_group_so_nothing_is_recreated(on_finish, compute_server, tmp_path, capsys):
+def agent_in_a_group(name: str, spec_yaml: str, compute_server, tmp_path, capsys):
+    """make-template + make-group through the CLI, then a local VM for the instance the MIG created,
+    carrying that instance's metadata (created-by included). Returns (group, member, vm)."""
     from survivor.local.instance import LocalInstance
-    from tests.conftest import dummy_spec
 
-    spec_yaml = dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=15, on_finish=on_finish)
     (tmp_path / "job.yaml").write_text(spec_yaml)
-    assert run_cli(capsys, "make-template", "fin", "--config", str(tmp_path / "job.yaml"), "--project", PROJECT)[0] == 0
-    assert run_cli(capsys, "make-group", "fin", "--template", "fin", "--zone", "us-west1-b", "--project", PROJECT)[0] == 0
-    group = compute_server.groups[(PROJECT, "zones/us-west1-b", "fin")]
+    assert run_cli(capsys, "make-template", name, "--config", str(tmp_path / "job.yaml"), "--project", PROJECT)[0] == 0
+    assert run_cli(capsys, "make-group", name, "--template", name, "--zone", "us-west1-b", "--project", PROJECT)[0] == 0
+    group = compute_server.groups[(PROJECT, "zones/us-west1-b", name)]
     member = group["_members"][0]
     vm = LocalInstance(_instance_attributes(compute_server.instances[member]), str(tmp_path / "vm"),
                        name=member[2], zone=member[1], project=PROJECT, python=sys.executable,
                        env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint})
+    return group, member, vm
+
+
+@pytest.mark.parametrize("on_finish", ["auto", "keep-alive"])
+def test_a_finished_agent_leaves_its_group_so_nothing_is_recreated(on_finish, compute_server, tmp_path, capsys):
+    from tests.conftest import dummy_spec
+
+    spec_yaml = dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=15, on_finish=on_finish)
+    group, member, vm = agent_in_a_group("fin", spec_yaml, compute_server, tmp_path, capsys)
     try:
         vm.boot()
         assert vm.wait(120) == 0, open(vm.log_path()).read()[-2000:]
@@ -308,20 +316,13 @@ def test_startup_script_refuses_hostile_metadata_values(tmp_path, attributes):
 
 
 def test_a_job_that_keeps_failing_ends_failed_and_leaves_its_group(compute_server, tmp_path, capsys):
-    from survivor.local.instance import LocalInstance
     from survivor.journal import Journal
     from survivor.storage import open_storage
     from tests.conftest import dummy_spec
 
     job_dir = str(tmp_path / "jobdir")
-    (tmp_path / "job.yaml").write_text(dummy_spec(job_dir, tmp_path, extra_args=["--fail-at-start"], on_finish="auto"))
-    assert run_cli(capsys, "make-template", "bad", "--config", str(tmp_path / "job.yaml"), "--project", PROJECT)[0] == 0
-    assert run_cli(capsys, "make-group", "bad", "--template", "bad", "--zone", "us-west1-b", "--project", PROJECT)[0] == 0
-    group = compute_server.groups[(PROJECT, "zones/us-west1-b", "bad")]
-    member = group["_members"][0]
-    vm = LocalInstance(_instance_attributes(compute_server.instances[member]), str(tmp_path / "vm"),
-                       name=member[2], zone=member[1], project=PROJECT, python=sys.executable,
-                       env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint})
+    spec_yaml = dummy_spec(job_dir, tmp_path, extra_args=["--fail-at-start"], on_finish="auto")
+    group, member, vm = agent_in_a_group("bad", spec_yaml, compute_server, tmp_path, capsys)
     try:
         codes = []
         for _ in range(3):  # systemd restarting the agent on the same VM
