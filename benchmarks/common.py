@@ -7,8 +7,6 @@ import os
 import platform
 import re
 import subprocess
-import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLOTS = os.path.join(ROOT, "docs", "benchmarks")
@@ -107,6 +105,3 @@ def agent_log_text(path: str) -> str:
             lines.append(entry.get("message", ""))
     return "\n".join(lines)
 
-
-def now() -> float:
-    return time.perf_counter()

@@ -27,7 +27,7 @@ FAILED = "survivor/FAILED"
 
 #: How an attempt ended. `preempted` and `stopped` came with a notice; `finished` wrote DONE;
 #: `failed` means the trainer or setup failed; `gave-up` wrote FAILED.
-OUTCOMES = ("finished", "preempted", "stopped", "failed", "gave-up", "already-done", "superseded")
+OUTCOMES = ("finished", "preempted", "stopped", "failed", "gave-up", "superseded")
 
 
 def now() -> str:

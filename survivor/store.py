@@ -27,7 +27,7 @@ import os
 import posixpath
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from survivor import log as logs
@@ -121,7 +121,6 @@ class CommitStats:
     upload_seconds: float = 0.0
     manifest_seconds: float = 0.0
     reused_files: int = 0
-    timings: dict = field(default_factory=dict)
 
 
 def manifest_name(step: int, attempt: int, seq: int) -> str:

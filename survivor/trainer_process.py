@@ -22,7 +22,6 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
 from typing import Sequence
 
 from survivor import log as logs
@@ -89,15 +88,6 @@ def read_progress(path: str) -> int | None:
             return int(json.load(f)["step"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-@dataclass
-class TrainerExit:
-    """How the trainer ended."""
-
-    returncode: int
-    signalled_by_us: bool
-    killed: bool
 
 
 class TrainerProcess:
@@ -185,8 +175,3 @@ class TrainerProcess:
             if line.strip(" ^~") and not line.startswith("  File "):
                 return line.strip()[:300]
         return ""
-
-    def result(self) -> TrainerExit:
-        code = self.popen.wait()
-        self._pump.join(timeout=2)
-        return TrainerExit(code, self.terminated_at is not None, self.killed)

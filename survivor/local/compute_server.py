@@ -567,11 +567,6 @@ class ComputeServer:
         with self.lock:
             self.instances[(project, zone, name)]["_guest"][(namespace, key)] = value
 
-    def append_serial(self, project: str, zone: str, name: str, text: str) -> None:
-        with self.lock:
-            vm = self.instances.get((project, zone, name))
-            if vm:
-                vm["_serial"] += text
 
     # -- HTTP -------------------------------------------------------------------------------------
 

@@ -19,7 +19,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
-from urllib.parse import urlsplit
 
 import requests
 
@@ -123,7 +122,3 @@ class FaultProxy:
 
         return Handler
 
-
-def split_url(url: str) -> tuple[str, int]:
-    parts = urlsplit(url)
-    return parts.hostname or "127.0.0.1", parts.port or 80

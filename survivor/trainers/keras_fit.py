@@ -24,7 +24,6 @@ matches the uninterrupted one bit for bit.
 from __future__ import annotations
 
 import os
-from typing import Callable
 
 from survivor.trainers.contract import StopRequest, report_progress
 
