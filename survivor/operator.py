@@ -204,7 +204,7 @@ def vertex_status(args: argparse.Namespace) -> int:
         print(f"{report['display_name']}: {report['state']} ({report['vertex_job']})")
         if "job" in report:
             print(f"  job dir: {report['job']['state']}, committed step {report['job']['committed_step']}")
-        print(f"  logs: gcloud ai custom-jobs stream-logs {job['name'].rsplit('/', 1)[-1]} --region {region}")
+        print(f"  logs: survivor logs --vertex {job['name']}")
     return 0
 
 
@@ -320,8 +320,44 @@ def delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def vertex_logs(args: argparse.Namespace) -> int:
+    """A Vertex AI custom job's replica logs from Cloud Logging; with --follow, until the job ends."""
+    from google.api_core import exceptions as api_errors
+
+    from survivor import vertex
+
+    try:
+        project, region, _ = vertex.job_parts(args.vertex)
+        job = vertex.get(args.vertex, region)
+        since = job.get("createTime") or "1970-01-01T00:00:00Z"
+        client = vertex.logging_client(project)
+        printed_at_since: set[str] = set()  # entries at the newest timestamp, asked for again next time
+        while True:
+            for line in vertex.job_logs(args.vertex, since, client):
+                if line.insert_id in printed_at_since:
+                    continue
+                print(line, flush=True)
+                if line.timestamp != since:
+                    since, printed_at_since = line.timestamp, set()
+                printed_at_since.add(line.insert_id)
+            if not args.follow or job.get("state") in vertex.FINISHED_STATES:
+                return 0
+            time.sleep(args.interval)
+            job = vertex.get(args.vertex, region)
+    except SpecError as exc:
+        return _err(exc.problems[0])
+    except api_errors.GoogleAPICallError as exc:
+        return _err(f"custom job {args.vertex}: {exc.message}")
+    except KeyboardInterrupt:
+        return 0
+
+
 def logs(args: argparse.Namespace) -> int:
     """Serial port output of the job's instance (the startup script and the agent's journal)."""
+    if args.vertex:
+        return vertex_logs(args)
+    if not args.name:
+        return _err("name the job (its MIG), or a Vertex AI custom job with --vertex")
     try:
         project = _project(args)
         compute = compute_for(project)
@@ -349,8 +385,8 @@ def logs(args: argparse.Namespace) -> int:
 def add_commands(sub) -> None:
     """Adds the operator subcommands to the CLI's subparsers."""
 
-    def where(p, instance: bool = False):
-        p.add_argument("name", help="the job's name (its MIG and template)")
+    def where(p, instance: bool = False, name_optional: bool = False):
+        p.add_argument("name", nargs="?" if name_optional else None, help="the job's name (its MIG and template)")
         p.add_argument("--project", help="Google Cloud project (default: $GOOGLE_CLOUD_PROJECT)")
         p.add_argument("--zone", help="the zonal MIG's zone")
         p.add_argument("--region", help="the regional MIG's region")
@@ -405,8 +441,9 @@ def add_commands(sub) -> None:
     p.add_argument("--template", help="template name when it is not the job's name")
     p.set_defaults(func=delete)
 
-    p = sub.add_parser("logs", help="the job instance's serial port output")
-    where(p, instance=True)
+    p = sub.add_parser("logs", help="the job instance's serial port output, or a Vertex AI job's logs")
+    where(p, instance=True, name_optional=True)
+    p.add_argument("--vertex", metavar="CUSTOM_JOB", help="a Vertex AI custom job's name: its replicas' logs")
     p.add_argument("--follow", "-f", action="store_true")
     p.add_argument("--interval", type=float, default=5.0)
     p.set_defaults(func=logs)

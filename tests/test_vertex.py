@@ -116,3 +116,74 @@ def test_a_body_the_api_would_reject_fails_at_the_fake(vertex_server):
     answer = requests.post(f"{vertex_server.endpoint}/v1/projects/p/locations/r/customJobs",
                            json={"displayName": "x", "jobSpec": {"workerPoolSpecz": []}})
     assert answer.status_code == 400 and "workerPoolSpecz" in answer.json()["error"]["message"]
+
+
+@pytest.fixture
+def logging_server(monkeypatch):
+    pytest.importorskip("google.cloud.logging")
+    from survivor.local.logging_server import LoggingServer
+
+    with LoggingServer() as server:
+        monkeypatch.setenv("SURVIVOR_LOGGING_ENDPOINT", server.endpoint)
+        yield server
+
+
+def submitted_job(vertex_server, tmp_path) -> str:
+    (tmp_path / "job.yaml").write_text(SPEC)
+    assert cli.main(["submit", "--config", str(tmp_path / "job.yaml"), "--project", "my-project"]) == 0
+    return next(iter(vertex_server.jobs))
+
+
+def test_logs_of_a_vertex_job_come_from_cloud_logging_through_the_real_client(vertex_server, logging_server,
+                                                                              tmp_path, capsys):
+    name = submitted_job(vertex_server, tmp_path)
+    job_id = name.rsplit("/", 1)[1]
+    logging_server.add("my-project", job_id, "workerpool0-0", "worker 0 of 2 (chief:0, chief)",
+                       timestamp="2026-11-22T00:00:05Z")
+    logging_server.add("my-project", job_id, "workerpool1-0", "step 10/5000 loss 2.1", timestamp="2026-11-22T00:00:07Z")
+    logging_server.add("my-project", "999", "workerpool0-0", "another job's line", timestamp="2026-11-22T00:00:06Z")
+    logging_server.add("other-project", job_id, "workerpool0-0", "another project's line")
+    logging_server.max_page = 2  # the lines come in three pages
+    for i in range(3):
+        logging_server.add("my-project", job_id, "workerpool0-0", f"line {i}", severity="WARNING",
+                           timestamp=f"2026-11-22T00:01:0{i}Z")
+    capsys.readouterr()
+    assert cli.main(["logs", "--vertex", name]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "2026-11-22T00:00:05Z workerpool0-0 INFO: worker 0 of 2 (chief:0, chief)"
+    assert lines[1].endswith("workerpool1-0 INFO: step 10/5000 loss 2.1")
+    assert [line.split(": ", 1)[1] for line in lines[2:]] == ["line 0", "line 1", "line 2"]
+    assert len(logging_server.requests) == 3 and logging_server.requests[-1]["pageToken"] == "4"
+    sent = logging_server.requests[-1]
+    assert sent["resourceNames"] == ["projects/my-project"]
+    assert f'resource.labels.job_id="{job_id}"' in sent["filter"] and 'timestamp>="2026-11-22T00:00:00' in sent["filter"]
+
+
+def test_following_a_vertex_job_prints_each_line_once_until_it_ends(vertex_server, logging_server, tmp_path, capsys):
+    name = submitted_job(vertex_server, tmp_path)
+    job_id = name.rsplit("/", 1)[1]
+    logging_server.add("my-project", job_id, "workerpool0-0", "first", timestamp="2026-11-22T00:00:05Z")
+    logging_server.add("my-project", job_id, "workerpool0-0", "same second", timestamp="2026-11-22T00:00:05Z")
+    capsys.readouterr()
+    # the fake job goes pending -> running -> succeeded as it is read: the command stops by itself
+    assert cli.main(["logs", "--vertex", name, "--follow", "--interval", "0.01"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.rsplit(": ", 1)[1] for line in printed] == ["first", "same second"]
+    assert len(logging_server.requests) >= 2, "it asked again while the job ran"
+
+
+def test_logs_of_a_malformed_or_missing_job_say_what_is_wrong(vertex_server, logging_server, capsys):
+    assert cli.main(["logs", "--vertex", "customJobs/12"]) != 0
+    assert "expected projects/PROJECT/locations/REGION/customJobs/ID" in capsys.readouterr().err
+    assert cli.main(["logs", "--vertex", "projects/p/locations/us-central1/customJobs/404"]) != 0
+    assert "not found" in capsys.readouterr().err
+    assert cli.main(["logs"]) != 0
+    assert "name the job" in capsys.readouterr().err
+
+
+def test_the_fake_refuses_filters_it_does_not_understand(logging_server):
+    import requests
+
+    answer = requests.post(f"{logging_server.endpoint}/v2/entries:list",
+                           json={"resourceNames": ["projects/p"], "filter": 'resource.type:"ml_job"'})
+    assert answer.status_code == 400 and "unsupported filter clause" in answer.json()["error"]["message"]

@@ -30,11 +30,10 @@ import random
 import re
 import string
 import threading
-from http.server import BaseHTTPRequestHandler
-
-from survivor.local.http import QuietServer
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
+
+from survivor.local.http import LocalService, QuietHandler, send_json
 
 BASE = "/compute/v1/"
 
@@ -114,8 +113,10 @@ def _tail(url: str) -> str:
     return url.rstrip("/").rsplit("/", 1)[-1]
 
 
-class ComputeServer:
+class ComputeServer(LocalService):
     """The fake. Thread-safe; state is plain dicts a test can read."""
+
+    thread_name = "compute-fake"
 
     def __init__(self, port: int = 0, zones_per_region: int = 3):
         doc = discovery()
@@ -132,29 +133,7 @@ class ComputeServer:
         self.on_instance_created: list[Callable[[dict], None]] = []
         self.on_instance_deleted: list[Callable[[dict], None]] = []
         self._ids = itertools.count(1000000000000000000)
-        self._httpd = QuietServer(("127.0.0.1", port), self._handler_class())
-
-    # -- lifecycle --------------------------------------------------------------------------------
-
-    @property
-    def endpoint(self) -> str:
-        """The `api_endpoint` for google-cloud-compute's client_options."""
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
-
-    def start(self) -> "ComputeServer":
-        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                         name="compute-fake", daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-
-    def __enter__(self) -> "ComputeServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        self._listen(port, self._handler_class())
 
     # -- failure injection ------------------------------------------------------------------------
 
@@ -573,19 +552,9 @@ class ComputeServer:
     def _handler_class(self):
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(QuietHandler):
             def _send(self, status: int, payload: Any) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, payload)
 
             def _serve(self, verb: str) -> None:
                 url = urlsplit(self.path)

@@ -18,11 +18,10 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 
 import requests
 
-from survivor.local.http import QuietServer
+from survivor.local.http import LocalService, QuietHandler
 
 KINDS = ("429", "503", "reset", "stall", "truncate")
 
@@ -47,8 +46,10 @@ class FaultPlan:
             return self._rng.choice(self.kinds)
 
 
-class FaultProxy:
+class FaultProxy(LocalService):
     """An HTTP reverse proxy on 127.0.0.1 injecting faults by `plan`."""
+
+    thread_name = "fault-proxy"
 
     def __init__(self, upstream: str, plan: FaultPlan | None = None, port: int = 0):
         self.upstream = upstream.rstrip("/")
@@ -56,30 +57,16 @@ class FaultProxy:
         self.count: Counter = Counter()
         self._session = requests.Session()
         self._session.trust_env = False
-        self._httpd = QuietServer(("127.0.0.1", port), self._handler_class())
+        self._listen(port, self._handler_class())
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
-
-    def start(self) -> "FaultProxy":
-        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
-                         name="fault-proxy").start()
-        return self
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        return self.endpoint
 
     def _handler_class(self):
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(QuietHandler):
             def _reply(self, status: int, body: bytes, headers: dict[str, str] | None = None, cut: bool = False):
                 self.send_response(status)
                 for key, value in (headers or {}).items():

@@ -3,8 +3,11 @@ that hang up (a preempted agent drops its hanging GET; that is not an error)."""
 
 from __future__ import annotations
 
+import json
 import sys
-from http.server import ThreadingHTTPServer
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 
 class QuietServer(ThreadingHTTPServer):
@@ -15,3 +18,63 @@ class QuietServer(ThreadingHTTPServer):
         if isinstance(error, (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)):
             return
         super().handle_error(request, client_address)
+
+
+def send_json(handler: BaseHTTPRequestHandler, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+    """Writes one JSON reply with its length (the fakes speak HTTP/1.1 keep-alive to the clients)."""
+    data = json.dumps(payload).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json; charset=UTF-8")
+    handler.send_header("Content-Length", str(len(data)))
+    for key, value in (headers or {}).items():
+        handler.send_header(key, value)
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+def read_json(handler: BaseHTTPRequestHandler) -> Any:
+    """The request body as JSON ({} when empty). Raises ValueError for a body that is not JSON."""
+    raw = handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+    return json.loads(raw) if raw else {}
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """HTTP/1.1 keep-alive like the real APIs, and no access log (tests and the demo tell their own story)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+class LocalService:
+    """A stand-in's lifecycle: serves on 127.0.0.1 from a daemon thread; `start()`/`stop()` or `with`."""
+
+    thread_name = "stand-in"
+
+    def _listen(self, port: int, handler_class: type[BaseHTTPRequestHandler]) -> None:
+        self._httpd = QuietServer(("127.0.0.1", port), handler_class)
+
+    @property
+    def port(self) -> int:
+        return self._httpd.server_address[1]
+
+    @property
+    def endpoint(self) -> str:
+        """`http://127.0.0.1:PORT`: the `api_endpoint` for a client library's client_options."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self):
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name=self.thread_name,
+                         daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

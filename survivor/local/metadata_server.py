@@ -23,9 +23,8 @@ import hashlib
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler
 
-from survivor.local.http import QuietServer
+from survivor.local.http import LocalService, QuietHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -69,40 +68,29 @@ def _etag(value: Any) -> str:
     return hashlib.sha1(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 
-class MetadataServer:
+class MetadataServer(LocalService):
     """The emulator. Thread-safe; `start()` serves on 127.0.0.1 in a daemon thread."""
+
+    thread_name = "metadata-emulator"
 
     def __init__(self, tree: dict[str, Any] | None = None, *, port: int = 0, **identity: Any):
         self.tree = tree or default_tree(**identity)
         self._cond = threading.Condition()
         self._fault: tuple[str, int] = ("ok", 0)
         self.requests = 0
-        self._httpd = QuietServer(("127.0.0.1", port), self._handler_class())
-        self._thread: threading.Thread | None = None
+        self._listen(port, self._handler_class())
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     @property
     def host(self) -> str:
         """`127.0.0.1:PORT`, the value for GCE_METADATA_HOST."""
-        return f"127.0.0.1:{self._httpd.server_address[1]}"
-
-    def start(self) -> "MetadataServer":
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="metadata-emulator", daemon=True)
-        self._thread.start()
-        return self
+        return f"127.0.0.1:{self.port}"
 
     def stop(self) -> None:
         with self._cond:
-            self._cond.notify_all()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-
-    def __enter__(self) -> "MetadataServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+            self._cond.notify_all()  # hanging GETs return
+        super().stop()
 
     # -- the tree ---------------------------------------------------------------------------------
 
@@ -166,12 +154,7 @@ class MetadataServer:
     def _handler_class(self):
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):  # quiet: tests and the demo print their own story
-                pass
-
+        class Handler(QuietHandler):
             def _send(self, status: int, body: str | bytes, *, etag: str | None = None,
                       content_type: str = "application/text", flavor: bool = True) -> None:
                 data = body.encode() if isinstance(body, str) else body

@@ -10,49 +10,29 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
-from http.server import BaseHTTPRequestHandler
+from typing import Any
 from urllib.parse import urlsplit
 
-from survivor.local.http import QuietServer
+from survivor.local.http import LocalService, QuietHandler, send_json
 
 
 
-class VertexServer:
+class VertexServer(LocalService):
+    thread_name = "vertex-fake"
+
     def __init__(self, port: int = 0):
         self.jobs: dict[str, dict] = {}
         self.requests: list[tuple[str, str, dict | None]] = []
         self._ids = itertools.count(4000000000000000000)
-        self._httpd = QuietServer(("127.0.0.1", port), self._handler())
+        self._listen(port, self._handler())
 
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
-
-    def start(self) -> "VertexServer":
-        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
 
     def _handler(self):
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _send(self, status: int, payload: dict) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+        class Handler(QuietHandler):
+            def _send(self, status: int, payload: Any) -> None:
+                send_json(self, status, payload)
 
             def _error(self, status: int, message: str) -> None:
                 self._send(status, {"error": {"code": status, "message": message, "status": "INVALID_ARGUMENT"}})

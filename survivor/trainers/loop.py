@@ -15,6 +15,15 @@ SIGTERM or SIGINT: the step in flight finishes, a checkpoint is saved, the proce
 with hyperparameters other than the checkpoint's is refused, naming each difference, unless
 `--allow-hparam-change`. On a machine without GPUs, `--num-gpus N` splits the CPU into N logical
 devices, which is how multi-GPU training is tested here.
+
+Across machines (`TF_CONFIG` or Vertex AI's `CLUSTER_SPEC` naming more than one worker, see
+`survivor.trainers.cluster`): `MultiWorkerMirroredStrategy`, every worker stepping through the same
+global batches. The chief writes checkpoints, summaries and the export into `--job-dir`; the other
+workers take part in every save (a save reads synchronised variables, a collective) into a scratch
+directory they delete; every worker restores from the chief's. Notices go through TensorFlow's
+`PreemptionCheckpointHandler` with survivor's `NoticePoll` (SIGTERM, `instance/preempted`, a
+terminating maintenance event): whichever worker hears first, all agree on the next step, all save
+there, and all exit `RESTART_EXIT_CODE` so the cluster restarts the job.
 """
 
 from __future__ import annotations
@@ -27,9 +36,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from survivor.trainers.cluster import Cluster, cluster_from_env
 from survivor.trainers.contract import StopRequest, report_progress
 
 HPARAMS_FILE = "hparams.json"
+#: What a multi-worker trainer exits with after its notice checkpoint: TensorFlow's restartable code on
+#: Google Cloud. The single-machine trainer exits 0 instead (the agent knows why it stopped).
+RESTART_EXIT_CODE = 143
 
 
 def add_contract_flags(parser: argparse.ArgumentParser, *, checkpoint_steps: int = 1000) -> None:
@@ -91,20 +104,42 @@ class Runtime:
     replicas: int
     stop: StopRequest
     hparams: dict[str, Any] = field(default_factory=dict)
+    cluster: Cluster | None = None  # set when training across machines
+    saved_step: int | None = None  # the newest checkpoint's step, the same on every worker
+
+    @property
+    def is_chief(self) -> bool:
+        return self.cluster is None or self.cluster.is_chief
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, hparams: dict[str, Any]) -> "Runtime":
+        stop = StopRequest.install()  # before the slow imports finish: a SIGTERM now still saves
+        cluster = cluster_from_env(os.environ)
+        if cluster is not None and not cluster.trains:
+            print(f"{cluster.source}: task {cluster.task_type}:{cluster.task_index} has nothing to do: the built-in "
+                  "trainers run MultiWorkerMirroredStrategy (chief and workers only); exiting", flush=True)
+            raise SystemExit(0)
         import tensorflow as tf
         import keras
 
-        stop = StopRequest.install()  # before the slow imports finish: a SIGTERM now still saves
-        kind, replicas = select_devices(args.num_gpus, len(tf.config.list_physical_devices("GPU")))
-        if kind == "cpu" and replicas > 1:
+        physical_gpus = tf.config.list_physical_devices("GPU")
+        kind, replicas = select_devices(args.num_gpus, len(physical_gpus))
+        if cluster is not None and cluster.multi_worker:
+            os.environ["TF_CONFIG"] = json.dumps(cluster.tf_config)  # normalised: chief/worker only
+            if kind == "gpu":
+                tf.config.set_visible_devices(physical_gpus[:replicas], "GPU")
+        elif kind == "cpu" and replicas > 1:
             cpu = tf.config.list_physical_devices("CPU")[0]
             tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
         if not args.no_determinism:
             tf.config.experimental.enable_op_determinism()
         keras.utils.set_random_seed(args.seed)
+        if cluster is not None and cluster.multi_worker:
+            strategy = tf.distribute.MultiWorkerMirroredStrategy()
+            print(f"worker {cluster.worker_id} of {cluster.workers} ({cluster.task_type}:{cluster.task_index}, "
+                  f"{'chief' if cluster.is_chief else 'not chief'}), {strategy.num_replicas_in_sync} replica(s) "
+                  "in all", flush=True)
+            return cls(args, strategy, strategy.num_replicas_in_sync, stop, hparams, cluster)
         devices = [f"/{kind}:{i}" for i in range(replicas)]
         strategy = tf.distribute.MirroredStrategy(devices)
         return cls(args, strategy, replicas, stop, hparams)
@@ -112,11 +147,13 @@ class Runtime:
     # -- hyperparameter guard ---------------------------------------------------------------------
 
     def guard_hparams(self) -> None:
-        """Refuses to resume with different hyperparameters; records them on a first start."""
+        """Refuses to resume with different hyperparameters; the chief records them on a first start."""
+        from tensorflow.io import gfile  # the job dir may be gs:// (Vertex AI)
+
         path = os.path.join(self.args.job_dir, HPARAMS_FILE)
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                saved = json.load(f)
+        if gfile.exists(path):
+            with gfile.GFile(path, "r") as f:
+                saved = json.loads(f.read())
             differences = hparam_differences(saved, self.hparams)
             if differences and not self.args.allow_hparam_change:
                 raise HparamMismatch(
@@ -125,10 +162,37 @@ class Runtime:
                 )
             if not differences:
                 return
+        if not self.is_chief:
+            return
         tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(self.hparams, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        with gfile.GFile(tmp, "w") as f:
+            f.write(json.dumps(self.hparams, indent=1, sort_keys=True))
+        gfile.rename(tmp, path, overwrite=True)
+
+    def scratch_dir(self, name: str) -> str:
+        """Where a worker other than the chief writes what only the chief's copy of is kept."""
+        assert self.cluster is not None
+        parent = os.path.dirname(self.args.job_dir.rstrip("/"))
+        return os.path.join(parent, f"workertemp_{self.cluster.worker_id}", name)
+
+    def notice_handler(self, manager, save: Callable[[], None]):
+        """TensorFlow's PreemptionCheckpointHandler, listening to survivor's NoticePoll."""
+        import tensorflow as tf
+
+        from survivor.metadata import MetadataClient
+        from survivor.trainers.preemption import NoticePoll, once
+
+        poll = NoticePoll(self.stop, MetadataClient(timeout=1.0, retrying=once))
+
+        def leave() -> None:
+            print(f"notice ({poll.source or 'a peer'}): all workers saved at step {self.saved_step}; exiting "
+                  f"{RESTART_EXIT_CODE} for a restart", flush=True)
+            sys.exit(RESTART_EXIT_CODE)
+
+        config = tf.distribute.experimental.TerminationConfig(
+            termination_watcher_fn=poll, exit_fn=leave, grace_period=0, save_fn=save)
+        return tf.distribute.experimental.PreemptionCheckpointHandler(self.strategy.cluster_resolver, manager,
+                                                                      termination_config=config)
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -137,7 +201,7 @@ class Runtime:
         import tensorflow as tf
 
         args = self.args
-        os.makedirs(args.job_dir, exist_ok=True)
+        tf.io.gfile.makedirs(args.job_dir)
         try:
             self.guard_hparams()
         except HparamMismatch as exc:
@@ -146,6 +210,7 @@ class Runtime:
         strategy = self.strategy
         replicas = self.replicas
         global_batch = hooks.examples_per_batch
+        multi_worker = self.cluster is not None and self.cluster.multi_worker
 
         with strategy.scope():
             optimizer.build(model.trainable_variables)
@@ -157,9 +222,27 @@ class Runtime:
                                              checkpoint_name="ckpt")
         if manager.latest_checkpoint:
             checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-            print(f"resumed from {os.path.basename(manager.latest_checkpoint)} at step {int(step.numpy())}", flush=True)
+            self.saved_step = int(step.numpy())
+            print(f"resumed from {os.path.basename(manager.latest_checkpoint)} at step {self.saved_step}", flush=True)
         else:
             print(f"starting from scratch on {replicas} replica(s)", flush=True)
+        if self.is_chief:
+            write_manager = manager
+        else:  # every worker saves (a collective); only the chief's copy is kept
+            write_manager = tf.train.CheckpointManager(checkpoint, self.scratch_dir("checkpoints"), max_to_keep=1,
+                                                       checkpoint_name="ckpt")
+        save_seconds: list[float] = []
+
+        def save() -> None:
+            started = time.perf_counter()
+            number = int(step.numpy())
+            write_manager.save(checkpoint_number=number)
+            if not self.is_chief:
+                tf.io.gfile.rmtree(os.path.dirname(write_manager.directory))
+            self.saved_step = number
+            save_seconds.append(time.perf_counter() - started)
+
+        handler = self.notice_handler(manager, save) if multi_worker else None
 
         def split(batch, ctx):
             index, count = ctx.replica_id_in_sync_group, ctx.num_replicas_in_sync
@@ -185,22 +268,25 @@ class Runtime:
             return (strategy.reduce("SUM", loss, axis=None),
                     strategy.reduce("SUM", correct, axis=None) / global_batch)
 
-        writer = tf.summary.create_file_writer(os.path.join(args.job_dir, "train"))
+        def next_step():
+            batch = next(iterator)
+            distributed = strategy.experimental_distribute_values_from_function(lambda ctx: split(batch, ctx))
+            return train_step(*distributed)
+
+        if self.is_chief:
+            writer = tf.summary.create_file_writer(os.path.join(args.job_dir, "train"))
+        else:
+            writer = tf.summary.create_noop_writer()
         current = int(step.numpy())
         first_step_done = None  # steps/s is timed after the first step, which traces the graph
         timed_steps = 0
-        save_seconds: list[float] = []
-
-        def save() -> None:
-            started = time.perf_counter()
-            manager.save(checkpoint_number=current)
-            save_seconds.append(time.perf_counter() - started)
         window_start, window_steps = time.monotonic(), 0
         loss_value = accuracy = float("nan")
         while current < args.train_steps:
-            batch = next(iterator)
-            distributed = strategy.experimental_distribute_values_from_function(lambda ctx: split(batch, ctx))
-            loss_t, acc_t = train_step(*distributed)
+            if handler is not None:  # checks for a notice (any worker's) before taking a batch; may save, exit
+                loss_t, acc_t = handler.run(next_step)
+            else:
+                loss_t, acc_t = next_step()
             current += 1
             window_steps += 1
             if first_step_done is None:
@@ -225,7 +311,7 @@ class Runtime:
                     tf.summary.scalar("examples_per_second", steps_per_s * global_batch)
                 writer.flush()
                 window_start, window_steps = time.monotonic(), 0
-            if self.stop.requested:
+            if self.stop.requested and handler is None:
                 save()
                 print(f"{self.stop.signal_name or 'stop'} at step {current}: checkpoint saved in "
                       f"{save_seconds[-1]:.3f} s, exiting", flush=True)
@@ -237,9 +323,9 @@ class Runtime:
             mean_save = sum(save_seconds) / len(save_seconds) if save_seconds else 0.0
             print(f"timing steps {timed_steps} seconds {elapsed:.3f} steps_per_second {timed_steps / elapsed:.3f} "
                   f"saves {len(save_seconds)} mean_save_seconds {mean_save:.4f}", flush=True)
-        if manager.latest_checkpoint is None or not manager.latest_checkpoint.endswith(f"ckpt-{current}"):
-            manager.save(checkpoint_number=current)
-        if hooks.evaluate is not None:
+        if self.saved_step != current:
+            save()
+        if hooks.evaluate is not None and self.is_chief:  # replica 0 holds the model that is saved
             metrics = hooks.evaluate()
             print("eval " + " ".join(f"{k} {v:.4f}" for k, v in metrics.items()), flush=True)
             with writer.as_default(step=current):
@@ -247,9 +333,12 @@ class Runtime:
                     tf.summary.scalar(f"eval_{key}", value)
             writer.flush()
         if hooks.export is not None:
-            export_dir = os.path.join(args.job_dir, "export")
+            export_dir = os.path.join(args.job_dir, "export") if self.is_chief else self.scratch_dir("export")
             hooks.export(export_dir)
-            print(f"exported a SavedModel to {export_dir}", flush=True)
+            if self.is_chief:
+                print(f"exported a SavedModel to {export_dir}", flush=True)
+            else:
+                tf.io.gfile.rmtree(os.path.dirname(export_dir))
         print(f"training finished at step {current}", flush=True)
         return 0
 
