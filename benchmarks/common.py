@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -75,14 +74,13 @@ def plot_bars(path: str, title: str, labels: list[str], series: dict[str, list[f
 
 
 def parse_timing(text: str) -> dict[str, float]:
-    """The loop's closing `timing steps N seconds S steps_per_second R saves K mean_save_seconds M` line."""
-    match = re.search(r"timing steps (\d+) seconds ([\d.]+) steps_per_second ([\d.]+) saves (\d+) "
-                      r"mean_save_seconds ([\d.]+)", text)
-    if not match:
+    """The loop's closing `timing steps N seconds S steps_per_second R saves K ...` line, as numbers."""
+    line = next((l for l in text.splitlines() if "timing steps " in l), None)
+    if line is None:
         raise ValueError("no timing line in the trainer's output")
-    steps, seconds, rate, saves, mean_save = match.groups()
-    return {"steps": int(steps), "seconds": float(seconds), "steps_per_second": float(rate), "saves": int(saves),
-            "mean_save_seconds": float(mean_save)}
+    words = line[line.index("timing steps "):].split()[1:]
+    values = {key: float(value) for key, value in zip(words[::2], words[1::2])}
+    return {**values, "steps": int(values["steps"]), "saves": int(values["saves"])}
 
 
 def run(argv: list[str], env: dict | None = None, timeout: float = 1800) -> str:

@@ -92,7 +92,7 @@ class Mirror:
 
     def __init__(self, store: CheckpointStore, storage: JobStorage, local_root: str, attempt: int,
                  interval: float, committed_step: int | None, on_commit: Callable[[CommitStats], None],
-                 fence: Callable[[], None] | None = None):
+                 fence: Callable[[], None] | None = None, fence_window: float = 0.0):
         self.store = store
         self.storage = storage
         self.local_root = local_root
@@ -101,6 +101,7 @@ class Mirror:
         self.committed_step = committed_step
         self.on_commit = on_commit
         self.fence = fence
+        self.fence_window = fence_window
         self._fingerprint: frozenset | None = None
         self._crc_cache: dict = {}
         self._events: dict[str, tuple[int, int]] = {}
@@ -124,8 +125,9 @@ class Mirror:
                 self.errors += 1
                 log.warning("sync failed; will retry", error=str(exc))
 
-    def sync(self) -> CommitStats | None:
-        """Commits the local snapshot if it changed and holds a step; mirrors event files."""
+    def sync(self, collect: bool = True) -> CommitStats | None:
+        """Commits the local snapshot if it changed and holds a step; mirrors event files. With
+        `collect`, then deletes what the new commit made obsolete."""
         with self._lock:
             self._mirror_events()
             snapshot = scan(self.local_root, self._crc_cache)
@@ -137,18 +139,23 @@ class Mirror:
             if fingerprint == self._fingerprint:
                 return None
             try:
-                stats = self.store.commit(self.local_root, snapshot, self.attempt, fence=self.fence)
+                stats = self.store.commit(self.local_root, snapshot, self.attempt, fence=self.fence,
+                                          fence_window=self.fence_window)
             except SnapshotChanged as exc:
                 log.info("a file changed during upload; committing at the next sync", reason=str(exc))
                 return None
             self._fingerprint = fingerprint
             self.committed_step = snapshot.step
             self.on_commit(stats)
-            try:
-                self.store.collect_garbage()
-            except Exception as exc:
-                log.warning("garbage collection failed; old snapshots stay for now", error=str(exc))
+            if collect:
+                self.collect_garbage()
             return stats
+
+    def collect_garbage(self) -> None:
+        try:
+            self.store.collect_garbage()
+        except Exception as exc:
+            log.warning("garbage collection failed; old snapshots stay for now", error=str(exc))
 
     def _mirror_events(self) -> None:
         """TensorBoard event files go to the job dir as they are, so `tensorboard --logdir` works."""
@@ -169,11 +176,12 @@ class Mirror:
         self._thread.join()
 
     def final_sync(self, attempts: int = 3) -> CommitStats | None:
-        """Stops the background loop and commits what the trainer left, retrying a changed file."""
+        """Stops the background loop and commits what the trainer left, retrying a changed file.
+        Garbage collection is left to the caller, after the checkpoint is safe."""
         self.stop()
         stats = None
         for _ in range(attempts):
-            stats = self.sync() or stats
+            stats = self.sync(collect=False) or stats
             snapshot_step = scan(self.local_root, self._crc_cache).step
             if snapshot_step is None or snapshot_step == self.committed_step:
                 break
@@ -358,7 +366,7 @@ class Boot:
             self._guest("step", str(stats.manifest.step))
 
         mirror = Mirror(store, storage, self.local_job, attempt.number, spec.sync_seconds, restored, on_commit,
-                        fence=self.lease.renew).start()
+                        fence=self.lease.renew, fence_window=self.lease.ttl / 8).start()
         train_started = time.monotonic()
         while True:
             notice = watcher.wait(timeout=0.2)
@@ -379,6 +387,7 @@ class Boot:
                 mirror.final_sync()
         except LeaseLost:
             return self._superseded(attempt, trainer, mirror)
+        mirror.collect_garbage()
         committed = mirror.committed_step
         reached = self._reached(restored)
         if code == 0 and watcher.notice is None:
@@ -438,6 +447,8 @@ class Boot:
         lost = steps_lost(reached, committed)
         log.info("safe after notice", source=notice.source, committed_step=committed, reached_step=reached,
                  steps_lost=lost, seconds=total, **{f"{k}_seconds": v for k, v in self.phase.seconds.items()})
+        if mirror is not None:
+            mirror.collect_garbage()  # after the checkpoint is safe: never on the way to it
         self.journal.end(self.attempt, self._classify(notice), end_step=committed, reached_step=reached,
                          steps_lost=lost, notice=notice.source, timings=self.phase.seconds)
         self._guest("state", "stopped", force=True)

@@ -26,6 +26,7 @@ import json
 import os
 import posixpath
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -212,12 +213,15 @@ class CheckpointStore:
         return self._known_blobs
 
     def commit(self, local_root: str, snapshot: Snapshot, attempt: int,
-               fence: Callable[[], None] | None = None) -> CommitStats:
+               fence: Callable[[], None] | None = None, fence_window: float = 0.0) -> CommitStats:
         """Uploads the snapshot's new files in parallel, then writes its manifest: the commit point.
 
-        `fence()` runs right before the manifest write and raises if this writer may no longer
-        commit (the lease's renewal). Raises SnapshotChanged if a file changed during the upload
-        (nothing is committed then).
+        `fence()` raises if this writer may no longer commit (the lease's renewal). It must have
+        succeeded at most `fence_window` seconds before the manifest write: with a window, it runs
+        alongside the upload and again only if the upload outlasted the window (a lease is only
+        taken after a whole ttl without renewal, so a window well inside the ttl is as safe as a
+        fence right before the write, and saves a round trip on the way to safety). Raises
+        SnapshotChanged if a file changed during the upload (nothing is committed then).
         """
         if snapshot.step is None:
             raise ValueError("a snapshot without a step cannot be committed")
@@ -225,17 +229,33 @@ class CheckpointStore:
         known = self._blobs()
         todo = [e for e in entries if e.object not in known]
         started = time.monotonic()
-        if todo:
-            stored = self.storage.upload([(os.path.join(local_root, e.path), e.object) for e in todo])
-            for entry, info in zip(todo, stored):
-                if (info.crc32c and info.crc32c != entry.crc32c) or info.size != entry.size:
-                    # The file changed between checksum and upload: the stored bytes are not what the
-                    # name promises, so drop them and let the next sync try again.
-                    self.storage.delete([entry.object])
-                    raise SnapshotChanged(f"{entry.path} changed while it was uploaded")
-                known.add(entry.object)
+        early_fence, fence_errors = None, []
+        if fence is not None and todo and fence_window > 0:
+            def run_fence() -> None:
+                try:
+                    fence()
+                except BaseException as exc:  # handed to this thread below
+                    fence_errors.append(exc)
+
+            early_fence = threading.Thread(target=run_fence, name="fence", daemon=True)
+            early_fence.start()
+        try:
+            if todo:
+                stored = self.storage.upload([(os.path.join(local_root, e.path), e.object) for e in todo])
+                for entry, info in zip(todo, stored):
+                    if (info.crc32c and info.crc32c != entry.crc32c) or info.size != entry.size:
+                        # The file changed between checksum and upload: the stored bytes are not what
+                        # the name promises, so drop them and let the next sync try again.
+                        self.storage.delete([entry.object])
+                        raise SnapshotChanged(f"{entry.path} changed while it was uploaded")
+                    known.add(entry.object)
+        finally:
+            if early_fence is not None:
+                early_fence.join()
         uploaded = time.monotonic()
-        if fence is not None:
+        if fence_errors:
+            raise fence_errors[0]
+        if fence is not None and (early_fence is None or uploaded - started > fence_window):
             fence()
         self._seq += 1
         manifest = Manifest(

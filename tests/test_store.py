@@ -183,3 +183,54 @@ def test_sigkill_during_a_real_upload_leaves_the_previous_commit(bucket, tmp_pat
     restored = store.restore(str(tmp_path / "r"))
     assert restored.step == 10
     assert sorted(os.listdir(tmp_path / "r")) == ["dummy-checkpoint-10.json"]
+
+
+class SlowUploads:
+    """The job dir's own storage, with uploads that take `seconds`: time for a fence to run alongside."""
+
+    def __init__(self, storage, seconds: float):
+        self.storage, self.seconds = storage, seconds
+
+    def upload(self, pairs):
+        time.sleep(self.seconds)
+        return self.storage.upload(pairs)
+
+    def __getattr__(self, name):
+        return getattr(self.storage, name)
+
+
+def fence_log(calls: list, fail: bool = False):
+    def fence():
+        calls.append(time.monotonic())
+        if fail:
+            raise RuntimeError("lease lost")
+    return fence
+
+
+def test_the_fence_runs_alongside_a_short_upload_and_once(job_dir, tmp_path):
+    store = CheckpointStore(SlowUploads(open_storage(job_dir), 0.3))
+    local = str(tmp_path / "job")
+    write(local, "dummy-checkpoint-5.json", b"{}")
+    calls: list = []
+    started = time.monotonic()
+    stats = store.commit(local, scan(local), 1, fence=fence_log(calls), fence_window=5.0)
+    assert len(calls) == 1 and calls[0] - started < 0.25, "fenced while the upload ran, not after it"
+    assert stats.manifest.step == 5 and store.latest().step == 5
+
+
+def test_an_upload_longer_than_the_window_is_fenced_again_before_the_manifest(job_dir, tmp_path):
+    store = CheckpointStore(SlowUploads(open_storage(job_dir), 0.3))
+    local = str(tmp_path / "job")
+    write(local, "dummy-checkpoint-5.json", b"{}")
+    calls: list = []
+    store.commit(local, scan(local), 1, fence=fence_log(calls), fence_window=0.1)
+    assert len(calls) == 2 and calls[1] - calls[0] >= 0.3
+
+
+def test_a_failed_fence_alongside_the_upload_commits_nothing(job_dir, tmp_path):
+    store = CheckpointStore(SlowUploads(open_storage(job_dir), 0.1))
+    local = str(tmp_path / "job")
+    write(local, "dummy-checkpoint-5.json", b"{}")
+    with pytest.raises(RuntimeError, match="lease lost"):
+        store.commit(local, scan(local), 1, fence=fence_log([], fail=True), fence_window=5.0)
+    assert store.latest() is None

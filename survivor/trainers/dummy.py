@@ -99,8 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     time.sleep(args.startup_seconds)
     step = latest_checkpoint(args.job_dir) // args.resume_every * args.resume_every
     print(f"dummy trainer: resuming at step {step} of {args.train_steps}; hyperparameters {unknown}", flush=True)
+    # Steps are paced against a deadline, so a step costs exactly --step-seconds however long the
+    # bookkeeping around it takes; a save moves the deadline (its time is a stall, as in a real trainer).
+    deadline = time.monotonic()
     while step < args.train_steps:
-        time.sleep(args.step_seconds)
+        deadline += args.step_seconds
+        time.sleep(max(0.0, deadline - time.monotonic()))
         step += 1
         if args.step_log:
             with open(args.step_log, "a", encoding="utf-8") as f:
@@ -110,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(args.save_seconds)
             save(args.job_dir, step, args.checkpoint_bytes)
             print(f"step {step}/{args.train_steps} saved", flush=True)
+            deadline = time.monotonic()
         if stop.requested and args.on_sigterm == "save":
             save(args.job_dir, step, args.checkpoint_bytes)
             print(f"dummy trainer: {stop.signal_name} at step {step}; saved, exiting", flush=True)

@@ -6,10 +6,15 @@
     >>> return runtime.train(model, optimizer, dataset_of_global_batches, TrainHooks(...))
 
 What it keeps in its `tf.train.Checkpoint`, so that a resumed run reproduces the uninterrupted one
-exactly (with op determinism and fixed seeds): the model, the optimizer (slots, iterations), the step,
-the input iterator (a plain iterator over global batches, split per replica at each step: a
-distributed iterator cannot be checkpointed), and the Keras RNG state variables
-(`seed_generator_state`, which `model.weights` leaves out).
+exactly (with op determinism and fixed seeds): every model and optimizer variable (slots, iterations,
+batch-norm statistics, the Keras RNG state `seed_generator_state` that `model.weights` leaves out),
+keyed by Keras path; the step; the input iterator (a plain iterator over global batches, split per
+replica at each step: a distributed iterator cannot be checkpointed).
+
+Periodic saves are off the step path: TensorFlow's async checkpoint copies the state to host memory
+(variables and the iterator's position, at that step) and writes it from a background thread; the
+`checkpoint` state file names it only once it is complete, which is when the agent mirrors it. A
+notice's save and the last one wait for the write. `--sync-checkpoints` writes on the step path.
 
 SIGTERM or SIGINT: the step in flight finishes, a checkpoint is saved, the process exits 0. Resuming
 with hyperparameters other than the checkpoint's is refused, naming each difference, unless
@@ -60,6 +65,9 @@ def add_contract_flags(parser: argparse.ArgumentParser, *, checkpoint_steps: int
                         help="resume even if hyperparameters differ from the checkpoint's")
     parser.add_argument("--no-determinism", action="store_true",
                         help="skip op determinism (faster on GPUs; resume is then not bitwise exact)")
+    parser.add_argument("--sync-checkpoints", action="store_true",
+                        help="write periodic checkpoints on the step path (default: copy the state to host memory "
+                             "and write it from a background thread)")
 
 
 class HparamMismatch(Exception):
@@ -216,8 +224,7 @@ class Runtime:
             optimizer.build(model.trainable_variables)
             step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         iterator = iter(dataset)
-        rng_state = {f"rng_{i}": getattr(v, "value", v) for i, v in enumerate(rng_variables(model))}
-        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step, iterator=iterator, rng=rng_state)
+        checkpoint = tf.train.Checkpoint(**checkpoint_objects(model, optimizer, step, iterator))
         manager = tf.train.CheckpointManager(checkpoint, args.job_dir, max_to_keep=args.keep_checkpoints,
                                              checkpoint_name="ckpt")
         if manager.latest_checkpoint:
@@ -231,12 +238,19 @@ class Runtime:
         else:  # every worker saves (a collective); only the chief's copy is kept
             write_manager = tf.train.CheckpointManager(checkpoint, self.scratch_dir("checkpoints"), max_to_keep=1,
                                                        checkpoint_name="ckpt")
-        save_seconds: list[float] = []
+        save_seconds: list[float] = []  # time on the step path per save
+        # Off the step path: the state is copied to host memory (variables, the iterator's position) and
+        # written by TensorFlow's async checkpoint thread; `checkpoint` names it only once it is complete.
+        # Not across workers: there every save is a collective, kept in step.
+        background = not args.sync_checkpoints and not multi_worker
+        options = tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True) if background else None
 
-        def save() -> None:
+        def save(blocking: bool = True) -> None:
             started = time.perf_counter()
             number = int(step.numpy())
-            write_manager.save(checkpoint_number=number)
+            write_manager.save(checkpoint_number=number, options=options)
+            if blocking and background:
+                checkpoint.sync()
             if not self.is_chief:
                 tf.io.gfile.rmtree(os.path.dirname(write_manager.directory))
             self.saved_step = number
@@ -317,14 +331,18 @@ class Runtime:
                       f"{save_seconds[-1]:.3f} s, exiting", flush=True)
                 return 0
             if current % args.checkpoint_steps == 0:
-                save()
+                save(blocking=False)
         if first_step_done is not None and timed_steps:
             elapsed = time.perf_counter() - first_step_done
             mean_save = sum(save_seconds) / len(save_seconds) if save_seconds else 0.0
+            median_save = sorted(save_seconds)[len(save_seconds) // 2] if save_seconds else 0.0
             print(f"timing steps {timed_steps} seconds {elapsed:.3f} steps_per_second {timed_steps / elapsed:.3f} "
-                  f"saves {len(save_seconds)} mean_save_seconds {mean_save:.4f}", flush=True)
+                  f"saves {len(save_seconds)} mean_save_seconds {mean_save:.4f} median_save_seconds {median_save:.4f}",
+                  flush=True)
         if self.saved_step != current:
             save()
+        elif background:
+            checkpoint.sync()
         if hooks.evaluate is not None and self.is_chief:  # replica 0 holds the model that is saved
             metrics = hooks.evaluate()
             print("eval " + " ".join(f"{k} {v:.4f}" for k, v in metrics.items()), flush=True)
@@ -343,7 +361,21 @@ class Runtime:
         return 0
 
 
-def rng_variables(model) -> list:
-    """Keras 3 RNG state variables (Dropout, random augmentation layers): in `model.variables`,
-    not in `model.weights`, and not saved by `tf.train.Checkpoint(model=...)`."""
-    return [v for v in model.variables if "seed_generator_state" in getattr(v, "path", v.name)]
+def checkpoint_objects(model, optimizer, step, iterator) -> dict[str, Any]:
+    """What a checkpoint holds: every model and optimizer variable as the TensorFlow variable under
+    the Keras one, keyed by its Keras path, plus the step and the input iterator.
+
+    `model.variables` includes the Keras 3 RNG state (`seed_generator_state` of Dropout and random
+    augmentation layers), which `tf.train.Checkpoint(model=...)` leaves out. The TensorFlow variables
+    themselves (not the Keras wrappers) are what TensorFlow's async checkpoint can copy to host memory.
+    """
+    objects: dict[str, Any] = {"step": step, "iterator": iterator}
+    for group, variables in (("model", model.variables), ("optimizer", optimizer.variables)):
+        by_path: dict[str, Any] = {}
+        for variable in variables:
+            path = getattr(variable, "path", variable.name)
+            if path in by_path:
+                raise ValueError(f"two {group} variables share the path {path!r}: a checkpoint could not tell them apart")
+            by_path[path] = getattr(variable, "value", variable)
+        objects[group] = by_path
+    return objects
