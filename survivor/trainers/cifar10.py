@@ -113,7 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.mixed_precision:
         keras.mixed_precision.set_global_policy("mixed_float16")
     global_batch = args.train_batch_size - args.train_batch_size % runtime.replicas
-    train = cifar10_data.train_dataset(args.data_dir, batch_size=global_batch, seed=args.seed)
+
+    def train(start_step: int):
+        return cifar10_data.train_dataset(args.data_dir, batch_size=global_batch, seed=args.seed, start_step=start_step)
+
     with runtime.strategy.scope():
         model = build_resnet(args.resnet_depth, batch_norm_decay=args.batch_norm_decay,
                              batch_norm_epsilon=args.batch_norm_epsilon, dropout=args.dropout, seed=args.seed)

@@ -102,12 +102,12 @@ def _augment(image, key):
     return tf.image.stateless_random_flip_left_right(image, seed=key + 1)
 
 
-def train_dataset(data_dir: str, *, batch_size: int, seed: int):
-    """Endless training batches whose order is a pure function of the step.
+def train_dataset(data_dir: str, *, batch_size: int, seed: int, start_step: int = 0):
+    """Endless training batches whose order is a pure function of the step, from `start_step` on.
 
     Example k of the stream is image `index_shuffle(k mod N, seed=(seed, epoch))` of the split held
-    in memory, augmented with stateless ops keyed by k. The iterator's state is therefore a counter:
-    checkpointing it costs a few bytes and a prefetch buffer, never the dataset or a shuffle buffer.
+    in memory, augmented with stateless ops keyed by k. Resuming at step s is starting the stream at
+    example s x batch: nothing of the input needs checkpointing (not even a prefetch buffer).
     """
     import tensorflow as tf
 
@@ -121,7 +121,7 @@ def train_dataset(data_dir: str, *, batch_size: int, seed: int):
         image = _augment(tf.cast(tf.gather(images, index), tf.float32), tf.stack([tf.cast(seed, tf.int64), k]))
         return tf.image.per_image_standardization(image), tf.gather(labels, index)
 
-    return (tf.data.Dataset.range(2**62).map(example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return (tf.data.Dataset.range(start_step * batch_size, 2**62).map(example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
             .batch(batch_size, drop_remainder=True).prefetch(2))
 
 

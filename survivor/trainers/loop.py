@@ -9,7 +9,9 @@ What it keeps in its `tf.train.Checkpoint`, so that a resumed run reproduces the
 exactly (with op determinism and fixed seeds): every model and optimizer variable (slots, iterations,
 batch-norm statistics, the Keras RNG state `seed_generator_state` that `model.weights` leaves out),
 keyed by Keras path; the step; the input iterator (a plain iterator over global batches, split per
-replica at each step: a distributed iterator cannot be checkpointed).
+replica at each step: a distributed iterator cannot be checkpointed). A trainer whose input order is a
+pure function of the step passes `dataset` as a function of the step to start at instead (the CIFAR-10
+trainer does): nothing of the input is saved, and a save copies only variables.
 
 Periodic saves are off the step path: TensorFlow's async checkpoint copies the state to host memory
 (variables and the iterator's position, at that step) and writes it from a background thread; the
@@ -205,7 +207,10 @@ class Runtime:
     # -- the loop ---------------------------------------------------------------------------------
 
     def train(self, model, optimizer, dataset, hooks: TrainHooks) -> int:
-        """Runs (or resumes) training to `--train-steps`. Returns the process exit code."""
+        """Runs (or resumes) training to `--train-steps`. Returns the process exit code.
+
+        `dataset`: endless global batches, as a `tf.data.Dataset` (its iterator is checkpointed) or
+        as a function of the step to start at that returns one (nothing of the input is saved)."""
         import tensorflow as tf
 
         args = self.args
@@ -223,7 +228,8 @@ class Runtime:
         with strategy.scope():
             optimizer.build(model.trainable_variables)
             step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        iterator = iter(dataset)
+        positional = callable(dataset)  # dataset(step) starts at that step: its position need not be saved
+        iterator = None if positional else iter(dataset)
         checkpoint = tf.train.Checkpoint(**checkpoint_objects(model, optimizer, step, iterator))
         manager = tf.train.CheckpointManager(checkpoint, args.job_dir, max_to_keep=args.keep_checkpoints,
                                              checkpoint_name="ckpt")
@@ -233,13 +239,15 @@ class Runtime:
             print(f"resumed from {os.path.basename(manager.latest_checkpoint)} at step {self.saved_step}", flush=True)
         else:
             print(f"starting from scratch on {replicas} replica(s)", flush=True)
+        if positional:
+            iterator = iter(dataset(int(step.numpy())))
         if self.is_chief:
             write_manager = manager
         else:  # every worker saves (a collective); only the chief's copy is kept
             write_manager = tf.train.CheckpointManager(checkpoint, self.scratch_dir("checkpoints"), max_to_keep=1,
                                                        checkpoint_name="ckpt")
         save_seconds: list[float] = []  # time on the step path per save
-        # Off the step path: the state is copied to host memory (variables, the iterator's position) and
+        # Off the step path: the state is copied to host memory (variables, an iterator's position) and
         # written by TensorFlow's async checkpoint thread; `checkpoint` names it only once it is complete.
         # Not across workers: there every save is a collective, kept in step.
         background = not args.sync_checkpoints and not multi_worker
@@ -361,15 +369,15 @@ class Runtime:
         return 0
 
 
-def checkpoint_objects(model, optimizer, step, iterator) -> dict[str, Any]:
+def checkpoint_objects(model, optimizer, step, iterator=None) -> dict[str, Any]:
     """What a checkpoint holds: every model and optimizer variable as the TensorFlow variable under
-    the Keras one, keyed by its Keras path, plus the step and the input iterator.
+    the Keras one, keyed by its Keras path, plus the step and the input iterator (when it has state).
 
     `model.variables` includes the Keras 3 RNG state (`seed_generator_state` of Dropout and random
     augmentation layers), which `tf.train.Checkpoint(model=...)` leaves out. The TensorFlow variables
     themselves (not the Keras wrappers) are what TensorFlow's async checkpoint can copy to host memory.
     """
-    objects: dict[str, Any] = {"step": step, "iterator": iterator}
+    objects: dict[str, Any] = {"step": step, **({"iterator": iterator} if iterator is not None else {})}
     for group, variables in (("model", model.variables), ("optimizer", optimizer.variables)):
         by_path: dict[str, Any] = {}
         for variable in variables:
