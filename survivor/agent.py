@@ -107,6 +107,8 @@ class Mirror:
         self._events: dict[str, tuple[int, int]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._hurried = False
         self._thread = threading.Thread(target=self._loop, name="mirror", daemon=True)
         self.errors = 0
 
@@ -116,9 +118,13 @@ class Mirror:
         return self
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        while True:
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
-                self.sync()
+                self.sync(collect=not self._hurried)
             except LeaseLost:
                 return
             except Exception as exc:  # keep training; the next round or the final sync tries again
@@ -171,8 +177,16 @@ class Mirror:
         if todo:
             self.storage.upload(todo)
 
+    def hurry(self, interval: float = 0.05) -> None:
+        """After a notice: look for the trainer's last checkpoint every `interval`, so its upload
+        overlaps the trainer's exit instead of following it; no garbage collection until safe."""
+        self._hurried = True
+        self.interval = interval
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         self._thread.join()
 
     def final_sync(self, attempts: int = 3) -> CommitStats | None:
@@ -405,6 +419,7 @@ class Boot:
         spec = self.spec
         self._guest("state", "saving", force=True)
         trainer.terminate()
+        mirror.hurry()
         # Leave the last part of the grace budget for the upload and the commit.
         deadline = notice.monotonic + spec.grace_seconds * 0.6
         code = trainer.wait(timeout=max(0.0, deadline - time.monotonic()))
