@@ -8,6 +8,9 @@ benches="${*:-overhead time_to_safety time_to_resume goodput chaos}"
 [[ $# -eq 0 ]] && : > "$out"
 for bench in ${benches}; do
   echo "running $bench" >&2
-  python -m "benchmarks.$bench" 2>/dev/null | tee -a "$out"
+  args=()
+  # goodput at real time, the four strategies at once (~35 min); GOODPUT_ARGS="--time-scale 10" for ~15 min
+  [[ $bench == goodput ]] && read -r -a args <<< "${GOODPUT_ARGS:---time-scale 1 --parallel}"
+  python -m "benchmarks.$bench" "${args[@]}" 2>/dev/null | tee -a "$out"
   echo >> "$out"
 done
