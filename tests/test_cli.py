@@ -2,23 +2,17 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import requests
 
 from survivor import cli
+from survivor.local.http import free_port
 from survivor.journal import Journal
 from survivor.storage import open_storage
 
 SURVIVOR = os.path.join(os.path.dirname(sys.executable), "survivor")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_emulate_metadata_serves_the_spec_and_flips_preempted(tmp_path):

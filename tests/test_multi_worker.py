@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
+from survivor.local.http import free_port, free_ports
 from survivor.local.metadata_server import MetadataServer
 from survivor.trainers.cluster import ClusterError, cluster_from_env
 from survivor.trainers.contract import StopRequest
@@ -109,9 +109,7 @@ def test_notice_poll_hears_preempted_maintenance_and_sigterm():
 
 def test_notice_poll_without_a_metadata_server_watches_sigterm_only(capsys):
     stop = StopRequest()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        host = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens once closed
+    host = f"127.0.0.1:{free_port()}"  # nothing listens there
     poll = NoticePoll(stop, MetadataClient(host, timeout=0.5, retrying=once))
     assert [poll() for _ in range(3)] == [False, False, False]
     assert poll.metadata is None and "watching SIGTERM only" in capsys.readouterr().err
@@ -122,16 +120,6 @@ def test_notice_poll_without_a_metadata_server_watches_sigterm_only(capsys):
 # -- two real workers -----------------------------------------------------------------------------
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 class Workers:
     """`count` trainer processes forming one TF_CONFIG cluster on 127.0.0.1."""
 
@@ -140,7 +128,7 @@ class Workers:
         hosts = [f"127.0.0.1:{p}" for p in free_ports(count)]
         self.progress = [str(tmp_path / f"progress-{i}-{time.monotonic_ns()}.json") for i in range(count)]
         self.procs = []
-        unreachable = f"127.0.0.1:{free_ports(1)[0]}"
+        unreachable = f"127.0.0.1:{free_port()}"
         for i in range(count):
             tf_config = {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": i}}
             env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "SURVIVOR_PROGRESS_FILE": self.progress[i],

@@ -11,12 +11,13 @@ thousand requests the server blocks on a full pipe; this launcher writes the log
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import tempfile
 import time
 
 import requests
+
+from survivor.local.http import free_port
 
 ENV = "STORAGE_EMULATOR_HOST"
 
@@ -32,17 +33,11 @@ def _binary() -> str:
     return str(_get_binary_path())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class StorageEmulator:
     """A fake-gcs-server process with an in-memory backend."""
 
     def __init__(self, port: int | None = None, log_dir: str | None = None):
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log_dir = log_dir or tempfile.mkdtemp(prefix="fake-gcs-")
         self.log_path = os.path.join(self._log_dir, "fake-gcs-server.log")

@@ -4,10 +4,27 @@ that hang up (a preempted agent drops its hanging GET; that is not an error)."""
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports on 127.0.0.1 that nothing listens on (all bound at once, then released)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
 
 
 class QuietServer(ThreadingHTTPServer):
