@@ -132,30 +132,45 @@ class Mirror:
                 log.warning("sync failed; will retry", error=str(exc))
 
     def sync(self, collect: bool = True) -> CommitStats | None:
-        """Commits the local snapshot if it changed and holds a step; mirrors event files. With
-        `collect`, then deletes what the new commit made obsolete."""
+        """Commits the local snapshot if it changed and holds a step. With `collect` (a routine
+        round), then mirrors event files and deletes what the new commit made obsolete; on the way
+        to safety neither runs before the commit (see `tidy`)."""
         with self._lock:
-            self._mirror_events()
-            snapshot = scan(self.local_root, self._crc_cache)
-            if snapshot.step is None or not snapshot.files:
-                return None
-            if self.committed_step is not None and snapshot.step < self.committed_step:
-                return None
-            fingerprint = snapshot.fingerprint()
-            if fingerprint == self._fingerprint:
-                return None
-            try:
-                stats = self.store.commit(self.local_root, snapshot, self.attempt, fence=self.fence,
-                                          fence_window=self.fence_window)
-            except SnapshotChanged as exc:
-                log.info("a file changed during upload; committing at the next sync", reason=str(exc))
-                return None
-            self._fingerprint = fingerprint
-            self.committed_step = snapshot.step
-            self.on_commit(stats)
+            stats = self._commit_if_new()
             if collect:
-                self.collect_garbage()
+                self._mirror_events()
+                if stats is not None:
+                    self.collect_garbage()
             return stats
+
+    def _commit_if_new(self) -> CommitStats | None:
+        snapshot = scan(self.local_root, self._crc_cache)
+        if snapshot.step is None or not snapshot.files:
+            return None
+        if self.committed_step is not None and snapshot.step < self.committed_step:
+            return None
+        fingerprint = snapshot.fingerprint()
+        if fingerprint == self._fingerprint:
+            return None
+        try:
+            stats = self.store.commit(self.local_root, snapshot, self.attempt, fence=self.fence,
+                                      fence_window=self.fence_window)
+        except SnapshotChanged as exc:
+            log.info("a file changed during upload; committing at the next sync", reason=str(exc))
+            return None
+        self._fingerprint = fingerprint
+        self.committed_step = snapshot.step
+        self.on_commit(stats)
+        return stats
+
+    def tidy(self) -> None:
+        """What waits until the checkpoint is safe: event files, then garbage collection."""
+        try:
+            with self._lock:
+                self._mirror_events()
+        except Exception as exc:
+            log.warning("event files not mirrored; the checkpoint is unaffected", error=str(exc))
+        self.collect_garbage()
 
     def collect_garbage(self) -> None:
         try:
@@ -177,9 +192,11 @@ class Mirror:
         if todo:
             self.storage.upload(todo)
 
-    def hurry(self, interval: float = 0.05) -> None:
+    def hurry(self, interval: float = 0.005) -> None:
         """After a notice: look for the trainer's last checkpoint every `interval`, so its upload
-        overlaps the trainer's exit instead of following it; no garbage collection until safe."""
+        starts as soon as the files are complete and overlaps the trainer's exit instead of
+        following it; no garbage collection until safe. A scan of unchanged files is a walk and a
+        stat per file (checksums are cached), so a few milliseconds is cheap for the ≤30 s it lasts."""
         self._hurried = True
         self.interval = interval
         self._wake.set()
@@ -401,7 +418,7 @@ class Boot:
                 mirror.final_sync()
         except LeaseLost:
             return self._superseded(attempt, trainer, mirror)
-        mirror.collect_garbage()
+        mirror.tidy()
         committed = mirror.committed_step
         reached = self._reached(restored)
         if code == 0 and watcher.notice is None:
@@ -417,9 +434,9 @@ class Boot:
     def _save_on_notice(self, notice: Notice, trainer: TrainerProcess, mirror: Mirror,
                         store: CheckpointStore, restored: int | None) -> int:
         spec = self.spec
-        self._guest("state", "saving", force=True)
         trainer.terminate()
         mirror.hurry()
+        self._guest("state", "saving", force=True)
         # Leave the last part of the grace budget for the upload and the commit.
         deadline = notice.monotonic + spec.grace_seconds * 0.6
         code = trainer.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -463,7 +480,7 @@ class Boot:
         log.info("safe after notice", source=notice.source, committed_step=committed, reached_step=reached,
                  steps_lost=lost, seconds=total, **{f"{k}_seconds": v for k, v in self.phase.seconds.items()})
         if mirror is not None:
-            mirror.collect_garbage()  # after the checkpoint is safe: never on the way to it
+            mirror.tidy()  # after the checkpoint is safe: never on the way to it
         self.journal.end(self.attempt, self._classify(notice), end_step=committed, reached_step=reached,
                          steps_lost=lost, notice=notice.source, timings=self.phase.seconds)
         self._guest("state", "stopped", force=True)

@@ -18,6 +18,7 @@ import collections
 import json
 import os
 import pwd
+import select
 import signal
 import subprocess
 import threading
@@ -161,7 +162,13 @@ class TrainerProcess:
             pass
 
     def wait(self, timeout: float | None = None) -> int | None:
-        """Waits up to `timeout` seconds; returns the exit code or None if still running."""
+        """Waits up to `timeout` seconds; returns the exit code or None if still running.
+
+        The exit is seen the moment it happens (a pidfd becomes readable), not at the next of
+        `Popen.wait`'s polls, which back off to 50 ms: on the way to safety every one counts.
+        """
+        if timeout is not None and not _exited_within(self.popen, timeout):
+            return None
         try:
             code = self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -175,3 +182,19 @@ class TrainerProcess:
             if line.strip(" ^~") and not line.startswith("  File "):
                 return line.strip()[:300]
         return ""
+
+
+def _exited_within(popen: subprocess.Popen, timeout: float) -> bool:
+    """True once `popen` has exited, waiting at most `timeout` seconds on its pidfd; where pidfds
+    are not available (not Linux, or a kernel before 5.3) it answers True and `Popen.wait` polls."""
+    if popen.returncode is not None:
+        return True
+    try:
+        fd = os.pidfd_open(popen.pid)
+    except (AttributeError, OSError):
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], max(0.0, timeout))
+        return bool(readable)
+    finally:
+        os.close(fd)

@@ -13,7 +13,7 @@ import pytest
 from survivor.delivery import deliver, git_commands
 from survivor.gpus import decide_gpu_count, parse_nvidia_smi_list
 from survivor.spec import JobSpec, TrainerSpec
-from survivor.trainer_process import TrainerUserError, decide_user, trainer_argv
+from survivor.trainer_process import TrainerProcess, TrainerUserError, decide_user, trainer_argv
 
 
 def spec(**trainer):
@@ -157,3 +157,18 @@ def test_an_agent_running_as_root_runs_the_trainer_as_the_named_user(tmp_path):
     written = open(os.path.join(base, "work", "job", "ckpt-1.txt")).read()
     assert written == str(nobody.pw_uid)
     assert stat.S_IMODE(os.stat(base).st_mode) == 0o755
+
+
+def test_wait_sees_an_exit_during_the_wait_and_times_out_on_a_running_trainer():
+    quick = TrainerProcess.start([sys.executable, "-c", "import time; time.sleep(0.3); raise SystemExit(7)"],
+                                 env=dict(os.environ))
+    assert quick.wait(timeout=0.01) is None  # still running
+    assert quick.wait(timeout=30) == 7  # exits while we wait: its code, not a timeout
+    assert quick.wait(timeout=0) == 7  # and stays exited
+
+    slow = TrainerProcess.start([sys.executable, "-c", "import time; time.sleep(60)"], env=dict(os.environ))
+    try:
+        assert slow.wait(timeout=0.2) is None
+    finally:
+        slow.kill()
+    assert slow.wait(timeout=30) == -9
