@@ -11,7 +11,9 @@ the trainer's cold start, plus the download at the measured bandwidth.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
+import statistics
 import os
 import subprocess
 import sys
@@ -36,20 +38,60 @@ def first_progress(progress_file: str, after: int, proc: subprocess.Popen | None
     raise TimeoutError("no first step")
 
 
+def resume_under_agent(vm, job_dir: str) -> dict:
+    """One preempted boot's successor: agent start to the first step past the committed one."""
+    from survivor.journal import Journal
+    from survivor.storage import open_storage
+
+    committed = Journal(open_storage(job_dir)).attempts()[-1].end_step
+    started = time.perf_counter()
+    vm.boot(wipe=True)
+    first = first_progress(os.path.join(vm.workdir, "progress.json"), committed, vm.process)
+    vm.preempt()
+    attempt = Journal(open_storage(job_dir)).attempts()[-1]
+    log = vm.log_lines()
+    boot_time = dt.datetime.fromisoformat(log[0]["time"])
+    started_entry = next(e for e in log if e["message"] == "trainer started")
+    to_trainer = (dt.datetime.fromisoformat(started_entry["time"]) - boot_time).total_seconds()
+    return {"total": first - started, "to_trainer": to_trainer, "argv": started_entry["argv"].split(" "),
+            "restored": attempt.restored_step or 0, **{k: attempt.timings.get(k, 0.0) for k in ("spec", "restore", "setup")}}
+
+
+def cold_start(job_dir: str, root: str, argv: list[str], n: int) -> float:
+    """The trainer alone, with the agent's own argv, on the same checkpoint restored into a local dir."""
+    from survivor.store import CheckpointStore
+    from survivor.storage import open_storage
+
+    local = os.path.join(root, f"cold-{n}")
+    manifest = CheckpointStore(open_storage(job_dir)).restore(local)
+    progress = os.path.join(root, f"cold-progress-{n}.json")
+    argv = list(argv)
+    argv[argv.index("--job-dir") + 1] = local
+    started = time.perf_counter()
+    proc = subprocess.Popen(argv, env={**os.environ, "SURVIVOR_PROGRESS_FILE": progress, "PYTHONUNBUFFERED": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        return first_progress(progress, manifest.step if manifest else 0, proc) - started
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--depth", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="resumes under the agent, each followed by a cold start of the trainer alone")
     args = parser.parse_args()
-    from survivor.journal import Journal
     from survivor.local.gcs import StorageEmulator
     from survivor.local.instance import LocalInstance
-    from survivor.storage import open_storage
     from survivor.trainers import cifar10_data
 
     root = tempfile.mkdtemp(prefix="bench-resume-")
     data_dir = os.path.join(root, "data")
     cifar10_data.synthetic(1024, data_dir)
     hparams = {"resnet-depth": args.depth, "train-batch-size": 32, "log-steps": 50, "eval-steps": 1, "no-export": ""}
+    agent_runs, cold_runs = [], []
     with StorageEmulator(log_dir=root) as gcs:
         gcs.create_bucket("bench")
         job_dir = "gs://bench/resume"
@@ -61,56 +103,35 @@ def main() -> int:
             vm.boot()
             vm.wait_for_step(12, timeout=600)
             vm.preempt()
-            committed = Journal(open_storage(job_dir)).attempts()[-1].end_step
-            started = time.perf_counter()
-            vm.boot(wipe=True)
-            first = first_progress(os.path.join(vm.workdir, "progress.json"), committed, vm.process)
-            agent_total = first - started
-            vm.preempt()
+            for n in range(args.repeats):  # interleaved, so drift on the machine falls on both sides
+                agent_runs.append(resume_under_agent(vm, job_dir))
+                cold_runs.append(cold_start(job_dir, root, agent_runs[-1]["argv"], n))
         finally:
             vm.close()
-        attempt = Journal(open_storage(job_dir)).attempts()[-1]
-        t = attempt.timings
-        log = vm.log_lines()
-        boot_time = next(e["time"] for e in log)
-        trainer_started = next(e["time"] for e in log if e["message"] == "trainer started")
-        import datetime as dt
-
-        agent_first_log = dt.datetime.fromisoformat(boot_time)
-        to_trainer = (dt.datetime.fromisoformat(trainer_started) - agent_first_log).total_seconds()
         run([sys.executable, "-c", "import survivor.agent"])  # warm the file cache first
         t0 = time.perf_counter()
         run([sys.executable, "-c", "import survivor.cli, survivor.agent"])
         import_seconds = time.perf_counter() - t0
 
-        # the trainer's own cold start on the same checkpoint (restored into a local dir)
-        from survivor.store import CheckpointStore
+    def med(key: str) -> float:
+        return statistics.median(r[key] for r in agent_runs)
 
-        local = os.path.join(root, "cold")
-        CheckpointStore(open_storage(job_dir)).restore(local)
-        progress = os.path.join(root, "cold-progress.json")
-        argv = [sys.executable, "-m", "survivor.trainers.cifar10", "--job-dir", local, "--data-dir", data_dir,
-                "--train-steps", "100000", "--num-gpus", "2", "--checkpoint-steps", "100000",
-                *[x for k, v in hparams.items() for x in ([f"--{k}", str(v)] if v != "" else [f"--{k}"])]]
-        started = time.perf_counter()
-        proc = subprocess.Popen(argv, env={**os.environ, "SURVIVOR_PROGRESS_FILE": progress, "TF_CPP_MIN_LOG_LEVEL": "3"},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        cold = first_progress(progress, attempt.restored_step or 0, proc) - started
-        proc.terminate()
-        proc.wait()
-    trainer_phase = agent_total - to_trainer
+    agent_total, cold = med("total"), statistics.median(cold_runs)
+    overheads = sorted(a["total"] - c for a, c in zip(agent_runs, cold_runs))
     rows = [
         ["python + survivor imports", import_seconds],
-        ["metadata + spec (agent)", t.get("spec", 0.0)],
-        ["restore: download + verify", t.get("restore", 0.0)],
-        ["setup: GPUs, code, start", t.get("setup", 0.0)],
-        ["agent start -> trainer started (all of the above, measured)", to_trainer],
-        ["trainer start -> first step", trainer_phase],
+        ["metadata + spec (agent)", med("spec")],
+        ["restore: download + verify", med("restore")],
+        ["setup: GPUs, code, start", med("setup")],
+        ["agent start -> trainer started (all of the above, measured)", med("to_trainer")],
+        ["trainer start -> first step", statistics.median(a["total"] - a["to_trainer"] for a in agent_runs)],
         ["agent start -> first step", agent_total],
         ["trainer cold start alone -> first step", cold],
-        ["agent overhead over the trainer's cold start", agent_total - cold],
+        ["agent overhead over the trainer's cold start (median of pairs)", statistics.median(overheads)],
+        ["  range over the pairs", f"{overheads[0]:+.2f} .. {overheads[-1]:+.2f}"],
     ]
-    print(f"machine: {machine()}; CIFAR-10 ResNet-{args.depth} checkpoint, job dir in fake-gcs-server\n")
+    print(f"machine: {machine()}; CIFAR-10 ResNet-{args.depth} checkpoint, job dir in fake-gcs-server; "
+          f"medians of {args.repeats} resumes, each beside a cold start with the same argv\n")
     print(table("time to resume (s)", ["phase", "seconds"], rows))
     plot = plot_bars(os.path.join(PLOTS, "time_to_resume.png"), "agent start to first step",
                      ["agent", "trainer alone"], {"seconds": [agent_total, cold]}, "seconds")
