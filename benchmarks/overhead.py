@@ -49,6 +49,17 @@ def own_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def progress_report_seconds(root: str, calls: int = 2000) -> float:
+    """What the trainer contract adds to each step under the agent: one atomic progress write."""
+    from survivor.trainers.contract import report_progress
+
+    path = os.path.join(root, "progress-bench.json")
+    started = time.perf_counter()
+    for step in range(calls):
+        report_progress(step, path)
+    return (time.perf_counter() - started) / calls
+
+
 def under_agent(data_dir: str, root: str, steps: int, checkpoint_steps: int) -> dict:
     from survivor.local.instance import LocalInstance
 
@@ -86,7 +97,7 @@ def under_agent(data_dir: str, root: str, steps: int, checkpoint_steps: int) -> 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--stall-depth", type=int, default=20, help="ResNet depth for the checkpoint stall runs")
     args = parser.parse_args()
     from survivor.trainers import cifar10_data
@@ -113,8 +124,9 @@ def main() -> int:
     stalls = {}
     for mode, extra in (("off the step path (default)", ()), ("synchronous (--sync-checkpoints)", ("--sync-checkpoints",))):
         stalls[mode] = statistics.median(
-            bare(data_dir, os.path.join(root, f"saves-{len(stalls)}-{i}"), args.steps, 20, extra,
-                 depth=args.stall_depth)["median_save_seconds"] for i in range(args.repeats))
+            bare(data_dir, os.path.join(root, f"saves-{len(stalls)}-{i}"), 200, 20, extra,
+                 depth=args.stall_depth)["median_save_seconds"] for i in range(3))
+    report = progress_report_seconds(root)
     rows = [["alone", alone, "-", "-"],
             ["under the agent", agent, f"{statistics.median(pairs):+.2f}%", f"{pairs[0]:+.2f} .. {pairs[-1]:+.2f}%"]]
     print(f"machine: {machine()}\n")
@@ -127,9 +139,15 @@ def main() -> int:
                 [[f"{c:.2f}", f"{w:.1f}", f"{100 * c / (w * cores):.2f}%", f"{tc:.3f}", f"{tw:.1f}",
                   f"{100 * tc / (tw * cores):.3f}%"] for c, w, tc, tw in agent_cpu]
                 + [["median", "", f"{100 * cpu_share:.2f}%", "", "", f"{100 * training_share:.3f}%"]]))
+    print(table("what the agent can take from a CPU-bound trainer while it steps (the bound the target is read against)",
+                ["part", "share of the step time"],
+                [["the agent's CPU while the trainer steps (median above)", f"{100 * training_share:.3f}%"],
+                 [f"the trainer's progress report per step ({1e6 * report:.0f} us at {alone:.1f} steps/s)",
+                  f"{100 * report * alone:.3f}%"],
+                 ["together", f"{100 * (training_share + report * alone):.3f}%"]]))
     synchronous = stalls["synchronous (--sync-checkpoints)"]
     print(table(f"stall per periodic checkpoint, CIFAR-10 ResNet-{args.stall_depth}, a save every 20 steps, "
-                f"median of {args.repeats}",
+                "median of 3",
                 ["writer", "step-path time per save, median (s)", "vs synchronous"],
                 [[mode, f"{value:.4f}", f"{100 * value / synchronous:.0f}%"] for mode, value in stalls.items()]))
     plot = plot_bars(os.path.join(PLOTS, "overhead.png"), "steps/s alone vs under the agent",

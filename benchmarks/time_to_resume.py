@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import statistics
 import os
 import subprocess
@@ -23,17 +22,14 @@ import time
 import yaml
 
 from benchmarks.common import PLOTS, machine, plot_bars, run, table
+from survivor.trainer_process import read_progress
 
 
 def first_progress(progress_file: str, after: int, proc: subprocess.Popen | None, timeout: float = 600) -> float:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            with open(progress_file) as f:
-                if json.load(f)["step"] > after:
-                    return time.perf_counter()
-        except (OSError, ValueError, KeyError):
-            pass
+        if (read_progress(progress_file) or 0) > after:
+            return time.perf_counter()
         time.sleep(0.005)
     raise TimeoutError("no first step")
 

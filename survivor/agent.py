@@ -39,7 +39,8 @@ from survivor.snapshot import event_files, scan
 from survivor.spec import JobSpec, SpecError, validate_uri
 from survivor.storage import JobStorage, StorageError, open_storage
 from survivor.store import CheckpointStore, CommitStats, SnapshotChanged
-from survivor.trainer_process import PROGRESS_ENV, TrainerProcess, TrainerUserError, decide_user, read_progress, trainer_argv
+from survivor.trainer_process import TrainerProcess, TrainerUserError, decide_user, read_progress, trainer_argv
+from survivor.trainers.contract import PROGRESS_ENV
 
 log = logs.get("agent")
 

@@ -15,7 +15,6 @@ structured log.
 from __future__ import annotations
 
 import collections
-import json
 import os
 import pwd
 import select
@@ -27,10 +26,10 @@ from typing import Sequence
 
 from survivor import log as logs
 from survivor.spec import BUILTIN_TRAINERS, JobSpec
+from survivor.trainers.contract import parse_progress
 
 log = logs.get("trainer")
 
-PROGRESS_ENV = "SURVIVOR_PROGRESS_FILE"
 
 
 class TrainerUserError(Exception):
@@ -85,9 +84,9 @@ def decide_user(euid: int, requested: str | None, allow_root: bool) -> str | Non
 def read_progress(path: str) -> int | None:
     """The step a trainer last reported in its progress file, if any."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return int(json.load(f)["step"])
-    except (OSError, ValueError, KeyError, TypeError):
+        with open(path, "rb") as f:
+            return parse_progress(f.read())
+    except OSError:
         return None
 
 

@@ -172,3 +172,40 @@ def test_wait_sees_an_exit_during_the_wait_and_times_out_on_a_running_trainer():
     finally:
         slow.kill()
     assert slow.wait(timeout=30) == -9
+
+
+def test_progress_is_rewritten_in_place_and_a_half_written_record_is_refused(tmp_path):
+    from survivor.trainer_process import read_progress
+    from survivor.trainers.contract import PROGRESS_RECORD_BYTES, parse_progress, report_progress
+
+    path = str(tmp_path / "progress.json")
+    assert read_progress(path) is None
+    report_progress(123456, path)
+    report_progress(7, path)  # a shorter number covers the longer one whole
+    assert read_progress(path) == 7
+    assert os.path.getsize(path) == PROGRESS_RECORD_BYTES
+    os.remove(path)  # the agent removes it before each start: the next report makes a new one
+    report_progress(8, path)
+    assert read_progress(path) == 8
+    assert parse_progress('{"step": 12}') == 12  # a trainer writing the plain form atomically
+    assert parse_progress(b'{"step": 1299, "check": 1300}') is None  # copies differ: a write half done
+    assert parse_progress(b'{"step": 13') is None
+    assert parse_progress(b"") is None
+
+
+def test_a_reader_racing_the_writer_never_sees_a_wrong_step(tmp_path):
+    path = str(tmp_path / "progress.json")
+    writer = subprocess.Popen([sys.executable, "-c", (
+        "import sys\nfrom survivor.trainers.contract import report_progress\n"
+        "for step in range(1, 200001):\n    report_progress(step, sys.argv[1])\n"), path])
+    from survivor.trainer_process import read_progress
+
+    seen = []
+    while writer.poll() is None:
+        step = read_progress(path)
+        if step is not None:
+            seen.append(step)
+    assert writer.wait() == 0
+    assert seen == sorted(seen), "a step went backwards: a torn record was believed"
+    assert all(1 <= s <= 200000 for s in seen)
+    assert read_progress(path) == 200000

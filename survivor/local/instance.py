@@ -20,6 +20,7 @@ import sys
 import time
 
 from survivor.local.metadata_server import MetadataServer
+from survivor.trainer_process import read_progress
 
 
 class LocalInstance:
@@ -69,11 +70,7 @@ class LocalInstance:
 
     def progress(self) -> int | None:
         """The step the trainer last reported, read from the boot disk."""
-        try:
-            with open(os.path.join(self.workdir, "progress.json"), encoding="utf-8") as f:
-                return int(json.load(f)["step"])
-        except (OSError, ValueError, KeyError):
-            return None
+        return read_progress(os.path.join(self.workdir, "progress.json"))
 
     def wait_for_step(self, step: int, timeout: float = 120.0) -> int:
         """Waits until the trainer reports `step` or more; returns the reported step."""

@@ -4,7 +4,7 @@
     >>> stop = StopRequest.install()            # SIGTERM/SIGINT set a flag instead of killing
     >>> for step in range(start, train_steps):
     ...     train_step()
-    ...     report_progress(step + 1)           # live progress for the agent (cheap, atomic)
+    ...     report_progress(step + 1)           # live progress for the agent (a few microseconds)
     ...     if stop.requested:
     ...         save(step + 1); break           # finish the step in flight, save, exit 0
 
@@ -48,12 +48,50 @@ class StopRequest:
         self._event.set()
 
 
+#: A progress record's fixed size: a new record always covers the whole previous one.
+PROGRESS_RECORD_BYTES = 64
+
+_progress_files: dict[str, tuple[int, int]] = {}  # path -> (fd, inode)
+
+
+def progress_record(step: int) -> bytes:
+    """The progress file's content: JSON with the step written twice, padded to a fixed size."""
+    return (b'{"step": %d, "check": %d}' % (step, step)).ljust(PROGRESS_RECORD_BYTES - 1) + b"\n"
+
+
+def parse_progress(data: bytes | str) -> int | None:
+    """The step in a progress file's content; None if there is none, or if the two copies differ
+    (a read that caught a write half done: the caller keeps the value it had)."""
+    try:
+        record = json.loads(data)
+        step = int(record["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    if "check" in record and record["check"] != step:
+        return None
+    return step
+
+
 def report_progress(step: int, path: str | None = None) -> None:
-    """Atomically records the current step where the agent reads it (`$SURVIVOR_PROGRESS_FILE`)."""
+    """Records the current step where the agent reads it (`$SURVIVOR_PROGRESS_FILE`).
+
+    One `pwrite` of a fixed-size record over the previous one, a few microseconds: a new file and a
+    rename per step cost ~0.25 ms on ext4 (it flushes a file renamed over another), half a percent
+    of a 40 ms step. A reader never sees a wrong step: the step is written twice in the record and
+    `parse_progress` refuses a record whose copies differ.
+    """
     path = path or os.environ.get(PROGRESS_ENV)
     if not path:
         return
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"step": step}, f)
-    os.replace(tmp, path)
+    fd, inode = _progress_files.get(path, (-1, -1))
+    try:
+        current = os.stat(path).st_ino
+    except FileNotFoundError:
+        current = None
+    if fd < 0 or current != inode:  # first report, or the file was removed or replaced since
+        if fd >= 0:
+            os.close(fd)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        os.ftruncate(fd, PROGRESS_RECORD_BYTES)
+        _progress_files[path] = (fd, os.fstat(fd).st_ino)
+    os.pwrite(fd, progress_record(step), 0)
