@@ -119,7 +119,7 @@ def main() -> int:
         ["metadata + spec (agent)", med("spec")],
         ["restore: download + verify", med("restore")],
         ["setup: GPUs, code, start", med("setup")],
-        ["agent start -> trainer started (all of the above, measured)", med("to_trainer")],
+        ["agent's first log line (imports done) -> trainer started, measured", med("to_trainer")],
         ["trainer start -> first step", statistics.median(a["total"] - a["to_trainer"] for a in agent_runs)],
         ["agent start -> first step", agent_total],
         ["trainer cold start alone -> first step", cold],
