@@ -37,7 +37,7 @@ import yaml
 from benchmarks.common import PLOTS, machine, plot_bars, table
 
 #: survivor's built-in loop writes periodic checkpoints off the step path: the step-path time of a save
-#: is this share of a synchronous one (benchmarks.overhead: 4.4 ms vs 89 ms on ResNet-20 here).
+#: is this share of a synchronous one (benchmarks.overhead: 4.0-5.0 ms vs 79-89 ms on ResNet-20 here, 5-6%).
 OFF_PATH_SHARE = 0.05
 
 STRATEGIES = {
