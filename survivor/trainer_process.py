@@ -31,7 +31,6 @@ from survivor.trainers.contract import parse_progress
 log = logs.get("trainer")
 
 
-
 class TrainerUserError(Exception):
     """The trainer would run as root, or as a user that does not exist."""
 
