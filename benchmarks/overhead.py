@@ -50,7 +50,7 @@ def own_cpu_seconds(pid: int) -> float | None:
 
 
 def progress_report_seconds(root: str, calls: int = 2000) -> float:
-    """What the trainer contract adds to each step under the agent: one atomic progress write."""
+    """What the trainer contract adds to each step under the agent: one progress report."""
     from survivor.trainers.contract import report_progress
 
     path = os.path.join(root, "progress-bench.json")

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import statistics
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,7 +25,7 @@ from benchmarks.common import PLOTS, machine, plot_bars, run, table
 from survivor.trainer_process import read_progress
 
 
-def first_progress(progress_file: str, after: int, proc: subprocess.Popen | None, timeout: float = 600) -> float:
+def first_progress(progress_file: str, after: int, timeout: float = 600) -> float:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if (read_progress(progress_file) or 0) > after:
@@ -42,32 +42,35 @@ def resume_under_agent(vm, job_dir: str) -> dict:
     committed = Journal(open_storage(job_dir)).attempts()[-1].end_step
     started = time.perf_counter()
     vm.boot(wipe=True)
-    first = first_progress(os.path.join(vm.workdir, "progress.json"), committed, vm.process)
+    first = first_progress(os.path.join(vm.workdir, "progress.json"), committed)
     vm.preempt()
     attempt = Journal(open_storage(job_dir)).attempts()[-1]
     log = vm.log_lines()
     boot_time = dt.datetime.fromisoformat(log[0]["time"])
     started_entry = next(e for e in log if e["message"] == "trainer started")
     to_trainer = (dt.datetime.fromisoformat(started_entry["time"]) - boot_time).total_seconds()
-    return {"total": first - started, "to_trainer": to_trainer, "argv": started_entry["argv"].split(" "),
-            "restored": attempt.restored_step or 0, **{k: attempt.timings.get(k, 0.0) for k in ("spec", "restore", "setup")}}
+    return {"total": first - started, "to_trainer": to_trainer,
+            **{k: attempt.timings.get(k, 0.0) for k in ("spec", "restore", "setup")}}
 
 
-def cold_start(job_dir: str, root: str, argv: list[str], n: int) -> float:
-    """The trainer alone, with the agent's own argv, on the same checkpoint restored into a local dir."""
+def cold_start(spec: dict, root: str, n: int) -> float:
+    """The trainer alone, with the argv the agent builds (`trainer_argv`), on the same checkpoint
+    restored into a local dir."""
+    from survivor.spec import JobSpec
     from survivor.store import CheckpointStore
     from survivor.storage import open_storage
+    from survivor.trainer_process import trainer_argv
 
+    job = JobSpec.from_mapping(spec)
     local = os.path.join(root, f"cold-{n}")
-    manifest = CheckpointStore(open_storage(job_dir)).restore(local)
+    manifest = CheckpointStore(open_storage(job.job_dir)).restore(local)
     progress = os.path.join(root, f"cold-progress-{n}.json")
-    argv = list(argv)
-    argv[argv.index("--job-dir") + 1] = local
+    argv = trainer_argv(job, python=sys.executable, job_dir=local, data_dir=job.data_dir, num_gpus=job.num_gpus or 0)
     started = time.perf_counter()
     proc = subprocess.Popen(argv, env={**os.environ, "SURVIVOR_PROGRESS_FILE": progress, "PYTHONUNBUFFERED": "1"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        return first_progress(progress, manifest.step if manifest else 0, proc) - started
+        return first_progress(progress, manifest.step if manifest else 0) - started
     finally:
         proc.terminate()
         proc.wait()
@@ -101,7 +104,7 @@ def main() -> int:
             vm.preempt()
             for n in range(args.repeats):  # interleaved, so drift on the machine falls on both sides
                 agent_runs.append(resume_under_agent(vm, job_dir))
-                cold_runs.append(cold_start(job_dir, root, agent_runs[-1]["argv"], n))
+                cold_runs.append(cold_start(spec, root, n))
         finally:
             vm.close()
         run([sys.executable, "-c", "import survivor.agent"])  # warm the file cache first

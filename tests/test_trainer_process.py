@@ -13,7 +13,8 @@ import pytest
 from survivor.delivery import deliver, git_commands
 from survivor.gpus import decide_gpu_count, parse_nvidia_smi_list
 from survivor.spec import JobSpec, TrainerSpec
-from survivor.trainer_process import TrainerProcess, TrainerUserError, decide_user, trainer_argv
+from survivor.trainer_process import TrainerProcess, TrainerUserError, decide_user, read_progress, trainer_argv
+from survivor.trainers.contract import PROGRESS_RECORD_BYTES, parse_progress, report_progress
 
 
 def spec(**trainer):
@@ -175,9 +176,6 @@ def test_wait_sees_an_exit_during_the_wait_and_times_out_on_a_running_trainer():
 
 
 def test_progress_is_rewritten_in_place_and_a_half_written_record_is_refused(tmp_path):
-    from survivor.trainer_process import read_progress
-    from survivor.trainers.contract import PROGRESS_RECORD_BYTES, parse_progress, report_progress
-
     path = str(tmp_path / "progress.json")
     assert read_progress(path) is None
     report_progress(123456, path)
@@ -198,8 +196,6 @@ def test_a_reader_racing_the_writer_never_sees_a_wrong_step(tmp_path):
     writer = subprocess.Popen([sys.executable, "-c", (
         "import sys\nfrom survivor.trainers.contract import report_progress\n"
         "for step in range(1, 200001):\n    report_progress(step, sys.argv[1])\n"), path])
-    from survivor.trainer_process import read_progress
-
     seen = []
     while writer.poll() is None:
         step = read_progress(path)
