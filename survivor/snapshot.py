@@ -14,11 +14,14 @@ training runs; they are mirrored as they are, outside snapshots (`is_event_file`
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 from dataclasses import dataclass
 
-from survivor.storage import crc32c_of_file
+import google_crc32c
+
+from survivor.storage import CRC_BLOCK, crc32c_of_file
 
 #: The file a trainer may write (atomically) with its current step, for live progress. Not a checkpoint.
 PROGRESS_FILE = "survivor-progress.json"
@@ -104,17 +107,102 @@ def decide_files_and_step(paths: list[str], tf_state: str | None) -> tuple[int |
     return (max(numbered) if numbered else None), sorted(candidates)
 
 
-def scan(root: str, cache: dict | None = None) -> Snapshot:
+class Checksums:
+    """The CRC32Cs of a job dir's files, kept across scans so that each byte is read once.
+
+        >>> sums = Checksums()
+        >>> scan("/var/lib/survivor/job", sums).files[0].crc32c
+        'yZRlqg=='
+
+    A finished file is known by (path, size, mtime). A file still being written (a temporary name)
+    is read as it grows, a few bytes more each scan, and known by its inode: when the writer
+    renames it into place its checksum is already there, so a commit need not read the whole file
+    first (on the way to safety, the upload starts that much sooner). That relies on the writer
+    appending, as checkpoint writers do. A writer that rewrites bytes it already wrote leaves a
+    wrong checksum behind; the commit finds it out (the server's checksum of the uploaded bytes
+    differs) and the caller then calls `forget`, so the next scan reads every file afresh.
+    """
+
+    def __init__(self) -> None:
+        self._finished: dict[tuple[str, int, int], str] = {}
+        self._growing: dict[tuple[int, int], _Growing] = {}
+        self._seen_files: set[tuple[str, int, int]] = set()
+        self._seen_inodes: set[tuple[int, int]] = set()
+
+    def of(self, path: str, rel: str, st: os.stat_result) -> str:
+        """The checksum of the file at `path` as `st` describes it (call `keep` once it proved stable)."""
+        crc = self._finished.get((rel, st.st_size, st.st_mtime_ns))
+        if crc is not None:
+            return crc
+        growing = self._growing.pop((st.st_dev, st.st_ino), None)
+        if growing is not None and growing.offset <= st.st_size:
+            return growing.read_to(path, st.st_size)  # only the bytes written since the last scan
+        return crc32c_of_file(path)
+
+    def keep(self, rel: str, st: os.stat_result, crc: str) -> None:
+        """Remembers the checksum of a file that did not change while it was read."""
+        key = (rel, st.st_size, st.st_mtime_ns)
+        self._finished[key] = crc
+        self._seen_files.add(key)
+
+    def follow(self, path: str) -> None:
+        """Reads what a file being written gained since the last scan."""
+        try:
+            st = os.stat(path)
+            inode = (st.st_dev, st.st_ino)
+            growing = self._growing.get(inode)
+            if growing is None or st.st_size < growing.offset:  # new, or truncated and rewritten
+                growing = self._growing[inode] = _Growing()
+            growing.read_to(path, st.st_size)
+        except FileNotFoundError:
+            return
+        self._seen_inodes.add(inode)
+
+    def forget(self) -> None:
+        """Drops every checksum: after a commit found one that did not match the file's bytes."""
+        self._finished.clear()
+        self._growing.clear()
+
+    def end_scan(self) -> None:
+        """Drops what this scan did not see (deleted or replaced files), so the caches do not grow
+        with time and a reused inode does not inherit a deleted file's bytes."""
+        self._finished = {k: v for k, v in self._finished.items() if k in self._seen_files}
+        self._growing = {k: v for k, v in self._growing.items() if k in self._seen_inodes}
+        self._seen_files, self._seen_inodes = set(), set()
+
+
+class _Growing:
+    """A running checksum of a file's first `offset` bytes."""
+
+    def __init__(self) -> None:
+        self.offset = 0
+        self.checksum = google_crc32c.Checksum()
+
+    def read_to(self, path: str, size: int) -> str:
+        """Checksums the bytes from `offset` up to `size`; returns the checksum so far."""
+        with open(path, "rb") as f:
+            f.seek(self.offset)
+            while self.offset < size and (block := f.read(min(CRC_BLOCK, size - self.offset))):
+                self.checksum.update(block)
+                self.offset += len(block)
+        return base64.b64encode(self.checksum.digest()).decode()
+
+
+def scan(root: str, checksums: Checksums | None = None) -> Snapshot:
     """Reads the local job dir and returns the snapshot of its completed files.
 
-    `cache` maps (path, size, mtime_ns) to a crc32c across calls, so an unchanged multi-gigabyte
-    checkpoint is not read again on every sync.
+    `checksums` carries checksums across calls, so an unchanged multi-gigabyte checkpoint is not
+    read again on every sync and one being written is read as it grows.
     """
+    checksums = checksums if checksums is not None else Checksums()
     paths = []
-    for dirpath, dirnames, files in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not is_temporary(d)]
+    for dirpath, _, files in os.walk(root):
         for name in files:
-            paths.append(os.path.relpath(os.path.join(dirpath, name), root))
+            rel = os.path.relpath(os.path.join(dirpath, name), root)
+            if is_temporary(rel) and not is_event_file(rel):
+                checksums.follow(os.path.join(root, rel))
+            else:
+                paths.append(rel)
     tf_state = None
     state_path = os.path.join(root, "checkpoint")
     if os.path.isfile(state_path):
@@ -123,24 +211,24 @@ def scan(root: str, cache: dict | None = None) -> Snapshot:
     step, chosen = decide_files_and_step(paths, tf_state)
     files = []
     for rel in chosen:
-        entry = _stable_entry(os.path.join(root, rel), rel, cache if cache is not None else {})
+        entry = _stable_entry(os.path.join(root, rel), rel, checksums)
         if entry is not None:
             files.append(entry)
+    checksums.end_scan()
     return Snapshot(step, tuple(files))
 
 
-def _stable_entry(path: str, rel: str, cache: dict) -> LocalFile | None:
+def _stable_entry(path: str, rel: str, checksums: Checksums) -> LocalFile | None:
     """Checksums a file, or returns None if it vanished or changed while being read."""
     try:
         before = os.stat(path)
-        key = (rel, before.st_size, before.st_mtime_ns)
-        crc = cache.get(key) or crc32c_of_file(path)
+        crc = checksums.of(path, rel, before)
         after = os.stat(path)
     except FileNotFoundError:
         return None
     if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
         return None
-    cache[key] = crc
+    checksums.keep(rel, after, crc)
     return LocalFile(rel, after.st_size, after.st_mtime_ns, crc)
 
 

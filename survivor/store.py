@@ -207,30 +207,31 @@ class CheckpointStore:
 
     # -- committing -------------------------------------------------------------------------------
 
-    def _blobs(self) -> set[str]:
+    def known_blobs(self) -> set[str]:
+        """The blobs already stored, listed once and then kept up to date by this store's own
+        commits and deletions (one writer per job dir). A mirror calls it when it starts, so that
+        its first commit, which may be the one after a notice, does not wait for the listing."""
         if self._known_blobs is None:
             self._known_blobs = {o.name for o in self.storage.list(BLOBS)}
         return self._known_blobs
 
     def commit(self, local_root: str, snapshot: Snapshot, attempt: int,
-               fence: Callable[[], None] | None = None, fence_window: float = 0.0) -> CommitStats:
+               fence: Callable[[], None] | None = None) -> CommitStats:
         """Uploads the snapshot's new files in parallel, then writes its manifest: the commit point.
 
-        `fence()` raises if this writer may no longer commit (the lease's renewal). It must have
-        succeeded at most `fence_window` seconds before the manifest write: with a window, it runs
-        alongside the upload and again only if the upload outlasted the window (a lease is only
-        taken after a whole ttl without renewal, so a window well inside the ttl is as safe as a
-        fence right before the write, and saves a round trip on the way to safety). Raises
-        SnapshotChanged if a file changed during the upload (nothing is committed then).
+        `fence()` raises if this writer may no longer commit (the lease's `fence`). It runs alongside
+        the upload, where a round trip it may make costs nothing on the way to safety, and again
+        right before the manifest write, where it only checks that its proof is still fresh.
+        Raises SnapshotChanged if a file changed during the upload (nothing is committed then).
         """
         if snapshot.step is None:
             raise ValueError("a snapshot without a step cannot be committed")
         entries = [FileEntry(f.path, f.size, f.crc32c, blob_name(f.path, f.crc32c, f.size)) for f in snapshot.files]
-        known = self._blobs()
+        known = self.known_blobs()
         todo = [e for e in entries if e.object not in known]
         started = time.monotonic()
         early_fence, fence_errors = None, []
-        if fence is not None and todo and fence_window > 0:
+        if fence is not None and todo:
             def run_fence() -> None:
                 try:
                     fence()
@@ -255,7 +256,7 @@ class CheckpointStore:
         uploaded = time.monotonic()
         if fence_errors:
             raise fence_errors[0]
-        if fence is not None and (early_fence is None or uploaded - started > fence_window):
+        if fence is not None:
             fence()
         self._seq += 1
         manifest = Manifest(

@@ -207,24 +207,18 @@ def fence_log(calls: list, fail: bool = False):
     return fence
 
 
-def test_the_fence_runs_alongside_a_short_upload_and_once(job_dir, tmp_path):
-    store = CheckpointStore(SlowUploads(open_storage(job_dir), 0.3))
+def test_the_fence_runs_alongside_the_upload_and_again_right_before_the_manifest(job_dir, tmp_path):
+    storage = SlowUploads(open_storage(job_dir), 0.3)
+    store = CheckpointStore(storage)
     local = str(tmp_path / "job")
     write(local, "dummy-checkpoint-5.json", b"{}")
     calls: list = []
     started = time.monotonic()
-    stats = store.commit(local, scan(local), 1, fence=fence_log(calls), fence_window=5.0)
-    assert len(calls) == 1 and calls[0] - started < 0.25, "fenced while the upload ran, not after it"
+    stats = store.commit(local, scan(local), 1, fence=fence_log(calls))
+    assert len(calls) == 2
+    assert calls[0] - started < 0.25, "the first fence ran while the upload did, not after it"
+    assert calls[1] - started >= 0.3, "the second came after the upload, right before the manifest"
     assert stats.manifest.step == 5 and store.latest().step == 5
-
-
-def test_an_upload_longer_than_the_window_is_fenced_again_before_the_manifest(job_dir, tmp_path):
-    store = CheckpointStore(SlowUploads(open_storage(job_dir), 0.3))
-    local = str(tmp_path / "job")
-    write(local, "dummy-checkpoint-5.json", b"{}")
-    calls: list = []
-    store.commit(local, scan(local), 1, fence=fence_log(calls), fence_window=0.1)
-    assert len(calls) == 2 and calls[1] - calls[0] >= 0.3
 
 
 def test_a_failed_fence_alongside_the_upload_commits_nothing(job_dir, tmp_path):
@@ -232,5 +226,5 @@ def test_a_failed_fence_alongside_the_upload_commits_nothing(job_dir, tmp_path):
     local = str(tmp_path / "job")
     write(local, "dummy-checkpoint-5.json", b"{}")
     with pytest.raises(RuntimeError, match="lease lost"):
-        store.commit(local, scan(local), 1, fence=fence_log([], fail=True), fence_window=5.0)
+        store.commit(local, scan(local), 1, fence=fence_log([], fail=True))
     assert store.latest() is None

@@ -18,16 +18,19 @@ import json
 import os
 import signal
 import threading
+import time
 
 PROGRESS_ENV = "SURVIVOR_PROGRESS_FILE"
 
 
 class StopRequest:
-    """A flag set by SIGTERM/SIGINT: "save a checkpoint now and exit"."""
+    """A flag set by SIGTERM/SIGINT: "save a checkpoint now and exit". `at` is when it was set
+    (time.monotonic()), for a trainer that logs how long its save on notice took."""
 
     def __init__(self):
         self._event = threading.Event()
         self.signal_name: str | None = None
+        self.at: float | None = None
 
     @classmethod
     def install(cls) -> "StopRequest":
@@ -38,13 +41,15 @@ class StopRequest:
 
     def _handle(self, signum, frame) -> None:
         self.signal_name = signal.Signals(signum).name
-        self._event.set()
+        self.set()
 
     @property
     def requested(self) -> bool:
         return self._event.is_set()
 
     def set(self) -> None:
+        if self.at is None:
+            self.at = time.monotonic()
         self._event.set()
 
 

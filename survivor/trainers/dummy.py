@@ -7,6 +7,9 @@ Like the recipe's, it resumes from the highest N in its job dir and, by default,
 follows the full contract (finish the step in flight, save, exit 0), which is what the lifecycle tests
 use to show that at most the step in flight is lost. `--fail-at-start` makes it a broken trainer.
 `--step-log FILE` appends every step it executes, so a test can count the work done across restarts.
+`--timing-log FILE` appends, for a save on SIGTERM, when the signal came and when the save began
+and ended (time.monotonic(), which is one clock for every process on Linux): the benchmarks
+separate the trainer's part of the way to safety from the agent's with it.
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ KEEP = 5
 
 def save(job_dir: str, step: int, padding: int = 0) -> None:
     """Writes dummy-checkpoint-N.json (and, with `padding`, a dummy-checkpoint-N.data of that many
-    bytes standing in for model state), each through a temporary name and a rename."""
+    bytes standing in for model state), each under a temporary name; both are renamed into place
+    only once both are written, so the two appear together."""
+    renames = []
     if padding:
         tmp = os.path.join(job_dir, f".dummy-checkpoint-{step}.data.tmp")
         with open(tmp, "wb") as f:
@@ -47,15 +52,18 @@ def save(job_dir: str, step: int, padding: int = 0) -> None:
                 chunk = _BLOCK[: min(left, len(_BLOCK))]
                 f.write(chunk)
                 left -= len(chunk)
-        os.replace(tmp, os.path.join(job_dir, f"dummy-checkpoint-{step}.data"))
+        renames.append((tmp, os.path.join(job_dir, f"dummy-checkpoint-{step}.data")))
+    tmp = os.path.join(job_dir, f".dummy-checkpoint-{step}.json.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"step": step, "state": step * 7 % 1000}, f)
+    renames.append((tmp, os.path.join(job_dir, f"dummy-checkpoint-{step}.json")))
+    for tmp, final in renames:
+        os.replace(tmp, final)
+    if padding:
         for name in os.listdir(job_dir):  # keep only the newest state file, like CheckpointManager
             m = re.fullmatch(r"dummy-checkpoint-(\d+)\.data", name)
             if m and int(m.group(1)) < step:
                 os.remove(os.path.join(job_dir, name))
-    tmp = os.path.join(job_dir, f".dummy-checkpoint-{step}.json.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"step": step, "state": step * 7 % 1000}, f)
-    os.replace(tmp, os.path.join(job_dir, f"dummy-checkpoint-{step}.json"))
     kept = sorted((int(m.group(1)) for m in (re.fullmatch(r"dummy-checkpoint-(\d+)\.json", n)
                                               for n in os.listdir(job_dir)) if m), reverse=True)
     for old in kept[KEEP:]:  # keep the newest few, as TF's CheckpointManager does
@@ -79,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="resume only from a multiple of this step (Keras BackupAndRestore: the epoch start)")
     parser.add_argument("--fail-at-start", action="store_true")
     parser.add_argument("--step-log")
+    parser.add_argument("--timing-log")
     parser.add_argument("--save-seconds", type=float, default=0.0,
                         help="extra time each periodic save takes (stands in for a bigger model's save)")
     parser.add_argument("--startup-seconds", type=float, default=0.0,
@@ -116,7 +125,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"step {step}/{args.train_steps} saved", flush=True)
             deadline = time.monotonic()
         if stop.requested and args.on_sigterm == "save":
+            started = time.monotonic()
             save(args.job_dir, step, args.checkpoint_bytes)
+            if args.timing_log:
+                with open(args.timing_log, "a", encoding="utf-8") as f:
+                    f.write(json.dumps({"signal": stop.at, "save_started": started, "saved": time.monotonic()}) + "\n")
             print(f"dummy trainer: {stop.signal_name} at step {step}; saved, exiting", flush=True)
             return 0
     return 0

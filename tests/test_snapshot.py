@@ -1,0 +1,129 @@
+"""Checksums across scans: a checkpoint file is read once, as the trainer writes it, and a checksum
+that a rewriting writer made wrong is caught at the commit instead of reaching a manifest."""
+
+import os
+
+from survivor import snapshot
+from survivor.agent import Mirror
+from survivor.snapshot import Checksums, scan
+from survivor.storage import crc32c_of_bytes, open_storage
+from survivor.store import CheckpointStore
+
+PIECES = [os.urandom(300_000), os.urandom(700_000), os.urandom(123_457)]
+
+
+def append(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+def no_full_reads(monkeypatch):
+    def refuse(path):
+        raise AssertionError(f"{path} was read whole; its checksum should have been kept from the scans")
+    monkeypatch.setattr(snapshot, "crc32c_of_file", refuse)
+
+
+def test_a_file_renamed_into_place_was_checksummed_while_it_was_written(tmp_path, monkeypatch):
+    root = str(tmp_path)
+    sums = Checksums()
+    tmp = os.path.join(root, ".dummy-checkpoint-9.data.tmp")
+    for piece in PIECES:
+        append(tmp, piece)
+        assert scan(root, sums).files == ()  # still a temporary name: not part of any snapshot
+    os.replace(tmp, os.path.join(root, "dummy-checkpoint-9.data"))
+    no_full_reads(monkeypatch)
+    snap = scan(root, sums)
+    assert snap.step == 9
+    assert [(f.path, f.crc32c) for f in snap.files] == [("dummy-checkpoint-9.data", crc32c_of_bytes(b"".join(PIECES)))]
+
+
+def test_a_tf_shard_moved_out_of_its_temp_dir_reads_only_its_last_bytes(tmp_path, monkeypatch):
+    root = str(tmp_path)
+    sums = Checksums()
+    shard = os.path.join(root, "ckpt-4_temp", "part-00000-of-00001.data-00000-of-00001")
+    append(shard, PIECES[0])
+    scan(root, sums)
+    append(shard, PIECES[1])  # written after the last scan: read when the shard is found in place
+    os.replace(shard, os.path.join(root, "ckpt-4.data-00000-of-00001"))
+    with open(os.path.join(root, "checkpoint"), "w") as f:
+        f.write('model_checkpoint_path: "ckpt-4"\nall_model_checkpoint_paths: "ckpt-4"\n')
+    with open(os.path.join(root, "ckpt-4.index"), "wb") as f:
+        f.write(b"index")
+    snap = scan(root, sums)  # the state file and index are new: read whole (once)
+    no_full_reads(monkeypatch)
+    again = scan(root, sums)
+    assert again == snap and snap.step == 4
+    crcs = {f.path: f.crc32c for f in snap.files}
+    assert crcs["ckpt-4.data-00000-of-00001"] == crc32c_of_bytes(PIECES[0] + PIECES[1])
+    assert crcs["ckpt-4.index"] == crc32c_of_bytes(b"index")
+
+
+def test_a_file_truncated_and_rewritten_under_its_temp_name_is_read_again(tmp_path):
+    root = str(tmp_path)
+    sums = Checksums()
+    tmp = os.path.join(root, "state.tmp")
+    append(tmp, PIECES[1])
+    scan(root, sums)
+    with open(tmp, "wb") as f:  # the writer starts over: shorter than what was read
+        f.write(PIECES[0])
+    scan(root, sums)
+    os.replace(tmp, os.path.join(root, "checkpoint-3"))
+    assert scan(root, sums).files[0].crc32c == crc32c_of_bytes(PIECES[0])
+
+
+def test_a_writer_that_rewrites_read_bytes_is_caught_at_the_commit_and_read_afresh(job_dir, tmp_path):
+    """Followed checksums assume an appending writer. One that goes back over bytes already read
+    leaves a wrong checksum; the server's checksum of the upload differs, nothing is committed,
+    and the next sync reads the file whole and commits the right one."""
+    local = str(tmp_path / "job")
+    storage = open_storage(job_dir)
+    store = CheckpointStore(storage)
+    tmp = os.path.join(local, ".dummy-checkpoint-7.data.tmp")
+    append(tmp, PIECES[0] + PIECES[1])
+    commits = []
+    mirror = Mirror(store, storage, local, attempt=1, interval=60, committed_step=None, on_commit=commits.append)
+    assert mirror.sync() is None  # nothing but a temporary file yet: it is followed, not committed
+    with open(tmp, "r+b") as f:  # the writer patches its header after writing the body
+        f.write(b"HEADER")
+    os.replace(tmp, os.path.join(local, "dummy-checkpoint-7.data"))
+    true_crc = crc32c_of_bytes(b"HEADER" + (PIECES[0] + PIECES[1])[6:])
+    believed = scan(local, mirror._checksums).files[0].crc32c  # what the mirror's next sync will use
+    assert believed == crc32c_of_bytes(PIECES[0] + PIECES[1]) != true_crc
+    assert mirror.sync() is None and store.latest() is None, "a wrong checksum must not reach a manifest"
+    stats = mirror.sync()
+    assert stats is not None and [f.crc32c for f in stats.manifest.files] == [true_crc]
+    restored = str(tmp_path / "restored")
+    assert store.restore(restored).step == 7
+    with open(os.path.join(restored, "dummy-checkpoint-7.data"), "rb") as f:
+        assert crc32c_of_bytes(f.read()) == true_crc
+
+
+
+class CountedLists:
+    """The job dir's own storage, counting its listings."""
+
+    def __init__(self, storage):
+        self.storage, self.lists = storage, 0
+
+    def list(self, prefix):
+        self.lists += 1
+        return self.storage.list(prefix)
+
+    def __getattr__(self, name):
+        return getattr(self.storage, name)
+
+
+def test_a_started_mirror_commits_without_listing_the_store_first(job_dir, tmp_path):
+    """The blob listing happens when the mirror starts, so that a first commit that is the one
+    after a notice goes straight to the upload."""
+    local = str(tmp_path / "job")
+    os.makedirs(local)
+    storage = CountedLists(open_storage(job_dir))
+    mirror = Mirror(CheckpointStore(storage), storage, local, attempt=1, interval=60, committed_step=None,
+                    on_commit=lambda stats: None).start()
+    mirror.stop()
+    assert storage.lists == 1
+    append(os.path.join(local, "dummy-checkpoint-3.json"), b"{}")
+    assert mirror.sync(collect=False).manifest.step == 3
+    assert storage.lists == 1, "the commit listed the store again"
