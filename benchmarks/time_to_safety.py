@@ -4,7 +4,8 @@
 
 Beside each, the floor measured in the same run: the trainer's own way to a checkpoint on disk (it
 finishes the step in flight, then writes the same bytes), plus the raw parallel upload of those
-bytes with google-cloud-storage to the same storage emulator. The step in flight is taken from the
+bytes with google-cloud-storage (`upload_from_filename` with its defaults, a thread per file) to the
+same storage emulator. The step in flight is taken from the
 agent's run itself (the dummy trainer logs when SIGTERM came and when its save began: half a 10 ms
 step on average, which any way of saving on notice waits for); the write and the upload are
 measured beside it, in a process of their own, so whatever the agent costs the trainer's write
@@ -30,6 +31,7 @@ import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import yaml
 
@@ -67,20 +69,25 @@ def under_agent(size_mb: int, root: str, bucket: str, repeat: int) -> dict:
 
 
 def floor(size_mb: int, root: str, bucket: str, repeat: int | str) -> dict:
-    """The same bytes written locally (the trainer's save), then uploaded raw with google-cloud-storage."""
-    from survivor.storage import GcsStorage
+    """The same bytes written locally (the trainer's save), then uploaded raw: google-cloud-storage
+    as a user would call it, `upload_from_filename` with its defaults, one thread per file."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
     from survivor.trainers.dummy import save
 
     floor_dir = os.path.join(root, f"floor{size_mb}-{repeat}")
     os.makedirs(floor_dir)
+    prefix = f"floor-{size_mb}-{repeat}"
+    client_bucket = storage.Client(project="bench", credentials=AnonymousCredentials()).bucket(bucket)
     started = time.perf_counter()
     save(floor_dir, 7, size_mb * 1_000_000)
     written = time.perf_counter()
     files = [os.path.join(floor_dir, f) for f in os.listdir(floor_dir)]
-    storage = GcsStorage(f"gs://{bucket}/floor-{size_mb}-{repeat}")
-    storage.upload([(f, os.path.basename(f)) for f in files])
+    with ThreadPoolExecutor(len(files)) as pool:
+        list(pool.map(lambda f: client_bucket.blob(f"{prefix}/{os.path.basename(f)}").upload_from_filename(f), files))
     uploaded = time.perf_counter()
-    _empty(storage.url)
+    _empty(f"gs://{bucket}/{prefix}")
     shutil.rmtree(floor_dir, ignore_errors=True)
     return {"floor_write": written - started, "floor_upload": uploaded - written}
 

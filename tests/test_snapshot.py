@@ -3,13 +3,16 @@ that a rewriting writer made wrong is caught at the commit instead of reaching a
 
 import os
 
+import pytest
+
 from survivor import snapshot
 from survivor.agent import Mirror
 from survivor.snapshot import Checksums, scan
-from survivor.storage import crc32c_of_bytes, open_storage
+from survivor.storage import StorageError, crc32c_of_bytes, open_storage
 from survivor.store import CheckpointStore
 
 PIECES = [os.urandom(300_000), os.urandom(700_000), os.urandom(123_457)]
+BIG = os.urandom(9 * 1024 * 1024)  # over the client's 8 MiB limit for one-request uploads: a resumable one
 
 
 def append(path, data):
@@ -72,7 +75,8 @@ def test_a_file_truncated_and_rewritten_under_its_temp_name_is_read_again(tmp_pa
     assert scan(root, sums).files[0].crc32c == crc32c_of_bytes(PIECES[0])
 
 
-def test_a_writer_that_rewrites_read_bytes_is_caught_at_the_commit_and_read_afresh(job_dir, tmp_path):
+@pytest.mark.parametrize("body", [PIECES[0] + PIECES[1], BIG], ids=["one-request", "resumable"])
+def test_a_writer_that_rewrites_read_bytes_is_caught_at_the_commit_and_read_afresh(job_dir, tmp_path, body):
     """Followed checksums assume an appending writer. One that goes back over bytes already read
     leaves a wrong checksum; the server's checksum of the upload differs, nothing is committed,
     and the next sync reads the file whole and commits the right one."""
@@ -80,16 +84,16 @@ def test_a_writer_that_rewrites_read_bytes_is_caught_at_the_commit_and_read_afre
     storage = open_storage(job_dir)
     store = CheckpointStore(storage)
     tmp = os.path.join(local, ".dummy-checkpoint-7.data.tmp")
-    append(tmp, PIECES[0] + PIECES[1])
+    append(tmp, body)
     commits = []
     mirror = Mirror(store, storage, local, attempt=1, interval=60, committed_step=None, on_commit=commits.append)
     assert mirror.sync() is None  # nothing but a temporary file yet: it is followed, not committed
     with open(tmp, "r+b") as f:  # the writer patches its header after writing the body
         f.write(b"HEADER")
     os.replace(tmp, os.path.join(local, "dummy-checkpoint-7.data"))
-    true_crc = crc32c_of_bytes(b"HEADER" + (PIECES[0] + PIECES[1])[6:])
+    true_crc = crc32c_of_bytes(b"HEADER" + (body)[6:])
     believed = scan(local, mirror._checksums).files[0].crc32c  # what the mirror's next sync will use
-    assert believed == crc32c_of_bytes(PIECES[0] + PIECES[1]) != true_crc
+    assert believed == crc32c_of_bytes(body) != true_crc
     assert mirror.sync() is None and store.latest() is None, "a wrong checksum must not reach a manifest"
     stats = mirror.sync()
     assert stats is not None and [f.crc32c for f in stats.manifest.files] == [true_crc]
@@ -127,3 +131,40 @@ def test_a_started_mirror_commits_without_listing_the_store_first(job_dir, tmp_p
     append(os.path.join(local, "dummy-checkpoint-3.json"), b"{}")
     assert mirror.sync(collect=False).manifest.step == 3
     assert storage.lists == 1, "the commit listed the store again"
+
+
+class RefusesWrongChecksums:
+    """The job dir's own storage, refusing an upload whose claimed crc32c is not the file's, as
+    Cloud Storage does (400) where fake-gcs-server stores it and reports the right one."""
+
+    def __init__(self, storage):
+        self.storage = storage
+
+    def upload(self, pairs, crc32c=None):
+        for local, name in pairs:
+            with open(local, "rb") as f:
+                actual = crc32c_of_bytes(f.read())
+            if (crc32c or {}).get(name, actual) != actual:
+                raise StorageError(f"400 Provided CRC32C for {name} does not match the data")
+        return self.storage.upload(pairs, crc32c)
+
+    def __getattr__(self, name):
+        return getattr(self.storage, name)
+
+
+def test_an_upload_refused_for_its_checksum_makes_the_mirror_read_the_files_afresh(job_dir, tmp_path):
+    local = str(tmp_path / "job")
+    storage = RefusesWrongChecksums(open_storage(job_dir))
+    store = CheckpointStore(storage)
+    mirror = Mirror(store, storage, local, attempt=1, interval=60, committed_step=None, on_commit=lambda stats: None)
+    tmp = os.path.join(local, ".dummy-checkpoint-8.data.tmp")
+    append(tmp, BIG)
+    mirror.sync()
+    with open(tmp, "r+b") as f:
+        f.write(b"HEADER")
+    os.replace(tmp, os.path.join(local, "dummy-checkpoint-8.data"))
+    with pytest.raises(StorageError, match="does not match"):
+        mirror.sync()
+    stats = mirror.sync()
+    assert stats is not None and stats.manifest.step == 8
+    assert [f.crc32c for f in stats.manifest.files] == [crc32c_of_bytes(b"HEADER" + BIG[6:])]

@@ -191,9 +191,9 @@ class SlowUploads:
     def __init__(self, storage, seconds: float):
         self.storage, self.seconds = storage, seconds
 
-    def upload(self, pairs):
+    def upload(self, pairs, crc32c=None):
         time.sleep(self.seconds)
-        return self.storage.upload(pairs)
+        return self.storage.upload(pairs, crc32c)
 
     def __getattr__(self, name):
         return getattr(self.storage, name)
