@@ -12,9 +12,8 @@ at least as new as the newest commit seen before the kill, and every file must v
 from __future__ import annotations
 
 import argparse
-import tempfile
 
-from benchmarks.common import machine, table
+from benchmarks.common import machine, scratch_dir, table
 
 
 def main() -> int:
@@ -25,7 +24,7 @@ def main() -> int:
     args = parser.parse_args()
     from survivor.local.chaos import run_chaos
 
-    r = run_chaos(args.kills, args.fault_rate, args.seed, tempfile.mkdtemp(prefix="bench-chaos-"))
+    r = run_chaos(args.kills, args.fault_rate, args.seed, scratch_dir("bench-chaos-"))
     print(f"machine: {machine()}\n")
     print(table(f"chaos: {args.kills} random SIGKILLs, {100 * args.fault_rate:.0f}% storage faults, seed {args.seed}",
                 ["kills", "corrupt restores", "committed checkpoints lost", "snapshots skipped at restore",

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import platform
+import shutil
 import subprocess
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLOTS = os.path.join(ROOT, "docs", "benchmarks")
+
+
+def scratch_dir(prefix: str) -> str:
+    """A temporary directory for one benchmark run, removed when the run ends (agents' work dirs
+    with gigabyte checkpoints add up over a few runs)."""
+    root = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
 
 
 def machine() -> str:

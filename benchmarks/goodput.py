@@ -29,12 +29,11 @@ import argparse
 import os
 import random
 import sys
-import tempfile
 import time
 
 import yaml
 
-from benchmarks.common import PLOTS, machine, plot_bars, table
+from benchmarks.common import PLOTS, machine, plot_bars, scratch_dir, table
 
 #: survivor's built-in loop writes periodic checkpoints off the step path: the step-path time of a save
 #: is this share of a synchronous one (benchmarks.overhead: 4.0-5.0 ms vs 79-89 ms on ResNet-20 here, 5-6%).
@@ -158,7 +157,7 @@ def main() -> int:
     from survivor.local.gcs import StorageEmulator
 
     times = schedule(args.seed, args.preempt_every, args.jitter, args.steps * args.step_seconds * 10)
-    root = tempfile.mkdtemp(prefix="bench-goodput-")
+    root = scratch_dir("bench-goodput-")
     names = [n for n in STRATEGIES if not args.only or args.only.lower() in n.lower()]
     with StorageEmulator(log_dir=root) as gcs:
         gcs.create_bucket("bench")

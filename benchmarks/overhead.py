@@ -18,12 +18,11 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 import yaml
 
-from benchmarks.common import PLOTS, agent_log_text, machine, parse_timing, plot_bars, run, table
+from benchmarks.common import PLOTS, agent_log_text, machine, parse_timing, plot_bars, run, scratch_dir, table
 
 
 def trainer_args(data_dir: str, steps: int, checkpoint_steps: int, depth: int = 8) -> list[str]:
@@ -102,7 +101,7 @@ def main() -> int:
     args = parser.parse_args()
     from survivor.trainers import cifar10_data
 
-    root = tempfile.mkdtemp(prefix="bench-overhead-")
+    root = scratch_dir("bench-overhead-")
     data_dir = os.path.join(root, "data")
     cifar10_data.synthetic(2048, data_dir)
     rates = {"alone": [], "under the agent": []}

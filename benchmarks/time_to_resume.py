@@ -16,12 +16,11 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 import yaml
 
-from benchmarks.common import PLOTS, machine, plot_bars, run, table
+from benchmarks.common import PLOTS, machine, plot_bars, run, scratch_dir, table
 from survivor.trainer_process import read_progress
 
 
@@ -86,7 +85,7 @@ def main() -> int:
     from survivor.local.instance import LocalInstance
     from survivor.trainers import cifar10_data
 
-    root = tempfile.mkdtemp(prefix="bench-resume-")
+    root = scratch_dir("bench-resume-")
     data_dir = os.path.join(root, "data")
     cifar10_data.synthetic(1024, data_dir)
     hparams = {"resnet-depth": args.depth, "train-batch-size": 32, "log-steps": 50, "eval-steps": 1, "no-export": ""}

@@ -29,13 +29,12 @@ import os
 import statistics
 import shutil
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import yaml
 
-from benchmarks.common import PLOTS, machine, plot_bars, table
+from benchmarks.common import PLOTS, machine, plot_bars, scratch_dir, table
 
 
 def under_agent(size_mb: int, root: str, bucket: str, repeat: int) -> dict:
@@ -59,6 +58,7 @@ def under_agent(size_mb: int, root: str, bucket: str, repeat: int) -> dict:
         vm.wait(120)
     finally:
         vm.close()
+        shutil.rmtree(vm.root, ignore_errors=True)  # its local copy of the checkpoint: up to 1 GB a run
     attempt = Journal(open_storage(job_dir)).attempts()[-1]
     t = attempt.timings
     _empty(job_dir)  # keep the emulator's heap flat between pairs
@@ -122,7 +122,7 @@ def main() -> int:
     args = parser.parse_args()
     from survivor.local.gcs import StorageEmulator
 
-    root = tempfile.mkdtemp(prefix="bench-safety-")
+    root = scratch_dir("bench-safety-")
     rows, results = [], []
     with StorageEmulator(log_dir=root) as gcs:
         gcs.create_bucket("bench")

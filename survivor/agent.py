@@ -162,9 +162,6 @@ class Mirror:
             log.info("a file changed during upload; committing at the next sync", reason=str(exc))
             self._checksums.forget()  # a checksum taken while the file was written may be the wrong one
             return None
-        except Exception:
-            self._checksums.forget()  # Cloud Storage refuses an upload whose checksum is wrong: 400
-            raise
         self._fingerprint = fingerprint
         self.committed_step = snapshot.step
         self.on_commit(stats)

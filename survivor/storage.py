@@ -93,7 +93,7 @@ class JobStorage(Protocol):
     def write(self, name: str, data: bytes, *, if_generation_match: int | None = None) -> int: ...
     def list(self, prefix: str) -> list[ObjectInfo]: ...
     def delete(self, names: Iterable[str]) -> None: ...
-    def upload(self, pairs: list[tuple[str, str]], crc32c: dict[str, str] | None = None) -> list[ObjectInfo]: ...
+    def upload(self, pairs: list[tuple[str, str]]) -> list[ObjectInfo]: ...
     def download(self, pairs: list[tuple[str, str]]) -> None: ...
 
 
@@ -190,7 +190,7 @@ class LocalStorage:
             except FileNotFoundError:
                 pass
 
-    def upload(self, pairs: list[tuple[str, str]], crc32c: dict[str, str] | None = None) -> list[ObjectInfo]:
+    def upload(self, pairs: list[tuple[str, str]]) -> list[ObjectInfo]:
         def one(pair: tuple[str, str]) -> ObjectInfo:
             local, name = pair
             path = self._path(name)
@@ -333,27 +333,17 @@ class GcsStorage:
         with ThreadPoolExecutor(PARALLELISM) as pool:
             list(pool.map(one, list(names)))
 
-    def upload(self, pairs: list[tuple[str, str]], crc32c: dict[str, str] | None = None) -> list[ObjectInfo]:
-        """Uploads (local path, object name) pairs in parallel; returns what the server stored.
-
-        `crc32c` maps object names to the checksums the caller already has (the mirror takes them
-        while the files are written). Those files are sent as they are, with the checksum in the
-        object's metadata for the server to check (a resumable upload is refused on a mismatch),
-        instead of the client reading each one a second time to checksum it on the way out.
-        """
-        known = crc32c or {}
-
+    def upload(self, pairs: list[tuple[str, str]]) -> list[ObjectInfo]:
         def one(pair: tuple[str, str]) -> ObjectInfo:
             local, name = pair
             blob = self.bucket.blob(self._object(name))
-            checksum = {"checksum": None, "crc32c_checksum_value": known[name]} if name in known else {"checksum": "crc32c"}
             for attempt in retry.storage():
                 with attempt:
                     # content-addressed names make a repeated upload harmless; the content type is
                     # given so the client does not guess one (its first guess reads /etc/mime.types,
                     # ~10 ms that would land on an emergency commit)
-                    blob.upload_from_filename(local, content_type="application/octet-stream", retry=_client_retry(),
-                                              **checksum)
+                    blob.upload_from_filename(local, content_type="application/octet-stream", checksum="crc32c",
+                                              retry=_client_retry())
             # the crc32c the server stored, which is what a later restore will verify against
             return ObjectInfo(name, int(blob.size or 0), blob.crc32c or "")
 

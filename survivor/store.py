@@ -242,8 +242,7 @@ class CheckpointStore:
             early_fence.start()
         try:
             if todo:
-                stored = self.storage.upload([(os.path.join(local_root, e.path), e.object) for e in todo],
-                                             crc32c={e.object: e.crc32c for e in todo})
+                stored = self.storage.upload([(os.path.join(local_root, e.path), e.object) for e in todo])
                 for entry, info in zip(todo, stored):
                     if (info.crc32c and info.crc32c != entry.crc32c) or info.size != entry.size:
                         # The file changed between checksum and upload: the stored bytes are not what

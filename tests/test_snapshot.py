@@ -8,7 +8,7 @@ import pytest
 from survivor import snapshot
 from survivor.agent import Mirror
 from survivor.snapshot import Checksums, scan
-from survivor.storage import StorageError, crc32c_of_bytes, open_storage
+from survivor.storage import crc32c_of_bytes, open_storage
 from survivor.store import CheckpointStore
 
 PIECES = [os.urandom(300_000), os.urandom(700_000), os.urandom(123_457)]
@@ -132,39 +132,3 @@ def test_a_started_mirror_commits_without_listing_the_store_first(job_dir, tmp_p
     assert mirror.sync(collect=False).manifest.step == 3
     assert storage.lists == 1, "the commit listed the store again"
 
-
-class RefusesWrongChecksums:
-    """The job dir's own storage, refusing an upload whose claimed crc32c is not the file's, as
-    Cloud Storage does (400) where fake-gcs-server stores it and reports the right one."""
-
-    def __init__(self, storage):
-        self.storage = storage
-
-    def upload(self, pairs, crc32c=None):
-        for local, name in pairs:
-            with open(local, "rb") as f:
-                actual = crc32c_of_bytes(f.read())
-            if (crc32c or {}).get(name, actual) != actual:
-                raise StorageError(f"400 Provided CRC32C for {name} does not match the data")
-        return self.storage.upload(pairs, crc32c)
-
-    def __getattr__(self, name):
-        return getattr(self.storage, name)
-
-
-def test_an_upload_refused_for_its_checksum_makes_the_mirror_read_the_files_afresh(job_dir, tmp_path):
-    local = str(tmp_path / "job")
-    storage = RefusesWrongChecksums(open_storage(job_dir))
-    store = CheckpointStore(storage)
-    mirror = Mirror(store, storage, local, attempt=1, interval=60, committed_step=None, on_commit=lambda stats: None)
-    tmp = os.path.join(local, ".dummy-checkpoint-8.data.tmp")
-    append(tmp, BIG)
-    mirror.sync()
-    with open(tmp, "r+b") as f:
-        f.write(b"HEADER")
-    os.replace(tmp, os.path.join(local, "dummy-checkpoint-8.data"))
-    with pytest.raises(StorageError, match="does not match"):
-        mirror.sync()
-    stats = mirror.sync()
-    assert stats is not None and stats.manifest.step == 8
-    assert [f.crc32c for f in stats.manifest.files] == [crc32c_of_bytes(b"HEADER" + BIG[6:])]

@@ -191,9 +191,9 @@ class SlowUploads:
     def __init__(self, storage, seconds: float):
         self.storage, self.seconds = storage, seconds
 
-    def upload(self, pairs, crc32c=None):
+    def upload(self, pairs):
         time.sleep(self.seconds)
-        return self.storage.upload(pairs, crc32c)
+        return self.storage.upload(pairs)
 
     def __getattr__(self, name):
         return getattr(self.storage, name)
