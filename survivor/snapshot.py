@@ -14,14 +14,13 @@ training runs; they are mirrored as they are, outside snapshots (`is_event_file`
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 from dataclasses import dataclass
 
 import google_crc32c
 
-from survivor.storage import CRC_BLOCK, crc32c_of_file
+from survivor.storage import crc32c_extend, crc32c_of_file, crc32c_text
 
 #: The file a trainer may write (atomically) with its current step, for live progress. Not a checkpoint.
 PROGRESS_FILE = "survivor-progress.json"
@@ -182,10 +181,8 @@ class _Growing:
         """Checksums the bytes from `offset` up to `size`; returns the checksum so far."""
         with open(path, "rb") as f:
             f.seek(self.offset)
-            while self.offset < size and (block := f.read(min(CRC_BLOCK, size - self.offset))):
-                self.checksum.update(block)
-                self.offset += len(block)
-        return base64.b64encode(self.checksum.digest()).decode()
+            self.offset = crc32c_extend(self.checksum, f, size)
+        return crc32c_text(self.checksum)
 
 
 def scan(root: str, checksums: Checksums | None = None) -> Snapshot:

@@ -70,18 +70,35 @@ class ObjectInfo:
 CRC_BLOCK = 256 << 10
 
 
+def crc32c_extend(checksum, f, end: int | None = None) -> int:
+    """Feeds `checksum` (a google_crc32c.Checksum) the bytes of the open file `f` from its position
+    up to offset `end` (or to its end) in CRC_BLOCK blocks; returns the offset reached."""
+    position = f.tell()
+    while end is None or position < end:
+        block = f.read(CRC_BLOCK if end is None else min(CRC_BLOCK, end - position))
+        if not block:
+            break
+        checksum.update(block)
+        position += len(block)
+    return position
+
+
+def crc32c_text(checksum) -> str:
+    """A checksum's value base64-encoded big-endian, the form Cloud Storage reports."""
+    return base64.b64encode(checksum.digest()).decode()
+
+
 def crc32c_of_file(path: str) -> str:
     """The file's CRC32C, base64-encoded big-endian, the form Cloud Storage reports."""
     checksum = google_crc32c.Checksum()
     with open(path, "rb") as f:
-        while block := f.read(CRC_BLOCK):
-            checksum.update(block)
-    return base64.b64encode(checksum.digest()).decode()
+        crc32c_extend(checksum, f)
+    return crc32c_text(checksum)
 
 
 def crc32c_of_bytes(data: bytes) -> str:
     """CRC32C of `data`, base64-encoded big-endian."""
-    return base64.b64encode(google_crc32c.Checksum(data).digest()).decode()
+    return crc32c_text(google_crc32c.Checksum(data))
 
 
 class JobStorage(Protocol):
