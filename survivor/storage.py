@@ -19,7 +19,8 @@ import fcntl
 import os
 import shutil
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Iterable, Protocol
 
@@ -28,6 +29,8 @@ import google_crc32c
 from survivor import retry
 
 PARALLELISM = 16
+#: Upload threads a Cloud Storage job dir starts at once: a TF checkpoint's files (data, index, state).
+WARM_UPLOAD_THREADS = 4
 
 
 def _client_retry():
@@ -260,6 +263,12 @@ class GcsStorage:
         self.client = client
         self.bucket = client.bucket(self.bucket_name)
         self._bucket_seen = False  # once it answered, a missing object is just missing
+        # One pool for every upload, kept, with a few threads started now: they are there when the
+        # checkpoint after a notice goes out (a fresh pool takes 0.2-0.3 ms to start its threads).
+        self._uploads = ThreadPoolExecutor(PARALLELISM, thread_name_prefix="upload")
+        started = threading.Barrier(WARM_UPLOAD_THREADS)
+        for _ in range(WARM_UPLOAD_THREADS):
+            self._uploads.submit(started.wait, 10.0)  # each waits for the others: one thread apiece
 
     def _object(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
@@ -364,9 +373,10 @@ class GcsStorage:
             # the crc32c the server stored, which is what a later restore will verify against
             return ObjectInfo(name, int(blob.size or 0), blob.crc32c or "")
 
+        futures = [self._uploads.submit(one, pair) for pair in pairs]
+        wait(futures)  # all of them, as before, even when one failed
         try:
-            with ThreadPoolExecutor(PARALLELISM) as pool:
-                return list(pool.map(one, pairs))
+            return [future.result() for future in futures]
         except Exception as exc:
             raise self._translate(exc, "uploading a checkpoint") from exc
 

@@ -2,6 +2,7 @@
 
 import os
 import pwd
+import shutil
 import stat
 import subprocess
 import sys
@@ -141,11 +142,12 @@ SYSTEM_PYTHON = "/usr/bin/python3"  # one the unprivileged user can execute (thi
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
 @pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason="needs a system python3")
-def test_an_agent_running_as_root_runs_the_trainer_as_the_named_user(tmp_path):
+def test_an_agent_running_as_root_runs_the_trainer_as_the_named_user(request):
     from survivor import agent
 
     nobody = pwd.getpwnam("nobody")
-    base = tempfile.mkdtemp(prefix="survivor-user-", dir="/tmp")
+    base = tempfile.mkdtemp(prefix="survivor-user-", dir="/tmp")  # not tmp_path: "nobody" must reach it
+    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
     os.chmod(base, 0o755)
     probe = ("import os, sys; d = sys.argv[sys.argv.index('--job-dir') + 1]; "
              "open(os.path.join(d, 'ckpt-1.txt'), 'w').write(str(os.getuid()))")

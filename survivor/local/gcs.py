@@ -17,6 +17,7 @@ GOMEMLIMIT caps the heap that pacing allows. A caller's own GOGC or GOMEMLIMIT w
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -45,6 +46,7 @@ class StorageEmulator:
     def __init__(self, port: int | None = None, log_dir: str | None = None):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self._own_log_dir = log_dir is None  # removed at stop, unless the server failed
         self._log_dir = log_dir or tempfile.mkdtemp(prefix="fake-gcs-")
         self.log_path = os.path.join(self._log_dir, "fake-gcs-server.log")
         self._process: subprocess.Popen | None = None
@@ -81,12 +83,15 @@ class StorageEmulator:
         storage.Client(project="survivor-local", credentials=AnonymousCredentials()).create_bucket(name)
 
     def stop(self) -> None:
+        crashed = self._process is not None and self._process.poll() is not None
         if self._process and self._process.poll() is None:
             self._process.terminate()
             try:
                 self._process.wait(10)
             except subprocess.TimeoutExpired:
                 self._process.kill()
+        if self._own_log_dir and not crashed:
+            shutil.rmtree(self._log_dir, ignore_errors=True)
         if self._previous_env is None:
             os.environ.pop(ENV, None)
         else:
