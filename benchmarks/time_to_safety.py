@@ -8,8 +8,8 @@ bytes with google-cloud-storage (`upload_from_filename` with its defaults, a thr
 same storage emulator. The step in flight is taken from the agent's run itself (the dummy trainer
 logs when SIGTERM came and when its save began: half a 10 ms step on average, which any way of
 saving on notice waits for). The save is the same trainer's, run without survivor and stopped the
-same way (a fresh process's first save: 5 ms for 10 MB here, against 3.4 ms for the same call
-repeated in a warm process), so whatever the agent costs the trainer's save counts against the
+same way (a fresh process's first save: 4-5 ms for 10 MB here, against 3.4 ms for the same
+call repeated in a warm process), so whatever the agent costs the trainer's save counts against the
 agent. The upload starts once that trainer has exited, with nothing beside it. Everything else
 (noticing, checksums, the upload's share of a busy machine, the manifest) is survivor's own part,
 also given in milliseconds.

@@ -8,8 +8,8 @@
     >>> changes.close()
 
 After a notice the mirror wakes on these instead of scanning on a 2 ms clock: a checkpoint renamed
-into place is seen within ~0.1 ms instead of 1 ms on average, and no scan runs while nothing
-changes. Writes wake it too (the kernel merges repeated ones while they are unread), so a file being
+into place is seen when it lands instead of at the clock's next tick, and no scan runs while
+nothing changes. Writes wake it too (the kernel merges repeated ones while they are unread), so a file being
 written is still checksummed as it grows. Directories created under the job dir (TensorFlow writes a
 checkpoint's shards into `<prefix>_temp/`) are watched as they appear. inotify is a hint, never the
 only way: the mirror still scans on a slower clock, for anything it cannot see (a queue overflow, a
