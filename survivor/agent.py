@@ -210,19 +210,19 @@ class Mirror:
         self._hurried = True
         changes = DirChanges(self.local_root)
         if changes.available:
-            threading.Thread(target=self._wake_on_changes, args=(changes,), name="job dir events",
+            threading.Thread(target=self._wake_on_changes, args=(changes, interval), name="job dir events",
                              daemon=True).start()
         self.interval = fallback if changes.available else interval
         self._wake.set()
 
-    def _wake_on_changes(self, changes: DirChanges) -> None:
+    def _wake_on_changes(self, changes: DirChanges, interval: float) -> None:
         try:
             while not self._stop.is_set():
                 if changes.wait(0.1):
                     self._wake.set()
-        except OSError as exc:  # the clock alone wakes the mirror from here on
+        except OSError as exc:  # the clock alone wakes the mirror from here on, as without events
             log.warning("file events stopped; scanning on a clock", error=str(exc))
-            self.interval = min(self.interval, 0.002)
+            self.interval = interval
         finally:
             changes.close()
 

@@ -52,8 +52,7 @@ class StoppedClock(threading.Event):
         return super().wait(None)
 
 
-@linux_only
-@pytest.mark.parametrize("events", [True, False], ids=["inotify", "clock"])
+@pytest.mark.parametrize("events", [pytest.param(True, marks=linux_only), False], ids=["inotify", "clock"])
 def test_a_hurried_mirror_commits_a_checkpoint_the_moment_it_appears(tmp_path, monkeypatch, events):
     """With file events the rename itself wakes the mirror (its clock here never ticks); without
     them, its 2 ms clock finds the checkpoint."""
