@@ -19,9 +19,11 @@ def _agent(args: argparse.Namespace) -> int:
     early: list[str] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: early.append(signal.Signals(signum).name))
-    from survivor import agent
+    from survivor import agent, memory
 
     logs.setup(args.log_format, args.log_level)
+    # Before any thread starts: upload reads reuse memory paged in now, not on the way to safety.
+    memory.warm_read_buffers()
     # `kill -USR1 <agent pid>` prints every thread's stack to the journal: how to debug a stuck agent.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     options = agent.AgentOptions(
