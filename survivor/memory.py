@@ -76,7 +76,8 @@ def touch(nbytes: int) -> None:
 def warm_read_buffers(nbytes: int = WARM_BYTES, background: bool = True,
                       mallopt: Callable[[int, int], int] | None = None) -> bool:
     """Sets glibc up as the module docstring says and touches `nbytes` (in a daemon thread unless
-    `background` is False). Returns False, changing nothing, where glibc's settings are missing."""
+    `background` is False). Returns False, touching nothing, where a setting is not taken (no
+    glibc `mallopt`, or one that refuses: settings asked for before the refusal stay set)."""
     if not keep_heap_memory(mallopt):
         log.debug("no glibc mallopt; upload reads use fresh memory")
         return False
