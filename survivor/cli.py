@@ -77,7 +77,9 @@ def _submit(args: argparse.Namespace) -> int:
             pools = vertex.pools_from_spec(spec)
         spot = args.spot if args.spot is not None else bool(section.get("spot", False))
         body = vertex.custom_job_body(spec, pools, package_uri=args.package or section.get("package"),
-                                      container_image=args.container_image or section.get("container_image"), spot=spot)
+                                      container_image=args.container_image or section.get("container_image"),
+                                      executor_images=args.executor_image or section.get("executor_images") or (),
+                                      spot=spot)
         region = args.region or section.get("region") or "us-central1"
         project = args.project or section.get("project") or os.environ.get("GOOGLE_CLOUD_PROJECT")
     except SpecError as exc:
@@ -164,8 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--training-input", help="a Cloud ML Engine config.yaml (trainingInput: scaleTier, masterType...)")
     p.add_argument("--project")
     p.add_argument("--region", default=None, help="Vertex region (default: vertex.region or us-central1)")
-    p.add_argument("--package", help="gs:// sdist holding the trainer (survivor's own for a builtin trainer)")
+    p.add_argument("--package", help="gs:// sdist holding the trainer (survivor_train-VERSION.tar.gz for a builtin trainer)")
     p.add_argument("--container-image", help="run this image instead of a Python package")
+    p.add_argument("--executor-image", action="append", default=None, metavar="URI",
+                   help="a prebuilt training image newer than survivor's table (once for -cpu., once for -gpu.)")
     p.add_argument("--spot", action="store_true", default=None, help="Spot VMs for every worker pool")
     p.add_argument("--dry-run", action="store_true", help="print the request; send nothing")
     p.set_defaults(func=_submit)

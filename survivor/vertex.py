@@ -8,24 +8,31 @@ Worker pools come from the spec's `vertex:` section (`chief`, `workers`, `parame
 (`scaleTier`, `masterType`, `workerCount`, `workerType`, `parameterServerCount`, `parameterServerType`,
 `runtimeVersion`), saying what could not be kept. Spot scheduling where asked, restart on worker
 restart, the job dir as `baseOutputDirectory`; the trainer runs as a Python package module (the spec's
-`trainer.package`, or survivor's own sdist for a builtin trainer) or a container image. On Vertex the
-trainer writes its checkpoints straight to `<job_dir>/checkpoints` (TensorFlow's GCS file system);
-Vertex, not survivor's agent, restarts workers.
+`trainer.package`, or survivor's own sdist for a builtin trainer) on a prebuilt image, or in a container
+image. On Vertex the trainer writes its checkpoints straight to `<job_dir>/checkpoints` (TensorFlow's GCS
+file system); Vertex, not survivor's agent, restarts workers.
+
+Each pool gets the image and the trainer args of its own machine: a pool without GPUs runs the CPU image
+with `--num-gpus 0`. The prebuilt image comes from survivor/runtimes.py, only while Google's table still
+supports it on the day of the submit; when it supports none (as for TensorFlow since 2025-07-11) the
+submit says so and asks for `--container-image` (or `--executor-image`, a prebuilt image newer than
+the table).
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from survivor import runtimes
 from survivor.spec import BUILTIN_TRAINERS, JobSpec, SpecError
 from survivor.trainer_process import trainer_argv
 
 ENDPOINT_ENV = "SURVIVOR_VERTEX_ENDPOINT"
-TF_CPU_IMAGE = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest"
-TF_GPU_IMAGE = "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest"
 
 #: Cloud ML Engine's legacy machine names -> (Compute Engine machine type, GPU type, GPU count).
 LEGACY_MACHINES: dict[str, tuple[str, str | None, int]] = {
@@ -134,36 +141,124 @@ def pools_from_spec(spec: JobSpec) -> list[Pool]:
     return pools
 
 
+def _fmt(day: _dt.date) -> str:
+    return day.isoformat()
+
+
+def prebuilt_image(accelerator: str, day: _dt.date) -> str:
+    """Pure decision: the newest TensorFlow prebuilt training image for `accelerator` ("cpu" or "gpu")
+    that Google's table (survivor/runtimes.py) still supports on `day` and whose Python meets the floor.
+
+    Raises SpecError, naming the newest such image and the day its support ended, when there is none.
+    """
+    rows = [r for r in runtimes.VERTEX_TRAINING_IMAGES
+            if r.accelerator == accelerator and r.python >= runtimes.PYTHON_FLOOR]
+    current = [r for r in rows if r.supported_on(day)]
+    if current:
+        return max(current, key=lambda r: (r.end_of_support, r.uri)).uri
+    newest = max(rows, key=lambda r: r.end_of_support)
+    raise SpecError([
+        f"vertex: no TensorFlow {accelerator.upper()} prebuilt training image is supported on {_fmt(day)} by "
+        f"Google's table (the newest, {newest.uri}, lost support on {_fmt(newest.end_of_support)} and "
+        f"availability on {_fmt(newest.end_of_availability)}): give --container-image, an image with "
+        "survivor-train installed, or --executor-image, a prebuilt image newer than survivor's table"])
+
+
+_PY_TAG = re.compile(r"\.py(\d)(\d+)(?::|$)")
+
+
+def check_executor_image(uri: str, day: _dt.date) -> str:
+    """Pure decision: an `--executor-image` the package can install on, or SpecError naming why not.
+
+    Vertex takes only images of its prebuilt list there, with the `latest` tag; Google's names carry the
+    image's Python as `.pyXYZ` (those without one run Python 3.7 or 3.8: the table's TF 2.11 and older).
+    """
+    known = {r.uri.split("/", 1)[1]: r for r in runtimes.VERTEX_TRAINING_IMAGES}
+    host, _, rest = uri.partition("/")
+    if host not in runtimes.VERTEX_IMAGE_HOSTS or not rest.startswith("vertex-ai/training/") or not uri.endswith(":latest"):
+        raise SpecError([f"--executor-image = {uri!r}: expected a prebuilt training image, "
+                         "e.g. us-docker.pkg.dev/vertex-ai/training/NAME.pyXYZ:latest (custom images go in --container-image)"])
+    tag = _PY_TAG.search(uri)
+    python = (int(tag.group(1)), int(tag.group(2))) if tag else None
+    if python is None or python < runtimes.PYTHON_FLOOR:
+        shown = f"Python {python[0]}.{python[1]}" if python else "no .pyXYZ tag (Python 3.7 or 3.8)"
+        raise SpecError([f"--executor-image = {uri!r}: {shown}; survivor-train needs Python "
+                         f"{runtimes.PYTHON_FLOOR[0]}.{runtimes.PYTHON_FLOOR[1]} or newer"])
+    row = known.get(rest)
+    if row is not None and not row.available_on(day):
+        raise SpecError([f"--executor-image = {uri!r}: Google's table ended its availability on "
+                         f"{_fmt(row.end_of_availability)}; give --container-image instead"])
+    return uri
+
+
+_OTHER_SURVIVOR = re.compile(r"^survivor-\d")
+
+
+def check_survivor_package(uri: str) -> str:
+    """Pure decision: the package a builtin trainer runs from must be survivor-train's own sdist or wheel.
+
+    `survivor` on the package index is an unrelated project; survivor's distribution is `survivor-train`,
+    whose sdist is `survivor_train-VERSION.tar.gz` (`python -m build --sdist`).
+    """
+    name = uri.rstrip("/").rsplit("/", 1)[-1]
+    if not uri.startswith("gs://"):
+        raise SpecError([f"--package = {uri!r}: Vertex AI installs packages from Cloud Storage: expected gs://.../{name}"])
+    if _OTHER_SURVIVOR.match(name):
+        raise SpecError([f"--package = {uri!r}: survivor's distribution is survivor-train; upload "
+                         "dist/survivor_train-VERSION.tar.gz (python -m build --sdist), not a 'survivor-' package"])
+    if not (name.startswith(("survivor_train-", "survivor-train-")) and name.endswith((".tar.gz", ".whl"))):
+        raise SpecError([f"--package = {uri!r}: a builtin trainer runs from survivor-train's sdist, "
+                         "gs://.../survivor_train-VERSION.tar.gz (python -m build --sdist)"])
+    return uri
+
+
 def custom_job_body(spec: JobSpec, pools: list[Pool], *, display_name: str | None = None,
                     package_uri: str | None = None, container_image: str | None = None,
-                    spot: bool = False) -> dict[str, Any]:
-    """The CustomJob REST body (enums by name; the client sends them as numbers)."""
+                    executor_images: list[str] | tuple[str, ...] = (), spot: bool = False,
+                    today: _dt.date | None = None) -> dict[str, Any]:
+    """The CustomJob REST body (enums by name; the client sends them as numbers).
+
+    Each pool's image and trainer args follow its own machine: GPUs -> the GPU image and its GPU count.
+    `executor_images` are prebuilt images chosen by hand (a `-gpu.`/`-cpu.` name serves those pools,
+    any other name every pool); `today` (default: the local date) decides which images are supported.
+    """
     trainer = spec.trainer
+    day = today or _dt.date.today()
     checkpoints = f"{spec.job_dir.rstrip('/')}/checkpoints"
-    argv = trainer_argv(spec, python="python", job_dir=checkpoints, data_dir=spec.data_dir,
-                        num_gpus=max((p.accelerator_count for p in pools), default=0))
-    module_args = argv[3:] if not trainer.argv else argv[len(trainer.argv):]
-    uses_gpu = any(p.accelerator for p in pools)
+    module = trainer.module or BUILTIN_TRAINERS.get(trainer.builtin or "")
+    use_container = bool(container_image or trainer.argv)
+    if use_container and not container_image:
+        raise SpecError(["trainer.argv: a command line trainer needs --container-image on Vertex AI"])
+    package = None
+    if not use_container:
+        package = package_uri or trainer.package
+        if not package:
+            raise SpecError(["vertex: the trainer's code must be in the bucket: set trainer.package (a gs:// "
+                             "sdist), or --package with survivor's own sdist for a builtin trainer"])
+        if trainer.builtin:
+            check_survivor_package(package)
+        chosen = {}
+        for uri in executor_images:
+            check_executor_image(uri, day)
+            kinds = [k for k in ("cpu", "gpu") if f"-{k}." in uri] or ["cpu", "gpu"]
+            chosen.update({k: uri for k in kinds})
     pool_specs = []
     for pool in pools:
+        gpus = pool.accelerator_count if pool.accelerator else 0
+        argv = trainer_argv(spec, python="python3", job_dir=checkpoints, data_dir=spec.data_dir, num_gpus=gpus)
+        args = argv[len(trainer.argv):] if trainer.argv else argv[3:]
         machine: dict[str, Any] = {"machineType": pool.machine_type}
         if pool.accelerator:
             machine.update(acceleratorType=pool.accelerator, acceleratorCount=pool.accelerator_count)
         entry: dict[str, Any] = {"machineSpec": machine, "replicaCount": str(pool.replicas)}
-        if container_image or trainer.argv:
-            if not container_image:
-                raise SpecError(["trainer.argv: a command line trainer needs --container-image on Vertex AI"])
-            entry["containerSpec"] = {"imageUri": container_image,
-                                      **({"command": list(trainer.argv)} if trainer.argv else {}),
-                                      "args": module_args}
+        if use_container:
+            command = list(trainer.argv) if trainer.argv else argv[:3]
+            entry["containerSpec"] = {"imageUri": container_image, "command": command, "args": args}
         else:
-            package = package_uri or trainer.package
-            if not package:
-                raise SpecError(["vertex: the trainer's code must be in the bucket: set trainer.package (a gs:// "
-                                 "sdist), or --package with survivor's own sdist for a builtin trainer"])
-            module = trainer.module or BUILTIN_TRAINERS[trainer.builtin or ""]
-            entry["pythonPackageSpec"] = {"executorImageUri": TF_GPU_IMAGE if uses_gpu else TF_CPU_IMAGE,
-                                          "packageUris": [package], "pythonModule": module, "args": module_args}
+            kind = "gpu" if gpus else "cpu"
+            image = chosen.get(kind) or prebuilt_image(kind, day)
+            entry["pythonPackageSpec"] = {"executorImageUri": image, "packageUris": [package],
+                                          "pythonModule": module, "args": args}
         pool_specs.append(entry)
     body: dict[str, Any] = {
         "displayName": display_name or spec.name,
