@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from survivor import __version__
+from survivor import __version__, machines
 from survivor.spec import JobSpec, SpecError, dumps_json
 
 DLVM_PROJECT = "deeplearning-platform-release"
@@ -56,11 +56,12 @@ class MachineOptions:
     survivor_version: str = __version__
     survivor_wheel: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    gpu_explicit: bool = True  # False when the GPU is survivor's default, not the operator's choice
 
     @classmethod
     def from_spec(cls, spec: JobSpec, **overrides: Any) -> "MachineOptions":
         """Options from the spec's `compute:` section, then explicit overrides (None means unset)."""
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} - {"gpu_explicit"}
         section = dict(spec.extra.get("compute", {}))
         if "gpu" in section:
             section["gpu_type"], section["gpu_count"] = parse_gpu(str(section.pop("gpu")))
@@ -69,6 +70,10 @@ class MachineOptions:
             raise SpecError([f"compute.{key}: unknown key; expected one of {', '.join(sorted(known))}" for key in unknown])
         values = {**section, **{k: v for k, v in overrides.items() if v is not None}}
         options = cls(**values)
+        options.gpu_explicit = "gpu_type" in values
+        if not options.gpu_explicit and machines.family(options.machine_type) != "n1":
+            # the default T4 attaches to N1 machines only; a2/a3/g2 carry their own GPUs
+            options.gpu_type, options.gpu_count = None, 0
         if options.gpu_count is None:
             options.gpu_count = spec.num_gpus if spec.num_gpus is not None else 1
         return options
@@ -84,6 +89,14 @@ def parse_gpu(text: str) -> tuple[str | None, int]:
     return kind.strip(), int(count)
 
 
+def machine_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
+    """Pure decision: the contradictions between machine type, GPUs, Spot and notice, one line each."""
+    return machines.choice_problems(
+        options.machine_type, options.gpu_type, options.gpu_count or 0, gpu_explicit=options.gpu_explicit,
+        num_gpus=spec.num_gpus, spot=options.spot, preemption_notice=options.preemption_notice,
+        termination_action=options.termination_action)
+
+
 def startup_script() -> str:
     """The VM startup script shipped with survivor (startup/startup.sh)."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -96,15 +109,15 @@ def startup_script() -> str:
 
 def template_body(name: str, spec: JobSpec, options: MachineOptions, script: str | None = None) -> dict[str, Any]:
     """The REST body of `instanceTemplates.insert` for this job."""
-    gpus = options.gpu_count if options.gpu_type else 0
-    scheduling: dict[str, Any] = {"onHostMaintenance": "TERMINATE" if gpus else "MIGRATE"}
-    if options.spot:
-        scheduling.update(provisioningModel="SPOT", instanceTerminationAction=options.termination_action,
-                          automaticRestart=False, onHostMaintenance="TERMINATE")
-        if options.preemption_notice:
-            scheduling["preemptionNoticeDuration"] = {"seconds": str(int(options.preemption_notice))}
-    else:
-        scheduling.update(provisioningModel="STANDARD", automaticRestart=True)
+    problems = machine_problems(spec, options)
+    if problems:
+        raise SpecError(problems)
+    # a2/a3/g2 carry their GPUs: nothing is attached to them (survivor/machines.py)
+    attached = 0 if machines.carries_gpus(options.machine_type) else (options.gpu_count if options.gpu_type else 0)
+    gpus = machines.gpus_of(options.machine_type, options.gpu_type, attached)[1]
+    scheduling = machines.scheduling(options.machine_type, options.gpu_type, attached, spot=options.spot,
+                                     termination_action=options.termination_action,
+                                     preemption_notice=options.preemption_notice)
     items = [
         {"key": "survivor-job", "value": dumps_json(spec)},
         {"key": "startup-script", "value": script if script is not None else startup_script()},
@@ -137,8 +150,8 @@ def template_body(name: str, spec: JobSpec, options: MachineOptions, script: str
                                "accessConfigs": [{"name": "External NAT", "type": "ONE_TO_ONE_NAT"}]}],
         "labels": {"survivor-job": spec.name, **options.labels},
     }
-    if gpus:
-        properties["guestAccelerators"] = [{"acceleratorType": options.gpu_type, "acceleratorCount": gpus}]
+    if attached:
+        properties["guestAccelerators"] = [{"acceleratorType": options.gpu_type, "acceleratorCount": attached}]
     body = {"name": name, "description": f"survivor {__version__} job {spec.name}", "properties": properties}
     size = sum(len(item["key"]) + len(item["value"].encode()) for item in items)
     if size > METADATA_LIMIT:

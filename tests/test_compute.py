@@ -48,8 +48,7 @@ def test_dry_run_body_for_the_recipe_validates_and_carries_everything(capsys, sc
     assert items["enable-guest-attributes"] == "TRUE" and items["install-nvidia-driver"] == "True"
     assert props["guestAccelerators"] == [{"acceleratorType": "nvidia-tesla-t4", "acceleratorCount": 4}]
     assert props["scheduling"] == {"onHostMaintenance": "TERMINATE", "provisioningModel": "SPOT",
-                                   "instanceTerminationAction": "STOP", "automaticRestart": False,
-                                   "preemptionNoticeDuration": {"seconds": "30"}}
+                                   "instanceTerminationAction": "STOP", "automaticRestart": False}
     scopes = props["serviceAccounts"][0]["scopes"]
     assert "https://www.googleapis.com/auth/compute" in scopes
     assert "https://www.googleapis.com/auth/devstorage.read_write" in scopes

@@ -17,6 +17,22 @@ getGuestAttributes), zone/region/global operations (get and wait; operations sta
 DONE when next looked at). Failures can be injected per method: an HTTP error (403 ...) or an
 operation error (`ZONE_RESOURCE_POOL_EXHAUSTED`, `QUOTA_EXCEEDED`).
 
+Compute Engine rules the discovery document does not carry (survivor/machines.py: GPUs built into
+a2/a3/g2, N1 GPU counts, TERMINATE for GPU VMs, Spot without automatic restart, the 120 s notice)
+are enforced on `instanceTemplates.insert` with a 400 in the API's words. The real API may answer
+some of them only when an instance is created; the fake answers them at once, so that a template
+survivor builds wrong fails a test instead of a MIG.
+
+A MIG's instance creation can fail the way a real one does -- a stockout, a quota, a GPU the zone
+does not offer: the group's insert or resize operation still succeeds, the member stays in
+`currentAction: CREATING` with `lastAttempt.errors`, the error is listed by `listErrors`, and every
+later look at the group retries the creation (as "it will try again until it is successful",
+discovery document, `ManagedInstance.currentAction`). `fail_instance_creation` injects such failures.
+
+For preflight checks the fake serves `regions.get` (quotas), `acceleratorTypes.list/get`
+(`ACCELERATORS`, a small table of which zone offers which GPU), `images.getFromFamily` and
+`projects.get`; `set_quota`, `accelerators` and `add_image_family` seed them.
+
 `on_instance_created` / `on_instance_deleted` let the local simulator attach a running agent to each
 instance the MIG creates.
 """
@@ -33,9 +49,32 @@ import threading
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
+from survivor import machines
 from survivor.local.http import LocalService, QuietHandler, send_json
 
 BASE = "/compute/v1/"
+PROJECT_NUMBER = "123456789012"
+
+# Which zone offers which GPU (type -> maximumCardsPerInstance): a small, realistic slice of
+# https://cloud.google.com/compute/docs/gpus/gpu-regions-zones (not every zone of a region offers
+# every GPU; us-west1-c has no T4). Tests change `server.accelerators` for their own cases.
+ACCELERATORS: dict[str, dict[str, int]] = {
+    "us-west1-a": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-tesla-p100": 4, "nvidia-l4": 8},
+    "us-west1-b": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-tesla-p100": 4, "nvidia-l4": 8,
+                   "nvidia-tesla-a100": 16},
+    "us-west1-c": {"nvidia-l4": 8},
+    "us-central1-a": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-tesla-p4": 4, "nvidia-l4": 8,
+                      "nvidia-tesla-a100": 16},
+    "us-central1-b": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-l4": 8, "nvidia-tesla-a100": 16},
+    "us-central1-c": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-tesla-p4": 4, "nvidia-l4": 8,
+                      "nvidia-tesla-a100": 16},
+    "us-central1-f": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-tesla-a100": 16},
+    "europe-west4-a": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-l4": 8, "nvidia-tesla-a100": 16},
+    "europe-west4-b": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-tesla-p100": 4, "nvidia-tesla-a100": 16},
+    "europe-west4-c": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-l4": 8},
+}
+DEFAULT_GPU_QUOTA = 8.0  # per regional GPU metric unless a test sets another with set_quota
+DEFAULT_IMAGE_FAMILIES = [("deeplearning-platform-release", "common-cu128-ubuntu-2204-nvidia-570")]
 
 
 class SchemaError(ValueError):
@@ -132,8 +171,36 @@ class ComputeServer(LocalService):
         self.failures: dict[str, list[tuple[str, Any]]] = {}
         self.on_instance_created: list[Callable[[dict], None]] = []
         self.on_instance_deleted: list[Callable[[dict], None]] = []
+        self.accelerators: dict[str, dict[str, int]] = json.loads(json.dumps(ACCELERATORS))
+        self.quotas: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}  # (project, region) -> metric
+        self.images: dict[tuple[str, str], dict] = {}  # (project, family) -> image
+        self.creation_failures: list[dict] = []
         self._ids = itertools.count(1000000000000000000)
         self._listen(port, self._handler_class())
+        for project, family in DEFAULT_IMAGE_FAMILIES:
+            self.add_image_family(project, family)
+
+    # -- seeding ----------------------------------------------------------------------------------
+
+    def set_quota(self, project: str, region: str, metric: str, limit: float, usage: float = 0.0) -> None:
+        """A regional quota as `regions.get` reports it (GPU metrics default to DEFAULT_GPU_QUOTA)."""
+        with self.lock:
+            self.quotas.setdefault((project, region), {})[metric] = (float(limit), float(usage))
+
+    def add_image_family(self, project: str, family: str) -> dict:
+        """An image whose family `images.getFromFamily` resolves."""
+        with self.lock:
+            name = f"{family}-v20261101"
+            image = {"kind": "compute#image", "id": str(next(self._ids)), "name": name, "family": family,
+                     "status": "READY", "creationTimestamp": _now(),
+                     "selfLink": f"{self.endpoint}{BASE}projects/{project}/global/images/{name}"}
+            self.images[(project, family)] = image
+            return image
+
+    def zones_of(self, region: str) -> list[str]:
+        """The region's zones: those of the accelerator table, else REGION-a, -b, -c..."""
+        known = sorted(z for z in self.accelerators if z.rsplit("-", 1)[0] == region)
+        return known or [f"{region}-{c}" for c in "abcdefg"[: self.zones_per_region]]
 
     # -- failure injection ------------------------------------------------------------------------
 
@@ -144,6 +211,18 @@ class ComputeServer(LocalService):
         kind = ("http", (http, message)) if http else ("operation", (operation_error, message))
         with self.lock:
             self.failures.setdefault(method, []).extend([kind] * times)
+
+    def fail_instance_creation(self, code: str = "ZONE_RESOURCE_POOL_EXHAUSTED", *, message: str = "",
+                               zone: str | None = None, times: int | None = None) -> None:
+        """Makes a MIG's attempts to create an instance (in `zone`, or any) fail with `code` -- a
+        stockout, QUOTA_EXCEEDED, a permission error -- `times` times (None: until cleared). The
+        group's operations still succeed; the failure shows in listManagedInstances and listErrors."""
+        with self.lock:
+            self.creation_failures.append({"code": code, "message": message, "zone": zone, "remaining": times})
+
+    def clear_instance_creation_failures(self) -> None:
+        with self.lock:
+            self.creation_failures.clear()
 
     def _take_failure(self, method: str):
         with self.lock:
@@ -279,6 +358,9 @@ class ComputeServer(LocalService):
             raise HttpError(400, "Invalid value for field 'resource.name': ''. Must be a match of regex '[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?'")
         if key in self.templates:
             raise HttpError(409, f"The resource 'projects/{key[0]}/global/instanceTemplates/{key[1]}' already exists", "alreadyExists")
+        violations = machines.property_violations(body.get("properties") or {})
+        if violations:
+            raise HttpError(400, violations[0].message, "badRequest")
         stored = json.loads(json.dumps(body))
         stored.update(kind="compute#instanceTemplate", id=str(next(self._ids)), creationTimestamp=_now(),
                       selfLink=self._template_url(*key))
@@ -322,12 +404,18 @@ class ComputeServer(LocalService):
         if group["_scope"].startswith("zones/"):
             return [group["_scope"].split("/")[1]]
         configured = [_tail(z["zone"]) for z in (group.get("distributionPolicy") or {}).get("zones", [])]
-        region = group["_scope"].split("/")[1]
-        return configured or [f"{region}-{c}" for c in "abcdefg"[: self.zones_per_region]]
+        return configured or self.zones_of(group["_scope"].split("/")[1])
 
     def _instanceGroupManagers_insert(self, params, query, body):
         project, scope, name = params["project"], self._scope(params), body.get("name", "")
         key = (project, scope, name)
+        if "region" in params:
+            for i, z in enumerate((body.get("distributionPolicy") or {}).get("zones", [])):
+                if _tail(z.get("zone", "")) not in self.zones_of(params["region"]):
+                    # gcloudrig/gcloudrig#75
+                    raise HttpError(400, f"Invalid value for field 'resource.distributionPolicy.zones[{i}].zone': "
+                                         f"'{z.get('zone')}'. Zone ({_tail(z.get('zone', ''))}) must be a valid zone in "
+                                         f"region {params['region']}.", "invalid")
         if key in self.groups:
             raise HttpError(409, f"The resource 'projects/{project}/{scope}/instanceGroupManagers/{name}' already exists", "alreadyExists")
         template = _tail(body.get("instanceTemplate", ""))
@@ -336,7 +424,7 @@ class ComputeServer(LocalService):
         group = json.loads(json.dumps(body))
         group.update(kind="compute#instanceGroupManager", id=str(next(self._ids)), creationTimestamp=_now(),
                      selfLink=f"{self.endpoint}{BASE}projects/{project}/{scope}/instanceGroupManagers/{name}",
-                     _project=project, _scope=scope, _members=[], status={"isStable": True})
+                     _project=project, _scope=scope, _members=[], _pending={}, _errors=[], status={"isStable": True})
         group["targetSize"] = int(body.get("targetSize", 0))
         group.setdefault("baseInstanceName", name)
         if scope.startswith("zones/"):
@@ -405,30 +493,108 @@ class ComputeServer(LocalService):
 
     def _instanceGroupManagers_listManagedInstances(self, params, query, body):
         group = self._group(params)
+        self._retry_pending(group)
         out = []
         for member in group["_members"]:
             vm = self.instances.get(member)
-            if vm is None:
-                continue
-            out.append({
-                "instance": vm["selfLink"], "id": vm["id"], "name": vm["name"], "instanceStatus": vm["status"],
-                "currentAction": "NONE", "version": {"instanceTemplate": group["instanceTemplate"]},
-            })
+            version = {"instanceTemplate": group["instanceTemplate"]}
+            if vm is not None:
+                out.append({"instance": vm["selfLink"], "id": vm["id"], "name": vm["name"], "instanceStatus": vm["status"],
+                            "currentAction": "NONE", "version": version})
+            elif member in group["_pending"]:
+                # not created yet: no status, no id; the group keeps trying (currentAction CREATING)
+                out.append({"instance": self._instance_url(member), "name": member[2], "currentAction": "CREATING",
+                            "lastAttempt": {"errors": {"errors": group["_pending"][member]}}, "version": version})
         return {"managedInstances": out}
 
     _regionInstanceGroupManagers_listManagedInstances = _instanceGroupManagers_listManagedInstances
 
+    def _instanceGroupManagers_listErrors(self, params, query, body):
+        group = self._group(params)
+        self._retry_pending(group)
+        return {"items": list(reversed(group["_errors"]))}  # newest first
+
+    _regionInstanceGroupManagers_listErrors = _instanceGroupManagers_listErrors
+
+    def _instance_url(self, member: tuple[str, str, str]) -> str:
+        return f"{self.endpoint}{BASE}projects/{member[0]}/zones/{member[1]}/instances/{member[2]}"
+
+    def _creation_error(self, member: tuple[str, str, str], template: dict) -> dict | None:
+        """Why creating this member now fails (an injected failure, a GPU its zone lacks), or None."""
+        project, zone, _ = member
+        properties = template.get("properties", {})
+        machine = str(properties.get("machineType", "")).rsplit("/", 1)[-1]
+        accelerators = properties.get("guestAccelerators") or []
+        wanted = [(_tail(a.get("acceleratorType", "")), int(a.get("acceleratorCount") or 0)) for a in accelerators]
+        if machines.built_in_gpus(machine):
+            wanted.append(machines.built_in_gpus(machine))
+        for kind, count in wanted:
+            if kind not in self.accelerators.get(zone, {}):
+                # fastai/course-v3#430 (the code is not shown there)
+                return {"code": "RESOURCE_NOT_FOUND",
+                        "message": f"The resource 'projects/{project}/zones/{zone}/acceleratorTypes/{kind}' was not found"}
+        for failure in self.creation_failures:
+            if failure["zone"] not in (None, zone) or failure["remaining"] == 0:
+                continue
+            if failure["remaining"] is not None:
+                failure["remaining"] -= 1
+            code = failure["code"]
+            message = failure["message"]
+            if not message and code.startswith("ZONE_RESOURCE_POOL_EXHAUSTED"):
+                gpus = f" with {wanted[0][1]} {wanted[0][0]} accelerator(s)" if wanted else ""
+                # the localized message of ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS, google/go-tpm-tools#578
+                message = (f"A {machine} VM instance{gpus} is currently unavailable in the {zone} zone. Consider "
+                           "trying your request in another zone which has capacity to accommodate your request.")
+            return {"code": code, "message": message or _default_message(code, {"project": project, "zone": zone})}
+        return None
+
+    def _retry_pending(self, group: dict) -> None:
+        """Time passes: the group tries again to create the members it could not."""
+        template = self.templates.get((group["_project"], _tail(group["instanceTemplate"])), {})
+        for member in list(group["_pending"]):
+            if member not in group["_members"]:
+                group["_pending"].pop(member, None)
+                continue
+            self._try_create(member, group, template)
+
     def _reconcile(self, group: dict) -> None:
         """Creates or deletes members until the group has `targetSize` of them."""
         zones = self._group_zones(group)
+        template = self.templates.get((group["_project"], _tail(group["instanceTemplate"])), {})
         while len(group["_members"]) < group["targetSize"]:
             suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=4))
             zone = zones[len(group["_members"]) % len(zones)]
             member = (group["_project"], zone, f"{group['baseInstanceName']}-{suffix}")
             group["_members"].append(member)
-            self._create_instance(member, group)
+            self._try_create(member, group, template)
         while len(group["_members"]) > group["targetSize"]:
-            self._delete_instance(group["_members"].pop(), by_group=True)
+            member = group["_members"].pop()
+            group["_pending"].pop(member, None)
+            self._delete_instance(member, by_group=True)
+
+    def _try_create(self, member: tuple[str, str, str], group: dict, template: dict) -> None:
+        """Creates the member, or records why not. A regional group whose target shape is not EVEN
+        places it in another of its zones when that one can take it (regional-mig-distribution-shape)."""
+        candidates = [member]
+        shape = (group.get("distributionPolicy") or {}).get("targetShape", "EVEN")
+        if group["_scope"].startswith("regions/") and shape != "EVEN":
+            candidates += [(member[0], z, member[2]) for z in self._group_zones(group) if z != member[1]]
+        first_error = None
+        for candidate in candidates:
+            error = self._creation_error(candidate, template)
+            if error is None:
+                index = group["_members"].index(member)
+                group["_members"][index] = candidate
+                group["_pending"].pop(member, None)
+                self._create_instance(candidate, group)
+                return
+            first_error = first_error or error
+        group["_pending"][member] = [first_error]
+        group["_errors"].append({
+            "error": dict(first_error), "timestamp": _now(),
+            "instanceActionDetails": {"action": "CREATING", "instance": self._instance_url(member),
+                                      "version": {"instanceTemplate": group["instanceTemplate"]}},
+        })
 
     # -- instances --------------------------------------------------------------------------------
 
@@ -546,6 +712,48 @@ class ComputeServer(LocalService):
         with self.lock:
             self.instances[(project, zone, name)]["_guest"][(namespace, key)] = value
 
+
+    # -- what preflight reads -----------------------------------------------------------------------
+
+    def _regions_get(self, params, query, body):
+        project, region = params["project"], params["region"]
+        zones = self.zones_of(region)
+        quotas = {m: (DEFAULT_GPU_QUOTA, 0.0) for m in set(machines.GPU_QUOTA_METRICS.values())
+                  | {f"PREEMPTIBLE_{m}" for m in machines.GPU_QUOTA_METRICS.values()}}
+        quotas.update(self.quotas.get((project, region), {}))
+        return {"kind": "compute#region", "id": str(abs(hash(region)) % 10**15), "name": region, "status": "UP",
+                "selfLink": f"{self.endpoint}{BASE}projects/{project}/regions/{region}",
+                "zones": [f"{self.endpoint}{BASE}projects/{project}/zones/{z}" for z in zones],
+                "quotas": [{"metric": m, "limit": limit, "usage": usage} for m, (limit, usage) in sorted(quotas.items())]}
+
+    def _accelerator(self, project: str, zone: str, kind: str, cards: int) -> dict:
+        return {"kind": "compute#acceleratorType", "name": kind, "description": kind.replace("-", " ").title(),
+                "maximumCardsPerInstance": cards, "zone": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}",
+                "selfLink": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}/acceleratorTypes/{kind}"}
+
+    def _acceleratorTypes_list(self, params, query, body):
+        project, zone = params["project"], params["zone"]
+        items = [self._accelerator(project, zone, k, n) for k, n in sorted(self.accelerators.get(zone, {}).items())]
+        return {"kind": "compute#acceleratorTypeList", "items": items}
+
+    def _acceleratorTypes_get(self, params, query, body):
+        project, zone, kind = params["project"], params["zone"], params["acceleratorType"]
+        cards = self.accelerators.get(zone, {}).get(kind)
+        if cards is None:
+            raise HttpError(404, f"The resource 'projects/{project}/zones/{zone}/acceleratorTypes/{kind}' was not found", "notFound")
+        return self._accelerator(project, zone, kind, cards)
+
+    def _images_getFromFamily(self, params, query, body):
+        image = self.images.get((params["project"], params["family"]))
+        if image is None:
+            raise HttpError(404, f"The resource 'projects/{params['project']}/global/images/family/{params['family']}' "
+                                 "was not found", "notFound")
+        return image
+
+    def _projects_get(self, params, query, body):
+        return {"kind": "compute#project", "name": params["project"], "id": PROJECT_NUMBER,
+                "defaultServiceAccount": f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com",
+                "selfLink": f"{self.endpoint}{BASE}projects/{params['project']}"}
 
     # -- HTTP -------------------------------------------------------------------------------------
 

@@ -1,0 +1,319 @@
+"""Compute Engine rules for machines, GPUs and scheduling that the discovery document does not carry.
+
+    >>> built_in_gpus("g2-standard-8")
+    ('nvidia-l4', 1)
+    >>> choice_problems("g2-standard-8", "nvidia-tesla-t4", 4)
+    ['compute.gpu nvidia-tesla-t4:4 with machine_type g2-standard-8: g2 machines carry their own GPUs (g2-standard-8: 1 x nvidia-l4); drop compute.gpu (or --gpu none)']
+
+The discovery document says which fields a template takes, not which combinations Compute Engine
+accepts. This module is the one table of those combinations, with a source for each, and two pure
+checks over it: `choice_problems` for what an operator asked for (one line naming both fields,
+before any call), and `property_violations` for a REST body (the API's own wording where a public
+source shows it), which survivor's Compute fake applies to every template it is sent -- so a
+template.py that stops following the table fails the suite.
+
+Sources (each rule below names its own):
+- GPU machine types: https://cloud.google.com/compute/docs/gpus -- A and G series carry their GPUs
+  ("the GPU model is automatically attached"), N1 takes T4/V100/P100/P4 in fixed counts up to a vCPU
+  and memory limit per count. The per-count limits as transcribed in skypilot-org/skypilot
+  sky/catalog/gcp_catalog.py (`_NUM_ACC_TO_MAX_CPU_AND_MEMORY`, `_ACC_INSTANCE_TYPE_DICTS`).
+- Host maintenance: https://cloud.google.com/compute/docs/instances/setting-vm-host-options and the
+  discovery document's `Scheduling.onHostMaintenance` ("For preemptible instances, the default and
+  only possible behavior is TERMINATE"). The API's answer to a GPU VM asking for MIGRATE:
+  "Instances with guest accelerators do not support live migration." (loft-sh/devpod#973 with
+  g2-standard-4 and no accelerators listed; openshift/release#63296 with a2-highgpu-1g).
+- Spot: https://cloud.google.com/compute/docs/instances/spot and create-use-spot;
+  `Scheduling.automaticRestart` ("Preemptible instances cannot be automatically restarted"),
+  `instanceTerminationAction` STOP (default) | DELETE.
+- `preemptionNoticeDuration`: "for Spot VMs only. If not specified, there will be no wait before the
+  G2 Soft Off signal" (discovery document); a preview in which 120 s is the one documented value
+  (cloudpilot-ai/karpenter-provider-gcp#295 and #563: "GCE documents exactly one opt-in value,
+  `120s`"; gcloud beta `--preemption-notice-duration=120s`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+# -- the table -------------------------------------------------------------------------------------
+
+# Machine types that carry their GPUs: type -> (acceleratorType, count).
+# https://cloud.google.com/compute/docs/gpus ("For these machine types, the GPU model is automatically
+# attached to the instance"); shapes as in skypilot-org/skypilot sky/catalog/gcp_catalog.py.
+BUILT_IN_GPUS: dict[str, tuple[str, int]] = {
+    **{f"a2-highgpu-{n}g": ("nvidia-tesla-a100", n) for n in (1, 2, 4, 8)},
+    "a2-megagpu-16g": ("nvidia-tesla-a100", 16),
+    **{f"a2-ultragpu-{n}g": ("nvidia-a100-80gb", n) for n in (1, 2, 4, 8)},
+    **{f"a3-highgpu-{n}g": ("nvidia-h100-80gb", n) for n in (1, 2, 4, 8)},
+    "a3-megagpu-8g": ("nvidia-h100-mega-80gb", 8),
+    "a3-ultragpu-8g": ("nvidia-h200-141gb", 8),
+    "a4-highgpu-8g": ("nvidia-b200", 8),
+    **{f"g2-standard-{n}": ("nvidia-l4", 1) for n in (4, 8, 12, 16, 32)},
+    "g2-standard-24": ("nvidia-l4", 2),
+    "g2-standard-48": ("nvidia-l4", 4),
+    "g2-standard-96": ("nvidia-l4", 8),
+}
+
+# Families whose every shape carries its GPUs (a shape missing above is still one of them).
+BUILT_IN_FAMILIES = ("a2", "a3", "a4", "a4x", "g2", "g4")
+
+# GPUs an N1 machine takes: type -> {count: (max vCPUs, max memory GB)}.
+# https://cloud.google.com/compute/docs/gpus (N1 tables), via skypilot-org/skypilot
+# sky/catalog/gcp_catalog.py `_NUM_ACC_TO_MAX_CPU_AND_MEMORY`. K80 reached end of life (2024) and
+# is left out.
+N1_GPUS: dict[str, dict[int, tuple[int, int]]] = {
+    "nvidia-tesla-t4": {1: (48, 312), 2: (48, 312), 4: (96, 624)},
+    "nvidia-tesla-v100": {1: (12, 78), 2: (24, 156), 4: (48, 312), 8: (96, 624)},
+    "nvidia-tesla-p100": {1: (16, 104), 2: (32, 208), 4: (96, 624)},
+    "nvidia-tesla-p4": {1: (24, 156), 2: (48, 312), 4: (96, 624)},
+}
+
+# N1 predefined shapes: memory per vCPU (GB). https://cloud.google.com/compute/docs/general-purpose-machines
+N1_MEMORY_PER_VCPU = {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9}
+
+PREEMPTION_NOTICE_SECONDS = (120,)
+TERMINATION_ACTIONS = ("STOP", "DELETE")
+
+# Regional quota metric for each GPU type, names from the discovery document's `Quota.metric` enum
+# (on demand; Spot uses the PREEMPTIBLE_ one). https://cloud.google.com/compute/resource-usage#gpu_quota
+GPU_QUOTA_METRICS: dict[str, str] = {
+    "nvidia-tesla-t4": "NVIDIA_T4_GPUS",
+    "nvidia-tesla-v100": "NVIDIA_V100_GPUS",
+    "nvidia-tesla-p100": "NVIDIA_P100_GPUS",
+    "nvidia-tesla-p4": "NVIDIA_P4_GPUS",
+    "nvidia-tesla-a100": "NVIDIA_A100_GPUS",
+    "nvidia-a100-80gb": "NVIDIA_A100_80GB_GPUS",
+    "nvidia-l4": "NVIDIA_L4_GPUS",
+    "nvidia-h100-80gb": "NVIDIA_H100_GPUS",  # only PREEMPTIBLE_NVIDIA_H100_GPUS is a regional metric
+}
+
+
+# -- lookups ---------------------------------------------------------------------------------------
+
+
+def family(machine_type: str) -> str:
+    """`g2-standard-8` -> `g2`; a custom `custom-8-30720` is an N1 shape -> `n1`."""
+    name = machine_type.rsplit("/", 1)[-1]
+    if name.startswith("custom-"):
+        return "n1"
+    return name.split("-", 1)[0]
+
+
+def built_in_gpus(machine_type: str) -> tuple[str, int] | None:
+    """The (type, count) a machine type carries, None for a type GPUs are attached to (or none)."""
+    return BUILT_IN_GPUS.get(machine_type.rsplit("/", 1)[-1])
+
+
+def carries_gpus(machine_type: str) -> bool:
+    """True for every shape of a family with built-in GPUs (a2, a3, a4, g2...)."""
+    return family(machine_type) in BUILT_IN_FAMILIES
+
+
+def n1_shape(machine_type: str) -> tuple[int, float] | None:
+    """(vCPUs, memory GB) of an N1 predefined or custom type; None when it is not one (or shared-core)."""
+    name = machine_type.rsplit("/", 1)[-1]
+    m = re.fullmatch(r"n1-(standard|highmem|highcpu)-(\d+)", name)
+    if m:
+        vcpus = int(m.group(2))
+        return vcpus, vcpus * N1_MEMORY_PER_VCPU[m.group(1)]
+    m = re.fullmatch(r"(?:n1-)?custom-(\d+)-(\d+)(?:-ext)?", name)
+    if m:
+        return int(m.group(1)), int(m.group(2)) / 1024
+    return None
+
+
+def gpus_of(machine_type: str, gpu_type: str | None, gpu_count: int) -> tuple[str | None, int]:
+    """The GPUs a VM will have: built in, else attached."""
+    built_in = built_in_gpus(machine_type)
+    if built_in:
+        return built_in
+    return (gpu_type, gpu_count) if gpu_type and gpu_count else (None, 0)
+
+
+def has_gpus(machine_type: str, gpu_type: str | None, gpu_count: int) -> bool:
+    return carries_gpus(machine_type) or bool(gpu_type and gpu_count)
+
+
+def quota_metric(gpu_type: str, spot: bool) -> str | None:
+    """The regional quota metric a VM's GPUs count against (None when none is known)."""
+    metric = GPU_QUOTA_METRICS.get(gpu_type)
+    if metric is None:
+        return None
+    return f"PREEMPTIBLE_{metric}" if spot else metric
+
+
+def _n1_offer(gpu_type: str) -> str:
+    counts = N1_GPUS[gpu_type]
+    return ", ".join(f"{n} (up to {cpus} vCPUs)" for n, (cpus, _) in counts.items())
+
+
+def _shape_with(gpu_type: str, count: int) -> str | None:
+    matches = [t for t, (g, n) in BUILT_IN_GPUS.items() if g == gpu_type and n == count]
+    return matches[0] if matches else None
+
+
+# -- what an operator asked for --------------------------------------------------------------------
+
+
+def choice_problems(machine_type: str, gpu_type: str | None, gpu_count: int, *, gpu_explicit: bool = True,
+                    num_gpus: int | None = None, spot: bool = True, preemption_notice: int | None = None,
+                    termination_action: str = "STOP") -> list[str]:
+    """Pure decision: one line per contradiction between the job's machine options, naming both
+    fields and the fix. Empty when the request is one Compute Engine accepts."""
+    out: list[str] = []
+    gpu = f"{gpu_type}:{gpu_count}" if gpu_type else "none"
+    built_in = built_in_gpus(machine_type)
+    if carries_gpus(machine_type):
+        fam = family(machine_type)
+        carried = f"{machine_type}: {built_in[1]} x {built_in[0]}" if built_in else f"{fam} machines"
+        if gpu_explicit and gpu_type and (gpu_type, gpu_count) != built_in:
+            out.append(f"compute.gpu {gpu} with machine_type {machine_type}: {fam} machines carry their own GPUs "
+                       f"({carried}); drop compute.gpu (or --gpu none)")
+        if built_in and num_gpus is not None and num_gpus > built_in[1]:
+            bigger = _shape_with(built_in[0], num_gpus)
+            out.append(f"num_gpus {num_gpus} with machine_type {machine_type}: it carries {built_in[1]} x {built_in[0]}; "
+                       + (f"use machine_type {bigger} or num_gpus {built_in[1]}" if bigger else f"set num_gpus {built_in[1]}"))
+    elif gpu_type and gpu_count:
+        shape = n1_shape(machine_type)
+        home = {"nvidia-l4": "g2", "nvidia-tesla-a100": "a2", "nvidia-a100-80gb": "a2", "nvidia-h100-80gb": "a3"}
+        if gpu_type not in N1_GPUS:
+            if gpu_type in home:
+                count_shape = _shape_with(gpu_type, gpu_count)
+                out.append(f"compute.gpu {gpu} with machine_type {machine_type}: {gpu_type} comes only built into "
+                           f"{home[gpu_type]} machines; use machine_type {count_shape or home[gpu_type] + '-...'} "
+                           "and drop compute.gpu")
+            else:
+                out.append(f"compute.gpu {gpu}: unknown GPU type for machine_type {machine_type}; N1 machines take "
+                           f"{', '.join(N1_GPUS)}")
+        elif family(machine_type) != "n1" or shape is None:
+            out.append(f"compute.gpu {gpu} with machine_type {machine_type}: GPUs attach only to N1 machines "
+                       f"(n1-standard-*, n1-highmem-*, n1-highcpu-*); use e.g. machine_type n1-standard-16")
+        elif gpu_count not in N1_GPUS[gpu_type]:
+            out.append(f"compute.gpu {gpu} with machine_type {machine_type}: {gpu_type} attaches in counts "
+                       f"{_n1_offer(gpu_type)}; pick one of those counts")
+        else:
+            vcpus, memory = shape
+            max_cpus, max_memory = N1_GPUS[gpu_type][gpu_count]
+            if vcpus > max_cpus or memory > max_memory:
+                fits = [n for n, (c, m) in N1_GPUS[gpu_type].items() if c >= vcpus and m >= memory]
+                out.append(f"compute.gpu {gpu} with machine_type {machine_type}: {gpu_count} x {gpu_type} allows up to "
+                           f"{max_cpus} vCPUs and {max_memory} GB ({machine_type} has {vcpus} and {memory:g}); "
+                           + (f"use {fits[0]} GPUs or a smaller machine_type" if fits else "use a smaller machine_type"))
+        if num_gpus is not None and num_gpus > gpu_count:
+            out.append(f"num_gpus {num_gpus} with compute.gpu {gpu}: the trainer would ask for more GPUs than the VM "
+                       f"has; set compute.gpu {gpu_type}:{num_gpus} or num_gpus {gpu_count}")
+    elif num_gpus and not gpu_type:
+        out.append(f"num_gpus {num_gpus} with compute.gpu none on machine_type {machine_type}: the VM has no GPU; "
+                   "set compute.gpu TYPE:COUNT or num_gpus 0")
+    if preemption_notice:
+        if not spot:
+            out.append(f"compute.preemption_notice {preemption_notice} with compute.spot false: the notice exists for "
+                       "Spot VMs only; drop compute.preemption_notice")
+        elif preemption_notice not in PREEMPTION_NOTICE_SECONDS:
+            out.append(f"compute.preemption_notice {preemption_notice}: Compute Engine accepts "
+                       f"{' or '.join(map(str, PREEMPTION_NOTICE_SECONDS))} seconds only; set 120 or drop it "
+                       "(without it the notice and the shutdown arrive together)")
+    if spot and termination_action not in TERMINATION_ACTIONS:
+        out.append(f"compute.termination_action {termination_action!r} with compute.spot true: Spot VMs stop or are "
+                   f"deleted on preemption; set {' or '.join(TERMINATION_ACTIONS)}")
+    return out
+
+
+def scheduling(machine_type: str, gpu_type: str | None, gpu_count: int, *, spot: bool,
+               termination_action: str = "STOP", preemption_notice: int | None = None) -> dict[str, Any]:
+    """Pure decision: the `scheduling` block for these choices (valid when `choice_problems` is empty).
+
+    Every GPU VM terminates on host maintenance; Spot VMs are never restarted automatically;
+    `preemptionNoticeDuration` appears only when asked for."""
+    gpu = has_gpus(machine_type, gpu_type, gpu_count)
+    if spot:
+        out: dict[str, Any] = {"onHostMaintenance": "TERMINATE", "provisioningModel": "SPOT",
+                               "instanceTerminationAction": termination_action, "automaticRestart": False}
+        if preemption_notice:
+            out["preemptionNoticeDuration"] = {"seconds": str(int(preemption_notice))}
+        return out
+    return {"onHostMaintenance": "TERMINATE" if gpu else "MIGRATE", "provisioningModel": "STANDARD",
+            "automaticRestart": True}
+
+
+# -- what a REST body says (the fake's check) ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A rule a template's properties break: `message` in the API's words, `fields` the two it pits."""
+
+    fields: tuple[str, str]
+    message: str
+
+
+def _seconds(duration: Any) -> float | None:
+    if not isinstance(duration, dict):
+        return None
+    return int(duration.get("seconds") or 0) + int(duration.get("nanos") or 0) / 1e9
+
+
+def property_violations(properties: dict[str, Any], where: str = "resource.properties") -> list[Violation]:
+    """Pure decision: the rules of this table that an instance's (or template's) properties break.
+
+    Wording: where a public source shows the API's text it is used as is (see the module docstring);
+    the n1 count/vCPU and notice-duration texts follow the API's "Invalid value for field" form, as
+    no source with their exact text was found."""
+    out: list[Violation] = []
+    machine = str(properties.get("machineType") or "").rsplit("/", 1)[-1]
+    accelerators = properties.get("guestAccelerators") or []
+    sched = properties.get("scheduling") or {}
+    spot = sched.get("provisioningModel") == "SPOT"
+    preemptible = bool(sched.get("preemptible"))
+    for i, accel in enumerate(accelerators):
+        kind = str(accel.get("acceleratorType") or "").rsplit("/", 1)[-1]
+        count = int(accel.get("acceleratorCount") or 0)
+        shape = n1_shape(machine)
+        # kubernetes/test-infra#35205 ("[e2-standard-2, nvidia-tesla-t4] features are not compatible for
+        # creating instance."), skypilot-org/skypilot#212 (nvidia-tesla-a100 on n1-highmem-8). Whether the
+        # API takes a list matching an a2/g2's own GPUs was not found: survivor never sends one.
+        if carries_gpus(machine) or kind not in N1_GPUS or shape is None:
+            out.append(Violation(("machineType", f"guestAccelerators[{i}]"),
+                                 f"[{machine}, {kind}] features are not compatible for creating instance."))
+        elif count not in N1_GPUS[kind]:
+            out.append(Violation((f"guestAccelerators[{i}].acceleratorCount", "machineType"),
+                                 f"Invalid value for field '{where}.guestAccelerators[{i}].acceleratorCount': '{count}'. "
+                                 f"{kind} can be attached in counts of {sorted(N1_GPUS[kind])} only."))
+        else:
+            max_cpus, max_memory = N1_GPUS[kind][count]
+            if shape[0] > max_cpus or shape[1] > max_memory:
+                out.append(Violation((f"guestAccelerators[{i}].acceleratorCount", "machineType"),
+                                     f"Invalid value for field '{where}.machineType': '{machine}'. {count} {kind} "
+                                     f"accelerators allow at most {max_cpus} vCPUs and {max_memory} GB of memory."))
+    gpu = carries_gpus(machine) or any(int(a.get("acceleratorCount") or 0) for a in accelerators)
+    # The default is MIGRATE for standard VMs, TERMINATE for preemptible/Spot (discovery document).
+    maintenance = sched.get("onHostMaintenance") or ("TERMINATE" if spot or preemptible else "MIGRATE")
+    if gpu and maintenance == "MIGRATE":
+        out.append(Violation(("scheduling.onHostMaintenance", "guestAccelerators" if accelerators else "machineType"),
+                             "Instances with guest accelerators do not support live migration."))
+    if (spot or preemptible) and sched.get("automaticRestart") is True:
+        # hashicorp/terraform#15055 (instance template, preemptible); the SPOT form follows it.
+        field = "preemptible" if preemptible else "provisioningModel"
+        value = "true" if preemptible else "SPOT"
+        out.append(Violation((f"scheduling.{field}", "scheduling.automaticRestart"),
+                             f"Invalid value for field '{where}.scheduling.{field}': '{value}'. Scheduling must have "
+                             f"{'preemptible be false' if preemptible else 'provisioningModel be STANDARD'} when "
+                             "AutomaticRestart is true."))
+    if preemptible and sched.get("provisioningModel") == "STANDARD":
+        # skypilot-org/skypilot#3235
+        out.append(Violation(("scheduling.provisioningModel", "scheduling.preemptible"),
+                             f"Invalid value for field '{where}.scheduling.provisioningModel': 'STANDARD'. For "
+                             "preemptible, only allowed provisioning_model value is SPOT"))
+    notice = _seconds(sched.get("preemptionNoticeDuration"))
+    if notice is not None:
+        if not spot:
+            out.append(Violation(("scheduling.preemptionNoticeDuration", "scheduling.provisioningModel"),
+                                 f"Invalid value for field '{where}.scheduling.preemptionNoticeDuration': "
+                                 f"'{notice:g}s'. A preemption notice duration can be set for Spot VMs only."))
+        elif notice not in PREEMPTION_NOTICE_SECONDS:
+            out.append(Violation(("scheduling.preemptionNoticeDuration", "scheduling.provisioningModel"),
+                                 f"Invalid value for field '{where}.scheduling.preemptionNoticeDuration': "
+                                 f"'{notice:g}s'. Supported values: {', '.join(f'{s}s' for s in PREEMPTION_NOTICE_SECONDS)}."))
+    return out
