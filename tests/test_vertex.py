@@ -1,6 +1,7 @@
 """Beyond one machine: the job spec and the seeds' Cloud ML Engine configs as Vertex AI custom jobs,
 sent by the real google-cloud-aiplatform client (REST, enums as integers) to a fake endpoint."""
 
+import datetime as dt
 import json
 
 import pytest
@@ -8,8 +9,8 @@ import pytest
 pytest.importorskip("google.cloud.aiplatform_v1")
 
 from survivor import cli  # noqa: E402
-from survivor.spec import JobSpec  # noqa: E402
-from survivor.vertex import Pool, custom_job_body, translate_training_input  # noqa: E402
+from survivor.spec import JobSpec, SpecError  # noqa: E402
+from survivor.vertex import Pool, custom_job_body, prebuilt_image, submit, translate_training_input  # noqa: E402
 
 SPEC = """
 name: mnist-dist
@@ -54,31 +55,104 @@ def test_bad_legacy_values_are_named():
         translate_training_input({"scaleTier": "CUSTOM", "masterType": "quantum_gpu"})
 
 
+IMAGE = "gcr.io/my-project/trainer:1"  # a custom container with the trainer (and survivor-train) installed
+SUPPORTED_DAY = dt.date(2025, 6, 1)  # Google's table still supported TF 2.17 (until 2025-07-11)
+TODAY = dt.date(2026, 11, 23)  # no TensorFlow prebuilt training image is supported any more
+BUILTIN = "job_dir: gs://b-1/x\ntrain_steps: 1\ntrainer: {builtin: cifar10}\n"
+SDIST = "gs://b-1/survivor_train-0.1.0.tar.gz"
+
+
 def test_dry_run_prints_the_custom_job(tmp_path, capsys):
     (tmp_path / "job.yaml").write_text(SPEC)
-    assert cli.main(["submit", "--config", str(tmp_path / "job.yaml"), "--dry-run"]) == 0
+    assert cli.main(["submit", "--config", str(tmp_path / "job.yaml"), "--container-image", IMAGE, "--dry-run"]) == 0
     body = json.loads(capsys.readouterr().out)
     pools = body["jobSpec"]["workerPoolSpecs"]
     assert [p["replicaCount"] for p in pools] == ["1", "2"]
     assert pools[0]["machineSpec"] == {"machineType": "n1-standard-8", "acceleratorType": "NVIDIA_TESLA_T4",
                                        "acceleratorCount": 1}
-    package = pools[0]["pythonPackageSpec"]
-    assert package["pythonModule"] == "trainer.task"
-    assert package["packageUris"] == ["gs://my-project-ml/packages/trainer-0.1.tar.gz"]
-    assert package["args"][:2] == ["--job-dir", "gs://my-project-ml/mnist/checkpoints"]
-    assert "--learning-rate" in package["args"]
+    container = pools[0]["containerSpec"]
+    assert container["imageUri"] == IMAGE and container["command"] == ["python3", "-m", "trainer.task"]
+    assert container["args"][:2] == ["--job-dir", "gs://my-project-ml/mnist/checkpoints"]
+    assert "--learning-rate" in container["args"]
     assert body["jobSpec"]["scheduling"] == {"restartJobOnWorkerRestart": True, "strategy": "SPOT"}
     assert body["jobSpec"]["baseOutputDirectory"] == {"outputUriPrefix": "gs://my-project-ml/mnist"}
 
 
-def test_a_builtin_trainer_needs_its_package_in_the_bucket():
-    from survivor.spec import SpecError
+def test_each_pool_gets_the_image_and_gpu_count_of_its_own_machine():
+    spec = JobSpec.from_yaml(BUILTIN)
+    pools = [Pool("chief", "n1-standard-8", 1, "NVIDIA_TESLA_T4", 2),
+             Pool("worker", "n1-standard-8", 2, "NVIDIA_TESLA_T4", 2),
+             Pool("parameter server", "n1-standard-4", 3)]
+    body = custom_job_body(spec, pools, package_uri=SDIST, today=SUPPORTED_DAY)
+    chief, worker, server = body["jobSpec"]["workerPoolSpecs"]
+    for gpu_pool in (chief, worker):
+        package = gpu_pool["pythonPackageSpec"]
+        assert package["executorImageUri"] == "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest"
+        assert package["args"][package["args"].index("--num-gpus") + 1] == "2"
+    package = server["pythonPackageSpec"]
+    assert server["machineSpec"] == {"machineType": "n1-standard-4"}
+    assert package["executorImageUri"] == "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest"
+    assert package["args"][package["args"].index("--num-gpus") + 1] == "0"
+    assert package["packageUris"] == [SDIST] and package["pythonModule"] == "survivor.trainers.cifar10"
 
-    spec = JobSpec.from_yaml("job_dir: gs://b-1/x\ntrain_steps: 1\ntrainer: {builtin: cifar10}\n")
+
+def test_the_newest_image_google_still_supports_is_chosen_and_none_once_support_ended():
+    assert prebuilt_image("gpu", dt.date(2025, 6, 27)).endswith("tf-gpu.2-17.py310:latest")
+    assert prebuilt_image("cpu", dt.date(2025, 7, 10)).endswith("tf-cpu.2-17.py310:latest")
+    with pytest.raises(SpecError) as refused:
+        prebuilt_image("gpu", TODAY)
+    (line,) = refused.value.problems
+    assert "tf-gpu.2-17.py310" in line and "2025-07-11" in line and "2026-07-11" in line
+    assert "--container-image" in line and "--executor-image" in line
+
+
+def test_submitting_a_builtin_trainer_today_says_no_prebuilt_image_is_supported(tmp_path, capsys):
+    (tmp_path / "job.yaml").write_text(BUILTIN)
+    code = cli.main(["submit", "--config", str(tmp_path / "job.yaml"), "--package", SDIST, "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "no TensorFlow GPU prebuilt training image" in err
+
+
+def test_a_builtin_trainer_runs_from_survivor_trains_own_sdist():
+    spec = JobSpec.from_yaml(BUILTIN)
     with pytest.raises(SpecError, match="survivor's own sdist"):
-        custom_job_body(spec, [Pool("chief", "n1-standard-8", 1)])
-    body = custom_job_body(spec, [Pool("chief", "n1-standard-8", 1)], package_uri="gs://b-1/survivor-0.1.0.tar.gz")
+        custom_job_body(spec, [Pool("chief", "n1-standard-8", 1)], today=SUPPORTED_DAY)
+    with pytest.raises(SpecError, match="survivor's distribution is survivor-train"):
+        custom_job_body(spec, [Pool("chief", "n1-standard-8", 1)], package_uri="gs://b-1/survivor-0.1.0.tar.gz",
+                        today=SUPPORTED_DAY)
+    with pytest.raises(SpecError, match="from Cloud Storage"):
+        custom_job_body(spec, [Pool("chief", "n1-standard-8", 1)], package_uri="dist/survivor_train-0.1.0.tar.gz",
+                        today=SUPPORTED_DAY)
+    body = custom_job_body(spec, [Pool("chief", "n1-standard-8", 1)], package_uri=SDIST, today=SUPPORTED_DAY)
     assert body["jobSpec"]["workerPoolSpecs"][0]["pythonPackageSpec"]["pythonModule"] == "survivor.trainers.cifar10"
+
+
+def test_a_hand_chosen_executor_image_must_carry_a_python_the_package_installs_on():
+    spec = JobSpec.from_yaml(BUILTIN)
+    pools = [Pool("chief", "n1-standard-8", 1, "NVIDIA_TESLA_T4", 1), Pool("parameter server", "n1-standard-4", 1)]
+    training = "us-docker.pkg.dev/vertex-ai/training"
+    for image, why in ((f"{training}/tf-gpu.2-11:latest", "no .pyXYZ tag"),  # the table's Python 3.7 row
+                       (f"{training}/tf-gpu.2-99.py39:latest", "Python 3.9"),
+                       (f"{training}/tf-gpu.2-17.py310:latest", "end of availability|ended its availability"),
+                       ("gcr.io/p/trainer:1", "custom images go in --container-image"),
+                       (f"{training}/tf-gpu.2-99.py311", "expected a prebuilt training image")):
+        with pytest.raises(SpecError, match=why):
+            custom_job_body(spec, pools, package_uri=SDIST, executor_images=[image], today=TODAY)
+    # images newer than survivor's table (hypothetical names): the -gpu. one serves GPU pools, the -cpu. one the rest
+    newer = [f"{training}/tf-gpu.2-99.py311:latest", f"europe-docker.pkg.dev/vertex-ai/training/tf-cpu.2-99.py311:latest"]
+    chief, server = custom_job_body(spec, pools, package_uri=SDIST, executor_images=newer,
+                                    today=TODAY)["jobSpec"]["workerPoolSpecs"]
+    assert chief["pythonPackageSpec"]["executorImageUri"] == newer[0]
+    assert server["pythonPackageSpec"]["executorImageUri"] == newer[1]
+
+
+def test_a_builtin_trainer_in_a_container_runs_its_module():
+    spec = JobSpec.from_yaml(BUILTIN)
+    (pool,) = custom_job_body(spec, [Pool("chief", "n1-standard-4", 1)], container_image=IMAGE,
+                              today=TODAY)["jobSpec"]["workerPoolSpecs"]
+    assert pool["containerSpec"]["command"] == ["python3", "-m", "survivor.trainers.cifar10"]
+    assert pool["containerSpec"]["args"][:2] == ["--job-dir", "gs://b-1/x/checkpoints"]
+    assert "--num-gpus" in pool["containerSpec"]["args"] and "pythonPackageSpec" not in pool
 
 
 @pytest.fixture
@@ -95,7 +169,7 @@ def test_submit_with_the_real_client_and_the_legacy_config_then_status(vertex_se
     (tmp_path / "job.yaml").write_text(SPEC)
     (tmp_path / "config.yaml").write_text("trainingInput:\n  scaleTier: STANDARD_1\n")
     code = cli.main(["submit", "--config", str(tmp_path / "job.yaml"), "--training-input", str(tmp_path / "config.yaml"),
-                     "--project", "my-project"])
+                     "--project", "my-project", "--container-image", IMAGE])
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "note: scaleTier STANDARD_1" in out.err
@@ -108,6 +182,44 @@ def test_submit_with_the_real_client_and_the_legacy_config_then_status(vertex_se
     assert cli.main(["status", "--vertex", name, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["vertex_job"] == name and report["state"] in ("JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED")
+
+
+def test_the_real_client_sends_each_pool_its_own_image_and_args(monkeypatch):
+    from survivor.local.vertex_server import VertexServer
+
+    server = VertexServer(today=SUPPORTED_DAY).start()
+    monkeypatch.setenv("SURVIVOR_VERTEX_ENDPOINT", server.endpoint)
+    try:
+        spec = JobSpec.from_yaml(BUILTIN)
+        pools, _ = translate_training_input({"scaleTier": "CUSTOM", "masterType": "standard_gpu",
+                                             "parameterServerCount": 2, "parameterServerType": "standard"})
+        created = submit(custom_job_body(spec, pools, package_uri=SDIST, today=SUPPORTED_DAY), "p", "us-central1")
+        assert created["name"].startswith("projects/p/locations/us-central1/customJobs/")
+        sent = server.requests[-1][2]["jobSpec"]["workerPoolSpecs"]
+        images = [p["pythonPackageSpec"]["executorImageUri"].split("/")[-1] for p in sent]
+        assert images == ["tf-gpu.2-17.py310:latest", "tf-cpu.2-17.py310:latest"]
+        assert "acceleratorType" not in sent[1]["machineSpec"]
+        assert sent[1]["pythonPackageSpec"]["args"][sent[1]["pythonPackageSpec"]["args"].index("--num-gpus") + 1] == "0"
+    finally:
+        server.stop()
+
+
+def test_the_fake_refuses_an_image_past_its_end_of_availability_through_the_real_client(monkeypatch):
+    from survivor.local.vertex_server import VertexServer
+
+    server = VertexServer(today=TODAY).start()
+    monkeypatch.setenv("SURVIVOR_VERTEX_ENDPOINT", server.endpoint)
+    try:
+        body = custom_job_body(JobSpec.from_yaml(BUILTIN), [Pool("chief", "n1-standard-4", 1)], package_uri=SDIST,
+                               today=SUPPORTED_DAY)  # built while 2.17 was supported, sent after it was withdrawn
+        with pytest.raises(Exception, match="tf-cpu.2-17.py310:latest' reached its end of availability on 2026-07-11"):
+            submit(body, "p", "us-central1")
+        assert not server.jobs
+        body["jobSpec"]["workerPoolSpecs"][0]["pythonPackageSpec"]["executorImageUri"] = "python:3.10"
+        with pytest.raises(Exception, match="is not a prebuilt container for training"):
+            submit(body, "p", "us-central1")
+    finally:
+        server.stop()
 
 
 def test_a_body_the_api_would_reject_fails_at_the_fake(vertex_server):
@@ -130,7 +242,8 @@ def logging_server(monkeypatch):
 
 def submitted_job(vertex_server, tmp_path) -> str:
     (tmp_path / "job.yaml").write_text(SPEC)
-    assert cli.main(["submit", "--config", str(tmp_path / "job.yaml"), "--project", "my-project"]) == 0
+    assert cli.main(["submit", "--config", str(tmp_path / "job.yaml"), "--project", "my-project",
+                     "--container-image", IMAGE]) == 0
     return next(iter(vertex_server.jobs))
 
 

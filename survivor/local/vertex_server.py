@@ -2,30 +2,48 @@
 
 Each request body is parsed into `aiplatform_v1.CustomJob` with unknown fields refused, so a wrong
 field name or an enum number the API does not define fails the call (the client sends enums as
-integers: `$alt=json;enum-encoding=int`). Created jobs go PENDING -> RUNNING -> SUCCEEDED as they
-are read; `requests` keeps every body for tests to inspect.
+integers: `$alt=json;enum-encoding=int`). A Python package must name a prebuilt training image
+(PythonPackageSpec.executor_image_uri: "You must use an image from this list",
+https://cloud.google.com/dotnet/docs/reference/Google.Cloud.AIPlatform.V1/2.20.0/Google.Cloud.AIPlatform.V1.PythonPackageSpec)
+with the `latest` tag, still available on the fake's `today` by Google's table (survivor/runtimes.py);
+the wording of these refusals is the fake's own. Created jobs go PENDING -> RUNNING -> SUCCEEDED as
+they are read; `requests` keeps every body for tests to inspect.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import itertools
 import json
 from typing import Any
 from urllib.parse import urlsplit
 
+from survivor import runtimes
 from survivor.local.http import LocalService, QuietHandler, send_json
 
+
+def executor_image_problem(uri: str, today: _dt.date) -> str | None:
+    """Pure decision: why Vertex would not run a Python package on `uri` on `today` (None: it would)."""
+    host, _, path = uri.partition("/")
+    if host not in runtimes.VERTEX_IMAGE_HOSTS or not path.startswith("vertex-ai/training/"):
+        return f"executor_image_uri {uri!r} is not a prebuilt container for training"
+    if not uri.endswith(":latest"):
+        return f"executor_image_uri {uri!r}: prebuilt containers are used with the latest tag only"
+    for row in runtimes.VERTEX_TRAINING_IMAGES:
+        if row.uri.partition("/")[2] == path and not row.available_on(today):
+            return f"executor_image_uri {uri!r} reached its end of availability on {row.end_of_availability}"
+    return None
 
 
 class VertexServer(LocalService):
     thread_name = "vertex-fake"
 
-    def __init__(self, port: int = 0):
+    def __init__(self, port: int = 0, today: _dt.date | None = None):
         self.jobs: dict[str, dict] = {}
         self.requests: list[tuple[str, str, dict | None]] = []
+        self.today = today or _dt.date.today()
         self._ids = itertools.count(4000000000000000000)
         self._listen(port, self._handler())
-
 
     def _handler(self):
         server = self
@@ -54,6 +72,11 @@ class VertexServer(LocalService):
                 pools = body.get("jobSpec", {}).get("workerPoolSpecs") or []
                 if not pools:
                     return self._error(400, "job_spec.worker_pool_specs is required")
+                for i, pool in enumerate(pools):
+                    image = (pool.get("pythonPackageSpec") or {}).get("executorImageUri")
+                    problem = executor_image_problem(image, server.today) if image is not None else None
+                    if problem:
+                        return self._error(400, f"job_spec.worker_pool_specs[{i}].python_package_spec.{problem}")
                 name = f"{path[len('/v1/'):]}/{next(server._ids)}"
                 job = {**body, "name": name, "state": 1, "createTime": "2026-11-22T00:00:00Z"}
                 server.jobs[name] = job
