@@ -27,6 +27,15 @@ def _err(message: str) -> int:
     return 1
 
 
+def _price(text: str) -> float:
+    from survivor import pricing
+
+    try:
+        return pricing.price_per_hour(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _project(args: argparse.Namespace, spec: JobSpec | None = None) -> str:
     project = (getattr(args, "project", None) or (spec.extra.get("compute", {}).get("project") if spec else None)
                or os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("CLOUDSDK_CORE_PROJECT"))
@@ -142,8 +151,10 @@ def _hours(attempts: list[dict]) -> float:
     return total / 3600
 
 
-def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None) -> dict[str, Any]:
-    """Everything `survivor status` shows: the MIG, its instance, the job dir's story, the cost."""
+def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
+               spot_price: float | None = None, on_demand_price: float | None = None) -> dict[str, Any]:
+    """Everything `survivor status` shows: the MIG, its instance, the job dir's story, the cost
+    (from pricing's offline table, or the USD-per-hour prices given)."""
     from survivor import pricing
     from survivor.status import job_summary
 
@@ -179,8 +190,11 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None) ->
         out["compute_hours"] = round(hours, 3)
         machine = out.get("machine")
         if machine:
-            cost = pricing.estimate(hours, machine["machine_type"], machine["gpu_type"], machine["gpu_count"])
-            out["cost_usd"] = {"spot": cost.spot_usd, "on_demand": cost.on_demand_usd, "saving": cost.saving}
+            cost = pricing.estimate(hours, machine["machine_type"], machine["gpu_type"], machine["gpu_count"],
+                                    spot_price=spot_price, on_demand_price=on_demand_price)
+            out["cost_usd"] = {"spot": cost.spot_usd, "on_demand": cost.on_demand_usd, "saving": cost.saving,
+                               "spot_per_hour": cost.spot_rate, "on_demand_per_hour": cost.on_demand_rate,
+                               "basis": cost.basis}
     return out
 
 
@@ -214,6 +228,8 @@ def status(args: argparse.Namespace) -> int:
     if args.name is None:
         if not args.job_dir:
             return _err("give a job name (with --zone or --region), or --job-dir")
+        if getattr(args, "spot_price", None) or getattr(args, "on_demand_price", None):
+            return _err("--spot-price/--on-demand-price: name the job too, so its machine and compute hours are known")
         from survivor import status as job_dir_status
 
         return job_dir_status.main(args)
@@ -223,7 +239,8 @@ def status(args: argparse.Namespace) -> int:
     except SpecError as exc:
         return _err(exc.problems[0])
     try:
-        report = job_status(compute_for(project), group, args.job_dir)
+        report = job_status(compute_for(project), group, args.job_dir, spot_price=getattr(args, "spot_price", None),
+                            on_demand_price=getattr(args, "on_demand_price", None))
     except ComputeError as exc:
         return _err(str(exc))
     if args.json:
@@ -248,9 +265,11 @@ def status(args: argparse.Namespace) -> int:
         if job.get("failed"):
             console.print(f"  [red]FAILED[/red]: {job['failed'].get('reason')}")
         cost = report.get("cost_usd") or {}
-        if cost.get("spot") is not None:
-            console.print(f"  compute {report['compute_hours']:.2f} h: ${cost['spot']:.2f} on Spot "
-                          f"(${cost['on_demand']:.2f} on demand, {100 * (cost['saving'] or 0):.0f}% saved; list-price estimate)")
+        if cost.get("spot") is not None or cost.get("on_demand") is not None:
+            spot = f"${cost['spot']:.2f} on Spot" if cost.get("spot") is not None else "Spot price unknown"
+            on_demand = f"${cost['on_demand']:.2f} on demand" if cost.get("on_demand") is not None else "on-demand price unknown"
+            saved = f", {100 * cost['saving']:.0f}% saved" if cost.get("saving") is not None else ""
+            console.print(f"  compute {report['compute_hours']:.2f} h: {spot} ({on_demand}{saved}; {cost['basis']})")
         elif "compute_hours" in report:
             console.print(f"  compute {report['compute_hours']:.2f} h")
         table = Table("boot", "instance", "from", "saved", "outcome", "lost", "reason")
@@ -427,6 +446,9 @@ def add_commands(sub) -> None:
     p.add_argument("--region")
     p.add_argument("--job-dir", help="the job dir (default: from the template's job spec)")
     p.add_argument("--vertex", metavar="CUSTOM_JOB", help="a Vertex AI custom job's name (from survivor submit)")
+    for flag, side in (("--spot-price", "Spot"), ("--on-demand-price", "on-demand")):
+        p.add_argument(flag, type=_price, metavar="USD_PER_HOUR",
+                       help=f"the {side} price of the whole VM with its GPUs, instead of pricing's offline table")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=status)
 

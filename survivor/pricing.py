@@ -1,14 +1,25 @@
-"""What a job's compute time cost, Spot beside on-demand.
+"""What a job's compute time cost, Spot beside on-demand: an offline estimate, not a bill.
 
-The prices are list prices in us-central1 (USD per hour) at the time of writing: an estimate for
-`survivor status`, not a bill. Spot prices move; `--spot-price`/`--on-demand-price` override them.
+The figures below are us-central1 list prices in USD per hour, typed in on 2026-11-22 (commit 472da08)
+from Google's pages and not checked against them since:
+  on-demand machines: https://cloud.google.com/compute/vm-instance-pricing
+  on-demand GPUs:     https://cloud.google.com/compute/gpus-pricing
+  Spot:               https://cloud.google.com/spot-vms/pricing ("Spot prices are variable and can
+                      change up to once every day")
+Other regions, discounts and today's Spot prices differ. `survivor status --spot-price USD
+--on-demand-price USD` (per hour, for the whole VM with its GPUs) replaces them; the live Cloud Billing
+Catalog is not read.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: (on-demand, spot) USD/hour per vCPU-hour-equivalent machine type.
+#: When and where the table's figures come from, shown beside every estimate made from them.
+TABLE_BASIS = "us-central1 list prices as of 2026-11-22 (offline table)"
+OVERRIDE_BASIS = "given on the command line"
+
+#: (on-demand, spot) USD per hour of the machine type (vCPUs and memory; a2/g2 include their GPUs).
 MACHINES = {
     "n1-standard-4": (0.19, 0.04),
     "n1-standard-8": (0.38, 0.08),
@@ -31,11 +42,14 @@ GPUS = {
 
 @dataclass(frozen=True)
 class Cost:
+    """`hours` of one machine at Spot and on-demand rates (USD; None where no rate is known)."""
+
     hours: float
     spot_usd: float | None
     on_demand_usd: float | None
     spot_rate: float | None = None
     on_demand_rate: float | None = None
+    basis: str = TABLE_BASIS  # where the rates come from
 
     @property
     def saving(self) -> float | None:
@@ -46,17 +60,44 @@ class Cost:
 
 
 def hourly(machine_type: str, gpu_type: str | None, gpu_count: int) -> tuple[float, float] | None:
-    """(on-demand, spot) USD per hour for a machine and its GPUs; None if not in the table."""
+    """(on-demand, spot) USD per hour for a machine and its GPUs from the table; None if not in it."""
     machine = MACHINES.get(machine_type)
     gpu = GPUS.get(gpu_type or "", (0.0, 0.0)) if gpu_count else (0.0, 0.0)
     if machine is None or (gpu_count and gpu_type not in GPUS):
         return None
-    return machine[0] + gpu[0] * gpu_count, machine[1] + gpu[1] * gpu_count
+    return round(machine[0] + gpu[0] * gpu_count, 6), round(machine[1] + gpu[1] * gpu_count, 6)
 
 
-def estimate(hours: float, machine_type: str, gpu_type: str | None, gpu_count: int) -> Cost:
-    """The cost of `hours` of the machine, Spot and on-demand."""
-    rates = hourly(machine_type, gpu_type, gpu_count)
-    if rates is None:
-        return Cost(hours, None, None)
-    return Cost(hours, round(hours * rates[1], 4), round(hours * rates[0], 4), rates[1], rates[0])
+def estimate(hours: float, machine_type: str, gpu_type: str | None, gpu_count: int, *,
+             spot_price: float | None = None, on_demand_price: float | None = None) -> Cost:
+    """The cost of `hours` of the machine, Spot and on-demand.
+
+    `spot_price` / `on_demand_price` (USD per hour for the whole VM) replace the table's rate for their
+    side; a side with neither stays None.
+    """
+    table = hourly(machine_type, gpu_type, gpu_count)
+    spot = spot_price if spot_price is not None else (table[1] if table else None)
+    on_demand = on_demand_price if on_demand_price is not None else (table[0] if table else None)
+    given = [name for name, price in (("Spot", spot_price), ("on-demand", on_demand_price)) if price is not None]
+    if not given:
+        basis = TABLE_BASIS
+    elif len(given) == 2 or table is None:
+        basis = f"{' and '.join(given)} {OVERRIDE_BASIS}"
+    else:
+        basis = f"{' and '.join(given)} {OVERRIDE_BASIS}, the rest {TABLE_BASIS}"
+
+    def usd(rate: float | None) -> float | None:
+        return None if rate is None else round(hours * rate, 4)
+
+    return Cost(hours, usd(spot), usd(on_demand), spot, on_demand, basis)
+
+
+def price_per_hour(text: str) -> float:
+    """Parses a `--spot-price` / `--on-demand-price` value: USD per hour, more than 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{text!r}: expected USD per hour for the whole VM with its GPUs, e.g. 0.42")
+    return value
