@@ -68,7 +68,52 @@ def explain_operation_errors(errors: list[tuple[str, str]], what: str, where: st
             f"{what}: a quota is exceeded. Ask for more in the console (IAM & Admin > Quotas, e.g. "
             f"PREEMPTIBLE_NVIDIA_*_GPUS or GPUS_ALL_REGIONS) or use fewer or smaller GPUs. [{detail}]"
         )
+    if any("acceleratorTypes/" in message and "not found" in message for _, message in errors):
+        return ComputeError(
+            f"{what}: {where} does not offer this GPU. Pick a zone that does (gcloud compute accelerator-types "
+            f"list), or a regional MIG, which survivor limits to such zones. [{detail}]"
+        )
+    if any("PERMISSION" in code or "permission" in message.lower() for code, message in errors):
+        return ComputeError(
+            f"{what}: permission denied. A MIG creates its VMs as the Google APIs service agent "
+            f"(PROJECT_NUMBER@cloudservices.gserviceaccount.com), which must be allowed to use the template's service "
+            f"account and image. [{detail}]"
+        )
     return ComputeError(f"{what}: the operation failed. [{detail}]")
+
+
+def group_creation(instances: list[dict], errors: list[dict]) -> tuple[str, str, list[tuple[str, str]]]:
+    """Pure decision: how far a new single-VM group got, from `managed_instances` and `group_errors`.
+
+    ("running", zone, []) once its VM is RUNNING; ("failed", zone, errors) when its creation failed (the
+    group keeps retrying, but the operator has to act); else ("waiting", zone, [])."""
+    for instance in instances:
+        if instance["status"] == "RUNNING":
+            return "running", instance["zone"], []
+    for instance in instances:
+        if instance.get("errors"):
+            return "failed", instance["zone"], instance["errors"]
+    creating = [e for e in errors if e.get("action") in ("CREATING", "CREATING_WITHOUT_RETRIES", "RECREATING")]
+    if creating:
+        newest = creating[0]
+        parts = (newest.get("instance") or "").split("/")
+        zone = parts[parts.index("zones") + 1] if "zones" in parts else ""
+        return "failed", zone, [(newest["code"], newest["message"])]
+    zone = instances[0]["zone"] if instances else ""
+    return "waiting", zone, []
+
+
+def distribution_policy(project: str, zones: list[str]) -> dict:
+    """Pure decision: a single-VM regional MIG's distributionPolicy (REST form).
+
+    Target shape ANY: "the group picks zones for creating VM instances to fulfill the requested number
+    of VMs within present resource constraints ... Recommended for batch workloads that do not require
+    high availability" (https://cloud.google.com/compute/docs/instance-groups/regional-mig-distribution-shape);
+    for one VM that means the zone that has room. `zones`: only those that offer the VM's GPU."""
+    policy: dict = {"targetShape": "ANY"}
+    if zones:
+        policy["zones"] = [{"zone": f"projects/{project}/zones/{zone}"} for zone in zones]
+    return policy
 
 
 def group_scope(group: GroupRef) -> tuple[str, str]:
@@ -101,6 +146,10 @@ class Compute:
         self.zone_ops = compute_v1.ZoneOperationsClient(**kwargs)
         self.region_ops = compute_v1.RegionOperationsClient(**kwargs)
         self.global_ops = compute_v1.GlobalOperationsClient(**kwargs)
+        self.regions = compute_v1.RegionsClient(**kwargs)
+        self.accelerator_types = compute_v1.AcceleratorTypesClient(**kwargs)
+        self.images = compute_v1.ImagesClient(**kwargs)
+        self.projects = compute_v1.ProjectsClient(**kwargs)
 
     @classmethod
     def from_environment(cls, project: str) -> "Compute":
@@ -173,11 +222,14 @@ class Compute:
     # -- managed instance groups ------------------------------------------------------------------
 
     def create_group(self, name: str, template: str, *, zone: str | None = None, region: str | None = None,
-                     size: int = 1) -> None:
+                     size: int = 1, distribution: dict | None = None) -> None:
+        """A MIG of `size` from `template`; `distribution` is a regional MIG's distributionPolicy (REST form)."""
         body = self.v1.InstanceGroupManager(
             name=name, base_instance_name=name, target_size=size,
             instance_template=f"projects/{self.project}/global/instanceTemplates/{template}",
         )
+        if distribution:
+            body.distribution_policy = self.v1.DistributionPolicy.from_json(json.dumps(distribution))
         if zone:
             self._call(f"creating group {name}", f"zone {zone}", lambda: self.groups.insert(
                 project=self.project, zone=zone, instance_group_manager_resource=body))
@@ -216,9 +268,20 @@ class Compute:
         out = []
         for item in pager:
             parts = item.instance.split("/")
+            errors = [(e.code, e.message) for e in item.last_attempt.errors.errors] if item.last_attempt else []
             out.append({"name": parts[-1], "zone": parts[parts.index("zones") + 1] if "zones" in parts else "",
-                        "status": item.instance_status, "action": item.current_action})
+                        "status": item.instance_status, "action": item.current_action, "errors": errors})
         return out
+
+    def group_errors(self, group: GroupRef) -> list[dict]:
+        """The MIG's `listErrors`, newest first: code, message, action, instance, timestamp."""
+        kind, where = group_scope(group)
+        client = self.groups if kind == "zone" else self.region_groups
+        pager = self._call(f"listing the errors of {group.name}", where, lambda: client.list_errors(
+            project=group.project, instance_group_manager=group.name, **{kind: where}), wait=False)
+        return [{"code": item.error.code, "message": item.error.message, "timestamp": item.timestamp,
+                 "action": item.instance_action_details.action, "instance": item.instance_action_details.instance}
+                for item in pager]
 
     def leave_group(self, group: GroupRef, zone: str, instance: str) -> None:
         """Deletes `instance` through its MIG, which lowers the target size: nothing is recreated."""
@@ -235,7 +298,48 @@ class Compute:
                 project=group.project, region=where, instance_group_manager=group.name,
                 region_instance_group_managers_delete_instances_request_resource=request))
 
+    # -- what preflight reads ---------------------------------------------------------------------
+
+    def region(self, region: str) -> dict:
+        """`regions.get`: the region's zones (names) and quotas ({metric: (limit, usage)})."""
+        found = self._call(f"region {region}", f"region {region}", lambda: self.regions.get(
+            project=self.project, region=region), wait=False)
+        return {"zones": [z.rsplit("/", 1)[-1] for z in found.zones],
+                "quotas": {q.metric: (q.limit, q.usage) for q in found.quotas}}
+
+    def zone_accelerators(self, zone: str) -> dict[str, int]:
+        """The GPU types a zone offers: name -> maximumCardsPerInstance (`acceleratorTypes.list`)."""
+        pager = self._call(f"accelerator types of {zone}", f"zone {zone}", lambda: self.accelerator_types.list(
+            project=self.project, zone=zone), wait=False)
+        return {item.name: item.maximum_cards_per_instance for item in pager}
+
+    def image_from_family(self, project: str, family: str) -> dict | None:
+        """The newest image of a family (`images.getFromFamily`), or None when there is none."""
+        try:
+            found = self._call(f"image family {project}/{family}", "global", lambda: self.images.get_from_family(
+                project=project, family=family), wait=False)
+        except NotFound:
+            return None
+        return {"name": found.name, "self_link": found.self_link, "status": found.status}
+
+    def insert_image(self, body: dict) -> None:
+        """`images.insert` (e.g. from a builder's `sourceDisk`); waits for the operation."""
+        message = self.v1.Image.from_json(json.dumps(body), ignore_unknown_fields=False)
+        self._call(f"creating image {body['name']}", "global",
+                   lambda: self.images.insert(project=self.project, image_resource=message))
+
+    def default_service_account(self) -> str:
+        """The project's Compute Engine default service account (`projects.get`)."""
+        found = self._call(f"project {self.project}", "global", lambda: self.projects.get(project=self.project), wait=False)
+        return found.default_service_account
+
     # -- instances --------------------------------------------------------------------------------
+
+    def insert_instance(self, zone: str, body: dict) -> None:
+        """`instances.insert` of a standalone VM (e.g. make-image's builder); waits for the operation."""
+        message = self.v1.Instance.from_json(json.dumps(body), ignore_unknown_fields=False)
+        self._call(f"creating instance {body['name']}", f"zone {zone}",
+                   lambda: self.instances.insert(project=self.project, zone=zone, instance_resource=message))
 
     def get_instance(self, zone: str, name: str) -> dict | None:
         try:

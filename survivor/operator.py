@@ -61,22 +61,27 @@ def _group(args: argparse.Namespace, project: str) -> GroupRef:
 # -- make-template ---------------------------------------------------------------------------------
 
 
+def _template_from_args(args: argparse.Namespace) -> tuple[JobSpec, dict]:
+    """The job spec and the template body the make-template flags describe (SpecError when contradictory)."""
+    spec = JobSpec.from_file(args.config)
+    gpu_type = gpu_count = None
+    if args.gpu:
+        gpu_type, gpu_count = parse_gpu(args.gpu)
+    options = MachineOptions.from_spec(
+        spec, project=args.project, machine_type=args.machine_type, gpu_type=gpu_type, gpu_count=gpu_count,
+        spot=args.spot, image_family=args.image_family, image_project=args.image_project, disk_gb=args.disk_gb,
+        service_account=args.service_account, zone=args.zone, region=args.region,
+        preemption_notice=args.preemption_notice, survivor_wheel=args.survivor_wheel,
+        cloud_platform_scope=True if args.cloud_platform_scope else None,
+    )
+    if args.gpu and gpu_type is None:
+        options.gpu_type, options.gpu_count = None, 0
+    return spec, template_body(args.name, spec, options)
+
+
 def make_template(args: argparse.Namespace) -> int:
     try:
-        spec = JobSpec.from_file(args.config)
-        gpu_type = gpu_count = None
-        if args.gpu:
-            gpu_type, gpu_count = parse_gpu(args.gpu)
-        options = MachineOptions.from_spec(
-            spec, project=args.project, machine_type=args.machine_type, gpu_type=gpu_type, gpu_count=gpu_count,
-            spot=args.spot, image_family=args.image_family, image_project=args.image_project, disk_gb=args.disk_gb,
-            service_account=args.service_account, zone=args.zone, region=args.region,
-            preemption_notice=args.preemption_notice, survivor_wheel=args.survivor_wheel,
-            cloud_platform_scope=True if args.cloud_platform_scope else None,
-        )
-        if args.gpu and gpu_type is None:
-            options.gpu_type, options.gpu_count = None, 0
-        body = template_body(args.name, spec, options)
+        spec, body = _template_from_args(args)
         project = None if args.dry_run else _project(args, spec)
     except SpecError as exc:
         for problem in exc.problems:
@@ -86,6 +91,8 @@ def make_template(args: argparse.Namespace) -> int:
         print(pretty(body))
         return 0
     compute = compute_for(project)
+    if not args.skip_preflight and not _preflight_passes(body, compute, args.zone, args.region):
+        return 1
     try:
         # What would be sent, normalised through the request message (unknown fields fail here).
         wanted = json.loads(compute.v1.InstanceTemplate.to_json(compute.template_message(body)))
@@ -112,27 +119,119 @@ def make_template(args: argparse.Namespace) -> int:
 # -- make-group ------------------------------------------------------------------------------------
 
 
+def _preflight_passes(body: dict, compute: Compute, zone: str | None, region: str | None) -> bool:
+    """Runs survivor/preflight.py's checks for a template body; prints warnings and errors."""
+    from survivor import preflight
+
+    findings = [f for f in preflight.check(body, compute, zone=zone, region=region) if f.level != "ok"]
+    passed = preflight.report(findings, lambda line: print(line, file=sys.stderr))
+    if not passed:
+        print("preflight failed: nothing was created (--skip-preflight to go ahead anyway)", file=sys.stderr)
+    return passed
+
+
+def _regional_zones(compute: Compute, region: str, template: dict) -> list[str]:
+    """The region's zones that offer the template's GPU (all of them for a VM without GPUs)."""
+    from survivor.preflight import target_from_body
+
+    target = target_from_body(template)
+    zones = compute.region(region)["zones"]
+    if not target.gpu_type:
+        return zones
+    return [z for z in zones if compute.zone_accelerators(z).get(target.gpu_type, 0) >= target.gpu_count]
+
+
+def wait_for_group(compute: Compute, group: GroupRef, wait_seconds: float, poll_seconds: float) -> tuple[str, str, list]:
+    """Polls the new group until its VM is RUNNING, its creation failed, or `wait_seconds` passed."""
+    from survivor.compute import group_creation
+
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        state = group_creation(compute.managed_instances(group), compute.group_errors(group))
+        if state[0] != "waiting" or time.monotonic() >= deadline:
+            return state
+        _progress(f"group {group.name}: waiting for its VM ({max(0.0, deadline - time.monotonic()):.0f} s left)")
+        time.sleep(min(poll_seconds, max(0.0, deadline - time.monotonic())))
+
+
 def make_group(args: argparse.Namespace) -> int:
+    """Creates the job's single-VM MIG, then waits until its VM runs or the MIG reports why it cannot."""
+    from survivor.compute import distribution_policy, explain_operation_errors
+
     try:
         project = _project(args)
         group = _group(args, project)
     except SpecError as exc:
         return _err(exc.problems[0])
+    where = f"zone {args.zone}" if args.zone else f"region {args.region}"
     if args.dry_run:
-        print(json.dumps({"name": args.name, "baseInstanceName": args.name, "targetSize": 1,
-                          "instanceTemplate": f"projects/{project}/global/instanceTemplates/{args.template}",
-                          "zone" if args.zone else "region": args.zone or args.region}, indent=2))
+        body = {"name": args.name, "baseInstanceName": args.name, "targetSize": 1,
+                "instanceTemplate": f"projects/{project}/global/instanceTemplates/{args.template}",
+                "zone" if args.zone else "region": args.zone or args.region}
+        if args.region:
+            body["distributionPolicy"] = distribution_policy(project, [])  # zones: those offering the GPU
+        print(json.dumps(body, indent=2))
         return 0
     compute = compute_for(project)
     try:
         if compute.get_group(group) is not None:
             print(f"group {args.name}: already exists")
             return 0
-        compute.create_group(args.name, args.template, zone=args.zone, region=args.region, size=1)
+        template = compute.get_template(args.template)
+        if template is None:
+            return _err(f"template {args.template}: not found; create it first with `survivor make-template "
+                        f"{args.template} --config JOB.yaml`")
+        if not args.skip_preflight and not _preflight_passes(template, compute, args.zone, args.region):
+            return 1
+        distribution = None
+        if args.region:
+            zones = _regional_zones(compute, args.region, template)
+            if not zones:
+                return _err(f"group {args.name}: no zone of region {args.region} offers the template's GPU; pick "
+                            "another region (gcloud compute accelerator-types list)")
+            distribution = distribution_policy(project, zones)
+        compute.create_group(args.name, args.template, zone=args.zone, region=args.region, size=1,
+                             distribution=distribution)
+        if args.wait_seconds <= 0:
+            print(f"group {args.name}: created ({where}, 1 instance); not waiting for its VM")
+            return 0
+        state, zone, errors = wait_for_group(compute, group, args.wait_seconds, args.poll_seconds)
     except ComputeError as exc:
         return _err(str(exc))
-    print(f"group {args.name}: created ({'zone ' + args.zone if args.zone else 'region ' + args.region}, 1 instance)")
-    return 0
+    if state == "running":
+        print(f"group {args.name}: created ({where}); its VM is RUNNING in {zone}")
+        return 0
+    if state == "failed":
+        problem = explain_operation_errors(errors, f"group {args.name}: its VM cannot be created",
+                                           f"zone {zone}" if zone else where)
+        return _err(f"{problem} The group keeps retrying; "
+                    f"`survivor delete {args.name} --{'zone ' + args.zone if args.zone else 'region ' + args.region}` "
+                    "stops it.")
+    return _err(f"group {args.name}: created ({where}), but its VM is not RUNNING after {args.wait_seconds:g} s "
+                f"and the group reports no error; follow it with `survivor status {args.name}`, or wait longer "
+                "with --wait-seconds")
+
+
+# -- preflight -------------------------------------------------------------------------------------
+
+
+def preflight_command(args: argparse.Namespace) -> int:
+    """`survivor preflight JOB --config ...`: every check, one line each; non-zero when one blocks."""
+    from survivor import preflight
+
+    try:
+        spec, body = _template_from_args(args)
+        project = _project(args, spec)
+    except SpecError as exc:
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
+    zone = args.zone or spec.extra.get("compute", {}).get("zone")
+    region = args.region or spec.extra.get("compute", {}).get("region")
+    findings = preflight.check(body, compute_for(project), zone=zone, region=region)
+    if not (zone or region):
+        findings.append(preflight.Finding("gpu", "no --zone or --region: GPU offer and quota not checked", "warning"))
+    return 0 if preflight.report(findings, print) else 1
 
 
 # -- status ----------------------------------------------------------------------------------------
@@ -412,32 +511,46 @@ def add_commands(sub) -> None:
         if instance:
             p.add_argument("--instance", help="a standalone instance instead of the MIG (with --zone)")
 
+    def template_flags(p) -> None:
+        """The flags that describe a template (make-template and preflight)."""
+        p.add_argument("name")
+        p.add_argument("--config", required=True, help="the job spec YAML")
+        p.add_argument("--project")
+        p.add_argument("--machine-type")
+        p.add_argument("--gpu", help="TYPE:COUNT, e.g. nvidia-tesla-t4:4, or none")
+        spot = p.add_mutually_exclusive_group()
+        spot.add_argument("--spot", dest="spot", action="store_true", default=None, help="Spot VM (default)")
+        spot.add_argument("--on-demand", dest="spot", action="store_false", help="standard (on-demand) VM")
+        p.add_argument("--image-family")
+        p.add_argument("--image-project")
+        p.add_argument("--disk-gb", type=int)
+        p.add_argument("--service-account")
+        p.add_argument("--cloud-platform-scope", action="store_true", help="the whole cloud-platform scope instead of storage+compute")
+        p.add_argument("--zone")
+        p.add_argument("--region")
+        p.add_argument("--preemption-notice", type=int, metavar="SECONDS", help="Spot: ask for this much notice before the soft off")
+        p.add_argument("--survivor-wheel", help="install survivor from this gs:// or https:// wheel instead of PyPI")
+
     p = sub.add_parser("make-template", help="create the instance template for a job spec")
-    p.add_argument("name")
-    p.add_argument("--config", required=True, help="the job spec YAML")
-    p.add_argument("--project")
-    p.add_argument("--machine-type")
-    p.add_argument("--gpu", help="TYPE:COUNT, e.g. nvidia-tesla-t4:4, or none")
-    spot = p.add_mutually_exclusive_group()
-    spot.add_argument("--spot", dest="spot", action="store_true", default=None, help="Spot VM (default)")
-    spot.add_argument("--on-demand", dest="spot", action="store_false", help="standard (on-demand) VM")
-    p.add_argument("--image-family")
-    p.add_argument("--image-project")
-    p.add_argument("--disk-gb", type=int)
-    p.add_argument("--service-account")
-    p.add_argument("--cloud-platform-scope", action="store_true", help="the whole cloud-platform scope instead of storage+compute")
-    p.add_argument("--zone")
-    p.add_argument("--region")
-    p.add_argument("--preemption-notice", type=int, metavar="SECONDS", help="Spot: ask for this much notice before the soft off")
-    p.add_argument("--survivor-wheel", help="install survivor from this gs:// or https:// wheel instead of PyPI")
+    template_flags(p)
     p.add_argument("--dry-run", action="store_true", help="print the exact REST body; call nothing")
+    p.add_argument("--skip-preflight", action="store_true", help="create it even if `survivor preflight` finds problems")
     p.set_defaults(func=make_template)
 
     p = sub.add_parser("make-group", help="create the job's single-instance managed instance group")
     where(p)
     p.add_argument("--template", required=True)
     p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--skip-preflight", action="store_true", help="create it even if `survivor preflight` finds problems")
+    p.add_argument("--wait-seconds", type=float, default=300.0,
+                   help="wait this long for the VM to be RUNNING or for the group's error (0: do not wait)")
+    p.add_argument("--poll-seconds", type=float, default=5.0, help="how often to look while waiting")
     p.set_defaults(func=make_group)
+
+    p = sub.add_parser("preflight", help="check bucket, IAM, image, GPU offer and quota for a job; change nothing",
+                       description="Takes the make-template flags and checks what the template would need.")
+    template_flags(p)
+    p.set_defaults(func=preflight_command)
 
     p = sub.add_parser("status", help="MIG, instance, progress, preemptions, lost work and cost of a job")
     p.add_argument("name", nargs="?", help="the job's name (omit with --job-dir alone for the job dir only)")

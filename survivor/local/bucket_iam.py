@@ -1,0 +1,108 @@
+"""Bucket IAM in front of fake-gcs-server, which has no IAM routes of its own.
+
+    >>> with BucketIam(upstream=gcs.url) as iam:          # STORAGE_EMULATOR_HOST -> iam.endpoint
+    ...     iam.set_bindings("my-bucket", [{"role": "roles/storage.objectUser",
+    ...                                     "members": ["serviceAccount:vm@p.iam.gserviceaccount.com"]}])
+
+fake-gcs-server (fsouza/fake-gcs-server, `fakestorage/server.go`) routes buckets, objects, ACLs and
+notifications, but not `GET|PUT /storage/v1/b/BUCKET/iam` nor `GET .../iam/testPermissions`. This
+stand-in answers those three from a policy per bucket and passes every other request through, so
+the real google-cloud-storage client's `get_iam_policy`, `set_iam_policy` and
+`test_iam_permissions` work against it. It enforces nothing: it only reports policies. A bucket
+nobody set a policy for has the default bindings Cloud Storage gives a new bucket
+(https://cloud.google.com/storage/docs/access-control/iam#default-roles: the project's owners and
+editors are legacyBucketOwner, its viewers legacyBucketReader). `testPermissions` answers for the
+caller, who here is always the bucket's owner: every permission asked for, or 404 for a missing bucket.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from urllib.parse import parse_qs, urlsplit
+
+import requests
+
+from survivor.local.http import LocalService, QuietHandler, send_json
+
+_IAM = re.compile(r"^/storage/v1/b/([^/]+)/iam(/testPermissions)?$")
+
+
+def default_bindings(project: str) -> list[dict]:
+    return [{"role": "roles/storage.legacyBucketOwner", "members": [f"projectEditor:{project}", f"projectOwner:{project}"]},
+            {"role": "roles/storage.legacyBucketReader", "members": [f"projectViewer:{project}"]}]
+
+
+class BucketIam(LocalService):
+    """A pass-through proxy to `upstream` (fake-gcs-server) that serves bucket IAM policies."""
+
+    thread_name = "bucket-iam"
+
+    def __init__(self, upstream: str, project: str = "survivor-local", port: int = 0):
+        self.upstream = upstream.rstrip("/")
+        self.project = project
+        self.policies: dict[str, dict] = {}
+        self.lock = threading.Lock()
+        self._session = requests.Session()
+        self._session.trust_env = False
+        self._listen(port, self._handler_class())
+
+    def set_bindings(self, bucket: str, bindings: list[dict]) -> None:
+        with self.lock:
+            previous = self.policies.get(bucket, {})
+            self.policies[bucket] = {"kind": "storage#policy", "resourceId": f"projects/_/buckets/{bucket}",
+                                     "version": 1, "etag": f"CA{int(previous.get('etag', 'CA0')[2:]) + 1}",
+                                     "bindings": bindings}
+
+    def policy(self, bucket: str) -> dict:
+        with self.lock:
+            if bucket not in self.policies:
+                self.policies[bucket] = {"kind": "storage#policy", "resourceId": f"projects/_/buckets/{bucket}",
+                                         "version": 1, "etag": "CAE", "bindings": default_bindings(self.project)}
+            return json.loads(json.dumps(self.policies[bucket]))
+
+    def _bucket_exists(self, bucket: str) -> bool:
+        return self._session.get(f"{self.upstream}/storage/v1/b/{bucket}", timeout=30).status_code == 200
+
+    def _handler_class(self):
+        stand_in = self
+
+        class Handler(QuietHandler):
+            def _forward(self, body: bytes) -> None:
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length", "connection")}
+                answer = stand_in._session.request(self.command, stand_in.upstream + self.path, data=body,
+                                                   headers=headers, allow_redirects=False, timeout=120)
+                content = answer.content
+                self.send_response(answer.status_code)
+                for key, value in answer.headers.items():
+                    if key.lower() in ("content-length", "transfer-encoding", "connection", "content-encoding"):
+                        continue
+                    if key.lower() == "location":  # resumable upload sessions point back at the upstream
+                        value = value.replace(stand_in.upstream, stand_in.endpoint)
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+            def _serve(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                url = urlsplit(self.path)
+                m = _IAM.match(url.path)
+                if not m or self.command not in ("GET", "PUT"):
+                    return self._forward(body)
+                bucket = m.group(1)
+                if not stand_in._bucket_exists(bucket):
+                    message = "The specified bucket does not exist."
+                    return send_json(self, 404, {"error": {"code": 404, "message": message,
+                                                           "errors": [{"message": message, "reason": "notFound"}]}})
+                if m.group(2):  # testPermissions: the caller owns every fake bucket
+                    asked = parse_qs(url.query).get("permissions", [])
+                    return send_json(self, 200, {"kind": "storage#testIamPermissionsResponse", "permissions": asked})
+                if self.command == "PUT":
+                    stand_in.set_bindings(bucket, json.loads(body or b"{}").get("bindings", []))
+                return send_json(self, 200, stand_in.policy(bucket))
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
+
+        return Handler

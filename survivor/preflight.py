@@ -1,0 +1,255 @@
+"""Checks before anything is spent: can the job's VM start, find its GPU and reach its bucket?
+
+    $ survivor preflight cifar10 --config my-job.yaml --project my-project --zone us-west1-b
+    ok: bucket my-project-cifar-10-checkpoints exists
+    error: quota PREEMPTIBLE_NVIDIA_T4_GPUS in us-west1: 0 of 0 free, the VM needs 4; ...
+
+Each finding is one line with its fix. `make-template` and `make-group` run the same checks (unless
+`--skip-preflight`); a blocking finding stops them before the call. What is checked, from the
+template's REST body:
+
+- the job dir's bucket exists (`testIamPermissions`, which needs no permission of its own) and its
+  IAM policy grants the VM's service account the object permissions the agent uses
+  (`storage.PERMISSION_FOR`). A role granted on the project is not in the bucket's policy, so a
+  missing binding is a warning, not a stop.
+- the GPU's regional quota (`regions.get`; metrics of the discovery document's `Quota.metric`).
+  Spot VMs use the PREEMPTIBLE_ quota when the project has one and the standard quota otherwise
+  ("To prevent Spot VMs from consuming your quotas for standard VMs' ... GPUs ... consider requesting
+  preemptible quota", https://cloud.google.com/compute/docs/instances/create-use-spot).
+- the GPU in the zone, or in some zone of the region (`acceleratorTypes.list`).
+- the boot image family (`images.getFromFamily`).
+
+The decisions are the pure `*_findings` functions; `check` does the calls.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from survivor import machines
+from survivor.storage import PERMISSION_FOR
+
+#: What the agent does in the job dir needs these (survivor/storage.py), all object permissions.
+OBJECT_PERMISSIONS = tuple(sorted(set(PERMISSION_FOR.values())))
+
+_OBJECT = ("create", "delete", "get", "list", "restore", "update")
+#: Cloud Storage permissions of the predefined roles a bucket policy may bind
+#: (https://cloud.google.com/storage/docs/access-control/iam-roles; googleapis/java-storage
+#: `StorageRoles`: legacyBucketOwner has objects.list/create/delete but not get, legacyObjectOwner
+#: has objects.get). Project-wide basic roles (owner, editor) do not appear in a bucket's policy.
+ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
+    "roles/storage.admin": frozenset(f"storage.objects.{p}" for p in _OBJECT),
+    "roles/storage.objectAdmin": frozenset(f"storage.objects.{p}" for p in _OBJECT),
+    "roles/storage.objectUser": frozenset(f"storage.objects.{p}" for p in _OBJECT),
+    "roles/storage.objectViewer": frozenset({"storage.objects.get", "storage.objects.list"}),
+    "roles/storage.objectCreator": frozenset({"storage.objects.create"}),
+    "roles/storage.legacyBucketOwner": frozenset({"storage.objects.list", "storage.objects.create",
+                                                  "storage.objects.delete"}),
+    "roles/storage.legacyBucketWriter": frozenset({"storage.objects.list", "storage.objects.create",
+                                                   "storage.objects.delete"}),
+    "roles/storage.legacyBucketReader": frozenset({"storage.objects.list"}),
+    "roles/storage.legacyObjectOwner": frozenset({"storage.objects.get", "storage.objects.update"}),
+    "roles/storage.legacyObjectReader": frozenset({"storage.objects.get"}),
+}
+QUOTA_CONSOLE = "https://console.cloud.google.com/iam-admin/quotas"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of the preflight: what is wrong (or fine) and what to do."""
+
+    check: str  # bucket | iam | quota | gpu | image
+    message: str
+    level: str = "error"  # error: stops make-template/make-group; warning: printed; ok: printed
+
+    def __str__(self) -> str:
+        return f"{self.level}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a template will ask Compute Engine for, read from its REST body."""
+
+    machine_type: str
+    gpu_type: str | None
+    gpu_count: int
+    spot: bool
+    image_project: str | None
+    image_family: str | None
+    service_account: str
+    job_dir: str | None
+
+
+def target_from_body(body: dict[str, Any]) -> Target:
+    """Pure: the Target of an `instanceTemplates` body (as sent, or as `get` returns it)."""
+    from survivor.spec import JobSpec
+
+    props = body.get("properties") or {}
+    machine = str(props.get("machineType") or "").rsplit("/", 1)[-1]
+    accel = (props.get("guestAccelerators") or [{}])[0]
+    gpu_type, gpu_count = machines.gpus_of(machine, str(accel.get("acceleratorType") or "").rsplit("/", 1)[-1] or None,
+                                           int(accel.get("acceleratorCount") or 0))
+    source = str(((props.get("disks") or [{}])[0].get("initializeParams") or {}).get("sourceImage") or "")
+    m = re.search(r"projects/([^/]+)/global/images/family/([^/]+)$", source)
+    items = {i.get("key"): i.get("value") for i in (props.get("metadata") or {}).get("items", [])}
+    job_dir = JobSpec.from_yaml(items["survivor-job"]).job_dir if items.get("survivor-job") else None
+    accounts = props.get("serviceAccounts") or [{}]
+    return Target(machine_type=machine, gpu_type=gpu_type, gpu_count=gpu_count,
+                  spot=(props.get("scheduling") or {}).get("provisioningModel") == "SPOT",
+                  image_project=m.group(1) if m else None, image_family=m.group(2) if m else None,
+                  service_account=accounts[0].get("email") or "default", job_dir=job_dir)
+
+
+def bucket_of(job_dir: str | None) -> str | None:
+    """`gs://bucket/path` -> `bucket`; None for a local job dir."""
+    if not job_dir or not job_dir.startswith("gs://"):
+        return None
+    return job_dir[len("gs://"):].split("/", 1)[0] or None
+
+
+# -- decisions -------------------------------------------------------------------------------------
+
+
+def bucket_findings(bucket: str, exists: bool | None, error: str | None = None) -> list[Finding]:
+    """Pure: whether the job dir's bucket is there (`exists` None: could not tell, `error` says why)."""
+    if exists:
+        return [Finding("bucket", f"bucket {bucket} exists", "ok")]
+    if exists is False:
+        return [Finding("bucket", f"bucket {bucket} does not exist: create it (gcloud storage buckets create "
+                                  f"gs://{bucket} --location REGION) or fix job_dir")]
+    return [Finding("bucket", f"bucket {bucket}: could not check it ({error}); check job_dir and your access",
+                    "warning")]
+
+
+def iam_findings(bucket: str, member: str, bindings: list[dict] | None, error: str | None = None) -> list[Finding]:
+    """Pure: whether the bucket's IAM policy grants `member` (e.g. `serviceAccount:EMAIL`) the object
+    permissions the agent uses. `bindings` None: the policy could not be read (`error`)."""
+    account = member.split(":", 1)[-1]
+    fix = (f"gcloud storage buckets add-iam-policy-binding gs://{bucket} --member={member} "
+           "--role=roles/storage.objectUser")
+    if bindings is None:
+        return [Finding("iam", f"bucket {bucket}: could not read its IAM policy ({error}); make sure {account} "
+                               f"has roles/storage.objectUser on it ({fix})", "warning")]
+    granted: set[str] = set()
+    roles = []
+    for binding in bindings:
+        if {member, "allUsers", "allAuthenticatedUsers"} & set(binding.get("members") or []):
+            granted |= ROLE_PERMISSIONS.get(binding.get("role", ""), frozenset())
+            roles.append(binding.get("role", ""))
+    missing = [p for p in OBJECT_PERMISSIONS if p not in granted]
+    if not missing:
+        return [Finding("iam", f"bucket {bucket}: {account} has {', '.join(roles)}", "ok")]
+    return [Finding("iam", f"bucket {bucket}: its IAM policy does not grant {account} {', '.join(missing)} (a role on "
+                           f"the project may; preflight reads the bucket's policy only); grant it: {fix}", "warning")]
+
+
+def quota_findings(region: str, gpu_type: str, count: int, spot: bool,
+                   quotas: dict[str, tuple[float, float]]) -> list[Finding]:
+    """Pure: whether the region's GPU quota has room for `count` GPUs ({metric: (limit, usage)})."""
+    standard = machines.quota_metric(gpu_type, spot=False)
+    preemptible = machines.quota_metric(gpu_type, spot=True)
+    metric = standard
+    if spot and preemptible in quotas and quotas[preemptible][0] > 0:
+        metric = preemptible
+    if metric not in quotas:
+        return [Finding("quota", f"quota for {gpu_type} in {region}: no regional metric to check", "warning")]
+    limit, usage = quotas[metric]
+    free = limit - usage
+    if free >= count:
+        return [Finding("quota", f"quota {metric} in {region}: {free:g} of {limit:g} free, the VM needs {count}", "ok")]
+    also = (f" (Spot VMs use {preemptible} when it is granted, {standard} otherwise)" if spot else "")
+    return [Finding("quota", f"quota {metric} in {region}: {free:g} of {limit:g} free, the VM needs {count}{also}; "
+                             f"request more at {QUOTA_CONSOLE} (metric {metric}, region {region}) or use fewer GPUs")]
+
+
+def gpu_findings(gpu_type: str, count: int, offers: dict[str, dict[str, int]], zone: str | None,
+                 region: str | None) -> list[Finding]:
+    """Pure: whether the zone (or some zone of the region) offers `count` x `gpu_type`.
+    `offers`: zone -> {GPU type: maximumCardsPerInstance}."""
+    fit = sorted(z for z, kinds in offers.items() if kinds.get(gpu_type, 0) >= count)
+    where = f"zone {zone}" if zone else f"region {region}"
+    if fit:
+        return [Finding("gpu", f"{gpu_type} x {count} is offered in {', '.join(fit)}", "ok")]
+    others = sorted(z for z, kinds in offers.items() if gpu_type in kinds)
+    hint = (f"zones of it that offer {gpu_type} take fewer per VM ({', '.join(others)})" if others
+            else f"see gcloud compute accelerator-types list --filter=name={gpu_type}")
+    return [Finding("gpu", f"{where} does not offer {gpu_type} x {count}: pick another {'zone' if zone else 'region'} "
+                           f"({hint})")]
+
+
+def image_findings(project: str, family: str, found: bool) -> list[Finding]:
+    """Pure: whether the boot image family resolves to an image."""
+    if found:
+        return [Finding("image", f"image family {project}/{family} resolves", "ok")]
+    return [Finding("image", f"image family {project}/{family} has no image: fix --image-family/--image-project "
+                             "(gcloud compute images describe-from-family FAMILY --project PROJECT)")]
+
+
+def blocking(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.level == "error"]
+
+
+# -- the calls -------------------------------------------------------------------------------------
+
+
+def _bucket_state(bucket: str, member: str, project: str) -> list[Finding]:
+    from google.api_core import exceptions as gexc
+    from google.auth import exceptions as auth_errors
+    from google.cloud import storage
+
+    try:
+        handle = storage.Client(project=project).bucket(bucket)
+        handle.test_iam_permissions(list(OBJECT_PERMISSIONS))
+        out = bucket_findings(bucket, True)
+    except gexc.NotFound:
+        return bucket_findings(bucket, False)
+    except (gexc.GoogleAPICallError, auth_errors.GoogleAuthError, OSError) as exc:
+        return bucket_findings(bucket, None, getattr(exc, "message", None) or str(exc).splitlines()[0])
+    try:
+        policy = handle.get_iam_policy(requested_policy_version=3)
+        bindings = [{"role": b["role"], "members": sorted(b["members"])} for b in policy.bindings]
+        return out + iam_findings(bucket, member, bindings)
+    except gexc.GoogleAPICallError as exc:
+        return out + iam_findings(bucket, member, None, getattr(exc, "message", None) or str(exc))
+
+
+def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str | None = None,
+          storage_check: Callable[[str, str, str], list[Finding]] | None = None) -> list[Finding]:
+    """Every finding for a template body, in the order bucket, IAM, image, GPU, quota.
+    `compute` is a survivor.compute.Compute; Compute failures become findings, not exceptions."""
+    from survivor.compute import ComputeError
+
+    target = target_from_body(body)
+    out: list[Finding] = []
+    bucket = bucket_of(target.job_dir)
+    if bucket:
+        account = target.service_account
+        try:
+            if account == "default":
+                account = compute.default_service_account()
+        except ComputeError as exc:
+            out.append(Finding("iam", f"the project's default service account: {exc}", "warning"))
+        out += (storage_check or _bucket_state)(bucket, f"serviceAccount:{account}", compute.project)
+    try:
+        if target.image_family:
+            out += image_findings(target.image_project, target.image_family,
+                                  compute.image_from_family(target.image_project, target.image_family) is not None)
+        if target.gpu_type and (zone or region):
+            region = region or zone.rsplit("-", 1)[0]
+            info = compute.region(region)
+            zones = [zone] if zone else info["zones"]
+            out += gpu_findings(target.gpu_type, target.gpu_count, {z: compute.zone_accelerators(z) for z in zones},
+                                zone, region)
+            out += quota_findings(region, target.gpu_type, target.gpu_count, target.spot, info["quotas"])
+    except ComputeError as exc:
+        out.append(Finding("compute", str(exc)))
+    return out
+
+
+def report(findings: list[Finding], write: Callable[[str], None]) -> bool:
+    """Writes each finding on its line; True when none blocks."""
+    for finding in findings:
+        write(str(finding))
+    return not blocking(findings)
