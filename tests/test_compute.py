@@ -174,6 +174,141 @@ def test_operations_are_waited_on_with_the_custom_endpoint(compute_server):
         compute.delete_template("nope")
 
 
+# -- Compute rules the discovery document does not carry, held by the fake -------------------------
+
+
+def _raw_template(name: str, machine: str, scheduling: dict, accelerators: list | None = None) -> dict:
+    props = {"machineType": machine, "scheduling": scheduling,
+             "disks": [{"boot": True, "initializeParams": {"sourceImage": "projects/debian-cloud/global/images/family/debian-12"}}],
+             "networkInterfaces": [{"network": "global/networks/default"}]}
+    if accelerators:
+        props["guestAccelerators"] = accelerators
+    return {"name": name, "properties": props}
+
+
+T4 = [{"acceleratorType": "nvidia-tesla-t4", "acceleratorCount": 4}]
+
+
+@pytest.mark.parametrize("machine, scheduling, accelerators, wording", [
+    ("g2-standard-4", {"provisioningModel": "STANDARD"}, None,
+     "Instances with guest accelerators do not support live migration."),
+    ("n1-standard-16", {"onHostMaintenance": "MIGRATE"}, T4,
+     "Instances with guest accelerators do not support live migration."),
+    ("g2-standard-8", {"onHostMaintenance": "TERMINATE"}, T4,
+     "[g2-standard-8, nvidia-tesla-t4] features are not compatible for creating instance."),
+    ("a2-highgpu-1g", {"onHostMaintenance": "TERMINATE"}, [{"acceleratorType": "nvidia-tesla-a100", "acceleratorCount": 1}],
+     "[a2-highgpu-1g, nvidia-tesla-a100] features are not compatible for creating instance."),
+    ("n1-standard-16", {"onHostMaintenance": "TERMINATE"}, [{"acceleratorType": "nvidia-tesla-t4", "acceleratorCount": 3}],
+     "Invalid value for field 'resource.properties.guestAccelerators[0].acceleratorCount': '3'."),
+    ("n1-standard-96", {"onHostMaintenance": "TERMINATE"}, [{"acceleratorType": "nvidia-tesla-t4", "acceleratorCount": 1}],
+     "1 nvidia-tesla-t4 accelerators allow at most 48 vCPUs"),
+    ("n1-standard-8", {"provisioningModel": "SPOT", "instanceTerminationAction": "STOP", "automaticRestart": True}, None,
+     "Invalid value for field 'resource.properties.scheduling.provisioningModel': 'SPOT'. Scheduling must have"),
+    ("n1-standard-8", {"preemptible": True, "automaticRestart": True}, None,
+     "Scheduling must have preemptible be false when AutomaticRestart is true."),
+    ("n1-standard-8", {"provisioningModel": "SPOT", "preemptionNoticeDuration": {"seconds": "30"}}, None,
+     "Invalid value for field 'resource.properties.scheduling.preemptionNoticeDuration': '30s'. Supported values: 120s."),
+    ("n1-standard-8", {"provisioningModel": "STANDARD", "preemptionNoticeDuration": {"seconds": "120"}}, None,
+     "A preemption notice duration can be set for Spot VMs only."),
+])
+def test_the_fake_refuses_each_compute_rule_in_the_apis_words(compute_server, machine, scheduling, accelerators, wording):
+    compute = Compute(PROJECT)
+    with pytest.raises(ComputeError) as err:
+        compute.insert_template(_raw_template("bad", machine, scheduling, accelerators))
+    assert wording in str(err.value)
+    assert (PROJECT, "bad") not in compute_server.templates
+
+
+def test_the_fake_takes_what_the_rules_allow(compute_server):
+    compute = Compute(PROJECT)
+    compute.insert_template(_raw_template("g2", "g2-standard-8", {"provisioningModel": "SPOT", "automaticRestart": False,
+                                                                 "preemptionNoticeDuration": {"seconds": "120"}}))
+    compute.insert_template(_raw_template("n1", "n1-standard-16", {"onHostMaintenance": "TERMINATE"}, T4))
+    assert {(PROJECT, "g2"), (PROJECT, "n1")} <= set(compute_server.templates)
+
+
+def _job_file(tmp_path, compute_section: str = "") -> str:
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(f"job_dir: {tmp_path}/j\ntrain_steps: 1\ntrainer: {{builtin: dummy}}\n{compute_section}")
+    return str(spec_file)
+
+
+def test_make_template_refuses_a_contradiction_before_any_call(compute_server, capsys, tmp_path):
+    code, _, err = run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT,
+                           "--machine-type", "g2-standard-8", "--gpu", "nvidia-tesla-t4:4")
+    assert code == 2
+    assert err.strip() == ("error: compute.gpu nvidia-tesla-t4:4 with machine_type g2-standard-8: g2 machines carry "
+                           "their own GPUs (g2-standard-8: 1 x nvidia-l4); drop compute.gpu (or --gpu none)")
+    assert compute_server.requests == []
+
+
+def test_make_template_on_demand_g2_passes_the_fake(compute_server, capsys, tmp_path):
+    code, _, err = run_cli(capsys, "make-template", "g2", "--config", _job_file(tmp_path), "--project", PROJECT,
+                           "--machine-type", "g2-standard-8", "--gpu", "none", "--on-demand")
+    assert code == 0, err
+    props = compute_server.templates[(PROJECT, "g2")]["properties"]
+    assert props["scheduling"]["onHostMaintenance"] == "TERMINATE" and "guestAccelerators" not in props
+
+
+@pytest.mark.parametrize("code, expected", [
+    ("ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "us-west1-b has no capacity for this machine and GPU type right now (a stockout)"),
+    ("QUOTA_EXCEEDED", "a quota is exceeded"),
+    ("PERMISSIONS_ERROR", "permission denied. A MIG creates its VMs as the Google APIs service agent"),
+])
+def test_make_group_reports_the_migs_creation_error_not_created(compute_server, capsys, tmp_path, code, expected):
+    assert run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT)[0] == 0
+    message = "Required 'compute.images.useReadOnly' permission for 'projects/x'" if code == "PERMISSIONS_ERROR" else ""
+    compute_server.fail_instance_creation(code, message=message)
+    out_code, out, err = run_cli(capsys, "make-group", "g", "--template", "t", "--zone", "us-west1-b",
+                                 "--project", PROJECT, "--wait-seconds", "5", "--poll-seconds", "0.1")
+    assert out_code == 1
+    assert "created" not in out
+    [line] = [line for line in err.splitlines() if line.startswith("error:")]
+    assert line.startswith("error: group g: its VM cannot be created: ") and expected in line
+    assert code in line and "The group keeps retrying" in line and "survivor delete g --zone us-west1-b" in line
+    # the insert itself succeeded: the group is there, its VM is not
+    group = compute_server.groups[(PROJECT, "zones/us-west1-b", "g")]
+    assert group["targetSize"] == 1 and not any(m in compute_server.instances for m in group["_members"])
+
+
+def test_make_group_waits_out_a_passing_stockout_until_the_vm_runs(compute_server, capsys, tmp_path):
+    assert run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT)[0] == 0
+    compute = Compute(PROJECT)
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", times=1)
+    compute.create_group("g", "t", zone="us-west1-b")
+    group = GroupRef(PROJECT, "g", zone="us-west1-b")
+    [member] = compute.managed_instances(group)  # the group tried again on this look, and got it
+    assert member["status"] == "RUNNING"
+    assert compute.group_errors(group)[0]["code"] == "ZONE_RESOURCE_POOL_EXHAUSTED"
+
+
+def test_make_group_says_running_when_the_vm_runs(compute_server, capsys, tmp_path):
+    assert run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT)[0] == 0
+    code, out, _ = run_cli(capsys, "make-group", "g", "--template", "t", "--zone", "us-west1-b", "--project", PROJECT)
+    assert code == 0 and "its VM is RUNNING in us-west1-b" in out
+
+
+def test_a_zone_without_the_gpu_is_reported_by_preflight_and_by_the_mig(compute_server, capsys, tmp_path):
+    assert run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT)[0] == 0
+    code, _, err = run_cli(capsys, "make-group", "g", "--template", "t", "--zone", "us-west1-c", "--project", PROJECT)
+    assert code == 1 and "error: zone us-west1-c does not offer nvidia-tesla-t4 x 1" in err
+    assert (PROJECT, "zones/us-west1-c", "g") not in compute_server.groups
+    code, _, err = run_cli(capsys, "make-group", "g", "--template", "t", "--zone", "us-west1-c", "--project", PROJECT,
+                           "--skip-preflight", "--poll-seconds", "0.1")
+    assert code == 1 and "us-west1-c does not offer this GPU" in err and "acceleratorTypes/nvidia-tesla-t4' was not found" in err
+
+
+def test_a_regional_group_gets_shape_any_over_the_zones_that_offer_the_gpu(compute_server, capsys, tmp_path):
+    assert run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT)[0] == 0
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone="us-west1-a")
+    code, out, err = run_cli(capsys, "make-group", "g", "--template", "t", "--region", "us-west1", "--project", PROJECT)
+    assert code == 0, err
+    group = compute_server.groups[(PROJECT, "regions/us-west1", "g")]
+    assert group["distributionPolicy"] == {"targetShape": "ANY", "zones": [
+        {"zone": f"projects/{PROJECT}/zones/us-west1-a"}, {"zone": f"projects/{PROJECT}/zones/us-west1-b"}]}
+    assert "RUNNING in us-west1-b" in out  # a stockout in -a: shape ANY places the VM where there is room
+
+
 # -- the agent finishing inside a fake MIG ---------------------------------------------------------
 
 
