@@ -80,8 +80,12 @@ def test_the_fake_rejects_a_bad_body_sent_by_the_real_client(compute_server):
     assert answer.status_code == 400 and "size" in answer.json()["error"]["message"]
 
 
-def test_make_template_creates_then_is_unchanged_then_refuses_a_different_body(compute_server, capsys):
-    args = ["make-template", "cifar10", "--config", RECIPE, "--project", PROJECT, "--skip-preflight"]
+def test_make_template_creates_then_is_unchanged_then_refuses_a_different_body(compute_server, capsys, tmp_path):
+    # the recipe's job with a local job dir: nothing to stage in a bucket
+    recipe = open(RECIPE).read().replace("job_dir: gs://my-project-cifar-10-checkpoints/cifar10",
+                                         f"job_dir: {tmp_path / 'jobdir'}")
+    (tmp_path / "cifar10.yaml").write_text(recipe)
+    args = ["make-template", "cifar10", "--config", str(tmp_path / "cifar10.yaml"), "--project", PROJECT]
     assert run_cli(capsys, *args)[0] == 0
     assert (PROJECT, "cifar10") in compute_server.templates
     code, out, _ = run_cli(capsys, *args)

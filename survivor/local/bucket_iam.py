@@ -43,6 +43,7 @@ class BucketIam(LocalService):
         self.upstream = upstream.rstrip("/")
         self.project = project
         self.policies: dict[str, dict] = {}
+        self._changes: dict[str, int] = {}
         self.lock = threading.Lock()
         self._session = requests.Session()
         self._session.trust_env = False
@@ -50,16 +51,15 @@ class BucketIam(LocalService):
 
     def set_bindings(self, bucket: str, bindings: list[dict]) -> None:
         with self.lock:
-            previous = self.policies.get(bucket, {})
+            self._changes[bucket] = self._changes.get(bucket, 1) + 1
             self.policies[bucket] = {"kind": "storage#policy", "resourceId": f"projects/_/buckets/{bucket}",
-                                     "version": 1, "etag": f"CA{int(previous.get('etag', 'CA0')[2:]) + 1}",
-                                     "bindings": bindings}
+                                     "version": 1, "etag": f"CA{self._changes[bucket]}", "bindings": bindings}
 
     def policy(self, bucket: str) -> dict:
         with self.lock:
             if bucket not in self.policies:
                 self.policies[bucket] = {"kind": "storage#policy", "resourceId": f"projects/_/buckets/{bucket}",
-                                         "version": 1, "etag": "CAE", "bindings": default_bindings(self.project)}
+                                         "version": 1, "etag": "CA1", "bindings": default_bindings(self.project)}
             return json.loads(json.dumps(self.policies[bucket]))
 
     def _bucket_exists(self, bucket: str) -> bool:

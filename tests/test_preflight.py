@@ -1,0 +1,178 @@
+"""survivor preflight: the checks before anything is spent, as pure decisions and against the stand-ins
+(the Compute fake, fake-gcs-server behind survivor's bucket-IAM stand-in) with the real clients."""
+
+import pytest
+
+from survivor import cli, preflight
+from survivor.local.bucket_iam import BucketIam
+from survivor.local.compute_server import PROJECT_NUMBER
+from survivor.preflight import Finding
+from survivor.spec import JobSpec
+from survivor.template import MachineOptions, template_body
+
+PROJECT = "survivor-local"
+VM_ACCOUNT = f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
+
+
+def run_cli(capsys, *argv):
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+# -- pure decisions --------------------------------------------------------------------------------
+
+
+def test_spot_uses_the_preemptible_quota_when_granted_and_the_standard_one_otherwise():
+    quotas = {"PREEMPTIBLE_NVIDIA_T4_GPUS": (8.0, 0.0), "NVIDIA_T4_GPUS": (0.0, 0.0)}
+    [ok] = preflight.quota_findings("us-west1", "nvidia-tesla-t4", 4, True, quotas)
+    assert ok.level == "ok" and "PREEMPTIBLE_NVIDIA_T4_GPUS" in ok.message
+    quotas = {"PREEMPTIBLE_NVIDIA_T4_GPUS": (0.0, 0.0), "NVIDIA_T4_GPUS": (2.0, 1.0)}
+    [bad] = preflight.quota_findings("us-west1", "nvidia-tesla-t4", 4, True, quotas)
+    assert bad.level == "error"
+    assert bad.message.startswith("quota NVIDIA_T4_GPUS in us-west1: 1 of 2 free, the VM needs 4")
+    assert "request more at https://console.cloud.google.com/iam-admin/quotas" in bad.message
+
+
+def test_on_demand_uses_the_standard_quota():
+    [bad] = preflight.quota_findings("us-west1", "nvidia-l4", 1, False, {"NVIDIA_L4_GPUS": (0.0, 0.0),
+                                                                        "PREEMPTIBLE_NVIDIA_L4_GPUS": (8.0, 0.0)})
+    assert bad.level == "error" and bad.message.startswith("quota NVIDIA_L4_GPUS in us-west1: 0 of 0 free")
+
+
+def test_a_gpu_is_looked_for_in_the_zone_or_in_the_whole_region():
+    offers = {"us-west1-a": {"nvidia-tesla-t4": 4}, "us-west1-c": {"nvidia-l4": 8}}
+    [bad] = preflight.gpu_findings("nvidia-tesla-t4", 1, {"us-west1-c": offers["us-west1-c"]}, "us-west1-c", None)
+    assert bad.level == "error" and bad.message.startswith("zone us-west1-c does not offer nvidia-tesla-t4 x 1")
+    [ok] = preflight.gpu_findings("nvidia-tesla-t4", 4, offers, None, "us-west1")
+    assert ok.level == "ok" and "us-west1-a" in ok.message
+    [bad] = preflight.gpu_findings("nvidia-tesla-t4", 8, offers, None, "us-west1")
+    assert bad.level == "error" and "take fewer per VM (us-west1-a)" in bad.message
+
+
+def test_the_bucket_policy_must_grant_the_vm_every_object_permission_the_agent_uses():
+    member = f"serviceAccount:{VM_ACCOUNT}"
+    [ok] = preflight.iam_findings("b", member, [{"role": "roles/storage.objectUser", "members": [member]}])
+    assert ok.level == "ok"
+    legacy = [{"role": "roles/storage.legacyBucketWriter", "members": [member]}]
+    [warning] = preflight.iam_findings("b", member, legacy)
+    assert warning.level == "warning" and "does not grant" in warning.message and "storage.objects.get" in warning.message
+    assert f"--member={member} --role=roles/storage.objectUser" in warning.message
+    [viewer] = preflight.iam_findings("b", member, [{"role": "roles/storage.objectViewer", "members": [member]}])
+    assert "storage.objects.create, storage.objects.delete" in viewer.message
+
+
+def test_the_target_is_read_from_the_template_body():
+    spec = JobSpec.from_yaml("job_dir: gs://bkt/run\ntrain_steps: 1\ntrainer: {builtin: dummy}\n")
+    body = template_body("t", spec, MachineOptions.from_spec(spec, machine_type="g2-standard-24"), script="#!/bin/bash\n")
+    target = preflight.target_from_body(body)
+    assert (target.gpu_type, target.gpu_count, target.spot) == ("nvidia-l4", 2, True)
+    assert (target.image_project, target.image_family) == ("deeplearning-platform-release", "common-cu128-ubuntu-2204-nvidia-570")
+    assert target.job_dir == "gs://bkt/run" and preflight.bucket_of(target.job_dir) == "bkt"
+
+
+# -- against the stand-ins -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def bucket_iam(gcs_server, monkeypatch):
+    """survivor's bucket-IAM stand-in in front of fake-gcs-server; the storage client talks to it."""
+    with BucketIam(upstream=gcs_server.url, project=PROJECT) as iam:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", iam.endpoint)
+        yield iam
+
+
+def test_the_real_storage_client_reads_and_sets_bucket_policies_through_the_stand_in(bucket, bucket_iam):
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    handle = storage.Client(project=PROJECT, credentials=AnonymousCredentials()).bucket(bucket)
+    policy = handle.get_iam_policy()
+    assert {b["role"] for b in policy.bindings} == {"roles/storage.legacyBucketOwner", "roles/storage.legacyBucketReader"}
+    policy.bindings.append({"role": "roles/storage.objectUser", "members": {f"serviceAccount:{VM_ACCOUNT}"}})
+    handle.set_iam_policy(policy)
+    assert {"role": "roles/storage.objectUser", "members": [f"serviceAccount:{VM_ACCOUNT}"]} in bucket_iam.policy(bucket)["bindings"]
+    assert handle.test_iam_permissions(["storage.objects.get"]) == ["storage.objects.get"]
+    blob = handle.blob("x")
+    blob.upload_from_string(b"through the stand-in")
+    assert blob.download_as_bytes() == b"through the stand-in"
+
+
+def _job(tmp_path, job_dir: str, compute: str = "") -> str:
+    path = tmp_path / "job.yaml"
+    path.write_text(f"job_dir: {job_dir}\ntrain_steps: 1\ntrainer: {{builtin: dummy}}\n{compute}")
+    return str(path)
+
+
+def test_preflight_passes_a_job_that_can_run(compute_server, bucket, bucket_iam, capsys, tmp_path):
+    bucket_iam.set_bindings(bucket, [{"role": "roles/storage.objectUser", "members": [f"serviceAccount:{VM_ACCOUNT}"]}])
+    code, out, _ = run_cli(capsys, "preflight", "job", "--config", _job(tmp_path, f"gs://{bucket}/run"),
+                           "--project", PROJECT, "--zone", "us-west1-b")
+    assert code == 0, out
+    assert out.splitlines() == [
+        f"ok: bucket {bucket} exists",
+        f"ok: bucket {bucket}: {VM_ACCOUNT} has roles/storage.objectUser",
+        "ok: image family deeplearning-platform-release/common-cu128-ubuntu-2204-nvidia-570 resolves",
+        "ok: nvidia-tesla-t4 x 1 is offered in us-west1-b",
+        "ok: quota PREEMPTIBLE_NVIDIA_T4_GPUS in us-west1: 8 of 8 free, the VM needs 1",
+    ]
+
+
+def test_preflight_names_each_problem_with_its_fix(compute_server, gcs_server, bucket_iam, capsys, tmp_path):
+    compute_server.set_quota(PROJECT, "us-west1", "PREEMPTIBLE_NVIDIA_T4_GPUS", 0)
+    compute_server.set_quota(PROJECT, "us-west1", "NVIDIA_T4_GPUS", 2)
+    code, out, _ = run_cli(capsys, "preflight", "job", "--config", _job(tmp_path, "gs://no-such-bucket-x/run"),
+                           "--project", PROJECT, "--zone", "us-west1-b", "--gpu", "nvidia-tesla-t4:4",
+                           "--image-family", "no-such-family")
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0] == ("error: bucket no-such-bucket-x does not exist: create it (gcloud storage buckets create "
+                        "gs://no-such-bucket-x --location REGION) or fix job_dir")
+    assert lines[1].startswith("error: image family deeplearning-platform-release/no-such-family has no image")
+    assert lines[2] == "ok: nvidia-tesla-t4 x 4 is offered in us-west1-b"
+    assert lines[3].startswith("error: quota NVIDIA_T4_GPUS in us-west1: 2 of 2 free, the VM needs 4 (Spot VMs use "
+                               "PREEMPTIBLE_NVIDIA_T4_GPUS when it is granted, NVIDIA_T4_GPUS otherwise)")
+
+
+def test_a_bucket_policy_without_the_vm_is_a_warning_with_the_grant(compute_server, bucket, bucket_iam, capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "preflight", "job", "--config", _job(tmp_path, f"gs://{bucket}/run"),
+                           "--project", PROJECT, "--service-account", "trainer@p.iam.gserviceaccount.com")
+    assert code == 0
+    [line] = [line for line in out.splitlines() if line.startswith("warning: bucket")]
+    assert "does not grant trainer@p.iam.gserviceaccount.com storage.objects.create" in line
+    assert line.endswith(f"gcloud storage buckets add-iam-policy-binding gs://{bucket} "
+                         "--member=serviceAccount:trainer@p.iam.gserviceaccount.com --role=roles/storage.objectUser")
+    assert "warning: no --zone or --region: GPU offer and quota not checked" in out
+
+
+def test_make_template_stops_on_a_blocking_finding_before_anything_is_staged(compute_server, gcs_server, bucket_iam,
+                                                                              capsys, tmp_path):
+    code, _, err = run_cli(capsys, "make-template", "t", "--config", _job(tmp_path, "gs://no-such-bucket-y/run"),
+                           "--project", PROJECT)
+    assert code == 1 and "error: bucket no-such-bucket-y does not exist" in err and "nothing was created" in err
+    assert "staged" not in err and compute_server.templates == {}
+
+
+def test_skip_preflight_creates_the_template_anyway(compute_server, capsys, tmp_path):
+    args = ["make-template", "t", "--config", _job(tmp_path, str(tmp_path / "j")), "--project", PROJECT,
+            "--image-family", "no-such-family", "--image-project", PROJECT]
+    code, _, err = run_cli(capsys, *args)
+    assert code == 1 and f"error: image family {PROJECT}/no-such-family has no image" in err
+    assert compute_server.templates == {}
+    assert run_cli(capsys, *args, "--skip-preflight")[0] == 0
+    assert (PROJECT, "t") in compute_server.templates
+
+
+def test_make_group_runs_preflight_on_the_templates_quota(compute_server, capsys, tmp_path):
+    assert run_cli(capsys, "make-template", "t", "--config", _job(tmp_path, str(tmp_path / "j")), "--project", PROJECT)[0] == 0
+    compute_server.set_quota(PROJECT, "us-west1", "PREEMPTIBLE_NVIDIA_T4_GPUS", 0)
+    compute_server.set_quota(PROJECT, "us-west1", "NVIDIA_T4_GPUS", 0)
+    code, _, err = run_cli(capsys, "make-group", "g", "--template", "t", "--zone", "us-west1-b", "--project", PROJECT)
+    assert code == 1 and "error: quota NVIDIA_T4_GPUS in us-west1: 0 of 0 free, the VM needs 1" in err
+    assert compute_server.groups == {}
+
+
+def test_findings_print_as_one_line_each():
+    lines = []
+    assert not preflight.report([Finding("gpu", "a"), Finding("iam", "b", "warning")], lines.append)
+    assert lines == ["error: a", "warning: b"]
