@@ -5,12 +5,17 @@
 1. Read the job spec from instance metadata (or `--config`), and who this VM is.
 2. Open the job dir. DONE or FAILED already? Finish at once; never train again.
 3. Record this attempt. Too many failed attempts in a row? Write FAILED and finish.
-4. Watch for a notice: `preempted`, a terminating maintenance event, SIGTERM/SIGINT.
+4. Watch for a notice: `preempted`, SIGTERM/SIGINT; and for a terminating maintenance event.
 5. Restore the newest committed snapshot that verifies into the local job dir.
 6. Find the GPUs, deliver the trainer's code, start the trainer.
-7. Mirror every new local checkpoint to the job dir while it trains (a background thread).
+7. Mirror every new local checkpoint to the job dir while it trains (a background thread). A
+   maintenance notice: ask the trainer for a checkpoint (its save signal), commit it, train on.
 8. On a notice: SIGTERM the trainer, wait for its save within the grace budget, commit, exit.
 9. On success: commit the last snapshot, write DONE, finish (leave the MIG, stop, or keep alive).
+
+A job dir this VM may not use (a permission missing after IAM's propagation time, no bucket) ends
+the boot with the reason recorded wherever it can be, then finishes as FAILED: exit 0, never a
+restart loop.
 
 Every step logs what it did and how long it took, as one JSON line Cloud Logging can parse.
 """
@@ -18,6 +23,7 @@ Every step logs what it did and how long it took, as one JSON line Cloud Logging
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import uuid
 import sys
@@ -40,7 +46,8 @@ from survivor.snapshot import Checksums, event_files, scan
 from survivor.spec import JobSpec, SpecError, validate_uri
 from survivor.storage import JobStorage, StorageError, open_storage
 from survivor.store import CheckpointStore, CommitStats, SnapshotChanged
-from survivor.trainer_process import TrainerProcess, TrainerUserError, decide_user, read_progress, trainer_argv
+from survivor.trainer_process import (TrainerProcess, TrainerUserError, decide_user, read_progress, save_signal,
+                                      trainer_argv)
 from survivor.trainers.contract import PROGRESS_ENV
 
 log = logs.get("agent")
@@ -49,6 +56,18 @@ log = logs.get("agent")
 EXIT_OK = 0
 EXIT_RETRY = 1  # the trainer failed; systemd restarts the agent and the journal counts the attempt
 EXIT_BAD_SPEC = 2
+
+#: How long a job dir that answers 403 gets before the agent gives up on it: IAM changes "typically
+#: propagate in 2 minutes, but could potentially take 7 minutes or longer"
+#: (https://cloud.google.com/iam/docs/access-change-propagation), so a role granted just before
+#: the VM started still counts. SURVIVOR_PERMISSION_WAIT_SECONDS overrides it (tests).
+PERMISSION_WAIT_SECONDS = 480.0
+#: How long a maintenance notice's save may take before the agent stops waiting for it.
+MAINTENANCE_SAVE_SECONDS = 300.0
+
+
+def _permission_wait_default() -> float:
+    return float(os.environ.get("SURVIVOR_PERMISSION_WAIT_SECONDS", PERMISSION_WAIT_SECONDS))
 
 
 @dataclass
@@ -63,6 +82,7 @@ class AgentOptions:
     compute_factory: Callable[[InstanceIdentity], ComputeActions | None] | None = None
     metadata: MetadataClient | None = None
     early_signals: list[str] = field(default_factory=list)  # SIGTERMs that came before the watcher
+    permission_wait_seconds: float = field(default_factory=_permission_wait_default)
 
 
 @dataclass
@@ -226,6 +246,10 @@ class Mirror:
         finally:
             changes.close()
 
+    def wake(self) -> None:
+        """Scan now instead of at the next interval."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
@@ -244,6 +268,48 @@ class Mirror:
         return stats
 
 
+@dataclass
+class MaintenanceSave:
+    """A maintenance notice's save: asked of the trainer, done once a newer checkpoint is committed.
+
+    The save signal goes out only once the trainer has reported a step: by then its handler is in
+    place (before it, SIGUSR1's default action would end the process), and before it there is
+    nothing new to save anyway.
+    """
+
+    notice: Notice
+    committed_before: int | None
+    sig: int | None  # the trainer's save signal; None: commit the newest checkpoint it has
+    deadline: float
+    signalled: bool = False
+
+    def step(self, trainer: TrainerProcess, mirror: Mirror, reported: int | None) -> bool:
+        """Moves the save along; True once it is over (committed, or given up on)."""
+        if self.sig is None:
+            mirror.sync()
+            log.info("maintenance notice: the trainer has no save signal; its newest checkpoint is committed, "
+                     "training goes on", committed_step=mirror.committed_step)
+            return True
+        if not self.signalled:
+            if reported is None:
+                return time.monotonic() > self.deadline
+            trainer.request_save(self.sig)
+            self.signalled = True
+            log.info("maintenance notice: asked the trainer for a checkpoint; training goes on",
+                     signal=signal.Signals(self.sig).name, step=reported)
+        if mirror.committed_step is not None and (self.committed_before is None
+                                                  or mirror.committed_step > self.committed_before):
+            log.info("maintenance notice: checkpoint committed; training goes on", step=mirror.committed_step,
+                     seconds=round(time.monotonic() - self.notice.monotonic, 3))
+            return True
+        if time.monotonic() > self.deadline:
+            log.warning("maintenance notice: no new checkpoint in time; the last commit stands",
+                        committed_step=mirror.committed_step)
+            return True
+        mirror.wake()
+        return False
+
+
 class Boot:
     """One boot's state; `run()` is the story told in the module docstring."""
 
@@ -254,6 +320,7 @@ class Boot:
         self.local_job = os.path.join(options.workdir, "job")
         self.progress_file = os.path.join(options.workdir, "progress.json")
         self.notice: Notice | None = None
+        self.trainer: TrainerProcess | None = None
         self._last_guest_write = 0.0
 
     # -- 1. spec and identity ---------------------------------------------------------------------
@@ -318,14 +385,13 @@ class Boot:
         log.info("job", name=spec.name, job_dir=spec.job_dir, train_steps=spec.train_steps, instance=identity.name)
         self.spec, self.identity = spec, identity
 
-        try:
-            storage = open_storage(spec.job_dir, project=identity.project if identity.project != "local" else None)
-            journal = Journal(storage)
-            state = journal.state()
-        except StorageError as exc:
-            log.error("cannot use the job dir", job_dir=spec.job_dir, error=str(exc))
-            return EXIT_RETRY
+        storage = open_storage(spec.job_dir, project=identity.project if identity.project != "local" else None)
+        journal = Journal(storage)
         self.storage, self.journal = storage, journal
+        try:
+            state = self._patiently(journal.state)
+        except StorageError as exc:
+            return self._job_dir_refused(exc)
 
         # 2. a finished job is never trained again
         if state.done is not None:
@@ -341,15 +407,64 @@ class Boot:
         lease = Lease(storage, Holder(identity.name, f"{identity.instance_id}:{uuid.uuid4().hex[:8]}"),
                       ttl=spec.lease_seconds)
         try:
-            lease.acquire()
+            self._patiently(lease.acquire)
         except LeaseHeld as exc:
             log.error("not training: another agent holds this job", reason=str(exc))
             return EXIT_RETRY
+        except StorageError as exc:
+            return self._job_dir_refused(exc)
         self.lease = lease.start_renewing()
         try:
             return self._attempt(spec, identity, storage, journal, state)
+        except StorageError as exc:
+            if self.trainer is None:  # nothing runs yet: the same rule as at the start
+                return self._job_dir_refused(exc)
+            self.trainer.kill()
+            log.error("the job dir failed while training; systemd restarts the agent", error=str(exc))
+            return EXIT_RETRY
         finally:
             lease.release()
+
+    # -- a job dir this VM may not use ------------------------------------------------------------
+
+    def _patiently(self, call: Callable):
+        """Runs `call`; a 403 is retried until IAM's propagation time has passed (a role granted
+        just before this boot), anything else is raised at once."""
+        waited = retry.policy(attempts=1_000_000, deadline=self.options.permission_wait_seconds, initial=2.0,
+                              maximum=30.0, retry_on=lambda exc: isinstance(exc, StorageError) and exc.forbidden)
+        started = time.monotonic()
+        for attempt in waited:
+            with attempt:
+                try:
+                    return call()
+                except StorageError as exc:
+                    if exc.forbidden:
+                        log.warning("the job dir refuses this VM; waiting in case a role was just granted",
+                                    object=exc.object, permission=exc.permission,
+                                    waited=round(time.monotonic() - started, 1),
+                                    wait_limit=self.options.permission_wait_seconds)
+                    raise
+        raise AssertionError("unreachable: the policy re-raises")
+
+    def _job_dir_refused(self, exc: StorageError) -> int:
+        """A missing permission or bucket: no restart cures it. Say so wherever it can be read
+        (this log, the guest attributes, FAILED in the job dir if it takes writes) and finish as
+        FAILED: exit 0 whatever happens, so systemd never restarts the agent in a burst. Anything
+        else (the network) is worth a restart."""
+        if not exc.lasting:
+            log.error("cannot use the job dir", job_dir=self.spec.job_dir, error=str(exc))
+            return EXIT_RETRY
+        reason = f"the job dir cannot be used: {exc}"
+        log.error("giving up on this boot: " + reason, job_dir=self.spec.job_dir, object=exc.object,
+                  permission=exc.permission, cause=exc.reason)
+        self._guest("state", "failed", force=True)
+        self._guest("reason", reason[:2000], force=True)
+        try:
+            self.journal.mark_failed(reason + "; once fixed, delete this FAILED marker and start the job again")
+            log.info("FAILED written to the job dir")
+        except StorageError as err:
+            log.warning("FAILED not written: the job dir refuses that too", error=str(err))
+        return self._finish("failed", on_error=EXIT_OK)
 
     def _attempt(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage, journal: Journal,
                  state) -> int:
@@ -406,6 +521,7 @@ class Boot:
                 if user:
                     _give_to(user, [self.local_job, self.options.workdir])
                 trainer = TrainerProcess.start(argv, env=env, cwd=delivered.cwd, user=user)
+                self.trainer = trainer
                 with open(os.path.join(self.options.workdir, "trainer.pid"), "w", encoding="utf-8") as f:
                     f.write(str(trainer.pid))
         except (DeliveryError, TrainerUserError, OSError) as exc:
@@ -424,6 +540,7 @@ class Boot:
         mirror = Mirror(store, storage, self.local_job, attempt.number, spec.sync_seconds, restored, on_commit,
                         fence=self.lease.fence).start()
         train_started = time.monotonic()
+        maintenance: MaintenanceSave | None = None
         while True:
             notice = watcher.wait(timeout=0.2)
             code = trainer.poll()
@@ -431,6 +548,14 @@ class Boot:
                 break
             if self.lease.lost.is_set():
                 return self._superseded(attempt, trainer, mirror)
+            warning = watcher.take_maintenance()
+            if warning is not None and maintenance is None:
+                self._guest("state", "saving", force=True)
+                maintenance = MaintenanceSave(warning, mirror.committed_step, save_signal(spec.trainer),
+                                              time.monotonic() + MAINTENANCE_SAVE_SECONDS)
+            if maintenance is not None and maintenance.step(trainer, mirror, read_progress(self.progress_file)):
+                maintenance = None
+                self._guest("state", "training", force=True)
         self.phase.seconds["train"] = round(time.monotonic() - train_started, 3)
 
         # 8. a notice: save now
@@ -578,7 +703,7 @@ class Boot:
                 log.warning("could not record FAILED in the job dir", error=str(err))
         return EXIT_BAD_SPEC
 
-    def _finish(self, why: str) -> int:
+    def _finish(self, why: str, on_error: int = EXIT_RETRY) -> int:
         finisher = choose_finisher(self.spec.on_finish, self.identity)
         if self.metadata is None and finisher.name != "keep-alive":
             log.info("not on a Compute Engine VM (no metadata server): nothing to stop or leave")
@@ -591,7 +716,7 @@ class Boot:
             finisher.finish(self.identity, compute)
         except Exception as exc:
             log.error("finish action failed; the VM is left as it is", action=finisher.name, error=str(exc))
-            return EXIT_RETRY
+            return on_error
         log.info("finished", why=why, action=finisher.name)
         return EXIT_OK
 

@@ -10,6 +10,11 @@
 - `keep-alive`: do nothing; the VM stays up for inspection.
 
 `auto` is `leave-group` for an instance whose `created-by` attribute names a MIG, else `stop`.
+Inside a MIG, `stop` and `delete` mean `leave-group` too: a MIG repairs a VM that fails or is
+deleted "by an action not initiated by the MIG" by recreating it
+(https://cloud.google.com/compute/docs/instance-groups/about-repair), so a VM that stopped or
+deleted itself would come back, see DONE and stop itself again, for ever. Leaving through the MIG
+deletes it and lowers the target size (the VM's own disk goes with it, as `delete` would).
 """
 
 from __future__ import annotations
@@ -111,6 +116,10 @@ def choose_finisher(on_finish: str, identity: InstanceIdentity) -> Finisher:
     group = parse_created_by(identity.created_by)
     if on_finish == "keep-alive":
         return KeepAlive()
+    if group is not None and on_finish in ("stop", "delete"):
+        log.info(f"on_finish is {on_finish}, but this instance is in a MIG, which would recreate it: leaving the "
+                 "group instead", group=group.name)
+        return LeaveGroup(group)
     if on_finish == "delete":
         return DeleteInstance()
     if on_finish == "stop":

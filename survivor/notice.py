@@ -1,15 +1,20 @@
-"""Notice watching: one event from whichever comes first of the ways a VM is told it will go.
+"""Notice watching: the ways a VM is told it will go, and the warning that it will go later.
 
     >>> watcher = NoticeWatcher(MetadataClient()).start()
     >>> notice = watcher.wait(timeout=2.0)          # None, or Notice(source="preempted", ...)
+    >>> warning = watcher.take_maintenance()        # None, or Notice(source="maintenance", ...)
 
-Sources, as small interchangeable objects chosen by the agent:
+Going now (`wait`, `notice`; the first one wins):
 
 - `instance/preempted` turning TRUE (Spot/preemptible preemption; with a notice duration, before the
   soft off);
-- `instance/maintenance-event` turning TERMINATE_ON_HOST_MAINTENANCE (GPU VMs cannot live-migrate;
-  about an hour of warning) -- MIGRATE_ON_HOST_MAINTENANCE is logged, not acted on;
 - SIGTERM or SIGINT to the agent: systemd stopping the unit on ACPI soft off, an operator's stop.
+
+Going later (`take_maintenance`; each time the value turns to it): `instance/maintenance-event`
+turning TERMINATE_ON_HOST_MAINTENANCE. Compute Engine gives a GPU VM a 1-hour notice of the stop
+(60 s for other VMs), https://cloud.google.com/compute/docs/gpus/gpu-host-maintenance: the agent
+commits a fresh checkpoint at once and training goes on; the stop itself arrives later as a SIGTERM,
+like any other. MIGRATE_ON_HOST_MAINTENANCE is logged, not acted on.
 
 Metadata is watched with hanging GETs, so a notice is seen within a round trip. A metadata server
 that goes away is retried with backoff for ever; it never stops the agent.
@@ -35,10 +40,15 @@ WATCHED_KEYS = ("instance/preempted", "instance/maintenance-event")
 class Notice:
     """The VM is going away: why, and when the agent heard (monotonic and wall clock)."""
 
-    source: str  # "preempted" | "maintenance" | "signal"
+    source: str  # "preempted" | "signal" (going now) | "maintenance" (going later: save, keep training)
     detail: str
     monotonic: float
     wall: float
+
+    @property
+    def going_now(self) -> bool:
+        """True for a notice that ends training; a maintenance notice asks for a save only."""
+        return self.source != "maintenance"
 
     @property
     def outcome(self) -> str:
@@ -57,7 +67,8 @@ def notice_from_metadata(key: str, value: str) -> str | None:
 
 
 class NoticeWatcher:
-    """Fires once, on the first notice from any source; `wait()` and `notice` read it."""
+    """Fires once, on the first notice that the VM goes now; `wait()` and `notice` read it. A
+    maintenance notice is queued for `take_maintenance()` instead, each time one comes."""
 
     def __init__(self, metadata: MetadataClient | None, *, keys=WATCHED_KEYS, timeout_sec: int = 60,
                  handle_signals: bool = True):
@@ -68,6 +79,7 @@ class NoticeWatcher:
         self._event = threading.Event()
         self._lock = threading.Lock()
         self._notice: Notice | None = None
+        self._maintenance: list[Notice] = []
         self._stopping = threading.Event()
         self._previous_handlers: dict[int, object] = {}
 
@@ -76,13 +88,24 @@ class NoticeWatcher:
         return self._notice
 
     def fire(self, source: str, detail: str) -> None:
-        """Records the notice (the first one wins) and wakes every waiter."""
+        """Records the notice (the first one wins) and wakes every waiter. A "maintenance" notice is
+        queued for `take_maintenance()` and wakes no one."""
+        if source == "maintenance":
+            with self._lock:
+                self._maintenance.append(Notice(source, detail, time.monotonic(), time.time()))
+            log.warning("notice: host maintenance ahead; saving now, training goes on", detail=detail)
+            return
         with self._lock:
             if self._notice is not None:
                 return
             self._notice = Notice(source, detail, time.monotonic(), time.time())
         log.warning("notice: the VM is going away", source=source, detail=detail)
         self._event.set()
+
+    def take_maintenance(self) -> Notice | None:
+        """The oldest maintenance notice not taken yet, or None."""
+        with self._lock:
+            return self._maintenance.pop(0) if self._maintenance else None
 
     def wait(self, timeout: float | None = None) -> Notice | None:
         """Blocks up to `timeout` seconds for a notice; returns it or None."""
@@ -111,6 +134,7 @@ class NoticeWatcher:
         etag = "NONE"
         wait = retry.watcher_backoff()
         failures = 0
+        previous: str | None = None  # a hanging GET may answer the same value again at its timeout
         while not self._stopping.is_set() and self._notice is None:
             try:
                 value, etag = self.metadata.wait_for_change(key, last_etag=etag, timeout_sec=self.timeout_sec)
@@ -123,7 +147,8 @@ class NoticeWatcher:
                 self._stopping.wait(wait(_RetryState(failures)))
                 continue
             source = notice_from_metadata(key, value)
-            if source:
+            changed, previous = value.strip() != previous, value.strip()
+            if source and changed:
                 self.fire(source, f"{key}={value.strip()}")
             elif key == "instance/maintenance-event" and value.strip() not in ("NONE", ""):
                 log.info("maintenance event that needs no save", value=value.strip())

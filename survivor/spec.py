@@ -87,6 +87,15 @@ class TrainerSpec:
     git_url: str | None = None
     git_ref: str | None = None
     package: str | None = None
+    save_signal: str | None = None  # "SIGUSR1": save now and keep training (docs/trainer-contract.md)
+
+    @property
+    def builtin_name(self) -> str | None:
+        """The built-in trainer this is, by name or by module; None for the user's own."""
+        if self.builtin:
+            return self.builtin
+        return next((name for name, module in BUILTIN_TRAINERS.items() if self.module == module and not self.argv),
+                    None)
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,7 @@ class JobSpec:
     data_dir: str | None = None
     checkpoint_steps: int | None = None
     num_gpus: int | None = None  # None: every GPU the VM has
+    num_gpus_named: bool = False  # the spec names num_gpus (numGpus), "all" included
     hyperparameters: tuple[tuple[str, str], ...] = ()
     on_finish: str = "auto"
     user: str | None = None
@@ -151,6 +161,7 @@ class JobSpec:
             train_steps=v.integer("train_steps", required=True, minimum=1) or 0,
             checkpoint_steps=v.integer("checkpoint_steps", minimum=1),
             num_gpus=v.gpus("num_gpus"),
+            num_gpus_named=v.named("num_gpus"),
             trainer=trainer,
             name=v.name(),
             hyperparameters=v.hyperparameters(),
@@ -163,6 +174,7 @@ class JobSpec:
             lease_seconds=v.number("lease_seconds", minimum=1.0) or 60.0,
             extra=v.extra(),
         )
+        v.unsupported()
         v.reject_unknown()
         if v.problems:
             raise SpecError(v.problems)
@@ -171,7 +183,7 @@ class JobSpec:
     def to_mapping(self) -> dict[str, Any]:
         """The spec as the strict YAML mapping `from_mapping` accepts (for metadata and dry runs)."""
         trainer: dict[str, Any] = {}
-        for key in ("module", "builtin", "git_url", "git_ref", "package"):
+        for key in ("module", "builtin", "git_url", "git_ref", "package", "save_signal"):
             value = getattr(self.trainer, key)
             if value:
                 trainer[key] = value
@@ -183,7 +195,7 @@ class JobSpec:
             "data_dir": self.data_dir,
             "train_steps": self.train_steps,
             "checkpoint_steps": self.checkpoint_steps,
-            "num_gpus": self.num_gpus,
+            "num_gpus": self.num_gpus if self.num_gpus is not None or not self.num_gpus_named else "all",
             "trainer": trainer,
             "hyperparameters": dict(self.hyperparameters),
             "on_finish": self.on_finish,
@@ -225,9 +237,22 @@ FLAT_KEYS = {
 }
 
 
+#: The recipe's dummy startup script (ml-on-gcp gce/survival-training/gce/startup.sh) reads `hparam1`
+#: and `hparam2` and passes them as `--hyperparameter-1` and `--hyperparameter-2`, the flags its
+#: `wrapper/train.py` takes: the same names here, so that trainer runs on the same metadata.
+RECIPE_HYPERPARAMETERS = {"hparam1": "hyperparameter-1", "hparam2": "hyperparameter-2"}
+
+#: Flat keys of the recipe that survivor reads but cannot honour as they are; each names the fix.
+UNSUPPORTED_FLAT_KEYS = {
+    "trainerRepo": "a Cloud Source Repositories name, which survivor does not clone: set trainerGitPath to its "
+                   "git URL (https://source.developers.google.com/p/PROJECT/r/REPO) or to any other repository",
+}
+
+
 def is_hyperparameter_attribute(key: str) -> bool:
     """True for a flat attribute the trainer should receive: camelCase, not reserved, not ours."""
-    return key not in RESERVED_ATTRIBUTES and key not in FLAT_KEYS and bool(_CAMEL.match(key))
+    return (key not in RESERVED_ATTRIBUTES and key not in FLAT_KEYS and key not in UNSUPPORTED_FLAT_KEYS
+            and bool(_CAMEL.match(key)))
 
 
 def kebab(name: str) -> str:
@@ -243,6 +268,11 @@ def flat_attributes_to_mapping(attributes: Mapping[str, str]) -> dict[str, Any]:
     for key, value in attributes.items():
         if key in FLAT_KEYS:
             data[FLAT_KEYS[key]] = value
+        elif key in UNSUPPORTED_FLAT_KEYS:
+            if not attributes.get("trainerGitPath"):
+                data.setdefault("_unsupported", {})[key] = value
+        elif key in RECIPE_HYPERPARAMETERS:
+            hparams[RECIPE_HYPERPARAMETERS[key]] = value
         elif is_hyperparameter_attribute(key):
             hparams[kebab(key)] = value
     if hparams:
@@ -260,6 +290,9 @@ _TOP_LEVEL = {
     # the flat form's trainer keys
     "trainer_module", "trainer_git_url", "trainer_git_ref", "trainer_package",
 }
+#: Signals a trainer may name as its "save now and keep training" signal (SIGUSR1/2 are the two
+#: POSIX leaves to applications; SIGTERM and SIGINT already mean "save and exit").
+SAVE_SIGNALS = ("SIGUSR1", "SIGUSR2")
 #: Sections that belong to other commands (make-template, submit); carried along untouched.
 EXTRA_SECTIONS = ("compute", "vertex", "trainingInput")
 
@@ -312,6 +345,11 @@ class _Validator:
         if isinstance(value, str) and value.strip() == "":
             return None
         return value
+
+    def named(self, key: str) -> bool:
+        """True when the spec gives `key` a (non-empty) value."""
+        value = self.data.get(key)
+        return value is not None and not (isinstance(value, str) and value.strip() == "")
 
     def string(self, key: str) -> str | None:
         value = self._get(key)
@@ -456,9 +494,10 @@ class _Validator:
             if not isinstance(value, dict):
                 self._problem("trainer", value, "a mapping with module, argv or builtin")
                 return TrainerSpec()
-            unknown = sorted(set(value) - {"module", "argv", "builtin", "git_url", "git_ref", "package"})
+            unknown = sorted(set(value) - {"module", "argv", "builtin", "git_url", "git_ref", "package", "save_signal"})
             for key in unknown:
-                self.problems.append(f"trainer.{key}: unknown key; expected module, argv, builtin, git_url, git_ref or package")
+                self.problems.append(f"trainer.{key}: unknown key; expected module, argv, builtin, git_url, git_ref, "
+                                     "package or save_signal")
             argv = value.get("argv") or ()
             if isinstance(argv, str) or not all(isinstance(a, (str, int, float)) for a in argv):
                 self.problems.append(f"trainer.argv = {argv!r}: expected a list of strings (no shell command line)")
@@ -470,6 +509,7 @@ class _Validator:
                 git_url=_opt_str(value.get("git_url")),
                 git_ref=_opt_str(value.get("git_ref")),
                 package=_opt_str(value.get("package")),
+                save_signal=self._save_signal(value.get("save_signal")),
             )
         chosen = [k for k in ("module", "argv", "builtin") if getattr(spec, k)]
         label = "trainerModule" if self.flat else "trainer"
@@ -489,6 +529,20 @@ class _Validator:
             self.problems.append(f"{label}.git_ref = {spec.git_ref!r}: expected a branch, tag or commit")
         return spec
 
+    def _save_signal(self, value: Any) -> str | None:
+        if value is None or value == "":
+            return None
+        name = str(value).strip().upper()
+        name = name if name.startswith("SIG") else f"SIG{name}"
+        if name not in SAVE_SIGNALS:
+            self.problems.append(f"trainer.save_signal = {value!r}: expected one of {', '.join(SAVE_SIGNALS)}")
+            return None
+        return name
+
+    def unsupported(self) -> None:
+        for key, value in (self.data.get("_unsupported") or {}).items():
+            self.problems.append(f"{key} = {value!r}: {UNSUPPORTED_FLAT_KEYS[key]}")
+
     def extra(self) -> dict[str, Any]:
         out = {}
         for key in EXTRA_SECTIONS:
@@ -503,7 +557,7 @@ class _Validator:
     def reject_unknown(self) -> None:
         if self.flat:
             return
-        for key in sorted(set(self.data) - self.seen - _TOP_LEVEL - set(EXTRA_SECTIONS)):
+        for key in sorted(set(self.data) - self.seen - _TOP_LEVEL - set(EXTRA_SECTIONS) - {"_unsupported"}):
             hint = " (hyperparameters go under hyperparameters:)" if key not in FLAT_KEYS else f" (write {FLAT_KEYS[key]})"
             self.problems.append(f"{key}: unknown key{hint}")
 
@@ -514,6 +568,11 @@ BUILTIN_TRAINERS = {
     "mlp": "survivor.trainers.mlp",
     "dummy": "survivor.trainers.dummy",
 }
+#: What every built-in trainer declares: the flags it accepts from the agent (so `--num-gpus` is
+#: passed even when the spec does not name it: the agent's GPU count) and its save signal
+#: (SIGUSR1: save now, keep training). tests/test_trainer_process.py checks each parser accepts them.
+BUILTIN_FLAGS = frozenset({"--job-dir", "--data-dir", "--train-steps", "--num-gpus", "--checkpoint-steps"})
+BUILTIN_SAVE_SIGNAL = "SIGUSR1"
 
 
 def _opt_str(value: Any) -> str | None:

@@ -15,8 +15,10 @@ survivor: everything that touches the bucket goes through it, so the emulator se
 from __future__ import annotations
 
 import base64
+import errno
 import fcntl
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -29,6 +31,8 @@ import google_crc32c
 from survivor import retry
 
 PARALLELISM = 16
+#: google-cloud-storage's switch for its background bucket-metadata fetch (see GcsStorage).
+NO_BUCKET_METADATA_ENV = "DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA"
 #: Upload threads a Cloud Storage job dir starts at once: a TF checkpoint's files (data, index, state).
 WARM_UPLOAD_THREADS = 4
 
@@ -46,8 +50,66 @@ class PreconditionFailed(Exception):
     """A conditional write lost: the object's generation was not the one expected."""
 
 
+#: Why a storage call failed, as `StorageError.reason` says it.
+FORBIDDEN = "forbidden"  # 403 (or 401): the VM's service account lacks a permission
+BUCKET_MISSING = "bucket-missing"  # 404 naming the bucket
+NOT_FOUND = "not-found"  # 404 of one object (a read that expects it, a download)
+FAILED = "failed"  # anything else, after the retries: the network, the server
+
+
 class StorageError(Exception):
-    """The job dir cannot be used (no such bucket, no permission, ...). Says which and why."""
+    """A job-dir call that failed, in one line naming the object and why.
+
+    `reason` is FORBIDDEN, BUCKET_MISSING, NOT_FOUND or FAILED; `permission` the IAM permission a
+    FORBIDDEN call needed (from the server's message, or the one the call needs); `object` the URL.
+    """
+
+    def __init__(self, message: str, *, object: str = "", reason: str = FAILED, permission: str = ""):
+        super().__init__(message)
+        self.object = object
+        self.reason = reason
+        self.permission = permission
+
+    @property
+    def forbidden(self) -> bool:
+        return self.reason == FORBIDDEN
+
+    @property
+    def lasting(self) -> bool:
+        """True for a problem no retry of the same call cures: a missing permission or bucket."""
+        return self.reason in (FORBIDDEN, BUCKET_MISSING)
+
+
+#: The IAM permission each job-dir call needs (https://cloud.google.com/storage/docs/access-control/iam-permissions).
+#: All are object permissions: Storage Object User / Storage Object Admin grant them on a bucket, and
+#: neither grants `storage.buckets.get`, so nothing here reads bucket metadata
+#: (https://cloud.google.com/storage/docs/access-control/iam-roles).
+PERMISSION_FOR = {
+    "read": "storage.objects.get",
+    "write": "storage.objects.create",
+    "list": "storage.objects.list",
+    "delete": "storage.objects.delete",
+    "upload": "storage.objects.create",
+    "download": "storage.objects.get",
+}
+
+_PERMISSION_IN_MESSAGE = re.compile(r"\bstorage\.[a-zA-Z]+\.[a-zA-Z]+\b")
+# Cloud Storage's 404 for a missing bucket says so ("The specified bucket does not exist.", in the
+# backend's own words "BUCKET_NOT_FOUND: No such bucket", googleapis/nodejs-storage#220); a missing
+# object's says "No such object: BUCKET/NAME" (googleapis/nodejs-storage#1221).
+_BUCKET_MISSING_IN_MESSAGE = re.compile(r"bucket does not exist|no such bucket|bucket_not_found", re.IGNORECASE)
+
+
+def bucket_missing(message: str) -> bool:
+    """Pure decision: does a 404's message say the bucket (not just the object) is missing?"""
+    return bool(_BUCKET_MISSING_IN_MESSAGE.search(message or ""))
+
+
+def permission_named(message: str, default: str) -> str:
+    """The permission a 403's message names (GCS: "... does not have storage.objects.get access to
+    the Google Cloud Storage object", googleapis/java-storage#1372), else `default`."""
+    match = _PERMISSION_IN_MESSAGE.search(message or "")
+    return match.group(0) if match else default
 
 
 @dataclass(frozen=True)
@@ -161,6 +223,14 @@ class LocalStorage:
         except FileNotFoundError:
             return 0
 
+    def _error(self, exc: OSError, call: str, name: str) -> StorageError:
+        where = os.path.join(self.root, name)
+        if isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return StorageError(f"{where}: {call}: permission denied ({exc.strerror}); the agent's user needs "
+                                "read-write access to the job dir", object=where, reason=FORBIDDEN,
+                                permission="read-write access")
+        return StorageError(f"{where}: {call}: {exc.strerror or exc}", object=where)
+
     def read(self, name: str) -> Blob | None:
         path = self._path(name)
         try:
@@ -168,9 +238,17 @@ class LocalStorage:
                 data = f.read()
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise self._error(exc, "reading", name) from exc
         return Blob(data, self._generation(path))
 
     def write(self, name: str, data: bytes, *, if_generation_match: int | None = None) -> int:
+        try:
+            return self._write(name, data, if_generation_match)
+        except OSError as exc:
+            raise self._error(exc, "writing", name) from exc
+
+    def _write(self, name: str, data: bytes, if_generation_match: int | None) -> int:
         path = self._path(name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(self._lock_path, "a+") as lock:
@@ -249,6 +327,11 @@ class GcsStorage:
     """
 
     def __init__(self, url: str, project: str | None = None, client=None):
+        # google-cloud-storage 3.17 fetches each bucket's metadata in a background thread to label
+        # its trace spans (google/cloud/storage/_bucket_metadata_cache.py, read in
+        # _helpers.create_trace_span_helper); with the object roles the agent needs that GET is a 403
+        # it swallows. Turned off: the agent makes no bucket-metadata call at all.
+        os.environ.setdefault(NO_BUCKET_METADATA_ENV, "true")
         from google.cloud import storage as gcs
 
         self.url = url.rstrip("/")
@@ -261,8 +344,9 @@ class GcsStorage:
             else:
                 client = gcs.Client(project=project)
         self.client = client
+        # No request: the bucket's metadata needs storage.buckets.get, which the object roles the
+        # agent needs do not grant; a missing bucket shows in the object calls' own 404s instead.
         self.bucket = client.bucket(self.bucket_name)
-        self._bucket_seen = False  # once it answered, a missing object is just missing
         # One pool for every upload, kept, with a few threads started now: they are there when the
         # checkpoint after a notice goes out (a fresh pool takes 0.2-0.3 ms to start its threads).
         self._uploads = ThreadPoolExecutor(PARALLELISM, thread_name_prefix="upload")
@@ -276,17 +360,33 @@ class GcsStorage:
     def _relative(self, object_name: str) -> str:
         return object_name[len(self.prefix) + 1:] if self.prefix else object_name
 
-    def _translate(self, exc: Exception, what: str) -> Exception:
+    def _url(self, name: str) -> str:
+        return f"gs://{self.bucket_name}/{self._object(name)}" if name else f"gs://{self.bucket_name}/{self.prefix}"
+
+    def _translate(self, exc: BaseException, call: str, name: str) -> BaseException:
+        """Any failure of a call on `name` as a StorageError naming the object and why. A local file
+        that went away (the trainer pruned it) is passed through: that is not the bucket's doing."""
         from google.api_core import exceptions as gexc
 
-        if isinstance(exc, gexc.NotFound):
-            return StorageError(f"gs://{self.bucket_name}: {what}: bucket or object not found ({exc.message})")
-        if isinstance(exc, gexc.Forbidden):
+        if isinstance(exc, (StorageError, PreconditionFailed, FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+            return exc
+        url = self._url(name)
+        needed = PERMISSION_FOR[call]
+        if isinstance(exc, (gexc.Forbidden, gexc.Unauthorized)):
+            permission = permission_named(exc.message, needed)
             return StorageError(
-                f"gs://{self.bucket_name}: {what}: permission denied; the VM's service account needs "
-                f"storage read-write on this bucket ({exc.message})"
-            )
-        return exc
+                f"{url}: {call}: permission denied, {permission} is missing: grant the VM's service account "
+                f"Storage Object User (roles/storage.objectUser) on gs://{self.bucket_name} ({exc.message})",
+                object=url, reason=FORBIDDEN, permission=permission)
+        if isinstance(exc, gexc.NotFound):
+            # only a read or a download can miss an object; a write, list or upload that gets a 404
+            # has no bucket to go to
+            if bucket_missing(exc.message) or call in ("write", "list", "upload"):
+                return StorageError(f"gs://{self.bucket_name}: the bucket does not exist ({call} {url})",
+                                    object=url, reason=BUCKET_MISSING)
+            return StorageError(f"{url}: {call}: no such object", object=url, reason=NOT_FOUND)
+        detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+        return StorageError(f"{url}: {call}: {detail}", object=url)
 
     def read(self, name: str) -> Blob | None:
         from google.api_core import exceptions as gexc
@@ -296,25 +396,13 @@ class GcsStorage:
             for attempt in retry.storage():
                 with attempt:
                     data = blob.download_as_bytes(retry=_client_retry())
-        except gexc.NotFound:
-            if not self._bucket_exists():
-                raise StorageError(f"gs://{self.bucket_name}: the bucket does not exist") from None
-            return None
+        except gexc.NotFound as exc:
+            if bucket_missing(exc.message):
+                raise self._translate(exc, "read", name) from exc
+            return None  # the object's own 404: it is not there
         except Exception as exc:
-            raise self._translate(exc, f"reading {name}") from exc
+            raise self._translate(exc, "read", name) from exc
         return Blob(data, int(blob.generation or 0))
-
-    def _bucket_exists(self) -> bool:
-        from google.api_core import exceptions as gexc
-
-        if self._bucket_seen:
-            return True
-        try:
-            self.client.get_bucket(self.bucket_name, retry=_client_retry())
-        except gexc.NotFound:
-            return False
-        self._bucket_seen = True
-        return True
 
     def write(self, name: str, data: bytes, *, if_generation_match: int | None = None) -> int:
         from google.api_core import exceptions as gexc
@@ -334,14 +422,14 @@ class GcsStorage:
                 return current.generation
             raise PreconditionFailed(f"{name}: generation is not {if_generation_match}") from exc
         except Exception as exc:
-            raise self._translate(exc, f"writing {name}") from exc
+            raise self._translate(exc, "write", name) from exc
         return int(blob.generation or 0)
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         try:
             blobs = list(self.client.list_blobs(self.bucket_name, prefix=self._object(prefix), retry=_client_retry()))
         except Exception as exc:
-            raise self._translate(exc, f"listing {prefix}") from exc
+            raise self._translate(exc, "list", prefix) from exc
         return sorted(
             (ObjectInfo(self._relative(b.name), int(b.size or 0), b.crc32c or "") for b in blobs),
             key=lambda o: o.name,
@@ -353,8 +441,11 @@ class GcsStorage:
         def one(name: str) -> None:
             try:
                 self.bucket.blob(self._object(name)).delete(retry=_client_retry())
-            except gexc.NotFound:
-                pass
+            except gexc.NotFound as exc:
+                if bucket_missing(exc.message):
+                    raise self._translate(exc, "delete", name) from exc
+            except Exception as exc:
+                raise self._translate(exc, "delete", name) from exc
 
         with ThreadPoolExecutor(PARALLELISM) as pool:
             list(pool.map(one, list(names)))
@@ -363,36 +454,36 @@ class GcsStorage:
         def one(pair: tuple[str, str]) -> ObjectInfo:
             local, name = pair
             blob = self.bucket.blob(self._object(name))
-            for attempt in retry.storage():
-                with attempt:
-                    # content-addressed names make a repeated upload harmless; the content type is
-                    # given so the client does not guess one (its first guess reads /etc/mime.types,
-                    # ~10 ms that would land on an emergency commit)
-                    blob.upload_from_filename(local, content_type="application/octet-stream", checksum="crc32c",
-                                              retry=_client_retry())
+            try:
+                for attempt in retry.storage():
+                    with attempt:
+                        # content-addressed names make a repeated upload harmless; the content type is
+                        # given so the client does not guess one (its first guess reads /etc/mime.types,
+                        # ~10 ms that would land on an emergency commit)
+                        blob.upload_from_filename(local, content_type="application/octet-stream",
+                                                  checksum="crc32c", retry=_client_retry())
+            except Exception as exc:
+                raise self._translate(exc, "upload", name) from exc
             # the crc32c the server stored, which is what a later restore will verify against
             return ObjectInfo(name, int(blob.size or 0), blob.crc32c or "")
 
         futures = [self._uploads.submit(one, pair) for pair in pairs]
         wait(futures)  # all of them, as before, even when one failed
-        try:
-            return [future.result() for future in futures]
-        except Exception as exc:
-            raise self._translate(exc, "uploading a checkpoint") from exc
+        return [future.result() for future in futures]
 
     def download(self, pairs: list[tuple[str, str]]) -> None:
         def one(pair: tuple[str, str]) -> None:
             name, local = pair
             os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
             blob = self.bucket.blob(self._object(name))
-            for attempt in retry.storage():
-                with attempt:
-                    # the client checks the bytes against the object's crc32c (a truncated or mangled
-                    # transfer is retried); the caller then verifies each file against the manifest
-                    blob.download_to_filename(local, checksum="crc32c", retry=_client_retry())
+            try:
+                for attempt in retry.storage():
+                    with attempt:
+                        # the client checks the bytes against the object's crc32c (a truncated or mangled
+                        # transfer is retried); the caller then verifies each file against the manifest
+                        blob.download_to_filename(local, checksum="crc32c", retry=_client_retry())
+            except Exception as exc:
+                raise self._translate(exc, "download", name) from exc
 
-        try:
-            with ThreadPoolExecutor(PARALLELISM) as pool:
-                list(pool.map(one, pairs))
-        except Exception as exc:
-            raise self._translate(exc, "downloading a checkpoint") from exc
+        with ThreadPoolExecutor(PARALLELISM) as pool:
+            list(pool.map(one, pairs))

@@ -33,7 +33,7 @@ from typing import Callable
 
 from survivor import log as logs
 from survivor.snapshot import Snapshot
-from survivor.storage import JobStorage, PreconditionFailed, crc32c_of_file
+from survivor.storage import JobStorage, PreconditionFailed, StorageError, crc32c_of_file
 
 SNAPSHOTS = "survivor/snapshots/"
 BLOBS = "survivor/blobs/"
@@ -330,6 +330,10 @@ class CheckpointStore:
             return str(exc)
         try:
             self.storage.download(targets)
+        except StorageError as exc:
+            if exc.lasting:  # no permission, no bucket: every snapshot would "fail"; starting over is wrong
+                raise
+            return f"download failed: {exc}"
         except Exception as exc:  # a missing or unreadable object: this snapshot is unusable
             return f"download failed: {exc}"
         for entry, (_, local) in zip(manifest.files, targets):

@@ -3,13 +3,17 @@
     >>> argv = trainer_argv(spec, python="/opt/venv/bin/python", job_dir="/var/lib/survivor/job",
     ...                     data_dir="gs://bucket/data", num_gpus=4)
     >>> proc = TrainerProcess.start(argv, env=trainer_env(progress_file), user="trainer")
+    >>> proc.request_save(signal.SIGUSR1)  # "save a checkpoint now and keep training"
     >>> proc.terminate()                   # "save a checkpoint now and exit"
 
 The contract (docs/trainer-contract.md): the trainer gets `--job-dir` (a local directory the agent
-mirrors to the job dir), `--data-dir`, `--train-steps`, `--num-gpus`, `--checkpoint-steps` when set,
-and each hyperparameter as `--kebab-case value`. SIGTERM means save now and exit; exit 0 without a
-notice means training finished. Its stdout/stderr are forwarded line by line into the agent's
-structured log.
+mirrors to the job dir), `--train-steps`, and only the flags the spec names: `--data-dir`,
+`--checkpoint-steps`, `--num-gpus` (also passed to a built-in trainer, which declares it), each
+hyperparameter as `--kebab-case value`. A flag the spec does not name is never invented: the
+recipe's own trainer refuses any it does not know. SIGTERM means save now and exit; the trainer's
+declared save signal (SIGUSR1 for the built-in ones) means save now and keep training; exit 0
+without a notice means training finished. Its stdout/stderr are forwarded line by line into the
+agent's structured log.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import time
 from typing import Sequence
 
 from survivor import log as logs
-from survivor.spec import BUILTIN_TRAINERS, JobSpec
+from survivor.spec import BUILTIN_FLAGS, BUILTIN_SAVE_SIGNAL, BUILTIN_TRAINERS, JobSpec, TrainerSpec
 from survivor.trainers.contract import parse_progress
 
 log = logs.get("trainer")
@@ -44,7 +48,12 @@ def trainer_argv(
     num_gpus: int,
     module: str | None = None,
 ) -> list[str]:
-    """The one place trainer argv is built. `module` overrides the spec's (e.g. a delivered package)."""
+    """The one place trainer argv is built. `module` overrides the spec's (e.g. a delivered package).
+
+    Every flag is one the spec names (job_dir and train_steps it always does), or one a built-in
+    trainer declares: `--num-gpus` goes to a built-in trainer always (the count the agent found), to
+    any other only when the spec names num_gpus (numGpus).
+    """
     trainer = spec.trainer
     if trainer.argv:
         argv = list(trainer.argv)
@@ -54,13 +63,22 @@ def trainer_argv(
     argv += ["--job-dir", job_dir]
     if data_dir:
         argv += ["--data-dir", data_dir]
-    argv += ["--train-steps", str(spec.train_steps), "--num-gpus", str(num_gpus)]
+    argv += ["--train-steps", str(spec.train_steps)]
+    if spec.num_gpus_named or (trainer.builtin_name is not None and "--num-gpus" in BUILTIN_FLAGS):
+        argv += ["--num-gpus", str(num_gpus)]
     if spec.checkpoint_steps:
         argv += ["--checkpoint-steps", str(spec.checkpoint_steps)]
     for name, value in spec.hyperparameters:
         # an empty value is a bare flag (`no-export: ""` or `no-export:` -> `--no-export`)
         argv += [f"--{name}", value] if value != "" else [f"--{name}"]
     return argv
+
+
+def save_signal(trainer: TrainerSpec) -> int | None:
+    """Pure decision: the signal that asks this trainer to save now and keep training, or None when
+    it declares none (then it must not get one: SIGUSR1's default action ends a process)."""
+    name = trainer.save_signal or (BUILTIN_SAVE_SIGNAL if trainer.builtin_name else None)
+    return int(getattr(signal, name)) if name else None
 
 
 def decide_user(euid: int, requested: str | None, allow_root: bool) -> str | None:
@@ -140,6 +158,15 @@ class TrainerProcess:
 
     def poll(self) -> int | None:
         return self.popen.poll()
+
+    def request_save(self, sig: int) -> None:
+        """Asks for a checkpoint now, training going on: `sig` to the trainer itself only, not its
+        process group (a helper process it started may not handle it)."""
+        if self.popen.poll() is None and self.terminated_at is None:
+            try:
+                os.kill(self.popen.pid, sig)
+            except ProcessLookupError:
+                pass
 
     def terminate(self) -> None:
         """SIGTERM: save a checkpoint now and exit."""

@@ -12,7 +12,7 @@ from survivor.local.fault_proxy import FaultPlan, FaultProxy
 from survivor.snapshot import scan
 from survivor.storage import GcsStorage, open_storage
 from survivor.store import CheckpointStore
-from tests.conftest import dummy_spec
+from tests.conftest import dummy_spec, executed_steps
 
 
 @pytest.fixture
@@ -68,9 +68,12 @@ def test_the_agent_finishes_through_a_faulty_storage_path(faulty, tmp_path, inst
 def test_a_job_dir_in_a_bucket_that_does_not_exist_is_a_clear_error(gcs_server, tmp_path, instance_factory):
     vm = instance_factory(dummy_spec("gs://no-such-bucket-here/job", tmp_path))
     vm.boot()
-    assert vm.wait(60) == 1
+    assert vm.wait(60) == 0  # no restart can create the bucket: finished as FAILED, not a systemd burst
     errors = [line for line in vm.log_lines() if line["severity"] == "ERROR"]
-    assert errors and "the bucket does not exist" in errors[0]["error"]
+    assert errors and "gs://no-such-bucket-here: the bucket does not exist" in errors[0]["message"]
+    guest = vm.metadata.get("instance/guest-attributes")["survivor"]
+    assert guest["state"] == "failed" and "the bucket does not exist" in guest["reason"]
+    assert executed_steps(tmp_path) == []
 
 
 def test_the_agent_rides_out_a_metadata_server_that_answers_503s_and_garbage(tmp_path, instance_factory, job_dir):

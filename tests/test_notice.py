@@ -1,4 +1,4 @@
-"""Notice watching: the first of preempted, a terminating maintenance event, or a signal."""
+"""Notice watching: the first of preempted or a signal; a terminating maintenance event as a save request."""
 
 import os
 import signal
@@ -39,13 +39,34 @@ def test_preempted_flag_fires_within_a_round_trip(metadata_server):
         watcher.stop()
 
 
-def test_terminating_maintenance_fires_and_migration_does_not(metadata_server):
+def wait_for_maintenance(watcher, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        warning = watcher.take_maintenance()
+        if warning is not None:
+            return warning
+        time.sleep(0.02)
+    return None
+
+
+def test_terminating_maintenance_asks_for_a_save_and_is_not_a_notice_to_stop(metadata_server):
     watcher = watcher_for(metadata_server)
     try:
         metadata_server.set("instance/maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
-        assert watcher.wait(0.5) is None
+        assert wait_for_maintenance(watcher, 0.5) is None
         metadata_server.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
-        assert watcher.wait(5).source == "maintenance"
+        warning = wait_for_maintenance(watcher, 5)
+        assert warning.source == "maintenance" and not warning.going_now
+        assert watcher.wait(0.5) is None  # training goes on: nothing to stop for
+        assert wait_for_maintenance(watcher, 1.0) is None  # the same value again is the same notice
+        # the event ends and a new one is announced: a second save
+        metadata_server.set("instance/maintenance-event", "NONE")
+        time.sleep(0.3)
+        metadata_server.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+        assert wait_for_maintenance(watcher, 5) is not None
+        # the stop itself still comes as a notice
+        metadata_server.set("instance/preempted", "TRUE")
+        assert watcher.wait(5).source == "preempted"
     finally:
         watcher.stop()
 

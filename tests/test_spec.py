@@ -141,3 +141,38 @@ def test_spec_round_trips_through_yaml():
 def test_name_defaults_to_the_job_dir_tail():
     spec = JobSpec.from_yaml("job_dir: gs://b-1/runs/CIFAR_10\ntrain_steps: 3\ntrainer: {builtin: dummy}\n")
     assert spec.name == "cifar-10"
+
+
+def test_the_recipe_dummy_startup_scripts_keys_reach_its_trainer_as_it_passes_them():
+    """ml-on-gcp gce/survival-training/gce/startup.sh: hparam1/hparam2 -> --hyperparameter-1/2."""
+    spec = JobSpec.from_metadata({"jobDir": "gs://b-1/x", "trainSteps": "50", "checkpointSteps": "5",
+                                  "trainerModule": "wrapper.train", "hparam1": "3", "hparam2": "0.5"})
+    assert spec.hyperparameters == (("hyperparameter-1", "3"), ("hyperparameter-2", "0.5"))
+    assert spec.num_gpus is None and not spec.num_gpus_named
+
+
+def test_num_gpus_is_named_only_when_given():
+    assert JobSpec.from_metadata({"jobDir": "/x", "trainSteps": "5", "numGpus": "all"}).num_gpus_named
+    named = JobSpec.from_yaml("job_dir: /x\ntrain_steps: 5\nnum_gpus: all\ntrainer: {builtin: dummy}\n")
+    assert named.num_gpus is None and named.num_gpus_named
+    assert JobSpec.from_mapping(named.to_mapping()).num_gpus_named  # survives the survivor-job round trip
+    assert not JobSpec.from_yaml("job_dir: /x\ntrain_steps: 5\ntrainer: {builtin: dummy}\n").num_gpus_named
+
+
+def test_a_cloud_source_repository_without_a_git_path_is_one_clear_line():
+    with pytest.raises(SpecError) as caught:
+        JobSpec.from_metadata({"jobDir": "/x", "trainSteps": "5", "trainerRepo": "my-trainer"})
+    assert caught.value.problems == [
+        "trainerRepo = 'my-trainer': a Cloud Source Repositories name, which survivor does not clone: set "
+        "trainerGitPath to its git URL (https://source.developers.google.com/p/PROJECT/r/REPO) or to any other "
+        "repository"]
+    spec = JobSpec.from_metadata({"jobDir": "/x", "trainSteps": "5", "trainerRepo": "r", "trainerGitPath": "/src"})
+    assert spec.trainer.git_url == "/src" and spec.hyperparameters == ()
+
+
+def test_a_save_signal_is_sigusr1_or_sigusr2():
+    spec = JobSpec.from_yaml("job_dir: /x\ntrain_steps: 5\ntrainer: {argv: [t], save_signal: usr2}\n")
+    assert spec.trainer.save_signal == "SIGUSR2"
+    with pytest.raises(SpecError) as caught:
+        JobSpec.from_yaml("job_dir: /x\ntrain_steps: 5\ntrainer: {argv: [t], save_signal: SIGKILL}\n")
+    assert caught.value.problems == ["trainer.save_signal = 'SIGKILL': expected one of SIGUSR1, SIGUSR2"]

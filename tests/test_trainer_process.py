@@ -3,10 +3,12 @@
 import os
 import pwd
 import shutil
+import signal
 import stat
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 
 import pytest
@@ -14,7 +16,9 @@ import pytest
 from survivor.delivery import deliver, git_commands
 from survivor.gpus import decide_gpu_count, parse_nvidia_smi_list
 from survivor.spec import JobSpec, TrainerSpec
-from survivor.trainer_process import TrainerProcess, TrainerUserError, decide_user, read_progress, trainer_argv
+from survivor.spec import BUILTIN_FLAGS, BUILTIN_TRAINERS
+from survivor.trainer_process import (TrainerProcess, TrainerUserError, decide_user, read_progress, save_signal,
+                                      trainer_argv)
 from survivor.trainers.contract import PROGRESS_RECORD_BYTES, parse_progress, report_progress
 
 
@@ -51,6 +55,71 @@ def test_argv_trainers_keep_their_own_arguments_first():
     argv = trainer_argv(spec(argv=["/opt/bin/train", "--model", "big"]), python="python", job_dir="/j",
                         data_dir=None, num_gpus=0)
     assert argv[:3] == ["/opt/bin/train", "--model", "big"] and argv[3:5] == ["--job-dir", "/j"]
+
+
+def flags(argv):
+    return [a for a in argv if a.startswith("--")]
+
+
+def test_a_flag_the_spec_does_not_name_is_never_invented():
+    """The recipe's own trainer (wrapper/train.py) exits 2 on any flag it does not know: --num-gpus
+    goes only to a trainer the spec gives num_gpus, or to a built-in one, which declares it."""
+    recipe = JobSpec.from_metadata({"jobDir": "gs://bucket-1/x", "trainSteps": "50", "checkpointSteps": "5",
+                                    "trainerModule": "wrapper.train", "hparam1": "3", "hparam2": "0.5"})
+    argv = trainer_argv(recipe, python="python", job_dir="/j", data_dir=recipe.data_dir, num_gpus=0)
+    assert flags(argv) == ["--job-dir", "--train-steps", "--checkpoint-steps", "--hyperparameter-1",
+                           "--hyperparameter-2"]
+    named = JobSpec.from_metadata({"jobDir": "gs://bucket-1/x", "trainSteps": "50", "numGpus": "all",
+                                   "trainerModule": "my.trainer"})
+    assert "--num-gpus" in flags(trainer_argv(named, python="python", job_dir="/j", data_dir=None, num_gpus=2))
+    builtin_by_module = JobSpec.from_mapping({"job_dir": "/x", "train_steps": 5,
+                                              "trainer": {"module": "survivor.trainers.mlp"}})
+    argv = trainer_argv(builtin_by_module, python="python", job_dir="/j", data_dir=None, num_gpus=2)
+    assert argv[argv.index("--num-gpus") + 1] == "2"
+    own = spec(argv=["/opt/bin/train"])
+    assert "--num-gpus" not in trainer_argv(own, python="python", job_dir="/j", data_dir=None, num_gpus=4)
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_TRAINERS))
+def test_each_builtin_trainer_accepts_the_flags_it_declares(name):
+    """BUILTIN_FLAGS is a promise the agent acts on: each built-in trainer's parser takes every flag."""
+    helped = subprocess.run([sys.executable, "-m", BUILTIN_TRAINERS[name], "--help"], capture_output=True, text=True,
+                            timeout=120)
+    assert helped.returncode == 0, helped.stderr[-500:]
+    for flag in BUILTIN_FLAGS:
+        assert flag in helped.stdout, f"{name} does not take {flag}"
+    argv = trainer_argv(JobSpec.from_mapping({"job_dir": "/x", "train_steps": 5, "checkpoint_steps": 2,
+                                              "data_dir": "/d", "trainer": {"builtin": name}}),
+                        python="python", job_dir="/j", data_dir="/d", num_gpus=0)
+    assert set(flags(argv)) == BUILTIN_FLAGS
+
+
+def test_the_save_signal_goes_only_to_a_trainer_that_declares_one():
+    assert save_signal(spec().trainer) == signal.SIGUSR1  # built-in
+    assert save_signal(spec(argv=["/opt/bin/train"]).trainer) is None  # SIGUSR1 would end it
+    assert save_signal(spec(argv=["/opt/bin/train"], save_signal="SIGUSR2").trainer) == signal.SIGUSR2
+
+
+def test_the_dummy_trainer_saves_on_its_save_signal_and_keeps_training(tmp_path):
+    job = tmp_path / "job"
+    argv = [sys.executable, "-m", "survivor.trainers.dummy", "--job-dir", str(job), "--train-steps", "100000",
+            "--checkpoint-steps", "100000", "--step-seconds", "0.01", "--on-sigterm", "save"]
+    progress = tmp_path / "progress"
+    proc = TrainerProcess.start(argv, env={**os.environ, "SURVIVOR_PROGRESS_FILE": str(progress)})
+    try:
+        while read_progress(str(progress)) is None:
+            time.sleep(0.02)
+        proc.request_save(signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while not list(job.glob("dummy-checkpoint-*.json")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        saved = [int(p.name.split("-")[-1].split(".")[0]) for p in job.glob("dummy-checkpoint-*.json")]
+        assert len(saved) == 1
+        time.sleep(0.3)
+        assert proc.poll() is None and read_progress(str(progress)) > saved[0] + 5  # still training
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0
 
 
 @pytest.mark.parametrize("euid, requested, allow_root, expected", [

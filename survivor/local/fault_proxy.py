@@ -8,22 +8,97 @@ in `kinds` -- `429` or `503` (answered by the proxy, never forwarded), `reset` (
 closed without an answer), `stall` (the request is held `stall_seconds` before being forwarded) or
 `truncate` (forwarded, but the answer's body is cut in half). Everything else is passed through.
 `count` records what was injected, for the figures in docs/reliability.md.
+
+It also holds two rules of Cloud Storage that fake-gcs-server does not:
+
+- IAM: with `granted` set (say `ROLES["roles/storage.objectAdmin"]`), a request whose permission
+  (`required_permission`) is not in it gets Cloud Storage's 403, naming the permission; `denied`
+  records each. `None` (the default) grants everything.
+- 404 wording: fake-gcs-server answers every 404 "Not Found"; Cloud Storage says whether the bucket
+  or the object is missing, which is all a client can tell them apart by without reading bucket
+  metadata. The proxy rewrites its 404s into those words.
+
+    >>> proxy = FaultProxy(upstream, FaultPlan(rate=0), granted=ROLES["roles/storage.objectAdmin"]).start()
 """
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import socket
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit
 
 import requests
 
 from survivor.local.http import LocalService, QuietHandler
 
 KINDS = ("429", "503", "reset", "stall", "truncate")
+
+_OBJECT_PERMISSIONS = ("create", "delete", "get", "list", "restore", "update")
+#: The Cloud Storage permissions of predefined roles, as Google's role reference lists them
+#: (https://cloud.google.com/iam/docs/roles-permissions/storage and
+#: https://cloud.google.com/storage/docs/access-control/iam-roles; the client libraries' StorageRoles
+#: say the same: objectAdmin "storage.objects.*", objectViewer "storage.objects.list, .get").
+#: None of the object roles has storage.buckets.get.
+ROLES: dict[str, frozenset[str]] = {
+    "roles/storage.objectViewer": frozenset({"storage.objects.get", "storage.objects.list"}),
+    "roles/storage.objectCreator": frozenset({"storage.objects.create"}),
+    "roles/storage.objectUser": frozenset(f"storage.objects.{p}" for p in _OBJECT_PERMISSIONS),
+    "roles/storage.objectAdmin": frozenset(
+        [f"storage.objects.{p}" for p in _OBJECT_PERMISSIONS]
+        + ["storage.objects.getIamPolicy", "storage.objects.setIamPolicy", "storage.objects.setRetention",
+           "storage.objects.overrideUnlockedRetention"]),
+    "roles/storage.legacyBucketReader": frozenset({"storage.buckets.get", "storage.objects.list"}),
+    "roles/storage.admin": frozenset(
+        [f"storage.objects.{p}" for p in _OBJECT_PERMISSIONS]
+        + [f"storage.buckets.{p}" for p in ("create", "delete", "get", "list", "update")]),
+}
+#: The principal named in injected 403s.
+PRINCIPAL = "survivor-vm@survivor-local.iam.gserviceaccount.com"
+
+_BUCKET_PATH = re.compile(r"^/(?:download/|upload/)?storage/v1/b(?:/(?P<bucket>[^/]+)(?P<rest>/.*)?)?$")
+
+
+def required_permission(method: str, path: str) -> str | None:
+    """Pure: the IAM permission a JSON API request needs (None for a path that is not one).
+
+    https://cloud.google.com/storage/docs/access-control/iam-permissions says what each permission allows.
+    """
+    match = _BUCKET_PATH.match(urlsplit(path).path)
+    if not match:
+        return None
+    bucket, rest = match.group("bucket"), match.group("rest") or ""
+    method = method.upper()
+    if bucket is None:
+        return "storage.buckets.create" if method == "POST" else "storage.buckets.list"
+    if not rest:
+        return {"GET": "storage.buckets.get", "DELETE": "storage.buckets.delete"}.get(method, "storage.buckets.update")
+    if rest in ("/o", "/o/"):
+        return "storage.objects.list" if method == "GET" and not path.startswith("/upload/") else "storage.objects.create"
+    if rest.endswith(("/compose",)) or "/rewriteTo/" in rest or "/copyTo/" in rest:
+        return "storage.objects.create"
+    if path.startswith("/upload/"):
+        return "storage.objects.create"
+    return {"GET": "storage.objects.get", "DELETE": "storage.objects.delete"}.get(method, "storage.objects.update")
+
+
+def forbidden_body(permission: str) -> bytes:
+    """Cloud Storage's 403 for a missing permission, in its words ("... does not have
+    storage.objects.get access to the Google Cloud Storage object.", googleapis/java-storage#1372)."""
+    what = "bucket" if permission.startswith("storage.buckets.") else "object"
+    message = (f"{PRINCIPAL} does not have {permission} access to the Google Cloud Storage {what}. "
+               f"Permission '{permission}' denied on resource (or it may not exist).")
+    return _error_body(403, message, "forbidden")
+
+
+def _error_body(code: int, message: str, reason: str) -> bytes:
+    return json.dumps({"error": {"code": code, "message": message,
+                                 "errors": [{"message": message, "domain": "global", "reason": reason}]}}).encode()
 
 
 @dataclass
@@ -51,10 +126,13 @@ class FaultProxy(LocalService):
 
     thread_name = "fault-proxy"
 
-    def __init__(self, upstream: str, plan: FaultPlan | None = None, port: int = 0):
+    def __init__(self, upstream: str, plan: FaultPlan | None = None, port: int = 0,
+                 granted: frozenset[str] | None = None):
         self.upstream = upstream.rstrip("/")
         self.plan = plan or FaultPlan()
         self.count: Counter = Counter()
+        self.granted = granted  # None: every permission
+        self.denied: list[tuple[str, str, str]] = []  # (method, path, permission) of each 403 given
         self._session = requests.Session()
         self._session.trust_env = False
         self._listen(port, self._handler_class())
@@ -62,6 +140,18 @@ class FaultProxy(LocalService):
     @property
     def url(self) -> str:
         return self.endpoint
+
+    def _not_found_body(self, path: str) -> bytes:
+        """Cloud Storage's 404 wording for `path`: whether its bucket or its object is missing."""
+        match = _BUCKET_PATH.match(urlsplit(path).path)
+        bucket = match.group("bucket") if match else None
+        if bucket is None:
+            return _error_body(404, "Not Found", "notFound")
+        exists = self._session.get(f"{self.upstream}/storage/v1/b/{bucket}", timeout=10).status_code == 200
+        if not exists:
+            return _error_body(404, "The specified bucket does not exist.", "notFound")
+        name = unquote((match.group("rest") or "").removeprefix("/o/"))
+        return _error_body(404, f"No such object: {bucket}/{name}", "notFound")
 
     def _handler_class(self):
         proxy = self
@@ -82,6 +172,10 @@ class FaultProxy(LocalService):
             def _serve(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
+                permission = required_permission(self.command, self.path)
+                if proxy.granted is not None and permission is not None and permission not in proxy.granted:
+                    proxy.denied.append((self.command, self.path, permission))
+                    return self._reply(403, forbidden_body(permission), {"Content-Type": "application/json"})
                 fault = proxy.plan.draw()
                 if fault:
                     proxy.count[fault] += 1
@@ -101,6 +195,9 @@ class FaultProxy(LocalService):
                 keep = {k: v for k, v in answer.headers.items()
                         if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding")}
                 content = answer.content
+                if answer.status_code == 404:
+                    content = proxy._not_found_body(self.path)
+                    keep["Content-Type"] = "application/json"
                 if "Location" in keep:  # resumable upload sessions point back at the upstream
                     keep["Location"] = keep["Location"].replace(proxy.upstream, proxy.url)
                 self._reply(answer.status_code, content, keep, cut=fault == "truncate" and len(content) > 1)

@@ -1,12 +1,15 @@
 """The trainer's side of the contract, for Python trainers that want it in a few lines.
 
-    >>> from survivor.trainers.contract import StopRequest, report_progress
+    >>> from survivor.trainers.contract import SaveRequest, StopRequest, report_progress
     >>> stop = StopRequest.install()            # SIGTERM/SIGINT set a flag instead of killing
+    >>> save_now = SaveRequest.install()        # SIGUSR1 sets another: save, keep training
     >>> for step in range(start, train_steps):
     ...     train_step()
     ...     report_progress(step + 1)           # live progress for the agent (a few microseconds)
     ...     if stop.requested:
     ...         save(step + 1); break           # finish the step in flight, save, exit 0
+    ...     if save_now.take():
+    ...         save(step + 1)                  # a maintenance notice: save, and go on
 
 Nothing here is required: a trainer that ignores SIGTERM and never reports progress still works
 (the agent keeps its newest completed checkpoint).
@@ -51,6 +54,27 @@ class StopRequest:
         if self.at is None:
             self.at = time.monotonic()
         self._event.set()
+
+
+class SaveRequest:
+    """A flag set by the save signal (SIGUSR1 unless told otherwise): "save a checkpoint now and keep
+    training", which the agent sends on a host-maintenance notice. `take()` reads and clears it."""
+
+    def __init__(self):
+        self._event = threading.Event()
+
+    @classmethod
+    def install(cls, sig: int = signal.SIGUSR1) -> "SaveRequest":
+        request = cls()
+        signal.signal(sig, lambda signum, frame: request._event.set())
+        return request
+
+    def take(self) -> bool:
+        """True once per request: the caller saves now."""
+        if not self._event.is_set():
+            return False
+        self._event.clear()
+        return True
 
 
 #: A progress record's fixed size: a new record always covers the whole previous one.

@@ -3,7 +3,8 @@
     $ python -m survivor.trainers.dummy --job-dir /tmp/job --train-steps 100 --checkpoint-steps 10
 
 Like the recipe's, it resumes from the highest N in its job dir and, by default, ignores SIGTERM
-(`--on-sigterm ignore`): the agent then keeps its newest completed file. With `--on-sigterm save` it
+(`--on-sigterm ignore`): the agent then keeps its newest completed file. SIGUSR1 makes it save at
+the step it is at and go on (the contract's save signal, sent on a host-maintenance notice). With `--on-sigterm save` it
 follows the full contract (finish the step in flight, save, exit 0), which is what the lifecycle tests
 use to show that at most the step in flight is lost. `--fail-at-start` makes it a broken trainer.
 `--step-log FILE` appends every step it executes, so a test can count the work done across restarts.
@@ -22,7 +23,7 @@ import signal
 import sys
 import time
 
-from survivor.trainers.contract import StopRequest, report_progress
+from survivor.trainers.contract import SaveRequest, StopRequest, report_progress
 
 
 def latest_checkpoint(job_dir: str) -> int:
@@ -101,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     os.makedirs(args.job_dir, exist_ok=True)
     stop = StopRequest.install()
+    save_now = SaveRequest.install()
     if args.on_sigterm == "ignore":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     elif args.on_sigterm == "die":
@@ -132,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
                     f.write(json.dumps({"signal": stop.at, "save_started": started, "saved": time.monotonic()}) + "\n")
             print(f"dummy trainer: {stop.signal_name} at step {step}; saved, exiting", flush=True)
             return 0
+        if save_now.take():
+            save(args.job_dir, step, args.checkpoint_bytes)
+            print(f"dummy trainer: asked to save at step {step}; saved, training on", flush=True)
     return 0
 
 

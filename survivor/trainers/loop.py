@@ -18,7 +18,10 @@ Periodic saves are off the step path: TensorFlow's async checkpoint copies the s
 `checkpoint` state file names it only once it is complete, which is when the agent mirrors it. A
 notice's save and the last one wait for the write. `--sync-checkpoints` writes on the step path.
 
-SIGTERM or SIGINT: the step in flight finishes, a checkpoint is saved, the process exits 0. Resuming
+SIGTERM or SIGINT: the step in flight finishes, a checkpoint is saved, the process exits 0. SIGUSR1
+(the agent's request on a host-maintenance notice): a checkpoint is saved after the step in flight
+and training goes on (on one machine; across machines a save is a collective every worker must
+join, so there the notice goes through the handler below instead). Resuming
 with hyperparameters other than the checkpoint's is refused, naming each difference, unless
 `--allow-hparam-change`. On a machine without GPUs, `--num-gpus N` splits the CPU into N logical
 devices, which is how multi-GPU training is tested here.
@@ -44,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from survivor.trainers.cluster import Cluster, cluster_from_env
-from survivor.trainers.contract import StopRequest, report_progress
+from survivor.trainers.contract import SaveRequest, StopRequest, report_progress
 
 HPARAMS_FILE = "hparams.json"
 #: What a multi-worker trainer exits with after its notice checkpoint: TensorFlow's restartable code on
@@ -116,6 +119,7 @@ class Runtime:
     hparams: dict[str, Any] = field(default_factory=dict)
     cluster: Cluster | None = None  # set when training across machines
     saved_step: int | None = None  # the newest checkpoint's step, the same on every worker
+    save_now: SaveRequest = field(default_factory=SaveRequest)  # SIGUSR1: save, keep training
 
     @property
     def is_chief(self) -> bool:
@@ -124,6 +128,7 @@ class Runtime:
     @classmethod
     def from_args(cls, args: argparse.Namespace, hparams: dict[str, Any]) -> "Runtime":
         stop = StopRequest.install()  # before the slow imports finish: a SIGTERM now still saves
+        save_now = SaveRequest.install()  # and a SIGUSR1 then must not end the process
         cluster = cluster_from_env(os.environ)
         if cluster is not None and not cluster.trains:
             print(f"{cluster.source}: task {cluster.task_type}:{cluster.task_index} has nothing to do: the built-in "
@@ -149,10 +154,10 @@ class Runtime:
             print(f"worker {cluster.worker_id} of {cluster.workers} ({cluster.task_type}:{cluster.task_index}, "
                   f"{'chief' if cluster.is_chief else 'not chief'}), {strategy.num_replicas_in_sync} replica(s) "
                   "in all", flush=True)
-            return cls(args, strategy, strategy.num_replicas_in_sync, stop, hparams, cluster)
+            return cls(args, strategy, strategy.num_replicas_in_sync, stop, hparams, cluster, save_now=save_now)
         devices = [f"/{kind}:{i}" for i in range(replicas)]
         strategy = tf.distribute.MirroredStrategy(devices)
-        return cls(args, strategy, replicas, stop, hparams)
+        return cls(args, strategy, replicas, stop, hparams, save_now=save_now)
 
     # -- hyperparameter guard ---------------------------------------------------------------------
 
@@ -338,7 +343,11 @@ class Runtime:
                 print(f"{self.stop.signal_name or 'stop'} at step {current}: checkpoint saved in "
                       f"{save_seconds[-1]:.3f} s, exiting", flush=True)
                 return 0
-            if current % args.checkpoint_steps == 0:
+            if self.save_now.take() and handler is None:
+                save(blocking=False)
+                print(f"asked to save at step {current}: checkpoint written in the background, training on",
+                      flush=True)
+            elif current % args.checkpoint_steps == 0:
                 save(blocking=False)
         if first_step_done is not None and timed_steps:
             elapsed = time.perf_counter() - first_step_done
