@@ -1,4 +1,4 @@
-"""The operator's commands: make-template, make-group, status, stop, start, delete, logs.
+"""The operator's commands: make-template, make-image, make-group, status, stop, start, delete, logs.
 
 They replace the recipe's `gcloud compute instance-templates create ...`, `instance-groups managed
 create ...` and `instances stop/start`, by job name: a job NAME has a template NAME and a
@@ -61,8 +61,9 @@ def _group(args: argparse.Namespace, project: str) -> GroupRef:
 # -- make-template ---------------------------------------------------------------------------------
 
 
-def _template_from_args(args: argparse.Namespace) -> tuple[JobSpec, dict]:
-    """The job spec and the template body the make-template flags describe (SpecError when contradictory)."""
+def _template_from_args(args: argparse.Namespace, boot=None) -> tuple[JobSpec, dict]:
+    """The job spec and the template body the make-template flags describe (SpecError when contradictory).
+    `boot(spec, options)`: chooses what the VM boots (make-template's image or wheel); returns the Install."""
     spec = JobSpec.from_file(args.config)
     gpu_type = gpu_count = None
     if args.gpu:
@@ -76,23 +77,60 @@ def _template_from_args(args: argparse.Namespace) -> tuple[JobSpec, dict]:
     )
     if args.gpu and gpu_type is None:
         options.gpu_type, options.gpu_count = None, 0
-    return spec, template_body(args.name, spec, options)
+    template_body(args.name, spec, options)  # a contradictory request is refused before anything is built
+    install = boot(spec, options) if boot else None
+    return spec, template_body(args.name, spec, options, install=install)
+
+
+def _boot(args: argparse.Namespace, compute: Compute | None, project: str | None):
+    """make-template's choice of what the VM boots: survivor's image for this wheel and lock when its
+    family exists (the boot installs nothing), else the wheel and lock staged in the job's bucket."""
+    from survivor import image
+
+    def choose(spec: JobSpec, options: MachineOptions):
+        if not spec.job_dir.startswith("gs://"):
+            print(f"warning: job_dir {spec.job_dir} is not on Cloud Storage: a VM can reach neither it nor survivor's "
+                  "wheel, so the template installs nothing (fine for the local stand-ins only)", file=sys.stderr)
+            return None
+        try:
+            local = image.local_install(options.survivor_wheel, options.requirements)
+            if compute is not None and not (args.image_family or args.image_project):
+                family = image.family_name(image.install_for(spec.job_dir, local), image.tensorflow_version(local.lock))
+                if compute.image_from_family(project, family) is not None:
+                    options.image_project, options.image_family = project, family
+                    print(f"  image family {family}: survivor's image for this wheel and lock; boots install nothing",
+                          file=sys.stderr)
+                    return None
+            if compute is None:  # --dry-run: what would be staged, not uploaded
+                return image.install_for(spec.job_dir, local)
+            installed = image.stage_install(spec.job_dir, local)
+            print(f"  staged {installed.wheel} and {installed.lock}", file=sys.stderr)
+            return installed
+        except image.ImageError as exc:
+            raise SpecError([str(exc)]) from None
+
+    return choose
 
 
 def make_template(args: argparse.Namespace) -> int:
     try:
-        spec, body = _template_from_args(args)
-        project = None if args.dry_run else _project(args, spec)
+        project = None if args.dry_run else _project(args, JobSpec.from_file(args.config))
+        compute = None if args.dry_run else compute_for(project)
+        if compute is not None and not args.skip_preflight:
+            # before anything is staged or created: the checks on the body as it stands before the boot choice
+            _, draft = _template_from_args(args)
+            if not _preflight_passes(draft, compute, args.zone, args.region):
+                return 1
+        spec, body = _template_from_args(args, boot=_boot(args, compute, project))
     except SpecError as exc:
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)
         return 2
+    except ComputeError as exc:
+        return _err(str(exc))
     if args.dry_run:
         print(pretty(body))
         return 0
-    compute = compute_for(project)
-    if not args.skip_preflight and not _preflight_passes(body, compute, args.zone, args.region):
-        return 1
     try:
         # What would be sent, normalised through the request message (unknown fields fail here).
         wanted = json.loads(compute.v1.InstanceTemplate.to_json(compute.template_message(body)))
@@ -113,6 +151,39 @@ def make_template(args: argparse.Namespace) -> int:
     except ComputeError as exc:
         return _err(str(exc))
     print(f"template {args.name}: created in project {project}")
+    return 0
+
+
+# -- make-image ------------------------------------------------------------------------------------
+
+
+def make_image(args: argparse.Namespace) -> int:
+    """`survivor make-image --config SPEC --zone Z`: survivor's image for this wheel, lock and the trainer's
+    requirements (compute.requirements), so that make-template's VMs boot into training installing nothing."""
+    from survivor import image
+
+    try:
+        spec = JobSpec.from_file(args.config)
+        options = MachineOptions.from_spec(spec, survivor_wheel=args.survivor_wheel)
+        project = _project(args, spec)
+        local = image.local_install(options.survivor_wheel, options.requirements)
+        family = image.family_name(image.install_for(spec.job_dir, local), image.tensorflow_version(local.lock))
+        compute = compute_for(project)
+        if compute.image_from_family(project, family) is not None:
+            print(f"image family {family}: already built for this wheel and lock; nothing to do")
+            return 0
+        install = image.stage_install(spec.job_dir, local)
+        name = image.make_image(compute, install, family, zone=args.zone, progress=_progress, deadline=args.deadline,
+                                poll=args.poll_seconds, keep_builder=args.keep_builder,
+                                machine_type=args.machine_type, disk_gb=args.disk_gb,
+                                service_account=options.service_account)
+    except SpecError as exc:
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
+    except (image.ImageError, ComputeError) as exc:
+        return _err(str(exc))
+    print(f"image {name}: created in family {family}; make-template boots it for this wheel and lock")
     return 0
 
 
@@ -529,13 +600,27 @@ def add_commands(sub) -> None:
         p.add_argument("--zone")
         p.add_argument("--region")
         p.add_argument("--preemption-notice", type=int, metavar="SECONDS", help="Spot: ask for this much notice before the soft off")
-        p.add_argument("--survivor-wheel", help="install survivor from this gs:// or https:// wheel instead of PyPI")
+        p.add_argument("--survivor-wheel", help="stage this local survivor_train-*.whl instead of building one "
+                                                "from the checkout")
 
     p = sub.add_parser("make-template", help="create the instance template for a job spec")
     template_flags(p)
     p.add_argument("--dry-run", action="store_true", help="print the exact REST body; call nothing")
     p.add_argument("--skip-preflight", action="store_true", help="create it even if `survivor preflight` finds problems")
     p.set_defaults(func=make_template)
+
+    p = sub.add_parser("make-image", help="bake survivor, its lock and the trainer's requirements into an image "
+                                          "that make-template then boots (boots install nothing)")
+    p.add_argument("--config", required=True, help="the job spec YAML (its job dir stages the wheel and lock)")
+    p.add_argument("--project")
+    p.add_argument("--zone", required=True, help="where the builder VM runs")
+    p.add_argument("--survivor-wheel", help="a local survivor_train-*.whl instead of building one from the checkout")
+    p.add_argument("--machine-type", default="n1-standard-8", help="the builder's machine type (no GPU needed)")
+    p.add_argument("--disk-gb", type=int, default=100, help="the builder's (and so the image's) disk size")
+    p.add_argument("--deadline", type=float, default=3600.0, help="give up on the builder after this many seconds")
+    p.add_argument("--poll-seconds", type=float, default=15.0)
+    p.add_argument("--keep-builder", action="store_true", help="leave the builder VM for inspection")
+    p.set_defaults(func=make_image)
 
     p = sub.add_parser("make-group", help="create the job's single-instance managed instance group")
     where(p)

@@ -33,6 +33,32 @@ SCOPES = {
 }
 
 
+#: survivor's own image families (survivor/image.py family_name) start with this
+IMAGE_FAMILY_PREFIX = "survivor-"
+
+
+@dataclass(frozen=True)
+class Install:
+    """What the startup script installs: gs:// URLs and sha256 of survivor's wheel, the lock and the
+    trainer's requirements, staged in the job dir by survivor/image.py."""
+
+    wheel: str
+    wheel_sha256: str
+    lock: str
+    lock_sha256: str
+    requirements: str | None = None
+    requirements_sha256: str | None = None
+    job_dir: str = ""
+
+    def items(self) -> list[dict[str, str]]:
+        """The metadata items startup/startup.sh reads."""
+        pairs = [("survivor-wheel", self.wheel), ("survivor-wheel-sha256", self.wheel_sha256),
+                 ("survivor-lock", self.lock), ("survivor-lock-sha256", self.lock_sha256),
+                 ("survivor-requirements", self.requirements), ("survivor-requirements-sha256", self.requirements_sha256),
+                 ("survivor-job-dir", self.job_dir)]
+        return [{"key": key, "value": value} for key, value in pairs if value]
+
+
 @dataclass
 class MachineOptions:
     """Where and on what the job runs. CLI flags override the spec's `compute:` section."""
@@ -53,8 +79,8 @@ class MachineOptions:
     service_account: str = "default"
     cloud_platform_scope: bool = False
     network: str = "global/networks/default"
-    survivor_version: str = __version__
-    survivor_wheel: str | None = None
+    survivor_wheel: str | None = None  # a local survivor_train-*.whl to stage instead of building one
+    requirements: str | None = None  # the trainer's pinned requirements (with --hash), baked in by make-image
     labels: dict[str, str] = field(default_factory=dict)
     gpu_explicit: bool = True  # False when the GPU is survivor's default, not the operator's choice
 
@@ -98,17 +124,16 @@ def machine_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
 
 
 def startup_script() -> str:
-    """The VM startup script shipped with survivor (startup/startup.sh)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for candidate in (os.path.join(here, "startup", "startup.sh"), os.path.join(here, "..", "startup", "startup.sh")):
-        if os.path.exists(candidate):
-            with open(candidate, encoding="utf-8") as f:
-                return f.read()
-    raise FileNotFoundError("startup/startup.sh is missing from this installation of survivor")
+    """The VM startup script shipped in survivor's package (survivor/startup/startup.sh)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup", "startup.sh")  # package data
+    with open(path, encoding="utf-8") as f:
+        return f.read()
 
 
-def template_body(name: str, spec: JobSpec, options: MachineOptions, script: str | None = None) -> dict[str, Any]:
-    """The REST body of `instanceTemplates.insert` for this job."""
+def template_body(name: str, spec: JobSpec, options: MachineOptions, script: str | None = None,
+                  install: Install | None = None) -> dict[str, Any]:
+    """The REST body of `instanceTemplates.insert` for this job. `install`: what the startup script
+    installs (the wheel path); None for survivor's own image, which holds it already."""
     problems = machine_problems(spec, options)
     if problems:
         raise SpecError(problems)
@@ -123,11 +148,12 @@ def template_body(name: str, spec: JobSpec, options: MachineOptions, script: str
         {"key": "startup-script", "value": script if script is not None else startup_script()},
         {"key": "enable-guest-attributes", "value": "TRUE"},
     ]
-    if options.survivor_wheel:
-        items.append({"key": "survivor-wheel", "value": options.survivor_wheel})
-    else:
-        items.append({"key": "survivor-version", "value": options.survivor_version})
-    if options.image_project == DLVM_PROJECT and gpus:
+    if install is not None:
+        items += install.items()
+    elif spec.job_dir.startswith("gs://"):
+        items.append({"key": "survivor-job-dir", "value": spec.job_dir})  # for the boot records
+    # survivor's images are Deep Learning VM disks too: the driver installs on the first boot with a GPU
+    if (options.image_project == DLVM_PROJECT or options.image_family.startswith(IMAGE_FAMILY_PREFIX)) and gpus:
         items.append({"key": "install-nvidia-driver", "value": "True"})
     scopes = [SCOPES["cloud-platform"]] if options.cloud_platform_scope else [
         SCOPES["storage"], SCOPES["compute"], SCOPES["logging"], SCOPES["monitoring"]]

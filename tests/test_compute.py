@@ -1,9 +1,8 @@
 """The Compute Engine side against survivor's fake REST API, with the real google-cloud-compute client:
-templates, groups, the operator commands, clear failures, and the startup script."""
+templates, groups, the operator commands and clear failures (the startup script: tests/test_startup.py)."""
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -252,6 +251,10 @@ def test_make_template_on_demand_g2_passes_the_fake(compute_server, capsys, tmp_
     assert code == 0, err
     props = compute_server.templates[(PROJECT, "g2")]["properties"]
     assert props["scheduling"]["onHostMaintenance"] == "TERMINATE" and "guestAccelerators" not in props
+    assert run_cli(capsys, "make-group", "g2", "--template", "g2", "--zone", "us-west1-b", "--project", PROJECT)[0] == 0
+    code, out, _ = run_cli(capsys, "status", "g2", "--zone", "us-west1-b", "--project", PROJECT, "--json")
+    machine = json.loads(out)["machine"]
+    assert (machine["gpu_type"], machine["gpu_count"]) == ("nvidia-l4", 1)  # carried, not attached
 
 
 @pytest.mark.parametrize("code, expected", [
@@ -378,79 +381,6 @@ def test_stopping_a_mig_instance_directly_gets_it_restarted_which_is_why_agents_
     name = compute.managed_instances(GroupRef(PROJECT, "r", zone="us-west1-b"))[0]["name"]
     compute.stop_instance(PROJECT, "us-west1-b", name)
     assert compute.get_instance("us-west1-b", name)["status"] == "RUNNING"
-
-
-# -- the startup script ----------------------------------------------------------------------------
-
-
-def test_startup_script_is_shellcheck_clean():
-    result = subprocess.run([os.path.join(os.path.dirname(sys.executable), "shellcheck"), "startup/startup.sh"],
-                            cwd=ROOT, capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout
-
-
-def test_the_unit_file_and_the_one_the_script_writes_are_the_same():
-    script = open(os.path.join(ROOT, "startup", "startup.sh")).read()
-    embedded = script.split("<<'UNIT'\n", 1)[1].split("\nUNIT\n", 1)[0] + "\n"
-    assert embedded == open(os.path.join(ROOT, "startup", "survivor-agent.service")).read()
-    unit = embedded
-    assert "Restart=on-failure" in unit and "StartLimitBurst=" in unit and "User=survivor" in unit
-    timeout = int(unit.split("TimeoutStopSec=")[1].split()[0])
-    assert timeout >= 25
-
-
-def _sandbox(tmp_path, attributes: dict[str, str]):
-    """Stub commands on PATH: curl answers from `attributes`, the rest record their argv."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    calls = tmp_path / "calls.log"
-    (tmp_path / "md").mkdir()
-    for key, value in attributes.items():
-        (tmp_path / "md" / key).write_text(value)
-    stub = f'#!/bin/bash\nprintf "%s\\0" "$(basename "$0")" "$@" >> {calls}; printf "\\n" >> {calls}\n'
-    for name in ("useradd", "systemctl", "gcloud"):
-        (bin_dir / name).write_text(stub)
-    (bin_dir / "id").write_text("#!/bin/bash\nexit 1\n")
-    (bin_dir / "curl").write_text(f'#!/bin/bash\nkey="${{@: -1}}"; f="{tmp_path}/md/${{key##*/}}"; [[ -f "$f" ]] && cat "$f" || exit 22\n')
-    venv = tmp_path / "venv"
-    (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "python").write_text("#!/bin/bash\nexit 1\n")
-    (venv / "bin" / "pip").write_text(stub)
-    for path in list(bin_dir.iterdir()) + [venv / "bin" / "python", venv / "bin" / "pip"]:
-        path.chmod(0o755)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SURVIVOR_VENV": str(venv), "SURVIVOR_UNIT_PATH": str(tmp_path / "unit"),
-           "SURVIVOR_WHEELS": str(tmp_path / "wheels")}
-    return env, calls
-
-
-def _calls(path) -> list[list[str]]:
-    if not path.exists():
-        return []
-    return [line.strip("\0").split("\0") for line in path.read_text().split("\n") if line.strip("\0")]
-
-
-def test_startup_script_installs_the_pinned_version_and_starts_the_unit(tmp_path):
-    env, calls = _sandbox(tmp_path, {"survivor-version": "0.1.0"})
-    result = subprocess.run(["bash", os.path.join(ROOT, "startup", "startup.sh")], env=env, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    recorded = _calls(calls)
-    assert ["pip", "install", "--quiet", "--upgrade", "survivor[gpu]==0.1.0"] in recorded
-    assert ["systemctl", "start", "survivor-agent.service"] in recorded
-    assert (tmp_path / "unit").read_text() == open(os.path.join(ROOT, "startup", "survivor-agent.service")).read()
-
-
-@pytest.mark.parametrize("attributes", [
-    {"survivor-version": "1.0; touch /tmp/pwned"},
-    {"survivor-version": "$(touch /tmp/pwned)"},
-    {"survivor-wheel": "gs://bucket/x.whl; reboot"},
-    {"survivor-wheel": "file:///etc/passwd.whl"},
-])
-def test_startup_script_refuses_hostile_metadata_values(tmp_path, attributes):
-    env, calls = _sandbox(tmp_path, attributes)
-    result = subprocess.run(["bash", os.path.join(ROOT, "startup", "startup.sh")], env=env, capture_output=True, text=True)
-    assert result.returncode == 1 and "refusing" in result.stdout
-    assert not any(call[0] == "pip" for call in _calls(calls))
-    assert not os.path.exists("/tmp/pwned")
 
 
 def test_a_job_that_keeps_failing_ends_failed_and_leaves_its_group(compute_server, tmp_path, capsys):

@@ -693,6 +693,61 @@ class ComputeServer(LocalService):
                  if f"{ns}/{k}".startswith(prefix)]
         return {"kind": "compute#guestAttributes", "queryPath": prefix, "queryValue": {"items": items}}
 
+    def _instances_insert(self, params, query, body):
+        """A standalone VM (make-image's builder). Its boot disk takes the instance's name unless
+        initializeParams.diskName says otherwise, and goes with it when autoDelete is set."""
+        project, zone, name = params["project"], params["zone"], body.get("name", "")
+        if not re.fullmatch(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?", name):
+            raise HttpError(400, f"Invalid value for field 'resource.name': '{name}'. Must be a match of regex '[a-z](?:[-a-z0-9]{{0,61}}[a-z0-9])?'")
+        if (project, zone, name) in self.instances:
+            raise HttpError(409, f"The resource 'projects/{project}/zones/{zone}/instances/{name}' already exists", "alreadyExists")
+        violations = machines.property_violations(body, where="resource")
+        if violations:
+            raise HttpError(400, violations[0].message, "badRequest")
+        boot = [d for d in body.get("disks", []) if d.get("boot")]
+        if len(boot) != 1 or not (boot[0].get("initializeParams") or {}).get("sourceImage"):
+            raise HttpError(400, "Invalid value for field 'resource.disks': a boot disk with initializeParams.sourceImage is required")
+        vm = self.add_instance(project, zone, name, {i["key"]: i.get("value", "") for i in (body.get("metadata") or {}).get("items", [])})
+        vm.update(machineType=body.get("machineType", ""), scheduling=body.get("scheduling", {}),
+                  guestAccelerators=body.get("guestAccelerators", []), labels=body.get("labels", {}))
+        vm["disks"] = [{"boot": True, "autoDelete": bool(boot[0].get("autoDelete", True)),
+                        "source": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}/disks/"
+                                  f"{boot[0]['initializeParams'].get('diskName') or name}"}]
+        return self._operation(params, "insert", vm["selfLink"].split(BASE, 1)[1], f"zones/{zone}")
+
+    def power_off(self, project: str, zone: str, name: str) -> None:
+        """What a guest's own `poweroff` does: the instance becomes TERMINATED (its MIG, if any, is not told)."""
+        with self.lock:
+            vm = self.instances[(project, zone, name)]
+            vm["status"] = "TERMINATED"
+            vm["_serial"] += "survivor compute fake: powered off by the guest\n"
+
+    def _images_insert(self, params, query, body):
+        """An image from a VM's disk. As the API does without forceCreate, refuses a disk attached to a
+        RUNNING instance (https://cloud.google.com/compute/docs/samples/compute-images-create:
+        "If forceCreate is set to true, proceeds even if the disk is attached to a running instance")."""
+        project, name, family = params["project"], body.get("name", ""), body.get("family", "")
+        if any(i["name"] == name for (p, _), i in self.images.items() if p == project):
+            raise HttpError(409, f"The resource 'projects/{project}/global/images/{name}' already exists", "alreadyExists")
+        source = body.get("sourceDisk", "")
+        m = re.search(r"zones/([^/]+)/disks/([^/]+)$", source)
+        if not m:
+            raise HttpError(400, f"Invalid value for field 'resource.sourceDisk': '{source}'")
+        users = [vm for (p, z, _), vm in self.instances.items() if p == project and z == m.group(1)
+                 and any(_tail(d.get("source", "")) == m.group(2) for d in vm.get("disks", []))]
+        if not users:
+            raise HttpError(404, f"The resource 'projects/{project}/zones/{m.group(1)}/disks/{m.group(2)}' was not found", "notFound")
+        if users[0]["status"] == "RUNNING" and query.get("forceCreate") != "true":
+            raise HttpError(400, f"The disk resource 'projects/{project}/zones/{m.group(1)}/disks/{m.group(2)}' is already "
+                                 f"being used by 'projects/{project}/zones/{m.group(1)}/instances/{users[0]['name']}'",
+                            "resourceInUseByAnotherResource")
+        image = {"kind": "compute#image", "id": str(next(self._ids)), "name": name, "family": family, "status": "READY",
+                 "sourceDisk": f"{self.endpoint}{BASE}projects/{project}/zones/{m.group(1)}/disks/{m.group(2)}",
+                 "labels": body.get("labels", {}), "description": body.get("description", ""), "creationTimestamp": _now(),
+                 "selfLink": f"{self.endpoint}{BASE}projects/{project}/global/images/{name}"}
+        self.images[(project, family or "#" + name)] = image
+        return self._operation(params, "insert", f"projects/{project}/global/images/{name}", "global")
+
     def add_instance(self, project: str, zone: str, name: str, metadata: dict[str, str] | None = None) -> dict:
         """A standalone instance (not in a MIG), as `gcloud compute instances create` would make."""
         with self.lock:

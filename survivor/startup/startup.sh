@@ -1,37 +1,323 @@
 #!/bin/bash
 # survivor's VM startup script: runs as root on every boot (Compute Engine's startup-script).
 #
-# Installs the pinned survivor into /opt/survivor/venv, writes the systemd unit for the agent and
-# starts it. Idempotent: a reboot with the same version changes nothing. The long-running agent is a
-# systemd service, not this script, so google-startup-scripts.service is not held up.
+# 1. reads what to install from metadata: survivor-wheel and survivor-lock (gs:// URLs that
+#    `survivor make-template` uploaded to the job's bucket) with their sha256;
+# 2. if /opt/survivor/venv already holds exactly that wheel and lock (a second boot of the same
+#    disk, or a custom image from `survivor make-image`), installs nothing; otherwise downloads
+#    both through the Cloud Storage JSON API and pip installs them in hash-checking mode (every
+#    package pinned with its sha256; a package the lock does not name is refused): never a bare
+#    name from the package index;
+# 3. writes the survivor-agent systemd unit (the one shipped in the wheel) and starts it. The
+#    long-running agent is a unit, not this script, so google-startup-scripts.service is not held up.
 #
-# No metadata value is ever part of a command line string: values are read into variables,
-# checked against a strict pattern, and passed as single quoted arguments.
-set -euo pipefail
+# A boot that cannot install says why, in three places: this script's output (google-startup-scripts.service
+# has StandardOutput=journal+console, so it reaches the journal and the serial console:
+# github.com/GoogleCloudPlatform/guest-agent google-startup-scripts.service, google_metadata_script_runner/main.go),
+# the guest attributes survivor/state and survivor/install-error, and a record under
+# <job dir>/survivor/boots/ when the bucket answers. After 3 such boots in a row the VM leaves its MIG
+# (instanceGroupManagers.deleteInstances) instead of idling: the MIG recreates a VM with a fresh disk,
+# so the streak is counted in the job dir (and on this disk, for when the bucket is what fails).
+#
+# With survivor-mode=build (the builder VM of `survivor make-image`), it installs, reports
+# survivor/build=done (or failed: REASON) and powers off, so the disk can become an image.
+#
+# No metadata value is ever part of a command string: each is read into a variable, checked against
+# a strict pattern, and passed as one argument, or through a file or stdin.
+set -Eeuo pipefail
+umask 022
 
-readonly MD="http://metadata.google.internal/computeMetadata/v1/instance/attributes"
-# Overridable only so the test suite can run this script in a sandbox.
-readonly VENV="${SURVIVOR_VENV:-/opt/survivor/venv}"
-readonly UNIT="${SURVIVOR_UNIT_PATH:-/etc/systemd/system/survivor-agent.service}"
-readonly WHEELS="${SURVIVOR_WHEELS:-/opt/survivor/wheels}"
+# Overridable only so the test suite can run this script in a sandbox root (and point it at
+# stand-ins: GCE_METADATA_HOST as google-auth honours it, STORAGE_EMULATOR_HOST as
+# google-cloud-storage does, SURVIVOR_COMPUTE_ENDPOINT as survivor/compute.py does).
+readonly ROOT="${SURVIVOR_ROOT:-}"
+readonly OPT="${ROOT}/opt/survivor"
+readonly VENV="${OPT}/venv"
+readonly INSTALLED="${OPT}/installed"       # "wheel=SHA lock=SHA requirements=SHA|none": what VENV holds
+readonly DOWNLOADS="${OPT}/downloads"
+readonly DISK_STREAK="${OPT}/failed-boots"  # install failures in a row on this disk
+readonly UNIT="${ROOT}/etc/systemd/system/survivor-agent.service"
+readonly MAX_FAILED_BOOTS=3
+
+readonly GS_URL='^gs://([a-z0-9][a-z0-9._-]{1,61}[a-z0-9])/([A-Za-z0-9._~/+=-]+)$'
+readonly SHA256='^[0-9a-f]{64}$'
+readonly WHEEL_FILE='^survivor_train-[0-9A-Za-z.+!]+-py3-none-any\.whl$'
 
 log() { echo "survivor-startup: $*"; }
 
-metadata() {
-  # An attribute's value, or empty when it is not set.
+endpoint() {  # $1: a host[:port] or URL from the environment, $2: the default; prints a checked URL
+  local value="${1:-$2}"
+  [[ "${value}" == http://* || "${value}" == https://* ]] || value="http://${value}"
+  if [[ ! "${value}" =~ ^https?://[A-Za-z0-9.-]+(:[0-9]+)?/?$ ]]; then
+    log "refusing endpoint ${value}: expected a host[:port]" >&2
+    exit 1
+  fi
+  echo "${value%/}"
+}
+MD="$(endpoint "${GCE_METADATA_HOST:-}" metadata.google.internal)/computeMetadata/v1"
+GCS="$(endpoint "${STORAGE_EMULATOR_HOST:-}" https://storage.googleapis.com)"
+COMPUTE="$(endpoint "${SURVIVOR_COMPUTE_ENDPOINT:-}" https://compute.googleapis.com)/compute/v1"
+readonly MD GCS COMPUTE
+WORK="$(mktemp -d)"
+readonly WORK
+trap 'rm -rf "${WORK}"' EXIT
+
+# -- the outside world: metadata server, Cloud Storage, Compute Engine --------------------------
+
+metadata() {  # $1: a path under computeMetadata/v1; prints the value, or nothing when it is not set
   curl --silent --fail --max-time 10 --retry 5 --retry-connrefused -H "Metadata-Flavor: Google" "${MD}/$1" || true
 }
 
-version="$(metadata survivor-version)"
-wheel="$(metadata survivor-wheel)"
+guest_attribute() {  # $1: key under survivor/, $2: value (best effort: needs enable-guest-attributes)
+  printf '%s' "$2" | curl --silent --fail --max-time 10 --retry 3 -X PUT -H "Metadata-Flavor: Google" \
+    --data-binary @- "${MD}/instance/guest-attributes/survivor/$1" >/dev/null || true
+}
 
-if [[ -n "${version}" && ! "${version}" =~ ^[0-9A-Za-z.+!-]+$ ]]; then
-  log "refusing survivor-version: not a version string"
+authorize() {  # writes the Authorization header for Google APIs into ${WORK}/auth (not on a command line)
+  local token
+  token="$(metadata instance/service-accounts/default/token \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["access_token"])' 2>/dev/null || true)"
+  if [[ ! "${token}" =~ ^[A-Za-z0-9._~+/=-]+$ ]]; then
+    return 1
+  fi
+  printf 'Authorization: Bearer %s\n' "${token}" > "${WORK}/auth"
+}
+
+quote_object() {  # percent-encodes an object name already checked against GS_URL's character set
+  local name="${1//\//%2F}"
+  name="${name//+/%2B}"
+  echo "${name//=/%3D}"
+}
+
+google_api() {  # curl with the VM's token: the Cloud Storage JSON API
+  # (https://cloud.google.com/storage/docs/reference-uris) and Compute Engine's
+  [[ -f "${WORK}/auth" ]] || authorize || return 1
+  curl --silent --show-error --fail --retry 4 --retry-connrefused --connect-timeout 10 -H @"${WORK}/auth" "$@"
+}
+
+download() {  # $1: gs://BUCKET/OBJECT (checked), $2: local path
+  [[ "$1" =~ ${GS_URL} ]] || return 1
+  google_api --max-time 1800 -o "$2" "${GCS}/storage/v1/b/${BASH_REMATCH[1]}/o/$(quote_object "${BASH_REMATCH[2]}")?alt=media"
+}
+
+# -- the job dir's boot records: survivor/boots/<time>-<instance>-<outcome>.json ----------------
+
+job_bucket="" job_prefix=""
+record() {  # $1: outcome (failed | installed; a builder's built | not-built), $2: reason
+  [[ -n "${job_bucket}" ]] || return 1
+  local name
+  name="$(quote_object "${job_prefix}survivor/boots/$(date -u +%Y%m%dT%H%M%S%N)-${instance}-$1.json")"
+  OUTCOME="$1" REASON="$2" INSTANCE="${instance}" WANTED="${wanted:-}" python3 -c '
+import datetime, json, os
+print(json.dumps({"outcome": os.environ["OUTCOME"], "reason": os.environ["REASON"], "instance": os.environ["INSTANCE"],
+                  "install": os.environ["WANTED"], "time": datetime.datetime.now(datetime.timezone.utc).isoformat()}))' \
+    | google_api --max-time 30 --retry 1 -X POST -H "Content-Type: application/json" --data-binary @- \
+      "${GCS}/upload/storage/v1/b/${job_bucket}/o?uploadType=media&name=${name}" >/dev/null
+}
+
+job_streak() {  # prints the install failures in a row recorded in the job dir, newest last; fails when unreachable
+  [[ -n "${job_bucket}" ]] || return 1
+  google_api --max-time 30 --retry 1 "${GCS}/storage/v1/b/${job_bucket}/o?prefix=$(quote_object "${job_prefix}survivor/boots/")" \
+    | python3 -c '
+import json, sys
+names = sorted(item["name"] for item in json.load(sys.stdin).get("items", []))
+streak = 0
+for name in reversed(names):
+    if not name.endswith("-failed.json"):
+        break
+    streak += 1
+print(streak)'
+}
+
+leave_group() {  # deletes this VM through its MIG (created-by), which lowers the target size
+  local created_by project zone kind
+  created_by="$(metadata instance/attributes/created-by)"
+  project="$(metadata project/project-id)"
+  zone="$(metadata instance/zone)"
+  zone="${zone##*/}"
+  if [[ ! "${created_by}" =~ ^projects/[^/]+/(zones|regions)/([a-z0-9-]+)/instanceGroupManagers/([a-z0-9-]+)$ ]]; then
+    log "not in a managed instance group (no created-by): powering off instead"
+    power_off
+    return 0
+  fi
+  kind="${BASH_REMATCH[1]}"
+  local where="${BASH_REMATCH[2]}" group="${BASH_REMATCH[3]}"
+  if [[ ! "${project}" =~ ^[a-z][a-z0-9.:-]{2,62}$ || ! "${zone}" =~ ^[a-z0-9-]+$ ]]; then
+    log "cannot leave ${group}: project or zone missing from metadata"
+    return 1
+  fi
+  log "leaving managed instance group ${group} after ${MAX_FAILED_BOOTS} boots in a row that could not install"
+  # https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/deleteInstances
+  # (regionInstanceGroupManagers for a regional MIG); needs the compute scope the template asks for.
+  local resource="instanceGroupManagers"
+  [[ "${kind}" == regions ]] && resource="regionInstanceGroupManagers"
+  printf '{"instances": ["zones/%s/instances/%s"]}' "${zone}" "${instance}" \
+    | google_api --max-time 60 -X POST -H "Content-Type: application/json" --data-binary @- \
+      "${COMPUTE}/projects/${project}/${kind}/${where}/${resource}/${group}/deleteInstances" >/dev/null
+}
+
+systemd_running() {  # as sd_booted(3) decides; never the host's systemd for a sandbox root
+  [[ -z "${ROOT}" && -d /run/systemd/system ]]
+}
+
+power_off() {
+  if systemd_running; then
+    systemctl poweroff
+  else
+    log "no running systemd here (or a sandbox root): not powering off"
+  fi
+}
+
+# -- failure: reported before anything exits ---------------------------------------------------
+
+fail() {  # $1: why this boot cannot install; reports it everywhere it can, then exits 1
+  trap - ERR
+  set +e
+  ((BASH_SUBSHELL == 0)) || exit 1  # inside $(...): the caller reports it
+  local reason="$1"
+  log "FAILED: ${reason}"
+  if [[ "${mode}" == build ]]; then
+    guest_attribute build "failed: ${reason}"
+    record not-built "${reason}" || log "could not record the build's outcome in the job dir"
+    power_off
+    exit 1
+  fi
+  guest_attribute state install-failed
+  guest_attribute install-error "${reason}"
+  local disk=0 job=0
+  [[ -f "${DISK_STREAK}" ]] && disk="$(cat "${DISK_STREAK}")"
+  [[ "${disk}" =~ ^[0-9]+$ ]] || disk=0
+  disk=$((disk + 1))
+  mkdir -p "${OPT}" && echo "${disk}" > "${DISK_STREAK}"
+  if record failed "${reason}"; then
+    job="$(job_streak)" || job=0
+    [[ "${job}" =~ ^[0-9]+$ ]] || job=0
+    log "recorded in ${job_dir}/survivor/boots/ (${job} failed boots in a row)"
+  else
+    log "could not record this boot in the job dir (${job_dir:-none given})"
+  fi
+  local streak=$((disk > job ? disk : job))
+  if ((streak >= MAX_FAILED_BOOTS)); then
+    leave_group || log "could not leave the managed instance group"
+  else
+    log "${streak} of ${MAX_FAILED_BOOTS} failed boots in a row before this VM leaves its group"
+  fi
   exit 1
+}
+
+mode="" instance="" job_dir="" wanted=""
+trap 'fail "line ${LINENO}: unexpected failure of: ${BASH_COMMAND}"' ERR
+
+# -- what to install ----------------------------------------------------------------------------
+
+mode="$(metadata instance/attributes/survivor-mode)"
+instance="$(metadata instance/name)"
+wheel="$(metadata instance/attributes/survivor-wheel)"
+wheel_sha="$(metadata instance/attributes/survivor-wheel-sha256)"
+lock="$(metadata instance/attributes/survivor-lock)"
+lock_sha="$(metadata instance/attributes/survivor-lock-sha256)"
+requirements="$(metadata instance/attributes/survivor-requirements)"
+requirements_sha="$(metadata instance/attributes/survivor-requirements-sha256)"
+job_dir="$(metadata instance/attributes/survivor-job-dir)"
+[[ -n "${job_dir}" ]] || job_dir="$(metadata instance/attributes/jobDir)"  # the recipe's flat keys
+
+if [[ "${job_dir}" =~ ^gs://([a-z0-9][a-z0-9._-]{1,61}[a-z0-9])(/[A-Za-z0-9._~/+=-]*)?$ ]]; then
+  job_bucket="${BASH_REMATCH[1]}"
+  job_prefix="${BASH_REMATCH[2]#/}"
+  job_prefix="${job_prefix%/}"
+  [[ -z "${job_prefix}" ]] || job_prefix="${job_prefix}/"
+else
+  job_dir=""  # not a bucket (or not a valid one): no boot records
 fi
-if [[ -n "${wheel}" && ! "${wheel}" =~ ^(gs|https)://[A-Za-z0-9._~/%+=-]+\.whl$ ]]; then
-  log "refusing survivor-wheel: expected a gs:// or https:// URL of a .whl"
-  exit 1
+if [[ ! "${instance}" =~ ^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$ ]]; then
+  instance="unknown"
+  fail "instance/name missing or not an instance name (is the metadata server reachable?)"
+fi
+[[ "${mode}" == "" || "${mode}" == build ]] || fail "refusing survivor-mode: expected build or nothing"
+if [[ -n "${wheel}${lock}" ]]; then
+  [[ "${wheel}" =~ ${GS_URL} && "${wheel##*/}" =~ ${WHEEL_FILE} ]] \
+    || fail "refusing survivor-wheel: expected gs://BUCKET/.../survivor_train-VERSION-py3-none-any.whl"
+  [[ "${wheel_sha}" =~ ${SHA256} ]] || fail "refusing survivor-wheel-sha256: expected 64 hex digits"
+  [[ "${lock}" =~ ${GS_URL} && "${lock}" == *.txt ]] || fail "refusing survivor-lock: expected gs://BUCKET/....txt"
+  [[ "${lock_sha}" =~ ${SHA256} ]] || fail "refusing survivor-lock-sha256: expected 64 hex digits"
+fi
+if [[ -n "${requirements}" ]]; then
+  [[ "${requirements}" =~ ${GS_URL} && "${requirements}" == *.txt ]] \
+    || fail "refusing survivor-requirements: expected gs://BUCKET/....txt"
+  [[ "${requirements_sha}" =~ ${SHA256} ]] || fail "refusing survivor-requirements-sha256: expected 64 hex digits"
+fi
+
+# -- install ------------------------------------------------------------------------------------
+
+fetch() {  # $1: gs:// URL, $2: sha256, $3: local path; fails naming what went wrong
+  download "$1" "$3" || fail "cannot download $1 (is the bucket reachable, and may the VM's service account read it?)"
+  local got
+  got="$(sha256sum "$3")"
+  got="${got%% *}"
+  [[ "${got}" == "$2" ]] || fail "$1 has sha256 ${got}, not the ${2} make-template recorded: upload it again"
+}
+
+install() {
+  rm -rf "${DOWNLOADS}"
+  mkdir -p "${DOWNLOADS}"
+  local wheel_path="${DOWNLOADS}/${wheel##*/}"
+  fetch "${wheel}" "${wheel_sha}" "${wheel_path}"
+  fetch "${lock}" "${lock_sha}" "${DOWNLOADS}/lock.txt"
+  local files=(-r "${DOWNLOADS}/survivor.txt" -r "${DOWNLOADS}/lock.txt")
+  if [[ -n "${requirements}" ]]; then
+    fetch "${requirements}" "${requirements_sha}" "${DOWNLOADS}/requirements.txt"
+    files+=(-r "${DOWNLOADS}/requirements.txt")
+  fi
+  # the wheel itself, pinned by its sha256 like everything else
+  printf 'survivor-train @ file://%s --hash=sha256:%s\n' "${wheel_path}" "${wheel_sha}" > "${DOWNLOADS}/survivor.txt"
+  if [[ ! -x "${VENV}/bin/python" ]]; then
+    python3 -m venv "${VENV}" || fail "python3 -m venv ${VENV} failed (is python3-venv installed on the image?)"
+  fi
+  log "installing $(basename "${wheel_path}") with its lock into ${VENV}"
+  # Hash-checking mode, not constraints: each file must match a sha256 of the lock, and a
+  # dependency the lock does not name is an error instead of a download by bare name
+  # (https://pip.pypa.io/en/stable/topics/secure-installs/). Wheels only: nothing is built on the VM.
+  if ! "${VENV}/bin/python" -m pip install --no-input --disable-pip-version-check --progress-bar off \
+      --require-hashes --only-binary :all: "${files[@]}" > "${WORK}/pip.log" 2>&1; then
+    cat "${WORK}/pip.log"
+    local why
+    why="$(grep -E '^ERROR:' "${WORK}/pip.log" | tail -n 1 || true)"
+    rm -f "${INSTALLED}"
+    fail "pip install failed: ${why:-see the log above}"
+  fi
+  tail -n 1 "${WORK}/pip.log"
+  echo "${wanted}" > "${INSTALLED}"
+  rm -rf "${DOWNLOADS}"
+  log "installed ${wanted}"
+}
+
+if [[ -n "${wheel}" ]]; then
+  wanted="wheel=${wheel_sha} lock=${lock_sha} requirements=${requirements_sha:-none}"
+  if [[ -f "${INSTALLED}" && "$(cat "${INSTALLED}")" == "${wanted}" ]]; then
+    log "nothing to install: ${VENV} already holds ${wanted}"
+  else
+    guest_attribute state installing
+    install
+  fi
+elif [[ -x "${VENV}/bin/survivor" ]]; then
+  log "no survivor-wheel in metadata: using the survivor already in ${VENV} ($(cat "${INSTALLED}" 2>/dev/null || echo unknown))"
+else
+  fail "no survivor-wheel in metadata and no survivor in ${VENV}: make the template with survivor make-template"
+fi
+
+if [[ "${mode}" == build ]]; then
+  guest_attribute build "done"
+  record built "installed ${wanted:-the venv as it was}" || fail "could not record the build's outcome in ${job_dir:-the job dir}"
+  log "build done: powering off so the disk can become an image"
+  power_off
+  exit 0
+fi
+
+# -- the agent's unit ---------------------------------------------------------------------------
+
+echo 0 > "${DISK_STREAK}"
+if [[ -n "${job_dir}" ]] && streak="$(job_streak 2>/dev/null)" && [[ "${streak}" =~ ^[1-9][0-9]*$ ]]; then
+  record installed "installed after ${streak} failed boots" || true  # ends the streak
 fi
 
 if ! id survivor >/dev/null 2>&1; then
@@ -39,70 +325,23 @@ if ! id survivor >/dev/null 2>&1; then
   log "created user survivor"
 fi
 
-if [[ ! -x "${VENV}/bin/python" ]]; then
-  python3 -m venv "${VENV}"
-fi
-
-# The gpu extra brings TensorFlow's CUDA libraries (tensorflow[and-cuda]).
-want="survivor[gpu]"
-if [[ -n "${wheel}" ]]; then
-  if [[ "${wheel}" == gs://* ]]; then
-    mkdir -p "${WHEELS}"
-    gcloud storage cp "${wheel}" "${WHEELS}/"
-    want="${WHEELS}/$(basename "${wheel}")[gpu]"
-  else
-    want="${wheel}[gpu]"
-  fi
-elif [[ -n "${version}" ]]; then
-  want="survivor[gpu]==${version}"
-fi
-
-installed="$("${VENV}/bin/python" -c 'import survivor; print(survivor.__version__)' 2>/dev/null || true)"
-if [[ -n "${version}" && -z "${wheel}" && "${installed}" == "${version}" ]]; then
-  log "survivor ${installed} already installed"
-else
-  "${VENV}/bin/pip" install --quiet --upgrade pip
-  "${VENV}/bin/pip" install --quiet --upgrade "${want}"
-  log "installed ${want}"
-fi
-
-cat > "${UNIT}.new" <<'UNIT'
-# survivor agent: resumes training on every boot, saves on a preemption notice, finishes once.
-# Installed by startup/startup.sh (the same text is embedded there; a test keeps them identical).
-[Unit]
-Description=survivor agent (resumable training on this VM)
-Wants=network-online.target
-After=network-online.target google-guest-agent.service
-StartLimitIntervalSec=900
-StartLimitBurst=5
-
-[Service]
-Type=simple
-User=survivor
-Group=survivor
-StateDirectory=survivor
-WorkingDirectory=/var/lib/survivor
-Environment=PYTHONUNBUFFERED=1
-ExecStart=/opt/survivor/venv/bin/survivor agent --workdir /var/lib/survivor --log-format json
-Restart=on-failure
-RestartSec=15
-# SIGTERM to the agent only; it forwards SIGTERM to the trainer and commits the emergency checkpoint.
-KillMode=mixed
-# Longer than the agent's grace budget (25 s by default); the hard power-off comes first on Spot anyway.
-TimeoutStopSec=120
-
-[Install]
-WantedBy=multi-user.target
-UNIT
-
+# The unit shipped in the installed wheel: one copy of its text, survivor/startup/survivor-agent.service.
+mkdir -p "$(dirname "${UNIT}")"
+"${VENV}/bin/python" -c 'import importlib.resources as r, sys
+sys.stdout.write(r.files("survivor").joinpath("startup").joinpath("survivor-agent.service").read_text())' > "${UNIT}.new" \
+  || fail "the installed survivor has no startup/survivor-agent.service"
 if ! cmp --silent "${UNIT}.new" "${UNIT}"; then
   mv "${UNIT}.new" "${UNIT}"
-  systemctl daemon-reload
-  log "installed ${UNIT}"
+  log "wrote ${UNIT}"
 else
   rm -f "${UNIT}.new"
 fi
 
+if ! systemd_running; then
+  log "no running systemd here (or a sandbox root): the unit is written, not started"
+  exit 0
+fi
+systemctl daemon-reload
 systemctl enable survivor-agent.service >/dev/null 2>&1 || true
 systemctl start survivor-agent.service
 log "survivor-agent started"

@@ -1,0 +1,299 @@
+"""What a training VM boots with: survivor's own image, or survivor's wheel and the lock from the job's bucket.
+
+    >>> install = stage_install("gs://my-bucket/runs/cifar10")      # builds the wheel, uploads it and the lock
+    >>> install.wheel
+    'gs://my-bucket/runs/cifar10/survivor/install/3fa2c1d9e0b7a4c2/survivor_train-0.1.0-py3-none-any.whl'
+    >>> family_name(install)                                         # survivor's image family for exactly that
+    'survivor-0-1-0-tf-2-21-0-3fa2c1d9e0'
+    >>> make_image(compute, install, zone="us-west1-b")              # `survivor make-image`
+
+Two ways, one startup script (survivor/startup/startup.sh):
+
+- **the wheel path**: `make-template` uploads survivor's wheel and the lock (survivor/startup/vm-lock.txt:
+  every dependency pinned with its sha256, for the VM's Python 3.10 on x86_64) to the job's bucket and
+  names them, with their sha256, in metadata; each boot of a fresh disk pip installs exactly those.
+- **the image path**: `survivor make-image` boots a builder VM from the Deep Learning VM family with
+  `survivor-mode=build`; the startup script installs the same wheel and lock (and the trainer's pinned
+  requirements) and powers off; the builder's disk becomes an image in survivor's family for that
+  install (`family_name`), and the builder is deleted. `make-template` boots that family when it
+  exists, and such a boot installs nothing: the recipe's custom-image step as a command.
+
+The wheel is built reproducibly (SOURCE_DATE_EPOCH), so the same source gives the same sha256, the same
+object names and the same image family.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.resources
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from survivor import __version__
+from survivor.template import DLVM_PROJECT, SCOPES, Install, startup_script
+
+#: zip's earliest time: the wheel's bytes depend on the source only (honoured by setuptools' bdist_wheel)
+SOURCE_DATE_EPOCH = "315532800"
+#: Where the staged install lives in a job dir (content-addressed, so staging again is harmless)
+STAGE = "survivor/install"
+#: Boot records the startup script writes (one per failed boot, and the builder's outcome)
+BOOTS = "survivor/boots/"
+BUILDER_IMAGE_FAMILY = "common-cu128-ubuntu-2204-nvidia-570"
+
+
+class ImageError(Exception):
+    """The install could not be built, staged or baked into an image. Says which step and why."""
+
+
+# -- the install: wheel + lock ---------------------------------------------------------------------
+
+
+def lock_path() -> str:
+    """The lock shipped in the package: survivor/startup/vm-lock.txt."""
+    return str(importlib.resources.files("survivor").joinpath("startup").joinpath("vm-lock.txt"))
+
+
+def sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def source_tree() -> str | None:
+    """The checkout survivor runs from (a pyproject.toml of survivor-train beside the package), or None."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        with open(os.path.join(root, "pyproject.toml"), encoding="utf-8") as f:
+            return root if re.search(r'^name\s*=\s*"survivor-train"', f.read(), re.M) else None
+    except OSError:
+        return None
+
+
+def _tree_digest(root: str) -> str:
+    """A digest of everything that goes into the wheel, so an unchanged tree reuses its wheel."""
+    digest = hashlib.sha256()
+    paths = [os.path.join(root, name) for name in ("pyproject.toml", "setup.py", "README.md")]
+    for folder, dirs, files in os.walk(os.path.join(root, "survivor")):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        paths += [os.path.join(folder, f) for f in sorted(files) if not f.endswith(".pyc")]
+    for path in paths:
+        if os.path.isfile(path):
+            digest.update(os.path.relpath(path, root).encode() + b"\0")
+            with open(path, "rb") as f:
+                digest.update(hashlib.sha256(f.read()).digest())
+    return digest.hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def build_wheel(cache_dir: str | None = None) -> str:
+    """survivor's wheel, built from the checkout survivor runs from (one build per state of the tree,
+    kept in `cache_dir`). Raises ImageError when survivor was not installed from a checkout."""
+    root = source_tree()
+    if root is None:
+        raise ImageError("survivor was not installed from a source checkout, so its wheel cannot be built here: "
+                         "give --survivor-wheel PATH (a survivor_train-*.whl)")
+    cache_dir = cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "survivor", "wheels")
+    target = os.path.join(cache_dir, _tree_digest(root))
+    os.makedirs(cache_dir, exist_ok=True)
+    # one build at a time: setuptools builds in the tree (build/, *.egg-info)
+    with _locked(os.path.join(cache_dir, ".lock")):
+        found = [f for f in os.listdir(target) if f.endswith(".whl")] if os.path.isdir(target) else []
+        if found:
+            return os.path.join(target, found[0])
+        scratch = tempfile.mkdtemp(prefix="survivor-wheel-", dir=cache_dir)
+        result = subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--disable-pip-version-check",
+             "--wheel-dir", scratch, root],
+            env={**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}, capture_output=True, text=True)
+        wheels = [f for f in os.listdir(scratch) if f.endswith(".whl")]
+        if result.returncode != 0 or len(wheels) != 1:
+            shutil.rmtree(scratch, ignore_errors=True)
+            last = (result.stderr.strip().splitlines() or ["no wheel came out"])[-1]
+            raise ImageError(f"building survivor's wheel from {root} failed: {last}")
+        os.replace(scratch, target)
+        return os.path.join(target, wheels[0])
+
+
+@dataclass(frozen=True)
+class LocalInstall:
+    """The files of an install on this machine, before staging: wheel, lock, trainer requirements."""
+
+    wheel: str
+    lock: str
+    requirements: str | None = None
+
+    def digests(self) -> tuple[str, str, str | None]:
+        return sha256_of(self.wheel), sha256_of(self.lock), sha256_of(self.requirements) if self.requirements else None
+
+
+def local_install(survivor_wheel: str | None = None, requirements: str | None = None) -> LocalInstall:
+    """The install make-template and make-image stage: a given wheel file or the one built here, the lock."""
+    if survivor_wheel and not os.path.isfile(survivor_wheel):
+        raise ImageError(f"--survivor-wheel {survivor_wheel}: no such file (a local survivor_train-*.whl)")
+    if requirements and not os.path.isfile(requirements):
+        raise ImageError(f"compute.requirements {requirements}: no such file (pinned requirements with --hash)")
+    return LocalInstall(survivor_wheel or build_wheel(), lock_path(), requirements)
+
+
+def staged_names(local: LocalInstall) -> list[tuple[str, str, str]]:
+    """Pure decision: (local path, object name in the job dir, sha256) for each file; names are
+    content-addressed, so the same file always lands in the same place."""
+    out = []
+    for path, name, digest in zip((local.wheel, local.lock, local.requirements),
+                                  (os.path.basename(local.wheel), "vm-lock.txt", "requirements.txt"),
+                                  local.digests()):
+        if path and digest:
+            out.append((path, f"{STAGE}/{digest[:16]}/{name}", digest))
+    return out
+
+
+def install_for(job_dir: str, local: LocalInstall) -> Install:
+    """Pure decision: the Install (gs:// URLs and sha256) that staging `local` in `job_dir` gives."""
+    staged = staged_names(local)
+    urls = [(f"{job_dir.rstrip('/')}/{name}", digest) for _, name, digest in staged]
+    wheel, lock = urls[0], urls[1]
+    requirements = urls[2] if len(urls) > 2 else (None, None)
+    return Install(wheel=wheel[0], wheel_sha256=wheel[1], lock=lock[0], lock_sha256=lock[1],
+                   requirements=requirements[0], requirements_sha256=requirements[1], job_dir=job_dir)
+
+
+def stage_install(job_dir: str, local: LocalInstall, storage_factory: Callable | None = None) -> Install:
+    """Uploads the wheel, the lock (and requirements) into the job dir on Cloud Storage, through
+    survivor/storage.py; returns what the template's metadata names."""
+    if not job_dir.startswith("gs://"):
+        raise ImageError(f"job_dir {job_dir}: not on Cloud Storage, so a VM cannot fetch survivor's wheel from it")
+    from survivor.storage import StorageError, open_storage
+
+    storage = (storage_factory or open_storage)(job_dir)
+    try:
+        storage.upload([(path, name) for path, name, _ in staged_names(local)])
+    except StorageError as exc:
+        raise ImageError(f"staging survivor's wheel and lock: {exc}") from exc
+    return install_for(job_dir, local)
+
+
+# -- survivor's image ------------------------------------------------------------------------------
+
+
+def tensorflow_version(lock: str) -> str:
+    """The TensorFlow version the lock pins ('unpinned' if none)."""
+    with open(lock, encoding="utf-8") as f:
+        found = re.search(r"^tensorflow==([0-9][0-9A-Za-z.]*)", f.read(), re.M)
+    return found.group(1) if found else "unpinned"
+
+
+def family_name(install: Install, tf_version: str) -> str:
+    """Pure decision: survivor's image family for exactly this wheel, lock and requirements
+    (a family name: [a-z]([-a-z0-9]*[a-z0-9])?, at most 63 characters)."""
+    digest = hashlib.sha256(f"{install.wheel_sha256} {install.lock_sha256} {install.requirements_sha256}".encode())
+    return f"survivor-{_dashed(__version__)}-tf-{_dashed(tf_version)}-{digest.hexdigest()[:10]}"[:63].rstrip("-")
+
+
+def _dashed(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def builder_body(name: str, zone: str, install: Install, *, machine_type: str = "n1-standard-8",
+                 disk_gb: int = 100, service_account: str = "default") -> dict:
+    """Pure decision: the `instances.insert` body of make-image's builder: a CPU VM of the Deep Learning
+    VM family whose startup script installs `install` (survivor-mode=build) and powers off."""
+    items = [{"key": "startup-script", "value": startup_script()}, {"key": "survivor-mode", "value": "build"},
+             {"key": "enable-guest-attributes", "value": "TRUE"}, *install.items()]
+    return {
+        "name": name,
+        "machineType": f"zones/{zone}/machineTypes/{machine_type}",
+        "disks": [{"boot": True, "autoDelete": True, "type": "PERSISTENT", "initializeParams": {
+            "sourceImage": f"projects/{DLVM_PROJECT}/global/images/family/{BUILDER_IMAGE_FAMILY}",
+            "diskSizeGb": str(disk_gb), "diskType": f"zones/{zone}/diskTypes/pd-balanced"}}],
+        "metadata": {"items": items},
+        "serviceAccounts": [{"email": service_account, "scopes": [SCOPES["storage"], SCOPES["logging"]]}],
+        "networkInterfaces": [{"network": "global/networks/default",
+                               "accessConfigs": [{"name": "External NAT", "type": "ONE_TO_ONE_NAT"}]}],
+        "labels": {"survivor-role": "image-builder"},
+    }
+
+
+def build_outcome(record_names: list[str], builder: str) -> str | None:
+    """Pure decision: 'built', 'not-built' or None (not yet) from the job dir's boot records."""
+    for name in sorted(record_names, reverse=True):
+        base = name.rsplit("/", 1)[-1]
+        for outcome in ("not-built", "built"):
+            if base.endswith(f"-{builder}-{outcome}.json"):
+                return outcome
+    return None
+
+
+def make_image(compute, install: Install, family: str, *, zone: str, storage=None,
+               progress: Callable[[str], None] = print, deadline: float = 3600.0, poll: float = 15.0,
+               keep_builder: bool = False, **builder_options) -> str:
+    """Builds survivor's image for `install` in `family` (unless the family has one): a builder VM,
+    its outcome, the image from its disk, the builder deleted. Returns the image's name."""
+    from survivor.compute import ComputeError
+
+    existing = compute.image_from_family(compute.project, family)
+    if existing is not None:
+        progress(f"image family {family} already has {existing['name']}: nothing to build")
+        return existing["name"]
+    if storage is None:
+        from survivor.storage import open_storage
+
+        storage = open_storage(install.job_dir)
+    builder = f"{family}-builder"[:63].rstrip("-")
+    progress(f"builder {builder}: creating in {zone} (installs the wheel and lock, then powers off)")
+    compute.insert_instance(zone, builder_body(builder, zone, install, **builder_options))
+    try:
+        outcome, started = None, time.monotonic()
+        while True:
+            vm = compute.get_instance(zone, builder)
+            if vm is None:
+                raise ImageError(f"builder {builder} disappeared before it finished")
+            outcome = build_outcome([info.name for info in storage.list(BOOTS)], builder)
+            if outcome == "not-built" or vm["status"] == "TERMINATED":
+                break
+            if time.monotonic() - started > deadline:
+                raise ImageError(f"builder {builder}: not done after {deadline:.0f} s; see `survivor logs "
+                                 f"--instance {builder} --zone {zone}`")
+            state = compute.guest_attributes(zone, builder).get("build", "installing")
+            progress(f"builder {builder}: {vm['status'].lower()}, {state} ({time.monotonic() - started:.0f} s)")
+            time.sleep(poll)
+        if outcome != "built":
+            reason = compute.guest_attributes(zone, builder).get("build", "") or "it powered off without a record"
+            raise ImageError(f"builder {builder} could not install: {reason}")
+        name = f"{family}-{time.strftime('%Y%m%d%H%M%S', time.gmtime())}"[:63]
+        progress(f"image {name}: creating in family {family} from the builder's disk")
+        compute.insert_image({
+            "name": name, "family": family, "sourceDisk": f"projects/{compute.project}/zones/{zone}/disks/{builder}",
+            "description": f"survivor {__version__}: wheel sha256 {install.wheel_sha256}, lock sha256 "
+                           f"{install.lock_sha256}, requirements sha256 {install.requirements_sha256 or 'none'}",
+            "labels": {"survivor-version": _dashed(__version__)},
+        })
+        return name
+    except ComputeError as exc:
+        raise ImageError(str(exc)) from exc
+    finally:
+        if not keep_builder:
+            progress(f"builder {builder}: deleting")
+            try:
+                compute.delete_instance(compute.project, zone, builder)
+            except ComputeError as exc:
+                progress(f"builder {builder}: could not delete it ({exc}); delete it by hand")
