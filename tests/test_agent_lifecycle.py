@@ -182,3 +182,70 @@ def test_preempted_before_the_trainers_first_step_loses_nothing(job_dir, tmp_pat
     assert vm.wait(30) == 0
     attempt = journal_of(job_dir).attempts[-1]
     assert attempt.outcome == "preempted" and attempt.steps_lost == 0 and attempt.reached_step == 0
+
+
+def wait_until(check, timeout, what):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"{what} within {timeout} s")
+
+
+def test_a_gpu_maintenance_notice_commits_once_training_goes_on_and_the_stop_saves_again(job_dir, tmp_path,
+                                                                                          instance_factory):
+    """TERMINATE_ON_HOST_MAINTENANCE comes an hour before a GPU VM's stop: commit now, keep training;
+    the stop itself (SIGTERM) saves again; no step is lost, none is run twice."""
+    import time
+
+    import yaml
+
+    spec = yaml.safe_load(dummy_spec(job_dir, tmp_path, train_steps=300, checkpoint_steps=1000))
+    spec["trainer"]["save_signal"] = "SIGUSR1"  # the contract's "save now, keep training"
+    vm = instance_factory(yaml.safe_dump(spec))
+    store = CheckpointStore(open_storage(job_dir))
+    vm.boot()
+    vm.wait_for_step(15)
+    assert store.committed() == []  # no periodic checkpoint this early
+    vm.metadata.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+    first = wait_until(store.committed, 10, "a commit after the maintenance notice")
+    assert len(first) == 1
+    saved = first[0].step
+    assert saved >= 15
+    vm.wait_for_step(saved + 40)  # the trainer was not stopped
+    assert vm.running()
+    time.sleep(1.0)
+    assert [m.step for m in store.committed()] == [saved]  # one commit for one notice
+    vm.soft_off()  # the host's stop, when it comes, as any other
+    assert vm.wait(30) == 0
+    attempt = journal_of(job_dir).attempts[-1]
+    assert attempt.notice == "signal" and attempt.steps_lost == 0
+    final = attempt.end_step
+    assert [m.step for m in store.committed()] == [final, saved] and final >= saved + 40
+    messages = [line["message"] for line in vm.log_lines()]
+    assert messages.count("maintenance notice: checkpoint committed; training goes on") == 1
+    assert sum("asked to save at step" in m for m in messages) == 1
+    assert sum("resuming at step" in m for m in messages) == 1  # one trainer process all boot long
+
+    run_to_completion(vm)
+    assert journal_of(job_dir).done["step"] == 300
+    assert executed_steps(tmp_path) == list(range(1, 301))  # 0 steps lost, none run twice
+
+
+def test_a_maintenance_notice_without_a_save_signal_commits_the_newest_checkpoint_and_trains_on(job_dir, tmp_path,
+                                                                                                instance_factory):
+    """A trainer that declares no save signal never gets one (SIGUSR1 would end it)."""
+    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=150, checkpoint_steps=10, sync_seconds=30))
+    vm.boot()
+    vm.wait_for_step(25)
+    vm.metadata.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+    store = CheckpointStore(open_storage(job_dir))
+    committed = wait_until(store.latest, 10, "the newest checkpoint committed on the notice")
+    assert committed.step >= 20 and committed.step % 10 == 0
+    assert vm.wait(60) == 0  # it trained on to the end: the notice did not stop it
+    assert journal_of(job_dir).done["step"] == 150
+    assert not any("asked to save" in line["message"] for line in vm.log_lines())
