@@ -1,0 +1,136 @@
+"""The startup script, the unit and the install they ship with: fast checks (the full boot is
+tests/test_boot_rehearsal.py). The script runs for real in a sandbox root against the metadata
+emulator; none of these gets as far as pip."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from survivor import image
+from survivor.local.boot import STARTUP, SandboxRoot
+from survivor.local.metadata_server import MetadataServer
+from survivor.template import startup_script
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE_STARTUP = os.path.join(ROOT, "survivor", "startup")
+SHA = "a" * 64
+GOOD = {
+    "survivor-wheel": "gs://bucket/run/survivor/install/aaaa/survivor_train-0.1.0-py3-none-any.whl",
+    "survivor-wheel-sha256": SHA,
+    "survivor-lock": "gs://bucket/run/survivor/install/bbbb/vm-lock.txt",
+    "survivor-lock-sha256": SHA,
+}
+
+
+def test_startup_script_is_shellcheck_clean():
+    result = subprocess.run([os.path.join(os.path.dirname(sys.executable), "shellcheck"), STARTUP],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def test_the_unit_has_one_copy_and_sends_the_agent_to_the_serial_console_and_the_journal():
+    script = open(STARTUP).read()
+    assert "[Service]" not in script  # the script copies the unit from the installed wheel
+    unit = open(os.path.join(PACKAGE_STARTUP, "survivor-agent.service")).read()
+    assert re.search(r"^StandardOutput=journal\+console$", unit, re.M)
+    assert re.search(r"^StandardError=journal\+console$", unit, re.M)
+    assert "Restart=on-failure" in unit and "StartLimitBurst=" in unit and "User=survivor" in unit
+    assert int(unit.split("TimeoutStopSec=")[1].split()[0]) >= 25
+    # top-level startup/ is the package's directory, not a second copy
+    assert os.path.realpath(os.path.join(ROOT, "startup")) == os.path.realpath(PACKAGE_STARTUP)
+    assert startup_script() == script
+
+
+def test_the_wheel_carries_the_startup_script_the_unit_and_the_lock():
+    with zipfile.ZipFile(image.build_wheel()) as wheel:
+        names = set(wheel.namelist())
+        assert {"survivor/startup/startup.sh", "survivor/startup/survivor-agent.service",
+                "survivor/startup/vm-lock.txt"} <= names
+        metadata = wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "Name: survivor-train" in metadata and "Requires-Python: >=3.10" in metadata
+
+
+def test_the_wheel_is_the_same_bytes_for_the_same_source(tmp_path):
+    first = image.build_wheel(str(tmp_path / "a"))
+    second = image.build_wheel(str(tmp_path / "b"))
+    assert image.sha256_of(first) == image.sha256_of(second)
+
+
+def test_the_vm_lock_pins_every_dependency_with_hashes_for_python_3_10():
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    text = open(image.lock_path()).read()
+    assert "--python-version 3.10" in text and "--extra gpu" in text and "--generate-hashes" in text
+    entries = re.findall(r"^([a-z0-9][a-z0-9._-]*)==(\S+)((?:\s*\\\n\s+--hash=sha256:[0-9a-f]{64})+)", text, re.M)
+    pinned = {name for name, _, _ in entries}
+    assert len(entries) == len(re.findall(r"^[a-z0-9][a-z0-9._-]*==", text, re.M))  # every pin has hashes
+    wanted = set()
+    for line in metadata.requires("survivor-train"):
+        requirement = Requirement(line)
+        if requirement.marker is None or requirement.marker.evaluate({"extra": "gpu", "sys_platform": "linux"}):
+            wanted.add(re.sub(r"[-_.]+", "-", requirement.name).lower())
+    assert wanted - pinned == set(), "regenerate survivor/startup/vm-lock.txt (command in its first lines)"
+    assert "nvidia-cudnn-cu12" in pinned  # tensorflow[and-cuda]
+
+
+def test_readme_never_installs_the_bare_name_survivor():
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    assert not re.search(r"pip install (-\S+ )*survivor(\[|\s|$|==)", readme)
+    assert "survivor-train" in readme
+
+
+# -- the script against the metadata emulator, stopping before pip ----------------------------------
+
+
+def boot(tmp_path, attributes: dict[str, str], **env: str):
+    metadata = MetadataServer(attributes=attributes, name="vm-1").start()
+    root = SandboxRoot(str(tmp_path / "root"))
+    os.makedirs(root.path, exist_ok=True)
+    try:
+        result = root.run_startup(metadata.host, env={"STORAGE_EMULATOR_HOST": "127.0.0.1:9", **env}, timeout=120)
+        guest = metadata.get("instance/guest-attributes")
+    finally:
+        metadata.stop()
+    return root, result, guest.get("survivor", {})
+
+
+@pytest.mark.parametrize("key, value", [
+    ("survivor-wheel", "gs://bucket/x/survivor_train-0.1.0-py3-none-any.whl; reboot"),
+    ("survivor-wheel", "file:///etc/passwd/survivor_train-0.1.0-py3-none-any.whl"),
+    ("survivor-wheel", "gs://bucket/x/other-1.0-py3-none-any.whl"),
+    ("survivor-wheel-sha256", "$(touch /tmp/pwned)"),
+    ("survivor-lock", "gs://bucket/lock.txt`touch /tmp/pwned`"),
+    ("survivor-lock-sha256", "abc"),
+    ("survivor-mode", "build; touch /tmp/pwned"),
+])
+def test_a_hostile_metadata_value_is_refused_and_reported_before_anything_runs(tmp_path, key, value):
+    root, result, guest = boot(tmp_path, {**GOOD, key: value})
+    assert result.returncode == 1, result.output
+    assert f"FAILED: refusing {key}" in result.output
+    assert guest["state"] == "install-failed" and guest["install-error"].startswith(f"refusing {key}")
+    assert not os.path.exists(root.at("/opt/survivor/venv")) and not os.path.exists("/tmp/pwned")
+
+
+def test_no_wheel_in_metadata_and_nothing_installed_is_a_reported_failure(tmp_path):
+    root, result, guest = boot(tmp_path, {})
+    assert result.returncode == 1
+    assert "no survivor-wheel in metadata and no survivor in" in guest["install-error"]
+    assert open(root.at("/opt/survivor/failed-boots")).read().strip() == "1"
+
+
+def test_an_unexpected_failure_is_reported_before_set_e_exits(tmp_path):
+    root = tmp_path / "root"
+    (root / "opt").mkdir(parents=True)
+    (root / "opt" / "survivor").write_text("a file where the install directory goes")
+    _, result, guest = boot(tmp_path, GOOD)
+    assert result.returncode == 1
+    assert "FAILED: line " in result.output and "unexpected failure of" in result.output
+    assert guest["state"] == "install-failed" and "unexpected failure" in guest["install-error"]
