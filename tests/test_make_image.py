@@ -1,0 +1,142 @@
+"""make-template's wheel path and `survivor make-image`, through the real google-cloud-compute and
+google-cloud-storage clients against survivor's Compute fake and fake-gcs-server. The builder VM's
+part (the startup script in build mode) is rehearsed for real in tests/test_boot_rehearsal.py; here
+a thread plays it from outside: its boot record, its guest attribute, its power-off."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+
+import pytest
+
+from survivor import cli, image
+from survivor.compute import Compute, ComputeError
+from survivor.storage import open_storage
+
+PROJECT = "survivor-local"
+ZONE = "us-west1-b"
+
+
+def run_cli(capsys, *argv):
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def job(tmp_path, bucket):
+    job_dir = f"gs://{bucket}/runs/{uuid.uuid4().hex[:8]}"
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"name: img\njob_dir: {job_dir}\ntrain_steps: 10\ntrainer: {{builtin: dummy}}\n"
+                    "compute: {machine_type: n1-standard-8, gpu: 'nvidia-tesla-t4:1'}\n")
+    return str(spec), job_dir
+
+
+def items_of(body: dict) -> dict[str, str]:
+    return {i["key"]: i["value"] for i in body["properties"]["metadata"]["items"]}
+
+
+def play_builder(compute_server, job_dir: str, outcome: str, reason: str = "") -> threading.Thread:
+    """What the builder VM does on its own: install (here: nothing), write its boot record and guest
+    attribute as startup.sh does, power off."""
+    def run():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            found = [key for key, vm in list(compute_server.instances.items()) if key[2].endswith("-builder")]
+            if found:
+                key = found[0]
+                items = {i["key"]: i["value"] for i in compute_server.instances[key]["metadata"]["items"]}
+                assert items["survivor-mode"] == "build"
+                stamp = time.strftime("%Y%m%dT%H%M%S000000000", time.gmtime())
+                open_storage(job_dir).write(f"survivor/boots/{stamp}-{key[2]}-{outcome}.json",
+                                            json.dumps({"outcome": outcome, "reason": reason}).encode())
+                compute_server.set_guest_attribute(*key, "survivor", "build", "done" if outcome == "built" else reason)
+                time.sleep(0.3)  # still RUNNING for a while: an image now would be refused
+                if key in compute_server.instances:  # make-image deletes a failed builder at once
+                    compute_server.power_off(*key)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_make_template_stages_the_wheel_and_lock_and_names_them_with_their_sha256(compute_server, gcs_server, job, capsys):
+    spec, job_dir = job
+    code, _, err = run_cli(capsys, "make-template", "img", "--config", spec, "--project", PROJECT, "--skip-preflight")
+    assert code == 0, err
+    items = items_of(compute_server.templates[(PROJECT, "img")])
+    assert "survivor-version" not in items
+    assert items["survivor-job-dir"] == job_dir
+    storage = open_storage(job_dir)
+    for key in ("survivor-wheel", "survivor-lock"):
+        name = items[key][len(job_dir) + 1:]
+        data = storage.read(name).data
+        assert image.hashlib.sha256(data).hexdigest() == items[f"{key}-sha256"]
+    assert items["survivor-wheel"].endswith("-py3-none-any.whl") and "/survivor_train-" in items["survivor-wheel"]
+    assert storage.read(items["survivor-lock"][len(job_dir) + 1:]).data == open(image.lock_path(), "rb").read()
+    # the same source again: the same objects and metadata, so the template is unchanged
+    code, out, _ = run_cli(capsys, "make-template", "img", "--config", spec, "--project", PROJECT, "--skip-preflight")
+    assert code == 0 and "unchanged" in out
+
+
+def test_make_image_bakes_the_install_and_make_template_then_boots_its_family(compute_server, gcs_server, job, capsys):
+    spec, job_dir = job
+    builder = play_builder(compute_server, job_dir, "built")
+    code, out, err = run_cli(capsys, "make-image", "--config", spec, "--project", PROJECT, "--zone", ZONE,
+                             "--poll-seconds", "0.05")
+    builder.join(5)
+    assert code == 0, err
+    family = out.split("created in family ")[1].split(";")[0]
+    assert family.startswith("survivor-0-1-0-tf-") and len(family) <= 63
+    image_body = compute_server.images[(PROJECT, family)]
+    assert image_body["sourceDisk"].endswith(f"/zones/{ZONE}/disks/{family}-builder")
+    inserted = [body for method, _, body in compute_server.requests if method == "compute.instances.insert"]
+    assert len(inserted) == 1
+    builder_items = {i["key"]: i["value"] for i in inserted[0]["metadata"]["items"]}
+    assert builder_items["survivor-mode"] == "build" and builder_items["survivor-wheel"].startswith(job_dir)
+    assert "deeplearning-platform-release" in inserted[0]["disks"][0]["initializeParams"]["sourceImage"]
+    assert not [key for key in compute_server.instances if key[2].endswith("-builder")]  # deleted
+    # the image was made only once the builder was off (the fake refuses a disk in use, as the API does)
+    assert "is already being used by" not in err
+
+    code, _, err = run_cli(capsys, "make-template", "img", "--config", spec, "--project", PROJECT, "--skip-preflight")
+    assert code == 0, err
+    body = compute_server.templates[(PROJECT, "img")]
+    items = items_of(body)
+    assert "survivor-wheel" not in items and "survivor-lock" not in items  # the image holds them
+    assert body["properties"]["disks"][0]["initializeParams"]["sourceImage"] == \
+        f"projects/{PROJECT}/global/images/family/{family}"
+    assert items["install-nvidia-driver"] == "True"
+
+    code, out, _ = run_cli(capsys, "make-image", "--config", spec, "--project", PROJECT, "--zone", ZONE)
+    assert code == 0 and "nothing to do" in out
+    assert len([m for m, _, _ in compute_server.requests if m == "compute.instances.insert"]) == 1
+
+
+def test_a_builder_that_cannot_install_is_reported_and_deleted_and_no_image_is_made(compute_server, gcs_server, job, capsys):
+    spec, job_dir = job
+    builder = play_builder(compute_server, job_dir, "not-built", "failed: pip install failed: ERROR: THESE PACKAGES DO NOT MATCH")
+    code, _, err = run_cli(capsys, "make-image", "--config", spec, "--project", PROJECT, "--zone", ZONE,
+                           "--poll-seconds", "0.05")
+    builder.join(5)
+    assert code == 1
+    assert "could not install: failed: pip install failed" in err
+    assert not [key for key in compute_server.images if key[1].startswith("survivor-")]
+    assert not [key for key in compute_server.instances if key[2].endswith("-builder")]
+
+
+def test_the_fake_refuses_an_image_of_a_disk_in_use_by_a_running_vm(compute_server):
+    compute = Compute(PROJECT)
+    local = image.LocalInstall(image.lock_path(), image.lock_path())  # any files: only the body matters here
+    install = image.install_for("gs://b/run", local)
+    compute.insert_instance(ZONE, image.builder_body("b1", ZONE, install))
+    with pytest.raises(ComputeError, match="is already being used by 'projects/survivor-local/zones/us-west1-b/instances/b1'"):
+        compute.insert_image({"name": "i1", "family": "survivor-x", "sourceDisk": f"zones/{ZONE}/disks/b1"})
+    compute_server.power_off(PROJECT, ZONE, "b1")
+    compute.insert_image({"name": "i1", "family": "survivor-x", "sourceDisk": f"zones/{ZONE}/disks/b1"})
+    assert compute.image_from_family(PROJECT, "survivor-x")["name"] == "i1"
