@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any
 
+from survivor import machines
 from survivor.compute import Compute, ComputeError
 from survivor.finish import GroupRef
 from survivor.spec import JobSpec, SpecError
@@ -346,8 +347,10 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
                 spec = JobSpec.from_yaml(items["survivor-job"])
             props = template["properties"]
             accel = (props.get("guestAccelerators") or [{}])[0]
-            out["machine"] = {"machine_type": props.get("machineType"), "gpu_type": accel.get("acceleratorType"),
-                              "gpu_count": int(accel.get("acceleratorCount") or 0),
+            # a2/a3/g2 carry their GPUs without guestAccelerators (survivor/machines.py)
+            gpu_type, gpu_count = machines.gpus_of(props.get("machineType") or "", accel.get("acceleratorType"),
+                                                   int(accel.get("acceleratorCount") or 0))
+            out["machine"] = {"machine_type": props.get("machineType"), "gpu_type": gpu_type, "gpu_count": gpu_count,
                               "spot": props.get("scheduling", {}).get("provisioningModel") == "SPOT"}
     job_dir = job_dir or (spec.job_dir if spec else None)
     if job_dir:

@@ -222,6 +222,17 @@ def test_the_fake_refuses_each_compute_rule_in_the_apis_words(compute_server, ma
     assert (PROJECT, "bad") not in compute_server.templates
 
 
+def test_the_fake_holds_instances_insert_to_the_same_rules(compute_server):
+    compute = Compute(PROJECT)
+    body = _raw_template("vm", "zones/us-west1-b/machineTypes/g2-standard-8", {"provisioningModel": "STANDARD"})
+    with pytest.raises(ComputeError, match=r"Instances with guest accelerators do not support live migration\."):
+        compute.insert_instance("us-west1-b", {"name": "vm", **body["properties"]})
+    assert (PROJECT, "us-west1-b", "vm") not in compute_server.instances
+    body["properties"]["scheduling"] = {"onHostMaintenance": "TERMINATE"}
+    compute.insert_instance("us-west1-b", {"name": "vm", **body["properties"]})
+    assert compute_server.instances[(PROJECT, "us-west1-b", "vm")]["status"] == "RUNNING"
+
+
 def test_the_fake_takes_what_the_rules_allow(compute_server):
     compute = Compute(PROJECT)
     compute.insert_template(_raw_template("g2", "g2-standard-8", {"provisioningModel": "SPOT", "automaticRestart": False,
