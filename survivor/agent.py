@@ -286,7 +286,11 @@ class MaintenanceSave:
     def step(self, trainer: TrainerProcess, mirror: Mirror, reported: int | None) -> bool:
         """Moves the save along; True once it is over (committed, or given up on)."""
         if self.sig is None:
-            mirror.sync()
+            try:
+                mirror.sync()
+            except Exception as exc:  # the mirror's own rounds try again; training goes on regardless
+                log.warning("maintenance notice: committing failed; the mirror tries again", error=str(exc))
+                return True
             log.info("maintenance notice: the trainer has no save signal; its newest checkpoint is committed, "
                      "training goes on", committed_step=mirror.committed_step)
             return True
@@ -385,10 +389,11 @@ class Boot:
         log.info("job", name=spec.name, job_dir=spec.job_dir, train_steps=spec.train_steps, instance=identity.name)
         self.spec, self.identity = spec, identity
 
-        storage = open_storage(spec.job_dir, project=identity.project if identity.project != "local" else None)
-        journal = Journal(storage)
-        self.storage, self.journal = storage, journal
+        self.journal = None
         try:
+            storage = open_storage(spec.job_dir, project=identity.project if identity.project != "local" else None)
+            journal = Journal(storage)
+            self.storage, self.journal = storage, journal
             state = self._patiently(journal.state)
         except StorageError as exc:
             return self._job_dir_refused(exc)
@@ -460,8 +465,9 @@ class Boot:
         self._guest("state", "failed", force=True)
         self._guest("reason", reason[:2000], force=True)
         try:
-            self.journal.mark_failed(reason + "; once fixed, delete this FAILED marker and start the job again")
-            log.info("FAILED written to the job dir")
+            if self.journal is not None:
+                self.journal.mark_failed(reason + "; once fixed, delete this FAILED marker and start the job again")
+                log.info("FAILED written to the job dir")
         except StorageError as err:
             log.warning("FAILED not written: the job dir refuses that too", error=str(err))
         return self._finish("failed", on_error=EXIT_OK)

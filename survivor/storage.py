@@ -208,7 +208,10 @@ class LocalStorage:
     def __init__(self, root: str):
         self.root = os.path.abspath(root)
         self.url = self.root
-        os.makedirs(self.root, exist_ok=True)
+        try:
+            os.makedirs(self.root, exist_ok=True)
+        except OSError as exc:
+            raise self._error(exc, "creating the job dir", "") from exc
         self._lock_path = os.path.join(self.root, ".survivor-generations.lock")
 
     def _path(self, name: str) -> str:
@@ -264,6 +267,12 @@ class LocalStorage:
             return self._generation(path)
 
     def list(self, prefix: str) -> list[ObjectInfo]:
+        try:
+            return self._list(prefix)
+        except OSError as exc:
+            raise self._error(exc, "listing", prefix) from exc
+
+    def _list(self, prefix: str) -> list[ObjectInfo]:
         base = self._path(prefix) if prefix.strip("/") else self.root
         out: list[ObjectInfo] = []
         if os.path.isfile(base):
@@ -287,6 +296,8 @@ class LocalStorage:
                 os.remove(self._path(name))
             except FileNotFoundError:
                 pass
+            except OSError as exc:
+                raise self._error(exc, "deleting", name) from exc
 
     def upload(self, pairs: list[tuple[str, str]]) -> list[ObjectInfo]:
         def one(pair: tuple[str, str]) -> ObjectInfo:
@@ -303,13 +314,26 @@ class LocalStorage:
             return ObjectInfo(name, os.path.getsize(path), crc32c_of_file(path))
 
         with ThreadPoolExecutor(PARALLELISM) as pool:
-            return list(pool.map(one, pairs))
+            try:
+                return list(pool.map(one, pairs))
+            except FileNotFoundError:  # a local file that went away (the trainer pruned it)
+                raise
+            except OSError as exc:
+                raise self._error(exc, "uploading a checkpoint", "") from exc
 
     def download(self, pairs: list[tuple[str, str]]) -> None:
         def one(pair: tuple[str, str]) -> None:
             name, local = pair
             os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
-            shutil.copyfile(self._path(name), local)
+            try:
+                shutil.copyfile(self._path(name), local)
+            except FileNotFoundError as exc:
+                if os.path.exists(self._path(name)):
+                    raise  # the local side
+                where = self._path(name)
+                raise StorageError(f"{where}: download: no such object", object=where, reason=NOT_FOUND) from exc
+            except OSError as exc:
+                raise self._error(exc, "downloading", name) from exc
 
         with ThreadPoolExecutor(PARALLELISM) as pool:
             list(pool.map(one, pairs))
