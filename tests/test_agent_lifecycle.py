@@ -249,3 +249,28 @@ def test_a_maintenance_notice_without_a_save_signal_commits_the_newest_checkpoin
     assert vm.wait(60) == 0  # it trained on to the end: the notice did not stop it
     assert journal_of(job_dir).done["step"] == 150
     assert not any("asked to save" in line["message"] for line in vm.log_lines())
+
+
+@pytest.mark.slow
+def test_the_builtin_tensorflow_loop_saves_on_a_maintenance_notice_and_trains_on(tmp_path, instance_factory):
+    import yaml
+
+    job_dir = str(tmp_path / "jobdir")
+    spec = yaml.safe_dump({"job_dir": job_dir, "train_steps": 2000, "checkpoint_steps": 100000,
+                           "on_finish": "keep-alive", "sync_seconds": 0.5, "trainer": {"builtin": "mlp"},
+                           "hyperparameters": {"step-seconds": 0.02, "log-steps": 50}})
+    vm = instance_factory(spec)
+    store = CheckpointStore(open_storage(job_dir))
+    vm.boot()
+    vm.wait_for_step(20, timeout=240)
+    vm.metadata.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+    saved = wait_until(store.committed, 60, "a commit after the maintenance notice")[0].step
+    vm.wait_for_step(saved + 20, timeout=60)
+    assert vm.running() and [m.step for m in store.committed()] == [saved]
+    vm.soft_off()
+    assert vm.wait(60) == 0
+    attempt = journal_of(job_dir).attempts[-1]
+    assert attempt.steps_lost == 0 and attempt.end_step >= saved + 20
+    steps = [m.step for m in store.committed()]  # the stop's save may be committed twice (files settling)
+    assert steps[0] == attempt.end_step and steps[-1] == saved and set(steps[1:-1]) <= {attempt.end_step}
+    assert sum("asked to save at step" in line["message"] for line in vm.log_lines()) == 1
