@@ -5,6 +5,7 @@ a thread plays it from outside: its boot record, its guest attribute, its power-
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -76,7 +77,7 @@ def test_make_template_stages_the_wheel_and_lock_and_names_them_with_their_sha25
     for key in ("survivor-wheel", "survivor-lock"):
         name = items[key][len(job_dir) + 1:]
         data = storage.read(name).data
-        assert image.hashlib.sha256(data).hexdigest() == items[f"{key}-sha256"]
+        assert hashlib.sha256(data).hexdigest() == items[f"{key}-sha256"]
     assert items["survivor-wheel"].endswith("-py3-none-any.whl") and "/survivor_train-" in items["survivor-wheel"]
     assert storage.read(items["survivor-lock"][len(job_dir) + 1:]).data == open(image.lock_path(), "rb").read()
     # the same source again: the same objects and metadata, so the template is unchanged
