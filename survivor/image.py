@@ -105,32 +105,42 @@ def _locked(path: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def build_wheel(cache_dir: str | None = None) -> str:
-    """survivor's wheel, built from the checkout survivor runs from (one build per state of the tree,
-    kept in `cache_dir`). Raises ImageError when survivor was not installed from a checkout."""
-    root = source_tree()
+def build_wheel(cache_dir: str | None = None, root: str | None = None) -> str:
+    """survivor's wheel, built from the checkout survivor runs from (or `root`), one build per state of
+    the tree, kept in `cache_dir`. Raises ImageError when survivor was not installed from a checkout."""
+    root = root or source_tree()
     if root is None:
         raise ImageError("survivor was not installed from a source checkout, so its wheel cannot be built here: "
                          "give --survivor-wheel PATH (a survivor_train-*.whl)")
     cache_dir = cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "survivor", "wheels")
     target = os.path.join(cache_dir, _tree_digest(root))
     os.makedirs(cache_dir, exist_ok=True)
-    # one build at a time: setuptools builds in the tree (build/, *.egg-info)
     with _locked(os.path.join(cache_dir, ".lock")):
         found = [f for f in os.listdir(target) if f.endswith(".whl")] if os.path.isdir(target) else []
         if found:
             return os.path.join(target, found[0])
         scratch = tempfile.mkdtemp(prefix="survivor-wheel-", dir=cache_dir)
-        result = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--disable-pip-version-check",
-             "--wheel-dir", scratch, root],
-            env={**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}, capture_output=True, text=True)
-        wheels = [f for f in os.listdir(scratch) if f.endswith(".whl")]
-        if result.returncode != 0 or len(wheels) != 1:
+        source = os.path.join(scratch, "source")
+        try:
+            # a clean copy: setuptools builds in the source tree, and a build/ left there by an
+            # earlier build would put files into the wheel that the tree no longer has
+            shutil.copytree(os.path.join(root, "survivor"), os.path.join(source, "survivor"),
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            for name in ("pyproject.toml", "setup.py", "README.md"):
+                if os.path.exists(os.path.join(root, name)):
+                    shutil.copy2(os.path.join(root, name), source)
+            result = subprocess.run(
+                [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--disable-pip-version-check",
+                 "--wheel-dir", os.path.join(scratch, "dist"), source],
+                env={**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}, capture_output=True, text=True)
+            dist = os.path.join(scratch, "dist")
+            wheels = [f for f in os.listdir(dist) if f.endswith(".whl")] if os.path.isdir(dist) else []
+            if result.returncode != 0 or len(wheels) != 1:
+                last = (result.stderr.strip().splitlines() or ["no wheel came out"])[-1]
+                raise ImageError(f"building survivor's wheel from {root} failed: {last}")
+            os.replace(dist, target)
+        finally:
             shutil.rmtree(scratch, ignore_errors=True)
-            last = (result.stderr.strip().splitlines() or ["no wheel came out"])[-1]
-            raise ImageError(f"building survivor's wheel from {root} failed: {last}")
-        os.replace(scratch, target)
         return os.path.join(target, wheels[0])
 
 

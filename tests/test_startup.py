@@ -57,9 +57,15 @@ def test_the_wheel_carries_the_startup_script_the_unit_and_the_lock():
 
 
 def test_the_wheel_is_the_same_bytes_for_the_same_source(tmp_path):
-    first = image.build_wheel(str(tmp_path / "a"))
-    second = image.build_wheel(str(tmp_path / "b"))
-    assert image.sha256_of(first) == image.sha256_of(second)
+    import shutil
+
+    snapshot = tmp_path / "tree"  # the checkout as it is now (others may be editing it)
+    shutil.copytree(os.path.join(ROOT, "survivor"), snapshot / "survivor", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy2(os.path.join(ROOT, name), snapshot)
+    first = image.build_wheel(str(tmp_path / "a"), root=str(snapshot))
+    second = image.build_wheel(str(tmp_path / "b"), root=str(snapshot))
+    assert first != second and image.sha256_of(first) == image.sha256_of(second)
 
 
 def test_the_vm_lock_pins_every_dependency_with_hashes_for_python_3_10():
@@ -134,3 +140,18 @@ def test_an_unexpected_failure_is_reported_before_set_e_exits(tmp_path):
     assert result.returncode == 1
     assert "FAILED: line " in result.output and "unexpected failure of" in result.output
     assert guest["state"] == "install-failed" and "unexpected failure" in guest["install-error"]
+
+
+def test_a_staged_file_that_differs_from_its_sha256_is_refused_before_pip(tmp_path, gcs_server, bucket):
+    from survivor.storage import open_storage
+
+    job_dir = f"gs://{bucket}/run"
+    open_storage(job_dir).write("survivor/install/x/survivor_train-0.1.0-py3-none-any.whl", b"swapped bytes")
+    attributes = {**GOOD, "survivor-wheel": f"{job_dir}/survivor/install/x/survivor_train-0.1.0-py3-none-any.whl",
+                  "survivor-job-dir": job_dir}
+    root, result, guest = boot(tmp_path, attributes, STORAGE_EMULATOR_HOST=gcs_server.url)
+    assert result.returncode == 1
+    assert f"not the {SHA} make-template recorded" in guest["install-error"]
+    assert not os.path.exists(root.at("/opt/survivor/venv"))
+    records = [info.name for info in open_storage(job_dir).list(image.BOOTS)]
+    assert len(records) == 1 and records[0].endswith("-vm-1-failed.json")
