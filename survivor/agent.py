@@ -46,8 +46,9 @@ from survivor.snapshot import Checksums, event_files, scan
 from survivor.spec import JobSpec, SpecError, validate_uri
 from survivor.storage import JobStorage, StorageError, open_storage
 from survivor.store import CheckpointStore, CommitStats, SnapshotChanged
-from survivor.trainer_process import (TrainerProcess, TrainerUserError, decide_user, read_progress, save_signal,
-                                      trainer_argv)
+from survivor.trainer_process import (TrainerProcess, TrainerUserError, claim_workdir, decide_user, give_to,
+                                      prepare_state_dir, progress_path, read_progress, save_signal, state_dir,
+                                      trainer_argv, write_pid_file)
 from survivor.trainers.contract import PROGRESS_ENV
 
 log = logs.get("agent")
@@ -322,7 +323,7 @@ class Boot:
         self.phase = Phase()
         self.metadata = options.metadata
         self.local_job = os.path.join(options.workdir, "job")
-        self.progress_file = os.path.join(options.workdir, "progress.json")
+        self.progress_file = progress_path(options.workdir)  # in the one dir the trainer writes besides its job dir
         self.notice: Notice | None = None
         self.trainer: TrainerProcess | None = None
         self._last_guest_write = 0.0
@@ -517,19 +518,18 @@ class Boot:
         try:
             with self.phase.timed("setup"):
                 num_gpus = self._gpus(spec)
-                delivered = deliver(spec.trainer, self.options.workdir, fetch=self._fetch)
                 user = decide_user(os.geteuid(), spec.user, self.options.allow_root_trainer)
+                claim_workdir(self.options.workdir)  # the agent's alone: the trainer gets only what is below
+                delivered = deliver(spec.trainer, self.options.workdir, fetch=self._fetch)
                 argv = trainer_argv(spec, python=self.options.python, job_dir=self.local_job,
                                     data_dir=spec.data_dir, num_gpus=num_gpus)
                 env = self._trainer_env(delivered.pythonpath)
-                if os.path.exists(self.progress_file):
-                    os.remove(self.progress_file)
+                prepare_state_dir(state_dir(self.options.workdir), user)
                 if user:
-                    _give_to(user, [self.local_job, self.options.workdir])
+                    give_to(user, self.local_job)
                 trainer = TrainerProcess.start(argv, env=env, cwd=delivered.cwd, user=user)
                 self.trainer = trainer
-                with open(os.path.join(self.options.workdir, "trainer.pid"), "w", encoding="utf-8") as f:
-                    f.write(str(trainer.pid))
+                write_pid_file(os.path.join(self.options.workdir, "trainer.pid"), trainer.pid)
         except (DeliveryError, TrainerUserError, OSError) as exc:
             return self._failed(attempt, f"cannot start the trainer: {exc}", restored)
 
@@ -755,18 +755,6 @@ class Boot:
             env["PYTHONPATH"] = os.pathsep.join(pythonpath + [p for p in [env.get("PYTHONPATH")] if p])
         env.setdefault("PYTHONUNBUFFERED", "1")
         return env
-
-
-def _give_to(user: str, paths: list[str]) -> None:
-    """Lets the trainer's user write the local job dir the agent (root) restored."""
-    import pwd
-
-    entry = pwd.getpwnam(user)
-    for top in paths:
-        for dirpath, dirnames, filenames in os.walk(top):
-            os.chown(dirpath, entry.pw_uid, entry.pw_gid)
-            for name in filenames:
-                os.chown(os.path.join(dirpath, name), entry.pw_uid, entry.pw_gid)
 
 
 def _default_compute(identity: InstanceIdentity) -> ComputeActions | None:

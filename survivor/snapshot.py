@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 
 import google_crc32c
@@ -195,6 +196,8 @@ def scan(root: str, checksums: Checksums | None = None) -> Snapshot:
     paths = []
     for dirpath, _, files in os.walk(root):
         for name in files:
+            if not _regular(os.path.join(dirpath, name)):
+                continue  # a link or a FIFO the trainer left: never followed, never opened (a FIFO blocks)
             rel = os.path.relpath(os.path.join(dirpath, name), root)
             if is_temporary(rel) and not is_event_file(rel):
                 checksums.follow(os.path.join(root, rel))
@@ -202,7 +205,7 @@ def scan(root: str, checksums: Checksums | None = None) -> Snapshot:
                 paths.append(rel)
     tf_state = None
     state_path = os.path.join(root, "checkpoint")
-    if os.path.isfile(state_path):
+    if _regular(state_path):
         with open(state_path, encoding="utf-8", errors="replace") as f:
             tf_state = f.read()
     step, chosen = decide_files_and_step(paths, tf_state)
@@ -218,12 +221,14 @@ def scan(root: str, checksums: Checksums | None = None) -> Snapshot:
 def _stable_entry(path: str, rel: str, checksums: Checksums) -> LocalFile | None:
     """Checksums a file, or returns None if it vanished or changed while being read."""
     try:
-        before = os.stat(path)
+        before = os.lstat(path)
+        if not stat.S_ISREG(before.st_mode):
+            return None
         crc = checksums.of(path, rel, before)
-        after = os.stat(path)
+        after = os.lstat(path)
     except FileNotFoundError:
         return None
-    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
+    if (before.st_size, before.st_mtime_ns, before.st_ino) != (after.st_size, after.st_mtime_ns, after.st_ino):
         return None
     checksums.keep(rel, after, crc)
     return LocalFile(rel, after.st_size, after.st_mtime_ns, crc)
@@ -235,6 +240,15 @@ def event_files(root: str) -> list[str]:
     for dirpath, _, files in os.walk(root):
         for name in files:
             rel = os.path.relpath(os.path.join(dirpath, name), root)
-            if is_event_file(rel):
+            if is_event_file(rel) and _regular(os.path.join(dirpath, name)):
                 out.append(rel)
     return sorted(out)
+
+
+def _regular(path: str) -> bool:
+    """True for a regular file itself, not a link to one: a job dir's files are the trainer's, and
+    the agent (perhaps root) reading through a link it left would upload whatever it points at."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False

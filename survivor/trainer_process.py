@@ -13,7 +13,16 @@ hyperparameter as `--kebab-case value`. A flag the spec does not name is never i
 recipe's own trainer refuses any it does not know. SIGTERM means save now and exit; the trainer's
 declared save signal (SIGUSR1 for the built-in ones) means save now and keep training; exit 0
 without a notice means training finished. Its stdout/stderr are forwarded line by line into the
-agent's structured log.
+agent's structured log (`\r` ends a line too, and a line is cut at MAX_LINE_BYTES: memory stays
+bounded whatever it writes).
+
+The trainer runs in its own session and process group; when it exits, whatever it left running in
+them is killed, so nothing writes into the job dir after the agent's last commit.
+
+A trainer running as another user than the agent (root) gets only the local job dir and its state
+dir (where the progress file is); the agent's work dir and everything the agent itself writes stay
+root's, and no link the trainer plants is ever followed by the agent (`give_to`, `write_pid_file`,
+`read_progress`).
 """
 
 from __future__ import annotations
@@ -21,12 +30,15 @@ from __future__ import annotations
 import collections
 import os
 import pwd
+import re
 import select
+import shutil
 import signal
+import stat
 import subprocess
 import threading
 import time
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from survivor import log as logs
 from survivor.spec import BUILTIN_FLAGS, BUILTIN_SAVE_SIGNAL, BUILTIN_TRAINERS, JobSpec, TrainerSpec
@@ -98,23 +110,194 @@ def decide_user(euid: int, requested: str | None, allow_root: bool) -> str | Non
     return None
 
 
+#: The most the agent reads of a progress file: a record is 64 bytes; a trainer cannot make the
+#: agent read a gigabyte, nor a FIFO, nor through a link.
+PROGRESS_READ_LIMIT = 4096
+
+
 def read_progress(path: str) -> int | None:
-    """The step a trainer last reported in its progress file, if any."""
+    """The step a trainer last reported in its progress file, if any. The file lives in a dir the
+    trainer writes: a link there is not followed, and only a regular file is read (a FIFO would
+    block the agent), at most PROGRESS_READ_LIMIT bytes of it."""
     try:
-        with open(path, "rb") as f:
-            return parse_progress(f.read())
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return parse_progress(os.read(fd, PROGRESS_READ_LIMIT))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+# -- what the trainer may write, and what it may not ----------------------------------------------
+
+
+#: Under the agent's work dir, the one dir besides the local job dir the trainer may write.
+STATE_DIR = "trainer-state"
+
+
+def state_dir(workdir: str) -> str:
+    """The trainer's state dir under `workdir` (its progress file; it may write there atomically)."""
+    return os.path.join(workdir, STATE_DIR)
+
+
+def progress_path(workdir: str) -> str:
+    """Where the trainer reports its progress (`$SURVIVOR_PROGRESS_FILE`)."""
+    return os.path.join(state_dir(workdir), "progress.json")
+
+
+def claim_workdir(path: str) -> None:
+    """Makes the agent's work dir a real directory that only the agent writes: an earlier version
+    gave it to the trainer's user, who could then swap any file the agent writes there for a link."""
+    os.makedirs(path, exist_ok=True)
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise OSError(f"{path}: the work dir is not a directory")
+    if os.geteuid() == 0 and st.st_uid != 0:
+        os.chown(path, 0, 0, follow_symlinks=False)
+    if st.st_mode & 0o022:
+        os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o022)
+
+
+def give_to(user: str, top: str) -> None:
+    """Gives `top` and everything under it to `user`, never following a link: a link is chowned
+    itself (its target stays whose it was), and `os.fwalk` walks by directory descriptors, so a
+    directory swapped for a link during the walk is not entered either."""
+    entry = pwd.getpwnam(user)
+    os.chown(top, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
+    for _, dirnames, filenames, dirfd in os.fwalk(top, follow_symlinks=False):
+        for name in dirnames + filenames:
+            try:
+                os.chown(name, entry.pw_uid, entry.pw_gid, dir_fd=dirfd, follow_symlinks=False)
+            except FileNotFoundError:
+                pass
+
+
+def prepare_state_dir(path: str, user: str | None) -> None:
+    """The trainer's state dir (its progress file), emptied, and the trainer's user's when it has one."""
+    if os.path.lexists(path) and (os.path.islink(path) or not os.path.isdir(path)):
+        os.remove(path)
+    os.makedirs(path, exist_ok=True)
+    for name in os.listdir(path):  # last boot's progress: removed, never followed
+        full = os.path.join(path, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full)
+        else:
+            os.remove(full)
+    if user:
+        give_to(user, path)
+
+
+def write_pid_file(path: str, pid: int) -> None:
+    """Writes `pid` to a new file at `path`: never through a link someone left there."""
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(str(pid))
+
+
+# -- the trainer's output -------------------------------------------------------------------------
+
+#: The longest line forwarded as one log entry; a longer one (no line end for megabytes) is cut.
+MAX_LINE_BYTES = 8192
+_LINE_END = re.compile(rb"[\r\n]")
+
+
+class OutputLines:
+    """Splits a trainer's output into log lines with bounded memory.
+
+        >>> lines = OutputLines(limit=10)
+        >>> lines.feed(b"epoch 1\r 10%\r 20%") + lines.feed(b"\nabcdefghijklmnop")
+        ['epoch 1', '10%', '20%', 'abcdefghij']
+
+    `\n` and `\r` both end a line (a progress bar redraws itself with `\r`); a line longer than
+    `limit` bytes is cut into pieces of that size, at a UTF-8 character boundary; blank lines are
+    dropped. What is kept between calls is never more than `limit` bytes.
+    """
+
+    def __init__(self, limit: int = MAX_LINE_BYTES):
+        self.limit = limit
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> list[str]:
+        """The lines `chunk` completes."""
+        parts = _LINE_END.split(self._pending + chunk)
+        self._pending = parts.pop()
+        out: list[str] = []
+        for part in parts:
+            out += self._pieces(part, keep_rest=False)
+        out += self._pieces(self._pending, keep_rest=True)
+        return out
+
+    def flush(self) -> list[str]:
+        """The last line, when the output ended without a line end."""
+        rest, self._pending = self._pending, b""
+        return self._pieces(rest, keep_rest=False)
+
+    def _pieces(self, data: bytes, keep_rest: bool) -> list[str]:
+        out = []
+        while len(data) > self.limit or (data and not keep_rest):
+            cut = min(len(data), self.limit)
+            while 0 < cut < len(data) and cut > self.limit - 4 and data[cut] & 0xC0 == 0x80:
+                cut -= 1  # not inside a multi-byte character
+            piece, data = data[:cut], data[cut:]
+            text = piece.decode(errors="replace").strip()
+            if text:
+                out.append(text)
+        if keep_rest:
+            self._pending = data
+        return out
+
+
+# -- the trainer's session ------------------------------------------------------------------------
+
+
+def session_members(stats: Iterable[tuple[int, str]], leader: int) -> list[int]:
+    """Pure decision: the pids whose `/proc/PID/stat` puts them in the session or process group
+    `leader` started; `stats` are (pid, stat text) pairs. The command name may hold spaces and
+    parentheses, so fields are counted after its last `)` (proc(5): state, ppid, pgrp, session)."""
+    members = []
+    for pid, text in stats:
+        fields = text.rpartition(")")[2].split()
+        try:
+            pgrp, session = int(fields[2]), int(fields[3])
+        except (IndexError, ValueError):
+            continue
+        if pid != leader and leader in (pgrp, session):
+            members.append(pid)
+    return members
+
+
+def _proc_stats() -> list[tuple[int, str]]:
+    stats = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as f:
+                stats.append((int(name), f.read()))
+        except OSError:
+            continue
+    return stats
 
 
 class TrainerProcess:
-    """A running trainer. Its own process group, so a terminal's Ctrl-C reaches only the agent."""
+    """A running trainer. Its own session and process group, so a terminal's Ctrl-C reaches only the
+    agent, and what it leaves running when it exits can be found and ended (`end_group`)."""
 
     def __init__(self, popen: subprocess.Popen, argv: Sequence[str]):
         self.popen = popen
         self.argv = list(argv)
         self.terminated_at: float | None = None
         self.killed = False
+        self.group_ended = False
         self.tail: collections.deque[str] = collections.deque(maxlen=20)
         self._pump = threading.Thread(target=self._forward_output, name="trainer-output", daemon=True)
         self._pump.start()
@@ -146,18 +329,41 @@ class TrainerProcess:
 
     def _forward_output(self) -> None:
         assert self.popen.stdout is not None
-        for raw in iter(self.popen.stdout.readline, b""):
-            line = raw.decode(errors="replace").rstrip()
-            if line:
+        fd = self.popen.stdout.fileno()
+        lines = OutputLines()
+        while True:
+            chunk = os.read(fd, 65536)  # what is there, up to 64 KiB: never waits for a line end
+            for line in lines.feed(chunk) if chunk else lines.flush():
                 self.tail.append(line)
                 log.info(line, source="trainer")
+            if not chunk:
+                return
 
     @property
     def pid(self) -> int:
         return self.popen.pid
 
     def poll(self) -> int | None:
+        """The exit code once the trainer has exited (and what it left running is ended), else None."""
+        if self.popen.returncode is None and _exited(self.popen.pid):
+            self.end_group()  # while the exited trainer is unreaped its pid, the group's id, cannot be reused
         return self.popen.poll()
+
+    def end_group(self) -> None:
+        """SIGKILLs what the trainer left running: its process group, and anything in its session
+        that moved to a group of its own. A process that started a session of its own has left
+        both; on a VM the unit's cgroup ends it when the agent exits (docs/reliability.md)."""
+        if self.group_ended:
+            return
+        self.group_ended = True
+        leftovers = session_members(_proc_stats(), self.popen.pid)
+        for kill, target in [(os.killpg, self.popen.pid)] + [(os.kill, pid) for pid in leftovers]:
+            try:
+                kill(target, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if leftovers:
+            log.warning("the trainer left processes running; killed them", pids=" ".join(map(str, leftovers)))
 
     def request_save(self, sig: int) -> None:
         """Asks for a checkpoint now, training going on: `sig` to the trainer itself only, not its
@@ -175,10 +381,11 @@ class TrainerProcess:
             self._signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        """SIGKILL the trainer's whole process group."""
+        """SIGKILL the trainer's whole process group (and what it left running, if it has exited)."""
         if self.popen.poll() is None:
             self.killed = True
             self._signal(signal.SIGKILL)
+        self.end_group()
 
     def _signal(self, sig: int) -> None:
         try:
@@ -194,10 +401,13 @@ class TrainerProcess:
         """
         if timeout is not None and not _exited_within(self.popen, timeout):
             return None
+        if self.popen.returncode is None and _exited(self.popen.pid):
+            self.end_group()
         try:
             code = self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
+        self.end_group()
         self._pump.join(timeout=2)
         return code
 
@@ -207,6 +417,14 @@ class TrainerProcess:
             if line.strip(" ^~") and not line.startswith("  File "):
                 return line.strip()[:300]
         return ""
+
+
+def _exited(pid: int) -> bool:
+    """True once `pid` (our child) has exited, without reaping it."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
 
 
 def _exited_within(popen: subprocess.Popen, timeout: float) -> bool:

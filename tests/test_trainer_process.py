@@ -13,7 +13,7 @@ import zipfile
 
 import pytest
 
-from survivor.delivery import deliver, git_commands
+from survivor.delivery import deliver, git_plan
 from survivor.gpus import decide_gpu_count, parse_nvidia_smi_list
 from survivor.spec import JobSpec, TrainerSpec
 from survivor.spec import BUILTIN_FLAGS, BUILTIN_TRAINERS
@@ -149,10 +149,10 @@ def test_gpu_count_from_nvidia_smi():
 
 
 def test_git_commands_put_a_separator_before_the_url():
-    first = git_commands("https://example.com/r.git", "v1", "/w/src", exists=False)
-    assert first[0] == ["git", "clone", "--quiet", "--", "https://example.com/r.git", "/w/src"]
-    again = git_commands("https://example.com/r.git", None, "/w/src", exists=True)
-    assert again[0][:4] == ["git", "-C", "/w/src", "fetch"]
+    first = git_plan("https://example.com/r.git", "v1", "/w/src", origin=None)
+    assert first.fresh and first.commands[0] == ["git", "clone", "--quiet", "--", "https://example.com/r.git", "/w/src"]
+    again = git_plan("https://example.com/r.git", None, "/w/src", origin="https://example.com/r.git")
+    assert not again.fresh and again.commands[0][:4] == ["git", "-C", "/w/src", "fetch"]
 
 
 def _git(*args, cwd):

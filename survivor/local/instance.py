@@ -20,7 +20,7 @@ import sys
 import time
 
 from survivor.local.metadata_server import MetadataServer
-from survivor.trainer_process import read_progress
+from survivor.trainer_process import progress_path, read_progress
 
 
 class LocalInstance:
@@ -70,7 +70,7 @@ class LocalInstance:
 
     def progress(self) -> int | None:
         """The step the trainer last reported, read from the boot disk."""
-        return read_progress(os.path.join(self.workdir, "progress.json"))
+        return read_progress(progress_path(self.workdir))
 
     def wait_for_step(self, step: int, timeout: float = 120.0) -> int:
         """Waits until the trainer reports `step` or more; returns the reported step."""

@@ -1,0 +1,474 @@
+"""A trainer is contained: it cannot reach root's files through the agent, flood the agent's memory,
+outlive itself, or keep an old repository's code. Each class runs through the real `survivor agent`
+process; the pure decisions behind them are tested alone below."""
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from survivor.delivery import git_plan
+from survivor.snapshot import scan
+from survivor.storage import LocalStorage, crc32c_of_file
+from survivor.store import CheckpointStore
+from survivor.trainer_process import (MAX_LINE_BYTES, OutputLines, give_to, read_progress, session_members,
+                                      write_pid_file)
+from survivor.trainers.contract import progress_record
+
+SYSTEM_PYTHON = "/usr/bin/python3"  # one an unprivileged user can execute (this venv may live under /root)
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="a trainer of another user needs a root agent")
+system_python = pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason="needs a system python3")
+
+
+@pytest.fixture
+def base(request):
+    """A dir the unprivileged trainer user can reach (tmp_path is under root's 0700 dirs)."""
+    path = tempfile.mkdtemp(prefix="survivor-isolation-", dir="/tmp")
+    request.addfinalizer(lambda: shutil.rmtree(path, ignore_errors=True))
+    os.chmod(path, 0o755)
+    return path
+
+
+def agent(base: str, workdir: str, spec: dict, *, stdout=None, name: str = "spec") -> subprocess.Popen:
+    """Starts `survivor agent` on `spec` (JSON is YAML) as the VM's systemd unit would."""
+    spec_file = os.path.join(base, f"{name}.yaml")
+    with open(spec_file, "w") as f:
+        json.dump({"on_finish": "keep-alive", **spec}, f)
+    args = [sys.executable, "-m", "survivor", "agent", "--workdir", workdir, "--config", spec_file,
+            "--log-format", "json"]
+    if os.geteuid() == 0 and "user" not in spec:
+        args.append("--allow-root-trainer")
+    env = {k: v for k, v in os.environ.items() if k != "GCE_METADATA_HOST"}
+    if os.environ.get("SURVIVOR_AGENT_SOURCE"):  # an older commit's tree: shows these tests fail without the fix
+        env["PYTHONPATH"] = os.environ["SURVIVOR_AGENT_SOURCE"]
+    # cwd: not the checkout, so PYTHONPATH decides which survivor runs
+    return subprocess.Popen(args, cwd=base, env=env, stdout=stdout or subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
+
+
+def run_agent(base: str, workdir: str, spec: dict, timeout: float = 120, **kw) -> tuple[int, str]:
+    log_path = os.path.join(base, f"{kw.get('name', 'spec')}-{time.monotonic_ns()}.log")
+    with open(log_path, "wb") as log:
+        proc = agent(base, workdir, spec, stdout=log, **kw)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"the agent hung for {timeout} s; see {log_path}") from None
+    return code, open(log_path, encoding="utf-8", errors="replace").read()
+
+
+def script(base: str, name: str, text: str) -> str:
+    path = os.path.join(base, name)
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o644)
+    return path
+
+
+def done(job_dir: str) -> dict | None:
+    path = os.path.join(job_dir, "survivor", "DONE")
+    return json.load(open(path)) if os.path.exists(path) else None
+
+
+# -- 4. a trainer of another user cannot take root's files ----------------------------------------
+
+PLANTER = """
+import os, sys
+job = sys.argv[sys.argv.index("--job-dir") + 1]
+work = os.path.dirname(job)
+victim, secret, marks = sys.argv[1:4]
+boot = len(os.listdir(marks))
+open(os.path.join(marks, "boot-%d" % boot), "w").close()
+if boot == 0:
+    # the first boot plants links where the agent (root) writes, chowns and reads, then fails
+    for link, target in [(os.path.join(work, "trainer.pid"), victim), (os.path.join(work, "evil"), victim),
+                         (os.path.join(job, "ckpt-7.index"), secret), (os.path.join(job, "events.out.tfevents.1"), secret)]:
+        try:
+            if os.path.lexists(link):
+                os.remove(link)
+            os.symlink(target, link)
+        except OSError as exc:
+            print("could not plant", link, exc, flush=True)
+    sys.exit(3)
+found = []
+for dirpath, _, files in os.walk(job):
+    for name in files:
+        try:
+            if "TOP-SECRET" in open(os.path.join(dirpath, name), errors="replace").read():
+                found.append(name)
+        except OSError:
+            pass
+open(os.path.join(marks, "read-by-trainer"), "w").write(",".join(found))
+open(os.path.join(job, "ckpt-8.index"), "w").write("8")
+"""
+
+
+@as_root
+@system_python
+def test_links_a_trainer_plants_never_give_it_roots_files(base):
+    """Boot 1's trainer (nobody) plants links to root-only files where the agent writes trainer.pid,
+    chowns, and reads checkpoints; boot 2's agent follows none of them."""
+    victim = script(base, "victim", "root's own file\n")
+    secret = script(base, "secret", "TOP-SECRET root only\n")
+    os.chmod(victim, 0o600)
+    os.chmod(secret, 0o600)
+    marks = os.path.join(base, "marks")
+    os.makedirs(marks)
+    os.chmod(marks, 0o777)
+    planter = script(base, "planter.py", PLANTER)
+    job_dir, workdir = os.path.join(base, "jobdir"), os.path.join(base, "work")
+    spec = {"job_dir": job_dir, "train_steps": 8, "user": "nobody", "sync_seconds": 0.2,
+            "trainer": {"argv": [SYSTEM_PYTHON, planter, victim, secret, marks]}}
+
+    first, _ = run_agent(base, workdir, spec)
+    assert first == 1  # the planter failed on purpose: the next boot uses the same work dir
+    second, log = run_agent(base, workdir, spec)
+
+    assert second == 0, log[-2000:]
+    assert sorted(os.listdir(marks))[:2] == ["boot-0", "boot-1"]
+    for path, text in [(victim, "root's own file\n"), (secret, "TOP-SECRET root only\n")]:
+        st = os.lstat(path)
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o600), f"{path} was given away"
+        assert open(path).read() == text, f"{path} was written through a link"
+    assert open(os.path.join(marks, "read-by-trainer")).read() == ""
+    stored = [os.path.join(d, n) for d, _, files in os.walk(job_dir) for n in files]
+    assert not any(b"TOP-SECRET" in open(p, "rb").read() for p in stored), "a link's target was uploaded"
+    assert os.lstat(workdir).st_uid == 0 and not os.lstat(workdir).st_mode & 0o022
+    assert done(job_dir)["step"] == 8
+
+
+@as_root
+@system_python
+def test_a_blob_that_is_a_link_in_a_local_job_dir_is_never_restored(base):
+    """A job dir's blob swapped for a link to a root-only file (whose checksum even matches) is a
+    snapshot that fails verification: the agent restores the one before, never the link's target."""
+    secret = script(base, "secret", "TOP-SECRET root only\n")
+    os.chmod(secret, 0o600)
+    job_dir = os.path.join(base, "jobdir")
+    store = CheckpointStore(LocalStorage(job_dir))
+    local = os.path.join(base, "local")
+    os.makedirs(local)
+    for step in (1, 2):
+        with open(os.path.join(local, f"dummy-checkpoint-{step}.json"), "w") as f:
+            f.write(f"step {step}\n" if step == 1 else "TOP-SECRET root only\n")
+        store.commit(local, scan(local), attempt=1)
+    newest = store.latest()
+    assert newest.step == 2 and crc32c_of_file(secret) in {e.crc32c for e in newest.files}
+    for entry in newest.files:
+        if entry.path == "dummy-checkpoint-2.json":
+            blob = os.path.join(job_dir, entry.object)
+            os.remove(blob)
+            os.symlink(secret, blob)
+    marks = os.path.join(base, "marks")
+    os.makedirs(marks)
+    os.chmod(marks, 0o777)
+    reader = script(base, "reader.py", PLANTER)
+    open(os.path.join(marks, "boot-0"), "w").close()  # straight to the reading boot
+    code, log = run_agent(base, os.path.join(base, "work"), {
+        "job_dir": job_dir, "train_steps": 8, "user": "nobody",
+        "trainer": {"argv": [SYSTEM_PYTHON, reader, secret, secret, marks]}})
+    assert code == 0, log[-2000:]
+    assert "skipping a snapshot that does not verify" in log
+    assert '"step": 1' in log.split("restored", 1)[1][:300]
+    assert open(os.path.join(marks, "read-by-trainer")).read() == ""
+
+
+def test_a_fifo_or_link_in_the_job_dir_never_hangs_or_leaks_through_the_agent(base, tmp_path):
+    """A FIFO (opening one blocks until a writer comes) and a link among the checkpoints: the agent
+    commits the real checkpoint and finishes; neither is opened."""
+    outside = tmp_path / "outside-the-job-dir"
+    outside.write_text("not the trainer's\n")
+    trainer = script(base, "fifo.py", f"""
+import os, sys
+job = sys.argv[sys.argv.index("--job-dir") + 1]
+os.makedirs(job, exist_ok=True)
+os.mkfifo(os.path.join(job, "ckpt-9.data-00000-of-00001"))
+os.mkfifo(os.path.join(job, ".ckpt-9.tmp"))
+os.mkfifo(os.path.join(job, "events.out.tfevents.fifo"))
+os.symlink({str(outside)!r}, os.path.join(job, "dummy-checkpoint-9.json"))
+open(os.path.join(job, "dummy-checkpoint-5.json"), "w").write("5")
+""")
+    job_dir = os.path.join(base, "jobdir")
+    code, log = run_agent(base, os.path.join(base, "work"), {
+        "job_dir": job_dir, "train_steps": 5, "sync_seconds": 0.2,
+        "trainer": {"argv": [sys.executable, trainer]}}, timeout=60)
+    assert code == 0, log[-2000:]
+    assert done(job_dir)["step"] == 5
+    manifests = [m for m in CheckpointStore(LocalStorage(job_dir)).committed()]
+    assert manifests and all([f.path for f in m.files] == ["dummy-checkpoint-5.json"] for m in manifests)
+
+
+# -- 9. output without line ends -----------------------------------------------------------------
+
+
+def _peak_rss_mb(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def test_output_without_line_ends_keeps_the_agents_memory_bounded(base):
+    """200 MB with no line end (a progress bar gone wrong): the agent's peak memory stays where a
+    quiet trainer's is, not three times the output."""
+    trainer = script(base, "flood.py", """
+import os, sys, time
+block = b"x" * (1 << 20)
+for _ in range(200):
+    os.write(1, block)
+job = sys.argv[sys.argv.index("--job-dir") + 1]
+open(os.path.join(job, "dummy-checkpoint-1.json"), "w").write("1")
+time.sleep(1.0)  # the agent's peak is read while it still runs
+""")
+    job_dir = os.path.join(base, "jobdir")
+    proc = agent(base, os.path.join(base, "work"), {"job_dir": job_dir, "train_steps": 1,
+                                                    "trainer": {"argv": [sys.executable, trainer]}})
+    peak = 0.0
+    deadline = time.monotonic() + 180
+    while proc.poll() is None and time.monotonic() < deadline:
+        peak = max(peak, _peak_rss_mb(proc.pid) or 0.0)
+        time.sleep(0.05)
+    if proc.poll() is None:
+        proc.kill()
+    assert proc.wait() == 0
+    assert done(job_dir)["step"] == 1
+    assert 0 < peak < 150, f"the agent peaked at {peak:.0f} MB forwarding 200 MB of output"
+
+
+def test_a_progress_bar_is_forwarded_one_redraw_per_log_line(base):
+    trainer = script(base, "bar.py", """
+import os, sys
+for pct in (10, 50, 100):
+    sys.stdout.write("\\rloading %d%%" % pct)
+    sys.stdout.flush()
+sys.stdout.write("\\n" + "y" * 20000 + "\\n")
+job = sys.argv[sys.argv.index("--job-dir") + 1]
+open(os.path.join(job, "dummy-checkpoint-1.json"), "w").write("1")
+""")
+    code, log = run_agent(base, os.path.join(base, "work"), {
+        "job_dir": os.path.join(base, "jobdir"), "train_steps": 1, "trainer": {"argv": [sys.executable, trainer]}})
+    assert code == 0
+    messages = [json.loads(line).get("message", "") for line in log.splitlines() if line.startswith("{")]
+    assert [m for m in messages if m.startswith("loading")] == ["loading 10%", "loading 50%", "loading 100%"]
+    ys = [m for m in messages if m and set(m) == {"y"}]
+    assert [len(m) for m in ys] == [MAX_LINE_BYTES, MAX_LINE_BYTES, 20000 - 2 * MAX_LINE_BYTES]
+
+
+# -- 10. what a trainer leaves running -------------------------------------------------------------
+
+SPAWNER = """
+import os, signal, subprocess, sys, time
+job = sys.argv[sys.argv.index("--job-dir") + 1]
+marks = sys.argv[1]
+child = '''
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if sys.argv[1] == "own-group":
+    os.setpgid(0, 0)
+open(os.path.join(sys.argv[3], sys.argv[1] + ".pid"), "w").write(str(os.getpid()))
+while True:
+    with open(os.path.join(sys.argv[2], "written-by-" + sys.argv[1]), "a") as f:
+        f.write("x")
+    time.sleep(0.02)
+'''
+for kind in ("same-group", "own-group"):
+    subprocess.Popen([sys.executable, "-c", child, kind, job, marks], stdout=subprocess.DEVNULL)
+while len(os.listdir(marks)) < 2:
+    time.sleep(0.01)
+open(os.path.join(job, "dummy-checkpoint-1.json"), "w").write("1")
+if sys.argv[2] == "wait-for-notice":
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+    open(os.path.join(marks, "ready"), "w").close()
+    while not stop:
+        time.sleep(0.01)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("ending", ["done", "notice"])
+def test_nothing_a_trainer_started_outlives_it(base, ending):
+    """Children that ignore SIGTERM, one in a process group of its own, write into the job dir
+    until killed: when the trainer exits (finished, or saved after a notice) they are gone too."""
+    marks = os.path.join(base, "marks")
+    os.makedirs(marks)
+    spawner = script(base, "spawner.py", SPAWNER)
+    job_dir = os.path.join(base, "jobdir")
+    workdir = os.path.join(base, "work")
+    mode = "wait-for-notice" if ending == "notice" else "finish"
+    proc = agent(base, workdir, {"job_dir": job_dir, "train_steps": 1, "sync_seconds": 0.2,
+                                 "trainer": {"argv": [sys.executable, spawner, marks, mode]}})
+    pids = []
+    try:
+        deadline = time.monotonic() + 60
+        while len([n for n in os.listdir(marks) if n.endswith(".pid")]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.1)
+        pids = [int(open(os.path.join(marks, n)).read()) for n in os.listdir(marks) if n.endswith(".pid")]
+        if ending == "notice":
+            while not os.path.exists(os.path.join(marks, "ready")) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        time.sleep(0.3)
+        assert [pid for pid in pids if _alive(pid)] == [], "the trainer's children outlived it"
+        local_job = os.path.join(workdir, "job")
+        sizes = {n: os.path.getsize(os.path.join(local_job, n)) for n in os.listdir(local_job) if "written-by" in n}
+        time.sleep(0.3)
+        assert sizes and sizes == {n: os.path.getsize(os.path.join(local_job, n)) for n in sizes}
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if proc.poll() is None:
+            proc.kill()
+
+
+# -- 12. the checkout follows the spec's URL -------------------------------------------------------
+
+
+def _git(*args, cwd):
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+
+
+def _repo(path: str, name: str) -> str:
+    os.makedirs(os.path.join(path, "mytrainer"))
+    with open(os.path.join(path, "mytrainer", "__main__.py"), "w") as f:
+        f.write("import os, sys\n"
+                f"print('trainer from repository {name}', flush=True)\n"
+                "job = sys.argv[sys.argv.index('--job-dir') + 1]\n"
+                "open(os.path.join(job, 'dummy-checkpoint-1.json'), 'w').write('1')\n")
+    _git("init", "-q", "-b", "main", cwd=path)
+    _git("add", ".", cwd=path)
+    _git("commit", "-qm", name, cwd=path)
+    return path
+
+
+@pytest.mark.parametrize("ref", [None, "main"])
+def test_a_changed_git_url_is_followed_by_the_next_boot(base, ref):
+    """trainerGitPath changed between two boots of one VM: the second runs the new repository's code,
+    not a fetch of the old checkout's origin."""
+    first = _repo(os.path.join(base, "first"), "first")
+    second = _repo(os.path.join(base, "second"), "second")
+    workdir = os.path.join(base, "work")
+    logs = []
+    for n, url in enumerate([first, second]):
+        trainer = {"module": "mytrainer", "git_url": url, **({"git_ref": ref} if ref else {})}
+        code, log = run_agent(base, workdir, {"job_dir": os.path.join(base, f"jobdir-{n}"), "train_steps": 1,
+                                              "trainer": trainer}, name=f"spec-{n}")
+        assert code == 0, log[-2000:]
+        logs.append(log)
+    assert "trainer from repository first" in logs[0]
+    assert "trainer from repository second" in logs[1] and "repository first" not in logs[1]
+
+
+# -- the pure decisions ----------------------------------------------------------------------------
+
+
+def test_output_lines_end_at_cr_or_lf_and_are_cut_at_the_limit():
+    lines = OutputLines(limit=8)
+    assert lines.feed(b"a\r") == ["a"]
+    assert lines.feed(b"bb") == []
+    assert lines.feed(b"\r\n\nccc\rdd") == ["bb", "ccc"]
+    assert lines.feed(b"0123456789abcdefghij") == ["dd012345", "6789abcd"]
+    assert len(lines._pending) <= 8
+    assert lines.flush() == ["efghij"] and lines.flush() == []
+    utf8 = OutputLines(limit=7)
+    assert utf8.feed("ééééé\n".encode()) == ["ééé", "éé"]  # never half a character
+
+
+def test_session_members_come_from_the_fields_after_the_command_name():
+    stats = [
+        (100, "100 (python) S 1 100 100 0 -1"),  # the trainer itself
+        (101, "101 (worker) S 100 100 100 0 -1"),  # its process group
+        (102, "102 (a (b) c) S 101 102 100 0 -1"),  # own group, same session; parentheses in its name
+        (103, "103 (daemon) S 1 103 103 0 -1"),  # a session of its own: out of reach
+        (104, "104 (bash) S 1 104 104 0 -1"),  # unrelated
+        (105, "garbage"),
+    ]
+    assert session_members(stats, 100) == [101, 102]
+
+
+def test_git_plan_updates_only_a_checkout_of_the_same_url():
+    same = git_plan("https://h/new.git", None, "/w/src", origin="https://h/new.git")
+    assert not same.fresh and same.commands[0][-1] == "origin"
+    moved = git_plan("https://h/new.git", "v2", "/w/src", origin="https://h/old.git")
+    assert moved.fresh and moved.commands[0] == ["git", "clone", "--quiet", "--", "https://h/new.git", "/w/src"]
+    assert moved.commands[1:] == [["git", "-C", "/w/src", "checkout", "--quiet", "--detach", "v2"],
+                                  ["git", "-C", "/w/src", "reset", "--quiet", "--hard", "v2"]]
+    assert git_plan("-u", None, "/w/src", origin=None).commands[0][3:5] == ["--", "-u"]
+
+
+def test_read_progress_reads_only_a_regular_file_and_only_its_start(tmp_path):
+    real = tmp_path / "real"
+    real.write_bytes(progress_record(42))
+    assert read_progress(str(real)) == 42
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    assert read_progress(str(link)) is None  # not through a link
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    assert read_progress(str(fifo)) is None and time.monotonic() - started < 1  # a FIFO does not block
+    big = tmp_path / "big"
+    big.write_bytes(b'{"step": 7, "pad": "' + b"x" * 10_000_000 + b'"}')
+    assert read_progress(str(big)) is None  # not read whole (whole, it would parse)
+
+
+def test_the_pid_file_is_never_written_through_a_link(tmp_path):
+    target = tmp_path / "target"
+    target.write_text("keep\n")
+    pid_file = tmp_path / "trainer.pid"
+    pid_file.symlink_to(target)
+    write_pid_file(str(pid_file), 1234)
+    assert target.read_text() == "keep\n" and not pid_file.is_symlink() and pid_file.read_text() == "1234"
+
+
+@as_root
+def test_give_to_chowns_links_not_their_targets(tmp_path):
+    target = tmp_path / "roots-file"
+    target.write_text("root's\n")
+    tree = tmp_path / "job"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "ckpt").write_text("1")
+    (tree / "link").symlink_to(target)
+    (tree / "dirlink").symlink_to(tmp_path)
+    give_to("nobody", str(tree))
+    nobody = pwd.getpwnam("nobody").pw_uid
+    assert os.stat(target).st_uid == 0 and os.stat(tmp_path).st_uid == 0
+    assert {os.lstat(p).st_uid for p in [tree, tree / "sub", tree / "sub" / "ckpt", tree / "link", tree / "dirlink"]} \
+        == {nobody}
+
+
+def test_scan_leaves_out_links_and_fifos(tmp_path):
+    (tmp_path / "dummy-checkpoint-3.json").write_text("3")
+    (tmp_path / "dummy-checkpoint-9.json").symlink_to(tmp_path / "dummy-checkpoint-3.json")
+    os.mkfifo(tmp_path / "ckpt-12.data")
+    os.mkfifo(tmp_path / ".growing.tmp")
+    snapshot = scan(str(tmp_path))
+    assert snapshot.step == 3 and [f.path for f in snapshot.files] == ["dummy-checkpoint-3.json"]
