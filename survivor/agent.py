@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import uuid
 import sys
 import threading
 import time
@@ -410,8 +409,7 @@ class Boot:
             return self._finish("failed")
 
         # 3. one writer per job dir: take the lease (a stale one after ttl, our own name at once)
-        lease = Lease(storage, Holder(identity.name, f"{identity.instance_id}:{uuid.uuid4().hex[:8]}"),
-                      ttl=spec.lease_seconds)
+        lease = Lease(storage, Holder.here(identity.name, identity.zone), ttl=spec.lease_seconds)
         try:
             self._patiently(lease.acquire)
         except LeaseHeld as exc:

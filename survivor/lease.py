@@ -15,17 +15,31 @@ may write; the background renewals (every ttl/4) keep the fence fresh, so a comm
 write to the lease object (Cloud Storage takes about one write a second to one object).
 
 Taking a lease over needs no clock agreement between VMs: a lease is stale once its generation has
-not changed for `ttl` seconds of the taker's own monotonic clock. A lease held by the same instance
-name is taken at once: Compute Engine names are unique in a zone, so a new boot with the holder's
-name means the old one is gone (a MIG recreates an instance under the same name).
+not changed for `ttl` seconds of the taker's own monotonic clock. The fence's ttl/3 rests on that
+wait, so a lease is taken sooner only from a holder that provably cannot commit any more:
+
+- the holder is this VM (same instance name *and zone*: Compute Engine names are unique in a zone,
+  https://cloud.google.com/compute/docs/naming-resources) in an earlier kernel boot: the kernel's
+  `boot_id` differs, and a VM runs one kernel at a time (a MIG recreates an instance under the same
+  name; a stop/start or reboot makes a new boot_id: "randomly generated early at boot and unique
+  for every running kernel instance", sd_id128_get_boot(3));
+- the holder is an agent process of this same kernel boot that no longer runs (its pid and start
+  time, from /proc, name one process for ever: a reused pid has another start time), e.g. the
+  agent systemd restarts after a failed attempt.
+
+Anything else waits for the ttl: a live agent on the same VM (an operator's `survivor agent` next to
+the unit's), a VM of the same name in another zone, a lease from an older survivor without these
+fields, a lease object that does not parse (`parse_lease`: treated as a foreign holder, never fatal).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from survivor import log as logs
 from survivor.storage import JobStorage, PreconditionFailed
@@ -43,23 +57,119 @@ class LeaseLost(Exception):
     """This agent's lease was taken over: it must not commit any more."""
 
 
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
 @dataclass(frozen=True)
 class Holder:
-    """Who holds the lease: an instance and one boot of it."""
+    """Who holds the lease: an instance (name and zone), its kernel boot, and one agent process.
+
+    `boot` is the kernel's boot_id; `agent` is "pid:start time" of the agent process (`here()`
+    fills both). Empty strings mean unknown, which never allows a takeover before the ttl.
+    """
 
     instance: str
     boot: str
+    zone: str = ""
+    agent: str = ""
+
+    @classmethod
+    def here(cls, instance: str, zone: str) -> "Holder":
+        """This agent process on this VM."""
+        return cls(instance, read_boot_id(), zone, process_identity(os.getpid()))
+
+    def fields(self) -> dict[str, str]:
+        return {"instance": self.instance, "zone": self.zone, "boot": self.boot, "agent": self.agent}
 
     def to_json(self) -> bytes:
-        return json.dumps({"instance": self.instance, "boot": self.boot, "renewed": time.time()}).encode()
+        return json.dumps({**self.fields(), "renewed": time.time()}).encode()
 
 
-def decide_takeover(current: dict | None, me: Holder, unchanged_for: float, ttl: float) -> str:
-    """Pure decision on seeing the lease: "take" it, "wait" for it to go stale, or "hold" (it is ours)."""
-    if current is None or current.get("released"):
+def read_boot_id(path: str = BOOT_ID) -> str:
+    """The running kernel's boot_id, or "" where there is none (not Linux)."""
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read(100).strip()
+    except (OSError, ValueError):
+        return ""
+
+
+def process_identity(pid: int) -> str:
+    """"pid:start time" of a live process (field 22 of /proc/PID/stat, clock ticks since boot,
+    proc(5)), or "" when it has exited (a zombie included) or cannot be read."""
+    stat = _proc_stat(pid)
+    return f"{pid}:{stat[1]}" if stat and stat[0] not in ("Z", "X") else ""
+
+
+def _proc_stat(pid: int) -> tuple[str, str] | None:
+    """(state, start time) from /proc/PID/stat, or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read(4096)
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()  # the command name may hold spaces and parentheses
+    if len(fields) <= 19 or not fields[19].isdigit():
+        return None
+    return fields[0].decode("ascii", "replace"), fields[19].decode()
+
+
+def agent_running(agent: str) -> bool:
+    """True when "pid:start time" names a process that still runs on this kernel, or when that
+    cannot be told (then the lease waits for its ttl, as for any live holder)."""
+    pid, _, started = agent.partition(":")
+    if not pid.isdigit() or not started or len(pid) > 10:
+        return True
+    stat = _proc_stat(int(pid))
+    if stat is not None:
+        return stat[1] == started and stat[0] not in ("Z", "X")
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True  # it runs, but /proc does not show it (mounted with hidepid)
+
+
+def parse_lease(data: bytes) -> dict[str, Any] | None:
+    """The lease object's fields as strings, or None when it is not a lease this code can read
+    (not JSON, not an object, fields of the wrong type): then its holder is unknown."""
+    try:
+        loaded = json.loads(data)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    if not isinstance(loaded, dict) or not isinstance(loaded.get("instance"), str):
+        return None
+    out: dict[str, Any] = {}
+    for key in ("instance", "zone", "boot", "agent"):
+        value = loaded.get(key, "")
+        if not isinstance(value, str):
+            return None
+        out[key] = value[:200]
+    out["released"] = loaded.get("released") is True
+    return out
+
+
+def decide_takeover(current: dict | None, me: Holder, unchanged_for: float, ttl: float, *,
+                    readable: bool = True, holder_running: bool = True) -> str:
+    """Pure decision on seeing the lease: "take" it, "wait" for it to go stale, or "hold" (it is ours).
+
+    `current` is `parse_lease`'s answer (None and `readable`: no lease; not `readable`: a lease
+    object that does not parse, an unknown holder). `holder_running`: whether the agent process
+    the lease names still runs (meaningful only when it names this kernel boot).
+    """
+    if current is None and readable:
         return "take"
-    if current.get("instance") == me.instance:
-        return "hold" if current.get("boot") == me.boot else "take"
+    if current is not None and current.get("released"):
+        return "take"
+    if current is not None and current.get("instance") == me.instance and current.get("zone") == me.zone and me.zone:
+        if current.get("boot") == me.boot and current.get("agent") == me.agent and me.agent:
+            return "hold"
+        if me.boot and current.get("boot") and current.get("boot") != me.boot:
+            return "take"  # an earlier kernel boot of this VM: it is over
+        if me.boot and current.get("boot") == me.boot and current.get("agent") and not holder_running:
+            return "take"  # an agent of this boot that is gone (systemd restarted us)
     return "take" if unchanged_for >= ttl else "wait"
 
 
@@ -92,15 +202,17 @@ class Lease:
         seen_generation, seen_since = None, time.monotonic()
         while True:
             blob = self.storage.read(LEASE)
-            current = None
+            current = parse_lease(blob.data) if blob is not None else None
             if blob is not None:
-                try:
-                    current = json.loads(blob.data)
-                except ValueError:
-                    current = {"instance": "(unreadable lease)", "boot": ""}
+                if current is None:
+                    log.warning("the lease object does not parse; treating it as held by an unknown agent",
+                                object=LEASE, bytes=len(blob.data))
                 if blob.generation != seen_generation:
                     seen_generation, seen_since = blob.generation, time.monotonic()
-            decision = decide_takeover(current, self.holder, time.monotonic() - seen_since, self.ttl)
+            same_boot = current is not None and current.get("boot") == self.holder.boot and self.holder.boot
+            decision = decide_takeover(current, self.holder, time.monotonic() - seen_since, self.ttl,
+                                       readable=blob is None or current is not None,
+                                       holder_running=not same_boot or agent_running(current.get("agent", "")))
             if decision in ("take", "hold"):
                 started = time.monotonic()
                 try:
@@ -109,13 +221,13 @@ class Lease:
                 except PreconditionFailed:
                     continue  # someone else moved first; look again
                 self.renewed_at = started
-                if current and current.get("instance") not in (None, self.holder.instance):
-                    log.warning("took over a stale lease", previous=current.get("instance"))
+                if blob is not None and (current is None or not current.get("released")) and decision == "take":
+                    log.warning("took over the lease", previous=_describe(current))
                 return self
             if time.monotonic() >= deadline:
                 raise LeaseHeld(
-                    f"the job dir is held by {current.get('instance')} (boot {current.get('boot')}), which keeps "
-                    f"renewing its lease: another agent is training this job. Stop that one first."
+                    f"the job dir is held by {_describe(current)}, which keeps renewing its lease: another "
+                    f"agent is training this job. Stop that one first."
                 )
             time.sleep(poll)
 
@@ -130,8 +242,14 @@ class Lease:
                 self.renewed_at = started
             except PreconditionFailed:
                 self.lost.set()
-                blob = self.storage.read(LEASE)
-                holder = json.loads(blob.data).get("instance") if blob else "nobody"
+                holder = "nobody"
+                try:
+                    blob = self.storage.read(LEASE)
+                    if blob is not None:
+                        current = parse_lease(blob.data)
+                        holder = current["instance"] if current else "an unreadable lease"
+                except Exception as exc:  # who took it is for the log only; lost is lost
+                    holder = f"(unknown: {exc})"
                 log.error("lost the lease; not committing any more", holder=holder)
                 raise LeaseLost(f"the lease was taken over by {holder}") from None
 
@@ -165,7 +283,15 @@ class Lease:
             return
         with self._lock:
             try:
-                data = json.dumps({"instance": self.holder.instance, "boot": self.holder.boot, "released": True}).encode()
+                data = json.dumps({**self.holder.fields(), "released": True}).encode()
                 self.generation = self.storage.write(LEASE, data, if_generation_match=self.generation)
             except Exception as exc:  # it goes stale by itself after ttl
                 log.debug("lease not released", error=str(exc))
+
+
+def _describe(current: dict | None) -> str:
+    """A holder as a log line names it."""
+    if current is None:
+        return "an unknown agent (the lease object does not parse)"
+    where = f" in {current['zone']}" if current.get("zone") else ""
+    return f"{current.get('instance')}{where} (boot {current.get('boot') or '?'}, agent {current.get('agent') or '?'})"

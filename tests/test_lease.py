@@ -1,27 +1,77 @@
 """Single writer: two agents on one job dir never both commit; a stale holder is fenced off."""
 
 import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
 
 from survivor.journal import Journal
-from survivor.lease import LEASE, Holder, Lease, LeaseHeld, LeaseLost, decide_takeover, fence_needs_renewal
+from survivor.lease import (LEASE, Holder, Lease, LeaseHeld, LeaseLost, agent_running, decide_takeover,
+                            fence_needs_renewal, parse_lease, process_identity, read_boot_id)
 from survivor.storage import open_storage
 from survivor.store import CheckpointStore
 from tests.conftest import dummy_spec
 
 
-@pytest.mark.parametrize("current, unchanged_for, expected", [
-    (None, 0, "take"),
-    ({"instance": "vm-a", "boot": "1"}, 0, "wait"),
-    ({"instance": "vm-a", "boot": "1"}, 61, "take"),
-    ({"instance": "me", "boot": "old"}, 0, "take"),  # our name, another boot: the old VM is gone
-    ({"instance": "me", "boot": "now"}, 0, "hold"),
-    ({"instance": "vm-a", "boot": "1", "released": True}, 0, "take"),
+ME = Holder("me", "boot-2", "us-west1-b", "4242:100")
+
+
+@pytest.mark.parametrize("current, unchanged_for, running, expected", [
+    (None, 0, True, "take"),
+    ({"instance": "vm-a", "zone": "us-west1-b", "boot": "1", "agent": "7:1"}, 0, True, "wait"),
+    ({"instance": "vm-a", "zone": "us-west1-b", "boot": "1", "agent": "7:1"}, 61, True, "take"),
+    ({"instance": "vm-a", "boot": "1", "released": True}, 0, True, "take"),
+    # this very agent
+    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4242:100"}, 0, True, "hold"),
+    # this VM in an earlier kernel boot (rebooted, or recreated by its MIG): over, taken at once
+    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-1", "agent": "4242:100"}, 0, True, "take"),
+    # this boot, an agent that no longer runs (systemd restarted us): taken at once
+    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90"}, 0, False, "take"),
+    # this boot, an agent that still runs (an operator's `survivor agent` beside the unit's): wait
+    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90"}, 0, True, "wait"),
+    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90"}, 61, True, "take"),
+    # the same name in another zone is another VM: wait
+    ({"instance": "me", "zone": "europe-west4-a", "boot": "boot-1", "agent": "4242:100"}, 0, False, "wait"),
+    # a lease from before zones and boots were recorded names no boot: wait for the ttl
+    ({"instance": "me", "boot": "1234:ab12cd34"}, 0, False, "wait"),
+    ({"instance": "me", "zone": "us-west1-b", "boot": "", "agent": ""}, 0, False, "wait"),
 ])
-def test_takeover_decision(current, unchanged_for, expected):
-    assert decide_takeover(current, Holder("me", "now"), unchanged_for, ttl=60) == expected
+def test_takeover_decision(current, unchanged_for, running, expected):
+    assert decide_takeover(current, ME, unchanged_for, ttl=60, holder_running=running) == expected
+
+
+def test_an_unreadable_lease_is_an_unknown_holder_that_goes_stale():
+    assert decide_takeover(None, ME, 0, ttl=60, readable=False) == "wait"
+    assert decide_takeover(None, ME, 60, ttl=60, readable=False) == "take"
+
+
+@pytest.mark.parametrize("data", [b"", b"\xff\xfe garbage", b"[1, 2]", b"42", b"null", b'"vm-a"',
+                                  b'{"instance": 5}', b'{"instance": "vm-a", "boot": ["x"]}', b"[" * 100000])
+def test_a_lease_object_that_does_not_parse_has_no_holder(data):
+    assert parse_lease(data) is None
+
+
+def test_a_lease_object_parses_into_strings():
+    assert parse_lease(b'{"instance": "vm-a", "zone": "z", "boot": "b", "agent": "1:2", "renewed": 1.5}') == {
+        "instance": "vm-a", "zone": "z", "boot": "b", "agent": "1:2", "released": False}
+    assert parse_lease(b'{"instance": "vm-a", "released": true}')["released"] is True
+    assert parse_lease(b'{"instance": "vm-a", "released": "no"}')["released"] is False
+
+
+def test_a_process_is_named_by_pid_and_start_time_so_a_reused_pid_is_another_process():
+    me = process_identity(os.getpid())
+    assert me.startswith(f"{os.getpid()}:") and agent_running(me)
+    pid, _, started = me.partition(":")
+    assert not agent_running(f"{pid}:{int(started) + 1}")  # same pid, another start: not this process
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child_id = process_identity(child.pid)
+    child.wait()
+    assert child_id and not agent_running(child_id)
+    assert agent_running("") and agent_running("garbage")  # cannot tell: as if alive (wait for the ttl)
+    assert len(read_boot_id()) == 36  # a UUID, new at every kernel boot
 
 
 def test_a_live_holder_keeps_the_job_and_is_named(job_dir):
@@ -107,3 +157,62 @@ def test_an_agent_whose_lease_is_taken_over_commits_nothing_more(job_dir, tmp_pa
     assert vm.progress() > 12  # it kept training until the fence stopped it
     assert Journal(storage).attempts()[-1].outcome == "superseded"
     assert json.loads(storage.read(LEASE).data)["instance"] == "vm-intruder"
+
+
+@pytest.mark.parametrize("zones", [("us-west1-b", "europe-west4-a"), ("us-west1-b", "us-west1-b")],
+                         ids=["same-name-other-zone", "operator-agent-beside-the-units"])
+def test_a_second_live_agent_under_the_same_instance_name_never_takes_the_job(zones, tmp_path, instance_factory):
+    """Two VMs of one name in different zones, or an operator's `survivor agent` on the VM while the
+    unit's runs (same name, zone and kernel boot): the second waits for a stale lease and stops
+    naming the holder; the first is never superseded and is the only one that commits."""
+    job_dir = str(tmp_path / "jobdir")
+    storage = open_storage(job_dir)
+    spec = dummy_spec(job_dir, tmp_path, train_steps=1500, checkpoint_steps=5, lease_seconds=2)
+    first = instance_factory(spec, name="vm-a", zone=zones[0])
+    second = instance_factory(spec, name="vm-a", zone=zones[1])
+    first.boot()
+    first.wait_for_step(10)
+    lease_before = json.loads(storage.read(LEASE).data)
+    second.boot()
+    assert second.wait(60) == 1, "the second agent must give up on a job whose holder is alive"
+    messages = [(line["message"], line.get("reason", "")) for line in second.log_lines()]
+    assert any(m == "not training: another agent holds this job" and "held by vm-a" in r for m, r in messages), messages
+    assert first.running(), "the first agent must not be superseded"
+    assert not os.path.exists(os.path.join(second.workdir, "job")), "the second never restored or trained"
+    assert json.loads(storage.read(LEASE).data)["agent"] == lease_before["agent"]
+    committed = CheckpointStore(storage).manifest_names()
+    first.wait_for_step(first.progress() + 10)
+    assert len(CheckpointStore(storage).manifest_names()) >= len(committed)  # the first still commits
+    first.preempt()
+    assert [a.instance for a in Journal(storage).attempts()] == ["vm-a"]
+    assert not any(line["message"] == "another agent took over this job; stopped without committing"
+                   for line in first.log_lines())
+
+
+def test_the_agent_systemd_restarts_takes_its_dead_predecessors_lease_at_once(tmp_path, instance_factory):
+    """Same VM, same kernel boot, the old agent SIGKILLed (no release): its lease names a process
+    that no longer runs, so the next agent takes it without waiting out the ttl."""
+    job_dir = str(tmp_path / "jobdir")
+    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=2000, lease_seconds=120))
+    vm.boot()
+    vm.wait_for_step(5)
+    vm.kill()
+    assert not json.loads(open_storage(job_dir).read(LEASE).data).get("released")
+    vm.boot()
+    started = time.monotonic()
+    vm.wait_for_step(vm.progress() + 1 if vm.progress() else 1, timeout=60)
+    assert time.monotonic() - started < 60  # not the 120 s ttl
+    vm.kill()
+
+
+@pytest.mark.parametrize("data", [b"[1, 2]", b"\xff\xfe not json", b'{"instance": 5}', b"null"],
+                         ids=["a-list", "not-utf8", "instance-a-number", "null"])
+def test_an_unparseable_lease_object_is_an_unknown_holder_never_a_crash(data, tmp_path, instance_factory):
+    job_dir = str(tmp_path / "jobdir")
+    storage = open_storage(job_dir)
+    storage.write(LEASE, data, if_generation_match=0)
+    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=20, lease_seconds=1))
+    vm.boot()
+    assert vm.wait(90) == 0, open(vm.log_path()).read()[-3000:]
+    assert Journal(storage).state().done is not None
+    assert any(line["message"].startswith("the lease object does not parse") for line in vm.log_lines())
