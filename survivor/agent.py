@@ -42,9 +42,9 @@ from survivor.lease import Holder, Lease, LeaseHeld, LeaseLost
 from survivor.metadata import InstanceIdentity, MetadataClient, MetadataError
 from survivor.notice import Notice, NoticeWatcher
 from survivor.snapshot import Checksums, event_files, scan
-from survivor.spec import JobSpec, SpecError, validate_uri
+from survivor.spec import JobSpec, SpecError
 from survivor.storage import JobStorage, StorageError, open_storage
-from survivor.store import CheckpointStore, CommitStats, SnapshotChanged
+from survivor.store import CheckpointStore, CommitStats, RestoreFailed, SnapshotChanged
 from survivor.trainer_process import (TrainerProcess, TrainerUserError, claim_workdir, decide_user, give_to,
                                       prepare_state_dir, progress_path, read_progress, save_signal, state_dir,
                                       trainer_argv, write_pid_file)
@@ -68,6 +68,11 @@ MAINTENANCE_SAVE_SECONDS = 300.0
 
 def _permission_wait_default() -> float:
     return float(os.environ.get("SURVIVOR_PERMISSION_WAIT_SECONDS", PERMISSION_WAIT_SECONDS))
+
+
+class BootInterrupted(BaseException):
+    """SIGTERM/SIGINT before the notice watcher listens. A BaseException, like KeyboardInterrupt,
+    so no `except Exception` on the way swallows it."""
 
 
 @dataclass
@@ -376,6 +381,44 @@ class Boot:
     # -- the story --------------------------------------------------------------------------------
 
     def run(self) -> int:
+        """The boot. A SIGTERM/SIGINT before the notice watcher listens ends it at once (exit 0):
+        nothing trains yet, so nothing needs saving, and no slow call (a metadata server that
+        drips its answer, a lease wait) may hold the agent past systemd's stop or the hard off."""
+        if self.options.early_signals:
+            return self._stopped_during_boot(self.options.early_signals[0])
+        self._booting = True
+        on_main = threading.current_thread() is threading.main_thread()
+        previous = {sig: signal.signal(sig, self._interrupt_boot) for sig in (signal.SIGTERM, signal.SIGINT)} \
+            if on_main else {}
+        try:
+            if self.options.early_signals:  # came between the check above and the handler
+                raise BootInterrupted(self.options.early_signals[0])
+            return self._boot()
+        except BootInterrupted as exc:
+            return self._stopped_during_boot(str(exc))
+        finally:
+            self._booting = False
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _interrupt_boot(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        self.options.early_signals.append(name)
+        if self._booting:  # after the watcher starts, a signal is a notice like any other
+            self._booting = False
+            raise BootInterrupted(name)
+
+    def _stopped_during_boot(self, name: str) -> int:
+        log.warning("stopped during boot; nothing was training, so nothing to save", signal=name)
+        attempt = getattr(self, "attempt", None)
+        if attempt is not None and attempt.outcome is None and getattr(self, "journal", None) is not None:
+            try:
+                self.journal.end(attempt, "stopped", reason=f"{name} during boot", timings=self.phase.seconds)
+            except Exception as exc:  # the next boot reads an open attempt as a killed agent
+                log.warning("could not record the attempt's end", error=str(exc))
+        return EXIT_OK
+
+    def _boot(self) -> int:
         with self.phase.timed("spec"):
             try:
                 spec, identity = self._load()
@@ -386,6 +429,7 @@ class Boot:
             except MetadataError as exc:
                 log.error("cannot read the job from the metadata server", error=str(exc))
                 return EXIT_RETRY
+        logs.redact(spec.secret_values())  # hyperparameters named like secrets: *** in every line from here
         log.info("job", name=spec.name, job_dir=spec.job_dir, train_steps=spec.train_steps, instance=identity.name)
         self.spec, self.identity = spec, identity
 
@@ -421,10 +465,18 @@ class Boot:
         try:
             return self._attempt(spec, identity, storage, journal, state)
         except StorageError as exc:
+            self._close_attempt("gave-up" if exc.lasting and self.trainer is None else "interrupted",
+                                f"the job dir failed: {exc}")
             if self.trainer is None:  # nothing runs yet: the same rule as at the start
                 return self._job_dir_refused(exc)
             self.trainer.kill()
             log.error("the job dir failed while training; systemd restarts the agent", error=str(exc))
+            return EXIT_RETRY
+        except Exception as exc:  # a defect: counted as a failure, so a crash loop still ends in FAILED
+            log.exception("the boot failed unexpectedly", error=f"{type(exc).__name__}: {exc}")
+            if self.trainer is not None:
+                self.trainer.kill()
+            self._close_attempt("failed", f"the agent failed: {type(exc).__name__}: {str(exc)[:500]}")
             return EXIT_RETRY
         finally:
             lease.release()
@@ -487,6 +539,7 @@ class Boot:
             return self._finish("failed")
 
         # 4. from here on a notice is heard (and one that came during start-up is not forgotten)
+        self._booting = False
         watcher = NoticeWatcher(self.metadata).start()
         if self.options.early_signals:
             watcher.fire("signal", self.options.early_signals[0])
@@ -499,11 +552,15 @@ class Boot:
                attempt: Attempt, watcher: NoticeWatcher) -> int:
         # 5. restore
         self._guest("state", "restoring", force=True)
-        store = CheckpointStore(storage, keep=spec.keep, writer=identity.name)
-        with self.phase.timed("restore"):
-            manifest = store.restore(self.local_job)
+        store = CheckpointStore(storage, keep=spec.keep, writer=identity.name, max_step=spec.train_steps)
+        try:
+            with self.phase.timed("restore"):
+                manifest = store.restore(self.local_job)
+        except RestoreFailed as exc:  # never a start from scratch over committed work
+            return self._restore_failed(attempt, exc)
         restored = manifest.step if manifest else None
         attempt.restored_step = restored
+        attempt.restored_from = manifest.name if manifest else ""
         journal.update(attempt)
         log.info("restored" if manifest else "no committed snapshot; starting from scratch",
                  step=restored, files=len(manifest.files) if manifest else 0,
@@ -601,13 +658,18 @@ class Boot:
             trainer.wait(timeout=5)
         saved_at = time.monotonic()
         self.phase.seconds["trainer_save"] = round(saved_at - notice.monotonic, 3)
+        failure = ""
         try:
             mirror.final_sync()
         except LeaseLost:
             return self._superseded(self.attempt, trainer, mirror)
+        except StorageError as exc:  # the last commit stands; say what was lost and why
+            failure = f"the final commit failed: {exc}"
+            log.error("the final commit after the notice failed; the last commit stands", error=str(exc),
+                      object=exc.object, committed_step=mirror.committed_step)
         self.phase.seconds["final_commit"] = round(time.monotonic() - saved_at, 3)
         reached = self._reached(restored)
-        return self._end_after_notice(notice, store, mirror, restored, reached)
+        return self._end_after_notice(notice, store, mirror, restored, reached, reason=failure)
 
     def _reached(self, restored: int | None) -> int:
         """The furthest step the trainer reported; a trainer that reported nothing did nothing
@@ -626,7 +688,7 @@ class Boot:
         return notice.outcome
 
     def _end_after_notice(self, notice: Notice, store: CheckpointStore, mirror: Mirror | None,
-                          restored: int | None, reached: int | None = None) -> int:
+                          restored: int | None, reached: int | None = None, reason: str = "") -> int:
         committed = mirror.committed_step if mirror else restored
         total = round(time.monotonic() - notice.monotonic, 3)
         self.phase.seconds["notice_to_safe"] = total
@@ -635,8 +697,11 @@ class Boot:
                  steps_lost=lost, seconds=total, **{f"{k}_seconds": v for k, v in self.phase.seconds.items()})
         if mirror is not None:
             mirror.tidy()  # after the checkpoint is safe: never on the way to it
-        self.journal.end(self.attempt, self._classify(notice), end_step=committed, reached_step=reached,
-                         steps_lost=lost, notice=notice.source, timings=self.phase.seconds)
+        try:
+            self.journal.end(self.attempt, self._classify(notice), end_step=committed, reached_step=reached,
+                             steps_lost=lost, notice=notice.source, timings=self.phase.seconds, reason=reason)
+        except StorageError as exc:  # the VM is going away; the log has it all
+            log.warning("could not record the attempt's end", error=str(exc))
         self._guest("state", "stopped", force=True)
         return EXIT_OK
 
@@ -682,6 +747,29 @@ class Boot:
         self._guest("state", "retrying", force=True)
         return EXIT_RETRY
 
+    def _restore_failed(self, attempt: Attempt, exc: RestoreFailed) -> int:
+        """A restore that failed for a reason not the snapshot's ends the boot; a later one restores
+        the same snapshot. The boot disk's reasons are the same on the next boot, so they count
+        toward giving up (FAILED then says why); the network's do not."""
+        reason = f"restore failed: {exc}"
+        if exc.local:
+            return self._failed(attempt, reason, None)
+        log.error("restore failed; a later boot restores the same snapshot", reason=str(exc))
+        self.journal.end(attempt, "interrupted", reason=reason, timings=self.phase.seconds)
+        self._guest("state", "retrying", force=True)
+        return EXIT_RETRY
+
+    def _close_attempt(self, outcome: str, reason: str) -> None:
+        """Closes this boot's attempt if nothing else did: an open one reads as a killed agent,
+        which the crash-loop guard cannot count."""
+        attempt = getattr(self, "attempt", None)
+        if attempt is None or attempt.outcome is not None:
+            return
+        try:
+            self.journal.end(attempt, outcome, reason=reason, timings=self.phase.seconds)
+        except Exception as err:
+            log.warning("could not record the attempt's end", error=str(err))
+
     def _superseded(self, attempt: Attempt, trainer: TrainerProcess, mirror: Mirror) -> int:
         """Another agent took the job over: stop at once, commit nothing more."""
         trainer.kill()
@@ -695,10 +783,10 @@ class Boot:
         return EXIT_RETRY
 
     def _bad_spec(self, exc: SpecError) -> int:
-        """A spec that cannot run will not run on the next boot either: record FAILED where possible."""
-        attributes = getattr(exc, "attributes", {}) or {}
-        raw = attributes.get("jobDir")
-        if raw and not validate_uri(raw):
+        """A spec that cannot run will not run on the next boot either: record FAILED in its job dir
+        when the metadata's spec (YAML `survivor-job` or the flat keys) names a valid one."""
+        raw = exc.job_dir if getattr(exc, "attributes", None) is not None else None
+        if raw:
             try:
                 journal = Journal(open_storage(raw))
                 journal.mark_failed("invalid job spec: " + "; ".join(exc.problems))

@@ -16,18 +16,29 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from survivor.storage import JobStorage, PreconditionFailed
+from survivor import log as logs
+from survivor.storage import JobStorage, PreconditionFailed, parse_json
 
 ATTEMPTS = "survivor/attempts/"
 DONE = "survivor/DONE"
 FAILED = "survivor/FAILED"
+#: The largest attempt record read (one survivor writes is under 2 KB).
+MAX_RECORD_BYTES = 1 << 20
+
+log = logs.get("journal")
 
 #: How an attempt ended. `preempted` and `stopped` came with a notice; `finished` wrote DONE;
-#: `failed` means the trainer or setup failed; `gave-up` wrote FAILED.
-OUTCOMES = ("finished", "preempted", "stopped", "failed", "gave-up", "superseded")
+#: `failed` means the trainer or setup failed (the boot disk too: it is the same on the next boot);
+#: `gave-up` wrote FAILED; `interrupted` means the job dir or the network failed, which the next
+#: boot may not meet (it neither counts toward giving up nor ends a streak).
+OUTCOMES = ("finished", "preempted", "stopped", "failed", "gave-up", "superseded", "interrupted")
+
+#: The highest attempt number read: a record claiming more is not one survivor wrote.
+MAX_ATTEMPT = 10**9
 
 
 def now() -> str:
@@ -50,6 +61,9 @@ class Attempt:
     steps_lost: int | None = None
     notice: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    #: The manifest restored; "" when nothing committed verified (a start from scratch); None
+    #: until the restore is over (or in a record written before survivor kept it).
+    restored_from: str | None = None
 
     @property
     def name(self) -> str:
@@ -61,9 +75,53 @@ class Attempt:
 
     @classmethod
     def from_json(cls, data: bytes) -> "Attempt":
-        raw = json.loads(data)
-        known = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw}
-        return cls(**known)
+        """Parses a record into the exact schema; ValueError for anything else (unknown keys are
+        ignored). A record is the agent's own note, but the job dir is shared: trust no field."""
+        raw = parse_json(data)
+        if not isinstance(raw, dict):
+            raise ValueError(f"expected a JSON object, got {type(raw).__name__}")
+        for key, kind in _FIELD_TYPES.items():
+            if key in raw and not _has_type(raw[key], kind):
+                raise ValueError(f"{key}: {_show(raw[key])} is not {kind}")
+        for key in ("number", "instance", "started"):
+            if key not in raw:
+                raise ValueError(f"{key} is missing")
+        if not 1 <= raw["number"] <= MAX_ATTEMPT:
+            raise ValueError(f"number: {raw['number']} is out of range")
+        if raw.get("outcome") is not None and raw["outcome"] not in OUTCOMES:
+            raise ValueError(f"outcome: {_show(raw['outcome'])} is not one of {', '.join(OUTCOMES)}")
+        timings = raw.get("timings", {})
+        if not all(isinstance(k, str) and _has_type(v, "a number") for k, v in timings.items()):
+            raise ValueError("timings: expected names and seconds")
+        return cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
+
+
+#: Each record field's JSON type (optional ones may also be null).
+_FIELD_TYPES = {
+    "number": "a whole number", "instance": "a string", "started": "a string",
+    "restored_step": "a whole number or null", "ended": "a string or null", "outcome": "a string or null",
+    "reason": "a string", "end_step": "a whole number or null", "reached_step": "a whole number or null",
+    "steps_lost": "a whole number or null", "notice": "a string or null", "timings": "an object",
+    "restored_from": "a string or null",
+}
+
+
+def _has_type(value: Any, kind: str) -> bool:
+    if value is None:
+        return kind.endswith("or null")
+    if kind.startswith("a whole number"):
+        return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= 1 << 62
+    if kind == "a number":
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value) and abs(value) <= 1 << 62)
+    if kind.startswith("a string"):
+        return isinstance(value, str)
+    return isinstance(value, dict)
+
+
+def _show(value: Any) -> str:
+    text = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass
@@ -113,6 +171,19 @@ def should_give_up(attempts: list[Attempt], limit: int) -> bool:
     return failed_streak(attempts) >= limit
 
 
+def restored_text(attempt: Attempt) -> str:
+    """Pure: where an attempt started, for people: its step, "fresh start", or why neither."""
+    if attempt.restored_step is not None:
+        return str(attempt.restored_step)
+    if attempt.restored_from == "":
+        return "fresh start"
+    if attempt.ended is None:
+        return "restoring"
+    if attempt.outcome in ("failed", "interrupted", "gave-up", "superseded"):
+        return "not restored"  # it ended before its restore did
+    return "fresh start"  # a record from before survivor kept `restored_from`, of an attempt that trained
+
+
 def steps_lost(reached_step: int | None, committed_step: int | None) -> int | None:
     """Work lost by an attempt: what the trainer reached beyond the last committed step."""
     if reached_step is None:
@@ -127,13 +198,16 @@ class Journal:
         self.storage = storage
 
     def _marker(self, name: str) -> dict[str, Any] | None:
+        """A marker's contents. Its presence is what counts; contents that are not a plain JSON
+        object (or are nested deeper than any marker survivor writes) are kept as text."""
         blob = self.storage.read(name)
         if blob is None:
             return None
         try:
-            value = json.loads(blob.data)
-        except ValueError:
-            value = {"raw": blob.data.decode(errors="replace")}
+            value = parse_json(blob.data)
+            json.dumps(value)  # what `status --json` will do with it
+        except (ValueError, RecursionError):
+            return {"raw": blob.data[:2000].decode(errors="replace")}
         return value if isinstance(value, dict) else {"value": value}
 
     def done(self) -> dict[str, Any] | None:
@@ -145,23 +219,33 @@ class Journal:
         return self._marker(FAILED)
 
     def attempts(self) -> list[Attempt]:
-        """Every recorded attempt, oldest first (unreadable records are skipped)."""
+        """Every recorded attempt, oldest first. A record that does not parse, or whose number is
+        not its name's, is treated as absent, with a warning naming it: never fatal."""
         out = []
         for info in self.storage.list(ATTEMPTS):
+            if info.size > MAX_RECORD_BYTES:
+                log.warning("ignoring an unreadable attempt record", record=info.name,
+                            reason=f"{info.size} bytes, more than any record")
+                continue
             blob = self.storage.read(info.name)
             if blob is None:
                 continue
             try:
-                out.append(Attempt.from_json(blob.data))
-            except (ValueError, TypeError):
+                attempt = Attempt.from_json(blob.data)
+                if attempt.name != info.name:
+                    raise ValueError(f"it says attempt {attempt.number}, which is not its name")
+            except ValueError as exc:
+                log.warning("ignoring an unreadable attempt record", record=info.name, reason=str(exc))
                 continue
+            out.append(attempt)
         return sorted(out, key=lambda a: a.number)
 
     def state(self) -> JobState:
         return JobState(self.done(), self.failed(), self.attempts())
 
     def begin(self, instance: str, restored_step: int | None = None) -> Attempt:
-        """Records a new attempt with the next free number (a conditional create, so never a clash)."""
+        """Records a new attempt with the next free number (a conditional create, so never a clash;
+        an unreadable record still holds its number)."""
         existing = self.attempts()
         number = (existing[-1].number if existing else 0) + 1
         while True:

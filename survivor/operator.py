@@ -354,7 +354,7 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
                               "spot": props.get("scheduling", {}).get("provisioningModel") == "SPOT"}
     job_dir = job_dir or (spec.job_dir if spec else None)
     if job_dir:
-        summary = job_summary(job_dir)
+        summary = job_summary(job_dir, train_steps=spec.train_steps if spec else None)
         out["job"] = summary
         if spec:
             summary["train_steps"] = spec.train_steps
@@ -436,7 +436,9 @@ def status(args: argparse.Namespace) -> int:
                       f"{job['preemptions']} preemptions survived, {job['steps_lost']} steps lost, "
                       f"{job['attempts']} boots")
         if job.get("failed"):
-            console.print(f"  [red]FAILED[/red]: {job['failed'].get('reason')}")
+            from survivor.status import failed_reason
+
+            console.print(f"  [red]FAILED[/red]: {failed_reason(job['failed'])}")
         cost = report.get("cost_usd") or {}
         if cost.get("spot") is not None or cost.get("on_demand") is not None:
             spot = f"${cost['spot']:.2f} on Spot" if cost.get("spot") is not None else "Spot price unknown"
@@ -447,8 +449,9 @@ def status(args: argparse.Namespace) -> int:
             console.print(f"  compute {report['compute_hours']:.2f} h")
         table = Table("boot", "instance", "from", "saved", "outcome", "lost", "reason")
         for row in job["history"][-10:]:
-            table.add_row(str(row["attempt"]), row["instance"], str(row["restored_step"]), str(row["end_step"]),
-                          row["outcome"], str(row["steps_lost"]), row["reason"][:60])
+            table.add_row(str(row["attempt"]), row["instance"], row["restored"],
+                          "-" if row["end_step"] is None else str(row["end_step"]), row["outcome"],
+                          "-" if row["steps_lost"] is None else str(row["steps_lost"]), row["reason"][:60])
         console.print(table)
     return 0
 

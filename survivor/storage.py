@@ -17,9 +17,11 @@ from __future__ import annotations
 import base64
 import errno
 import fcntl
+import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -48,6 +50,25 @@ def _client_retry():
 
 class PreconditionFailed(Exception):
     """A conditional write lost: the object's generation was not the one expected."""
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def parse_json(data: bytes):
+    """Parses a JSON object survivor wrote into the job dir, trusting nothing about it.
+
+    Raises ValueError for anything that is not plain JSON: bytes that are not UTF-8, `NaN` or
+    `Infinity` (Python's json accepts them), integers of thousands of digits, and nesting deeper
+    than the parser's recursion limit (a RecursionError, which no caller expects from a read).
+    """
+    try:
+        return json.loads(data, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except (ValueError, TypeError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ValueError(str(exc)[:200]) from None
 
 
 #: Why a storage call failed, as `StorageError.reason` says it.
@@ -198,6 +219,13 @@ def split_gs_url(url: str) -> tuple[str, str]:
 # -- local directory -------------------------------------------------------------------------------
 
 
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
 class LocalStorage:
     """A job dir on a local (or mounted) file system: the embedded default of `survivor demo`.
 
@@ -232,6 +260,9 @@ class LocalStorage:
             return StorageError(f"{where}: {call}: permission denied ({exc.strerror}); the agent's user needs "
                                 "read-write access to the job dir", object=where, reason=FORBIDDEN,
                                 permission="read-write access")
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return StorageError(f"{where}: {call}: no space left on the job dir's file system ({exc.strerror})",
+                                object=where)
         return StorageError(f"{where}: {call}: {exc.strerror or exc}", object=where)
 
     def read(self, name: str) -> Blob | None:
@@ -259,11 +290,15 @@ class LocalStorage:
             if if_generation_match is not None and self._generation(path) != if_generation_match:
                 raise PreconditionFailed(f"{name}: generation is not {if_generation_match}")
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                _remove_quietly(tmp)  # a full disk must not also fill up with our leftovers
+                raise
             return self._generation(path)
 
     def list(self, prefix: str) -> list[ObjectInfo]:
@@ -302,44 +337,79 @@ class LocalStorage:
     def upload(self, pairs: list[tuple[str, str]]) -> list[ObjectInfo]:
         def one(pair: tuple[str, str]) -> ObjectInfo:
             local, name = pair
+            try:
+                return store_one(local, name)
+            except FileNotFoundError:  # a local file that went away (the trainer pruned it)
+                if not os.path.exists(local):
+                    raise
+                raise self._error(FileNotFoundError(errno.ENOENT, "a directory of the job dir went away"),
+                                  "uploading", name) from None
+            except OSError as exc:
+                raise self._error(exc, "uploading", name) from exc
+
+        def store_one(local: str, name: str) -> ObjectInfo:
             path = self._path(name)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
             os.close(fd)
-            shutil.copyfile(local, tmp)
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            try:
+                shutil.copyfile(local, tmp)
+                with open(tmp, "rb") as f:
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                _remove_quietly(tmp)  # a partial copy is never left behind (a full disk stays usable)
+                raise
             # the stored copy's checksum, not the source's: the source may have changed meanwhile
             return ObjectInfo(name, os.path.getsize(path), crc32c_of_file(path))
 
         with ThreadPoolExecutor(PARALLELISM) as pool:
-            try:
-                return list(pool.map(one, pairs))
-            except FileNotFoundError:  # a local file that went away (the trainer pruned it)
-                raise
-            except OSError as exc:
-                raise self._error(exc, "uploading a checkpoint", "") from exc
+            futures = [pool.submit(one, pair) for pair in pairs]
+            wait(futures)  # every copy has finished (and cleaned up after itself) before one fails the call
+            return [future.result() for future in futures]
 
     def download(self, pairs: list[tuple[str, str]]) -> None:
+        """Copies objects to local files. A problem of the job dir's side is a StorageError (an object
+        that is missing or not a plain file: NOT_FOUND); one of the local side (a full or read-only
+        boot disk) is the OSError itself, so a caller can tell the two apart."""
+
         def one(pair: tuple[str, str]) -> None:
             name, local = pair
-            os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
+            where = self._path(name)
             try:
-                shutil.copyfile(self._path(name), local)
+                # never through a link (a blob that is one could hand out any file of this machine), and
+                # never blocked on a FIFO: both are refused below as not plain files
+                source = os.open(where, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
             except FileNotFoundError as exc:
-                if os.path.exists(self._path(name)):
-                    raise  # the local side
-                where = self._path(name)
                 raise StorageError(f"{where}: download: no such object", object=where, reason=NOT_FOUND) from exc
             except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENOTDIR):
+                    raise StorageError(f"{where}: download: not a plain file", object=where, reason=NOT_FOUND) from exc
                 raise self._error(exc, "downloading", name) from exc
+            with os.fdopen(source, "rb") as src:
+                if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
+                    raise StorageError(f"{where}: download: not a plain file", object=where, reason=NOT_FOUND)
+                os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
+                with open(local, "wb") as dst:  # the local side: its OSError goes up as it is
+                    while True:
+                        try:
+                            block = src.read(1 << 20)
+                        except OSError as exc:
+                            raise self._error(exc, "downloading", name) from exc
+                        if not block:
+                            break
+                        dst.write(block)
 
         with ThreadPoolExecutor(PARALLELISM) as pool:
             list(pool.map(one, pairs))
 
 
 # -- Cloud Storage ---------------------------------------------------------------------------------
+
+
+#: Failures only a local file can have: a download into a full or read-only boot disk, an upload of a
+#: file the agent may not read. They are not the bucket's doing and pass through as the OSError.
+_LOCAL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM})
 
 
 class GcsStorage:
@@ -394,6 +464,8 @@ class GcsStorage:
 
         if isinstance(exc, (StorageError, PreconditionFailed, FileNotFoundError, IsADirectoryError, NotADirectoryError)):
             return exc
+        if isinstance(exc, OSError) and exc.errno in _LOCAL_ERRNOS:
+            return exc  # the boot disk's problem (full, read-only), not the bucket's: the caller decides
         url = self._url(name)
         needed = PERMISSION_FOR[call]
         if isinstance(exc, (gexc.Forbidden, gexc.Unauthorized)):

@@ -25,6 +25,7 @@ import datetime as _dt
 import json
 import os
 import posixpath
+import re
 import shutil
 import threading
 import time
@@ -33,7 +34,7 @@ from typing import Callable
 
 from survivor import log as logs
 from survivor.snapshot import Snapshot
-from survivor.storage import JobStorage, PreconditionFailed, StorageError, crc32c_of_file
+from survivor.storage import NOT_FOUND, JobStorage, PreconditionFailed, StorageError, crc32c_of_file, parse_json
 
 SNAPSHOTS = "survivor/snapshots/"
 BLOBS = "survivor/blobs/"
@@ -42,8 +43,24 @@ FORMAT = 1
 log = logs.get("store")
 
 
+#: The largest manifest read: 100,000 files take about 20 MB. A bigger object is not a manifest
+#: survivor wrote, and reading it would only cost the boot its memory.
+MAX_MANIFEST_BYTES = 64 << 20
+
+
 class ManifestError(ValueError):
-    """A manifest that must not be followed (unparseable, or a path escaping the local dir)."""
+    """A manifest that must not be followed: not the exact schema, an implausible step, a path
+    escaping the local dir. Its snapshot has failed verification."""
+
+
+class RestoreFailed(Exception):
+    """A restore that could not be done for a reason other than the snapshots themselves: the boot
+    disk (full, read-only) or the network. Starting from scratch would throw committed work away,
+    so the boot ends and a later one restores the same snapshot. `local`: the boot disk's doing."""
+
+    def __init__(self, message: str, *, local: bool):
+        super().__init__(message)
+        self.local = local
 
 
 class SnapshotChanged(Exception):
@@ -62,7 +79,14 @@ class FileEntry:
 
 @dataclass(frozen=True)
 class Manifest:
-    """A committed snapshot: which files, at which step, written by which attempt and when."""
+    """A committed snapshot: which files, at which step, written by which attempt and when.
+
+    `parent` is the manifest this one continues (the snapshot the attempt restored, then its own
+    previous commit): "" for a start from scratch, None when unknown (a manifest written before
+    survivor recorded it). `abandoned` names the snapshots the restore before it skipped because
+    they failed verification. Together they say which lineage a snapshot belongs to, which
+    garbage collection needs (`snapshots_to_delete`).
+    """
 
     step: int
     attempt: int
@@ -70,6 +94,8 @@ class Manifest:
     files: tuple[FileEntry, ...]
     created: str = ""
     writer: str = ""
+    parent: str | None = None
+    abandoned: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -80,36 +106,117 @@ class Manifest:
         return sum(f.size for f in self.files)
 
     def to_json(self) -> bytes:
-        return json.dumps(
-            {
-                "format": FORMAT,
-                "step": self.step,
-                "attempt": self.attempt,
-                "seq": self.seq,
-                "created": self.created,
-                "writer": self.writer,
-                "files": [vars(f) for f in self.files],
-            },
-            indent=1,
-        ).encode()
+        body = {
+            "format": FORMAT,
+            "step": self.step,
+            "attempt": self.attempt,
+            "seq": self.seq,
+            "created": self.created,
+            "writer": self.writer,
+            "files": [vars(f) for f in self.files],
+        }
+        if self.parent is not None:
+            body["parent"] = self.parent
+        if self.abandoned:
+            body["abandoned"] = list(self.abandoned)
+        return json.dumps(body, indent=1).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> "Manifest":
-        """Parses and checks a manifest; raises ManifestError for anything unsafe or malformed."""
+    def from_json(cls, data: bytes, max_step: int | None = None) -> "Manifest":
+        """Parses a manifest into the exact schema; raises ManifestError for anything else.
+
+        Every field has its one type (an integer is never a float, a string or a boolean), numbers
+        are finite and in range, there is at least one file, no path leaves the local dir and no
+        object lies outside the blobs. `max_step` (the job's `train_steps`) bounds the step: a
+        snapshot beyond the end of training is not one this job wrote. Unknown keys are ignored.
+        """
         try:
-            raw = json.loads(data)
-            files = tuple(
-                FileEntry(str(f["path"]), int(f["size"]), str(f["crc32c"]), str(f["object"])) for f in raw["files"]
-            )
-            manifest = cls(int(raw["step"]), int(raw["attempt"]), int(raw.get("seq", 0)), files,
-                           str(raw.get("created", "")), str(raw.get("writer", "")))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ManifestError(f"malformed manifest ({exc})") from None
-        for entry in manifest.files:
-            check_relative_path(entry.path)
-            if not entry.object.startswith(BLOBS) or ".." in entry.object.split("/"):
-                raise ManifestError(f"object {entry.object!r} is outside {BLOBS}")
-        return manifest
+            raw = parse_json(data)
+        except ValueError as exc:
+            raise ManifestError(f"not JSON ({exc})") from None
+        if not isinstance(raw, dict):
+            raise ManifestError(f"expected a JSON object, got {type(raw).__name__}")
+        fmt = raw.get("format", FORMAT)
+        if not _is_int(fmt) or fmt > FORMAT:
+            raise ManifestError(f"format {_show(fmt)}: this survivor reads format {FORMAT}")
+        step = _integer(raw, "step", required=True, maximum=max_step)
+        attempt = _integer(raw, "attempt", required=True)
+        seq = _integer(raw, "seq", required=False)
+        created, writer = _string(raw, "created"), _string(raw, "writer")
+        parent = raw.get("parent")
+        if parent is not None and not isinstance(parent, str):
+            raise ManifestError(f"parent {_show(parent)}: expected a manifest name")
+        abandoned = raw.get("abandoned", [])
+        if not isinstance(abandoned, list) or not all(isinstance(a, str) for a in abandoned):
+            raise ManifestError("abandoned: expected a list of manifest names")
+        files = raw.get("files")
+        if not isinstance(files, list):
+            raise ManifestError(f"files {_show(files)}: expected a list")
+        if not files:
+            raise ManifestError("files: empty (a snapshot names at least one file)")
+        entries, seen = [], set()
+        for index, item in enumerate(files):
+            entry = _file_entry(item, index)
+            if entry.path in seen:
+                raise ManifestError(f"files[{index}]: {entry.path!r} is listed twice")
+            seen.add(entry.path)
+            entries.append(entry)
+        return cls(step, attempt, seq, tuple(entries), created, writer, parent, tuple(abandoned))
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _show(value) -> str:
+    text = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+#: The largest number a manifest holds: a byte count or step beyond it is no file or job of this world.
+_LARGEST = 1 << 62
+
+
+def _integer(raw: dict, key: str, *, required: bool, maximum: int | None = None) -> int:
+    if key not in raw and not required:
+        return 0
+    value = raw.get(key)
+    if not _is_int(value):
+        raise ManifestError(f"{key} {_show(value)}: expected a whole number")
+    if value < 0 or value > _LARGEST:
+        raise ManifestError(f"{key} {value}: out of range")
+    if maximum is not None and value > maximum:
+        raise ManifestError(f"{key} {value}: beyond the job's train_steps ({maximum})")
+    return value
+
+
+def _string(raw: dict, key: str) -> str:
+    value = raw.get(key, "")
+    if not isinstance(value, str):
+        raise ManifestError(f"{key} {_show(value)}: expected a string")
+    return value
+
+
+def _file_entry(item, index: int) -> FileEntry:
+    where = f"files[{index}]"
+    if not isinstance(item, dict):
+        raise ManifestError(f"{where}: expected an object, got {type(item).__name__}")
+    for key in ("path", "crc32c", "object"):
+        if not isinstance(item.get(key), str):
+            raise ManifestError(f"{where}.{key} {_show(item.get(key))}: expected a string")
+    size = _integer(item, "size", required=True)
+    crc = item["crc32c"]
+    try:
+        if len(base64.b64decode(crc, validate=True)) != 4:
+            raise ValueError
+    except ValueError:
+        raise ManifestError(f"{where}.crc32c {_show(crc)}: expected a base64 CRC32C") from None
+    path = item["path"]
+    check_relative_path(path)
+    obj = item["object"]
+    if not obj.startswith(BLOBS) or ".." in obj.split("/") or "\x00" in obj:
+        raise ManifestError(f"{where}.object {obj!r} is outside {BLOBS}")
+    return FileEntry(path, size, crc, obj)
 
 
 @dataclass
@@ -154,9 +261,42 @@ def blob_name(path: str, crc32c: str, size: int) -> str:
     return f"{BLOBS}{path}.{crc_hex}.{size}"
 
 
+def lineage(manifest: Manifest, by_name: dict[str, Manifest], committed: list[Manifest]) -> set[str]:
+    """Pure: the snapshots `manifest` builds on, following `parent` back (an unknown parent stands
+    for every snapshot at a lower step: how survivor read a job dir before it kept lineage), and
+    those its restores abandoned as failing verification."""
+    names: set[str] = set()
+    visited = {manifest.name}
+    current: Manifest | None = manifest
+    while current is not None:
+        names.update(current.abandoned)
+        if current.parent is None:
+            names.update(m.name for m in committed if m.step < current.step)
+            break
+        if not current.parent or current.parent in visited:  # a start from scratch; or a loop
+            break
+        names.add(current.parent)
+        visited.add(current.parent)
+        current = by_name.get(current.parent)
+    return names
+
+
 def snapshots_to_delete(valid_newest_first: list[Manifest], keep: int) -> list[Manifest]:
-    """Pure decision: the committed snapshots beyond the newest `keep`."""
-    return valid_newest_first[keep:]
+    """Pure decision: the committed snapshots garbage collection may delete.
+
+    Kept: the newest `keep` that no later restore abandoned, and every snapshot no commit at a
+    higher step of its own lineage has superseded. So a start from scratch (or from an older
+    snapshot) never costs the newest committed work, whatever step the new lineage reaches; a
+    snapshot that failed verification is not kept for its rank.
+    """
+    by_name = {m.name: m for m in valid_newest_first}
+    lineages = {m.name: lineage(m, by_name, valid_newest_first) for m in valid_newest_first}
+    abandoned = {name for m in valid_newest_first for name in m.abandoned}
+    superseded = {s.name for s in valid_newest_first for t in valid_newest_first
+                  if t.step > s.step and s.name in lineages[t.name]}
+    kept = {m.name for m in [m for m in valid_newest_first if m.name not in abandoned][:keep]}
+    kept |= {m.name for m in valid_newest_first if m.name not in superseded and m.name not in abandoned}
+    return [m for m in valid_newest_first if m.name not in kept]
 
 
 def blobs_to_delete(all_blobs: list[str], kept: list[Manifest]) -> list[str]:
@@ -165,30 +305,62 @@ def blobs_to_delete(all_blobs: list[str], kept: list[Manifest]) -> list[str]:
     return [b for b in all_blobs if b not in referenced]
 
 
-class CheckpointStore:
-    """Commits local snapshots to the job dir and restores the newest one that verifies."""
+_NAME = re.compile(r"^(\d+)-(\d+)-(\d+)\.json$")
 
-    def __init__(self, storage: JobStorage, keep: int = 3, writer: str = ""):
+
+def _order(name: str) -> tuple:
+    """Sort key of a manifest name, newest last, by number (a name survivor did not write: first)."""
+    match = _NAME.match(posixpath.basename(name))
+    return (1, *map(int, match.groups())) if match else (0, name)
+
+
+class CheckpointStore:
+    """Commits local snapshots to the job dir and restores the newest one that verifies.
+
+    `max_step` (the job's `train_steps`) bounds the step a manifest may claim.
+    """
+
+    def __init__(self, storage: JobStorage, keep: int = 3, writer: str = "", max_step: int | None = None):
         self.storage = storage
         self.keep = keep
         self.writer = writer
+        self.max_step = max_step
         self._known_blobs: set[str] | None = None
         self._seq = 0
+        self._sizes: dict[str, int] = {}
+        # The lineage the next commit continues: set by `restore` (None: this store never restored).
+        self._parent: str | None = None
+        self._abandoned: tuple[str, ...] = ()
 
     # -- reading ----------------------------------------------------------------------------------
 
     def manifest_names(self) -> list[str]:
         """Manifest object names, newest first."""
-        names = [o.name for o in self.storage.list(SNAPSHOTS) if o.name.endswith(".json")]
-        return sorted(names, reverse=True)
+        listed = [o for o in self.storage.list(SNAPSHOTS) if o.name.endswith(".json")]
+        self._sizes = {o.name: o.size for o in listed}
+        return sorted((o.name for o in listed), key=_order, reverse=True)
+
+    def parse(self, name: str, data: bytes) -> Manifest:
+        """Pure: the manifest stored as `name`, or ManifestError. Its contents must agree with its
+        name, or garbage collection, which deletes by name, could be steered onto another."""
+        manifest = Manifest.from_json(data, max_step=self.max_step)
+        if posixpath.basename(manifest.name) != posixpath.basename(name):
+            raise ManifestError(f"it says step {manifest.step}, attempt {manifest.attempt}, seq {manifest.seq}, "
+                                f"which is not its name")
+        return manifest
 
     def load(self, name: str) -> Manifest | None:
-        """Reads one manifest; None (with a warning) if it is gone, malformed or unsafe."""
+        """Reads one manifest; None (with a warning naming it) if it is gone or fails verification."""
+        size = self._sizes.get(name, 0)
+        if size > MAX_MANIFEST_BYTES:
+            log.warning("ignoring a manifest that must not be followed", manifest=name,
+                        reason=f"{size} bytes, more than any manifest ({MAX_MANIFEST_BYTES})")
+            return None
         blob = self.storage.read(name)
         if blob is None:
             return None
         try:
-            return Manifest.from_json(blob.data)
+            return self.parse(name, blob.data)
         except ManifestError as exc:
             log.warning("ignoring a manifest that must not be followed", manifest=name, reason=str(exc))
             return None
@@ -266,11 +438,15 @@ class CheckpointStore:
             files=tuple(entries),
             created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             writer=self.writer,
+            parent=self._parent,
+            abandoned=self._abandoned,
         )
         try:
             self.storage.write(manifest.name, manifest.to_json(), if_generation_match=0)
         except PreconditionFailed:
             raise SnapshotChanged(f"{manifest.name} already exists") from None
+        if self._parent is not None:  # the lineage goes on from this commit
+            self._parent, self._abandoned = manifest.name, ()
         done = time.monotonic()
         return CommitStats(
             manifest=manifest,
@@ -300,42 +476,66 @@ class CheckpointStore:
     def restore(self, local_root: str) -> Manifest | None:
         """Makes `local_root` hold the newest committed snapshot whose files all verify.
 
-        Returns its manifest, or None (with `local_root` empty) when nothing usable is committed.
-        A snapshot that fails verification is skipped with a warning naming the file and why.
+        Returns its manifest, or None (with `local_root` empty) when nothing committed verifies.
+        Only a snapshot that fails verification is skipped, with a warning naming it and why:
+        a manifest that is not the exact schema or claims an implausible step, a file whose size or
+        crc32c differs, an object that is missing, a path that would leave the dir. Anything else
+        (no room on the boot disk, a download that failed after its retries) raises RestoreFailed:
+        the snapshot may be perfectly good, so neither it nor the start from scratch is chosen.
+        A missing permission or bucket raises its StorageError.
         """
         staging = local_root.rstrip("/") + ".restoring"
-        for name in self.manifest_names():
-            manifest = self.load(name)
-            if manifest is None:
-                continue
-            shutil.rmtree(staging, ignore_errors=True)
-            os.makedirs(staging)
-            problem = self._fetch_and_verify(manifest, staging)
-            if problem:
-                log.warning("skipping a snapshot that does not verify", manifest=name, step=manifest.step, reason=problem)
-                continue
-            shutil.rmtree(local_root, ignore_errors=True)
-            os.replace(staging, local_root)
-            return manifest
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(local_root, ignore_errors=True)
-        os.makedirs(local_root)
+        abandoned: list[str] = []
+        try:
+            # The old contents go first: restore replaces them anyway, and the boot disk then needs
+            # room for one snapshot, not two.
+            _clear(local_root)
+            for name in self.manifest_names():
+                manifest = self.load(name)
+                if manifest is None:
+                    abandoned.append(name)
+                    continue
+                _clear(staging)
+                os.makedirs(staging)
+                problem = self._fetch_and_verify(manifest, staging)
+                if problem:
+                    log.warning("skipping a snapshot that does not verify", manifest=name, step=manifest.step,
+                                reason=problem)
+                    abandoned.append(name)
+                    continue
+                os.replace(staging, local_root)
+                self._parent, self._abandoned = manifest.name, tuple(abandoned)
+                return manifest
+            _clear(staging)
+            os.makedirs(local_root)
+        except OSError as exc:
+            raise RestoreFailed(f"the boot disk: {_os_reason(exc)}", local=True) from exc
+        self._parent, self._abandoned = "", tuple(abandoned)
         return None
 
     def _fetch_and_verify(self, manifest: Manifest, staging: str) -> str | None:
-        """Downloads a snapshot into `staging`; returns what is wrong with it, or None."""
+        """Downloads a snapshot into `staging`; returns what is wrong with it, or None.
+        Raises RestoreFailed when the download itself failed for a reason not the snapshot's."""
         try:
             targets = [(e.object, safe_join(staging, e.path)) for e in manifest.files]
         except ManifestError as exc:
             return str(exc)
+        free = shutil.disk_usage(staging).free
+        if manifest.size > free:
+            raise RestoreFailed(f"snapshot {manifest.name} (step {manifest.step}) needs {manifest.size} bytes; "
+                                f"the boot disk has {free} free at {staging}", local=True)
         try:
             self.storage.download(targets)
         except StorageError as exc:
+            if exc.reason == NOT_FOUND:  # an object the manifest names is gone: this snapshot is unusable
+                return f"download failed: {exc}"
             if exc.lasting:  # no permission, no bucket: every snapshot would "fail"; starting over is wrong
                 raise
-            return f"download failed: {exc}"
-        except Exception as exc:  # a missing or unreadable object: this snapshot is unusable
-            return f"download failed: {exc}"
+            raise RestoreFailed(f"snapshot {manifest.name} (step {manifest.step}) could not be downloaded: {exc}",
+                                local=False) from exc
+        except OSError as exc:  # the boot disk's side of the download
+            raise RestoreFailed(f"snapshot {manifest.name} (step {manifest.step}) could not be written to the "
+                                f"boot disk: {_os_reason(exc)}", local=True) from exc
         for entry, (_, local) in zip(manifest.files, targets):
             try:
                 size = os.path.getsize(local)
@@ -347,3 +547,18 @@ class CheckpointStore:
             if crc != entry.crc32c:
                 return f"{entry.path}: crc32c {crc} != {entry.crc32c} in the manifest (corrupted)"
         return None
+
+
+def _clear(path: str) -> None:
+    """Removes a directory tree; one that is not there is fine, one that cannot go is an OSError."""
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        pass
+    except NotADirectoryError:
+        os.remove(path)
+
+
+def _os_reason(exc: OSError) -> str:
+    what = exc.strerror or str(exc)
+    return f"{exc.filename}: {what}" if getattr(exc, "filename", None) else what

@@ -1,6 +1,10 @@
 """Attempts, DONE/FAILED, and the crash-loop decision."""
 
-from survivor.journal import Attempt, Journal, failed_streak, should_give_up, steps_lost
+import json
+
+import pytest
+
+from survivor.journal import Attempt, Journal, failed_streak, restored_text, should_give_up, steps_lost
 from survivor.storage import open_storage
 
 
@@ -50,3 +54,78 @@ def test_attempt_numbers_are_unique_and_done_is_written_once(job_dir):
     assert state.done["step"] == 10
     assert [a.outcome for a in state.attempts] == ["preempted", None]
     assert state.preemptions == 1 and state.steps_lost == 1
+
+
+# -- an unreadable record is absent, never fatal ----------------------------------------------------------
+
+GOOD = {"number": 1, "instance": "vm", "started": "2026-01-01T00:00:00+00:00"}
+
+
+def record(**fields) -> bytes:
+    return json.dumps({**GOOD, **fields}).encode()
+
+
+@pytest.mark.parametrize("data", [
+    b'{"number": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", b'{"number": NaN, "instance": "x", "started": "t"}',
+    b"[]", b"7", b"\xff", b'{"number": 1, "instance": "x", "sta',
+    record(number="1"), record(number=1.0), record(number=True), record(number=0), record(number=10**12),
+    record(instance=None), record(started=5), record(outcome=["failed"]), record(outcome="exploded"),
+    record(restored_step="10"), record(restored_step=float("1e300")), record(end_step=1 << 70), record(reason=None),
+    record(timings=[1]), record(timings={"restore": "fast"}), record(timings={"restore": True}),
+    b'{"number": 1, "instance": "x", "started": "t", "timings": {"restore": Infinity}}',
+    json.dumps({"instance": "vm", "started": "t"}).encode(), record(restored_from=3),
+], ids=lambda d: d[:40].decode(errors="replace"))
+def test_a_record_that_is_not_the_exact_schema_is_refused(data):
+    with pytest.raises(ValueError):
+        Attempt.from_json(data)
+
+
+def test_a_record_round_trips():
+    from dataclasses import asdict
+
+    full = Attempt(number=3, instance="vm", started="t", restored_step=10, ended="u", outcome="preempted",
+                   reason="", end_step=20, reached_step=21, steps_lost=1, notice="metadata",
+                   timings={"restore": 0.5}, restored_from="survivor/snapshots/x.json")
+    assert Attempt.from_json(json.dumps(asdict(full)).encode()) == full
+    assert Attempt.from_json(record(future_field=1)).number == 1  # a newer agent's extra keys are ignored
+
+
+def test_unreadable_records_are_skipped_and_their_numbers_stay_taken(job_dir):
+    storage = open_storage(job_dir)
+    storage.write("survivor/attempts/000001.json", b"[" * 100_000 + b"]" * 100_000)
+    storage.write("survivor/attempts/000002.json", record(number=9))  # not its name
+    storage.write("survivor/attempts/notes.txt", b"hello")
+    journal = Journal(storage)
+    assert journal.attempts() == []
+    assert journal.begin("vm").number == 3
+    assert [a.number for a in journal.attempts()] == [3]
+
+
+def test_interrupted_attempts_neither_count_nor_end_the_streak():
+    attempts = [attempt(1, 10, "failed"), attempt(2, 10, "interrupted"), attempt(3, 10, "failed")]
+    assert failed_streak(attempts) == 2
+    assert failed_streak([attempt(1, 10, "interrupted")] * 5) == 0
+
+
+def test_where_an_attempt_started_reads_for_people():
+    def a(**fields):
+        return Attempt(**{"number": 1, "instance": "vm", "started": "t", **fields})
+
+    assert restored_text(a(restored_step=120, restored_from="m", ended="u", outcome="preempted")) == "120"
+    assert restored_text(a(restored_from="", ended="u", outcome="finished")) == "fresh start"
+    assert restored_text(a(restored_from="")) == "fresh start"  # running, from scratch
+    assert restored_text(a()) == "restoring"
+    assert restored_text(a(ended="u", outcome="interrupted")) == "not restored"
+    assert restored_text(a(ended="u", outcome="finished")) == "fresh start"  # an older agent's record
+
+
+@pytest.mark.parametrize("data", [b"[" * 100_000 + b"]" * 100_000, b"NaN", b"\xff\xfe", b"[1]", b'{"reason": 5}'])
+def test_a_marker_that_is_not_a_plain_object_still_counts(job_dir, data):
+    from survivor.status import failed_reason
+
+    storage = open_storage(job_dir)
+    storage.write("survivor/FAILED", data)
+    failed = Journal(storage).failed()
+    assert failed is not None
+    json.dumps(failed)  # `status --json` prints it
+    assert isinstance(failed_reason(failed), str)

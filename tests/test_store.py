@@ -3,6 +3,7 @@ follows a half-written or corrupted one, and falls back to the previous commit."
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,7 +13,8 @@ import pytest
 
 from survivor.snapshot import decide_files_and_step, parse_tf_state, scan
 from survivor.storage import open_storage
-from survivor.store import BLOBS, CheckpointStore, Manifest, ManifestError, check_relative_path
+from survivor.store import (BLOBS, CheckpointStore, FileEntry, Manifest, ManifestError, RestoreFailed,
+                            check_relative_path, snapshots_to_delete)
 
 
 def write(root, name, data):
@@ -228,3 +230,253 @@ def test_a_failed_fence_alongside_the_upload_commits_nothing(job_dir, tmp_path):
     with pytest.raises(RuntimeError, match="lease lost"):
         store.commit(local, scan(local), 1, fence=fence_log([], fail=True))
     assert store.latest() is None
+
+
+# -- a manifest is the exact schema, or its snapshot failed verification -------------------------------
+
+GOOD_ENTRY = {"path": "dummy-checkpoint-20.json", "size": 12, "crc32c": "AAAAAA==",
+              "object": f"{BLOBS}dummy-checkpoint-20.json.00000000.12"}
+GOOD = {"format": 1, "step": 20, "attempt": 1, "seq": 1, "created": "", "writer": "vm", "files": [GOOD_ENTRY]}
+
+
+def body(**fields) -> bytes:
+    return json.dumps({**GOOD, **fields}).encode()
+
+
+def entry(**fields) -> dict:
+    return {**GOOD_ENTRY, **fields}
+
+
+@pytest.mark.parametrize("data", [
+    b'{"step": NaN, "attempt": 1, "files": []}',
+    body().replace(b'"size": 12', b'"size": Infinity'),
+    body().replace(b'"step": 20', b'"step": -Infinity'),
+    b'{"step": 1, "files": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    b'{"step": 1, "attempt": ' + b"9" * 5000 + b', "files": []}',
+    b"[1, 2]", b"null", b"\xff\xfe{", b"",
+    body(files=7), body(files={"a": 1}), body(files=[5]), body(files=[]),
+    body(step="20"), body(step=20.0), body(step=True), body(step=None), body(step=-1), body(step=1 << 70),
+    body(attempt="1"), body(seq=1.5), body(created=["x"]), body(writer=7), body(parent=3), body(abandoned="x"),
+    body(format=2), body(format="1"),
+    body(files=[entry(path={"a": 1})]), body(files=[entry(size="12")]), body(files=[entry(size=-1)]),
+    body(files=[entry(size=False)]), body(files=[entry(crc32c=7)]), body(files=[entry(crc32c="not base64!")]),
+    body(files=[entry(crc32c="AAAA")]), body(files=[entry(object=7)]), body(files=[entry(object="survivor/LEASE")]),
+    body(files=[entry(object=f"{BLOBS}../LEASE")]), body(files=[entry(path="../x")]),
+    body(files=[GOOD_ENTRY, GOOD_ENTRY]),
+], ids=lambda d: d[:40].decode(errors="replace"))
+def test_a_manifest_that_is_not_the_exact_schema_is_refused(data):
+    with pytest.raises(ManifestError):
+        Manifest.from_json(data)
+
+
+def test_a_manifest_round_trips_with_its_lineage_and_ignores_unknown_keys():
+    manifest = Manifest.from_json(body(parent="survivor/snapshots/a.json", abandoned=["survivor/snapshots/b.json"],
+                                       note="from a newer survivor"))
+    assert manifest.step == 20 and manifest.parent == "survivor/snapshots/a.json"
+    assert Manifest.from_json(manifest.to_json()) == manifest
+    assert Manifest.from_json(body()).parent is None  # written before lineage was kept
+
+
+def test_a_step_beyond_train_steps_is_implausible():
+    assert Manifest.from_json(body(step=100), max_step=100).step == 100
+    with pytest.raises(ManifestError, match="beyond the job's train_steps"):
+        Manifest.from_json(body(step=101), max_step=100)
+
+
+def test_a_manifest_stored_under_another_name_is_refused(job_dir, tmp_path):
+    """Garbage collection deletes by the name a manifest's contents give: a copy under another
+    name must not steer it onto a real one."""
+    storage = open_storage(job_dir)
+    store = CheckpointStore(storage)
+    real = commit_step(store, str(tmp_path / "job"), 10).manifest
+    storage.write("survivor/snapshots/000000000090-000009-0001.json", real.to_json())
+    assert [m.name for m in store.committed()] == [real.name]
+    with pytest.raises(ManifestError, match="not its name"):
+        store.parse("survivor/snapshots/000000000090-000009-0001.json", real.to_json())
+
+
+def test_a_manifest_larger_than_any_real_one_is_not_read(job_dir, tmp_path, monkeypatch):
+    import survivor.store as store_module
+
+    store = CheckpointStore(open_storage(job_dir))
+    commit_step(store, str(tmp_path / "job"), 10)
+    monkeypatch.setattr(store_module, "MAX_MANIFEST_BYTES", 100)
+    assert store.latest() is None
+
+
+def test_manifest_names_sort_by_number_not_text():
+    names = ["survivor/snapshots/000000000020-000001-0001.json", "survivor/snapshots/1000000000000-000001-0001.json",
+             "survivor/snapshots/000000000020-000002-0001.json", "survivor/snapshots/junk.json"]
+    from survivor.store import _order
+
+    assert sorted(names, key=_order, reverse=True) == [names[1], names[2], names[0], names[3]]
+
+
+# -- garbage collection never removes committed work a later lineage did not build on ----------------
+
+
+def snap(step, parent=None, abandoned=(), attempt=1):
+    return Manifest(step, attempt, 1, (FileEntry(f"f{step}", 1, "AAAAAA==", f"{BLOBS}f{step}"),),
+                    parent=parent, abandoned=tuple(abandoned))
+
+
+def names(manifests):
+    return [m.step for m in manifests]
+
+
+def newest_first(*manifests):
+    return sorted(manifests, key=lambda m: (m.step, m.attempt, m.seq), reverse=True)
+
+
+def test_one_lineage_keeps_the_newest_keep():
+    a = snap(10, parent="")
+    b, = [snap(20, parent=a.name)]
+    c = snap(30, parent=b.name)
+    d = snap(40, parent=c.name)
+    assert names(snapshots_to_delete(newest_first(a, b, c, d), keep=2)) == [20, 10]
+
+
+def test_legacy_manifests_without_lineage_are_collected_as_before():
+    legacy = newest_first(*(snap(s) for s in (10, 20, 30, 40)))
+    assert names(snapshots_to_delete(legacy, keep=3)) == [10]
+
+
+def test_a_fresh_lineage_never_costs_the_newest_snapshot_it_did_not_build_on():
+    old = [snap(300, attempt=1), snap(400, attempt=1), snap(500, attempt=1)]  # legacy chain
+    fresh = [snap(5, parent="", attempt=2)]
+    for step in range(15, 706, 10):
+        fresh.append(snap(step, parent=fresh[-1].name, attempt=2))
+    doomed = names(snapshots_to_delete(newest_first(*old, *fresh), keep=3))
+    assert 500 not in doomed  # no commit of its lineage went past it
+    assert 300 in doomed and 400 in doomed  # 500 superseded them
+    assert 705 not in doomed and 695 not in doomed and 685 not in doomed and 675 in doomed
+
+
+def test_a_snapshot_a_restore_abandoned_is_not_kept_for_its_rank():
+    s10 = snap(10, parent="")
+    s20 = snap(20, parent=s10.name)
+    corrupt = snap(30, parent=s20.name)
+    s21 = snap(21, parent=s20.name, abandoned=[corrupt.name], attempt=2)
+    s22 = snap(22, parent=s21.name, attempt=2)
+    doomed = names(snapshots_to_delete(newest_first(s10, s20, corrupt, s21, s22), keep=2))
+    assert doomed == [30, 20, 10]
+
+
+def test_a_restore_records_the_lineage_the_next_commit_continues(job_dir, tmp_path):
+    storage = open_storage(job_dir)
+    first = CheckpointStore(storage)
+    local = str(tmp_path / "job")
+    s10 = commit_step(first, local, 10).manifest
+    s20 = commit_step(first, local, 20).manifest
+    storage.write(next(f.object for f in s20.files if f.path.endswith("-20.json")), b"X" * 12)  # corrupt
+    second = CheckpointStore(storage)
+    assert second.restore(str(tmp_path / "r")).step == 10
+    s15 = commit_step(second, str(tmp_path / "r"), 15, attempt=2).manifest
+    assert s15.parent == s10.name and s15.abandoned == (s20.name,)
+    s16 = commit_step(second, str(tmp_path / "r"), 16, attempt=2).manifest
+    assert s16.parent == s15.name and s16.abandoned == ()
+    third = CheckpointStore(open_storage(job_dir))
+    assert third.restore(str(tmp_path / "r3")) is not None
+    fresh = CheckpointStore(open_storage(str(tmp_path / "empty-job")))
+    assert fresh.restore(str(tmp_path / "r4")) is None
+    assert commit_step(fresh, str(tmp_path / "r4"), 1).manifest.parent == ""
+
+
+def test_collect_garbage_keeps_a_snapshot_a_fresh_start_did_not_build_on(job_dir, tmp_path):
+    storage = open_storage(job_dir)
+    old = CheckpointStore(storage, keep=1)
+    kept = commit_step(old, str(tmp_path / "old"), 50).manifest
+    fresh = CheckpointStore(storage, keep=1)
+    fresh._parent = ""  # a lineage that started from scratch beside it (a restore that did not see it)
+    for step in (10, 60, 70):
+        commit_step(fresh, str(tmp_path / "fresh"), step, attempt=2)
+        fresh.collect_garbage()
+    assert [m.step for m in fresh.committed()] == [70, 50]
+    assert fresh.restore(str(tmp_path / "r")).step == 70
+    assert kept.name in [m.name for m in fresh.committed()]
+
+
+# -- a restore that fails for a reason not the snapshot's never starts from scratch --------------------
+
+
+def test_a_restore_into_a_disk_too_small_raises_and_starts_nothing(job_dir, tmp_path):
+    from tests.test_restore_failures import small_disk
+
+    store = CheckpointStore(open_storage(job_dir))
+    local = str(tmp_path / "job")
+    write(local, "weights.bin", os.urandom(3 << 20))
+    name = commit_step(store, local, 20).manifest.name
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        with pytest.raises(RestoreFailed, match="boot disk") as caught:
+            CheckpointStore(open_storage(job_dir)).restore(os.path.join(disk, "job"))
+        assert caught.value.local and name in str(caught.value)
+    assert store.latest().name == name
+
+
+def test_a_restore_that_runs_out_of_room_midway_raises(job_dir, tmp_path, monkeypatch):
+    """The free-space check passed (another writer took the room): the download's own ENOSPC."""
+    from tests.test_restore_failures import small_disk
+
+    store = CheckpointStore(open_storage(job_dir))
+    local = str(tmp_path / "job")
+    write(local, "weights.bin", os.urandom(3 << 20))
+    commit_step(store, local, 20)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(1 << 40, 0, 1 << 40))
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        with pytest.raises(RestoreFailed, match="could not be written to the boot disk"):
+            CheckpointStore(open_storage(job_dir)).restore(os.path.join(disk, "job"))
+
+
+def test_a_download_that_fails_for_a_reason_not_the_snapshots_raises(gcs_server, bucket, tmp_path, monkeypatch):
+    from survivor.local.fault_proxy import FaultPlan, FaultProxy
+
+    job_dir = f"gs://{bucket}/flaky"
+    store = CheckpointStore(open_storage(job_dir))
+    commit_step(store, str(tmp_path / "job"), 10)
+    proxy = FaultProxy(gcs_server.url, FaultPlan(rate=1.0, kinds=("400",), paths=r"survivor/blobs/.*alt=media")).start()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+    try:
+        with pytest.raises(RestoreFailed) as caught:
+            CheckpointStore(open_storage(job_dir)).restore(str(tmp_path / "r"))
+    finally:
+        proxy.stop()
+    assert not caught.value.local and "could not be downloaded" in str(caught.value)
+
+
+def test_a_local_blob_that_is_a_symlink_is_not_followed(tmp_path):
+    job_dir = str(tmp_path / "jobdir")
+    storage = open_storage(job_dir)
+    store = CheckpointStore(storage)
+    local = str(tmp_path / "job")
+    commit_step(store, local, 10)
+    newest = commit_step(store, local, 20, payload=b'{"step": 20, "x": 1}').manifest
+    victim = next(f for f in newest.files if f.path.endswith("-20.json"))
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"root's own file")
+    os.remove(os.path.join(job_dir, victim.object))
+    os.symlink(secret, os.path.join(job_dir, victim.object))
+    assert store.restore(str(tmp_path / "r")).step == 10
+    assert not (tmp_path / "r" / "dummy-checkpoint-20.json").exists()
+
+
+# -- a full local job dir --------------------------------------------------------------------------------
+
+
+def test_a_full_local_job_dir_is_a_storage_error_and_leaves_no_temporary_files(tmp_path):
+    from survivor.storage import StorageError
+    from tests.test_restore_failures import small_disk
+
+    local = str(tmp_path / "job")
+    for i in range(8):
+        write(local, f"shard-{i}.bin", os.urandom(300_000))
+    write(local, "dummy-checkpoint-7.json", b"{}")
+    with small_disk(tmp_path / "fs", "1m") as fs:
+        storage = open_storage(os.path.join(fs, "job"))
+        with pytest.raises(StorageError, match="no space left") as caught:
+            CheckpointStore(storage).commit(local, scan(local), attempt=1)
+        assert caught.value.object.startswith(fs) and caught.value.reason == "failed"
+        with pytest.raises(StorageError, match="no space left"):
+            storage.write("survivor/big", os.urandom(2 << 20))
+        leftovers = [f for _, _, files in os.walk(fs) for f in files if f.startswith(".tmp-")]
+        assert leftovers == []
+        storage.write("survivor/small", b"still usable")  # the room the failed copies took is back

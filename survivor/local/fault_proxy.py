@@ -103,18 +103,25 @@ def _error_body(code: int, message: str, reason: str) -> bytes:
 
 @dataclass
 class FaultPlan:
+    """Which requests get a fault. `kinds` may also name any HTTP status ("400", "500"), answered by
+    the proxy; `paths`, a regular expression, limits faults to requests whose decoded path (with its
+    query) it finds (say, downloads of checkpoint blobs: r"/o/.*survivor/blobs/.*alt=media")."""
+
     rate: float = 0.1
     kinds: tuple[str, ...] = KINDS
     seed: int = 0
     stall_seconds: float = 1.0
     enabled: bool = True
+    paths: str = ""
     _rng: random.Random = field(init=False, repr=False)
 
     def __post_init__(self):
         self._rng = random.Random(self.seed)
         self._lock = threading.Lock()
 
-    def draw(self) -> str | None:
+    def draw(self, path: str = "") -> str | None:
+        if self.paths and not re.search(self.paths, unquote(path)):
+            return None
         with self._lock:
             if not self.enabled or self._rng.random() >= self.rate:
                 return None
@@ -176,10 +183,10 @@ class FaultProxy(LocalService):
                 if proxy.granted is not None and permission is not None and permission not in proxy.granted:
                     proxy.denied.append((self.command, self.path, permission))
                     return self._reply(403, forbidden_body(permission), {"Content-Type": "application/json"})
-                fault = proxy.plan.draw()
+                fault = proxy.plan.draw(self.path)
                 if fault:
                     proxy.count[fault] += 1
-                if fault in ("429", "503"):
+                if fault and fault.isdigit():
                     message = b'{"error": {"code": %s, "message": "injected by survivor\'s fault proxy"}}' % fault.encode()
                     return self._reply(int(fault), message, {"Content-Type": "application/json"})
                 if fault == "reset":
