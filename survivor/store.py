@@ -340,16 +340,17 @@ class CheckpointStore:
         self._sizes = {o.name: o.size for o in listed}
         return sorted((o.name for o in listed), key=_order, reverse=True)
 
-    def parse(self, name: str, data: bytes) -> Manifest:
+    def parse(self, name: str, data: bytes, bounded: bool = True) -> Manifest:
         """Pure: the manifest stored as `name`, or ManifestError. Its contents must agree with its
-        name, or garbage collection, which deletes by name, could be steered onto another."""
-        manifest = Manifest.from_json(data, max_step=self.max_step)
+        name, or garbage collection, which deletes by name, could be steered onto another.
+        `bounded`: its step may not exceed `max_step`."""
+        manifest = Manifest.from_json(data, max_step=self.max_step if bounded else None)
         if posixpath.basename(manifest.name) != posixpath.basename(name):
             raise ManifestError(f"it says step {manifest.step}, attempt {manifest.attempt}, seq {manifest.seq}, "
                                 f"which is not its name")
         return manifest
 
-    def load(self, name: str) -> Manifest | None:
+    def load(self, name: str, bounded: bool = True) -> Manifest | None:
         """Reads one manifest; None (with a warning naming it) if it is gone or fails verification."""
         size = self._sizes.get(name, 0)
         if size > MAX_MANIFEST_BYTES:
@@ -360,7 +361,7 @@ class CheckpointStore:
         if blob is None:
             return None
         try:
-            return self.parse(name, blob.data)
+            return self.parse(name, blob.data, bounded)
         except ManifestError as exc:
             log.warning("ignoring a manifest that must not be followed", manifest=name, reason=str(exc))
             return None
@@ -458,12 +459,15 @@ class CheckpointStore:
         )
 
     def collect_garbage(self) -> tuple[int, int]:
-        """Deletes snapshots beyond `keep` and unreferenced blobs. Returns (snapshots, blobs) deleted."""
-        valid = self.committed()
+        """Deletes the snapshots `snapshots_to_delete` picks and the blobs no other snapshot uses
+        (one beyond `train_steps` keeps its blobs: restore skips it, but a raised `train_steps`
+        would take it again). Returns (snapshots, blobs) deleted."""
+        readable = [m for m in (self.load(n, bounded=False) for n in self.manifest_names()) if m is not None]
+        valid = [m for m in readable if self.max_step is None or m.step <= self.max_step]
         doomed = snapshots_to_delete(valid, self.keep)
         if not doomed:
             return 0, 0
-        kept = valid[: self.keep]
+        kept = [m for m in readable if m not in doomed]
         self.storage.delete([m.name for m in doomed])
         orphans = blobs_to_delete([o.name for o in self.storage.list(BLOBS)], kept)
         self.storage.delete(orphans)

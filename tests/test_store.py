@@ -392,8 +392,20 @@ def test_collect_garbage_keeps_a_snapshot_a_fresh_start_did_not_build_on(job_dir
         commit_step(fresh, str(tmp_path / "fresh"), step, attempt=2)
         fresh.collect_garbage()
     assert [m.step for m in fresh.committed()] == [70, 50]
-    assert fresh.restore(str(tmp_path / "r")).step == 70
-    assert kept.name in [m.name for m in fresh.committed()]
+    storage.delete([m.name for m in fresh.committed() if m.step == 70])
+    assert fresh.restore(str(tmp_path / "r")).name == kept.name  # its blobs were kept too
+
+
+def test_a_snapshot_beyond_train_steps_keeps_its_blobs(job_dir, tmp_path):
+    """train_steps lowered: restore skips the snapshot beyond it, garbage collection leaves it whole."""
+    storage = open_storage(job_dir)
+    beyond = commit_step(CheckpointStore(storage), str(tmp_path / "a"), 500).manifest
+    store = CheckpointStore(storage, keep=1, max_step=100)
+    for step in (10, 20, 30):
+        commit_step(store, str(tmp_path / "b"), step, attempt=2)
+        store.collect_garbage()
+    assert [m.step for m in store.committed()] == [30]
+    assert CheckpointStore(storage).restore(str(tmp_path / "r")).name == beyond.name
 
 
 # -- a restore that fails for a reason not the snapshot's never starts from scratch --------------------
