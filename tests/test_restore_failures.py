@@ -87,6 +87,21 @@ def test_a_boot_disk_too_small_for_the_snapshot_ends_the_boot_and_the_next_boot_
     assert executed_steps(tmp_path)[0] == 21
 
 
+def test_a_read_only_boot_disk_ends_the_boot_with_the_reason(tmp_path, instance_factory):
+    job_dir = str(tmp_path / "jobdir")
+    commit_snapshot(job_dir, tmp_path, 20)
+    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=40))
+    with small_disk(os.path.join(vm.root, "disk"), "4m") as disk:
+        os.makedirs(vm.workdir)
+        subprocess.run(["mount", "-o", "remount,ro", disk], check=True)
+        vm.boot()
+        assert vm.wait(60) == 1
+    attempt = state_of(job_dir).attempts[-1]
+    assert attempt.outcome == "failed" and "Read-only file system" in attempt.reason, attempt
+    assert executed_steps(tmp_path) == []
+    no_traceback(vm)
+
+
 def test_a_snapshot_that_cannot_be_downloaded_ends_the_boot_instead_of_starting_over(
         gcs_server, bucket, tmp_path, instance_factory, monkeypatch):
     from survivor.local.fault_proxy import FaultPlan, FaultProxy
