@@ -102,22 +102,23 @@ def test_a_read_only_boot_disk_ends_the_boot_with_the_reason(tmp_path, instance_
     no_traceback(vm)
 
 
+@pytest.mark.parametrize("status", ["400", pytest.param("503", marks=pytest.mark.slow)])
 def test_a_snapshot_that_cannot_be_downloaded_ends_the_boot_instead_of_starting_over(
-        gcs_server, bucket, tmp_path, instance_factory, monkeypatch):
+        status, gcs_server, bucket, tmp_path, instance_factory, monkeypatch):
     from survivor.local.fault_proxy import FaultPlan, FaultProxy
 
     job_dir = f"gs://{bucket}/undownloadable"
     name = commit_snapshot(job_dir, tmp_path, 20, data_bytes=100_000)
-    # every download of a checkpoint's blob fails (and is not worth a retry); the manifests, the
-    # journal and the lease are fine
-    plan = FaultPlan(rate=1.0, kinds=("400",), paths=r"/o/.*survivor/blobs/.*alt=media")
+    # every download of a checkpoint's blob fails: at once (400, not worth a retry), or after the
+    # retries (503, ~20 s); the manifests, the journal and the lease are fine
+    plan = FaultPlan(rate=1.0, kinds=(status,), paths=r"/o/.*survivor/blobs/.*alt=media")
     proxy = FaultProxy(gcs_server.url, plan).start()
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
     try:
         vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=40, checkpoint_steps=10))
         vm.boot()
         assert vm.wait(120) == 1, open(vm.log_path()).read()[-3000:]
-        assert proxy.count["400"] >= 1
+        assert proxy.count[status] >= 1
         assert executed_steps(tmp_path) == []
         attempt = state_of(job_dir).attempts[-1]
         assert attempt.outcome == "interrupted" and name in attempt.reason, attempt
