@@ -184,6 +184,26 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--zone", default="us-west1-b")
     e.add_argument("--project", default="survivor-local")
     e.set_defaults(func=_emulate)
+    e = esub.add_parser("compute", help="survivor's Compute Engine fake on 127.0.0.1 (templates, MIGs, quotas, GPUs)")
+    e.add_argument("--port", type=int, default=8090)
+    e.add_argument("--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT", "survivor-local"),
+                   help="the project --quota applies to (default $GOOGLE_CLOUD_PROJECT or survivor-local)")
+    e.add_argument("--stockout", action="append", default=[], metavar="ZONE",
+                   help="a MIG's VM cannot be created in ZONE (ZONE_RESOURCE_POOL_EXHAUSTED; repeatable)")
+    e.add_argument("--quota", action="append", default=[], metavar="REGION:METRIC=LIMIT",
+                   help="a regional quota, e.g. us-west1:PREEMPTIBLE_NVIDIA_T4_GPUS=0 (GPU quotas default to 8)")
+    e.add_argument("--image-family", action="append", default=[], metavar="PROJECT/FAMILY",
+                   help="an image family that resolves (the Deep Learning VM family always does)")
+    e.set_defaults(func=lambda a: __import__("survivor.local.compute_server", fromlist=["serve_forever"]).serve_forever(
+        a.port, project=a.project, stockouts=a.stockout, quotas=a.quota, image_families=a.image_family))
+    e = esub.add_parser("storage", help="fake-gcs-server with bucket IAM in front, on 127.0.0.1")
+    e.add_argument("--port", type=int, default=4443)
+    e.add_argument("--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT", "survivor-local"))
+    e.add_argument("--bucket", action="append", default=[], metavar="NAME", help="create this bucket (repeatable)")
+    e.add_argument("--grant", action="append", default=[], metavar="BUCKET=ROLE",
+                   help="bind ROLE on BUCKET to the Compute fake's default service account (repeatable)")
+    e.set_defaults(func=lambda a: __import__("survivor.local.bucket_iam", fromlist=["serve_forever"]).serve_forever(
+        a.port, project=a.project, buckets=a.bucket, grants=a.grant))
 
     p = sub.add_parser("data", help="write training data in the layout the built-in trainers read")
     dsub = p.add_subparsers(dest="dataset", required=True)

@@ -116,6 +116,41 @@ def distribution_policy(project: str, zones: list[str]) -> dict:
     return policy
 
 
+#: A Compute resource name (discovery document: the `name` pattern of InstanceTemplate,
+#: InstanceGroupManager, Instance and Image): RFC 1035, lower case, 1-63 characters.
+NAME = re.compile(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?")
+#: "The maximum character length is 58" for a MIG's baseInstanceName (discovery document,
+#: InstanceGroupManager.baseInstanceName), which is the job's name.
+BASE_INSTANCE_NAME_MAX = 58
+_ZONE = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")  # us-west1-b, europe-west4-a, me-central2-c
+_REGION = re.compile(r"[a-z]+-[a-z]+[0-9]+")  # us-west1
+
+
+def name_problems(what: str, name: str, *, max_length: int = 63) -> list[str]:
+    """Pure decision: why `name` cannot name a template, group or instance (empty when it can)."""
+    if NAME.fullmatch(name) and len(name) <= max_length:
+        return []
+    suggestion = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:max_length].rstrip("-")
+    if suggestion and not suggestion[0].isalpha():
+        suggestion = "job-" + suggestion
+    return [f"{what} {name!r}: Compute Engine names are lower-case letters, digits and hyphens, starting with a "
+            f"letter, at most {max_length} characters" + (f"; e.g. {suggestion[:max_length]}" if suggestion else "")]
+
+
+def location_problems(zone: str | None, region: str | None, *, regional: bool = True) -> list[str]:
+    """Pure decision: a --zone that is a region (or the reverse), one line each with the fix.
+    `regional`: the command also takes --region (make-group, preflight), so suggest it."""
+    out = []
+    if zone and not _ZONE.fullmatch(zone):
+        hint = f"; for the whole region use --region {zone}" if _REGION.fullmatch(zone) and regional else ""
+        out.append(f"--zone {zone}: not a zone; a zone is a region and a letter, e.g. {zone.rstrip('-')}-b" + hint
+                   if _REGION.fullmatch(zone) else f"--zone {zone}: not a zone (e.g. us-west1-b)")
+    if region and not _REGION.fullmatch(region):
+        hint = f"; for that one zone use --zone {region}" if _ZONE.fullmatch(region) else ""
+        out.append(f"--region {region}: not a region (e.g. us-west1){hint}")
+    return out
+
+
 def group_scope(group: GroupRef) -> tuple[str, str]:
     """("zone", Z) or ("region", R)."""
     return ("zone", group.zone) if group.zone else ("region", group.region or "")
@@ -320,7 +355,8 @@ class Compute:
                 project=project, family=family), wait=False)
         except NotFound:
             return None
-        return {"name": found.name, "self_link": found.self_link, "status": found.status}
+        return {"name": found.name, "self_link": found.self_link, "status": found.status,
+                "disk_size_gb": int(found.disk_size_gb or 0)}
 
     def insert_image(self, body: dict) -> None:
         """`images.insert` (e.g. from a builder's `sourceDisk`); waits for the operation."""

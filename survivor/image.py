@@ -281,8 +281,10 @@ def make_image(compute, install: Install, family: str, *, zone: str, storage=Non
             if outcome == "not-built" or vm["status"] == "TERMINATED":
                 break
             if time.monotonic() - started > deadline:
-                raise ImageError(f"builder {builder}: not done after {deadline:.0f} s; see `survivor logs "
-                                 f"--instance {builder} --zone {zone}`")
+                logs = f"`survivor logs --instance {builder} --zone {zone}`"
+                raise ImageError(f"builder {builder}: not done after {deadline:.0f} s; " + (
+                    f"see {logs}" if keep_builder else f"it is deleted: run again with a longer --deadline, or with "
+                    f"--keep-builder to read its serial console ({logs}) and delete it yourself"))
             state = compute.guest_attributes(zone, builder).get("build", "installing")
             progress(f"builder {builder}: {vm['status'].lower()}, {state} ({time.monotonic() - started:.0f} s)")
             time.sleep(poll)

@@ -70,8 +70,12 @@ N1_GPUS: dict[str, dict[int, tuple[int, int]]] = {
     "nvidia-tesla-p4": {1: (24, 156), 2: (48, 312), 4: (96, 624)},
 }
 
-# N1 predefined shapes: memory per vCPU (GB). https://cloud.google.com/compute/docs/general-purpose-machines
+# N1 predefined shapes: memory per vCPU (GB) and the vCPU counts each comes in.
+# https://cloud.google.com/compute/docs/general-purpose-machines (N1 tables: n1-standard-1 to -96,
+# n1-highmem-2 to -96, n1-highcpu-2 to -96, in powers of two and 96)
 N1_MEMORY_PER_VCPU = {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9}
+N1_VCPUS = {"standard": (1, 2, 4, 8, 16, 32, 64, 96), "highmem": (2, 4, 8, 16, 32, 64, 96),
+            "highcpu": (2, 4, 8, 16, 32, 64, 96)}
 
 PREEMPTION_NOTICE_SECONDS = (120,)
 TERMINATION_ACTIONS = ("STOP", "DELETE")
@@ -165,6 +169,11 @@ def choice_problems(machine_type: str, gpu_type: str | None, gpu_count: int, *, 
     out: list[str] = []
     gpu = f"{gpu_type}:{gpu_count}" if gpu_type else "none"
     built_in = built_in_gpus(machine_type)
+    predefined = re.fullmatch(r"n1-([a-z]+)-(\d+)", machine_type.rsplit("/", 1)[-1])
+    if (family(machine_type) == "n1" and predefined and predefined.group(1) not in ("megamem", "ultramem")  # M1's
+            and int(predefined.group(2)) not in N1_VCPUS.get(predefined.group(1), ())):
+        kinds = "; ".join(f"n1-{kind}-{{{','.join(map(str, counts))}}}" for kind, counts in N1_VCPUS.items())
+        return [f"machine_type {machine_type}: not an N1 machine type ({kinds}; or custom-CPUS-MEMORY_MB)"]
     if carries_gpus(machine_type):
         fam = family(machine_type)
         carried = f"{machine_type}: {built_in[1]} x {built_in[0]}" if built_in else f"{fam} machines"

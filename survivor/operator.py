@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from survivor import machines
-from survivor.compute import Compute, ComputeError
+from survivor.compute import BASE_INSTANCE_NAME_MAX, Compute, ComputeError, location_problems, name_problems
 from survivor.finish import GroupRef
 from survivor.spec import JobSpec, SpecError
 from survivor.template import MachineOptions, body_differences, parse_gpu, pretty, template_body
@@ -56,7 +56,24 @@ def compute_for(project: str) -> Compute:
 def _group(args: argparse.Namespace, project: str) -> GroupRef:
     if bool(args.zone) == bool(args.region):
         raise SpecError(["zone/region: give exactly one of --zone (zonal MIG) or --region (regional MIG)"])
+    problems = location_problems(args.zone, args.region)
+    if problems:
+        raise SpecError(problems)
     return GroupRef(project, args.name, zone=args.zone, region=args.region)
+
+
+def _instance_zone(args: argparse.Namespace) -> str:
+    """The zone of a standalone instance (--instance): --zone, which must be a zone."""
+    problems = ([] if args.zone else [f"--instance {args.instance}: give its --zone too"]) + location_problems(
+        args.zone, None, regional=False)
+    if problems:
+        raise SpecError(problems)
+    return args.zone
+
+
+def _where(args: argparse.Namespace) -> str:
+    """The flag that names the job's group, for the next command a message suggests."""
+    return f"--zone {args.zone}" if args.zone else f"--region {args.region}"
 
 
 # -- make-template ---------------------------------------------------------------------------------
@@ -65,6 +82,9 @@ def _group(args: argparse.Namespace, project: str) -> GroupRef:
 def _template_from_args(args: argparse.Namespace, boot=None) -> tuple[JobSpec, dict]:
     """The job spec and the template body the make-template flags describe (SpecError when contradictory).
     `boot(spec, options)`: chooses what the VM boots (make-template's image or wheel); returns the Install."""
+    problems = name_problems("template", args.name) + location_problems(args.zone, args.region)
+    if problems:
+        raise SpecError(problems)
     spec = JobSpec.from_file(args.config)
     gpu_type = gpu_count = None
     if args.gpu:
@@ -164,6 +184,8 @@ def make_image(args: argparse.Namespace) -> int:
     from survivor import image
 
     try:
+        if location_problems(args.zone, None, regional=False):
+            raise SpecError(location_problems(args.zone, None, regional=False))
         spec = JobSpec.from_file(args.config)
         options = MachineOptions.from_spec(spec, survivor_wheel=args.survivor_wheel)
         project = _project(args, spec)
@@ -233,6 +255,10 @@ def make_group(args: argparse.Namespace) -> int:
     try:
         project = _project(args)
         group = _group(args, project)
+        problems = (name_problems("job", args.name, max_length=BASE_INSTANCE_NAME_MAX)
+                    + name_problems("template", args.template))
+        if problems:
+            raise SpecError(problems)
     except SpecError as exc:
         return _err(exc.problems[0])
     where = f"zone {args.zone}" if args.zone else f"region {args.region}"
@@ -465,7 +491,7 @@ def stop(args: argparse.Namespace) -> int:
         project = _project(args)
         compute = compute_for(project)
         if args.instance:
-            compute.stop_instance(project, args.zone, args.instance)
+            compute.stop_instance(project, _instance_zone(args), args.instance)
             print(f"instance {args.instance}: stopped (the agent saved on the way down)")
             return 0
         group = _group(args, project)
@@ -473,7 +499,7 @@ def stop(args: argparse.Namespace) -> int:
     except (SpecError, ComputeError) as exc:
         return _err(exc.problems[0] if isinstance(exc, SpecError) else str(exc))
     print(f"group {args.name}: resized to 0; the agent saves and commits before its VM goes. "
-          f"`survivor start {args.name}` resumes from that checkpoint.")
+          f"`survivor start {args.name} {_where(args)}` resumes from that checkpoint.")
     return 0
 
 
@@ -482,7 +508,7 @@ def start(args: argparse.Namespace) -> int:
         project = _project(args)
         compute = compute_for(project)
         if args.instance:
-            compute.start_instance(args.zone, args.instance)
+            compute.start_instance(_instance_zone(args), args.instance)
             print(f"instance {args.instance}: started")
             return 0
         group = _group(args, project)
@@ -551,13 +577,14 @@ def logs(args: argparse.Namespace) -> int:
     """Serial port output of the job's instance (the startup script and the agent's journal)."""
     if args.vertex:
         return vertex_logs(args)
-    if not args.name:
-        return _err("name the job (its MIG), or a Vertex AI custom job with --vertex")
+    if not args.name and not args.instance:
+        return _err("name the job (its MIG), an instance with --instance and --zone, or a Vertex AI custom job "
+                    "with --vertex")
     try:
         project = _project(args)
         compute = compute_for(project)
         if args.instance:
-            zone, name = args.zone, args.instance
+            zone, name = _instance_zone(args), args.instance
         else:
             members = compute.managed_instances(_group(args, project))
             if not members:

@@ -33,6 +33,8 @@ from survivor.storage import PERMISSION_FOR
 
 #: What the agent does in the job dir needs these (survivor/storage.py), all object permissions.
 OBJECT_PERMISSIONS = tuple(sorted(set(PERMISSION_FOR.values())))
+#: The trainer reads data_dir: listing and reading objects (roles/storage.objectViewer, operator guide).
+DATA_PERMISSIONS = ("storage.objects.get", "storage.objects.list")
 
 _OBJECT = ("create", "delete", "get", "list", "restore", "update")
 #: Cloud Storage permissions of the predefined roles a bucket policy may bind
@@ -80,6 +82,8 @@ class Target:
     image_family: str | None
     service_account: str
     job_dir: str | None
+    disk_gb: int | None = None
+    data_dir: str | None = None
 
 
 def target_from_body(body: dict[str, Any]) -> Target:
@@ -91,15 +95,18 @@ def target_from_body(body: dict[str, Any]) -> Target:
     accel = (props.get("guestAccelerators") or [{}])[0]
     gpu_type, gpu_count = machines.gpus_of(machine, str(accel.get("acceleratorType") or "").rsplit("/", 1)[-1] or None,
                                            int(accel.get("acceleratorCount") or 0))
-    source = str(((props.get("disks") or [{}])[0].get("initializeParams") or {}).get("sourceImage") or "")
+    initialize = (props.get("disks") or [{}])[0].get("initializeParams") or {}
+    source = str(initialize.get("sourceImage") or "")
     m = re.search(r"projects/([^/]+)/global/images/family/([^/]+)$", source)
     items = {i.get("key"): i.get("value") for i in (props.get("metadata") or {}).get("items", [])}
-    job_dir = JobSpec.from_yaml(items["survivor-job"]).job_dir if items.get("survivor-job") else None
+    spec = JobSpec.from_yaml(items["survivor-job"]) if items.get("survivor-job") else None
     accounts = props.get("serviceAccounts") or [{}]
     return Target(machine_type=machine, gpu_type=gpu_type, gpu_count=gpu_count,
                   spot=(props.get("scheduling") or {}).get("provisioningModel") == "SPOT",
                   image_project=m.group(1) if m else None, image_family=m.group(2) if m else None,
-                  service_account=accounts[0].get("email") or "default", job_dir=job_dir)
+                  service_account=accounts[0].get("email") or "default", job_dir=spec.job_dir if spec else None,
+                  data_dir=spec.data_dir if spec else None,
+                  disk_gb=int(initialize["diskSizeGb"]) if initialize.get("diskSizeGb") else None)
 
 
 def bucket_of(job_dir: str | None) -> str | None:
@@ -112,33 +119,36 @@ def bucket_of(job_dir: str | None) -> str | None:
 # -- decisions -------------------------------------------------------------------------------------
 
 
-def bucket_findings(bucket: str, exists: bool | None, error: str | None = None) -> list[Finding]:
-    """Pure: whether the job dir's bucket is there (`exists` None: could not tell, `error` says why)."""
+def bucket_findings(bucket: str, exists: bool | None, error: str | None = None, key: str = "job_dir") -> list[Finding]:
+    """Pure: whether the bucket of `key` (job_dir, data_dir) is there (`exists` None: could not tell,
+    `error` says why)."""
     if exists:
         return [Finding("bucket", f"bucket {bucket} exists", "ok")]
     if exists is False:
-        return [Finding("bucket", f"bucket {bucket} does not exist: create it (gcloud storage buckets create "
-                                  f"gs://{bucket} --location REGION) or fix job_dir")]
-    return [Finding("bucket", f"bucket {bucket}: could not check it ({error}); check job_dir and your access",
+        label = "" if key == "job_dir" else f" ({key})"
+        return [Finding("bucket", f"bucket {bucket}{label} does not exist: create it (gcloud storage buckets create "
+                                  f"gs://{bucket} --location REGION) or fix {key}")]
+    return [Finding("bucket", f"bucket {bucket}: could not check it ({error}); check {key} and your access",
                     "warning")]
 
 
-def iam_findings(bucket: str, member: str, bindings: list[dict] | None, error: str | None = None) -> list[Finding]:
+def iam_findings(bucket: str, member: str, bindings: list[dict] | None, error: str | None = None, *,
+                 needed: tuple[str, ...] = OBJECT_PERMISSIONS, role: str = "roles/storage.objectUser") -> list[Finding]:
     """Pure: whether the bucket's IAM policy grants `member` (e.g. `serviceAccount:EMAIL`) the object
-    permissions the agent uses. `bindings` None: the policy could not be read (`error`)."""
+    permissions `needed` (the agent's in the job dir; the trainer's, get and list, in data_dir) that
+    `role` carries. `bindings` None: the policy could not be read (`error`)."""
     account = member.split(":", 1)[-1]
-    fix = (f"gcloud storage buckets add-iam-policy-binding gs://{bucket} --member={member} "
-           "--role=roles/storage.objectUser")
+    fix = f"gcloud storage buckets add-iam-policy-binding gs://{bucket} --member={member} --role={role}"
     if bindings is None:
         return [Finding("iam", f"bucket {bucket}: could not read its IAM policy ({error}); make sure {account} "
-                               f"has roles/storage.objectUser on it ({fix})", "warning")]
+                               f"has {role} on it ({fix})", "warning")]
     granted: set[str] = set()
     roles = []
     for binding in bindings:
         if {member, "allUsers", "allAuthenticatedUsers"} & set(binding.get("members") or []):
             granted |= ROLE_PERMISSIONS.get(binding.get("role", ""), frozenset())
             roles.append(binding.get("role", ""))
-    missing = [p for p in OBJECT_PERMISSIONS if p not in granted]
+    missing = [p for p in needed if p not in granted]
     if not missing:
         return [Finding("iam", f"bucket {bucket}: {account} has {', '.join(roles)}", "ok")]
     return [Finding("iam", f"bucket {bucket}: its IAM policy does not grant {account} {', '.join(missing)} (a role on "
@@ -179,8 +189,14 @@ def gpu_findings(gpu_type: str, count: int, offers: dict[str, dict[str, int]], z
                            f"({hint})")]
 
 
-def image_findings(project: str, family: str, found: bool) -> list[Finding]:
-    """Pure: whether the boot image family resolves to an image."""
+def image_findings(project: str, family: str, found: bool, disk_gb: int | None = None,
+                   image_gb: int | None = None) -> list[Finding]:
+    """Pure: whether the boot image family resolves to an image, and the boot disk can hold it
+    (the API refuses "Requested disk size cannot be smaller than the image size (N GB)", e.g.
+    elasticluster/elasticluster#716 -- for a MIG only when it creates the VM)."""
+    if found and disk_gb and image_gb and disk_gb < image_gb:
+        return [Finding("image", f"compute.disk_gb {disk_gb}: image family {project}/{family} needs a boot disk of at "
+                                 f"least {image_gb} GB; set compute.disk_gb (or --disk-gb) to {image_gb} or more")]
     if found:
         return [Finding("image", f"image family {project}/{family} resolves", "ok")]
     return [Finding("image", f"image family {project}/{family} has no image: fix --image-family/--image-project "
@@ -194,7 +210,7 @@ def blocking(findings: list[Finding]) -> list[Finding]:
 # -- the calls -------------------------------------------------------------------------------------
 
 
-def _bucket_state(bucket: str, member: str, project: str) -> list[Finding]:
+def _bucket_state(bucket: str, member: str, project: str, key: str = "job_dir") -> list[Finding]:
     from google.api_core import exceptions as gexc
     from google.auth import exceptions as auth_errors
     from google.cloud import storage
@@ -202,40 +218,46 @@ def _bucket_state(bucket: str, member: str, project: str) -> list[Finding]:
     try:
         handle = storage.Client(project=project).bucket(bucket)
         handle.test_iam_permissions(list(OBJECT_PERMISSIONS))
-        out = bucket_findings(bucket, True)
+        out = bucket_findings(bucket, True, key=key)
     except gexc.NotFound:
-        return bucket_findings(bucket, False)
+        return bucket_findings(bucket, False, key=key)
     except (gexc.GoogleAPICallError, auth_errors.GoogleAuthError, OSError) as exc:
-        return bucket_findings(bucket, None, getattr(exc, "message", None) or str(exc).splitlines()[0])
+        return bucket_findings(bucket, None, getattr(exc, "message", None) or str(exc).splitlines()[0], key=key)
+    needed, role = (OBJECT_PERMISSIONS, "roles/storage.objectUser") if key == "job_dir" else (
+        DATA_PERMISSIONS, "roles/storage.objectViewer")
     try:
         policy = handle.get_iam_policy(requested_policy_version=3)
         bindings = [{"role": b["role"], "members": sorted(b["members"])} for b in policy.bindings]
-        return out + iam_findings(bucket, member, bindings)
+        return out + iam_findings(bucket, member, bindings, needed=needed, role=role)
     except gexc.GoogleAPICallError as exc:
-        return out + iam_findings(bucket, member, None, getattr(exc, "message", None) or str(exc))
+        return out + iam_findings(bucket, member, None, getattr(exc, "message", None) or str(exc), needed=needed, role=role)
 
 
 def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str | None = None,
-          storage_check: Callable[[str, str, str], list[Finding]] | None = None) -> list[Finding]:
-    """Every finding for a template body, in the order bucket, IAM, image, GPU, quota.
-    `compute` is a survivor.compute.Compute; Compute failures become findings, not exceptions."""
+          storage_check: Callable[..., list[Finding]] | None = None) -> list[Finding]:
+    """Every finding for a template body, in the order bucket, IAM (job_dir, then data_dir), image,
+    GPU, quota. `compute` is a survivor.compute.Compute; Compute failures become findings, not exceptions."""
     from survivor.compute import ComputeError
 
     target = target_from_body(body)
     out: list[Finding] = []
     bucket = bucket_of(target.job_dir)
-    if bucket:
+    data_bucket = bucket_of(target.data_dir)
+    if bucket or data_bucket:
         account = target.service_account
         try:
             if account == "default":
                 account = compute.default_service_account()
         except ComputeError as exc:
             out.append(Finding("iam", f"the project's default service account: {exc}", "warning"))
-        out += (storage_check or _bucket_state)(bucket, f"serviceAccount:{account}", compute.project)
+        for key, name in (("job_dir", bucket), ("data_dir", data_bucket)):
+            if name and not (key == "data_dir" and name == bucket):  # the job dir's grant covers its reads
+                out += (storage_check or _bucket_state)(name, f"serviceAccount:{account}", compute.project, key)
     try:
         if target.image_family:
-            out += image_findings(target.image_project, target.image_family,
-                                  compute.image_from_family(target.image_project, target.image_family) is not None)
+            image = compute.image_from_family(target.image_project, target.image_family)
+            out += image_findings(target.image_project, target.image_family, image is not None, target.disk_gb,
+                                  (image or {}).get("disk_size_gb"))
         if target.gpu_type and (zone or region):
             region = region or zone.rsplit("-", 1)[0]
             info = compute.region(region)

@@ -22,6 +22,8 @@ from survivor import __version__, machines
 from survivor.spec import JobSpec, SpecError, dumps_json
 
 DLVM_PROJECT = "deeplearning-platform-release"
+#: A persistent disk's smallest size (https://cloud.google.com/compute/docs/disks: "10 GB to 64 TB")
+MIN_DISK_GB = 10
 METADATA_LIMIT = 512 * 1024
 
 SCOPES = {
@@ -117,7 +119,11 @@ def parse_gpu(text: str) -> tuple[str | None, int]:
 
 def machine_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
     """Pure decision: the contradictions between machine type, GPUs, Spot and notice, one line each."""
-    return machines.choice_problems(
+    problems = []
+    if isinstance(options.disk_gb, bool) or not isinstance(options.disk_gb, int) or options.disk_gb < MIN_DISK_GB:
+        problems.append(f"compute.disk_gb {options.disk_gb!r}: expected a whole number of GB >= {MIN_DISK_GB} (and at "
+                        "least the boot image's size, which survivor preflight checks)")
+    return problems + machines.choice_problems(
         options.machine_type, options.gpu_type, options.gpu_count or 0, gpu_explicit=options.gpu_explicit,
         num_gpus=spec.num_gpus, spot=options.spot, preemption_notice=options.preemption_notice,
         termination_action=options.termination_action)

@@ -18,8 +18,12 @@ caller, who here is always the bucket's owner: every permission asked for, or 40
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import sys
 import threading
+import time
 from urllib.parse import parse_qs, urlsplit
 
 import requests
@@ -106,3 +110,50 @@ class BucketIam(LocalService):
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
 
         return Handler
+
+
+def serve_forever(port: int, *, project: str, buckets: list[str] = (), grants: list[str] = ()) -> None:
+    """fake-gcs-server behind this stand-in, in the foreground (for `survivor emulate storage`).
+
+    `buckets`: created at start (gcloud cannot reach an emulator); `grants`: `BUCKET=ROLE` bindings for
+    the Compute fake's default service account, as `gcloud storage buckets add-iam-policy-binding` would
+    add them."""
+    from google.api_core.exceptions import GoogleAPICallError
+
+    from survivor.local.compute_server import PROJECT_NUMBER
+    from survivor.local.gcs import StorageEmulator
+
+    account = f"serviceAccount:{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
+    parsed = []
+    for item in grants:
+        bucket, _, role = item.partition("=")
+        if not (bucket and role.startswith("roles/")):
+            raise SystemExit(f"error: --grant {item!r}: expected BUCKET=ROLE, e.g. my-bucket=roles/storage.objectUser")
+        parsed.append((bucket, role))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill` stops fake-gcs-server too, like Ctrl-C
+    gcs = StorageEmulator().start()
+    try:
+        try:
+            iam = BucketIam(upstream=gcs.url, project=project, port=port).start()
+        except OSError as exc:
+            raise SystemExit(f"error: --port {port}: {exc.strerror}; pick another port") from None
+        os.environ["STORAGE_EMULATOR_HOST"] = iam.endpoint
+        for bucket in buckets:
+            try:
+                gcs.create_bucket(bucket)
+            except GoogleAPICallError as exc:
+                raise SystemExit(f"error: --bucket {bucket!r}: {exc.message}") from None
+        for bucket, role in parsed:
+            if bucket not in buckets and not iam._bucket_exists(bucket):
+                raise SystemExit(f"error: --grant {bucket}={role}: bucket {bucket} does not exist; add --bucket {bucket}")
+            bindings = iam.policy(bucket)["bindings"]
+            bindings.append({"role": role, "members": [account]})
+            iam.set_bindings(bucket, bindings)
+        print(f"Cloud Storage emulator on {iam.endpoint} (fake-gcs-server, bucket IAM in front; buckets: "
+              f"{', '.join(buckets) or 'none'}); export STORAGE_EMULATOR_HOST={iam.endpoint}", flush=True)
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        gcs.stop()

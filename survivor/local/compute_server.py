@@ -44,8 +44,11 @@ import itertools
 import json
 import random
 import re
+import signal
 import string
+import sys
 import threading
+import time
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
@@ -79,6 +82,10 @@ DEFAULT_IMAGE_FAMILIES = [("deeplearning-platform-release", "common-cu128-ubuntu
 
 class SchemaError(ValueError):
     """A request that does not fit the discovery document."""
+
+
+class PatternError(SchemaError):
+    """A string that does not match its field's pattern (a name); the message is the API's whole answer."""
 
 
 def discovery() -> dict:
@@ -125,6 +132,12 @@ class Validator:
                 raise SchemaError(f"{where}: expected a string, got {value!r}")
             if "enum" in schema and value not in schema["enum"]:
                 raise SchemaError(f"{where}: {value!r} is not one of {schema['enum']}")
+            if "pattern" in schema and not re.fullmatch(schema["pattern"], value):
+                # the API's words (DefangLabs/defang#1665: "Invalid value for field 'resource.name': '...'.
+                # Must be a match of regex '(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)'")
+                field = "resource" + where[where.index("."):] if "." in where else where
+                raise PatternError(f"Invalid value for field '{field}': '{value}'. Must be a match of regex "
+                                   f"'(?:{schema['pattern']})'")
         elif kind == "integer":
             if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and re.fullmatch(r"-?\d+", value))):
                 raise SchemaError(f"{where}: expected an integer, got {value!r}")
@@ -191,8 +204,10 @@ class ComputeServer(LocalService):
         """An image whose family `images.getFromFamily` resolves."""
         with self.lock:
             name = f"{family}-v20261101"
+            # diskSizeGb: the smallest boot disk made from it; 50 GB as in the API's answer quoted by
+            # BasedHardware/omi#7155 ("Requested disk size cannot be smaller than the image size (50 GB)")
             image = {"kind": "compute#image", "id": str(next(self._ids)), "name": name, "family": family,
-                     "status": "READY", "creationTimestamp": _now(),
+                     "status": "READY", "creationTimestamp": _now(), "diskSizeGb": "50",
                      "selfLink": f"{self.endpoint}{BASE}projects/{project}/global/images/{name}"}
             self.images[(project, family)] = image
             return image
@@ -277,6 +292,8 @@ class ComputeServer(LocalService):
                 raise HttpError(400, f"{method['id']} needs a request body")
             try:
                 self.validator.check(body, request_schema, request_schema["$ref"])
+            except PatternError as exc:
+                raise HttpError(400, str(exc)) from None
             except SchemaError as exc:
                 raise HttpError(400, f"Invalid value in the request body: {exc}") from None
         elif body not in (None, {}, ""):
@@ -864,3 +881,44 @@ def _default_message(code: str, params: dict) -> str:
     if code == "QUOTA_EXCEEDED":
         return f"Quota 'PREEMPTIBLE_NVIDIA_T4_GPUS' exceeded. Limit: 0.0 in region {zone.rsplit('-', 1)[0]}."
     return code
+
+
+def serve_forever(port: int, *, project: str, stockouts: list[str] = (), quotas: list[str] = (),
+                  image_families: list[str] = ()) -> None:
+    """Runs the fake in the foreground (for `survivor emulate compute`), seeded from the command line.
+
+    `stockouts`: zones where a MIG's instance creation fails with ZONE_RESOURCE_POOL_EXHAUSTED;
+    `quotas`: `REGION:METRIC=LIMIT` for `project`; `image_families`: `PROJECT/FAMILY` that resolve."""
+    try:
+        server = ComputeServer(port=port)
+    except OSError as exc:
+        raise SystemExit(f"error: --port {port}: {exc.strerror}; pick another port") from None
+    for item in quotas:
+        where, _, limit = item.partition("=")
+        region, _, metric = where.partition(":")
+        try:
+            server.set_quota(project, region, metric, float(limit))
+            if not (region and metric):
+                raise ValueError(item)
+        except ValueError:
+            raise SystemExit(f"error: --quota {item!r}: expected REGION:METRIC=LIMIT, e.g. "
+                             "us-west1:PREEMPTIBLE_NVIDIA_T4_GPUS=0") from None
+    for item in image_families:
+        owner, _, family = item.partition("/")
+        if not (owner and family):
+            raise SystemExit(f"error: --image-family {item!r}: expected PROJECT/FAMILY")
+        server.add_image_family(owner, family)
+    for zone in stockouts:
+        server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone=zone)
+    server.start()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill` ends it like Ctrl-C
+    print(f"Compute fake on {server.endpoint} (project {project}: default service account "
+          f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com); export SURVIVOR_COMPUTE_ENDPOINT={server.endpoint}",
+          flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
