@@ -1,6 +1,11 @@
 """Goodput under preemption: survivor beside the alternatives, same trainer, same preemption schedule.
 
-    python -m benchmarks.goodput [--steps 2400] [--time-scale 10] [--parallel] [--seed 1]
+    python -m benchmarks.goodput --own-code [--preemptions 2] [--smoke]   # each alternative as its own code
+    python -m benchmarks.goodput [--steps 2400] [--time-scale 10] [--parallel] [--seed 1]   # modelled
+
+`--own-code` (benchmarks/peers/run.py) runs survivor's agent, Keras's BackupAndRestore, TensorFlow's
+PreemptionCheckpointHandler and the recipe's trainer loop themselves on one Keras workload. Without it,
+this module models each alternative's checkpoint policy on survivor's dummy trainer, as below.
 
 Real scale: 0.5 s steps, a 0.5 s synchronous save every 200 steps, 5 s trainer start-up, a preemption
 every 300+-50 s, Spot's 30 s from notice to hard off. `--time-scale N` divides every one of these by
@@ -135,6 +140,10 @@ REAL = {"step_seconds": 0.5, "save_seconds": 0.5, "startup_seconds": 5.0, "preem
 
 
 def main() -> int:
+    if "--own-code" in sys.argv[1:]:
+        from benchmarks.peers.run import main as own_code
+
+        return own_code([a for a in sys.argv[1:] if a != "--own-code"])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2400)
     parser.add_argument("--time-scale", type=float, default=10.0,
