@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from survivor import machines
+from survivor import machines, permissions
 from survivor.storage import PERMISSION_FOR
 
 #: What the agent does in the job dir needs these (survivor/storage.py), all object permissions.
@@ -36,25 +36,6 @@ OBJECT_PERMISSIONS = tuple(sorted(set(PERMISSION_FOR.values())))
 #: The trainer reads data_dir: listing and reading objects (roles/storage.objectViewer, operator guide).
 DATA_PERMISSIONS = ("storage.objects.get", "storage.objects.list")
 
-_OBJECT = ("create", "delete", "get", "list", "restore", "update")
-#: Cloud Storage permissions of the predefined roles a bucket policy may bind
-#: (https://cloud.google.com/storage/docs/access-control/iam-roles; googleapis/java-storage
-#: `StorageRoles`: legacyBucketOwner has objects.list/create/delete but not get, legacyObjectOwner
-#: has objects.get). Project-wide basic roles (owner, editor) do not appear in a bucket's policy.
-ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
-    "roles/storage.admin": frozenset(f"storage.objects.{p}" for p in _OBJECT),
-    "roles/storage.objectAdmin": frozenset(f"storage.objects.{p}" for p in _OBJECT),
-    "roles/storage.objectUser": frozenset(f"storage.objects.{p}" for p in _OBJECT),
-    "roles/storage.objectViewer": frozenset({"storage.objects.get", "storage.objects.list"}),
-    "roles/storage.objectCreator": frozenset({"storage.objects.create"}),
-    "roles/storage.legacyBucketOwner": frozenset({"storage.objects.list", "storage.objects.create",
-                                                  "storage.objects.delete"}),
-    "roles/storage.legacyBucketWriter": frozenset({"storage.objects.list", "storage.objects.create",
-                                                   "storage.objects.delete"}),
-    "roles/storage.legacyBucketReader": frozenset({"storage.objects.list"}),
-    "roles/storage.legacyObjectOwner": frozenset({"storage.objects.get", "storage.objects.update"}),
-    "roles/storage.legacyObjectReader": frozenset({"storage.objects.get"}),
-}
 QUOTA_CONSOLE = "https://console.cloud.google.com/iam-admin/quotas"
 
 
@@ -142,12 +123,9 @@ def iam_findings(bucket: str, member: str, bindings: list[dict] | None, error: s
     if bindings is None:
         return [Finding("iam", f"bucket {bucket}: could not read its IAM policy ({error}); make sure {account} "
                                f"has {role} on it ({fix})", "warning")]
-    granted: set[str] = set()
-    roles = []
-    for binding in bindings:
-        if {member, "allUsers", "allAuthenticatedUsers"} & set(binding.get("members") or []):
-            granted |= ROLE_PERMISSIONS.get(binding.get("role", ""), frozenset())
-            roles.append(binding.get("role", ""))
+    roles = [binding.get("role", "") for binding in bindings
+             if {member, "allUsers", "allAuthenticatedUsers"} & set(binding.get("members") or [])]
+    granted = permissions.granted_by(roles)  # the one table of what each role grants, with its sources
     missing = [p for p in needed if p not in granted]
     if not missing:
         return [Finding("iam", f"bucket {bucket}: {account} has {', '.join(roles)}", "ok")]

@@ -36,28 +36,14 @@ from urllib.parse import unquote, urlsplit
 import requests
 
 from survivor.local.http import LocalService, QuietHandler
+from survivor.permissions import ROLE_PERMISSIONS
 
 KINDS = ("429", "503", "reset", "stall", "truncate")
 
-_OBJECT_PERMISSIONS = ("create", "delete", "get", "list", "restore", "update")
-#: The Cloud Storage permissions of predefined roles, as Google's role reference lists them
-#: (https://cloud.google.com/iam/docs/roles-permissions/storage and
-#: https://cloud.google.com/storage/docs/access-control/iam-roles; the client libraries' StorageRoles
-#: say the same: objectAdmin "storage.objects.*", objectViewer "storage.objects.list, .get").
-#: None of the object roles has storage.buckets.get.
-ROLES: dict[str, frozenset[str]] = {
-    "roles/storage.objectViewer": frozenset({"storage.objects.get", "storage.objects.list"}),
-    "roles/storage.objectCreator": frozenset({"storage.objects.create"}),
-    "roles/storage.objectUser": frozenset(f"storage.objects.{p}" for p in _OBJECT_PERMISSIONS),
-    "roles/storage.objectAdmin": frozenset(
-        [f"storage.objects.{p}" for p in _OBJECT_PERMISSIONS]
-        + ["storage.objects.getIamPolicy", "storage.objects.setIamPolicy", "storage.objects.setRetention",
-           "storage.objects.overrideUnlockedRetention"]),
-    "roles/storage.legacyBucketReader": frozenset({"storage.buckets.get", "storage.objects.list"}),
-    "roles/storage.admin": frozenset(
-        [f"storage.objects.{p}" for p in _OBJECT_PERMISSIONS]
-        + [f"storage.buckets.{p}" for p in ("create", "delete", "get", "list", "update")]),
-}
+#: The Cloud Storage permissions of predefined roles: the product's table (survivor/permissions.py,
+#: with Google's role reference and the client libraries' StorageRoles as its sources), so preflight
+#: and this stand-in can never disagree on what a role grants.
+ROLES: dict[str, frozenset[str]] = ROLE_PERMISSIONS
 #: The principal named in injected 403s.
 PRINCIPAL = "survivor-vm@survivor-local.iam.gserviceaccount.com"
 
