@@ -13,12 +13,19 @@ from survivor import __version__
 from survivor import log as logs
 
 
-def _agent(args: argparse.Namespace) -> int:
-    # A preemption can come while the imports below still run: note a SIGTERM/SIGINT now and hand
-    # it to the notice watcher, instead of dying before anything is in place.
-    early: list[str] = []
+#: SIGTERM/SIGINT that came before the agent's own handlers: `main` notes them from its first line
+#: (a preemption can come while the imports still run, and dying then leaves no record), and the
+#: agent ends its boot at once when it sees one (`agent.Boot.run`).
+_early_signals: list[str] = []
+
+
+def _note_early_signals() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, frame: early.append(signal.Signals(signum).name))
+        signal.signal(sig, lambda signum, frame: _early_signals.append(signal.Signals(signum).name))
+
+
+def _agent(args: argparse.Namespace) -> int:
+    early = _early_signals
     from survivor import agent, memory
 
     logs.setup(args.log_format, args.log_level)
@@ -222,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if (sys.argv[1:] if argv is None else argv)[:1] == ["agent"]:
+        _note_early_signals()  # before the parser, which imports every command's module
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -7,6 +7,9 @@
 
 Cloud Logging's agent reads the journal and turns a JSON line into a structured entry: `severity`
 and `message` are its special fields, every other key lands in `jsonPayload`.
+
+Values registered with `redact()` (the hyperparameters whose names look secret) never appear in a
+line: wherever they occur (the trainer's argv, its own output, a failure reason) they read `***`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,30 @@ import json
 import logging
 import sys
 from typing import Any
+
+MASK = "***"
+#: Shortest value masked: shorter ones would mask digits and words all over the log.
+MIN_SECRET = 4
+_secrets: tuple[str, ...] = ()
+
+
+def redact(values) -> None:
+    """Masks each of `values` (at least MIN_SECRET characters) in every line from now on."""
+    global _secrets
+    found = {v for v in values if isinstance(v, str) and len(v) >= MIN_SECRET}
+    _secrets = tuple(sorted(set(_secrets) | found, key=len, reverse=True))  # longest first
+
+
+def scrub(text: str) -> str:
+    """`text` with every registered secret masked, also as it appears inside a JSON string."""
+    for secret in _secrets:
+        if secret in text:
+            text = text.replace(secret, MASK)
+        escaped = json.dumps(secret)[1:-1]
+        if escaped != secret and escaped in text:
+            text = text.replace(escaped, MASK)
+    return text
+
 
 _SEVERITY = {
     logging.DEBUG: "DEBUG",
@@ -39,7 +66,7 @@ class JsonFormatter(logging.Formatter):
         entry.update(getattr(record, "fields", {}) or {})
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        return scrub(json.dumps(entry, default=str))
 
 
 class TextFormatter(logging.Formatter):
@@ -54,7 +81,7 @@ class TextFormatter(logging.Formatter):
             line = f"{line}  {extra}"
         if record.exc_info:
             line = f"{line}\n{self.formatException(record.exc_info)}"
-        return line
+        return scrub(line)
 
 
 class Log:

@@ -9,21 +9,34 @@ Every request carries `Metadata-Flavor: Google` and every answer must carry it b
 is not a metadata server (a captive portal, a proxy, a wrong `GCE_METADATA_HOST`) and is refused.
 503s and connection errors are retried (`survivor.retry.metadata`); a 404 is an answer, not an error
 worth retrying.
+
+Every call has a total deadline, not only a timeout per read: one attempt (connect, send, the whole
+answer) gets `timeout` seconds and the call with its retries `deadline` seconds. A timeout per read
+(what `requests` offers) lets a server that sends a byte every few seconds hold a caller for ever.
+The answer is read straight from the socket with the time left as each read's timeout.
 """
 
 from __future__ import annotations
 
+import functools
+import http.client
+import io
 import json
 import os
+import socket
+import time
 from typing import Any
-
-import requests
+from urllib.parse import urlencode
 
 from survivor import retry
 
 DEFAULT_HOST = "metadata.google.internal"
 HOST_ENV = "GCE_METADATA_HOST"
 FLAVOR = {"Metadata-Flavor": "Google"}
+#: The largest answer read. A value holds at most 256 KiB and all of an instance's metadata 512 KB
+#: (Compute v1 `Metadata`, https://cloud.google.com/compute/docs/reference/rest/v1/instances);
+#: a recursive JSON tree of that escapes to less than four times as much.
+MAX_ANSWER = 4 * 1024 * 1024
 
 
 class MetadataError(Exception):
@@ -44,38 +57,112 @@ def metadata_host() -> str:
     return os.environ.get(HOST_ENV) or DEFAULT_HOST
 
 
-class MetadataClient:
-    """A thin client for the metadata server's v1 API. Thread-safe for concurrent calls."""
+class Answer:
+    """One complete HTTP answer: status, headers, body."""
 
-    def __init__(self, host: str | None = None, timeout: float = 5.0, retrying=retry.metadata):
+    def __init__(self, url: str, status: int, headers: http.client.HTTPMessage, body: bytes):
+        self.url = url
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket read with the time left before `deadline` as each read's timeout."""
+
+    def __init__(self, sock: socket.socket, deadline: float):
+        self.sock = sock
+        self.deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("no complete answer in time")
+        self.sock.settimeout(left)
+        return self.sock.recv_into(buffer)
+
+
+class _DeadlineResponse(http.client.HTTPResponse):
+    """http.client's response parser, reading through a `_DeadlineReader`."""
+
+    def __init__(self, sock: socket.socket, *args: Any, deadline: float, **kwargs: Any):
+        super().__init__(sock, *args, **kwargs)
+        self.fp.close()
+        self.fp = io.BufferedReader(_DeadlineReader(sock, deadline))
+
+
+class MetadataClient:
+    """A thin client for the metadata server's v1 API. Thread-safe (a connection per call).
+
+    `timeout`: seconds for one attempt, from connecting to the answer's last byte. `deadline`:
+    seconds for a whole call, its retries included (a hanging GET gets its own, longer one).
+    """
+
+    def __init__(self, host: str | None = None, timeout: float = 5.0, retrying=retry.metadata,
+                 deadline: float = 20.0):
         self.host = host or metadata_host()
         self.retrying = retrying
         self.base = f"http://{self.host}/computeMetadata/v1/"
         self.timeout = timeout
-        self._session = requests.Session()
-        self._session.trust_env = False  # a proxy must never stand between us and the metadata server
+        self.deadline = deadline
 
-    def _request(self, method: str, path: str, *, params=None, data=None, timeout=None) -> requests.Response:
-        url = self.base + path.lstrip("/")
+    def _request(self, method: str, path: str, *, params=None, data=None, timeout=None,
+                 deadline=None) -> Answer:
+        url = self.base + path.lstrip("/") + (f"?{urlencode(params)}" if params else "")
+        per_attempt = timeout or self.timeout
+        total = max(deadline or self.deadline, per_attempt)
+        ends = time.monotonic() + total
+        late = f"no complete answer in time ({per_attempt:g} s an attempt, {total:g} s in all)"
         try:
             for attempt in self.retrying():
                 with attempt:
-                    response = self._session.request(
-                        method, url, params=params, data=data, headers=FLAVOR, timeout=timeout or self.timeout
-                    )
-                    if response.status_code in retry.TRANSIENT_STATUSES:
-                        raise retry.TransientHTTPError(url, response.status_code)
+                    left = ends - time.monotonic()
+                    if left <= 0:
+                        raise MetadataError(url, late)
+                    answer = self._once(method, url, data, min(per_attempt, left))
+                    if answer.status in retry.TRANSIENT_STATUSES:
+                        raise retry.TransientHTTPError(url, answer.status)
         except retry.TransientHTTPError as exc:
             raise MetadataError(url, f"HTTP {exc.status} after retries") from exc
-        except requests.RequestException as exc:
+        except TimeoutError as exc:
+            raise MetadataError(url, late) from exc
+        except (OSError, http.client.HTTPException) as exc:
             raise MetadataError(url, f"cannot connect ({type(exc).__name__}: {exc})") from exc
-        if response.headers.get("Metadata-Flavor") != "Google":
+        if answer.headers.get("Metadata-Flavor") != "Google":
             raise MetadataError(url, "the answer lacks the header Metadata-Flavor: Google; this is not a metadata server")
-        if response.status_code == 404:
+        if answer.status == 404:
             raise MetadataNotFound(url, "no such key (HTTP 404)")
-        if response.status_code >= 400:
-            raise MetadataError(url, f"HTTP {response.status_code}: {response.text[:200]}")
-        return response
+        if answer.status >= 400:
+            raise MetadataError(url, f"HTTP {answer.status}: {answer.text[:200]}")
+        if answer.status >= 300:
+            raise MetadataError(url, f"HTTP {answer.status} (a directory needs a trailing slash)")
+        return answer
+
+    def _once(self, method: str, url: str, data: bytes | None, seconds: float) -> Answer:
+        """One request, all of it within `seconds`."""
+        deadline = time.monotonic() + seconds
+        host, _, port = self.host.partition(":")
+        conn = http.client.HTTPConnection(host, int(port) if port else 80, timeout=seconds)
+        conn.response_class = functools.partial(_DeadlineResponse, deadline=deadline)
+        try:
+            conn.request(method, url[len(f"http://{self.host}"):], body=data, headers=FLAVOR)
+            response = conn.getresponse()
+            body = response.read(MAX_ANSWER + 1)
+            if len(body) > MAX_ANSWER:
+                raise http.client.HTTPException(f"an answer larger than {MAX_ANSWER} bytes")
+            return Answer(url, response.status, response.headers, body)
+        finally:
+            conn.close()
 
     def get(self, path: str) -> str:
         """Returns the text value at `path` (e.g. `instance/zone`). Raises MetadataNotFound, MetadataError."""
@@ -86,7 +173,7 @@ class MetadataClient:
         response = self._request("GET", path, params={"recursive": "true", "alt": "json"})
         try:
             return response.json()
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise MetadataError(response.url, "answered text that is not JSON") from exc
 
     def get_or(self, path: str, default: str | None = None) -> str | None:
@@ -115,8 +202,10 @@ class MetadataClient:
         return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in tree.items()}
 
     def put_guest_attribute(self, namespace: str, key: str, value: str) -> None:
-        """Writes a guest attribute that `instances.getGuestAttributes` shows from outside. Keep rare."""
-        self._request("PUT", f"instance/guest-attributes/{namespace}/{key}", data=value.encode())
+        """Writes a guest attribute that `instances.getGuestAttributes` shows from outside. Keep rare:
+        one attempt's time at most, since nothing waits on it."""
+        self._request("PUT", f"instance/guest-attributes/{namespace}/{key}", data=value.encode(),
+                      deadline=self.timeout)
 
     def identity(self) -> "InstanceIdentity":
         """Returns who this VM is: project, zone, name, and the MIG that created it, if any."""

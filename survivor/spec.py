@@ -64,10 +64,12 @@ _HPARAM_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 
 
 class SpecError(ValueError):
-    """A job spec that cannot run. `problems` holds one line per offending key."""
+    """A job spec that cannot run. `problems` holds one line per offending key; `job_dir` is the
+    spec's job dir when that much of it is valid (where the agent records FAILED), else None."""
 
-    def __init__(self, problems: list[str]):
+    def __init__(self, problems: list[str], job_dir: str | None = None):
         self.problems = list(problems)
+        self.job_dir = job_dir
         super().__init__("invalid job spec:\n  " + "\n  ".join(self.problems))
 
 
@@ -124,23 +126,22 @@ class JobSpec:
 
     @classmethod
     def from_yaml(cls, text: str, source: str = "job spec") -> "JobSpec":
-        """Parses YAML or JSON text (a mapping with snake_case keys)."""
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise SpecError([f"{source}: not valid YAML/JSON ({_first_line(exc)})"]) from None
-        if not isinstance(data, dict):
-            raise SpecError([f"{source}: expected a mapping of keys to values, got {type(data).__name__}"])
-        return cls.from_mapping(data)
+        """Parses YAML or JSON text (a mapping with snake_case keys), within `MAX_SPEC_BYTES`,
+        `MAX_YAML_DEPTH` and `MAX_YAML_NODES` (aliases counted as expanded)."""
+        return cls.from_mapping(load_yaml(text, source))
 
     @classmethod
     def from_file(cls, path: str) -> "JobSpec":
         """Reads a YAML/JSON spec file."""
         try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
+            with open(path, "rb") as f:
+                raw = f.read(MAX_SPEC_BYTES + 1)
         except OSError as exc:
             raise SpecError([f"{path}: cannot read the job spec ({exc.strerror})"]) from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SpecError([f"{path}: expected UTF-8 text"]) from None
         return cls.from_yaml(text, source=path)
 
     @classmethod
@@ -155,29 +156,30 @@ class JobSpec:
         """Validates a mapping of snake_case keys; collects every problem before raising."""
         v = _Validator(data, flat)
         trainer = v.trainer()
+        job_dir = v.uri("job_dir", required=True)
         spec = cls(
-            job_dir=v.uri("job_dir", required=True) or "",
+            job_dir=job_dir or "",
             data_dir=v.uri("data_dir"),
-            train_steps=v.integer("train_steps", required=True, minimum=1) or 0,
-            checkpoint_steps=v.integer("checkpoint_steps", minimum=1),
+            train_steps=v.integer("train_steps", required=True) or 0,
+            checkpoint_steps=v.integer("checkpoint_steps"),
             num_gpus=v.gpus("num_gpus"),
             num_gpus_named=v.named("num_gpus"),
             trainer=trainer,
             name=v.name(),
             hyperparameters=v.hyperparameters(),
             on_finish=v.on_finish(),
-            user=v.string("user"),
-            keep=v.integer("keep", minimum=1) or 3,
-            grace_seconds=v.number("grace_seconds", minimum=1.0) or 25.0,
-            max_failed_attempts=v.integer("max_failed_attempts", minimum=1) or 3,
-            sync_seconds=v.number("sync_seconds", minimum=0.1) or 2.0,
-            lease_seconds=v.number("lease_seconds", minimum=1.0) or 60.0,
+            user=v.user(),
+            keep=v.integer("keep") or 3,
+            grace_seconds=v.number("grace_seconds") or 25.0,
+            max_failed_attempts=v.integer("max_failed_attempts") or 3,
+            sync_seconds=v.number("sync_seconds") or 2.0,
+            lease_seconds=v.number("lease_seconds") or 60.0,
             extra=v.extra(),
         )
         v.unsupported()
         v.reject_unknown()
         if v.problems:
-            raise SpecError(v.problems)
+            raise SpecError(v.problems, job_dir=job_dir)
         return spec
 
     def to_mapping(self) -> dict[str, Any]:
@@ -212,6 +214,10 @@ class JobSpec:
     def to_yaml(self) -> str:
         """The spec as YAML text."""
         return yaml.safe_dump(self.to_mapping(), sort_keys=False)
+
+    def secret_values(self) -> tuple[str, ...]:
+        """The values of hyperparameters whose names look secret (`is_secret_name`): masked in logs."""
+        return tuple(value for name, value in self.hyperparameters if is_secret_name(name) and value)
 
 
 # -- the recipe's flat attributes ------------------------------------------------------------------
@@ -274,7 +280,7 @@ def flat_attributes_to_mapping(attributes: Mapping[str, str]) -> dict[str, Any]:
         elif key in RECIPE_HYPERPARAMETERS:
             hparams[RECIPE_HYPERPARAMETERS[key]] = value
         elif is_hyperparameter_attribute(key):
-            hparams[kebab(key)] = value
+            hparams[key] = value  # its flag is kebab(key); the validator names the attribute itself
     if hparams:
         data["hyperparameters"] = hparams
     return data
@@ -297,12 +303,222 @@ SAVE_SIGNALS = ("SIGUSR1", "SIGUSR2")
 EXTRA_SECTIONS = ("compute", "vertex", "trainingInput")
 
 
+#: Limits on a spec, so no input can take the agent minutes or gigabytes before its one-line error.
+#: A metadata value holds at most 256 KiB ("their size must be less than or equal to 262144 bytes",
+#: Compute v1 `Metadata.items[].value`, https://cloud.google.com/compute/docs/reference/rest/v1/instances),
+#: so a longer spec could not come from a VM's metadata anyway. Aliases are counted as expanded:
+#: a few lines of `&a [*b, *b, ...]` otherwise stand for billions of nodes ("billion laughs").
+MAX_SPEC_BYTES = 262144
+MAX_YAML_NODES = 100_000
+MAX_YAML_DEPTH = 64
+#: The longest single argument execve(2) takes on Linux (MAX_ARG_STRLEN, 32 pages of 4 KiB): every
+#: string that may end up in the trainer's argv is held to it.
+MAX_STRING = 131072
+#: Cloud Storage object names are at most 1024 bytes (https://cloud.google.com/storage/docs/objects#naming),
+#: and the job dir is a prefix of every object survivor writes.
+MAX_LOCATION = 1024
+#: Every number's range (inclusive). Outside it a value is a mistake, and unbounded ones break time
+#: arithmetic (`inf` seconds) or take seconds to print (an integer of 100k digits).
+NUMBER_RANGES: dict[str, tuple[float, float]] = {
+    "train_steps": (1, 10**12),
+    "checkpoint_steps": (1, 10**12),
+    "num_gpus": (0, 16),  # the most GPUs a VM carries: a2-megagpu-16g (survivor/machines.py)
+    "keep": (1, 1000),
+    "max_failed_attempts": (1, 10**9),
+    "grace_seconds": (1.0, 3600.0),
+    "sync_seconds": (0.1, 3600.0),
+    "lease_seconds": (1.0, 3600.0),
+}
+#: What a trainer's argparse would read as one of the agent's own flags: the flags the agent passes
+#: (BUILTIN_FLAGS) and --help (which prints and exits 0: "finished"). argparse also takes any
+#: unambiguous prefix of a long option (allow_abbrev, https://docs.python.org/3/library/argparse.html#allow-abbrev),
+#: so `--job` is `--job-dir` to a trainer without a `--job` of its own: prefixes are refused too.
+_AGENT_FLAGS = ("job-dir", "data-dir", "train-steps", "num-gpus", "checkpoint-steps", "help")
+#: Hyperparameter names whose values are masked in logs.
+_SECRET_NAME = re.compile(r"key|token|passw|secret|credential", re.IGNORECASE)
+#: A user name useradd(8) accepts (at most 32 characters, no control characters or spaces).
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?")
+
+
 def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
+def _show(value: Any, limit: int = 80) -> str:
+    """A value as a problem line shows it: its repr, cut to `limit` characters."""
+    if isinstance(value, str) and len(value) > limit:
+        return repr(value[:limit]) + f"... ({len(value)} characters)"
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # an int too long to print; a structure too deep
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader held to MAX_YAML_DEPTH while composing (its composer recurses; its parser
+    and scanner do not); `load_yaml` checks the size. A node nested too deep is skipped event by
+    event and the document marked, so the rest (the job dir, for FAILED) still composes."""
+
+    _depth = 0
+    too_deep = False
+
+    def compose_node(self, parent, index):
+        if self._depth >= MAX_YAML_DEPTH:
+            self.too_deep = True
+            self._skip_node()
+            return yaml.ScalarNode("tag:yaml.org,2002:null", "")
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def _skip_node(self) -> None:
+        level = 0
+        while True:
+            event = self.get_event()
+            if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                level += 1
+            elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                level -= 1
+            if level == 0:
+                return
+
+    def construct_yaml_int(self, node):
+        if len(node.value) > 40:  # no setting needs more digits; thousands take seconds to convert
+            raise _TooLarge(f"a number of {len(node.value)} characters")
+        return super().construct_yaml_int(node)
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _expanded_nodes(root: yaml.Node) -> int:
+    """How many nodes the document stands for with every alias expanded (shared nodes counted each
+    time they are used); stops counting past MAX_YAML_NODES. A node that contains itself is refused."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in open_nodes:
+            raise _TooLarge("an alias that refers to itself")
+        open_nodes.add(id(node))
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        else:
+            children = []
+        for child in children:
+            total += size(child)
+            if total > MAX_YAML_NODES:
+                raise _TooLarge(f"more than {MAX_YAML_NODES} values once its aliases are expanded")
+        open_nodes.discard(id(node))
+        sizes[id(node)] = total
+        return total
+
+    return size(root)
+
+
+def load_yaml(text: str, source: str = "job spec") -> dict:
+    """Parses a YAML/JSON mapping within the limits above. Raises SpecError (one line) otherwise."""
+    if len(text) > MAX_SPEC_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:
+        raise SpecError([f"{source}: longer than {MAX_SPEC_BYTES} bytes (a metadata value's limit)"])
+    if _bracket_depth(text) > MAX_YAML_DEPTH:
+        # PyYAML's scanner takes time quadratic in flow nesting ([[[[...: 13 s for 4000 levels),
+        # so this is counted on the text before parsing; a bracket inside a quoted string counts too.
+        raise SpecError([f"{source}: refused: nested deeper than {MAX_YAML_DEPTH} levels"], job_dir=_job_dir_line(text))
+    loader = _BoundedLoader(text)
+    root, job_dir = None, None
+    try:
+        root = loader.get_single_node()
+        job_dir = _plain_job_dir(root)
+        if loader.too_deep:
+            raise _TooLarge(f"nested deeper than {MAX_YAML_DEPTH} levels")
+        if root is not None:
+            _expanded_nodes(root)
+        data = loader.construct_document(root) if root is not None else None
+    except _TooLarge as exc:
+        raise SpecError([f"{source}: refused: {exc}"], job_dir=job_dir) from None
+    except yaml.YAMLError as exc:
+        raise SpecError([f"{source}: not valid YAML/JSON ({_first_line(exc)[:200]})"], job_dir=job_dir) from None
+    except (ValueError, OverflowError, RecursionError) as exc:
+        raise SpecError([f"{source}: not valid YAML/JSON ({_first_line(exc)[:200]})"], job_dir=job_dir) from None
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        raise SpecError([f"{source}: expected a mapping of keys to values, got {type(data).__name__}"])
+    return data
+
+
+def _bracket_depth(text: str) -> int:
+    """The deepest nesting of [ and { in `text`, quoted or not."""
+    depth = peak = 0
+    for c in re.sub(r"[^\[\]{}]+", "", text):
+        depth = depth + 1 if c in "[{" else max(0, depth - 1)
+        peak = max(peak, depth)
+    return peak
+
+
+_JOB_DIR_LINES = (re.compile(r"""^job_dir:[ \t]*(["']?)([^"'\s#]+)\1[ \t]*(?:#.*)?$""", re.M),
+                  re.compile(r'"job_dir"\s*:\s*"()([^"\\]+)"'))
+
+
+def _job_dir_line(text: str) -> str | None:
+    """The job dir of a spec refused before parsing, when one line states it plainly (`job_dir: X`
+    at the top level, or `"job_dir": "X"` in JSON) and it is valid; else None."""
+    found = {m.group(2) for pattern in _JOB_DIR_LINES for m in pattern.finditer(text)}
+    if len(found) == 1 and not validate_uri(next(iter(found))):
+        return normalize_uri(found.pop())
+    return None
+
+
+def _plain_job_dir(root: yaml.Node | None) -> str | None:
+    """The top-level `job_dir`, when it is a plain valid string, from a document the rest of which
+    may be refused: where the agent records FAILED."""
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    for key, value in root.value:
+        if (isinstance(key, yaml.ScalarNode) and key.value == "job_dir" and isinstance(value, yaml.ScalarNode)
+                and value.tag == "tag:yaml.org,2002:str" and not validate_uri(value.value.strip())):
+            return normalize_uri(value.value)
+    return None
+
+
+def is_secret_name(name: str) -> bool:
+    """True for a hyperparameter whose value is masked in logs (`*key*`, `*token*`, `*password*`,
+    `*secret*`, `*credential*`)."""
+    return bool(_SECRET_NAME.search(name))
+
+
+def agent_flag_taken(name: str) -> str | None:
+    """Pure decision: the agent's own flag a hyperparameter named `name` would set in the trainer's
+    argparse (its name, or a prefix of it), or None when the name is free."""
+    flag = kebab(name)
+    for own in _AGENT_FLAGS:
+        if own.startswith(flag):
+            return own
+    return None
+
+
+def _control_characters(value: str) -> bool:
+    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in value)
+
+
 def validate_uri(value: str) -> str | None:
     """Returns what is wrong with a job/data dir location, or None when it is usable."""
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_LOCATION:
+        return f"a location of at most {MAX_LOCATION} bytes"
+    if _control_characters(value):
+        return "a location without control characters"
     if value.startswith("gs://"):
         rest = value[len("gs://"):]
         bucket = rest.split("/", 1)[0]
@@ -317,18 +533,37 @@ def validate_uri(value: str) -> str | None:
     if "://" in value:
         if value.startswith("file://"):
             local = value[len("file://"):]
-            return None if local.startswith("/") else "file:// followed by an absolute path (file:///...)"
+            if not local.startswith("/"):
+                return "file:// followed by an absolute path (file:///...)"
+            return _local_path_problem(local)
         return "gs://BUCKET/PATH, file:///ABSOLUTE/PATH or an absolute path"
     if not value.startswith("/"):
         return "gs://BUCKET/PATH, file:///ABSOLUTE/PATH or an absolute path (not a relative path)"
+    return _local_path_problem(value)
+
+
+def _local_path_problem(path: str) -> str | None:
+    parts = [part for part in path.split("/") if part]
+    if not parts:
+        return "a directory below / (survivor writes and deletes under the job dir; / is not one)"
+    if any(part in (".", "..") for part in parts):
+        return "a path without . or .. segments"
     return None
+
+
+def normalize_uri(value: str) -> str:
+    """A valid location without trailing slashes: `file:///data/run/` -> `file:///data/run`."""
+    value = value.strip()
+    if value.startswith("file://"):
+        return "file://" + value[len("file://"):].rstrip("/")
+    return value.rstrip("/")
 
 
 class _Validator:
     """Reads one key at a time from a raw mapping, recording problems instead of raising."""
 
     def __init__(self, data: Mapping[str, Any], flat: bool):
-        self.data = dict(data)
+        self.data = {k if isinstance(k, str) else _show(k): v for k, v in data.items()}
         self.flat = flat
         self.problems: list[str] = []
         self.seen: set[str] = set()
@@ -337,7 +572,7 @@ class _Validator:
         return _FLAT_NAMES.get(key, key) if self.flat else key
 
     def _problem(self, key: str, value: Any, expected: str) -> None:
-        self.problems.append(f"{self._label(key)} = {value!r}: expected {expected}")
+        self.problems.append(f"{self._label(key)} = {_show(value)}: expected {expected}")
 
     def _get(self, key: str) -> Any:
         self.seen.add(key)
@@ -355,8 +590,15 @@ class _Validator:
         value = self._get(key)
         if value is None:
             return None
-        if not isinstance(value, str):
-            self._problem(key, value, "a string")
+        if not isinstance(value, str) or len(value) > MAX_STRING or _control_characters(value):
+            self._problem(key, value, f"a string of at most {MAX_STRING} characters, no control characters")
+            return None
+        return value
+
+    def user(self) -> str | None:
+        value = self.string("user")
+        if value is not None and not _USER.fullmatch(value):
+            self._problem("user", value, "a user name of this VM (letters, digits, _ . -; at most 32)")
             return None
         return value
 
@@ -373,9 +615,11 @@ class _Validator:
         if wrong:
             self._problem(key, value, wrong)
             return None
-        return value.strip().rstrip("/") or "/"
+        return normalize_uri(value)
 
-    def integer(self, key: str, required: bool = False, minimum: int | None = None) -> int | None:
+    def integer(self, key: str, required: bool = False) -> int | None:
+        """A whole number within NUMBER_RANGES[key]."""
+        low, high = NUMBER_RANGES[key]
         value = self._get(key)
         if value is None:
             if required:
@@ -386,29 +630,35 @@ class _Validator:
             number = None
         elif isinstance(value, int):
             number = value
-        elif isinstance(value, float) and value.is_integer():
+        elif isinstance(value, float) and value.is_integer():  # False for inf and nan
             number = int(value)
-        elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        elif isinstance(value, str) and len(value) <= 40 and re.fullmatch(r"\s*[+-]?\d+\s*", value):
             number = int(value)
-        wanted = "a whole number" + (f" >= {minimum}" if minimum is not None else "")
-        if number is None or (minimum is not None and number < minimum):
-            self._problem(key, value, wanted)
+        if number is None or number < low:
+            self._problem(key, value, f"a whole number >= {low:g}")
+            return None
+        if number > high:
+            self._problem(key, value, f"a whole number <= {high:g}")
             return None
         return number
 
-    def number(self, key: str, minimum: float | None = None) -> float | None:
+    def number(self, key: str) -> float | None:
+        """A finite number within NUMBER_RANGES[key]."""
+        low, high = NUMBER_RANGES[key]
         value = self._get(key)
         if value is None:
             return None
         try:
-            if isinstance(value, bool):
+            if isinstance(value, bool) or (isinstance(value, str) and len(value) > 40):
                 raise ValueError
             number = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             number = None
-        wanted = "a number" + (f" >= {minimum:g}" if minimum is not None else "")
-        if number is None or number != number or (minimum is not None and number < minimum):
-            self._problem(key, value, wanted)
+        if number is None or number != number or number < low:
+            self._problem(key, value, f"a number >= {low:g}")
+            return None
+        if number > high:  # inf included
+            self._problem(key, value, f"a finite number <= {high:g}")
             return None
         return number
 
@@ -431,7 +681,7 @@ class _Validator:
         if value is None or (isinstance(value, str) and value.strip().lower() in ("all", "auto")):
             return None
         self.seen.discard(key)
-        return self.integer(key, minimum=0)
+        return self.integer(key)
 
     def name(self) -> str:
         value = self.string("name")
@@ -451,7 +701,7 @@ class _Validator:
         value = self._get("on_finish")
         if value is None:
             return "keep-alive" if keep_alive else "auto"
-        if value not in ON_FINISH:
+        if not isinstance(value, str) or value not in ON_FINISH:
             self._problem("on_finish", value, "one of " + ", ".join(ON_FINISH))
             return "auto"
         return value
@@ -463,16 +713,38 @@ class _Validator:
         if not isinstance(value, dict):
             self._problem("hyperparameters", value, "a mapping of name to value")
             return ()
-        out = []
+        out: dict[str, str] = {}
         for name, raw in value.items():
-            if not isinstance(name, str) or not _HPARAM_NAME.match(name):
-                self.problems.append(f"hyperparameters: name {name!r}: expected letters, digits, - or _")
+            label = name if self.flat else f"hyperparameters.{name}"
+            if not isinstance(name, str) or not _HPARAM_NAME.match(name) or len(name) > 200:
+                self.problems.append(f"hyperparameters: name {_show(name)}: expected letters, digits, - or _")
+                continue
+            shown = "'***'" if is_secret_name(name) else _show(raw)
+            flag = kebab(name)
+            taken = agent_flag_taken(name)
+            if taken:
+                why = ("--help prints and exits 0, which reads as a finished job" if taken == "help" else
+                       f"the agent passes --{taken} itself" + ("" if taken == flag else
+                                                               f"; argparse reads --{flag} as --{taken}"))
+                self.problems.append(f"{label}: a hyperparameter may not be named like the trainer's contract "
+                                     f"flag --{taken} ({why}); rename it")
+                continue
+            if flag in out:
+                self.problems.append(f"{label}: a second hyperparameter for the flag --{flag}")
                 continue
             if isinstance(raw, (dict, list)):
-                self.problems.append(f"hyperparameters.{name} = {raw!r}: expected a single value")
+                self.problems.append(f"{label} = {shown}: expected a single value")
                 continue
-            out.append((kebab(name), format_value(raw)))
-        return tuple(out)
+            try:
+                text = format_value(raw)
+            except ValueError:  # an integer too long to print
+                text = None
+            if text is None or len(text) > MAX_STRING or "\x00" in text:
+                self.problems.append(f"{label} = {shown}: expected a value of at most {MAX_STRING} characters "
+                                     "without NUL")
+                continue
+            out[flag] = text
+        return tuple(out.items())
 
     def trainer(self) -> TrainerSpec:
         if self.flat:
@@ -494,21 +766,18 @@ class _Validator:
             if not isinstance(value, dict):
                 self._problem("trainer", value, "a mapping with module, argv or builtin")
                 return TrainerSpec()
-            unknown = sorted(set(value) - {"module", "argv", "builtin", "git_url", "git_ref", "package", "save_signal"})
+            unknown = sorted({_show(k) if not isinstance(k, str) else k for k in value}
+                             - {"module", "argv", "builtin", "git_url", "git_ref", "package", "save_signal"})
             for key in unknown:
                 self.problems.append(f"trainer.{key}: unknown key; expected module, argv, builtin, git_url, git_ref, "
                                      "package or save_signal")
-            argv = value.get("argv") or ()
-            if isinstance(argv, str) or not all(isinstance(a, (str, int, float)) for a in argv):
-                self.problems.append(f"trainer.argv = {argv!r}: expected a list of strings (no shell command line)")
-                argv = ()
             spec = TrainerSpec(
-                module=_opt_str(value.get("module")),
-                argv=tuple(str(a) for a in argv),
-                builtin=_opt_str(value.get("builtin")),
-                git_url=_opt_str(value.get("git_url")),
-                git_ref=_opt_str(value.get("git_ref")),
-                package=_opt_str(value.get("package")),
+                module=self._trainer_string(value, "module"),
+                argv=self._argv(value.get("argv")),
+                builtin=self._trainer_string(value, "builtin"),
+                git_url=self._trainer_string(value, "git_url"),
+                git_ref=self._trainer_string(value, "git_ref"),
+                package=self._trainer_string(value, "package"),
                 save_signal=self._save_signal(value.get("save_signal")),
             )
         chosen = [k for k in ("module", "argv", "builtin") if getattr(spec, k)]
@@ -516,32 +785,64 @@ class _Validator:
         if len(chosen) != 1:
             self.problems.append(f"{label}: expected exactly one of module, argv, builtin; got {chosen or 'none'}")
         if spec.module and not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", spec.module):
-            self.problems.append(f"{label}.module = {spec.module!r}: expected a dotted Python module name")
+            self.problems.append(f"{label}.module = {_show(spec.module)}: expected a dotted Python module name")
         if spec.builtin and spec.builtin not in BUILTIN_TRAINERS:
-            self.problems.append(f"{label}.builtin = {spec.builtin!r}: expected one of {', '.join(BUILTIN_TRAINERS)}")
+            self.problems.append(f"{label}.builtin = {_show(spec.builtin)}: expected one of {', '.join(BUILTIN_TRAINERS)}")
         if spec.package:
             wrong = validate_uri(spec.package)
             if wrong or not re.search(r"\.(tar\.gz|whl|zip)$", spec.package):
-                self.problems.append(f"{label}.package = {spec.package!r}: expected a gs:// or absolute path to a .tar.gz, .zip or .whl")
+                self.problems.append(f"{label}.package = {_show(spec.package)}: expected a gs:// or absolute path to a .tar.gz, .zip or .whl")
         if spec.git_url and spec.git_url.startswith("-"):
-            self.problems.append(f"{label}.git_url = {spec.git_url!r}: expected a repository URL or path")
+            self.problems.append(f"{label}.git_url = {_show(spec.git_url)}: expected a repository URL or path")
         if spec.git_ref and spec.git_ref.startswith("-"):
-            self.problems.append(f"{label}.git_ref = {spec.git_ref!r}: expected a branch, tag or commit")
+            self.problems.append(f"{label}.git_ref = {_show(spec.git_ref)}: expected a branch, tag or commit")
         return spec
+
+    def _argv(self, argv: Any) -> tuple[str, ...]:
+        """A YAML list of strings (numbers allowed: `[python, train.py, --lr, 0.1]`), program first."""
+        if argv is None or argv == [] or argv == "":
+            return ()
+        if (not isinstance(argv, list)
+                or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in argv)):
+            self.problems.append(f"trainer.argv = {_show(argv)}: expected a list of strings (no shell command line)")
+            return ()
+        try:
+            items = tuple(format_value(a) for a in argv)
+        except ValueError:  # an integer too long to print
+            items = ("",)
+        if not items[0] or any(len(a) > MAX_STRING or "\x00" in a for a in items):
+            self.problems.append(f"trainer.argv = {_show(argv)}: expected a program and arguments of at most "
+                                 f"{MAX_STRING} characters each, without NUL")
+            return ()
+        return items
+
+    def _trainer_string(self, section: dict, key: str) -> str | None:
+        value = section.get(key)
+        if value is None or value == "":
+            return None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key == "git_ref":
+            value = format_value(value)  # a numeric tag or commit prefix
+        if not isinstance(value, str) or len(value) > MAX_STRING or _control_characters(value):
+            self.problems.append(f"trainer.{key} = {_show(value)}: expected a string without control characters")
+            return None
+        return value
 
     def _save_signal(self, value: Any) -> str | None:
         if value is None or value == "":
             return None
-        name = str(value).strip().upper()
+        if not isinstance(value, str):
+            self.problems.append(f"trainer.save_signal = {_show(value)}: expected one of {', '.join(SAVE_SIGNALS)}")
+            return None
+        name = value.strip().upper()
         name = name if name.startswith("SIG") else f"SIG{name}"
         if name not in SAVE_SIGNALS:
-            self.problems.append(f"trainer.save_signal = {value!r}: expected one of {', '.join(SAVE_SIGNALS)}")
+            self.problems.append(f"trainer.save_signal = {_show(value)}: expected one of {', '.join(SAVE_SIGNALS)}")
             return None
         return name
 
     def unsupported(self) -> None:
         for key, value in (self.data.get("_unsupported") or {}).items():
-            self.problems.append(f"{key} = {value!r}: {UNSUPPORTED_FLAT_KEYS[key]}")
+            self.problems.append(f"{key} = {_show(value)}: {UNSUPPORTED_FLAT_KEYS[key]}")
 
     def extra(self) -> dict[str, Any]:
         out = {}
@@ -573,12 +874,6 @@ BUILTIN_TRAINERS = {
 #: (SIGUSR1: save now, keep training). tests/test_trainer_process.py checks each parser accepts them.
 BUILTIN_FLAGS = frozenset({"--job-dir", "--data-dir", "--train-steps", "--num-gpus", "--checkpoint-steps"})
 BUILTIN_SAVE_SIGNAL = "SIGUSR1"
-
-
-def _opt_str(value: Any) -> str | None:
-    if value is None or value == "":
-        return None
-    return str(value)
 
 
 def format_value(value: Any) -> str:

@@ -94,3 +94,63 @@ def test_directory_listing_and_recursive_json(metadata_server):
     assert "attributes/" in listing and "preempted" in listing
     tree = md.get_json("instance/")
     assert tree["preempted"] == "FALSE" and isinstance(tree["attributes"], dict)
+
+
+def test_a_server_that_drips_bytes_is_cut_off_at_the_calls_deadline(metadata_server):
+    """A byte every 0.3 s beats any timeout per read; each call still ends at its total deadline."""
+    from survivor import retry
+
+    metadata_server.fault("drip", count=1000, interval=0.3)
+    md = MetadataClient(metadata_server.host, timeout=1.0, deadline=2.0,
+                        retrying=lambda: retry.policy(attempts=10, deadline=60, initial=0.05, maximum=0.1))
+    calls = [(lambda: md.get("instance/name"), 2.0), (lambda: md.attributes(), 2.0),
+             (lambda: md.put_guest_attribute("survivor", "state", "training"), 1.0),  # one attempt, nothing waits on it
+             (lambda: md.wait_for_change("instance/preempted", "NONE", timeout_sec=1), 11.0)]  # timeout_sec + 10
+    for call, limit in calls:
+        started = time.monotonic()
+        with pytest.raises(MetadataError, match="no complete answer in time"):
+            call()
+        assert time.monotonic() - started < limit + 0.5
+    metadata_server.fault("ok")
+    assert md.get("instance/name") == "survivor-local-1"
+
+
+def test_an_answer_larger_than_any_metadata_is_refused(metadata_server):
+    metadata_server.set("instance/attributes/huge", "x" * (5 * 1024 * 1024))
+    with pytest.raises(MetadataError, match="larger than"):
+        MetadataClient(metadata_server.host).get("instance/attributes/huge")
+
+
+def _agent_on_a_dripping_server(tmp_path, instance_factory):
+    from tests.conftest import dummy_spec
+
+    vm = instance_factory(dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=20))
+    vm.metadata.fault("drip", count=1_000_000, interval=2.0)  # every answer: a byte every 2 s
+    return vm.boot()
+
+
+def test_a_sigterm_while_the_boot_waits_on_a_dripping_metadata_server_ends_it_at_once(tmp_path, instance_factory):
+    """The early signal handler used to only record the SIGTERM: the boot went on waiting for an
+    answer that never completes. Now the boot ends within a second, with nothing to save."""
+    vm = _agent_on_a_dripping_server(tmp_path, instance_factory)
+    time.sleep(4.0)  # imports done; the agent is inside its first metadata call
+    assert vm.running()
+    vm.soft_off()
+    started = time.monotonic()
+    assert vm.wait(5.0) == 0, "the agent must end its boot within the grace budget after SIGTERM"
+    assert time.monotonic() - started < 5.0
+    lines = vm.log_lines()
+    assert any(line["message"].startswith("stopped during boot") and line.get("signal") == "SIGTERM" for line in lines)
+    assert not any("Traceback" in line.get("exception", "") for line in lines)
+
+
+@pytest.mark.slow
+def test_a_boot_on_a_dripping_metadata_server_gives_up_in_bounded_time(tmp_path, instance_factory):
+    """Each metadata call has a total deadline (5 s an attempt, 20 s with retries; the spec read is
+    retried for 30 s): the boot ends with exit 1 and the URL named, for systemd to restart later,
+    instead of hanging for as long as the server keeps dripping."""
+    vm = _agent_on_a_dripping_server(tmp_path, instance_factory)
+    code = vm.wait(75.0)
+    assert code == 1, "the boot must give up within 75 s"
+    errors = [line for line in vm.log_lines() if line["message"] == "cannot read the job from the metadata server"]
+    assert errors and "no complete answer in time" in errors[0]["error"]

@@ -13,8 +13,10 @@ Guest attributes are writable with PUT, as from inside a VM.
 
 An admin API outside `/computeMetadata/` lets tests and the simulator act as Compute Engine:
 `PUT /emulator/v1/<path>` with the value as body sets a key, `DELETE` removes it,
-`POST /emulator/v1/fault` with `{"mode": "garbage" | "no-flavor" | "503" | "ok", "count": N}` makes
-the next N answers misbehave. `survivor emulate metadata` runs it as a process.
+`POST /emulator/v1/fault` with `{"mode": "garbage" | "no-flavor" | "503" | "drip" | "ok", "count": N}` makes
+the next N answers misbehave; `drip` sends each answer (status line and headers included) one byte
+every `interval` seconds (default 2), the slow server a timeout per read never ends.
+`survivor emulate metadata` runs it as a process.
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ class MetadataServer(LocalService):
         self.tree = tree or default_tree(**identity)
         self._cond = threading.Condition()
         self._fault: tuple[str, int] = ("ok", 0)
+        self._drip_interval = 2.0
+        self._stopping = threading.Event()
         self.requests = 0
         self._listen(port, self._handler_class())
 
@@ -88,6 +92,7 @@ class MetadataServer(LocalService):
         return f"127.0.0.1:{self.port}"
 
     def stop(self) -> None:
+        self._stopping.set()  # dripping answers stop
         with self._cond:
             self._cond.notify_all()  # hanging GETs return
         super().stop()
@@ -125,10 +130,12 @@ class MetadataServer(LocalService):
             node.pop(parts[-1], None)
             self._cond.notify_all()
 
-    def fault(self, mode: str, count: int = 1) -> None:
-        """Makes the next `count` metadata answers misbehave: `garbage`, `no-flavor`, `503`; `ok` clears."""
+    def fault(self, mode: str, count: int = 1, interval: float = 2.0) -> None:
+        """Makes the next `count` metadata answers misbehave: `garbage`, `no-flavor`, `503`, `drip` (a
+        byte every `interval` seconds); `ok` clears."""
         with self._cond:
             self._fault = (mode, count)
+            self._drip_interval = interval
 
     def _take_fault(self) -> str:
         with self._cond:
@@ -155,9 +162,13 @@ class MetadataServer(LocalService):
         server = self
 
         class Handler(QuietHandler):
+            drip = False
+
             def _send(self, status: int, body: str | bytes, *, etag: str | None = None,
                       content_type: str = "application/text", flavor: bool = True) -> None:
                 data = body.encode() if isinstance(body, str) else body
+                if self.drip:
+                    return self._drip(status, data, etag, content_type, flavor)
                 self.send_response(status)
                 if flavor:
                     self.send_header("Metadata-Flavor", "Google")
@@ -167,6 +178,18 @@ class MetadataServer(LocalService):
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _drip(self, status: int, data: bytes, etag: str | None, content_type: str, flavor: bool) -> None:
+                head = [f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}", f"Content-Type: {content_type}",
+                        f"Content-Length: {len(data)}"]
+                head += ["Metadata-Flavor: Google"] if flavor else []
+                head += [f"ETag: {etag}"] if etag else []
+                raw = ("\r\n".join(head) + "\r\n\r\n").encode() + data
+                self.close_connection = True
+                for i in range(len(raw)):
+                    if server._stopping.wait(server._drip_interval):
+                        return
+                    self.wfile.write(raw[i:i + 1])
 
             def _body(self) -> bytes:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -182,6 +205,7 @@ class MetadataServer(LocalService):
                 if self.headers.get("Metadata-Flavor") != "Google":
                     return self._send(403, "Missing required header: Metadata-Flavor")
                 fault = server._take_fault()
+                self.drip = fault == "drip"
                 if fault == "503":
                     return self._send(503, "service unavailable")
                 if fault == "garbage":
@@ -226,6 +250,7 @@ class MetadataServer(LocalService):
                     return self._send(403, "Missing required header: Metadata-Flavor")
                 if not path.startswith("instance/guest-attributes/") or path.count("/") != 3:
                     return self._send(405, "only instance/guest-attributes/NAMESPACE/KEY is writable")
+                self.drip = server._fault[0] == "drip" and server._fault[1] > 0  # slow for writes too
                 server.set(path, body)
                 return self._send(200, "")
 
@@ -240,7 +265,7 @@ class MetadataServer(LocalService):
                 url = urlsplit(self.path)
                 if url.path == ADMIN + "fault":
                     spec = json.loads(self._body() or b"{}")
-                    server.fault(spec.get("mode", "ok"), int(spec.get("count", 1)))
+                    server.fault(spec.get("mode", "ok"), int(spec.get("count", 1)), float(spec.get("interval", 2.0)))
                     return self._send(200, "ok", flavor=False)
                 return self._send(404, "not found", flavor=False)
 
