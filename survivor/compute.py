@@ -174,7 +174,15 @@ class Compute:
             credentials = AnonymousCredentials()
         kwargs = {"credentials": credentials, "client_options": options}
         self.v1 = compute_v1
-        self.templates = compute_v1.InstanceTemplatesClient(**kwargs)
+        from google.auth.exceptions import DefaultCredentialsError
+
+        try:
+            self.templates = compute_v1.InstanceTemplatesClient(**kwargs)
+        except DefaultCredentialsError:
+            raise ComputeError(
+                "no Google Cloud credentials: run `gcloud auth application-default login` (on a VM: give it a "
+                f"service account with the compute scope), or point {ENDPOINT_ENV} at survivor's Compute fake"
+            ) from None
         self.groups = compute_v1.InstanceGroupManagersClient(**kwargs)
         self.region_groups = compute_v1.RegionInstanceGroupManagersClient(**kwargs)
         self.instances = compute_v1.InstancesClient(**kwargs)

@@ -192,11 +192,16 @@ def stage_install(job_dir: str, local: LocalInstall, storage_factory: Callable |
     survivor/storage.py; returns what the template's metadata names."""
     if not job_dir.startswith("gs://"):
         raise ImageError(f"job_dir {job_dir}: not on Cloud Storage, so a VM cannot fetch survivor's wheel from it")
+    from google.auth.exceptions import GoogleAuthError
+
     from survivor.storage import StorageError, open_storage
 
-    storage = (storage_factory or open_storage)(job_dir)
     try:
+        storage = (storage_factory or open_storage)(job_dir)
         storage.upload([(path, name) for path, name, _ in staged_names(local)])
+    except GoogleAuthError:  # the storage client is built before storage.py can speak for it
+        raise ImageError(f"staging survivor's wheel and lock in {job_dir}: no Google Cloud credentials; run `gcloud "
+                         "auth application-default login`, or set STORAGE_EMULATOR_HOST for a local emulator") from None
     except StorageError as exc:
         raise ImageError(f"staging survivor's wheel and lock: {exc}") from exc
     return install_for(job_dir, local)

@@ -270,34 +270,44 @@ def make_group(args: argparse.Namespace) -> int:
             body["distributionPolicy"] = distribution_policy(project, [])  # zones: those offering the GPU
         print(json.dumps(body, indent=2))
         return 0
-    compute = compute_for(project)
     try:
-        if compute.get_group(group) is not None:
-            print(f"group {args.name}: already exists")
-            return 0
-        template = compute.get_template(args.template)
-        if template is None:
+        compute = compute_for(project)
+        found = compute.get_group(group)
+        done = "created"
+        if found is not None:
+            current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
+            if current != args.template:
+                return _err(f"group {args.name}: already exists with template {current}, not {args.template}; delete it "
+                            f"first (`survivor delete {args.name} {_where(args)} --template {current}`) or use another name")
+            if not found.get("targetSize"):
+                print(f"group {args.name}: already exists, stopped (target size 0); `survivor start {args.name} "
+                      f"{_where(args)}` starts it")
+                return 0
+            done = "already exists"
+        template = None if found is not None else compute.get_template(args.template)
+        if template is None and found is None:
             return _err(f"template {args.template}: not found; create it first with `survivor make-template "
                         f"{args.template} --config JOB.yaml`")
-        if not args.skip_preflight and not _preflight_passes(template, compute, args.zone, args.region):
+        if found is None and not args.skip_preflight and not _preflight_passes(template, compute, args.zone, args.region):
             return 1
         distribution = None
-        if args.region:
+        if found is None and args.region:
             zones = _regional_zones(compute, args.region, template)
             if not zones:
                 return _err(f"group {args.name}: no zone of region {args.region} offers the template's GPU; pick "
                             "another region (gcloud compute accelerator-types list)")
             distribution = distribution_policy(project, zones)
-        compute.create_group(args.name, args.template, zone=args.zone, region=args.region, size=1,
-                             distribution=distribution)
+        if found is None:
+            compute.create_group(args.name, args.template, zone=args.zone, region=args.region, size=1,
+                                 distribution=distribution)
         if args.wait_seconds <= 0:
-            print(f"group {args.name}: created ({where}, 1 instance); not waiting for its VM")
+            print(f"group {args.name}: {done} ({where}, 1 instance); not waiting for its VM")
             return 0
         state, zone, errors = wait_for_group(compute, group, args.wait_seconds, args.poll_seconds)
     except ComputeError as exc:
         return _err(str(exc))
     if state == "running":
-        print(f"group {args.name}: created ({where}); its VM is RUNNING in {zone}")
+        print(f"group {args.name}: {done} ({where}); its VM is RUNNING in {zone}")
         return 0
     if state == "failed":
         problem = explain_operation_errors(errors, f"group {args.name}: its VM cannot be created",
@@ -305,9 +315,9 @@ def make_group(args: argparse.Namespace) -> int:
         return _err(f"{problem} The group keeps retrying; "
                     f"`survivor delete {args.name} --{'zone ' + args.zone if args.zone else 'region ' + args.region}` "
                     "stops it.")
-    return _err(f"group {args.name}: created ({where}), but its VM is not RUNNING after {args.wait_seconds:g} s "
-                f"and the group reports no error; follow it with `survivor status {args.name}`, or wait longer "
-                "with --wait-seconds")
+    return _err(f"group {args.name}: {done} ({where}), but its VM is not RUNNING after {args.wait_seconds:g} s "
+                f"and the group reports no error; follow it with `survivor status {args.name} {_where(args)}`, or "
+                "wait longer with --wait-seconds")
 
 
 # -- preflight -------------------------------------------------------------------------------------
@@ -326,7 +336,10 @@ def preflight_command(args: argparse.Namespace) -> int:
         return 2
     zone = args.zone or spec.extra.get("compute", {}).get("zone")
     region = args.region or spec.extra.get("compute", {}).get("region")
-    findings = preflight.check(body, compute_for(project), zone=zone, region=region)
+    try:
+        findings = preflight.check(body, compute_for(project), zone=zone, region=region)
+    except ComputeError as exc:
+        return _err(str(exc))
     if not (zone or region):
         findings.append(preflight.Finding("gpu", "no --zone or --region: GPU offer and quota not checked", "warning"))
     return 0 if preflight.report(findings, print) else 1

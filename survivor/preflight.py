@@ -220,8 +220,9 @@ def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str
     target = target_from_body(body)
     out: list[Finding] = []
     bucket = bucket_of(target.job_dir)
-    data_bucket = bucket_of(target.data_dir)
-    if bucket or data_bucket:
+    # a job dir off Cloud Storage is for the local stand-ins only (make-template warns): so is its data
+    data_bucket = bucket_of(target.data_dir) if bucket else None
+    if bucket:
         account = target.service_account
         try:
             if account == "default":
