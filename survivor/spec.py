@@ -782,7 +782,9 @@ class _Validator:
             )
         chosen = [k for k in ("module", "argv", "builtin") if getattr(spec, k)]
         label = "trainerModule" if self.flat else "trainer"
-        if len(chosen) != 1:
+        refused = not self.flat and any(value.get(k) not in (None, "", [], {}) and not getattr(spec, k)
+                                        for k in ("module", "argv", "builtin"))
+        if len(chosen) != 1 and not (refused and not chosen):  # a refused one has its own line
             self.problems.append(f"{label}: expected exactly one of module, argv, builtin; got {chosen or 'none'}")
         if spec.module and not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", spec.module):
             self.problems.append(f"{label}.module = {_show(spec.module)}: expected a dotted Python module name")
@@ -822,8 +824,12 @@ class _Validator:
             return None
         if isinstance(value, (int, float)) and not isinstance(value, bool) and key == "git_ref":
             value = format_value(value)  # a numeric tag or commit prefix
-        if not isinstance(value, str) or len(value) > MAX_STRING or _control_characters(value):
-            self.problems.append(f"trainer.{key} = {_show(value)}: expected a string without control characters")
+        if not isinstance(value, str):
+            self.problems.append(f"trainer.{key} = {_show(value)}: expected a string")
+            return None
+        if len(value) > MAX_STRING or _control_characters(value):
+            self.problems.append(f"trainer.{key} = {_show(value)}: expected a string of at most {MAX_STRING} "
+                                 "characters, no control characters")
             return None
         return value
 

@@ -1,6 +1,7 @@
 """The job spec: three sources, one dataclass, and one clear line per problem."""
 
 import pytest
+import yaml
 
 from survivor.spec import JobSpec, SpecError, flat_attributes_to_mapping, kebab
 
@@ -176,3 +177,27 @@ def test_a_save_signal_is_sigusr1_or_sigusr2():
     with pytest.raises(SpecError) as caught:
         JobSpec.from_yaml("job_dir: /x\ntrain_steps: 5\ntrainer: {argv: [t], save_signal: SIGKILL}\n")
     assert caught.value.problems == ["trainer.save_signal = 'SIGKILL': expected one of SIGUSR1, SIGUSR2"]
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("train_steps", 1e12, None), ("train_steps", 10**12, None), ("train_steps", 10**12 + 1, "a whole number <= 1e+12"),
+    ("train_steps", float("inf"), "a whole number >= 1"), ("train_steps", True, "a whole number >= 1"),
+    ("num_gpus", 16, None), ("num_gpus", 17, "a whole number <= 16"), ("keep", 0, "a whole number >= 1"),
+    ("max_failed_attempts", 1_000_000, None), ("grace_seconds", 3600, None), ("grace_seconds", 3600.5, "a finite number <= 3600"),
+    ("grace_seconds", "-inf", "a number >= 1"), ("sync_seconds", 0.05, "a number >= 0.1"), ("lease_seconds", "nan", "a number >= 1"),
+    ("lease_seconds", "1" * 41, "a number >= 1"),
+])
+def test_every_number_has_a_range(key, value, expected):
+    text = yaml.safe_dump({"job_dir": "/tmp/x", "train_steps": 3, "trainer": {"builtin": "dummy"}, key: value})
+    if expected is None:
+        JobSpec.from_yaml(text)
+        return
+    with pytest.raises(SpecError) as err:
+        JobSpec.from_yaml(text)
+    assert [p.split(": expected ", 1)[1] for p in err.value.problems] == [expected], err.value.problems
+
+
+def test_a_refused_argv_is_one_line_not_two():
+    with pytest.raises(SpecError) as err:
+        JobSpec.from_yaml("job_dir: /tmp/x\ntrain_steps: 3\ntrainer: {argv: {python: train.py}}\n")
+    assert err.value.problems == ["trainer.argv = {'python': 'train.py'}: expected a list of strings (no shell command line)"]
