@@ -681,7 +681,7 @@ class Boot:
         """A SIGTERM that beat the metadata watcher to a preemption is still a preemption."""
         if notice.source == "signal" and self.metadata is not None:
             try:
-                if self.metadata.get("instance/preempted").strip().upper() == "TRUE":
+                if self.metadata.get("instance/preempted", deadline=2.0).strip().upper() == "TRUE":  # a label only
                     return "preempted"
             except Exception:
                 pass

@@ -120,7 +120,8 @@ class MetadataClient:
                  deadline=None) -> Answer:
         url = self.base + path.lstrip("/") + (f"?{urlencode(params)}" if params else "")
         per_attempt = timeout or self.timeout
-        total = max(deadline or self.deadline, per_attempt)
+        total = deadline if deadline is not None else max(self.deadline, per_attempt)
+        per_attempt = min(per_attempt, total)
         ends = time.monotonic() + total
         late = f"no complete answer in time ({per_attempt:g} s an attempt, {total:g} s in all)"
         try:
@@ -164,9 +165,10 @@ class MetadataClient:
         finally:
             conn.close()
 
-    def get(self, path: str) -> str:
-        """Returns the text value at `path` (e.g. `instance/zone`). Raises MetadataNotFound, MetadataError."""
-        return self._request("GET", path).text
+    def get(self, path: str, deadline: float | None = None) -> str:
+        """Returns the text value at `path` (e.g. `instance/zone`), within `deadline` seconds if given
+        (retries included). Raises MetadataNotFound, MetadataError."""
+        return self._request("GET", path, deadline=deadline).text
 
     def get_json(self, path: str) -> Any:
         """Returns the directory at `path` as a JSON tree (`recursive=true&alt=json`)."""
@@ -176,10 +178,10 @@ class MetadataClient:
         except (ValueError, RecursionError) as exc:
             raise MetadataError(response.url, "answered text that is not JSON") from exc
 
-    def get_or(self, path: str, default: str | None = None) -> str | None:
+    def get_or(self, path: str, default: str | None = None, deadline: float | None = None) -> str | None:
         """Returns the value at `path`, or `default` when the key does not exist."""
         try:
-            return self.get(path)
+            return self.get(path, deadline=deadline)
         except MetadataNotFound:
             return default
 

@@ -154,3 +154,12 @@ def test_a_boot_on_a_dripping_metadata_server_gives_up_in_bounded_time(tmp_path,
     assert code == 1, "the boot must give up within 75 s"
     errors = [line for line in vm.log_lines() if line["message"] == "cannot read the job from the metadata server"]
     assert errors and "no complete answer in time" in errors[0]["error"]
+
+
+def test_a_call_can_be_given_a_shorter_deadline(metadata_server):
+    metadata_server.fault("drip", count=1000, interval=0.3)
+    md = MetadataClient(metadata_server.host)  # 5 s an attempt, 20 s a call
+    started = time.monotonic()
+    with pytest.raises(MetadataError, match="no complete answer in time"):
+        md.get("instance/preempted", deadline=1.0)
+    assert time.monotonic() - started < 1.5
