@@ -2,7 +2,9 @@
 guide's order, run as written against the stand-ins the guide itself starts (`survivor emulate
 compute` and `survivor emulate storage`, as subprocesses), with the exit code and the output the
 guide promises. A command the guide adds must be classified here (run, or skipped with a reason),
-and every one, run or not, must parse with the CLI: the guide and the code cannot drift apart."""
+and every one, run or not, must parse with the CLI: the guide and the code cannot drift apart.
+Then the hostile new user: each bad input the guide's rules name gets one line naming it, before
+anything is sent. The whole file takes about 30 s (the walk about 15 s, one TensorFlow import)."""
 
 from __future__ import annotations
 
@@ -319,3 +321,165 @@ def check_line(capsys, line: Line, words: list[str], tmp_path: pathlib.Path) -> 
         assert compute.get_template("cifar10-v2") is not None  # another template of the job is left alone
     else:
         pytest.fail(f"`{line.text}`: this walk does not know what the guide promises for it; add it here or to NOT_RUN")
+
+
+# -- a hostile new user: each bad input gets one line naming it, before anything is sent ----------
+
+PROJECT = "survivor-local"
+
+
+def spec_file(tmp_path: pathlib.Path, text: str | None = None) -> str:
+    path = tmp_path / "job.yaml"
+    path.write_text(text if text is not None else (ROOT / "templates" / "cifar10-4gpu.yaml").read_text())
+    return str(path)
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--machine-type", "g2-standard-8", "--gpu", "nvidia-tesla-t4:4"],
+     "compute.gpu nvidia-tesla-t4:4 with machine_type g2-standard-8: g2 machines carry their own GPUs"),
+    (["--machine-type", "a2-highgpu-1g", "--gpu", "none"],
+     "num_gpus 4 with machine_type a2-highgpu-1g: it carries 1 x nvidia-tesla-a100; use machine_type a2-highgpu-4g"),
+    (["--preemption-notice", "30"], "compute.preemption_notice 30: Compute Engine accepts 120 seconds only"),
+    (["--machine-type", "n1-standrd-16"], "machine_type n1-standrd-16: not an N1 machine type (n1-standard-{1,2,4,"),
+    (["--machine-type", "n1-standard-17"], "machine_type n1-standard-17: not an N1 machine type"),
+    (["--disk-gb", "-5"], "compute.disk_gb -5: expected a whole number of GB >= 10"),
+    (["--zone", "us-west1"], "--zone us-west1: not a zone; a zone is a region and a letter, e.g. us-west1-b; "
+                             "for the whole region use --region us-west1"),
+    (["--region", "us-west1-b"], "--region us-west1-b: not a region (e.g. us-west1); for that one zone use --zone us-west1-b"),
+    (["--gpu", "nvidia-tesla-t4"], "gpu = 'nvidia-tesla-t4': expected TYPE:COUNT"),
+])
+def test_a_contradictory_or_malformed_template_request_is_one_line_naming_it(flags, expected, tmp_path, capsys):
+    code, out, err = run(capsys, ["make-template", "cifar10", "--config", spec_file(tmp_path), "--dry-run", *flags])
+    assert code == 2 and out == ""
+    assert any(line.startswith(f"error: {expected}") for line in err.splitlines()), err
+    assert all(line.startswith("error: ") for line in err.splitlines()) and "Traceback" not in err
+
+
+def test_n1_standard_1_takes_four_t4s(tmp_path, capsys):
+    # no vCPU floor for a T4 (https://cloud.google.com/compute/docs/gpus): not refused, as the API would not
+    code, out, err = run(capsys, ["make-template", "small", "--config", spec_file(tmp_path), "--dry-run",
+                                  "--machine-type", "n1-standard-1", "--gpu", "nvidia-tesla-t4:4"])
+    assert code == 0, err
+    assert json.loads(out)["properties"]["guestAccelerators"] == [{"acceleratorType": "nvidia-tesla-t4",
+                                                                   "acceleratorCount": 4}]
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("MyJob", "template 'MyJob': Compute Engine names are lower-case letters, digits and hyphens, starting with a "
+              "letter, at most 63 characters; e.g. myjob"),
+    ("9lives", "template '9lives': Compute Engine names are"),
+])
+def test_a_name_compute_engine_refuses_is_refused_before_any_call(name, expected, tmp_path, capsys):
+    code, out, err = run(capsys, ["make-template", name, "--config", spec_file(tmp_path), "--dry-run"])
+    assert code == 2 and out == "" and err.startswith(f"error: {expected}") and len(err.splitlines()) == 1, err
+
+
+def test_a_job_name_longer_than_a_migs_base_instance_name_is_refused(capsys, monkeypatch):
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    code, _, err = run(capsys, ["make-group", "j" * 59, "--template", "t", "--zone", "us-west1-b", "--dry-run"])
+    assert code == 1 and "at most 58 characters" in err
+
+
+@pytest.mark.parametrize("text, expected", [
+    (None, "nosuch.yaml: cannot read the job spec (No such file or directory)"),
+    ("job_dir: gs://b/x\ntrain_stpes: 10\ntrainer: {builtin: dummy}\n", "train_stpes: unknown key"),
+])
+def test_a_spec_that_is_missing_or_misspelt_is_one_line_per_problem(text, expected, tmp_path, capsys):
+    path = "nosuch.yaml" if text is None else spec_file(tmp_path, text)
+    code, _, err = run(capsys, ["make-template", "t", "--config", path, "--dry-run"])
+    assert code == 2 and any(line == f"error: {expected}" or line.startswith(f"error: {expected}")
+                             for line in err.splitlines()), err
+    assert "Traceback" not in err
+
+
+def test_the_fake_refuses_a_name_the_api_refuses_in_the_apis_words(compute_server):
+    from google.api_core import exceptions as gexc
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import compute_v1
+
+    client = compute_v1.InstanceTemplatesClient(credentials=AnonymousCredentials(),
+                                                client_options={"api_endpoint": compute_server.endpoint})
+    template = compute_v1.InstanceTemplate(name="MyJob", properties=compute_v1.InstanceProperties(machine_type="e2-small"))
+    with pytest.raises(gexc.BadRequest) as caught:
+        client.insert(project=PROJECT, instance_template_resource=template)
+    assert ("Invalid value for field 'resource.name': 'MyJob'. Must be a match of regex "
+            "'(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)'") in caught.value.message
+
+
+def test_without_credentials_every_command_says_how_to_get_them(tmp_path, capsys, monkeypatch):
+    for variable in ("SURVIVOR_COMPUTE_ENDPOINT", "STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))  # no gcloud login either
+    monkeypatch.setenv("GCE_METADATA_HOST", "127.0.0.1:9")  # and not on a VM (nothing listens there)
+    monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:9")
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    for argv in (["status", "j", "--zone", "us-west1-b"], ["make-group", "j", "--template", "t", "--zone", "us-west1-b"],
+                 ["preflight", "j", "--config", spec_file(tmp_path), "--zone", "us-west1-b"],
+                 ["stop", "j", "--zone", "us-west1-b"]):
+        code, _, err = run(capsys, argv)
+        assert code == 1, (argv, err)
+        assert err.strip().splitlines()[-1] == ("error: no Google Cloud credentials: run `gcloud auth application-default "
+                                                "login` (on a VM: give it a service account with the compute scope), or "
+                                                "point SURVIVOR_COMPUTE_ENDPOINT at survivor's Compute fake"), (argv, err)
+
+
+def test_a_rerun_of_make_group_reports_its_vm_instead_of_already_exists(compute_server, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    job = spec_file(tmp_path, "job_dir: /tmp/local-only\ntrain_steps: 1\ntrainer: {builtin: dummy}\n")
+    assert run(capsys, ["make-template", "t", "--config", job])[0] == 0
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone="us-west1-a")
+    wait = ["--wait-seconds", "1", "--poll-seconds", "0.1"]
+    assert run(capsys, ["make-group", "g", "--template", "t", "--zone", "us-west1-a", *wait])[0] == 1
+    code, out, err = run(capsys, ["make-group", "g", "--template", "t", "--zone", "us-west1-a", *wait])  # after a Ctrl-C
+    assert code == 1 and out == "" and "has no capacity for this machine and GPU type right now (a stockout)" in err
+    code, _, err = run(capsys, ["make-group", "g", "--template", "other", "--zone", "us-west1-a"])
+    assert code == 1 and err.strip() == ("error: group g: already exists with template t, not other; delete it first "
+                                         "(`survivor delete g --zone us-west1-a --template t`) or use another name")
+    code, out, _ = run(capsys, ["stop", "g", "--zone", "us-west1-a"])
+    assert code == 0 and "`survivor start g --zone us-west1-a` resumes" in out
+    code, out, _ = run(capsys, ["make-group", "g", "--template", "t", "--zone", "us-west1-a"])
+    assert code == 0 and out.strip() == ("group g: already exists, stopped (target size 0); "
+                                         "`survivor start g --zone us-west1-a` starts it")
+
+
+def test_an_instance_needs_its_zone_in_one_line(capsys, monkeypatch, compute_server):
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    for command in ("stop", "start"):
+        code, _, err = run(capsys, [command, "j", "--instance", "vm-1"])
+        assert code == 1 and err.strip() == "error: --instance vm-1: give its --zone too"
+    code, _, err = run(capsys, ["logs", "--instance", "vm-1"])
+    assert code == 1 and err.strip() == "error: --instance vm-1: give its --zone too"
+    compute_server.add_instance(PROJECT, "us-west1-b", "vm-1")
+    code, out, _ = run(capsys, ["logs", "--instance", "vm-1", "--zone", "us-west1-b"])  # no job name needed
+    assert code == 0 and "vm-1 booted" in out
+
+
+def test_preflight_checks_the_data_bucket_and_the_boot_disk_against_the_image(compute_server, gcs_server, tmp_path,
+                                                                              capsys, monkeypatch):
+    from survivor.local.bucket_iam import BucketIam
+    from survivor.local.compute_server import PROJECT_NUMBER
+
+    gcs_server.create_bucket("guide-ckpt")
+    with BucketIam(upstream=gcs_server.url, project=PROJECT) as iam:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", iam.endpoint)
+        iam.set_bindings("guide-ckpt", [{"role": "roles/storage.objectUser",
+                                         "members": [f"serviceAccount:{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"]}])
+        job = spec_file(tmp_path, "job_dir: gs://guide-ckpt/run\ndata_dir: gs://guide-no-data\ntrain_steps: 1\n"
+                                  "trainer: {builtin: dummy}\ncompute: {disk_gb: 30}\n")
+        code, out, _ = run(capsys, ["preflight", "j", "--config", job, "--project", PROJECT, "--zone", "us-west1-b"])
+    assert code == 1
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert errors == [
+        "error: bucket guide-no-data (data_dir) does not exist: create it (gcloud storage buckets create "
+        "gs://guide-no-data --location REGION) or fix data_dir",
+        "error: compute.disk_gb 30: image family deeplearning-platform-release/common-cu128-ubuntu-2204-nvidia-570 "
+        "needs a boot disk of at least 50 GB; set compute.disk_gb (or --disk-gb) to 50 or more",
+    ]
+
+
+def test_the_emulators_refuse_bad_flags_in_one_line():
+    for argv, expected in ((["compute", "--quota", "bogus"], "error: --quota 'bogus': expected REGION:METRIC=LIMIT"),
+                           (["storage", "--grant", "b"], "error: --grant 'b': expected BUCKET=ROLE")):
+        done = subprocess.run([sys.executable, "-m", "survivor", "emulate", *argv, "--port", "0"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1 and done.stderr.strip().startswith(expected), done.stderr
