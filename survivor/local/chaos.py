@@ -1,26 +1,53 @@
-"""Chaos rounds: boot the agent, wait a random moment, SIGKILL something, check the job dir.
+"""Chaos rounds: boot the agent, hurt it, check the job dir.
 
-    >>> result = run_chaos(kills=50, fault_rate=0.05, seed=1, root="/tmp/chaos")
-    >>> result.corrupt_restores, result.lost_commits, result.worst_lost_steps
-    (0, 0, 21)
+    >>> result = run_chaos(kills=50, fault_rate=0.05, seed=1, root="/tmp/chaos",
+    ...                    manifests=20, full_disks=6, slow_metadata=6)
+    >>> result.corrupt_restores, result.lost_commits, result.hangs
+    (0, 0, 0)
+    >>> result.tallies["damaged manifest"].inputs
+    20
 
-Each round boots the agent (half the time on a fresh disk), sometimes makes the metadata server answer
-503s or garbage, waits 0.3-2.5 s, then SIGKILLs the agent, the trainer, or both -- no notice, the
-worst case -- with a share of the storage requests failing (429, 503, resets, stalls, truncated
-bodies) through `FaultProxy`. After each kill the job dir is restored and checked: the restored
-snapshot must be at least as new as the newest commit seen before the kill, and every file must
-verify. Used by tests/test_simulator.py and benchmarks/chaos.py.
+Four classes of fault, each round drawn at random (the full-disk rounds run on a VM of their own):
+
+- **kill**: a boot (half the time on a fresh disk), sometimes with the metadata server answering
+  503s or garbage, then after 0.3-2.5 s a SIGKILL of the agent, the trainer, or both -- no notice,
+  the worst case.
+- **damaged manifest**: between two boots, a manifest that must never be followed (`DAMAGES`:
+  truncated, non-finite or huge numbers, nesting 100,000 deep, wrong types, no files with a huge
+  step, a step below 0 or beyond `train_steps`, a path leaving the job dir, a good manifest copied
+  under a newer name) is stored as the newest one. The boot must restore the newest good snapshot
+  and train; then it is SIGKILLed.
+- **full disk**: a job whose local job dir and boot disk are size-limited tmpfs (needs root to
+  mount). After a commit one of them, or both, is filled to a random few hundred KB and the VM is
+  preempted (preempted=TRUE, SIGTERM): the final commit fails, the agent must be gone before the
+  hard off, leave no temporary upload behind, and the next boot must restore the last commit.
+- **slow metadata**: the metadata server drips its next 1-3 answers a byte every 2 s (the
+  emulator's `drip` fault). The boot must reach training, or end by itself, within `BOOT_DEADLINE`;
+  half the time a soft off (SIGTERM) comes during it, and the agent must be gone before the hard off.
+
+All of it with a share of the storage requests failing (429, 503, resets, stalls, truncated bodies)
+through `FaultProxy`. Counted per class: inputs tried, faults injected, corrupt restores (the
+snapshot restored after a round has a file missing or wrong, or the agent restored a manifest it
+must not follow), lost commits (the snapshot restored is older than the newest commit seen before
+the fault), hangs (`HARD_OFF` after a SIGTERM or after its trainer died, or `BOOT_DEADLINE` after a
+boot, the agent still runs without training), tracebacks in the agent's log, and the worst steps
+lost. Used by tests/test_simulator.py, tests/test_chaos.py and benchmarks/chaos.py.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
 import os
 import random
 import signal
+import subprocess
 import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable
 
 import yaml
 
@@ -28,81 +55,569 @@ from survivor.local.fault_proxy import FaultPlan, FaultProxy
 from survivor.local.gcs import StorageEmulator
 from survivor.local.instance import LocalInstance
 
+#: GCE's soft off to hard off on a preemption: an agent still running then is killed mid-work.
+HARD_OFF = 30.0
+#: How long a boot may take to train or end by itself: the spec read's 30 s of retries with one
+#: 20 s metadata call in flight, the lease and a restore, with room to spare on 2 shared cores.
+BOOT_DEADLINE = 90.0
+#: Far beyond any step the chaos jobs reach; a manifest may claim up to it.
+TRAIN_STEPS = 10_000_000
+CLASSES = ("kill", "damaged manifest", "full disk", "slow metadata")
+
+
+@dataclass
+class Tally:
+    """What one class of fault was put through and what it got."""
+
+    inputs: int = 0
+    faults: Counter = field(default_factory=Counter)
+    corrupt_restores: int = 0
+    lost_commits: int = 0
+    hangs: int = 0
+    tracebacks: int = 0
+    leaked_temp_files: int = 0
+    worst_lost_steps: int = 0
+    #: The longest wait a hang is judged on: SIGTERM (or the trainer's death) to the agent's exit,
+    #: or a boot to its training; how far each class stayed from its deadline.
+    slowest_seconds: float = 0.0
+    #: One line per non-zero count above: what happened, with the seed and round to replay it.
+    problems: list[str] = field(default_factory=list)
+    skipped: str = ""  # why the class did not run (no tmpfs without root)
+
 
 @dataclass
 class ChaosResult:
-    kills: int = 0
-    corrupt_restores: int = 0
-    lost_commits: int = 0
-    skipped_snapshots: int = 0
-    worst_lost_steps: int = 0
-    faults: Counter = field(default_factory=Counter)
-    seconds: float = 0.0
-    check_seconds: float = 0.0  # time spent restoring and verifying after the kills
-    exit_waits: int = 0  # agents still running 30 s after their trainer was killed
+    tallies: dict[str, Tally] = field(default_factory=lambda: {name: Tally() for name in CLASSES})
+    skipped_snapshots: int = 0  # "skipping a snapshot that does not verify" in the agents' logs
     failed_marker: bool = False
+    faults: Counter = field(default_factory=Counter)  # the storage faults the proxy injected
+    seconds: float = 0.0
+    check_seconds: float = 0.0  # time spent restoring and verifying after the rounds
+
+    @property
+    def kills(self) -> int:
+        return self.tallies["kill"].inputs
+
+    @property
+    def exit_waits(self) -> int:
+        """Agents still running `HARD_OFF` after their trainer was killed."""
+        return self.tallies["kill"].hangs
+
+    @property
+    def worst_lost_steps(self) -> int:
+        """The steps a SIGKILL (no notice) lost at worst."""
+        return self.tallies["kill"].worst_lost_steps
+
+    def _total(self, name: str) -> int:
+        return sum(getattr(t, name) for t in self.tallies.values())
+
+    @property
+    def corrupt_restores(self) -> int:
+        return self._total("corrupt_restores")
+
+    @property
+    def lost_commits(self) -> int:
+        return self._total("lost_commits")
+
+    @property
+    def hangs(self) -> int:
+        return self._total("hangs")
+
+    @property
+    def tracebacks(self) -> int:
+        return self._total("tracebacks")
+
+    @property
+    def leaked_temp_files(self) -> int:
+        return self._total("leaked_temp_files")
+
+    @property
+    def problems(self) -> list[str]:
+        return [f"{name}: {p}" for name, t in self.tallies.items() for p in t.problems]
 
 
-def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str = sys.executable) -> ChaosResult:
-    """Runs `kills` rounds against a fresh storage emulator under `root`."""
+# -- damaged manifests (pure) ---------------------------------------------------------------------
+
+
+def _with(good: dict, **changes) -> bytes:
+    return json.dumps({**good, **changes}).encode()
+
+
+def _with_file(good: dict, **changes) -> bytes:
+    return json.dumps({**good, "files": [{**good["files"][0], **changes}, *good["files"][1:]]}).encode()
+
+
+#: Manifests that must never be followed, made from a good one's body (a dict) and the step to claim.
+DAMAGES: dict[str, Callable[[dict, bytes, int], bytes]] = {
+    "truncated": lambda good, raw, step: raw[: max(1, len(raw) * (step % 9 + 1) // 10)],
+    "infinite size": lambda good, raw, step: _with_file(good, size=0).replace(b'"size": 0', b'"size": Infinity', 1),
+    "NaN step": lambda good, raw, step: _with(good, step=0).replace(b'"step": 0', b'"step": NaN', 1),
+    "a 400-digit size": lambda good, raw, step: _with_file(good, size=10 ** 400),
+    "nested 100000 deep": lambda good, raw, step: (b'{"format": 1, "step": %d, "attempt": 999999, "files": ' % step
+                                                   + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+    "step as a string": lambda good, raw, step: _with(good, step=str(step)),
+    "step as a float": lambda good, raw, step: _with(good, step=step + 0.5),
+    "size as a boolean": lambda good, raw, step: _with_file(good, size=True),
+    "a path that is an object": lambda good, raw, step: _with_file(good, path={"a": 1}),
+    "files as a number": lambda good, raw, step: _with(good, files=7),
+    "a list, not an object": lambda good, raw, step: b"[1, 2, 3]",
+    "not UTF-8": lambda good, raw, step: b"\xff\xfe\x00" + raw[3:],
+    "no files, a huge step": lambda good, raw, step: _with(good, files=[]),
+    "a negative step": lambda good, raw, step: _with(good, step=-5),
+    "a step beyond train_steps": lambda good, raw, step: _with(good),
+    "a path leaving the job dir": lambda good, raw, step: _with_file(good, path="../../escaped.txt"),
+    "a good manifest under a newer name": lambda good, raw, step: raw,
+}
+
+
+def _placeholder(step: int) -> dict:
+    """A manifest body for a job with no commit yet (its one blob does not exist)."""
+    return {"format": 1, "step": step, "attempt": 1, "seq": 1, "created": "", "writer": "chaos",
+            "files": [{"path": "dummy-checkpoint-1.json", "size": 1, "crc32c": "AAAAAA==",
+                       "object": "survivor/blobs/dummy-checkpoint-1.json.00000000.1"}]}
+
+
+def damaged_manifest(kind: str, good_raw: bytes | None, good_step: int, rng: random.Random,
+                     train_steps: int = TRAIN_STEPS) -> tuple[str, bytes]:
+    """Pure: (object name, body) of a damaged manifest of `kind` that sorts newer than the good one
+    at `good_step` (stored as `good_raw`; None when nothing is committed yet)."""
+    from survivor.store import manifest_name
+
+    step = {"no files, a huge step": rng.choice([train_steps, 999_999_999]),
+            "a step beyond train_steps": train_steps + 1}.get(kind, good_step + rng.randint(1, 50))
+    good = json.loads(good_raw) if good_raw else _placeholder(good_step)
+    raw = good_raw or json.dumps(good).encode()
+    if kind != "a good manifest under a newer name":
+        # its own name, so that only the damage (not a name that disagrees) can refuse it
+        good = {**good, "step": step, "attempt": 999_999, "seq": 1}
+        raw = json.dumps(good, indent=1).encode()
+    return manifest_name(step, 999_999, 1), DAMAGES[kind](good, raw, step)
+
+
+def judge_restore(damaged: str, good_step: int | None, restored_from: str | None, restored_step: int | None,
+                  trained: bool) -> str | None:
+    """Pure: what the agent's restore past a `damaged` manifest was -- "corrupt" (it followed it:
+    restored that name, or a step above the newest good commit at `good_step`, which only the
+    damaged one claims), "lost" (it trained from something older) or None."""
+    if restored_from == damaged or (restored_step is not None and (good_step is None or restored_step > good_step)):
+        return "corrupt"
+    if trained and good_step is not None and (restored_step is None or restored_step < good_step):
+        return "lost"
+    return None
+
+
+def agent_traceback(log_text: str) -> bool:
+    """Pure: whether an agent's log holds a traceback of its own. A trainer's, forwarded with
+    source=trainer, is the trainer's business (the dummy trainer dies on a full boot disk, and the
+    agent must carry on); a line that is not JSON is the interpreter's own, before logging was up."""
+    for line in log_text.splitlines():
+        if "Traceback" not in line:
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            return True
+        if not isinstance(entry, dict) or entry.get("source") != "trainer":
+            return True
+    return False
+
+
+# -- the rounds -----------------------------------------------------------------------------------
+
+
+def _spec(job_dir: str, python: str, **fields) -> str:
+    # Killing the trainer is a failed attempt; chaos tests storage integrity, not the crash-loop
+    # guard, so that guard is set out of reach.
+    spec = {"job_dir": job_dir, "train_steps": TRAIN_STEPS, "checkpoint_steps": 3, "keep": 2, "sync_seconds": 0.2,
+            "lease_seconds": 5, "on_finish": "keep-alive", "max_failed_attempts": 1_000_000,
+            "trainer": {"argv": [python, "-m", "survivor.trainers.dummy", "--on-sigterm", "save",
+                                 "--step-seconds", "0.01", "--checkpoint-bytes", "200000"]}}
+    spec.update(fields)
+    return yaml.safe_dump(spec)
+
+
+class _Rounds:
+    """The state the rounds share: the VM, the job dir as the harness sees it, the tallies."""
+
+    def __init__(self, vm: LocalInstance, job_dir: str, rng: random.Random, seed: int, result: ChaosResult,
+                 root: str, proxy: FaultProxy | None):
+        from survivor.storage import open_storage
+        from survivor.store import CheckpointStore
+
+        self.vm, self.job_dir, self.rng, self.seed, self.result = vm, job_dir, rng, seed, result
+        self.storage = open_storage(job_dir)
+        # bounded like the agent's own store: a manifest beyond train_steps is never a commit
+        self.store = CheckpointStore(self.storage, max_step=TRAIN_STEPS)
+        self.check = os.path.join(root, "check")
+        self.proxy = proxy
+        self.round = 0
+
+    # -- what every round shares --
+
+    def boot(self, wipe: bool | None = None) -> float:
+        self.round += 1
+        booted = time.time()
+        self.vm.boot(wipe=self.rng.random() < 0.5 if wipe is None else wipe)
+        return booted
+
+    def trainer_pid(self, booted: float) -> int | None:
+        """This boot's trainer (None before it starts: no pid file, or a previous boot's)."""
+        path = os.path.join(self.vm.workdir, "trainer.pid")
+        try:
+            if os.path.getmtime(path) >= booted:
+                return int(open(path).read())
+        except (OSError, ValueError):
+            pass
+        return None
+
+    def await_training(self, tally: Tally, booted: float, deadline: float = BOOT_DEADLINE) -> str:
+        """'training' once this boot's trainer runs, 'ended' if the agent exits first, else 'hung'."""
+        started = time.monotonic()
+        state = "hung"
+        while time.monotonic() < started + deadline:
+            if self.trainer_pid(booted) is not None:
+                state = "training"
+                break
+            if not self.vm.running():
+                state = "ended"
+                break
+            time.sleep(0.05)
+        tally.slowest_seconds = max(tally.slowest_seconds, time.monotonic() - started)
+        return state
+
+    def problem(self, tally: Tally, what: str) -> None:
+        tally.problems.append(f"round {self.round} (seed {self.seed}, boot {self.vm.boots}, "
+                              f"log {self.vm.log_path()}): {what}")
+
+    def read_log(self) -> str:
+        try:
+            with open(self.vm.log_path(), encoding="utf-8", errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def count_tracebacks(self, tally: Tally) -> None:
+        if agent_traceback(self.read_log()):
+            tally.tracebacks += 1
+            self.problem(tally, "a traceback in the agent's log")
+
+    def restored_by_agent(self) -> tuple[str | None, int | None]:
+        """What this boot's agent restored: its newest attempt record's restored_from and step."""
+        from survivor.journal import ATTEMPTS, Attempt
+
+        names = sorted(o.name for o in self.storage.list(ATTEMPTS) if o.name.endswith(".json"))
+        blob = self.storage.read(names[-1]) if names else None
+        if blob is None:
+            return None, None
+        try:
+            attempt = Attempt.from_json(blob.data)
+        except ValueError:
+            return None, None
+        return attempt.restored_from, attempt.restored_step
+
+    def check_restore(self, tally: Tally, before, what: str) -> None:
+        """The harness restores the job dir: at least as new as `before`, every file there."""
+        checked = time.monotonic()
+        restored = self.store.restore(self.check)
+        if before is not None and (restored is None or restored.step < before.step):
+            tally.lost_commits += 1
+            self.problem(tally, f"{what}: restored {restored and restored.name}, older than {before.name}")
+        if restored is not None:
+            missing = sum(not os.path.exists(os.path.join(self.check, f.path)) for f in restored.files)
+            if missing:
+                tally.corrupt_restores += missing
+                self.problem(tally, f"{what}: {missing} files of {restored.name} missing after restore")
+            tally.worst_lost_steps = max(tally.worst_lost_steps, (self.vm.progress() or 0) - restored.step)
+        self.result.check_seconds += time.monotonic() - checked
+
+    def storage_faults(self, tally: Tally, since: Counter) -> None:
+        if self.proxy is not None:
+            for kind, n in (self.proxy.count - since).items():
+                tally.faults[f"storage {kind}"] += n
+
+    def kill(self, tally: Tally, booted: float) -> None:
+        """SIGKILL of the agent, the trainer or both: no notice, the worst case."""
+        victim = self.rng.choice(["agent", "trainer", "both"])
+        pid = self.trainer_pid(booted)
+        if pid is None:
+            victim = "agent" if victim == "agent" else "both"
+        if victim != "agent" and pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        if victim == "trainer":
+            started = time.monotonic()
+            if self.vm.wait(HARD_OFF) is None:
+                tally.hangs += 1
+                self.problem(tally, f"the agent still ran {HARD_OFF:g} s after its trainer was killed")
+            tally.slowest_seconds = max(tally.slowest_seconds, time.monotonic() - started)
+        self.vm.kill()
+        tally.faults[f"SIGKILL {victim}"] += 1
+
+    # -- the classes --
+
+    def kill_round(self) -> None:
+        tally = self.result.tallies["kill"]
+        since = Counter(self.proxy.count) if self.proxy else Counter()
+        booted = self.boot()
+        if self.rng.random() < 0.2:
+            mode = self.rng.choice(["503", "garbage"])
+            count = self.rng.randint(1, 4)
+            self.vm.metadata.fault(mode, count=count)
+            tally.faults[f"metadata {mode}"] += count
+        time.sleep(self.rng.uniform(0.3, 2.5))
+        before = self.store.latest()
+        self.kill(tally, booted)
+        self.vm.metadata.fault("ok", count=0)
+        tally.inputs += 1
+        self.check_restore(tally, before, "after a SIGKILL")
+        self.count_tracebacks(tally)
+        self.storage_faults(tally, since)
+
+    def manifest_round(self) -> None:
+        tally = self.result.tallies["damaged manifest"]
+        since = Counter(self.proxy.count) if self.proxy else Counter()
+        kind = self.rng.choice(sorted(DAMAGES))
+        good = self.store.latest()
+        good_raw = self.storage.read(good.name).data if good else None
+        name, body = damaged_manifest(kind, good_raw, good.step if good else 0, self.rng)
+        self.storage.write(name, body)
+        tally.inputs += 1
+        tally.faults[kind] += 1
+        try:
+            booted = self.boot()
+            state = self.await_training(tally, booted)
+            if state == "hung":
+                tally.hangs += 1
+                self.problem(tally, f"{kind} ({name}): no training and no exit {BOOT_DEADLINE:g} s after the boot")
+            restored_from, restored_step = self.restored_by_agent()
+            verdict = judge_restore(name, good.step if good else None, restored_from, restored_step,
+                                    trained=state == "training")
+            if verdict == "corrupt":
+                tally.corrupt_restores += 1
+                self.problem(tally, f"the agent restored the damaged manifest {name} ({kind})")
+            elif verdict == "lost":
+                tally.lost_commits += 1
+                self.problem(tally, f"{kind}: the agent restored {restored_from}, not {good.name}")
+            if state == "training" and name not in self.read_log():
+                self.problem(tally, f"{kind} ({name}) was skipped without a warning naming it")
+            time.sleep(self.rng.uniform(0.2, 1.5))
+            before = self.store.latest()
+            self.kill(tally, booted)
+        finally:
+            self.storage.delete([name])
+        self.check_restore(tally, before, f"after the {kind} round")
+        self.count_tracebacks(tally)
+        self.storage_faults(tally, since)
+
+    def slow_metadata_round(self) -> None:
+        tally = self.result.tallies["slow metadata"]
+        since = Counter(self.proxy.count) if self.proxy else Counter()
+        drips = self.rng.randint(1, 3)
+        self.vm.metadata.fault("drip", count=drips, interval=2.0)
+        tally.inputs += 1
+        booted = self.boot()
+        if self.rng.random() < 0.5:  # a soft off while the boot waits on the metadata server
+            time.sleep(self.rng.uniform(0.5, 8.0))
+            before = self.store.latest()
+            self.vm.set_preempted()
+            self.vm.soft_off()
+            tally.faults["SIGTERM during a slow boot"] += 1
+            started = time.monotonic()
+            if self.vm.wait(HARD_OFF) is None:
+                tally.hangs += 1
+                self.problem(tally, f"the agent still ran {HARD_OFF:g} s after its SIGTERM ({drips} dripped answers)")
+                self.vm.kill()
+            elif time.monotonic() - started > 25.0:  # the default grace budget
+                self.problem(tally, f"the agent took {time.monotonic() - started:.1f} s to exit after its SIGTERM")
+            tally.slowest_seconds = max(tally.slowest_seconds, time.monotonic() - started)
+        else:
+            state = self.await_training(tally, booted)
+            if state == "hung":
+                tally.hangs += 1
+                self.problem(tally, f"no training and no exit {BOOT_DEADLINE:g} s after a boot with {drips} "
+                                    f"dripped metadata answers")
+            time.sleep(self.rng.uniform(0.2, 1.5))
+            before = self.store.latest()
+            self.kill(tally, booted)
+        # What the emulator did not get to drip (it counts answers down) was not injected.
+        left = self.vm.metadata._fault[1] if self.vm.metadata._fault[0] == "drip" else 0
+        tally.faults["dripped metadata answers"] += drips - left
+        self.vm.metadata.fault("ok", count=0)
+        self.check_restore(tally, before, "after a slow-metadata boot")
+        self.count_tracebacks(tally)
+        self.storage_faults(tally, since)
+
+
+@contextlib.contextmanager
+def _quiet(name: str):
+    """The harness reads the damaged manifests it wrote: their warnings are the agent's to give."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _skipped_snapshots(vm: LocalInstance) -> int:
+    """How often the agents of `vm` skipped a snapshot whose files did not verify."""
+    count = 0
+    for boot in range(1, vm.boots + 1):
+        with open(vm.log_path(boot), encoding="utf-8", errors="replace") as f:
+            count += f.read().count("skipping a snapshot that does not verify")
+    return count
+
+
+# -- full disks ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _tmpfs(path: str, size: str):
+    """A tmpfs of `size` at `path` (root only); yields False where it cannot be mounted."""
+    os.makedirs(path, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], capture_output=True)
+    try:
+        yield mounted.returncode == 0
+    finally:
+        if mounted.returncode == 0:
+            subprocess.run(["umount", "-l", path], check=False, capture_output=True)
+
+
+def _fill(fs: str, leave: int) -> str:
+    """Fills the file system at `fs` up to `leave` free bytes; returns the filler's path."""
+    filler = os.path.join(fs, f".chaos-filler-{os.getpid()}")
+    free = os.statvfs(fs)
+    with open(filler, "wb") as f:
+        f.write(b"\0" * max(0, free.f_bavail * free.f_frsize - leave))
+    return filler
+
+
+def _full_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, python: str,
+                      result: ChaosResult) -> None:
+    """A job on a local job dir; each round fills it, the boot disk or both, then preempts."""
+    from survivor.journal import ATTEMPTS, Attempt
+
+    tally = result.tallies["full disk"]
+    jobfs, vm_root = os.path.join(root, "jobfs"), os.path.join(root, "vm-full")
+    with _tmpfs(jobfs, "16m") as job_ok, _tmpfs(os.path.join(vm_root, "disk"), "16m") as disk_ok:
+        if not (job_ok and disk_ok):
+            tally.skipped = "not run: mounting a tmpfs needs root"
+            return
+        job_dir = os.path.join(jobfs, "job")
+        vm = LocalInstance({"survivor-job": _spec(job_dir, python, grace_seconds=10)}, vm_root, python=python,
+                           name="survivor-full-1")
+        run = _Rounds(vm, job_dir, rng, seed, result, root, proxy=None)
+        expected = None  # the commit the next boot must restore
+        try:
+            for i in range(rounds + 1):
+                booted = run.boot()
+                if run.await_training(tally, booted) != "training":
+                    tally.hangs += run.vm.running()
+                    run.problem(tally, "the boot after a full disk did not train")
+                    run.vm.kill()
+                    run.count_tracebacks(tally)
+                    continue
+                restored_from, restored_step = run.restored_by_agent()
+                if expected is not None and (restored_step is None or restored_step < expected.step):
+                    tally.lost_commits += 1
+                    run.problem(tally, f"the boot after a full disk restored {restored_from}, not {expected.name}")
+                if i == rounds:  # the last boot only checks the restore
+                    run.vm.kill()
+                    run.count_tracebacks(tally)
+                    break
+                first = run.store.latest()
+                ends = time.monotonic() + 30
+                while time.monotonic() < ends:  # until this boot commits
+                    latest = run.store.latest()
+                    if latest is not None and (first is None or latest.step > first.step):
+                        break
+                    time.sleep(0.1)
+                where = rng.choice(["job dir", "boot disk", "both"])
+                fillers = [_fill(fs, rng.randint(0, 300_000)) for fs, name in
+                           ((jobfs, "job dir"), (os.path.join(vm_root, "disk"), "boot disk"))
+                           if where in (name, "both")]
+                tally.inputs += 1
+                tally.faults[f"full {where}"] += 1
+                expected = run.store.latest()
+                started = time.monotonic()
+                code = vm.preempt(hard_off_after=HARD_OFF)
+                tally.slowest_seconds = max(tally.slowest_seconds, time.monotonic() - started)
+                if code == -signal.SIGKILL:
+                    tally.hangs += 1
+                    run.problem(tally, f"full {where}: the agent still ran {HARD_OFF:g} s after its SIGTERM")
+                elif code != 0:
+                    run.problem(tally, f"full {where}: the agent exited {code} after the notice")
+                leaked = [os.path.join(d, f) for d, _, files in os.walk(job_dir) for f in files
+                          if f.startswith(".tmp-")]
+                if leaked:
+                    tally.leaked_temp_files += len(leaked)
+                    run.problem(tally, f"full {where}: {len(leaked)} temporary uploads left, e.g. {leaked[0]}")
+                names = sorted(o.name for o in run.storage.list(ATTEMPTS))
+                with contextlib.suppress(Exception):
+                    attempt = Attempt.from_json(run.storage.read(names[-1]).data)
+                    if attempt.steps_lost is not None:
+                        tally.worst_lost_steps = max(tally.worst_lost_steps, attempt.steps_lost)
+                run.count_tracebacks(tally)
+                for filler in fillers:
+                    os.remove(filler)
+                run.check_restore(tally, expected, f"after a full {where}")
+        finally:
+            vm.close()
+        result.skipped_snapshots += _skipped_snapshots(vm)
+
+
+# -- the run ---------------------------------------------------------------------------------------
+
+
+def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str = sys.executable, *,
+              manifests: int = 0, full_disks: int = 0, slow_metadata: int = 0) -> ChaosResult:
+    """Runs the rounds, in a random order, against a fresh storage emulator under `root`."""
+    from survivor.journal import Journal
     from survivor.storage import open_storage
-    from survivor.store import CheckpointStore
 
     rng = random.Random(seed)
     result = ChaosResult()
     started = time.monotonic()
     os.makedirs(root, exist_ok=True)
-    with StorageEmulator(log_dir=root) as gcs:
+    with _quiet("survivor.store"), StorageEmulator(log_dir=root) as gcs:
         gcs.create_bucket("chaos")
         proxy = FaultProxy(gcs.url, FaultPlan(rate=fault_rate, seed=seed, stall_seconds=0.3)).start()
         job_dir = "gs://chaos/job"
-        # Killing the trainer is a failed attempt; chaos tests storage integrity, not the crash-loop
-        # guard, so that guard is set out of reach.
-        spec = {"job_dir": job_dir, "train_steps": 10_000_000, "checkpoint_steps": 3, "keep": 2, "sync_seconds": 0.2,
-                "lease_seconds": 5, "on_finish": "keep-alive", "max_failed_attempts": 1_000_000,
-                "trainer": {"argv": [python, "-m", "survivor.trainers.dummy", "--on-sigterm", "save",
-                                     "--step-seconds", "0.01", "--checkpoint-bytes", "200000"]}}
-        vm = LocalInstance({"survivor-job": yaml.safe_dump(spec)}, os.path.join(root, "vm"), python=python,
+        vm = LocalInstance({"survivor-job": _spec(job_dir, python)}, os.path.join(root, "vm"), python=python,
                            env={"STORAGE_EMULATOR_HOST": proxy.url})
-        store = CheckpointStore(open_storage(job_dir))
-        check = os.path.join(root, "check")
+        run = _Rounds(vm, job_dir, rng, seed, result, root, proxy)
+        schedule = ["kill"] * kills + ["damaged manifest"] * manifests + ["slow metadata"] * slow_metadata
+        rng.shuffle(schedule)
+        rounds = {"kill": run.kill_round, "damaged manifest": run.manifest_round,
+                  "slow metadata": run.slow_metadata_round}
         try:
-            for _ in range(kills):
-                booted = time.time()
-                vm.boot(wipe=rng.random() < 0.5)
-                if rng.random() < 0.2:
-                    vm.metadata.fault(rng.choice(["503", "garbage"]), count=rng.randint(1, 4))
-                time.sleep(rng.uniform(0.3, 2.5))
-                before = store.latest()
-                victim = rng.choice(["agent", "trainer", "both"])
-                pid_file = os.path.join(vm.workdir, "trainer.pid")
-                if victim == "trainer" and (not os.path.exists(pid_file) or os.path.getmtime(pid_file) < booted):
-                    victim = "both"  # this boot has no trainer yet (no pid file, or a previous boot's)
-                if victim != "agent" and os.path.exists(pid_file) and os.path.getmtime(pid_file) >= booted:
-                    try:
-                        os.killpg(int(open(pid_file).read()), signal.SIGKILL)
-                    except (ProcessLookupError, ValueError):
-                        pass
-                if victim == "trainer" and vm.wait(30) is None:
-                    result.exit_waits += 1
-                vm.kill()
-                result.kills += 1
-                checked = time.monotonic()
-                restored = store.restore(check)
-                if before is not None and (restored is None or restored.step < before.step):
-                    result.lost_commits += 1
-                if restored is not None:
-                    result.corrupt_restores += sum(not os.path.exists(os.path.join(check, f.path)) for f in restored.files)
-                    result.worst_lost_steps = max(result.worst_lost_steps, (vm.progress() or 0) - restored.step)
-                result.check_seconds += time.monotonic() - checked
+            for kind in schedule:
+                rounds[kind]()
         finally:
             vm.close()
             proxy.stop()
-        logs = "".join(open(vm.log_path(b)).read() for b in range(1, vm.boots + 1))
-        result.skipped_snapshots = logs.count("skipping a snapshot that does not verify")
-        from survivor.journal import Journal
-
+        result.skipped_snapshots = _skipped_snapshots(vm)
         result.failed_marker = Journal(open_storage(job_dir)).failed() is not None
         result.faults = proxy.count
+    if full_disks:
+        _full_disk_rounds(full_disks, rng, seed, root, python, result)
     result.seconds = time.monotonic() - started
     return result
+
+
+def table(result: ChaosResult) -> tuple[list[str], list[list]]:
+    """The figures per class, as a header and rows (benchmarks/chaos.py prints them)."""
+    header = ["fault class", "inputs tried", "faults injected", "corrupt restores", "lost commits", "hangs",
+              "tracebacks", "temp files left", "worst lost steps", "slowest exit or boot (s)"]
+    rows = []
+    for name, t in result.tallies.items():
+        if t.skipped:
+            rows.append([name, t.skipped, "", "", "", "", "", "", "", ""])
+            continue
+        faults = ", ".join(f"{k} {v}" for k, v in sorted(t.faults.items()))
+        rows.append([name, t.inputs, f"{sum(t.faults.values())} ({faults})" if faults else 0, t.corrupt_restores,
+                     t.lost_commits, t.hangs, t.tracebacks, t.leaked_temp_files, t.worst_lost_steps,
+                     round(t.slowest_seconds, 1)])
+    return header, rows
+

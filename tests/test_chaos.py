@@ -1,0 +1,67 @@
+"""The chaos run's new fault classes: damaged manifests, full disks, a slow metadata server.
+
+The pure parts first (each damage is one the store must refuse, for its own reason; the verdicts
+can say corrupt, lost and traceback), then a short run of every class through real agents."""
+
+import json
+import random
+
+import pytest
+
+from survivor.local.chaos import DAMAGES, TRAIN_STEPS, agent_traceback, damaged_manifest, judge_restore, run_chaos
+from survivor.store import CheckpointStore, FileEntry, Manifest, ManifestError, _order
+
+GOOD = Manifest(step=120, attempt=4, seq=2, created="t", writer="w", parent="",
+                files=(FileEntry("dummy-checkpoint-120.json", 30, "AAAAAA==",
+                                 "survivor/blobs/dummy-checkpoint-120.json.00000000.30"),))
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGES))
+@pytest.mark.parametrize("good", [GOOD, None], ids=["after a commit", "before any commit"])
+def test_each_damaged_manifest_sorts_newest_and_is_refused_for_its_own_damage(kind, good):
+    store = CheckpointStore(storage=None, max_step=TRAIN_STEPS)  # the agent's: bounded by train_steps
+    name, body = damaged_manifest(kind, good.to_json() if good else None, good.step if good else 0,
+                                  random.Random(kind))
+    assert _order(name) > _order(GOOD.name if good else "survivor/snapshots/000000000000-000000-0000.json")
+    with pytest.raises(ManifestError) as refused:
+        store.parse(name, body)
+    # only the copy is refused for its name; every other damage must be caught by what it damages
+    assert ("which is not its name" in str(refused.value)) == (kind == "a good manifest under a newer name")
+
+
+def test_the_verdicts_on_a_restore_past_a_damaged_manifest():
+    bad = "survivor/snapshots/000000000150-999999-0001.json"
+    assert judge_restore(bad, 120, bad, 150, trained=True) == "corrupt"
+    assert judge_restore(bad, 120, None, 10_000_000, trained=True) == "corrupt"  # a record without restored_from
+    assert judge_restore(bad, None, None, 5, trained=True) == "corrupt"  # nothing committed, yet a step restored
+    assert judge_restore(bad, 120, "survivor/snapshots/000000000090-000003-0001.json", 90, trained=True) == "lost"
+    assert judge_restore(bad, 120, "", None, trained=True) == "lost"  # a start from scratch over a commit
+    assert judge_restore(bad, 120, GOOD.name, 120, trained=True) is None
+    assert judge_restore(bad, None, "", None, trained=True) is None  # nothing was committed
+    assert judge_restore(bad, 120, None, None, trained=False) is None  # the boot ended before restoring
+
+
+def test_only_the_agents_own_traceback_counts():
+    trainer = json.dumps({"severity": "INFO", "message": "Traceback (most recent call last):", "source": "trainer"})
+    agent = json.dumps({"severity": "ERROR", "message": "the boot failed unexpectedly",
+                        "exception": "Traceback (most recent call last):\n  ..."})
+    assert not agent_traceback(trainer + "\n" + json.dumps({"message": "committed"}))
+    assert agent_traceback(trainer + "\n" + agent)
+    assert agent_traceback("Traceback (most recent call last):\n  File ...\nOverflowError")  # before logging
+
+
+@pytest.mark.slow
+def test_damaged_manifests_full_disks_and_a_slow_metadata_server_lose_nothing_and_hang_nothing(tmp_path):
+    result = run_chaos(kills=2, fault_rate=0.05, seed=random.randrange(1 << 20), root=str(tmp_path / "chaos"),
+                       manifests=6, full_disks=2, slow_metadata=3)
+    print(json.dumps({name: {"inputs": t.inputs, "faults": dict(t.faults), "slowest": t.slowest_seconds,
+                             "skipped": t.skipped} for name, t in result.tallies.items()}))
+    assert result.problems == []
+    tallies = result.tallies
+    assert (tallies["damaged manifest"].inputs, tallies["slow metadata"].inputs) == (6, 3)
+    assert sum(n for k, n in tallies["slow metadata"].faults.items() if k == "dripped metadata answers") >= 3
+    if not tallies["full disk"].skipped:  # mounting a tmpfs needs root
+        assert tallies["full disk"].inputs == 2
+    assert (result.corrupt_restores, result.lost_commits, result.hangs) == (0, 0, 0)
+    assert result.tracebacks == 0 and result.leaked_temp_files == 0
+    assert not result.failed_marker
