@@ -264,6 +264,7 @@ def make_image(compute, install: Install, family: str, *, zone: str, storage=Non
     """Builds survivor's image for `install` in `family` (unless the family has one): a builder VM,
     its outcome, the image from its disk, the builder deleted. Returns the image's name."""
     from survivor.compute import ComputeError
+    from survivor.storage import StorageError
 
     existing = compute.image_from_family(compute.project, family)
     if existing is not None:
@@ -274,6 +275,15 @@ def make_image(compute, install: Install, family: str, *, zone: str, storage=Non
 
         storage = open_storage(install.job_dir)
     builder = f"{family}-builder"[:63].rstrip("-")
+    if compute.get_instance(zone, builder) is not None:
+        # an interrupted make-image left it (still billing); its state is unknown, so start afresh
+        progress(f"builder {builder}: left by an earlier make-image; deleting it to start again")
+        compute.delete_instance(compute.project, zone, builder)
+    # a builder of the same name may have left records (an earlier failed build): only new ones count
+    try:
+        earlier = {info.name for info in storage.list(BOOTS)}
+    except StorageError as exc:
+        raise ImageError(f"reading {install.job_dir}/{BOOTS}: {exc}") from exc
     progress(f"builder {builder}: creating in {zone} (installs the wheel and lock, then powers off)")
     compute.insert_instance(zone, builder_body(builder, zone, install, **builder_options))
     try:
@@ -282,7 +292,7 @@ def make_image(compute, install: Install, family: str, *, zone: str, storage=Non
             vm = compute.get_instance(zone, builder)
             if vm is None:
                 raise ImageError(f"builder {builder} disappeared before it finished")
-            outcome = build_outcome([info.name for info in storage.list(BOOTS)], builder)
+            outcome = build_outcome([info.name for info in storage.list(BOOTS) if info.name not in earlier], builder)
             if outcome == "not-built" or vm["status"] == "TERMINATED":
                 break
             if time.monotonic() - started > deadline:
@@ -305,7 +315,7 @@ def make_image(compute, install: Install, family: str, *, zone: str, storage=Non
             "labels": {"survivor-version": _dashed(__version__)},
         })
         return name
-    except ComputeError as exc:
+    except (ComputeError, StorageError) as exc:
         raise ImageError(str(exc)) from exc
     finally:
         if not keep_builder:

@@ -483,3 +483,52 @@ def test_the_emulators_refuse_bad_flags_in_one_line():
         done = subprocess.run([sys.executable, "-m", "survivor", "emulate", *argv, "--port", "0"],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 1 and done.stderr.strip().startswith(expected), done.stderr
+
+
+def builder_playing(compute_server, job_dir: str, outcomes: list[str]) -> threading.Thread:
+    """Each builder make-image creates from now on (a new instance id each time) writes its record with
+    the next of `outcomes`, then powers off."""
+    from survivor.storage import open_storage
+
+    seen = {vm["id"] for vm in list(compute_server.instances.values())}  # not the ones already there
+
+    def run():
+        deadline = time.monotonic() + 60
+        while outcomes and time.monotonic() < deadline:
+            for key, vm in list(compute_server.instances.items()):
+                if key[2].endswith("-builder") and vm["id"] not in seen and vm["status"] == "RUNNING":
+                    seen.add(vm["id"])
+                    stamp = time.strftime("%Y%m%dT%H%M%S000000000", time.gmtime())
+                    open_storage(job_dir).write(f"survivor/boots/{stamp}-{key[2]}-{outcomes.pop(0)}.json", b"{}")
+                    time.sleep(0.2)
+                    if key in compute_server.instances:
+                        compute_server.power_off(*key)
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_make_image_after_a_failed_build_or_an_interrupted_one_builds_afresh(compute_server, gcs_server, bucket,
+                                                                             tmp_path, capsys):
+    job_dir = f"gs://{bucket}/img"
+    job = spec_file(tmp_path, f"job_dir: {job_dir}\ntrain_steps: 1\ntrainer: {{builtin: dummy}}\n")
+    image_cmd = ["make-image", "--config", job, "--project", PROJECT, "--zone", "us-west1-b", "--poll-seconds", "0.05"]
+    player = builder_playing(compute_server, job_dir, ["not-built", "built"])
+    code, _, err = run(capsys, image_cmd)
+    assert code == 1 and "could not install" in err
+    # the failed builder's record stays in the job dir; a second try is judged on its own builder's record
+    code, out, err = run(capsys, image_cmd)
+    player.join(10)
+    assert code == 0, err
+    family = out.split("created in family ")[1].split(";")[0]
+    # an interrupted make-image left its builder running: the next one replaces it instead of failing on it
+    del compute_server.images[(PROJECT, family)]
+    leftover = compute_server.add_instance(PROJECT, "us-west1-b", f"{family}-builder")
+    player = builder_playing(compute_server, job_dir, ["built"])
+    code, out, err = run(capsys, image_cmd)
+    player.join(10)
+    assert code == 0, err
+    assert "left by an earlier make-image; deleting it to start again" in err
+    assert leftover["id"] not in {vm["id"] for vm in compute_server.instances.values()}
