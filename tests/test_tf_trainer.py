@@ -52,9 +52,9 @@ def test_through_the_agent_and_the_storage_emulator(uninterrupted, bucket, tmp_p
 
     job_dir = f"gs://{bucket}/mlp"
     spec = yaml.safe_dump({
-        "job_dir": job_dir, "train_steps": 40, "num_gpus": 2, "on_finish": "keep-alive", "sync_seconds": 0.5,
+        "job_dir": job_dir, "train_steps": 40, "checkpoint_steps": 1000, "num_gpus": 2, "on_finish": "keep-alive", "sync_seconds": 0.5,
         "trainer": {"argv": [sys.executable, "-m", MLP]},
-        "hyperparameters": {"checkpoint-steps": 1000, "log-steps": 5, "dropout": 0.3},
+        "hyperparameters": {"log-steps": 5, "dropout": 0.3},
     })
     vm = instance_factory(spec)
     vm.boot()
