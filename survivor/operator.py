@@ -20,7 +20,7 @@ from survivor import machines
 from survivor.compute import BASE_INSTANCE_NAME_MAX, Compute, ComputeError, location_problems, name_problems
 from survivor.finish import GroupRef
 from survivor.spec import JobSpec, SpecError
-from survivor.template import MachineOptions, body_differences, parse_gpu, pretty, template_body
+from survivor.template import MachineOptions, body_differences, named_differences, parse_gpu, pretty, template_body
 
 
 def _err(message: str) -> int:
@@ -163,10 +163,13 @@ def make_template(args: argparse.Namespace) -> int:
             if not differences:
                 print(f"template {args.name}: unchanged")
                 return 0
+            named = named_differences(differences, wanted)
+            why = (" -- survivor's wheel changed (another checkout or version)"
+                   if set(named) <= {"metadata survivor-wheel", "metadata survivor-wheel-sha256"} else "")
             return _err(
-                f"template {args.name} already exists with a different body (differs in: {', '.join(differences[:6])}). "
+                f"template {args.name} already exists with a different body (differs in: {', '.join(named[:6])}){why}. "
                 f"Templates cannot be changed: use a new name (e.g. {args.name}-v2) and point the group at it, or "
-                f"run `survivor delete {args.name}` first (the job dir is never touched)."
+                f"run `survivor delete {args.name} --zone ZONE` (or --region) first (the job dir is never touched)."
             )
         compute.insert_template(body)
     except ComputeError as exc:
@@ -467,11 +470,16 @@ def status(args: argparse.Namespace) -> int:
                   + (f"group target size {g['target_size']}, template {g['template']}" if g else "no group"))
     for instance in report.get("instances", []):
         guest = instance.get("guest") or {}
-        console.print(f"  instance {instance['name']} ({instance['zone']}): {instance['status']}"
-                      + (f", agent {guest.get('state')} at step {guest.get('step')}" if guest else ""))
+        state = instance["status"] or f"not created yet ({instance.get('action') or 'CREATING'})"
+        errors = "; ".join(f"{code}: {message}" for code, message in instance.get("errors") or [])
+        console.print(f"  instance {instance['name']} ({instance['zone']}): {state}"
+                      + (f", agent {guest.get('state')} at step {guest.get('step')}" if guest else "")
+                      + (f"; the group's last attempt failed: {errors}" if errors and not instance["status"] else ""),
+                      markup=False)
     job = report.get("job")
     if job:
-        console.print(f"  job {job['state']}: committed step {job['committed_step']} of {job.get('train_steps', '?')}, "
+        committed = "nothing committed" if job["committed_step"] is None else f"committed step {job['committed_step']}"
+        console.print(f"  job {job['state']}: {committed} of {job.get('train_steps', '?')}, "
                       f"{job['preemptions']} preemptions survived, {job['steps_lost']} steps lost, "
                       f"{job['attempts']} boots")
         if job.get("failed"):
@@ -603,6 +611,11 @@ def logs(args: argparse.Namespace) -> int:
             if not members:
                 return _err(f"group {args.name} has no instance right now (stopped or finished)")
             zone, name = members[0]["zone"], members[0]["name"]
+            if not members[0]["status"]:
+                errors = "; ".join(f"{code}: {message}" for code, message in members[0]["errors"])
+                return _err(f"group {args.name}: its VM {name} is not created yet, so it has no serial port"
+                            + (f" (the group's last attempt: {errors})" if errors else "")
+                            + f"; `survivor status {args.name} {_where(args)}` follows it")
         offset = 0
         while True:
             text, offset = compute.serial_output(zone, name, offset)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -205,6 +206,20 @@ def body_differences(existing: dict[str, Any], wanted: dict[str, Any], prefix: s
             out += body_differences(a, b, f"{prefix}[{i}]")
     elif existing != wanted:
         out.append(prefix or "(body)")
+    return out
+
+
+def named_differences(differences: list[str], body: dict[str, Any]) -> list[str]:
+    """Pure: `body_differences` paths with metadata items named by their key
+    (`properties.metadata.items[3].value` -> `metadata survivor-wheel`), each once."""
+    items = ((body.get("properties") or {}).get("metadata") or {}).get("items") or []
+    out: list[str] = []
+    for path in differences:
+        m = re.fullmatch(r"properties\.metadata\.items\[(\d+)\](?:\.\w+)?", path)
+        if m and int(m.group(1)) < len(items):
+            path = f"metadata {items[int(m.group(1))].get('key')}"
+        if path not in out:
+            out.append(path)
     return out
 
 

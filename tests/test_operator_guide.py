@@ -485,50 +485,59 @@ def test_the_emulators_refuse_bad_flags_in_one_line():
         assert done.returncode == 1 and done.stderr.strip().startswith(expected), done.stderr
 
 
-def builder_playing(compute_server, job_dir: str, outcomes: list[str]) -> threading.Thread:
-    """Each builder make-image creates from now on (a new instance id each time) writes its record with
-    the next of `outcomes`, then powers off."""
+def builders_play(compute_server, monkeypatch, job_dir: str, outcomes: list[str]) -> None:
+    """Each builder make-image creates from now on writes its boot record with the next of `outcomes`
+    and powers off, as the request that creates it returns (no race with make-image's polling)."""
     from survivor.storage import open_storage
 
-    seen = {vm["id"] for vm in list(compute_server.instances.values())}  # not the ones already there
+    insert = compute_server._instances_insert
 
-    def run():
-        deadline = time.monotonic() + 60
-        while outcomes and time.monotonic() < deadline:
-            for key, vm in list(compute_server.instances.items()):
-                if key[2].endswith("-builder") and vm["id"] not in seen and vm["status"] == "RUNNING":
-                    seen.add(vm["id"])
-                    stamp = time.strftime("%Y%m%dT%H%M%S000000000", time.gmtime())
-                    open_storage(job_dir).write(f"survivor/boots/{stamp}-{key[2]}-{outcomes.pop(0)}.json", b"{}")
-                    time.sleep(0.2)
-                    if key in compute_server.instances:
-                        compute_server.power_off(*key)
-            time.sleep(0.05)
+    def insert_and_build(params, query, body):
+        operation = insert(params, query, body)
+        if body["name"].endswith("-builder") and outcomes:
+            now = time.time_ns()  # startup.sh's `date -u +%Y%m%dT%H%M%S%N`
+            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now // 10**9)) + f"{now % 10**9:09d}"
+            open_storage(job_dir).write(f"survivor/boots/{stamp}-{body['name']}-{outcomes.pop(0)}.json", b"{}")
+            compute_server.power_off(params["project"], params["zone"], body["name"])
+        return operation
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
+    monkeypatch.setattr(compute_server, "_instances_insert", insert_and_build)
 
 
 def test_make_image_after_a_failed_build_or_an_interrupted_one_builds_afresh(compute_server, gcs_server, bucket,
-                                                                             tmp_path, capsys):
+                                                                             tmp_path, capsys, monkeypatch):
     job_dir = f"gs://{bucket}/img"
     job = spec_file(tmp_path, f"job_dir: {job_dir}\ntrain_steps: 1\ntrainer: {{builtin: dummy}}\n")
     image_cmd = ["make-image", "--config", job, "--project", PROJECT, "--zone", "us-west1-b", "--poll-seconds", "0.05"]
-    player = builder_playing(compute_server, job_dir, ["not-built", "built"])
+    builders_play(compute_server, monkeypatch, job_dir, ["not-built", "built", "built"])
     code, _, err = run(capsys, image_cmd)
     assert code == 1 and "could not install" in err
     # the failed builder's record stays in the job dir; a second try is judged on its own builder's record
     code, out, err = run(capsys, image_cmd)
-    player.join(10)
     assert code == 0, err
     family = out.split("created in family ")[1].split(";")[0]
     # an interrupted make-image left its builder running: the next one replaces it instead of failing on it
     del compute_server.images[(PROJECT, family)]
     leftover = compute_server.add_instance(PROJECT, "us-west1-b", f"{family}-builder")
-    player = builder_playing(compute_server, job_dir, ["built"])
     code, out, err = run(capsys, image_cmd)
-    player.join(10)
     assert code == 0, err
     assert "left by an earlier make-image; deleting it to start again" in err
     assert leftover["id"] not in {vm["id"] for vm in compute_server.instances.values()}
+
+
+def test_a_changed_job_names_what_changed_and_a_stuck_vm_says_why(compute_server, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    job = spec_file(tmp_path, "job_dir: /tmp/local-only\ntrain_steps: 1\ntrainer: {builtin: dummy}\n")
+    assert run(capsys, ["make-template", "t", "--config", job])[0] == 0
+    job = spec_file(tmp_path, "job_dir: /tmp/local-only\ntrain_steps: 2\ntrainer: {builtin: dummy}\n")
+    code, _, err = run(capsys, ["make-template", "t", "--config", job])
+    assert code == 1 and "(differs in: metadata survivor-job)" in err and "`survivor delete t --zone ZONE`" in err
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone="us-west1-a")
+    assert run(capsys, ["make-group", "g", "--template", "t", "--zone", "us-west1-a", "--wait-seconds", "0"])[0] == 0
+    code, out, _ = run(capsys, ["status", "g", "--zone", "us-west1-a"])
+    flat = " ".join(out.split())
+    assert code == 0 and "not created yet (CREATING); the group's last attempt failed: ZONE_RESOURCE_POOL_EXHAUSTED" in flat
+    assert "nothing committed of 1" in flat
+    code, _, err = run(capsys, ["logs", "g", "--zone", "us-west1-a"])
+    assert code == 1 and len(err.splitlines()) == 1
+    assert "is not created yet, so it has no serial port (the group's last attempt: ZONE_RESOURCE_POOL_EXHAUSTED" in err
