@@ -541,3 +541,21 @@ def test_a_changed_job_names_what_changed_and_a_stuck_vm_says_why(compute_server
     code, _, err = run(capsys, ["logs", "g", "--zone", "us-west1-a"])
     assert code == 1 and len(err.splitlines()) == 1
     assert "is not created yet, so it has no serial port (the group's last attempt: ZONE_RESOURCE_POOL_EXHAUSTED" in err
+
+
+def test_the_guides_spec_defaults_and_its_bad_spec_example_are_what_survivor_does(tmp_path, capsys):
+    from survivor.spec import JobSpec
+
+    text = GUIDE.read_text()
+    spec = JobSpec.from_yaml("job_dir: gs://bkt/x\ntrain_steps: 1\ntrainer: {builtin: dummy}\n")
+    rows = re.findall(r"^\| `(\w+)` \| [^|]+ \| `?([\w.]+)`? \|$", text, re.M)
+    defaults = {key: value for key, value in rows if re.fullmatch(r"\d+(\.\d+)?|auto", value)}
+    assert set(defaults) >= {"keep", "grace_seconds", "max_failed_attempts", "sync_seconds", "lease_seconds", "on_finish"}
+    for key, value in defaults.items():
+        assert str(getattr(spec, key)).removesuffix(".0") == value, f"the guide's default for {key}: {value}"
+    example = re.search(r"one line per problem:\s+`(error: (\w+) = '(\w+)': [^`]+)`", text)
+    assert example, "the guide's bad spec example is gone"
+    line, key, value = example.groups()
+    job = spec_file(tmp_path, f"job_dir: gs://bkt/x\n{key}: {value}\ntrainer: {{builtin: dummy}}\n")
+    code, _, err = run(capsys, ["make-template", "t", "--config", job, "--dry-run"])
+    assert code == 2 and err.splitlines() == [line]
