@@ -137,17 +137,20 @@ def name_problems(what: str, name: str, *, max_length: int = 63) -> list[str]:
             f"letter, at most {max_length} characters" + (f"; e.g. {suggestion[:max_length]}" if suggestion else "")]
 
 
-def location_problems(zone: str | None, region: str | None, *, regional: bool = True) -> list[str]:
-    """Pure decision: a --zone that is a region (or the reverse), one line each with the fix.
-    `regional`: the command also takes --region (make-group, preflight), so suggest it."""
+def location_problems(zone: str | None, region: str | None, *, regional: bool = True,
+                      keys: tuple[str, str] = ("--zone", "--region")) -> list[str]:
+    """Pure decision: a zone that is a region (or the reverse), one line each with the fix.
+    `regional`: the command also takes a region (make-group, preflight), so suggest it; `keys`: how
+    the zone and the region were given (flags, or compute.zone/compute.region in the spec)."""
     out = []
+    zone_key, region_key = keys
     if zone and not _ZONE.fullmatch(zone):
-        hint = f"; for the whole region use --region {zone}" if _REGION.fullmatch(zone) and regional else ""
-        out.append(f"--zone {zone}: not a zone; a zone is a region and a letter, e.g. {zone.rstrip('-')}-b" + hint
-                   if _REGION.fullmatch(zone) else f"--zone {zone}: not a zone (e.g. us-west1-b)")
+        hint = f"; for the whole region use {region_key} {zone}" if _REGION.fullmatch(zone) and regional else ""
+        out.append(f"{zone_key} {zone}: not a zone; a zone is a region and a letter, e.g. {zone.rstrip('-')}-b" + hint
+                   if _REGION.fullmatch(zone) else f"{zone_key} {zone}: not a zone (e.g. us-west1-b)")
     if region and not _REGION.fullmatch(region):
-        hint = f"; for that one zone use --zone {region}" if _ZONE.fullmatch(region) else ""
-        out.append(f"--region {region}: not a region (e.g. us-west1){hint}")
+        hint = f"; for that one zone use {zone_key} {region}" if _ZONE.fullmatch(region) else ""
+        out.append(f"{region_key} {region}: not a region (e.g. us-west1){hint}")
     return out
 
 

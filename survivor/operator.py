@@ -98,6 +98,10 @@ def _template_from_args(args: argparse.Namespace, boot=None) -> tuple[JobSpec, d
     )
     if args.gpu and gpu_type is None:
         options.gpu_type, options.gpu_count = None, 0
+    if not (args.zone or args.region):  # the spec's own compute.zone / compute.region
+        problems = location_problems(options.zone, options.region, keys=("compute.zone", "compute.region"))
+        if problems:
+            raise SpecError(problems)
     template_body(args.name, spec, options)  # a contradictory request is refused before anything is built
     install = boot(spec, options) if boot else None
     return spec, template_body(args.name, spec, options, install=install)

@@ -559,3 +559,10 @@ def test_the_guides_spec_defaults_and_its_bad_spec_example_are_what_survivor_doe
     job = spec_file(tmp_path, f"job_dir: gs://bkt/x\n{key}: {value}\ntrainer: {{builtin: dummy}}\n")
     code, _, err = run(capsys, ["make-template", "t", "--config", job, "--dry-run"])
     assert code == 2 and err.splitlines() == [line]
+
+
+def test_a_region_as_the_specs_zone_is_named_as_the_spec_key(tmp_path, capsys):
+    text = (ROOT / "templates" / "cifar10-4gpu.yaml").read_text() + "  zone: us-west1\n"
+    code, _, err = run(capsys, ["preflight", "c", "--config", spec_file(tmp_path, text)])
+    assert code == 2 and err.strip() == ("error: compute.zone us-west1: not a zone; a zone is a region and a letter, "
+                                         "e.g. us-west1-b; for the whole region use compute.region us-west1")
