@@ -801,10 +801,10 @@ class Boot:
             log.info("not on a Compute Engine VM (no metadata server): nothing to stop or leave")
             finisher = KeepAlive()
         compute = None
-        if finisher.name != "keep-alive":
-            factory = self.options.compute_factory or _default_compute
-            compute = factory(self.identity)
         try:
+            if finisher.name != "keep-alive":
+                factory = self.options.compute_factory or _default_compute
+                compute = factory(self.identity)
             finisher.finish(self.identity, compute)
         except Exception as exc:
             log.error("finish action failed; the VM is left as it is", action=finisher.name, error=str(exc))

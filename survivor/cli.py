@@ -115,10 +115,17 @@ def _submit(args: argparse.Namespace) -> int:
 def _data(args: argparse.Namespace) -> int:
     from survivor.trainers import cifar10_data
 
-    if args.archive:
-        counts = cifar10_data.from_python_archive(args.archive, args.out)
-    else:
-        counts = cifar10_data.synthetic(args.synthetic, args.out, seed=args.seed)
+    import tarfile
+
+    try:
+        if args.archive:
+            counts = cifar10_data.from_python_archive(args.archive, args.out)
+        else:
+            counts = cifar10_data.synthetic(args.synthetic, args.out, seed=args.seed)
+    except (OSError, tarfile.TarError, EOFError) as exc:
+        print(f"error: {args.archive or args.out}: {exc}; expected the official cifar-10-python.tar.gz "
+              "(https://www.cs.toronto.edu/~kriz/cifar.html)", file=sys.stderr)
+        return 1
     print(" ".join(f"{split}.tfrecords: {n}" for split, n in counts.items()) + f" (in {args.out})")
     return 0
 

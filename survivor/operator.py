@@ -20,6 +20,7 @@ from survivor import machines
 from survivor.compute import BASE_INSTANCE_NAME_MAX, Compute, ComputeError, location_problems, name_problems
 from survivor.finish import GroupRef
 from survivor.spec import JobSpec, SpecError
+from survivor.storage import StorageError
 from survivor.template import MachineOptions, body_differences, named_differences, parse_gpu, pretty, template_body
 
 
@@ -451,7 +452,10 @@ def status(args: argparse.Namespace) -> int:
             return _err("--spot-price/--on-demand-price: name the job too, so its machine and compute hours are known")
         from survivor import status as job_dir_status
 
-        return job_dir_status.main(args)
+        try:
+            return job_dir_status.main(args)
+        except StorageError as exc:
+            return _err(str(exc))
     try:
         project = _project(args)
         group = _group(args, project)
@@ -460,7 +464,7 @@ def status(args: argparse.Namespace) -> int:
     try:
         report = job_status(compute_for(project), group, args.job_dir, spot_price=getattr(args, "spot_price", None),
                             on_demand_price=getattr(args, "on_demand_price", None))
-    except ComputeError as exc:
+    except (ComputeError, StorageError) as exc:
         return _err(str(exc))
     if args.json:
         print(json.dumps(report, indent=2, default=str))

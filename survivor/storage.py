@@ -436,7 +436,14 @@ class GcsStorage:
 
                 client = gcs.Client(project=project or "survivor-local", credentials=AnonymousCredentials())
             else:
-                client = gcs.Client(project=project)
+                from google.auth.exceptions import DefaultCredentialsError
+
+                try:
+                    client = gcs.Client(project=project)
+                except DefaultCredentialsError as exc:  # off a VM with no `gcloud auth application-default login`
+                    raise StorageError(f"{url}: no Google credentials ({exc}); run `gcloud auth application-default "
+                                       "login`, or set STORAGE_EMULATOR_HOST for the stand-in",
+                                       object=url) from exc
         self.client = client
         # No request: the bucket's metadata needs storage.buckets.get, which the object roles the
         # agent needs do not grant; a missing bucket shows in the object calls' own 404s instead.

@@ -274,3 +274,18 @@ def test_the_builtin_tensorflow_loop_saves_on_a_maintenance_notice_and_trains_on
     steps = [m.step for m in store.committed()]  # the stop's save may be committed twice (files settling)
     assert steps[0] == attempt.end_step and steps[-1] == saved and set(steps[1:-1]) <= {attempt.end_step}
     assert sum("asked to save at step" in line["message"] for line in vm.log_lines()) == 1
+
+
+def test_a_finish_action_without_compute_credentials_is_one_log_line_not_a_traceback(tmp_path, instance_factory):
+    # on_finish stop on a VM whose Compute client cannot be built (no credentials here): the agent
+    # says the finish action failed and exits with the retry code; before, the client's
+    # DefaultCredentialsError escaped Boot._finish as a traceback.
+    job_dir = str(tmp_path / "jobdir")
+    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=5, on_finish="stop"),
+                          env={"GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "none.json")})
+    vm.boot()
+    assert vm.wait(90) == 1
+    assert journal_of(job_dir).done is not None
+    failed = [line for line in vm.log_lines() if line["message"].startswith("finish action failed")]
+    assert failed and failed[0]["action"] == "stop"
+    assert "Traceback" not in open(vm.log_path()).read()

@@ -48,3 +48,24 @@ def test_status_from_the_job_dir_alone(tmp_path, capsys):
     assert [h["outcome"] for h in report["history"]] == ["preempted", "finished"]
     assert cli.main(["status", "--job-dir", job_dir]) == 0
     assert "DONE" in capsys.readouterr().out
+
+
+def test_data_from_a_missing_or_damaged_archive_is_one_line(tmp_path):
+    garbage = tmp_path / "cifar-10-python.tar.gz"
+    garbage.write_bytes(b"not a tar file")
+    for archive in (tmp_path / "missing.tar.gz", garbage):
+        done = subprocess.run([SURVIVOR, "data", "cifar10", "--from", str(archive), "--out", str(tmp_path / "out")],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1
+        assert "Traceback" not in done.stderr
+        assert done.stderr.startswith(f"error: {archive}:") and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_status_of_a_cloud_storage_job_dir_without_credentials_is_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "STORAGE_EMULATOR_HOST"}
+    env["GOOGLE_APPLICATION_CREDENTIALS"] = str(tmp_path / "none.json")
+    done = subprocess.run([SURVIVOR, "status", "--job-dir", "gs://some-bucket/job"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith("error: gs://some-bucket/job:") and "credentials" in done.stderr
