@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
 
+from survivor.image import sha256_of
+
 STARTUP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "startup", "startup.sh")
 UNIT = "etc/systemd/system/survivor-agent.service"
 #: The unit's absolute paths that live on the boot disk (mapped into the sandbox root)
@@ -89,7 +91,7 @@ def machine_lock(cache_dir: str) -> str:
         wheel = _wheel_for(wheelhouse, name, version)
         if wheel is None:
             raise RuntimeError(f"no wheel of {pin} in {wheelhouse}")
-        lines.append(f"{pin} --hash=sha256:{_sha256(os.path.join(wheelhouse, wheel))}")
+        lines.append(f"{pin} --hash=sha256:{sha256_of(os.path.join(wheelhouse, wheel))}")
     with open(lock + ".tmp", "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     os.replace(lock + ".tmp", lock)
@@ -102,14 +104,6 @@ def _wheel_for(wheelhouse: str, name: str, version: str) -> str | None:
         if file.endswith(".whl") and len(parts) >= 2 and _normal(parts[0]) == _normal(name) and parts[1] == version:
             return file
     return None
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def wheelhouse_env(cache_dir: str) -> dict[str, str]:
