@@ -310,11 +310,18 @@ class LocalStorage:
     def _list(self, prefix: str) -> list[ObjectInfo]:
         base = self._path(prefix) if prefix.strip("/") else self.root
         out: list[ObjectInfo] = []
-        if os.path.isfile(base):
+        if os.path.isfile(base) and not os.path.islink(base):
+            if prefix.endswith("/"):  # a file where a directory of objects belongs: never "no objects"
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), base)
             candidates = [base]
         else:
             candidates = []
-            for dirpath, _, files in os.walk(base):
+
+            def walk_error(exc: OSError) -> None:  # os.walk drops errors unless told: an empty listing
+                if not isinstance(exc, FileNotFoundError):  # would restore nothing and train from scratch
+                    raise exc
+
+            for dirpath, _, files in os.walk(base, onerror=walk_error):
                 candidates.extend(os.path.join(dirpath, f) for f in files)
         for path in candidates:
             rel = os.path.relpath(path, self.root)
@@ -322,7 +329,13 @@ class LocalStorage:
                 continue
             if not rel.startswith(prefix.rstrip("/")):
                 continue
-            out.append(ObjectInfo(rel, os.path.getsize(path), ""))
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:  # deleted since the walk
+                continue
+            if not stat.S_ISREG(st.st_mode):  # a link (dangling, a loop) or a FIFO is no object
+                continue
+            out.append(ObjectInfo(rel, st.st_size, ""))
         return sorted(out, key=lambda o: o.name)
 
     def delete(self, names: Iterable[str]) -> None:

@@ -1,0 +1,53 @@
+"""A local job dir's listing (issue 15, hostile user H2), through the real agent process: a link
+among the objects (dangling, or a loop) is not an object and never blocks a boot; a prefix that is a
+regular file where a directory belongs is a storage error before anything trains, never an empty
+listing that starts the job from scratch."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from survivor.journal import Journal
+from survivor.storage import open_storage
+from tests.conftest import dummy_spec, executed_steps
+
+
+def _first_boot(job_dir, tmp_path, instance_factory):
+    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=60, checkpoint_steps=10))
+    vm.boot()
+    vm.wait_for_step(25)
+    assert vm.preempt(hard_off_after=20) == 0
+    committed = Journal(open_storage(job_dir)).state().attempts[-1].end_step
+    assert committed and committed >= 20
+    return vm, committed
+
+
+def test_a_link_loop_and_a_dangling_link_among_the_manifests_do_not_block_the_job(tmp_path, instance_factory):
+    job_dir = str(tmp_path / "jobdir")
+    vm, committed = _first_boot(job_dir, tmp_path, instance_factory)
+    snapshots = os.path.join(job_dir, "survivor", "snapshots")
+    os.symlink("loop-b.json", os.path.join(snapshots, "000000000030-000009-0001.json"))
+    os.symlink("000000000030-000009-0001.json", os.path.join(snapshots, "loop-b.json"))
+    os.symlink("/nonexistent/manifest.json", os.path.join(snapshots, "000000000040-000009-0001.json"))
+    vm.boot(wipe=True)
+    assert vm.wait(90) == 0, open(vm.log_path()).read()[-3000:]
+    state = Journal(open_storage(job_dir)).state()
+    assert state.attempts[-1].restored_step == committed
+    assert state.done["step"] == 60
+    assert "Traceback" not in open(vm.log_path()).read()
+
+
+def test_a_file_where_the_snapshots_directory_belongs_ends_the_boot_before_training(tmp_path, instance_factory):
+    job_dir = str(tmp_path / "jobdir")
+    vm, _ = _first_boot(job_dir, tmp_path, instance_factory)
+    snapshots = os.path.join(job_dir, "survivor", "snapshots")
+    shutil.rmtree(snapshots)
+    with open(snapshots, "w") as f:
+        f.write("not a directory")
+    steps_before = len(executed_steps(tmp_path))
+    vm.boot(wipe=True)
+    assert vm.wait(90) == 1, open(vm.log_path()).read()[-3000:]
+    assert len(executed_steps(tmp_path)) == steps_before, "nothing trains from scratch on a listing that failed"
+    log = open(vm.log_path()).read()
+    assert "Traceback" not in log and "survivor/snapshots" in log and "Not a directory" in log
