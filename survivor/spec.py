@@ -340,6 +340,15 @@ _SECRET_NAME = re.compile(r"key|token|passw|secret|credential", re.IGNORECASE)
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?")
 
 
+def _is_number(text: str) -> bool:
+    """`-0.5`, `-1e-5`: a negative number is a value, not a flag."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
@@ -742,6 +751,11 @@ class _Validator:
             if text is None or len(text) > MAX_STRING or "\x00" in text:
                 self.problems.append(f"{label} = {shown}: expected a value of at most {MAX_STRING} characters "
                                      "without NUL")
+                continue
+            if text.startswith("-") and not _is_number(text):  # `--lr --job-dir=/etc` moved the checkpoints
+                self.problems.append(f"{label} = {shown}: a value starting with - is read as a flag by the "
+                                     "trainer's argparse (it could set --job-dir); expected a number or a value "
+                                     "not starting with -")
                 continue
             out[flag] = text
         return tuple(out.items())

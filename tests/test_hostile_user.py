@@ -1,0 +1,50 @@
+"""A careless or hostile user of `survivor agent` (issue 15, helper H2's pass), through the real
+agent process: a hyperparameter value that argparse would read as a flag (`--job-dir=/etc` sent the
+trainer's checkpoints to /etc and DONE was written with nothing committed) is refused with the spec,
+in one line, FAILED, exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import yaml
+
+from survivor.journal import Journal
+from survivor.local.instance import LocalInstance
+from survivor.storage import open_storage
+from tests.conftest import PYTHON, dummy_spec, executed_steps
+
+
+@pytest.mark.parametrize("value", ["--job-dir={where}", "-x"])
+def test_a_hyperparameter_value_that_reads_as_a_flag_is_refused(value, tmp_path):
+    job_dir = str(tmp_path / "jobdir")
+    elsewhere = tmp_path / "elsewhere"
+    spec = yaml.safe_load(dummy_spec(job_dir, tmp_path, train_steps=20))
+    spec["hyperparameters"] = {"lr": value.format(where=elsewhere), "momentum": "-0.5", "decay": "-1e-5"}
+    vm = LocalInstance({"survivor-job": yaml.safe_dump(spec)}, str(tmp_path / "vm"), python=PYTHON)
+    try:
+        vm.boot()
+        code = vm.wait(30)
+    finally:
+        vm.close()
+    log = open(vm.log_path(), encoding="utf-8").read()
+    assert code == 2, log[-3000:]
+    assert not elsewhere.exists() and executed_steps(tmp_path) == [], "no trainer ran"
+    problems = [e["message"] for e in map(json.loads, log.splitlines()) if e["message"].startswith("job spec: ")]
+    assert len(problems) == 1 and "hyperparameters.lr" in problems[0] and "flag" in problems[0], problems
+    assert "Traceback" not in log
+    failed = Journal(open_storage(job_dir)).state().failed
+    assert failed is not None and "hyperparameters.lr" in failed["reason"]
+
+
+def test_negative_numbers_are_still_values(tmp_path, instance_factory):
+    job_dir = str(tmp_path / "jobdir")
+    spec = yaml.safe_load(dummy_spec(job_dir, tmp_path, train_steps=5))
+    spec["hyperparameters"] = {"momentum": "-0.5", "decay": -1e-5, "shift": -3}
+    vm = instance_factory(yaml.safe_dump(spec))
+    vm.boot()
+    assert vm.wait(60) == 0, open(vm.log_path()).read()[-3000:]
+    assert Journal(open_storage(job_dir)).state().done["step"] == 5
+    assert os.path.exists(os.path.join(job_dir, "survivor", "DONE"))
