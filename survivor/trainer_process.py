@@ -167,7 +167,10 @@ def give_to(user: str, top: str) -> None:
     """Gives `top` and everything under it to `user`, never following a link: a link is chowned
     itself (its target stays whose it was), and `os.fwalk` walks by directory descriptors, so a
     directory swapped for a link during the walk is not entered either."""
-    entry = pwd.getpwnam(user)
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:  # before the trainer starts: the same one line as TrainerProcess.start's
+        raise TrainerUserError(f"user {user!r} does not exist on this VM") from None
     os.chown(top, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
     for _, dirnames, filenames, dirfd in os.fwalk(top, follow_symlinks=False):
         for name in dirnames + filenames:

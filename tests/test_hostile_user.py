@@ -48,3 +48,17 @@ def test_negative_numbers_are_still_values(tmp_path, instance_factory):
     assert vm.wait(60) == 0, open(vm.log_path()).read()[-3000:]
     assert Journal(open_storage(job_dir)).state().done["step"] == 5
     assert os.path.exists(os.path.join(job_dir, "survivor", "DONE"))
+
+
+def test_a_user_that_does_not_exist_is_a_failed_attempt_naming_it_not_a_traceback(tmp_path, instance_factory):
+    job_dir = str(tmp_path / "jobdir")
+    spec = yaml.safe_load(dummy_spec(job_dir, tmp_path, train_steps=5))
+    spec["user"] = "nosuchuser"
+    vm = instance_factory(yaml.safe_dump(spec))
+    vm.boot()
+    assert vm.wait(30) == 1, open(vm.log_path()).read()[-3000:]  # a failed attempt, counted toward FAILED
+    log = open(vm.log_path(), encoding="utf-8").read()
+    assert "Traceback" not in log and "KeyError" not in log, log[-3000:]
+    attempt = Journal(open_storage(job_dir)).state().attempts[-1]
+    assert attempt.outcome == "failed" and "'nosuchuser' does not exist" in attempt.reason, attempt
+    assert executed_steps(tmp_path) == []
