@@ -1,12 +1,12 @@
 """Chaos: random SIGKILLs, damaged manifests, full disks and a slow metadata server, with storage
 faults; counts inputs tried, faults injected, corrupt restores, lost commits, hangs and lost steps.
 
-    python -m benchmarks.chaos [--kills 100] [--manifests 34] [--full-disks 10] [--slow-metadata 10]
+    python -m benchmarks.chaos [--kills 50] [--manifests 34] [--full-disks 10] [--slow-metadata 10]
                                [--fault-rate 0.05] [--seed 1]
 
 The rounds are survivor/local/chaos.py's (its docstring says what each does and what counts as a
-corrupt restore, a lost commit and a hang). The defaults take about 10 minutes on 2 shared cores;
-every damaged-manifest kind is tried twice. The full-disk rounds mount tmpfs, so they need root
+corrupt restore, a lost commit and a hang). The defaults take about 10 minutes on 2 shared cores
+(a round is 5-6 s: a boot, the fault, a restore to check); every damaged-manifest kind is tried twice. The full-disk rounds mount tmpfs, so they need root
 (otherwise the row says they did not run). Exit 1 if any restore was corrupt, any commit lost or any
 agent hung.
 """
@@ -20,7 +20,7 @@ from benchmarks.common import machine, scratch_dir, table
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kills", type=int, default=100)
+    parser.add_argument("--kills", type=int, default=50)
     parser.add_argument("--manifests", type=int, default=34, help="damaged manifests, one round each")
     parser.add_argument("--full-disks", type=int, default=10, help="preemptions with a full job dir or boot disk")
     parser.add_argument("--slow-metadata", type=int, default=10, help="boots with a metadata server that drips")

@@ -10,12 +10,12 @@
 Four classes of fault, each round drawn at random (the full-disk rounds run on a VM of their own):
 
 - **kill**: a boot (half the time on a fresh disk), sometimes with the metadata server answering
-  503s or garbage, then after 0.3-2.5 s a SIGKILL of the agent, the trainer, or both -- no notice,
-  the worst case.
-- **damaged manifest**: between two boots, a manifest that must never be followed (`DAMAGES`:
-  truncated, non-finite or huge numbers, nesting 100,000 deep, wrong types, no files with a huge
-  step, a step below 0 or beyond `train_steps`, a path leaving the job dir, a good manifest copied
-  under a newer name) is stored as the newest one. The boot must restore the newest good snapshot
+  503s or garbage, then a SIGKILL of the agent, the trainer, or both -- no notice, the worst case --
+  half the time 0.3-2.5 s into the boot, half the time up to 1.5 s after the trainer started.
+- **damaged manifest**: between two boots, a manifest that must never be followed (each kind of
+  `DAMAGES` in turn: truncated, non-finite or huge numbers, nesting 100,000 deep, wrong types, no
+  files with a huge step, a step below 0 or beyond `train_steps`, a path leaving the job dir, a good
+  manifest copied under a newer name) is stored as the newest one. The boot must restore the newest good snapshot
   and train; then it is SIGKILLed.
 - **full disk**: a job whose local job dir and boot disk are size-limited tmpfs (needs root to
   mount). After a commit one of them, or both, is filled to a random few hundred KB and the VM is
@@ -251,6 +251,7 @@ class _Rounds:
         self.check = os.path.join(root, "check")
         self.proxy = proxy
         self.round = 0
+        self.damages: list[str] = []
 
     # -- what every round shares --
 
@@ -364,7 +365,12 @@ class _Rounds:
             count = self.rng.randint(1, 4)
             self.vm.metadata.fault(mode, count=count)
             tally.faults[f"metadata {mode}"] += count
-        time.sleep(self.rng.uniform(0.3, 2.5))
+        # Half the kills land in the boot (spec, lease, restore), half once the trainer runs (saves,
+        # uploads, commits): a boot takes 1-3 s here, so one window alone would favour one side.
+        if self.rng.random() < 0.5:
+            time.sleep(self.rng.uniform(0.3, 2.5))
+        elif self.await_training(tally, booted) == "training":
+            time.sleep(self.rng.uniform(0.0, 1.5))
         before = self.store.latest()
         self.kill(tally, booted)
         self.vm.metadata.fault("ok", count=0)
@@ -376,7 +382,9 @@ class _Rounds:
     def manifest_round(self) -> None:
         tally = self.result.tallies["damaged manifest"]
         since = Counter(self.proxy.count) if self.proxy else Counter()
-        kind = self.rng.choice(sorted(DAMAGES))
+        if not self.damages:  # every kind once, in a random order, before any kind again
+            self.damages = self.rng.sample(sorted(DAMAGES), len(DAMAGES))
+        kind = self.damages.pop()
         good = self.store.latest()
         good_raw = self.storage.read(good.name).data if good else None
         name, body = damaged_manifest(kind, good_raw, good.step if good else 0, self.rng)
