@@ -424,6 +424,10 @@ def _expanded_nodes(root: yaml.Node) -> int:
             children = list(node.value)
         elif isinstance(node, yaml.MappingNode):
             children = [part for pair in node.value for part in pair]
+            keys = [k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode) and k.value != "<<"]
+            twice = sorted({k for k in keys if keys.count(k) > 1}) if len(keys) != len(set(keys)) else []
+            if twice:  # PyYAML keeps the last one silently: `train_steps` twice ran the second
+                raise _TooLarge(f"the key {_show(twice[0])} is given twice in one mapping")
         else:
             children = []
         for child in children:

@@ -62,3 +62,22 @@ def test_a_user_that_does_not_exist_is_a_failed_attempt_naming_it_not_a_tracebac
     attempt = Journal(open_storage(job_dir)).state().attempts[-1]
     assert attempt.outcome == "failed" and "'nosuchuser' does not exist" in attempt.reason, attempt
     assert executed_steps(tmp_path) == []
+
+
+@pytest.mark.parametrize("extra", ["train_steps: 5\n", "hyperparameters: {lr: 1, lr: 2}\n"])
+def test_a_key_given_twice_is_refused_not_the_last_one_silently_taken(extra, tmp_path):
+    job_dir = str(tmp_path / "jobdir")
+    text = dummy_spec(job_dir, tmp_path, train_steps=20) + extra
+    vm = LocalInstance({"survivor-job": text}, str(tmp_path / "vm"), python=PYTHON)
+    try:
+        vm.boot()
+        code = vm.wait(30)
+    finally:
+        vm.close()
+    log = open(vm.log_path(), encoding="utf-8").read()
+    assert code == 2, log[-3000:]
+    assert executed_steps(tmp_path) == []
+    problems = [e["message"] for e in map(json.loads, log.splitlines()) if e["message"].startswith("job spec: ")]
+    key = extra.split(":")[0] if extra.startswith("train") else "lr"
+    assert len(problems) == 1 and f"'{key}'" in problems[0] and "twice" in problems[0], problems
+    assert Journal(open_storage(job_dir)).state().failed is not None
