@@ -285,14 +285,55 @@ def parse_seconds(text: str) -> float:
     return float(text)
 
 
+#: Marks a --workdir as a simulation's, so a rerun may delete it (and nothing else).
+MARKER = ".survivor-simulation"
+
+
+def _refusal(args) -> str | None:
+    """The one line that refuses `survivor simulate`'s arguments, or None."""
+    for flag in ("preempt_every", "jitter", "hard_off_after", "recreate_delay", "timeout"):
+        text = getattr(args, flag)
+        try:
+            seconds = parse_seconds(text)
+        except ValueError:
+            seconds = float("nan")
+        least = 0.0 if flag in ("jitter", "recreate_delay") else 0.001
+        if not least <= seconds < float("inf"):  # nan fails too
+            return f"--{flag.replace('_', '-')} {text!r}: expected a duration such as 90s, 2m or 1.5 (> 0)"
+    root = os.path.abspath(args.workdir or "survivor-simulation")
+    if os.path.lexists(root) and not (os.path.isdir(root) and not os.path.islink(root)
+                                      and (not os.listdir(root) or os.path.exists(os.path.join(root, MARKER)))):
+        return f"--workdir {root}: exists and is not an earlier simulation's; name a new directory"
+    return None
+
+
 def main(args) -> int:
     """`survivor simulate`: run a job spec through the simulator and print the timeline."""
-    with open(args.config, encoding="utf-8") as f:
-        spec_yaml = f.read()
-    root = args.workdir or os.path.join(os.getcwd(), "survivor-simulation")
-    if os.path.exists(root):
+    from survivor.spec import JobSpec, SpecError, load_yaml
+
+    refused = _refusal(args)
+    spec: dict = {}
+    try:
+        if refused is None:
+            with open(args.config, encoding="utf-8") as f:
+                spec = load_yaml(f.read(), source=args.config)
+    except (OSError, UnicodeDecodeError) as exc:
+        refused = f"{args.config}: cannot read the job spec ({getattr(exc, 'strerror', None) or exc})"
+    except SpecError as exc:
+        refused = "; ".join(exc.problems)
+    if refused is None and not str(spec.get("job_dir", "")).startswith(("/", "gs://", "file://")):
+        try:  # a relative job_dir goes under --workdir: check the rest with a stand-in for it
+            JobSpec.from_mapping({**spec, "job_dir": "/job"})
+        except SpecError as exc:
+            refused = f"{args.config}: " + "; ".join(exc.problems)
+    if refused:
+        print(f"survivor simulate: {refused}", file=sys.stderr)
+        return 2
+    root = os.path.abspath(args.workdir or "survivor-simulation")
+    if os.path.exists(root):  # an earlier simulation's (marked) or empty: _refusal checked
         shutil.rmtree(root)
-    spec = yaml.safe_load(spec_yaml)
+    os.makedirs(root)
+    open(os.path.join(root, MARKER), "w").close()
     spec.setdefault("on_finish", "auto")
     emulator = None
     if args.gcs:

@@ -1,0 +1,55 @@
+"""`survivor simulate` used carelessly (issue 15, helper H2), through the real CLI process: an
+existing --workdir that is not an earlier simulation's is never deleted (it was rmtree'd whole), a
+missing or unreadable config, a bad duration and a relative --workdir are one line each, never a
+traceback."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.conftest import PYTHON, dummy_spec
+
+
+def simulate(*args, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "-m", "survivor", "simulate", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=240)
+
+
+def test_an_existing_directory_that_is_not_a_simulation_is_never_deleted(tmp_path):
+    (tmp_path / "spec.yaml").write_text(dummy_spec("jobdir", tmp_path, train_steps=5))
+    precious = tmp_path / "my-project"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work")
+    run = simulate("--config", "spec.yaml", "--workdir", str(precious), cwd=tmp_path)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert (precious / "thesis.tex").read_text() == "years of work"
+    assert "Traceback" not in run.stderr and str(precious) in run.stderr and len(run.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("--config", "nope.yaml"), "nope.yaml"),
+    (("--config", "."), "."),
+    (("--config", "spec.yaml", "--preempt-every", "banana"), "--preempt-every"),
+    (("--config", "spec.yaml", "--preempt-every", "0"), "--preempt-every"),
+    (("--config", "bad.yaml"), "train_steps"),
+])
+def test_bad_arguments_are_one_line(args, expected, tmp_path):
+    (tmp_path / "spec.yaml").write_text(dummy_spec("jobdir", tmp_path, train_steps=5))
+    (tmp_path / "bad.yaml").write_text(dummy_spec("jobdir", tmp_path, train_steps=5).replace("train_steps: 5", "train_steps: lots"))
+    run = simulate(*args, "--workdir", "sim", cwd=tmp_path)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr and expected in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) <= 2, run.stderr
+
+
+@pytest.mark.slow
+def test_a_relative_workdir_and_job_dir_run_to_done_and_a_rerun_replaces_the_simulation(tmp_path):
+    (tmp_path / "spec.yaml").write_text(dummy_spec("jobdir", tmp_path, train_steps=20, on_finish="auto"))
+    for _ in range(2):  # the second run deletes the first one's simulation: it is marked as one
+        run = simulate("--config", "spec.yaml", "--workdir", "sim", "--preempt-every", "1h", "--timeout", "120",
+                       cwd=tmp_path)
+        assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+        assert '"done": true' in run.stdout
+    assert (tmp_path / "sim" / "jobdir" / "survivor" / "DONE").exists()
