@@ -64,9 +64,15 @@ def main(args: argparse.Namespace) -> int:
 
     console = Console()
     root = os.path.abspath(args.workdir) if args.workdir else tempfile.mkdtemp(prefix="survivor-demo-")
-    if args.workdir and os.path.exists(root):
+    marker = os.path.join(root, ".survivor-demo")  # a rerun may delete an earlier demo's files, nothing else
+    if args.workdir and os.path.lexists(root):
+        if not (os.path.isdir(root) and not os.path.islink(root) and (not os.listdir(root) or os.path.exists(marker))):
+            print(f"survivor demo: --workdir {root}: exists and is not an earlier demo's; name a new directory",
+                  file=sys.stderr)
+            return 2
         shutil.rmtree(root)
     os.makedirs(root, exist_ok=True)
+    open(marker, "w").close()
     steps = args.steps or DEFAULT_STEPS[args.trainer]
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     schedule = preemption_steps(steps, args.preemptions, seed)

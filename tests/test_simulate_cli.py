@@ -53,3 +53,14 @@ def test_a_relative_workdir_and_job_dir_run_to_done_and_a_rerun_replaces_the_sim
         assert run.returncode == 0, run.stdout + run.stderr[-3000:]
         assert '"done": true' in run.stdout
     assert (tmp_path / "sim" / "jobdir" / "survivor" / "DONE").exists()
+
+
+def test_demo_never_deletes_a_workdir_that_is_not_an_earlier_demos(tmp_path):
+    precious = tmp_path / "my-project"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work")
+    run = subprocess.run([PYTHON, "-m", "survivor", "demo", "--trainer", "dummy", "--workdir", str(precious)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert (precious / "thesis.tex").read_text() == "years of work"
+    assert "Traceback" not in run.stderr and str(precious) in run.stderr
