@@ -34,6 +34,7 @@ def test_the_verdicts_on_a_restore_past_a_damaged_manifest():
     assert judge_restore(bad, 120, bad, 150, trained=True) == "corrupt"
     assert judge_restore(bad, 120, None, 10_000_000, trained=True) == "corrupt"  # a record without restored_from
     assert judge_restore(bad, None, None, 5, trained=True) == "corrupt"  # nothing committed, yet a step restored
+    assert judge_restore(bad, 120, None, -5, trained=True) == "corrupt"  # no commit has a negative step
     assert judge_restore(bad, 120, "survivor/snapshots/000000000090-000003-0001.json", 90, trained=True) == "lost"
     assert judge_restore(bad, 120, "", None, trained=True) == "lost"  # a start from scratch over a commit
     assert judge_restore(bad, 120, GOOD.name, 120, trained=True) is None

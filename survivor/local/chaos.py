@@ -197,9 +197,10 @@ def damaged_manifest(kind: str, good_raw: bytes | None, good_step: int, rng: ran
 def judge_restore(damaged: str, good_step: int | None, restored_from: str | None, restored_step: int | None,
                   trained: bool) -> str | None:
     """Pure: what the agent's restore past a `damaged` manifest was -- "corrupt" (it followed it:
-    restored that name, or a step above the newest good commit at `good_step`, which only the
-    damaged one claims), "lost" (it trained from something older) or None."""
-    if restored_from == damaged or (restored_step is not None and (good_step is None or restored_step > good_step)):
+    restored that name, or a step below 0 or above the newest good commit at `good_step`, which only
+    the damaged one claims), "lost" (it trained from something older) or None."""
+    if restored_from == damaged or (restored_step is not None and (
+            restored_step < 0 or good_step is None or restored_step > good_step)):
         return "corrupt"
     if trained and good_step is not None and (restored_step is None or restored_step < good_step):
         return "lost"
@@ -517,6 +518,7 @@ def _full_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, pyt
                            name="survivor-full-1")
         run = _Rounds(vm, job_dir, rng, seed, result, root, proxy=None)
         expected = None  # the commit the next boot must restore
+        seen_leaks: set[str] = set()
         try:
             for i in range(rounds + 1):
                 booted = run.boot()
@@ -556,8 +558,9 @@ def _full_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, pyt
                     run.problem(tally, f"full {where}: the agent still ran {HARD_OFF:g} s after its SIGTERM")
                 elif code != 0:
                     run.problem(tally, f"full {where}: the agent exited {code} after the notice")
-                leaked = [os.path.join(d, f) for d, _, files in os.walk(job_dir) for f in files
-                          if f.startswith(".tmp-")]
+                leaked = [path for path in (os.path.join(d, f) for d, _, files in os.walk(job_dir) for f in files
+                                            if f.startswith(".tmp-")) if path not in seen_leaks]
+                seen_leaks.update(leaked)  # a leftover of an earlier round is not counted again
                 if leaked:
                     tally.leaked_temp_files += len(leaked)
                     run.problem(tally, f"full {where}: {len(leaked)} temporary uploads left, e.g. {leaked[0]}")
