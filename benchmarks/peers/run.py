@@ -35,6 +35,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -393,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"{r['name']}: start-up {r['startup_per_boot']:.2f} s a boot; restore "
                   f"{r['restore'] * r['wall'] / r['boots']:.2f} s a boot; notice to exit {r['notice_to_exit']:.2f} s")
-    labels = [r["name"].replace(" (", "\n(") for r in results]
+    labels = [textwrap.fill(r["name"], 16) for r in results]
     plot = plot_bars(args.plot, f"goodput and badput, each alternative as its own code ({args.preemptions} preemption(s) "
                      f"every ~{args.every / 60:g} min, real time)", labels,
                      {"goodput": [r["goodput"] for r in results], "start-up": [r["startup"] for r in results],
