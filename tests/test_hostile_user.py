@@ -12,23 +12,19 @@ import pytest
 import yaml
 
 from survivor.journal import Journal
-from survivor.local.instance import LocalInstance
 from survivor.storage import open_storage
-from tests.conftest import PYTHON, dummy_spec, executed_steps
+from tests.conftest import dummy_spec, executed_steps
 
 
 @pytest.mark.parametrize("value", ["--job-dir={where}", "-x"])
-def test_a_hyperparameter_value_that_reads_as_a_flag_is_refused(value, tmp_path):
+def test_a_hyperparameter_value_that_reads_as_a_flag_is_refused(value, tmp_path, instance_factory):
     job_dir = str(tmp_path / "jobdir")
     elsewhere = tmp_path / "elsewhere"
     spec = yaml.safe_load(dummy_spec(job_dir, tmp_path, train_steps=20))
     spec["hyperparameters"] = {"lr": value.format(where=elsewhere), "momentum": "-0.5", "decay": "-1e-5"}
-    vm = LocalInstance({"survivor-job": yaml.safe_dump(spec)}, str(tmp_path / "vm"), python=PYTHON)
-    try:
-        vm.boot()
-        code = vm.wait(30)
-    finally:
-        vm.close()
+    vm = instance_factory(yaml.safe_dump(spec))
+    vm.boot()
+    code = vm.wait(30)
     log = open(vm.log_path(), encoding="utf-8").read()
     assert code == 2, log[-3000:]
     assert not elsewhere.exists() and executed_steps(tmp_path) == [], "no trainer ran"
@@ -65,15 +61,11 @@ def test_a_user_that_does_not_exist_is_a_failed_attempt_naming_it_not_a_tracebac
 
 
 @pytest.mark.parametrize("extra", ["train_steps: 5\n", "hyperparameters: {lr: 1, lr: 2}\n"])
-def test_a_key_given_twice_is_refused_not_the_last_one_silently_taken(extra, tmp_path):
+def test_a_key_given_twice_is_refused_not_the_last_one_silently_taken(extra, tmp_path, instance_factory):
     job_dir = str(tmp_path / "jobdir")
-    text = dummy_spec(job_dir, tmp_path, train_steps=20) + extra
-    vm = LocalInstance({"survivor-job": text}, str(tmp_path / "vm"), python=PYTHON)
-    try:
-        vm.boot()
-        code = vm.wait(30)
-    finally:
-        vm.close()
+    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=20) + extra)
+    vm.boot()
+    code = vm.wait(30)
     log = open(vm.log_path(), encoding="utf-8").read()
     assert code == 2, log[-3000:]
     assert executed_steps(tmp_path) == []
