@@ -159,6 +159,8 @@ def main() -> int:
     parser.add_argument("--sizes", default="10,100,1000", help="state sizes in MB")
     parser.add_argument("--repeats", type=int, default=15, help="pairs per size below 1 GB; medians are reported")
     parser.add_argument("--large-repeats", type=int, default=5, help="pairs per size of 1 GB and more")
+    parser.add_argument("--backend", choices=["memory", "filesystem"], default="memory",
+                        help="fake-gcs-server's backend; filesystem for 4 GB and more")
     args = parser.parse_args()
     from survivor import memory
     from survivor.local.gcs import StorageEmulator
@@ -167,7 +169,8 @@ def main() -> int:
 
     root = scratch_dir("bench-safety-")
     rows, results = [], []
-    with StorageEmulator(log_dir=root) as gcs:
+    store_root = os.path.join(root, "gcs") if args.backend == "filesystem" else None
+    with StorageEmulator(log_dir=root, root=store_root) as gcs:
         gcs.create_bucket("bench")
         for size in [int(s) for s in args.sizes.split(",")]:
             floor(size, root, "bench", "warm-up")  # not counted: the emulator's first upload of a size grows its heap
@@ -181,7 +184,7 @@ def main() -> int:
                          r["floor_write"] + r["floor_upload"],
                          r["floor"], f"{r['ratio']:.2f}x", f"{ratios[0]:.2f}-{ratios[-1]:.2f}x", f"{r['own_ms']:.0f}",
                          f"{r['ratio_without_step']:.2f}x", worst, "yes" if worst < 30 else "NO", r["steps_lost"]])
-    print(f"machine: {machine()}; storage: fake-gcs-server (memory backend) on 127.0.0.1; "
+    print(f"machine: {machine()}; storage: fake-gcs-server ({args.backend} backend) on 127.0.0.1; "
           f"medians over the pairs (steps lost: the worst; < 30 s: every run)\n")
     print(table("notice -> committed manifest (s)",
                 ["state", "pairs", "notice->safe", "step in flight", "trainer's save alone", "save+raw upload", "floor",

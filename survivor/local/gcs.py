@@ -41,9 +41,11 @@ def _binary() -> str:
 
 
 class StorageEmulator:
-    """A fake-gcs-server process with an in-memory backend."""
+    """A fake-gcs-server process: in-memory by default, or with its filesystem backend (`root`), which
+    large states need (at 4 GB the memory backend's heap grew to 19 GB)."""
 
-    def __init__(self, port: int | None = None, log_dir: str | None = None):
+    def __init__(self, port: int | None = None, log_dir: str | None = None, root: str | None = None):
+        self.root = root
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._own_log_dir = log_dir is None  # removed at stop, unless the server failed
@@ -60,7 +62,8 @@ class StorageEmulator:
         env = {"GOGC": "400", "GOMEMLIMIT": "8GiB", "GODEBUG": "madvdontneed=0", **os.environ}
         self._process = subprocess.Popen(
             [_binary(), "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port),
-             "-backend", "memory", "-external-url", self.url, "-log-level", "warn"],
+             *(["-backend", "filesystem", "-filesystem-root", self.root] if self.root else ["-backend", "memory"]),
+             "-external-url", self.url, "-log-level", "warn"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
         )
         log.close()
