@@ -29,12 +29,12 @@ import time
 import uuid
 
 from benchmarks.common import ROOT, machine, table
-from survivor import image
+from survivor.cloud import image
 from survivor.local.boot import SandboxRoot, default_cache_dir, machine_lock, wheelhouse_env
 from survivor.local.gcs import StorageEmulator
 from survivor.local.metadata_server import MetadataServer
 from survivor.spec import JobSpec
-from survivor.template import MachineOptions, template_body
+from survivor.cloud.template import MachineOptions, template_body
 
 DOC = os.path.join(ROOT, "docs", "benchmarks.md")
 SECTION = "## Boot to the first step: survivor's image vs the wheel path"

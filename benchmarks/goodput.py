@@ -62,9 +62,9 @@ def schedule(seed: int, every: float, jitter: float, horizon: float) -> list[flo
 
 
 def run_strategy(name: str, args, times: list[float], root: str, bucket: str) -> dict:
-    from survivor.journal import Journal
+    from survivor.jobdir.journal import Journal
     from survivor.local.instance import LocalInstance
-    from survivor.storage import open_storage
+    from survivor.jobdir.storage import open_storage
 
     flags = list(STRATEGIES[name])
     checkpoint_steps = args.checkpoint_steps

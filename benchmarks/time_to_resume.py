@@ -21,7 +21,7 @@ import time
 import yaml
 
 from benchmarks.common import PLOTS, machine, plot_bars, run, scratch_dir, table
-from survivor.trainer_process import read_progress
+from survivor.agent.trainer import read_progress
 
 
 def first_progress(progress_file: str, after: int, timeout: float = 600) -> float:
@@ -35,8 +35,8 @@ def first_progress(progress_file: str, after: int, timeout: float = 600) -> floa
 
 def resume_under_agent(vm, job_dir: str) -> dict:
     """One preempted boot's successor: agent start to the first step past the committed one."""
-    from survivor.journal import Journal
-    from survivor.storage import open_storage
+    from survivor.jobdir.journal import Journal
+    from survivor.jobdir.storage import open_storage
 
     committed = Journal(open_storage(job_dir)).attempts()[-1].end_step
     started = time.perf_counter()
@@ -56,9 +56,9 @@ def cold_start(spec: dict, root: str, n: int) -> float:
     """The trainer alone, with the argv the agent builds (`trainer_argv`), on the same checkpoint
     restored into a local dir."""
     from survivor.spec import JobSpec
-    from survivor.store import CheckpointStore
-    from survivor.storage import open_storage
-    from survivor.trainer_process import trainer_argv
+    from survivor.jobdir.store import CheckpointStore
+    from survivor.jobdir.storage import open_storage
+    from survivor.agent.trainer import trainer_argv
 
     job = JobSpec.from_mapping(spec)
     local = os.path.join(root, f"cold-{n}")
@@ -106,9 +106,9 @@ def main() -> int:
                 cold_runs.append(cold_start(spec, root, n))
         finally:
             vm.close()
-        run([sys.executable, "-c", "import survivor.agent"])  # warm the file cache first
+        run([sys.executable, "-c", "import survivor.agent.boot"])  # warm the file cache first
         t0 = time.perf_counter()
-        run([sys.executable, "-c", "import survivor.cli, survivor.agent"])
+        run([sys.executable, "-c", "import survivor.commands.main, survivor.agent.boot"])
         import_seconds = time.perf_counter() - t0
 
     def med(key: str) -> float:

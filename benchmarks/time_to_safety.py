@@ -11,7 +11,7 @@ saving on notice waits for). The save is the same trainer's, run without survivo
 same way (a fresh process's first save: 4-5 ms for 10 MB here, against 3.4 ms for the same
 call repeated in a warm process), so whatever the agent costs the trainer's save counts against the
 agent. The upload starts once that trainer has exited, with nothing beside it, in a process whose
-read buffers are paged in as the agent's are (`survivor.memory`; otherwise the client's read of a
+read buffers are paged in as the agent's are (`survivor.agent.memory`; otherwise the client's read of a
 10 MB file into fresh memory costs it 5-7 ms in some pairs and not in others). Everything else
 (noticing, checksums, the upload's share of a busy machine, the manifest) is survivor's own part,
 also given in milliseconds.
@@ -45,9 +45,9 @@ from benchmarks.common import PLOTS, machine, plot_bars, scratch_dir, table
 
 def under_agent(size_mb: int, root: str, bucket: str, repeat: int) -> dict:
     """One preemption of a dummy trainer holding `size_mb` of state: the agent's own timings."""
-    from survivor.journal import Journal
+    from survivor.jobdir.journal import Journal
     from survivor.local.instance import LocalInstance
-    from survivor.storage import open_storage
+    from survivor.jobdir.storage import open_storage
 
     job_dir = f"gs://{bucket}/safety-{size_mb}-{repeat}"
     timing_log = os.path.join(root, f"timing{size_mb}-{repeat}.jsonl")
@@ -133,7 +133,7 @@ def floor(size_mb: int, root: str, bucket: str, repeat: int | str) -> dict:
 
 
 def _empty(url: str) -> None:
-    from survivor.storage import open_storage
+    from survivor.jobdir.storage import open_storage
 
     storage = open_storage(url)
     storage.delete([o.name for o in storage.list("")])
@@ -162,7 +162,7 @@ def main() -> int:
     parser.add_argument("--backend", choices=["memory", "filesystem"], default="memory",
                         help="fake-gcs-server's backend; filesystem for 4 GB and more")
     args = parser.parse_args()
-    from survivor import memory
+    from survivor.agent import memory
     from survivor.local.gcs import StorageEmulator
 
     memory.warm_read_buffers(background=False)  # before any thread: the floor's uploads read into warm pages

@@ -1,3 +1,3 @@
-from survivor.cli import main
+from survivor.commands.main import main
 
 raise SystemExit(main())

@@ -322,7 +322,7 @@ MAX_LOCATION = 1024
 NUMBER_RANGES: dict[str, tuple[float, float]] = {
     "train_steps": (1, 10**12),
     "checkpoint_steps": (1, 10**12),
-    "num_gpus": (0, 16),  # the most GPUs a VM carries: a2-megagpu-16g (survivor/machines.py)
+    "num_gpus": (0, 16),  # the most GPUs a VM carries: a2-megagpu-16g (survivor/cloud/machines.py)
     "keep": (1, 1000),
     "max_failed_attempts": (1, 10**9),
     "grace_seconds": (1.0, 3600.0),

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from survivor.journal import Journal
-from survivor.storage import open_storage
-from survivor.store import CheckpointStore
+from survivor.jobdir.journal import Journal
+from survivor.jobdir.storage import open_storage
+from survivor.jobdir.store import CheckpointStore
 from tests.conftest import PYTHON, dummy_spec, executed_steps
 
 
@@ -159,7 +159,7 @@ def test_a_sigterm_while_the_agent_is_still_starting_is_a_clean_stop(job_dir, tm
 
 
 def test_an_agent_off_gce_with_a_spec_file_just_finishes(tmp_path, monkeypatch):
-    from survivor import agent
+    from survivor.agent import boot as agent
 
     monkeypatch.delenv("GCE_METADATA_HOST", raising=False)
     spec = tmp_path / "job.yaml"

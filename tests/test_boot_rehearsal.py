@@ -1,7 +1,7 @@
 """The boot rehearsal: survivor/startup/startup.sh run for real, as root, in a sandbox root, against the
 metadata emulator and fake-gcs-server, with the metadata make-template's body gives a VM.
 
-The wheel and lock come from the bucket (staged by survivor/image.py as make-template stages them),
+The wheel and lock come from the bucket (staged by survivor/cloud/image.py as make-template stages them),
 the venv is built with pip in hash-checking mode, the unit is written and checked with
 `systemd-analyze verify`, and the unit's own ExecStart line, run as its User=, starts the agent,
 which trains to DONE. The lock is this machine's closure of survivor-train (the VM's lock is for
@@ -17,11 +17,11 @@ import uuid
 
 import pytest
 
-from survivor import image
+from survivor.cloud import image
 from survivor.local.boot import SandboxRoot, default_cache_dir, machine_lock, wheelhouse_env
 from survivor.local.metadata_server import MetadataServer
 from survivor.spec import JobSpec
-from survivor.template import MachineOptions, template_body
+from survivor.cloud.template import MachineOptions, template_body
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(os.geteuid() != 0, reason="the startup script runs as root")]
 
@@ -52,7 +52,7 @@ def vm_attributes(spec: JobSpec, install) -> dict[str, str]:
 
 
 def boot_records(job_dir: str) -> list[str]:
-    from survivor.storage import open_storage
+    from survivor.jobdir.storage import open_storage
 
     return sorted(info.name for info in open_storage(job_dir).list(image.BOOTS))
 
@@ -72,8 +72,8 @@ def sandbox():
 
 def test_a_fresh_disk_installs_from_the_bucket_and_the_units_own_exec_start_trains_to_done(
         install_files, gcs_server, bucket, sandbox, tmp_path):
-    from survivor.journal import Journal
-    from survivor.storage import open_storage
+    from survivor.jobdir.journal import Journal
+    from survivor.jobdir.storage import open_storage
 
     wheel, lock, pip_env = install_files
     job_dir = f"gs://{bucket}/runs/{uuid.uuid4().hex[:8]}"
@@ -126,7 +126,7 @@ def test_a_fresh_disk_installs_from_the_bucket_and_the_units_own_exec_start_trai
 
 
 def _staged(job_dir: str) -> list[str]:
-    from survivor.storage import open_storage
+    from survivor.jobdir.storage import open_storage
 
     return [info.name for info in open_storage(job_dir).list(image.STAGE + "/")]
 
@@ -139,7 +139,7 @@ def root_user_uid(name: str) -> int:
 
 def test_a_broken_wheel_is_reported_and_after_three_fresh_disks_the_vm_leaves_its_group(
         install_files, gcs_server, bucket, sandbox, tmp_path, compute_server):
-    from survivor.compute import Compute
+    from survivor.cloud.compute import Compute
 
     _, lock, pip_env = install_files
     broken = tmp_path / "survivor_train-0.1.0-py3-none-any.whl"

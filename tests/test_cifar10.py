@@ -109,8 +109,8 @@ def test_stock_tensorflow_reads_the_checkpoint_and_the_savedmodel_predicts(data_
 def test_cifar10_through_the_agent_and_the_storage_emulator(data_dir, bucket, tmp_path, instance_factory):
     import yaml
 
-    from survivor.storage import open_storage
-    from survivor.store import CheckpointStore
+    from survivor.jobdir.storage import open_storage
+    from survivor.jobdir.store import CheckpointStore
 
     straight = str(tmp_path / "straight")
     run_trainer(CIFAR, straight, small_args(data_dir, steps=16))

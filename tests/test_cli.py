@@ -7,10 +7,10 @@ import sys
 
 import requests
 
-from survivor import cli
+from survivor.commands import main as cli
 from survivor.local.http import free_port
-from survivor.journal import Journal
-from survivor.storage import open_storage
+from survivor.jobdir.journal import Journal
+from survivor.jobdir.storage import open_storage
 
 SURVIVOR = os.path.join(os.path.dirname(sys.executable), "survivor")
 

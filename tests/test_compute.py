@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from survivor import cli
-from survivor.compute import Compute, ComputeError
-from survivor.finish import GroupRef, parse_created_by
+from survivor.commands import main as cli
+from survivor.cloud.compute import Compute, ComputeError
+from survivor.agent.finish import GroupRef, parse_created_by
 from survivor.local.compute_server import SchemaError, Validator, discovery
 from survivor.spec import JobSpec
-from survivor.template import MachineOptions, template_body
+from survivor.cloud.template import MachineOptions, template_body
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPE = os.path.join(ROOT, "templates", "cifar10-4gpu.yaml")
@@ -104,8 +104,8 @@ def test_group_lifecycle_status_stop_start_delete(compute_server, capsys, tmp_pa
     group = compute_server.groups[(PROJECT, "zones/us-west1-b", "demo")]
     assert group["targetSize"] == 1 and len(group["_members"]) == 1
 
-    from survivor.journal import Journal
-    from survivor.storage import open_storage
+    from survivor.jobdir.journal import Journal
+    from survivor.jobdir.storage import open_storage
 
     journal = Journal(open_storage(str(tmp_path / "jobdir")))
     attempt = journal.begin("demo-x")
@@ -395,8 +395,8 @@ def test_stopping_a_mig_instance_directly_gets_it_restarted_which_is_why_agents_
 
 
 def test_a_job_that_keeps_failing_ends_failed_and_leaves_its_group(compute_server, tmp_path, capsys):
-    from survivor.journal import Journal
-    from survivor.storage import open_storage
+    from survivor.jobdir.journal import Journal
+    from survivor.jobdir.storage import open_storage
     from tests.conftest import dummy_spec
 
     job_dir = str(tmp_path / "jobdir")

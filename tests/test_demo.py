@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from survivor.demo import preemption_steps
+from survivor.local.demo import preemption_steps
 
 SURVIVOR = os.path.join(os.path.dirname(sys.executable), "survivor")
 

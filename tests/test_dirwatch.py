@@ -6,11 +6,11 @@ import threading
 
 import pytest
 
-from survivor import dirwatch
-from survivor.agent import Mirror
-from survivor.dirwatch import DirChanges
-from survivor.storage import open_storage
-from survivor.store import CheckpointStore
+from survivor.agent import dirwatch
+from survivor.agent.boot import Mirror
+from survivor.agent.dirwatch import DirChanges
+from survivor.jobdir.storage import open_storage
+from survivor.jobdir.store import CheckpointStore
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
 

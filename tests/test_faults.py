@@ -6,12 +6,12 @@ import random
 
 import pytest
 
-from survivor.journal import Journal
-from survivor.lease import Holder, Lease
+from survivor.jobdir.journal import Journal
+from survivor.jobdir.lease import Holder, Lease
 from survivor.local.fault_proxy import FaultPlan, FaultProxy
-from survivor.snapshot import scan
-from survivor.storage import GcsStorage, open_storage
-from survivor.store import CheckpointStore
+from survivor.jobdir.snapshot import scan
+from survivor.jobdir.storage import GcsStorage, open_storage
+from survivor.jobdir.store import CheckpointStore
 from tests.conftest import dummy_spec, executed_steps
 
 

@@ -12,11 +12,11 @@ import time
 import pytest
 import yaml
 
-from survivor import agent
-from survivor.journal import Journal
+from survivor.agent import boot as agent
+from survivor.jobdir.journal import Journal
 from survivor.local.instance import LocalInstance
 from survivor.spec import MAX_SPEC_BYTES, JobSpec, SpecError, agent_flag_taken, is_secret_name
-from survivor.storage import open_storage
+from survivor.jobdir.storage import open_storage
 from tests.conftest import PYTHON, dummy_spec
 
 UNIT = os.path.join(os.path.dirname(agent.__file__), "startup", "survivor-agent.service")

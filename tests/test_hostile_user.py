@@ -11,8 +11,8 @@ import os
 import pytest
 import yaml
 
-from survivor.journal import Journal
-from survivor.storage import open_storage
+from survivor.jobdir.journal import Journal
+from survivor.jobdir.storage import open_storage
 from tests.conftest import dummy_spec, executed_steps
 
 

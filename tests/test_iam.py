@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from survivor.journal import Journal
+from survivor.jobdir.journal import Journal
 from survivor.local.fault_proxy import ROLES, FaultPlan, FaultProxy, required_permission
-from survivor.storage import BUCKET_MISSING, FORBIDDEN, GcsStorage, StorageError, bucket_missing, open_storage
+from survivor.jobdir.storage import BUCKET_MISSING, FORBIDDEN, GcsStorage, StorageError, bucket_missing, open_storage
 from tests.conftest import PYTHON, dummy_spec
 
 OBJECT_ADMIN = ROLES["roles/storage.objectAdmin"]

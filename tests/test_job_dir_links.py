@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 import shutil
 
-from survivor.journal import Journal
-from survivor.storage import open_storage
+from survivor.jobdir.journal import Journal
+from survivor.jobdir.storage import open_storage
 from tests.conftest import dummy_spec, executed_steps
 
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from survivor.journal import Attempt, Journal, failed_streak, restored_text, should_give_up, steps_lost
-from survivor.storage import open_storage
+from survivor.jobdir.journal import Attempt, Journal, failed_streak, restored_text, should_give_up, steps_lost
+from survivor.jobdir.storage import open_storage
 
 
 def attempt(n, restored, outcome, end=None):
@@ -121,7 +121,7 @@ def test_where_an_attempt_started_reads_for_people():
 
 @pytest.mark.parametrize("data", [b"[" * 100_000 + b"]" * 100_000, b"NaN", b"\xff\xfe", b"[1]", b'{"reason": 5}'])
 def test_a_marker_that_is_not_a_plain_object_still_counts(job_dir, data):
-    from survivor.status import failed_reason
+    from survivor.jobdir.status import failed_reason
 
     storage = open_storage(job_dir)
     storage.write("survivor/FAILED", data)

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from survivor.journal import Journal
-from survivor.lease import (LEASE, Holder, Lease, LeaseHeld, LeaseLost, agent_running, decide_takeover,
+from survivor.jobdir.journal import Journal
+from survivor.jobdir.lease import (LEASE, Holder, Lease, LeaseHeld, LeaseLost, agent_running, decide_takeover,
                             fence_needs_renewal, parse_lease, process_identity, read_boot_id)
-from survivor.storage import open_storage
-from survivor.store import CheckpointStore
+from survivor.jobdir.storage import open_storage
+from survivor.jobdir.store import CheckpointStore
 from tests.conftest import dummy_spec
 
 

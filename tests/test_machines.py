@@ -1,11 +1,11 @@
-"""The Compute rules the discovery document does not carry (survivor/machines.py), as pure functions,
+"""The Compute rules the discovery document does not carry (survivor/cloud/machines.py), as pure functions,
 and the template that follows them: no request Compute Engine would refuse leaves survivor."""
 
 import pytest
 
-from survivor import machines
+from survivor.cloud import machines
 from survivor.spec import JobSpec, SpecError
-from survivor.template import MachineOptions, template_body
+from survivor.cloud.template import MachineOptions, template_body
 
 SPEC = "job_dir: /tmp/x\ntrain_steps: 1\ntrainer: {builtin: dummy}\n"
 

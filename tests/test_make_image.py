@@ -13,9 +13,11 @@ import uuid
 
 import pytest
 
-from survivor import cli, image
-from survivor.compute import Compute, ComputeError
-from survivor.storage import open_storage
+from survivor.commands import main as cli
+
+from survivor.cloud import image
+from survivor.cloud.compute import Compute, ComputeError
+from survivor.jobdir.storage import open_storage
 
 PROJECT = "survivor-local"
 ZONE = "us-west1-b"

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from survivor import memory
+from survivor.agent import memory
 
 glibc_only = pytest.mark.skipif(memory._glibc_mallopt() is None or not sys.platform.startswith("linux"),
                                 reason="glibc's mallopt is what is tuned")
@@ -19,9 +19,9 @@ glibc_only = pytest.mark.skipif(memory._glibc_mallopt() is None or not sys.platf
 # with or without warm_read_buffers() first; it prints the page faults the upload took.
 CHILD = r"""
 import json, os, resource, sys
-from survivor import memory
+from survivor.agent import memory
 warmed = sys.argv[3] == "warm" and memory.warm_read_buffers(background=False)
-from survivor.storage import GcsStorage
+from survivor.jobdir.storage import GcsStorage
 storage = GcsStorage(sys.argv[1])
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 storage.upload([(sys.argv[2], "blob")])

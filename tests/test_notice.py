@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from survivor.metadata import MetadataClient
-from survivor.notice import NoticeWatcher, notice_from_metadata
+from survivor.cloud.metadata import MetadataClient
+from survivor.agent.notice import NoticeWatcher, notice_from_metadata
 
 
 @pytest.mark.parametrize("key, value, expected", [

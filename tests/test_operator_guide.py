@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from survivor import cli
+from survivor.commands import main as cli
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "operator-guide.md"
@@ -153,8 +153,8 @@ class StandIn:
 
 
 def builder_name(job_dir: str) -> str:
-    """The builder VM make-image boots for this checkout's wheel and lock (survivor/image.py)."""
-    from survivor import image
+    """The builder VM make-image boots for this checkout's wheel and lock (survivor/cloud/image.py)."""
+    from survivor.cloud import image
 
     local = image.local_install()
     family = image.family_name(image.install_for(job_dir, local), image.tensorflow_version(local.lock))
@@ -164,8 +164,8 @@ def builder_name(job_dir: str) -> str:
 def play_builder(job_dir: str, zone: str, stop: threading.Event) -> threading.Thread:
     """What make-image's builder VM does by itself (tests/test_boot_rehearsal.py runs it for real):
     its boot record in the job dir, then its power-off, here through the Compute API."""
-    from survivor.compute import Compute
-    from survivor.storage import open_storage
+    from survivor.cloud.compute import Compute
+    from survivor.jobdir.storage import open_storage
 
     name = builder_name(job_dir)
     compute = Compute(os.environ["GOOGLE_CLOUD_PROJECT"])
@@ -236,8 +236,8 @@ def test_the_operator_guide_walked_from_zero_against_the_stand_ins(tmp_path, mon
 
 def check_line(capsys, line: Line, words: list[str], tmp_path: pathlib.Path) -> None:
     """Runs one command of the guide and holds it to what the guide says it does."""
-    from survivor.compute import Compute
-    from survivor.finish import GroupRef
+    from survivor.cloud.compute import Compute
+    from survivor.agent.finish import GroupRef
 
     compute = Compute(os.environ["GOOGLE_CLOUD_PROJECT"])
     command = words[0]
@@ -488,7 +488,7 @@ def test_the_emulators_refuse_bad_flags_in_one_line():
 def builders_play(compute_server, monkeypatch, job_dir: str, outcomes: list[str]) -> None:
     """Each builder make-image creates from now on writes its boot record with the next of `outcomes`
     and powers off, as the request that creates it returns (no race with make-image's polling)."""
-    from survivor.storage import open_storage
+    from survivor.jobdir.storage import open_storage
 
     insert = compute_server._instances_insert
 

@@ -2,10 +2,12 @@
 
 import pytest
 
-from survivor import permissions, preflight
+from survivor.cloud import permissions
+
+from survivor.cloud import preflight
 from survivor.local import fault_proxy
-from survivor.permissions import ROLE_PERMISSIONS, granted_by
-from survivor.storage import PERMISSION_FOR
+from survivor.cloud.permissions import ROLE_PERMISSIONS, granted_by
+from survivor.jobdir.storage import PERMISSION_FOR
 
 MEMBER = "serviceAccount:vm@p.iam.gserviceaccount.com"
 

@@ -3,12 +3,14 @@
 
 import pytest
 
-from survivor import cli, preflight
+from survivor.commands import main as cli
+
+from survivor.cloud import preflight
 from survivor.local.bucket_iam import BucketIam
 from survivor.local.compute_server import PROJECT_NUMBER
-from survivor.preflight import Finding
+from survivor.cloud.preflight import Finding
 from survivor.spec import JobSpec
-from survivor.template import MachineOptions, template_body
+from survivor.cloud.template import MachineOptions, template_body
 
 PROJECT = "survivor-local"
 VM_ACCOUNT = f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"

@@ -5,7 +5,9 @@ import json
 
 import pytest
 
-from survivor import cli, pricing
+from survivor.commands import main as cli
+
+from survivor.cloud import pricing
 
 PROJECT = "survivor-local"
 
@@ -49,8 +51,8 @@ def job_with_one_boot(compute_server, capsys, tmp_path, machine: str, gpu: str) 
                          f"compute: {{machine_type: {machine}, gpu: '{gpu}'}}\n")
     assert cli.main(["make-template", "demo", "--config", str(spec_file), "--project", PROJECT]) == 0
     assert cli.main(["make-group", "demo", "--template", "demo", "--zone", "us-west1-b", "--project", PROJECT]) == 0
-    from survivor.journal import Journal
-    from survivor.storage import open_storage
+    from survivor.jobdir.journal import Journal
+    from survivor.jobdir.storage import open_storage
 
     journal = Journal(open_storage(str(tmp_path / "jobdir")))
     journal.end(journal.begin("demo-x"), "preempted", end_step=40, reached_step=40, steps_lost=0)

@@ -1,5 +1,5 @@
 """The Python floor is proven, not promised: `requires-python` admits the interpreter of every image
-survivor boots or names (survivor/runtimes.py), the code uses no syntax or stdlib newer than the floor
+survivor boots or names (survivor/cloud/runtimes.py), the code uses no syntax or stdlib newer than the floor
 (vermin), and, where a CPython of the floor's version is on the machine, every module compiles and
 imports under it."""
 
@@ -17,9 +17,11 @@ import sys
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from survivor import runtimes, vertex
+from survivor.cloud import runtimes
+
+from survivor.cloud import vertex
 from survivor.spec import JobSpec
-from survivor.template import MachineOptions
+from survivor.cloud.template import MachineOptions
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FLOOR = "{}.{}".format(*runtimes.PYTHON_FLOOR)
@@ -53,7 +55,7 @@ def test_the_image_the_template_boots_is_in_the_table():
 
 
 def test_vertex_names_only_images_of_the_table_and_never_a_literal_of_its_own():
-    assert "vertex-ai/training/tf-" not in inspect.getsource(vertex), "image URIs belong in survivor/runtimes.py"
+    assert "vertex-ai/training/tf-" not in inspect.getsource(vertex), "image URIs belong in survivor/cloud/runtimes.py"
     spec = JobSpec.from_yaml("job_dir: gs://b-1/x\ntrain_steps: 1\ntrainer: {builtin: mlp}\n")
     pools = [vertex.Pool("chief", "n1-standard-8", 1, "NVIDIA_TESLA_T4", 1),
              vertex.Pool("parameter server", "n1-standard-4", 1)]

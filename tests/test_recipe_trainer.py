@@ -12,11 +12,11 @@ import re
 import shutil
 import subprocess
 
-from survivor.journal import Journal
+from survivor.jobdir.journal import Journal
 from survivor.local.instance import LocalInstance
 from survivor.spec import FLAT_KEYS, RECIPE_HYPERPARAMETERS, UNSUPPORTED_FLAT_KEYS
-from survivor.storage import open_storage
-from survivor.store import CheckpointStore
+from survivor.jobdir.storage import open_storage
+from survivor.jobdir.store import CheckpointStore
 from tests.conftest import PYTHON
 
 RECIPE = os.path.join(os.path.dirname(__file__), "recipe")

@@ -15,11 +15,11 @@ import uuid
 
 import pytest
 
-from survivor.journal import Journal
-from survivor.snapshot import scan
-from survivor.status import job_summary
-from survivor.storage import open_storage
-from survivor.store import CheckpointStore, manifest_name
+from survivor.jobdir.journal import Journal
+from survivor.jobdir.snapshot import scan
+from survivor.jobdir.status import job_summary
+from survivor.jobdir.storage import open_storage
+from survivor.jobdir.store import CheckpointStore, manifest_name
 from tests.conftest import PYTHON, dummy_spec, executed_steps
 
 

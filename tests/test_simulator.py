@@ -88,9 +88,9 @@ def test_operator_stop_saves_and_start_resumes_on_a_new_instance(tmp_path, capsy
     `survivor start` resizes to 1: a new instance (another name) takes the released lease at once."""
     import time
 
-    from survivor import cli
-    from survivor.journal import Journal
-    from survivor.storage import open_storage
+    from survivor.commands import main as cli
+    from survivor.jobdir.journal import Journal
+    from survivor.jobdir.storage import open_storage
 
     job_dir = str(tmp_path / "jobdir")
     sim = Simulator(sim_spec(job_dir, tmp_path, 400, checkpoint_bytes=0, lease_seconds=60), str(tmp_path / "sim"),

@@ -5,11 +5,11 @@ import os
 
 import pytest
 
-from survivor import snapshot
-from survivor.agent import Mirror
-from survivor.snapshot import Checksums, scan
-from survivor.storage import crc32c_of_bytes, open_storage
-from survivor.store import CheckpointStore
+from survivor.jobdir import snapshot
+from survivor.agent.boot import Mirror
+from survivor.jobdir.snapshot import Checksums, scan
+from survivor.jobdir.storage import crc32c_of_bytes, open_storage
+from survivor.jobdir.store import CheckpointStore
 
 PIECES = [os.urandom(300_000), os.urandom(700_000), os.urandom(123_457)]
 BIG = os.urandom(9 * 1024 * 1024)  # over the client's 8 MiB limit for one-request uploads: a resumable one

@@ -12,10 +12,10 @@ import zipfile
 
 import pytest
 
-from survivor import image
+from survivor.cloud import image
 from survivor.local.boot import STARTUP, SandboxRoot
 from survivor.local.metadata_server import MetadataServer
-from survivor.template import startup_script
+from survivor.cloud.template import startup_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE_STARTUP = os.path.join(ROOT, "survivor", "startup")
@@ -143,7 +143,7 @@ def test_an_unexpected_failure_is_reported_before_set_e_exits(tmp_path):
 
 
 def test_a_staged_file_that_differs_from_its_sha256_is_refused_before_pip(tmp_path, gcs_server, bucket):
-    from survivor.storage import open_storage
+    from survivor.jobdir.storage import open_storage
 
     job_dir = f"gs://{bucket}/run"
     open_storage(job_dir).write("survivor/install/x/survivor_train-0.1.0-py3-none-any.whl", b"swapped bytes")

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from survivor.snapshot import decide_files_and_step, parse_tf_state, scan
-from survivor.storage import open_storage
-from survivor.store import (BLOBS, CheckpointStore, FileEntry, Manifest, ManifestError, RestoreFailed,
+from survivor.jobdir.snapshot import decide_files_and_step, parse_tf_state, scan
+from survivor.jobdir.storage import open_storage
+from survivor.jobdir.store import (BLOBS, CheckpointStore, FileEntry, Manifest, ManifestError, RestoreFailed,
                             check_relative_path, snapshots_to_delete)
 
 
@@ -151,9 +151,9 @@ def test_numbered_layout_takes_the_highest_number():
 
 UPLOADER = r"""
 import os, sys
-from survivor.snapshot import scan
-from survivor.storage import open_storage
-from survivor.store import CheckpointStore
+from survivor.jobdir.snapshot import scan
+from survivor.jobdir.storage import open_storage
+from survivor.jobdir.store import CheckpointStore
 local, job_dir = sys.argv[1], sys.argv[2]
 CheckpointStore(open_storage(job_dir)).commit(local, scan(local), attempt=2)
 print("COMMITTED", flush=True)
@@ -296,7 +296,7 @@ def test_a_manifest_stored_under_another_name_is_refused(job_dir, tmp_path):
 
 
 def test_a_manifest_larger_than_any_real_one_is_not_read(job_dir, tmp_path, monkeypatch):
-    import survivor.store as store_module
+    import survivor.jobdir.store as store_module
 
     store = CheckpointStore(open_storage(job_dir))
     commit_step(store, str(tmp_path / "job"), 10)
@@ -307,7 +307,7 @@ def test_a_manifest_larger_than_any_real_one_is_not_read(job_dir, tmp_path, monk
 def test_manifest_names_sort_by_number_not_text():
     names = ["survivor/snapshots/000000000020-000001-0001.json", "survivor/snapshots/1000000000000-000001-0001.json",
              "survivor/snapshots/000000000020-000002-0001.json", "survivor/snapshots/junk.json"]
-    from survivor.store import _order
+    from survivor.jobdir.store import _order
 
     assert sorted(names, key=_order, reverse=True) == [names[1], names[2], names[0], names[3]]
 
@@ -475,7 +475,7 @@ def test_a_local_blob_that_is_a_symlink_is_not_followed(tmp_path):
 
 
 def test_a_full_local_job_dir_is_a_storage_error_and_leaves_no_temporary_files(tmp_path):
-    from survivor.storage import StorageError
+    from survivor.jobdir.storage import StorageError
     from tests.test_restore_failures import small_disk
 
     local = str(tmp_path / "job")

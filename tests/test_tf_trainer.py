@@ -47,8 +47,8 @@ def test_through_the_agent_and_the_storage_emulator(uninterrupted, bucket, tmp_p
 
     import yaml
 
-    from survivor.storage import open_storage
-    from survivor.store import CheckpointStore
+    from survivor.jobdir.storage import open_storage
+    from survivor.jobdir.store import CheckpointStore
 
     job_dir = f"gs://{bucket}/mlp"
     spec = yaml.safe_dump({

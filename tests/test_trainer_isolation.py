@@ -15,11 +15,11 @@ import time
 
 import pytest
 
-from survivor.delivery import git_plan
-from survivor.snapshot import scan
-from survivor.storage import LocalStorage, crc32c_of_file
-from survivor.store import CheckpointStore
-from survivor.trainer_process import (MAX_LINE_BYTES, OutputLines, give_to, read_progress, session_members,
+from survivor.agent.delivery import git_plan
+from survivor.jobdir.snapshot import scan
+from survivor.jobdir.storage import LocalStorage, crc32c_of_file
+from survivor.jobdir.store import CheckpointStore
+from survivor.agent.trainer import (MAX_LINE_BYTES, OutputLines, give_to, read_progress, session_members,
                                       write_pid_file)
 from survivor.trainers.contract import progress_record
 

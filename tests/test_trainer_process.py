@@ -13,11 +13,11 @@ import zipfile
 
 import pytest
 
-from survivor.delivery import deliver, git_plan
-from survivor.gpus import decide_gpu_count, parse_nvidia_smi_list
+from survivor.agent.delivery import deliver, git_plan
+from survivor.agent.gpus import decide_gpu_count, parse_nvidia_smi_list
 from survivor.spec import JobSpec, TrainerSpec
 from survivor.spec import BUILTIN_FLAGS, BUILTIN_TRAINERS
-from survivor.trainer_process import (TrainerProcess, TrainerUserError, decide_user, read_progress, save_signal,
+from survivor.agent.trainer import (TrainerProcess, TrainerUserError, decide_user, read_progress, save_signal,
                                       trainer_argv)
 from survivor.trainers.contract import PROGRESS_RECORD_BYTES, parse_progress, report_progress
 
@@ -190,7 +190,7 @@ def make_wheel(path, package="pkgtrainer", version="0.1"):
 
 
 def test_a_packaged_trainer_is_fetched_and_installed_like_cloud_ml_engine_packages(tmp_path, bucket):
-    from survivor.storage import GcsStorage
+    from survivor.jobdir.storage import GcsStorage
 
     wheel = tmp_path / "pkgtrainer-0.1-py3-none-any.whl"
     make_wheel(wheel)
@@ -212,7 +212,7 @@ SYSTEM_PYTHON = "/usr/bin/python3"  # one the unprivileged user can execute (thi
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
 @pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason="needs a system python3")
 def test_an_agent_running_as_root_runs_the_trainer_as_the_named_user(request):
-    from survivor import agent
+    from survivor.agent import boot as agent
 
     nobody = pwd.getpwnam("nobody")
     base = tempfile.mkdtemp(prefix="survivor-user-", dir="/tmp")  # not tmp_path: "nobody" must reach it

@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("google.cloud.aiplatform_v1")
 
-from survivor import cli  # noqa: E402
+from survivor.commands import main as cli  # noqa: E402
 from survivor.spec import JobSpec, SpecError  # noqa: E402
-from survivor.vertex import Pool, custom_job_body, prebuilt_image, submit, translate_training_input  # noqa: E402
+from survivor.cloud.vertex import Pool, custom_job_body, prebuilt_image, submit, translate_training_input  # noqa: E402
 
 SPEC = """
 name: mnist-dist

@@ -126,7 +126,7 @@ class PeerVM:
         return self.process is not None and self.process.poll() is None
 
     def progress(self) -> int | None:
-        from survivor.trainer_process import read_progress
+        from survivor.agent.trainer import read_progress
 
         return read_progress(self.progress_file)
 
@@ -173,7 +173,7 @@ class SurvivorVM:
         import yaml
 
         from survivor.local.instance import LocalInstance
-        from survivor.trainer_process import progress_path
+        from survivor.agent.trainer import progress_path
 
         spec = {"job_dir": job_dir, "train_steps": args.train_steps, "checkpoint_steps": args.checkpoint_steps,
                 "num_gpus": 2, "on_finish": "keep-alive", "trainer": {"builtin": "mlp"},
@@ -190,7 +190,7 @@ class SurvivorVM:
         return self.vm.running()
 
     def progress(self) -> int | None:
-        from survivor.trainer_process import read_progress
+        from survivor.agent.trainer import read_progress
 
         return read_progress(self._progress())
 
@@ -204,8 +204,8 @@ class SurvivorVM:
         self.vm.kill()
 
     def restore_seconds(self, boot: int) -> float:
-        from survivor.journal import Journal
-        from survivor.storage import open_storage
+        from survivor.jobdir.journal import Journal
+        from survivor.jobdir.storage import open_storage
 
         attempts = [a for a in Journal(open_storage(self.job_dir)).attempts() if a.number == boot]
         return attempts[0].timings.get("restore", 0.0) if attempts else 0.0

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
 
-from survivor.image import sha256_of
+from survivor.cloud.image import sha256_of
 
 STARTUP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "startup", "startup.sh")
 UNIT = "etc/systemd/system/survivor-agent.service"

@@ -181,7 +181,7 @@ def damaged_manifest(kind: str, good_raw: bytes | None, good_step: int, rng: ran
                      train_steps: int = TRAIN_STEPS) -> tuple[str, bytes]:
     """Pure: (object name, body) of a damaged manifest of `kind` that sorts newer than the good one
     at `good_step` (stored as `good_raw`; None when nothing is committed yet)."""
-    from survivor.store import manifest_name
+    from survivor.jobdir.store import manifest_name
 
     step = {"no files, a huge step": rng.choice([train_steps, 999_999_999]),
             "a step beyond train_steps": train_steps + 1}.get(kind, good_step + rng.randint(1, 50))
@@ -242,8 +242,8 @@ class _Rounds:
 
     def __init__(self, vm: LocalInstance, job_dir: str, rng: random.Random, seed: int, result: ChaosResult,
                  root: str, proxy: FaultProxy | None):
-        from survivor.storage import open_storage
-        from survivor.store import CheckpointStore
+        from survivor.jobdir.storage import open_storage
+        from survivor.jobdir.store import CheckpointStore
 
         self.vm, self.job_dir, self.rng, self.seed, self.result = vm, job_dir, rng, seed, result
         self.storage = open_storage(job_dir)
@@ -305,7 +305,7 @@ class _Rounds:
 
     def restored_by_agent(self) -> tuple[str | None, int | None]:
         """What this boot's agent restored: its newest attempt record's restored_from and step."""
-        from survivor.journal import ATTEMPTS, Attempt
+        from survivor.jobdir.journal import ATTEMPTS, Attempt
 
         names = sorted(o.name for o in self.storage.list(ATTEMPTS) if o.name.endswith(".json"))
         blob = self.storage.read(names[-1]) if names else None
@@ -505,7 +505,7 @@ def _fill(fs: str, leave: int) -> str:
 def _full_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, python: str,
                       result: ChaosResult) -> None:
     """A job on a local job dir; each round fills it, the boot disk or both, then preempts."""
-    from survivor.journal import ATTEMPTS, Attempt
+    from survivor.jobdir.journal import ATTEMPTS, Attempt
 
     tally = result.tallies["full disk"]
     jobfs, vm_root = os.path.join(root, "jobfs"), os.path.join(root, "vm-full")
@@ -584,14 +584,14 @@ def _full_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, pyt
 def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str = sys.executable, *,
               manifests: int = 0, full_disks: int = 0, slow_metadata: int = 0) -> ChaosResult:
     """Runs the rounds, in a random order, against a fresh storage emulator under `root`."""
-    from survivor.journal import Journal
-    from survivor.storage import open_storage
+    from survivor.jobdir.journal import Journal
+    from survivor.jobdir.storage import open_storage
 
     rng = random.Random(seed)
     result = ChaosResult()
     started = time.monotonic()
     os.makedirs(root, exist_ok=True)
-    with _quiet("survivor.store"), StorageEmulator(log_dir=root) as gcs:
+    with _quiet("survivor.jobdir.store"), StorageEmulator(log_dir=root) as gcs:
         gcs.create_bucket("chaos")
         proxy = FaultProxy(gcs.url, FaultPlan(rate=fault_rate, seed=seed, stall_seconds=0.3)).start()
         job_dir = "gs://chaos/job"

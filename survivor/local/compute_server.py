@@ -17,7 +17,7 @@ getGuestAttributes), zone/region/global operations (get and wait; operations sta
 DONE when next looked at). Failures can be injected per method: an HTTP error (403 ...) or an
 operation error (`ZONE_RESOURCE_POOL_EXHAUSTED`, `QUOTA_EXCEEDED`).
 
-Compute Engine rules the discovery document does not carry (survivor/machines.py: GPUs built into
+Compute Engine rules the discovery document does not carry (survivor/cloud/machines.py: GPUs built into
 a2/a3/g2, N1 GPU counts, TERMINATE for GPU VMs, Spot without automatic restart, the 120 s notice)
 are enforced on `instanceTemplates.insert` with a 400 in the API's words. The real API may answer
 some of them only when an instance is created; the fake answers them at once, so that a template
@@ -52,7 +52,7 @@ import time
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
-from survivor import machines
+from survivor.cloud import machines
 from survivor.local.http import LocalService, QuietHandler, send_json
 
 BASE = "/compute/v1/"

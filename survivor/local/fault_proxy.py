@@ -36,11 +36,11 @@ from urllib.parse import unquote, urlsplit
 import requests
 
 from survivor.local.http import LocalService, QuietHandler
-from survivor.permissions import ROLE_PERMISSIONS
+from survivor.cloud.permissions import ROLE_PERMISSIONS
 
 KINDS = ("429", "503", "reset", "stall", "truncate")
 
-#: The Cloud Storage permissions of predefined roles: the product's table (survivor/permissions.py,
+#: The Cloud Storage permissions of predefined roles: the product's table (survivor/cloud/permissions.py,
 #: with Google's role reference and the client libraries' StorageRoles as its sources), so preflight
 #: and this stand-in can never disagree on what a role grants.
 ROLES: dict[str, frozenset[str]] = ROLE_PERMISSIONS

@@ -20,7 +20,7 @@ import sys
 import time
 
 from survivor.local.metadata_server import MetadataServer
-from survivor.trainer_process import progress_path, read_progress
+from survivor.agent.trainer import progress_path, read_progress
 
 
 class LocalInstance:

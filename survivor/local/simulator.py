@@ -167,9 +167,9 @@ class Simulator:
     # -- the run ----------------------------------------------------------------------------------
 
     def _template_and_group(self) -> None:
-        from survivor.compute import Compute
+        from survivor.cloud.compute import Compute
         from survivor.spec import JobSpec
-        from survivor.template import MachineOptions, template_body
+        from survivor.cloud.template import MachineOptions, template_body
 
         spec = JobSpec.from_yaml(self.spec_yaml)
         compute = Compute(PROJECT, endpoint=self.compute.endpoint)
@@ -211,8 +211,8 @@ class Simulator:
                     callback(self.compute.instances[member])
 
     def run(self, timeout: float = 3600.0) -> SimulationResult:
-        from survivor.journal import Journal
-        from survivor.storage import open_storage
+        from survivor.jobdir.journal import Journal
+        from survivor.jobdir.storage import open_storage
 
         os.makedirs(self.root, exist_ok=True)
         self._template_and_group()

@@ -5,7 +5,7 @@ field name or an enum number the API does not define fails the call (the client 
 integers: `$alt=json;enum-encoding=int`). A Python package must name a prebuilt training image
 (PythonPackageSpec.executor_image_uri: "You must use an image from this list",
 https://cloud.google.com/dotnet/docs/reference/Google.Cloud.AIPlatform.V1/2.20.0/Google.Cloud.AIPlatform.V1.PythonPackageSpec)
-with the `latest` tag, still available on the fake's `today` by Google's table (survivor/runtimes.py);
+with the `latest` tag, still available on the fake's `today` by Google's table (survivor/cloud/runtimes.py);
 the wording of these refusals is the fake's own. Created jobs go PENDING -> RUNNING -> SUCCEEDED as
 they are read; `requests` keeps every body for tests to inspect.
 """
@@ -18,7 +18,7 @@ import json
 from typing import Any
 from urllib.parse import urlsplit
 
-from survivor import runtimes
+from survivor.cloud import runtimes
 from survivor.local.http import LocalService, QuietHandler, send_json
 
 

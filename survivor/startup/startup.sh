@@ -29,7 +29,7 @@ umask 022
 
 # Overridable only so the test suite can run this script in a sandbox root (and point it at
 # stand-ins: GCE_METADATA_HOST as google-auth honours it, STORAGE_EMULATOR_HOST as
-# google-cloud-storage does, SURVIVOR_COMPUTE_ENDPOINT as survivor/compute.py does).
+# google-cloud-storage does, SURVIVOR_COMPUTE_ENDPOINT as survivor/cloud/compute.py does).
 readonly ROOT="${SURVIVOR_ROOT:-}"
 readonly OPT="${ROOT}/opt/survivor"
 readonly VENV="${OPT}/venv"

@@ -194,7 +194,7 @@ class Runtime:
         """TensorFlow's PreemptionCheckpointHandler, listening to survivor's NoticePoll."""
         import tensorflow as tf
 
-        from survivor.metadata import MetadataClient
+        from survivor.cloud.metadata import MetadataClient
         from survivor.trainers.preemption import NoticePoll, once
 
         poll = NoticePoll(self.stop, MetadataClient(timeout=1.0, retrying=once))

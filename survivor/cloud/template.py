@@ -19,7 +19,9 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from survivor import __version__, machines
+from survivor import __version__
+
+from survivor.cloud import machines
 from survivor.spec import JobSpec, SpecError, dumps_json
 
 DLVM_PROJECT = "deeplearning-platform-release"
@@ -36,14 +38,14 @@ SCOPES = {
 }
 
 
-#: survivor's own image families (survivor/image.py family_name) start with this
+#: survivor's own image families (survivor/cloud/image.py family_name) start with this
 IMAGE_FAMILY_PREFIX = "survivor-"
 
 
 @dataclass(frozen=True)
 class Install:
     """What the startup script installs: gs:// URLs and sha256 of survivor's wheel, the lock and the
-    trainer's requirements, staged in the job dir by survivor/image.py."""
+    trainer's requirements, staged in the job dir by survivor/cloud/image.py."""
 
     wheel: str
     wheel_sha256: str
@@ -132,7 +134,7 @@ def machine_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
 
 def startup_script() -> str:
     """The VM startup script shipped in survivor's package (survivor/startup/startup.sh)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup", "startup.sh")  # package data
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "startup", "startup.sh")  # package data
     with open(path, encoding="utf-8") as f:
         return f.read()
 
@@ -144,7 +146,7 @@ def template_body(name: str, spec: JobSpec, options: MachineOptions, script: str
     problems = machine_problems(spec, options)
     if problems:
         raise SpecError(problems)
-    # a2/a3/g2 carry their GPUs: nothing is attached to them (survivor/machines.py)
+    # a2/a3/g2 carry their GPUs: nothing is attached to them (survivor/cloud/machines.py)
     attached = 0 if machines.carries_gpus(options.machine_type) else (options.gpu_count if options.gpu_type else 0)
     gpus = machines.gpus_of(options.machine_type, options.gpu_type, attached)[1]
     scheduling = machines.scheduling(options.machine_type, options.gpu_type, attached, spot=options.spot,

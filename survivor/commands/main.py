@@ -26,7 +26,8 @@ def _note_early_signals() -> None:
 
 def _agent(args: argparse.Namespace) -> int:
     early = _early_signals
-    from survivor import agent, memory
+    from survivor.agent import boot as agent
+    from survivor.agent import memory
 
     logs.setup(args.log_format, args.log_level)
     # Before any thread starts: upload reads reuse memory paged in now, not on the way to safety.
@@ -44,7 +45,7 @@ def _agent(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from survivor import demo
+    from survivor.local import demo
 
     return demo.main(args)
 
@@ -66,7 +67,7 @@ def _emulate(args: argparse.Namespace) -> int:
 def _submit(args: argparse.Namespace) -> int:
     import yaml
 
-    from survivor import vertex
+    from survivor.cloud import vertex
     from survivor.spec import JobSpec, SpecError
 
     try:
@@ -229,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=0)
     d.set_defaults(func=_data)
 
-    from survivor import operator
+    from survivor.commands import group as operator
 
     operator.add_commands(sub)
     return parser

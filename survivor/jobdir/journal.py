@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from survivor import log as logs
-from survivor.storage import JobStorage, PreconditionFailed, parse_json
+from survivor.jobdir.storage import JobStorage, PreconditionFailed, parse_json
 
 ATTEMPTS = "survivor/attempts/"
 DONE = "survivor/DONE"

@@ -13,7 +13,7 @@ image. On Vertex the trainer writes its checkpoints straight to `<job_dir>/check
 file system); Vertex, not survivor's agent, restarts workers.
 
 Each pool gets the image and the trainer args of its own machine: a pool without GPUs runs the CPU image
-with `--num-gpus 0`. The prebuilt image comes from survivor/runtimes.py, only while Google's table still
+with `--num-gpus 0`. The prebuilt image comes from survivor/cloud/runtimes.py, only while Google's table still
 supports it on the day of the submit; when it supports none (as for TensorFlow since 2025-07-11) the
 submit says so and asks for `--container-image` (or `--executor-image`, a prebuilt image newer than
 the table).
@@ -28,9 +28,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from survivor import runtimes
+from survivor.cloud import runtimes
 from survivor.spec import BUILTIN_TRAINERS, JobSpec, SpecError
-from survivor.trainer_process import trainer_argv
+from survivor.agent.trainer import trainer_argv
 
 ENDPOINT_ENV = "SURVIVOR_VERTEX_ENDPOINT"
 
@@ -147,7 +147,7 @@ def _fmt(day: _dt.date) -> str:
 
 def prebuilt_image(accelerator: str, day: _dt.date) -> str:
     """Pure decision: the newest TensorFlow prebuilt training image for `accelerator` ("cpu" or "gpu")
-    that Google's table (survivor/runtimes.py) still supports on `day` and whose Python meets the floor.
+    that Google's table (survivor/cloud/runtimes.py) still supports on `day` and whose Python meets the floor.
 
     Raises SpecError, naming the newest such image and the day its support ended, when there is none.
     """

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from survivor import log as logs
-from survivor.snapshot import Snapshot
-from survivor.storage import NOT_FOUND, JobStorage, PreconditionFailed, StorageError, crc32c_of_file, parse_json
+from survivor.jobdir.snapshot import Snapshot
+from survivor.jobdir.storage import NOT_FOUND, JobStorage, PreconditionFailed, StorageError, crc32c_of_file, parse_json
 
 SNAPSHOTS = "survivor/snapshots/"
 BLOBS = "survivor/blobs/"

@@ -16,12 +16,12 @@ import sys
 import time
 from typing import Any
 
-from survivor import machines
-from survivor.compute import BASE_INSTANCE_NAME_MAX, Compute, ComputeError, location_problems, name_problems
-from survivor.finish import GroupRef
+from survivor.cloud import machines
+from survivor.cloud.compute import BASE_INSTANCE_NAME_MAX, Compute, ComputeError, location_problems, name_problems
+from survivor.agent.finish import GroupRef
 from survivor.spec import JobSpec, SpecError
-from survivor.storage import StorageError
-from survivor.template import MachineOptions, body_differences, named_differences, parse_gpu, pretty, template_body
+from survivor.jobdir.storage import StorageError
+from survivor.cloud.template import MachineOptions, body_differences, named_differences, parse_gpu, pretty, template_body
 
 
 def _err(message: str) -> int:
@@ -30,7 +30,7 @@ def _err(message: str) -> int:
 
 
 def _price(text: str) -> float:
-    from survivor import pricing
+    from survivor.cloud import pricing
 
     try:
         return pricing.price_per_hour(text)
@@ -111,7 +111,7 @@ def _template_from_args(args: argparse.Namespace, boot=None) -> tuple[JobSpec, d
 def _boot(args: argparse.Namespace, compute: Compute | None, project: str | None):
     """make-template's choice of what the VM boots: survivor's image for this wheel and lock when its
     family exists (the boot installs nothing), else the wheel and lock staged in the job's bucket."""
-    from survivor import image
+    from survivor.cloud import image
 
     def choose(spec: JobSpec, options: MachineOptions):
         if not spec.job_dir.startswith("gs://"):
@@ -189,7 +189,7 @@ def make_template(args: argparse.Namespace) -> int:
 def make_image(args: argparse.Namespace) -> int:
     """`survivor make-image --config SPEC --zone Z`: survivor's image for this wheel, lock and the trainer's
     requirements (compute.requirements), so that make-template's VMs boot into training installing nothing."""
-    from survivor import image
+    from survivor.cloud import image
 
     try:
         if location_problems(args.zone, None, regional=False):
@@ -222,8 +222,8 @@ def make_image(args: argparse.Namespace) -> int:
 
 
 def _preflight_passes(body: dict, compute: Compute, zone: str | None, region: str | None) -> bool:
-    """Runs survivor/preflight.py's checks for a template body; prints warnings and errors."""
-    from survivor import preflight
+    """Runs survivor/cloud/preflight.py's checks for a template body; prints warnings and errors."""
+    from survivor.cloud import preflight
 
     findings = [f for f in preflight.check(body, compute, zone=zone, region=region) if f.level != "ok"]
     passed = preflight.report(findings, lambda line: print(line, file=sys.stderr))
@@ -234,7 +234,7 @@ def _preflight_passes(body: dict, compute: Compute, zone: str | None, region: st
 
 def _regional_zones(compute: Compute, region: str, template: dict) -> list[str]:
     """The region's zones that offer the template's GPU (all of them for a VM without GPUs)."""
-    from survivor.preflight import target_from_body
+    from survivor.cloud.preflight import target_from_body
 
     target = target_from_body(template)
     zones = compute.region(region)["zones"]
@@ -245,7 +245,7 @@ def _regional_zones(compute: Compute, region: str, template: dict) -> list[str]:
 
 def wait_for_group(compute: Compute, group: GroupRef, wait_seconds: float, poll_seconds: float) -> tuple[str, str, list]:
     """Polls the new group until its VM is RUNNING, its creation failed, or `wait_seconds` passed."""
-    from survivor.compute import group_creation
+    from survivor.cloud.compute import group_creation
 
     deadline = time.monotonic() + wait_seconds
     while True:
@@ -258,7 +258,7 @@ def wait_for_group(compute: Compute, group: GroupRef, wait_seconds: float, poll_
 
 def make_group(args: argparse.Namespace) -> int:
     """Creates the job's single-VM MIG, then waits until its VM runs or the MIG reports why it cannot."""
-    from survivor.compute import distribution_policy, explain_operation_errors
+    from survivor.cloud.compute import distribution_policy, explain_operation_errors
 
     try:
         project = _project(args)
@@ -333,7 +333,7 @@ def make_group(args: argparse.Namespace) -> int:
 
 def preflight_command(args: argparse.Namespace) -> int:
     """`survivor preflight JOB --config ...`: every check, one line each; non-zero when one blocks."""
-    from survivor import preflight
+    from survivor.cloud import preflight
 
     try:
         spec, body = _template_from_args(args)
@@ -373,8 +373,8 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
                spot_price: float | None = None, on_demand_price: float | None = None) -> dict[str, Any]:
     """Everything `survivor status` shows: the MIG, its instance, the job dir's story, the cost
     (from pricing's offline table, or the USD-per-hour prices given)."""
-    from survivor import pricing
-    from survivor.status import job_summary
+    from survivor.cloud import pricing
+    from survivor.jobdir.status import job_summary
 
     out: dict[str, Any] = {"name": group.name, "project": group.project, "zone": group.zone, "region": group.region}
     found = compute.get_group(group)
@@ -394,7 +394,7 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
                 spec = JobSpec.from_yaml(items["survivor-job"])
             props = template["properties"]
             accel = (props.get("guestAccelerators") or [{}])[0]
-            # a2/a3/g2 carry their GPUs without guestAccelerators (survivor/machines.py)
+            # a2/a3/g2 carry their GPUs without guestAccelerators (survivor/cloud/machines.py)
             gpu_type, gpu_count = machines.gpus_of(props.get("machineType") or "", accel.get("acceleratorType"),
                                                    int(accel.get("acceleratorCount") or 0))
             out["machine"] = {"machine_type": props.get("machineType"), "gpu_type": gpu_type, "gpu_count": gpu_count,
@@ -420,7 +420,7 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
 
 def vertex_status(args: argparse.Namespace) -> int:
     """A Vertex AI custom job's state, beside what its job dir says."""
-    from survivor import vertex
+    from survivor.cloud import vertex
 
     region = args.vertex.split("/locations/")[1].split("/")[0] if "/locations/" in args.vertex else (args.region or "us-central1")
     try:
@@ -429,7 +429,7 @@ def vertex_status(args: argparse.Namespace) -> int:
         return _err(f"custom job {args.vertex}: {getattr(exc, 'message', None) or exc}")
     report = {"vertex_job": job["name"], "state": job.get("state"), "display_name": job.get("displayName")}
     if args.job_dir:
-        from survivor.status import job_summary
+        from survivor.jobdir.status import job_summary
 
         report["job"] = job_summary(args.job_dir)
     if args.json:
@@ -450,7 +450,7 @@ def status(args: argparse.Namespace) -> int:
             return _err("give a job name (with --zone or --region), or --job-dir")
         if getattr(args, "spot_price", None) or getattr(args, "on_demand_price", None):
             return _err("--spot-price/--on-demand-price: name the job too, so its machine and compute hours are known")
-        from survivor import status as job_dir_status
+        from survivor.jobdir import status as job_dir_status
 
         try:
             return job_dir_status.main(args)
@@ -491,7 +491,7 @@ def status(args: argparse.Namespace) -> int:
                       f"{job['preemptions']} preemptions survived, {job['steps_lost']} steps lost, "
                       f"{job['attempts']} boots")
         if job.get("failed"):
-            from survivor.status import failed_reason
+            from survivor.jobdir.status import failed_reason
 
             console.print(f"  [red]FAILED[/red]: {failed_reason(job['failed'])}")
         cost = report.get("cost_usd") or {}
@@ -574,7 +574,7 @@ def vertex_logs(args: argparse.Namespace) -> int:
     """A Vertex AI custom job's replica logs from Cloud Logging; with --follow, until the job ends."""
     from google.api_core import exceptions as api_errors
 
-    from survivor import vertex
+    from survivor.cloud import vertex
 
     try:
         project, region, _ = vertex.job_parts(args.vertex)

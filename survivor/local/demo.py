@@ -19,8 +19,8 @@ import time
 
 import yaml
 
-from survivor.journal import Journal
-from survivor.storage import open_storage
+from survivor.jobdir.journal import Journal
+from survivor.jobdir.storage import open_storage
 
 DEFAULT_STEPS = {"mlp": 300, "dummy": 200, "cifar10": 80}
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import google_crc32c
 
-from survivor.storage import crc32c_extend, crc32c_of_file, crc32c_text
+from survivor.jobdir.storage import crc32c_extend, crc32c_of_file, crc32c_text
 
 #: The file a trainer may write (atomically) with its current step, for live progress. Not a checkpoint.
 PROGRESS_FILE = "survivor-progress.json"

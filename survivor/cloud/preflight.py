@@ -28,10 +28,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from survivor import machines, permissions
-from survivor.storage import PERMISSION_FOR
+from survivor.cloud import machines
 
-#: What the agent does in the job dir needs these (survivor/storage.py), all object permissions.
+from survivor.cloud import permissions
+from survivor.jobdir.storage import PERMISSION_FOR
+
+#: What the agent does in the job dir needs these (survivor/jobdir/storage.py), all object permissions.
 OBJECT_PERMISSIONS = tuple(sorted(set(PERMISSION_FOR.values())))
 #: The trainer reads data_dir: listing and reading objects (roles/storage.objectViewer, operator guide).
 DATA_PERMISSIONS = ("storage.objects.get", "storage.objects.list")
@@ -214,8 +216,8 @@ def _bucket_state(bucket: str, member: str, project: str, key: str = "job_dir") 
 def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str | None = None,
           storage_check: Callable[..., list[Finding]] | None = None) -> list[Finding]:
     """Every finding for a template body, in the order bucket, IAM (job_dir, then data_dir), image,
-    GPU, quota. `compute` is a survivor.compute.Compute; Compute failures become findings, not exceptions."""
-    from survivor.compute import ComputeError
+    GPU, quota. `compute` is a survivor.cloud.compute.Compute; Compute failures become findings, not exceptions."""
+    from survivor.cloud.compute import ComputeError
 
     target = target_from_body(body)
     out: list[Finding] = []

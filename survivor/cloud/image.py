@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from survivor import __version__
-from survivor.template import DLVM_PROJECT, SCOPES, Install, startup_script
+from survivor.cloud.template import DLVM_PROJECT, SCOPES, Install, startup_script
 
 #: zip's earliest time: the wheel's bytes depend on the source only (honoured by setuptools' bdist_wheel)
 SOURCE_DATE_EPOCH = "315532800"
@@ -72,7 +72,7 @@ def sha256_of(path: str) -> str:
 
 def source_tree() -> str | None:
     """The checkout survivor runs from (a pyproject.toml of survivor-train beside the package), or None."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         with open(os.path.join(root, "pyproject.toml"), encoding="utf-8") as f:
             return root if re.search(r'^name\s*=\s*"survivor-train"', f.read(), re.M) else None
@@ -189,12 +189,12 @@ def install_for(job_dir: str, local: LocalInstall) -> Install:
 
 def stage_install(job_dir: str, local: LocalInstall, storage_factory: Callable | None = None) -> Install:
     """Uploads the wheel, the lock (and requirements) into the job dir on Cloud Storage, through
-    survivor/storage.py; returns what the template's metadata names."""
+    survivor/jobdir/storage.py; returns what the template's metadata names."""
     if not job_dir.startswith("gs://"):
         raise ImageError(f"job_dir {job_dir}: not on Cloud Storage, so a VM cannot fetch survivor's wheel from it")
     from google.auth.exceptions import GoogleAuthError
 
-    from survivor.storage import StorageError, open_storage
+    from survivor.jobdir.storage import StorageError, open_storage
 
     try:
         storage = (storage_factory or open_storage)(job_dir)
@@ -263,15 +263,15 @@ def make_image(compute, install: Install, family: str, *, zone: str, storage=Non
                keep_builder: bool = False, **builder_options) -> str:
     """Builds survivor's image for `install` in `family` (unless the family has one): a builder VM,
     its outcome, the image from its disk, the builder deleted. Returns the image's name."""
-    from survivor.compute import ComputeError
-    from survivor.storage import StorageError
+    from survivor.cloud.compute import ComputeError
+    from survivor.jobdir.storage import StorageError
 
     existing = compute.image_from_family(compute.project, family)
     if existing is not None:
         progress(f"image family {family} already has {existing['name']}: nothing to build")
         return existing["name"]
     if storage is None:
-        from survivor.storage import open_storage
+        from survivor.jobdir.storage import open_storage
 
         storage = open_storage(install.job_dir)
     builder = f"{family}-builder"[:63].rstrip("-")

@@ -20,7 +20,7 @@ import time
 from typing import Any, Callable
 
 from survivor import log as logs
-from survivor.finish import GroupRef
+from survivor.agent.finish import GroupRef
 
 log = logs.get("compute")
 

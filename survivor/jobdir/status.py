@@ -6,9 +6,9 @@ import argparse
 import json
 from typing import Any
 
-from survivor.journal import Journal, restored_text
-from survivor.storage import open_storage
-from survivor.store import CheckpointStore
+from survivor.jobdir.journal import Journal, restored_text
+from survivor.jobdir.storage import open_storage
+from survivor.jobdir.store import CheckpointStore
 
 
 def job_summary(job_dir: str, train_steps: int | None = None) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from survivor import log as logs
-from survivor.storage import JobStorage, PreconditionFailed
+from survivor.jobdir.storage import JobStorage, PreconditionFailed
 
 LEASE = "survivor/LEASE"
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from survivor import log as logs
-from survivor.metadata import InstanceIdentity
+from survivor.cloud.metadata import InstanceIdentity
 
 log = logs.get("finish")
 
@@ -59,7 +59,7 @@ def parse_created_by(url: str | None) -> GroupRef | None:
 
 
 class ComputeActions(Protocol):
-    """The Compute Engine calls finishing needs (survivor.compute.Compute provides them)."""
+    """The Compute Engine calls finishing needs (survivor.cloud.compute.Compute provides them)."""
 
     def leave_group(self, group: GroupRef, zone: str, instance: str) -> None: ...
     def stop_instance(self, project: str, zone: str, instance: str) -> None: ...

@@ -33,19 +33,19 @@ from typing import Callable
 
 from survivor import log as logs
 from survivor import retry
-from survivor.delivery import DeliveryError, deliver
-from survivor.dirwatch import DirChanges
-from survivor.finish import ComputeActions, KeepAlive, choose_finisher
-from survivor.gpus import count_gpus, decide_gpu_count, wait_for_gpus
-from survivor.journal import Attempt, Journal, should_give_up, steps_lost
-from survivor.lease import Holder, Lease, LeaseHeld, LeaseLost
-from survivor.metadata import InstanceIdentity, MetadataClient, MetadataError
-from survivor.notice import Notice, NoticeWatcher
-from survivor.snapshot import Checksums, event_files, scan
+from survivor.agent.delivery import DeliveryError, deliver
+from survivor.agent.dirwatch import DirChanges
+from survivor.agent.finish import ComputeActions, KeepAlive, choose_finisher
+from survivor.agent.gpus import count_gpus, decide_gpu_count, wait_for_gpus
+from survivor.jobdir.journal import Attempt, Journal, should_give_up, steps_lost
+from survivor.jobdir.lease import Holder, Lease, LeaseHeld, LeaseLost
+from survivor.cloud.metadata import InstanceIdentity, MetadataClient, MetadataError
+from survivor.agent.notice import Notice, NoticeWatcher
+from survivor.jobdir.snapshot import Checksums, event_files, scan
 from survivor.spec import JobSpec, SpecError
-from survivor.storage import JobStorage, StorageError, open_storage
-from survivor.store import CheckpointStore, CommitStats, RestoreFailed, SnapshotChanged
-from survivor.trainer_process import (TrainerProcess, TrainerUserError, claim_workdir, decide_user, give_to,
+from survivor.jobdir.storage import JobStorage, StorageError, open_storage
+from survivor.jobdir.store import CheckpointStore, CommitStats, RestoreFailed, SnapshotChanged
+from survivor.agent.trainer import (TrainerProcess, TrainerUserError, claim_workdir, decide_user, give_to,
                                       prepare_state_dir, progress_path, read_progress, save_signal, state_dir,
                                       trainer_argv, write_pid_file)
 from survivor.trainers.contract import PROGRESS_ENV
@@ -824,7 +824,7 @@ class Boot:
         return count
 
     def _fetch(self, url: str, local: str) -> None:
-        from survivor.storage import GcsStorage, split_gs_url
+        from survivor.jobdir.storage import GcsStorage, split_gs_url
 
         if url.startswith("gs://"):
             bucket, name = split_gs_url(url)
@@ -844,6 +844,6 @@ class Boot:
 
 
 def _default_compute(identity: InstanceIdentity) -> ComputeActions | None:
-    from survivor.compute import Compute
+    from survivor.cloud.compute import Compute
 
     return Compute.from_environment(identity.project)

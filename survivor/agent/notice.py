@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from survivor import log as logs
 from survivor import retry
-from survivor.metadata import MetadataClient
+from survivor.cloud.metadata import MetadataClient
 
 log = logs.get("notice")
 
