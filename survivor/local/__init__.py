@@ -1,0 +1,14 @@
+"""Stand-ins for Google Cloud on 127.0.0.1, and a VM made of processes, for tests, the demo and `survivor emulate`.
+
+- `metadata_server.MetadataServer`: the GCE metadata server (hanging GETs, guest attributes, faults);
+- `gcs.StorageEmulator`: fake-gcs-server (Cloud Storage's JSON API);
+- `compute_server.ComputeServer`: Compute Engine's REST API, bodies validated against its discovery
+  document and the rules in `survivor.cloud.machines`;
+- `vertex_server`, `logging_server`, `bucket_iam`, `fault_proxy`: Vertex AI, Cloud Logging, bucket IAM
+  and a hostile network;
+- `instance.LocalInstance`: a Spot VM (an agent process, its metadata, a boot disk);
+  `simulator.Simulator`: a MIG of them; `boot.SandboxRoot`: startup.sh run for real in a sandbox root;
+  `chaos`: the reliability harness; `demo`: `survivor demo`.
+
+Product code never imports this package; it imports only the product's public names.
+"""

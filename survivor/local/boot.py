@@ -113,6 +113,7 @@ def wheelhouse_env(cache_dir: str) -> dict[str, str]:
 
 
 def default_cache_dir() -> str:
+    """Where rehearsals keep the wheelhouse they build once (the user's cache dir)."""
     return os.path.join(os.path.expanduser("~"), ".cache", "survivor", "rehearsal")
 
 
@@ -136,6 +137,7 @@ class SandboxRoot:
 
     @classmethod
     def create(cls, parent: str | None = None) -> "SandboxRoot":
+        """A new, empty sandbox root (mode 0755, so the unit's User= can walk it) under `parent`."""
         path = tempfile.mkdtemp(prefix="survivor-root-", dir=parent)
         os.chmod(path, 0o755)
         return cls(path)
@@ -153,6 +155,7 @@ class SandboxRoot:
         return Boot(result.returncode, result.stdout + result.stderr, time.monotonic() - started)
 
     def unit_text(self) -> str:
+        """The systemd unit as startup.sh installed it in the sandbox."""
         with open(self.at(UNIT), encoding="utf-8") as f:
             return f.read()
 
@@ -201,4 +204,5 @@ class SandboxRoot:
                               capture_output=True, text=True)
 
     def remove(self) -> None:
+        """Deletes the sandbox root and everything the boot put in it."""
         shutil.rmtree(self.path, ignore_errors=True)

@@ -34,6 +34,7 @@ _IAM = re.compile(r"^/storage/v1/b/([^/]+)/iam(/testPermissions)?$")
 
 
 def default_bindings(project: str) -> list[dict]:
+    """The bindings Cloud Storage gives a new bucket: the project's owners and editors own it, its viewers read it."""
     return [{"role": "roles/storage.legacyBucketOwner", "members": [f"projectEditor:{project}", f"projectOwner:{project}"]},
             {"role": "roles/storage.legacyBucketReader", "members": [f"projectViewer:{project}"]}]
 
@@ -54,12 +55,14 @@ class BucketIam(LocalService):
         self._listen(port, self._handler_class())
 
     def set_bindings(self, bucket: str, bindings: list[dict]) -> None:
+        """Replaces a bucket's policy bindings (as setIamPolicy would), with a new etag."""
         with self.lock:
             self._changes[bucket] = self._changes.get(bucket, 1) + 1
             self.policies[bucket] = {"kind": "storage#policy", "resourceId": f"projects/_/buckets/{bucket}",
                                      "version": 1, "etag": f"CA{self._changes[bucket]}", "bindings": bindings}
 
     def policy(self, bucket: str) -> dict:
+        """A copy of a bucket's IAM policy as getIamPolicy returns it; a bucket never set has the default bindings."""
         with self.lock:
             if bucket not in self.policies:
                 self.policies[bucket] = {"kind": "storage#policy", "resourceId": f"projects/_/buckets/{bucket}",

@@ -87,6 +87,7 @@ class Tally:
 
 @dataclass
 class ChaosResult:
+    """What a chaos run found: each class's tallies, the faults injected and how long it took."""
     tallies: dict[str, Tally] = field(default_factory=lambda: {name: Tally() for name in CLASSES})
     skipped_snapshots: int = 0  # "skipping a snapshot that does not verify" in the agents' logs
     failed_marker: bool = False
@@ -96,6 +97,7 @@ class ChaosResult:
 
     @property
     def kills(self) -> int:
+        """How many agents were killed at random moments."""
         return self.tallies["kill"].inputs
 
     @property
@@ -113,26 +115,32 @@ class ChaosResult:
 
     @property
     def corrupt_restores(self) -> int:
+        """Restores that produced state no commit ever had (must be 0)."""
         return self._total("corrupt_restores")
 
     @property
     def lost_commits(self) -> int:
+        """Commits that were acknowledged and then not restorable (must be 0)."""
         return self._total("lost_commits")
 
     @property
     def hangs(self) -> int:
+        """Agents that did not end within their deadline (must be 0)."""
         return self._total("hangs")
 
     @property
     def tracebacks(self) -> int:
+        """Agent logs with a Python traceback (must be 0)."""
         return self._total("tracebacks")
 
     @property
     def leaked_temp_files(self) -> int:
+        """Temporary uploads left in the job dir after the run (must be 0)."""
         return self._total("leaked_temp_files")
 
     @property
     def problems(self) -> list[str]:
+        """Every problem of every class, one line each, prefixed with its class."""
         return [f"{name}: {p}" for name, t in self.tallies.items() for p in t.problems]
 
 

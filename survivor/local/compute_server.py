@@ -102,6 +102,7 @@ class Validator:
         self.schemas = schemas
 
     def check(self, value: Any, schema: dict, where: str) -> None:
+        """Raises HttpError(400) naming `where` if `value` does not fit the discovery document's `schema`."""
         if "$ref" in schema:
             return self.check(value, self.schemas[schema["$ref"]], where)
         kind = schema.get("type")
@@ -150,6 +151,7 @@ class Validator:
 
 
 class HttpError(Exception):
+    """An error the fake answers with: HTTP status, message and Google's error reason."""
     def __init__(self, status: int, message: str, reason: str = "invalid"):
         super().__init__(message)
         self.status = status
@@ -236,6 +238,7 @@ class ComputeServer(LocalService):
             self.creation_failures.append({"code": code, "message": message, "zone": zone, "remaining": times})
 
     def clear_instance_creation_failures(self) -> None:
+        """Forgets the instance-creation failures injected so far."""
         with self.lock:
             self.creation_failures.clear()
 
@@ -263,6 +266,7 @@ class ComputeServer(LocalService):
         return routes
 
     def match(self, http_method: str, path: str) -> tuple[dict, dict]:
+        """The discovery method and path parameters a request's verb and path select; 404 if none."""
         for pattern, verb, method in self.routes:
             if verb != http_method:
                 continue
@@ -272,6 +276,7 @@ class ComputeServer(LocalService):
         raise HttpError(404, f"The requested URL /{BASE.strip('/')}/{path} was not found on this server.", "notFound")
 
     def handle(self, http_method: str, raw_path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
+        """Validates a request against its discovery method and the API's rules, then serves it: (status, body)."""
         path = raw_path[len(BASE):]
         method, params = self.match(http_method, path)
         known = method.get("parameters", {})

@@ -106,6 +106,7 @@ class FaultPlan:
         self._lock = threading.Lock()
 
     def draw(self, path: str = "") -> str | None:
+        """The fault for a request to `path` (None for no fault), drawn from the seeded generator at the plan's rate."""
         if self.paths and not re.search(self.paths, unquote(path)):
             return None
         with self._lock:
@@ -132,6 +133,7 @@ class FaultProxy(LocalService):
 
     @property
     def url(self) -> str:
+        """The proxy's URL, for STORAGE_EMULATOR_HOST."""
         return self.endpoint
 
     def _not_found_body(self, path: str) -> bytes:

@@ -55,6 +55,7 @@ class StorageEmulator:
         self._previous_env: str | None = None
 
     def start(self) -> "StorageEmulator":
+        """Launches the server, waits until it answers and points STORAGE_EMULATOR_HOST at it."""
         log = open(self.log_path, "ab")
         # madvdontneed=0: the Go runtime gives freed heap back lazily (MADV_FREE), so an upload does
         # not fault in 10-20 MB of fresh pages whenever its scavenger ran since the last one: such
@@ -83,12 +84,14 @@ class StorageEmulator:
         return self
 
     def create_bucket(self, name: str) -> None:
+        """Creates a bucket through the real google-cloud-storage client."""
         from google.auth.credentials import AnonymousCredentials
         from google.cloud import storage
 
         storage.Client(project="survivor-local", credentials=AnonymousCredentials()).create_bucket(name)
 
     def stop(self) -> None:
+        """Stops the server, restores STORAGE_EMULATOR_HOST and removes its log unless it crashed."""
         crashed = self._process is not None and self._process.poll() is not None
         if self._process and self._process.poll() is None:
             self._process.terminate()

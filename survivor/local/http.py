@@ -24,13 +24,16 @@ def free_ports(count: int) -> list[int]:
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
     return free_ports(1)[0]
 
 
 class QuietServer(ThreadingHTTPServer):
+    """A threading HTTP server whose handler threads do not keep the process alive."""
     daemon_threads = True
 
     def handle_error(self, request, client_address) -> None:
+        """Ignores a client that hung up (tests do, on purpose); reports any other handler error."""
         error = sys.exc_info()[1]
         if isinstance(error, (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)):
             return
@@ -61,6 +64,7 @@ class QuietHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def log_message(self, *args) -> None:
+        """Drops the per-request access log: stand-ins serve thousands of requests per test."""
         pass
 
 
@@ -74,6 +78,7 @@ class LocalService:
 
     @property
     def port(self) -> int:
+        """The port the service listens on (chosen by the OS when 0 was asked)."""
         return self._httpd.server_address[1]
 
     @property
@@ -82,11 +87,13 @@ class LocalService:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self):
+        """Starts serving from a daemon thread; returns self."""
         threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name=self.thread_name,
                          daemon=True).start()
         return self
 
     def stop(self) -> None:
+        """Stops serving and closes the socket."""
         self._httpd.shutdown()
         self._httpd.server_close()
 

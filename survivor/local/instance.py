@@ -45,6 +45,7 @@ class LocalInstance:
         return os.path.join(self.root, "disk", "var-lib-survivor")
 
     def log_path(self, boot: int | None = None) -> str:
+        """The file the agent of boot `boot` (default: the latest) writes its log to."""
         return os.path.join(self.root, f"agent-boot-{boot or self.boots}.log")
 
     def boot(self, wipe: bool = False) -> "LocalInstance":
@@ -66,6 +67,7 @@ class LocalInstance:
         return self
 
     def running(self) -> bool:
+        """True while this VM's agent process runs."""
         return self.process is not None and self.process.poll() is None
 
     def progress(self) -> int | None:
@@ -148,6 +150,7 @@ class LocalInstance:
         return out
 
     def close(self) -> None:
+        """Kills the agent if it still runs and stops the VM's metadata emulator."""
         if self.running():
             self.kill()
         self.metadata.stop()

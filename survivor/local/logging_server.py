@@ -78,6 +78,7 @@ class LoggingServer(LocalService):
 
     def add(self, project: str, job_id: str, task: str, text: str, *, severity: str = "INFO",
             timestamp: str | None = None) -> dict[str, Any]:
+        """Adds a log entry of a Vertex AI job's task, as Cloud Logging would store it; returns the entry."""
         with self._lock:
             stamp = timestamp or _dt.datetime.now(_dt.timezone.utc).isoformat().replace("+00:00", "Z")
             entry = {"logName": f"projects/{project}/logs/workerpool0-0", "insertId": f"{len(self.entries):08d}",

@@ -92,6 +92,7 @@ class MetadataServer(LocalService):
         return f"127.0.0.1:{self.port}"
 
     def stop(self) -> None:
+        """Stops the server and wakes every hanging GET so it returns."""
         self._stopping.set()  # dripping answers stop
         with self._cond:
             self._cond.notify_all()  # hanging GETs return
@@ -124,6 +125,7 @@ class MetadataServer(LocalService):
             self._cond.notify_all()
 
     def delete(self, path: str) -> None:
+        """Removes a metadata value (and wakes the hanging GETs watching it)."""
         parts = [p for p in path.strip("/").split("/") if p]
         with self._cond:
             node = self._lookup("/".join(parts[:-1]))

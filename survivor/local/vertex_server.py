@@ -36,6 +36,7 @@ def executor_image_problem(uri: str, today: _dt.date) -> str | None:
 
 
 class VertexServer(LocalService):
+    """The Vertex AI custom jobs API on 127.0.0.1: create, get, list and cancel, with the rules the service applies."""
     thread_name = "vertex-fake"
 
     def __init__(self, port: int = 0, today: _dt.date | None = None):
