@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from survivor.commands import main as cli
-from survivor.cloud.compute import Compute, ComputeError
-from survivor.agent.finish import GroupRef, parse_created_by
+from survivor.cloud.compute import Compute, ComputeError, GroupRef
+from survivor.agent.finish import parse_created_by
 from survivor.local.compute_server import SchemaError, Validator, discovery
 from survivor.spec import JobSpec
 from survivor.cloud.template import MachineOptions, template_body

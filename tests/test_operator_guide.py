@@ -237,7 +237,7 @@ def test_the_operator_guide_walked_from_zero_against_the_stand_ins(tmp_path, mon
 def check_line(capsys, line: Line, words: list[str], tmp_path: pathlib.Path) -> None:
     """Runs one command of the guide and holds it to what the guide says it does."""
     from survivor.cloud.compute import Compute
-    from survivor.agent.finish import GroupRef
+    from survivor.cloud.compute import GroupRef
 
     compute = Compute(os.environ["GOOGLE_CLOUD_PROJECT"])
     command = words[0]

@@ -23,19 +23,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from survivor import log as logs
+from survivor.cloud.compute import GroupRef
 from survivor.cloud.metadata import InstanceIdentity
 
 log = logs.get("finish")
-
-
-@dataclass(frozen=True)
-class GroupRef:
-    """A managed instance group, parsed from a `created-by` URL."""
-
-    project: str
-    name: str
-    zone: str | None = None
-    region: str | None = None
 
 
 def parse_created_by(url: str | None) -> GroupRef | None:

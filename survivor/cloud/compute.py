@@ -17,14 +17,24 @@ import json
 import os
 import re
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from survivor import log as logs
-from survivor.agent.finish import GroupRef
 
 log = logs.get("compute")
 
 ENDPOINT_ENV = "SURVIVOR_COMPUTE_ENDPOINT"
+
+
+@dataclass(frozen=True)
+class GroupRef:
+    """A managed instance group: its project, its name, and its zone (zonal) or region (regional)."""
+
+    project: str
+    name: str
+    zone: str | None = None
+    region: str | None = None
 
 
 class ComputeError(Exception):
