@@ -7,11 +7,10 @@
 The wrapper's own launcher pipes the server's log to stderr without reading it, so after a few
 thousand requests the server blocks on a full pipe; this launcher writes the log to a file instead.
 
-The server holds every object in its Go heap. With Go's default collector pacing (GOGC=100) its
-time for the same 10 MB upload spread from 60 to 170 ms (median 82, 10th-90th percentile 67-129)
-as collections landed inside requests; at GOGC=400 the median is 62 ms and the same percentiles
-58-87 ms.
-GOMEMLIMIT caps the heap that pacing allows. A caller's own GOGC or GOMEMLIMIT wins.
+The server holds every object in its Go heap with the memory backend (`root` selects its filesystem
+backend). Go's default collector pacing lands collections inside requests and spreads the time of
+identical uploads widely; GOGC=400 keeps that spread small, GOMEMLIMIT caps the heap that pacing
+allows, and a caller's own GOGC or GOMEMLIMIT wins.
 """
 
 from __future__ import annotations
@@ -58,8 +57,8 @@ class StorageEmulator:
         """Launches the server, waits until it answers and points STORAGE_EMULATOR_HOST at it."""
         log = open(self.log_path, "ab")
         # madvdontneed=0: the Go runtime gives freed heap back lazily (MADV_FREE), so an upload does
-        # not fault in 10-20 MB of fresh pages whenever its scavenger ran since the last one: such
-        # uploads took 70-150 ms where the others took 41-50 ms, noise for tests and benchmarks alike.
+        # not fault in fresh pages whenever its scavenger ran since the last one (a source of noise
+        # for tests and benchmarks alike).
         env = {"GOGC": "400", "GOMEMLIMIT": "8GiB", "GODEBUG": "madvdontneed=0", **os.environ}
         self._process = subprocess.Popen(
             [_binary(), "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port),
