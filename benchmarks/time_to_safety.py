@@ -10,9 +10,7 @@ logs when SIGTERM came and when its save began: half a 10 ms step on average, wh
 saving on notice waits for). The save is the same trainer's, run without survivor and stopped the
 same way (a fresh process's first save: 4-5 ms for 10 MB here, against 3.4 ms for the same
 call repeated in a warm process), so whatever the agent costs the trainer's save counts against the
-agent. The upload starts once that trainer has exited, with nothing beside it, in a process whose
-read buffers are paged in as the agent's are (`survivor.agent.memory`; otherwise the client's read of a
-10 MB file into fresh memory costs it 5-7 ms in some pairs and not in others). Everything else
+agent. The upload starts once that trainer has exited, with nothing beside it. Everything else
 (noticing, checksums, the upload's share of a busy machine, the manifest) is survivor's own part,
 also given in milliseconds.
 Targets: within 1.15x of the floor, and inside the 30 s Spot window at 1 GB.
@@ -162,10 +160,7 @@ def main() -> int:
     parser.add_argument("--backend", choices=["memory", "filesystem"], default="memory",
                         help="fake-gcs-server's backend; filesystem for 4 GB and more")
     args = parser.parse_args()
-    from survivor.agent import memory
     from survivor.local.gcs import StorageEmulator
-
-    memory.warm_read_buffers(background=False)  # before any thread: the floor's uploads read into warm pages
 
     root = scratch_dir("bench-safety-")
     rows, results = [], []

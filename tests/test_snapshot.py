@@ -6,7 +6,7 @@ import os
 import pytest
 
 from survivor.jobdir import snapshot
-from survivor.agent.boot import Mirror
+from survivor.agent.mirror import Mirror
 from survivor.jobdir.snapshot import Checksums, scan
 from survivor.jobdir.storage import crc32c_of_bytes, open_storage
 from survivor.jobdir.store import CheckpointStore

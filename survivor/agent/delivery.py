@@ -8,8 +8,11 @@ Three ways, chosen by the spec's trainer section:
   checkout left by an earlier boot is updated only when it fetches from the spec's URL and is the
   agent's own; otherwise (`trainerGitPath` changed, a checkout some other user could write) it is
   removed and cloned afresh;
-- `package` (`gs://.../trainer-0.1.tar.gz` or a wheel): fetched and installed with pip into the work
-  dir, like Cloud ML Engine's `--packages`, and put on `PYTHONPATH`.
+- `package` (`gs://.../trainer-0.1.tar.gz` or a wheel, or a local path): fetched through the job dir's
+  own storage (`open_storage`, so gs:// and local paths are told apart in one place) and installed
+  with pip into the work dir, like Cloud ML Engine's `--packages`, and put on `PYTHONPATH`. A package
+  that is not there is a DeliveryError; any other StorageError (a permission, the network) goes up
+  as it is, to be judged like the job dir's own.
 
 Every command is an argv list; a value from metadata is never part of a shell line, and `--`
 separates options from a URL so a URL cannot pose as an option.
@@ -26,6 +29,7 @@ import sys
 from dataclasses import dataclass, field
 
 from survivor import log as logs
+from survivor.jobdir.storage import NOT_FOUND, StorageError, open_storage
 from survivor.spec import TrainerSpec
 
 log = logs.get("delivery")
@@ -106,8 +110,15 @@ def checkout_origin(checkout: str) -> str | None:
     return result.stdout.strip() if result.returncode == 0 and result.stdout.strip() else None
 
 
-def deliver(trainer: TrainerSpec, workdir: str, fetch=None) -> Delivered:
-    """Fetches the trainer's code into `workdir` as the spec says. `fetch(url, local)` downloads a package."""
+def fetch_package(url: str, local: str) -> None:
+    """Downloads the package at `url` (`gs://BUCKET/PATH`, `file:///PATH` or `/PATH`) to `local`."""
+    where, name = posixpath.split(url)
+    open_storage(where).download([(name, local)])
+
+
+def deliver(trainer: TrainerSpec, workdir: str, fetch=fetch_package) -> Delivered:
+    """Fetches the trainer's code into `workdir` as the spec says; returns where it is.
+    `fetch(url, local)` downloads a package."""
     delivered = Delivered()
     if trainer.git_url:
         checkout = os.path.join(workdir, "trainer-src")
@@ -129,9 +140,12 @@ def deliver(trainer: TrainerSpec, workdir: str, fetch=None) -> Delivered:
                 _remove(path)
         os.makedirs(packages, exist_ok=True)
         local = os.path.join(packages, posixpath.basename(trainer.package))
-        if fetch is None:
-            raise DeliveryError("no way to fetch the package")
-        fetch(trainer.package, local)
+        try:
+            fetch(trainer.package, local)
+        except StorageError as exc:
+            if exc.reason != NOT_FOUND:
+                raise
+            raise DeliveryError(f"the trainer package is not there: {exc}") from exc
         _run([sys.executable, "-m", "pip", "install", "--quiet", "--upgrade", "--target", target, "--", local],
              "installing the trainer package")
         log.info("trainer package installed", package=trainer.package)

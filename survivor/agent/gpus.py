@@ -13,6 +13,7 @@ import time
 from typing import Callable
 
 from survivor import log as logs
+from survivor.cloud.metadata import MetadataClient
 
 log = logs.get("gpus")
 
@@ -51,4 +52,17 @@ def wait_for_gpus(expected: int, timeout: float, counter: Callable[[], int] = co
         log.info("waiting for the GPU driver", found=count, expected=expected)
         time.sleep(poll)
         count = counter()
+    return count
+
+
+def gpus_for(requested: int | None, metadata: MetadataClient | None, wait_seconds: float) -> int:
+    """The number of GPUs the trainer gets on this VM: the spec's count (`requested`, None for all)
+    against what `nvidia-smi` lists, after waiting up to `wait_seconds` for the driver when the VM
+    installs it on this boot (the `install-nvidia-driver` attribute) and fewer than asked are there."""
+    detected = count_gpus()
+    if requested and detected < requested and metadata is not None:
+        if (metadata.get_or("instance/attributes/install-nvidia-driver", "") or "").lower() == "true":
+            detected = wait_for_gpus(requested, wait_seconds)
+    count = decide_gpu_count(requested, detected)
+    log.info("GPUs", detected=detected, using=count)
     return count

@@ -1,10 +1,14 @@
-"""The trainer as a child process: argv built in one place, never a shell, never root.
+"""The trainer as a child process: started with one call, argv built in one place, never a shell, never root.
 
-    >>> argv = trainer_argv(spec, python="/opt/venv/bin/python", job_dir="/var/lib/survivor/job",
-    ...                     data_dir="gs://bucket/data", num_gpus=4)
-    >>> proc = TrainerProcess.start(argv, env=trainer_env(progress_file), user="trainer")
-    >>> proc.request_save(signal.SIGUSR1)  # "save a checkpoint now and keep training"
-    >>> proc.terminate()                   # "save a checkpoint now and exit"
+    >>> trainer = launch(spec, "/var/lib/survivor", python="/opt/venv/bin/python", allow_root=False,
+    ...                  metadata=MetadataClient(), gpu_wait_seconds=900)
+    >>> trainer.request_save(signal.SIGUSR1)  # "save a checkpoint now and keep training"
+    >>> trainer.terminate()                   # "save a checkpoint now and exit"
+    >>> trainer.wait(timeout=15)              # its exit code, or None while it still runs
+
+`launch` is everything between a restored job dir and a running trainer: the GPUs to use, the user
+to run as, the trainer's code (`delivery`), its argv and environment, the dirs it may write, the
+process itself and its pid file.
 
 The contract (docs/trainer-contract.md): the trainer gets `--job-dir` (a local directory the agent
 mirrors to the job dir), `--train-steps`, and only the flags the spec names: `--data-dir`,
@@ -12,9 +16,9 @@ mirrors to the job dir), `--train-steps`, and only the flags the spec names: `--
 hyperparameter as `--kebab-case value`. A flag the spec does not name is never invented: the
 recipe's own trainer refuses any it does not know. SIGTERM means save now and exit; the trainer's
 declared save signal (SIGUSR1 for the built-in ones) means save now and keep training; exit 0
-without a notice means training finished. Its stdout/stderr are forwarded line by line into the
-agent's structured log (`\r` ends a line too, and a line is cut at MAX_LINE_BYTES: memory stays
-bounded whatever it writes).
+without a notice means training finished. It reports its progress in `$SURVIVOR_PROGRESS_FILE`.
+Its stdout/stderr are forwarded line by line into the agent's structured log (`\r` ends a line
+too, and a line is cut at MAX_LINE_BYTES: memory stays bounded whatever it writes).
 
 The trainer runs in its own session and process group; when it exits, whatever it left running in
 them is killed, so nothing writes into the job dir after the agent's last commit.
@@ -41,14 +45,51 @@ import time
 from typing import Iterable, Sequence
 
 from survivor import log as logs
+from survivor.agent.delivery import deliver
+from survivor.agent.gpus import gpus_for
+from survivor.cloud.metadata import MetadataClient
 from survivor.spec import BUILTIN_FLAGS, BUILTIN_SAVE_SIGNAL, BUILTIN_TRAINERS, JobSpec, TrainerSpec
-from survivor.trainers.contract import parse_progress
+from survivor.trainers.contract import PROGRESS_ENV, parse_progress
 
 log = logs.get("trainer")
 
 
 class TrainerUserError(Exception):
     """The trainer would run as root, or as a user that does not exist."""
+
+
+def launch(spec: JobSpec, workdir: str, *, python: str, allow_root: bool, metadata: MetadataClient | None,
+           gpu_wait_seconds: float) -> "TrainerProcess":
+    """Starts the spec's trainer on this VM, on the local job dir under `workdir`; returns it running.
+
+    Raises TrainerUserError (it would run as root, or its user does not exist), DeliveryError (its
+    code could not be fetched or installed) or OSError (the work dir, the process); a StorageError
+    of a package fetch other than a missing package goes up as it is.
+    """
+    num_gpus = gpus_for(spec.num_gpus, metadata, gpu_wait_seconds)
+    user = decide_user(os.geteuid(), spec.user, allow_root)
+    claim_workdir(workdir)  # the agent's alone: the trainer gets only what is below
+    delivered = deliver(spec.trainer, workdir)
+    argv = trainer_argv(spec, python=python, job_dir=local_job_dir(workdir), data_dir=spec.data_dir,
+                        num_gpus=num_gpus)
+    prepare_state_dir(state_dir(workdir), user)
+    if user:
+        give_to(user, local_job_dir(workdir))
+    trainer = TrainerProcess.start(argv, env=trainer_env(progress_path(workdir), delivered.pythonpath),
+                                   cwd=delivered.cwd, user=user)
+    write_pid_file(os.path.join(workdir, "trainer.pid"), trainer.pid)
+    return trainer
+
+
+def trainer_env(progress_file: str, pythonpath: list[str]) -> dict[str, str]:
+    """The trainer's environment: the agent's, plus where it reports progress and where its
+    delivered code is (ahead of any PYTHONPATH the agent has)."""
+    env = dict(os.environ)
+    env[PROGRESS_ENV] = progress_file
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(pythonpath + [p for p in [env.get("PYTHONPATH")] if p])
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
 
 
 def trainer_argv(
@@ -138,6 +179,12 @@ def read_progress(path: str) -> int | None:
 
 #: Under the agent's work dir, the one dir besides the local job dir the trainer may write.
 STATE_DIR = "trainer-state"
+
+
+def local_job_dir(workdir: str) -> str:
+    """The local job dir under `workdir`: the trainer's `--job-dir`, which the agent restores into
+    and mirrors to the job dir."""
+    return os.path.join(workdir, "job")
 
 
 def state_dir(workdir: str) -> str:
@@ -344,6 +391,7 @@ class TrainerProcess:
 
     @property
     def pid(self) -> int:
+        """The trainer's process id, which is also its process group's and session's."""
         return self.popen.pid
 
     def poll(self) -> int | None:
@@ -399,8 +447,9 @@ class TrainerProcess:
     def wait(self, timeout: float | None = None) -> int | None:
         """Waits up to `timeout` seconds; returns the exit code or None if still running.
 
-        The exit is seen the moment it happens (a pidfd becomes readable), not at the next of
-        `Popen.wait`'s polls, which back off to 50 ms: on the way to safety every one counts.
+        The exit is seen on the trainer's pidfd before the trainer is reaped: until then its pid,
+        its process group's id, cannot be reused, so what it left running is ended first
+        (`end_group`) and no other process is hit.
         """
         if timeout is not None and not _exited_within(self.popen, timeout):
             return None

@@ -1,0 +1,103 @@
+"""How an attempt ended: one pure decision from what happened to what the agent records and returns.
+
+    >>> decide_ending(AttemptResult(trainer_code=0))
+    Ending(outcome='finished', exit_code=0, reason='', done=True, counts=False)
+    >>> decide_ending(AttemptResult(trainer_code=None, notice="preempted"))
+    Ending(outcome='preempted', exit_code=0, reason='', done=False, counts=False)
+    >>> decide_ending(AttemptResult(trainer_code=3, last_words="ValueError: bad lr")).reason
+    'the trainer exited with code 3: ValueError: bad lr'
+
+The boot gathers the facts of its attempt into an `AttemptResult` (no server needed to make one)
+and `Boot` acts on the `Ending` in one place: it closes the attempt in the journal with `outcome`,
+writes DONE when `done` (then finishes the VM), writes FAILED when a failure that `counts` makes
+too many in a row (then finishes the VM), and exits with `exit_code` otherwise.
+
+The exit codes are systemd's cue: 0 means nothing is left to do on this boot; 1 restarts the
+agent (`Restart=on-failure`); 2 is a spec that cannot run, which no restart cures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Nothing left to do on this boot: done, failed for good, or saved after a notice.
+EXIT_OK = 0
+#: Worth another boot: the trainer failed, the job dir or the network did; systemd restarts the agent.
+EXIT_RETRY = 1
+#: The job spec cannot run.
+EXIT_BAD_SPEC = 2
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    """What happened in one attempt, as facts. The first of these that holds decides the ending.
+
+    Args:
+        trainer_code: the trainer's exit code; None when it never ran to an exit of its own.
+        notice: the outcome of the notice that came (`preempted` or `stopped`), or None.
+        lease_lost: another agent took the job over.
+        failure: why the attempt failed before anything trained (setup, the boot disk), counted.
+        interrupted: why the attempt could not go on for a reason the next boot may not meet (the
+            network, the job dir), not counted.
+        commit_failure: why the last commit failed, if it did (the commit before it stands).
+        last_words: the trainer's last meaningful output line, for a failure's reason.
+        notice_source: where the notice came from (`preempted`, `signal`), for the journal.
+        restored_step, reached_step, committed_step: the step restored, the furthest the trainer
+            reported, and the newest committed; recorded in the journal, not decided on.
+    """
+
+    trainer_code: int | None = None
+    notice: str | None = None
+    lease_lost: bool = False
+    failure: str = ""
+    interrupted: str = ""
+    commit_failure: str = ""
+    last_words: str = ""
+    notice_source: str | None = None
+    restored_step: int | None = None
+    reached_step: int | None = None
+    committed_step: int | None = None
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What the agent does about an attempt's end.
+
+    Args:
+        outcome: the attempt's outcome in the journal (`survivor.jobdir.journal.OUTCOMES`).
+        exit_code: the agent's exit code, unless the finish action after DONE or FAILED decides it.
+        reason: why, for the journal and the log ("" when nothing went wrong).
+        done: write DONE, then finish the VM.
+        counts: a failure that counts toward `max_failed_attempts`: FAILED once too many in a row.
+    """
+
+    outcome: str
+    exit_code: int
+    reason: str = ""
+    done: bool = False
+    counts: bool = False
+
+
+def decide_ending(result: AttemptResult) -> Ending:
+    """Pure decision: the ending of an attempt with this result.
+
+    In order: a lost lease means another agent writes now, so this one records nothing more; a
+    setup failure or an interruption ends the attempt whatever came after; a notice wins over the
+    trainer's own exit (a trainer that exited on the SIGTERM systemd sent the whole unit was
+    stopped, not failed); a final commit that failed without a notice leaves work that only a
+    restart can save; then the trainer's exit code: 0 is the job done.
+    """
+    if result.lease_lost:
+        return Ending("superseded", EXIT_RETRY, reason="the lease was taken over")
+    if result.interrupted:
+        return Ending("interrupted", EXIT_RETRY, reason=result.interrupted)
+    if result.failure:
+        return Ending("failed", EXIT_RETRY, reason=result.failure, counts=True)
+    if result.notice is not None:
+        return Ending(result.notice, EXIT_OK, reason=result.commit_failure)
+    if result.commit_failure:
+        return Ending("interrupted", EXIT_RETRY, reason=result.commit_failure)
+    if result.trainer_code == 0:
+        return Ending("finished", EXIT_OK, done=True)
+    last = f": {result.last_words}" if result.last_words else ""
+    return Ending("failed", EXIT_RETRY, reason=f"the trainer exited with code {result.trainer_code}{last}", counts=True)

@@ -1,0 +1,188 @@
+"""The mirror: every new local checkpoint the trainer writes, committed to the job dir while it trains.
+
+    >>> mirror = Mirror(store, storage, "/var/lib/survivor/job", attempt=3, interval=30.0,
+    ...                 committed_step=1200, on_commit=print, fence=lease.fence).start()
+    >>> mirror.after_notice()        # the VM is going: look every POLL_AFTER_NOTICE seconds, commit only
+    >>> mirror.final_sync()          # the trainer has exited: stop the loop, commit what it left
+    >>> mirror.tidy()                # once that commit is safe: event files, old snapshots
+
+A background thread scans the local job dir every `interval` seconds (the spec's `sync_seconds`).
+A scan is cheap when nothing changed: a walk and a stat per file, with each file's checksum
+followed as it grows (`snapshot.Checksums`). When the snapshot holds a newer step than the last
+commit, it is committed through the `CheckpointStore` (blobs first, the manifest last: one atomic
+moment). Routine rounds then mirror TensorBoard event files and collect the garbage the new commit
+made obsolete. After a notice, rounds commit only: nothing else may stand between the trainer's
+last checkpoint and safety.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable
+
+from survivor import log as logs
+from survivor.jobdir.lease import LeaseLost
+from survivor.jobdir.snapshot import Checksums, event_files, scan
+from survivor.jobdir.storage import JobStorage
+from survivor.jobdir.store import CheckpointStore, CommitStats, SnapshotChanged
+
+log = logs.get("mirror")
+
+#: How often the mirror looks once a notice came. The trainer's save and exit overlap the upload
+#: this way, and a checkpoint that lands is seen well inside the time its upload takes.
+POLL_AFTER_NOTICE = 0.1
+
+
+class Mirror:
+    """Commits each new local snapshot to the job dir, in a background thread while training runs.
+
+    Args:
+        store: the job dir's checkpoint store, which commits and collects garbage.
+        storage: the job dir itself (event files are uploaded to it as they are).
+        local_root: the local job dir the trainer writes its checkpoints into.
+        attempt: this attempt's number, recorded in each manifest.
+        interval: seconds between routine rounds.
+        committed_step: the step already committed (the restored one), or None; nothing older is committed.
+        on_commit: called with each commit's figures.
+        fence: called before each manifest write; raises LeaseLost once another agent holds the job.
+    """
+
+    def __init__(self, store: CheckpointStore, storage: JobStorage, local_root: str, attempt: int,
+                 interval: float, committed_step: int | None, on_commit: Callable[[CommitStats], None],
+                 fence: Callable[[], None] | None = None):
+        self.store = store
+        self.storage = storage
+        self.local_root = local_root
+        self.attempt = attempt
+        self.interval = interval
+        self.committed_step = committed_step
+        self.on_commit = on_commit
+        self.fence = fence
+        self.errors = 0
+        self._fingerprint: frozenset | None = None
+        self._checksums = Checksums()
+        self._events: dict[str, tuple[int, int]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._collect = True  # routine rounds tidy up after a commit; after a notice they do not
+        self._thread = threading.Thread(target=self._loop, name="mirror", daemon=True)
+
+    def start(self) -> "Mirror":
+        """Notes what the restore put in the local job dir (not new, so not committed again), lists
+        the stored blobs, and starts the background rounds."""
+        self._fingerprint = scan(self.local_root, self._checksums).fingerprint()
+        try:
+            self.store.known_blobs()  # listed now, so the commit after a notice goes straight to its upload
+        except Exception as exc:  # the first commit lists them instead
+            log.warning("could not list the stored blobs yet", error=str(exc))
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while True:
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.sync(collect=self._collect)
+            except LeaseLost:
+                return
+            except Exception as exc:  # keep training; the next round or the final sync tries again
+                self.errors += 1
+                log.warning("sync failed; will retry", error=str(exc))
+
+    def sync(self, collect: bool = True) -> CommitStats | None:
+        """Commits the local snapshot if it changed and holds a step; returns the commit's figures
+        or None. With `collect` (a routine round) it then mirrors event files and deletes what the
+        new commit made obsolete; on the way to safety neither runs before the commit (see `tidy`)."""
+        with self._lock:
+            stats = self._commit_if_new()
+            if collect:
+                self._mirror_events()
+                if stats is not None:
+                    self.collect_garbage()
+            return stats
+
+    def _commit_if_new(self) -> CommitStats | None:
+        snapshot = scan(self.local_root, self._checksums)
+        if snapshot.step is None or not snapshot.files:
+            return None
+        if self.committed_step is not None and snapshot.step < self.committed_step:
+            return None
+        fingerprint = snapshot.fingerprint()
+        if fingerprint == self._fingerprint:
+            return None
+        try:
+            stats = self.store.commit(self.local_root, snapshot, self.attempt, fence=self.fence)
+        except SnapshotChanged as exc:
+            log.info("a file changed during upload; committing at the next sync", reason=str(exc))
+            self._checksums.forget()  # a checksum taken while the file was written may be the wrong one
+            return None
+        self._fingerprint = fingerprint
+        self.committed_step = snapshot.step
+        self.on_commit(stats)
+        return stats
+
+    def tidy(self) -> None:
+        """What waits until the checkpoint is safe: event files, then garbage collection. Never raises."""
+        try:
+            with self._lock:
+                self._mirror_events()
+        except Exception as exc:
+            log.warning("event files not mirrored; the checkpoint is unaffected", error=str(exc))
+        self.collect_garbage()
+
+    def collect_garbage(self) -> None:
+        """Deletes the snapshots and blobs the store no longer keeps. Never raises: a failure only
+        leaves old snapshots for the next round."""
+        try:
+            self.store.collect_garbage()
+        except Exception as exc:
+            log.warning("garbage collection failed; old snapshots stay for now", error=str(exc))
+
+    def _mirror_events(self) -> None:
+        """TensorBoard event files go to the job dir as they are, so `tensorboard --logdir` works."""
+        todo = []
+        for rel in event_files(self.local_root):
+            try:
+                st = os.stat(os.path.join(self.local_root, rel))
+            except FileNotFoundError:
+                continue
+            if self._events.get(rel) != (st.st_size, st.st_mtime_ns):
+                self._events[rel] = (st.st_size, st.st_mtime_ns)
+                todo.append((os.path.join(self.local_root, rel), rel))
+        if todo:
+            self.storage.upload(todo)
+
+    def after_notice(self) -> None:
+        """The VM is going: from now on the rounds come every POLL_AFTER_NOTICE seconds and commit
+        only, so the trainer's last checkpoint goes out while the trainer is still exiting."""
+        self._collect = False
+        self.interval = min(self.interval, POLL_AFTER_NOTICE)
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Runs a round now instead of at the next interval."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stops the background rounds (one under way finishes first)."""
+        self._stop.set()
+        self._wake.set()
+        self._thread.join()
+
+    def final_sync(self, attempts: int = 3) -> CommitStats | None:
+        """Stops the background rounds and commits what the trainer left, retrying a file that
+        changed during its upload. Garbage collection is left to `tidy`, after the checkpoint is safe.
+        Raises LeaseLost when another agent holds the job, StorageError when the job dir fails."""
+        self.stop()
+        stats = None
+        for _ in range(attempts):
+            stats = self.sync(collect=False) or stats
+            snapshot_step = scan(self.local_root, self._checksums).step
+            if snapshot_step is None or snapshot_step == self.committed_step:
+                break
+        return stats

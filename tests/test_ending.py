@@ -1,0 +1,52 @@
+"""How an attempt ended, decided from its facts alone (`decide_ending`): the boundary cases."""
+
+import pytest
+
+from survivor.agent.ending import EXIT_OK, EXIT_RETRY, AttemptResult, Ending, decide_ending
+
+
+def test_a_trainer_that_exits_0_without_a_notice_is_done():
+    assert decide_ending(AttemptResult(trainer_code=0, committed_step=100)) == Ending("finished", EXIT_OK, done=True)
+
+
+def test_a_trainer_that_fails_is_a_counted_failure_that_says_its_last_words():
+    ending = decide_ending(AttemptResult(trainer_code=3, last_words="ValueError: bad lr"))
+    assert ending == Ending("failed", EXIT_RETRY, reason="the trainer exited with code 3: ValueError: bad lr",
+                            counts=True)
+    assert decide_ending(AttemptResult(trainer_code=-9)).reason == "the trainer exited with code -9"
+
+
+@pytest.mark.parametrize("code", [None, 0, 1, -15])
+@pytest.mark.parametrize("notice", ["preempted", "stopped"])
+def test_a_notice_wins_over_the_trainers_own_exit(code, notice):
+    """A trainer that exited 0 or on the SIGTERM systemd sent the whole unit was stopped, not done or failed."""
+    assert decide_ending(AttemptResult(trainer_code=code, notice=notice)) == Ending(notice, EXIT_OK)
+
+
+def test_a_final_commit_that_failed_after_a_notice_is_recorded_and_the_vm_goes():
+    ending = decide_ending(AttemptResult(trainer_code=0, notice="preempted", commit_failure="the final commit failed: x"))
+    assert ending == Ending("preempted", EXIT_OK, reason="the final commit failed: x")
+
+
+@pytest.mark.parametrize("code", [0, 1])
+def test_a_final_commit_that_failed_without_a_notice_needs_another_boot_and_does_not_count(code):
+    ending = decide_ending(AttemptResult(trainer_code=code, commit_failure="the final commit failed: x"))
+    assert ending == Ending("interrupted", EXIT_RETRY, reason="the final commit failed: x")
+
+
+def test_a_lost_lease_is_superseded_whatever_else_happened():
+    for result in [AttemptResult(lease_lost=True), AttemptResult(lease_lost=True, trainer_code=0),
+                   AttemptResult(lease_lost=True, notice="preempted", commit_failure="x")]:
+        assert decide_ending(result) == Ending("superseded", EXIT_RETRY, reason="the lease was taken over")
+
+
+def test_a_setup_failure_counts_and_an_interruption_does_not():
+    assert decide_ending(AttemptResult(failure="cannot start the trainer: no such user")) == Ending(
+        "failed", EXIT_RETRY, reason="cannot start the trainer: no such user", counts=True)
+    assert decide_ending(AttemptResult(interrupted="restore failed: 503")) == Ending(
+        "interrupted", EXIT_RETRY, reason="restore failed: 503")
+
+
+def test_a_failure_before_training_ends_the_attempt_even_when_a_notice_came_too():
+    assert decide_ending(AttemptResult(failure="restore failed: disk full", notice="preempted")).outcome == "failed"
+    assert decide_ending(AttemptResult(interrupted="restore failed: 503", notice="stopped")).outcome == "interrupted"
