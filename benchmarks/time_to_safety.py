@@ -49,14 +49,17 @@ def under_agent(size_mb: int, root: str, bucket: str, repeat: int) -> dict:
 
     job_dir = f"gs://{bucket}/safety-{size_mb}-{repeat}"
     timing_log = os.path.join(root, f"timing{size_mb}-{repeat}.jsonl")
-    spec = {"job_dir": job_dir, "train_steps": 10_000_000, "checkpoint_steps": 1_000_000, "grace_seconds": 60,
+    # grace grows with the state, so a slow large commit is measured rather than cut off (whether it fits
+    # inside Spot's 30 s notice is read off the figure)
+    grace = max(60, size_mb * 0.15)
+    spec = {"job_dir": job_dir, "train_steps": 10_000_000, "checkpoint_steps": 1_000_000, "grace_seconds": grace,
             "on_finish": "keep-alive", "sync_seconds": 1.0, "trainer": {"argv": dummy_argv(size_mb, timing_log)}}
     vm = LocalInstance({"survivor-job": yaml.safe_dump(spec)}, os.path.join(root, f"vm{size_mb}-{repeat}"), python=sys.executable)
     try:
         vm.boot()
         vm.wait_for_step(20)
         vm.set_preempted()
-        vm.wait(120)
+        vm.wait(grace + 60)
     finally:
         vm.close()
         shutil.rmtree(vm.root, ignore_errors=True)  # its local copy of the checkpoint: up to 1 GB a run
@@ -65,6 +68,8 @@ def under_agent(size_mb: int, root: str, bucket: str, repeat: int) -> dict:
     _empty(job_dir)  # keep the emulator's heap flat between pairs
     with open(timing_log, encoding="utf-8") as f:
         trainer = json.loads(f.readline())
+    if "notice_to_safe" not in t:
+        raise RuntimeError(f"{size_mb} MB: the agent did not commit after the notice ({attempt.outcome}: {attempt.reason})")
     return {"notice_to_safe": t["notice_to_safe"], "step_in_flight": trainer["save_started"] - trainer["signal"],
             "steps_lost": attempt.steps_lost}
 
@@ -175,6 +180,7 @@ def main() -> int:
             results.append(r)
             ratios = sorted(run["ratio"] for run in runs)
             worst = max(run["notice_to_safe"] for run in runs)
+            print(f"{size} MB: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()), flush=True)
             rows.append([f"{size} MB", len(runs), r["notice_to_safe"], r["step_in_flight"], r["floor_write"],
                          r["floor_write"] + r["floor_upload"],
                          r["floor"], f"{r['ratio']:.2f}x", f"{ratios[0]:.2f}-{ratios[-1]:.2f}x", f"{r['own_ms']:.0f}",
