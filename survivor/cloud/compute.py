@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from survivor import log as logs
+from survivor.spec import JobSpec, SpecError
 
 log = logs.get("compute")
 
@@ -162,6 +163,23 @@ def location_problems(zone: str | None, region: str | None, *, regional: bool = 
         hint = f"; for that one zone use {zone_key} {region}" if _ZONE.fullmatch(region) else ""
         out.append(f"{region_key} {region}: not a region (e.g. us-west1){hint}")
     return out
+
+
+PROJECT_HINT = "project: give --project, compute.project in the spec, or set GOOGLE_CLOUD_PROJECT"
+
+
+def find_project(given: str | None, spec: JobSpec | None = None) -> str | None:
+    """The project: as given, else the spec's compute.project, else $GOOGLE_CLOUD_PROJECT (or gcloud's)."""
+    return (given or (spec.extra.get("compute", {}).get("project") if spec else None)
+            or os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("CLOUDSDK_CORE_PROJECT"))
+
+
+def spec_project(given: str | None, spec: JobSpec) -> str:
+    """The project of a command that reads a job spec; SpecError naming the ways to give it when none."""
+    project = find_project(given, spec)
+    if not project:
+        raise SpecError([PROJECT_HINT])
+    return project
 
 
 def group_scope(group: GroupRef) -> tuple[str, str]:

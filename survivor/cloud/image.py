@@ -324,3 +324,56 @@ def make_image(compute, install: Install, family: str, *, zone: str, storage=Non
                 compute.delete_instance(compute.project, zone, builder)
             except ComputeError as exc:
                 progress(f"builder {builder}: could not delete it ({exc}); delete it by hand")
+
+
+@dataclass(frozen=True)
+class ImageRequest:
+    """`survivor make-image`: the job spec whose bucket stages the install, and the builder VM's shape."""
+
+    config: str
+    zone: str
+    project: str | None = None
+    survivor_wheel: str | None = None  # a local survivor_train-*.whl instead of building one from the checkout
+    machine_type: str = "n1-standard-8"  # the builder's; it needs no GPU
+    disk_gb: int = 100  # the builder's, and so the image's
+    deadline: float = 3600.0
+    poll_seconds: float = 15.0
+    keep_builder: bool = False
+
+
+@dataclass(frozen=True)
+class ImageOutcome:
+    """What build_image did: the image it made (None when the family already had one), and the family."""
+
+    image: str | None
+    family: str
+
+
+def build_image(request: ImageRequest, connect: Callable, progress: Callable[[str], None] = print) -> ImageOutcome:
+    """Survivor's image for this wheel, lock and the trainer's requirements (the spec's
+    compute.requirements), so that make-template's VMs boot into training installing nothing.
+
+    `connect(project)` opens Compute Engine. Nothing is built when the family already has an image.
+    Raises SpecError for a bad request, ImageError or ComputeError when a step fails.
+    """
+    from survivor.cloud.compute import location_problems, spec_project
+    from survivor.cloud.template import MachineOptions
+    from survivor.spec import JobSpec, SpecError
+
+    problems = location_problems(request.zone, None, regional=False)
+    if problems:
+        raise SpecError(problems)
+    spec = JobSpec.from_file(request.config)
+    options = MachineOptions.from_spec(spec, survivor_wheel=request.survivor_wheel)
+    project = spec_project(request.project, spec)
+    local = local_install(options.survivor_wheel, options.requirements)
+    family = family_name(install_for(spec.job_dir, local), tensorflow_version(local.lock))
+    compute = connect(project)
+    if compute.image_from_family(project, family) is not None:
+        return ImageOutcome(None, family)
+    install = stage_install(spec.job_dir, local)
+    name = make_image(compute, install, family, zone=request.zone, progress=progress, deadline=request.deadline,
+                      poll=request.poll_seconds, keep_builder=request.keep_builder,
+                      machine_type=request.machine_type, disk_gb=request.disk_gb,
+                      service_account=options.service_account)
+    return ImageOutcome(name, family)

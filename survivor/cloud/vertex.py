@@ -21,12 +21,14 @@ the table).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
 import re
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from survivor.cloud import runtimes
 from survivor.spec import BUILTIN_TRAINERS, JobSpec, SpecError
@@ -272,6 +274,77 @@ def custom_job_body(spec: JobSpec, pools: list[Pool], *, display_name: str | Non
     return body
 
 
+class VertexError(Exception):
+    """A Vertex AI or Cloud Logging call failed: one sentence naming the job and the reason."""
+
+
+@contextlib.contextmanager
+def _explained(what: str) -> Iterator[None]:
+    """Turns a failed Vertex AI or Cloud Logging call inside the block into a VertexError naming `what`."""
+    from google.api_core import exceptions as api_errors
+    from google.auth import exceptions as auth_errors
+
+    try:
+        yield
+    except (api_errors.GoogleAPICallError, auth_errors.GoogleAuthError, OSError) as exc:
+        raise VertexError(f"{what}: {getattr(exc, 'message', None) or exc}") from exc
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    """`survivor submit`: the job spec and what overrides its `vertex:` section (None: as the spec says)."""
+
+    config: str
+    training_input: str | None = None  # a Cloud ML Engine config.yaml (trainingInput: scaleTier, masterType...)
+    project: str | None = None
+    region: str | None = None
+    package: str | None = None
+    container_image: str | None = None
+    executor_images: tuple[str, ...] = ()
+    spot: bool | None = None
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A custom job ready to send: its REST body, where it goes, and what of a legacy config was not kept.
+
+    `project` is None when neither the request, the spec nor $GOOGLE_CLOUD_PROJECT names one (a dry
+    run needs none).
+    """
+
+    body: dict[str, Any]
+    project: str | None
+    region: str
+    job_dir: str
+    notes: tuple[str, ...] = ()
+
+
+def prepare(request: SubmitRequest, today: _dt.date | None = None) -> Submission:
+    """The custom job a submit request describes: pools from the spec's `vertex:` section, or translated
+    from a legacy `trainingInput` (the request's file, else the spec's). SpecError when it cannot run."""
+    import yaml
+
+    spec = JobSpec.from_file(request.config)
+    section = spec.extra.get("vertex", {})
+    legacy = spec.extra.get("trainingInput")
+    if request.training_input:
+        with open(request.training_input, encoding="utf-8") as f:
+            loaded = yaml.safe_load(f) or {}
+        legacy = loaded.get("trainingInput", loaded)
+    notes: list[str] = []
+    if legacy:
+        pools, notes = translate_training_input(legacy)
+    else:
+        pools = pools_from_spec(spec)
+    body = custom_job_body(spec, pools, package_uri=request.package or section.get("package"),
+                           container_image=request.container_image or section.get("container_image"),
+                           executor_images=request.executor_images or section.get("executor_images") or (),
+                           spot=request.spot if request.spot is not None else bool(section.get("spot", False)),
+                           today=today)
+    return Submission(body, request.project or section.get("project") or os.environ.get("GOOGLE_CLOUD_PROJECT"),
+                      request.region or section.get("region") or "us-central1", spec.job_dir, tuple(notes))
+
+
 def client(region: str):
     """A JobServiceClient over REST for `region` (or the local fake named by SURVIVOR_VERTEX_ENDPOINT)."""
     from google.cloud import aiplatform_v1
@@ -287,18 +360,40 @@ def client(region: str):
 
 
 def submit(body: dict[str, Any], project: str, region: str) -> dict[str, Any]:
-    """Creates the custom job; returns the created job as REST JSON."""
+    """Creates the custom job; returns the created job as REST JSON. VertexError when it is refused."""
     from google.cloud import aiplatform_v1
 
     job = aiplatform_v1.CustomJob.from_json(json.dumps(body), ignore_unknown_fields=False)
-    created = client(region).create_custom_job(parent=f"projects/{project}/locations/{region}", custom_job=job)
+    with _explained("submitting the custom job failed"):
+        created = client(region).create_custom_job(parent=f"projects/{project}/locations/{region}", custom_job=job)
     return json.loads(aiplatform_v1.CustomJob.to_json(created, use_integers_for_enums=False))
 
 
 def get(name: str, region: str) -> dict[str, Any]:
+    """The custom job `name` as REST JSON (its state, display name, times). VertexError when it cannot be read."""
     from google.cloud import aiplatform_v1
 
-    return json.loads(aiplatform_v1.CustomJob.to_json(client(region).get_custom_job(name=name), use_integers_for_enums=False))
+    with _explained(f"custom job {name}"):
+        job = client(region).get_custom_job(name=name)
+    return json.loads(aiplatform_v1.CustomJob.to_json(job, use_integers_for_enums=False))
+
+
+def region_of(name: str, default: str | None = None) -> str:
+    """Pure decision: the region in a custom job's name, else `default` (else us-central1)."""
+    if "/locations/" in name:
+        return name.split("/locations/")[1].split("/")[0]
+    return default or "us-central1"
+
+
+def job_report(name: str, region: str | None = None, job_dir: str | None = None) -> dict[str, Any]:
+    """What `survivor status --vertex` shows: the custom job's state beside what its job dir says."""
+    job = get(name, region_of(name, region))
+    report = {"vertex_job": job["name"], "state": job.get("state"), "display_name": job.get("displayName")}
+    if job_dir:
+        from survivor.jobdir.status import job_summary
+
+        report["job"] = job_summary(job_dir)
+    return report
 
 
 # -- logs: Vertex AI writes each replica's stdout/stderr to Cloud Logging ---------------------------
@@ -351,6 +446,12 @@ def job_logs(job_name: str, since: str, client=None) -> list[LogLine]:
     """Every log line of the job's replicas at or after `since`, oldest first."""
     project, _, _ = job_parts(job_name)
     client = client or logging_client(project)
+    with _explained(f"custom job {job_name}"):
+        return _log_lines(client, project, job_name, since)
+
+
+def _log_lines(client, project: str, job_name: str, since: str) -> list[LogLine]:
+    """job_logs' reading of Cloud Logging's entries (each page is a call)."""
     lines = []
     for entry in client.list_entries(resource_names=[f"projects/{project}"], filter_=log_filter(job_name, since),
                                      order_by="timestamp asc", page_size=1000):
@@ -361,3 +462,29 @@ def job_logs(job_name: str, since: str, client=None) -> list[LogLine]:
         lines.append(LogLine(stamp, labels.get("task_name", "?"), entry.severity or "DEFAULT", text.rstrip("\n"),
                              entry.insert_id or ""))
     return lines
+
+
+def follow_logs(job_name: str, *, follow: bool = False, interval: float = 5.0) -> Iterator[LogLine]:
+    """A custom job's replica log lines from its start; with `follow`, more as they come until the job ends.
+
+    Cloud Logging is asked again from the newest timestamp seen, so lines at that timestamp come back:
+    they are shown once.
+    """
+    project, region, _ = job_parts(job_name)
+    job = get(job_name, region)
+    since = job.get("createTime") or "1970-01-01T00:00:00Z"
+    with _explained(f"custom job {job_name}"):
+        logging = logging_client(project)
+    shown_at_since: set[str] = set()
+    while True:
+        for line in job_logs(job_name, since, logging):
+            if line.insert_id in shown_at_since:
+                continue
+            yield line
+            if line.timestamp != since:
+                since, shown_at_since = line.timestamp, set()
+            shown_at_since.add(line.insert_id)
+        if not follow or job.get("state") in FINISHED_STATES:
+            return
+        time.sleep(interval)
+        job = get(job_name, region)

@@ -1,35 +1,122 @@
-"""The operator's commands: make-template, make-image, make-group, status, stop, start, delete, logs.
+"""The operator's commands for a job's managed instance group on Compute Engine.
 
-They replace the recipe's `gcloud compute instance-templates create ...`, `instance-groups managed
-create ...` and `instances stop/start`, by job name: a job NAME has a template NAME and a
-single-instance MIG NAME (zonal with --zone, regional with --region). Every Compute failure ends in
-one sentence that says what to do, and a non-zero exit.
+    $ survivor preflight cifar10 --config job.yaml --zone us-west1-b     # checks; changes nothing
+    $ survivor make-template cifar10 --config job.yaml
+    $ survivor make-group cifar10 --template cifar10 --zone us-west1-b   # waits until its VM runs
+    $ survivor status cifar10 --zone us-west1-b
+    $ survivor stop cifar10 --zone us-west1-b                            # the agent saves first
+    $ survivor start cifar10 --zone us-west1-b
+    $ survivor logs cifar10 --zone us-west1-b --follow
+    $ survivor delete cifar10 --zone us-west1-b                          # never the job dir
+
+Also make-image (survivor's image, so boots install nothing). Each handler turns its arguments into
+typed options and calls survivor/cloud/group.py (or image.py); failures reach the terminal through
+survivor/commands/errors.py. `status` and `logs` hand a `--vertex` job to survivor/commands/vertex.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
-import os
 import sys
-import time
-from typing import Any
 
-from survivor.cloud import machines
-from survivor.cloud.compute import BASE_INSTANCE_NAME_MAX, Compute, ComputeError, location_problems, name_problems
-from survivor.agent.finish import GroupRef
-from survivor.spec import JobSpec, SpecError
-from survivor.jobdir.storage import StorageError
-from survivor.cloud.template import MachineOptions, body_differences, named_differences, parse_gpu, pretty, template_body
+from survivor.cloud import group as jobs
+from survivor.cloud.compute import Compute
+from survivor.commands import vertex as vertex_commands
+from survivor.commands.errors import CommandError
 
 
-def _err(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return 1
+def _progress(message: str) -> None:
+    """Shows a step of a long call (an operation, a wait) on stderr, indented under the command's line."""
+    print(f"  {message}", file=sys.stderr, flush=True)
+
+
+def _note(line: str) -> None:
+    """Shows a warning, a preflight finding or a staging step on stderr."""
+    print(line, file=sys.stderr)
+
+
+def connect(project: str) -> Compute:
+    """Compute Engine for `project`, reporting its operations' progress on stderr."""
+    return Compute(project, progress=_progress)
+
+
+def _address(args: argparse.Namespace) -> jobs.JobAddress:
+    """The job's group (or standalone instance) the arguments name."""
+    return jobs.JobAddress(args.name, project=args.project, zone=args.zone, region=args.region,
+                           instance=getattr(args, "instance", None))
+
+
+def _template_request(args: argparse.Namespace) -> jobs.TemplateRequest:
+    """The template the make-template (and preflight) flags describe."""
+    return jobs.TemplateRequest(
+        name=args.name, config=args.config, project=args.project, machine_type=args.machine_type, gpu=args.gpu,
+        spot=args.spot, image_family=args.image_family, image_project=args.image_project, disk_gb=args.disk_gb,
+        service_account=args.service_account, cloud_platform_scope=args.cloud_platform_scope, zone=args.zone,
+        region=args.region, preemption_notice=args.preemption_notice, survivor_wheel=args.survivor_wheel)
+
+
+def make_template(args: argparse.Namespace) -> int:
+    """`survivor make-template NAME --config SPEC`: the job's instance template (--dry-run: its REST body)."""
+    from survivor.cloud.template import pretty
+
+    made = jobs.make_template(_template_request(args), None if args.dry_run else connect,
+                              skip_preflight=args.skip_preflight, say=_note)
+    if made.state == "dry-run":
+        print(pretty(made.body))
+    elif made.state == "unchanged":
+        print(f"template {args.name}: unchanged")
+    else:
+        print(f"template {args.name}: created in project {made.project}")
+    return 0
+
+
+def make_image(args: argparse.Namespace) -> int:
+    """`survivor make-image --config SPEC --zone Z`: survivor's image for this wheel, lock and the trainer's
+    requirements, so that make-template's VMs boot into training installing nothing."""
+    from survivor.cloud import image
+
+    request = image.ImageRequest(config=args.config, zone=args.zone, project=args.project,
+                                 survivor_wheel=args.survivor_wheel, machine_type=args.machine_type,
+                                 disk_gb=args.disk_gb, deadline=args.deadline, poll_seconds=args.poll_seconds,
+                                 keep_builder=args.keep_builder)
+    made = image.build_image(request, connect, progress=_progress)
+    if made.image is None:
+        print(f"image family {made.family}: already built for this wheel and lock; nothing to do")
+    else:
+        print(f"image {made.image}: created in family {made.family}; make-template boots it for this wheel and lock")
+    return 0
+
+
+def make_group(args: argparse.Namespace) -> int:
+    """`survivor make-group NAME --template T --zone Z`: the job's single-VM MIG, waited on until its VM runs."""
+    address = _address(args)
+    group = address.group()
+    if args.dry_run:
+        print(json.dumps(jobs.group_body(group, args.template), indent=2))
+        return 0
+    options = jobs.GroupOptions(template=args.template, skip_preflight=args.skip_preflight,
+                                wait_seconds=args.wait_seconds, poll_seconds=args.poll_seconds)
+    made = jobs.make_group(connect(group.project), group, options, say=_note, progress=_progress)
+    if made.state == "stopped":
+        print(f"group {args.name}: already exists, stopped (target size 0); `survivor start {args.name} "
+              f"{address.flag}` starts it")
+    elif made.state == "running":
+        print(f"group {args.name}: {made.done} ({address.place}); its VM is RUNNING in {made.zone}")
+    else:
+        print(f"group {args.name}: {made.done} ({address.place}, 1 instance); not waiting for its VM")
+    return 0
+
+
+def preflight(args: argparse.Namespace) -> int:
+    """`survivor preflight JOB --config ...`: every check, one line each; 1 when one blocks."""
+    from survivor.cloud.preflight import report
+
+    return 0 if report(jobs.preflight_findings(_template_request(args), connect), print) else 1
 
 
 def _price(text: str) -> float:
+    """argparse's type for --spot-price and --on-demand-price: USD per hour."""
     from survivor.cloud import pricing
 
     try:
@@ -38,439 +125,37 @@ def _price(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _project(args: argparse.Namespace, spec: JobSpec | None = None) -> str:
-    project = (getattr(args, "project", None) or (spec.extra.get("compute", {}).get("project") if spec else None)
-               or os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("CLOUDSDK_CORE_PROJECT"))
-    if not project:
-        raise SpecError(["project: give --project, compute.project in the spec, or set GOOGLE_CLOUD_PROJECT"])
-    return project
-
-
-def _progress(message: str) -> None:
-    print(f"  {message}", file=sys.stderr, flush=True)
-
-
-def compute_for(project: str) -> Compute:
-    return Compute(project, progress=_progress)
-
-
-def _group(args: argparse.Namespace, project: str) -> GroupRef:
-    if bool(args.zone) == bool(args.region):
-        raise SpecError(["zone/region: give exactly one of --zone (zonal MIG) or --region (regional MIG)"])
-    problems = location_problems(args.zone, args.region)
-    if problems:
-        raise SpecError(problems)
-    return GroupRef(project, args.name, zone=args.zone, region=args.region)
-
-
-def _instance_zone(args: argparse.Namespace) -> str:
-    """The zone of a standalone instance (--instance): --zone, which must be a zone."""
-    problems = ([] if args.zone else [f"--instance {args.instance}: give its --zone too"]) + location_problems(
-        args.zone, None, regional=False)
-    if problems:
-        raise SpecError(problems)
-    return args.zone
-
-
-def _where(args: argparse.Namespace) -> str:
-    """The flag that names the job's group, for the next command a message suggests."""
-    return f"--zone {args.zone}" if args.zone else f"--region {args.region}"
-
-
-# -- make-template ---------------------------------------------------------------------------------
-
-
-def _template_from_args(args: argparse.Namespace, boot=None) -> tuple[JobSpec, dict]:
-    """The job spec and the template body the make-template flags describe (SpecError when contradictory).
-    `boot(spec, options)`: chooses what the VM boots (make-template's image or wheel); returns the Install."""
-    problems = name_problems("template", args.name) + location_problems(args.zone, args.region)
-    if problems:
-        raise SpecError(problems)
-    spec = JobSpec.from_file(args.config)
-    gpu_type = gpu_count = None
-    if args.gpu:
-        gpu_type, gpu_count = parse_gpu(args.gpu)
-    options = MachineOptions.from_spec(
-        spec, project=args.project, machine_type=args.machine_type, gpu_type=gpu_type, gpu_count=gpu_count,
-        spot=args.spot, image_family=args.image_family, image_project=args.image_project, disk_gb=args.disk_gb,
-        service_account=args.service_account, zone=args.zone, region=args.region,
-        preemption_notice=args.preemption_notice, survivor_wheel=args.survivor_wheel,
-        cloud_platform_scope=True if args.cloud_platform_scope else None,
-    )
-    if args.gpu and gpu_type is None:
-        options.gpu_type, options.gpu_count = None, 0
-    if not (args.zone or args.region):  # the spec's own compute.zone / compute.region
-        problems = location_problems(options.zone, options.region, keys=("compute.zone", "compute.region"))
-        if problems:
-            raise SpecError(problems)
-    template_body(args.name, spec, options)  # a contradictory request is refused before anything is built
-    install = boot(spec, options) if boot else None
-    return spec, template_body(args.name, spec, options, install=install)
-
-
-def _boot(args: argparse.Namespace, compute: Compute | None, project: str | None):
-    """make-template's choice of what the VM boots: survivor's image for this wheel and lock when its
-    family exists (the boot installs nothing), else the wheel and lock staged in the job's bucket."""
-    from survivor.cloud import image
-
-    def choose(spec: JobSpec, options: MachineOptions):
-        if not spec.job_dir.startswith("gs://"):
-            print(f"warning: job_dir {spec.job_dir} is not on Cloud Storage: a VM can reach neither it nor survivor's "
-                  "wheel, so the template installs nothing (fine for the local stand-ins only)", file=sys.stderr)
-            return None
-        try:
-            local = image.local_install(options.survivor_wheel, options.requirements)
-            if compute is not None and not (args.image_family or args.image_project):
-                family = image.family_name(image.install_for(spec.job_dir, local), image.tensorflow_version(local.lock))
-                if compute.image_from_family(project, family) is not None:
-                    options.image_project, options.image_family = project, family
-                    print(f"  image family {family}: survivor's image for this wheel and lock; boots install nothing",
-                          file=sys.stderr)
-                    return None
-            if compute is None:  # --dry-run: what would be staged, not uploaded
-                return image.install_for(spec.job_dir, local)
-            installed = image.stage_install(spec.job_dir, local)
-            print(f"  staged {installed.wheel} and {installed.lock}", file=sys.stderr)
-            return installed
-        except image.ImageError as exc:
-            raise SpecError([str(exc)]) from None
-
-    return choose
-
-
-def make_template(args: argparse.Namespace) -> int:
-    try:
-        project = None if args.dry_run else _project(args, JobSpec.from_file(args.config))
-        compute = None if args.dry_run else compute_for(project)
-        if compute is not None and not args.skip_preflight:
-            # before anything is staged or created: the checks on the body as it stands before the boot choice
-            _, draft = _template_from_args(args)
-            if not _preflight_passes(draft, compute, args.zone, args.region):
-                return 1
-        spec, body = _template_from_args(args, boot=_boot(args, compute, project))
-    except SpecError as exc:
-        for problem in exc.problems:
-            print(f"error: {problem}", file=sys.stderr)
-        return 2
-    except ComputeError as exc:
-        return _err(str(exc))
-    if args.dry_run:
-        print(pretty(body))
-        return 0
-    try:
-        # What would be sent, normalised through the request message (unknown fields fail here).
-        wanted = json.loads(compute.v1.InstanceTemplate.to_json(compute.template_message(body)))
-        existing = compute.get_template(args.name)
-        if existing is not None:
-            differences = body_differences(
-                {k: existing.get(k) for k in ("name", "description", "properties")},
-                {k: wanted.get(k) for k in ("name", "description", "properties")})
-            if not differences:
-                print(f"template {args.name}: unchanged")
-                return 0
-            named = named_differences(differences, wanted)
-            why = (" -- survivor's wheel changed (another checkout or version)"
-                   if set(named) <= {"metadata survivor-wheel", "metadata survivor-wheel-sha256"} else "")
-            return _err(
-                f"template {args.name} already exists with a different body (differs in: {', '.join(named[:6])}){why}. "
-                f"Templates cannot be changed: use a new name (e.g. {args.name}-v2) and point the group at it, or "
-                f"run `survivor delete {args.name} --zone ZONE` (or --region) first (the job dir is never touched)."
-            )
-        compute.insert_template(body)
-    except ComputeError as exc:
-        return _err(str(exc))
-    print(f"template {args.name}: created in project {project}")
-    return 0
-
-
-# -- make-image ------------------------------------------------------------------------------------
-
-
-def make_image(args: argparse.Namespace) -> int:
-    """`survivor make-image --config SPEC --zone Z`: survivor's image for this wheel, lock and the trainer's
-    requirements (compute.requirements), so that make-template's VMs boot into training installing nothing."""
-    from survivor.cloud import image
-
-    try:
-        if location_problems(args.zone, None, regional=False):
-            raise SpecError(location_problems(args.zone, None, regional=False))
-        spec = JobSpec.from_file(args.config)
-        options = MachineOptions.from_spec(spec, survivor_wheel=args.survivor_wheel)
-        project = _project(args, spec)
-        local = image.local_install(options.survivor_wheel, options.requirements)
-        family = image.family_name(image.install_for(spec.job_dir, local), image.tensorflow_version(local.lock))
-        compute = compute_for(project)
-        if compute.image_from_family(project, family) is not None:
-            print(f"image family {family}: already built for this wheel and lock; nothing to do")
-            return 0
-        install = image.stage_install(spec.job_dir, local)
-        name = image.make_image(compute, install, family, zone=args.zone, progress=_progress, deadline=args.deadline,
-                                poll=args.poll_seconds, keep_builder=args.keep_builder,
-                                machine_type=args.machine_type, disk_gb=args.disk_gb,
-                                service_account=options.service_account)
-    except SpecError as exc:
-        for problem in exc.problems:
-            print(f"error: {problem}", file=sys.stderr)
-        return 2
-    except (image.ImageError, ComputeError) as exc:
-        return _err(str(exc))
-    print(f"image {name}: created in family {family}; make-template boots it for this wheel and lock")
-    return 0
-
-
-# -- make-group ------------------------------------------------------------------------------------
-
-
-def _preflight_passes(body: dict, compute: Compute, zone: str | None, region: str | None) -> bool:
-    """Runs survivor/cloud/preflight.py's checks for a template body; prints warnings and errors."""
-    from survivor.cloud import preflight
-
-    findings = [f for f in preflight.check(body, compute, zone=zone, region=region) if f.level != "ok"]
-    passed = preflight.report(findings, lambda line: print(line, file=sys.stderr))
-    if not passed:
-        print("preflight failed: nothing was created (--skip-preflight to go ahead anyway)", file=sys.stderr)
-    return passed
-
-
-def _regional_zones(compute: Compute, region: str, template: dict) -> list[str]:
-    """The region's zones that offer the template's GPU (all of them for a VM without GPUs)."""
-    from survivor.cloud.preflight import target_from_body
-
-    target = target_from_body(template)
-    zones = compute.region(region)["zones"]
-    if not target.gpu_type:
-        return zones
-    return [z for z in zones if compute.zone_accelerators(z).get(target.gpu_type, 0) >= target.gpu_count]
-
-
-def wait_for_group(compute: Compute, group: GroupRef, wait_seconds: float, poll_seconds: float) -> tuple[str, str, list]:
-    """Polls the new group until its VM is RUNNING, its creation failed, or `wait_seconds` passed."""
-    from survivor.cloud.compute import group_creation
-
-    deadline = time.monotonic() + wait_seconds
-    while True:
-        state = group_creation(compute.managed_instances(group), compute.group_errors(group))
-        if state[0] != "waiting" or time.monotonic() >= deadline:
-            return state
-        _progress(f"group {group.name}: waiting for its VM ({max(0.0, deadline - time.monotonic()):.0f} s left)")
-        time.sleep(min(poll_seconds, max(0.0, deadline - time.monotonic())))
-
-
-def make_group(args: argparse.Namespace) -> int:
-    """Creates the job's single-VM MIG, then waits until its VM runs or the MIG reports why it cannot."""
-    from survivor.cloud.compute import distribution_policy, explain_operation_errors
-
-    try:
-        project = _project(args)
-        group = _group(args, project)
-        problems = (name_problems("job", args.name, max_length=BASE_INSTANCE_NAME_MAX)
-                    + name_problems("template", args.template))
-        if problems:
-            raise SpecError(problems)
-    except SpecError as exc:
-        return _err(exc.problems[0])
-    where = f"zone {args.zone}" if args.zone else f"region {args.region}"
-    if args.dry_run:
-        body = {"name": args.name, "baseInstanceName": args.name, "targetSize": 1,
-                "instanceTemplate": f"projects/{project}/global/instanceTemplates/{args.template}",
-                "zone" if args.zone else "region": args.zone or args.region}
-        if args.region:
-            body["distributionPolicy"] = distribution_policy(project, [])  # zones: those offering the GPU
-        print(json.dumps(body, indent=2))
-        return 0
-    try:
-        compute = compute_for(project)
-        found = compute.get_group(group)
-        done = "created"
-        if found is not None:
-            current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
-            if current != args.template:
-                return _err(f"group {args.name}: already exists with template {current}, not {args.template}; delete it "
-                            f"first (`survivor delete {args.name} {_where(args)} --template {current}`) or use another name")
-            if not found.get("targetSize"):
-                print(f"group {args.name}: already exists, stopped (target size 0); `survivor start {args.name} "
-                      f"{_where(args)}` starts it")
-                return 0
-            done = "already exists"
-        template = None if found is not None else compute.get_template(args.template)
-        if template is None and found is None:
-            return _err(f"template {args.template}: not found; create it first with `survivor make-template "
-                        f"{args.template} --config JOB.yaml`")
-        if found is None and not args.skip_preflight and not _preflight_passes(template, compute, args.zone, args.region):
-            return 1
-        distribution = None
-        if found is None and args.region:
-            zones = _regional_zones(compute, args.region, template)
-            if not zones:
-                return _err(f"group {args.name}: no zone of region {args.region} offers the template's GPU; pick "
-                            "another region (gcloud compute accelerator-types list)")
-            distribution = distribution_policy(project, zones)
-        if found is None:
-            compute.create_group(args.name, args.template, zone=args.zone, region=args.region, size=1,
-                                 distribution=distribution)
-        if args.wait_seconds <= 0:
-            print(f"group {args.name}: {done} ({where}, 1 instance); not waiting for its VM")
-            return 0
-        state, zone, errors = wait_for_group(compute, group, args.wait_seconds, args.poll_seconds)
-    except ComputeError as exc:
-        return _err(str(exc))
-    if state == "running":
-        print(f"group {args.name}: {done} ({where}); its VM is RUNNING in {zone}")
-        return 0
-    if state == "failed":
-        problem = explain_operation_errors(errors, f"group {args.name}: its VM cannot be created",
-                                           f"zone {zone}" if zone else where)
-        return _err(f"{problem} The group keeps retrying; "
-                    f"`survivor delete {args.name} --{'zone ' + args.zone if args.zone else 'region ' + args.region}` "
-                    "stops it.")
-    return _err(f"group {args.name}: {done} ({where}), but its VM is not RUNNING after {args.wait_seconds:g} s "
-                f"and the group reports no error; follow it with `survivor status {args.name} {_where(args)}`, or "
-                "wait longer with --wait-seconds")
-
-
-# -- preflight -------------------------------------------------------------------------------------
-
-
-def preflight_command(args: argparse.Namespace) -> int:
-    """`survivor preflight JOB --config ...`: every check, one line each; non-zero when one blocks."""
-    from survivor.cloud import preflight
-
-    try:
-        spec, body = _template_from_args(args)
-        project = _project(args, spec)
-    except SpecError as exc:
-        for problem in exc.problems:
-            print(f"error: {problem}", file=sys.stderr)
-        return 2
-    zone = args.zone or spec.extra.get("compute", {}).get("zone")
-    region = args.region or spec.extra.get("compute", {}).get("region")
-    try:
-        findings = preflight.check(body, compute_for(project), zone=zone, region=region)
-    except ComputeError as exc:
-        return _err(str(exc))
-    if not (zone or region):
-        findings.append(preflight.Finding("gpu", "no --zone or --region: GPU offer and quota not checked", "warning"))
-    return 0 if preflight.report(findings, print) else 1
-
-
-# -- status ----------------------------------------------------------------------------------------
-
-
-def _hours(attempts: list[dict]) -> float:
-    total = 0.0
-    now = _dt.datetime.now(_dt.timezone.utc)
-    for a in attempts:
-        try:
-            start = _dt.datetime.fromisoformat(a["started"])
-            end = _dt.datetime.fromisoformat(a["ended"]) if a.get("ended") else now
-        except (KeyError, TypeError, ValueError):
-            continue
-        total += max(0.0, (end - start).total_seconds())
-    return total / 3600
-
-
-def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
-               spot_price: float | None = None, on_demand_price: float | None = None) -> dict[str, Any]:
-    """Everything `survivor status` shows: the MIG, its instance, the job dir's story, the cost
-    (from pricing's offline table, or the USD-per-hour prices given)."""
-    from survivor.cloud import pricing
-    from survivor.jobdir.status import job_summary
-
-    out: dict[str, Any] = {"name": group.name, "project": group.project, "zone": group.zone, "region": group.region}
-    found = compute.get_group(group)
-    spec = None
-    if found is None:
-        out["group"] = None
-    else:
-        out["group"] = {"target_size": found.get("targetSize"), "template": (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]}
-        instances = compute.managed_instances(group)
-        for instance in instances:
-            instance["guest"] = compute.guest_attributes(instance["zone"], instance["name"]) if instance["zone"] else {}
-        out["instances"] = instances
-        template = compute.get_template(out["group"]["template"]) if out["group"]["template"] else None
-        if template:
-            items = {i["key"]: i["value"] for i in template["properties"].get("metadata", {}).get("items", [])}
-            if "survivor-job" in items:
-                spec = JobSpec.from_yaml(items["survivor-job"])
-            props = template["properties"]
-            accel = (props.get("guestAccelerators") or [{}])[0]
-            # a2/a3/g2 carry their GPUs without guestAccelerators (survivor/cloud/machines.py)
-            gpu_type, gpu_count = machines.gpus_of(props.get("machineType") or "", accel.get("acceleratorType"),
-                                                   int(accel.get("acceleratorCount") or 0))
-            out["machine"] = {"machine_type": props.get("machineType"), "gpu_type": gpu_type, "gpu_count": gpu_count,
-                              "spot": props.get("scheduling", {}).get("provisioningModel") == "SPOT"}
-    job_dir = job_dir or (spec.job_dir if spec else None)
-    if job_dir:
-        summary = job_summary(job_dir, train_steps=spec.train_steps if spec else None)
-        out["job"] = summary
-        if spec:
-            summary["train_steps"] = spec.train_steps
-        hours = _hours([{"started": h["started"], "ended": None if h["outcome"] == "running or killed" else h.get("ended")}
-                        for h in summary["history"]])
-        out["compute_hours"] = round(hours, 3)
-        machine = out.get("machine")
-        if machine:
-            cost = pricing.estimate(hours, machine["machine_type"], machine["gpu_type"], machine["gpu_count"],
-                                    spot_price=spot_price, on_demand_price=on_demand_price)
-            out["cost_usd"] = {"spot": cost.spot_usd, "on_demand": cost.on_demand_usd, "saving": cost.saving,
-                               "spot_per_hour": cost.spot_rate, "on_demand_per_hour": cost.on_demand_rate,
-                               "basis": cost.basis}
-    return out
-
-
-def vertex_status(args: argparse.Namespace) -> int:
-    """A Vertex AI custom job's state, beside what its job dir says."""
-    from survivor.cloud import vertex
-
-    region = args.vertex.split("/locations/")[1].split("/")[0] if "/locations/" in args.vertex else (args.region or "us-central1")
-    try:
-        job = vertex.get(args.vertex, region)
-    except Exception as exc:
-        return _err(f"custom job {args.vertex}: {getattr(exc, 'message', None) or exc}")
-    report = {"vertex_job": job["name"], "state": job.get("state"), "display_name": job.get("displayName")}
-    if args.job_dir:
-        from survivor.jobdir.status import job_summary
-
-        report["job"] = job_summary(args.job_dir)
-    if args.json:
-        print(json.dumps(report, indent=2, default=str))
-    else:
-        print(f"{report['display_name']}: {report['state']} ({report['vertex_job']})")
-        if "job" in report:
-            print(f"  job dir: {report['job']['state']}, committed step {report['job']['committed_step']}")
-        print(f"  logs: survivor logs --vertex {job['name']}")
-    return 0
-
-
-def status(args: argparse.Namespace) -> int:
-    if getattr(args, "vertex", None):
-        return vertex_status(args)
-    if args.name is None:
-        if not args.job_dir:
-            return _err("give a job name (with --zone or --region), or --job-dir")
-        if getattr(args, "spot_price", None) or getattr(args, "on_demand_price", None):
-            return _err("--spot-price/--on-demand-price: name the job too, so its machine and compute hours are known")
-        from survivor.jobdir import status as job_dir_status
-
-        try:
-            return job_dir_status.main(args)
-        except StorageError as exc:
-            return _err(str(exc))
-    try:
-        project = _project(args)
-        group = _group(args, project)
-    except SpecError as exc:
-        return _err(exc.problems[0])
-    try:
-        report = job_status(compute_for(project), group, args.job_dir, spot_price=getattr(args, "spot_price", None),
-                            on_demand_price=getattr(args, "on_demand_price", None))
-    except (ComputeError, StorageError) as exc:
-        return _err(str(exc))
-    if args.json:
-        print(json.dumps(report, indent=2, default=str))
-        return 0
+def _print_job_dir(summary: dict) -> None:
+    """Shows what the job dir alone says: state, committed step, preemptions, lost steps, every attempt."""
     from rich.console import Console
     from rich.table import Table
+
+    from survivor.jobdir.status import failed_reason
+
+    console = Console()
+    committed = "nothing committed" if summary["committed_step"] is None else f"committed step {summary['committed_step']}"
+    console.print(f"[bold]{summary['job_dir']}[/bold]: {summary['state']}, {committed}, "
+                  f"{summary['preemptions']} preemptions survived, {summary['steps_lost']} steps lost")
+    if summary["failed"]:
+        console.print(f"[red]FAILED:[/red] {failed_reason(summary['failed'])}")
+    table = Table("attempt", "instance", "restored", "ended at", "outcome", "lost", "reason")
+    for row in summary["history"]:
+        table.add_row(str(row["attempt"]), row["instance"], row["restored"], _dash(row["end_step"]),
+                      row["outcome"], _dash(row["steps_lost"]), row["reason"])
+    console.print(table)
+
+
+def _dash(value) -> str:
+    """A table cell: `-` for nothing."""
+    return "-" if value is None else str(value)
+
+
+def _print_status(report: dict) -> None:
+    """Shows `jobs.job_status`'s report: the group, its VM, the job's progress, its cost, its last boots."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from survivor.jobdir.status import failed_reason
 
     console = Console()
     g = report.get("group")
@@ -485,161 +170,108 @@ def status(args: argparse.Namespace) -> int:
                       + (f"; the group's last attempt failed: {errors}" if errors and not instance["status"] else ""),
                       markup=False)
     job = report.get("job")
-    if job:
-        committed = "nothing committed" if job["committed_step"] is None else f"committed step {job['committed_step']}"
-        console.print(f"  job {job['state']}: {committed} of {job.get('train_steps', '?')}, "
-                      f"{job['preemptions']} preemptions survived, {job['steps_lost']} steps lost, "
-                      f"{job['attempts']} boots")
-        if job.get("failed"):
-            from survivor.jobdir.status import failed_reason
+    if not job:
+        return
+    committed = "nothing committed" if job["committed_step"] is None else f"committed step {job['committed_step']}"
+    console.print(f"  job {job['state']}: {committed} of {job.get('train_steps', '?')}, "
+                  f"{job['preemptions']} preemptions survived, {job['steps_lost']} steps lost, "
+                  f"{job['attempts']} boots")
+    if job.get("failed"):
+        console.print(f"  [red]FAILED[/red]: {failed_reason(job['failed'])}")
+    cost = report.get("cost_usd") or {}
+    if cost.get("spot") is not None or cost.get("on_demand") is not None:
+        spot = f"${cost['spot']:.2f} on Spot" if cost.get("spot") is not None else "Spot price unknown"
+        on_demand = f"${cost['on_demand']:.2f} on demand" if cost.get("on_demand") is not None else "on-demand price unknown"
+        saved = f", {100 * cost['saving']:.0f}% saved" if cost.get("saving") is not None else ""
+        console.print(f"  compute {report['compute_hours']:.2f} h: {spot} ({on_demand}{saved}; {cost['basis']})")
+    elif "compute_hours" in report:
+        console.print(f"  compute {report['compute_hours']:.2f} h")
+    table = Table("boot", "instance", "from", "saved", "outcome", "lost", "reason")
+    for row in job["history"][-10:]:
+        table.add_row(str(row["attempt"]), row["instance"], row["restored"], _dash(row["end_step"]), row["outcome"],
+                      _dash(row["steps_lost"]), row["reason"][:60])
+    console.print(table)
 
-            console.print(f"  [red]FAILED[/red]: {failed_reason(job['failed'])}")
-        cost = report.get("cost_usd") or {}
-        if cost.get("spot") is not None or cost.get("on_demand") is not None:
-            spot = f"${cost['spot']:.2f} on Spot" if cost.get("spot") is not None else "Spot price unknown"
-            on_demand = f"${cost['on_demand']:.2f} on demand" if cost.get("on_demand") is not None else "on-demand price unknown"
-            saved = f", {100 * cost['saving']:.0f}% saved" if cost.get("saving") is not None else ""
-            console.print(f"  compute {report['compute_hours']:.2f} h: {spot} ({on_demand}{saved}; {cost['basis']})")
-        elif "compute_hours" in report:
-            console.print(f"  compute {report['compute_hours']:.2f} h")
-        table = Table("boot", "instance", "from", "saved", "outcome", "lost", "reason")
-        for row in job["history"][-10:]:
-            table.add_row(str(row["attempt"]), row["instance"], row["restored"],
-                          "-" if row["end_step"] is None else str(row["end_step"]), row["outcome"],
-                          "-" if row["steps_lost"] is None else str(row["steps_lost"]), row["reason"][:60])
-        console.print(table)
+
+def status(args: argparse.Namespace) -> int:
+    """`survivor status`: a job's group, VM, progress, preemptions, lost work and cost; or its job dir alone
+    (`--job-dir` without a name); or a Vertex AI custom job (`--vertex`)."""
+    if args.vertex:
+        return vertex_commands.status(args)
+    if args.name is None:
+        if not args.job_dir:
+            raise CommandError("give a job name (with --zone or --region), or --job-dir")
+        if args.spot_price or args.on_demand_price:
+            raise CommandError("--spot-price/--on-demand-price: name the job too, so its machine and compute hours "
+                               "are known")
+        from survivor.jobdir.status import job_summary
+
+        report = job_summary(args.job_dir)
+        show = _print_job_dir
+    else:
+        group = _address(args).group()
+        report = jobs.job_status(connect(group.project), group, args.job_dir, spot_price=args.spot_price,
+                                 on_demand_price=args.on_demand_price)
+        show = _print_status
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        show(report)
     return 0
 
 
-# -- stop / start / delete / logs ------------------------------------------------------------------
-
-
 def stop(args: argparse.Namespace) -> int:
-    """Graceful: GCE soft-offs the VM, the agent saves and commits before it goes."""
-    try:
-        project = _project(args)
-        compute = compute_for(project)
-        if args.instance:
-            compute.stop_instance(project, _instance_zone(args), args.instance)
-            print(f"instance {args.instance}: stopped (the agent saved on the way down)")
-            return 0
-        group = _group(args, project)
-        compute.resize_group(group, 0)
-    except (SpecError, ComputeError) as exc:
-        return _err(exc.problems[0] if isinstance(exc, SpecError) else str(exc))
-    print(f"group {args.name}: resized to 0; the agent saves and commits before its VM goes. "
-          f"`survivor start {args.name} {_where(args)}` resumes from that checkpoint.")
+    """`survivor stop`: graceful; Compute Engine soft-offs the VM and the agent saves and commits first."""
+    address = _address(args)
+    jobs.stop(connect(address.resolved_project()), address)
+    if args.instance:
+        print(f"instance {args.instance}: stopped (the agent saved on the way down)")
+    else:
+        print(f"group {args.name}: resized to 0; the agent saves and commits before its VM goes. "
+              f"`survivor start {args.name} {address.flag}` resumes from that checkpoint.")
     return 0
 
 
 def start(args: argparse.Namespace) -> int:
-    try:
-        project = _project(args)
-        compute = compute_for(project)
-        if args.instance:
-            compute.start_instance(_instance_zone(args), args.instance)
-            print(f"instance {args.instance}: started")
-            return 0
-        group = _group(args, project)
-        compute.resize_group(group, 1)
-    except (SpecError, ComputeError) as exc:
-        return _err(exc.problems[0] if isinstance(exc, SpecError) else str(exc))
-    print(f"group {args.name}: resized to 1; training resumes from the newest committed checkpoint")
+    """`survivor start`: the group back to one VM (or the instance started); training resumes."""
+    address = _address(args)
+    jobs.start(connect(address.resolved_project()), address)
+    if args.instance:
+        print(f"instance {args.instance}: started")
+    else:
+        print(f"group {args.name}: resized to 1; training resumes from the newest committed checkpoint")
     return 0
 
 
 def delete(args: argparse.Namespace) -> int:
-    """Deletes the MIG, then the template. Never the job dir."""
-    try:
-        project = _project(args)
-        group = _group(args, project)
-        compute = compute_for(project)
-        found = compute.get_group(group)
-        template = args.template or ((found or {}).get("instanceTemplate") or "").rsplit("/", 1)[-1] or args.name
-        if found is not None:
-            compute.delete_group(group)
-            print(f"group {args.name}: deleted")
-        else:
-            print(f"group {args.name}: not found (nothing to delete)")
-        if compute.get_template(template) is not None:
-            compute.delete_template(template)
-            print(f"template {template}: deleted")
-    except (SpecError, ComputeError) as exc:
-        return _err(exc.problems[0] if isinstance(exc, SpecError) else str(exc))
+    """`survivor delete`: the group, then the template. Never the job dir."""
+    group = _address(args).group()
+    jobs.delete(connect(group.project), group, args.template, say=print)
     print("the job dir is untouched")
     return 0
 
 
-def vertex_logs(args: argparse.Namespace) -> int:
-    """A Vertex AI custom job's replica logs from Cloud Logging; with --follow, until the job ends."""
-    from google.api_core import exceptions as api_errors
-
-    from survivor.cloud import vertex
-
-    try:
-        project, region, _ = vertex.job_parts(args.vertex)
-        job = vertex.get(args.vertex, region)
-        since = job.get("createTime") or "1970-01-01T00:00:00Z"
-        client = vertex.logging_client(project)
-        printed_at_since: set[str] = set()  # entries at the newest timestamp, asked for again next time
-        while True:
-            for line in vertex.job_logs(args.vertex, since, client):
-                if line.insert_id in printed_at_since:
-                    continue
-                print(line, flush=True)
-                if line.timestamp != since:
-                    since, printed_at_since = line.timestamp, set()
-                printed_at_since.add(line.insert_id)
-            if not args.follow or job.get("state") in vertex.FINISHED_STATES:
-                return 0
-            time.sleep(args.interval)
-            job = vertex.get(args.vertex, region)
-    except SpecError as exc:
-        return _err(exc.problems[0])
-    except api_errors.GoogleAPICallError as exc:
-        return _err(f"custom job {args.vertex}: {exc.message}")
-    except KeyboardInterrupt:
-        return 0
-
-
 def logs(args: argparse.Namespace) -> int:
-    """Serial port output of the job's instance (the startup script and the agent's journal)."""
+    """`survivor logs`: the serial port output of the job's VM (the startup script and the agent's journal)."""
     if args.vertex:
-        return vertex_logs(args)
+        return vertex_commands.logs(args)
     if not args.name and not args.instance:
-        return _err("name the job (its MIG), an instance with --instance and --zone, or a Vertex AI custom job "
-                    "with --vertex")
+        raise CommandError("name the job (its MIG), an instance with --instance and --zone, or a Vertex AI custom "
+                           "job with --vertex")
+    address = _address(args)
+    compute = connect(address.resolved_project())
+    zone, name = jobs.serial_source(compute, address)
     try:
-        project = _project(args)
-        compute = compute_for(project)
-        if args.instance:
-            zone, name = _instance_zone(args), args.instance
-        else:
-            members = compute.managed_instances(_group(args, project))
-            if not members:
-                return _err(f"group {args.name} has no instance right now (stopped or finished)")
-            zone, name = members[0]["zone"], members[0]["name"]
-            if not members[0]["status"]:
-                errors = "; ".join(f"{code}: {message}" for code, message in members[0]["errors"])
-                return _err(f"group {args.name}: its VM {name} is not created yet, so it has no serial port"
-                            + (f" (the group's last attempt: {errors})" if errors else "")
-                            + f"; `survivor status {args.name} {_where(args)}` follows it")
-        offset = 0
-        while True:
-            text, offset = compute.serial_output(zone, name, offset)
+        for text in jobs.serial_output(compute, zone, name, follow=args.follow, interval=args.interval):
             sys.stdout.write(text)
             sys.stdout.flush()
-            if not args.follow:
-                return 0
-            time.sleep(args.interval)
-    except (SpecError, ComputeError) as exc:
-        return _err(exc.problems[0] if isinstance(exc, SpecError) else str(exc))
-    except KeyboardInterrupt:
-        return 0
+    except KeyboardInterrupt:  # Ctrl-C is how an operator ends --follow
+        pass
+    return 0
 
 
 def add_commands(sub) -> None:
-    """Adds the operator subcommands to the CLI's subparsers."""
+    """Adds the operator's commands to the command line's subparsers."""
 
     def where(p, instance: bool = False, name_optional: bool = False):
         p.add_argument("name", nargs="?" if name_optional else None, help="the job's name (its MIG and template)")
@@ -702,7 +334,7 @@ def add_commands(sub) -> None:
     p = sub.add_parser("preflight", help="check bucket, IAM, image, GPU offer and quota for a job; change nothing",
                        description="Takes the make-template flags and checks what the template would need.")
     template_flags(p)
-    p.set_defaults(func=preflight_command)
+    p.set_defaults(func=preflight)
 
     p = sub.add_parser("status", help="MIG, instance, progress, preemptions, lost work and cost of a job")
     p.add_argument("name", nargs="?", help="the job's name (omit with --job-dir alone for the job dir only)")

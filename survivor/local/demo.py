@@ -5,24 +5,77 @@ fake-gcs-server with `--gcs`), the "VM" a local agent process (`LocalInstance`),
 loop, which recreates the instance with a fresh boot disk after each preemption. Preemptions come at
 seeded random steps, the way Spot VMs get them: `preempted=TRUE`, then the ACPI soft off (SIGTERM),
 then the hard off 30 s later.
+
+    >>> run(DemoOptions(trainer="dummy", steps=80, preemptions=2, seed=3))   # True once DONE at step 80
+
+The first screen is survivor's own: the lines TensorFlow's C++ runtime prints as it starts (no CUDA
+driver, CPU instructions, absl's logging warning) are kept out of the terminal unless `verbose`; the
+agent's log files and the demo's `data.log` keep every line.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 import yaml
 
 from survivor.jobdir.journal import Journal
 from survivor.jobdir.storage import open_storage
+from survivor.spec import SpecError
 
 DEFAULT_STEPS = {"mlp": 300, "dummy": 200, "cifar10": 80}
+#: Synthetic CIFAR-10 training images the cifar10 demo writes before it starts.
+DEMO_IMAGES = 512
+
+#: What TensorFlow's C++ runtime prints as it starts, whatever the program: glog/absl lines naming a
+#: .cc file (`I0000 00:00:1795453281.427412   21735 cudart_stub.cc:31] ...`, or the older
+#: `2024-01-01 12:00:00.000000: I tensorflow/core/...cc:113] ...`), absl's warning that logging is not
+#: initialised, and the second line of cpu_feature_guard's message.
+_TF_STARTUP = re.compile(
+    r"^(?:[IWE]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+\.cc:\d+\]"
+    r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] \S+\.cc:\d+\]"
+    r"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    r"|To enable the following instructions: .*rebuild TensorFlow with the appropriate compiler flags\.)")
+
+
+def tensorflow_startup_line(line: str) -> bool:
+    """Pure decision: whether `line` is one of the lines TensorFlow's C++ runtime prints as it starts."""
+    return bool(_TF_STARTUP.match(line))
+
+
+def shown_lines(lines: list[str], verbose: bool = False) -> list[str]:
+    """Pure decision: the lines of a child's output the demo's terminal shows: all with `verbose`,
+    else all but TensorFlow's start-up lines."""
+    return list(lines) if verbose else [line for line in lines if not tensorflow_startup_line(line)]
+
+
+def write_demo_data(data_dir: str, log_path: str, *, verbose: bool = False,
+                    show: Callable[[str], None] = print) -> int:
+    """Writes the cifar10 demo's synthetic images with `survivor data cifar10` in a child process;
+    returns its exit code. Its output goes whole to `log_path`, and to `show` as `shown_lines` has it
+    (all of it when the child fails), less its summary line, which the demo says in its own words.
+
+    The writing imports TensorFlow: in a child, its start-up lines reach the terminal through this
+    filter only.
+    """
+    done = subprocess.run([sys.executable, "-m", "survivor", "data", "cifar10", "--synthetic", str(DEMO_IMAGES),
+                           "--out", data_dir, "--seed", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          stdin=subprocess.DEVNULL, text=True, errors="replace")
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write(done.stdout)
+    for line in shown_lines(done.stdout.splitlines(), verbose or done.returncode != 0):
+        if not line.startswith("train.tfrecords:"):
+            show(line)
+    return done.returncode
 
 
 def preemption_steps(train_steps: int, count: int, seed: int) -> list[int]:
@@ -55,7 +108,41 @@ def demo_spec(trainer: str, job_dir: str, train_steps: int, python: str, data_di
     return spec
 
 
-def main(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class DemoOptions:
+    """What `survivor demo` runs: the built-in trainer, its steps (None: the trainer's demo size), how
+    many preemptions, where the job dir lives (a local dir, or fake-gcs-server with `gcs`), where the
+    demo's files go (None: a temporary dir), the preemption schedule's seed (None: a random one), and
+    what the terminal shows (`progress` bar; `verbose`: TensorFlow's start-up lines too)."""
+
+    trainer: str = "cifar10"
+    steps: int | None = None
+    preemptions: int = 3
+    gcs: bool = False
+    workdir: str | None = None
+    seed: int | None = None
+    progress: bool = True
+    verbose: bool = False
+
+
+def demo_root(workdir: str | None) -> str:
+    """The demo's directory, emptied: `workdir` (an earlier demo's, or empty, or new), else a temporary one.
+
+    SpecError when `workdir` holds anything but an earlier demo's files: a rerun may delete those, nothing else.
+    """
+    root = os.path.abspath(workdir) if workdir else tempfile.mkdtemp(prefix="survivor-demo-")
+    marker = os.path.join(root, ".survivor-demo")
+    if workdir and os.path.lexists(root):
+        if not (os.path.isdir(root) and not os.path.islink(root) and (not os.listdir(root) or os.path.exists(marker))):
+            raise SpecError([f"--workdir {root}: exists and is not an earlier demo's; name a new directory"])
+        shutil.rmtree(root)
+    os.makedirs(root, exist_ok=True)
+    open(marker, "w").close()
+    return root
+
+
+def run(options: DemoOptions) -> bool:
+    """Runs the demo, showing its progress and the attempts' table; True when the job is DONE at its last step."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
@@ -63,22 +150,23 @@ def main(args: argparse.Namespace) -> int:
     from survivor.local.instance import LocalInstance
 
     console = Console()
-    root = os.path.abspath(args.workdir) if args.workdir else tempfile.mkdtemp(prefix="survivor-demo-")
-    marker = os.path.join(root, ".survivor-demo")  # a rerun may delete an earlier demo's files, nothing else
-    if args.workdir and os.path.lexists(root):
-        if not (os.path.isdir(root) and not os.path.islink(root) and (not os.listdir(root) or os.path.exists(marker))):
-            print(f"survivor demo: --workdir {root}: exists and is not an earlier demo's; name a new directory",
-                  file=sys.stderr)
-            return 2
-        shutil.rmtree(root)
-    os.makedirs(root, exist_ok=True)
-    open(marker, "w").close()
-    steps = args.steps or DEFAULT_STEPS[args.trainer]
-    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
-    schedule = preemption_steps(steps, args.preemptions, seed)
+    root = demo_root(options.workdir)
+    steps = options.steps or DEFAULT_STEPS[options.trainer]
+    seed = options.seed if options.seed is not None else random.randrange(1 << 30)
+    schedule = preemption_steps(steps, options.preemptions, seed)
 
+    data_dir = None
+    if options.trainer == "cifar10":
+        data_dir = os.path.join(root, "cifar-10-data")
+        log_path = os.path.join(root, "data.log")
+        code = write_demo_data(data_dir, log_path, verbose=options.verbose,
+                               show=lambda line: console.print(line, markup=False, highlight=False))
+        if code != 0:
+            console.print(f"[red]writing the demo's images failed (exit {code}); see {log_path}[/red]")
+            return False
+        console.print(f"wrote {DEMO_IMAGES} synthetic CIFAR-10 images to {data_dir}")
     emulator = None
-    if args.gcs:
+    if options.gcs:
         from survivor.local.gcs import StorageEmulator
 
         emulator = StorageEmulator(log_dir=root).start()
@@ -86,15 +174,8 @@ def main(args: argparse.Namespace) -> int:
         job_dir = "gs://survivor-demo/job"
     else:
         job_dir = os.path.join(root, "jobdir")
-    data_dir = None
-    if args.trainer == "cifar10":
-        from survivor.trainers import cifar10_data
-
-        data_dir = os.path.join(root, "cifar-10-data")
-        counts = cifar10_data.synthetic(512, data_dir, seed=0)
-        console.print(f"wrote {counts['train']} synthetic CIFAR-10 images to {data_dir}")
-    spec = demo_spec(args.trainer, job_dir, steps, sys.executable, data_dir)
-    console.print(f"[bold]survivor demo[/bold]: {args.trainer} trainer, {steps} steps on 2 logical devices, "
+    spec = demo_spec(options.trainer, job_dir, steps, sys.executable, data_dir)
+    console.print(f"[bold]survivor demo[/bold]: {options.trainer} trainer, {steps} steps on 2 logical devices, "
                   f"job dir {job_dir}")
     console.print(f"preemptions planned at steps {schedule} (seed {seed}); files under {root}")
 
@@ -104,7 +185,7 @@ def main(args: argparse.Namespace) -> int:
     pending = list(schedule)
     try:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), console=console, disable=args.no_progress, transient=False) as bar:
+                      TimeElapsedColumn(), console=console, disable=not options.progress, transient=False) as bar:
             task = bar.add_task("boot 1", total=steps)
             vm.boot()
             while True:
@@ -123,7 +204,7 @@ def main(args: argparse.Namespace) -> int:
                     code = vm.process.returncode
                     if code != 0:
                         console.print(f"[red]the agent exited with {code}; see {vm.log_path()}[/red]")
-                        return 1
+                        return False
                     state = Journal(open_storage(job_dir)).state()
                     if state.done is not None or state.failed is not None:
                         bar.update(task, completed=steps)
@@ -153,4 +234,4 @@ def main(args: argparse.Namespace) -> int:
         f"{len(preempted)} preemptions survived; steps lost per preemption {lost} "
         f"(max {max(lost) if lost else 0}); {time.monotonic() - started:.0f} s in all"
     )
-    return 0 if state.done and done.get("step") == steps else 1
+    return bool(state.done) and done.get("step") == steps

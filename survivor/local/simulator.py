@@ -15,7 +15,6 @@ and the simulator sees the target size drop to 0. All durations can be scaled fo
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -28,6 +27,7 @@ import yaml
 
 from survivor.local.compute_server import ComputeServer
 from survivor.local.instance import LocalInstance
+from survivor.spec import JobSpec, SpecError, load_yaml
 
 PROJECT = "survivor-local"
 ZONE = "us-west1-b"
@@ -168,7 +168,6 @@ class Simulator:
 
     def _template_and_group(self) -> None:
         from survivor.cloud.compute import Compute
-        from survivor.spec import JobSpec
         from survivor.cloud.template import MachineOptions, template_body
 
         spec = JobSpec.from_yaml(self.spec_yaml)
@@ -285,58 +284,88 @@ def parse_seconds(text: str) -> float:
     return float(text)
 
 
+def duration(flag: str, text: str, *, zero_allowed: bool = False) -> float:
+    """`text` in seconds (see parse_seconds); SpecError naming `flag` unless finite and above 0 (or 0 itself
+    when `zero_allowed`)."""
+    try:
+        seconds = parse_seconds(text)
+    except ValueError:
+        seconds = float("nan")
+    least = 0.0 if zero_allowed else 0.001
+    if not least <= seconds < float("inf"):  # nan fails too
+        raise SpecError([f"{flag} {text!r}: expected a duration such as 90s, 2m or 1.5 (> 0)"])
+    return seconds
+
+
 #: Marks a --workdir as a simulation's, so a rerun may delete it (and nothing else).
 MARKER = ".survivor-simulation"
 
 
-def _refusal(args) -> str | None:
-    """The one line that refuses `survivor simulate`'s arguments, or None."""
-    for flag in ("preempt_every", "jitter", "hard_off_after", "recreate_delay", "timeout"):
-        text = getattr(args, flag)
-        try:
-            seconds = parse_seconds(text)
-        except ValueError:
-            seconds = float("nan")
-        least = 0.0 if flag in ("jitter", "recreate_delay") else 0.001
-        if not least <= seconds < float("inf"):  # nan fails too
-            return f"--{flag.replace('_', '-')} {text!r}: expected a duration such as 90s, 2m or 1.5 (> 0)"
-    root = os.path.abspath(args.workdir or "survivor-simulation")
+@dataclass(frozen=True)
+class SimulationOptions:
+    """What `survivor simulate` runs: the job spec file (a relative job_dir goes under `workdir`), where the
+    simulated VMs' disks and logs go, and the preemptions (durations in seconds)."""
+
+    config: str
+    workdir: str = "survivor-simulation"
+    preempt_every: float = 90.0
+    jitter: float = 0.0
+    hard_off_after: float = 30.0
+    recreate_delay: float = 2.0
+    max_preemptions: int | None = None
+    timeout: float = 7200.0
+    seed: int = 0
+    gcs: bool = False  # keep the job dir in the Cloud Storage emulator
+
+
+def read_spec(options: SimulationOptions) -> dict:
+    """The job spec a simulation runs, as a mapping; SpecError (one line) when the workdir holds anything
+    but an earlier simulation's files, or the spec cannot be read or is invalid."""
+    root = os.path.abspath(options.workdir)
     if os.path.lexists(root) and not (os.path.isdir(root) and not os.path.islink(root)
                                       and (not os.listdir(root) or os.path.exists(os.path.join(root, MARKER)))):
-        return f"--workdir {root}: exists and is not an earlier simulation's; name a new directory"
-    return None
-
-
-def main(args) -> int:
-    """`survivor simulate`: run a job spec through the simulator and print the timeline."""
-    from survivor.spec import JobSpec, SpecError, load_yaml
-
-    refused = _refusal(args)
-    spec: dict = {}
+        raise SpecError([f"--workdir {root}: exists and is not an earlier simulation's; name a new directory"])
     try:
-        if refused is None:
-            with open(args.config, encoding="utf-8") as f:
-                spec = load_yaml(f.read(), source=args.config)
+        with open(options.config, encoding="utf-8") as f:
+            spec = load_yaml(f.read(), source=options.config)
     except (OSError, UnicodeDecodeError) as exc:
-        refused = f"{args.config}: cannot read the job spec ({getattr(exc, 'strerror', None) or exc})"
+        raise SpecError([f"{options.config}: cannot read the job spec ({getattr(exc, 'strerror', None) or exc})"]) from None
     except SpecError as exc:
-        refused = "; ".join(exc.problems)
-    if refused is None and not str(spec.get("job_dir", "")).startswith(("/", "gs://", "file://")):
+        raise SpecError(["; ".join(exc.problems)]) from None
+    if not str(spec.get("job_dir", "")).startswith(("/", "gs://", "file://")):
         try:  # a relative job_dir goes under --workdir: check the rest with a stand-in for it
             JobSpec.from_mapping({**spec, "job_dir": "/job"})
         except SpecError as exc:
-            refused = f"{args.config}: " + "; ".join(exc.problems)
-    if refused:
-        print(f"survivor simulate: {refused}", file=sys.stderr)
-        return 2
-    root = os.path.abspath(args.workdir or "survivor-simulation")
-    if os.path.exists(root):  # an earlier simulation's (marked) or empty: _refusal checked
+            raise SpecError([f"{options.config}: " + "; ".join(exc.problems)]) from None
+    return spec
+
+
+@dataclass(frozen=True)
+class SimulationRun:
+    """A finished `survivor simulate`: its result, the timeline plot (None without matplotlib), the spec's steps."""
+
+    result: SimulationResult
+    plot: str | None
+    train_steps: int
+
+    @property
+    def succeeded(self) -> bool:
+        """DONE, and the agent left the MIG (target size 0)."""
+        return bool(self.result.done) and self.result.target_size == 0
+
+
+def simulate(options: SimulationOptions) -> SimulationRun:
+    """Runs a job spec through the simulator in `options.workdir` (an earlier simulation there is
+    replaced), and plots its timeline there. SpecError before anything runs when read_spec refuses."""
+    spec = read_spec(options)
+    root = os.path.abspath(options.workdir)
+    if os.path.exists(root):  # an earlier simulation's (marked) or empty: read_spec checked
         shutil.rmtree(root)
     os.makedirs(root)
     open(os.path.join(root, MARKER), "w").close()
     spec.setdefault("on_finish", "auto")
     emulator = None
-    if args.gcs:
+    if options.gcs:
         from survivor.local.gcs import StorageEmulator
 
         emulator = StorageEmulator(log_dir=os.path.dirname(root)).start()
@@ -344,19 +373,13 @@ def main(args) -> int:
         spec["job_dir"] = "gs://survivor-sim/job"
     elif not str(spec.get("job_dir", "")).startswith("/"):
         spec["job_dir"] = os.path.join(root, "jobdir")
-    sim = Simulator(yaml.safe_dump(spec), root, preempt_every=parse_seconds(args.preempt_every),
-                    jitter=parse_seconds(args.jitter), hard_off_after=parse_seconds(args.hard_off_after),
-                    recreate_delay=parse_seconds(args.recreate_delay), max_preemptions=args.max_preemptions,
-                    seed=args.seed)
+    sim = Simulator(yaml.safe_dump(spec), root, preempt_every=options.preempt_every, jitter=options.jitter,
+                    hard_off_after=options.hard_off_after, recreate_delay=options.recreate_delay,
+                    max_preemptions=options.max_preemptions, seed=options.seed)
     try:
-        result = sim.run(timeout=parse_seconds(args.timeout))
+        result = sim.run(timeout=options.timeout)
     finally:
         if emulator:
             emulator.stop()
-    print(result.table())
-    png = result.plot(os.path.join(root, "timeline.png"), int(spec["train_steps"]))
-    if png:
-        print(f"timeline plot: {png}")
-    print(json.dumps({"preemptions": result.preemptions, "target_size": result.target_size,
-                      "done": bool(result.done)}))
-    return 0 if result.done and result.target_size == 0 else 1
+    train_steps = int(spec["train_steps"])
+    return SimulationRun(result, result.plot(os.path.join(root, "timeline.png"), train_steps), train_steps)

@@ -1,0 +1,538 @@
+"""A job on Compute Engine: its instance template, its single-VM managed instance group, its status.
+
+    >>> connect = lambda project: Compute(project)
+    >>> spec, body = make_template(TemplateRequest("cifar10", "job.yaml", zone="us-west1-b"), connect)
+    >>> group = JobAddress("cifar10", zone="us-west1-b").group()
+    >>> made = make_group(connect(group.project), group, GroupOptions(template="cifar10"))
+    >>> made.state, made.zone                                   # ("running", "us-west1-b")
+    >>> stop(connect(group.project), JobAddress("cifar10", zone="us-west1-b"))   # the agent saves first
+
+The recipe's `gcloud compute instance-templates create`, `instance-groups managed create` and
+`instances stop/start`, by job name: a job NAME has a template NAME and a single-instance MIG NAME
+(zonal with a zone, regional with a region). Every function takes typed options, never the command
+line's arguments. What cannot be done as asked raises `RequestError` (a `ComputeError`): one sentence
+that says what to do; a job spec or template request that contradicts itself raises `SpecError`.
+Lines meant for the operator along the way go through a `say` callback.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from survivor.cloud import image, machines, preflight, pricing
+from survivor.cloud.compute import (BASE_INSTANCE_NAME_MAX, Compute, ComputeError, GroupRef, distribution_policy,
+                                    explain_operation_errors, find_project, group_creation, location_problems,
+                                    name_problems, spec_project, PROJECT_HINT)
+from survivor.cloud.template import (Install, MachineOptions, body_differences, named_differences, parse_gpu,
+                                     template_body)
+from survivor.spec import JobSpec, SpecError
+
+#: A callback that shows the operator one line.
+Say = Callable[[str], None]
+#: Opens Compute Engine for a project (the command line passes one that reports progress).
+Connect = Callable[[str], Compute]
+
+
+def _silent(line: str) -> None:
+    """Says nothing: the default `say`."""
+
+
+class RequestError(ComputeError):
+    """What the operator asked of a job's group cannot be done as asked: one sentence with the fix.
+
+    A name Compute Engine refuses, a zone that is a region, an instance without its zone, a group that
+    exists with another template, a VM that does not come up.
+    """
+
+
+class PreflightFailed(Exception):
+    """Preflight found a problem that blocks creating the template or group: nothing was created."""
+
+    def __init__(self) -> None:
+        super().__init__("preflight failed: nothing was created (--skip-preflight to go ahead anyway)")
+
+
+@dataclass(frozen=True)
+class JobAddress:
+    """Where a job's group is: its name, project (default from the environment), zone or region.
+
+    `instance` names a standalone VM instead of the group (it needs its zone).
+    """
+
+    name: str | None
+    project: str | None = None
+    zone: str | None = None
+    region: str | None = None
+    instance: str | None = None
+
+    @property
+    def flag(self) -> str:
+        """The flag that names the group, for the next command a message suggests: `--zone Z` or `--region R`."""
+        return f"--zone {self.zone}" if self.zone else f"--region {self.region}"
+
+    @property
+    def place(self) -> str:
+        """`zone Z` or `region R`, for the sentences that report on the group."""
+        return f"zone {self.zone}" if self.zone else f"region {self.region}"
+
+    def resolved_project(self) -> str:
+        """The project; RequestError when neither given nor set in the environment."""
+        project = find_project(self.project)
+        if not project:
+            raise RequestError(PROJECT_HINT)
+        return project
+
+    def group(self) -> GroupRef:
+        """The job's group; RequestError unless exactly one of zone and region is given, and well formed."""
+        project = self.resolved_project()
+        if bool(self.zone) == bool(self.region):
+            raise RequestError("zone/region: give exactly one of --zone (zonal MIG) or --region (regional MIG)")
+        problems = location_problems(self.zone, self.region)
+        if problems:
+            raise RequestError(problems[0])
+        return GroupRef(project, self.name or "", zone=self.zone, region=self.region)
+
+    def instance_zone(self) -> str:
+        """The zone of the standalone instance (`instance`): `zone`, which must be a zone."""
+        problems = ([] if self.zone else [f"--instance {self.instance}: give its --zone too"]) + location_problems(
+            self.zone, None, regional=False)
+        if problems:
+            raise RequestError(problems[0])
+        return self.zone or ""
+
+
+# -- the template --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TemplateRequest:
+    """An instance template for a job spec: the spec file and what overrides its `compute:` section.
+
+    None means "as the spec says" for every field; `gpu` is `TYPE:COUNT` or `none`.
+    """
+
+    name: str
+    config: str
+    project: str | None = None
+    machine_type: str | None = None
+    gpu: str | None = None
+    spot: bool | None = None
+    image_family: str | None = None
+    image_project: str | None = None
+    disk_gb: int | None = None
+    service_account: str | None = None
+    cloud_platform_scope: bool = False
+    zone: str | None = None
+    region: str | None = None
+    preemption_notice: int | None = None
+    survivor_wheel: str | None = None
+
+    def where(self, spec: JobSpec) -> tuple[str | None, str | None]:
+        """(zone, region): as requested, else the spec's compute.zone and compute.region."""
+        section = spec.extra.get("compute", {})
+        return self.zone or section.get("zone"), self.region or section.get("region")
+
+
+#: make-template's choice of what the VM boots: (spec, options) -> the Install its startup script runs.
+BootChoice = Callable[[JobSpec, MachineOptions], "Install | None"]
+
+
+def describe_template(request: TemplateRequest, boot: BootChoice | None = None) -> tuple[JobSpec, dict]:
+    """The job spec and the template body a request describes; SpecError when it contradicts itself.
+
+    `boot` chooses what the VM boots (survivor's image, or the wheel staged in the bucket); it runs only
+    once the request is known to be sound.
+    """
+    problems = name_problems("template", request.name) + location_problems(request.zone, request.region)
+    if problems:
+        raise SpecError(problems)
+    spec = JobSpec.from_file(request.config)
+    gpu_type = gpu_count = None
+    if request.gpu:
+        gpu_type, gpu_count = parse_gpu(request.gpu)
+    options = MachineOptions.from_spec(
+        spec, project=request.project, machine_type=request.machine_type, gpu_type=gpu_type, gpu_count=gpu_count,
+        spot=request.spot, image_family=request.image_family, image_project=request.image_project,
+        disk_gb=request.disk_gb, service_account=request.service_account, zone=request.zone, region=request.region,
+        preemption_notice=request.preemption_notice, survivor_wheel=request.survivor_wheel,
+        cloud_platform_scope=True if request.cloud_platform_scope else None,
+    )
+    if request.gpu and gpu_type is None:  # `none`: from_spec reads None as "unset"
+        options.gpu_type, options.gpu_count = None, 0
+    if not (request.zone or request.region):  # the spec's own compute.zone / compute.region
+        problems = location_problems(options.zone, options.region, keys=("compute.zone", "compute.region"))
+        if problems:
+            raise SpecError(problems)
+    template_body(request.name, spec, options)  # a contradictory request is refused before anything is built
+    install = boot(spec, options) if boot else None
+    return spec, template_body(request.name, spec, options, install=install)
+
+
+def boot_choice(request: TemplateRequest, compute: Compute | None, say: Say = _silent) -> BootChoice:
+    """What a template's VM boots: survivor's image for this wheel and lock when its family exists (the
+    boot installs nothing), else the wheel and lock staged in the job's bucket.
+
+    `compute` None (a dry run): what would be staged, without uploading it.
+    """
+
+    def choose(spec: JobSpec, options: MachineOptions) -> Install | None:
+        if not spec.job_dir.startswith("gs://"):
+            say(f"warning: job_dir {spec.job_dir} is not on Cloud Storage: a VM can reach neither it nor survivor's "
+                "wheel, so the template installs nothing (fine for the local stand-ins only)")
+            return None
+        try:
+            local = image.local_install(options.survivor_wheel, options.requirements)
+            if compute is not None and not (request.image_family or request.image_project):
+                family = image.family_name(image.install_for(spec.job_dir, local), image.tensorflow_version(local.lock))
+                if compute.image_from_family(compute.project, family) is not None:
+                    options.image_project, options.image_family = compute.project, family
+                    say(f"  image family {family}: survivor's image for this wheel and lock; boots install nothing")
+                    return None
+            if compute is None:
+                return image.install_for(spec.job_dir, local)
+            installed = image.stage_install(spec.job_dir, local)
+            say(f"  staged {installed.wheel} and {installed.lock}")
+            return installed
+        except image.ImageError as exc:
+            raise SpecError([str(exc)]) from None
+
+    return choose
+
+
+def check_preflight(body: dict, compute: Compute, zone: str | None, region: str | None, say: Say = _silent) -> None:
+    """Runs preflight's checks on a template body, saying each warning and error; PreflightFailed when one blocks."""
+    findings = [f for f in preflight.check(body, compute, zone=zone, region=region) if f.level != "ok"]
+    if not preflight.report(findings, say):
+        raise PreflightFailed()
+
+
+@dataclass(frozen=True)
+class TemplateOutcome:
+    """What make_template did: `state` is "dry-run", "unchanged" or "created"; `body` the template."""
+
+    state: str
+    body: dict
+    project: str | None = None
+
+
+def make_template(request: TemplateRequest, connect: Connect | None, *, skip_preflight: bool = False,
+                  say: Say = _silent) -> TemplateOutcome:
+    """Creates the job's instance template (`connect` None: a dry run, nothing is called).
+
+    Preflight runs first, on the body as it stands before the boot choice, so nothing is staged or
+    created for a job that cannot run. A template of that name with the same body is "unchanged"; one
+    with another body is refused (RequestError): templates cannot be changed.
+    """
+    if connect is None:
+        _, body = describe_template(request, boot=boot_choice(request, None, say))
+        return TemplateOutcome("dry-run", body)
+    project = spec_project(request.project, JobSpec.from_file(request.config))
+    compute = connect(project)
+    if not skip_preflight:
+        _, draft = describe_template(request)
+        check_preflight(draft, compute, request.zone, request.region, say)
+    _, body = describe_template(request, boot=boot_choice(request, compute, say))
+    # What would be sent, normalised through the request message (unknown fields fail here).
+    wanted = json.loads(compute.v1.InstanceTemplate.to_json(compute.template_message(body)))
+    existing = compute.get_template(request.name)
+    if existing is None:
+        compute.insert_template(body)
+        return TemplateOutcome("created", body, project)
+    keys = ("name", "description", "properties")
+    differences = body_differences({k: existing.get(k) for k in keys}, {k: wanted.get(k) for k in keys})
+    if not differences:
+        return TemplateOutcome("unchanged", body, project)
+    named = named_differences(differences, wanted)
+    why = (" -- survivor's wheel changed (another checkout or version)"
+           if set(named) <= {"metadata survivor-wheel", "metadata survivor-wheel-sha256"} else "")
+    raise RequestError(
+        f"template {request.name} already exists with a different body (differs in: {', '.join(named[:6])}){why}. "
+        f"Templates cannot be changed: use a new name (e.g. {request.name}-v2) and point the group at it, or "
+        f"run `survivor delete {request.name} --zone ZONE` (or --region) first (the job dir is never touched)."
+    )
+
+
+def preflight_findings(request: TemplateRequest, connect: Connect) -> list[preflight.Finding]:
+    """Every preflight check for the template a request describes (bucket, IAM, image, GPU offer, quota)."""
+    spec, body = describe_template(request)
+    project = spec_project(request.project, spec)
+    zone, region = request.where(spec)
+    findings = preflight.check(body, connect(project), zone=zone, region=region)
+    if not (zone or region):
+        findings.append(preflight.Finding("gpu", "no --zone or --region: GPU offer and quota not checked", "warning"))
+    return findings
+
+
+# -- the group -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupOptions:
+    """How to make a job's group: its template, whether to skip preflight, how long to wait for its VM."""
+
+    template: str
+    skip_preflight: bool = False
+    wait_seconds: float = 300.0  # 0: do not wait for the VM
+    poll_seconds: float = 5.0
+
+
+def group_problems(group: GroupRef, template: str) -> list[str]:
+    """Pure decision: why the job's name or its template's cannot name a group (empty when they can)."""
+    return (name_problems("job", group.name, max_length=BASE_INSTANCE_NAME_MAX)
+            + name_problems("template", template))
+
+
+def check_names(group: GroupRef, template: str) -> None:
+    """RequestError when the job's name or its template's cannot name a group."""
+    problems = group_problems(group, template)
+    if problems:
+        raise RequestError(problems[0])
+
+
+def group_body(group: GroupRef, template: str) -> dict:
+    """The single-VM group's REST body, as make-group's dry run shows it; RequestError for a bad name."""
+    check_names(group, template)
+    body = {"name": group.name, "baseInstanceName": group.name, "targetSize": 1,
+            "instanceTemplate": f"projects/{group.project}/global/instanceTemplates/{template}",
+            "zone" if group.zone else "region": group.zone or group.region}
+    if group.region:
+        body["distributionPolicy"] = distribution_policy(group.project, [])  # zones: those offering the GPU
+    return body
+
+
+def regional_zones(compute: Compute, region: str, template: dict) -> list[str]:
+    """The region's zones that offer the template's GPU (all of them for a VM without GPUs)."""
+    target = preflight.target_from_body(template)
+    zones = compute.region(region)["zones"]
+    if not target.gpu_type:
+        return zones
+    return [z for z in zones if compute.zone_accelerators(z).get(target.gpu_type, 0) >= target.gpu_count]
+
+
+def wait_for_group(compute: Compute, group: GroupRef, wait_seconds: float, poll_seconds: float,
+                   progress: Say = _silent) -> tuple[str, str, list]:
+    """Polls a new group until its VM is RUNNING, its creation failed, or `wait_seconds` passed.
+
+    Returns `group_creation`'s (state, zone, errors).
+    """
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        state = group_creation(compute.managed_instances(group), compute.group_errors(group))
+        if state[0] != "waiting" or time.monotonic() >= deadline:
+            return state
+        progress(f"group {group.name}: waiting for its VM ({max(0.0, deadline - time.monotonic()):.0f} s left)")
+        time.sleep(min(poll_seconds, max(0.0, deadline - time.monotonic())))
+
+
+@dataclass(frozen=True)
+class GroupOutcome:
+    """What make_group did: `done` is "created" or "already exists"; `state` is "running", "stopped"
+    (an existing group at target size 0) or "not waited for"; `zone` where the VM runs."""
+
+    done: str
+    state: str
+    zone: str | None = None
+
+
+def make_group(compute: Compute, group: GroupRef, options: GroupOptions, *, say: Say = _silent,
+               progress: Say = _silent) -> GroupOutcome:
+    """Creates the job's single-VM group, then waits until its VM runs or the group reports why it cannot.
+
+    A MIG's insert succeeds even when no VM will ever start (a stockout or a quota shows in the
+    group's errors, not in the insert), hence the wait. A rerun finds the group and reports on its VM.
+    Raises RequestError for a group with another template, a missing template, a region without the
+    GPU, and a VM that is not RUNNING in time; ComputeError (the fix in one sentence) for a VM that
+    cannot be created; PreflightFailed when a check blocks. `say` gets preflight's findings,
+    `progress` the wait.
+    """
+    check_names(group, options.template)
+    address = JobAddress(group.name, group.project, group.zone, group.region)
+    found = compute.get_group(group)
+    done = "created"
+    template = None
+    if found is not None:
+        current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
+        if current != options.template:
+            raise RequestError(f"group {group.name}: already exists with template {current}, not {options.template}; "
+                               f"delete it first (`survivor delete {group.name} {address.flag} --template {current}`) "
+                               "or use another name")
+        if not found.get("targetSize"):
+            return GroupOutcome("already exists", "stopped")
+        done = "already exists"
+    else:
+        template = compute.get_template(options.template)
+        if template is None:
+            raise RequestError(f"template {options.template}: not found; create it first with `survivor make-template "
+                               f"{options.template} --config JOB.yaml`")
+        if not options.skip_preflight:
+            check_preflight(template, compute, group.zone, group.region, say)
+        distribution = None
+        if group.region:
+            zones = regional_zones(compute, group.region, template)
+            if not zones:
+                raise RequestError(f"group {group.name}: no zone of region {group.region} offers the template's GPU; "
+                                   "pick another region (gcloud compute accelerator-types list)")
+            distribution = distribution_policy(group.project, zones)
+        compute.create_group(group.name, options.template, zone=group.zone, region=group.region, size=1,
+                             distribution=distribution)
+    if options.wait_seconds <= 0:
+        return GroupOutcome(done, "not waited for")
+    state, zone, errors = wait_for_group(compute, group, options.wait_seconds, options.poll_seconds,
+                                         progress=progress)
+    if state == "running":
+        return GroupOutcome(done, "running", zone)
+    if state == "failed":
+        problem = explain_operation_errors(errors, f"group {group.name}: its VM cannot be created",
+                                           f"zone {zone}" if zone else address.place)
+        raise ComputeError(f"{problem} The group keeps retrying; `survivor delete {group.name} {address.flag}` stops it.")
+    raise RequestError(f"group {group.name}: {done} ({address.place}), but its VM is not RUNNING after "
+                       f"{options.wait_seconds:g} s and the group reports no error; follow it with `survivor status "
+                       f"{group.name} {address.flag}`, or wait longer with --wait-seconds")
+
+
+def stop(compute: Compute, job: JobAddress) -> None:
+    """Stops the job gracefully: its group resized to 0 (or its standalone instance stopped).
+
+    Compute Engine soft-offs the VM and the agent saves and commits before it goes.
+    """
+    if job.instance:
+        compute.stop_instance(compute.project, job.instance_zone(), job.instance)
+    else:
+        compute.resize_group(job.group(), 0)
+
+
+def start(compute: Compute, job: JobAddress) -> None:
+    """Starts the job again: its group resized to 1 (or its standalone instance started)."""
+    if job.instance:
+        compute.start_instance(job.instance_zone(), job.instance)
+    else:
+        compute.resize_group(job.group(), 1)
+
+
+def delete(compute: Compute, group: GroupRef, template: str | None = None, say: Say = _silent) -> None:
+    """Deletes the job's group, then its template (the group's, else `template`, else the job's name).
+
+    Never the job dir. Says one line for each thing deleted or not found.
+    """
+    found = compute.get_group(group)
+    template = template or ((found or {}).get("instanceTemplate") or "").rsplit("/", 1)[-1] or group.name
+    if found is not None:
+        compute.delete_group(group)
+        say(f"group {group.name}: deleted")
+    else:
+        say(f"group {group.name}: not found (nothing to delete)")
+    if compute.get_template(template) is not None:
+        compute.delete_template(template)
+        say(f"template {template}: deleted")
+
+
+def serial_source(compute: Compute, job: JobAddress) -> tuple[str, str]:
+    """(zone, name) of the VM whose serial port shows the job: the standalone instance, or the group's VM.
+
+    RequestError when the group has no VM, or its VM is not created yet (it has no serial port).
+    """
+    if job.instance:
+        return job.instance_zone(), job.instance
+    members = compute.managed_instances(job.group())
+    if not members:
+        raise RequestError(f"group {job.name} has no instance right now (stopped or finished)")
+    zone, name = members[0]["zone"], members[0]["name"]
+    if not members[0]["status"]:
+        errors = "; ".join(f"{code}: {message}" for code, message in members[0]["errors"])
+        raise RequestError(f"group {job.name}: its VM {name} is not created yet, so it has no serial port"
+                           + (f" (the group's last attempt: {errors})" if errors else "")
+                           + f"; `survivor status {job.name} {job.flag}` follows it")
+    return zone, name
+
+
+def serial_output(compute: Compute, zone: str, name: str, *, follow: bool = False,
+                  interval: float = 5.0) -> Iterator[str]:
+    """The VM's serial port output (the startup script and the agent's journal), chunk by chunk.
+
+    With `follow`, keeps reading every `interval` seconds until the caller stops.
+    """
+    offset = 0
+    while True:
+        text, offset = compute.serial_output(zone, name, offset)
+        yield text
+        if not follow:
+            return
+        time.sleep(interval)
+
+
+# -- status --------------------------------------------------------------------------------------
+
+
+def compute_hours(attempts: list[dict]) -> float:
+    """Pure decision: the hours the attempts ran (`started` to `ended`, or to now while one runs)."""
+    total = 0.0
+    now = _dt.datetime.now(_dt.timezone.utc)
+    for a in attempts:
+        try:
+            begun = _dt.datetime.fromisoformat(a["started"])
+            end = _dt.datetime.fromisoformat(a["ended"]) if a.get("ended") else now
+        except (KeyError, TypeError, ValueError):
+            continue
+        total += max(0.0, (end - begun).total_seconds())
+    return total / 3600
+
+
+def _template_machine(template: dict) -> dict[str, Any]:
+    """The machine a template asks for: type, GPUs (a2/a3/g2 carry theirs without guestAccelerators), Spot."""
+    props = template["properties"]
+    accel = (props.get("guestAccelerators") or [{}])[0]
+    gpu_type, gpu_count = machines.gpus_of(props.get("machineType") or "", accel.get("acceleratorType"),
+                                           int(accel.get("acceleratorCount") or 0))
+    return {"machine_type": props.get("machineType"), "gpu_type": gpu_type, "gpu_count": gpu_count,
+            "spot": props.get("scheduling", {}).get("provisioningModel") == "SPOT"}
+
+
+def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
+               spot_price: float | None = None, on_demand_price: float | None = None) -> dict[str, Any]:
+    """Everything `survivor status` shows: the group, its instance, the job dir's story and the cost
+    (from pricing's offline table, or the USD-per-hour prices given). The job dir defaults to the
+    one in the template's job spec."""
+    from survivor.jobdir.status import job_summary
+
+    out: dict[str, Any] = {"name": group.name, "project": group.project, "zone": group.zone, "region": group.region}
+    found = compute.get_group(group)
+    spec = None
+    if found is None:
+        out["group"] = None
+    else:
+        out["group"] = {"target_size": found.get("targetSize"),
+                        "template": (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]}
+        instances = compute.managed_instances(group)
+        for instance in instances:
+            instance["guest"] = compute.guest_attributes(instance["zone"], instance["name"]) if instance["zone"] else {}
+        out["instances"] = instances
+        template = compute.get_template(out["group"]["template"]) if out["group"]["template"] else None
+        if template:
+            items = {i["key"]: i["value"] for i in template["properties"].get("metadata", {}).get("items", [])}
+            if "survivor-job" in items:
+                spec = JobSpec.from_yaml(items["survivor-job"])
+            out["machine"] = _template_machine(template)
+    job_dir = job_dir or (spec.job_dir if spec else None)
+    if job_dir:
+        summary = job_summary(job_dir, train_steps=spec.train_steps if spec else None)
+        out["job"] = summary
+        if spec:
+            summary["train_steps"] = spec.train_steps
+        hours = compute_hours([{"started": h["started"],
+                                "ended": None if h["outcome"] == "running or killed" else h.get("ended")}
+                               for h in summary["history"]])
+        out["compute_hours"] = round(hours, 3)
+        machine = out.get("machine")
+        if machine:
+            cost = pricing.estimate(hours, machine["machine_type"], machine["gpu_type"], machine["gpu_count"],
+                                    spot_price=spot_price, on_demand_price=on_demand_price)
+            out["cost_usd"] = {"spot": cost.spot_usd, "on_demand": cost.on_demand_usd, "saving": cost.saving,
+                               "spot_per_hour": cost.spot_rate, "on_demand_per_hour": cost.on_demand_rate,
+                               "basis": cost.basis}
+    return out
+

@@ -1,0 +1,169 @@
+"""The commands that run on this machine alone: demo, simulate, emulate, data.
+
+    $ survivor demo                                   # train, get preempted, resume, finish; 1 minute
+    $ survivor simulate --config job.yaml --preempt-every 2m
+    $ survivor emulate metadata --config job.yaml     # then: export GCE_METADATA_HOST=...
+    $ survivor data cifar10 --from cifar-10-python.tar.gz --out /tmp/cifar-10-data
+
+The only commands that start survivor's stand-ins for Google Cloud (survivor/local); each handler
+turns its arguments into the stand-in's typed options and calls it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from survivor.commands.errors import CommandError
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """`survivor demo`: the whole lifecycle on this machine; 0 when the job is DONE at its last step."""
+    from survivor.local import demo
+
+    options = demo.DemoOptions(trainer=args.trainer, steps=args.steps, preemptions=args.preemptions, gcs=args.gcs,
+                               workdir=args.workdir, seed=args.seed, progress=not args.no_progress,
+                               verbose=args.verbose)
+    return 0 if demo.run(options) else 1
+
+
+def run_simulation(args: argparse.Namespace) -> int:
+    """`survivor simulate`: the job through the local MIG simulator; prints the timeline, its plot and a
+    JSON summary; 0 when the job is DONE and its VM left the MIG."""
+    import json
+
+    from survivor.local import simulator
+
+    options = simulator.SimulationOptions(
+        config=args.config, workdir=args.workdir or "survivor-simulation", max_preemptions=args.max_preemptions,
+        seed=args.seed, gcs=args.gcs,
+        preempt_every=simulator.duration("--preempt-every", args.preempt_every),
+        jitter=simulator.duration("--jitter", args.jitter, zero_allowed=True),
+        hard_off_after=simulator.duration("--hard-off-after", args.hard_off_after),
+        recreate_delay=simulator.duration("--recreate-delay", args.recreate_delay, zero_allowed=True),
+        timeout=simulator.duration("--timeout", args.timeout))
+    run = simulator.simulate(options)
+    print(run.result.table())
+    if run.plot:
+        print(f"timeline plot: {run.plot}")
+    print(json.dumps({"preemptions": run.result.preemptions, "target_size": run.result.target_size,
+                      "done": bool(run.result.done)}))
+    return 0 if run.succeeded else 1
+
+
+def emulate_metadata(args: argparse.Namespace) -> int:
+    """`survivor emulate metadata`: the metadata-server emulator in the foreground, serving the spec."""
+    from survivor.local.metadata_server import serve_forever
+
+    attributes = {}
+    if args.config:
+        with open(args.config, encoding="utf-8") as f:
+            attributes["survivor-job"] = f.read()
+    for item in args.attribute or []:
+        key, _, value = item.partition("=")
+        attributes[key] = value
+    serve_forever(args.port, attributes, name=args.name, zone=args.zone, project=args.project)
+    return 0
+
+
+def emulate_compute(args: argparse.Namespace) -> int:
+    """`survivor emulate compute`: survivor's Compute Engine fake in the foreground."""
+    from survivor.local.compute_server import serve_forever
+
+    serve_forever(args.port, project=args.project, stockouts=args.stockout, quotas=args.quota,
+                  image_families=args.image_family)
+    return 0
+
+
+def emulate_storage(args: argparse.Namespace) -> int:
+    """`survivor emulate storage`: fake-gcs-server with bucket IAM in front, in the foreground."""
+    from survivor.local.bucket_iam import serve_forever
+
+    serve_forever(args.port, project=args.project, buckets=args.bucket, grants=args.grant)
+    return 0
+
+
+def write_cifar10(args: argparse.Namespace) -> int:
+    """`survivor data cifar10`: CIFAR-10 TFRecords from the official archive, or synthetic ones."""
+    import tarfile
+
+    from survivor.trainers import cifar10_data
+
+    try:
+        if args.archive:
+            counts = cifar10_data.from_python_archive(args.archive, args.out)
+        else:
+            counts = cifar10_data.synthetic(args.synthetic, args.out, seed=args.seed)
+    except (OSError, tarfile.TarError, EOFError) as exc:
+        raise CommandError(f"{args.archive or args.out}: {exc}; expected the official cifar-10-python.tar.gz "
+                           "(https://www.cs.toronto.edu/~kriz/cifar.html)") from exc
+    print(" ".join(f"{split}.tfrecords: {n}" for split, n in counts.items()) + f" (in {args.out})")
+    return 0
+
+
+def add_commands(sub) -> None:
+    """Adds demo, simulate, emulate and data to the command line's subparsers."""
+    p = sub.add_parser("demo", help="the whole lifecycle on this machine: train, get preempted, resume, finish")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default: the trainer's demo size)")
+    p.add_argument("--preemptions", type=int, default=3, help="how many preemptions to inflict (default 3)")
+    p.add_argument("--trainer", choices=["cifar10", "mlp", "dummy"], default="cifar10",
+                   help="built-in trainer: cifar10 (ResNet-8 on synthetic images, the default), mlp, or dummy")
+    p.add_argument("--gcs", action="store_true", help="keep the job dir in fake-gcs-server instead of a local dir")
+    p.add_argument("--workdir", default=None, help="where to keep the demo's files (default: a temporary dir)")
+    p.add_argument("--seed", type=int, default=None, help="seed for the preemption schedule")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="show TensorFlow's start-up lines too (the demo's data.log and the agent's logs keep them)")
+    p.set_defaults(func=run_demo)
+
+    p = sub.add_parser("simulate", help="run a job through a local MIG simulator with Spot-style preemptions")
+    p.add_argument("--config", required=True, help="the job spec YAML (a relative job_dir goes under --workdir)")
+    p.add_argument("--preempt-every", default="90s", help="mean time between preemptions (90s, 2m, ...)")
+    p.add_argument("--jitter", default="0s", help="uniform +- jitter on that interval")
+    p.add_argument("--hard-off-after", default="30s", help="SIGKILL this long after the soft off (Spot: 30s)")
+    p.add_argument("--recreate-delay", default="2s", help="how long the MIG takes to recreate the VM")
+    p.add_argument("--max-preemptions", type=int, default=None)
+    p.add_argument("--timeout", default="2h")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gcs", action="store_true", help="keep the job dir in the Cloud Storage emulator")
+    p.add_argument("--workdir", help="where the simulated VMs' disks and logs go (default ./survivor-simulation)")
+    p.set_defaults(func=run_simulation)
+
+    p = sub.add_parser("emulate", help="run a local stand-in for a Google Cloud service")
+    esub = p.add_subparsers(dest="service", required=True)
+    e = esub.add_parser("metadata", help="the metadata-server emulator on 127.0.0.1")
+    e.add_argument("--port", type=int, default=8089)
+    e.add_argument("--config", help="a job spec YAML to serve as the survivor-job attribute")
+    e.add_argument("--attribute", action="append", metavar="KEY=VALUE", help="an instance attribute (repeatable)")
+    e.add_argument("--name", default="survivor-local-1")
+    e.add_argument("--zone", default="us-west1-b")
+    e.add_argument("--project", default="survivor-local")
+    e.set_defaults(func=emulate_metadata)
+    e = esub.add_parser("compute", help="survivor's Compute Engine fake on 127.0.0.1 (templates, MIGs, quotas, GPUs)")
+    e.add_argument("--port", type=int, default=8090)
+    e.add_argument("--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT", "survivor-local"),
+                   help="the project --quota applies to (default $GOOGLE_CLOUD_PROJECT or survivor-local)")
+    e.add_argument("--stockout", action="append", default=[], metavar="ZONE",
+                   help="a MIG's VM cannot be created in ZONE (ZONE_RESOURCE_POOL_EXHAUSTED; repeatable)")
+    e.add_argument("--quota", action="append", default=[], metavar="REGION:METRIC=LIMIT",
+                   help="a regional quota, e.g. us-west1:PREEMPTIBLE_NVIDIA_T4_GPUS=0 (GPU quotas default to 8)")
+    e.add_argument("--image-family", action="append", default=[], metavar="PROJECT/FAMILY",
+                   help="an image family that resolves (the Deep Learning VM family always does)")
+    e.set_defaults(func=emulate_compute)
+    e = esub.add_parser("storage", help="fake-gcs-server with bucket IAM in front, on 127.0.0.1")
+    e.add_argument("--port", type=int, default=4443)
+    e.add_argument("--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT", "survivor-local"))
+    e.add_argument("--bucket", action="append", default=[], metavar="NAME", help="create this bucket (repeatable)")
+    e.add_argument("--grant", action="append", default=[], metavar="BUCKET=ROLE",
+                   help="bind ROLE on BUCKET to the Compute fake's default service account (repeatable)")
+    e.set_defaults(func=emulate_storage)
+
+    p = sub.add_parser("data", help="write training data in the layout the built-in trainers read")
+    dsub = p.add_subparsers(dest="dataset", required=True)
+    d = dsub.add_parser("cifar10", help="CIFAR-10 TFRecords (train/validation/eval), as the estimator example's")
+    source = d.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from", dest="archive", help="the official cifar-10-python.tar.gz")
+    source.add_argument("--synthetic", type=int, metavar="N", help="N deterministic fake training images")
+    d.add_argument("--out", required=True, help="output directory")
+    d.add_argument("--seed", type=int, default=0)
+    d.set_defaults(func=write_cifar10)

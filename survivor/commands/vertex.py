@@ -1,0 +1,76 @@
+"""The Vertex AI commands: submit, status --vertex, logs --vertex.
+
+    $ survivor submit --config job.yaml --region us-central1 --dry-run   # the request; nothing sent
+    $ survivor status --vertex projects/P/locations/R/customJobs/ID --job-dir gs://bucket/run
+    $ survivor logs --vertex projects/P/locations/R/customJobs/ID --follow
+
+The same job spec and trainer as a Vertex AI custom job; survivor/cloud/vertex.py builds the request
+and talks to Vertex AI and Cloud Logging.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from survivor.cloud import vertex
+from survivor.spec import SpecError
+
+
+def submit(args: argparse.Namespace) -> int:
+    """`survivor submit`: sends the custom job (prints it with --dry-run), then says how to watch it."""
+    request = vertex.SubmitRequest(config=args.config, training_input=args.training_input, project=args.project,
+                                   region=args.region, package=args.package, container_image=args.container_image,
+                                   executor_images=tuple(args.executor_image or ()), spot=args.spot)
+    submission = vertex.prepare(request)
+    for note in submission.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if args.dry_run:
+        print(json.dumps(submission.body, indent=2))
+        return 0
+    if not submission.project:
+        raise SpecError(["project: give --project, vertex.project in the spec, or set GOOGLE_CLOUD_PROJECT"])
+    created = vertex.submit(submission.body, submission.project, submission.region)
+    print(f"submitted {created['name']}")
+    print(f"watch it: survivor status --vertex {created['name']} --job-dir {submission.job_dir}")
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    """`survivor status --vertex JOB`: the custom job's state beside what its job dir says."""
+    report = vertex.job_report(args.vertex, args.region, args.job_dir)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    print(f"{report['display_name']}: {report['state']} ({report['vertex_job']})")
+    if "job" in report:
+        print(f"  job dir: {report['job']['state']}, committed step {report['job']['committed_step']}")
+    print(f"  logs: survivor logs --vertex {report['vertex_job']}")
+    return 0
+
+
+def logs(args: argparse.Namespace) -> int:
+    """`survivor logs --vertex JOB`: the replicas' logs from Cloud Logging; with --follow, until the job ends."""
+    try:
+        for line in vertex.follow_logs(args.vertex, follow=args.follow, interval=args.interval):
+            print(line, flush=True)
+    except KeyboardInterrupt:  # Ctrl-C is how an operator ends --follow
+        pass
+    return 0
+
+
+def add_commands(sub) -> None:
+    """Adds `survivor submit` to the command line's subparsers (status and logs take --vertex: group.py)."""
+    p = sub.add_parser("submit", help="run the job on Vertex AI custom jobs (many workers, managed restarts)")
+    p.add_argument("--config", required=True, help="the job spec YAML")
+    p.add_argument("--training-input", help="a Cloud ML Engine config.yaml (trainingInput: scaleTier, masterType...)")
+    p.add_argument("--project")
+    p.add_argument("--region", default=None, help="Vertex region (default: vertex.region or us-central1)")
+    p.add_argument("--package", help="gs:// sdist holding the trainer (survivor_train-VERSION.tar.gz for a builtin trainer)")
+    p.add_argument("--container-image", help="run this image instead of a Python package")
+    p.add_argument("--executor-image", action="append", default=None, metavar="URI",
+                   help="a prebuilt training image newer than survivor's table (once for -cpu., once for -gpu.)")
+    p.add_argument("--spot", action="store_true", default=None, help="Spot VMs for every worker pool")
+    p.add_argument("--dry-run", action="store_true", help="print the request; send nothing")
+    p.set_defaults(func=submit)
