@@ -21,7 +21,8 @@ from survivor.trainers.cluster import ClusterError, cluster_from_env
 from survivor.trainers.contract import StopRequest
 from survivor.cloud.metadata import MetadataClient
 from survivor.trainers.loop import RESTART_EXIT_CODE
-from survivor.trainers.preemption import NoticePoll, once
+from survivor.retry import once
+from survivor.trainers.preemption import NoticePoll
 from tests.tf_resume import assert_bitwise_equal, checkpoint_values
 
 # -- reading the cluster (pure) -------------------------------------------------------------------

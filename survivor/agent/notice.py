@@ -4,20 +4,27 @@
     >>> notice = watcher.wait(timeout=2.0)          # None, or Notice(source="preempted", ...)
     >>> warning = watcher.take_maintenance()        # None, or Notice(source="maintenance", ...)
 
-Going now (`wait`, `notice`; the first one wins):
+Each way is a notice source, a small object that calls `fire(source, detail)` when it hears
+something; `default_sources` is the one place that chooses them, and `NoticeWatcher(sources=...)`
+takes any other list:
 
-- `instance/preempted` turning TRUE (Spot/preemptible preemption; with a notice duration, before the
-  soft off);
-- SIGTERM or SIGINT to the agent: systemd stopping the unit on ACPI soft off, an operator's stop.
+- `MetadataFlag("instance/preempted")`: TRUE means going now (Spot/preemptible preemption; with a
+  notice duration, before the soft off);
+- `Signals()`: SIGTERM or SIGINT to the agent means going now (systemd stopping the unit on ACPI
+  soft off, an operator's stop);
+- `MetadataFlag("instance/maintenance-event")`: TERMINATE_ON_HOST_MAINTENANCE means going later.
+  Compute Engine gives a GPU VM a 1-hour notice of the stop (60 s for other VMs),
+  https://cloud.google.com/compute/docs/gpus/gpu-host-maintenance: the agent commits a fresh
+  checkpoint at once and training goes on; the stop itself arrives later as a SIGTERM, like any
+  other. MIGRATE_ON_HOST_MAINTENANCE is logged, not acted on.
 
-Going later (`take_maintenance`; each time the value turns to it): `instance/maintenance-event`
-turning TERMINATE_ON_HOST_MAINTENANCE. Compute Engine gives a GPU VM a 1-hour notice of the stop
-(60 s for other VMs), https://cloud.google.com/compute/docs/gpus/gpu-host-maintenance: the agent
-commits a fresh checkpoint at once and training goes on; the stop itself arrives later as a SIGTERM,
-like any other. MIGRATE_ON_HOST_MAINTENANCE is logged, not acted on.
+Going now (`wait`, `notice`): the first one wins. Going later (`take_maintenance`): each time the
+value turns to it. What a metadata value means is one pure function, `notice_from_metadata`, which
+the multi-worker trainers' poll shares.
 
 Metadata is watched with hanging GETs, so a notice is seen within a round trip. A metadata server
-that goes away is retried with backoff for ever; it never stops the agent.
+that goes away is retried with backoff for ever (`survivor.retry.NOTICE_WATCH`); it never stops
+the agent.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable, Protocol
 
 from survivor import log as logs
 from survivor import retry
@@ -34,6 +42,9 @@ from survivor.cloud.metadata import MetadataClient
 log = logs.get("notice")
 
 WATCHED_KEYS = ("instance/preempted", "instance/maintenance-event")
+
+#: What a notice source calls: fire(source, detail), source being "preempted", "signal" or "maintenance".
+Fire = Callable[[str, str], None]
 
 
 @dataclass(frozen=True)
@@ -66,25 +77,114 @@ def notice_from_metadata(key: str, value: str) -> str | None:
     return None
 
 
+class NoticeSource(Protocol):
+    """One way of hearing that the VM goes: started with the watcher's `fire`, stopped with it."""
+
+    def start(self, fire: Fire) -> None:
+        """Starts listening; calls `fire(source, detail)` on each thing heard."""
+
+    def stop(self) -> None:
+        """Stops listening and puts back whatever `start` changed."""
+
+
+class MetadataFlag:
+    """A metadata key watched with hanging GETs from a thread of its own; fires what
+    `notice_from_metadata` makes of each new value."""
+
+    def __init__(self, metadata: MetadataClient, key: str, *, timeout_sec: int = 60):
+        self.metadata = metadata
+        self.key = key
+        self.timeout_sec = timeout_sec
+        self._stopping = threading.Event()
+
+    def start(self, fire: Fire) -> None:
+        """Starts the watching thread (a daemon: it never holds the agent's exit)."""
+        threading.Thread(target=self._watch, args=(fire,), name=f"watch {self.key}", daemon=True).start()
+
+    def stop(self) -> None:
+        """Ends the watching at its next answer or retry."""
+        self._stopping.set()
+
+    def _next(self, etag: str) -> tuple[str, str] | None:
+        """The key's next (value, etag), retried for ever; None once stopped."""
+        try:
+            for attempt in retry.NOTICE_WATCH.retrying(until=self._stopping):
+                with attempt:
+                    # after a failure, ask for the current value rather than a change from a stale etag
+                    last = etag if attempt.retry_state.attempt_number == 1 else "NONE"
+                    return self.metadata.wait_for_change(self.key, last_etag=last, timeout_sec=self.timeout_sec)
+        except Exception:  # only once stopping: the watcher retries anything until then
+            return None
+        return None
+
+    def _watch(self, fire: Fire) -> None:
+        etag = "NONE"
+        previous: str | None = None  # a hanging GET may answer the same value again at its timeout
+        while not self._stopping.is_set():
+            answer = self._next(etag)
+            if answer is None:
+                return
+            value, etag = answer[0].strip(), answer[1]
+            source = notice_from_metadata(self.key, value)
+            changed, previous = value != previous, value
+            if source and changed:
+                fire(source, f"{self.key}={value}")
+            elif self.key == "instance/maintenance-event" and value not in ("NONE", ""):
+                log.info("maintenance event that needs no save", value=value)
+
+
+class Signals:
+    """SIGTERM and SIGINT to this process, as a "signal" notice. Handlers are installed only from
+    the main thread (Python's rule) and put back on `stop`."""
+
+    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
+        self.signals = tuple(signals)
+        self._previous: dict[int, object] = {}
+
+    def start(self, fire: Fire) -> None:
+        """Installs the handlers, if this is the main thread."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in self.signals:
+            self._previous[sig] = signal.signal(sig, lambda signum, frame: fire("signal", signal.Signals(signum).name))
+
+    def stop(self) -> None:
+        """Puts the previous handlers back."""
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+
+def default_sources(metadata: MetadataClient | None, *, keys=WATCHED_KEYS, timeout_sec: int = 60,
+                    handle_signals: bool = True) -> list[NoticeSource]:
+    """The agent's notice sources: SIGTERM/SIGINT, and each watched metadata key when there is a
+    metadata server."""
+    sources: list[NoticeSource] = [Signals()] if handle_signals else []
+    if metadata is not None:
+        sources.extend(MetadataFlag(metadata, key, timeout_sec=timeout_sec) for key in keys)
+    return sources
+
+
 class NoticeWatcher:
     """Fires once, on the first notice that the VM goes now; `wait()` and `notice` read it. A
-    maintenance notice is queued for `take_maintenance()` instead, each time one comes."""
+    maintenance notice is queued for `take_maintenance()` instead, each time one comes.
+
+    `sources` replaces `default_sources(metadata, keys=..., timeout_sec=..., handle_signals=...)`.
+    """
 
     def __init__(self, metadata: MetadataClient | None, *, keys=WATCHED_KEYS, timeout_sec: int = 60,
-                 handle_signals: bool = True):
+                 handle_signals: bool = True, sources: list[NoticeSource] | None = None):
         self.metadata = metadata
-        self.keys = keys
-        self.timeout_sec = timeout_sec
-        self.handle_signals = handle_signals
+        self.sources = sources if sources is not None else default_sources(
+            metadata, keys=keys, timeout_sec=timeout_sec, handle_signals=handle_signals)
         self._event = threading.Event()
         self._lock = threading.Lock()
         self._notice: Notice | None = None
         self._maintenance: list[Notice] = []
-        self._stopping = threading.Event()
-        self._previous_handlers: dict[int, object] = {}
 
     @property
     def notice(self) -> Notice | None:
+        """The first notice that the VM goes now, or None yet."""
         return self._notice
 
     def fire(self, source: str, detail: str) -> None:
@@ -113,53 +213,12 @@ class NoticeWatcher:
         return self._notice
 
     def start(self) -> "NoticeWatcher":
-        if self.handle_signals and threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self._previous_handlers[sig] = signal.signal(sig, self._on_signal)
-        if self.metadata is not None:
-            for key in self.keys:
-                threading.Thread(target=self._watch, args=(key,), name=f"watch {key}", daemon=True).start()
+        """Starts every source; returns self."""
+        for source in self.sources:
+            source.start(self.fire)
         return self
 
     def stop(self) -> None:
-        self._stopping.set()
-        for sig, handler in self._previous_handlers.items():
-            signal.signal(sig, handler)
-        self._previous_handlers.clear()
-
-    def _on_signal(self, signum, frame) -> None:
-        self.fire("signal", signal.Signals(signum).name)
-
-    def _watch(self, key: str) -> None:
-        etag = "NONE"
-        wait = retry.watcher_backoff()
-        failures = 0
-        previous: str | None = None  # a hanging GET may answer the same value again at its timeout
-        while not self._stopping.is_set() and self._notice is None:
-            try:
-                value, etag = self.metadata.wait_for_change(key, last_etag=etag, timeout_sec=self.timeout_sec)
-                failures = 0
-            except Exception as exc:  # the watcher must outlive any metadata trouble
-                failures += 1
-                if failures in (1, 10) or failures % 100 == 0:
-                    log.warning("metadata watch failing; retrying", key=key, error=str(exc), failures=failures)
-                etag = "NONE"
-                self._stopping.wait(wait(_RetryState(failures)))
-                continue
-            source = notice_from_metadata(key, value)
-            changed, previous = value.strip() != previous, value.strip()
-            if source and changed:
-                self.fire(source, f"{key}={value.strip()}")
-            elif key == "instance/maintenance-event" and value.strip() not in ("NONE", ""):
-                log.info("maintenance event that needs no save", value=value.strip())
-
-
-class _RetryState:
-    """The minimal retry state tenacity's wait strategies read."""
-
-    def __init__(self, attempt_number: int):
-        self.attempt_number = attempt_number
-        self.outcome = None
-        self.seconds_since_start = 0.0
-        self.idle_for = 0.0
-        self.upcoming_sleep = 0.0
+        """Stops every source (signal handlers are put back)."""
+        for source in self.sources:
+            source.stop()

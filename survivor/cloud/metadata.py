@@ -7,8 +7,8 @@
 
 Every request carries `Metadata-Flavor: Google` and every answer must carry it back: anything else
 is not a metadata server (a captive portal, a proxy, a wrong `GCE_METADATA_HOST`) and is refused.
-503s and connection errors are retried (`survivor.retry.metadata`); a 404 is an answer, not an error
-worth retrying.
+503s and connection errors are retried (`survivor.retry.METADATA`, which logs each retry); a 404 is
+an answer, not an error worth retrying.
 
 Every call has a total deadline, not only a timeout per read: one attempt (connect, send, the whole
 answer) gets `timeout` seconds and the call with its retries `deadline` seconds. A timeout per read
@@ -68,9 +68,11 @@ class Answer:
 
     @property
     def text(self) -> str:
+        """The body as text (UTF-8, undecodable bytes replaced)."""
         return self.body.decode("utf-8", errors="replace")
 
     def json(self) -> Any:
+        """The body parsed as JSON."""
         return json.loads(self.body)
 
 
@@ -106,10 +108,12 @@ class MetadataClient:
 
     `timeout`: seconds for one attempt, from connecting to the answer's last byte. `deadline`:
     seconds for a whole call, its retries included (a hanging GET gets its own, longer one).
+    `retrying`: makes the tenacity loop of one call (`survivor.retry.metadata`; `retry.once` for
+    a single attempt).
     """
 
-    def __init__(self, host: str | None = None, timeout: float = 5.0, retrying=retry.metadata,
-                 deadline: float = 20.0):
+    def __init__(self, host: str | None = None, timeout: float = retry.METADATA.attempt_seconds,
+                 retrying=retry.metadata, deadline: float = retry.METADATA.total):
         self.host = host or metadata_host()
         self.retrying = retrying
         self.base = f"http://{self.host}/computeMetadata/v1/"
@@ -222,9 +226,10 @@ class MetadataClient:
 
 
 class InstanceIdentity:
-    """Where the agent runs. `created_by` is the managing MIG's URL for MIG-created instances."""
+    """Where the agent runs. `created_by` is the managing MIG's URL for MIG-created instances;
+    `project` is None off Compute Engine (no metadata server)."""
 
-    def __init__(self, project: str, zone: str, name: str, instance_id: str = "", created_by: str | None = None):
+    def __init__(self, project: str | None, zone: str, name: str, instance_id: str = "", created_by: str | None = None):
         self.project = project
         self.zone = zone
         self.name = name

@@ -39,15 +39,6 @@ NO_BUCKET_METADATA_ENV = "DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA"
 WARM_UPLOAD_THREADS = 4
 
 
-def _client_retry():
-    """The client library's own per-request retry, made fast and short: its default backs off from
-    1 s to 60 s for up to 120 s, which does not fit a 30 s preemption window. `survivor.retry.storage`
-    adds a bounded retry of whole operations on top."""
-    from google.cloud.storage.retry import DEFAULT_RETRY
-
-    return DEFAULT_RETRY.with_delay(initial=0.1, maximum=2.0, multiplier=2.0).with_timeout(20.0)
-
-
 class PreconditionFailed(Exception):
     """A conditional write lost: the object's generation was not the one expected."""
 
@@ -504,14 +495,16 @@ class GcsStorage:
         detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
         return StorageError(f"{url}: {call}: {detail}", object=url)
 
-    def read(self, name: str) -> Blob | None:
+    def read(self, name: str, *, call: retry.StorageCall = retry.STORAGE_READ) -> Blob | None:
+        """The object's bytes and generation, or None if it does not exist. `call`: the retry
+        budget (a write reading back its own object keeps the write's)."""
         from google.api_core import exceptions as gexc
 
         blob = self.bucket.blob(self._object(name))
         try:
-            for attempt in retry.storage():
+            for attempt in call:
                 with attempt:
-                    data = blob.download_as_bytes(retry=_client_retry())
+                    data = blob.download_as_bytes(**call.client())
         except gexc.NotFound as exc:
             if bucket_missing(exc.message):
                 raise self._translate(exc, "read", name) from exc
@@ -525,15 +518,15 @@ class GcsStorage:
 
         blob = self.bucket.blob(self._object(name))
         try:
-            for attempt in retry.storage():
+            for attempt in retry.STORAGE_WRITE:
                 with attempt:
                     # retried even though conditional: a retry that finds its own bytes is recognised below
                     blob.upload_from_string(data, if_generation_match=if_generation_match, checksum="crc32c",
-                                            retry=_client_retry())
+                                            **retry.STORAGE_WRITE.client())
         except gexc.PreconditionFailed as exc:
             # A retried write whose first try landed (the answer was lost) now fails its own
             # precondition: if the object holds exactly our bytes, the write is ours.
-            current = self.read(name)
+            current = self.read(name, call=retry.STORAGE_WRITE)
             if current is not None and current.data == data:
                 return current.generation
             raise PreconditionFailed(f"{name}: generation is not {if_generation_match}") from exc
@@ -543,7 +536,8 @@ class GcsStorage:
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         try:
-            blobs = list(self.client.list_blobs(self.bucket_name, prefix=self._object(prefix), retry=_client_retry()))
+            blobs = list(self.client.list_blobs(self.bucket_name, prefix=self._object(prefix),
+                                               **retry.STORAGE_READ.client()))
         except Exception as exc:
             raise self._translate(exc, "list", prefix) from exc
         return sorted(
@@ -556,7 +550,7 @@ class GcsStorage:
 
         def one(name: str) -> None:
             try:
-                self.bucket.blob(self._object(name)).delete(retry=_client_retry())
+                self.bucket.blob(self._object(name)).delete(**retry.STORAGE_READ.client())
             except gexc.NotFound as exc:
                 if bucket_missing(exc.message):
                     raise self._translate(exc, "delete", name) from exc
@@ -571,13 +565,13 @@ class GcsStorage:
             local, name = pair
             blob = self.bucket.blob(self._object(name))
             try:
-                for attempt in retry.storage():
+                for attempt in retry.STORAGE_UPLOAD:
                     with attempt:
                         # content-addressed names make a repeated upload harmless; the content type is
                         # given so the client does not guess one (its first guess reads /etc/mime.types,
                         # ~10 ms that would land on an emergency commit)
                         blob.upload_from_filename(local, content_type="application/octet-stream",
-                                                  checksum="crc32c", retry=_client_retry())
+                                                  checksum="crc32c", **retry.STORAGE_UPLOAD.client())
             except Exception as exc:
                 raise self._translate(exc, "upload", name) from exc
             # the crc32c the server stored, which is what a later restore will verify against
@@ -593,11 +587,11 @@ class GcsStorage:
             os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
             blob = self.bucket.blob(self._object(name))
             try:
-                for attempt in retry.storage():
+                for attempt in retry.STORAGE_DOWNLOAD:
                     with attempt:
                         # the client checks the bytes against the object's crc32c (a truncated or mangled
                         # transfer is retried); the caller then verifies each file against the manifest
-                        blob.download_to_filename(local, checksum="crc32c", retry=_client_retry())
+                        blob.download_to_filename(local, checksum="crc32c", **retry.STORAGE_DOWNLOAD.client())
             except Exception as exc:
                 raise self._translate(exc, "download", name) from exc
 

@@ -194,10 +194,11 @@ class Runtime:
         """TensorFlow's PreemptionCheckpointHandler, listening to survivor's NoticePoll."""
         import tensorflow as tf
 
+        from survivor import retry
         from survivor.cloud.metadata import MetadataClient
-        from survivor.trainers.preemption import NoticePoll, once
+        from survivor.trainers.preemption import NoticePoll
 
-        poll = NoticePoll(self.stop, MetadataClient(timeout=1.0, retrying=once))
+        poll = NoticePoll(self.stop, MetadataClient(timeout=retry.TRAINER_POLL.attempt_seconds, retrying=retry.once))
 
         def leave() -> None:
             print(f"notice ({poll.source or 'a peer'}): all workers saved at step {self.saved_step}; exiting "

@@ -1,6 +1,6 @@
 """The notice check a multi-worker trainer hands to TensorFlow's `PreemptionCheckpointHandler`.
 
-    >>> poll = NoticePoll(stop, MetadataClient(timeout=1.0, retrying=once))
+    >>> poll = NoticePoll(stop, MetadataClient(timeout=retry.TRAINER_POLL.attempt_seconds, retrying=retry.once))
     >>> TerminationConfig(termination_watcher_fn=poll, ...)      # TensorFlow calls it once a second
 
 TensorFlow's default watcher on a Compute Engine GPU VM reads only `instance/maintenance-event`, so
@@ -9,24 +9,21 @@ once SIGTERM arrived or the metadata server says `instance/preempted` TRUE or a 
 maintenance event (the same decision the agent makes, `survivor.agent.notice.notice_from_metadata`). It
 never blocks for long and never raises: a machine without a metadata server is watched for SIGTERM
 only, after three unanswered tries.
+
+A maintenance event stops multi-worker training here (save, exit for a restart), where the agent on
+one machine saves and trains on: the handler knows only "save, then exit", and a save across workers
+is a collective they must all join at one step, which only the handler arranges.
 """
 
 from __future__ import annotations
 
 import sys
 
-import tenacity
-
 from survivor.cloud.metadata import MetadataClient, MetadataError
 from survivor.agent.notice import WATCHED_KEYS, notice_from_metadata
 from survivor.trainers.contract import StopRequest
 
 UNREACHABLE_TRIES = 3
-
-
-def once() -> tenacity.Retrying:
-    """No retries: the handler asks again in a second anyway."""
-    return tenacity.Retrying(stop=tenacity.stop_after_attempt(1), reraise=True)
 
 
 class NoticePoll:
@@ -40,6 +37,7 @@ class NoticePoll:
         self._failures = 0
 
     def __call__(self) -> bool:
+        """True once this worker has heard a notice (and for ever after)."""
         if self.source is None and self.stop.requested:
             self.source = self.stop.signal_name or "signal"
         if self.source is None and self.metadata is not None:
