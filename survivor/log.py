@@ -57,6 +57,7 @@ class JsonFormatter(logging.Formatter):
     """Formats a record as one JSON object in the shape Cloud Logging parses."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record as one JSON line, secrets masked."""
         entry: dict[str, Any] = {
             "severity": _SEVERITY.get(record.levelno, "DEFAULT"),
             "message": record.getMessage(),
@@ -73,6 +74,7 @@ class TextFormatter(logging.Formatter):
     """Formats a record as `HH:MM:SS LEVEL logger: message key=value ...` for people."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record as one readable line, secrets masked."""
         when = _dt.datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
         fields = getattr(record, "fields", {}) or {}
         extra = " ".join(f"{k}={v}" for k, v in fields.items())
@@ -95,18 +97,23 @@ class Log:
             self._logger.log(level, message, extra={"fields": fields}, exc_info=exc_info)
 
     def debug(self, message: str, **fields: Any) -> None:
+        """Logs `message` at DEBUG with `fields` as structured data."""
         self._emit(logging.DEBUG, message, fields)
 
     def info(self, message: str, **fields: Any) -> None:
+        """Logs `message` at INFO with `fields` as structured data."""
         self._emit(logging.INFO, message, fields)
 
     def warning(self, message: str, **fields: Any) -> None:
+        """Logs `message` at WARNING with `fields` as structured data."""
         self._emit(logging.WARNING, message, fields)
 
     def error(self, message: str, **fields: Any) -> None:
+        """Logs `message` at ERROR with `fields` as structured data."""
         self._emit(logging.ERROR, message, fields)
 
     def exception(self, message: str, **fields: Any) -> None:
+        """Logs `message` at ERROR with `fields` and the exception being handled."""
         self._emit(logging.ERROR, message, fields, exc_info=True)
 
 

@@ -137,6 +137,7 @@ def gpus_of(machine_type: str, gpu_type: str | None, gpu_count: int) -> tuple[st
 
 
 def has_gpus(machine_type: str, gpu_type: str | None, gpu_count: int) -> bool:
+    """True when the VM has GPUs: built into its machine type (a2, a3, g2...) or attached."""
     return carries_gpus(machine_type) or bool(gpu_type and gpu_count)
 
 

@@ -42,6 +42,7 @@ MAX_ATTEMPT = 10**9
 
 
 def now() -> str:
+    """The current UTC time as ISO 8601 with milliseconds, the form every record carries."""
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
@@ -67,10 +68,12 @@ class Attempt:
 
     @property
     def name(self) -> str:
+        """The record's object name: `survivor/attempts/NNNNNN.json`."""
         return f"{ATTEMPTS}{self.number:06d}.json"
 
     @property
     def made_progress(self) -> bool:
+        """True when the attempt committed a step beyond the one it restored."""
         return (self.end_step or 0) > (self.restored_step or 0)
 
     @classmethod
@@ -134,10 +137,12 @@ class JobState:
 
     @property
     def preemptions(self) -> int:
+        """How many attempts ended on a notice (preempted or stopped)."""
         return sum(1 for a in self.attempts if a.outcome in ("preempted", "stopped"))
 
     @property
     def steps_lost(self) -> int:
+        """The steps trained but never committed, over every attempt."""
         return sum(a.steps_lost or 0 for a in self.attempts)
 
 
@@ -241,6 +246,7 @@ class Journal:
         return sorted(out, key=lambda a: a.number)
 
     def state(self) -> JobState:
+        """DONE, FAILED and every attempt, read in one go."""
         return JobState(self.done(), self.failed(), self.attempts())
 
     def begin(self, instance: str, restored_step: int | None = None) -> Attempt:

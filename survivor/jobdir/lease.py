@@ -79,9 +79,11 @@ class Holder:
         return cls(instance, read_boot_id(), zone, process_identity(os.getpid()))
 
     def fields(self) -> dict[str, str]:
+        """The holder as the lease object's string fields."""
         return {"instance": self.instance, "zone": self.zone, "boot": self.boot, "agent": self.agent}
 
     def to_json(self) -> bytes:
+        """The lease object's bytes: the fields and when this renewal was written."""
         return json.dumps({**self.fields(), "renewed": time.time()}).encode()
 
 
@@ -262,6 +264,7 @@ class Lease:
             self.renew()
 
     def start_renewing(self) -> "Lease":
+        """Renews the lease every ttl/4 from a background thread; sets `lost` if it was taken over. Returns self."""
         def loop() -> None:
             while not self._stop.wait(self.ttl / 4):
                 try:

@@ -75,6 +75,7 @@ def learning_rate_schedule(base: float, global_batch: int):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Trains (or resumes) ResNet on CIFAR-10 with `argv`; returns the exit code."""
     from survivor.trainers.loop import Runtime, TrainHooks, add_contract_flags
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

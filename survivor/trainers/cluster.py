@@ -38,14 +38,17 @@ class Cluster:
 
     @property
     def trains(self) -> bool:
+        """True for the roles that train (chief, worker); evaluators and parameter servers do not."""
         return self.task_type in TRAINING_ROLES
 
     @property
     def workers(self) -> int:
+        """How many machines train: the chief and the workers."""
         return sum(len(v) for v in self.hosts.values())
 
     @property
     def multi_worker(self) -> bool:
+        """True when this task trains alongside other machines."""
         return self.trains and self.workers > 1
 
     @property
@@ -63,6 +66,7 @@ class Cluster:
 
     @property
     def tf_config(self) -> dict[str, Any]:
+        """The cluster as `TF_CONFIG` for MultiWorkerMirroredStrategy: training roles only."""
         return {"cluster": self.hosts, "task": {"type": self.task_type, "index": self.task_index}}
 
 

@@ -37,6 +37,7 @@ class StopRequest:
 
     @classmethod
     def install(cls) -> "StopRequest":
+        """A StopRequest that SIGTERM and SIGINT set from now on (instead of ending the process)."""
         request = cls()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, request._handle)
@@ -48,9 +49,11 @@ class StopRequest:
 
     @property
     def requested(self) -> bool:
+        """True once a stop was asked for."""
         return self._event.is_set()
 
     def set(self) -> None:
+        """Asks for the stop (as the signal does), noting when the first request came."""
         if self.at is None:
             self.at = time.monotonic()
         self._event.set()
@@ -65,6 +68,7 @@ class SaveRequest:
 
     @classmethod
     def install(cls, sig: int = signal.SIGUSR1) -> "SaveRequest":
+        """A SaveRequest that `sig` sets from now on (instead of ending the process)."""
         request = cls()
         signal.signal(sig, lambda signum, frame: request._event.set())
         return request

@@ -27,6 +27,7 @@ from survivor.trainers.contract import SaveRequest, StopRequest, report_progress
 
 
 def latest_checkpoint(job_dir: str) -> int:
+    """The step of the newest `dummy-checkpoint-N.json` in `job_dir`, 0 if none."""
     best = 0
     for name in os.listdir(job_dir):
         m = re.fullmatch(r"dummy-checkpoint-(\d+)\.json", name)
@@ -75,6 +76,7 @@ def save(job_dir: str, step: int, padding: int = 0) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs the dummy trainer with `argv` (the trainer contract's flags); returns the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--job-dir", required=True)
     parser.add_argument("--data-dir")

@@ -123,10 +123,13 @@ class Runtime:
 
     @property
     def is_chief(self) -> bool:
+        """True for the process that writes checkpoints: the only one, or the cluster's chief."""
         return self.cluster is None or self.cluster.is_chief
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, hparams: dict[str, Any]) -> "Runtime":
+        """Sets up this trainer process from its flags: stop and save signals, devices, determinism,
+        seeds and the strategy (exits at once for a cluster task that does not train)."""
         stop = StopRequest.install()  # before the slow imports finish: a SIGTERM now still saves
         save_now = SaveRequest.install()  # and a SIGUSR1 then must not end the process
         cluster = cluster_from_env(os.environ)

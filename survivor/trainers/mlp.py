@@ -16,6 +16,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Trains (or resumes) the small MLP with `argv`; returns the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     from survivor.trainers.loop import Runtime, TrainHooks, add_contract_flags
 
