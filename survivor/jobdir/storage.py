@@ -84,6 +84,7 @@ class StorageError(Exception):
 
     @property
     def forbidden(self) -> bool:
+        """True when the job dir refused this VM (a missing permission)."""
         return self.reason == FORBIDDEN
 
     @property
@@ -183,12 +184,24 @@ class JobStorage(Protocol):
 
     url: str
 
-    def read(self, name: str) -> Blob | None: ...
-    def write(self, name: str, data: bytes, *, if_generation_match: int | None = None) -> int: ...
-    def list(self, prefix: str) -> list[ObjectInfo]: ...
-    def delete(self, names: Iterable[str]) -> None: ...
-    def upload(self, pairs: list[tuple[str, str]]) -> list[ObjectInfo]: ...
-    def download(self, pairs: list[tuple[str, str]]) -> None: ...
+    def read(self, name: str) -> Blob | None:
+        """The object's bytes and generation, or None when there is no such object."""
+
+    def write(self, name: str, data: bytes, *, if_generation_match: int | None = None) -> int:
+        """Writes the object atomically and returns its new generation. With `if_generation_match`,
+        only if the object's generation is that one (0: only if absent), else PreconditionFailed."""
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        """Every object whose name starts with `prefix`, sorted by name."""
+
+    def delete(self, names: Iterable[str]) -> None:
+        """Deletes the objects; one already gone is no error."""
+
+    def upload(self, pairs: list[tuple[str, str]]) -> list[ObjectInfo]:
+        """Stores each (local file, object name) pair, in parallel; returns what each object holds."""
+
+    def download(self, pairs: list[tuple[str, str]]) -> None:
+        """Copies each (object name, local file) pair to the local file, in parallel."""
 
 
 def open_storage(url: str, project: str | None = None) -> JobStorage:
@@ -257,6 +270,7 @@ class LocalStorage:
         return StorageError(f"{where}: {call}: {exc.strerror or exc}", object=where)
 
     def read(self, name: str) -> Blob | None:
+        """The object's bytes and generation (its mtime in ns), or None when it does not exist."""
         path = self._path(name)
         try:
             with open(path, "rb") as f:
@@ -268,6 +282,7 @@ class LocalStorage:
         return Blob(data, self._generation(path))
 
     def write(self, name: str, data: bytes, *, if_generation_match: int | None = None) -> int:
+        """Writes the object through a temporary file and a rename, conditionally under the generations lock."""
         try:
             return self._write(name, data, if_generation_match)
         except OSError as exc:
@@ -293,6 +308,7 @@ class LocalStorage:
             return self._generation(path)
 
     def list(self, prefix: str) -> list[ObjectInfo]:
+        """Every plain file under `prefix` (links, FIFOs and temporary files are no objects)."""
         try:
             return self._list(prefix)
         except OSError as exc:
@@ -330,6 +346,7 @@ class LocalStorage:
         return sorted(out, key=lambda o: o.name)
 
     def delete(self, names: Iterable[str]) -> None:
+        """Removes the objects; one already gone is no error."""
         for name in names:
             try:
                 os.remove(self._path(name))
@@ -339,6 +356,7 @@ class LocalStorage:
                 raise self._error(exc, "deleting", name) from exc
 
     def upload(self, pairs: list[tuple[str, str]]) -> list[ObjectInfo]:
+        """Copies each local file into the job dir atomically, in parallel; returns the stored copies' size and CRC32C."""
         def one(pair: tuple[str, str]) -> ObjectInfo:
             local, name = pair
             try:
@@ -514,6 +532,7 @@ class GcsStorage:
         return Blob(data, int(blob.generation or 0))
 
     def write(self, name: str, data: bytes, *, if_generation_match: int | None = None) -> int:
+        """Uploads the object in one request (so `if_generation_match` holds), with its CRC32C for the server to check."""
         from google.api_core import exceptions as gexc
 
         blob = self.bucket.blob(self._object(name))
@@ -535,6 +554,7 @@ class GcsStorage:
         return int(blob.generation or 0)
 
     def list(self, prefix: str) -> list[ObjectInfo]:
+        """Every object under `prefix` with its size and the CRC32C the server stored."""
         try:
             blobs = list(self.client.list_blobs(self.bucket_name, prefix=self._object(prefix),
                                                **retry.STORAGE_READ.client()))
@@ -546,6 +566,7 @@ class GcsStorage:
         )
 
     def delete(self, names: Iterable[str]) -> None:
+        """Deletes the objects in parallel; one already gone is no error."""
         from google.api_core import exceptions as gexc
 
         def one(name: str) -> None:
@@ -561,6 +582,7 @@ class GcsStorage:
             list(pool.map(one, list(names)))
 
     def upload(self, pairs: list[tuple[str, str]]) -> list[ObjectInfo]:
+        """Uploads each local file to its object on the job dir's transfer pool; returns what the server stored."""
         def one(pair: tuple[str, str]) -> ObjectInfo:
             local, name = pair
             blob = self.bucket.blob(self._object(name))
@@ -582,6 +604,7 @@ class GcsStorage:
         return [future.result() for future in futures]
 
     def download(self, pairs: list[tuple[str, str]]) -> None:
+        """Downloads each object to its local file in parallel, the client checking its CRC32C."""
         def one(pair: tuple[str, str]) -> None:
             name, local = pair
             os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
