@@ -167,6 +167,7 @@ class Boot:
                 signal.signal(sig, handler)
 
     def _boot(self) -> int:
+        """Steps 1-3: the job, its job dir, its lease; `_attempt` goes on from there."""
         # 1. the job and this VM
         with self.phase.timed("spec"):
             try:
@@ -291,7 +292,8 @@ class Boot:
                         restored, self._committed, fence=lease.fence).start()
         with self.phase.timed("train"):
             code = self._train_until_end(spec, trainer, mirror, watcher, lease)
-        if lease.lost.is_set():
+        if lease.lost.is_set():  # another agent writes now: stop at once, commit nothing more
+            trainer.kill()
             mirror.stop()
             return AttemptResult(lease_lost=True, restored_step=restored, committed_step=mirror.committed_step)
         if code is None:  # 8. a notice: save now

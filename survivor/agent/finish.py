@@ -52,46 +52,70 @@ def parse_created_by(url: str | None) -> GroupRef | None:
 class ComputeActions(Protocol):
     """The Compute Engine calls finishing needs (survivor.cloud.compute.Compute provides them)."""
 
-    def leave_group(self, group: GroupRef, zone: str, instance: str) -> None: ...
-    def stop_instance(self, project: str, zone: str, instance: str) -> None: ...
-    def delete_instance(self, project: str, zone: str, instance: str) -> None: ...
+    def leave_group(self, group: GroupRef, zone: str, instance: str) -> None:
+        """Deletes `instance` through its MIG `group`, lowering the group's target size."""
+        ...
+
+    def stop_instance(self, project: str, zone: str, instance: str) -> None:
+        """Stops `instance`."""
+        ...
+
+    def delete_instance(self, project: str, zone: str, instance: str) -> None:
+        """Deletes `instance`."""
+        ...
 
 
 class Finisher(Protocol):
+    """A finish action: what becomes of this VM once its job is DONE or FAILED."""
+
     name: str
 
-    def finish(self, identity: InstanceIdentity, compute: ComputeActions | None) -> None: ...
+    def finish(self, identity: InstanceIdentity, compute: ComputeActions | None) -> None:
+        """Does it to the VM `identity` names; raises when the Compute Engine call fails."""
+        ...
 
 
 class KeepAlive:
+    """`keep-alive`: the VM stays up as it is, for inspection."""
+
     name = "keep-alive"
 
     def finish(self, identity: InstanceIdentity, compute: ComputeActions | None) -> None:
+        """Does nothing but say so."""
         log.info("finish: keeping the VM running (keep-alive)")
 
 
 @dataclass
 class LeaveGroup:
+    """`leave-group`: this VM is deleted through its MIG, whose target size goes down by one."""
+
     group: GroupRef
     name: str = "leave-group"
 
     def finish(self, identity: InstanceIdentity, compute: ComputeActions | None) -> None:
+        """Asks the MIG to delete this instance (`deleteInstances`)."""
         log.info("finish: leaving the managed instance group", group=self.group.name, instance=identity.name)
         _need(compute).leave_group(self.group, identity.zone, identity.name)
 
 
 class StopInstance:
+    """`stop`: this standalone VM stops itself (its disk stays)."""
+
     name = "stop"
 
     def finish(self, identity: InstanceIdentity, compute: ComputeActions | None) -> None:
+        """Stops this instance."""
         log.info("finish: stopping this instance", instance=identity.name)
         _need(compute).stop_instance(identity.project, identity.zone, identity.name)
 
 
 class DeleteInstance:
+    """`delete`: this standalone VM deletes itself."""
+
     name = "delete"
 
     def finish(self, identity: InstanceIdentity, compute: ComputeActions | None) -> None:
+        """Deletes this instance."""
         log.info("finish: deleting this instance", instance=identity.name)
         _need(compute).delete_instance(identity.project, identity.zone, identity.name)
 
