@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from survivor.local.demo import preemption_steps
+from survivor.local.demo import preemption_steps, shown_lines, tensorflow_startup_line, write_demo_data
 
 SURVIVOR = os.path.join(os.path.dirname(sys.executable), "survivor")
 
@@ -16,6 +16,37 @@ def test_preemption_schedule_is_seeded_sorted_and_inside_the_run():
     assert steps == preemption_steps(300, 3, seed=7)
     assert steps == sorted(set(steps)) and len(steps) == 3
     assert all(30 <= s < 270 for s in steps)
+
+
+#: What TensorFlow 2.21's C++ runtime printed as `survivor data cifar10` started on a machine without a GPU.
+TENSORFLOW_STARTUP = [
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+    "I0000 00:00:1795453281.427412   21735 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.",
+    "I0000 00:00:1795453281.529432   21735 cpu_feature_guard.cc:227] This TensorFlow binary is optimized to use "
+    "available CPU instructions in performance-critical operations.",
+    "To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow with the appropriate "
+    "compiler flags.",
+    "2024-03-01 10:00:00.123456: I tensorflow/core/util/port.cc:113] oneDNN custom operations are on.",
+]
+
+
+def test_tensorflows_startup_lines_are_kept_off_the_demos_screen_unless_verbose():
+    survivor_lines = ["wrote 512 synthetic CIFAR-10 images to /tmp/d", "error: /tmp/d: No space left on device",
+                      "  preempting at step 12: preempted=TRUE, SIGTERM, hard off in 30 s"]
+    assert all(tensorflow_startup_line(line) for line in TENSORFLOW_STARTUP)
+    assert not any(tensorflow_startup_line(line) for line in survivor_lines)
+    assert shown_lines(TENSORFLOW_STARTUP + survivor_lines) == survivor_lines
+    assert shown_lines(TENSORFLOW_STARTUP + survivor_lines, verbose=True) == TENSORFLOW_STARTUP + survivor_lines
+
+
+def test_the_demos_data_step_shows_no_tensorflow_line_and_its_log_keeps_them(tmp_path):
+    shown: list[str] = []
+    log = tmp_path / "data.log"
+    assert write_demo_data(str(tmp_path / "data"), str(log), show=shown.append) == 0
+    kept = log.read_text().splitlines()
+    assert any(tensorflow_startup_line(line) for line in kept), kept  # TensorFlow did print its start-up lines
+    assert not any(tensorflow_startup_line(line) for line in shown), shown
+    assert (tmp_path / "data" / "train.tfrecords").exists()
 
 
 @pytest.mark.slow
@@ -37,5 +68,6 @@ def test_default_demo_runs_the_cifar10_resnet(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     text = " ".join(out.stdout.split())
     assert "wrote 512 synthetic CIFAR-10 images" in text
+    assert not [line for line in (out.stdout + out.stderr).splitlines() if tensorflow_startup_line(line)]
     assert "DONE at step 50 of 50" in text and "3 preemptions survived" in text
     assert "(max 0)" in text or "(max 1)" in text

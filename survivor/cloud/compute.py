@@ -285,11 +285,13 @@ class Compute:
         return json.loads(self.v1.InstanceTemplate.to_json(template))
 
     def insert_template(self, body: dict) -> None:
+        """Creates the template `body` (REST form) and waits for the operation."""
         message = self.template_message(body)
         self._call(f"creating template {body['name']}", "global",
                    lambda: self.templates.insert(project=self.project, instance_template_resource=message))
 
     def delete_template(self, name: str) -> None:
+        """Deletes the template `name` and waits for the operation."""
         self._call(f"deleting template {name}", "global",
                    lambda: self.templates.delete(project=self.project, instance_template=name))
 
@@ -312,6 +314,7 @@ class Compute:
                 project=self.project, region=region, instance_group_manager_resource=body))
 
     def get_group(self, group: GroupRef) -> dict | None:
+        """The group's REST body, or None when it does not exist."""
         kind, where = group_scope(group)
         client = self.groups if kind == "zone" else self.region_groups
         try:
@@ -322,12 +325,14 @@ class Compute:
         return json.loads(self.v1.InstanceGroupManager.to_json(found))
 
     def resize_group(self, group: GroupRef, size: int) -> None:
+        """Sets the group's target size (0 stops its VM gracefully, 1 starts one) and waits."""
         kind, where = group_scope(group)
         client = self.groups if kind == "zone" else self.region_groups
         self._call(f"resizing group {group.name} to {size}", f"{kind} {where}", lambda: client.resize(
             project=group.project, instance_group_manager=group.name, size=size, **{kind: where}))
 
     def delete_group(self, group: GroupRef) -> None:
+        """Deletes the group (and so its VM) and waits for the operation."""
         kind, where = group_scope(group)
         client = self.groups if kind == "zone" else self.region_groups
         self._call(f"deleting group {group.name}", f"{kind} {where}", lambda: client.delete(
@@ -417,6 +422,7 @@ class Compute:
                    lambda: self.instances.insert(project=self.project, zone=zone, instance_resource=message))
 
     def get_instance(self, zone: str, name: str) -> dict | None:
+        """The instance's REST body, or None when it does not exist."""
         try:
             found = self._call(f"instance {name}", f"zone {zone}", lambda: self.instances.get(
                 project=self.project, zone=zone, instance=name), wait=False)
@@ -425,24 +431,29 @@ class Compute:
         return json.loads(self.v1.Instance.to_json(found))
 
     def stop_instance(self, project: str, zone: str, instance: str) -> None:
+        """Stops the instance (ACPI soft off: the agent saves first) and waits."""
         self._call(f"stopping {instance}", f"zone {zone}", lambda: self.instances.stop(
             project=project, zone=zone, instance=instance))
 
     def start_instance(self, zone: str, instance: str) -> None:
+        """Starts the stopped instance and waits."""
         self._call(f"starting {instance}", f"zone {zone}", lambda: self.instances.start(
             project=self.project, zone=zone, instance=instance))
 
     def delete_instance(self, project: str, zone: str, instance: str) -> None:
+        """Deletes the instance and waits."""
         self._call(f"deleting {instance}", f"zone {zone}", lambda: self.instances.delete(
             project=project, zone=zone, instance=instance))
 
     def serial_output(self, zone: str, instance: str, start: int = 0) -> tuple[str, int]:
+        """The instance's serial port output from byte `start`, and the offset to ask for next."""
         out = self._call(f"serial port of {instance}", f"zone {zone}", lambda: self.instances.get_serial_port_output(
             request=self.v1.GetSerialPortOutputInstanceRequest(project=self.project, zone=zone, instance=instance,
                                                                start=start)), wait=False)
         return out.contents, int(out.next_ or 0)
 
     def guest_attributes(self, zone: str, instance: str, namespace: str = "survivor") -> dict[str, str]:
+        """The guest attributes the agent wrote under `namespace` (empty when there are none yet)."""
         try:
             out = self._call(f"guest attributes of {instance}", f"zone {zone}", lambda: self.instances.get_guest_attributes(
                 request=self.v1.GetGuestAttributesInstanceRequest(project=self.project, zone=zone, instance=instance,

@@ -63,6 +63,7 @@ def lock_path() -> str:
 
 
 def sha256_of(path: str) -> str:
+    """The file's sha256, in hex."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -153,6 +154,7 @@ class LocalInstall:
     requirements: str | None = None
 
     def digests(self) -> tuple[str, str, str | None]:
+        """The sha256 of the wheel, the lock and the requirements (None without them)."""
         return sha256_of(self.wheel), sha256_of(self.lock), sha256_of(self.requirements) if self.requirements else None
 
 

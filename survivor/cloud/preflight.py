@@ -184,6 +184,7 @@ def image_findings(project: str, family: str, found: bool, disk_gb: int | None =
 
 
 def blocking(findings: list[Finding]) -> list[Finding]:
+    """The findings that block (level "error")."""
     return [f for f in findings if f.level == "error"]
 
 

@@ -226,4 +226,5 @@ def named_differences(differences: list[str], body: dict[str, Any]) -> list[str]
 
 
 def pretty(body: dict[str, Any]) -> str:
+    """The body as indented JSON, as make-template --dry-run prints it."""
     return json.dumps(body, indent=2, sort_keys=False)

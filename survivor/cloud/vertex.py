@@ -404,6 +404,8 @@ FINISHED_STATES = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELL
 
 @dataclass(frozen=True)
 class LogLine:
+    """One line a custom job's replica wrote, from Cloud Logging; printed as `TIME TASK SEVERITY: TEXT`."""
+
     timestamp: str  # RFC 3339, UTC
     task: str  # the replica, e.g. workerpool0-0
     severity: str

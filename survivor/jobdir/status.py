@@ -1,9 +1,10 @@
-"""`survivor status`: what the job dir says about a job, for people (`rich` table) or scripts (`--json`)."""
+"""What the job dir says about a job: its state, committed step, attempts, preemptions and work lost.
+
+`survivor status` shows it (survivor/commands/group.py), as a table or as JSON.
+"""
 
 from __future__ import annotations
 
-import argparse
-import json
 from typing import Any
 
 from survivor.jobdir.journal import Journal, restored_text
@@ -60,29 +61,3 @@ def failed_reason(failed: dict[str, Any]) -> str:
     """What a FAILED marker says, for people (one survivor did not write is shown as it is)."""
     reason = failed.get("reason")
     return reason if isinstance(reason, str) else str(failed.get("raw", failed))[:300]
-
-
-def _shown(value: Any) -> str:
-    return "-" if value is None else str(value)
-
-
-def main(args: argparse.Namespace) -> int:
-    summary = job_summary(args.job_dir)
-    if args.json:
-        print(json.dumps(summary, indent=2, default=str))
-        return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    committed = "nothing committed" if summary["committed_step"] is None else f"committed step {summary['committed_step']}"
-    console.print(f"[bold]{summary['job_dir']}[/bold]: {summary['state']}, {committed}, "
-                  f"{summary['preemptions']} preemptions survived, {summary['steps_lost']} steps lost")
-    if summary["failed"]:
-        console.print(f"[red]FAILED:[/red] {failed_reason(summary['failed'])}")
-    table = Table("attempt", "instance", "restored", "ended at", "outcome", "lost", "reason")
-    for row in summary["history"]:
-        table.add_row(str(row["attempt"]), row["instance"], row["restored"], _shown(row["end_step"]),
-                      row["outcome"], _shown(row["steps_lost"]), row["reason"])
-    console.print(table)
-    return 0

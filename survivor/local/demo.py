@@ -41,7 +41,7 @@ DEMO_IMAGES = 512
 #: `2024-01-01 12:00:00.000000: I tensorflow/core/...cc:113] ...`), absl's warning that logging is not
 #: initialised, and the second line of cpu_feature_guard's message.
 _TF_STARTUP = re.compile(
-    r"^(?:[IWE]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+\.cc:\d+\]"
+    r"^(?:[IWE]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ \S+\.cc:\d+\]"
     r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] \S+\.cc:\d+\]"
     r"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
     r"|To enable the following instructions: .*rebuild TensorFlow with the appropriate compiler flags\.)")

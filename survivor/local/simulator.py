@@ -45,6 +45,9 @@ class Event:
 
 @dataclass
 class SimulationResult:
+    """What a simulation saw: its timeline, the MIG's final target size, the job dir's DONE or FAILED
+    marker and the journal's attempts."""
+
     events: list[Event] = field(default_factory=list)
     target_size: int | None = None
     done: dict | None = None
@@ -53,6 +56,7 @@ class SimulationResult:
 
     @property
     def preemptions(self) -> int:
+        """How many preemption notices the simulation sent."""
         return sum(1 for e in self.events if e.kind == "notice")
 
     def table(self) -> str:
@@ -210,6 +214,8 @@ class Simulator:
                     callback(self.compute.instances[member])
 
     def run(self, timeout: float = 3600.0) -> SimulationResult:
+        """Creates the template and the MIG, then preempts its VMs until the job ends (DONE or FAILED and
+        the VM gone) or `timeout` seconds pass; every local VM is closed and the fake Compute stopped."""
         from survivor.jobdir.journal import Journal
         from survivor.jobdir.storage import open_storage
 
