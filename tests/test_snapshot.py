@@ -24,7 +24,7 @@ def append(path, data):
 def no_full_reads(monkeypatch):
     def refuse(path):
         raise AssertionError(f"{path} was read whole; its checksum should have been kept from the scans")
-    monkeypatch.setattr(snapshot, "crc32c_of_file", refuse)
+    monkeypatch.setattr(snapshot, "digest_file", refuse)
 
 
 def test_a_file_renamed_into_place_was_checksummed_while_it_was_written(tmp_path, monkeypatch):

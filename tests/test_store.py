@@ -24,6 +24,11 @@ def write(root, name, data):
         f.write(data)
 
 
+def objects(entry):
+    """The stored objects that hold a manifest entry's bytes: its chunks', or its one whole-file blob."""
+    return [entry.object] if entry.object else [c.object for c in entry.chunks]
+
+
 def commit_step(store, local, step, attempt=1, payload=None):
     write(local, f"dummy-checkpoint-{step}.json", payload or json.dumps({"step": step}).encode())
     return store.commit(local, scan(local), attempt)
@@ -71,7 +76,7 @@ def test_a_corrupted_object_is_skipped_for_the_previous_commit(job_dir, tmp_path
     commit_step(store, local, 10)
     newest = commit_step(store, local, 20).manifest
     victim = next(f for f in newest.files if f.path.endswith("-20.json"))
-    storage.write(victim.object, b"X" * victim.size)  # same size, other bytes: only the crc tells
+    storage.write(objects(victim)[0], b"X" * victim.size)  # same size, other bytes: only the crc tells
     restored = store.restore(str(tmp_path / "r"))
     assert restored.step == 10
     assert not os.path.exists(tmp_path / "r" / "dummy-checkpoint-20.json")
@@ -83,7 +88,7 @@ def test_a_missing_object_is_skipped_for_the_previous_commit(job_dir, tmp_path):
     local = str(tmp_path / "job")
     commit_step(store, local, 10)
     newest = commit_step(store, local, 20).manifest
-    storage.delete([f.object for f in newest.files if f.path.endswith("-20.json")])
+    storage.delete([o for f in newest.files if f.path.endswith("-20.json") for o in objects(f)])
     assert store.restore(str(tmp_path / "r")).step == 10
 
 
@@ -121,7 +126,7 @@ def test_old_snapshots_are_collected_only_after_a_newer_commit(job_dir, tmp_path
         store.collect_garbage()
     assert [m.step for m in store.committed()] == [4, 3]
     blobs = {o.name for o in storage.list(BLOBS)}
-    assert blobs == {f.object for m in store.committed() for f in m.files}
+    assert blobs == {o for m in store.committed() for f in m.files for o in objects(f)}
 
 
 def test_nothing_committed_restores_an_empty_dir(job_dir, tmp_path):
@@ -193,9 +198,9 @@ class SlowUploads:
     def __init__(self, storage, seconds: float):
         self.storage, self.seconds = storage, seconds
 
-    def upload(self, pairs):
+    def upload_parts(self, parts):
         time.sleep(self.seconds)
-        return self.storage.upload(pairs)
+        return self.storage.upload_parts(parts)
 
     def __getattr__(self, name):
         return getattr(self.storage, name)
@@ -368,7 +373,7 @@ def test_a_restore_records_the_lineage_the_next_commit_continues(job_dir, tmp_pa
     local = str(tmp_path / "job")
     s10 = commit_step(first, local, 10).manifest
     s20 = commit_step(first, local, 20).manifest
-    storage.write(next(f.object for f in s20.files if f.path.endswith("-20.json")), b"X" * 12)  # corrupt
+    storage.write(next(objects(f)[0] for f in s20.files if f.path.endswith("-20.json")), b"X" * 12)  # corrupt
     second = CheckpointStore(storage)
     assert second.restore(str(tmp_path / "r")).step == 10
     s15 = commit_step(second, str(tmp_path / "r"), 15, attempt=2).manifest
@@ -465,8 +470,8 @@ def test_a_local_blob_that_is_a_symlink_is_not_followed(tmp_path):
     victim = next(f for f in newest.files if f.path.endswith("-20.json"))
     secret = tmp_path / "secret"
     secret.write_bytes(b"root's own file")
-    os.remove(os.path.join(job_dir, victim.object))
-    os.symlink(secret, os.path.join(job_dir, victim.object))
+    os.remove(os.path.join(job_dir, objects(victim)[0]))
+    os.symlink(secret, os.path.join(job_dir, objects(victim)[0]))
     assert store.restore(str(tmp_path / "r")).step == 10
     assert not (tmp_path / "r" / "dummy-checkpoint-20.json").exists()
 

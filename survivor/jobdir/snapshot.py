@@ -10,6 +10,9 @@ writes `dummy-checkpoint-N.json`). Files still being written are left out: tempo
 (`*_temp*`, `*.tmp*`, dot files), TF checkpoint shards whose prefix the state file does not list
 yet, and files whose size or mtime changed while they were read. TensorBoard event files grow while
 training runs; they are mirrored as they are, outside snapshots (`is_event_file`).
+
+Each file is read once, for its CRC32C and its chunks' digests together (`survivor.jobdir.chunks`):
+the commit then knows which chunks the job dir already holds without reading the file again.
 """
 
 from __future__ import annotations
@@ -19,9 +22,7 @@ import re
 import stat
 from dataclasses import dataclass
 
-import google_crc32c
-
-from survivor.jobdir.storage import crc32c_extend, crc32c_of_file, crc32c_text
+from survivor.jobdir.chunks import CHUNK_SIZE, ChunkDigest, Digester, FileDigest, digest_file
 
 #: The file a trainer may write (atomically) with its current step, for live progress. Not a checkpoint.
 PROGRESS_FILE = "survivor-progress.json"
@@ -34,12 +35,14 @@ _STATE_LINE = re.compile(r'^(model_checkpoint_path|all_model_checkpoint_paths):\
 
 @dataclass(frozen=True)
 class LocalFile:
-    """One file of a snapshot: path relative to the job dir, size, mtime (ns) and crc32c (base64)."""
+    """One file of a snapshot: path relative to the job dir, size, mtime (ns), crc32c (base64) and
+    its chunks' digests (empty when not taken: the commit then reads the file for them)."""
 
     path: str
     size: int
     mtime_ns: int
     crc32c: str
+    chunks: tuple[ChunkDigest, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -108,11 +111,13 @@ def decide_files_and_step(paths: list[str], tf_state: str | None) -> tuple[int |
 
 
 class Checksums:
-    """The CRC32Cs of a job dir's files, kept across scans so that each byte is read once.
+    """The digests (CRC32C, chunks) of a job dir's files, kept across scans so that each byte is read once.
 
         >>> sums = Checksums()
         >>> scan("/var/lib/survivor/job", sums).files[0].crc32c
         'yZRlqg=='
+
+    `chunk_size`: where files are cut (the checkpoint store's own chunk size).
 
     A finished file is known by (path, size, mtime). A file still being written (a temporary name)
     is read as it grows, a few bytes more each scan, and known by its inode: when the writer
@@ -123,26 +128,27 @@ class Checksums:
     differs) and the caller then calls `forget`, so the next scan reads every file afresh.
     """
 
-    def __init__(self) -> None:
-        self._finished: dict[tuple[str, int, int], str] = {}
+    def __init__(self, chunk_size: int = CHUNK_SIZE) -> None:
+        self.chunk_size = chunk_size
+        self._finished: dict[tuple[str, int, int], FileDigest] = {}
         self._growing: dict[tuple[int, int], _Growing] = {}
         self._seen_files: set[tuple[str, int, int]] = set()
         self._seen_inodes: set[tuple[int, int]] = set()
 
-    def of(self, path: str, rel: str, st: os.stat_result) -> str:
-        """The checksum of the file at `path` as `st` describes it (call `keep` once it proved stable)."""
-        crc = self._finished.get((rel, st.st_size, st.st_mtime_ns))
-        if crc is not None:
-            return crc
+    def of(self, path: str, rel: str, st: os.stat_result) -> FileDigest:
+        """The digest of the file at `path` as `st` describes it (call `keep` once it proved stable)."""
+        digest = self._finished.get((rel, st.st_size, st.st_mtime_ns))
+        if digest is not None:
+            return digest
         growing = self._growing.pop((st.st_dev, st.st_ino), None)
         if growing is not None and growing.offset <= st.st_size:
             return growing.read_to(path, st.st_size)  # only the bytes written since the last scan
-        return crc32c_of_file(path)
+        return digest_file(path, self.chunk_size)
 
-    def keep(self, rel: str, st: os.stat_result, crc: str) -> None:
-        """Remembers the checksum of a file that did not change while it was read."""
+    def keep(self, rel: str, st: os.stat_result, digest: FileDigest) -> None:
+        """Remembers the digest of a file that did not change while it was read."""
         key = (rel, st.st_size, st.st_mtime_ns)
-        self._finished[key] = crc
+        self._finished[key] = digest
         self._seen_files.add(key)
 
     def follow(self, path: str) -> None:
@@ -152,7 +158,7 @@ class Checksums:
             inode = (st.st_dev, st.st_ino)
             growing = self._growing.get(inode)
             if growing is None or st.st_size < growing.offset:  # new, or truncated and rewritten
-                growing = self._growing[inode] = _Growing()
+                growing = self._growing[inode] = _Growing(self.chunk_size)
             growing.read_to(path, st.st_size)
         except FileNotFoundError:
             return
@@ -172,18 +178,21 @@ class Checksums:
 
 
 class _Growing:
-    """A running checksum of a file's first `offset` bytes."""
+    """A running digest of a file's first `offset` bytes."""
 
-    def __init__(self) -> None:
-        self.offset = 0
-        self.checksum = google_crc32c.Checksum()
+    def __init__(self, chunk_size: int) -> None:
+        self.digester = Digester(chunk_size)
 
-    def read_to(self, path: str, size: int) -> str:
-        """Checksums the bytes from `offset` up to `size`; returns the checksum so far."""
+    @property
+    def offset(self) -> int:
+        return self.digester.offset
+
+    def read_to(self, path: str, size: int) -> FileDigest:
+        """Digests the bytes from `offset` up to `size`; returns the digest so far."""
         with open(path, "rb") as f:
-            f.seek(self.offset)
-            self.offset = crc32c_extend(self.checksum, f, size)
-        return crc32c_text(self.checksum)
+            f.seek(self.digester.offset)
+            self.digester.read(f, size)
+        return self.digester.digest()
 
 
 def scan(root: str, checksums: Checksums | None = None) -> Snapshot:
@@ -224,14 +233,16 @@ def _stable_entry(path: str, rel: str, checksums: Checksums) -> LocalFile | None
         before = os.lstat(path)
         if not stat.S_ISREG(before.st_mode):
             return None
-        crc = checksums.of(path, rel, before)
+        digest = checksums.of(path, rel, before)
         after = os.lstat(path)
     except FileNotFoundError:
         return None
     if (before.st_size, before.st_mtime_ns, before.st_ino) != (after.st_size, after.st_mtime_ns, after.st_ino):
         return None
-    checksums.keep(rel, after, crc)
-    return LocalFile(rel, after.st_size, after.st_mtime_ns, crc)
+    if digest.size != after.st_size:  # read while it was still being written (the stat raced the write)
+        return None
+    checksums.keep(rel, after, digest)
+    return LocalFile(rel, after.st_size, after.st_mtime_ns, digest.crc32c, digest.chunks)
 
 
 def event_files(root: str) -> list[str]:

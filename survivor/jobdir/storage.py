@@ -17,13 +17,13 @@ from __future__ import annotations
 import base64
 import errno
 import fcntl
+import io
 import json
 import os
 import re
 import shutil
 import stat
 import tempfile
-import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Iterable, Protocol
@@ -33,10 +33,11 @@ import google_crc32c
 from survivor import retry
 
 PARALLELISM = 16
+#: Transfers a job dir runs at once (chunks of a commit or a restore, files of an upload): twice the
+#: vCPUs, 8 to 32, or the setting `SURVIVOR_TRANSFERS`. Each holds at most one chunk in memory.
+TRANSFERS = int(os.environ.get("SURVIVOR_TRANSFERS") or min(32, max(8, 2 * (os.cpu_count() or 1))))
 #: google-cloud-storage's switch for its background bucket-metadata fetch (see GcsStorage).
 NO_BUCKET_METADATA_ENV = "DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA"
-#: Upload threads a Cloud Storage job dir starts at once: a TF checkpoint's files (data, index, state).
-WARM_UPLOAD_THREADS = 4
 
 
 class PreconditionFailed(Exception):
@@ -179,6 +180,106 @@ def crc32c_of_bytes(data: bytes) -> str:
     return crc32c_text(google_crc32c.Checksum(data))
 
 
+def crc32c_of_range(fd: int, offset: int, size: int) -> str:
+    """The CRC32C (base64) of `size` bytes at `offset` of the open file `fd` (fewer if it ends first)."""
+    checksum, position, end = google_crc32c.Checksum(), offset, offset + size
+    while position < end:
+        block = os.pread(fd, min(CRC_BLOCK, end - position), position)
+        if not block:
+            break
+        checksum.update(block)
+        position += len(block)
+    return crc32c_text(checksum)
+
+
+@dataclass(frozen=True)
+class Part:
+    """A range of a local file and the object that holds it: `size` bytes at `offset` of `local`,
+    stored as `name`, with the CRC32C (base64) they should have (an upload's server checks it)."""
+
+    local: str
+    offset: int
+    size: int
+    name: str
+    crc32c: str = ""
+
+
+class _FileRange(io.RawIOBase):
+    """A read-only file object over `size` bytes at `offset` of a file: what one chunk's upload
+    reads, so that it never holds more of the file than its chunk."""
+
+    def __init__(self, path: str, offset: int, size: int):
+        super().__init__()
+        self._fd = os.open(path, os.O_RDONLY)
+        self._offset, self._size, self._position = offset, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, position: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self._size}[whence]
+        self._position = max(0, base + position)
+        return self._position
+
+    def read(self, n: int = -1) -> bytes:
+        left = max(0, self._size - self._position)
+        n = left if n is None or n < 0 else min(n, left)
+        data = os.pread(self._fd, n, self._offset + self._position) if n else b""
+        self._position += len(data)
+        return data
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self._fd)
+        super().close()
+
+
+class _FileWindow(io.RawIOBase):
+    """A write-only file object over `size` bytes at `offset` of an open file: a download writes
+    its chunk in place, beside the others of the same file. Bytes past the range are counted
+    (`received`), never written: an object longer than its range shows so to the caller."""
+
+    def __init__(self, fd: int, offset: int, size: int):
+        super().__init__()
+        self._fd, self._offset, self._size, self._position = fd, offset, size, 0
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, position: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self._size}[whence]
+        self._position = max(0, base + position)
+        return self._position
+
+    @property
+    def received(self) -> int:
+        return self._position
+
+    def write(self, data) -> int:
+        view, written = memoryview(data)[: max(0, self._size - self._position)], 0
+        while written < len(view):
+            written += os.pwrite(self._fd, view[written:], self._offset + self._position + written)
+        self._position += len(data)
+        return len(data)
+
+
 class JobStorage(Protocol):
     """What the checkpoint store, journal and lease need from a job dir."""
 
@@ -202,6 +303,12 @@ class JobStorage(Protocol):
 
     def download(self, pairs: list[tuple[str, str]]) -> None:
         """Copies each (object name, local file) pair to the local file, in parallel."""
+
+    def upload_parts(self, parts: list[Part]) -> list[ObjectInfo]:
+        """Stores each range of a local file as its object, in parallel; returns what each holds."""
+
+    def download_parts(self, parts: list[Part]) -> list[ObjectInfo]:
+        """Writes each object into its range of a local file, in parallel; returns what each held."""
 
 
 def open_storage(url: str, project: str | None = None) -> JobStorage:
@@ -385,7 +492,7 @@ class LocalStorage:
             # the stored copy's checksum, not the source's: the source may have changed meanwhile
             return ObjectInfo(name, os.path.getsize(path), crc32c_of_file(path))
 
-        with ThreadPoolExecutor(PARALLELISM) as pool:
+        with ThreadPoolExecutor(TRANSFERS) as pool:
             futures = [pool.submit(one, pair) for pair in pairs]
             wait(futures)  # every copy has finished (and cleaned up after itself) before one fails the call
             return [future.result() for future in futures]
@@ -397,33 +504,106 @@ class LocalStorage:
 
         def one(pair: tuple[str, str]) -> None:
             name, local = pair
-            where = self._path(name)
-            try:
-                # never through a link (a blob that is one could hand out any file of this machine), and
-                # never blocked on a FIFO: both are refused below as not plain files
-                source = os.open(where, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-            except FileNotFoundError as exc:
-                raise StorageError(f"{where}: download: no such object", object=where, reason=NOT_FOUND) from exc
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENOTDIR):
-                    raise StorageError(f"{where}: download: not a plain file", object=where, reason=NOT_FOUND) from exc
-                raise self._error(exc, "downloading", name) from exc
-            with os.fdopen(source, "rb") as src:
-                if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
-                    raise StorageError(f"{where}: download: not a plain file", object=where, reason=NOT_FOUND)
+            with self._open_object(name) as src:
                 os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
                 with open(local, "wb") as dst:  # the local side: its OSError goes up as it is
                     while True:
-                        try:
-                            block = src.read(1 << 20)
-                        except OSError as exc:
-                            raise self._error(exc, "downloading", name) from exc
+                        block = self._read_object(src, name)
                         if not block:
                             break
                         dst.write(block)
 
-        with ThreadPoolExecutor(PARALLELISM) as pool:
+        with ThreadPoolExecutor(TRANSFERS) as pool:
             list(pool.map(one, pairs))
+
+    def upload_parts(self, parts: list[Part]) -> list[ObjectInfo]:
+        """Stores each range of a local file as its object, in parallel, each atomically (a temporary
+        copy renamed into place). Returns what each copy holds (size, CRC32C). A range whose bytes
+        do not have the CRC32C its part expects is not stored, as Cloud Storage refuses such an
+        upload: the file changed since it was read, and the returned checksum says so."""
+
+        def one(part: Part) -> ObjectInfo:
+            try:
+                return store_one(part)
+            except OSError as exc:  # the local file went away (the trainer pruned it), or the job dir's disk
+                if isinstance(exc, FileNotFoundError) and not os.path.exists(part.local):
+                    raise
+                raise self._error(exc, "uploading", part.name) from exc
+
+        def store_one(part: Part) -> ObjectInfo:
+            path = self._path(part.name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+            try:
+                checksum, size = google_crc32c.Checksum(), 0
+                with os.fdopen(fd, "wb") as out, _FileRange(part.local, part.offset, part.size) as source:
+                    while block := source.read(1 << 20):
+                        checksum.update(block)
+                        out.write(block)
+                        size += len(block)
+                    out.flush()
+                    os.fsync(out.fileno())
+                crc = crc32c_text(checksum)
+                if size == part.size and (not part.crc32c or crc == part.crc32c):
+                    os.replace(tmp, path)
+                else:
+                    _remove_quietly(tmp)
+            except BaseException:
+                _remove_quietly(tmp)  # a partial copy is never left behind (a full disk stays usable)
+                raise
+            return ObjectInfo(part.name, size, crc)
+
+        with ThreadPoolExecutor(TRANSFERS) as pool:
+            futures = [pool.submit(one, part) for part in parts]
+            wait(futures)  # every copy has finished (and cleaned up after itself) before one fails the call
+            return [future.result() for future in futures]
+
+    def download_parts(self, parts: list[Part]) -> list[ObjectInfo]:
+        """Writes each object into its range of a local file (which exists), in parallel; returns,
+        for each, the bytes the object held and the CRC32C of its range as read back from the file.
+        Errors as `download`'s."""
+
+        def one(part: Part) -> ObjectInfo:
+            with self._open_object(part.name) as src:
+                fd = os.open(part.local, os.O_RDWR)  # the local side: its OSError goes up as it is
+                try:
+                    window = _FileWindow(fd, part.offset, part.size)
+                    while block := self._read_object(src, part.name):
+                        window.write(block)
+                    return ObjectInfo(part.name, window.received, crc32c_of_range(fd, part.offset, part.size))
+                finally:
+                    os.close(fd)
+
+        with ThreadPoolExecutor(TRANSFERS) as pool:
+            futures = [pool.submit(one, part) for part in parts]
+            wait(futures)  # no write into the file is left running when one fails the call
+            return [future.result() for future in futures]
+
+    def _open_object(self, name: str):
+        """The object's file, opened for reading; a StorageError (NOT_FOUND) if it is missing or not
+        a plain file."""
+        where = self._path(name)
+        try:
+            # never through a link (a blob that is one could hand out any file of this machine), and
+            # never blocked on a FIFO: both are refused below as not plain files
+            source = os.open(where, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError as exc:
+            raise StorageError(f"{where}: download: no such object", object=where, reason=NOT_FOUND) from exc
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENOTDIR):
+                raise StorageError(f"{where}: download: not a plain file", object=where, reason=NOT_FOUND) from exc
+            raise self._error(exc, "downloading", name) from exc
+        src = os.fdopen(source, "rb")
+        if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
+            src.close()
+            raise StorageError(f"{where}: download: not a plain file", object=where, reason=NOT_FOUND)
+        return src
+
+    def _read_object(self, src, name: str) -> bytes:
+        try:
+            return src.read(1 << 20)
+        except OSError as exc:
+            raise self._error(exc, "downloading", name) from exc
 
 
 # -- Cloud Storage ---------------------------------------------------------------------------------
@@ -470,12 +650,8 @@ class GcsStorage:
         # No request: the bucket's metadata needs storage.buckets.get, which the object roles the
         # agent needs do not grant; a missing bucket shows in the object calls' own 404s instead.
         self.bucket = client.bucket(self.bucket_name)
-        # One pool for every upload, kept, with a few threads started now: they are there when the
-        # checkpoint after a notice goes out (a fresh pool takes 0.2-0.3 ms to start its threads).
-        self._uploads = ThreadPoolExecutor(PARALLELISM, thread_name_prefix="upload")
-        started = threading.Barrier(WARM_UPLOAD_THREADS)
-        for _ in range(WARM_UPLOAD_THREADS):
-            self._uploads.submit(started.wait, 10.0)  # each waits for the others: one thread apiece
+        # One pool for every transfer (files, chunks; up and down), kept for the agent's lifetime.
+        self._transfers = ThreadPoolExecutor(TRANSFERS, thread_name_prefix="transfer")
 
     def _object(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
@@ -599,9 +775,7 @@ class GcsStorage:
             # the crc32c the server stored, which is what a later restore will verify against
             return ObjectInfo(name, int(blob.size or 0), blob.crc32c or "")
 
-        futures = [self._uploads.submit(one, pair) for pair in pairs]
-        wait(futures)  # all of them, as before, even when one failed
-        return [future.result() for future in futures]
+        return self._all(one, pairs)
 
     def download(self, pairs: list[tuple[str, str]]) -> None:
         """Downloads each object to its local file in parallel, the client checking its CRC32C."""
@@ -618,5 +792,55 @@ class GcsStorage:
             except Exception as exc:
                 raise self._translate(exc, "download", name) from exc
 
-        with ThreadPoolExecutor(PARALLELISM) as pool:
-            list(pool.map(one, pairs))
+        self._all(one, pairs)
+
+    def upload_parts(self, parts: list[Part]) -> list[ObjectInfo]:
+        """Uploads each range of a local file as its object, in parallel on the job dir's transfer
+        pool, each read through a `_FileRange` (a transfer holds at most its range in memory).
+        Returns what the server stored (size, CRC32C), which the caller compares with what it
+        expected: a file that changed since it was read shows there."""
+
+        def one(part: Part) -> ObjectInfo:
+            blob = self.bucket.blob(self._object(part.name))
+            try:
+                for attempt in retry.STORAGE_UPLOAD:
+                    with attempt, _FileRange(part.local, part.offset, part.size) as source:
+                        blob.upload_from_file(source, size=part.size, content_type="application/octet-stream",
+                                              checksum="crc32c", **retry.STORAGE_UPLOAD.client())
+            except Exception as exc:
+                raise self._translate(exc, "upload", part.name) from exc
+            return ObjectInfo(part.name, int(blob.size or 0), blob.crc32c or "")
+
+        return self._all(one, parts)
+
+    def download_parts(self, parts: list[Part]) -> list[ObjectInfo]:
+        """Downloads each object into its range of a local file (which exists), in parallel on the
+        job dir's transfer pool, each written in place as it streams in. Returns, for each, the
+        bytes the object held and the CRC32C of its range as read back from the file."""
+
+        def one(part: Part) -> ObjectInfo:
+            blob = self.bucket.blob(self._object(part.name))
+            fd = os.open(part.local, os.O_RDWR)
+            try:
+                try:
+                    for attempt in retry.STORAGE_DOWNLOAD:
+                        with attempt:
+                            window = _FileWindow(fd, part.offset, part.size)
+                            # the client checks the bytes against the object's crc32c (a truncated or
+                            # mangled transfer is retried); the caller checks them against the manifest
+                            blob.download_to_file(window, checksum="crc32c", **retry.STORAGE_DOWNLOAD.client())
+                except Exception as exc:
+                    raise self._translate(exc, "download", part.name) from exc
+                return ObjectInfo(part.name, window.received, crc32c_of_range(fd, part.offset, part.size))
+            finally:
+                os.close(fd)
+
+        return self._all(one, parts)
+
+    def _all(self, one, items: list) -> list:
+        """Runs `one` on every item on the transfer pool; waits for all of them (no transfer is left
+        running when one fails the call), then returns their results or raises the first failure."""
+        futures = [self._transfers.submit(one, item) for item in items]
+        wait(futures)
+        return [future.result() for future in futures]
+

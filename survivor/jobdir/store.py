@@ -7,15 +7,25 @@
 
 Layout under the job dir:
 
-    survivor/blobs/<path>.<crc32c-hex>.<size>       file contents, immutable, shared between snapshots
+    survivor/blobs/chunks/<sha256>                  pieces of files, immutable, shared between snapshots
     survivor/snapshots/<step>-<attempt>-<seq>.json  manifests: the commit points
+    survivor/blobs/<path>.<crc32c-hex>.<size>       whole files, as manifests of format 1 name them
 
-A snapshot is committed at one moment: when its manifest is written, after every file it lists is
-stored and its stored checksum matches. A reader only ever follows manifests, so a half-uploaded
-snapshot is invisible. Restore takes the newest manifest whose files all verify (size and crc32c)
-and falls back to the previous one; a manifest naming a path that would leave the local dir is
-refused. Unchanged files are not uploaded again (their blob already exists). Snapshots beyond `keep`
-and blobs no kept snapshot uses are deleted only after a newer commit.
+A manifest (format 2) lists each file as its size, its CRC32C and its chunks in order (offset, size,
+CRC32C, object), cut every `chunk_size` bytes (`survivor.jobdir.chunks`). A chunk the job dir already
+holds is not uploaded again, so the part of a checkpoint that did not change since the last commit
+(frozen layers, embeddings) costs nothing, and the commit after a notice sends only what the last
+save changed. Chunks move many at once, on the storage's transfer pool, each read from or written
+to its own range of the file: a commit or a restore holds at most one chunk per transfer in memory.
+
+A snapshot is committed at one moment: when its manifest is written, after every chunk it lists is
+stored and its stored checksum matches (or, for a chunk already stored, the file's bytes still have
+its checksum). A reader only ever follows manifests, so a half-uploaded snapshot is invisible.
+Restore takes the newest manifest whose files all verify (each chunk's CRC32C as written, then the
+whole file's size and CRC32C) and falls back to the previous one; a manifest naming a path that
+would leave the local dir is refused. Manifests of format 1 (a whole-file blob per file) still
+restore. Snapshots beyond `keep`, and blobs and chunks no kept snapshot uses, are deleted only after
+a newer commit.
 """
 
 from __future__ import annotations
@@ -33,12 +43,17 @@ from dataclasses import dataclass
 from typing import Callable
 
 from survivor import log as logs
-from survivor.jobdir.snapshot import Snapshot
-from survivor.jobdir.storage import NOT_FOUND, JobStorage, PreconditionFailed, StorageError, crc32c_of_file, parse_json
+from survivor.jobdir.chunks import CHUNK_SIZE, CHUNKS, FileDigest, chunk_object, combine_crc32c, digest_file, fits
+from survivor.jobdir.snapshot import LocalFile, Snapshot
+from survivor.jobdir.storage import (NOT_FOUND, JobStorage, Part, PreconditionFailed, StorageError, crc32c_of_file,
+                                     crc32c_of_range, parse_json)
 
 SNAPSHOTS = "survivor/snapshots/"
 BLOBS = "survivor/blobs/"
-FORMAT = 1
+#: The manifest format this survivor writes: files as chunks. It reads this one and WHOLE_FILES.
+FORMAT = 2
+#: The format before chunks: each file one blob (`FileEntry.object`).
+WHOLE_FILES = 1
 
 log = logs.get("store")
 
@@ -68,13 +83,31 @@ class SnapshotChanged(Exception):
 
 
 @dataclass(frozen=True)
+class ChunkEntry:
+    """One chunk of a committed file: `size` bytes at `offset`, their CRC32C, the object holding them."""
+
+    offset: int
+    size: int
+    crc32c: str
+    object: str
+
+
+@dataclass(frozen=True)
 class FileEntry:
-    """One file of a committed snapshot."""
+    """One file of a committed snapshot: its chunks (format 2), or one whole-file `object` (format 1)."""
 
     path: str
     size: int
     crc32c: str
-    object: str
+    object: str = ""
+    chunks: tuple[ChunkEntry, ...] = ()
+
+    def to_json(self) -> dict:
+        """The entry as its manifest's JSON holds it."""
+        body = {"path": self.path, "size": self.size, "crc32c": self.crc32c}
+        if self.object:
+            return {**body, "object": self.object}
+        return {**body, "chunks": [vars(c) for c in self.chunks]}
 
 
 @dataclass(frozen=True)
@@ -99,21 +132,31 @@ class Manifest:
 
     @property
     def name(self) -> str:
+        """The object this manifest is stored as."""
         return manifest_name(self.step, self.attempt, self.seq)
 
     @property
     def size(self) -> int:
+        """The bytes of all its files: what a restore needs on the boot disk."""
         return sum(f.size for f in self.files)
 
+    @property
+    def format(self) -> int:
+        """WHOLE_FILES if every file is one blob, else FORMAT (files as chunks; never a mix)."""
+        return WHOLE_FILES if self.files and all(f.object for f in self.files) else FORMAT
+
     def to_json(self) -> bytes:
+        """The manifest's stored bytes (`from_json` reads them back)."""
+        if self.format == FORMAT and any(f.object for f in self.files):
+            raise ValueError("a manifest lists its files either as whole blobs or as chunks, not both")
         body = {
-            "format": FORMAT,
+            "format": self.format,
             "step": self.step,
             "attempt": self.attempt,
             "seq": self.seq,
             "created": self.created,
             "writer": self.writer,
-            "files": [vars(f) for f in self.files],
+            "files": [f.to_json() for f in self.files],
         }
         if self.parent is not None:
             body["parent"] = self.parent
@@ -127,8 +170,10 @@ class Manifest:
 
         Every field has its one type (an integer is never a float, a string or a boolean), numbers
         are finite and in range, there is at least one file, no path leaves the local dir and no
-        object lies outside the blobs. `max_step` (the job's `train_steps`) bounds the step: a
-        snapshot beyond the end of training is not one this job wrote. Unknown keys are ignored.
+        object lies outside the blobs. Format 1 lists each file as one `object`; format 2 as
+        `chunks` that cover it end to end, in order, none empty. `max_step` (the job's
+        `train_steps`) bounds the step: a snapshot beyond the end of training is not one this job
+        wrote. Unknown keys are ignored.
         """
         try:
             raw = parse_json(data)
@@ -136,9 +181,9 @@ class Manifest:
             raise ManifestError(f"not JSON ({exc})") from None
         if not isinstance(raw, dict):
             raise ManifestError(f"expected a JSON object, got {type(raw).__name__}")
-        fmt = raw.get("format", FORMAT)
-        if not _is_int(fmt) or fmt > FORMAT:
-            raise ManifestError(f"format {_show(fmt)}: this survivor reads format {FORMAT}")
+        fmt = raw.get("format", WHOLE_FILES)
+        if not _is_int(fmt) or fmt not in (WHOLE_FILES, FORMAT):
+            raise ManifestError(f"format {_show(fmt)}: this survivor reads formats {WHOLE_FILES} and {FORMAT}")
         step = _integer(raw, "step", required=True, maximum=max_step)
         attempt = _integer(raw, "attempt", required=True)
         seq = _integer(raw, "seq", required=False)
@@ -156,7 +201,7 @@ class Manifest:
             raise ManifestError("files: empty (a snapshot names at least one file)")
         entries, seen = [], set()
         for index, item in enumerate(files):
-            entry = _file_entry(item, index)
+            entry = _file_entry(item, index, chunked=fmt == FORMAT)
             if entry.path in seen:
                 raise ManifestError(f"files[{index}]: {entry.path!r} is listed twice")
             seen.add(entry.path)
@@ -197,26 +242,56 @@ def _string(raw: dict, key: str) -> str:
     return value
 
 
-def _file_entry(item, index: int) -> FileEntry:
+def _file_entry(item, index: int, chunked: bool) -> FileEntry:
     where = f"files[{index}]"
     if not isinstance(item, dict):
         raise ManifestError(f"{where}: expected an object, got {type(item).__name__}")
-    for key in ("path", "crc32c", "object"):
+    for key in ("path", "crc32c") + (() if chunked else ("object",)):
         if not isinstance(item.get(key), str):
             raise ManifestError(f"{where}.{key} {_show(item.get(key))}: expected a string")
     size = _integer(item, "size", required=True)
-    crc = item["crc32c"]
-    try:
-        if len(base64.b64decode(crc, validate=True)) != 4:
-            raise ValueError
-    except ValueError:
-        raise ManifestError(f"{where}.crc32c {_show(crc)}: expected a base64 CRC32C") from None
+    crc = _crc32c(item["crc32c"], f"{where}.crc32c")
     path = item["path"]
     check_relative_path(path)
-    obj = item["object"]
-    if not obj.startswith(BLOBS) or ".." in obj.split("/") or "\x00" in obj:
-        raise ManifestError(f"{where}.object {obj!r} is outside {BLOBS}")
-    return FileEntry(path, size, crc, obj)
+    if not chunked:
+        return FileEntry(path, size, crc, _object(item["object"], BLOBS, f"{where}.object"))
+    if "object" in item:
+        raise ManifestError(f"{where}.object: a manifest of format {FORMAT} lists a file as its chunks")
+    chunks = item.get("chunks")
+    if not isinstance(chunks, list):
+        raise ManifestError(f"{where}.chunks {_show(chunks)}: expected a list")
+    entries, end = [], 0
+    for number, chunk in enumerate(chunks):
+        at = f"{where}.chunks[{number}]"
+        if not isinstance(chunk, dict):
+            raise ManifestError(f"{at}: expected an object, got {type(chunk).__name__}")
+        offset, length = _integer(chunk, "offset", required=True), _integer(chunk, "size", required=True)
+        if offset != end or length == 0:
+            raise ManifestError(f"{at}: {length} bytes at offset {offset}; chunks cover a file in order, "
+                                f"the next one at {end}")
+        if not isinstance(chunk.get("crc32c"), str) or not isinstance(chunk.get("object"), str):
+            raise ManifestError(f"{at}: crc32c and object are strings")
+        entries.append(ChunkEntry(offset, length, _crc32c(chunk["crc32c"], f"{at}.crc32c"),
+                                  _object(chunk["object"], CHUNKS, f"{at}.object")))
+        end += length
+    if end != size:
+        raise ManifestError(f"{where}: its chunks hold {end} bytes, the file {size}")
+    return FileEntry(path, size, crc, "", tuple(entries))
+
+
+def _crc32c(value: str, where: str) -> str:
+    try:
+        if len(base64.b64decode(value, validate=True)) != 4:
+            raise ValueError
+    except ValueError:
+        raise ManifestError(f"{where} {_show(value)}: expected a base64 CRC32C") from None
+    return value
+
+
+def _object(name: str, prefix: str, where: str) -> str:
+    if not name.startswith(prefix) or ".." in name.split("/") or "\x00" in name:
+        raise ManifestError(f"{where} {name!r} is outside {prefix}")
+    return name
 
 
 @dataclass
@@ -224,11 +299,14 @@ class CommitStats:
     """What a commit did and how long each part took."""
 
     manifest: Manifest
-    uploaded_files: int = 0
+    uploaded_files: int = 0  # files with at least one chunk uploaded
     uploaded_bytes: int = 0
     upload_seconds: float = 0.0
     manifest_seconds: float = 0.0
-    reused_files: int = 0
+    reused_files: int = 0  # files whose every chunk was already stored
+    uploaded_chunks: int = 0
+    reused_chunks: int = 0
+    reused_bytes: int = 0
 
 
 def manifest_name(step: int, attempt: int, seq: int) -> str:
@@ -300,8 +378,9 @@ def snapshots_to_delete(valid_newest_first: list[Manifest], keep: int) -> list[M
 
 
 def blobs_to_delete(all_blobs: list[str], kept: list[Manifest]) -> list[str]:
-    """Pure decision: stored blobs no kept snapshot refers to."""
+    """Pure decision: stored blobs (whole files and chunks) no kept snapshot refers to."""
     referenced = {f.object for m in kept for f in m.files}
+    referenced |= {c.object for m in kept for f in m.files for c in f.chunks}
     return [b for b in all_blobs if b not in referenced]
 
 
@@ -317,15 +396,19 @@ def _order(name: str) -> tuple:
 class CheckpointStore:
     """Commits local snapshots to the job dir and restores the newest one that verifies.
 
-    `max_step` (the job's `train_steps`) bounds the step a manifest may claim.
+    `max_step` (the job's `train_steps`) bounds the step a manifest may claim. `chunk_size`: where
+    commits cut files (a snapshot scanned with another size is digested again; restore reads any).
     """
 
-    def __init__(self, storage: JobStorage, keep: int = 3, writer: str = "", max_step: int | None = None):
+    def __init__(self, storage: JobStorage, keep: int = 3, writer: str = "", max_step: int | None = None,
+                 chunk_size: int = CHUNK_SIZE):
         self.storage = storage
         self.keep = keep
         self.writer = writer
         self.max_step = max_step
-        self._known_blobs: set[str] | None = None
+        self.chunk_size = chunk_size
+        # Stored blobs and chunks, with the CRC32C the listing gave (Cloud Storage's; "" if unknown).
+        self._known: dict[str, str] | None = None
         self._seq = 0
         self._sizes: dict[str, int] = {}
         # The lineage the next commit continues: set by `restore` (None: this store never restored).
@@ -381,54 +464,66 @@ class CheckpointStore:
     # -- committing -------------------------------------------------------------------------------
 
     def known_blobs(self) -> set[str]:
-        """The blobs already stored, listed once and then kept up to date by this store's own
-        commits and deletions (one writer per job dir). A mirror calls it when it starts, so that
+        """The blobs and chunks already stored, listed once and then kept up to date by this store's
+        own commits and deletions (one writer per job dir). A mirror calls it when it starts, so that
         its first commit, which may be the one after a notice, does not wait for the listing."""
-        if self._known_blobs is None:
-            self._known_blobs = {o.name for o in self.storage.list(BLOBS)}
-        return self._known_blobs
+        return set(self._listed())
+
+    def _listed(self) -> dict[str, str]:
+        if self._known is None:
+            self._known = {o.name: o.crc32c for o in self.storage.list(BLOBS)}
+        return self._known
 
     def commit(self, local_root: str, snapshot: Snapshot, attempt: int,
                fence: Callable[[], None] | None = None) -> CommitStats:
-        """Uploads the snapshot's new files in parallel, then writes its manifest: the commit point.
+        """Uploads the snapshot's new chunks in parallel, then writes its manifest: the commit point.
 
-        `fence()` raises if this writer may no longer commit (the lease's `fence`). It runs alongside
-        the upload, where a round trip it may make costs nothing on the way to safety, and again
-        right before the manifest write, where it only checks that its proof is still fresh.
-        Raises SnapshotChanged if a file changed during the upload (nothing is committed then).
+        A chunk already stored is not sent again; the file's bytes at its range are checked against
+        its CRC32C instead, beside the upload (a checksum taken while the file was being written
+        may be stale). `fence()` raises if this writer may no longer commit (the lease's `fence`).
+        It runs alongside the upload, where a round trip it may make costs nothing on the way to
+        safety, and again right before the manifest write, where it only checks that its proof is
+        still fresh. Raises SnapshotChanged if a file changed since it was read (nothing is
+        committed then).
         """
         if snapshot.step is None:
             raise ValueError("a snapshot without a step cannot be committed")
-        entries = [FileEntry(f.path, f.size, f.crc32c, blob_name(f.path, f.crc32c, f.size)) for f in snapshot.files]
-        known = self.known_blobs()
-        todo = [e for e in entries if e.object not in known]
+        entries = tuple(self._entry(local_root, f) for f in snapshot.files)
+        known = self._listed()
+        todo: dict[str, Part] = {}  # one upload per chunk, even one that a commit holds twice
+        reused: list[Part] = []
+        for entry in entries:
+            for c in entry.chunks:
+                part = Part(os.path.join(local_root, entry.path), c.offset, c.size, c.object, c.crc32c)
+                if c.object in todo:
+                    continue
+                stored = known.get(c.object)
+                # a stored chunk whose listed checksum is not its own (an upload cut short between its
+                # write and its clean-up) is sent again, over it
+                if stored is None or (stored and stored != c.crc32c):
+                    todo[c.object] = part
+                else:
+                    reused.append(part)
         started = time.monotonic()
-        early_fence, fence_errors = None, []
-        if fence is not None and todo:
-            def run_fence() -> None:
-                try:
-                    fence()
-                except BaseException as exc:  # handed to this thread below
-                    fence_errors.append(exc)
-
-            early_fence = threading.Thread(target=run_fence, name="fence", daemon=True)
-            early_fence.start()
+        beside = [_Beside(fence)] if fence is not None and todo else []
+        if reused:
+            beside.append(_Beside(lambda: _check_unchanged(reused)))
         try:
-            if todo:
-                stored = self.storage.upload([(os.path.join(local_root, e.path), e.object) for e in todo])
-                for entry, info in zip(todo, stored):
-                    if (info.crc32c and info.crc32c != entry.crc32c) or info.size != entry.size:
-                        # The file changed between checksum and upload: the stored bytes are not what
-                        # the name promises, so drop them and let the next sync try again.
-                        self.storage.delete([entry.object])
-                        raise SnapshotChanged(f"{entry.path} changed while it was uploaded")
-                    known.add(entry.object)
+            stored_infos = self.storage.upload_parts(list(todo.values())) if todo else []
         finally:
-            if early_fence is not None:
-                early_fence.join()
+            errors = [error for side in beside if (error := side.join()) is not None]
+        for part, info in zip(todo.values(), stored_infos):
+            if (info.crc32c and info.crc32c != part.crc32c) or info.size != part.size:
+                # The file changed since it was read: the stored bytes are not what the name promises,
+                # so drop them and let the next sync try again.
+                self.storage.delete([part.name])
+                known.pop(part.name, None)
+                raise SnapshotChanged(f"{os.path.relpath(part.local, local_root)} changed since it was read "
+                                      f"(at offset {part.offset})")
+            known[part.name] = info.crc32c or part.crc32c
         uploaded = time.monotonic()
-        if fence_errors:
-            raise fence_errors[0]
+        if errors:
+            raise errors[0]
         if fence is not None:
             fence()
         self._seq += 1
@@ -436,7 +531,7 @@ class CheckpointStore:
             step=snapshot.step,
             attempt=attempt,
             seq=self._seq,
-            files=tuple(entries),
+            files=entries,
             created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             writer=self.writer,
             parent=self._parent,
@@ -449,14 +544,30 @@ class CheckpointStore:
         if self._parent is not None:  # the lineage goes on from this commit
             self._parent, self._abandoned = manifest.name, ()
         done = time.monotonic()
+        sent = set(todo)
+        sending = [e for e in entries if any(c.object in sent for c in e.chunks)]
         return CommitStats(
             manifest=manifest,
-            uploaded_files=len(todo),
-            uploaded_bytes=sum(e.size for e in todo),
+            uploaded_files=len(sending),
+            uploaded_bytes=sum(p.size for p in todo.values()),
             upload_seconds=uploaded - started,
             manifest_seconds=done - uploaded,
-            reused_files=len(entries) - len(todo),
+            reused_files=len(entries) - len(sending),
+            uploaded_chunks=len(todo),
+            reused_chunks=len(reused),
+            reused_bytes=sum(p.size for p in reused),
         )
+
+    def _entry(self, local_root: str, f: LocalFile) -> FileEntry:
+        """The manifest's entry for a scanned file, its chunks cut at this store's chunk size (read
+        again if the scan cut them otherwise, or not at all)."""
+        digest = FileDigest(f.size, f.crc32c, f.chunks)
+        if not (f.chunks or f.size == 0) or not fits(digest, self.chunk_size):
+            digest = digest_file(os.path.join(local_root, f.path), self.chunk_size)
+            if (digest.size, digest.crc32c) != (f.size, f.crc32c):
+                raise SnapshotChanged(f"{f.path} changed since it was scanned")
+        chunks = tuple(ChunkEntry(c.offset, c.size, c.crc32c, chunk_object(c)) for c in digest.chunks)
+        return FileEntry(f.path, f.size, f.crc32c, "", chunks)
 
     def collect_garbage(self) -> tuple[int, int]:
         """Deletes the snapshots `snapshots_to_delete` picks and the blobs no other snapshot uses
@@ -471,8 +582,9 @@ class CheckpointStore:
         self.storage.delete([m.name for m in doomed])
         orphans = blobs_to_delete([o.name for o in self.storage.list(BLOBS)], kept)
         self.storage.delete(orphans)
-        if self._known_blobs is not None:
-            self._known_blobs.difference_update(orphans)
+        if self._known is not None:
+            for name in orphans:
+                self._known.pop(name, None)
         return len(doomed), len(orphans)
 
     # -- restoring --------------------------------------------------------------------------------
@@ -521,15 +633,25 @@ class CheckpointStore:
         """Downloads a snapshot into `staging`; returns what is wrong with it, or None.
         Raises RestoreFailed when the download itself failed for a reason not the snapshot's."""
         try:
-            targets = [(e.object, safe_join(staging, e.path)) for e in manifest.files]
+            locals_ = [safe_join(staging, e.path) for e in manifest.files]
         except ManifestError as exc:
             return str(exc)
         free = shutil.disk_usage(staging).free
         if manifest.size > free:
             raise RestoreFailed(f"snapshot {manifest.name} (step {manifest.step}) needs {manifest.size} bytes; "
                                 f"the boot disk has {free} free at {staging}", local=True)
+        whole = [(e.object, local) for e, local in zip(manifest.files, locals_) if e.object]
+        parts = []
         try:
-            self.storage.download(targets)
+            for entry, local in zip(manifest.files, locals_):
+                if not entry.object:  # its chunks are written in place, into a file of its full size
+                    os.makedirs(os.path.dirname(local), exist_ok=True)
+                    with open(local, "wb") as f:
+                        f.truncate(entry.size)
+                    parts += [Part(local, c.offset, c.size, c.object, c.crc32c) for c in entry.chunks]
+            if whole:
+                self.storage.download(whole)
+            written = self.storage.download_parts(parts) if parts else []
         except StorageError as exc:
             if exc.reason == NOT_FOUND:  # an object the manifest names is gone: this snapshot is unusable
                 return f"download failed: {exc}"
@@ -540,17 +662,61 @@ class CheckpointStore:
         except OSError as exc:  # the boot disk's side of the download
             raise RestoreFailed(f"snapshot {manifest.name} (step {manifest.step}) could not be written to the "
                                 f"boot disk: {_os_reason(exc)}", local=True) from exc
-        for entry, (_, local) in zip(manifest.files, targets):
+        landed = {(p.local, p.offset): info for p, info in zip(parts, written)}
+        for entry, local in zip(manifest.files, locals_):
+            for c in entry.chunks:
+                info = landed[(local, c.offset)]
+                if info.size != c.size:
+                    return f"{entry.path}: chunk at offset {c.offset} is {info.size} bytes, {c.size} in the manifest"
+                if info.crc32c != c.crc32c:
+                    return (f"{entry.path}: chunk at offset {c.offset}: crc32c {info.crc32c} != {c.crc32c} in the "
+                            f"manifest (corrupted)")
             try:
                 size = os.path.getsize(local)
             except OSError:
                 return f"{entry.path}: missing after download"
             if size != entry.size:
                 return f"{entry.path}: size {size} != {entry.size} in the manifest"
-            crc = crc32c_of_file(local)
+            # a chunked file's CRC32C is its verified chunks' combined: every byte was read back once
+            crc = combine_crc32c(entry.chunks) if not entry.object else crc32c_of_file(local)
             if crc != entry.crc32c:
                 return f"{entry.path}: crc32c {crc} != {entry.crc32c} in the manifest (corrupted)"
         return None
+
+
+class _Beside:
+    """`work()` run in a thread beside the caller's; `join()` waits and returns what it raised."""
+
+    def __init__(self, work: Callable[[], None]):
+        self.error: BaseException | None = None
+        self._work = work
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._work()
+        except BaseException as exc:  # handed to the caller by join()
+            self.error = exc
+
+    def join(self) -> BaseException | None:
+        self._thread.join()
+        return self.error
+
+
+def _check_unchanged(parts: list[Part]) -> None:
+    """Raises SnapshotChanged unless each range of a local file still has its CRC32C."""
+    for part in parts:
+        try:
+            fd = os.open(part.local, os.O_RDONLY)
+        except FileNotFoundError:
+            raise SnapshotChanged(f"{part.local} went away") from None
+        try:
+            if os.fstat(fd).st_size < part.offset + part.size or \
+                    crc32c_of_range(fd, part.offset, part.size) != part.crc32c:
+                raise SnapshotChanged(f"{part.local} changed since it was read (at offset {part.offset})")
+        finally:
+            os.close(fd)
 
 
 def _clear(path: str) -> None:
