@@ -1,0 +1,322 @@
+"""Chunked snapshots: a file is stored as chunks that move in parallel and are never sent twice; a
+damaged chunk costs its snapshot, never a restore of wrong bytes; the manifest write stays the one
+commit moment; manifests written before chunks still restore."""
+
+import base64
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from survivor.jobdir.chunks import CHUNKS, Digester, combine_crc32c, crc32c_combine, digest_file
+from survivor.jobdir.snapshot import Checksums, scan
+from survivor.jobdir.storage import crc32c_of_bytes, open_storage
+from survivor.jobdir.store import BLOBS, CheckpointStore, Manifest, ManifestError
+
+SMALL = 64 << 10  # chunks of 64 KiB keep the tests fast; the code path is the production one
+
+
+def write(root, name, data):
+    path = os.path.join(root, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def commit(store, local, step, attempt=1):
+    write(local, f"dummy-checkpoint-{step}.json", json.dumps({"step": step}).encode())
+    return store.commit(local, scan(local, Checksums(store.chunk_size)), attempt)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def data_entry(manifest, name="model.data"):
+    return next(f for f in manifest.files if f.path == name)
+
+
+# -- round trips ---------------------------------------------------------------------------------------
+
+
+def test_a_file_split_across_chunks_round_trips_bitwise(job_dir, tmp_path):
+    store = CheckpointStore(open_storage(job_dir), chunk_size=SMALL)
+    local, body = str(tmp_path / "job"), os.urandom(20 * SMALL + 12_345)
+    write(local, "model.data", body)
+    write(local, "empty", b"")
+    stats = commit(store, local, 10)
+    entry = data_entry(stats.manifest)
+    assert len(entry.chunks) == 21 and [c.offset for c in entry.chunks] == [i * SMALL for i in range(21)]
+    assert entry.chunks[-1].size == 12_345 and entry.crc32c == crc32c_of_bytes(body)
+    assert json.loads(stats.manifest.to_json())["format"] == 2
+    restored = str(tmp_path / "restored")
+    assert CheckpointStore(open_storage(job_dir), chunk_size=SMALL).restore(restored).step == 10
+    assert read(os.path.join(restored, "model.data")) == body
+    assert read(os.path.join(restored, "empty")) == b""
+
+
+def test_chunks_over_the_clients_one_request_limit_round_trip_through_resumable_uploads(bucket, tmp_path):
+    """Chunks of 9 MiB go up as resumable uploads, the last short one in one request: both of the
+    client's ways, as a production chunk size takes them."""
+    chunk = 9 << 20
+    job_dir = f"gs://{bucket}/resumable-chunks"
+    store = CheckpointStore(open_storage(job_dir), chunk_size=chunk)
+    local, body = str(tmp_path / "job"), os.urandom(2 * chunk + 1_000)
+    write(local, "model.data", body)
+    assert [c.size for c in data_entry(commit(store, local, 3).manifest).chunks] == [chunk, chunk, 1_000]
+    restored = str(tmp_path / "restored")
+    assert CheckpointStore(open_storage(job_dir), chunk_size=chunk).restore(restored).step == 3
+    assert read(os.path.join(restored, "model.data")) == body
+
+
+def test_a_restore_reads_snapshots_cut_at_any_chunk_size(job_dir, tmp_path):
+    local, body = str(tmp_path / "job"), os.urandom(5 * SMALL + 7)
+    write(local, "model.data", body)
+    commit(CheckpointStore(open_storage(job_dir), chunk_size=SMALL), local, 1)
+    restored = str(tmp_path / "r")
+    assert CheckpointStore(open_storage(job_dir), chunk_size=3 * SMALL).restore(restored).step == 1
+    assert read(os.path.join(restored, "model.data")) == body
+
+
+def test_a_scan_cut_at_another_chunk_size_is_digested_again_at_the_stores(job_dir, tmp_path):
+    store = CheckpointStore(open_storage(job_dir), chunk_size=SMALL)
+    local = str(tmp_path / "job")
+    write(local, "model.data", os.urandom(4 * SMALL))
+    write(local, "dummy-checkpoint-1.json", b"{}")
+    manifest = store.commit(local, scan(local, Checksums(3 * SMALL)), 1).manifest
+    assert [c.size for c in data_entry(manifest).chunks] == [SMALL] * 4
+
+
+# -- only what changed is sent ---------------------------------------------------------------------------
+
+
+def test_only_the_chunks_that_changed_are_uploaded_again(job_dir, tmp_path):
+    """A model whose first nine tenths are frozen: the next commit sends the changed tenth."""
+    store = CheckpointStore(open_storage(job_dir), chunk_size=SMALL)
+    local = str(tmp_path / "job")
+    frozen, trained = os.urandom(18 * SMALL), os.urandom(2 * SMALL)
+    write(local, "model.data", frozen + trained)
+    first = commit(store, local, 1)
+    assert first.uploaded_bytes == 20 * SMALL + len(b'{"step": 1}')
+    write(local, "model.data", frozen + os.urandom(2 * SMALL))
+    os.remove(os.path.join(local, "dummy-checkpoint-1.json"))
+    second = commit(store, local, 2)
+    assert second.uploaded_chunks == 3 and second.uploaded_bytes == 2 * SMALL + len(b'{"step": 2}')
+    assert second.reused_chunks == 18 and second.reused_bytes == 18 * SMALL
+    restored = str(tmp_path / "r")
+    assert CheckpointStore(open_storage(job_dir)).restore(restored).step == 2
+    assert read(os.path.join(restored, "model.data")) == read(os.path.join(local, "model.data"))
+
+
+def test_a_stored_chunk_whose_bytes_changed_since_the_scan_is_not_committed(job_dir, tmp_path):
+    """A chunk the store holds is not sent, so the file's bytes are checked against its checksum:
+    a checksum taken while the file was being written must not name a chunk the file no longer has."""
+    from survivor.jobdir.store import SnapshotChanged
+
+    store = CheckpointStore(open_storage(job_dir), chunk_size=SMALL)
+    local = str(tmp_path / "job")
+    body = os.urandom(4 * SMALL)
+    write(local, "model.data", body)
+    commit(store, local, 1)
+    write(local, "dummy-checkpoint-2.json", b"{}")
+    stale = scan(local, Checksums(SMALL))  # model.data's chunks all stored: nothing of it is sent
+    with open(os.path.join(local, "model.data"), "r+b") as f:
+        f.write(b"changed")  # same size: only the bytes tell
+    with pytest.raises(SnapshotChanged, match="model.data changed"):
+        store.commit(local, stale, 1)
+    assert store.latest().step == 1
+
+
+# -- damaged chunks --------------------------------------------------------------------------------------
+
+
+def damage(storage, name, how):
+    if how == "missing":
+        storage.delete([name])
+    else:
+        data = storage.read(name).data
+        storage.write(name, {"flipped": bytes([data[0] ^ 1]) + data[1:], "short": data[:-1],
+                             "long": data + b"x"}[how])
+
+
+@pytest.mark.parametrize("how", ["flipped", "short", "long", "missing"])
+def test_a_damaged_or_missing_chunk_fails_verification_and_the_previous_snapshot_is_used(job_dir, tmp_path, how):
+    storage = open_storage(job_dir)
+    store = CheckpointStore(storage, chunk_size=SMALL)
+    local = str(tmp_path / "job")
+    old = os.urandom(6 * SMALL)
+    write(local, "model.data", old)
+    commit(store, local, 10)
+    write(local, "model.data", os.urandom(6 * SMALL))
+    newest = commit(store, local, 20).manifest
+    damage(storage, data_entry(newest).chunks[3].object, how)
+    restored = str(tmp_path / "r")
+    manifest = CheckpointStore(storage, chunk_size=SMALL).restore(restored)
+    assert manifest.step == 10 and manifest.name != newest.name
+    assert read(os.path.join(restored, "model.data")) == old
+    assert not os.path.exists(os.path.join(restored, "dummy-checkpoint-20.json"))
+
+
+# -- the one commit moment -----------------------------------------------------------------------------
+
+COMMITTER = r"""
+import sys
+from survivor.jobdir.snapshot import Checksums, scan
+from survivor.jobdir.storage import open_storage
+from survivor.jobdir.store import CheckpointStore
+local, job_dir, chunk = sys.argv[1], sys.argv[2], int(sys.argv[3])
+CheckpointStore(open_storage(job_dir), chunk_size=chunk).commit(local, scan(local, Checksums(chunk)), attempt=2)
+print("COMMITTED", flush=True)
+"""
+
+
+def test_a_sigkill_mid_commit_of_a_chunked_snapshot_never_leaves_a_visible_partial_one(bucket, tmp_path):
+    """A real process committing a 1,000-chunk snapshot to the storage emulator is SIGKILLed once
+    its first chunks have landed: the job dir shows the previous snapshot, which restores whole."""
+    job_dir = f"gs://{bucket}/killed-chunks"
+    storage = open_storage(job_dir)
+    store = CheckpointStore(storage, chunk_size=SMALL)
+    local = str(tmp_path / "job")
+    previous = os.urandom(3 * SMALL)
+    write(local, "model.data", previous)
+    commit(store, local, 10)
+    write(local, "model.data", os.urandom(1_000 * SMALL))
+    write(local, "dummy-checkpoint-20.json", b'{"step": 20}')
+    before = {o.name for o in storage.list(CHUNKS)}
+    proc = subprocess.Popen([sys.executable, "-c", COMMITTER, local, job_dir, str(SMALL)], stdout=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len({o.name for o in storage.list(CHUNKS)} - before) < 5:
+        assert proc.poll() is None, "the commit ended before it could be killed"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    landed = {o.name for o in storage.list(CHUNKS)} - before
+    assert 5 <= len(landed) < 1_001, "the kill came before the upload or after all of it"
+    assert [m.step for m in store.committed()] == [10]
+    restored = str(tmp_path / "r")
+    assert CheckpointStore(open_storage(job_dir)).restore(restored).step == 10
+    assert read(os.path.join(restored, "model.data")) == previous
+
+
+# -- manifests written before chunks ---------------------------------------------------------------------
+
+
+def test_a_manifest_of_whole_file_blobs_still_restores_and_the_next_commit_continues_it(job_dir, tmp_path):
+    storage = open_storage(job_dir)
+    local, body = str(tmp_path / "old"), os.urandom(300_000)
+    write(local, "model.data", body)
+    crc, name = crc32c_of_bytes(body), f"{BLOBS}model.data.{base64.b64decode(crc32c_of_bytes(body)).hex()}.300000"
+    storage.upload([(os.path.join(local, "model.data"), name)])
+    old = {"format": 1, "step": 5, "attempt": 1, "seq": 1, "created": "", "writer": "survivor 0.x",
+           "files": [{"path": "model.data", "size": 300_000, "crc32c": crc, "object": name}]}
+    storage.write("survivor/snapshots/000000000005-000001-0001.json", json.dumps(old).encode())
+    store = CheckpointStore(storage, chunk_size=SMALL)
+    restored = str(tmp_path / "r")
+    manifest = store.restore(restored)
+    assert manifest.step == 5 and manifest.files[0].object == name
+    assert read(os.path.join(restored, "model.data")) == body
+    newer = commit(store, restored, 6).manifest
+    assert newer.parent == manifest.name and data_entry(newer).chunks
+    store.keep = 1
+    store.collect_garbage()
+    assert [m.step for m in store.committed()] == [6]
+    assert storage.read(name) is None, "the old whole-file blob went with the last snapshot that used it"
+    assert CheckpointStore(storage).restore(str(tmp_path / "r2")).step == 6
+
+
+GOOD_CHUNK = {"offset": 0, "size": 12, "crc32c": "AAAAAA==", "object": f"{CHUNKS}{'ab' * 32}"}
+GOOD_FILE = {"path": "model.data", "size": 12, "crc32c": "AAAAAA==", "chunks": [GOOD_CHUNK]}
+
+
+def chunked(files=None, **chunk) -> bytes:
+    entry = {**GOOD_FILE, "chunks": [{**GOOD_CHUNK, **chunk}]} if files is None else files
+    return json.dumps({"format": 2, "step": 20, "attempt": 1, "seq": 1, "files": [entry] if files is None
+                       else files}).encode()
+
+
+def test_a_chunked_manifest_round_trips():
+    manifest = Manifest.from_json(chunked())
+    assert manifest.files[0].chunks[0].object == GOOD_CHUNK["object"]
+    assert Manifest.from_json(manifest.to_json()) == manifest
+
+
+@pytest.mark.parametrize("data", [
+    chunked(offset=1), chunked(size=0), chunked(size=13), chunked(size="12"), chunked(offset=-1),
+    chunked(crc32c="AAAA"), chunked(crc32c=7), chunked(object=f"{BLOBS}model.data.0.12"),
+    chunked(object=f"{CHUNKS}../../LEASE"), chunked(object=None),
+    chunked(files=[{**GOOD_FILE, "chunks": [GOOD_CHUNK, {**GOOD_CHUNK, "offset": 12}]}]),  # longer than the file
+    chunked(files=[{**GOOD_FILE, "chunks": [{**GOOD_CHUNK, "size": 6}, {**GOOD_CHUNK, "offset": 7, "size": 5}]}]),
+    chunked(files=[{**GOOD_FILE, "chunks": [{**GOOD_CHUNK, "size": 6}, {**GOOD_CHUNK, "offset": 5, "size": 7}]}]),
+    chunked(files=[{**GOOD_FILE, "chunks": "all of them"}]), chunked(files=[{**GOOD_FILE, "chunks": [5]}]),
+    chunked(files=[{k: v for k, v in GOOD_FILE.items() if k != "chunks"}]),
+    chunked(files=[{**GOOD_FILE, "object": f"{BLOBS}model.data.0.12"}]),  # both ways at once
+    chunked(files=[{**GOOD_FILE, "size": 0, "chunks": [GOOD_CHUNK]}]),
+    json.dumps({"format": 3, "step": 1, "attempt": 1, "files": [GOOD_FILE]}).encode(),
+], ids=lambda d: d[60:120].decode(errors="replace"))
+def test_a_chunked_manifest_that_is_not_the_exact_schema_is_refused(data):
+    with pytest.raises(ManifestError):
+        Manifest.from_json(data)
+
+
+# -- garbage collection ----------------------------------------------------------------------------------
+
+
+def test_garbage_collection_never_removes_a_chunk_a_kept_snapshot_uses(job_dir, tmp_path):
+    """Frozen chunks are shared by every snapshot; those only deleted snapshots used go with them."""
+    storage = open_storage(job_dir)
+    store = CheckpointStore(storage, keep=1, chunk_size=SMALL)
+    local = str(tmp_path / "job")
+    frozen = os.urandom(8 * SMALL)  # committed first by the oldest snapshot, used by every later one
+    trained = []
+    for step in (1, 2, 3):
+        trained.append(os.urandom(2 * SMALL))
+        for name in os.listdir(local) if os.path.isdir(local) else []:
+            os.remove(os.path.join(local, name))
+        write(local, "model.data", frozen + trained[-1])
+        commit(store, local, step)
+        store.collect_garbage()
+    kept = store.committed()
+    assert [m.step for m in kept] == [3]
+    stored = {o.name for o in storage.list(CHUNKS)}
+    used = {c.object for f in kept[0].files for c in f.chunks}
+    assert stored == used, "a chunk only deleted snapshots used is left, or one the kept one uses is gone"
+    restored = str(tmp_path / "r")
+    assert CheckpointStore(storage).restore(restored).step == 3
+    assert read(os.path.join(restored, "model.data")) == frozen + trained[-1]
+
+
+# -- the arithmetic ---------------------------------------------------------------------------------------
+
+
+def test_a_files_crc32c_is_its_chunks_combined():
+    rng = random.Random(7)
+    for size in (0, 1, 63, 64, 65, 1000, 70_000):
+        data = rng.randbytes(size)
+        for chunk_size in (1, 7, 64, 4096, 1 << 20):
+            digester = Digester(chunk_size)
+            at = 0
+            while at < size:  # fed in pieces that do not line up with the chunks
+                step = rng.randint(1, 5000)
+                digester.update(data[at:at + step])
+                at += step
+            digest = digester.digest()
+            assert digest.crc32c == crc32c_of_bytes(data) == combine_crc32c(digest.chunks)
+            assert b"".join(data[c.offset:c.offset + c.size] for c in digest.chunks) == data
+    a, b = b"hello, ", b"world"
+    combined = crc32c_combine(int.from_bytes(base64.b64decode(crc32c_of_bytes(a)), "big"),
+                              int.from_bytes(base64.b64decode(crc32c_of_bytes(b)), "big"), len(b))
+    assert base64.b64encode(combined.to_bytes(4, "big")).decode() == crc32c_of_bytes(a + b)
+
+
+def test_a_file_digest_names_equal_chunks_alike_and_different_ones_apart(tmp_path):
+    path = tmp_path / "f"
+    same = os.urandom(SMALL)
+    path.write_bytes(same + same + os.urandom(SMALL))
+    chunks = digest_file(str(path), SMALL).chunks
+    assert chunks[0].sha256 == chunks[1].sha256 != chunks[2].sha256
