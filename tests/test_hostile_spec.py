@@ -19,7 +19,7 @@ from survivor.spec import MAX_SPEC_BYTES, JobSpec, SpecError, agent_flag_taken, 
 from survivor.jobdir.storage import open_storage
 from tests.conftest import PYTHON, dummy_spec
 
-UNIT = os.path.join(os.path.dirname(agent.__file__), "startup", "survivor-agent.service")
+UNIT = os.path.join(os.path.dirname(os.path.dirname(agent.__file__)), "startup", "survivor-agent.service")
 
 BOMB = "\n".join(['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
                  + [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 10)]) + "\n"
