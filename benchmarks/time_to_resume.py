@@ -58,7 +58,7 @@ def cold_start(spec: dict, root: str, n: int) -> float:
     from survivor.spec import JobSpec
     from survivor.jobdir.store import CheckpointStore
     from survivor.jobdir.storage import open_storage
-    from survivor.agent.trainer import trainer_argv
+    from survivor.spec import trainer_argv
 
     job = JobSpec.from_mapping(spec)
     local = os.path.join(root, f"cold-{n}")

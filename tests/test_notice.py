@@ -8,7 +8,8 @@ import time
 import pytest
 
 from survivor.cloud.metadata import MetadataClient
-from survivor.agent.notice import NoticeWatcher, notice_from_metadata
+from survivor.agent.notice import NoticeWatcher
+from survivor.cloud.metadata import notice_from_metadata
 
 
 @pytest.mark.parametrize("key, value, expected", [

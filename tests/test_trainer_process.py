@@ -17,8 +17,8 @@ from survivor.agent.delivery import deliver, git_plan
 from survivor.agent.gpus import decide_gpu_count, parse_nvidia_smi_list
 from survivor.spec import JobSpec, TrainerSpec
 from survivor.spec import BUILTIN_FLAGS, BUILTIN_TRAINERS
-from survivor.agent.trainer import (TrainerProcess, TrainerUserError, decide_user, read_progress, save_signal,
-                                      trainer_argv)
+from survivor.agent.trainer import TrainerProcess, TrainerUserError, decide_user, read_progress, save_signal
+from survivor.spec import trainer_argv
 from survivor.trainers.contract import PROGRESS_RECORD_BYTES, parse_progress, report_progress
 
 

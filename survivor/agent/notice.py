@@ -19,8 +19,8 @@ takes any other list:
   other. MIGRATE_ON_HOST_MAINTENANCE is logged, not acted on.
 
 Going now (`wait`, `notice`): the first one wins. Going later (`take_maintenance`): each time the
-value turns to it. What a metadata value means is one pure function, `notice_from_metadata`, which
-the multi-worker trainers' poll shares.
+value turns to it. What a metadata value means is one pure function, `survivor.cloud.metadata.notice_from_metadata`,
+which the multi-worker trainers' poll shares.
 
 Metadata is watched with hanging GETs, so a notice is seen within a round trip. A metadata server
 that goes away is retried with backoff for ever (`survivor.retry.NOTICE_WATCH`); it never stops
@@ -37,11 +37,9 @@ from typing import Callable, Protocol
 
 from survivor import log as logs
 from survivor import retry
-from survivor.cloud.metadata import MetadataClient
+from survivor.cloud.metadata import WATCHED_KEYS, MetadataClient, notice_from_metadata
 
 log = logs.get("notice")
-
-WATCHED_KEYS = ("instance/preempted", "instance/maintenance-event")
 
 #: What a notice source calls: fire(source, detail), source being "preempted", "signal" or "maintenance".
 Fire = Callable[[str, str], None]
@@ -65,16 +63,6 @@ class Notice:
     def outcome(self) -> str:
         """The attempt outcome this notice leads to."""
         return "stopped" if self.source == "signal" else "preempted"
-
-
-def notice_from_metadata(key: str, value: str) -> str | None:
-    """Pure decision: the notice source a metadata value means, or None for "keep training"."""
-    value = value.strip().upper()
-    if key == "instance/preempted" and value == "TRUE":
-        return "preempted"
-    if key == "instance/maintenance-event" and value.startswith("TERMINATE"):
-        return "maintenance"
-    return None
 
 
 class NoticeSource(Protocol):

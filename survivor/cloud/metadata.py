@@ -243,3 +243,19 @@ class InstanceIdentity:
 
     def __repr__(self) -> str:
         return f"InstanceIdentity({self.project}/{self.zone}/{self.name}, created_by={self.created_by})"
+
+
+#: The metadata keys that announce the VM's end: a Spot/preemptible preemption, and host maintenance
+#: (https://cloud.google.com/compute/docs/instances/spot#preemption and
+#: https://cloud.google.com/compute/docs/metadata/predefined-metadata-keys).
+WATCHED_KEYS = ("instance/preempted", "instance/maintenance-event")
+
+
+def notice_from_metadata(key: str, value: str) -> str | None:
+    """Pure decision: the notice source a metadata value means, or None for "keep training"."""
+    value = value.strip().upper()
+    if key == "instance/preempted" and value == "TRUE":
+        return "preempted"
+    if key == "instance/maintenance-event" and value.startswith("TERMINATE"):
+        return "maintenance"
+    return None

@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from survivor.cloud import runtimes
-from survivor.spec import BUILTIN_TRAINERS, JobSpec, SpecError
-from survivor.agent.trainer import trainer_argv
+from survivor.spec import BUILTIN_TRAINERS, JobSpec, SpecError, trainer_argv
 
 ENDPOINT_ENV = "SURVIVOR_VERTEX_ENDPOINT"
 
