@@ -34,8 +34,10 @@ from survivor import retry
 
 PARALLELISM = 16
 #: Transfers a job dir runs at once (chunks of a commit or a restore, files of an upload): twice the
-#: vCPUs, 8 to 32, or the setting `SURVIVOR_TRANSFERS`. Each holds at most one chunk in memory.
-TRANSFERS = int(os.environ.get("SURVIVOR_TRANSFERS") or min(32, max(8, 2 * (os.cpu_count() or 1))))
+#: vCPUs, at most 32, or the setting `SURVIVOR_TRANSFERS`. Each holds at most one chunk in memory.
+#: More than that on 2 vCPUs only queues requests (8 at once against the storage emulator there had
+#: requests waiting past the upload's per-request budget).
+TRANSFERS = int(os.environ.get("SURVIVOR_TRANSFERS") or min(32, 2 * (os.cpu_count() or 1)))
 #: google-cloud-storage's switch for its background bucket-metadata fetch (see GcsStorage).
 NO_BUCKET_METADATA_ENV = "DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA"
 
