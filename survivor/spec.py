@@ -24,6 +24,7 @@ Every problem is reported at once, one line each, naming the key, the value and 
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import posixpath
 import re
@@ -101,6 +102,41 @@ class TrainerSpec:
 
 
 @dataclass(frozen=True)
+class Deadline:
+    """When the job must be done: a fixed time (`at`, aware UTC) or hours after its first start (`after_hours`).
+
+        >>> Deadline(after_hours=36.0).resolve(first_start)   # first_start + 36 h
+    """
+
+    at: _dt.datetime | None = None
+    after_hours: float | None = None
+
+    def resolve(self, first_start: _dt.datetime) -> _dt.datetime:
+        """The deadline as a time: `at`, or `after_hours` after the job's first start."""
+        return self.at if self.at is not None else first_start + _dt.timedelta(hours=self.after_hours or 0.0)
+
+    @property
+    def text(self) -> str:
+        """The deadline as the spec writes it: an ISO time, or hours (`36h`)."""
+        if self.at is not None:
+            return self.at.isoformat().replace("+00:00", "Z")
+        return f"{self.after_hours:g}h"
+
+
+@dataclass(frozen=True)
+class FallbackSpec:
+    """The on-demand machine a job with a deadline switches to (survivor/cloud/deadline.py decides when).
+
+    None for `machine_type`/`gpu` means the Spot template's shape; `switch_back` lets the job return
+    to Spot once it has enough slack again.
+    """
+
+    machine_type: str | None = None
+    gpu: str | None = None
+    switch_back: bool = True
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """One training job. Built by `from_mapping`, `from_yaml`, `from_file` or `from_metadata`."""
 
@@ -120,6 +156,8 @@ class JobSpec:
     max_failed_attempts: int = 3
     sync_seconds: float = 2.0
     lease_seconds: float = 60.0
+    deadline: Deadline | None = None
+    fallback: FallbackSpec | None = None  # set whenever a deadline is (the defaults when not written)
     extra: Mapping[str, Any] = field(default_factory=dict)  # sections other commands read (compute, ...)
 
     # -- constructors -----------------------------------------------------------------------------
@@ -174,6 +212,8 @@ class JobSpec:
             max_failed_attempts=v.integer("max_failed_attempts") or 3,
             sync_seconds=v.number("sync_seconds") or 2.0,
             lease_seconds=v.number("lease_seconds") or 60.0,
+            deadline=v.deadline(),
+            fallback=v.fallback(),
             extra=v.extra(),
         )
         v.unsupported()
@@ -208,6 +248,12 @@ class JobSpec:
             "sync_seconds": self.sync_seconds,
             "lease_seconds": self.lease_seconds,
         }
+        if self.deadline is not None:
+            out["deadline"] = self.deadline.text
+        if self.fallback is not None and self.fallback != FallbackSpec():
+            out["fallback"] = {k: v for k, v in (("machine_type", self.fallback.machine_type),
+                                                 ("gpu", self.fallback.gpu),
+                                                 ("switch_back", self.fallback.switch_back)) if v is not None}
         out.update(self.extra)
         return {k: v for k, v in out.items() if v not in (None, {}, [])}
 
@@ -292,7 +338,7 @@ _FLAT_NAMES = {v: k for k, v in FLAT_KEYS.items()}
 _TOP_LEVEL = {
     "name", "job_dir", "data_dir", "train_steps", "checkpoint_steps", "num_gpus", "trainer",
     "hyperparameters", "on_finish", "keep_alive", "user", "keep", "grace_seconds",
-    "max_failed_attempts", "sync_seconds", "lease_seconds",
+    "max_failed_attempts", "sync_seconds", "lease_seconds", "deadline", "fallback",
     # the flat form's trainer keys
     "trainer_module", "trainer_git_url", "trainer_git_ref", "trainer_package",
 }
@@ -329,6 +375,8 @@ NUMBER_RANGES: dict[str, tuple[float, float]] = {
     "sync_seconds": (0.1, 3600.0),
     "lease_seconds": (1.0, 3600.0),
 }
+#: The latest a duration `deadline` may be: a year of hours.
+DEADLINE_MAX_HOURS = 365 * 24.0
 #: What a trainer's argparse would read as one of the agent's own flags: the flags the agent passes
 #: (BUILTIN_FLAGS) and --help (which prints and exits 0: "finished"). argparse also takes any
 #: unambiguous prefix of a long option (allow_abbrev, https://docs.python.org/3/library/argparse.html#allow-abbrev),
@@ -688,6 +736,66 @@ class _Validator:
             return False
         self._problem(key, value, "true or false")
         return None
+
+    def deadline(self) -> Deadline | None:
+        """`deadline`: an ISO 8601 time with its zone, or a duration from the first start (`90m`, `36h`, `3d`)."""
+        value = self._get("deadline")
+        if value is None:
+            return None
+        expected = "an ISO time with its zone (2026-12-01T18:00:00Z) or a duration from the first start (36h, 90m, 3d)"
+        if isinstance(value, _dt.datetime):  # YAML reads an unquoted timestamp itself
+            if value.tzinfo is None:
+                self._problem("deadline", value.isoformat(), expected)
+                return None
+            return Deadline(at=value.astimezone(_dt.timezone.utc))
+        if not isinstance(value, str) or len(value) > 40:
+            self._problem("deadline", value.isoformat() if isinstance(value, _dt.date) else value, expected)
+            return None
+        text = value.strip()
+        m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(m|min|h|d)", text.lower())
+        if m:
+            hours = float(m.group(1)) * {"m": 1 / 60, "min": 1 / 60, "h": 1.0, "d": 24.0}[m.group(2)]
+            if not 1 / 60 <= hours <= DEADLINE_MAX_HOURS:
+                self._problem("deadline", value, f"a duration from 1m to {DEADLINE_MAX_HOURS / 24:g}d")
+                return None
+            return Deadline(after_hours=hours)
+        try:
+            at = _dt.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
+        except ValueError:
+            at = None
+        if at is None or at.tzinfo is None:
+            self._problem("deadline", value, expected)
+            return None
+        return Deadline(at=at.astimezone(_dt.timezone.utc))
+
+    def fallback(self) -> FallbackSpec | None:
+        """`fallback`: the on-demand machine of a job with a deadline (`machine_type`, `gpu`, `switch_back`)."""
+        value = self._get("fallback")
+        has_deadline = self.named("deadline")
+        if value is None:
+            return FallbackSpec() if has_deadline else None
+        if not isinstance(value, dict):
+            self._problem("fallback", value, "a mapping with machine_type, gpu or switch_back")
+            return None
+        if not has_deadline:
+            self.problems.append("fallback: only means something with a deadline; add deadline: (e.g. 36h)")
+        for key in sorted(str(k) for k in value if k not in ("machine_type", "gpu", "switch_back")):
+            self.problems.append(f"fallback.{key}: unknown key; expected machine_type, gpu or switch_back")
+        out = {}
+        for key in ("machine_type", "gpu"):
+            item = value.get(key)
+            if item is not None and (not isinstance(item, str)
+                                     or not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}(:[1-9][0-9]?)?", item)):
+                self.problems.append(f"fallback.{key} = {_show(item)}: expected "
+                                     + ("a machine type such as n1-standard-16" if key == "machine_type"
+                                        else "TYPE:COUNT such as nvidia-tesla-t4:1, or none"))
+                item = None
+            out[key] = item
+        back = value.get("switch_back", True)
+        if not isinstance(back, bool):
+            self.problems.append(f"fallback.switch_back = {_show(back)}: expected true or false")
+            back = True
+        return FallbackSpec(machine_type=out["machine_type"], gpu=out["gpu"], switch_back=back)
 
     def gpus(self, key: str) -> int | None:
         value = self._get(key)

@@ -1,0 +1,63 @@
+"""The job spec's `deadline:` and `fallback:`: a time or a duration, the on-demand machine, one line per problem."""
+
+import datetime as dt
+
+import pytest
+
+from survivor.spec import Deadline, FallbackSpec, JobSpec, SpecError
+
+BASE = "job_dir: /tmp/job\ntrain_steps: 100\ntrainer: {builtin: dummy}\n"
+
+
+def spec(extra: str) -> JobSpec:
+    return JobSpec.from_yaml(BASE + extra)
+
+
+def problems(extra: str) -> list[str]:
+    with pytest.raises(SpecError) as caught:
+        spec(extra)
+    return caught.value.problems
+
+
+def test_a_deadline_is_a_time_with_its_zone_or_a_duration_from_the_first_start():
+    assert spec("deadline: 2026-12-01T18:00:00Z").deadline == Deadline(
+        at=dt.datetime(2026, 12, 1, 18, tzinfo=dt.timezone.utc))
+    assert spec("deadline: '2026-12-01T18:00:00+02:00'").deadline.at == dt.datetime(2026, 12, 1, 16,
+                                                                                    tzinfo=dt.timezone.utc)
+    assert spec("deadline: 36h").deadline == Deadline(after_hours=36.0)
+    assert spec("deadline: 90m").deadline == Deadline(after_hours=1.5)
+    assert spec("deadline: 2d").deadline == Deadline(after_hours=48.0)
+    start = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+    assert Deadline(after_hours=36).resolve(start) == start + dt.timedelta(hours=36)
+
+
+def test_a_deadline_brings_the_same_shape_on_demand_fallback_by_default():
+    assert spec("deadline: 36h").fallback == FallbackSpec(machine_type=None, gpu=None, switch_back=True)
+    assert spec("").deadline is None and spec("").fallback is None
+    chosen = spec("deadline: 36h\nfallback: {machine_type: n1-standard-8, gpu: 'nvidia-tesla-t4:1', switch_back: false}")
+    assert chosen.fallback == FallbackSpec("n1-standard-8", "nvidia-tesla-t4:1", False)
+
+
+@pytest.mark.parametrize("value", ["2026-12-01T18:00:00", "2026-12-01", "36", "0h", "-3h", "400d", "soon", "[1]"])
+def test_a_bad_deadline_is_one_line_naming_the_key_and_the_value(value):
+    lines = problems(f"deadline: {value}")
+    assert len(lines) == 1 and lines[0].startswith("deadline = ") and "expected" in lines[0]
+
+
+def test_bad_fallbacks_are_one_line_each():
+    lines = problems("fallback: {gpu: 'T4 please', colour: red, switch_back: maybe}")
+    assert lines == [
+        "fallback: only means something with a deadline; add deadline: (e.g. 36h)",
+        "fallback.colour: unknown key; expected machine_type, gpu or switch_back",
+        "fallback.gpu = 'T4 please': expected TYPE:COUNT such as nvidia-tesla-t4:1, or none",
+        "fallback.switch_back = 'maybe': expected true or false",
+    ]
+    assert problems("deadline: 36h\nfallback: on-demand") == [
+        "fallback = 'on-demand': expected a mapping with machine_type, gpu or switch_back"]
+
+
+def test_deadline_and_fallback_round_trip_through_the_metadata_attribute():
+    original = spec("deadline: 2026-12-01T18:00:00Z\nfallback: {machine_type: n1-standard-8, switch_back: false}")
+    again = JobSpec.from_yaml(original.to_yaml())
+    assert (again.deadline, again.fallback) == (original.deadline, original.fallback)
+    assert JobSpec.from_yaml(spec("deadline: 36h").to_yaml()).deadline == Deadline(after_hours=36.0)
