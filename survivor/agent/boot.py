@@ -26,6 +26,7 @@ Every step logs what it did and how long it took, as one JSON line Cloud Logging
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
 import os
 import signal
 import socket
@@ -61,6 +62,27 @@ log = logs.get("agent")
 #: (https://cloud.google.com/iam/docs/access-change-propagation), so a role granted just before
 #: the VM started still counts. SURVIVOR_PERMISSION_WAIT_SECONDS overrides it (tests).
 PERMISSION_WAIT_SECONDS = 480.0
+
+
+#: Set by a LocalInstance to the time (epoch seconds) its "VM" powered on: its kernel is the host's,
+#: whose uptime says nothing of that boot.
+GUEST_BOOTED_ENV = "SURVIVOR_GUEST_BOOTED"
+
+
+def guest_booted() -> str | None:
+    """When this guest's kernel booted, ISO 8601 UTC: now less /proc/uptime (or $SURVIVOR_GUEST_BOOTED).
+
+    The goodput ledger reads it as the end of waiting for capacity and the start of the VM's boot
+    and install; None where it cannot be read (the ledger then counts that time as waiting)."""
+    try:
+        if os.environ.get(GUEST_BOOTED_ENV):
+            epoch = float(os.environ[GUEST_BOOTED_ENV])
+        else:
+            with open("/proc/uptime") as f:
+                epoch = time.time() - float(f.read().split()[0])
+        return _dt.datetime.fromtimestamp(epoch, _dt.timezone.utc).isoformat(timespec="milliseconds")
+    except (OSError, ValueError, IndexError, OverflowError):
+        return None
 
 
 def _permission_wait_default() -> float:
@@ -215,7 +237,7 @@ class Boot:
     def _attempt(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage, journal: Journal,
                  state: JobState, lease: Lease) -> int:
         """Steps 3-9: one attempt, recorded in the journal from its start to its end."""
-        attempt = journal.begin(identity.name)
+        attempt = journal.begin(identity.name, booted=guest_booted())
         try:
             if should_give_up(state.attempts, spec.max_failed_attempts):  # a crash loop ends here
                 last = next((a for a in reversed(state.attempts) if a.outcome == "failed"), None)
@@ -291,7 +313,7 @@ class Boot:
         mirror = Mirror(store, storage, local_job_dir(self.options.workdir), attempt.number, spec.sync_seconds,
                         restored, self._committed, fence=lease.fence).start()
         with self.phase.timed("train"):
-            code = self._train_until_end(spec, trainer, mirror, watcher, lease)
+            code = self._train_until_end(spec, trainer, mirror, watcher, lease, restored)
         if lease.lost.is_set():  # another agent writes now: stop at once, commit nothing more
             trainer.kill()
             mirror.stop()
@@ -317,13 +339,17 @@ class Boot:
         return result
 
     def _train_until_end(self, spec: JobSpec, trainer: TrainerProcess, mirror: Mirror, watcher: NoticeWatcher,
-                         lease: Lease) -> int | None:
+                         lease: Lease, restored: int | None) -> int | None:
         """Step 7: waits until the trainer exits (returns its code), a notice comes or the lease is
-        lost (returns None unless the trainer exited too); runs a maintenance notice's save meanwhile."""
+        lost (returns None unless the trainer exited too); runs a maintenance notice's save meanwhile.
+        Times the trainer's start to its first new step (`first_step`): the ledger's trainer start."""
         maintenance: MaintenanceSave | None = None
+        began = time.monotonic()
         while not lease.lost.is_set():
             notice = watcher.wait(timeout=0.2)
             code = trainer.poll()
+            if "first_step" not in self.phase.seconds and (read_progress(self.progress_file) or 0) > (restored or 0):
+                self.phase.seconds["first_step"] = round(time.monotonic() - began, 3)
             if code is not None or notice is not None:
                 return code
             warning = watcher.take_maintenance()
@@ -411,6 +437,7 @@ class Boot:
             manifest = store.restore(local_job_dir(self.options.workdir))
         attempt.restored_step = manifest.step if manifest else None
         attempt.restored_from = manifest.name if manifest else ""
+        attempt.timings = dict(self.phase.seconds)  # a running attempt's ledger knows its restore
         journal.update(attempt)
         log.info("restored" if manifest else "no committed snapshot; starting from scratch",
                  step=attempt.restored_step, files=len(manifest.files) if manifest else 0,

@@ -65,6 +65,10 @@ class Attempt:
     #: The manifest restored; "" when nothing committed verified (a start from scratch); None
     #: until the restore is over (or in a record written before survivor kept it).
     restored_from: str | None = None
+    #: When the guest's kernel booted (ISO 8601 UTC), read by the agent from the guest at its start:
+    #: the goodput ledger's end of waiting for capacity and start of the VM's boot. None in a record
+    #: written before survivor kept it.
+    booted: str | None = None
 
     @property
     def name(self) -> str:
@@ -105,7 +109,7 @@ _FIELD_TYPES = {
     "restored_step": "a whole number or null", "ended": "a string or null", "outcome": "a string or null",
     "reason": "a string", "end_step": "a whole number or null", "reached_step": "a whole number or null",
     "steps_lost": "a whole number or null", "notice": "a string or null", "timings": "an object",
-    "restored_from": "a string or null",
+    "restored_from": "a string or null", "booted": "a string or null",
 }
 
 
@@ -249,13 +253,14 @@ class Journal:
         """DONE, FAILED and every attempt, read in one go."""
         return JobState(self.done(), self.failed(), self.attempts())
 
-    def begin(self, instance: str, restored_step: int | None = None) -> Attempt:
+    def begin(self, instance: str, restored_step: int | None = None, booted: str | None = None) -> Attempt:
         """Records a new attempt with the next free number (a conditional create, so never a clash;
-        an unreadable record still holds its number)."""
+        an unreadable record still holds its number); `booted`: when the guest's kernel booted."""
         existing = self.attempts()
         number = (existing[-1].number if existing else 0) + 1
         while True:
-            attempt = Attempt(number=number, instance=instance, started=now(), restored_step=restored_step)
+            attempt = Attempt(number=number, instance=instance, started=now(), restored_step=restored_step,
+                              booted=booted)
             try:
                 self.storage.write(attempt.name, _dump(asdict(attempt)), if_generation_match=0)
                 return attempt

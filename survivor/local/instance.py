@@ -58,7 +58,9 @@ class LocalInstance:
         self.metadata.set("instance/preempted", "FALSE")
         self.metadata.set("instance/maintenance-event", "NONE")
         self.boots += 1
-        env = {**os.environ, **self.env, "GCE_METADATA_HOST": self.metadata.host, "PYTHONUNBUFFERED": "1"}
+        # its kernel is the host's: say when this "VM" powered on, as a guest's uptime would
+        env = {**os.environ, **self.env, "GCE_METADATA_HOST": self.metadata.host, "PYTHONUNBUFFERED": "1",
+               "SURVIVOR_GUEST_BOOTED": f"{time.time():.3f}"}
         self._log = open(self.log_path(), "wb")
         self.process = subprocess.Popen(
             [self.python, "-m", "survivor", "agent", "--workdir", self.workdir, "--log-format", "json", *self.agent_args],

@@ -1,0 +1,236 @@
+"""The goodput ledger: where a job's wall time went, from what its attempt records measured.
+
+    >>> ledger = build_ledger(Journal(storage).attempts(), now=now, done_at=None)
+    >>> ledger.goodput                       # productive training time over wall time
+    0.81
+    >>> ledger.seconds_by_cause()            # {"capacity": 420.0, "vm_boot": 95.2, ...}
+    >>> sum(s.seconds for s in ledger.spans) == ledger.wall_seconds
+    True
+
+Goodput is the share of a job's wall time spent on productive training; badput is the rest, split by
+cause. The terms are those of Google's ml-goodput-measurement library (`BadputType` in
+https://github.com/AI-Hypercomputer/ml-goodput-measurement, ml_goodput_measurement/src/goodput_utils.py
+and its README's "Badput Breakdown Details"); each of survivor's causes names the bucket it
+corresponds to (`GOOGLE_TERMS`). The library measures one program's run on accelerators; survivor
+measures a job across Spot VMs, so two causes are survivor's own refinements of Google's buckets:
+waiting for capacity (from a preemption, or the first request, to the next VM's kernel boot) and
+failed attempts (a boot that ended without progress for a reason other than a notice).
+
+The ledger is a timeline of contiguous spans, so its sums equal the wall time by construction:
+
+- before each attempt: `capacity`, from the previous attempt's end (or the job's start) to the
+  guest's kernel boot (`Attempt.booted`, read by the agent from /proc/uptime);
+- `vm_boot`: from the kernel boot to the agent's attempt record (startup script, installs, the
+  agent's own start, reading the spec, taking the lease);
+- `restore`, `trainer_start` (launching the trainer and its time to the first new step:
+  `setup` + `first_step` timings), `productive`, `rework` (the tail of the training that was never
+  committed: `steps_lost` at the attempt's measured seconds per step), `checkpoint` (the save after
+  a notice and the final commit: the stalls the agent waits on), `other` (the rest of the attempt:
+  journal writes, tidying);
+- `failed`: the whole of an attempt that made no progress and did not end on a notice, or that was
+  killed without recording its end (until the next boot).
+
+Nothing is estimated where it is measured: every duration is an attempt's own timing or the
+difference of two recorded times; only `rework` is derived (measured steps times the measured
+step time). A running attempt's time since its restore counts as productive until its record says
+otherwise; `Ledger.running` says so.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+
+from survivor.jobdir.journal import Attempt
+
+#: Every cause, in the order a timeline shows them; `productive` is goodput, the rest badput.
+CAUSES = ("capacity", "vm_boot", "restore", "trainer_start", "productive", "rework", "checkpoint", "failed",
+          "other")
+
+#: Each cause's bucket in ml-goodput-measurement's `BadputType` (None: goodput).
+GOOGLE_TERMS = {
+    "capacity": "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION",
+    "vm_boot": "TPU_INITIALIZATION",  # accelerator/VM initialization: here the VM's boot and install
+    "restore": "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME",
+    "trainer_start": "PROGRAM_STARTUP",
+    "productive": None,
+    "rework": "WASTED_PROGRESS_FROM_DISRUPTION",
+    "checkpoint": "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME",
+    "failed": "OTHER",
+    "other": "OTHER",
+}
+
+#: What people read for each cause.
+LABELS = {
+    "capacity": "waiting for capacity",
+    "vm_boot": "VM boot and install",
+    "restore": "restore",
+    "trainer_start": "trainer start",
+    "productive": "productive training",
+    "rework": "work re-run after a disruption",
+    "checkpoint": "checkpoint stalls",
+    "failed": "failed attempts",
+    "other": "agent overhead",
+}
+
+#: Outcomes that came with a notice: the VM was taken, the attempt did not fail.
+NOTICE_OUTCOMES = ("preempted", "stopped")
+
+
+@dataclass(frozen=True)
+class Span:
+    """One stretch of the job's wall time with its cause; `attempt` is the boot it belongs to (0: none)."""
+
+    start: _dt.datetime
+    end: _dt.datetime
+    cause: str
+    attempt: int = 0
+
+    @property
+    def seconds(self) -> float:
+        """The span's length in seconds."""
+        return (self.end - self.start).total_seconds()
+
+
+@dataclass
+class Ledger:
+    """A job's wall time as contiguous spans by cause, and the boots that billed VM time."""
+
+    start: _dt.datetime
+    end: _dt.datetime
+    spans: list[Span] = field(default_factory=list)
+    #: (attempt number, VM running from, to, outcome): what Compute Engine bills, boot to end.
+    boots: list[tuple[int, _dt.datetime, _dt.datetime, str]] = field(default_factory=list)
+    #: Steps committed beyond the step each attempt restored, summed: the job's measured progress.
+    productive_steps: int = 0
+    running: bool = False
+
+    @property
+    def wall_seconds(self) -> float:
+        """From the job's start to its end (or now)."""
+        return (self.end - self.start).total_seconds()
+
+    def seconds_by_cause(self) -> dict[str, float]:
+        """Seconds per cause, every cause present (0.0 when it never happened)."""
+        out = dict.fromkeys(CAUSES, 0.0)
+        for span in self.spans:
+            out[span.cause] += span.seconds
+        return out
+
+    @property
+    def productive_seconds(self) -> float:
+        """Productive training time in seconds."""
+        return self.seconds_by_cause()["productive"]
+
+    @property
+    def goodput(self) -> float | None:
+        """Productive time over wall time; None for a job with no wall time yet."""
+        return self.productive_seconds / self.wall_seconds if self.wall_seconds > 0 else None
+
+    @property
+    def vm_seconds(self) -> float:
+        """The seconds VMs ran (what Compute Engine bills): every boot's span."""
+        return sum((end - start).total_seconds() for _, start, end, _ in self.boots)
+
+    @property
+    def seconds_per_step(self) -> float | None:
+        """Measured productive seconds per committed step; None before any progress."""
+        return self.productive_seconds / self.productive_steps if self.productive_steps else None
+
+
+def parse_time(text: str | None) -> _dt.datetime | None:
+    """An ISO 8601 time from a record, timezone-aware (UTC when it says none); None if absent or bad."""
+    if not text:
+        return None
+    try:
+        value = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
+
+
+def build_ledger(attempts: list[Attempt], *, now: _dt.datetime, done_at: _dt.datetime | None = None,
+                 created: _dt.datetime | None = None) -> Ledger:
+    """Pure: the ledger of a job from its attempt records.
+
+    Args:
+        attempts: the journal's attempts (any order).
+        now: the time "so far" means, for a job still running or waiting.
+        done_at: when DONE (or FAILED) was written: the job's end. None: it has not ended, so the
+            time since the last attempt ended is still waiting for capacity (unless an operator
+            stopped it, which is nobody's badput: the ledger ends there).
+        created: when the job first asked for a VM (the MIG's creation); None: its first boot.
+    """
+    ordered = sorted((a for a in attempts if parse_time(a.started)), key=lambda a: a.number)
+    first = ordered[0] if ordered else None
+    start = created or (parse_time(first.booted) or parse_time(first.started) if first else None) or now
+    ledger = Ledger(start=start, end=start)
+    cursor = start
+    spans: list[Span] = []
+
+    def add(until: _dt.datetime, cause: str, attempt: int) -> None:
+        nonlocal cursor
+        until = max(until, cursor)  # clocks of different VMs may disagree: never run backwards
+        if until > cursor:
+            spans.append(Span(cursor, until, cause, attempt))
+        cursor = until
+
+    for index, attempt in enumerate(ordered):
+        started = parse_time(attempt.started)
+        booted = parse_time(attempt.booted) or started
+        add(booted, "capacity", 0)
+        vm_from = cursor
+        add(started, "vm_boot", attempt.number)
+        following = ordered[index + 1] if index + 1 < len(ordered) else None
+        ended = parse_time(attempt.ended)
+        if ended is None and following is None and done_at is None:  # still running
+            ledger.running = True
+            _attempt_spans(attempt, now, add, running=True)
+            ended = now
+        elif ended is None:  # killed without a record of its end: lost until the next boot
+            ended = parse_time(following.booted) or parse_time(following.started) if following else done_at
+            add(ended or cursor, "failed", attempt.number)
+        elif attempt.made_progress or attempt.outcome in NOTICE_OUTCOMES or attempt.outcome == "finished":
+            _attempt_spans(attempt, ended, add, running=False)
+        else:
+            add(ended, "failed", attempt.number)
+        if attempt.made_progress:
+            ledger.productive_steps += (attempt.end_step or 0) - (attempt.restored_step or 0)
+        ledger.boots.append((attempt.number, vm_from, max(cursor, vm_from), attempt.outcome or
+                             ("running" if ledger.running else "killed")))
+
+    last = ordered[-1] if ordered else None
+    if done_at is not None:
+        add(done_at, "other", last.number if last else 0)  # DONE written after the record's end
+    elif last is not None and not ledger.running and last.outcome != "stopped":
+        add(now, "capacity", 0)  # preempted (or failed) and no VM yet
+    ledger.spans = spans
+    ledger.end = cursor
+    return ledger
+
+
+def _attempt_spans(attempt: Attempt, ended: _dt.datetime, add, *, running: bool) -> None:
+    """Lays an attempt's measured phases end to end from its start to `ended`, each cut short
+    where the phases add up to more than the recorded span (then the last ones shrink)."""
+    t = attempt.timings
+    number = attempt.number
+    cursor = parse_time(attempt.started)
+
+    def phase(seconds: float, cause: str) -> None:
+        nonlocal cursor
+        cursor = min(cursor + _dt.timedelta(seconds=max(0.0, seconds)), ended)
+        add(cursor, cause, number)
+
+    phase(t.get("restore", 0.0), "restore")
+    phase(t.get("setup", 0.0) + t.get("first_step", 0.0), "trainer_start")
+    if running:  # the record says nothing more until the attempt ends
+        add(ended, "productive", number)
+        return
+    train = max(0.0, t.get("train", 0.0) - t.get("first_step", 0.0))
+    trained_steps = (attempt.reached_step or 0) - (attempt.restored_step or 0)
+    lost = attempt.steps_lost or 0
+    rework = train * min(1.0, lost / trained_steps) if trained_steps > 0 and lost > 0 else 0.0
+    phase(train - rework, "productive")
+    phase(rework, "rework")
+    phase(t.get("trainer_save", 0.0) + t.get("final_commit", 0.0), "checkpoint")
+    add(ended, "other", number)

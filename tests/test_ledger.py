@@ -1,0 +1,118 @@
+"""The goodput ledger (issue 17): a job's wall time split into productive training and badput by cause."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+
+import pytest
+
+from survivor.jobdir.journal import Attempt, Journal
+from survivor.jobdir.ledger import CAUSES, GOOGLE_TERMS, build_ledger
+from survivor.jobdir.storage import open_storage
+
+T0 = _dt.datetime(2026, 3, 1, 12, 0, tzinfo=_dt.timezone.utc)
+
+
+def at(seconds: float) -> str:
+    """The ISO time `seconds` after T0, as records carry it."""
+    return (T0 + _dt.timedelta(seconds=seconds)).isoformat(timespec="milliseconds")
+
+
+def attempt(number, booted, started, ended, outcome, *, restored=None, end_step=None, reached=None, lost=None,
+            **timings) -> Attempt:
+    """An attempt record as the agent writes it, times in seconds after T0."""
+    return Attempt(number=number, instance=f"vm-{number}", booted=None if booted is None else at(booted),
+                   started=at(started), ended=None if ended is None else at(ended), outcome=outcome,
+                   restored_step=restored, end_step=end_step, reached_step=reached, steps_lost=lost,
+                   timings=timings)
+
+
+def simulated_job() -> list[Attempt]:
+    """A job that meets every cause: a preemption with lost steps, a capacity gap, a failed boot,
+    a killed agent, and a finish."""
+    return [
+        # boot 1: 60 s boot, restore 5, trainer start 10+20, 600 s trained (100 steps, 20 lost), save 4 + commit 3
+        attempt(1, 0, 60, 60 + 5 + 30 + 600 + 7 + 2, "preempted", end_step=80, reached=100, lost=20,
+                restore=5.0, setup=10.0, first_step=20.0, train=620.0, trainer_save=4.0, final_commit=3.0),
+        # 300 s waiting for capacity; boot 2 fails at once (a bad disk), no progress
+        attempt(2, 984, 1030, 1050, "failed", restored=80, end_step=80, restore=5.0),
+        # boot 3 killed without a record of its end; boot 4 starts 100 s later
+        attempt(3, 1100, 1140, None, None, restored=80),
+        attempt(4, 1240, 1280, 1280 + 4 + 18 + 400 + 2 + 1, "finished", restored=80, end_step=200, reached=200,
+                lost=0, restore=4.0, setup=8.0, first_step=10.0, train=410.0, final_commit=2.0),
+    ]
+
+
+def test_the_ledgers_sums_equal_the_wall_time_of_a_simulated_job():
+    attempts = simulated_job()
+    done = T0 + _dt.timedelta(seconds=1710)
+    ledger = build_ledger(attempts, now=done + _dt.timedelta(hours=1), done_at=done)
+    by_cause = ledger.seconds_by_cause()
+    assert ledger.wall_seconds == 1710.0
+    assert sum(by_cause.values()) == pytest.approx(ledger.wall_seconds, abs=1e-6)
+    spans = ledger.spans
+    assert all(a.end == b.start for a, b in zip(spans, spans[1:])), "spans are contiguous"
+    assert spans[0].start == ledger.start and spans[-1].end == ledger.end
+
+
+def test_each_badput_cause_appears_when_caused():
+    by_cause = build_ledger(simulated_job(), now=T0 + _dt.timedelta(hours=1),
+                            done_at=T0 + _dt.timedelta(seconds=1710)).seconds_by_cause()
+    assert by_cause["capacity"] == pytest.approx((984 - 704) + (1100 - 1050))  # preemption to boot, failure to boot
+    assert by_cause["vm_boot"] == pytest.approx(60 + 46 + 40 + 40)  # kernel boot to the agent's record
+    assert by_cause["restore"] == pytest.approx(5 + 4)
+    assert by_cause["trainer_start"] == pytest.approx(30 + 18)
+    assert by_cause["rework"] == pytest.approx(600 * 20 / 100)  # 20 of 100 steps trained were never committed
+    assert by_cause["productive"] == pytest.approx(600 - 120 + 400)
+    assert by_cause["other"] == pytest.approx(2 + 1 + 5)  # the records' remainders, and DONE after the last
+    assert by_cause["checkpoint"] == pytest.approx(7 + 2)
+    assert by_cause["failed"] == pytest.approx((1050 - 1030) + (1240 - 1140))  # the failed boot, the killed one
+    assert set(GOOGLE_TERMS) == set(CAUSES)
+
+
+def test_a_job_without_disruptions_has_no_disruption_badput():
+    done = T0 + _dt.timedelta(seconds=700)
+    ledger = build_ledger([attempt(1, 0, 50, 690, "finished", end_step=100, reached=100, lost=0, restore=0.5,
+                                   setup=5.0, first_step=10.0, train=620.0, final_commit=2.0)],
+                          now=done, done_at=done)
+    by_cause = ledger.seconds_by_cause()
+    assert by_cause["capacity"] == by_cause["rework"] == by_cause["failed"] == 0.0
+    assert ledger.goodput == pytest.approx(610 / 700)
+    assert ledger.seconds_per_step == pytest.approx(6.1)
+
+
+def test_a_preempted_job_waiting_for_a_vm_counts_the_wait_as_capacity():
+    ledger = build_ledger(simulated_job()[:1], now=T0 + _dt.timedelta(seconds=2000))
+    assert ledger.spans[-1].cause == "capacity"
+    assert ledger.spans[-1].seconds == pytest.approx(2000 - 704)
+
+
+def test_a_running_attempt_counts_as_productive_after_its_measured_start():
+    ledger = build_ledger([attempt(1, 0, 30, None, None, restore=2.0)], now=T0 + _dt.timedelta(seconds=100))
+    assert ledger.running
+    assert ledger.seconds_by_cause()["productive"] == pytest.approx(68)
+    assert ledger.wall_seconds == 100
+
+
+def test_records_without_a_boot_time_still_parse_and_count_their_wait_as_capacity():
+    old = json.dumps({"number": 1, "instance": "vm", "started": at(10), "ended": at(20), "outcome": "finished",
+                      "end_step": 5, "timings": {"train": 9.0}}).encode()
+    record = Attempt.from_json(old)
+    assert record.booted is None
+    ledger = build_ledger([record], now=T0, done_at=T0 + _dt.timedelta(seconds=20), created=T0)
+    assert ledger.seconds_by_cause()["capacity"] == 10.0
+    with pytest.raises(ValueError, match="booted"):
+        Attempt.from_json(json.dumps({"number": 1, "instance": "vm", "started": at(1), "booted": 5}).encode())
+
+
+@pytest.mark.slow
+def test_each_boot_records_its_guest_boot_time_and_the_trainers_first_step(tmp_path, instance_factory):
+    from tests.conftest import dummy_spec
+
+    job_dir = str(tmp_path / "jobdir")
+    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=20, step_seconds=0.02)).boot()
+    assert vm.wait(timeout=120) == 0
+    (record,) = Journal(open_storage(job_dir)).attempts()
+    assert record.booted is not None and record.booted <= record.started
+    assert record.timings["first_step"] > 0
