@@ -1003,7 +1003,7 @@ BUILTIN_TRAINERS = {
 }
 #: What every built-in trainer declares: the flags it accepts from the agent (so `--num-gpus` is
 #: passed even when the spec does not name it: the agent's GPU count) and its save signal
-#: (SIGUSR1: save now, keep training). tests/test_trainer_process.py checks each parser accepts them.
+#: (SIGUSR1: save now, keep training). tests/test_trainer_launch.py checks each parser accepts them.
 BUILTIN_FLAGS = frozenset({"--job-dir", "--data-dir", "--train-steps", "--num-gpus", "--checkpoint-steps"})
 BUILTIN_SAVE_SIGNAL = "SIGUSR1"
 

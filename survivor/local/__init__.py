@@ -10,5 +10,6 @@
   `simulator.Simulator`: a MIG of them; `boot.SandboxRoot`: startup.sh run for real in a sandbox root;
   `chaos`: the reliability harness; `demo`: `survivor demo`.
 
-Product code never imports this package; it imports only the product's public names.
+Of the product only the local commands (`survivor/commands/local.py`: demo, simulate, emulate) import
+this package; it imports only the product's public names.
 """
