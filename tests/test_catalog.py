@@ -1,0 +1,80 @@
+"""Prices from Google's Cloud Billing Catalog (issue 17): the real google-cloud-billing client against
+survivor's stand-in, the day's cache, the overrides, and the offline table as the fallback."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+
+import pytest
+
+from survivor.cloud import catalog, pricing
+from survivor.cloud.catalog import Machine, hourly_prices
+from survivor.local.catalog_server import CatalogServer
+
+DAY = _dt.date(2026, 3, 1)
+
+
+@pytest.fixture
+def stand_in(monkeypatch, tmp_path):
+    """The catalog stand-in, named by SURVIVOR_CATALOG_ENDPOINT; the cache in a temporary dir."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with CatalogServer(page_size=4) as server:
+        monkeypatch.setenv(catalog.ENDPOINT_ENV, server.endpoint)
+        yield server
+
+
+def test_the_real_client_pages_through_the_stand_ins_compute_engine_skus(stand_in):
+    skus = catalog.fetch_skus()
+    assert len(skus) == len(stand_in.skus)
+    assert stand_in.requests.count(f"/v1/services/{catalog.COMPUTE_SERVICE.split('/')[1]}/skus") > 1  # paged
+    t4 = next(s for s in skus if s.description == "Nvidia Tesla T4 GPU running in Americas")
+    assert (t4.resource_group, t4.usage_type, t4.unit, t4.usd) == ("GPU", "OnDemand", "h", 0.35)
+    assert "us-central1" in t4.regions
+
+
+def test_a_machine_is_priced_from_its_vcpu_ram_gpu_and_disk_skus(stand_in):
+    prices = hourly_prices(Machine("n1-standard-8", "nvidia-tesla-t4", 1, disk_gb=100, disk_type="pd-balanced"),
+                           "us-central1", today=DAY)
+    disk = 0.10 * 100 / 730
+    assert prices.on_demand == pytest.approx(8 * 0.031611 + 30 * 0.004237 + 0.35 + disk, abs=1e-6)
+    assert prices.spot == pytest.approx(8 * 0.00698 + 30 * 0.000936 + 0.14 + disk, abs=1e-6)
+    assert prices.basis == "Cloud Billing Catalog list prices, us-central1, fetched 2026-03-01"
+    g2 = hourly_prices(Machine("g2-standard-8", None, 0), "us-central1", today=DAY)  # its L4 is a SKU of its own
+    assert g2.on_demand == pytest.approx(8 * 0.02492 + 32 * 0.002919 + 0.5599, abs=1e-6)
+
+
+def test_the_catalog_is_read_once_a_day_and_cached_with_its_date(stand_in, monkeypatch):
+    hourly_prices(Machine("n1-standard-4", None, 0), "us-central1", today=DAY)
+    assert os.path.exists(catalog.cache_path(DAY))
+    before = len(stand_in.requests)
+    again = hourly_prices(Machine("n1-standard-4", None, 0), "us-central1", today=DAY)
+    assert len(stand_in.requests) == before  # from the cache
+    assert "fetched 2026-03-01" in again.basis
+    monkeypatch.setenv(catalog.ENDPOINT_ENV, "http://127.0.0.1:1")  # the catalog is down the next day
+    offline = hourly_prices(Machine("n1-standard-4", None, 0), "us-central1", today=DAY + _dt.timedelta(days=1))
+    assert "fetched 2026-03-01" in offline.basis  # yesterday's prices beat the table when the catalog is down
+
+
+def test_without_the_catalog_the_offline_table_is_used_and_said(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with CatalogServer() as server:
+        endpoint = server.endpoint
+    monkeypatch.setenv(catalog.ENDPOINT_ENV, endpoint)  # nothing listens there any more
+    prices = hourly_prices(Machine("n1-standard-8", None, 0), "us-central1", today=DAY)
+    assert (prices.on_demand, prices.spot) == pricing.MACHINES["n1-standard-8"]
+    assert prices.basis.startswith(pricing.TABLE_BASIS) and "could not be read" in prices.basis
+
+
+def test_prices_given_on_the_command_line_replace_the_catalogs(stand_in):
+    both = hourly_prices(Machine("n1-standard-8", None, 0), "us-central1", today=DAY, spot_price=0.1,
+                         on_demand_price=0.5)
+    assert (both.on_demand, both.spot) == (0.5, 0.1) and stand_in.requests == []
+    one = hourly_prices(Machine("n1-standard-8", None, 0), "us-central1", today=DAY, spot_price=0.1)
+    assert one.spot == 0.1 and one.on_demand == pytest.approx(8 * 0.031611 + 30 * 0.004237)
+    assert one.basis.startswith("Spot given on the command line, the rest Cloud Billing Catalog")
+
+
+def test_a_region_or_gpu_without_a_sku_falls_back_to_the_table(stand_in):
+    prices = hourly_prices(Machine("n1-standard-8", None, 0), "europe-west4", today=DAY)
+    assert prices.basis.startswith(pricing.TABLE_BASIS) and "no price for n1-standard-8" in prices.basis
