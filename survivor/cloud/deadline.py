@@ -1,0 +1,248 @@
+"""Whether a job with a deadline can still finish on Spot: a pure policy, and what it reads from the job dir.
+
+    >>> measured = measure(journal.attempts(), switches(storage), spec.train_steps, now=now)
+    >>> decision = decide(measured, Situation(hours_left=5.0, window_hours=36.0, mode="spot", running=False))
+    >>> decision.mode, decision.reason
+    ('on-demand', 'behind: at 41% Spot goodput the remaining 2.90 h of training need 7.07 h on Spot; 5.00 h left')
+
+The same function decides at every boot in the agent (survivor/agent/boot.py), in `survivor watch`
+while no VM runs (a Spot stockout), and in benchmarks/deadline.py's simulation of thousands of hours.
+
+The rules, beside "Can't Be Late" (Wu et al., NSDI'24, https://www.usenix.org/conference/nsdi24/presentation/wu-zhanghao),
+whose Uniform Progress (UP) policy follows the line of uniform progress `ep(t) = C0 t / D`: on-demand
+when idle and behind it, Spot whenever it is available, back from on-demand only at `ep(t + 2d)`, and
+a safety net of `2d` (d: a restart's overhead).
+
+1. Safety net: when the remaining work on on-demand (W hours at the measured step rate) plus a
+   margin no longer fits in the time left, on-demand, to the end. The margin is what one more
+   disruption can cost: two restarts (boot, restore, trainer start: measured), the work between two
+   commits (measured steps lost), and one period of the check that notices a missing VM.
+2. Spot while it runs: a Spot VM that is training keeps training (UP's exploitation rule too).
+3. Behind the goodput line: while no VM trains on Spot (a stockout), on-demand when the time left
+   is less than W / g plus the margin, where g is the Spot goodput measured so far (productive hours
+   per wall hour on Spot). UP's line is this rule with g = C0 / D, what the deadline needs on
+   average; survivor measures g instead, and starts from UP's line while it has little history
+   (`PRIOR_HOURS` of it, blended), so a Spot that has done better than the deadline needs is trusted
+   longer (less on-demand) and one that has done worse is left sooner (the deadline is kept).
+4. Back to Spot (`fallback.switch_back`): on on-demand, Spot again once the time left covers W / g
+   plus the margin plus a hysteresis of two restarts and one lost interval, so one bad hour does
+   not flap the group.
+5. No step rate measured yet: nothing to project. The job stays as it is, except that one whose
+   group has had no VM for longer than the margin goes on-demand: with nothing done it is behind
+   any progress line (UP's rule at zero progress); rule 4 brings it back once a rate is measured.
+6. Deadline passed: on-demand, the soonest finish; the reason says it was missed.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+
+from survivor.jobdir.journal import Attempt
+from survivor.jobdir.switches import Switch
+
+SPOT, ON_DEMAND = "spot", "on-demand"
+#: A VM's creation and boot up to the agent, when nothing measured it (Compute Engine's own figures
+#: for a GPU VM with a Deep Learning image are minutes; the agent's own phases are measured).
+BOOT_HOURS = 0.05
+#: How often `survivor watch` runs by default (its Cloud Scheduler job's period) and the agent's
+#: assumption about it: a VM missing for longer is noticed within this time.
+CHECK_EVERY_HOURS = 0.25
+#: How many hours of Spot history weigh as much as the prior (the uniform-progress line).
+PRIOR_HOURS = 2.0
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the job dir's records say, measured, not estimated.
+
+    Args:
+        steps_done: the newest committed step.
+        train_steps: the step the job ends at.
+        step_rate: training steps per hour while the trainer runs; None before any attempt trained.
+        spot_productive_hours: hours of committed training done on Spot.
+        spot_wall_hours: wall hours the group spent in Spot mode since the first start (waiting included).
+        overhead_hours: one restart: VM boot, restore, trainer start.
+        lost_hours: the work one disruption loses (the most steps lost by an attempt, in hours).
+        elapsed_hours: wall hours since the job's first start.
+    """
+
+    steps_done: int
+    train_steps: int
+    step_rate: float | None
+    spot_productive_hours: float = 0.0
+    spot_wall_hours: float = 0.0
+    overhead_hours: float = BOOT_HOURS
+    lost_hours: float = 0.0
+    elapsed_hours: float = 0.0
+
+
+@dataclass(frozen=True)
+class Situation:
+    """Where the job stands against its deadline now.
+
+    Args:
+        hours_left: until the deadline (negative once it passed).
+        window_hours: from the first start to the deadline.
+        mode: what the group runs now, "spot" or "on-demand".
+        running: a VM of the group is training now (at a boot: this one).
+        check_every_hours: how long a missing VM may go unnoticed (`survivor watch`'s period).
+        switch_back: whether the job may return from on-demand to Spot (`fallback.switch_back`).
+    """
+
+    hours_left: float
+    window_hours: float
+    mode: str = SPOT
+    running: bool = False
+    check_every_hours: float = CHECK_EVERY_HOURS
+    switch_back: bool = True
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The mode the group should run in, from which one, and why (one sentence, for logs and records)."""
+
+    mode: str
+    current: str
+    reason: str
+    slack_hours: float | None = None  # time left minus the work on on-demand and the margin
+
+    @property
+    def switch(self) -> bool:
+        """True when the group should change its template."""
+        return self.mode != self.current
+
+
+def margin_hours(measured: Measured, situation: Situation) -> float:
+    """Pure: what one more disruption can cost: two restarts, one lost interval, one check period."""
+    return 2 * measured.overhead_hours + measured.lost_hours + situation.check_every_hours
+
+
+def spot_goodput(measured: Measured, window_hours: float) -> float:
+    """Pure: the Spot goodput to plan with: the measured one, blended with the uniform-progress line
+    (the goodput the deadline needs on average) while there are fewer than PRIOR_HOURS of history."""
+    if measured.step_rate:
+        needed = min(1.0, (measured.train_steps / measured.step_rate) / max(window_hours, 1e-9))
+    else:
+        needed = 1.0
+    blended = ((measured.spot_productive_hours + needed * PRIOR_HOURS)
+               / (measured.spot_wall_hours + PRIOR_HOURS))
+    # never below the line: the safety net keeps the deadline, so a Spot worse than the deadline
+    # needs is not a reason to pay for on-demand sooner than uniform progress would
+    return min(1.0, max(blended, needed, 1e-3))
+
+
+def decide(measured: Measured, situation: Situation) -> Decision:
+    """Pure decision: Spot or on-demand for a job with a deadline (the rules in the module docstring)."""
+    current = situation.mode
+
+    def to(mode: str, reason: str, slack: float | None = None) -> Decision:
+        return Decision(mode, current, reason, None if slack is None else round(slack, 3))
+
+    left = situation.hours_left
+    if measured.steps_done >= measured.train_steps:
+        return to(current, "finished: nothing left to train")
+    if left <= 0:
+        return to(ON_DEMAND, f"the deadline passed {-left:.2f} h ago; on-demand finishes soonest")
+    if not measured.step_rate:
+        waited = margin_hours(measured, situation)
+        if not situation.running and measured.elapsed_hours >= waited:
+            return to(ON_DEMAND, f"nothing trained in {measured.elapsed_hours:.2f} h (more than a {waited:.2f} h "
+                                 "margin) and no step rate to plan with: behind the uniform-progress line; on-demand")
+        return to(current, "no step rate measured yet: the first attempt that trains measures it")
+    work = (measured.train_steps - measured.steps_done) / measured.step_rate
+    margin = margin_hours(measured, situation)
+    slack = left - work - margin
+    if slack < 0:
+        return to(ON_DEMAND, f"safety net: {left:.2f} h left, {work:.2f} h of training on on-demand plus a "
+                             f"{margin:.2f} h margin", slack)
+    if current == SPOT and situation.running:
+        return to(SPOT, f"Spot is training; {slack:.2f} h of slack", slack)
+    goodput = spot_goodput(measured, situation.window_hours)
+    on_spot = work / goodput
+    if current == SPOT:
+        if left < on_spot:
+            return to(ON_DEMAND, f"behind: at {goodput:.0%} Spot goodput the remaining {work:.2f} h of training "
+                                 f"need {on_spot:.2f} h on Spot; {left:.2f} h left", slack)
+        return to(SPOT, f"on track: {on_spot:.2f} h on Spot at {goodput:.0%} goodput, {left:.2f} h left", slack)
+    hysteresis = 2 * measured.overhead_hours + measured.lost_hours
+    if situation.switch_back and left >= on_spot + hysteresis:
+        return to(SPOT, f"slack again: at {goodput:.0%} Spot goodput {on_spot:.2f} h on Spot fit in the "
+                        f"{left:.2f} h left with {hysteresis:.2f} h to spare", slack)
+    return to(ON_DEMAND, f"staying on on-demand: {left:.2f} h left, {work:.2f} h of training", slack)
+
+
+# -- what the job dir says ------------------------------------------------------------------------
+
+
+def _time(text: str | None) -> _dt.datetime | None:
+    try:
+        return _dt.datetime.fromisoformat(text) if text else None
+    except (TypeError, ValueError):
+        return None
+
+
+def mode_at(switches: list[Switch], when: _dt.datetime) -> str:
+    """Pure: the mode in effect at `when`: the last switch's before it, Spot before any."""
+    mode = SPOT
+    for switch in switches:
+        at = _time(switch.time)
+        if at is not None and at <= when:
+            mode = switch.to_mode
+    return mode
+
+
+def spot_hours(switches: list[Switch], start: _dt.datetime, end: _dt.datetime) -> float:
+    """Pure: the wall hours between `start` and `end` the group spent in Spot mode."""
+    edges = [(at, s.to_mode) for s in switches if (at := _time(s.time)) is not None and start < at < end]
+    total, mode, since = 0.0, mode_at(switches, start), start
+    for at, to_mode in sorted(edges, key=lambda e: e[0]):
+        if mode == SPOT:
+            total += (at - since).total_seconds()
+        mode, since = to_mode, at
+    if mode == SPOT:
+        total += (end - since).total_seconds()
+    return total / 3600
+
+
+def measure(attempts: list[Attempt], switches: list[Switch], train_steps: int, now: _dt.datetime,
+            first_start: _dt.datetime | None = None) -> Measured:
+    """Pure: the policy's inputs from the journal's attempts and the switch records.
+
+    The step rate is steps trained per hour of an attempt's wall time less its restore and trainer
+    start; `first_start` stands in when no attempt started yet (e.g. the group's creation)."""
+    starts = [t for a in attempts if (t := _time(a.started)) is not None]
+    first = min(starts + ([first_start] if first_start else []), default=now)
+    done = max([a.end_step or 0 for a in attempts] + [a.restored_step or 0 for a in attempts] + [0])
+    steps = hours = spot_progress = 0.0
+    overheads, lost = [], []
+    for a in attempts:
+        begun, ended = _time(a.started), _time(a.ended)
+        overhead = sum(a.timings.get(k, 0.0) for k in ("restore", "setup")) / 3600
+        if begun is None or ended is None:
+            continue
+        if a.timings:
+            overheads.append(overhead)
+        trained = (a.reached_step if a.reached_step is not None else (a.end_step or 0)) - (a.restored_step or 0)
+        span = (ended - begun).total_seconds() / 3600 - overhead
+        if trained > 0 and span > 0:
+            steps, hours = steps + trained, hours + span
+            if mode_at(switches, begun) == SPOT:
+                spot_progress += max(0, (a.end_step or 0) - (a.restored_step or 0))
+            lost.append(a.steps_lost or 0)
+    rate = steps / hours if hours > 0 else None
+    return Measured(
+        steps_done=int(done), train_steps=train_steps, step_rate=rate,
+        spot_productive_hours=spot_progress / rate if rate else 0.0,
+        spot_wall_hours=spot_hours(switches, first, now),
+        overhead_hours=BOOT_HOURS + (sum(overheads) / len(overheads) if overheads else BOOT_HOURS),
+        lost_hours=max(lost) / rate if rate and lost else 0.0,
+        elapsed_hours=max(0.0, (now - first).total_seconds() / 3600))
+
+
+def situation(deadline_at: _dt.datetime, first_start: _dt.datetime, now: _dt.datetime, mode: str, *,
+              running: bool, switch_back: bool = True, check_every_hours: float = CHECK_EVERY_HOURS) -> Situation:
+    """Pure: the Situation for a deadline resolved to a time (spec.Deadline.resolve)."""
+    return Situation(hours_left=(deadline_at - now).total_seconds() / 3600,
+                     window_hours=max(1e-6, (deadline_at - first_start).total_seconds() / 3600),
+                     mode=mode, running=running, check_every_hours=check_every_hours, switch_back=switch_back)

@@ -1,0 +1,78 @@
+"""The job's switches between Spot and on-demand, one record each in its job dir.
+
+    >>> record_switch(storage, Switch(time=now(), to_mode="on-demand", from_mode="spot",
+    ...                               reason="3.1 h left, 2.9 h of work on on-demand plus 0.4 h margin",
+    ...                               by="watch", template="cifar10-on-demand"))
+    >>> [s.to_mode for s in switches(storage)]
+    ['on-demand']
+
+Layout: `survivor/switches/<time>-<to_mode>.json`, written once each (a conditional create), read in
+time order. Whoever switches the group writes the record (survivor/cloud/group.py `switch_group`), so
+the deadline policy can tell Spot time from on-demand time and `survivor report` can show every switch
+with its reason. A record that does not parse is skipped with a warning, never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+
+from survivor import log as logs
+from survivor.jobdir.storage import JobStorage, PreconditionFailed, parse_json
+
+SWITCHES = "survivor/switches/"
+#: The modes a group runs in: its template's provisioning model.
+MODES = ("spot", "on-demand")
+MAX_RECORD_BYTES = 1 << 16
+
+log = logs.get("switches")
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One switch of the job's group: when (ISO UTC), from which mode to which, why, who decided
+    ("agent" or "watch"), and the instance template the group uses from then on."""
+
+    time: str
+    to_mode: str
+    from_mode: str = ""
+    reason: str = ""
+    by: str = ""
+    template: str = ""
+
+    @property
+    def name(self) -> str:
+        """The record's object name: `survivor/switches/<time>-<to_mode>.json` (sorts by time)."""
+        return f"{SWITCHES}{re.sub(r'[^0-9A-Za-z]', '', self.time)}-{self.to_mode}.json"
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "Switch":
+        """Parses a record; ValueError unless it has a string time and a known to_mode."""
+        raw = parse_json(data)
+        if not isinstance(raw, dict) or not isinstance(raw.get("time"), str) or raw.get("to_mode") not in MODES:
+            raise ValueError("expected an object with a time and a to_mode of " + " or ".join(MODES))
+        return cls(**{k: str(raw[k]) for k in cls.__dataclass_fields__ if raw.get(k) is not None})
+
+
+def record_switch(storage: JobStorage, switch: Switch) -> bool:
+    """Writes the switch's record once; False when a record of that name exists already."""
+    try:
+        storage.write(switch.name, json.dumps(asdict(switch), indent=1).encode(), if_generation_match=0)
+        return True
+    except PreconditionFailed:
+        return False
+
+
+def switches(storage: JobStorage) -> list[Switch]:
+    """Every switch recorded in the job dir, oldest first."""
+    out = []
+    for info in storage.list(SWITCHES):
+        blob = storage.read(info.name) if info.size <= MAX_RECORD_BYTES else None
+        if blob is None:
+            continue
+        try:
+            out.append(Switch.from_json(blob.data))
+        except ValueError as exc:
+            log.warning("ignoring an unreadable switch record", record=info.name, reason=str(exc))
+    return sorted(out, key=lambda s: s.time)

@@ -1,0 +1,242 @@
+"""Seeded Spot weather (preemptions and stockout gaps) and a pure event replay of a deadline policy over it.
+
+    >>> trace = make_trace(seed=7, hours=40, preemptions_per_hour=0.3, stockout_chance=0.4, mean_gap_hours=2)
+    >>> run = replay(trace, Job(hours=12, deadline_hours=18), survivor_policy())
+    >>> run.met, run.cost_usd, run.switches
+
+A trace is a list of outages: at each one's start a running Spot VM is preempted, and until its end
+no Spot VM can be created (a stockout; a gap of 0 is a plain preemption the MIG recreates at once).
+The replay advances a clock in `tick_hours` steps: a VM boots for the restart overhead, trains,
+loses at most `lost_hours` of work to a preemption (survivor commits on the notice), and costs its
+mode's price per hour while it exists; waiting for Spot capacity costs nothing. Decisions run where
+survivor runs them: at every boot (the agent) and every `check_every_hours` (`survivor watch`).
+`survivor_policy` calls survivor/cloud/deadline.py's `decide`, the function the agent calls.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Callable
+
+from survivor.cloud import deadline as policy
+from survivor.cloud import pricing
+
+SPOT, ON_DEMAND = policy.SPOT, policy.ON_DEMAND
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Spot outages over a horizon: (start hour, gap hours) each, and the parameters that made them."""
+
+    seed: int
+    outages: tuple[tuple[float, float], ...]
+    preemptions_per_hour: float = 0.0
+    stockout_chance: float = 0.0
+    mean_gap_hours: float = 0.0
+
+    def available(self, t: float) -> bool:
+        """True when a Spot VM can be created at hour `t`."""
+        return not any(start <= t < start + gap for start, gap in self.outages)
+
+    def preempted(self, t0: float, t1: float) -> bool:
+        """True when an outage starts in [t0, t1)."""
+        return any(t0 <= start < t1 for start, _ in self.outages)
+
+
+def make_trace(seed: int, hours: float, preemptions_per_hour: float, stockout_chance: float,
+               mean_gap_hours: float, start_in_stockout: bool | None = None) -> Trace:
+    """A seeded trace: preemptions a Poisson process of `preemptions_per_hour`; each followed, with
+    `stockout_chance`, by a stockout of exponential length (mean `mean_gap_hours`), else by none."""
+    rng = random.Random(seed)
+    outages = []
+    if start_in_stockout if start_in_stockout is not None else rng.random() < stockout_chance / 2:
+        outages.append((0.0, rng.expovariate(1 / mean_gap_hours) if mean_gap_hours else 0.0))
+    t = outages[-1][1] if outages else 0.0
+    while preemptions_per_hour > 0:
+        t += rng.expovariate(preemptions_per_hour)
+        if t >= hours:
+            break
+        gap = rng.expovariate(1 / mean_gap_hours) if mean_gap_hours and rng.random() < stockout_chance else 0.0
+        outages.append((round(t, 4), round(gap, 4)))
+        t += gap
+    return Trace(seed, tuple(outages), preemptions_per_hour, stockout_chance, mean_gap_hours)
+
+
+@dataclass(frozen=True)
+class Job:
+    """The job replayed: `hours` of training, due `deadline_hours` after its start, its restart
+    overhead, the work a preemption loses at most, and prices (USD/hour; pricing's table by default)."""
+
+    hours: float
+    deadline_hours: float
+    overhead_hours: float = 0.1
+    lost_hours: float = 0.05
+    machine_type: str = "n1-standard-8"
+    gpu_type: str | None = "nvidia-tesla-t4"
+    gpu_count: int = 1
+    spot_price: float | None = None
+    on_demand_price: float | None = None
+
+    def prices(self) -> tuple[float, float]:
+        """(spot, on-demand) USD per hour: as given, else pricing's table."""
+        table = pricing.hourly(self.machine_type, self.gpu_type, self.gpu_count) or (1.0, 0.3)
+        return (self.spot_price if self.spot_price is not None else table[1],
+                self.on_demand_price if self.on_demand_price is not None else table[0])
+
+
+@dataclass(frozen=True)
+class View:
+    """What a policy sees at a decision: the measured state (the same `Measured`/`Situation` the
+    agent builds), whether Spot can be had now (only an oracle would know: uniform progress uses it),
+    and how many preemptions so far."""
+
+    measured: policy.Measured
+    situation: policy.Situation
+    spot_available: bool
+    preemptions: int
+    t: float
+    job: Job
+
+
+#: A policy: the mode the group should run in now.
+Policy = Callable[[View], str]
+
+
+def survivor_policy(switch_back: bool = True) -> Policy:
+    """survivor's policy: survivor/cloud/deadline.py `decide`, as the agent and `watch` call it."""
+    def choose(view: View) -> str:
+        situation = policy.Situation(**{**view.situation.__dict__, "switch_back": switch_back})
+        return policy.decide(view.measured, situation).mode
+    return choose
+
+
+def always(mode: str) -> Policy:
+    """Always Spot, or always on-demand."""
+    return lambda view: mode
+
+
+def fallback_after(n: int) -> Policy:
+    """SkyPilot/dstack style: Spot until the `n`th preemption, or Spot cannot be had; on-demand from then on."""
+    state = {"fell": False}
+
+    def choose(view: View) -> str:
+        if view.preemptions >= n or (not view.spot_available and not view.situation.running):
+            state["fell"] = True
+        return ON_DEMAND if state["fell"] else SPOT
+    return choose
+
+
+def uniform_progress() -> Policy:
+    """Can't Be Late's Uniform Progress (NSDI'24), its four rules as the paper states them, with its
+    oracle of Spot availability: on-demand when idle and behind `ep(t) = C0 t / D`; Spot whenever
+    available (leaving on-demand only once ahead of `ep(t + 2d)`); the safety net `R < C + 2d`."""
+    state = {"net": False}
+
+    def choose(view: View) -> str:
+        job, t, m = view.job, view.t, view.measured
+        done = m.steps_done / max(m.train_steps, 1) * job.hours
+        remaining, left, d = job.hours - done, job.deadline_hours - t, job.overhead_hours
+        expected = lambda at: job.hours * at / job.deadline_hours
+        idle = not view.situation.running
+        if state["net"] or (idle and left < remaining + 2 * d):
+            state["net"] = True
+            return ON_DEMAND
+        mode = view.situation.mode
+        if mode == SPOT:
+            if view.situation.running or view.spot_available:
+                return SPOT
+            return ON_DEMAND if done < expected(t) else SPOT
+        if view.spot_available and done >= expected(t + 2 * d):
+            return SPOT
+        return ON_DEMAND
+    return choose
+
+
+@dataclass
+class Run:
+    """A replay's outcome: deadline met, finish hour, cost, hours per mode, switches, preemptions."""
+
+    met: bool
+    finished_at: float | None
+    cost_usd: float
+    spot_hours: float = 0.0
+    on_demand_hours: float = 0.0
+    switches: int = 0
+    preemptions: int = 0
+    events: list[tuple[float, str]] = field(default_factory=list)
+
+
+def replay(trace: Trace, job: Job, choose: Policy, *, tick_hours: float = 1 / 60,
+           check_every_hours: float = policy.CHECK_EVERY_HOURS, limit_factor: float = 4.0) -> Run:
+    """Replays `job` over `trace` under a policy; stops at the finish or `limit_factor` x the deadline."""
+    steps_per_hour = 60.0
+    spot_price, od_price = job.prices()
+    mode, vm, boot_left = SPOT, None, 0.0  # vm: None, "booting", "training"
+    done = committed = 0.0
+    spot_progress = spot_wall = cost = spot_hours = od_hours = 0.0
+    measured_rate = None
+    lost_max, preemptions, switches = 0.0, 0, 0
+    next_check, t, since_boot = 0.0, 0.0, 0.0
+    events: list[tuple[float, str]] = []
+
+    def view(running: bool) -> View:
+        m = policy.Measured(
+            steps_done=int(committed * steps_per_hour), train_steps=int(job.hours * steps_per_hour),
+            step_rate=measured_rate, spot_productive_hours=spot_progress, spot_wall_hours=spot_wall,
+            overhead_hours=job.overhead_hours, lost_hours=lost_max, elapsed_hours=t)
+        s = policy.Situation(hours_left=job.deadline_hours - t, window_hours=job.deadline_hours, mode=mode,
+                             running=running, check_every_hours=check_every_hours)
+        return View(m, s, trace.available(t), preemptions, t, job)
+
+    def decide_now(running: bool) -> None:
+        nonlocal mode, vm, boot_left, switches, committed, done
+        wanted = choose(view(running))
+        if wanted != mode:
+            events.append((round(t, 3), f"switch to {wanted}"))
+            switches += 1
+            mode = wanted
+            if vm is not None:  # a graceful recreate: the agent commits on the stop
+                committed = done
+                vm, boot_left = None, 0.0
+
+    while t < job.deadline_hours * limit_factor:
+        if committed >= job.hours - 1e-9:
+            return Run(t <= job.deadline_hours + 1e-9, round(t, 3), round(cost, 4), round(spot_hours, 3),
+                       round(od_hours, 3), switches, preemptions, events)
+        if mode == SPOT and vm is not None and trace.preempted(t, t + tick_hours):
+            preemptions += 1
+            lost = min(job.lost_hours, since_boot) if vm == "training" else 0.0
+            lost_max = max(lost_max, lost)
+            done = committed = done - lost
+            vm = None
+            events.append((round(t, 3), "preempted"))
+        if vm is None and (mode == ON_DEMAND or trace.available(t)):
+            vm, boot_left = "booting", job.overhead_hours
+        if vm == "booting":
+            boot_left -= tick_hours
+            if boot_left <= 1e-9:
+                vm, since_boot = "training", 0.0
+                decide_now(running=True)  # the agent, at its boot
+        if vm != "booting" and t >= next_check:
+            next_check = t + check_every_hours
+            decide_now(running=vm == "training")  # survivor watch
+            if vm is None and (mode == ON_DEMAND or trace.available(t)):
+                vm, boot_left = "booting", job.overhead_hours
+        if vm is not None:
+            cost += (spot_price if mode == SPOT else od_price) * tick_hours
+            if mode == SPOT:
+                spot_hours += tick_hours
+            else:
+                od_hours += tick_hours
+        if vm == "training":
+            done = min(job.hours, done + tick_hours)
+            since_boot += tick_hours
+            committed = done  # survivor commits continuously; a preemption loses at most lost_hours
+            if mode == SPOT:
+                spot_progress += tick_hours
+            measured_rate = steps_per_hour
+        if mode == SPOT:
+            spot_wall += tick_hours
+        t += tick_hours
+    return Run(False, None, round(cost, 4), round(spot_hours, 3), round(od_hours, 3), switches, preemptions, events)

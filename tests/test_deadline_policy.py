@@ -1,0 +1,108 @@
+"""The deadline policy (survivor/cloud/deadline.py) at its boundaries, and what it reads from the job dir."""
+
+import datetime as dt
+
+import pytest
+
+from survivor.cloud.deadline import (ON_DEMAND, SPOT, Measured, Situation, decide, margin_hours, measure, mode_at,
+                                     spot_goodput, spot_hours)
+from survivor.jobdir.journal import Attempt
+from survivor.jobdir.switches import Switch
+
+RATE = 100.0  # steps per hour
+M = Measured(steps_done=0, train_steps=1000, step_rate=RATE, overhead_hours=0.1, lost_hours=0.05)
+S = Situation(hours_left=20.0, window_hours=20.0, mode=SPOT, running=False, check_every_hours=0.25)
+MARGIN = margin_hours(M, S)  # 0.5 h
+
+
+def at(hours_left, **changes):
+    return Situation(**{**S.__dict__, "hours_left": hours_left, **changes})
+
+
+def test_the_margin_is_two_restarts_one_lost_interval_and_one_check_period():
+    assert MARGIN == pytest.approx(2 * 0.1 + 0.05 + 0.25)
+
+
+def test_exactly_enough_slack_stays_on_spot_and_a_hair_less_goes_on_demand():
+    work = 10.0  # 1000 steps at 100/h
+    exact = decide(M, at(work + MARGIN, running=True))
+    assert (exact.mode, exact.switch, exact.slack_hours) == (SPOT, False, 0.0)
+    short = decide(M, at(work + MARGIN - 0.01, running=True))
+    assert (short.mode, short.switch) == (ON_DEMAND, True) and short.reason.startswith("safety net")
+
+
+def test_zero_slack_on_demand_stays_on_demand_even_with_switch_back():
+    d = decide(M, at(10.0 + MARGIN, mode=ON_DEMAND, running=True))
+    assert (d.mode, d.switch) == (ON_DEMAND, False)
+
+
+def test_a_passed_deadline_goes_on_demand_and_says_it_was_missed():
+    d = decide(M, at(-1.5))
+    assert d.mode == ON_DEMAND and "passed 1.50 h ago" in d.reason
+    assert decide(M, at(0.0, mode=ON_DEMAND)).switch is False
+
+
+def test_no_measurement_yet_stays_until_the_group_has_had_no_vm_for_longer_than_the_margin():
+    unmeasured = Measured(steps_done=0, train_steps=1000, step_rate=None, overhead_hours=0.1, elapsed_hours=0.2)
+    assert decide(unmeasured, S).mode == SPOT and "no step rate" in decide(unmeasured, S).reason
+    waited = Measured(**{**unmeasured.__dict__, "elapsed_hours": 1.0})
+    assert decide(waited, S).mode == ON_DEMAND
+    assert decide(waited, at(20.0, running=True)).mode == SPOT  # a VM is training: it measures the rate
+
+
+def test_a_training_spot_vm_keeps_training_while_there_is_slack():
+    d = decide(M, at(10.6, running=True))
+    assert d.mode == SPOT and not d.switch
+
+
+def test_an_idle_spot_group_goes_on_demand_when_behind_the_goodput_line():
+    bad = Measured(**{**M.__dict__, "steps_done": 500, "spot_productive_hours": 5.0, "spot_wall_hours": 20.0,
+                      "elapsed_hours": 20.0})
+    goodput = spot_goodput(bad, 40.0)
+    assert goodput == pytest.approx(max((5 + 0.25 * 2) / 22, 10 / 40))
+    line = 5.0 / goodput
+    assert decide(bad, at(line + 0.01, window_hours=40.0)).mode == SPOT
+    behind = decide(bad, at(line - 0.01, window_hours=40.0))
+    assert behind.mode == ON_DEMAND and behind.reason.startswith("behind")
+
+
+def test_on_demand_goes_back_to_spot_only_with_the_hysteresis_and_when_allowed():
+    good = Measured(**{**M.__dict__, "steps_done": 500, "spot_productive_hours": 8.0, "spot_wall_hours": 8.0,
+                       "elapsed_hours": 8.0})
+    hysteresis = 2 * 0.1 + 0.05
+    line = 5.0 / spot_goodput(good, 20.0)
+    assert decide(good, at(line + hysteresis, mode=ON_DEMAND)).mode == SPOT
+    assert decide(good, at(line + hysteresis - 0.01, mode=ON_DEMAND)).mode == ON_DEMAND
+    assert decide(good, at(line + 5, mode=ON_DEMAND, switch_back=False)).mode == ON_DEMAND
+
+
+def test_a_finished_job_never_switches():
+    done = Measured(**{**M.__dict__, "steps_done": 1000})
+    assert decide(done, at(-5.0)).switch is False
+
+
+UTC = dt.timezone.utc
+
+
+def t(hours):
+    return (dt.datetime(2026, 11, 1, tzinfo=UTC) + dt.timedelta(hours=hours)).isoformat()
+
+
+def test_measure_reads_rate_spot_time_overhead_and_lost_work_from_the_records():
+    attempts = [
+        Attempt(1, "vm-a", t(0), restored_step=None, ended=t(2.1), outcome="preempted", end_step=200,
+                reached_step=210, steps_lost=10, timings={"restore": 180.0, "setup": 180.0}),
+        Attempt(2, "vm-b", t(3), restored_step=200, ended=t(4.1), outcome="preempted", end_step=300,
+                reached_step=300, steps_lost=0, timings={"restore": 180.0, "setup": 180.0}),
+    ]
+    switches = [Switch(t(2.5), "on-demand", "spot", "behind", "watch")]
+    measured = measure(attempts, switches, 1000, now=dt.datetime.fromisoformat(t(5)))
+    assert measured.steps_done == 300
+    assert measured.step_rate == pytest.approx((210 + 100) / (2.0 + 1.0))
+    assert measured.spot_productive_hours == pytest.approx(200 / measured.step_rate)  # attempt 2 ran on-demand
+    assert measured.spot_wall_hours == pytest.approx(2.5)
+    assert measured.overhead_hours == pytest.approx(0.05 + 0.1)
+    assert measured.lost_hours == pytest.approx(10 / measured.step_rate)
+    assert measured.elapsed_hours == pytest.approx(5.0)
+    assert mode_at(switches, dt.datetime.fromisoformat(t(3))) == ON_DEMAND
+    assert spot_hours([], dt.datetime.fromisoformat(t(0)), dt.datetime.fromisoformat(t(1))) == pytest.approx(1.0)
