@@ -338,6 +338,43 @@ class Compute:
         self._call(f"deleting group {group.name}", f"{kind} {where}", lambda: client.delete(
             project=group.project, instance_group_manager=group.name, **{kind: where}))
 
+    def set_group_template(self, group: GroupRef, template: str) -> None:
+        """`setInstanceTemplate`: the template the group creates its instances from from now on; waits.
+
+        "The templates for existing instances in the group do not change unless you run
+        recreateInstances" (https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/setInstanceTemplate),
+        hence `recreate_instances` after it."""
+        kind, where = group_scope(group)
+        url = f"projects/{group.project}/global/instanceTemplates/{template}"
+        if kind == "zone":
+            body = self.v1.InstanceGroupManagersSetInstanceTemplateRequest(instance_template=url)
+            self._call(f"setting the template of {group.name}", f"zone {where}", lambda: self.groups.set_instance_template(
+                project=group.project, zone=where, instance_group_manager=group.name,
+                instance_group_managers_set_instance_template_request_resource=body))
+        else:
+            body = self.v1.RegionInstanceGroupManagersSetTemplateRequest(instance_template=url)
+            self._call(f"setting the template of {group.name}", f"region {where}",
+                       lambda: self.region_groups.set_instance_template(
+                           project=group.project, region=where, instance_group_manager=group.name,
+                           region_instance_group_managers_set_template_request_resource=body))
+
+    def recreate_instances(self, group: GroupRef, instances: list[tuple[str, str]]) -> None:
+        """`recreateInstances` of (zone, name) members: each is deleted (a graceful stop: the agent
+        saves) and created again from the group's current template; waits."""
+        kind, where = group_scope(group)
+        refs = [f"zones/{zone}/instances/{name}" for zone, name in instances]
+        if kind == "zone":
+            body = self.v1.InstanceGroupManagersRecreateInstancesRequest(instances=refs)
+            self._call(f"recreating the instances of {group.name}", f"zone {where}", lambda: self.groups.recreate_instances(
+                project=group.project, zone=where, instance_group_manager=group.name,
+                instance_group_managers_recreate_instances_request_resource=body))
+        else:
+            body = self.v1.RegionInstanceGroupManagersRecreateRequest(instances=refs)
+            self._call(f"recreating the instances of {group.name}", f"region {where}",
+                       lambda: self.region_groups.recreate_instances(
+                           project=group.project, region=where, instance_group_manager=group.name,
+                           region_instance_group_managers_recreate_request_resource=body))
+
     def managed_instances(self, group: GroupRef) -> list[dict]:
         """The group's instances: name, zone, status, current action."""
         kind, where = group_scope(group)

@@ -38,8 +38,10 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass
 
-from survivor.jobdir.journal import Attempt
-from survivor.jobdir.switches import Switch
+from survivor.jobdir.journal import Attempt, Journal
+from survivor.jobdir.storage import JobStorage
+from survivor.jobdir.switches import Switch, switches
+from survivor.spec import JobSpec
 
 SPOT, ON_DEMAND = "spot", "on-demand"
 #: A VM's creation and boot up to the agent, when nothing measured it (Compute Engine's own figures
@@ -246,3 +248,20 @@ def situation(deadline_at: _dt.datetime, first_start: _dt.datetime, now: _dt.dat
     return Situation(hours_left=(deadline_at - now).total_seconds() / 3600,
                      window_hours=max(1e-6, (deadline_at - first_start).total_seconds() / 3600),
                      mode=mode, running=running, check_every_hours=check_every_hours, switch_back=switch_back)
+
+
+def assess(spec: JobSpec, storage: JobStorage, now: _dt.datetime, *, running: bool,
+           check_every_hours: float = CHECK_EVERY_HOURS, first_start: _dt.datetime | None = None) -> Decision | None:
+    """The decision for a job now, from its job dir's attempts and switches (None without a deadline).
+
+    The group's mode is the last recorded switch's (Spot before any); `running`: a VM of the group
+    trains now (the agent at its boot says True)."""
+    if spec.deadline is None:
+        return None
+    recorded = switches(storage)
+    measured = measure(Journal(storage).attempts(), recorded, spec.train_steps, now, first_start)
+    first = now - _dt.timedelta(hours=measured.elapsed_hours)
+    where = situation(spec.deadline.resolve(first), first, now, mode_at(recorded, now), running=running,
+                      switch_back=spec.fallback.switch_back if spec.fallback else True,
+                      check_every_hours=check_every_hours)
+    return decide(measured, where)

@@ -24,13 +24,19 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from survivor import log as logs
 from survivor.cloud import image, machines, preflight, pricing
+from survivor.cloud.deadline import ON_DEMAND, SPOT
 from survivor.cloud.compute import (BASE_INSTANCE_NAME_MAX, Compute, ComputeError, GroupRef, distribution_policy,
                                     explain_operation_errors, find_project, group_creation, location_problems,
                                     name_problems, spec_project, PROJECT_HINT)
 from survivor.cloud.template import (Install, MachineOptions, body_differences, named_differences, parse_gpu,
                                      template_body)
-from survivor.spec import JobSpec, SpecError
+from survivor.jobdir.storage import JobStorage
+from survivor.jobdir.switches import Switch, record_switch
+from survivor.spec import FallbackSpec, JobSpec, SpecError
+
+log = logs.get("group")
 
 #: A callback that shows the operator one line.
 Say = Callable[[str], None]
@@ -492,6 +498,20 @@ def _template_machine(template: dict) -> dict[str, Any]:
             "spot": props.get("scheduling", {}).get("provisioningModel") == "SPOT"}
 
 
+def _goodput_line(job_dir: str, machine: dict | None, group: GroupRef, spec: JobSpec | None,
+                  spot_price: float | None, on_demand_price: float | None) -> str:
+    """`status`'s one line of goodput and cost, from the goodput ledger and cached catalog prices
+    (status never waits on the catalog: `survivor report` fetches and caches them)."""
+    from survivor.cloud import report
+    from survivor.cloud.catalog import Machine
+
+    options = report.ReportOptions(
+        machine=Machine(machine["machine_type"], machine["gpu_type"], machine["gpu_count"]) if machine else None,
+        region=group.region or (group.zone or "").rsplit("-", 1)[0], train_steps=spec.train_steps if spec else None,
+        spot_price=spot_price, on_demand_price=on_demand_price, online=False)
+    return report.status_line(report.build_report(job_dir, options))
+
+
 def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
                spot_price: float | None = None, on_demand_price: float | None = None) -> dict[str, Any]:
     """Everything `survivor status` shows: the group, its instance, the job dir's story and the cost
@@ -534,5 +554,81 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
             out["cost_usd"] = {"spot": cost.spot_usd, "on_demand": cost.on_demand_usd, "saving": cost.saving,
                                "spot_per_hour": cost.spot_rate, "on_demand_per_hour": cost.on_demand_rate,
                                "basis": cost.basis}
+        out["goodput_line"] = _goodput_line(job_dir, out.get("machine"), group, spec, spot_price, on_demand_price)
     return out
 
+
+
+# -- the deadline's switch between Spot and on-demand ---------------------------------------------
+
+#: The on-demand template of a job is its Spot template's name with this suffix.
+ON_DEMAND_SUFFIX = "-on-demand"
+
+
+def on_demand_template_body(spot: dict, fallback: FallbackSpec | None = None) -> dict:
+    """Pure: the on-demand twin of a Spot template body: `provisioningModel: STANDARD`, no Spot
+    termination action or notice, automatic restart; the same shape unless `fallback` names a
+    machine type or GPUs. Its name is the Spot template's with ON_DEMAND_SUFFIX."""
+    body = json.loads(json.dumps(spot))
+    for key in ("id", "kind", "selfLink", "creationTimestamp", "fingerprint"):
+        body.pop(key, None)
+    body["name"] = spot["name"] + ON_DEMAND_SUFFIX
+    body["description"] = (spot.get("description") or "") + " (on-demand fallback)"
+    props = body["properties"]
+    if fallback and fallback.machine_type:
+        props["machineType"] = fallback.machine_type
+    if fallback and fallback.gpu:
+        gpu_type, gpu_count = parse_gpu(fallback.gpu)
+        props.pop("guestAccelerators", None)
+        if gpu_type and not machines.carries_gpus(props["machineType"]):
+            props["guestAccelerators"] = [{"acceleratorType": gpu_type, "acceleratorCount": gpu_count}]
+    accel = (props.get("guestAccelerators") or [{}])[0]
+    props["scheduling"] = machines.scheduling(props["machineType"], accel.get("acceleratorType"),
+                                              int(accel.get("acceleratorCount") or 0), spot=False)
+    return body
+
+
+def _spec_of(template: dict) -> JobSpec | None:
+    items = {i["key"]: i["value"] for i in template["properties"].get("metadata", {}).get("items", [])}
+    return JobSpec.from_yaml(items["survivor-job"]) if "survivor-job" in items else None
+
+
+def switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, *, by: str,
+                 storage: JobStorage | None = None, say: Say = _silent) -> Switch | None:
+    """Switches the job's group to its Spot or on-demand template; None when it runs that one already.
+
+    Makes the on-demand template from the Spot one the first time (`on_demand_template_body`, with
+    the spec's `fallback:`), points the group at it (`setInstanceTemplate`), records the switch with
+    its reason in the job dir (`storage`), then recreates the group's VM from it (`recreateInstances`:
+    the old VM is stopped gracefully, so its agent commits first). RequestError for a missing group.
+    """
+    found = compute.get_group(group)
+    if found is None:
+        raise RequestError(f"group {group.name}: not found; nothing to switch")
+    current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
+    base = current[: -len(ON_DEMAND_SUFFIX)] if current.endswith(ON_DEMAND_SUFFIX) else current
+    target = base + ON_DEMAND_SUFFIX if to_mode == ON_DEMAND else base
+    if target == current:
+        return None
+    if to_mode == ON_DEMAND and compute.get_template(target) is None:
+        problems = name_problems("on-demand template", target)
+        if problems:
+            raise RequestError(problems[0] + f" (shorten the Spot template's name {base!r})")
+        spot = compute.get_template(base)
+        if spot is None:
+            raise RequestError(f"template {base}: not found; the group's Spot template is needed to make {target}")
+        spec = _spec_of(spot)
+        compute.insert_template(on_demand_template_body(spot, spec.fallback if spec else None))
+        say(f"template {target}: created (on-demand, same shape as {base} unless fallback: says otherwise)")
+    compute.set_group_template(group, target)
+    switch = Switch(time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"), to_mode=to_mode,
+                    from_mode=ON_DEMAND if current.endswith(ON_DEMAND_SUFFIX) else SPOT, reason=reason, by=by,
+                    template=target)
+    if storage is not None:
+        record_switch(storage, switch)
+    log.info("group switched", group=group.name, to=to_mode, template=target, reason=reason, by=by)
+    say(f"group {group.name}: now {to_mode} (template {target}): {reason}")
+    members = [(m["zone"], m["name"]) for m in compute.managed_instances(group) if m["zone"]]
+    if members:
+        compute.recreate_instances(group, members)
+    return switch

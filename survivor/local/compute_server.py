@@ -11,7 +11,7 @@ schema -- an unknown (misspelt) field, a wrong type or a bad enum fails the call
 
 Implemented with real semantics: instanceTemplates (insert/get/list/delete, 409 on duplicates),
 instanceGroupManagers and regionInstanceGroupManagers (insert/get/delete/resize/deleteInstances/
-listManagedInstances; the MIG keeps `targetSize` instances and recreates one that was stopped or
+listManagedInstances/setInstanceTemplate/recreateInstances; the MIG keeps `targetSize` instances and recreates one that was stopped or
 deleted by anything but itself), instances (get/start/stop/delete/getSerialPortOutput/
 getGuestAttributes), zone/region/global operations (get and wait; operations start RUNNING and are
 DONE when next looked at). Failures can be injected per method: an HTTP error (403 ...) or an
@@ -230,12 +230,14 @@ class ComputeServer(LocalService):
             self.failures.setdefault(method, []).extend([kind] * times)
 
     def fail_instance_creation(self, code: str = "ZONE_RESOURCE_POOL_EXHAUSTED", *, message: str = "",
-                               zone: str | None = None, times: int | None = None) -> None:
-        """Makes a MIG's attempts to create an instance (in `zone`, or any) fail with `code` -- a
-        stockout, QUOTA_EXCEEDED, a permission error -- `times` times (None: until cleared). The
-        group's operations still succeed; the failure shows in listManagedInstances and listErrors."""
+                               zone: str | None = None, times: int | None = None, spot_only: bool = False) -> None:
+        """Makes a MIG's attempts to create an instance (in `zone`, or any; of a Spot template only
+        with `spot_only`) fail with `code` -- a stockout, QUOTA_EXCEEDED, a permission error --
+        `times` times (None: until cleared). The group's operations still succeed; the failure
+        shows in listManagedInstances and listErrors."""
         with self.lock:
-            self.creation_failures.append({"code": code, "message": message, "zone": zone, "remaining": times})
+            self.creation_failures.append({"code": code, "message": message, "zone": zone, "remaining": times,
+                                           "spot_only": spot_only})
 
     def clear_instance_creation_failures(self) -> None:
         """Forgets the instance-creation failures injected so far."""
@@ -513,6 +515,36 @@ class ComputeServer(LocalService):
 
     _regionInstanceGroupManagers_deleteInstances = _instanceGroupManagers_deleteInstances
 
+    def _instanceGroupManagers_setInstanceTemplate(self, params, query, body):
+        """New and recreated members come from the template; existing ones keep theirs."""
+        group = self._group(params)
+        name = _tail(body.get("instanceTemplate", ""))
+        if (group["_project"], name) not in self.templates:
+            raise HttpError(404, f"The resource 'projects/{group['_project']}/global/instanceTemplates/{name}' was "
+                                 "not found", "notFound")
+        group["instanceTemplate"] = self._template_url(group["_project"], name)
+        return self._operation(params, "compute.instanceGroupManagers.setInstanceTemplate",
+                               group["selfLink"].split(BASE, 1)[1], group["_scope"])
+
+    _regionInstanceGroupManagers_setInstanceTemplate = _instanceGroupManagers_setInstanceTemplate
+
+    def _instanceGroupManagers_recreateInstances(self, params, query, body):
+        """Each named member is deleted and created again (same name) from the group's current template."""
+        group = self._group(params)
+        template = self.templates.get((group["_project"], _tail(group["instanceTemplate"])), {})
+        for ref in body.get("instances", []):
+            m = re.search(r"zones/([^/]+)/instances/([^/]+)$", ref)
+            member = (group["_project"], m.group(1), m.group(2)) if m else None
+            if member not in group["_members"]:
+                raise HttpError(400, f"The instance {ref!r} is not a member of the managed instance group", "invalid")
+            self._delete_instance(member, by_group=True)
+            group["_pending"].pop(member, None)
+            self._try_create(member, group, template)
+        return self._operation(params, "compute.instanceGroupManagers.recreateInstances",
+                               group["selfLink"].split(BASE, 1)[1], group["_scope"])
+
+    _regionInstanceGroupManagers_recreateInstances = _instanceGroupManagers_recreateInstances
+
     def _instanceGroupManagers_listManagedInstances(self, params, query, body):
         group = self._group(params)
         self._retry_pending(group)
@@ -555,8 +587,11 @@ class ComputeServer(LocalService):
                 # fastai/course-v3#430 (the code is not shown there)
                 return {"code": "RESOURCE_NOT_FOUND",
                         "message": f"The resource 'projects/{project}/zones/{zone}/acceleratorTypes/{kind}' was not found"}
+        spot = (properties.get("scheduling") or {}).get("provisioningModel") == "SPOT"
         for failure in self.creation_failures:
             if failure["zone"] not in (None, zone) or failure["remaining"] == 0:
+                continue
+            if failure.get("spot_only") and not spot:  # a Spot stockout leaves on-demand capacity
                 continue
             if failure["remaining"] is not None:
                 failure["remaining"] -= 1

@@ -1,0 +1,87 @@
+"""The deadline's switch through the Compute fake with the real google-cloud-compute client: the
+on-demand template, setInstanceTemplate, recreateInstances, and the switch's record in the job dir."""
+
+import datetime as dt
+
+from survivor.cloud.compute import Compute, GroupRef
+from survivor.cloud.deadline import ON_DEMAND, SPOT, assess
+from survivor.cloud.group import ON_DEMAND_SUFFIX, on_demand_template_body, switch_group
+from survivor.cloud.template import MachineOptions, template_body
+from survivor.jobdir.journal import Journal
+from survivor.jobdir.storage import open_storage
+from survivor.jobdir.switches import switches
+from survivor.spec import FallbackSpec, JobSpec
+
+PROJECT = "survivor-local"
+ZONE = "us-west1-b"
+
+
+def job(tmp_path, extra=""):
+    return JobSpec.from_yaml(f"job_dir: {tmp_path}/job\ntrain_steps: 1000\ntrainer: {{builtin: dummy}}\n"
+                             f"deadline: 36h\ncompute: {{machine_type: n1-standard-8, gpu: 'nvidia-tesla-t4:1'}}\n{extra}")
+
+
+def spot_group(compute_server, spec):
+    compute = Compute(PROJECT, endpoint=compute_server.endpoint)
+    compute.insert_template(template_body("cifar", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
+    compute.create_group("cifar", "cifar", zone=ZONE, size=1)
+    return compute, GroupRef(PROJECT, "cifar", zone=ZONE)
+
+
+def test_the_on_demand_template_is_the_same_shape_standard_without_spot_termination(tmp_path):
+    spec = job(tmp_path)
+    spot = template_body("cifar", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n")
+    body = on_demand_template_body(spot)
+    assert body["name"] == "cifar" + ON_DEMAND_SUFFIX
+    assert body["properties"]["scheduling"] == {"onHostMaintenance": "TERMINATE", "provisioningModel": "STANDARD",
+                                                "automaticRestart": True}
+    assert {k: v for k, v in body["properties"].items() if k != "scheduling"} == {
+        k: v for k, v in spot["properties"].items() if k != "scheduling"}
+    other = on_demand_template_body(spot, FallbackSpec(machine_type="n1-standard-16", gpu="nvidia-tesla-v100:2"))
+    assert other["properties"]["machineType"] == "n1-standard-16"
+    assert other["properties"]["guestAccelerators"] == [{"acceleratorType": "nvidia-tesla-v100", "acceleratorCount": 2}]
+
+
+def test_a_spot_stockout_switches_the_group_to_on_demand_and_back_with_records(compute_server, tmp_path):
+    spec = job(tmp_path)
+    compute, group = spot_group(compute_server, spec)
+    storage = open_storage(spec.job_dir)
+    first_vm = compute.managed_instances(group)[0]["name"]
+    compute_server.fail_instance_creation(spot_only=True)  # Spot has no capacity; on-demand has
+
+    switch = switch_group(compute, group, ON_DEMAND, "behind: test", by="watch", storage=storage)
+    assert (switch.to_mode, switch.from_mode, switch.template) == (ON_DEMAND, SPOT, "cifar-on-demand")
+    template = compute.get_template("cifar-on-demand")
+    assert template["properties"]["scheduling"]["provisioningModel"] == "STANDARD"
+    assert compute.get_group(group)["instanceTemplate"].endswith("/instanceTemplates/cifar-on-demand")
+    methods = [m for m, _, _ in compute_server.requests]
+    assert methods.index("compute.instanceGroupManagers.setInstanceTemplate") < methods.index(
+        "compute.instanceGroupManagers.recreateInstances")
+    members = compute.managed_instances(group)
+    assert [(m["name"], m["status"]) for m in members] == [(first_vm, "RUNNING")]  # recreated, on-demand
+    vm = compute.get_instance(ZONE, first_vm)
+    assert vm["scheduling"]["provisioningModel"] == "STANDARD"
+    assert switch_group(compute, group, ON_DEMAND, "again", by="watch", storage=storage) is None
+
+    compute_server.clear_instance_creation_failures()
+    back = switch_group(compute, group, SPOT, "slack again: test", by="agent", storage=storage)
+    assert (back.to_mode, back.template) == (SPOT, "cifar")
+    assert compute.get_instance(ZONE, first_vm)["scheduling"]["provisioningModel"] == "SPOT"
+    recorded = switches(storage)
+    assert [(s.to_mode, s.reason, s.by) for s in recorded] == [(ON_DEMAND, "behind: test", "watch"),
+                                                               (SPOT, "slack again: test", "agent")]
+
+
+def test_assess_reads_the_job_dir_and_the_group_mode_from_the_records(tmp_path):
+    spec = job(tmp_path)
+    storage = open_storage(spec.job_dir)
+    now = dt.datetime.now(dt.timezone.utc)
+    assert assess(spec, storage, now, running=False).reason.startswith("no step rate")
+    journal = Journal(storage)
+    attempt = journal.begin("vm-1")
+    journal.end(attempt, "preempted", end_step=100, reached_step=100, timings={"restore": 1.0, "setup": 1.0})
+    later = now + dt.timedelta(hours=35.9)
+    decision = assess(spec, storage, later, running=False)
+    assert decision.mode == ON_DEMAND and decision.current == SPOT
+    assert assess(JobSpec.from_yaml(f"job_dir: {tmp_path}/job\ntrain_steps: 10\ntrainer: {{builtin: dummy}}\n"),
+                  storage, later, running=False) is None
