@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from survivor.cloud import group as jobs
@@ -135,7 +136,8 @@ def _print_job_dir(summary: dict) -> None:
     console = Console()
     committed = "nothing committed" if summary["committed_step"] is None else f"committed step {summary['committed_step']}"
     console.print(f"[bold]{summary['job_dir']}[/bold]: {summary['state']}, {committed}, "
-                  f"{summary['preemptions']} preemptions survived, {summary['steps_lost']} steps lost")
+                  f"{summary['preemptions']} preemptions survived, {summary['steps_lost']} steps lost"
+                  + ("" if summary.get("goodput") is None else f", goodput {100 * summary['goodput']:.0f}%"))
     if summary["failed"]:
         console.print(f"[red]FAILED:[/red] {failed_reason(summary['failed'])}")
     table = Table("attempt", "instance", "restored", "ended at", "outcome", "lost", "reason")
@@ -186,6 +188,8 @@ def _print_status(report: dict) -> None:
         console.print(f"  compute {report['compute_hours']:.2f} h: {spot} ({on_demand}{saved}; {cost['basis']})")
     elif "compute_hours" in report:
         console.print(f"  compute {report['compute_hours']:.2f} h")
+    if report.get("goodput_line"):
+        console.print(f"  {report['goodput_line']}", markup=False)
     table = Table("boot", "instance", "from", "saved", "outcome", "lost", "reason")
     for row in job["history"][-10:]:
         table.add_row(str(row["attempt"]), row["instance"], row["restored"], _dash(row["end_step"]), row["outcome"],
@@ -217,6 +221,45 @@ def status(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2, default=str))
     else:
         show(report)
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    """`survivor report JOB` (or `--job-dir`): goodput, badput by cause, cost so far and projected beside
+    on-demand; writes report.md, timeline.png and report.json into --out; `--json` prints the figures."""
+    from survivor.cloud import report as reports
+    from survivor.cloud.catalog import Machine
+    from survivor.cloud.template import parse_gpu
+
+    options = reports.ReportOptions(spot_price=args.spot_price, on_demand_price=args.on_demand_price,
+                                    online=not args.offline)
+    job_dir = args.job_dir
+    if args.name is not None:
+        group = _address(args).group()
+        found = jobs.job_status(connect(group.project), group, args.job_dir)
+        job_dir = job_dir or (found.get("job") or {}).get("job_dir")
+        machine = found.get("machine")
+        if machine:
+            options.machine = Machine(machine["machine_type"], machine["gpu_type"], machine["gpu_count"])
+        options.region = group.region or (group.zone or "").rsplit("-", 1)[0]
+        options.train_steps = (found.get("job") or {}).get("train_steps")
+    elif not job_dir:
+        raise CommandError("give a job name (with --zone or --region), or --job-dir")
+    if not job_dir:
+        raise CommandError(f"job {args.name}: its template names no job dir; give --job-dir")
+    if args.machine_type:
+        gpu_type, gpu_count = parse_gpu(args.gpu) if args.gpu else (None, 0)
+        options.machine = Machine(args.machine_type, gpu_type, gpu_count)
+    options.region = args.region or options.region
+    options.train_steps = args.train_steps or options.train_steps
+    made = reports.build_report(job_dir, options)
+    out = args.out or f"survivor-report-{args.name or os.path.basename(job_dir.rstrip('/')) or 'job'}"
+    md, png = reports.write_report(made, out)
+    if args.json:
+        print(json.dumps(made.to_json(), indent=2, default=str))
+    else:
+        print(reports.markdown(made, png))
+        print(f"written: {md}, {png}", file=sys.stderr)
     return 0
 
 
@@ -348,6 +391,26 @@ def add_commands(sub) -> None:
                        help=f"the {side} price of the whole VM with its GPUs, instead of pricing's offline table")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=status)
+
+    p = sub.add_parser("report", help="a job's goodput, badput by cause and cost beside on-demand: Markdown, "
+                                      "a timeline PNG and JSON")
+    p.add_argument("name", nargs="?", help="the job's name (omit with --job-dir)")
+    p.add_argument("--project")
+    p.add_argument("--zone")
+    p.add_argument("--region", help="the regional MIG's region; with --job-dir, where the prices are read")
+    p.add_argument("--job-dir", help="the job dir (default: from the template's job spec)")
+    p.add_argument("--machine-type", help="with --job-dir: the VM's machine type, for its prices")
+    p.add_argument("--gpu", help="with --machine-type: TYPE:COUNT, e.g. nvidia-tesla-t4:1")
+    p.add_argument("--train-steps", type=int, help="with --job-dir: the job's steps, for the projection")
+    for flag, side in (("--spot-price", "Spot"), ("--on-demand-price", "on-demand")):
+        p.add_argument(flag, type=_price, metavar="USD_PER_HOUR",
+                       help=f"the {side} price of the whole VM with its GPUs, instead of the Cloud Billing Catalog's")
+    p.add_argument("--offline", action="store_true", help="do not read the Cloud Billing Catalog: cached prices or "
+                                                          "the offline table")
+    p.add_argument("--out", help="the directory for report.md, timeline.png, report.json "
+                                 "(default: ./survivor-report-NAME)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.set_defaults(func=report)
 
     for name, func, text in (("stop", stop, "stop training gracefully (the agent saves first): MIG resize to 0"),
                              ("start", start, "start training again: MIG resize to 1")):

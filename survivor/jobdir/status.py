@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import datetime as _dt
+
 from survivor.jobdir.journal import Journal, restored_text
+from survivor.jobdir.ledger import build_ledger, parse_time
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.store import CheckpointStore
 
@@ -37,6 +40,7 @@ def job_summary(job_dir: str, train_steps: int | None = None) -> dict[str, Any]:
         "attempts": len(state.attempts),
         "preemptions": state.preemptions,
         "steps_lost": state.steps_lost,
+        "goodput": _goodput(state),
         "done": state.done,
         "failed": state.failed,
         "history": [
@@ -61,3 +65,11 @@ def failed_reason(failed: dict[str, Any]) -> str:
     """What a FAILED marker says, for people (one survivor did not write is shown as it is)."""
     reason = failed.get("reason")
     return reason if isinstance(reason, str) else str(failed.get("raw", failed))[:300]
+
+
+def _goodput(state) -> float | None:
+    """The job's goodput so far by the ledger (survivor/jobdir/ledger.py); None before any wall time."""
+    marker = state.done or state.failed
+    ledger = build_ledger(state.attempts, now=_dt.datetime.now(_dt.timezone.utc),
+                          done_at=parse_time(marker.get("time")) if marker else None)
+    return None if ledger.goodput is None else round(ledger.goodput, 4)

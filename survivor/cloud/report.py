@@ -1,0 +1,285 @@
+"""What a job cost and where its time went: `survivor report`'s figures, Markdown and timeline PNG.
+
+    >>> report = build_report(job_dir, ReportOptions(machine=Machine("n1-standard-8", "nvidia-tesla-t4", 1),
+    ...                                              region="us-central1", train_steps=10000))
+    >>> report.goodput, report.cost_so_far["spot"], report.saving_projected
+    (0.83, 1.92, 7.41)
+    >>> write_report(report, "/tmp/report")   # report.md and timeline.png side by side
+    ('/tmp/report/report.md', '/tmp/report/timeline.png')
+
+The time comes from the goodput ledger (survivor/jobdir/ledger.py: the attempt records' measured
+phases, badput by cause in ml-goodput-measurement's terms); the prices from survivor/cloud/catalog.py
+(the Cloud Billing Catalog, its day's cache, the command line's overrides, or the offline table;
+`prices.basis` says which). Cost is VM time: Compute Engine bills a VM from its boot to its end, so
+the ledger's boots (kernel boot to the attempt's end) at the Spot price are what the job cost so far.
+
+"The same job on on-demand" is the job without disruptions: its productive training, plus one
+boot, restore and trainer start (the first attempt's, as measured), at the on-demand price; the
+saving is that less the Spot cost. Projected to the finish: the steps left at the measured seconds
+per step, in VM time at the measured share of VM time that was productive.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from survivor.cloud.catalog import Machine, Prices, hourly_prices
+from survivor.jobdir.journal import Journal
+from survivor.jobdir.ledger import CAUSES, GOOGLE_TERMS, LABELS, Ledger, build_ledger, parse_time
+from survivor.jobdir.storage import open_storage
+from survivor.jobdir.store import CheckpointStore
+
+#: The causes a job on an on-demand VM without disruptions still spends once, at its start.
+ONCE_PER_JOB = ("vm_boot", "restore", "trainer_start")
+#: Colours of the timeline, one per cause.
+COLOURS = {"capacity": "#d9d9d9", "vm_boot": "#9ecae1", "restore": "#6baed6", "trainer_start": "#4292c6",
+           "productive": "#31a354", "rework": "#e6550d", "checkpoint": "#fdae6b", "failed": "#de2d26",
+           "other": "#bcbddc"}
+
+
+@dataclass
+class ReportOptions:
+    """What a report needs besides the job dir.
+
+    Args:
+        machine: the VM's machine (None: no cost, only time).
+        region: where it runs, for its prices.
+        train_steps: the job's steps (None: no projection).
+        spot_price, on_demand_price: USD per hour of the whole VM, instead of the catalog's.
+        online: read the Cloud Billing Catalog when today's prices are not cached.
+        now: what "so far" means (default: the current time).
+    """
+
+    machine: Machine | None = None
+    region: str = "us-central1"
+    train_steps: int | None = None
+    spot_price: float | None = None
+    on_demand_price: float | None = None
+    online: bool = True
+    now: _dt.datetime | None = None
+
+
+@dataclass
+class JobReport:
+    """A job's goodput, badput by cause, cost so far and projected, beside the same job on on-demand."""
+
+    job_dir: str
+    state: str
+    committed_step: int | None
+    train_steps: int | None
+    wall_hours: float
+    vm_hours: float
+    goodput: float | None
+    badput_seconds: dict[str, float]
+    seconds_per_step: float | None
+    prices: Prices | None
+    cost_so_far: dict[str, float | None] = field(default_factory=dict)
+    cost_projected: dict[str, float | None] = field(default_factory=dict)
+    hours_left: float | None = None
+    boots: int = 0
+    preemptions: int = 0
+    ledger: Ledger | None = None
+
+    @property
+    def saving_so_far(self) -> float | None:
+        """USD saved so far against the same progress on on-demand."""
+        return _minus(self.cost_so_far.get("on_demand"), self.cost_so_far.get("spot"))
+
+    @property
+    def saving_projected(self) -> float | None:
+        """USD saved at the finish against the whole job on on-demand."""
+        return _minus(self.cost_projected.get("on_demand"), self.cost_projected.get("spot"))
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as plain JSON values (what `--json` prints)."""
+        out = {k: v for k, v in asdict(self).items() if k not in ("ledger", "prices")}
+        out["prices"] = asdict(self.prices) if self.prices else None
+        out["saving_so_far"] = self.saving_so_far
+        out["saving_projected"] = self.saving_projected
+        out["badput"] = {cause: {"seconds": round(self.badput_seconds[cause], 3), "label": LABELS[cause],
+                                 "ml_goodput_measurement": GOOGLE_TERMS[cause]}
+                         for cause in CAUSES if cause != "productive"}
+        del out["badput_seconds"]
+        if self.ledger is not None:
+            out["timeline"] = [{"start": s.start.isoformat(), "end": s.end.isoformat(), "cause": s.cause,
+                                "attempt": s.attempt} for s in self.ledger.spans]
+        return out
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else round(a - b, 4)
+
+
+def build_report(job_dir: str, options: ReportOptions) -> JobReport:
+    """Reads the job dir (attempts, DONE/FAILED, the newest commit) and prices the machine; the report."""
+    storage = open_storage(job_dir)
+    state = Journal(storage).state()
+    latest = CheckpointStore(storage, max_step=options.train_steps).latest()
+    marker = state.done or state.failed
+    now = options.now or _dt.datetime.now(_dt.timezone.utc)
+    ledger = build_ledger(state.attempts, now=now, done_at=parse_time(marker.get("time")) if marker else None)
+    prices = None
+    if options.machine is not None:
+        prices = hourly_prices(options.machine, options.region, online=options.online,
+                               spot_price=options.spot_price, on_demand_price=options.on_demand_price)
+    phase = "DONE" if state.done else "FAILED" if state.failed else "RUNNING" if ledger.running else "WAITING"
+    return figures(ledger, prices, job_dir=job_dir, state=phase, committed_step=latest.step if latest else None,
+                   train_steps=options.train_steps, preemptions=state.preemptions)
+
+
+def figures(ledger: Ledger, prices: Prices | None, *, job_dir: str, state: str, committed_step: int | None,
+            train_steps: int | None, preemptions: int) -> JobReport:
+    """Pure: the report's figures from a ledger and prices."""
+    by_cause = ledger.seconds_by_cause()
+    once = sum(s.seconds for s in ledger.spans if s.cause in ONCE_PER_JOB and s.attempt == _first(ledger))
+    steps_left = max(0, (train_steps or 0) - (committed_step or 0)) if train_steps and state != "DONE" else 0
+    per_step = ledger.seconds_per_step
+    productive_left = steps_left * per_step if per_step else None
+    productive_share = ledger.productive_seconds / ledger.vm_seconds if ledger.vm_seconds else None
+    vm_left = productive_left / productive_share if productive_left is not None and productive_share else None
+    if steps_left == 0:
+        productive_left = vm_left = 0.0
+    report = JobReport(job_dir=job_dir, state=state, committed_step=committed_step, train_steps=train_steps,
+                       wall_hours=round(ledger.wall_seconds / 3600, 4), vm_hours=round(ledger.vm_seconds / 3600, 4),
+                       goodput=None if ledger.goodput is None else round(ledger.goodput, 4),
+                       badput_seconds=by_cause, seconds_per_step=per_step, prices=prices,
+                       hours_left=None if vm_left is None else round(vm_left / 3600, 4),
+                       boots=len(ledger.boots), preemptions=preemptions, ledger=ledger)
+    if prices is not None:
+        od_hours_so_far = (ledger.productive_seconds + once) / 3600
+        report.cost_so_far = {"spot": _usd(ledger.vm_seconds / 3600, prices.spot),
+                              "on_demand": _usd(od_hours_so_far, prices.on_demand)}
+        if productive_left is not None and vm_left is not None:
+            report.cost_projected = {
+                "spot": _usd((ledger.vm_seconds + vm_left) / 3600, prices.spot),
+                "on_demand": _usd(od_hours_so_far + productive_left / 3600, prices.on_demand)}
+    return report
+
+
+def _first(ledger: Ledger) -> int:
+    return ledger.boots[0][0] if ledger.boots else 0
+
+
+def _usd(hours: float, rate: float | None) -> float | None:
+    return None if rate is None else round(hours * rate, 4)
+
+
+def status_line(report: JobReport) -> str:
+    """One line for `survivor status`: goodput and cost so far (and what on-demand would have cost)."""
+    goodput = "goodput -" if report.goodput is None else f"goodput {100 * report.goodput:.0f}%"
+    spot, on_demand = report.cost_so_far.get("spot"), report.cost_so_far.get("on_demand")
+    if spot is None:
+        return f"{goodput} of {report.wall_hours:.2f} h; cost unknown (no machine or price)"
+    od = f" (on-demand ${on_demand:.2f})" if on_demand is not None else ""
+    return f"{goodput} of {report.wall_hours:.2f} h; ${spot:.2f} so far on Spot{od}; {report.prices.basis}"
+
+
+def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
+    """The report as Markdown: the figures, badput by cause, cost beside on-demand, the timeline."""
+    def money(value: float | None) -> str:
+        return "unknown" if value is None else f"${value:,.2f}"
+
+    lines = [f"# Job report: {report.job_dir}", "",
+             f"State **{report.state}**, committed step {report.committed_step if report.committed_step is not None else '-'}"
+             + (f" of {report.train_steps}" if report.train_steps else "")
+             + f"; {report.boots} boots, {report.preemptions} preemptions.", "",
+             f"- Goodput: **{'-' if report.goodput is None else f'{100 * report.goodput:.1f}%'}** of "
+             f"{report.wall_hours:.2f} h wall time ({report.vm_hours:.2f} h of VM time)"]
+    if report.seconds_per_step:
+        lines.append(f"- Measured: {report.seconds_per_step:.3f} s per step of productive training")
+    if report.hours_left is not None:
+        lines.append(f"- Left: {report.hours_left:.2f} h of VM time at the measured goodput")
+    lines += ["", "## Where the time went", "", "| cause | ml-goodput-measurement | hours | share |",
+              "|---|---|---:|---:|"]
+    wall = report.wall_hours * 3600 or 1.0
+    for cause in CAUSES:
+        seconds = report.badput_seconds[cause]
+        lines.append(f"| {LABELS[cause]} | {GOOGLE_TERMS[cause] or '(goodput)'} | {seconds / 3600:.3f} | "
+                     f"{100 * seconds / wall:.1f}% |")
+    lines += ["", "## Cost", ""]
+    if report.prices is None:
+        lines.append("No machine known: no cost (name the job, or give --machine-type with --job-dir).")
+    else:
+        p = report.prices
+        lines += [f"Prices: Spot {money(p.spot)}/h, on-demand {money(p.on_demand)}/h ({p.basis}).", "",
+                  "| | Spot (this job) | on-demand (same job, no disruptions) | saving |", "|---|---:|---:|---:|",
+                  f"| so far | {money(report.cost_so_far.get('spot'))} | {money(report.cost_so_far.get('on_demand'))} | "
+                  f"{money(report.saving_so_far)} |"]
+        if report.cost_projected:
+            lines.append(f"| projected to the finish | {money(report.cost_projected.get('spot'))} | "
+                         f"{money(report.cost_projected.get('on_demand'))} | {money(report.saving_projected)} |")
+    lines += ["", "## Timeline", "", f"![timeline]({png_name})", ""]
+    return "\n".join(lines)
+
+
+def draw_timeline(report: JobReport, path: str) -> str:
+    """The timeline PNG: spans by cause (boots, training, preemptions, capacity gaps) above the
+    cumulative cost of the job on Spot and of the same VM time on on-demand."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: never a display
+    import matplotlib.pyplot as plt
+
+    ledger = report.ledger
+    t0 = ledger.start
+
+    def hours(t: _dt.datetime) -> float:
+        return (t - t0).total_seconds() / 3600
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 5.5), sharex=True, gridspec_kw={"height_ratios": [1, 2]})
+    for cause in CAUSES:
+        bars = [(hours(s.start), s.seconds / 3600) for s in ledger.spans if s.cause == cause]
+        if bars:
+            top.broken_barh(bars, (0, 1), facecolors=COLOURS[cause], label=LABELS[cause])
+    for number, start, end, outcome in ledger.boots:
+        top.axvline(hours(start), color="black", linewidth=0.6)
+        top.text(hours(start), 1.05, f"boot {number}", fontsize=7)
+        if outcome in ("preempted", "stopped"):
+            top.axvline(hours(end), color="#de2d26", linewidth=1.2, linestyle="--")
+    top.set_yticks([])
+    top.set_ylim(0, 1.3)
+    top.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=5, fontsize=7, frameon=False)
+    top.set_title(f"{report.job_dir}: goodput "
+                  + ("-" if report.goodput is None else f"{100 * report.goodput:.1f}%")
+                  + " (dashed red: preemption)", fontsize=9)
+    if report.prices is not None:
+        xs, spot, on_demand = [0.0], [0.0], [0.0]
+        for _, start, end, _ in ledger.boots:  # cost accrues only while a VM runs
+            for t in (start, end):
+                xs.append(hours(t))
+                spot.append(spot[-1] + (0 if t == start else (end - start).total_seconds() / 3600 * (report.prices.spot or 0)))
+                on_demand.append(on_demand[-1] + (0 if t == start else
+                                 (end - start).total_seconds() / 3600 * (report.prices.on_demand or 0)))
+        xs.append(hours(ledger.end))
+        spot.append(spot[-1])
+        on_demand.append(on_demand[-1])
+        bottom.plot(xs, spot, label="Spot (this job)", color="#31a354")
+        bottom.plot(xs, on_demand, label="the same VM time on on-demand", color="#3182bd")
+        if report.cost_so_far.get("on_demand") is not None:
+            bottom.axhline(report.cost_so_far["on_demand"], color="#3182bd", linestyle=":",
+                           label="the same progress on on-demand, no disruptions")
+        bottom.set_ylabel("cumulative USD")
+        bottom.legend(fontsize=7, loc="upper left")
+    else:
+        bottom.text(0.5, 0.5, "no machine known: no cost", ha="center", transform=bottom.transAxes)
+    bottom.set_xlabel("hours since the job's start")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_report(report: JobReport, out_dir: str) -> tuple[str, str]:
+    """Writes `report.md` and `timeline.png` (and `report.json`) into `out_dir`; returns both paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    png = draw_timeline(report, os.path.join(out_dir, "timeline.png"))
+    md = os.path.join(out_dir, "report.md")
+    with open(md, "w") as f:
+        f.write(markdown(report, os.path.basename(png)))
+    with open(os.path.join(out_dir, "report.json"), "w") as f:
+        json.dump(report.to_json(), f, indent=1, default=str)
+    return md, png
