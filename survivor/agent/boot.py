@@ -5,7 +5,8 @@
 1. Read the job spec from instance metadata (or `--config`), and who this VM is.
 2. Open the job dir. DONE or FAILED already? Finish at once; never train again.
 3. Take the job dir's lease (one writer per job), and record this attempt in the journal. Too many
-   failed attempts in a row? Write FAILED and finish.
+   failed attempts in a row? Write FAILED and finish. A deadline that this kind of VM (Spot or
+   on-demand) can no longer meet, or slack enough to go back to Spot? Ask the group to switch.
 4. Watch for a notice: `preempted`, SIGTERM/SIGINT; and for a terminating maintenance event.
 5. Restore the newest committed snapshot that verifies into the local job dir.
 6. Launch the trainer: its GPUs, its user, its code, its argv (`trainer.launch`, one call).
@@ -246,6 +247,12 @@ class Boot:
                 journal.end(attempt, "gave-up", reason=reason)
                 return self._give_up(spec, identity, journal, reason, attempts=attempt.number - 1)
 
+            # 3b. a deadline: can the job still finish on this group's kind of VM? (cloud/deadline.py)
+            switching = self._deadline(spec, identity, storage)
+            if switching is not None:
+                journal.end(attempt, "stopped", reason=f"the group switches to {switching.to_mode}: {switching.reason}")
+                return EXIT_OK  # the group recreates this VM from the other template
+
             # 4. from here on a notice is heard (and one that came during start-up is not forgotten)
             self._booting = False
             watcher = NoticeWatcher(self.metadata).start()
@@ -405,6 +412,29 @@ class Boot:
         return ending.exit_code
 
     # -- the steps' parts -------------------------------------------------------------------------
+
+    def _deadline(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage):
+        """Step 3b: the deadline policy at this boot (a VM is about to train: `running`). Logs the
+        decision; when it says switch, asks the group to (this VM's service account needs
+        compute.instanceGroupManagers.update) and returns the Switch; else None. Never fatal."""
+        from survivor.agent.finish import parse_created_by
+        from survivor.cloud import deadline, group
+
+        if spec.deadline is None:
+            return None
+        try:
+            decision = deadline.assess(spec, storage, _dt.datetime.now(_dt.timezone.utc), running=True)
+            log.info("deadline", mode=decision.mode, switch=decision.switch, reason=decision.reason,
+                     slack_hours=decision.slack_hours)
+            ref = parse_created_by(identity.created_by)
+            if not decision.switch or ref is None or self.metadata is None:
+                return None
+            factory = self.options.compute_factory or _default_compute
+            return group.switch_group(factory(identity), ref, decision.mode, decision.reason, by="agent",
+                                      storage=storage)
+        except Exception as exc:  # the watch decides again; training goes on meanwhile
+            log.warning("deadline decision not acted on", error=f"{type(exc).__name__}: {exc}")
+            return None
 
     def _load(self) -> tuple[JobSpec, InstanceIdentity]:
         """Step 1: the job spec and who this VM is (`project` None off Compute Engine)."""
