@@ -78,3 +78,8 @@ def test_prices_given_on_the_command_line_replace_the_catalogs(stand_in):
 def test_a_region_or_gpu_without_a_sku_falls_back_to_the_table(stand_in):
     prices = hourly_prices(Machine("n1-standard-8", None, 0), "europe-west4", today=DAY)
     assert prices.basis.startswith(pricing.TABLE_BASIS) and "no price for n1-standard-8" in prices.basis
+
+
+def test_the_vm_never_installs_the_catalog_client():
+    lock = open(os.path.join(os.path.dirname(catalog.__file__), "..", "startup", "vm-lock.txt")).read()
+    assert "google-cloud-billing" not in lock and "matplotlib" not in lock
