@@ -85,3 +85,26 @@ def test_assess_reads_the_job_dir_and_the_group_mode_from_the_records(tmp_path):
     assert decision.mode == ON_DEMAND and decision.current == SPOT
     assert assess(JobSpec.from_yaml(f"job_dir: {tmp_path}/job\ntrain_steps: 10\ntrainer: {{builtin: dummy}}\n"),
                   storage, later, running=False) is None
+
+
+def test_survivor_watch_switches_a_stocked_out_spot_group_past_its_margin(compute_server, tmp_path, capsys,
+                                                                           monkeypatch):
+    from survivor.commands import main as cli
+
+    spec = job(tmp_path, extra="")
+    compute, group = spot_group(compute_server, spec)
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    storage = open_storage(spec.job_dir)
+    journal = Journal(storage)
+    attempt = journal.begin("cifar-x")  # an hour ago it trained 100 of 1000 steps, then was preempted
+    attempt.started = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=35)).isoformat()
+    journal.end(attempt, "preempted", end_step=100, reached_step=100)
+    attempt.ended = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=34)).isoformat()
+    journal.update(attempt)
+    compute_server.fail_instance_creation(spot_only=True)
+    compute.recreate_instances(group, [(m["zone"], m["name"]) for m in compute.managed_instances(group)])
+    assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0
+    out = capsys.readouterr().out
+    assert "spot -> on-demand" in out
+    assert [s.by for s in switches(storage)] == ["watch"]
+    assert compute.managed_instances(group)[0]["status"] == "RUNNING"

@@ -632,3 +632,35 @@ def switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, *
     if members:
         compute.recreate_instances(group, members)
     return switch
+
+
+def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
+               check_every_hours: float | None = None, say: Say = _silent):
+    """One look at a job with a deadline, from anywhere (`survivor watch`): the policy's decision for
+    its group now, acted on (switch_group, by="watch"). Running while no VM does (a Spot stockout)
+    is what it is for: the agent decides at every boot, and without a VM there is no boot.
+    Returns the Decision (None: the spec has no deadline); RequestError for a missing group."""
+    from survivor.cloud import deadline
+    from survivor.jobdir.storage import open_storage
+
+    found = compute.get_group(group)
+    if found is None:
+        raise RequestError(f"group {group.name}: not found; nothing to watch")
+    current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
+    base = current[: -len(ON_DEMAND_SUFFIX)] if current.endswith(ON_DEMAND_SUFFIX) else current
+    template = compute.get_template(base) or compute.get_template(current)
+    spec = _spec_of(template) if template else None
+    if spec is None:
+        raise RequestError(f"group {group.name}: its template {current} carries no survivor-job spec")
+    storage = open_storage(job_dir or spec.job_dir, project=group.project)
+    running = any(m["status"] == "RUNNING" for m in compute.managed_instances(group))
+    created = _dt.datetime.fromisoformat(found["creationTimestamp"]) if found.get("creationTimestamp") else None
+    decision = deadline.assess(spec, storage, _dt.datetime.now(_dt.timezone.utc), running=running, first_start=created,
+                               check_every_hours=check_every_hours or deadline.CHECK_EVERY_HOURS)
+    if decision is None:
+        say(f"job {spec.name}: no deadline in its spec; nothing to decide")
+        return None
+    say(f"job {spec.name}: {decision.current} -> {decision.mode}: {decision.reason}")
+    if decision.switch:
+        switch_group(compute, group, decision.mode, decision.reason, by="watch", storage=storage, say=say)
+    return decision

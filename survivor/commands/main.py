@@ -10,7 +10,8 @@ One module per group of commands, each adding its subparsers and handlers:
 - survivor/commands/group.py: the operator's Compute Engine commands (make-template, make-image,
   make-group, preflight, status, stop, start, delete, logs);
 - survivor/commands/vertex.py: `submit`, and `status`/`logs` with `--vertex`;
-- survivor/commands/local.py: demo, simulate, emulate, data (the only commands that start stand-ins).
+- survivor/commands/local.py: demo, simulate, emulate, data (the only commands that start stand-ins);
+- survivor/commands/watch.py: `watch`, the deadline policy from outside the VM.
 
 A handler turns its arguments into typed options and calls a library function that never sees
 argparse; whatever that raises reaches `main`, which asks survivor/commands/errors.py what to print
@@ -27,7 +28,7 @@ from survivor import __version__
 
 def build_parser() -> argparse.ArgumentParser:
     """The `survivor` parser with every command; each subparser's `func` handles its command."""
-    from survivor.commands import agent, group, local, vertex
+    from survivor.commands import agent, group, local, vertex, watch
 
     parser = argparse.ArgumentParser(
         prog="survivor",
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_commands(sub)
     vertex.add_commands(sub)
     group.add_commands(sub)
+    watch.add_commands(sub)
     return parser
 
 
