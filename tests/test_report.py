@@ -44,7 +44,7 @@ def test_report_writes_the_timeline_png_and_the_markdown_with_the_figures(job, t
     png = tmp_path / "out" / "timeline.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     md = (tmp_path / "out" / "report.md").read_text()
-    assert "Goodput: **51.5%**" in md  # 880 productive seconds of 1710
+    assert "Goodput: **51.5%** of 28.5 min wall time" in md  # 880 productive seconds of 1710
     for label in ("waiting for capacity", "VM boot and install", "work re-run after a disruption",
                   "checkpoint stalls", "failed attempts", "trainer start", "restore"):
         assert f"| {label} |" in md

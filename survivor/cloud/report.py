@@ -181,24 +181,24 @@ def status_line(report: JobReport) -> str:
 def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
     """The report as Markdown: the figures, badput by cause, cost beside on-demand, the timeline."""
     def money(value: float | None) -> str:
-        return "unknown" if value is None else f"${value:,.2f}"
+        return "unknown" if value is None else f"${value:,.2f}" if abs(value) >= 1 else f"${value:.4f}"
 
     lines = [f"# Job report: {report.job_dir}", "",
              f"State **{report.state}**, committed step {report.committed_step if report.committed_step is not None else '-'}"
              + (f" of {report.train_steps}" if report.train_steps else "")
              + f"; {report.boots} boots, {report.preemptions} preemptions.", "",
              f"- Goodput: **{'-' if report.goodput is None else f'{100 * report.goodput:.1f}%'}** of "
-             f"{report.wall_hours:.2f} h wall time ({report.vm_hours:.2f} h of VM time)"]
+             f"{_duration(report.wall_hours * 3600)} wall time ({_duration(report.vm_hours * 3600)} of VM time)"]
     if report.seconds_per_step:
         lines.append(f"- Measured: {report.seconds_per_step:.3f} s per step of productive training")
     if report.hours_left is not None:
-        lines.append(f"- Left: {report.hours_left:.2f} h of VM time at the measured goodput")
-    lines += ["", "## Where the time went", "", "| cause | ml-goodput-measurement | hours | share |",
+        lines.append(f"- Left: {_duration(report.hours_left * 3600)} of VM time at the measured goodput")
+    lines += ["", "## Where the time went", "", "| cause | ml-goodput-measurement | time | share |",
               "|---|---|---:|---:|"]
     wall = report.wall_hours * 3600 or 1.0
     for cause in CAUSES:
         seconds = report.badput_seconds[cause]
-        lines.append(f"| {LABELS[cause]} | {GOOGLE_TERMS[cause] or '(goodput)'} | {seconds / 3600:.3f} | "
+        lines.append(f"| {LABELS[cause]} | {GOOGLE_TERMS[cause] or '(goodput)'} | {_duration(seconds)} | "
                      f"{100 * seconds / wall:.1f}% |")
     lines += ["", "## Cost", ""]
     if report.prices is None:
@@ -214,6 +214,13 @@ def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
                          f"{money(report.cost_projected.get('on_demand'))} | {money(report.saving_projected)} |")
     lines += ["", "## Timeline", "", f"![timeline]({png_name})", ""]
     return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    """Seconds for people: `42.0 s`, `12.5 min`, `3.20 h` (a compressed simulation is seconds long)."""
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.2f} h"
 
 
 def draw_timeline(report: JobReport, path: str) -> str:
