@@ -195,7 +195,7 @@ def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
         lines.append(f"- Left: {_duration(report.hours_left * 3600)} of VM time at the measured goodput")
     lines += ["", "## Where the time went", "", "| cause | ml-goodput-measurement | time | share |",
               "|---|---|---:|---:|"]
-    wall = report.wall_hours * 3600 or 1.0
+    wall = (report.ledger.wall_seconds if report.ledger else report.wall_hours * 3600) or 1.0  # unrounded
     for cause in CAUSES:
         seconds = report.badput_seconds[cause]
         lines.append(f"| {LABELS[cause]} | {GOOGLE_TERMS[cause] or '(goodput)'} | {_duration(seconds)} | "
