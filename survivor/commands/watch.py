@@ -2,10 +2,14 @@
 
     $ survivor watch cifar10 --zone us-west1-b              # one look: decide, switch if needed
     $ survivor watch cifar10 --zone us-west1-b --every 15m  # keep looking (a laptop, Cloud Shell)
+    $ survivor watch cifar10 --zone us-west1-b --deploy --service-account SA_EMAIL [--image IMAGE]
+    $ survivor watch cifar10 --zone us-west1-b --undeploy
 
 The agent decides at every boot; during a Spot stockout there is no boot, so something outside the
-VM has to look. One look is what a Cloud Run job runs when Cloud Scheduler triggers it
-(docs/deadline.md); `--every` loops in the foreground. Never an always-on VM of survivor's.
+VM has to look. `--deploy` makes Google Cloud do it: a Cloud Run job running one look
+(`--once`) and a Cloud Scheduler job triggering it every `--every` (15m by default;
+survivor/cloud/watch_deploy.py, docs/deadline.md); `--every` alone loops in the foreground.
+Never an always-on VM of survivor's.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from survivor.commands.errors import CommandError
 
 
 def _seconds(text: str) -> float:
@@ -22,17 +27,54 @@ def _seconds(text: str) -> float:
     return float(text[:-1]) * scale[text[-1]] if text[-1:] in scale else float(text)
 
 
+def _deployment(args: argparse.Namespace, project: str):
+    """The typed deployment options from the flags: the Cloud Run and Scheduler jobs live in the
+    group's region (a zone's region for a zonal group) unless --location names another."""
+    from survivor.cloud.watch_deploy import WatchDeployment
+
+    location = args.location or args.region or args.zone.rsplit("-", 1)[0]
+    return WatchDeployment(job=args.name, project=project, region=location, zone=args.zone,
+                           group_region=args.region, service_account=args.service_account or "",
+                           image=args.image, every_minutes=round(_seconds(args.every or "15m") / 60),
+                           job_dir=args.job_dir)
+
+
+def run_deploy(args: argparse.Namespace, project: str) -> int:
+    """`--deploy` / `--undeploy`: creates (or updates) or removes the Cloud Run and Scheduler jobs."""
+    from google.api_core.exceptions import GoogleAPICallError
+
+    from survivor.cloud import watch_deploy
+
+    options = _deployment(args, project)
+    try:
+        if args.undeploy:
+            done = watch_deploy.undeploy(options)
+        else:
+            if not args.service_account:
+                raise CommandError("--deploy needs --service-account: the identity the Cloud Run job runs as "
+                                   "and whose OAuth token Cloud Scheduler sends (docs/deadline.md)")
+            done = watch_deploy.deploy(options)
+    except GoogleAPICallError as exc:
+        raise CommandError(f"watch {'--undeploy' if args.undeploy else '--deploy'} {options.name}: {exc.message}") from None
+    for system, what in done.items():
+        label = "Cloud Run job" if system == "run" else "Cloud Scheduler job"
+        print(f"{label} {options.parent}/jobs/{options.name}: {what}")
+    return 0
+
+
 def run_watch(args: argparse.Namespace) -> int:
     """`survivor watch`: one decision (or one every --every) for the job's group; 0 when done."""
     from survivor.cloud.compute import Compute
     from survivor.cloud.group import JobAddress, watch_once
 
     group = JobAddress(args.name, args.project, args.zone, args.region).group()
+    if args.deploy or args.undeploy:
+        return run_deploy(args, group.project)
     compute = Compute(group.project)
     every = _seconds(args.every) if args.every else 0.0
     while True:
         watch_once(compute, group, job_dir=args.job_dir, check_every_hours=(every or 900) / 3600, say=print)
-        if not every:
+        if not every or args.once:
             return 0
         time.sleep(every)
 
@@ -47,4 +89,16 @@ def add_commands(sub) -> None:
     where.add_argument("--region")
     p.add_argument("--job-dir", help="the job dir (default: the one in the group's template)")
     p.add_argument("--every", help="look again this often (15m, 1h); default: look once")
+    p.add_argument("--once", action="store_true",
+                   help="look once even with --every (which then only tells the policy how often it is asked: "
+                        "what the deployed job runs)")
+    deploy = p.add_mutually_exclusive_group()
+    deploy.add_argument("--deploy", action="store_true",
+                        help="run the look on Google Cloud: a Cloud Run job triggered by Cloud Scheduler every "
+                             "--every (default 15m); again to update")
+    deploy.add_argument("--undeploy", action="store_true", help="remove the Cloud Run and Cloud Scheduler jobs")
+    p.add_argument("--image", help="with --deploy: the container image with survivor (default: "
+                                   "REGION-docker.pkg.dev/PROJECT/survivor/survivor:VERSION, docs/deadline.md)")
+    p.add_argument("--service-account", help="with --deploy: the service account both jobs use")
+    p.add_argument("--location", help="with --deploy: the region of the two jobs (default: the group's)")
     p.set_defaults(func=run_watch)
