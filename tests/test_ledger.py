@@ -116,3 +116,32 @@ def test_each_boot_records_its_guest_boot_time_and_the_trainers_first_step(tmp_p
     (record,) = Journal(open_storage(job_dir)).attempts()
     assert record.booted is not None and record.booted <= record.started
     assert record.timings["first_step"] > 0
+
+
+def test_a_boot_runs_in_the_mode_of_the_last_switch_before_it_booted():
+    from survivor.jobdir.ledger import mode_at
+    from survivor.jobdir.switches import Switch
+
+    # the watch switched to on-demand at 1200 s, while boot 3 (booted 1100 s, killed) still ran on Spot
+    switch = Switch(time=at(1200), to_mode="on-demand", from_mode="spot", reason="behind", by="watch")
+    done = T0 + _dt.timedelta(seconds=1710)
+    ledger = build_ledger(simulated_job(), now=done, done_at=done, switches=[switch])
+    assert ledger.modes == {1: "spot", 2: "spot", 3: "spot", 4: "on-demand"}
+    assert ledger.mode == "on-demand"
+    by_mode = ledger.vm_seconds_by_mode()
+    assert by_mode == {"spot": pytest.approx(704 + 66 + 140), "on-demand": pytest.approx(1705 - 1240)}
+    assert sum(by_mode.values()) == pytest.approx(ledger.vm_seconds)
+    back = Switch(time=at(1500), to_mode="spot", from_mode="on-demand")
+    assert [mode_at([switch, back], T0 + _dt.timedelta(seconds=s)) for s in (0, 1200, 1499, 1500)] == [
+        "spot", "on-demand", "on-demand", "spot"]
+    assert build_ledger(simulated_job(), now=done, done_at=done).vm_seconds_by_mode()["on-demand"] == 0.0
+
+
+def test_the_groups_creation_counts_as_waiting_for_capacity_before_the_first_boot():
+    done = T0 + _dt.timedelta(seconds=1710)
+    ledger = build_ledger(simulated_job(), now=done, done_at=done, created=T0 - _dt.timedelta(seconds=90))
+    assert ledger.spans[0].cause == "capacity" and ledger.spans[0].seconds == 90.0
+    assert ledger.wall_seconds == 1800.0
+    # a group made again after the job's first boot does not move the job's start
+    later = build_ledger(simulated_job(), now=done, done_at=done, created=T0 + _dt.timedelta(seconds=500))
+    assert later.start == T0 and later.wall_seconds == 1710.0

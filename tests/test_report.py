@@ -61,7 +61,7 @@ def test_report_json_parses_and_its_costs_compare_spot_with_on_demand(job, tmp_p
     assert data["badput"]["rework"]["seconds"] == pytest.approx(120)
     spot_rate, od_rate = data["prices"]["spot"], data["prices"]["on_demand"]
     vm_seconds = 1710 - 330  # every second but the capacity gaps ran a VM
-    assert data["cost_so_far"]["spot"] == pytest.approx(vm_seconds / 3600 * spot_rate, abs=1e-3)
+    assert data["cost_so_far"]["job"] == pytest.approx(vm_seconds / 3600 * spot_rate, abs=1e-3)
     # on on-demand: the productive time plus the first boot's start (60 s boot, 5 s restore, 30 s start)
     assert data["cost_so_far"]["on_demand"] == pytest.approx((880 + 95) / 3600 * od_rate, abs=1e-3)
     assert data["saving_so_far"] > 0
@@ -77,3 +77,112 @@ def test_report_without_a_machine_shows_time_but_no_cost(job, tmp_path, capsys):
 def test_status_of_a_job_dir_shows_its_goodput(job, capsys):
     assert main(["status", "--job-dir", job]) == 0
     assert "goodput 51%" in capsys.readouterr().out
+
+
+# -- switches between Spot and on-demand, and the wait before the first VM ----------------------
+
+REASON = "behind: at 52% Spot goodput the remaining 0.20 h of training | misses the deadline"
+
+
+def write_job(job_dir: str) -> None:
+    """The simulated job's records (four boots, DONE at 1710 s) in a job dir."""
+    storage = open_storage(job_dir)
+    for attempt in simulated_job():
+        storage.write(attempt.name, _dump(asdict(attempt)))
+    storage.write("survivor/DONE", _dump({"time": (T0 + _dt.timedelta(seconds=1710)).isoformat(), "step": 200}))
+
+
+def test_report_lists_a_switch_and_prices_the_on_demand_boot_at_the_on_demand_price(tmp_path, capsys):
+    from survivor.jobdir.switches import Switch, record_switch
+
+    job_dir = str(tmp_path / "jobdir")
+    write_job(job_dir)
+    # the watch switched the group at 1200 s, while boot 3 (booted at 1100 s on Spot) ran; boot 4 is on-demand
+    record_switch(open_storage(job_dir), Switch(time=(T0 + _dt.timedelta(seconds=1200)).isoformat(),
+                                                to_mode="on-demand", from_mode="spot", reason=REASON, by="watch",
+                                                template="cifar-on-demand"))
+    prices = ["--spot-price", "1.0", "--on-demand-price", "3.6"]
+    assert report(job_dir, tmp_path / "out", *prices) == 0
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| 2026-03-01 12:20:00 | spot -> on-demand | behind: at 52% Spot goodput the remaining 0.20 h of " \
+           "training \\| misses the deadline | watch |" in md
+    assert "The group runs **on-demand** now." in md
+    png = tmp_path / "out" / "timeline.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    capsys.readouterr()
+
+    assert report(job_dir, tmp_path / "out", *prices, "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [(s["from_mode"], s["to_mode"], s["reason"], s["by"]) for s in data["switches"]] == [
+        ("spot", "on-demand", REASON, "watch")]
+    assert data["boot_modes"] == {"1": "spot", "2": "spot", "3": "spot", "4": "on-demand"}
+    # Spot: boot 1 (0-704 s), boot 2 (984-1050 s), boot 3 (1100-1240 s, killed; it booted before the switch)
+    spot_seconds, on_demand_seconds = 704 + 66 + 140, 1705 - 1240  # boot 4 runs from its boot to its record's end
+    assert data["vm_hours_by_mode"] == {"spot": round(spot_seconds / 3600, 4),
+                                        "on-demand": round(on_demand_seconds / 3600, 4)}
+    assert data["cost_by_mode"] == {"spot": round(spot_seconds / 3600 * 1.0, 4),        # $0.2528
+                                    "on-demand": round(on_demand_seconds / 3600 * 3.6, 4)}  # $0.465
+    assert data["cost_so_far"]["job"] == pytest.approx(0.2528 + 0.465, abs=1e-4)
+    # the same job on on-demand is unchanged by the switch: productive time plus the first boot's start
+    assert data["cost_so_far"]["on_demand"] == pytest.approx((880 + 95) / 3600 * 3.6, abs=1e-4)
+    assert data["cost_projected"]["job"] == data["cost_so_far"]["job"]  # done: nothing left to run
+    assert data["saving_so_far"] == pytest.approx(data["cost_so_far"]["on_demand"] - data["cost_so_far"]["job"],
+                                                  abs=1e-4)
+
+
+def test_a_job_without_switches_says_every_vm_ran_on_spot(job, tmp_path):
+    assert report(job, tmp_path / "out", "--offline") == 0
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "None: every VM ran on Spot." in md
+    assert "| on on-demand (after a switch) | 0.0000 h |" in md
+
+
+def test_the_groups_creation_shows_as_waiting_for_capacity_before_the_first_boot(compute_server, tmp_path,
+                                                                                   monkeypatch, capsys):
+    from survivor.cloud.compute import Compute, GroupRef
+    from survivor.cloud.template import MachineOptions, template_body
+    from survivor.jobdir.ledger import parse_time
+    from survivor.jobdir.switches import Switch, record_switch
+    from survivor.spec import JobSpec
+    from tests.test_ledger import attempt
+
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "survivor-local")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    spec = JobSpec.from_yaml(f"job_dir: {tmp_path}/job\ntrain_steps: 200\ntrainer: {{builtin: dummy}}\n"
+                             "compute: {machine_type: n1-standard-8, gpu: 'nvidia-tesla-t4:1'}\n")
+    compute = Compute("survivor-local", endpoint=compute_server.endpoint)
+    compute.insert_template(template_body("cifar", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
+    compute.create_group("cifar", "cifar", zone="us-west1-b", size=1)
+    created = parse_time(compute.get_group(GroupRef("survivor-local", "cifar", zone="us-west1-b"))["creationTimestamp"])
+    # the records' times are T0-relative: put T0 45 s after the group's creation (a Spot stockout at first)
+    offset = created + _dt.timedelta(seconds=45) - T0
+    storage = open_storage(spec.job_dir)
+    for record in (attempt(1, 0, 60, 60 + 2 + 5 + 300 + 3, "preempted", end_step=100, reached=100, lost=0,
+                           restore=2.0, setup=5.0, train=300.0, trainer_save=3.0),
+                   attempt(2, 400, 440, 440 + 2 + 5 + 300 + 1, "finished", restored=100, end_step=200, reached=200,
+                           lost=0, restore=2.0, setup=5.0, train=300.0, final_commit=1.0)):
+        for field_name in ("booted", "started", "ended"):
+            setattr(record, field_name, (parse_time(getattr(record, field_name)) + offset).isoformat())
+        storage.write(record.name, _dump(asdict(record)))
+    storage.write("survivor/DONE", _dump({"time": (T0 + offset + _dt.timedelta(seconds=748)).isoformat()}))
+    record_switch(storage, Switch(time=(T0 + offset + _dt.timedelta(seconds=380)).isoformat(), to_mode="on-demand",
+                                  from_mode="spot", reason="safety net", by="watch"))
+
+    assert main(["report", "cifar", "--zone", "us-west1-b", "--spot-price", "0.5", "--on-demand-price", "2.0",
+                 "--out", str(tmp_path / "out"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    first = data["timeline"][0]
+    assert (first["cause"], parse_time(first["start"]), parse_time(first["end"])) == (
+        "capacity", created, created + _dt.timedelta(seconds=45))
+    assert data["badput"]["capacity"]["seconds"] == pytest.approx(45 + 30)  # before boot 1, and 370-400 s
+    assert data["wall_hours"] == round((45 + 748) / 3600, 4)
+    assert data["vm_hours_by_mode"] == {"spot": round(370 / 3600, 4), "on-demand": round(348 / 3600, 4)}
+    assert data["cost_so_far"]["job"] == pytest.approx(370 / 3600 * 0.5 + 348 / 3600 * 2.0, abs=1e-4)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| waiting for capacity | INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION | 75.0 s |" in md
+    assert "| spot -> on-demand | safety net | watch |" in md
+
+    # with --job-dir alone the job starts at its first boot: no wait before it
+    assert report(spec.job_dir, tmp_path / "alone", "--json", "--offline") == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert alone["timeline"][0]["cause"] == "vm_boot" and alone["badput"]["capacity"]["seconds"] == pytest.approx(30)

@@ -499,16 +499,17 @@ def _template_machine(template: dict) -> dict[str, Any]:
 
 
 def _goodput_line(job_dir: str, machine: dict | None, group: GroupRef, spec: JobSpec | None,
-                  spot_price: float | None, on_demand_price: float | None) -> str:
+                  spot_price: float | None, on_demand_price: float | None, created: str | None = None) -> str:
     """`status`'s one line of goodput and cost, from the goodput ledger and cached catalog prices
     (status never waits on the catalog: `survivor report` fetches and caches them)."""
     from survivor.cloud import report
     from survivor.cloud.catalog import Machine
+    from survivor.jobdir.ledger import parse_time
 
     options = report.ReportOptions(
         machine=Machine(machine["machine_type"], machine["gpu_type"], machine["gpu_count"]) if machine else None,
         region=group.region or (group.zone or "").rsplit("-", 1)[0], train_steps=spec.train_steps if spec else None,
-        spot_price=spot_price, on_demand_price=on_demand_price, online=False)
+        spot_price=spot_price, on_demand_price=on_demand_price, online=False, created=parse_time(created))
     return report.status_line(report.build_report(job_dir, options))
 
 
@@ -526,7 +527,8 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
         out["group"] = None
     else:
         out["group"] = {"target_size": found.get("targetSize"),
-                        "template": (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]}
+                        "template": (found.get("instanceTemplate") or "").rsplit("/", 1)[-1],
+                        "created": found.get("creationTimestamp")}
         instances = compute.managed_instances(group)
         for instance in instances:
             instance["guest"] = compute.guest_attributes(instance["zone"], instance["name"]) if instance["zone"] else {}
@@ -554,7 +556,8 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
             out["cost_usd"] = {"spot": cost.spot_usd, "on_demand": cost.on_demand_usd, "saving": cost.saving,
                                "spot_per_hour": cost.spot_rate, "on_demand_per_hour": cost.on_demand_rate,
                                "basis": cost.basis}
-        out["goodput_line"] = _goodput_line(job_dir, out.get("machine"), group, spec, spot_price, on_demand_price)
+        out["goodput_line"] = _goodput_line(job_dir, out.get("machine"), group, spec, spot_price, on_demand_price,
+                                            (out.get("group") or {}).get("created"))
     return out
 
 

@@ -2,7 +2,7 @@
 
     >>> report = build_report(job_dir, ReportOptions(machine=Machine("n1-standard-8", "nvidia-tesla-t4", 1),
     ...                                              region="us-central1", train_steps=10000))
-    >>> report.goodput, report.cost_so_far["spot"], report.saving_projected
+    >>> report.goodput, report.cost_so_far["job"], report.saving_projected
     (0.83, 1.92, 7.41)
     >>> write_report(report, "/tmp/report")   # report.md and timeline.png side by side
     ('/tmp/report/report.md', '/tmp/report/timeline.png')
@@ -11,12 +11,18 @@ The time comes from the goodput ledger (survivor/jobdir/ledger.py: the attempt r
 phases, badput by cause in ml-goodput-measurement's terms); the prices from survivor/cloud/catalog.py
 (the Cloud Billing Catalog, its day's cache, the command line's overrides, or the offline table;
 `prices.basis` says which). Cost is VM time: Compute Engine bills a VM from its boot to its end, so
-the ledger's boots (kernel boot to the attempt's end) at the Spot price are what the job cost so far.
+the ledger's boots (kernel boot to the attempt's end) are what the job cost so far, each boot at
+the price of its provisioning mode: Spot, or on-demand after the deadline policy switched the group
+(the switch records in survivor/jobdir/switches.py; a switch replaces the VM, so a boot's mode is
+the mode of the last switch before it booted). The report lists every switch with its reason and who
+decided it, and marks it on the timeline.
 
 "The same job on on-demand" is the job without disruptions: its productive training, plus one
 boot, restore and trainer start (the first attempt's, as measured), at the on-demand price; the
 saving is that less the Spot cost. Projected to the finish: the steps left at the measured seconds
-per step, in VM time at the measured share of VM time that was productive.
+per step, in VM time at the measured share of VM time that was productive, at the price of the
+mode the group runs in now. The wait before the first VM counts from `ReportOptions.created` (the
+group's creation) when it is known.
 """
 
 from __future__ import annotations
@@ -29,9 +35,10 @@ from typing import Any
 
 from survivor.cloud.catalog import Machine, Prices, hourly_prices
 from survivor.jobdir.journal import Journal
-from survivor.jobdir.ledger import CAUSES, GOOGLE_TERMS, LABELS, Ledger, build_ledger, parse_time
+from survivor.jobdir.ledger import CAUSES, GOOGLE_TERMS, LABELS, ON_DEMAND, SPOT, Ledger, build_ledger, parse_time
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.store import CheckpointStore
+from survivor.jobdir.switches import switches as recorded_switches
 
 #: The causes a job on an on-demand VM without disruptions still spends once, at its start.
 ONCE_PER_JOB = ("vm_boot", "restore", "trainer_start")
@@ -52,6 +59,8 @@ class ReportOptions:
         spot_price, on_demand_price: USD per hour of the whole VM, instead of the catalog's.
         online: read the Cloud Billing Catalog when today's prices are not cached.
         now: what "so far" means (default: the current time).
+        created: when the job first asked for a VM (its group's creationTimestamp), so the wait
+            before the first boot counts as waiting for capacity; None: the job starts at its first boot.
     """
 
     machine: Machine | None = None
@@ -61,11 +70,17 @@ class ReportOptions:
     on_demand_price: float | None = None
     online: bool = True
     now: _dt.datetime | None = None
+    created: _dt.datetime | None = None
 
 
 @dataclass
 class JobReport:
-    """A job's goodput, badput by cause, cost so far and projected, beside the same job on on-demand."""
+    """A job's goodput, badput by cause, cost so far and projected, beside the same job on on-demand.
+
+    `cost_so_far` and `cost_projected` hold "job" (this job: its Spot VM time at the Spot price and
+    its on-demand VM time at the on-demand price) and "on_demand" (the same job on on-demand without
+    disruptions); `cost_by_mode` is the job's cost so far split by provisioning mode, `vm_hours_by_mode`
+    its VM time, and `mode` the mode the group runs in now."""
 
     job_dir: str
     state: str
@@ -82,17 +97,20 @@ class JobReport:
     hours_left: float | None = None
     boots: int = 0
     preemptions: int = 0
+    mode: str = SPOT
+    vm_hours_by_mode: dict[str, float] = field(default_factory=dict)
+    cost_by_mode: dict[str, float | None] = field(default_factory=dict)
     ledger: Ledger | None = None
 
     @property
     def saving_so_far(self) -> float | None:
         """USD saved so far against the same progress on on-demand."""
-        return _minus(self.cost_so_far.get("on_demand"), self.cost_so_far.get("spot"))
+        return _minus(self.cost_so_far.get("on_demand"), self.cost_so_far.get("job"))
 
     @property
     def saving_projected(self) -> float | None:
         """USD saved at the finish against the whole job on on-demand."""
-        return _minus(self.cost_projected.get("on_demand"), self.cost_projected.get("spot"))
+        return _minus(self.cost_projected.get("on_demand"), self.cost_projected.get("job"))
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON values (what `--json` prints)."""
@@ -105,6 +123,8 @@ class JobReport:
                          for cause in CAUSES if cause != "productive"}
         del out["badput_seconds"]
         if self.ledger is not None:
+            out["switches"] = [asdict(s) for s in self.ledger.switches]
+            out["boot_modes"] = {str(number): mode for number, mode in self.ledger.modes.items()}
             out["timeline"] = [{"start": s.start.isoformat(), "end": s.end.isoformat(), "cause": s.cause,
                                 "attempt": s.attempt} for s in self.ledger.spans]
         return out
@@ -121,7 +141,8 @@ def build_report(job_dir: str, options: ReportOptions) -> JobReport:
     latest = CheckpointStore(storage, max_step=options.train_steps).latest()
     marker = state.done or state.failed
     now = options.now or _dt.datetime.now(_dt.timezone.utc)
-    ledger = build_ledger(state.attempts, now=now, done_at=parse_time(marker.get("time")) if marker else None)
+    ledger = build_ledger(state.attempts, now=now, done_at=parse_time(marker.get("time")) if marker else None,
+                          created=options.created, switches=recorded_switches(storage))
     prices = None
     if options.machine is not None:
         prices = hourly_prices(options.machine, options.region, online=options.online,
@@ -148,16 +169,32 @@ def figures(ledger: Ledger, prices: Prices | None, *, job_dir: str, state: str, 
                        goodput=None if ledger.goodput is None else round(ledger.goodput, 4),
                        badput_seconds=by_cause, seconds_per_step=per_step, prices=prices,
                        hours_left=None if vm_left is None else round(vm_left / 3600, 4),
-                       boots=len(ledger.boots), preemptions=preemptions, ledger=ledger)
+                       boots=len(ledger.boots), preemptions=preemptions, mode=ledger.mode,
+                       vm_hours_by_mode={mode: round(seconds / 3600, 4)
+                                         for mode, seconds in ledger.vm_seconds_by_mode().items()},
+                       ledger=ledger)
     if prices is not None:
         od_hours_so_far = (ledger.productive_seconds + once) / 3600
-        report.cost_so_far = {"spot": _usd(ledger.vm_seconds / 3600, prices.spot),
+        report.cost_by_mode = {mode: _usd(seconds / 3600, rate(prices, mode))
+                               for mode, seconds in ledger.vm_seconds_by_mode().items()}
+        report.cost_so_far = {"job": _sum(report.cost_by_mode.values()),
                               "on_demand": _usd(od_hours_so_far, prices.on_demand)}
         if productive_left is not None and vm_left is not None:
-            report.cost_projected = {
-                "spot": _usd((ledger.vm_seconds + vm_left) / 3600, prices.spot),
-                "on_demand": _usd(od_hours_so_far + productive_left / 3600, prices.on_demand)}
+            # the VM time left runs in the mode the group is in now, at that mode's price
+            left = _usd(vm_left / 3600, rate(prices, ledger.mode))
+            report.cost_projected = {"job": _sum([report.cost_so_far["job"], left]),
+                                     "on_demand": _usd(od_hours_so_far + productive_left / 3600, prices.on_demand)}
     return report
+
+
+def rate(prices: Prices, mode: str) -> float | None:
+    """USD per hour of the VM in a provisioning mode ("spot" or "on-demand")."""
+    return prices.on_demand if mode == ON_DEMAND else prices.spot
+
+
+def _sum(values) -> float | None:
+    values = list(values)
+    return None if any(v is None for v in values) else round(sum(values), 4)
 
 
 def _first(ledger: Ledger) -> int:
@@ -171,15 +208,18 @@ def _usd(hours: float, rate: float | None) -> float | None:
 def status_line(report: JobReport) -> str:
     """One line for `survivor status`: goodput and cost so far (and what on-demand would have cost)."""
     goodput = "goodput -" if report.goodput is None else f"goodput {100 * report.goodput:.0f}%"
-    spot, on_demand = report.cost_so_far.get("spot"), report.cost_so_far.get("on_demand")
-    if spot is None:
+    job, on_demand = report.cost_so_far.get("job"), report.cost_so_far.get("on_demand")
+    if job is None:
         return f"{goodput} of {report.wall_hours:.2f} h; cost unknown (no machine or price)"
     od = f" (on-demand ${on_demand:.2f})" if on_demand is not None else ""
-    return f"{goodput} of {report.wall_hours:.2f} h; ${spot:.2f} so far on Spot{od}; {report.prices.basis}"
+    where = "on Spot" if not report.vm_hours_by_mode.get(ON_DEMAND) else \
+        f"(Spot ${report.cost_by_mode[SPOT]:.2f} + on-demand ${report.cost_by_mode[ON_DEMAND]:.2f} after a switch)"
+    return f"{goodput} of {report.wall_hours:.2f} h; ${job:.2f} so far {where}{od}; {report.prices.basis}"
 
 
 def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
-    """The report as Markdown: the figures, badput by cause, cost beside on-demand, the timeline."""
+    """The report as Markdown: the figures, badput by cause, the switches between Spot and on-demand,
+    cost by provisioning mode beside the same job on on-demand, the timeline."""
     def money(value: float | None) -> str:
         return "unknown" if value is None else f"${value:,.2f}" if abs(value) >= 1 else f"${value:.4f}"
 
@@ -200,20 +240,41 @@ def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
         seconds = report.badput_seconds[cause]
         lines.append(f"| {LABELS[cause]} | {GOOGLE_TERMS[cause] or '(goodput)'} | {_duration(seconds)} | "
                      f"{100 * seconds / wall:.1f}% |")
+    lines += ["", "## Switches between Spot and on-demand", ""]
+    switches = report.ledger.switches if report.ledger else []
+    if not switches:
+        lines.append("None: every VM ran on Spot.")
+    else:
+        lines += [f"The group runs **{report.mode}** now.", "",
+                  "| time (UTC) | switch | reason | decided by |", "|---|---|---|---|"]
+        for switch in switches:
+            when = parse_time(switch.time)
+            shown = when.astimezone(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if when else switch.time
+            lines.append(f"| {shown} | {switch.from_mode or '?'} -> {switch.to_mode} | {_cell(switch.reason)} | "
+                         f"{_cell(switch.by) or '?'} |")
     lines += ["", "## Cost", ""]
     if report.prices is None:
         lines.append("No machine known: no cost (name the job, or give --machine-type with --job-dir).")
     else:
         p = report.prices
         lines += [f"Prices: Spot {money(p.spot)}/h, on-demand {money(p.on_demand)}/h ({p.basis}).", "",
-                  "| | Spot (this job) | on-demand (same job, no disruptions) | saving |", "|---|---:|---:|---:|",
-                  f"| so far | {money(report.cost_so_far.get('spot'))} | {money(report.cost_so_far.get('on_demand'))} | "
+                  "| VM time | hours | price | cost |", "|---|---:|---:|---:|"]
+        for mode, label in ((SPOT, "on Spot"), (ON_DEMAND, "on on-demand (after a switch)")):
+            lines.append(f"| {label} | {report.vm_hours_by_mode.get(mode, 0.0):.4f} h | {money(rate(p, mode))}/h | "
+                         f"{money(report.cost_by_mode.get(mode))} |")
+        lines += ["", "| | this job | on-demand (same job, no disruptions) | saving |", "|---|---:|---:|---:|",
+                  f"| so far | {money(report.cost_so_far.get('job'))} | {money(report.cost_so_far.get('on_demand'))} | "
                   f"{money(report.saving_so_far)} |"]
         if report.cost_projected:
-            lines.append(f"| projected to the finish | {money(report.cost_projected.get('spot'))} | "
+            lines.append(f"| projected to the finish (on {report.mode}) | {money(report.cost_projected.get('job'))} | "
                          f"{money(report.cost_projected.get('on_demand'))} | {money(report.saving_projected)} |")
     lines += ["", "## Timeline", "", f"![timeline]({png_name})", ""]
     return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell: a reason may hold a pipe or a line break."""
+    return " ".join((text or "").split()).replace("|", "\\|")
 
 
 def _duration(seconds: float) -> str:
@@ -224,8 +285,9 @@ def _duration(seconds: float) -> str:
 
 
 def draw_timeline(report: JobReport, path: str) -> str:
-    """The timeline PNG: spans by cause (boots, training, preemptions, capacity gaps) above the
-    cumulative cost of the job on Spot and of the same VM time on on-demand."""
+    """The timeline PNG: spans by cause (boots, training, preemptions, capacity gaps; on-demand boots
+    hatched) with each switch between Spot and on-demand marked, above the cumulative cost of the job
+    (each boot at its mode's price) and of the same VM time on on-demand."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: never a display
@@ -245,26 +307,37 @@ def draw_timeline(report: JobReport, path: str) -> str:
     for number, start, end, outcome in ledger.boots:
         top.axvline(hours(start), color="black", linewidth=0.6)
         top.text(hours(start), 1.05, f"boot {number}", fontsize=7)
+        if ledger.modes.get(number) == ON_DEMAND:  # the same causes, but billed at the on-demand price
+            top.broken_barh([(hours(start), (end - start).total_seconds() / 3600)], (0, 1), facecolors="none",
+                            edgecolor="#54278f", hatch="//", linewidth=0)
         if outcome in ("preempted", "stopped"):
             top.axvline(hours(end), color="#de2d26", linewidth=1.2, linestyle="--")
+    for switch in ledger.switches:
+        when = parse_time(switch.time)
+        if when is not None:
+            for axis in (top, bottom):
+                axis.axvline(hours(when), color="#54278f", linewidth=1.4, linestyle="-.")
+            top.text(hours(when), -0.02, f"-> {switch.to_mode} ({switch.by or '?'})", fontsize=7, color="#54278f",
+                     va="top")
     top.set_yticks([])
     top.set_ylim(0, 1.3)
     top.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=5, fontsize=7, frameon=False)
     top.set_title(f"{report.job_dir}: goodput "
                   + ("-" if report.goodput is None else f"{100 * report.goodput:.1f}%")
-                  + " (dashed red: preemption)", fontsize=9)
+                  + " (dashed red: preemption; purple: switch; hatched: on-demand)", fontsize=9)
     if report.prices is not None:
         xs, spot, on_demand = [0.0], [0.0], [0.0]
-        for _, start, end, _ in ledger.boots:  # cost accrues only while a VM runs
+        for number, start, end, _ in ledger.boots:  # cost accrues only while a VM runs, at its mode's price
+            own = rate(report.prices, ledger.modes.get(number, SPOT)) or 0
             for t in (start, end):
                 xs.append(hours(t))
-                spot.append(spot[-1] + (0 if t == start else (end - start).total_seconds() / 3600 * (report.prices.spot or 0)))
+                spot.append(spot[-1] + (0 if t == start else (end - start).total_seconds() / 3600 * own))
                 on_demand.append(on_demand[-1] + (0 if t == start else
                                  (end - start).total_seconds() / 3600 * (report.prices.on_demand or 0)))
         xs.append(hours(ledger.end))
         spot.append(spot[-1])
         on_demand.append(on_demand[-1])
-        bottom.plot(xs, spot, label="Spot (this job)", color="#31a354")
+        bottom.plot(xs, spot, label="this job (Spot; on-demand after a switch)", color="#31a354")
         bottom.plot(xs, on_demand, label="the same VM time on on-demand", color="#3182bd")
         if report.cost_so_far.get("on_demand") is not None:
             bottom.axhline(report.cost_so_far["on_demand"], color="#3182bd", linestyle=":",

@@ -230,6 +230,7 @@ def report(args: argparse.Namespace) -> int:
     from survivor.cloud import report as reports
     from survivor.cloud.catalog import Machine
     from survivor.cloud.template import parse_gpu
+    from survivor.jobdir.ledger import parse_time
 
     options = reports.ReportOptions(spot_price=args.spot_price, on_demand_price=args.on_demand_price,
                                     online=not args.offline)
@@ -243,6 +244,8 @@ def report(args: argparse.Namespace) -> int:
             options.machine = Machine(machine["machine_type"], machine["gpu_type"], machine["gpu_count"])
         options.region = group.region or (group.zone or "").rsplit("-", 1)[0]
         options.train_steps = (found.get("job") or {}).get("train_steps")
+        # the group asked for its first VM when it was made: the wait before the first boot counts
+        options.created = parse_time((found.get("group") or {}).get("created"))
     elif not job_dir:
         raise CommandError("give a job name (with --zone or --region), or --job-dir")
     if not job_dir:

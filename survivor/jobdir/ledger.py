@@ -30,6 +30,12 @@ The ledger is a timeline of contiguous spans, so its sums equal the wall time by
 - `failed`: the whole of an attempt that made no progress and did not end on a notice, or that was
   killed without recording its end (until the next boot).
 
+Each boot also has a provisioning mode, Spot or on-demand, from the job's switch records
+(survivor/jobdir/switches.py, written when the deadline policy switches the group's template): a VM
+keeps the provisioning model it was created with, and a switch replaces the group's VM
+(`recreateInstances`), so a boot runs in the mode of the last switch before its kernel boot.
+`Ledger.vm_seconds_by_mode()` is what `survivor report` prices, each mode at its own price.
+
 Nothing is estimated where it is measured: every duration is an attempt's own timing or the
 difference of two recorded times; only `rework` is derived (measured steps times the measured
 step time). A running attempt's time since its restore counts as productive until its record says
@@ -42,6 +48,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 
 from survivor.jobdir.journal import Attempt
+from survivor.jobdir.switches import MODES, Switch
 
 #: Every cause, in the order a timeline shows them; `productive` is goodput, the rest badput.
 CAUSES = ("capacity", "vm_boot", "restore", "trainer_start", "productive", "rework", "checkpoint", "failed",
@@ -72,6 +79,9 @@ LABELS = {
     "failed": "failed attempts",
     "other": "agent overhead",
 }
+
+#: The two provisioning modes; a job starts on Spot (survivor's groups start from a Spot template).
+SPOT, ON_DEMAND = MODES
 
 #: Outcomes that came with a notice: the VM was taken, the attempt did not fail.
 NOTICE_OUTCOMES = ("preempted", "stopped")
@@ -104,6 +114,10 @@ class Ledger:
     #: Steps committed beyond the step each attempt restored, summed: the job's measured progress.
     productive_steps: int = 0
     running: bool = False
+    #: Attempt number -> the provisioning mode its VM ran in ("spot" or "on-demand").
+    modes: dict[int, str] = field(default_factory=dict)
+    #: The switches between Spot and on-demand, oldest first.
+    switches: list[Switch] = field(default_factory=list)
 
     @property
     def wall_seconds(self) -> float:
@@ -132,6 +146,18 @@ class Ledger:
         """The seconds VMs ran (what Compute Engine bills): every boot's span."""
         return sum((end - start).total_seconds() for _, start, end, _ in self.boots)
 
+    def vm_seconds_by_mode(self) -> dict[str, float]:
+        """The seconds VMs ran in each provisioning mode, both modes present (0.0 when never)."""
+        out = dict.fromkeys(MODES, 0.0)
+        for number, start, end, _ in self.boots:
+            out[self.modes.get(number, SPOT)] += (end - start).total_seconds()
+        return out
+
+    @property
+    def mode(self) -> str:
+        """The mode the job runs in now: the last switch's, or Spot before any."""
+        return self.switches[-1].to_mode if self.switches else SPOT
+
     @property
     def seconds_per_step(self) -> float | None:
         """Measured productive seconds per committed step; None before any progress."""
@@ -149,8 +175,19 @@ def parse_time(text: str | None) -> _dt.datetime | None:
     return value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
 
 
+def mode_at(switches: list[Switch], when: _dt.datetime) -> str:
+    """Pure: the group's provisioning mode at `when`: the last switch's before it, or the first
+    switch's `from_mode` (Spot when it does not say) before any."""
+    mode = switches[0].from_mode if switches and switches[0].from_mode in MODES else SPOT
+    for switch in switches:
+        at = parse_time(switch.time)
+        if at is not None and at <= when:
+            mode = switch.to_mode
+    return mode
+
+
 def build_ledger(attempts: list[Attempt], *, now: _dt.datetime, done_at: _dt.datetime | None = None,
-                 created: _dt.datetime | None = None) -> Ledger:
+                 created: _dt.datetime | None = None, switches: list[Switch] = ()) -> Ledger:
     """Pure: the ledger of a job from its attempt records.
 
     Args:
@@ -160,11 +197,15 @@ def build_ledger(attempts: list[Attempt], *, now: _dt.datetime, done_at: _dt.dat
             time since the last attempt ended is still waiting for capacity (unless an operator
             stopped it, which is nobody's badput: the ledger ends there).
         created: when the job first asked for a VM (the MIG's creation); None: its first boot.
+            A group made again after the job's first boot starts nothing later than that boot.
+        switches: the job's switches between Spot and on-demand (any order), for each boot's mode.
     """
     ordered = sorted((a for a in attempts if parse_time(a.started)), key=lambda a: a.number)
     first = ordered[0] if ordered else None
-    start = created or (parse_time(first.booted) or parse_time(first.started) if first else None) or now
-    ledger = Ledger(start=start, end=start)
+    first_boot = parse_time(first.booted) or parse_time(first.started) if first else None
+    start = min(t for t in (created, first_boot) if t is not None) if created or first_boot else now
+    ordered_switches = sorted(switches, key=lambda s: parse_time(s.time) or start)
+    ledger = Ledger(start=start, end=start, switches=ordered_switches)
     cursor = start
     spans: list[Span] = []
 
@@ -180,6 +221,7 @@ def build_ledger(attempts: list[Attempt], *, now: _dt.datetime, done_at: _dt.dat
         booted = parse_time(attempt.booted) or started
         add(booted, "capacity", 0)
         vm_from = cursor
+        ledger.modes[attempt.number] = mode_at(ordered_switches, booted)
         add(started, "vm_boot", attempt.number)
         following = ordered[index + 1] if index + 1 < len(ordered) else None
         ended = parse_time(attempt.ended)
