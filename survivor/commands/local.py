@@ -2,6 +2,7 @@
 
     $ survivor demo                                   # train, get preempted, resume, finish; 1 minute
     $ survivor simulate --config job.yaml --preempt-every 2m
+    $ survivor simulate --config job.yaml --preemptions-per-hour 0.5 --stockout-minutes 30 --seed 3
     $ survivor emulate metadata --config job.yaml     # then: export GCE_METADATA_HOST=...
     $ survivor data cifar10 --from cifar-10-python.tar.gz --out /tmp/cifar-10-data
 
@@ -32,6 +33,7 @@ def run_simulation(args: argparse.Namespace) -> int:
     JSON summary; 0 when the job is DONE and its VM left the MIG."""
     import json
 
+    from survivor.cloud import pricing
     from survivor.local import simulator
 
     options = simulator.SimulationOptions(
@@ -41,13 +43,19 @@ def run_simulation(args: argparse.Namespace) -> int:
         jitter=simulator.duration("--jitter", args.jitter, zero_allowed=True),
         hard_off_after=simulator.duration("--hard-off-after", args.hard_off_after),
         recreate_delay=simulator.duration("--recreate-delay", args.recreate_delay, zero_allowed=True),
-        timeout=simulator.duration("--timeout", args.timeout))
+        timeout=simulator.duration("--timeout", args.timeout),
+        preemptions_per_hour=args.preemptions_per_hour, stockout_minutes=args.stockout_minutes,
+        stockout_chance=args.stockout_chance, speed=args.speed,
+        spot_price=pricing.price_per_hour(args.spot_price) if args.spot_price else None,
+        on_demand_price=pricing.price_per_hour(args.on_demand_price) if args.on_demand_price else None)
     run = simulator.simulate(options)
     print(run.result.table())
     if run.plot:
         print(f"timeline plot: {run.plot}")
+    print(run.cost_line())
     print(json.dumps({"preemptions": run.result.preemptions, "target_size": run.result.target_size,
-                      "done": bool(run.result.done)}))
+                      "done": bool(run.result.done), "spot_usd": run.cost.spot_usd if run.cost else None,
+                      "on_demand_usd": run.cost.on_demand_usd if run.cost else None}))
     return 0 if run.succeeded else 1
 
 
@@ -127,6 +135,15 @@ def add_commands(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gcs", action="store_true", help="keep the job dir in the Cloud Storage emulator")
     p.add_argument("--workdir", help="where the simulated VMs' disks and logs go (default ./survivor-simulation)")
+    p.add_argument("--preemptions-per-hour", type=float, default=None,
+                   help="replay a seeded Spot trace instead of --preempt-every: preemptions per simulated hour")
+    p.add_argument("--stockout-minutes", type=float, default=0.0,
+                   help="the trace's mean stockout after a preemption, in simulated minutes (0: none)")
+    p.add_argument("--stockout-chance", type=float, default=0.5, help="how often a preemption brings a stockout")
+    p.add_argument("--speed", type=float, default=60.0,
+                   help="simulated seconds per real second, for the trace and the cost (default 60)")
+    p.add_argument("--spot-price", help="USD per hour for the VM on Spot (default: survivor's price table)")
+    p.add_argument("--on-demand-price", help="USD per hour for the VM on on-demand (default: the table)")
     p.set_defaults(func=run_simulation)
 
     p = sub.add_parser("emulate", help="run a local stand-in for a Google Cloud service")

@@ -11,6 +11,12 @@ its own metadata emulator and boot disk). A preemption is what Compute Engine do
 off (SIGKILL) `hard_off_after` seconds later; then the MIG recreates the instance after
 `recreate_delay` with a fresh boot disk. When the agent finishes it leaves the MIG through the API,
 and the simulator sees the target size drop to 0. All durations can be scaled for tests.
+
+Preemptions come every `preempt_every` seconds, or from a seeded Spot trace (survivor/local/traces.py:
+preemptions per hour and stockout gaps, in simulated time): at `speed` simulated seconds per real
+second, each outage's start preempts the running VM and its gap (no Spot capacity) delays the MIG's
+recreation. The VM time the run used, scaled by `speed`, is priced at Spot and on-demand rates
+(`vm_seconds`, `SimulationRun.cost`).
 """
 
 from __future__ import annotations
@@ -25,8 +31,10 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from survivor.cloud import pricing
 from survivor.local.compute_server import ComputeServer
 from survivor.local.instance import LocalInstance
+from survivor.local.traces import Trace, make_trace
 from survivor.spec import JobSpec, SpecError, load_yaml
 
 PROJECT = "survivor-local"
@@ -53,6 +61,19 @@ class SimulationResult:
     done: dict | None = None
     failed: dict | None = None
     attempts: list = field(default_factory=list)
+    ended: float | None = None  # seconds from the start to the end of the run
+
+    def vm_seconds(self) -> float:
+        """Pure: the seconds some VM of the group existed (a boot to its exit, its leaving the group or
+        the end of the run): what Compute Engine bills."""
+        total, up = 0.0, {}
+        for e in self.events:
+            if e.kind == "boot":
+                up.setdefault(e.instance, e.t)
+            elif e.kind in ("exit", "left-group", "deleted") and e.instance in up:
+                total += e.t - up.pop(e.instance)
+        end = self.ended if self.ended is not None else max((e.t for e in self.events), default=0.0)
+        return total + sum(max(0.0, end - t) for t in up.values())
 
     @property
     def preemptions(self) -> int:
@@ -108,7 +129,8 @@ class Simulator:
     def __init__(self, spec_yaml: str, root: str, *, preempt_every: float = 90.0, jitter: float = 0.0,
                  hard_off_after: float = 30.0, recreate_delay: float = 1.0, max_preemptions: int | None = None,
                  seed: int = 0, python: str = sys.executable, env: dict[str, str] | None = None,
-                 preempt_during_restore: int = 0, stateful_disk: bool = False):
+                 preempt_during_restore: int = 0, stateful_disk: bool = False, trace: Trace | None = None,
+                 speed: float = 60.0):
         self.spec = yaml.safe_load(spec_yaml)
         self.spec_yaml = spec_yaml
         self.root = os.path.abspath(root)
@@ -122,6 +144,8 @@ class Simulator:
         self.env = dict(env or {})
         self.preempt_during_restore = preempt_during_restore
         self.stateful_disk = stateful_disk
+        self.trace, self.speed = trace, speed
+        self._outages = list(trace.outages) if trace else []
         self.compute = ComputeServer().start()
         self.result = SimulationResult()
         self.vms: dict[str, LocalInstance] = {}
@@ -192,7 +216,7 @@ class Simulator:
                 return local
         return None
 
-    def _preempt(self, local: LocalInstance) -> None:
+    def _preempt(self, local: LocalInstance, stockout: float = 0.0) -> None:
         self._event("notice", local.name, f"preempted=TRUE at step {local.progress()}")
         local.set_preempted()
         if self.notice_seconds:
@@ -203,7 +227,9 @@ class Simulator:
             self._event("hard-off", local.name, "SIGKILL: the agent was still running")
             local.kill()
         self._event("exit", local.name, f"agent exit {local.process.returncode}")
-        time.sleep(self.recreate_delay)
+        if stockout:
+            self._event("stockout", local.name, f"no Spot capacity for {stockout:.1f} s")
+        time.sleep(self.recreate_delay + stockout)
         group = self._group()
         member = next((m for m in group["_members"] if m[2] == local.name), None)
         if member is not None:
@@ -223,7 +249,7 @@ class Simulator:
         self._template_and_group()
         journal = Journal(open_storage(self.spec["job_dir"]))
         deadline = time.monotonic() + timeout
-        next_preemption = self._next_gap()
+        next_preemption, stockout = self._next_outage() if self.trace else (self._next_gap(), 0.0)
         preempted = 0
         restore_hits = 0
         try:
@@ -261,13 +287,15 @@ class Simulator:
                     continue
                 if allowed and time.monotonic() >= self._started + next_preemption:
                     preempted += 1
-                    self._preempt(local)
-                    next_preemption = time.monotonic() - self._started + self._next_gap()
+                    self._preempt(local, stockout)
+                    next_preemption, stockout = self._next_outage() if self.trace else (
+                        time.monotonic() - self._started + self._next_gap(), 0.0)
                     continue
                 time.sleep(0.01)
         finally:
             for local in self.vms.values():
                 local.close()
+            self.result.ended = round(time.monotonic() - self._started, 2)
             state = journal.state()
             self.result.done, self.result.failed, self.result.attempts = state.done, state.failed, state.attempts
             self.result.target_size = self._group()["targetSize"] if (PROJECT, f"zones/{ZONE}", "sim") in self.compute.groups else None
@@ -278,6 +306,16 @@ class Simulator:
 
     def _next_gap(self) -> float:
         return max(0.5, self.preempt_every + self.rng.uniform(-self.jitter, self.jitter))
+
+    def _next_outage(self) -> tuple[float, float]:
+        """(when, stockout) in real seconds from the start: the trace's next outage that has not begun
+        (one that began while no VM ran preempted nothing), or never."""
+        now = time.monotonic() - self._started
+        while self._outages:
+            start, gap = self._outages.pop(0)
+            if start * 3600 / self.speed >= now:
+                return start * 3600 / self.speed, gap * 3600 / self.speed
+        return float("inf"), 0.0
 
 
 def parse_seconds(text: str) -> float:
@@ -322,6 +360,12 @@ class SimulationOptions:
     timeout: float = 7200.0
     seed: int = 0
     gcs: bool = False  # keep the job dir in the Cloud Storage emulator
+    preemptions_per_hour: float | None = None  # a seeded trace instead of preempt_every (simulated hours)
+    stockout_minutes: float = 0.0  # the trace's mean stockout gap after a preemption (simulated minutes)
+    stockout_chance: float = 0.5  # how often a preemption is followed by a stockout
+    speed: float = 60.0  # simulated seconds per real second: for the trace and the cost
+    spot_price: float | None = None  # USD per hour, instead of pricing's table
+    on_demand_price: float | None = None
 
 
 def read_spec(options: SimulationOptions) -> dict:
@@ -353,6 +397,16 @@ class SimulationRun:
     result: SimulationResult
     plot: str | None
     train_steps: int
+    cost: pricing.Cost | None = None
+    speed: float = 60.0
+
+    def cost_line(self) -> str:
+        """One line: the simulated VM time and what it cost on Spot, beside the same time on on-demand."""
+        c = self.cost
+        if c is None or c.spot_usd is None or c.on_demand_usd is None:
+            return "cost: no price for this machine (give --spot-price and --on-demand-price)"
+        return (f"cost: {c.hours:.3f} h of VM time (x{self.speed:g}) on Spot ${c.spot_usd:.4f} at ${c.spot_rate:.3f}/h; "
+                f"the same VM time on on-demand ${c.on_demand_usd:.4f} at ${c.on_demand_rate:.3f}/h ({c.basis})")
 
     @property
     def succeeded(self) -> bool:
@@ -363,6 +417,14 @@ class SimulationRun:
 def simulate(options: SimulationOptions) -> SimulationRun:
     """Runs a job spec through the simulator in `options.workdir` (an earlier simulation there is
     replaced), and plots its timeline there. SpecError before anything runs when read_spec refuses."""
+    problems = [f"{flag} {value}: expected {what}" for flag, value, what, ok in (
+        ("--preemptions-per-hour", options.preemptions_per_hour, "more than 0",
+         options.preemptions_per_hour is None or 0 < options.preemptions_per_hour < float("inf")),
+        ("--stockout-minutes", options.stockout_minutes, "0 or more", 0 <= options.stockout_minutes < float("inf")),
+        ("--stockout-chance", options.stockout_chance, "from 0 to 1", 0 <= options.stockout_chance <= 1),
+        ("--speed", options.speed, "more than 0", 0 < options.speed < float("inf"))) if not ok]
+    if problems:
+        raise SpecError(problems)
     spec = read_spec(options)
     root = os.path.abspath(options.workdir)
     if os.path.exists(root):  # an earlier simulation's (marked) or empty: read_spec checked
@@ -379,13 +441,29 @@ def simulate(options: SimulationOptions) -> SimulationRun:
         spec["job_dir"] = "gs://survivor-sim/job"
     elif not str(spec.get("job_dir", "")).startswith("/"):
         spec["job_dir"] = os.path.join(root, "jobdir")
+    trace = None
+    if options.preemptions_per_hour:
+        mean_gap = options.stockout_minutes / 60
+        trace = make_trace(options.seed, options.timeout * options.speed / 3600, options.preemptions_per_hour,
+                           options.stockout_chance if mean_gap else 0.0, mean_gap, start_in_stockout=False)
     sim = Simulator(yaml.safe_dump(spec), root, preempt_every=options.preempt_every, jitter=options.jitter,
                     hard_off_after=options.hard_off_after, recreate_delay=options.recreate_delay,
-                    max_preemptions=options.max_preemptions, seed=options.seed)
+                    max_preemptions=options.max_preemptions, seed=options.seed, trace=trace, speed=options.speed)
     try:
         result = sim.run(timeout=options.timeout)
     finally:
         if emulator:
             emulator.stop()
     train_steps = int(spec["train_steps"])
-    return SimulationRun(result, result.plot(os.path.join(root, "timeline.png"), train_steps), train_steps)
+    return SimulationRun(result, result.plot(os.path.join(root, "timeline.png"), train_steps), train_steps,
+                         price(spec, result.vm_seconds() * options.speed / 3600, options), options.speed)
+
+
+def price(spec: dict, hours: float, options: SimulationOptions) -> pricing.Cost:
+    """`hours` of the spec's machine (its `compute:`, survivor's defaults otherwise) at Spot and
+    on-demand rates: the options' prices, else pricing's."""
+    from survivor.cloud.template import MachineOptions
+
+    machine = MachineOptions.from_spec(JobSpec.from_mapping(spec))
+    return pricing.estimate(hours, machine.machine_type, machine.gpu_type, machine.gpu_count or 0,
+                            spot_price=options.spot_price, on_demand_price=options.on_demand_price)
