@@ -134,7 +134,7 @@ def test_a_job_without_switches_says_every_vm_ran_on_spot(job, tmp_path):
     assert report(job, tmp_path / "out", "--offline") == 0
     md = (tmp_path / "out" / "report.md").read_text()
     assert "None: every VM ran on Spot." in md
-    assert "| on on-demand (after a switch) | 0.0000 h |" in md
+    assert "| on on-demand (after a switch) | 0.0 s |" in md
 
 
 def test_the_groups_creation_shows_as_waiting_for_capacity_before_the_first_boot(compute_server, tmp_path,

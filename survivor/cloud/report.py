@@ -258,9 +258,9 @@ def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
     else:
         p = report.prices
         lines += [f"Prices: Spot {money(p.spot)}/h, on-demand {money(p.on_demand)}/h ({p.basis}).", "",
-                  "| VM time | hours | price | cost |", "|---|---:|---:|---:|"]
+                  "| VM time | time | price | cost |", "|---|---:|---:|---:|"]
         for mode, label in ((SPOT, "on Spot"), (ON_DEMAND, "on on-demand (after a switch)")):
-            lines.append(f"| {label} | {report.vm_hours_by_mode.get(mode, 0.0):.4f} h | {money(rate(p, mode))}/h | "
+            lines.append(f"| {label} | {_duration(3600 * report.vm_hours_by_mode.get(mode, 0.0))} | {money(rate(p, mode))}/h | "
                          f"{money(report.cost_by_mode.get(mode))} |")
         lines += ["", "| | this job | on-demand (same job, no disruptions) | saving |", "|---|---:|---:|---:|",
                   f"| so far | {money(report.cost_so_far.get('job'))} | {money(report.cost_so_far.get('on_demand'))} | "
