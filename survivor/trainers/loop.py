@@ -229,51 +229,71 @@ class Runtime:
         except HparamMismatch as exc:
             print(f"error: {exc}", file=sys.stderr, flush=True)
             return 2
-        strategy = self.strategy
-        replicas = self.replicas
-        global_batch = hooks.examples_per_batch
-        multi_worker = self.cluster is not None and self.cluster.multi_worker
-
-        with strategy.scope():
+        with self.strategy.scope():
             optimizer.build(model.trainable_variables)
             step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        saves, iterator = self._resume(model, optimizer, step, dataset)
+        handler = self.notice_handler(saves.manager, saves.save) if self.multi_worker else None
+        next_step = self._step_function(model, optimizer, hooks, step, lambda: next(iterator))
+        progress = _StepLog(self, hooks)
+        current = int(step.numpy())
+        while current < args.train_steps:
+            if handler is not None:  # checks for a notice (any worker's) before taking a batch; may save, exit
+                loss, accuracy = handler.run(next_step)
+            else:
+                loss, accuracy = next_step()
+            current += 1
+            if hooks.after_step is not None:
+                hooks.after_step()
+            report_progress(current)
+            progress.step_done(current, loss, accuracy)
+            if self.stop.requested and handler is None:  # across workers the handler saves and exits
+                saves.save()
+                print(f"{self.stop.signal_name or 'stop'} at step {current}: checkpoint saved in "
+                      f"{saves.seconds[-1]:.3f} s, exiting", flush=True)
+                return 0
+            if self.save_now.take() and handler is None:
+                saves.save(blocking=False)
+                print(f"asked to save at step {current}: checkpoint written in the background, training on",
+                      flush=True)
+            elif current % args.checkpoint_steps == 0:
+                saves.save(blocking=False)
+        progress.timing(saves.seconds)
+        saves.finish(current)
+        self._evaluate_and_export(hooks, progress.writer, current)
+        print(f"training finished at step {current}", flush=True)
+        return 0
+
+    @property
+    def multi_worker(self) -> bool:
+        """True when this process is one of several workers (MultiWorkerMirroredStrategy)."""
+        return self.cluster is not None and self.cluster.multi_worker
+
+    def _resume(self, model, optimizer, step, dataset) -> tuple["_Saves", Any]:
+        """Restores the newest checkpoint of the job dir, if any, and opens the input at its step."""
+        import tensorflow as tf
+
         positional = callable(dataset)  # dataset(step) starts at that step: its position need not be saved
         iterator = None if positional else iter(dataset)
         checkpoint = tf.train.Checkpoint(**checkpoint_objects(model, optimizer, step, iterator))
-        manager = tf.train.CheckpointManager(checkpoint, args.job_dir, max_to_keep=args.keep_checkpoints,
+        manager = tf.train.CheckpointManager(checkpoint, self.args.job_dir, max_to_keep=self.args.keep_checkpoints,
                                              checkpoint_name="ckpt")
         if manager.latest_checkpoint:
             checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
             self.saved_step = int(step.numpy())
             print(f"resumed from {os.path.basename(manager.latest_checkpoint)} at step {self.saved_step}", flush=True)
         else:
-            print(f"starting from scratch on {replicas} replica(s)", flush=True)
+            print(f"starting from scratch on {self.replicas} replica(s)", flush=True)
         if positional:
             iterator = iter(dataset(int(step.numpy())))
-        if self.is_chief:
-            write_manager = manager
-        else:  # every worker saves (a collective); only the chief's copy is kept
-            write_manager = tf.train.CheckpointManager(checkpoint, self.scratch_dir("checkpoints"), max_to_keep=1,
-                                                       checkpoint_name="ckpt")
-        save_seconds: list[float] = []  # time on the step path per save
-        # Off the step path: the state is copied to host memory (variables, an iterator's position) and
-        # written by TensorFlow's async checkpoint thread; `checkpoint` names it only once it is complete.
-        # Not across workers: there every save is a collective, kept in step.
-        background = not args.sync_checkpoints and not multi_worker
-        options = tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True) if background else None
+        return _Saves(self, checkpoint, manager, step), iterator
 
-        def save(blocking: bool = True) -> None:
-            started = time.perf_counter()
-            number = int(step.numpy())
-            write_manager.save(checkpoint_number=number, options=options)
-            if blocking and background:
-                checkpoint.sync()
-            if not self.is_chief:
-                tf.io.gfile.rmtree(os.path.dirname(write_manager.directory))
-            self.saved_step = number
-            save_seconds.append(time.perf_counter() - started)
+    def _step_function(self, model, optimizer, hooks: TrainHooks, step, next_batch: Callable[[], Any]):
+        """One training step on every replica: the global batch split between them, gradients applied,
+        the step counted; returns (loss, accuracy) of the global batch."""
+        import tensorflow as tf
 
-        handler = self.notice_handler(manager, save) if multi_worker else None
+        strategy, replicas, global_batch = self.strategy, self.replicas, hooks.examples_per_batch
 
         def split(batch, ctx):
             index, count = ctx.replica_id_in_sync_group, ctx.num_replicas_in_sync
@@ -300,71 +320,18 @@ class Runtime:
                     strategy.reduce("SUM", correct, axis=None) / global_batch)
 
         def next_step():
-            batch = next(iterator)
+            batch = next_batch()
             distributed = strategy.experimental_distribute_values_from_function(lambda ctx: split(batch, ctx))
             return train_step(*distributed)
 
-        if self.is_chief:
-            writer = tf.summary.create_file_writer(os.path.join(args.job_dir, "train"))
-        else:
-            writer = tf.summary.create_noop_writer()
-        current = int(step.numpy())
-        first_step_done = None  # steps/s is timed after the first step, which traces the graph
-        timed_steps = 0
-        window_start, window_steps = time.monotonic(), 0
-        loss_value = accuracy = float("nan")
-        while current < args.train_steps:
-            if handler is not None:  # checks for a notice (any worker's) before taking a batch; may save, exit
-                loss_t, acc_t = handler.run(next_step)
-            else:
-                loss_t, acc_t = next_step()
-            current += 1
-            window_steps += 1
-            if first_step_done is None:
-                first_step_done = time.perf_counter()
-            else:
-                timed_steps += 1
-            if hooks.after_step is not None:
-                hooks.after_step()
-            report_progress(current)
-            if current % args.log_steps == 0 or current == args.train_steps:
-                loss_value, accuracy = float(loss_t), float(acc_t)
-                elapsed = max(time.monotonic() - window_start, 1e-9)
-                steps_per_s = window_steps / elapsed
-                lr = float(hooks.learning_rate(current)) if hooks.learning_rate else float("nan")
-                print(f"step {current}/{args.train_steps} loss {loss_value:.3f} acc {accuracy:.3f} "
-                      f"{steps_per_s * global_batch:.0f} ex/s", flush=True)
-                with writer.as_default(step=current):
-                    tf.summary.scalar("loss", loss_value)
-                    tf.summary.scalar("accuracy", accuracy)
-                    tf.summary.scalar("learning_rate", lr)
-                    tf.summary.scalar("steps_per_second", steps_per_s)
-                    tf.summary.scalar("examples_per_second", steps_per_s * global_batch)
-                writer.flush()
-                window_start, window_steps = time.monotonic(), 0
-            if self.stop.requested and handler is None:
-                save()
-                print(f"{self.stop.signal_name or 'stop'} at step {current}: checkpoint saved in "
-                      f"{save_seconds[-1]:.3f} s, exiting", flush=True)
-                return 0
-            if self.save_now.take() and handler is None:
-                save(blocking=False)
-                print(f"asked to save at step {current}: checkpoint written in the background, training on",
-                      flush=True)
-            elif current % args.checkpoint_steps == 0:
-                save(blocking=False)
-        if first_step_done is not None and timed_steps:
-            elapsed = time.perf_counter() - first_step_done
-            mean_save = sum(save_seconds) / len(save_seconds) if save_seconds else 0.0
-            median_save = sorted(save_seconds)[len(save_seconds) // 2] if save_seconds else 0.0
-            print(f"timing steps {timed_steps} seconds {elapsed:.3f} steps_per_second {timed_steps / elapsed:.3f} "
-                  f"saves {len(save_seconds)} mean_save_seconds {mean_save:.4f} median_save_seconds {median_save:.4f}",
-                  flush=True)
-        if self.saved_step != current:
-            save()
-        elif background:
-            checkpoint.sync()
-        if hooks.evaluate is not None and self.is_chief:  # replica 0 holds the model that is saved
+        return next_step
+
+    def _evaluate_and_export(self, hooks: TrainHooks, writer, current: int) -> None:
+        """After the last step: the evaluation (chief only: replica 0 holds the model that is saved)
+        and the SavedModel export the hooks ask for."""
+        import tensorflow as tf
+
+        if hooks.evaluate is not None and self.is_chief:
             metrics = hooks.evaluate()
             print("eval " + " ".join(f"{k} {v:.4f}" for k, v in metrics.items()), flush=True)
             with writer.as_default(step=current):
@@ -372,14 +339,108 @@ class Runtime:
                     tf.summary.scalar(f"eval_{key}", value)
             writer.flush()
         if hooks.export is not None:
-            export_dir = os.path.join(args.job_dir, "export") if self.is_chief else self.scratch_dir("export")
+            export_dir = os.path.join(self.args.job_dir, "export") if self.is_chief else self.scratch_dir("export")
             hooks.export(export_dir)
             if self.is_chief:
                 print(f"exported a SavedModel to {export_dir}", flush=True)
             else:
                 tf.io.gfile.rmtree(os.path.dirname(export_dir))
-        print(f"training finished at step {current}", flush=True)
-        return 0
+
+
+class _Saves:
+    """The trainer's checkpoint saves: where they go (the chief's job dir; another worker's scratch
+    dir, since every worker takes part in a save but only the chief's copy is kept) and how (off the
+    step path with TensorFlow's async checkpoint, except across workers, where a save is a collective)."""
+
+    def __init__(self, runtime: Runtime, checkpoint, manager, step):
+        import tensorflow as tf
+
+        self.runtime, self.checkpoint, self.manager, self.step = runtime, checkpoint, manager, step
+        if runtime.is_chief:
+            self.writer = manager
+        else:
+            self.writer = tf.train.CheckpointManager(checkpoint, runtime.scratch_dir("checkpoints"), max_to_keep=1,
+                                                     checkpoint_name="ckpt")
+        # Off the step path: the state is copied to host memory (variables, an iterator's position) and
+        # written by TensorFlow's async checkpoint thread; `checkpoint` names it only once it is complete.
+        self.background = not runtime.args.sync_checkpoints and not runtime.multi_worker
+        self.options = tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True) if self.background else None
+        self.seconds: list[float] = []  # time on the step path per save
+
+    def save(self, blocking: bool = True) -> None:
+        """Saves the state at the current step; `blocking` waits until the files are complete."""
+        import tensorflow as tf
+
+        started = time.perf_counter()
+        number = int(self.step.numpy())
+        self.writer.save(checkpoint_number=number, options=self.options)
+        if blocking and self.background:
+            self.checkpoint.sync()
+        if not self.runtime.is_chief:
+            tf.io.gfile.rmtree(os.path.dirname(self.writer.directory))
+        self.runtime.saved_step = number
+        self.seconds.append(time.perf_counter() - started)
+
+    def finish(self, current: int) -> None:
+        """At the end of training: the last step saved, and every background save complete."""
+        if self.runtime.saved_step != current:
+            self.save()
+        elif self.background:
+            self.checkpoint.sync()
+
+
+class _StepLog:
+    """The trainer's progress as a reader sees it: a line and TensorBoard scalars every `--log-steps`
+    (rates over the steps since the last line), and the timing line at the end (steps/s from the
+    second step on, since the first traces the graph)."""
+
+    def __init__(self, runtime: Runtime, hooks: TrainHooks):
+        import tensorflow as tf
+
+        self.args, self.hooks, self.global_batch = runtime.args, hooks, hooks.examples_per_batch
+        if runtime.is_chief:
+            self.writer = tf.summary.create_file_writer(os.path.join(runtime.args.job_dir, "train"))
+        else:
+            self.writer = tf.summary.create_noop_writer()
+        self.first_step_done: float | None = None
+        self.timed_steps = 0
+        self.window_start, self.window_steps = time.monotonic(), 0
+
+    def step_done(self, current: int, loss_t, acc_t) -> None:
+        """Counts a step; at every `--log-steps` (and the last) prints and records the metrics."""
+        import tensorflow as tf
+
+        self.window_steps += 1
+        if self.first_step_done is None:
+            self.first_step_done = time.perf_counter()
+        else:
+            self.timed_steps += 1
+        if current % self.args.log_steps and current != self.args.train_steps:
+            return
+        loss_value, accuracy = float(loss_t), float(acc_t)
+        steps_per_s = self.window_steps / max(time.monotonic() - self.window_start, 1e-9)
+        lr = float(self.hooks.learning_rate(current)) if self.hooks.learning_rate else float("nan")
+        print(f"step {current}/{self.args.train_steps} loss {loss_value:.3f} acc {accuracy:.3f} "
+              f"{steps_per_s * self.global_batch:.0f} ex/s", flush=True)
+        with self.writer.as_default(step=current):
+            tf.summary.scalar("loss", loss_value)
+            tf.summary.scalar("accuracy", accuracy)
+            tf.summary.scalar("learning_rate", lr)
+            tf.summary.scalar("steps_per_second", steps_per_s)
+            tf.summary.scalar("examples_per_second", steps_per_s * self.global_batch)
+        self.writer.flush()
+        self.window_start, self.window_steps = time.monotonic(), 0
+
+    def timing(self, save_seconds: list[float]) -> None:
+        """The run's timing line: steps/s and the time saves took on the step path."""
+        if self.first_step_done is None or not self.timed_steps:
+            return
+        elapsed = time.perf_counter() - self.first_step_done
+        mean_save = sum(save_seconds) / len(save_seconds) if save_seconds else 0.0
+        median_save = sorted(save_seconds)[len(save_seconds) // 2] if save_seconds else 0.0
+        print(f"timing steps {self.timed_steps} seconds {elapsed:.3f} steps_per_second {self.timed_steps / elapsed:.3f} "
+              f"saves {len(save_seconds)} mean_save_seconds {mean_save:.4f} median_save_seconds {median_save:.4f}",
+              flush=True)
 
 
 def checkpoint_objects(model, optimizer, step, iterator=None) -> dict[str, Any]:
