@@ -26,7 +26,13 @@ a safety net of `2d` (d: a restart's overhead).
    longer (less on-demand) and one that has done worse is left sooner (the deadline is kept).
 4. Back to Spot (`fallback.switch_back`): on on-demand, Spot again once the time left covers W / g
    plus the margin plus a hysteresis of two restarts and one lost interval, so one bad hour does
-   not flap the group.
+   not flap the group; and, after `BACKOFF_AFTER` switches back in a row that found no Spot
+   capacity (the group came back to on-demand without a Spot VM having trained), not before a
+   back-off since the last switch (`BACKOFF_HOURS`, doubled per further failure, at most
+   `MAX_BACKOFF_HOURS`), so a long stockout does not recreate the group's VM every half hour. UP
+   needs no such memory: its oracle knows when Spot can be had; survivor learns it from its own
+   switches. A single failed try is cheap (a restart on on-demand, no Spot VM billed), cheaper than
+   holding on-demand longer, hence the back-off only from the second (docs/deadline.md).
 5. No step rate measured yet: nothing to project. The job stays as it is, except that one whose
    group has had no VM for longer than the margin goes on-demand: with nothing done it is behind
    any progress line (UP's rule at zero progress); rule 4 brings it back once a rate is measured.
@@ -52,6 +58,11 @@ BOOT_HOURS = 0.05
 CHECK_EVERY_HOURS = 0.25
 #: How many hours of Spot history weigh as much as the prior (the uniform-progress line).
 PRIOR_HOURS = 2.0
+#: After BACKOFF_AFTER switches back to Spot in a row that found no capacity, how long on-demand runs
+#: before the next try: one watch period, doubled per further failure, up to MAX_BACKOFF_HOURS.
+BACKOFF_AFTER = 2
+BACKOFF_HOURS = CHECK_EVERY_HOURS
+MAX_BACKOFF_HOURS = 4.0
 
 
 @dataclass(frozen=True)
@@ -67,6 +78,9 @@ class Measured:
         overhead_hours: one restart: VM boot, restore, trainer start.
         lost_hours: the work one disruption loses (the most steps lost by an attempt, in hours).
         elapsed_hours: wall hours since the job's first start.
+        failed_switch_backs: switches back to Spot in a row (the newest last) after which the group
+            returned to on-demand with no Spot VM having trained: Spot had no capacity.
+        since_switch_hours: wall hours since the group's last switch (None: it never switched).
     """
 
     steps_done: int
@@ -77,6 +91,8 @@ class Measured:
     overhead_hours: float = BOOT_HOURS
     lost_hours: float = 0.0
     elapsed_hours: float = 0.0
+    failed_switch_backs: int = 0
+    since_switch_hours: float | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +150,13 @@ def spot_goodput(measured: Measured, window_hours: float) -> float:
     return min(1.0, max(blended, needed, 1e-3))
 
 
+def backoff_hours(measured: Measured) -> float:
+    """Pure: how long on-demand runs after the last switch before trying Spot again (0: no back-off)."""
+    if measured.failed_switch_backs < BACKOFF_AFTER:
+        return 0.0
+    return min(MAX_BACKOFF_HOURS, BACKOFF_HOURS * 2 ** (measured.failed_switch_backs - BACKOFF_AFTER))
+
+
 def decide(measured: Measured, situation: Situation) -> Decision:
     """Pure decision: Spot or on-demand for a job with a deadline (the rules in the module docstring)."""
     current = situation.mode
@@ -169,6 +192,10 @@ def decide(measured: Measured, situation: Situation) -> Decision:
         return to(SPOT, f"on track: {on_spot:.2f} h on Spot at {goodput:.0%} goodput, {left:.2f} h left", slack)
     hysteresis = 2 * measured.overhead_hours + measured.lost_hours
     if situation.switch_back and left >= on_spot + hysteresis:
+        wait, since = backoff_hours(measured), measured.since_switch_hours
+        if since is not None and since < wait:
+            return to(ON_DEMAND, f"staying on on-demand: the last {measured.failed_switch_backs} switch(es) back to "
+                                 f"Spot found no capacity; next try in {wait - since:.2f} h", slack)
         return to(SPOT, f"slack again: at {goodput:.0%} Spot goodput {on_spot:.2f} h on Spot fit in the "
                         f"{left:.2f} h left with {hysteresis:.2f} h to spare", slack)
     return to(ON_DEMAND, f"staying on on-demand: {left:.2f} h left, {work:.2f} h of training", slack)
@@ -233,13 +260,34 @@ def measure(attempts: list[Attempt], switches: list[Switch], train_steps: int, n
                 spot_progress += max(0, (a.end_step or 0) - (a.restored_step or 0))
             lost.append(a.steps_lost or 0)
     rate = steps / hours if hours > 0 else None
+    last = _time(switches[-1].time) if switches else None
     return Measured(
+        failed_switch_backs=failed_switch_backs(attempts, switches),
+        since_switch_hours=max(0.0, (now - last).total_seconds() / 3600) if last else None,
         steps_done=int(done), train_steps=train_steps, step_rate=rate,
         spot_productive_hours=spot_progress / rate if rate else 0.0,
         spot_wall_hours=spot_hours(switches, first, now),
         overhead_hours=BOOT_HOURS + (sum(overheads) / len(overheads) if overheads else BOOT_HOURS),
         lost_hours=max(lost) / rate if rate and lost else 0.0,
         elapsed_hours=max(0.0, (now - first).total_seconds() / 3600))
+
+
+def failed_switch_backs(attempts: list[Attempt], switches: list[Switch]) -> int:
+    """Pure: the switches back to Spot in a row, newest last, that the group left for on-demand again
+    before any attempt started in between trained a step (Spot had no capacity)."""
+    trained = [at for a in attempts if (at := _time(a.started)) is not None
+               and (a.reached_step if a.reached_step is not None else (a.end_step or 0)) > (a.restored_step or 0)]
+    count, to_spot = 0, None
+    for switch in switches:
+        at = _time(switch.time)
+        if at is None:
+            continue
+        if switch.to_mode == SPOT:
+            to_spot = at
+        elif to_spot is not None:
+            count = count + 1 if not any(to_spot <= t < at for t in trained) else 0
+            to_spot = None
+    return count
 
 
 def situation(deadline_at: _dt.datetime, first_start: _dt.datetime, now: _dt.datetime, mode: str, *,

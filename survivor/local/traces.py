@@ -179,22 +179,28 @@ def replay(trace: Trace, job: Job, choose: Policy, *, tick_hours: float = 1 / 60
     lost_max, preemptions, switches = 0.0, 0, 0
     next_check, t, since_boot = 0.0, 0.0, 0.0
     events: list[tuple[float, str]] = []
+    # what the switch records and attempts tell deadline.measure: failed switch-backs, the last switch
+    failed, last_switch, back_on_spot, trained_on_spot = 0, None, False, False
 
     def view(running: bool) -> View:
         m = policy.Measured(
             steps_done=int(committed * steps_per_hour), train_steps=int(job.hours * steps_per_hour),
             step_rate=measured_rate, spot_productive_hours=spot_progress, spot_wall_hours=spot_wall,
-            overhead_hours=job.overhead_hours, lost_hours=lost_max, elapsed_hours=t)
+            overhead_hours=job.overhead_hours, lost_hours=lost_max, elapsed_hours=t, failed_switch_backs=failed,
+            since_switch_hours=None if last_switch is None else t - last_switch)
         s = policy.Situation(hours_left=job.deadline_hours - t, window_hours=job.deadline_hours, mode=mode,
                              running=running, check_every_hours=check_every_hours)
         return View(m, s, trace.available(t), preemptions, t, job)
 
     def decide_now(running: bool) -> None:
-        nonlocal mode, vm, boot_left, switches, committed, done
+        nonlocal mode, vm, boot_left, switches, committed, done, failed, last_switch, back_on_spot, trained_on_spot
         wanted = choose(view(running))
         if wanted != mode:
             events.append((round(t, 3), f"switch to {wanted}"))
             switches += 1
+            if wanted == ON_DEMAND and back_on_spot:
+                failed = 0 if trained_on_spot else failed + 1
+            back_on_spot, trained_on_spot, last_switch = wanted == SPOT, False, t
             mode = wanted
             if vm is not None:  # a graceful recreate: the agent commits on the stop
                 committed = done
@@ -235,6 +241,7 @@ def replay(trace: Trace, job: Job, choose: Policy, *, tick_hours: float = 1 / 60
             committed = done  # survivor commits continuously; a preemption loses at most lost_hours
             if mode == SPOT:
                 spot_progress += tick_hours
+                trained_on_spot = True
             measured_rate = steps_per_hour
         if mode == SPOT:
             spot_wall += tick_hours
