@@ -92,7 +92,7 @@ def test_a_fresh_disk_installs_from_the_bucket_and_the_units_own_exec_start_trai
         assert os.path.exists(root.at("/opt/survivor/venv/bin/survivor"))
         assert open(root.at("/opt/survivor/installed")).read().split() == [
             f"wheel={install.wheel_sha256}", f"lock={install.lock_sha256}", "requirements=none"]
-        shipped = open(os.path.join(os.path.dirname(image.__file__), "startup", "survivor-agent.service")).read()
+        shipped = open(os.path.join(os.path.dirname(os.path.dirname(image.__file__)), "startup", "survivor-agent.service")).read()
         assert root.unit_text() == shipped
         verified = root.verify_unit()
         assert verified.returncode == 0 and verified.stdout + verified.stderr == "", verified.stderr

@@ -315,6 +315,11 @@ def check_line(capsys, line: Line, words: list[str], tmp_path: pathlib.Path) -> 
     elif command in ("stop", "start"):
         group = compute.get_group(GroupRef(compute.project, words[1], zone=words[words.index("--zone") + 1]))
         assert group["targetSize"] == (0 if command == "stop" else 1)
+    elif command == "report":
+        written = tmp_path / f"survivor-report-{words[1]}"
+        assert (written / "report.md").read_text().startswith("# Job report"), out
+        assert (written / "timeline.png").read_bytes().startswith(b"\x89PNG")
+        assert "Goodput" in out and "| so far |" in out, out
     elif command == "delete":
         assert out.splitlines() == ["group cifar10: deleted", "template cifar10: deleted", "the job dir is untouched"]
         assert compute.get_template("cifar10") is None
