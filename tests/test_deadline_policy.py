@@ -4,8 +4,8 @@ import datetime as dt
 
 import pytest
 
-from survivor.cloud.deadline import (ON_DEMAND, SPOT, Measured, Situation, decide, margin_hours, measure, mode_at,
-                                     spot_goodput, spot_hours)
+from survivor.cloud.deadline import (ON_DEMAND, SPOT, Measured, Situation, decide, hysteresis_hours, margin_hours,
+                                     measure, mode_at, spot_goodput, spot_hours)
 from survivor.jobdir.journal import Attempt
 from survivor.jobdir.switches import Switch
 
@@ -42,11 +42,11 @@ def test_a_passed_deadline_goes_on_demand_and_says_it_was_missed():
     assert decide(M, at(0.0, mode=ON_DEMAND)).switch is False
 
 
-def test_no_measurement_yet_stays_until_the_group_has_had_no_vm_for_longer_than_the_margin():
-    unmeasured = Measured(steps_done=0, train_steps=1000, step_rate=None, overhead_hours=0.1, elapsed_hours=0.2)
+def test_no_measurement_yet_stays_until_the_group_has_had_no_vm_training_for_longer_than_one_restart():
+    unmeasured = Measured(steps_done=0, train_steps=1000, step_rate=None, overhead_hours=0.1, elapsed_hours=0.09)
     assert decide(unmeasured, S).mode == SPOT and "no step rate" in decide(unmeasured, S).reason
-    waited = Measured(**{**unmeasured.__dict__, "elapsed_hours": 1.0})
-    assert decide(waited, S).mode == ON_DEMAND
+    waited = Measured(**{**unmeasured.__dict__, "elapsed_hours": 0.1})  # a booting VM would train by now
+    assert decide(waited, S).mode == ON_DEMAND and "more than one 0.10 h restart" in decide(waited, S).reason
     assert decide(waited, at(20.0, running=True)).mode == SPOT  # a VM is training: it measures the rate
 
 
@@ -69,7 +69,7 @@ def test_an_idle_spot_group_goes_on_demand_when_behind_the_goodput_line():
 def test_on_demand_goes_back_to_spot_only_with_the_hysteresis_and_when_allowed():
     good = Measured(**{**M.__dict__, "steps_done": 500, "spot_productive_hours": 8.0, "spot_wall_hours": 8.0,
                        "elapsed_hours": 8.0})
-    hysteresis = 2 * 0.1 + 0.05
+    hysteresis = 2 * 0.1 + 0.05 + 0.25  # two restarts, one lost interval, one check period
     line = 5.0 / spot_goodput(good, 20.0)
     assert decide(good, at(line + hysteresis, mode=ON_DEMAND)).mode == SPOT
     assert decide(good, at(line + hysteresis - 0.01, mode=ON_DEMAND)).mode == ON_DEMAND
@@ -106,3 +106,16 @@ def test_measure_reads_rate_spot_time_overhead_and_lost_work_from_the_records():
     assert measured.elapsed_hours == pytest.approx(5.0)
     assert mode_at(switches, dt.datetime.fromisoformat(t(3))) == ON_DEMAND
     assert spot_hours([], dt.datetime.fromisoformat(t(0)), dt.datetime.fromisoformat(t(1))) == pytest.approx(1.0)
+
+
+def test_a_switch_back_that_finds_no_spot_is_not_already_behind_at_the_next_look():
+    """The hysteresis covers one check period: idle on Spot for one look after going back, the job is
+    still on the line's right side, so a stockout does not flap the group every period."""
+    good = Measured(**{**M.__dict__, "steps_done": 500, "spot_productive_hours": 8.0, "spot_wall_hours": 8.0,
+                       "elapsed_hours": 8.0})
+    line = 5.0 / spot_goodput(good, 20.0)
+    back = line + hysteresis_hours(good, S)
+    assert decide(good, at(back, mode=ON_DEMAND)).mode == SPOT
+    assert decide(good, at(back - S.check_every_hours, mode=SPOT)).mode == SPOT  # still idle at the next look
+    minute = at(back, mode=ON_DEMAND, check_every_hours=1 / 60)  # a watch every minute notices sooner
+    assert hysteresis_hours(good, minute) == pytest.approx(2 * 0.1 + 0.05 + 1 / 60)

@@ -25,8 +25,10 @@ a safety net of `2d` (d: a restart's overhead).
    (`PRIOR_HOURS` of it, blended), so a Spot that has done better than the deadline needs is trusted
    longer (less on-demand) and one that has done worse is left sooner (the deadline is kept).
 4. Back to Spot (`fallback.switch_back`): on on-demand, Spot again once the time left covers W / g
-   plus the margin plus a hysteresis of two restarts and one lost interval, so one bad hour does
-   not flap the group; and, after `BACKOFF_AFTER` switches back in a row that found no Spot
+   plus the margin plus a hysteresis of two restarts, one lost interval and one check period (a
+   switch back that finds no Spot capacity is noticed only at the next look, and that wait must not
+   already put the job behind the line it left Spot for: with less, a long stockout flaps the group
+   between the modes every period); and, after `BACKOFF_AFTER` switches back in a row that found no Spot
    capacity (the group came back to on-demand without a Spot VM having trained), not before a
    back-off since the last switch (`BACKOFF_HOURS`, doubled per further failure, at most
    `MAX_BACKOFF_HOURS`), so a long stockout does not recreate the group's VM every half hour. UP
@@ -34,8 +36,10 @@ a safety net of `2d` (d: a restart's overhead).
    switches. A single failed try is cheap (a restart on on-demand, no Spot VM billed), cheaper than
    holding on-demand longer, hence the back-off only from the second (docs/deadline.md).
 5. No step rate measured yet: nothing to project. The job stays as it is, except that one whose
-   group has had no VM for longer than the margin goes on-demand: with nothing done it is behind
-   any progress line (UP's rule at zero progress); rule 4 brings it back once a rate is measured.
+   group has had no VM training for longer than one restart (its boot, restore and trainer start:
+   measured, else BOOT_HOURS twice) goes on-demand: a VM that was merely booting would be training by
+   then, so the group cannot create one (a stockout), and with nothing done the job is behind any
+   progress line (UP's rule at zero progress); rule 4 brings it back once a rate is measured.
 6. Deadline passed: on-demand, the soonest finish; the reason says it was missed.
 """
 
@@ -150,6 +154,13 @@ def spot_goodput(measured: Measured, window_hours: float) -> float:
     return min(1.0, max(blended, needed, 1e-3))
 
 
+def hysteresis_hours(measured: Measured, situation: Situation) -> float:
+    """Pure: how far ahead of the goodput line on-demand must be before going back to Spot: two
+    restarts, one lost interval, and one check period (the time a switch back that found no Spot
+    capacity goes unnoticed)."""
+    return 2 * measured.overhead_hours + measured.lost_hours + situation.check_every_hours
+
+
 def backoff_hours(measured: Measured) -> float:
     """Pure: how long on-demand runs after the last switch before trying Spot again (0: no back-off)."""
     if measured.failed_switch_backs < BACKOFF_AFTER:
@@ -170,10 +181,10 @@ def decide(measured: Measured, situation: Situation) -> Decision:
     if left <= 0:
         return to(ON_DEMAND, f"the deadline passed {-left:.2f} h ago; on-demand finishes soonest")
     if not measured.step_rate:
-        waited = margin_hours(measured, situation)
+        waited = measured.overhead_hours  # one restart: longer without training is no boot, it is a stockout
         if not situation.running and measured.elapsed_hours >= waited:
-            return to(ON_DEMAND, f"nothing trained in {measured.elapsed_hours:.2f} h (more than a {waited:.2f} h "
-                                 "margin) and no step rate to plan with: behind the uniform-progress line; on-demand")
+            return to(ON_DEMAND, f"nothing trained in {measured.elapsed_hours:.2f} h (more than one {waited:.2f} h "
+                                 "restart) and no step rate to plan with: behind the uniform-progress line; on-demand")
         return to(current, "no step rate measured yet: the first attempt that trains measures it")
     work = (measured.train_steps - measured.steps_done) / measured.step_rate
     margin = margin_hours(measured, situation)
@@ -190,7 +201,7 @@ def decide(measured: Measured, situation: Situation) -> Decision:
             return to(ON_DEMAND, f"behind: at {goodput:.0%} Spot goodput the remaining {work:.2f} h of training "
                                  f"need {on_spot:.2f} h on Spot; {left:.2f} h left", slack)
         return to(SPOT, f"on track: {on_spot:.2f} h on Spot at {goodput:.0%} goodput, {left:.2f} h left", slack)
-    hysteresis = 2 * measured.overhead_hours + measured.lost_hours
+    hysteresis = hysteresis_hours(measured, situation)
     if situation.switch_back and left >= on_spot + hysteresis:
         wait, since = backoff_hours(measured), measured.since_switch_hours
         if since is not None and since < wait:
