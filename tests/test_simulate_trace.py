@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from survivor.cloud import pricing
+from survivor.cloud import catalog, pricing
 from survivor.local import simulator
+from survivor.local.catalog_server import CatalogServer
 from survivor.local.simulator import Event, SimulationOptions, SimulationResult
 from survivor.spec import SpecError
 from tests.conftest import dummy_spec
@@ -26,7 +27,7 @@ def test_a_seeded_trace_preempts_waits_out_its_stockout_and_the_cost_is_priced(t
     # one real second is a simulated hour: seed 0's first outage comes at 3.7 h, a 16-minute stockout
     options = SimulationOptions(config=str(config), workdir=str(tmp_path / "sim"), preemptions_per_hour=0.5,
                                 stockout_minutes=30, stockout_chance=1.0, speed=3600, seed=0,
-                                hard_off_after=5, recreate_delay=0.2, timeout=120)
+                                hard_off_after=5, recreate_delay=0.2, timeout=120, online=False)
     run = simulator.simulate(options)
     assert run.succeeded, run.result.table()
     kinds = [e.kind for e in run.result.events]
@@ -37,6 +38,29 @@ def test_a_seeded_trace_preempts_waits_out_its_stockout_and_the_cost_is_priced(t
     assert run.cost.spot_usd == pytest.approx(hours * spot, abs=1e-3)
     assert run.cost.on_demand_usd == pytest.approx(hours * on_demand, abs=1e-3)
     assert run.cost_line().startswith(f"cost: {hours:.3f} h of VM time (x3600) on Spot $")
+
+
+def test_simulate_prices_vm_time_with_the_catalog_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    spec = {"job_dir": "/job", "train_steps": 10, "trainer": {"module": "x"},
+            "compute": {"machine_type": "n1-standard-8", "gpu": "nvidia-tesla-t4:1"}}
+    options = SimulationOptions(config="spec.yaml", workdir=str(tmp_path / "sim"), region="us-central1")
+    with CatalogServer() as server:
+        monkeypatch.setenv(catalog.ENDPOINT_ENV, server.endpoint)
+        cost = simulator.price(spec, 2.0, options)
+    on_demand = 8 * 0.031611 + 30 * 0.004237 + 0.35  # the stand-in's vCPU, RAM and T4 SKUs
+    assert cost.on_demand_rate == pytest.approx(on_demand, abs=1e-6)
+    assert cost.on_demand_usd == pytest.approx(2 * on_demand, abs=1e-3)
+    assert cost.basis.startswith("Cloud Billing Catalog list prices, us-central1, fetched ")
+
+
+def test_simulate_falls_back_to_the_offline_table_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    spec = {"job_dir": "/job", "train_steps": 10, "trainer": {"module": "x"},
+            "compute": {"machine_type": "n1-standard-8", "gpu": "nvidia-tesla-t4:1"}}
+    cost = simulator.price(spec, 1.0, SimulationOptions(config="spec.yaml", workdir=str(tmp_path), online=False))
+    assert (cost.on_demand_rate, cost.spot_rate) == pricing.hourly("n1-standard-8", "nvidia-tesla-t4", 1)
+    assert cost.basis.startswith(pricing.TABLE_BASIS)
 
 
 def test_trace_options_are_checked_before_anything_runs(tmp_path):

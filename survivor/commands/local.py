@@ -47,7 +47,8 @@ def run_simulation(args: argparse.Namespace) -> int:
         preemptions_per_hour=args.preemptions_per_hour, stockout_minutes=args.stockout_minutes,
         stockout_chance=args.stockout_chance, speed=args.speed,
         spot_price=pricing.price_per_hour(args.spot_price) if args.spot_price else None,
-        on_demand_price=pricing.price_per_hour(args.on_demand_price) if args.on_demand_price else None)
+        on_demand_price=pricing.price_per_hour(args.on_demand_price) if args.on_demand_price else None,
+        region=args.region, online=not args.offline)
     run = simulator.simulate(options)
     print(run.result.table())
     if run.plot:
@@ -142,8 +143,12 @@ def add_commands(sub) -> None:
     p.add_argument("--stockout-chance", type=float, default=0.5, help="how often a preemption brings a stockout")
     p.add_argument("--speed", type=float, default=60.0,
                    help="simulated seconds per real second, for the trace and the cost (default 60)")
-    p.add_argument("--spot-price", help="USD per hour for the VM on Spot (default: survivor's price table)")
-    p.add_argument("--on-demand-price", help="USD per hour for the VM on on-demand (default: the table)")
+    p.add_argument("--spot-price", help="USD per hour for the VM on Spot (default: the Cloud Billing Catalog's)")
+    p.add_argument("--on-demand-price", help="USD per hour for the VM on on-demand (default: the catalog's)")
+    p.add_argument("--region", help="where the catalog's prices are read (default: the spec's zone's region, "
+                                    "else us-central1)")
+    p.add_argument("--offline", action="store_true", help="do not read the Cloud Billing Catalog: cached prices or "
+                                                          "the offline table")
     p.set_defaults(func=run_simulation)
 
     p = sub.add_parser("emulate", help="run a local stand-in for a Google Cloud service")

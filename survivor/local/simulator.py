@@ -16,7 +16,8 @@ Preemptions come every `preempt_every` seconds, or from a seeded Spot trace (sur
 preemptions per hour and stockout gaps, in simulated time): at `speed` simulated seconds per real
 second, each outage's start preempts the running VM and its gap (no Spot capacity) delays the MIG's
 recreation. The VM time the run used, scaled by `speed`, is priced at Spot and on-demand rates
-(`vm_seconds`, `SimulationRun.cost`).
+as `survivor report` prices a job: the Cloud Billing Catalog's (survivor/cloud/catalog.py), else the
+offline table, the line saying which (`vm_seconds`, `SimulationRun.cost`).
 """
 
 from __future__ import annotations
@@ -364,8 +365,10 @@ class SimulationOptions:
     stockout_minutes: float = 0.0  # the trace's mean stockout gap after a preemption (simulated minutes)
     stockout_chance: float = 0.5  # how often a preemption is followed by a stockout
     speed: float = 60.0  # simulated seconds per real second: for the trace and the cost
-    spot_price: float | None = None  # USD per hour, instead of pricing's table
+    spot_price: float | None = None  # USD per hour, instead of the catalog's
     on_demand_price: float | None = None
+    region: str | None = None  # where the prices are read: the spec's zone's region, else us-central1
+    online: bool = True  # read the Cloud Billing Catalog when today's prices are not cached
 
 
 def read_spec(options: SimulationOptions) -> dict:
@@ -461,9 +464,19 @@ def simulate(options: SimulationOptions) -> SimulationRun:
 
 def price(spec: dict, hours: float, options: SimulationOptions) -> pricing.Cost:
     """`hours` of the spec's machine (its `compute:`, survivor's defaults otherwise) at Spot and
-    on-demand rates: the options' prices, else pricing's."""
+    on-demand rates, as `survivor report` prices a job: the options' prices, else the Cloud Billing
+    Catalog's (survivor/cloud/catalog.py: today's cache, or read now when `options.online`), else the
+    offline table; the Cost's basis says which."""
+    from survivor.cloud.catalog import Machine, hourly_prices
     from survivor.cloud.template import MachineOptions
 
     machine = MachineOptions.from_spec(JobSpec.from_mapping(spec))
-    return pricing.estimate(hours, machine.machine_type, machine.gpu_type, machine.gpu_count or 0,
-                            spot_price=options.spot_price, on_demand_price=options.on_demand_price)
+    region = options.region or (machine.zone.rsplit("-", 1)[0] if machine.zone else "us-central1")
+    prices = hourly_prices(Machine(machine.machine_type, machine.gpu_type, machine.gpu_count or 0), region,
+                           online=options.online, spot_price=options.spot_price,
+                           on_demand_price=options.on_demand_price)
+
+    def usd(rate: float | None) -> float | None:
+        return None if rate is None else round(hours * rate, 4)
+
+    return pricing.Cost(hours, usd(prices.spot), usd(prices.on_demand), prices.spot, prices.on_demand, prices.basis)
