@@ -58,6 +58,25 @@ def read_json(handler: BaseHTTPRequestHandler) -> Any:
     return json.loads(raw) if raw else {}
 
 
+def send_google_error(handler: BaseHTTPRequestHandler, status: int, reason: str, message: str) -> None:
+    """Google's JSON error reply (`{"error": {code, message, status}}`), which the clients turn into
+    their own exceptions (NotFound, AlreadyExists, InvalidArgument...)."""
+    send_json(handler, status, {"error": {"code": status, "message": message, "status": reason}})
+
+
+def read_message(handler: BaseHTTPRequestHandler, message_type: Any) -> dict | None:
+    """The request's JSON body, held to the client library's own proto-plus `message_type` with
+    unknown fields refused, as the API refuses them; None after answering 400 with the parser's
+    words (they name the field)."""
+    body = read_json(handler)
+    try:
+        message_type.from_json(json.dumps(body), ignore_unknown_fields=False)
+    except Exception as exc:
+        send_google_error(handler, 400, "INVALID_ARGUMENT", f"Invalid JSON payload received. {exc}")
+        return None
+    return body
+
+
 class QuietHandler(BaseHTTPRequestHandler):
     """HTTP/1.1 keep-alive like the real APIs, and no access log (tests and the demo tell their own story)."""
 

@@ -15,12 +15,11 @@ Long-running operations come back done, their `response` the job (or the executi
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from survivor.local.http import LocalService, QuietHandler, read_json, send_json
+from survivor.local.http import LocalService, QuietHandler, read_json, read_message, send_google_error, send_json
 
 _JOBS = re.compile(r"^/v2/(projects/[^/]+/locations/[^/]+)/jobs$")
 _JOB = re.compile(r"^/v2/(projects/[^/]+/locations/[^/]+/jobs/[^/:]+)(:run)?$")
@@ -48,17 +47,14 @@ class RunServer(LocalService):
 
         class Handler(QuietHandler):
             def _error(self, status: int, reason: str, message: str) -> None:
-                send_json(self, status, {"error": {"code": status, "message": message, "status": reason}})
+                send_google_error(self, status, reason, message)
 
             def _job_body(self) -> dict | None:
                 from google.cloud import run_v2
 
-                body = read_json(self)
+                body = read_message(self, run_v2.Job)
                 server.requests.append((self.command, self.path, body))
-                try:
-                    run_v2.Job.from_json(json.dumps(body), ignore_unknown_fields=False)
-                except Exception as exc:  # the client's own parser: its message names the field
-                    self._error(400, "INVALID_ARGUMENT", f"Invalid JSON payload received. {exc}")
+                if body is None:
                     return None
                 containers = body.get("template", {}).get("template", {}).get("containers") or []
                 if not containers or not all(c.get("image") for c in containers):

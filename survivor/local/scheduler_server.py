@@ -15,14 +15,13 @@ the target's Google host, so a test can see that the target names a method that 
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 from urllib.parse import urlsplit
 
 import requests
 
-from survivor.local.http import LocalService, QuietHandler, read_json, send_json
+from survivor.local.http import LocalService, QuietHandler, read_json, read_message, send_google_error, send_json
 
 _JOBS = re.compile(r"^/v1/(projects/[^/]+/locations/[^/]+)/jobs$")
 _JOB = re.compile(r"^/v1/(projects/[^/]+/locations/[^/]+/jobs/[^/:]+)$")
@@ -58,17 +57,14 @@ class SchedulerServer(LocalService):
 
         class Handler(QuietHandler):
             def _error(self, status: int, reason: str, message: str) -> None:
-                send_json(self, status, {"error": {"code": status, "message": message, "status": reason}})
+                send_google_error(self, status, reason, message)
 
             def _job_body(self) -> dict | None:
                 from google.cloud import scheduler_v1
 
-                body = read_json(self)
+                body = read_message(self, scheduler_v1.Job)
                 server.requests.append((self.command, self.path, body))
-                try:
-                    scheduler_v1.Job.from_json(json.dumps(body), ignore_unknown_fields=False)
-                except Exception as exc:  # the client's own parser: its message names the field
-                    self._error(400, "INVALID_ARGUMENT", f"Invalid JSON payload received. {exc}")
+                if body is None:
                     return None
                 if not body.get("schedule") or sum(t in body for t in _TARGETS) != 1:
                     self._error(400, "INVALID_ARGUMENT", "a job needs a schedule and exactly one target")
