@@ -11,7 +11,7 @@ import pytest
 from survivor.jobdir.journal import Journal
 from survivor.jobdir.lease import (LEASE, Holder, Lease, LeaseHeld, LeaseLost, agent_running, decide_takeover,
                             fence_needs_renewal, parse_lease, process_identity, read_boot_id)
-from survivor.jobdir.storage import open_storage
+from survivor.jobdir.storage import StorageError, open_storage
 from survivor.jobdir.store import CheckpointStore
 from tests.conftest import dummy_spec
 
@@ -109,6 +109,44 @@ def test_the_fence_writes_the_lease_only_when_the_last_renewal_is_too_old(job_di
     lease.renewed_at -= 30  # as if the renewal thread had not written for half a ttl
     lease.fence()
     assert storage.read(LEASE).generation != generation and lease.generation == storage.read(LEASE).generation
+
+
+class AnswerLost:
+    """A job dir whose next lease write lands but whose answer never arrives (the call fails), as a
+    renewal on a loaded network does."""
+
+    def __init__(self, storage):
+        self.storage, self.lose_next = storage, False
+
+    def write(self, name, data, *, if_generation_match=None):
+        generation = self.storage.write(name, data, if_generation_match=if_generation_match)
+        if self.lose_next:
+            self.lose_next = False
+            raise StorageError(f"{name}: the answer was lost (timed out)", object=name)
+        return generation
+
+    def __getattr__(self, name):
+        return getattr(self.storage, name)
+
+
+def test_a_renewal_whose_answer_was_lost_is_not_a_takeover(job_dir):
+    storage = AnswerLost(open_storage(job_dir))
+    lease = Lease(storage, Holder("vm-a", "boot-1", "zone-a", "123:456"), ttl=60).acquire()
+    storage.lose_next = True
+    with pytest.raises(StorageError):
+        lease.renew()  # it landed; this agent does not know the new generation
+    lease.renew()  # refused at the old generation, the object still names this agent: carried on
+    assert not lease.lost.is_set() and lease.generation == storage.read(LEASE).generation
+    lease.fence()
+
+
+def test_a_lease_naming_this_instance_but_another_agent_is_still_a_takeover(job_dir):
+    storage = open_storage(job_dir)
+    lease = Lease(storage, Holder("vm-a", "boot-1", "zone-a", "123:456"), ttl=60).acquire()
+    blob = storage.read(LEASE)
+    storage.write(LEASE, Holder("vm-a", "boot-1", "zone-a", "999:1").to_json(), if_generation_match=blob.generation)
+    with pytest.raises(LeaseLost, match="taken over by vm-a"):
+        lease.renew()
 
 
 def test_a_fence_that_must_renew_finds_a_takeover(job_dir):

@@ -243,6 +243,11 @@ class Lease:
                 self.generation = self.storage.write(LEASE, self.holder.to_json(), if_generation_match=self.generation)
                 self.renewed_at = started
             except PreconditionFailed:
+                if self._adopt_own_write():
+                    self.generation = self.storage.write(LEASE, self.holder.to_json(),
+                                                         if_generation_match=self.generation)
+                    self.renewed_at = started
+                    return
                 self.lost.set()
                 holder = "nobody"
                 try:
@@ -254,6 +259,21 @@ class Lease:
                     holder = f"(unknown: {exc})"
                 log.error("lost the lease; not committing any more", holder=holder)
                 raise LeaseLost(f"the lease was taken over by {holder}") from None
+
+    def _adopt_own_write(self) -> bool:
+        """After a refused renewal: True (and the object's generation adopted) when the lease object
+        still names this very agent, unreleased. Then the generation moved under a renewal of ours
+        whose answer was lost (it landed, but the call failed), not under a taker: no other process
+        writes this agent's identity (instance, zone, kernel boot, pid and start time)."""
+        blob = self.storage.read(LEASE)
+        current = parse_lease(blob.data) if blob is not None else None
+        if current is None or current.get("released") or not self.holder.agent:
+            return False
+        if any(current.get(key) != value for key, value in self.holder.fields().items()):
+            return False
+        log.warning("a renewal of ours landed without its answer; carrying on from it", generation=blob.generation)
+        self.generation = blob.generation
+        return True
 
     def fence(self) -> None:
         """Before a commit: makes sure a renewal started within ttl/3, renewing now if none did.
