@@ -274,8 +274,12 @@ def once() -> tenacity.Retrying:
 #: A small job-dir object written: a manifest (the commit point), the lease, an attempt record, a
 #: marker. On the notice path, so short: a second to keep retrying, 1 s to connect, 2 s of silence.
 STORAGE_WRITE = StorageCall("job dir write", connect=1.0, read=2.0, window=1.0)
-#: A checkpoint file uploaded (in parallel with the others, and with the lease's fence).
-STORAGE_UPLOAD = StorageCall("job dir upload", connect=1.0, read=3.0, window=1.5)
+#: A chunk of a checkpoint uploaded (in parallel with the others, and with the lease's fence). Its
+#: answer comes once the server has taken the whole chunk, which a loaded server can take seconds
+#: to give: cutting it off loses the commit for certain (this happened with 3 s of silence and
+#: 32 MiB chunks), while a server that is gone loses it anyway. So a request may stay silent for
+#: 20 s, and the client keeps retrying a chunk for 10 s.
+STORAGE_UPLOAD = StorageCall("job dir upload", connect=1.0, read=20.0, window=10.0)
 #: A small object read, a listing, a delete: at boot, in garbage collection, in `status`. A read
 #: whose bytes fail their checksum is read again.
 STORAGE_READ = StorageCall("job dir read, list or delete", connect=1.0, read=5.0, window=10.0, attempts=2, initial=0.2, maximum=2.0)
@@ -318,6 +322,11 @@ def notice_path_worst_case() -> float:
     """The final commit after a notice, failing at every step: the uploads and the lease's fence
     run side by side (`CheckpointStore.commit`), then the manifest write."""
     return max(STORAGE_UPLOAD.worst_case(), STORAGE_WRITE.worst_case()) + STORAGE_WRITE.worst_case()
+
+
+def notice_path_writes_worst_case() -> float:
+    """The final commit's writes alone, failing at every step: the lease's fence, then the manifest."""
+    return 2 * STORAGE_WRITE.worst_case()
 
 
 def table() -> list[tuple[str, str, float]]:

@@ -61,23 +61,27 @@ def test_every_policy_is_bounded_but_the_watcher():
             assert math.isfinite(seconds), what
 
 
-def test_the_final_commit_fits_the_grace_budget_left_after_the_trainer():
-    """After a notice the trainer gets 60% of grace_seconds; the uploads (beside the lease's fence,
-    which may renew) and then the manifest write must give up inside the rest, even failing."""
+def test_the_final_commits_writes_give_up_inside_the_grace_budget_left_after_the_trainer():
+    """After a notice the trainer gets 60% of grace_seconds; the lease's fence and the manifest
+    write (the commit point) must give up inside the rest, even failing, and a conditional write
+    whose answer was lost and that reads its object back still ends before the hard off at 30 s."""
     grace = JobSpec.__dataclass_fields__["grace_seconds"].default
     share = retry.upload_share(grace)
     assert share == pytest.approx(10.0)
-    for p in (retry.STORAGE_UPLOAD, retry.STORAGE_WRITE):  # uploads, manifest write, lease renewal
-        assert retry.worst_case(p) <= share, p.what
-    assert retry.notice_path_worst_case() <= share
-
-
-def test_a_write_that_reads_back_its_own_object_still_ends_before_the_hard_off():
-    """A conditional write whose answer was lost reads the object back, with the write's budget.
-    Even then the commit ends before Compute Engine's hard off, 30 s after a preemption notice."""
-    grace = JobSpec.__dataclass_fields__["grace_seconds"].default
+    assert retry.notice_path_writes_worst_case() <= share
     trainer = grace * retry.TRAINER_SHARE
-    assert trainer + retry.notice_path_worst_case() + retry.worst_case(retry.STORAGE_WRITE) <= 30.0
+    assert trainer + retry.notice_path_writes_worst_case() + retry.worst_case(retry.STORAGE_WRITE) <= 30.0
+
+
+def test_an_upload_outwaits_a_slow_answer_rather_than_lose_the_commit():
+    """A chunk's answer comes once the server has the whole chunk; a loaded server can take seconds.
+    Cutting it off loses the commit for certain, so an upload waits longer than a write, and a
+    failing one is stated, not hidden: against a server that is gone the final commit can outlast
+    the notice (the attempt then stays open, and the next boot counts it as killed)."""
+    assert retry.STORAGE_UPLOAD.read >= 10 * retry.STORAGE_WRITE.read / 2
+    assert retry.STORAGE_UPLOAD.window >= retry.STORAGE_UPLOAD.read / 2
+    assert retry.notice_path_worst_case() == pytest.approx(retry.worst_case(retry.STORAGE_UPLOAD)
+                                                           + retry.worst_case(retry.STORAGE_WRITE))
 
 
 def test_the_docs_table_lists_every_policy_with_its_worst_case():
