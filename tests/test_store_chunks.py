@@ -163,6 +163,58 @@ def test_a_damaged_or_missing_chunk_fails_verification_and_the_previous_snapshot
     assert not os.path.exists(os.path.join(restored, "dummy-checkpoint-20.json"))
 
 
+def test_a_chunk_whose_written_bytes_differ_from_its_crc32c_fails_though_the_files_crc32c_agrees(job_dir, tmp_path):
+    """Each chunk is checked as it is written, not only the whole file: a manifest whose chunk names
+    a CRC32C its object's bytes do not have, and whose file CRC32C is combined from those very chunk
+    CRC32Cs (so the file's check alone would pass), fails, and the previous snapshot restores."""
+    storage = open_storage(job_dir)
+    store = CheckpointStore(storage, chunk_size=SMALL)
+    local = str(tmp_path / "job")
+    old = os.urandom(6 * SMALL)
+    write(local, "model.data", old)
+    commit(store, local, 10)
+    write(local, "model.data", os.urandom(6 * SMALL))
+    newest = commit(store, local, 20).manifest
+    body = json.loads(newest.to_json())
+    entry = next(f for f in body["files"] if f["path"] == "model.data")
+    entry["chunks"][3]["crc32c"] = crc32c_of_bytes(b"not these bytes")
+    entry["crc32c"] = combine_crc32c(data_entry(Manifest.from_json(json.dumps(body).encode())).chunks)
+    storage.write(newest.name, json.dumps(body).encode())
+    restored = str(tmp_path / "r")
+    manifest = CheckpointStore(storage, chunk_size=SMALL).restore(restored)
+    assert manifest.step == 10
+    assert read(os.path.join(restored, "model.data")) == old
+
+
+def test_a_chunk_written_in_one_pass_is_checksummed_as_written_and_one_rewound_as_the_file_holds_it(tmp_path):
+    """The download's window checksums its bytes as they pass; a client that seeks back and writes
+    again (as google-cloud-storage does for a transcoded object) is checked against the file itself."""
+    from survivor.jobdir.storage import _FileWindow
+
+    path, chunk = tmp_path / "model.data", os.urandom(1000)
+    path.write_bytes(bytes(3000))
+    fd = os.open(path, os.O_RDWR)
+    try:
+        one_pass = _FileWindow(fd, 1000, 1000)
+        for at in range(0, 1000, 300):
+            one_pass.write(chunk[at:at + 300])
+        assert one_pass.crc32c() == crc32c_of_bytes(chunk) and one_pass.received == 1000
+        rewound = _FileWindow(fd, 1000, 1000)
+        rewound.write(b"x" * 600)
+        rewound.seek(0)
+        rewound.write(chunk)
+        assert rewound.crc32c() == crc32c_of_bytes(chunk)
+        long = _FileWindow(fd, 1000, 1000)
+        long.write(chunk + b"past the range")
+        assert long.crc32c() == crc32c_of_bytes(chunk) and long.received == 1014
+        short = _FileWindow(fd, 2000, 1000)
+        short.write(chunk[:999])
+        assert short.crc32c() == crc32c_of_bytes(chunk[:999] + b"\0") and short.received == 999
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == bytes(1000) + chunk + chunk[:999] + b"\0"
+
+
 # -- the one commit moment -----------------------------------------------------------------------------
 
 COMMITTER = r"""

@@ -206,17 +206,13 @@ class Part:
     crc32c: str = ""
 
 
-class _FileRange(io.RawIOBase):
-    """A read-only file object over `size` bytes at `offset` of a file: what one chunk's upload
-    reads, so that it never holds more of the file than its chunk."""
+class _FileView(io.RawIOBase):
+    """`size` bytes at `offset` of the open file `fd`, as a file object of their own: what one
+    chunk's transfer sees (its position, its seeks), so that it never touches more of the file."""
 
-    def __init__(self, path: str, offset: int, size: int):
+    def __init__(self, fd: int, offset: int, size: int):
         super().__init__()
-        self._fd = os.open(path, os.O_RDONLY)
-        self._offset, self._size, self._position = offset, size, 0
-
-    def readable(self) -> bool:
-        return True
+        self._fd, self._offset, self._size, self._position = fd, offset, size, 0
 
     def seekable(self) -> bool:
         return True
@@ -228,6 +224,17 @@ class _FileRange(io.RawIOBase):
         base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self._size}[whence]
         self._position = max(0, base + position)
         return self._position
+
+
+class _FileRange(_FileView):
+    """A read-only view of `size` bytes at `offset` of the file at `path`: what one chunk's upload
+    reads, so that it never holds more of the file than its chunk. Closing it closes the file."""
+
+    def __init__(self, path: str, offset: int, size: int):
+        super().__init__(os.open(path, os.O_RDONLY), offset, size)
+
+    def readable(self) -> bool:
+        return True
 
     def read(self, n: int = -1) -> bytes:
         left = max(0, self._size - self._position)
@@ -247,28 +254,19 @@ class _FileRange(io.RawIOBase):
         super().close()
 
 
-class _FileWindow(io.RawIOBase):
-    """A write-only file object over `size` bytes at `offset` of an open file: a download writes
-    its chunk in place, beside the others of the same file. Bytes past the range are counted
-    (`received`), never written: an object longer than its range shows so to the caller."""
+class _FileWindow(_FileView):
+    """A write-only view of `size` bytes at `offset` of an open file: a download writes its chunk in
+    place, beside the others of the same file, and checksums the bytes as it writes them. Bytes
+    past the range are counted (`received`), never written: an object longer than its range shows
+    so to the caller."""
 
     def __init__(self, fd: int, offset: int, size: int):
-        super().__init__()
-        self._fd, self._offset, self._size, self._position = fd, offset, size, 0
+        super().__init__(fd, offset, size)
+        self._checksum = google_crc32c.Checksum()
+        self._checked: int | None = 0  # the range's first bytes, in order, the checksum has seen
 
     def writable(self) -> bool:
         return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
-
-    def seek(self, position: int, whence: int = os.SEEK_SET) -> int:
-        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self._size}[whence]
-        self._position = max(0, base + position)
-        return self._position
 
     @property
     def received(self) -> int:
@@ -278,8 +276,21 @@ class _FileWindow(io.RawIOBase):
         view, written = memoryview(data)[: max(0, self._size - self._position)], 0
         while written < len(view):
             written += os.pwrite(self._fd, view[written:], self._offset + self._position + written)
+        if self._checked == self._position:
+            # google_crc32c takes bytes only; the client hands bytes, which need no copy unless cut
+            self._checksum.update(data if isinstance(data, bytes) and len(data) == len(view) else bytes(view))
+            self._checked += len(view)
+        elif view:
+            self._checked = None  # written out of order (a client that rewound): no longer one pass
         self._position += len(data)
         return len(data)
+
+    def crc32c(self) -> str:
+        """The CRC32C (base64) of the range as the file now holds it: the checksum taken while
+        writing, when the writes filled the range in one pass from its start; else read back."""
+        if self._checked == self._size:
+            return crc32c_text(self._checksum)
+        return crc32c_of_range(self._fd, self._offset, self._size)
 
 
 class JobStorage(Protocol):
@@ -310,7 +321,8 @@ class JobStorage(Protocol):
         """Stores each range of a local file as its object, in parallel; returns what each holds."""
 
     def download_parts(self, parts: list[Part]) -> list[ObjectInfo]:
-        """Writes each object into its range of a local file, in parallel; returns what each held."""
+        """Writes each object into its range of a local file, in parallel; returns, for each, the
+        bytes the object held and the CRC32C of its range as written."""
 
 
 def open_storage(url: str, project: str | None = None) -> JobStorage:
@@ -562,8 +574,8 @@ class LocalStorage:
 
     def download_parts(self, parts: list[Part]) -> list[ObjectInfo]:
         """Writes each object into its range of a local file (which exists), in parallel; returns,
-        for each, the bytes the object held and the CRC32C of its range as read back from the file.
-        Errors as `download`'s."""
+        for each, the bytes the object held and the CRC32C of its range as written. Errors as
+        `download`'s."""
 
         def one(part: Part) -> ObjectInfo:
             with self._open_object(part.name) as src:
@@ -572,7 +584,7 @@ class LocalStorage:
                     window = _FileWindow(fd, part.offset, part.size)
                     while block := self._read_object(src, part.name):
                         window.write(block)
-                    return ObjectInfo(part.name, window.received, crc32c_of_range(fd, part.offset, part.size))
+                    return ObjectInfo(part.name, window.received, window.crc32c())
                 finally:
                     os.close(fd)
 
@@ -817,8 +829,8 @@ class GcsStorage:
 
     def download_parts(self, parts: list[Part]) -> list[ObjectInfo]:
         """Downloads each object into its range of a local file (which exists), in parallel on the
-        job dir's transfer pool, each written in place as it streams in. Returns, for each, the
-        bytes the object held and the CRC32C of its range as read back from the file."""
+        job dir's transfer pool, each written in place and checksummed as it streams in. Returns,
+        for each, the bytes the object held and the CRC32C of its range as written."""
 
         def one(part: Part) -> ObjectInfo:
             blob = self.bucket.blob(self._object(part.name))
@@ -833,7 +845,7 @@ class GcsStorage:
                             blob.download_to_file(window, checksum="crc32c", **retry.STORAGE_DOWNLOAD.client())
                 except Exception as exc:
                     raise self._translate(exc, "download", part.name) from exc
-                return ObjectInfo(part.name, window.received, crc32c_of_range(fd, part.offset, part.size))
+                return ObjectInfo(part.name, window.received, window.crc32c())
             finally:
                 os.close(fd)
 

@@ -677,7 +677,7 @@ class CheckpointStore:
                 return f"{entry.path}: missing after download"
             if size != entry.size:
                 return f"{entry.path}: size {size} != {entry.size} in the manifest"
-            # a chunked file's CRC32C is its verified chunks' combined: every byte was read back once
+            # a chunked file's CRC32C is its verified chunks' combined, each taken as its bytes were written
             crc = combine_crc32c(entry.chunks) if not entry.object else crc32c_of_file(local)
             if crc != entry.crc32c:
                 return f"{entry.path}: crc32c {crc} != {entry.crc32c} in the manifest (corrupted)"
