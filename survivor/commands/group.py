@@ -318,38 +318,54 @@ def logs(args: argparse.Namespace) -> int:
 
 def add_commands(sub) -> None:
     """Adds the operator's commands to the command line's subparsers."""
+    _add_template_commands(sub)
+    _add_group_commands(sub)
+    _add_reading_commands(sub)
 
-    def where(p, instance: bool = False, name_optional: bool = False):
-        p.add_argument("name", nargs="?" if name_optional else None, help="the job's name (its MIG and template)")
-        p.add_argument("--project", help="Google Cloud project (default: $GOOGLE_CLOUD_PROJECT)")
-        p.add_argument("--zone", help="the zonal MIG's zone")
-        p.add_argument("--region", help="the regional MIG's region")
-        if instance:
-            p.add_argument("--instance", help="a standalone instance instead of the MIG (with --zone)")
 
-    def template_flags(p) -> None:
-        """The flags that describe a template (make-template and preflight)."""
-        p.add_argument("name")
-        p.add_argument("--config", required=True, help="the job spec YAML")
-        p.add_argument("--project")
-        p.add_argument("--machine-type")
-        p.add_argument("--gpu", help="TYPE:COUNT, e.g. nvidia-tesla-t4:4, or none")
-        spot = p.add_mutually_exclusive_group()
-        spot.add_argument("--spot", dest="spot", action="store_true", default=None, help="Spot VM (default)")
-        spot.add_argument("--on-demand", dest="spot", action="store_false", help="standard (on-demand) VM")
-        p.add_argument("--image-family")
-        p.add_argument("--image-project")
-        p.add_argument("--disk-gb", type=int)
-        p.add_argument("--service-account")
-        p.add_argument("--cloud-platform-scope", action="store_true", help="the whole cloud-platform scope instead of storage+compute")
-        p.add_argument("--zone")
-        p.add_argument("--region")
-        p.add_argument("--preemption-notice", type=int, metavar="SECONDS", help="Spot: ask for this much notice before the soft off")
-        p.add_argument("--survivor-wheel", help="stage this local survivor_train-*.whl instead of building one "
-                                                "from the checkout")
+def _where(p, instance: bool = False, name_optional: bool = False) -> None:
+    """The flags that name a job's group (or a standalone instance): name, project, zone or region."""
+    p.add_argument("name", nargs="?" if name_optional else None, help="the job's name (its MIG and template)")
+    p.add_argument("--project", help="Google Cloud project (default: $GOOGLE_CLOUD_PROJECT)")
+    p.add_argument("--zone", help="the zonal MIG's zone")
+    p.add_argument("--region", help="the regional MIG's region")
+    if instance:
+        p.add_argument("--instance", help="a standalone instance instead of the MIG (with --zone)")
 
+
+def _template_flags(p) -> None:
+    """The flags that describe a template (make-template and preflight)."""
+    p.add_argument("name")
+    p.add_argument("--config", required=True, help="the job spec YAML")
+    p.add_argument("--project")
+    p.add_argument("--machine-type")
+    p.add_argument("--gpu", help="TYPE:COUNT, e.g. nvidia-tesla-t4:4, or none")
+    spot = p.add_mutually_exclusive_group()
+    spot.add_argument("--spot", dest="spot", action="store_true", default=None, help="Spot VM (default)")
+    spot.add_argument("--on-demand", dest="spot", action="store_false", help="standard (on-demand) VM")
+    p.add_argument("--image-family")
+    p.add_argument("--image-project")
+    p.add_argument("--disk-gb", type=int)
+    p.add_argument("--service-account")
+    p.add_argument("--cloud-platform-scope", action="store_true", help="the whole cloud-platform scope instead of storage+compute")
+    p.add_argument("--zone")
+    p.add_argument("--region")
+    p.add_argument("--preemption-notice", type=int, metavar="SECONDS", help="Spot: ask for this much notice before the soft off")
+    p.add_argument("--survivor-wheel", help="stage this local survivor_train-*.whl instead of building one "
+                                            "from the checkout")
+
+
+def _price_flags(p, instead_of: str) -> None:
+    """--spot-price and --on-demand-price: the whole VM's prices, given instead of `instead_of`."""
+    for flag, side in (("--spot-price", "Spot"), ("--on-demand-price", "on-demand")):
+        p.add_argument(flag, type=_price, metavar="USD_PER_HOUR",
+                       help=f"the {side} price of the whole VM with its GPUs, instead of {instead_of}")
+
+
+def _add_template_commands(sub) -> None:
+    """make-template, make-image and preflight: what a job boots from."""
     p = sub.add_parser("make-template", help="create the instance template for a job spec")
-    template_flags(p)
+    _template_flags(p)
     p.add_argument("--dry-run", action="store_true", help="print the exact REST body; call nothing")
     p.add_argument("--skip-preflight", action="store_true", help="create it even if `survivor preflight` finds problems")
     p.set_defaults(func=make_template)
@@ -367,8 +383,16 @@ def add_commands(sub) -> None:
     p.add_argument("--keep-builder", action="store_true", help="leave the builder VM for inspection")
     p.set_defaults(func=make_image)
 
+    p = sub.add_parser("preflight", help="check bucket, IAM, image, GPU offer and quota for a job; change nothing",
+                       description="Takes the make-template flags and checks what the template would need.")
+    _template_flags(p)
+    p.set_defaults(func=preflight)
+
+
+def _add_group_commands(sub) -> None:
+    """make-group, stop, start and delete: the job's group."""
     p = sub.add_parser("make-group", help="create the job's single-instance managed instance group")
-    where(p)
+    _where(p)
     p.add_argument("--template", required=True)
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--skip-preflight", action="store_true", help="create it even if `survivor preflight` finds problems")
@@ -377,11 +401,20 @@ def add_commands(sub) -> None:
     p.add_argument("--poll-seconds", type=float, default=5.0, help="how often to look while waiting")
     p.set_defaults(func=make_group)
 
-    p = sub.add_parser("preflight", help="check bucket, IAM, image, GPU offer and quota for a job; change nothing",
-                       description="Takes the make-template flags and checks what the template would need.")
-    template_flags(p)
-    p.set_defaults(func=preflight)
+    for name, func, text in (("stop", stop, "stop training gracefully (the agent saves first): MIG resize to 0"),
+                             ("start", start, "start training again: MIG resize to 1")):
+        p = sub.add_parser(name, help=text)
+        _where(p, instance=True)
+        p.set_defaults(func=func)
 
+    p = sub.add_parser("delete", help="delete the job's MIG and template (never the job dir)")
+    _where(p)
+    p.add_argument("--template", help="template name when it is not the job's name")
+    p.set_defaults(func=delete)
+
+
+def _add_reading_commands(sub) -> None:
+    """status, report and logs: what a job is doing and what it cost."""
     p = sub.add_parser("status", help="MIG, instance, progress, preemptions, lost work and cost of a job")
     p.add_argument("name", nargs="?", help="the job's name (omit with --job-dir alone for the job dir only)")
     p.add_argument("--project")
@@ -389,9 +422,7 @@ def add_commands(sub) -> None:
     p.add_argument("--region")
     p.add_argument("--job-dir", help="the job dir (default: from the template's job spec)")
     p.add_argument("--vertex", metavar="CUSTOM_JOB", help="a Vertex AI custom job's name (from survivor submit)")
-    for flag, side in (("--spot-price", "Spot"), ("--on-demand-price", "on-demand")):
-        p.add_argument(flag, type=_price, metavar="USD_PER_HOUR",
-                       help=f"the {side} price of the whole VM with its GPUs, instead of pricing's offline table")
+    _price_flags(p, "pricing's offline table")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=status)
 
@@ -405,9 +436,7 @@ def add_commands(sub) -> None:
     p.add_argument("--machine-type", help="with --job-dir: the VM's machine type, for its prices")
     p.add_argument("--gpu", help="with --machine-type: TYPE:COUNT, e.g. nvidia-tesla-t4:1")
     p.add_argument("--train-steps", type=int, help="with --job-dir: the job's steps, for the projection")
-    for flag, side in (("--spot-price", "Spot"), ("--on-demand-price", "on-demand")):
-        p.add_argument(flag, type=_price, metavar="USD_PER_HOUR",
-                       help=f"the {side} price of the whole VM with its GPUs, instead of the Cloud Billing Catalog's")
+    _price_flags(p, "the Cloud Billing Catalog's")
     p.add_argument("--offline", action="store_true", help="do not read the Cloud Billing Catalog: cached prices or "
                                                           "the offline table")
     p.add_argument("--out", help="the directory for report.md, timeline.png, report.json "
@@ -415,19 +444,8 @@ def add_commands(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=report)
 
-    for name, func, text in (("stop", stop, "stop training gracefully (the agent saves first): MIG resize to 0"),
-                             ("start", start, "start training again: MIG resize to 1")):
-        p = sub.add_parser(name, help=text)
-        where(p, instance=True)
-        p.set_defaults(func=func)
-
-    p = sub.add_parser("delete", help="delete the job's MIG and template (never the job dir)")
-    where(p)
-    p.add_argument("--template", help="template name when it is not the job's name")
-    p.set_defaults(func=delete)
-
     p = sub.add_parser("logs", help="the job instance's serial port output, or a Vertex AI job's logs")
-    where(p, instance=True, name_optional=True)
+    _where(p, instance=True, name_optional=True)
     p.add_argument("--vertex", metavar="CUSTOM_JOB", help="a Vertex AI custom job's name: its replicas' logs")
     p.add_argument("--follow", "-f", action="store_true")
     p.add_argument("--interval", type=float, default=5.0)
