@@ -3,16 +3,16 @@ peak memory, and what a commit uploads when most of the state did not change.
 
     python -m benchmarks.large_state [--size-mb 4000] [--repeats 2] [--backend filesystem]
 
-Runs against fake-gcs-server on 127.0.0.1, in four parts:
+Runs against fake-gcs-server on 127.0.0.1, in three parts:
 
 - **Commit**: a separate process scans a state of `--size-mb` (one data file, every MiB its own,
   written by `benchmarks.state_trainer`) and commits it, as the agent's mirror does; its wall time
   and its peak resident memory (its own `VmHWM`) are reported.
 - **Restore** of that snapshot into an empty dir (`CheckpointStore.restore`: every chunk downloaded
-  in place, read back and verified, the whole file's CRC32C, the staging dir swapped in), against
-  the parallel download floor: the same chunk objects downloaded raw with google-cloud-storage,
-  `TRANSFERS` at once, into the same offsets of one file, nothing verified. Pairs alternate which
-  goes first; the ratio is taken per pair.
+  in place and checked against its CRC32C as it is written, the whole file's size and CRC32C, the
+  staging dir swapped in), against the parallel download floor: the same chunk objects downloaded
+  raw with google-cloud-storage, `TRANSFERS` at once, into the same offsets of one file, nothing
+  verified. Pairs alternate which goes first; the ratio is taken per pair.
 - **Incremental**: the state saved again with its first 90% unchanged (frozen layers), committed as
   a periodic commit, then saved and committed once more as the commit after a notice would be:
   bytes uploaded by each, against the full state.

@@ -55,10 +55,8 @@ def under_agent(size_mb: int, root: str, bucket: str, repeat: int) -> dict:
     # grace grows with the state, so a slow large commit is measured rather than cut off (whether it fits
     # inside Spot's 30 s notice is read off the figure)
     grace = max(60, size_mb * 0.15)
-    # a long lease: on the starved emulator a renewal whose answer is lost is refused at the next renewal as
-    # a takeover by this same agent (survivor/jobdir/lease.py, reported), which ends the commit being measured
     spec = {"job_dir": job_dir, "train_steps": 10_000_000, "checkpoint_steps": 1_000_000, "grace_seconds": grace,
-            "on_finish": "keep-alive", "sync_seconds": 1.0, "lease_seconds": 600,
+            "on_finish": "keep-alive", "sync_seconds": 1.0,
             "trainer": {"argv": dummy_argv(size_mb, timing_log)}}
     vm = LocalInstance({"survivor-job": yaml.safe_dump(spec)}, os.path.join(root, f"vm{size_mb}-{repeat}"), python=sys.executable)
     try:
