@@ -188,27 +188,35 @@ def test_a_chunk_whose_written_bytes_differ_from_its_crc32c_fails_though_the_fil
 
 def test_a_chunk_written_in_one_pass_is_checksummed_as_written_and_one_rewound_as_the_file_holds_it(tmp_path):
     """The download's window checksums its bytes as they pass; a client that seeks back and writes
-    again (as google-cloud-storage does for a transcoded object) is checked against the file itself."""
+    again (as google-cloud-storage does for a transcoded object) is checked against the file itself.
+    A window whose attempt failed (never finished) writes nothing more: its retry's bytes stand."""
     from survivor.jobdir.storage import _FileWindow
 
     path, chunk = tmp_path / "model.data", os.urandom(1000)
     path.write_bytes(bytes(3000))
     fd = os.open(path, os.O_RDWR)
     try:
+        failed = _FileWindow(fd, 1000, 1000)
+        failed.write(b"from an attempt that failed")
+        del failed
         one_pass = _FileWindow(fd, 1000, 1000)
         for at in range(0, 1000, 300):
             one_pass.write(chunk[at:at + 300])
+        one_pass.finish()
         assert one_pass.crc32c() == crc32c_of_bytes(chunk) and one_pass.received == 1000
         rewound = _FileWindow(fd, 1000, 1000)
         rewound.write(b"x" * 600)
         rewound.seek(0)
         rewound.write(chunk)
+        rewound.finish()
         assert rewound.crc32c() == crc32c_of_bytes(chunk)
         long = _FileWindow(fd, 1000, 1000)
         long.write(chunk + b"past the range")
+        long.finish()
         assert long.crc32c() == crc32c_of_bytes(chunk) and long.received == 1014
         short = _FileWindow(fd, 2000, 1000)
         short.write(chunk[:999])
+        short.finish()
         assert short.crc32c() == crc32c_of_bytes(chunk[:999] + b"\0") and short.received == 999
     finally:
         os.close(fd)

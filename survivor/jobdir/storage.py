@@ -256,14 +256,20 @@ class _FileRange(_FileView):
 
 class _FileWindow(_FileView):
     """A write-only view of `size` bytes at `offset` of an open file: a download writes its chunk in
-    place, beside the others of the same file, and checksums the bytes as it writes them. Bytes
-    past the range are counted (`received`), never written: an object longer than its range shows
-    so to the caller."""
+    place, beside the others of the same file, and checksums the bytes as they pass. Bytes past the
+    range are counted (`received`), never written: an object longer than its range shows so to the
+    caller.
+
+    The client hands over a few KiB at a time; they reach the file in blocks of CRC_BLOCK, the last
+    by `finish()`. A window dropped without `finish()` (its attempt failed) writes nothing more, so
+    a late clean-up of a failed attempt can never land over the bytes of the attempt after it.
+    """
 
     def __init__(self, fd: int, offset: int, size: int):
         super().__init__(fd, offset, size)
         self._checksum = google_crc32c.Checksum()
         self._checked: int | None = 0  # the range's first bytes, in order, the checksum has seen
+        self._pending, self._pending_at = bytearray(), 0  # bytes not yet written, and where they go
 
     def writable(self) -> bool:
         return True
@@ -273,21 +279,38 @@ class _FileWindow(_FileView):
         return self._position
 
     def write(self, data) -> int:
-        view, written = memoryview(data)[: max(0, self._size - self._position)], 0
+        length = len(data)
+        keep = bytes(data[: max(0, self._size - self._position)])  # no copy of bytes kept whole
+        if keep:
+            if self._checked == self._position:
+                self._checksum.update(keep)
+                self._checked += len(keep)
+            else:
+                self._checked = None  # written out of order (a client that rewound): no longer one pass
+            if self._position != self._pending_at + len(self._pending):
+                self._write_pending()
+            if not self._pending:
+                self._pending_at = self._position
+            self._pending += keep
+            if len(self._pending) >= CRC_BLOCK:
+                self._write_pending()
+        self._position += length
+        return length
+
+    def _write_pending(self) -> None:
+        view, written = memoryview(self._pending), 0
         while written < len(view):
-            written += os.pwrite(self._fd, view[written:], self._offset + self._position + written)
-        if self._checked == self._position:
-            # google_crc32c takes bytes only; the client hands bytes, which need no copy unless cut
-            self._checksum.update(data if isinstance(data, bytes) and len(data) == len(view) else bytes(view))
-            self._checked += len(view)
-        elif view:
-            self._checked = None  # written out of order (a client that rewound): no longer one pass
-        self._position += len(data)
-        return len(data)
+            written += os.pwrite(self._fd, view[written:], self._offset + self._pending_at + written)
+        view.release()
+        self._pending.clear()
+
+    def finish(self) -> None:
+        """Writes what is left of the range into the file; the download has ended well."""
+        self._write_pending()
 
     def crc32c(self) -> str:
-        """The CRC32C (base64) of the range as the file now holds it: the checksum taken while
-        writing, when the writes filled the range in one pass from its start; else read back."""
+        """The CRC32C (base64) of the range as the file holds it after `finish()`: the checksum taken
+        while writing, when the writes filled the range in one pass from its start; else read back."""
         if self._checked == self._size:
             return crc32c_text(self._checksum)
         return crc32c_of_range(self._fd, self._offset, self._size)
@@ -584,6 +607,7 @@ class LocalStorage:
                     window = _FileWindow(fd, part.offset, part.size)
                     while block := self._read_object(src, part.name):
                         window.write(block)
+                    window.finish()
                     return ObjectInfo(part.name, window.received, window.crc32c())
                 finally:
                     os.close(fd)
@@ -843,6 +867,7 @@ class GcsStorage:
                             # the client checks the bytes against the object's crc32c (a truncated or
                             # mangled transfer is retried); the caller checks them against the manifest
                             blob.download_to_file(window, checksum="crc32c", **retry.STORAGE_DOWNLOAD.client())
+                            window.finish()
                 except Exception as exc:
                     raise self._translate(exc, "download", part.name) from exc
                 return ObjectInfo(part.name, window.received, window.crc32c())
