@@ -156,6 +156,7 @@ class JobSpec:
     max_failed_attempts: int = 3
     sync_seconds: float = 2.0
     lease_seconds: float = 60.0
+    state_disk_gb: int | None = None  # a stateful persistent disk for states too large for the notice
     deadline: Deadline | None = None
     fallback: FallbackSpec | None = None  # set whenever a deadline is (the defaults when not written)
     extra: Mapping[str, Any] = field(default_factory=dict)  # sections other commands read (compute, ...)
@@ -212,6 +213,7 @@ class JobSpec:
             max_failed_attempts=v.integer("max_failed_attempts") or 3,
             sync_seconds=v.number("sync_seconds") or 2.0,
             lease_seconds=v.number("lease_seconds") or 60.0,
+            state_disk_gb=v.integer("state_disk_gb"),
             deadline=v.deadline(),
             fallback=v.fallback(),
             extra=v.extra(),
@@ -247,6 +249,7 @@ class JobSpec:
             "max_failed_attempts": self.max_failed_attempts,
             "sync_seconds": self.sync_seconds,
             "lease_seconds": self.lease_seconds,
+            "state_disk_gb": self.state_disk_gb,
         }
         if self.deadline is not None:
             out["deadline"] = self.deadline.text
@@ -338,7 +341,7 @@ _FLAT_NAMES = {v: k for k, v in FLAT_KEYS.items()}
 _TOP_LEVEL = {
     "name", "job_dir", "data_dir", "train_steps", "checkpoint_steps", "num_gpus", "trainer",
     "hyperparameters", "on_finish", "keep_alive", "user", "keep", "grace_seconds",
-    "max_failed_attempts", "sync_seconds", "lease_seconds", "deadline", "fallback",
+    "max_failed_attempts", "sync_seconds", "lease_seconds", "state_disk_gb", "deadline", "fallback",
     # the flat form's trainer keys
     "trainer_module", "trainer_git_url", "trainer_git_ref", "trainer_package",
 }
@@ -374,6 +377,8 @@ NUMBER_RANGES: dict[str, tuple[float, float]] = {
     "grace_seconds": (1.0, 3600.0),
     "sync_seconds": (0.1, 3600.0),
     "lease_seconds": (1.0, 3600.0),
+    # a persistent disk holds 10 GB to 64 TB (https://cloud.google.com/compute/docs/disks)
+    "state_disk_gb": (10, 65536),
 }
 #: The latest a duration `deadline` may be: a year of hours.
 DEADLINE_MAX_HOURS = 365 * 24.0

@@ -8,11 +8,13 @@
    failed attempts in a row? Write FAILED and finish. A deadline that this kind of VM (Spot or
    on-demand) can no longer meet, or slack enough to go back to Spot? Ask the group to switch.
 4. Watch for a notice: `preempted`, SIGTERM/SIGINT; and for a terminating maintenance event.
-5. Restore the newest committed snapshot that verifies into the local job dir.
+5. Restore the newest committed snapshot that verifies into the local job dir; first, a snapshot
+   the last boot left on this VM's state disk (a job with `state_disk_gb`) is committed.
 6. Launch the trainer: its GPUs, its user, its code, its argv (`trainer.launch`, one call).
 7. Mirror every new local checkpoint to the job dir while it trains (`mirror.Mirror`, a background
    thread). A maintenance notice: ask the trainer for a checkpoint, commit it, train on.
-8. On a notice: SIGTERM the trainer, wait for its save within the grace budget, commit.
+8. On a notice: SIGTERM the trainer, wait for its save within the grace budget, commit (to the
+   state disk, if there is one, when the commit cannot finish in time: `jobdir.disk_tier`).
 9. End the attempt: what happened (`AttemptResult`) decides how it ended (`ending.decide_ending`),
    and one path acts on it: the journal's record, DONE or FAILED, the finish action (leave the MIG,
    stop, or keep alive), the exit code systemd reads.
@@ -48,6 +50,7 @@ from survivor.agent.notice import Notice, NoticeWatcher
 from survivor.agent.trainer import (TrainerProcess, TrainerUserError, launch, local_job_dir, progress_path,
                                     read_progress, save_signal)
 from survivor.cloud.metadata import InstanceIdentity, MetadataClient, MetadataError
+from survivor.jobdir.disk_tier import DiskTier, state_disk_dir
 from survivor.jobdir.journal import Attempt, Journal, JobState, should_give_up, steps_lost
 from survivor.jobdir.lease import Holder, Lease, LeaseHeld, LeaseLost
 from survivor.jobdir.storage import JobStorage, StorageError, open_storage
@@ -109,6 +112,7 @@ class AgentOptions:
         metadata: the metadata server's client; None: make one (or run off Compute Engine).
         early_signals: SIGTERM/SIGINT names that came before the agent's own handlers.
         permission_wait_seconds: how long a job dir answering 403 is waited for.
+        state_disk: where the state disk is mounted (a job with `state_disk_gb`).
     """
 
     workdir: str = "/var/lib/survivor"
@@ -120,6 +124,7 @@ class AgentOptions:
     metadata: MetadataClient | None = None
     early_signals: list[str] = field(default_factory=list)
     permission_wait_seconds: float = field(default_factory=_permission_wait_default)
+    state_disk: str = field(default_factory=state_disk_dir)
 
 
 @dataclass
@@ -282,6 +287,10 @@ class Boot:
         # 5. restore
         self._guest("state", "restoring", force=True)
         store = CheckpointStore(storage, keep=spec.keep, writer=identity.name, max_step=spec.train_steps)
+        disk = DiskTier(self.options.state_disk, storage, identity.name, identity.zone) if spec.state_disk_gb else None
+        if disk is not None:
+            with self.phase.timed("state_disk"):
+                disk.recover(store, attempt.number, fence=lease.fence)
         try:
             restored = self._restore(store, journal, attempt)
         except RestoreFailed as exc:  # never a start from scratch over committed work
@@ -305,7 +314,7 @@ class Boot:
         self._guest("state", "training", force=True)
         self._guest("step", str(restored or 0), force=True)
         try:
-            return self._supervise(spec, store, storage, attempt, lease, watcher, trainer, restored)
+            return self._supervise(spec, store, storage, attempt, lease, watcher, trainer, restored, disk)
         except StorageError as exc:
             log.error("the job dir failed while training; systemd restarts the agent", error=str(exc))
             return AttemptResult(interrupted=f"the job dir failed: {exc}", restored_step=restored,
@@ -315,10 +324,10 @@ class Boot:
 
     def _supervise(self, spec: JobSpec, store: CheckpointStore, storage: JobStorage, attempt: Attempt,
                    lease: Lease, watcher: NoticeWatcher, trainer: TrainerProcess,
-                   restored: int | None) -> AttemptResult:
+                   restored: int | None, disk: DiskTier | None) -> AttemptResult:
         """Steps 7-8: mirror while it trains; on a notice, save; once the trainer is gone, the final commit."""
         mirror = Mirror(store, storage, local_job_dir(self.options.workdir), attempt.number, spec.sync_seconds,
-                        restored, self._committed, fence=lease.fence).start()
+                        restored, self._committed, fence=lease.fence, disk=disk).start()
         with self.phase.timed("train"):
             code = self._train_until_end(spec, trainer, mirror, watcher, lease, restored)
         if lease.lost.is_set():  # another agent writes now: stop at once, commit nothing more
@@ -374,7 +383,7 @@ class Boot:
         (the rest is the final commit's); meanwhile the mirror commits what it writes. Returns the
         trainer's exit code (None if even SIGKILL left it running)."""
         trainer.terminate()
-        mirror.after_notice()
+        mirror.after_notice(deadline=notice.monotonic + grace_seconds - retry.STORAGE_WRITE.worst_case())
         self._guest("state", "saving", force=True)
         deadline = notice.monotonic + grace_seconds * retry.TRAINER_SHARE
         code = trainer.wait(timeout=max(0.0, deadline - time.monotonic()))

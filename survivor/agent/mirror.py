@@ -2,7 +2,7 @@
 
     >>> mirror = Mirror(store, storage, "/var/lib/survivor/job", attempt=3, interval=30.0,
     ...                 committed_step=1200, on_commit=print, fence=lease.fence).start()
-    >>> mirror.after_notice()        # the VM is going: look every POLL_AFTER_NOTICE seconds, commit only
+    >>> mirror.after_notice(deadline)  # the VM is going: look every POLL_AFTER_NOTICE seconds, commit only
     >>> mirror.final_sync()          # the trainer has exited: stop the loop, commit what it left
     >>> mirror.tidy()                # once that commit is safe: event files, old snapshots
 
@@ -12,18 +12,23 @@ followed as it grows (`snapshot.Checksums`). When the snapshot holds a newer ste
 commit, it is committed through the `CheckpointStore` (blobs first, the manifest last: one atomic
 moment). Routine rounds then mirror TensorBoard event files and collect the garbage the new commit
 made obsolete. After a notice, rounds commit only: nothing else may stand between the trainer's
-last checkpoint and safety.
+last checkpoint and safety. A commit that cannot finish by the notice's deadline (its new bytes
+over the upload rate the commits measured) goes to the state disk instead, when the job has one
+(`survivor.jobdir.disk_tier`); the job's final step always goes to Cloud Storage.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Callable
 
 from survivor import log as logs
+from survivor.jobdir.chunks import chunk_object
+from survivor.jobdir.disk_tier import DiskTier, PendingSnapshot, UploadRate, fits
 from survivor.jobdir.lease import LeaseLost
-from survivor.jobdir.snapshot import Checksums, event_files, scan
+from survivor.jobdir.snapshot import Checksums, Snapshot, event_files, scan
 from survivor.jobdir.storage import JobStorage
 from survivor.jobdir.store import CheckpointStore, CommitStats, SnapshotChanged
 
@@ -46,11 +51,12 @@ class Mirror:
         committed_step: the step already committed (the restored one), or None; nothing older is committed.
         on_commit: called with each commit's figures.
         fence: called before each manifest write; raises LeaseLost once another agent holds the job.
+        disk: the state disk's tier, for a commit too large for the notice; None: the job has none.
     """
 
     def __init__(self, store: CheckpointStore, storage: JobStorage, local_root: str, attempt: int,
                  interval: float, committed_step: int | None, on_commit: Callable[[CommitStats], None],
-                 fence: Callable[[], None] | None = None):
+                 fence: Callable[[], None] | None = None, disk: DiskTier | None = None):
         self.store = store
         self.storage = storage
         self.local_root = local_root
@@ -59,6 +65,10 @@ class Mirror:
         self.committed_step = committed_step
         self.on_commit = on_commit
         self.fence = fence
+        self.disk = disk
+        self.rate = UploadRate()
+        self.pending: PendingSnapshot | None = None  # the snapshot this attempt left on the state disk
+        self._deadline: float | None = None  # monotonic: when the commit after a notice must be done
         self.errors = 0
         self._fingerprint: frozenset | None = None
         self._checksums = Checksums()
@@ -115,6 +125,10 @@ class Mirror:
         fingerprint = snapshot.fingerprint()
         if fingerprint == self._fingerprint:
             return None
+        if self._to_disk(snapshot):
+            self._fingerprint = fingerprint
+            self.committed_step = snapshot.step
+            return None
         try:
             stats = self.store.commit(self.local_root, snapshot, self.attempt, fence=self.fence)
         except SnapshotChanged as exc:
@@ -123,8 +137,38 @@ class Mirror:
             return None
         self._fingerprint = fingerprint
         self.committed_step = snapshot.step
+        self.rate.observe(stats.uploaded_bytes, stats.upload_seconds)
         self.on_commit(stats)
         return stats
+
+    def _to_disk(self, snapshot: Snapshot) -> bool:
+        """After a notice, saves the snapshot to the state disk instead when its commit cannot finish
+        by the deadline; True if it did. Never the job's final step, which DONE will point at."""
+        if self._deadline is None or self.disk is None or snapshot.step is None:
+            return False
+        if self.store.max_step is not None and snapshot.step >= self.store.max_step:
+            return False
+        known = self.store.known_blobs()
+        new_bytes = sum(sum(c.size for c in f.chunks if chunk_object(c) not in known) if f.chunks else f.size
+                        for f in snapshot.files)
+        rate, left = self.rate.bytes_per_second(), self._deadline - time.monotonic()
+        if fits(new_bytes, rate, left) or not self.disk.available():
+            return False
+        started = time.monotonic()
+        try:
+            self.pending = self.disk.save(self.local_root, snapshot, self.attempt)
+        except SnapshotChanged as exc:
+            log.info("a file changed while it was copied to the state disk; trying again", reason=str(exc))
+            self._checksums.forget()
+            return False
+        except OSError as exc:  # the disk failed: Cloud Storage it is, as far as it gets
+            log.warning("could not save to the state disk; committing to the job dir", error=str(exc))
+            return False
+        log.warning("the commit cannot finish before the VM goes: saved to the state disk; the next boot of "
+                    "this instance commits it", step=snapshot.step, new_bytes=new_bytes,
+                    bytes_per_second=round(rate), seconds_left=round(left, 3),
+                    save_seconds=round(time.monotonic() - started, 3))
+        return True
 
     def tidy(self) -> None:
         """What waits until the checkpoint is safe: event files, then garbage collection. Never raises."""
@@ -157,9 +201,12 @@ class Mirror:
         if todo:
             self.storage.upload(todo)
 
-    def after_notice(self) -> None:
+    def after_notice(self, deadline: float | None = None) -> None:
         """The VM is going: from now on the rounds come every POLL_AFTER_NOTICE seconds and commit
-        only, so the trainer's last checkpoint goes out while the trainer is still exiting."""
+        only, so the trainer's last checkpoint goes out while the trainer is still exiting.
+        `deadline` (monotonic): when the commit must be done; one that cannot finish by then goes to
+        the state disk, if there is one."""
+        self._deadline = deadline
         self._collect = False
         self.interval = min(self.interval, POLL_AFTER_NOTICE)
         self._wake.set()

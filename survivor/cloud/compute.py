@@ -298,12 +298,15 @@ class Compute:
     # -- managed instance groups ------------------------------------------------------------------
 
     def create_group(self, name: str, template: str, *, zone: str | None = None, region: str | None = None,
-                     size: int = 1, distribution: dict | None = None) -> None:
-        """A MIG of `size` from `template`; `distribution` is a regional MIG's distributionPolicy (REST form)."""
+                     size: int = 1, distribution: dict | None = None, stateful: dict | None = None) -> None:
+        """A MIG of `size` from `template`; `distribution` is a regional MIG's distributionPolicy and
+        `stateful` its statefulPolicy (REST forms)."""
         body = self.v1.InstanceGroupManager(
             name=name, base_instance_name=name, target_size=size,
             instance_template=f"projects/{self.project}/global/instanceTemplates/{template}",
         )
+        if stateful:
+            body.stateful_policy = self.v1.StatefulPolicy.from_json(json.dumps(stateful))
         if distribution:
             body.distribution_policy = self.v1.DistributionPolicy.from_json(json.dumps(distribution))
         if zone:

@@ -30,8 +30,8 @@ from survivor.cloud.deadline import ON_DEMAND, SPOT
 from survivor.cloud.compute import (BASE_INSTANCE_NAME_MAX, Compute, ComputeError, GroupRef, distribution_policy,
                                     explain_operation_errors, find_project, group_creation, location_problems,
                                     name_problems, spec_project, PROJECT_HINT)
-from survivor.cloud.template import (Install, MachineOptions, body_differences, named_differences, parse_gpu,
-                                     template_body)
+from survivor.cloud.template import (STATE_DISK_DEVICE, Install, MachineOptions, body_differences, named_differences,
+                                     parse_gpu, template_body)
 from survivor.jobdir.storage import JobStorage
 from survivor.jobdir.switches import Switch, record_switch
 from survivor.spec import FallbackSpec, JobSpec, SpecError
@@ -300,15 +300,31 @@ def check_names(group: GroupRef, template: str) -> None:
         raise RequestError(problems[0])
 
 
-def group_body(group: GroupRef, template: str) -> dict:
-    """The single-VM group's REST body, as make-group's dry run shows it; RequestError for a bad name."""
+def group_body(group: GroupRef, template: str, template_body: dict | None = None) -> dict:
+    """The single-VM group's REST body, as make-group's dry run shows it; RequestError for a bad name.
+    `template_body`: the template's, when known (its state disk makes the group stateful)."""
     check_names(group, template)
     body = {"name": group.name, "baseInstanceName": group.name, "targetSize": 1,
             "instanceTemplate": f"projects/{group.project}/global/instanceTemplates/{template}",
             "zone" if group.zone else "region": group.zone or group.region}
     if group.region:
         body["distributionPolicy"] = distribution_policy(group.project, [])  # zones: those offering the GPU
+    stateful = stateful_policy(template_body or {})
+    if stateful:
+        body["statefulPolicy"] = stateful
     return body
+
+
+def stateful_policy(template_body: dict) -> dict | None:
+    """Pure: the group's statefulPolicy for a template with a state disk (device STATE_DISK_DEVICE), or None.
+
+    The disk is preserved with `autoDelete: NEVER`: the group reattaches it when it recreates the VM
+    after a preemption, and keeps it even when the group is deleted (a snapshot the agent left on it
+    is not lost with the group; the operator deletes the disk)."""
+    disks = ((template_body.get("properties") or {}).get("disks")) or []
+    if not any(d.get("deviceName") == STATE_DISK_DEVICE for d in disks):
+        return None
+    return {"preservedState": {"disks": {STATE_DISK_DEVICE: {"autoDelete": "NEVER"}}}}
 
 
 def regional_zones(compute: Compute, region: str, template: dict) -> list[str]:
@@ -385,7 +401,7 @@ def make_group(compute: Compute, group: GroupRef, options: GroupOptions, *, say:
                                    "pick another region (gcloud compute accelerator-types list)")
             distribution = distribution_policy(group.project, zones)
         compute.create_group(group.name, options.template, zone=group.zone, region=group.region, size=1,
-                             distribution=distribution)
+                             distribution=distribution, stateful=stateful_policy(template))
     if options.wait_seconds <= 0:
         return GroupOutcome(done, "not waited for")
     state, zone, errors = wait_for_group(compute, group, options.wait_seconds, options.poll_seconds,

@@ -28,6 +28,10 @@ DLVM_PROJECT = "deeplearning-platform-release"
 #: A persistent disk's smallest size (https://cloud.google.com/compute/docs/disks: "10 GB to 64 TB")
 MIN_DISK_GB = 10
 METADATA_LIMIT = 512 * 1024
+#: The device name of the job's state disk (spec `state_disk_gb`): the group keeps the disk of that
+#: name across the VM's recreation (survivor/cloud/group.py `stateful_policy`), and startup.sh finds
+#: it at /dev/disk/by-id/google-survivor-state.
+STATE_DISK_DEVICE = "survivor-state"
 
 SCOPES = {
     "storage": "https://www.googleapis.com/auth/devstorage.read_write",
@@ -126,6 +130,11 @@ def machine_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
     if isinstance(options.disk_gb, bool) or not isinstance(options.disk_gb, int) or options.disk_gb < MIN_DISK_GB:
         problems.append(f"compute.disk_gb {options.disk_gb!r}: expected a whole number of GB >= {MIN_DISK_GB} (and at "
                         "least the boot image's size, which survivor preflight checks)")
+    if spec.state_disk_gb and options.spot and options.termination_action != "STOP":
+        # the group's recreation of a stopped VM is the documented case that keeps a stateful disk
+        # (docs/large-state.md, "The local tier")
+        problems.append(f"state_disk_gb {spec.state_disk_gb}: needs termination_action STOP, not "
+                        f"{options.termination_action}")
     return problems + machines.choice_problems(
         options.machine_type, options.gpu_type, options.gpu_count or 0, gpu_explicit=options.gpu_explicit,
         num_gpus=spec.num_gpus, spot=options.spot, preemption_notice=options.preemption_notice,
@@ -178,7 +187,7 @@ def template_body(name: str, spec: JobSpec, options: MachineOptions, script: str
                 "diskSizeGb": str(options.disk_gb),
                 "diskType": options.disk_type,
             },
-        }],
+        }] + state_disk(spec, options),
         "metadata": {"items": items},
         "serviceAccounts": [{"email": options.service_account, "scopes": scopes}],
         "networkInterfaces": [{"network": options.network,
@@ -192,6 +201,15 @@ def template_body(name: str, spec: JobSpec, options: MachineOptions, script: str
     if size > METADATA_LIMIT:
         raise SpecError([f"metadata: {size} bytes; Compute Engine allows {METADATA_LIMIT} in all"])
     return body
+
+
+def state_disk(spec: JobSpec, options: MachineOptions) -> list[dict[str, Any]]:
+    """The template's state disk (spec `state_disk_gb`) as a one-item list, or none: a blank
+    persistent disk named `STATE_DISK_DEVICE`, kept when its VM is deleted (`autoDelete: false`)."""
+    if not spec.state_disk_gb:
+        return []
+    return [{"deviceName": STATE_DISK_DEVICE, "autoDelete": False, "type": "PERSISTENT",
+             "initializeParams": {"diskSizeGb": str(spec.state_disk_gb), "diskType": options.disk_type}}]
 
 
 def body_differences(existing: dict[str, Any], wanted: dict[str, Any], prefix: str = "") -> list[str]:

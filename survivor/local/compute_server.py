@@ -445,6 +445,15 @@ class ComputeServer(LocalService):
         template = _tail(body.get("instanceTemplate", ""))
         if (project, template) not in self.templates:
             raise HttpError(404, f"The resource 'projects/{project}/global/instanceTemplates/{template}' was not found", "notFound")
+        # A stateful disk is named by its device name, "the device name of a disk in the instance
+        # template" (https://cloud.google.com/compute/docs/instance-groups/configuring-stateful-disks-in-migs);
+        # a key naming no disk of the template preserves nothing, so a typo fails here as a 400.
+        devices = {d.get("deviceName") for d in (self.templates[(project, template)].get("properties") or {}).get("disks", [])}
+        for device in ((body.get("statefulPolicy") or {}).get("preservedState") or {}).get("disks", {}):
+            if device not in devices:
+                raise HttpError(400, f"Invalid value for field 'resource.statefulPolicy.preservedState.disks': "
+                                     f"'{device}'. Stateful disk device name must match a disk in instance template "
+                                     f"'{template}'.", "invalid")
         group = json.loads(json.dumps(body))
         group.update(kind="compute#instanceGroupManager", id=str(next(self._ids)), creationTimestamp=_now(),
                      selfLink=f"{self.endpoint}{BASE}projects/{project}/{scope}/instanceGroupManagers/{name}",

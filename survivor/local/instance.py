@@ -5,6 +5,10 @@
     >>> vm.preempt()                 # preempted=TRUE, SIGTERM (ACPI soft off), SIGKILL 30 s later
     >>> vm.boot(wipe=True)           # the MIG recreates it: a fresh boot disk, same name
 
+`state_disk=True` gives it a state disk as a stateful MIG keeps one (a job with `state_disk_gb`):
+a directory beside the boot disk, which `boot(wipe=True)` leaves as it is, mounted where the agent
+looks (SURVIVOR_STATE_DISK) with the marker startup.sh would write.
+
 Depends on nothing in the agent: it starts `python -m survivor agent` as a process, as the
 systemd unit would, and acts on it only from outside (metadata, signals, files).
 """
@@ -21,6 +25,7 @@ import time
 
 from survivor.local.metadata_server import MetadataServer
 from survivor.agent.trainer import progress_path, read_progress
+from survivor.jobdir.disk_tier import MARKER, STATE_DISK_ENV
 
 
 class LocalInstance:
@@ -28,13 +33,15 @@ class LocalInstance:
 
     def __init__(self, attributes: dict[str, str], root: str, *, name: str = "survivor-local-1",
                  zone: str = "us-west1-b", project: str = "survivor-local", env: dict[str, str] | None = None,
-                 agent_args: tuple[str, ...] = ("--allow-root-trainer",), python: str = sys.executable):
+                 agent_args: tuple[str, ...] = ("--allow-root-trainer",), python: str = sys.executable,
+                 state_disk: bool = False):
         self.root = os.path.abspath(root)
         self.name = name
         self.metadata = MetadataServer(attributes=attributes, name=name, zone=zone, project=project).start()
         self.env = dict(env or {})
         self.agent_args = tuple(agent_args)
         self.python = python
+        self.state_disk = os.path.join(self.root, "state-disk") if state_disk else None
         self.process: subprocess.Popen | None = None
         self.boots = 0
         self._log = None
@@ -55,6 +62,10 @@ class LocalInstance:
         if wipe:
             shutil.rmtree(os.path.join(self.root, "disk"), ignore_errors=True)
         os.makedirs(self.workdir, exist_ok=True)
+        if self.state_disk is not None:  # as startup.sh mounts it: the marker on the disk itself
+            os.makedirs(self.state_disk, exist_ok=True)
+            open(os.path.join(self.state_disk, MARKER), "a").close()
+            self.env[STATE_DISK_ENV] = self.state_disk
         self.metadata.set("instance/preempted", "FALSE")
         self.metadata.set("instance/maintenance-event", "NONE")
         self.boots += 1

@@ -1,0 +1,326 @@
+"""The local tier: a snapshot too large for the notice, kept on the VM's state disk until its next boot commits it.
+
+    >>> tier = DiskTier("/var/lib/survivor/state-disk", storage, instance="cifar-x7k2", zone="us-west1-b")
+    >>> if tier.available() and not fits(new_bytes, rate.bytes_per_second(), seconds_left):
+    ...     tier.save("/var/lib/survivor/job", snapshot, attempt=4)   # after a notice: a local write
+    >>> tier.recover(store, attempt=5, fence=lease.fence)             # the next boot, before restore
+
+A job whose spec sets `state_disk_gb` runs with a second persistent disk (device `survivor-state`)
+that its group keeps across the VM's recreation (the MIG's statefulPolicy; docs/large-state.md,
+"The local tier"). startup.sh mounts it at `STATE_DISK_DIR` and leaves `MARKER` on it, so a disk
+that did not mount is never mistaken for one that did (the mount point alone is on the boot disk,
+which the recreation replaces).
+
+After a notice, when the commit cannot finish before the VM goes (the bytes still to send over the
+upload rate exceed the time left), the mirror saves the snapshot here instead: every file copied
+to `snapshots/<step>-<attempt>/` on the disk, its CRC32C taken as it is copied and checked against
+the scan's, fsynced, the directory renamed into place; then the record `survivor/pending/<instance>.json`
+is written to the job dir. That write is the snapshot's commit moment, as a manifest's is for one
+in Cloud Storage: the record says which tier holds the snapshot (`"tier": "disk"`), on which
+instance and zone, and every file's size and CRC32C. A record is not a manifest: restore never
+follows it, and `Manifest.from_json` stays as strict as it was.
+
+The next boot of the same instance, before it restores, reads its record, checks every file on the
+disk (size and CRC32C), commits them to Cloud Storage as any commit (`CheckpointStore.commit`,
+chunked, a manifest last), and deletes the record and the copy; the restore then takes that snapshot
+as the newest. A record that names another instance or zone (that VM's disk is not here), or whose
+files do not verify, is ignored with one warning naming it, and the previous committed snapshot
+restores. A record no newer than the newest commit is obsolete and deleted.
+
+Limits: the disk is zonal, so the snapshot waits for this very instance to come back in its zone;
+the group recreates a preempted VM with its stateful disk when the termination action is STOP
+(template.py refuses anything else for a job with a state disk).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from typing import Callable
+
+import google_crc32c
+
+from survivor import log as logs
+from survivor.jobdir.chunks import digest_file
+from survivor.jobdir.snapshot import LocalFile, Snapshot
+from survivor.jobdir.storage import JobStorage, crc32c_text, parse_json
+from survivor.jobdir.store import CheckpointStore, ManifestError, SnapshotChanged, check_relative_path, safe_join
+
+log = logs.get("disk-tier")
+
+#: Where startup.sh mounts the state disk; SURVIVOR_STATE_DISK moves it (a LocalInstance's own dir).
+STATE_DISK_DIR = "/var/lib/survivor/state-disk"
+STATE_DISK_ENV = "SURVIVOR_STATE_DISK"
+#: The file startup.sh writes on the state disk's own filesystem once it is mounted.
+MARKER = ".survivor-state-disk"
+#: The template's device name for the disk (survivor/cloud/template.py STATE_DISK_DEVICE).
+DEVICE = "survivor-state"
+#: Pending disk-tier snapshots in the job dir: one record per instance.
+PENDING = "survivor/pending/"
+TIER = "disk"
+FORMAT = 1
+#: The upload rate assumed before the mirror has measured one: a single stream's worth, low on
+#: purpose, since a rate guessed too high loses the snapshot and one guessed too low only keeps it
+#: on the disk one boot longer. SURVIVOR_UPLOAD_BYTES_PER_SECOND replaces any measurement.
+DEFAULT_BYTES_PER_SECOND = 25 << 20
+RATE_ENV = "SURVIVOR_UPLOAD_BYTES_PER_SECOND"
+#: A commit smaller than this says more about latency than about the rate: not measured.
+MIN_MEASURED_BYTES = 1 << 20
+_COPY_BLOCK = 8 << 20
+
+
+def state_disk_dir() -> str:
+    """Where the state disk is mounted: $SURVIVOR_STATE_DISK or STATE_DISK_DIR."""
+    return os.environ.get(STATE_DISK_ENV) or STATE_DISK_DIR
+
+
+def pending_name(instance: str) -> str:
+    """The job dir object that records `instance`'s pending disk-tier snapshot."""
+    return f"{PENDING}{instance}.json"
+
+
+def fits(new_bytes: int, bytes_per_second: float, seconds_left: float) -> bool:
+    """Pure decision: can `new_bytes` go out at `bytes_per_second` within `seconds_left`?"""
+    return new_bytes <= 0 or (seconds_left > 0 and new_bytes / bytes_per_second <= seconds_left)
+
+
+class UploadRate:
+    """The upload rate the commits so far reached (the newest measurable one), or the default.
+
+    `SURVIVOR_UPLOAD_BYTES_PER_SECOND` sets it outright: an operator who knows the VM's rate, or a
+    test that needs a commit not to fit."""
+
+    def __init__(self) -> None:
+        self._measured: float | None = None
+
+    def observe(self, uploaded_bytes: int, seconds: float) -> None:
+        """Records a commit's upload (too small or too quick ones say nothing and are skipped)."""
+        if uploaded_bytes >= MIN_MEASURED_BYTES and seconds > 0:
+            self._measured = uploaded_bytes / seconds
+
+    def bytes_per_second(self) -> float:
+        """The rate to plan with."""
+        fixed = os.environ.get(RATE_ENV)
+        if fixed:
+            return max(float(fixed), 1e-9)
+        return self._measured or DEFAULT_BYTES_PER_SECOND
+
+
+@dataclass(frozen=True)
+class PendingFile:
+    """One file of a pending snapshot: its path in the job dir, size and CRC32C (base64)."""
+
+    path: str
+    size: int
+    crc32c: str
+
+
+@dataclass(frozen=True)
+class PendingSnapshot:
+    """The record of a snapshot held by the state disk of `instance` (in `zone`), not yet in Cloud Storage."""
+
+    step: int
+    attempt: int
+    instance: str
+    zone: str
+    files: tuple[PendingFile, ...]
+    created: str = ""
+
+    @property
+    def dirname(self) -> str:
+        """Its directory under the disk's `snapshots/`."""
+        return f"{self.step}-{self.attempt}"
+
+    def to_json(self) -> bytes:
+        """The record as stored in the job dir."""
+        return json.dumps({
+            "format": FORMAT, "tier": TIER, "disk": DEVICE, "instance": self.instance, "zone": self.zone,
+            "step": self.step, "attempt": self.attempt, "created": self.created,
+            "files": [{"path": f.path, "size": f.size, "crc32c": f.crc32c} for f in self.files],
+        }, indent=1).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "PendingSnapshot":
+        """Parses a record: exactly the fields `to_json` writes, else ManifestError."""
+        try:
+            raw = parse_json(data)
+        except ValueError as exc:
+            raise ManifestError(f"not JSON: {exc}") from None
+        keys = {"format", "tier", "disk", "instance", "zone", "step", "attempt", "created", "files"}
+        if not isinstance(raw, dict) or set(raw) != keys:
+            raise ManifestError(f"expected exactly the fields {sorted(keys)}")
+        if (raw["format"], raw["tier"], raw["disk"]) != (FORMAT, TIER, DEVICE):
+            raise ManifestError(f"format {raw['format']!r}, tier {raw['tier']!r}, disk {raw['disk']!r}: "
+                                f"expected {FORMAT}, {TIER!r}, {DEVICE!r}")
+        for key in ("instance", "zone", "created"):
+            if not isinstance(raw[key], str) or len(raw[key]) > 256:
+                raise ManifestError(f"{key}: expected a string")
+        for key in ("step", "attempt"):
+            if isinstance(raw[key], bool) or not isinstance(raw[key], int) or not 0 <= raw[key] < 1 << 62:
+                raise ManifestError(f"{key}: expected a whole number >= 0")
+        if not isinstance(raw["files"], list) or not raw["files"]:
+            raise ManifestError("files: expected a non-empty list")
+        files = []
+        for i, item in enumerate(raw["files"]):
+            if not isinstance(item, dict) or set(item) != {"path", "size", "crc32c"}:
+                raise ManifestError(f"files[{i}]: expected exactly path, size, crc32c")
+            if isinstance(item["size"], bool) or not isinstance(item["size"], int) or item["size"] < 0:
+                raise ManifestError(f"files[{i}].size: expected a whole number >= 0")
+            if not isinstance(item["path"], str):
+                raise ManifestError(f"files[{i}].path: expected a string")
+            if not isinstance(item["crc32c"], str) or len(item["crc32c"]) != 8:
+                raise ManifestError(f"files[{i}].crc32c: expected a base64 CRC32C")
+            files.append(PendingFile(check_relative_path(item["path"]), item["size"], item["crc32c"]))
+        return cls(raw["step"], raw["attempt"], raw["instance"], raw["zone"], tuple(files), raw["created"])
+
+
+class DiskTier:
+    """The state disk mounted at `root` on `instance` (in `zone`), and the records in the job dir's `storage`.
+
+    Args:
+        root: the state disk's mount point (`state_disk_dir()`).
+        storage: the job dir, where the records go.
+        instance: this VM's name; a record names the instance whose disk holds its snapshot.
+        zone: this VM's zone.
+    """
+
+    def __init__(self, root: str, storage: JobStorage, instance: str, zone: str):
+        self.root = root
+        self.storage = storage
+        self.instance = instance
+        self.zone = zone
+
+    def available(self) -> bool:
+        """True when the state disk is mounted (its marker is there) and writable."""
+        return os.path.isfile(os.path.join(self.root, MARKER)) and os.access(self.root, os.W_OK)
+
+    def _dir(self, name: str) -> str:
+        return os.path.join(self.root, "snapshots", name)
+
+    # -- after a notice ---------------------------------------------------------------------------
+
+    def save(self, local_root: str, snapshot: Snapshot, attempt: int) -> PendingSnapshot:
+        """Copies the snapshot to the disk (fsynced, renamed into place), then writes its record: the
+        commit moment. Raises SnapshotChanged if a file's bytes are not the scan's (nothing is
+        recorded then), OSError if the disk fails, StorageError if the record cannot be written."""
+        if snapshot.step is None:
+            raise ValueError("a snapshot without a step cannot be saved")
+        record = PendingSnapshot(snapshot.step, attempt, self.instance, self.zone,
+                                 tuple(PendingFile(f.path, f.size, f.crc32c) for f in snapshot.files),
+                                 _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+        final = self._dir(record.dirname)
+        partial = self._dir(f".{record.dirname}.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        for f in snapshot.files:
+            _copy_checked(safe_join(local_root, f.path), safe_join(partial, f.path), f)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(partial, final)
+        _fsync_dir(os.path.dirname(final))
+        self.storage.write(pending_name(self.instance), record.to_json())
+        for name in os.listdir(os.path.dirname(final)):  # one snapshot on the disk: the recorded one
+            if name != record.dirname:
+                shutil.rmtree(self._dir(name), ignore_errors=True)
+        return record
+
+    # -- the next boot ----------------------------------------------------------------------------
+
+    def recover(self, store: CheckpointStore, attempt: int, fence: Callable[[], None] | None = None) -> int | None:
+        """Commits this instance's pending snapshot to Cloud Storage if its files on the disk verify;
+        returns its step, or None. Records it cannot use are ignored with a warning naming them;
+        obsolete ones (no newer than the newest commit) are deleted. Never raises for a record or a
+        disk copy; a job dir that fails raises its StorageError."""
+        names = [o.name for o in self.storage.list(PENDING) if o.name.endswith(".json")]
+        if not names:
+            return None
+        latest = store.latest()
+        committed = latest.step if latest is not None else -1
+        recovered = None
+        for name in names:
+            blob = self.storage.read(name)
+            if blob is None:
+                continue
+            try:
+                record = PendingSnapshot.from_json(blob.data)
+            except ManifestError as exc:
+                log.warning("ignoring a pending disk-tier record that must not be followed", record=name,
+                            reason=str(exc))
+                continue
+            if record.step <= committed:
+                log.info("a pending disk-tier snapshot is obsolete; deleting its record", record=name,
+                         step=record.step, committed_step=committed)
+                self._forget(name, record)
+                continue
+            if (record.instance, record.zone) != (self.instance, self.zone):
+                log.warning("ignoring a pending disk-tier snapshot: it is on another instance's disk", record=name,
+                            step=record.step, instance=record.instance, zone=record.zone)
+                continue
+            recovered = self._commit(store, name, record, attempt, fence) or recovered
+        return recovered
+
+    def _commit(self, store: CheckpointStore, name: str, record: PendingSnapshot, attempt: int,
+                fence: Callable[[], None] | None) -> int | None:
+        folder = self._dir(record.dirname)
+        files, problem = [], None
+        for f in record.files:
+            path = safe_join(folder, f.path)
+            try:
+                digest = digest_file(path, store.chunk_size)
+                st = os.stat(path)
+            except OSError as exc:
+                problem = f"{f.path}: {exc.strerror or exc}"
+                break
+            if (digest.size, digest.crc32c) != (f.size, f.crc32c):
+                problem = f"{f.path}: {digest.size} bytes, CRC32C {digest.crc32c}; recorded {f.size}, {f.crc32c}"
+                break
+            files.append(LocalFile(f.path, f.size, st.st_mtime_ns, f.crc32c, digest.chunks))
+        if problem is not None:
+            log.warning("ignoring a pending disk-tier snapshot that does not verify; the previous commit restores",
+                        record=name, step=record.step, reason=problem)
+            self._forget(name, record)
+            return None
+        try:
+            stats = store.commit(folder, Snapshot(record.step, tuple(files)), attempt, fence=fence)
+        except SnapshotChanged as exc:
+            log.warning("ignoring a pending disk-tier snapshot whose copy changed while it was committed",
+                        record=name, step=record.step, reason=str(exc))
+            return None
+        log.info("committed the state disk's snapshot", record=name, step=record.step,
+                 manifest=stats.manifest.name, uploaded_bytes=stats.uploaded_bytes,
+                 upload_seconds=round(stats.upload_seconds, 3))
+        self._forget(name, record)
+        return record.step
+
+    def _forget(self, name: str, record: PendingSnapshot) -> None:
+        """Deletes a record and, if it is this disk's, its copy (a copy is only ever deleted after its
+        record, so no record outlives its files by this hand)."""
+        self.storage.delete([name])
+        if (record.instance, record.zone) == (self.instance, self.zone):
+            shutil.rmtree(self._dir(record.dirname), ignore_errors=True)
+
+
+def _copy_checked(source: str, target: str, f: LocalFile) -> None:
+    """Copies a file, taking its CRC32C on the way; fsyncs it. SnapshotChanged when the bytes
+    copied are not the ones the scan saw."""
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    checksum, size = google_crc32c.Checksum(), 0
+    with open(source, "rb") as src, open(target, "wb") as dst:
+        while block := src.read(_COPY_BLOCK):
+            checksum.update(block)
+            dst.write(block)
+            size += len(block)
+        dst.flush()
+        os.fsync(dst.fileno())
+    if (size, crc32c_text(checksum)) != (f.size, f.crc32c):
+        raise SnapshotChanged(f"{f.path} changed since it was scanned")
+    _fsync_dir(os.path.dirname(target))
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,270 @@
+"""The local tier (issue 16): a job with `state_disk_gb` gets a disk its group keeps across the VM's
+recreation; a commit too large for the notice goes to that disk, and the next boot of the same
+instance commits it before it restores. A copy that does not verify, or a record naming another
+instance, is ignored with a warning, and the previous committed snapshot restores."""
+
+import json
+import os
+import time
+
+import pytest
+
+from survivor.agent.mirror import Mirror
+from survivor.cloud.compute import Compute, ComputeError, GroupRef
+from survivor.cloud.group import stateful_policy
+from survivor.cloud.template import STATE_DISK_DEVICE, MachineOptions, template_body
+from survivor.commands import main as cli
+from survivor.jobdir.disk_tier import (MARKER, PENDING, RATE_ENV, DiskTier, PendingFile, PendingSnapshot, fits,
+                                       pending_name)
+from survivor.jobdir.journal import Journal
+from survivor.jobdir.storage import crc32c_of_bytes, open_storage
+from survivor.jobdir.store import CheckpointStore, ManifestError
+from survivor.spec import JobSpec, SpecError
+from tests.conftest import dummy_spec, executed_steps
+
+PROJECT = "survivor-local"
+ZONE = "us-west1-b"
+
+
+def _spec(tmp_path, **fields) -> JobSpec:
+    return JobSpec.from_mapping({"job_dir": str(tmp_path / "j"), "train_steps": 10, "trainer": {"builtin": "dummy"},
+                                 **fields})
+
+
+# -- the template and the group -------------------------------------------------------------------
+
+
+def test_a_state_disk_job_gets_a_kept_disk_and_a_stateful_group_through_the_real_client(compute_server, capsys,
+                                                                                         tmp_path):
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(f"job_dir: {tmp_path}/j\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\nstate_disk_gb: 50\n")
+    assert cli.main(["make-template", "t", "--config", str(spec_file), "--project", PROJECT]) == 0
+    assert cli.main(["make-group", "g", "--template", "t", "--zone", ZONE, "--project", PROJECT,
+                     "--wait-seconds", "5", "--poll-seconds", "0.1"]) == 0, capsys.readouterr().err
+    compute = Compute(PROJECT)
+    disks = compute.get_template("t")["properties"]["disks"]
+    assert len(disks) == 2 and disks[0]["boot"] is True
+    assert disks[1]["deviceName"] == STATE_DISK_DEVICE and disks[1]["autoDelete"] is False
+    assert disks[1]["initializeParams"]["diskSizeGb"] == "50"
+    group = compute.get_group(GroupRef(PROJECT, "g", zone=ZONE))
+    assert group["statefulPolicy"]["preservedState"]["disks"] == {STATE_DISK_DEVICE: {"autoDelete": "NEVER"}}
+    [sent] = [body for method, _, body in compute_server.requests if method == "compute.instanceGroupManagers.insert"]
+    assert sent["statefulPolicy"] == {"preservedState": {"disks": {STATE_DISK_DEVICE: {"autoDelete": "NEVER"}}}}
+
+
+def test_a_job_without_a_state_disk_has_one_disk_and_a_stateless_group(tmp_path):
+    body = template_body("t", _spec(tmp_path), MachineOptions(gpu_type=None, gpu_count=0))
+    assert len(body["properties"]["disks"]) == 1
+    assert stateful_policy(body) is None
+
+
+def test_the_fake_refuses_a_stateful_disk_the_template_does_not_have(compute_server, tmp_path):
+    compute = Compute(PROJECT)
+    compute.insert_template(template_body("t", _spec(tmp_path), MachineOptions(gpu_type=None, gpu_count=0)))
+    with pytest.raises(ComputeError, match="survivor-state"):
+        compute.create_group("g", "t", zone=ZONE,
+                             stateful={"preservedState": {"disks": {STATE_DISK_DEVICE: {"autoDelete": "NEVER"}}}})
+
+
+def test_a_state_disk_needs_spot_vms_that_stop(tmp_path):
+    with pytest.raises(SpecError, match="state_disk_gb 20: needs termination_action STOP, not DELETE"):
+        template_body("t", _spec(tmp_path, state_disk_gb=20),
+                      MachineOptions(gpu_type=None, gpu_count=0, termination_action="DELETE"))
+
+
+@pytest.mark.parametrize("value", [5, "big", True, 10**6])
+def test_state_disk_gb_is_a_whole_number_of_gb_a_persistent_disk_can_hold(tmp_path, value):
+    with pytest.raises(SpecError) as caught:
+        _spec(tmp_path, state_disk_gb=value)
+    [line] = caught.value.problems
+    assert line.startswith(f"state_disk_gb = {value!r}: expected a whole number")
+
+
+# -- the record -----------------------------------------------------------------------------------
+
+
+def _record(**changes) -> PendingSnapshot:
+    fields = dict(step=7, attempt=2, instance="vm-1", zone=ZONE,
+                  files=(PendingFile("ckpt-7.data", 3, crc32c_of_bytes(b"abc")),), created="now")
+    fields.update(changes)
+    return PendingSnapshot(**fields)
+
+
+def test_a_pending_record_round_trips_and_says_its_tier():
+    record = _record()
+    raw = json.loads(record.to_json())
+    assert raw["tier"] == "disk" and raw["instance"] == "vm-1" and raw["disk"] == STATE_DISK_DEVICE
+    assert PendingSnapshot.from_json(record.to_json()) == record
+
+
+@pytest.mark.parametrize("change", [
+    {"tier": "gcs"}, {"extra": 1}, {"step": -1}, {"step": True}, {"files": []},
+    {"files": [{"path": "../x", "size": 1, "crc32c": "AAAAAA=="}]},
+    {"files": [{"path": "x", "size": 1, "crc32c": "AAAAAA==", "object": "y"}]},
+    {"files": [{"path": 3, "size": 1, "crc32c": "AAAAAA=="}]},
+])
+def test_a_pending_record_is_parsed_strictly(change):
+    raw = json.loads(_record().to_json())
+    raw.update(change)
+    with pytest.raises(ManifestError):
+        PendingSnapshot.from_json(json.dumps(raw).encode())
+
+
+def test_fits_compares_the_bytes_to_send_with_the_time_left():
+    assert fits(0, 1.0, 0.0)
+    assert fits(100, 10.0, 10.0) and not fits(101, 10.0, 10.0)
+    assert not fits(1, 1e9, -1.0)
+
+
+# -- the mirror after a notice --------------------------------------------------------------------
+
+
+def _checkpoint(local, step: int, size: int = 4096) -> None:
+    os.makedirs(local, exist_ok=True)
+    with open(os.path.join(local, f"dummy-checkpoint-{step}.json"), "w") as f:
+        f.write(json.dumps({"step": step, "pad": "x" * size}))
+
+
+@pytest.mark.parametrize("mounted", [True, False])
+def test_a_commit_that_cannot_finish_in_time_goes_to_a_mounted_state_disk(tmp_path, monkeypatch, mounted):
+    """Only a disk with startup.sh's marker is used: an unmounted mount point is on the boot disk."""
+    monkeypatch.setenv(RATE_ENV, "1")  # one byte a second: nothing fits
+    local, disk_root = str(tmp_path / "job"), str(tmp_path / "disk")
+    os.makedirs(disk_root)
+    if mounted:
+        open(os.path.join(disk_root, MARKER), "w").close()
+    storage = open_storage(str(tmp_path / "jobdir"))
+    store = CheckpointStore(storage, max_step=100)
+    mirror = Mirror(store, storage, local, attempt=1, interval=3600, committed_step=None, on_commit=lambda s: None,
+                    disk=DiskTier(disk_root, storage, "vm-1", ZONE)).start()
+    mirror.after_notice(deadline=time.monotonic() + 5)
+    _checkpoint(local, 9)
+    mirror.final_sync()
+    assert mirror.committed_step == 9
+    if mounted:
+        assert store.latest() is None  # nothing in Cloud Storage yet
+        record = PendingSnapshot.from_json(storage.read(pending_name("vm-1")).data)
+        assert (record.step, record.instance, record.zone) == (9, "vm-1", ZONE)
+        assert os.path.isfile(os.path.join(disk_root, "snapshots", "9-1", "dummy-checkpoint-9.json"))
+    else:
+        assert store.latest().step == 9 and storage.list(PENDING) == []
+
+
+def test_the_jobs_final_step_always_goes_to_cloud_storage(tmp_path, monkeypatch):
+    monkeypatch.setenv(RATE_ENV, "1")
+    local, disk_root = str(tmp_path / "job"), str(tmp_path / "disk")
+    os.makedirs(disk_root)
+    open(os.path.join(disk_root, MARKER), "w").close()
+    storage = open_storage(str(tmp_path / "jobdir"))
+    store = CheckpointStore(storage, max_step=9)
+    mirror = Mirror(store, storage, local, attempt=1, interval=3600, committed_step=None, on_commit=lambda s: None,
+                    disk=DiskTier(disk_root, storage, "vm-1", ZONE)).start()
+    mirror.after_notice(deadline=time.monotonic() + 5)
+    _checkpoint(local, 9)
+    mirror.final_sync()
+    assert store.latest().step == 9 and storage.list(PENDING) == []
+
+
+# -- the next boot --------------------------------------------------------------------------------
+
+
+def _saved(tmp_path, instance="vm-1"):
+    """A job dir with step 4 committed and step 9 saved on vm-1's state disk."""
+    local, disk_root = str(tmp_path / "job"), str(tmp_path / "disk")
+    os.makedirs(disk_root, exist_ok=True)
+    open(os.path.join(disk_root, MARKER), "w").close()
+    storage = open_storage(str(tmp_path / "jobdir"))
+    store = CheckpointStore(storage)
+    _checkpoint(local, 4)
+    from survivor.jobdir.snapshot import scan
+
+    store.commit(local, scan(local), attempt=1)
+    _checkpoint(local, 9)
+    os.remove(os.path.join(local, "dummy-checkpoint-4.json"))
+    DiskTier(disk_root, storage, instance, ZONE).save(local, scan(local), attempt=1)
+    return storage, disk_root
+
+
+def test_the_next_boot_commits_the_disks_snapshot_before_it_restores(tmp_path):
+    storage, disk_root = _saved(tmp_path)
+    store = CheckpointStore(storage)
+    assert DiskTier(disk_root, storage, "vm-1", ZONE).recover(store, attempt=2) == 9
+    assert storage.list(PENDING) == [] and os.listdir(os.path.join(disk_root, "snapshots")) == []
+    restored = CheckpointStore(storage).restore(str(tmp_path / "restored"))
+    assert restored.step == 9 and restored.attempt == 2
+
+
+def test_a_damaged_copy_is_ignored_with_a_warning_and_the_previous_commit_restores(tmp_path, caplog):
+    storage, disk_root = _saved(tmp_path)
+    path = os.path.join(disk_root, "snapshots", "9-1", "dummy-checkpoint-9.json")
+    data = bytearray(open(path, "rb").read())
+    data[20] ^= 1
+    open(path, "wb").write(bytes(data))
+    store = CheckpointStore(storage)
+    assert DiskTier(disk_root, storage, "vm-1", ZONE).recover(store, attempt=2) is None
+    [warning] = [r for r in caplog.records if "does not verify" in r.getMessage()]
+    assert pending_name("vm-1") in str(warning.__dict__)
+    assert CheckpointStore(storage).restore(str(tmp_path / "restored")).step == 4
+
+
+def test_a_record_naming_another_instance_is_ignored_and_kept_for_it(tmp_path, caplog):
+    storage, disk_root = _saved(tmp_path, instance="vm-other")
+    store = CheckpointStore(storage)
+    assert DiskTier(disk_root, storage, "vm-1", ZONE).recover(store, attempt=2) is None
+    assert any("another instance" in r.getMessage() for r in caplog.records)
+    assert [o.name for o in storage.list(PENDING)] == [pending_name("vm-other")]
+    assert CheckpointStore(storage).restore(str(tmp_path / "restored")).step == 4
+
+
+# -- end to end: a LocalInstance with a state disk -------------------------------------------------
+
+
+def _journal(job_dir):
+    return Journal(open_storage(job_dir)).state()
+
+
+def test_preempted_with_too_little_time_the_state_disk_keeps_the_checkpoint_and_the_next_boot_loses_no_step(
+        job_dir, tmp_path, instance_factory):
+    spec = dummy_spec(job_dir, tmp_path, train_steps=60, checkpoint_steps=5, state_disk_gb=10)
+    vm = instance_factory(spec, state_disk=True, env={RATE_ENV: "1"})
+    vm.boot()
+    vm.wait_for_step(23)
+    vm.set_preempted()
+    assert vm.wait(30) == 0, f"see {vm.log_path()}"
+    first = _journal(job_dir).attempts[-1]
+    assert first.outcome == "preempted" and first.steps_lost == 0
+    record = PendingSnapshot.from_json(open_storage(job_dir).read(pending_name(vm.name)).data)
+    assert record.step == first.end_step == first.reached_step
+    assert CheckpointStore(open_storage(job_dir)).latest().step < record.step  # not in Cloud Storage yet
+
+    vm.boot(wipe=True)  # the group recreates the VM: a new boot disk, the same state disk
+    assert vm.wait(120) == 0, f"see {vm.log_path()}"
+    state = _journal(job_dir)
+    second = state.attempts[-1]
+    assert second.restored_step == record.step and state.done["step"] == 60
+    assert any(line.get("message") == "committed the state disk's snapshot" for line in vm.log_lines())
+    assert open_storage(job_dir).list(PENDING) == []
+    steps = executed_steps(tmp_path)
+    assert len(steps) == 60 and steps[-1] == 60  # every step run once: none lost
+
+
+def test_a_damaged_state_disk_copy_is_ignored_and_the_previous_commit_restores(tmp_path, instance_factory):
+    job_dir = str(tmp_path / "jobdir")
+    spec = dummy_spec(job_dir, tmp_path, train_steps=60, checkpoint_steps=5, state_disk_gb=10)
+    vm = instance_factory(spec, state_disk=True, env={RATE_ENV: "1"})
+    vm.boot()
+    vm.wait_for_step(23)
+    vm.set_preempted()
+    assert vm.wait(30) == 0, f"see {vm.log_path()}"
+    record = PendingSnapshot.from_json(open_storage(job_dir).read(pending_name(vm.name)).data)
+    previous = CheckpointStore(open_storage(job_dir)).latest().step
+    folder = os.path.join(vm.state_disk, "snapshots", record.dirname)
+    for name in os.listdir(folder):
+        with open(os.path.join(folder, name), "r+b") as f:
+            f.write(b"#")
+
+    vm.boot(wipe=True)
+    assert vm.wait(120) == 0, f"see {vm.log_path()}"
+    assert _journal(job_dir).attempts[-1].restored_step == previous
+    warnings = [line for line in vm.log_lines() if "does not verify" in line.get("message", "")]
+    assert len(warnings) == 1 and pending_name(vm.name) in json.dumps(warnings[0])
