@@ -216,6 +216,26 @@ def test_a_record_naming_another_instance_is_ignored_and_kept_for_it(tmp_path, c
     assert CheckpointStore(storage).restore(str(tmp_path / "restored")).step == 4
 
 
+def test_a_record_waits_while_this_instances_state_disk_is_not_mounted(tmp_path, monkeypatch, caplog):
+    import survivor.jobdir.disk_tier as disk_tier
+
+    monkeypatch.setattr(disk_tier, "MOUNT_WAIT_SECONDS", 0.0)
+    storage, disk_root = _saved(tmp_path)
+    os.remove(os.path.join(disk_root, MARKER))
+    assert DiskTier(disk_root, storage, "vm-1", ZONE).recover(CheckpointStore(storage), attempt=2) is None
+    assert any("not mounted" in r.getMessage() for r in caplog.records)
+    assert [o.name for o in storage.list(PENDING)] == [pending_name("vm-1")]  # kept for a boot that mounts it
+
+
+def test_startup_sh_mounts_the_disk_where_the_agent_looks_and_marks_it_as_the_agent_expects():
+    from survivor.cloud.template import startup_script
+    from survivor.jobdir.disk_tier import STATE_DISK_DIR
+
+    script = startup_script()
+    assert f'STATE_DIR="${{ROOT}}{STATE_DISK_DIR}"' in script and f'"${{STATE_DIR}}/{MARKER}"' in script
+    assert f"google-{STATE_DISK_DEVICE}" in script
+
+
 # -- end to end: a LocalInstance with a state disk -------------------------------------------------
 
 

@@ -38,6 +38,7 @@ import datetime as _dt
 import json
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -67,6 +68,9 @@ FORMAT = 1
 #: on the disk one boot longer. SURVIVOR_UPLOAD_BYTES_PER_SECOND replaces any measurement.
 DEFAULT_BYTES_PER_SECOND = 25 << 20
 RATE_ENV = "SURVIVOR_UPLOAD_BYTES_PER_SECOND"
+#: How long the next boot waits for its state disk to be mounted (startup.sh mounts it on the first
+#: boot of a boot disk, fstab on later ones) before it leaves the snapshot for a later boot.
+MOUNT_WAIT_SECONDS = 120.0
 #: A commit smaller than this says more about latency than about the rate: not measured.
 MIN_MEASURED_BYTES = 1 << 20
 _COPY_BLOCK = 8 << 20
@@ -257,8 +261,21 @@ class DiskTier:
                 log.warning("ignoring a pending disk-tier snapshot: it is on another instance's disk", record=name,
                             step=record.step, instance=record.instance, zone=record.zone)
                 continue
+            if not self._mounted(MOUNT_WAIT_SECONDS):  # a copy not yet reachable is not a damaged one
+                log.warning("ignoring a pending disk-tier snapshot for now: the state disk is not mounted",
+                            record=name, step=record.step, disk=self.root)
+                continue
             recovered = self._commit(store, name, record, attempt, fence) or recovered
         return recovered
+
+    def _mounted(self, wait: float) -> bool:
+        """True once the disk is available, polling for up to `wait` seconds."""
+        deadline = time.monotonic() + wait
+        while not self.available():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(1.0)
+        return True
 
     def _commit(self, store: CheckpointStore, name: str, record: PendingSnapshot, attempt: int,
                 fence: Callable[[], None] | None) -> int | None:

@@ -325,6 +325,46 @@ if ! id survivor >/dev/null 2>&1; then
   log "created user survivor"
 fi
 
+# -- the state disk (a job with state_disk_gb): the group keeps it when it recreates this VM ------
+
+# The template names it by device name (survivor/cloud/template.py STATE_DISK_DEVICE), which
+# Compute Engine shows as /dev/disk/by-id/google-<device name>.
+readonly STATE_DEVICE="${ROOT}/dev/disk/by-id/google-survivor-state"
+readonly STATE_DIR="${ROOT}/var/lib/survivor/state-disk"
+
+mount_state_disk() {  # formats the disk only when blkid finds no filesystem on it; idempotent
+  [[ -b "${STATE_DEVICE}" ]] || return 0
+  mkdir -p "${STATE_DIR}"
+  if ! mountpoint --quiet "${STATE_DIR}"; then
+    local found=0
+    blkid "${STATE_DEVICE}" >/dev/null 2>&1 || found=$?
+    if ((found == 2)); then  # blkid(8): exit 2, no filesystem could be identified: a new, blank disk
+      log "formatting the new state disk"
+      # https://cloud.google.com/compute/docs/disks/format-mount-disk-linux
+      mkfs.ext4 -q -m 0 -E lazy_itable_init=0,lazy_journal_init=0,discard "${STATE_DEVICE}" || return 1
+    elif ((found != 0)); then
+      log "blkid cannot read the state disk (exit ${found}): not formatting it"
+      return 1
+    fi
+    mount -o discard,defaults "${STATE_DEVICE}" "${STATE_DIR}" || return 1
+  fi
+  # later boots of this boot disk mount it before the agent's unit starts (nofail: never blocks a boot)
+  local uuid
+  uuid="$(blkid -s UUID -o value "${STATE_DEVICE}")" || return 1
+  if [[ "${uuid}" =~ ^[0-9a-fA-F-]+$ ]] && ! grep -q "^UUID=${uuid} " "${ROOT}/etc/fstab" 2>/dev/null; then
+    printf 'UUID=%s %s ext4 discard,defaults,nofail 0 2\n' "${uuid}" "/var/lib/survivor/state-disk" >> "${ROOT}/etc/fstab"
+  fi
+  chown survivor:survivor "${STATE_DIR}" || return 1
+  # the agent uses the disk only where this file is: on the disk's own filesystem, so an empty
+  # mount point (on the boot disk, which a recreation replaces) never passes for it
+  touch "${STATE_DIR}/.survivor-state-disk" || return 1
+  log "state disk mounted at ${STATE_DIR}"
+}
+if ! mount_state_disk; then  # the agent then commits to Cloud Storage only; training goes on
+  log "the state disk could not be mounted: a state too large for the notice is not kept on it"
+  guest_attribute state-disk "not mounted"
+fi
+
 # The unit shipped in the installed wheel: one copy of its text, survivor/startup/survivor-agent.service.
 mkdir -p "$(dirname "${UNIT}")"
 "${VENV}/bin/python" -c 'import importlib.resources as r, sys
