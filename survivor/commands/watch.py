@@ -15,16 +15,23 @@ Never an always-on VM of survivor's.
 from __future__ import annotations
 
 import argparse
+import re
 import time
 
 from survivor.commands.errors import CommandError
+from survivor.spec import SpecError
+
+EVERY_MINUTES = (1, 1440)  # --every: a minute (Cloud Scheduler's finest) to a day
 
 
-def _seconds(text: str) -> float:
-    """`15m`, `1h`, `90s` -> seconds."""
-    scale = {"s": 1, "m": 60, "h": 3600}
-    text = text.strip().lower()
-    return float(text[:-1]) * scale[text[-1]] if text[-1:] in scale else float(text)
+def every_minutes(text: str) -> int:
+    """`15m`, `2h` -> whole minutes, from 1 minute to 24 hours; SpecError naming the value as typed
+    for anything else (`10s`, `3d`, `0`, `nan`): a period the look cannot keep is refused, not rounded."""
+    match = re.fullmatch(r"([0-9]{1,5})([mh])", text)
+    minutes = int(match[1]) * (60 if match[2] == "h" else 1) if match else 0
+    if not EVERY_MINUTES[0] <= minutes <= EVERY_MINUTES[1]:
+        raise SpecError([f"--every {text!r}: expected whole minutes or hours from 1m to 24h (15m, 1h)"])
+    return minutes
 
 
 def _deployment(args: argparse.Namespace, project: str):
@@ -35,7 +42,7 @@ def _deployment(args: argparse.Namespace, project: str):
     location = args.location or args.region or args.zone.rsplit("-", 1)[0]
     return WatchDeployment(job=args.name, project=project, region=location, zone=args.zone,
                            group_region=args.region, service_account=args.service_account or "",
-                           image=args.image, every_minutes=round(_seconds(args.every or "15m") / 60),
+                           image=args.image, every_minutes=every_minutes(args.every or "15m"),
                            job_dir=args.job_dir)
 
 
@@ -67,11 +74,14 @@ def run_watch(args: argparse.Namespace) -> int:
     from survivor.cloud.compute import Compute
     from survivor.cloud.group import JobAddress, watch_once
 
+    every = every_minutes(args.every) * 60 if args.every else 0
+    for flag, value in (("--image", args.image), ("--service-account", args.service_account)):
+        if value and not args.deploy:
+            raise SpecError([f"{flag} {value!r}: only with --deploy (what the deployed look runs as and from)"])
     group = JobAddress(args.name, args.project, args.zone, args.region).group()
     if args.deploy or args.undeploy:
         return run_deploy(args, group.project)
     compute = Compute(group.project)
-    every = _seconds(args.every) if args.every else 0.0
     while True:
         watch_once(compute, group, job_dir=args.job_dir, check_every_hours=(every or 900) / 3600, say=print)
         if not every or args.once:
