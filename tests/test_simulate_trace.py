@@ -67,5 +67,16 @@ def test_trace_options_are_checked_before_anything_runs(tmp_path):
     with pytest.raises(SpecError) as raised:
         simulator.simulate(SimulationOptions(config="nope.yaml", workdir=str(tmp_path / "sim"),
                                              preemptions_per_hour=-1, stockout_chance=2, speed=0))
-    assert raised.value.problems == ["--preemptions-per-hour -1: expected more than 0",
-                                     "--stockout-chance 2: expected from 0 to 1", "--speed 0: expected more than 0"]
+    assert raised.value.problems == ["--preemptions-per-hour -1: expected more than 0 and at most 60",
+                                     "--stockout-chance 2: expected from 0 to 1",
+                                     "--speed 0: expected more than 0 and at most 3600"]
+
+
+@pytest.mark.parametrize("rate, speed, flag", [(1e9, 60, "--preemptions-per-hour"), (1e5, 60, "--preemptions-per-hour"),
+                                               (3, 1e9, "--speed"), (3, 1e5, "--speed"), (3, 3600, "--speed")])
+def test_a_trace_faster_than_vms_can_boot_is_refused_in_one_line_naming_the_flag(tmp_path, rate, speed, flag):
+    with pytest.raises(SpecError) as raised:
+        simulator.simulate(SimulationOptions(config="nope.yaml", workdir=str(tmp_path / "sim"),
+                                             preemptions_per_hour=rate, speed=speed))
+    assert len(raised.value.problems) == 1 and raised.value.problems[0].startswith(flag)
+    assert "at most" in raised.value.problems[0]

@@ -137,12 +137,13 @@ def add_commands(sub) -> None:
     p.add_argument("--gcs", action="store_true", help="keep the job dir in the Cloud Storage emulator")
     p.add_argument("--workdir", help="where the simulated VMs' disks and logs go (default ./survivor-simulation)")
     p.add_argument("--preemptions-per-hour", type=float, default=None,
-                   help="replay a seeded Spot trace instead of --preempt-every: preemptions per simulated hour")
+                   help="replay a seeded Spot trace instead of --preempt-every: preemptions per simulated hour "
+                        "(at most 60, and at most 3600 / --speed)")
     p.add_argument("--stockout-minutes", type=float, default=0.0,
                    help="the trace's mean stockout after a preemption, in simulated minutes (0: none)")
     p.add_argument("--stockout-chance", type=float, default=0.5, help="how often a preemption brings a stockout")
     p.add_argument("--speed", type=float, default=60.0,
-                   help="simulated seconds per real second, for the trace and the cost (default 60)")
+                   help="simulated seconds per real second, for the trace and the cost (default 60, at most 3600)")
     p.add_argument("--spot-price", help="USD per hour for the VM on Spot (default: the Cloud Billing Catalog's)")
     p.add_argument("--on-demand-price", help="USD per hour for the VM on on-demand (default: the catalog's)")
     p.add_argument("--region", help="where the catalog's prices are read (default: the spec's zone's region, "

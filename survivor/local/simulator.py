@@ -417,15 +417,27 @@ class SimulationRun:
         return bool(self.result.done) and self.result.target_size == 0
 
 
+# What the process-level simulator can honour: each simulated VM is a real agent and trainer that take
+# seconds to boot, so a trace that preempts faster than that restarts VMs for ever and the job never ends.
+MAX_PREEMPTIONS_PER_HOUR = 60  # simulated
+MAX_SPEED = 3600.0  # simulated seconds per real second: one simulated hour a real second
+MAX_PREEMPTIONS_PER_REAL_HOUR = 3600  # --preemptions-per-hour x --speed
+
+
 def simulate(options: SimulationOptions) -> SimulationRun:
     """Runs a job spec through the simulator in `options.workdir` (an earlier simulation there is
     replaced), and plots its timeline there. SpecError before anything runs when read_spec refuses."""
+    rate = options.preemptions_per_hour
     problems = [f"{flag} {value}: expected {what}" for flag, value, what, ok in (
-        ("--preemptions-per-hour", options.preemptions_per_hour, "more than 0",
-         options.preemptions_per_hour is None or 0 < options.preemptions_per_hour < float("inf")),
+        ("--preemptions-per-hour", rate, f"more than 0 and at most {MAX_PREEMPTIONS_PER_HOUR}",
+         rate is None or 0 < rate <= MAX_PREEMPTIONS_PER_HOUR),
         ("--stockout-minutes", options.stockout_minutes, "0 or more", 0 <= options.stockout_minutes < float("inf")),
         ("--stockout-chance", options.stockout_chance, "from 0 to 1", 0 <= options.stockout_chance <= 1),
-        ("--speed", options.speed, "more than 0", 0 < options.speed < float("inf"))) if not ok]
+        ("--speed", options.speed, f"more than 0 and at most {MAX_SPEED:g}", 0 < options.speed <= MAX_SPEED)) if not ok]
+    if not problems and rate and rate * options.speed > MAX_PREEMPTIONS_PER_REAL_HOUR:
+        problems.append(f"--speed {options.speed:g}: expected at most {MAX_PREEMPTIONS_PER_REAL_HOUR / rate:g} with "
+                        f"--preemptions-per-hour {rate:g} (a preemption at most every real second on average: "
+                        "a VM boots in seconds)")
     if problems:
         raise SpecError(problems)
     spec = read_spec(options)
