@@ -61,3 +61,19 @@ def test_deadline_and_fallback_round_trip_through_the_metadata_attribute():
     again = JobSpec.from_yaml(original.to_yaml())
     assert (again.deadline, again.fallback) == (original.deadline, original.fallback)
     assert JobSpec.from_yaml(spec("deadline: 36h").to_yaml()).deadline == Deadline(after_hours=36.0)
+
+
+@pytest.mark.parametrize("fallback, named", [
+    ("{machine_type: n1-fakest-99}", "fallback.machine_type n1-fakest-99"),
+    ("{gpu: 'nvidia-tesla-zz99:1'}", "fallback.gpu nvidia-tesla-zz99:1"),
+    ("{machine_type: e2-standard-4}", "fallback.gpu nvidia-tesla-t4:1 with fallback.machine_type e2-standard-4"),
+    ("{machine_type: a2-highgpu-1g, gpu: 'nvidia-tesla-t4:3'}", "fallback.gpu nvidia-tesla-t4:3 with fallback.machine_type a2-highgpu-1g"),
+])
+def test_a_fallback_machine_compute_engine_would_refuse_is_one_line_naming_it(fallback, named):
+    from survivor.cloud.template import MachineOptions, machine_problems
+
+    job = spec(f"deadline: 36h\nfallback: {fallback}")
+    options = MachineOptions(machine_type="n1-standard-8", gpu_type="nvidia-tesla-t4", gpu_count=1)
+    lines = machine_problems(job, options)
+    assert len(lines) == 1 and lines[0].startswith("fallback: ") and named in lines[0], lines
+    assert machine_problems(spec("deadline: 36h\nfallback: {machine_type: n1-standard-16}"), options) == []

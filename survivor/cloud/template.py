@@ -138,7 +138,26 @@ def machine_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
     return problems + machines.choice_problems(
         options.machine_type, options.gpu_type, options.gpu_count or 0, gpu_explicit=options.gpu_explicit,
         num_gpus=spec.num_gpus, spot=options.spot, preemption_notice=options.preemption_notice,
-        termination_action=options.termination_action)
+        termination_action=options.termination_action) + fallback_problems(spec, options)
+
+
+def fallback_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
+    """Pure decision: the same machine rules for the deadline's on-demand `fallback:` machine, which is
+    the Spot template's shape with `fallback.machine_type` and `fallback.gpu` put in (as the group's
+    on-demand template is made); one line each, naming the fallback's keys."""
+    fallback = spec.fallback
+    if fallback is None or (fallback.machine_type is None and fallback.gpu is None):
+        return []
+    machine_type = fallback.machine_type or options.machine_type
+    gpu_type, gpu_count = options.gpu_type, options.gpu_count or 0
+    if fallback.gpu is not None:
+        try:
+            gpu_type, gpu_count = parse_gpu(fallback.gpu)
+        except SpecError:
+            return [f"fallback.gpu = {fallback.gpu!r}: expected TYPE:COUNT, e.g. nvidia-tesla-t4:1, or none"]
+    problems = machines.choice_problems(machine_type, gpu_type, gpu_count, num_gpus=spec.num_gpus, spot=False)
+    return [f"fallback: {problem}".replace("compute.gpu", "fallback.gpu").replace("machine_type", "fallback.machine_type")
+            for problem in problems]
 
 
 def startup_script() -> str:
