@@ -77,3 +77,13 @@ def test_a_fallback_machine_compute_engine_would_refuse_is_one_line_naming_it(fa
     lines = machine_problems(job, options)
     assert len(lines) == 1 and lines[0].startswith("fallback: ") and named in lines[0], lines
     assert machine_problems(spec("deadline: 36h\nfallback: {machine_type: n1-standard-16}"), options) == []
+
+
+def test_a_deadline_already_past_is_one_warning_line_naming_it_not_an_error():
+    from survivor.cloud.template import deadline_warning
+
+    now = dt.datetime(2026, 11, 23, tzinfo=dt.timezone.utc)
+    warning = deadline_warning(spec("deadline: 2020-01-01T00:00:00Z"), now)
+    assert warning.startswith("warning: deadline 2020-01-01T00:00:00Z is already past") and "\n" not in warning
+    assert deadline_warning(spec("deadline: 2026-12-01T18:00:00Z"), now) is None
+    assert deadline_warning(spec("deadline: 36h"), now) is None and deadline_warning(spec(""), now) is None

@@ -30,8 +30,8 @@ from survivor.cloud.deadline import ON_DEMAND, SPOT
 from survivor.cloud.compute import (BASE_INSTANCE_NAME_MAX, Compute, ComputeError, GroupRef, distribution_policy,
                                     explain_operation_errors, find_project, group_creation, location_problems,
                                     name_problems, spec_project, PROJECT_HINT)
-from survivor.cloud.template import (STATE_DISK_DEVICE, Install, MachineOptions, body_differences, named_differences,
-                                     parse_gpu, template_body)
+from survivor.cloud.template import (STATE_DISK_DEVICE, Install, MachineOptions, body_differences, deadline_warning,
+                                     named_differences, parse_gpu, template_body)
 from survivor.jobdir.storage import JobStorage
 from survivor.jobdir.switches import Switch, record_switch
 from survivor.spec import FallbackSpec, JobSpec, SpecError
@@ -234,10 +234,14 @@ def make_template(request: TemplateRequest, connect: Connect | None, *, skip_pre
     created for a job that cannot run. A template of that name with the same body is "unchanged"; one
     with another body is refused (RequestError): templates cannot be changed.
     """
+    spec = JobSpec.from_file(request.config)
+    late = deadline_warning(spec, _dt.datetime.now(_dt.timezone.utc))
+    if late:
+        say(late)
     if connect is None:
         _, body = describe_template(request, boot=boot_choice(request, None, say))
         return TemplateOutcome("dry-run", body)
-    project = spec_project(request.project, JobSpec.from_file(request.config))
+    project = spec_project(request.project, spec)
     compute = connect(project)
     if not skip_preflight:
         _, draft = describe_template(request)

@@ -13,6 +13,7 @@ and scheduling is right for GPUs (`onHostMaintenance: TERMINATE`; Spot: no autom
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -139,6 +140,16 @@ def machine_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
         options.machine_type, options.gpu_type, options.gpu_count or 0, gpu_explicit=options.gpu_explicit,
         num_gpus=spec.num_gpus, spot=options.spot, preemption_notice=options.preemption_notice,
         termination_action=options.termination_action) + fallback_problems(spec, options)
+
+
+def deadline_warning(spec: JobSpec, now: datetime.datetime) -> str | None:
+    """Pure: one warning line when the spec's `deadline:` is a time already past at `now` (a template
+    may be made for a job that is late, so it is not refused), else None."""
+    at = spec.deadline.at if spec.deadline else None
+    if at is None or at > now:
+        return None
+    return (f"warning: deadline {spec.deadline.text} is already past: the deadline policy will find the job late "
+            "at its first look")
 
 
 def fallback_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
