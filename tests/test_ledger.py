@@ -145,3 +145,32 @@ def test_the_groups_creation_counts_as_waiting_for_capacity_before_the_first_boo
     # a group made again after the job's first boot does not move the job's start
     later = build_ledger(simulated_job(), now=done, done_at=done, created=T0 + _dt.timedelta(seconds=500))
     assert later.start == T0 and later.wall_seconds == 1710.0
+
+
+# -- records with impossible times: skipped with a warning naming them, never nonsense or a crash ----
+
+
+def test_an_attempt_that_ends_before_it_starts_is_skipped_with_a_warning_naming_it(caplog):
+    done = T0 + _dt.timedelta(seconds=1710)
+    backwards = attempt(5, 1700, 1705, 100, "finished", restored=200, end_step=200)
+    ledger = build_ledger(simulated_job() + [backwards], now=done, done_at=done)
+    assert [number for number, *_ in ledger.boots] == [1, 2, 3, 4]
+    assert "survivor/attempts/000005.json" in caplog.text and "before it started" in caplog.text
+
+
+def test_an_attempt_before_2000_is_skipped_with_a_warning():
+    unset_clock = Attempt(number=1, instance="vm-1", started="1970-01-01T00:00:10+00:00",
+                          ended="1970-01-01T00:10:00+00:00", outcome="finished")
+    ledger = build_ledger([unset_clock], now=T0, done_at=T0)
+    assert ledger.boots == [] and ledger.goodput is None
+
+
+def test_an_attempt_in_year_9999_or_with_an_endless_timing_is_skipped_not_an_overflow(caplog):
+    far = "9999-12-31T23:59:59+00:00"
+    future = Attempt(number=1, instance="vm-1", booted=far, started=far, ended=far, outcome="finished",
+                     timings={"train": 100.0})
+    ledger = build_ledger([future], now=T0, done_at=T0)
+    assert ledger.boots == [] and "survivor/attempts/000001.json" in caplog.text
+    endless = attempt(1, 0, 10, 100, "finished", end_step=10, reached=10, first_step=1e308, train=1e308)
+    ledger = build_ledger([endless], now=T0 + _dt.timedelta(seconds=100), done_at=T0 + _dt.timedelta(seconds=100))
+    assert ledger.wall_seconds == 100

@@ -186,3 +186,44 @@ def test_the_groups_creation_shows_as_waiting_for_capacity_before_the_first_boot
     assert report(spec.job_dir, tmp_path / "alone", "--json", "--offline") == 0
     alone = json.loads(capsys.readouterr().out)
     assert alone["timeline"][0]["cause"] == "vm_boot" and alone["badput"]["capacity"]["seconds"] == pytest.approx(30)
+
+
+# -- what a hostile job dir or --out gets: one line naming the problem, exit 1 ---------------------
+
+
+def test_report_of_a_missing_or_non_directory_job_dir_is_one_error_and_creates_nothing(tmp_path, capsys):
+    missing, a_file = tmp_path / "no" / "jobdir", tmp_path / "afile"
+    a_file.write_text("x")
+    for job_dir in (missing, a_file):
+        assert main(["report", "--job-dir", str(job_dir), "--out", str(tmp_path / "out"), "--offline"]) == 1
+        assert capsys.readouterr().err.strip().splitlines() == [f"error: job dir {job_dir}: " + (
+            "no such directory" if job_dir == missing else "not a directory")]
+    assert not (tmp_path / "no").exists() and not (tmp_path / "out").exists()
+
+
+def test_report_into_an_out_that_is_a_file_is_one_error_naming_out(job, tmp_path, capsys):
+    out = tmp_path / "afile"
+    out.write_text("x")
+    assert report(job, out, "--offline") == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"error: --out {out}: cannot write the report " \
+                                                                "there: not a directory"
+
+
+def test_a_switch_dated_in_the_future_or_unreadable_is_ignored_with_a_warning_naming_its_file(tmp_path, caplog):
+    import warnings
+
+    from survivor.cloud.report import ReportOptions, build_report, draw_timeline
+
+    job_dir = str(tmp_path / "jobdir")
+    write_job(job_dir)
+    storage = open_storage(job_dir)
+    storage.write("survivor/switches/a-on-demand.json", _dump({"time": "9999-01-01T00:00:00+00:00",
+                                                               "from_mode": "spot", "to_mode": "on-demand"}))
+    storage.write("survivor/switches/b-on-demand.json", b'{"time": "2026')
+    made = build_report(job_dir, ReportOptions(online=False, now=T0 + _dt.timedelta(hours=1)))
+    assert made.mode == "spot" and made.ledger.switches == []
+    assert "survivor/switches/a-on-demand.json" in caplog.text and "survivor/switches/b-on-demand.json" in caplog.text
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an empty timeline draws without "No artists with labels"
+        made.ledger.spans = []
+        draw_timeline(made, str(tmp_path / "t.png"))

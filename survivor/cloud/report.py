@@ -35,7 +35,8 @@ from typing import Any
 
 from survivor.cloud.catalog import Machine, Prices, hourly_prices
 from survivor.jobdir.journal import Journal
-from survivor.jobdir.ledger import CAUSES, GOOGLE_TERMS, LABELS, ON_DEMAND, SPOT, Ledger, build_ledger, parse_time
+from survivor.jobdir.ledger import (CAUSES, CLOCK_SLACK, GOOGLE_TERMS, LABELS, ON_DEMAND, SPOT, Ledger, build_ledger,
+                                     parse_time)
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.store import CheckpointStore
 from survivor.jobdir.switches import switches as recorded_switches
@@ -142,7 +143,7 @@ def build_report(job_dir: str, options: ReportOptions) -> JobReport:
     marker = state.done or state.failed
     now = options.now or _dt.datetime.now(_dt.timezone.utc)
     ledger = build_ledger(state.attempts, now=now, done_at=parse_time(marker.get("time")) if marker else None,
-                          created=options.created, switches=recorded_switches(storage))
+                          created=options.created, switches=recorded_switches(storage, latest=now + CLOCK_SLACK))
     prices = None
     if options.machine is not None:
         prices = hourly_prices(options.machine, options.region, online=options.online,
@@ -321,7 +322,8 @@ def draw_timeline(report: JobReport, path: str) -> str:
                      va="top")
     top.set_yticks([])
     top.set_ylim(0, 1.3)
-    top.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=5, fontsize=7, frameon=False)
+    if top.get_legend_handles_labels()[0]:  # a job without spans has nothing to label
+        top.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=5, fontsize=7, frameon=False)
     top.set_title(f"{report.job_dir}: goodput "
                   + ("-" if report.goodput is None else f"{100 * report.goodput:.1f}%")
                   + " (dashed red: preemption; purple: switch; hatched: on-demand)", fontsize=9)

@@ -255,9 +255,17 @@ def report(args: argparse.Namespace) -> int:
         options.machine = Machine(args.machine_type, gpu_type, gpu_count)
     options.region = args.region or options.region
     options.train_steps = args.train_steps or options.train_steps
+    local = job_dir[len("file://"):] if job_dir.startswith("file://") else job_dir
+    if not job_dir.startswith("gs://") and not os.path.isdir(local):  # a report reads; it never creates
+        why = "not a directory" if os.path.exists(local) else "no such directory"
+        raise CommandError(f"job dir {job_dir}: {why}")
     made = reports.build_report(job_dir, options)
     out = args.out or f"survivor-report-{args.name or os.path.basename(job_dir.rstrip('/')) or 'job'}"
-    md, png = reports.write_report(made, out)
+    try:
+        md, png = reports.write_report(made, out)
+    except OSError as exc:
+        why = "not a directory" if os.path.exists(out) and not os.path.isdir(out) else exc.strerror or str(exc)
+        raise CommandError(f"--out {out}: cannot write the report there: {why}") from exc
     if args.json:
         print(json.dumps(made.to_json(), indent=2, default=str))
     else:

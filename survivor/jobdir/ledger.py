@@ -47,8 +47,9 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass, field
 
+from survivor import log as logs
 from survivor.jobdir.journal import Attempt
-from survivor.jobdir.switches import MODES, Switch
+from survivor.jobdir.switches import MODES, Switch, parse_time
 
 #: Every cause, in the order a timeline shows them; `productive` is goodput, the rest badput.
 CAUSES = ("capacity", "vm_boot", "restore", "trainer_start", "productive", "rework", "checkpoint", "failed",
@@ -85,6 +86,12 @@ SPOT, ON_DEMAND = MODES
 
 #: Outcomes that came with a notice: the VM was taken, the attempt did not fail.
 NOTICE_OUTCOMES = ("preempted", "stopped")
+#: No record survivor wrote is dated before this: an earlier time is a VM clock that was never set.
+EARLIEST = _dt.datetime(2000, 1, 1, tzinfo=_dt.timezone.utc)
+#: How far past "now" a record's time may be (clocks of different VMs disagree); later is a bad clock.
+CLOCK_SLACK = _dt.timedelta(days=1)
+
+log = logs.get("ledger")
 
 
 @dataclass(frozen=True)
@@ -164,17 +171,6 @@ class Ledger:
         return self.productive_seconds / self.productive_steps if self.productive_steps else None
 
 
-def parse_time(text: str | None) -> _dt.datetime | None:
-    """An ISO 8601 time from a record, timezone-aware (UTC when it says none); None if absent or bad."""
-    if not text:
-        return None
-    try:
-        value = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
-
-
 def mode_at(switches: list[Switch], when: _dt.datetime) -> str:
     """Pure: the group's provisioning mode at `when`: the last switch's before it, or the first
     switch's `from_mode` (Spot when it does not say) before any."""
@@ -184,6 +180,33 @@ def mode_at(switches: list[Switch], when: _dt.datetime) -> str:
         if at is not None and at <= when:
             mode = switch.to_mode
     return mode
+
+
+def implausible(attempt: Attempt, latest: _dt.datetime) -> str | None:
+    """Pure: why an attempt's times cannot be laid on a timeline (a time before 2000 or after
+    `latest`, an end before its start), or None when they can."""
+    times = {key: parse_time(getattr(attempt, key)) for key in ("booted", "started", "ended")}
+    for key, value in times.items():
+        if value is not None and not EARLIEST <= value <= latest:
+            return f"{key} {getattr(attempt, key)} is not a time the job can have run"
+    if times["ended"] is not None and times["ended"] < times["started"]:
+        return f"it ended ({attempt.ended}) before it started ({attempt.started})"
+    return None
+
+
+def plausible(attempts: list[Attempt], latest: _dt.datetime) -> list[Attempt]:
+    """The attempts whose times make sense, each other one skipped with a warning naming it, like an
+    unreadable record: one bad clock must not turn the whole report into nonsense."""
+    out = []
+    for attempt in attempts:
+        if parse_time(attempt.started) is None:
+            continue
+        reason = implausible(attempt, latest)
+        if reason:
+            log.warning(f"ignoring the attempt record {attempt.name}: {reason}", record=attempt.name, reason=reason)
+        else:
+            out.append(attempt)
+    return out
 
 
 def build_ledger(attempts: list[Attempt], *, now: _dt.datetime, done_at: _dt.datetime | None = None,
@@ -199,8 +222,11 @@ def build_ledger(attempts: list[Attempt], *, now: _dt.datetime, done_at: _dt.dat
         created: when the job first asked for a VM (the MIG's creation); None: its first boot.
             A group made again after the job's first boot starts nothing later than that boot.
         switches: the job's switches between Spot and on-demand (any order), for each boot's mode.
+
+    An attempt whose times are impossible (`implausible`) is skipped with a warning.
     """
-    ordered = sorted((a for a in attempts if parse_time(a.started)), key=lambda a: a.number)
+    latest = max(now, done_at or now) + CLOCK_SLACK
+    ordered = sorted(plausible(attempts, latest), key=lambda a: a.number)
     first = ordered[0] if ordered else None
     first_boot = parse_time(first.booted) or parse_time(first.started) if first else None
     start = min(t for t in (created, first_boot) if t is not None) if created or first_boot else now
@@ -260,7 +286,9 @@ def _attempt_spans(attempt: Attempt, ended: _dt.datetime, add, *, running: bool)
 
     def phase(seconds: float, cause: str) -> None:
         nonlocal cursor
-        cursor = min(cursor + _dt.timedelta(seconds=max(0.0, seconds)), ended)
+        # compared before adding: a huge timing must stop at the attempt's end, not overflow the date
+        left = (ended - cursor).total_seconds()
+        cursor = ended if not seconds < left else cursor + _dt.timedelta(seconds=max(0.0, seconds))
         add(cursor, cause, number)
 
     phase(t.get("restore", 0.0), "restore")

@@ -14,6 +14,7 @@ with its reason. A record that does not parse is skipped with a warning, never f
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import re
 from dataclasses import asdict, dataclass
@@ -64,15 +65,36 @@ def record_switch(storage: JobStorage, switch: Switch) -> bool:
         return False
 
 
-def switches(storage: JobStorage) -> list[Switch]:
-    """Every switch recorded in the job dir, oldest first."""
+def switches(storage: JobStorage, latest: _dt.datetime | None = None) -> list[Switch]:
+    """Every switch recorded in the job dir, oldest first; given `latest` (now, and the slack allowed
+    to a VM's clock), one dated after it is skipped with a warning: a bad clock's switch must not say
+    the group runs on-demand already."""
     out = []
     for info in storage.list(SWITCHES):
         blob = storage.read(info.name) if info.size <= MAX_RECORD_BYTES else None
         if blob is None:
             continue
         try:
-            out.append(Switch.from_json(blob.data))
+            switch = Switch.from_json(blob.data)
         except ValueError as exc:
-            log.warning("ignoring an unreadable switch record", record=info.name, reason=str(exc))
+            log.warning(f"ignoring an unreadable switch record {info.name}: {exc}", record=info.name, reason=str(exc))
+            continue
+        when = parse_time(switch.time)
+        if latest is not None and when is not None and when > latest:
+            log.warning(f"ignoring the switch record {info.name}: dated {switch.time}, in the future",
+                        record=info.name, reason="dated in the future")
+            continue
+        out.append(switch)
     return sorted(out, key=lambda s: s.time)
+
+
+
+def parse_time(text: str | None) -> _dt.datetime | None:
+    """An ISO 8601 time from a record, timezone-aware (UTC when it says none); None if absent or bad."""
+    if not text:
+        return None
+    try:
+        value = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
