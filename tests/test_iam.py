@@ -105,7 +105,7 @@ def test_without_object_permissions_the_agent_says_why_and_leaves_its_mig_withou
     proxy.granted = ROLES["roles/storage.legacyBucketReader"]  # bucket metadata and listing, no object reads
     job_dir = f"gs://{bucket}/refused"
     sim = Simulator(dummy_spec(job_dir, tmp_path, on_finish="auto"), str(tmp_path / "sim"), preempt_every=10_000,
-                    python=PYTHON, env={"STORAGE_EMULATOR_HOST": proxy.url, "SURVIVOR_PERMISSION_WAIT_SECONDS": "3"})
+                    python=PYTHON, env={"STORAGE_EMULATOR_HOST": proxy.url, "SURVIVOR_PERMISSION_WAIT_SECONDS": "8"})
     result = sim.run(timeout=90)
     boots = [e for e in result.events if e.kind == "boot"]
     assert len(boots) == 1, result.table()  # exit 0: systemd does not restart it, let alone in a burst
