@@ -141,7 +141,7 @@ def test_the_groups_creation_shows_as_waiting_for_capacity_before_the_first_boot
                                                                                    monkeypatch, capsys):
     from survivor.cloud.compute import Compute, GroupRef
     from survivor.cloud.template import MachineOptions, template_body
-    from survivor.jobdir.ledger import parse_time
+    from survivor.jobdir.switches import parse_time
     from survivor.jobdir.switches import Switch, record_switch
     from survivor.spec import JobSpec
     from tests.test_ledger import attempt

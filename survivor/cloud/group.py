@@ -524,7 +524,7 @@ def _goodput_line(job_dir: str, machine: dict | None, group: GroupRef, spec: Job
     (status never waits on the catalog: `survivor report` fetches and caches them)."""
     from survivor.cloud import report
     from survivor.cloud.catalog import Machine
-    from survivor.jobdir.ledger import parse_time
+    from survivor.jobdir.switches import parse_time
 
     options = report.ReportOptions(
         machine=Machine(machine["machine_type"], machine["gpu_type"], machine["gpu_count"]) if machine else None,

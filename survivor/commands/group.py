@@ -230,7 +230,7 @@ def report(args: argparse.Namespace) -> int:
     from survivor.cloud import report as reports
     from survivor.cloud.catalog import Machine
     from survivor.cloud.template import parse_gpu
-    from survivor.jobdir.ledger import parse_time
+    from survivor.jobdir.switches import parse_time
 
     options = reports.ReportOptions(spot_price=args.spot_price, on_demand_price=args.on_demand_price,
                                     online=not args.offline)

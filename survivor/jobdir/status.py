@@ -10,7 +10,8 @@ from typing import Any
 import datetime as _dt
 
 from survivor.jobdir.journal import Journal, restored_text
-from survivor.jobdir.ledger import build_ledger, parse_time
+from survivor.jobdir.ledger import build_ledger
+from survivor.jobdir.switches import parse_time
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.store import CheckpointStore
 
