@@ -120,9 +120,13 @@ def test_fits_compares_the_bytes_to_send_with_the_time_left():
 
 
 def _checkpoint(local, step: int, size: int = 4096) -> None:
+    """Writes a checkpoint as the trainer contract says (a temporary name, then a rename): the mirror
+    is already polling, and a file opened in place can be seen empty."""
     os.makedirs(local, exist_ok=True)
-    with open(os.path.join(local, f"dummy-checkpoint-{step}.json"), "w") as f:
+    final = os.path.join(local, f"dummy-checkpoint-{step}.json")
+    with open(final + ".tmp", "w") as f:
         f.write(json.dumps({"step": step, "pad": "x" * size}))
+    os.replace(final + ".tmp", final)
 
 
 @pytest.mark.parametrize("mounted", [True, False])
