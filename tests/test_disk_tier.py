@@ -17,6 +17,7 @@ from survivor.commands import main as cli
 from survivor.jobdir.disk_tier import (MARKER, PENDING, RATE_ENV, DiskTier, PendingFile, PendingSnapshot, fits,
                                        pending_name)
 from survivor.jobdir.journal import Journal
+from survivor.jobdir.status import job_summary
 from survivor.jobdir.storage import crc32c_of_bytes, open_storage
 from survivor.jobdir.store import CheckpointStore, ManifestError
 from survivor.spec import JobSpec, SpecError
@@ -196,6 +197,20 @@ def test_the_next_boot_commits_the_disks_snapshot_before_it_restores(tmp_path):
     assert storage.list(PENDING) == [] and os.listdir(os.path.join(disk_root, "snapshots")) == []
     restored = CheckpointStore(storage).restore(str(tmp_path / "restored"))
     assert restored.step == 9 and restored.attempt == 2
+
+
+def test_status_shows_a_snapshot_waiting_on_a_state_disk_until_its_boot_commits_it(tmp_path, capsys, caplog):
+    storage, disk_root = _saved(tmp_path)
+    storage.write(PENDING + "vm-bad.json", b"{not json")
+    summary = job_summary(str(tmp_path / "jobdir"))
+    assert summary["committed_step"] == 4
+    [pending] = summary["pending"]
+    assert (pending["step"], pending["instance"], pending["zone"]) == (9, "vm-1", ZONE) and pending["bytes"] > 4096
+    assert any(PENDING + "vm-bad.json" in r.getMessage() for r in caplog.records)
+    assert cli.main(["status", "--job-dir", str(tmp_path / "jobdir")]) == 0
+    assert "step 9 waits on the state disk of vm-1 (us-west1-b)" in capsys.readouterr().out
+    DiskTier(disk_root, storage, "vm-1", ZONE).recover(CheckpointStore(storage), attempt=2)
+    assert job_summary(str(tmp_path / "jobdir"))["pending"] == []
 
 
 def test_a_damaged_copy_is_ignored_with_a_warning_and_the_previous_commit_restores(tmp_path, caplog):

@@ -90,13 +90,15 @@ def test_a_record_round_trips():
     assert Attempt.from_json(record(future_field=1)).number == 1  # a newer agent's extra keys are ignored
 
 
-def test_unreadable_records_are_skipped_and_their_numbers_stay_taken(job_dir):
+def test_unreadable_records_are_skipped_and_their_numbers_stay_taken(job_dir, caplog):
     storage = open_storage(job_dir)
     storage.write("survivor/attempts/000001.json", b"[" * 100_000 + b"]" * 100_000)
     storage.write("survivor/attempts/000002.json", record(number=9))  # not its name
     storage.write("survivor/attempts/notes.txt", b"hello")
     journal = Journal(storage)
     assert journal.attempts() == []
+    messages = [r.getMessage() for r in caplog.records if "unreadable attempt record" in r.getMessage()]
+    assert any("survivor/attempts/000002.json: it says attempt 9" in m for m in messages), messages
     assert journal.begin("vm").number == 3
     assert [a.number for a in journal.attempts()] == [3]
 

@@ -138,6 +138,8 @@ def _print_job_dir(summary: dict) -> None:
     console.print(f"[bold]{summary['job_dir']}[/bold]: {summary['state']}, {committed}, "
                   f"{summary['preemptions']} preemptions survived, {summary['steps_lost']} steps lost"
                   + ("" if summary.get("goodput") is None else f", goodput {100 * summary['goodput']:.0f}%"))
+    for line in pending_lines(summary):
+        console.print(line, markup=False)
     if summary["failed"]:
         console.print(f"[red]FAILED:[/red] {failed_reason(summary['failed'])}")
     table = Table("attempt", "instance", "restored", "ended at", "outcome", "lost", "reason")
@@ -145,6 +147,12 @@ def _print_job_dir(summary: dict) -> None:
         table.add_row(str(row["attempt"]), row["instance"], row["restored"], _dash(row["end_step"]),
                       row["outcome"], _dash(row["steps_lost"]), row["reason"])
     console.print(table)
+
+
+def pending_lines(summary: dict) -> list[str]:
+    """One line per snapshot that waits on a state disk for its instance's next boot."""
+    return [f"step {p['step']} waits on the state disk of {p['instance']} ({p['zone']}), "
+            f"{p['bytes'] / 1e6:.0f} MB: its next boot commits it" for p in summary.get("pending") or []]
 
 
 def _dash(value) -> str:
@@ -178,6 +186,8 @@ def _print_status(report: dict) -> None:
     console.print(f"  job {job['state']}: {committed} of {job.get('train_steps', '?')}, "
                   f"{job['preemptions']} preemptions survived, {job['steps_lost']} steps lost, "
                   f"{job['attempts']} boots")
+    for line in pending_lines(job):
+        console.print(f"  {line}", markup=False)
     if job.get("failed"):
         console.print(f"  [red]FAILED[/red]: {failed_reason(job['failed'])}")
     cost = report.get("cost_usd") or {}

@@ -86,6 +86,24 @@ def pending_name(instance: str) -> str:
     return f"{PENDING}{instance}.json"
 
 
+def pending_snapshots(storage: JobStorage) -> list[PendingSnapshot]:
+    """Every pending disk-tier snapshot the job dir records, by step: what `status` shows. A record
+    that does not parse is skipped with a warning naming it (the next boot's recover says the same)."""
+    out = []
+    for info in storage.list(PENDING):
+        if not info.name.endswith(".json"):
+            continue
+        blob = storage.read(info.name)
+        if blob is None:
+            continue
+        try:
+            out.append(PendingSnapshot.from_json(blob.data))
+        except ManifestError as exc:
+            log.warning(f"ignoring an unreadable pending disk-tier record {info.name}: {exc}", record=info.name,
+                        reason=str(exc))
+    return sorted(out, key=lambda r: (r.step, r.instance))
+
+
 def fits(new_bytes: int, bytes_per_second: float, seconds_left: float) -> bool:
     """Pure decision: can `new_bytes` go out at `bytes_per_second` within `seconds_left`?"""
     return new_bytes <= 0 or (seconds_left > 0 and new_bytes / bytes_per_second <= seconds_left)

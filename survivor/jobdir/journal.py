@@ -233,8 +233,9 @@ class Journal:
         out = []
         for info in self.storage.list(ATTEMPTS):
             if info.size > MAX_RECORD_BYTES:
-                log.warning("ignoring an unreadable attempt record", record=info.name,
-                            reason=f"{info.size} bytes, more than any record")
+                reason = f"{info.size} bytes, more than any record"
+                log.warning(f"ignoring an unreadable attempt record {info.name}: {reason}", record=info.name,
+                            reason=reason)
                 continue
             blob = self.storage.read(info.name)
             if blob is None:
@@ -244,7 +245,8 @@ class Journal:
                 if attempt.name != info.name:
                     raise ValueError(f"it says attempt {attempt.number}, which is not its name")
             except ValueError as exc:
-                log.warning("ignoring an unreadable attempt record", record=info.name, reason=str(exc))
+                log.warning(f"ignoring an unreadable attempt record {info.name}: {exc}", record=info.name,
+                            reason=str(exc))
                 continue
             out.append(attempt)
         return sorted(out, key=lambda a: a.number)

@@ -9,6 +9,7 @@ from typing import Any
 
 import datetime as _dt
 
+from survivor.jobdir.disk_tier import pending_snapshots
 from survivor.jobdir.journal import Journal, restored_text
 from survivor.jobdir.ledger import build_ledger
 from survivor.jobdir.switches import parse_time
@@ -23,6 +24,7 @@ def job_summary(job_dir: str, train_steps: int | None = None) -> dict[str, Any]:
     storage = open_storage(job_dir)
     state = Journal(storage).state()
     latest = CheckpointStore(storage, max_step=train_steps).latest()
+    committed = latest.step if latest else -1
     if state.done is not None:
         phase = "DONE"
     elif state.failed is not None:
@@ -42,6 +44,10 @@ def job_summary(job_dir: str, train_steps: int | None = None) -> dict[str, Any]:
         "preemptions": state.preemptions,
         "steps_lost": state.steps_lost,
         "goodput": _goodput(state),
+        # snapshots on a state disk that its instance's next boot commits (an obsolete one is not shown)
+        "pending": [{"step": r.step, "instance": r.instance, "zone": r.zone, "created": r.created,
+                     "bytes": sum(f.size for f in r.files)}
+                    for r in pending_snapshots(storage) if r.step > committed],
         "done": state.done,
         "failed": state.failed,
         "history": [
