@@ -199,6 +199,30 @@ def test_the_next_boot_commits_the_disks_snapshot_before_it_restores(tmp_path):
     assert restored.step == 9 and restored.attempt == 2
 
 
+def test_a_copy_whose_record_was_never_written_is_not_followed_and_the_next_save_clears_it(tmp_path):
+    """The VM gone between the disk copy and its record (here: the record's write fails, a file where
+    the job dir's pending folder should be) leaves the same state as a kill there: a copy on the disk
+    that nothing names. The next boot restores the previous commit; the next save leaves one copy."""
+    from survivor.jobdir.snapshot import scan
+    from survivor.jobdir.storage import StorageError
+
+    storage, disk_root = _saved(tmp_path)  # step 4 committed; step 9 on the disk, which the next boot commits
+    assert DiskTier(disk_root, storage, "vm-1", ZONE).recover(CheckpointStore(storage), attempt=2) == 9
+    local, pending_dir = str(tmp_path / "job"), os.path.join(str(tmp_path / "jobdir"), PENDING.rstrip("/"))
+    os.rmdir(pending_dir)
+    open(pending_dir, "w").close()
+    _checkpoint(local, 12)
+    with pytest.raises(StorageError):
+        DiskTier(disk_root, storage, "vm-1", ZONE).save(local, scan(local), attempt=2)
+    assert os.listdir(os.path.join(disk_root, "snapshots")) == ["12-2"]  # copied, never recorded
+    os.remove(pending_dir)  # the job dir is well again; the VM went before the record was written
+    assert DiskTier(disk_root, storage, "vm-1", ZONE).recover(CheckpointStore(storage), attempt=3) is None
+    assert CheckpointStore(storage).restore(str(tmp_path / "restored")).step == 9
+    _checkpoint(local, 15)
+    DiskTier(disk_root, storage, "vm-1", ZONE).save(local, scan(local), attempt=3)
+    assert os.listdir(os.path.join(disk_root, "snapshots")) == ["15-3"]
+
+
 def test_status_shows_a_snapshot_waiting_on_a_state_disk_until_its_boot_commits_it(tmp_path, capsys, caplog):
     storage, disk_root = _saved(tmp_path)
     storage.write(PENDING + "vm-bad.json", b"{not json")
