@@ -2,6 +2,9 @@
 on-demand template, setInstanceTemplate, recreateInstances, and the switch's record in the job dir."""
 
 import datetime as dt
+import json
+
+import pytest
 
 from survivor.cloud.compute import Compute, GroupRef
 from survivor.cloud.deadline import ON_DEMAND, SPOT, assess
@@ -108,3 +111,38 @@ def test_survivor_watch_switches_a_stocked_out_spot_group_past_its_margin(comput
     assert "spot -> on-demand" in out
     assert [s.by for s in switches(storage)] == ["watch"]
     assert compute.managed_instances(group)[0]["status"] == "RUNNING"
+
+
+def test_after_a_switch_a_fallback_of_another_shape_is_priced_as_that_machine(compute_server, tmp_path, capsys):
+    """status and report price the Spot machine from the Spot template even while the group runs its
+    on-demand twin, and the on-demand VM time at the `fallback:` machine's own price."""
+    from survivor.cloud.group import job_status
+    from survivor.commands.main import main
+    from survivor.jobdir.switches import Switch, record_switch
+    from tests.test_ledger import T0
+    from tests.test_report import write_job
+
+    spec = job(tmp_path, "fallback: {machine_type: n1-standard-16, gpu: 'nvidia-tesla-v100:2'}\n")
+    compute, group = spot_group(compute_server, spec)
+    write_job(spec.job_dir)
+    storage = open_storage(spec.job_dir)
+    switch_group(compute, group, ON_DEMAND, "behind: test", by="watch", storage=storage)
+    record_switch(storage, Switch(time=(T0 + dt.timedelta(seconds=1200)).isoformat(), to_mode=ON_DEMAND,
+                                  from_mode=SPOT, reason="behind: test", by="watch", template="cifar-on-demand"))
+    found = job_status(compute, group)
+    assert (found["machine"]["machine_type"], found["machine"]["spot"]) == ("n1-standard-8", True)
+    assert found["fallback_machine"] == {"machine_type": "n1-standard-16", "gpu_type": "nvidia-tesla-v100",
+                                         "gpu_count": 2, "spot": False}
+
+    assert main(["report", "cifar", "--zone", ZONE, "--project", PROJECT, "--offline", "--json",
+                 "--out", str(tmp_path / "out")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    prices = data["prices"]
+    assert prices["fallback_on_demand"] > prices["on_demand"] > prices["spot"] > 0
+    assert "the fallback n1-standard-16 with 2 nvidia-tesla-v100 on-demand" in prices["basis"]
+    on_demand_hours = data["vm_hours_by_mode"]["on-demand"]
+    assert on_demand_hours > 0
+    assert data["cost_by_mode"]["on-demand"] == pytest.approx(on_demand_hours * prices["fallback_on_demand"], abs=1e-3)
+    # the comparison stays the same job on the Spot template's machine, on-demand
+    assert data["cost_so_far"]["on_demand"] < data["cost_so_far"]["job"] + on_demand_hours * prices["fallback_on_demand"]
+    assert "fallback machine" in (tmp_path / "out" / "report.md").read_text()

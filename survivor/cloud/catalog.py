@@ -91,11 +91,14 @@ class Sku:
 
 @dataclass(frozen=True)
 class Prices:
-    """USD per hour of the whole VM, on-demand and Spot (None when unknown), and where they come from."""
+    """USD per hour of the whole VM, on-demand and Spot (None when unknown), and where they come from.
+    `fallback_on_demand`: the deadline's on-demand machine when `fallback:` gives it another shape
+    (None: the same machine, at `on_demand`)."""
 
     on_demand: float | None
     spot: float | None
     basis: str
+    fallback_on_demand: float | None = None
 
 
 def shape(machine_type: str) -> tuple[int, float] | None:

@@ -519,7 +519,8 @@ def _template_machine(template: dict) -> dict[str, Any]:
 
 
 def _goodput_line(job_dir: str, machine: dict | None, group: GroupRef, spec: JobSpec | None,
-                  spot_price: float | None, on_demand_price: float | None, created: str | None = None) -> str:
+                  spot_price: float | None, on_demand_price: float | None, created: str | None = None,
+                  fallback: dict | None = None) -> str:
     """`status`'s one line of goodput and cost, from the goodput ledger and cached catalog prices
     (status never waits on the catalog: `survivor report` fetches and caches them)."""
     from survivor.cloud import report
@@ -528,6 +529,7 @@ def _goodput_line(job_dir: str, machine: dict | None, group: GroupRef, spec: Job
 
     options = report.ReportOptions(
         machine=Machine(machine["machine_type"], machine["gpu_type"], machine["gpu_count"]) if machine else None,
+        fallback=Machine(fallback["machine_type"], fallback["gpu_type"], fallback["gpu_count"]) if fallback else None,
         region=group.region or (group.zone or "").rsplit("-", 1)[0], train_steps=spec.train_steps if spec else None,
         spot_price=spot_price, on_demand_price=on_demand_price, online=False, created=parse_time(created))
     return report.status_line(report.build_report(job_dir, options))
@@ -553,12 +555,18 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
         for instance in instances:
             instance["guest"] = compute.guest_attributes(instance["zone"], instance["name"]) if instance["zone"] else {}
         out["instances"] = instances
-        template = compute.get_template(out["group"]["template"]) if out["group"]["template"] else None
+        current = out["group"]["template"]
+        template = compute.get_template(current) if current else None
+        if template and current.endswith(ON_DEMAND_SUFFIX):  # after a deadline's switch: price the Spot machine
+            template = compute.get_template(current[: -len(ON_DEMAND_SUFFIX)]) or template
         if template:
-            items = {i["key"]: i["value"] for i in template["properties"].get("metadata", {}).get("items", [])}
-            if "survivor-job" in items:
-                spec = JobSpec.from_yaml(items["survivor-job"])
+            spec = _spec_of(template)
             out["machine"] = _template_machine(template)
+            if spec and spec.fallback and (spec.fallback.machine_type or spec.fallback.gpu):
+                fallback = _template_machine(on_demand_template_body(template, spec.fallback))
+                if (fallback["machine_type"], fallback["gpu_type"], fallback["gpu_count"]) != \
+                        (out["machine"]["machine_type"], out["machine"]["gpu_type"], out["machine"]["gpu_count"]):
+                    out["fallback_machine"] = fallback
     job_dir = job_dir or (spec.job_dir if spec else None)
     if job_dir:
         summary = job_summary(job_dir, train_steps=spec.train_steps if spec else None)
@@ -577,7 +585,7 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
                                "spot_per_hour": cost.spot_rate, "on_demand_per_hour": cost.on_demand_rate,
                                "basis": cost.basis}
         out["goodput_line"] = _goodput_line(job_dir, out.get("machine"), group, spec, spot_price, on_demand_price,
-                                            (out.get("group") or {}).get("created"))
+                                            (out.get("group") or {}).get("created"), out.get("fallback_machine"))
     return out
 
 

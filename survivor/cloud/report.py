@@ -30,7 +30,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from survivor.cloud.catalog import Machine, Prices, hourly_prices
@@ -62,9 +62,12 @@ class ReportOptions:
         now: what "so far" means (default: the current time).
         created: when the job first asked for a VM (its group's creationTimestamp), so the wait
             before the first boot counts as waiting for capacity; None: the job starts at its first boot.
+        fallback: the deadline's on-demand machine when `fallback:` gives it another shape: on-demand
+            VM time after a switch is priced as that machine (the comparison stays `machine` on-demand).
     """
 
     machine: Machine | None = None
+    fallback: Machine | None = None
     region: str = "us-central1"
     train_steps: int | None = None
     spot_price: float | None = None
@@ -148,6 +151,11 @@ def build_report(job_dir: str, options: ReportOptions) -> JobReport:
     if options.machine is not None:
         prices = hourly_prices(options.machine, options.region, online=options.online,
                                spot_price=options.spot_price, on_demand_price=options.on_demand_price)
+        if options.fallback is not None and options.fallback != options.machine:
+            other = hourly_prices(options.fallback, options.region, online=options.online)
+            prices = replace(prices, fallback_on_demand=other.on_demand,
+                                         basis=f"{prices.basis}; the fallback {_machine_text(options.fallback)} "
+                                               f"on-demand: {other.basis}")
     phase = "DONE" if state.done else "FAILED" if state.failed else "RUNNING" if ledger.running else "WAITING"
     return figures(ledger, prices, job_dir=job_dir, state=phase, committed_step=latest.step if latest else None,
                    train_steps=options.train_steps, preemptions=state.preemptions)
@@ -189,8 +197,15 @@ def figures(ledger: Ledger, prices: Prices | None, *, job_dir: str, state: str, 
 
 
 def rate(prices: Prices, mode: str) -> float | None:
-    """USD per hour of the VM in a provisioning mode ("spot" or "on-demand")."""
-    return prices.on_demand if mode == ON_DEMAND else prices.spot
+    """USD per hour of the job's VM in a provisioning mode ("spot" or "on-demand"): on-demand is the
+    deadline's fallback machine when it has its own price."""
+    if mode != ON_DEMAND:
+        return prices.spot
+    return prices.fallback_on_demand if prices.fallback_on_demand is not None else prices.on_demand
+
+
+def _machine_text(machine: Machine) -> str:
+    return machine.machine_type + (f" with {machine.gpu_count} {machine.gpu_type}" if machine.gpu_type else "")
 
 
 def _sum(values) -> float | None:
@@ -258,7 +273,9 @@ def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
         lines.append("No machine known: no cost (name the job, or give --machine-type with --job-dir).")
     else:
         p = report.prices
-        lines += [f"Prices: Spot {money(p.spot)}/h, on-demand {money(p.on_demand)}/h ({p.basis}).", "",
+        fallback = ("" if p.fallback_on_demand is None else
+                    f", the deadline's on-demand fallback machine {money(p.fallback_on_demand)}/h")
+        lines += [f"Prices: Spot {money(p.spot)}/h, on-demand {money(p.on_demand)}/h{fallback} ({p.basis}).", "",
                   "| VM time | time | price | cost |", "|---|---:|---:|---:|"]
         for mode, label in ((SPOT, "on Spot"), (ON_DEMAND, "on on-demand (after a switch)")):
             lines.append(f"| {label} | {_duration(3600 * report.vm_hours_by_mode.get(mode, 0.0))} | {money(rate(p, mode))}/h | "

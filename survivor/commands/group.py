@@ -252,6 +252,9 @@ def report(args: argparse.Namespace) -> int:
         machine = found.get("machine")
         if machine:
             options.machine = Machine(machine["machine_type"], machine["gpu_type"], machine["gpu_count"])
+        fallback = found.get("fallback_machine")
+        if fallback:
+            options.fallback = Machine(fallback["machine_type"], fallback["gpu_type"], fallback["gpu_count"])
         options.region = group.region or (group.zone or "").rsplit("-", 1)[0]
         options.train_steps = (found.get("job") or {}).get("train_steps")
         # the group asked for its first VM when it was made: the wait before the first boot counts
