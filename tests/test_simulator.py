@@ -67,15 +67,16 @@ def test_preempted_many_times_at_random_moments_including_upload_and_restore(buc
     assert during_upload >= 1 or len(restore_preemptions) >= 6
 
 
-def test_chaos_fifty_random_kill_points_lose_no_committed_checkpoint(tmp_path):
+def test_chaos_twenty_random_kill_points_lose_no_committed_checkpoint(tmp_path):
     """SIGKILL of the agent or the trainer at random times, with storage faults and a flaky metadata
-    server: no restore is ever corrupt and no committed checkpoint is lost."""
+    server: no restore is ever corrupt and no committed checkpoint is lost. (20 kills, a new seed each
+    run, keep the suite's time; `benchmarks/chaos.py` runs 50 among its other fault classes.)"""
     from survivor.local.chaos import run_chaos
 
-    result = run_chaos(kills=50, fault_rate=0.05, seed=random.randrange(1 << 20), root=str(tmp_path / "chaos"))
+    result = run_chaos(kills=20, fault_rate=0.05, seed=random.randrange(1 << 20), root=str(tmp_path / "chaos"))
     print(json.dumps({"kills": result.kills, "worst_case_lost_steps": result.worst_lost_steps,
                       "faults": dict(result.faults)}))
-    assert result.kills == 50
+    assert result.kills == 20
     assert result.corrupt_restores == 0
     assert result.lost_commits == 0
     assert result.skipped_snapshots == 0
