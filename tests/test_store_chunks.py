@@ -197,12 +197,17 @@ def test_a_chunk_written_in_one_pass_is_checksummed_as_written_and_one_rewound_a
     fd = os.open(path, os.O_RDWR)
     try:
         failed = _FileWindow(fd, 1000, 1000)
-        failed.write(b"from an attempt that failed")
-        del failed
+        late = failed.buffered()
+        late.write(b"from an attempt that failed")  # still in the attempt's buffer
+        failed.finish()  # the attempt's end: sealed, with no flush
         one_pass = _FileWindow(fd, 1000, 1000)
+        stream = one_pass.buffered()
         for at in range(0, 1000, 300):
-            one_pass.write(chunk[at:at + 300])
+            stream.write(chunk[at:at + 300])
+        stream.flush()
         one_pass.finish()
+        late.close()  # the failed attempt's buffer, flushed when it is collected: dropped
+        assert os.pread(fd, 1000, 1000) == chunk
         assert one_pass.crc32c() == crc32c_of_bytes(chunk) and one_pass.received == 1000
         rewound = _FileWindow(fd, 1000, 1000)
         rewound.write(b"x" * 600)
