@@ -54,7 +54,8 @@ def test_after_a_notice_the_mirror_commits_without_collecting_garbage_until_tidy
                     on_commit=lambda stats: committed.set()).start()
     try:
         mirror.after_notice()
-        (tmp_path / "job" / "dummy-checkpoint-7.json").write_text('{"step": 7}')
+        (tmp_path / "job" / ".dummy-checkpoint-7.json.tmp").write_text('{"step": 7}')  # as the contract says
+        os.replace(tmp_path / "job" / ".dummy-checkpoint-7.json.tmp", tmp_path / "job" / "dummy-checkpoint-7.json")
         assert committed.wait(30)
     finally:
         mirror.stop()
