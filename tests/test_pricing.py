@@ -12,29 +12,36 @@ from survivor.cloud import pricing
 PROJECT = "survivor-local"
 
 
-def test_the_table_estimate_says_where_its_figures_come_from():
-    cost = pricing.estimate(2.0, "n1-standard-8", "nvidia-tesla-t4", 1)
-    assert (cost.on_demand_rate, cost.spot_rate) == (0.73, 0.22)
-    assert cost.on_demand_usd == round(2 * 0.73, 4) and cost.spot_usd == round(2 * 0.22, 4)
-    assert cost.basis == pricing.TABLE_BASIS and "2026-11-22" in cost.basis and "offline" in cost.basis
+def offline(machine_type, gpu_type=None, gpu_count=0, **given):
+    """Prices as status and report take them with no catalog cache and no network: overrides, then the table."""
+    from survivor.cloud.catalog import Machine, hourly_prices
+
+    return hourly_prices(Machine(machine_type, gpu_type, gpu_count), "us-central1", online=False, **given)
+
+
+def test_the_table_says_where_its_figures_come_from(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    prices = offline("n1-standard-8", "nvidia-tesla-t4", 1)
+    assert (prices.on_demand, prices.spot) == (0.73, 0.22)
+    assert prices.basis.startswith(pricing.TABLE_BASIS) and "2026-11-22" in prices.basis
     assert "2026-11-22" in pricing.__doc__ and "https://cloud.google.com/spot-vms/pricing" in pricing.__doc__
 
 
-def test_given_prices_replace_the_table_for_their_side_only():
-    both = pricing.estimate(10.0, "n1-standard-8", "nvidia-tesla-t4", 1, spot_price=0.5, on_demand_price=2.0)
-    assert (both.spot_usd, both.on_demand_usd, both.saving) == (5.0, 20.0, 0.75)
-    assert both.basis == "Spot and on-demand given on the command line"
-    spot_only = pricing.estimate(10.0, "n1-standard-8", "nvidia-tesla-t4", 1, spot_price=0.5)
-    assert spot_only.spot_usd == 5.0 and spot_only.on_demand_rate == 0.73
+def test_given_prices_replace_the_table_for_their_side_only(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    both = offline("n1-standard-8", "nvidia-tesla-t4", 1, spot_price=0.5, on_demand_price=2.0)
+    assert (both.spot, both.on_demand, both.basis) == (0.5, 2.0, "Spot and on-demand given on the command line")
+    spot_only = offline("n1-standard-8", "nvidia-tesla-t4", 1, spot_price=0.5)
+    assert (spot_only.spot, spot_only.on_demand) == (0.5, 0.73)
     assert spot_only.basis.startswith("Spot given on the command line, the rest us-central1 list prices")
 
 
-def test_a_machine_the_table_lacks_costs_what_was_given_and_nothing_else():
-    unknown = pricing.estimate(3.0, "n2-standard-8", None, 0)
-    assert (unknown.spot_usd, unknown.on_demand_usd, unknown.saving) == (None, None, None)
-    given = pricing.estimate(3.0, "n2-standard-8", None, 0, on_demand_price=0.4)
-    assert given.on_demand_usd == 1.2 and given.spot_usd is None and given.saving is None
-    assert given.basis == "on-demand given on the command line"
+def test_a_machine_the_table_lacks_costs_what_was_given_and_nothing_else(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    unknown = offline("n2-standard-8")
+    assert (unknown.spot, unknown.on_demand) == (None, None)
+    given = offline("n2-standard-8", on_demand_price=0.4)
+    assert (given.on_demand, given.spot) == (0.4, None) and given.basis.startswith("on-demand given on the command line")
 
 
 @pytest.mark.parametrize("text", ["0", "-1", "free", "nan", "inf"])
@@ -63,25 +70,31 @@ def test_status_prices_the_job_at_the_given_rates(compute_server, capsys, tmp_pa
     job_with_one_boot(compute_server, capsys, tmp_path, "n1-standard-8", "nvidia-tesla-t4:1")
     where = ["demo", "--zone", "us-west1-b", "--project", PROJECT]
     assert cli.main(["status", *where, "--json"]) == 0
-    table = json.loads(capsys.readouterr().out)["cost_usd"]
-    assert (table["spot_per_hour"], table["basis"]) == (0.22, pricing.TABLE_BASIS)
+    table = json.loads(capsys.readouterr().out)["cost"]
+    assert table["spot_per_hour"] == 0.22 and table["basis"].startswith(pricing.TABLE_BASIS)
     assert cli.main(["status", *where, "--json", "--spot-price", "0.31", "--on-demand-price", "1.1"]) == 0
-    given = json.loads(capsys.readouterr().out)["cost_usd"]
-    assert (given["spot_per_hour"], given["on_demand_per_hour"], given["saving"]) == (0.31, 1.1, 0.718)
+    given = json.loads(capsys.readouterr().out)["cost"]
+    assert (given["spot_per_hour"], given["on_demand_per_hour"]) == (0.31, 1.1)
+    assert given["so_far"] == pytest.approx(given["vm_hours"] * 0.31, abs=1e-3)
     assert given["basis"] == "Spot and on-demand given on the command line"
     assert cli.main(["status", *where, "--spot-price", "0.31", "--on-demand-price", "1.1"]) == 0
     printed = " ".join(capsys.readouterr().out.split())
-    assert "on Spot" in printed and "72% saved; Spot and on-demand given on the command line" in printed
+    assert f"${given['so_far']:.2f} so far on Spot" in printed and "Spot and on-demand given on the command line" in printed
+    assert printed.count("so far") == 1  # one cost figure, the ledger's
 
 
 def test_status_of_a_machine_the_table_lacks_shows_only_what_was_given(compute_server, capsys, tmp_path):
     job_with_one_boot(compute_server, capsys, tmp_path, "n2-standard-8", "none")
     where = ["demo", "--zone", "us-west1-b", "--project", PROJECT]
     assert cli.main(["status", *where]) == 0
-    assert "on Spot" not in capsys.readouterr().out
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "cost unknown" in printed and "so far" not in printed
     assert cli.main(["status", *where, "--spot-price", "0.05"]) == 0
     printed = " ".join(capsys.readouterr().out.split())
-    assert "on Spot (on-demand price unknown; Spot given on the command line)" in printed
+    assert "so far on Spot" in printed and "Spot given on the command line" in printed
+    assert cli.main(["status", *where, "--spot-price", "0.05", "--json"]) == 0
+    cost = json.loads(capsys.readouterr().out)["cost"]
+    assert (cost["spot_per_hour"], cost["on_demand_per_hour"]) == (0.05, None)
 
 
 def test_prices_without_a_job_name_are_refused(capsys, tmp_path):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from survivor import log as logs
-from survivor.cloud import image, machines, preflight, pricing
+from survivor.cloud import image, machines, preflight
 from survivor.cloud.deadline import ON_DEMAND, SPOT
 from survivor.cloud.compute import (BASE_INSTANCE_NAME_MAX, Compute, ComputeError, GroupRef, distribution_policy,
                                     explain_operation_errors, find_project, group_creation, location_problems,
@@ -494,20 +494,6 @@ def serial_output(compute: Compute, zone: str, name: str, *, follow: bool = Fals
 # -- status --------------------------------------------------------------------------------------
 
 
-def compute_hours(attempts: list[dict]) -> float:
-    """Pure decision: the hours the attempts ran (`started` to `ended`, or to now while one runs)."""
-    total = 0.0
-    now = _dt.datetime.now(_dt.timezone.utc)
-    for a in attempts:
-        try:
-            begun = _dt.datetime.fromisoformat(a["started"])
-            end = _dt.datetime.fromisoformat(a["ended"]) if a.get("ended") else now
-        except (KeyError, TypeError, ValueError):
-            continue
-        total += max(0.0, (end - begun).total_seconds())
-    return total / 3600
-
-
 def _template_machine(template: dict) -> dict[str, Any]:
     """The machine a template asks for: type, GPUs (a2/a3/g2 carry theirs without guestAccelerators), Spot."""
     props = template["properties"]
@@ -518,11 +504,11 @@ def _template_machine(template: dict) -> dict[str, Any]:
             "spot": props.get("scheduling", {}).get("provisioningModel") == "SPOT"}
 
 
-def _goodput_line(job_dir: str, machine: dict | None, group: GroupRef, spec: JobSpec | None,
-                  spot_price: float | None, on_demand_price: float | None, created: str | None = None,
-                  fallback: dict | None = None) -> str:
-    """`status`'s one line of goodput and cost, from the goodput ledger and cached catalog prices
-    (status never waits on the catalog: `survivor report` fetches and caches them)."""
+def _job_report(job_dir: str, machine: dict | None, group: GroupRef, spec: JobSpec | None,
+                spot_price: float | None, on_demand_price: float | None, created: str | None = None,
+                fallback: dict | None = None):
+    """The job's report (survivor/cloud/report.py) for `status`: the goodput ledger priced from cached
+    catalog prices (status never waits on the catalog: `survivor report` fetches and caches them)."""
     from survivor.cloud import report
     from survivor.cloud.catalog import Machine
     from survivor.jobdir.switches import parse_time
@@ -532,13 +518,14 @@ def _goodput_line(job_dir: str, machine: dict | None, group: GroupRef, spec: Job
         fallback=Machine(fallback["machine_type"], fallback["gpu_type"], fallback["gpu_count"]) if fallback else None,
         region=group.region or (group.zone or "").rsplit("-", 1)[0], train_steps=spec.train_steps if spec else None,
         spot_price=spot_price, on_demand_price=on_demand_price, online=False, created=parse_time(created))
-    return report.status_line(report.build_report(job_dir, options))
+    return report.build_report(job_dir, options)
 
 
 def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
                spot_price: float | None = None, on_demand_price: float | None = None) -> dict[str, Any]:
-    """Everything `survivor status` shows: the group, its instance, the job dir's story and the cost
-    (from pricing's offline table, or the USD-per-hour prices given). The job dir defaults to the
+    """Everything `survivor status` shows: the group, its instance, the job dir's story, and its
+    goodput and cost by the goodput ledger, priced as `survivor report` prices (the USD-per-hour
+    prices given, else cached catalog prices, else the offline table). The job dir defaults to the
     one in the template's job spec."""
     from survivor.jobdir.status import job_summary
 
@@ -573,19 +560,12 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
         out["job"] = summary
         if spec:
             summary["train_steps"] = spec.train_steps
-        hours = compute_hours([{"started": h["started"],
-                                "ended": None if h["outcome"] == "running or killed" else h.get("ended")}
-                               for h in summary["history"]])
-        out["compute_hours"] = round(hours, 3)
-        machine = out.get("machine")
-        if machine:
-            cost = pricing.estimate(hours, machine["machine_type"], machine["gpu_type"], machine["gpu_count"],
-                                    spot_price=spot_price, on_demand_price=on_demand_price)
-            out["cost_usd"] = {"spot": cost.spot_usd, "on_demand": cost.on_demand_usd, "saving": cost.saving,
-                               "spot_per_hour": cost.spot_rate, "on_demand_per_hour": cost.on_demand_rate,
-                               "basis": cost.basis}
-        out["goodput_line"] = _goodput_line(job_dir, out.get("machine"), group, spec, spot_price, on_demand_price,
-                                            (out.get("group") or {}).get("created"), out.get("fallback_machine"))
+        from survivor.cloud.report import cost_summary, status_line
+
+        made = _job_report(job_dir, out.get("machine"), group, spec, spot_price, on_demand_price,
+                           (out.get("group") or {}).get("created"), out.get("fallback_machine"))
+        out["cost"] = cost_summary(made)
+        out["goodput_line"] = status_line(made)
     return out
 
 

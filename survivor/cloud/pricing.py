@@ -1,4 +1,4 @@
-"""What a job's compute time cost, Spot beside on-demand: an offline estimate, not a bill.
+"""survivor's offline price table: the last resort when the Cloud Billing Catalog cannot be read.
 
 The figures below are us-central1 list prices in USD per hour, typed in on 2026-11-22 (commit 472da08)
 from Google's pages and not checked against them since:
@@ -6,9 +6,9 @@ from Google's pages and not checked against them since:
   on-demand GPUs:     https://cloud.google.com/compute/gpus-pricing
   Spot:               https://cloud.google.com/spot-vms/pricing ("Spot prices are variable and can
                       change up to once every day")
-Other regions, discounts and today's Spot prices differ. `survivor status --spot-price USD
---on-demand-price USD` (per hour, for the whole VM with its GPUs) replaces them; the live Cloud Billing
-Catalog is not read.
+Other regions, discounts and today's Spot prices differ. Prices come first from `--spot-price` /
+`--on-demand-price` (per hour, for the whole VM with its GPUs), then from the Cloud Billing Catalog
+(survivor/cloud/catalog.py `hourly_prices`), and from this table only when neither is there.
 """
 
 from __future__ import annotations
@@ -66,30 +66,6 @@ def hourly(machine_type: str, gpu_type: str | None, gpu_count: int) -> tuple[flo
     if machine is None or (gpu_count and gpu_type not in GPUS):
         return None
     return round(machine[0] + gpu[0] * gpu_count, 6), round(machine[1] + gpu[1] * gpu_count, 6)
-
-
-def estimate(hours: float, machine_type: str, gpu_type: str | None, gpu_count: int, *,
-             spot_price: float | None = None, on_demand_price: float | None = None) -> Cost:
-    """The cost of `hours` of the machine, Spot and on-demand.
-
-    `spot_price` / `on_demand_price` (USD per hour for the whole VM) replace the table's rate for their
-    side; a side with neither stays None.
-    """
-    table = hourly(machine_type, gpu_type, gpu_count)
-    spot = spot_price if spot_price is not None else (table[1] if table else None)
-    on_demand = on_demand_price if on_demand_price is not None else (table[0] if table else None)
-    given = [name for name, price in (("Spot", spot_price), ("on-demand", on_demand_price)) if price is not None]
-    if not given:
-        basis = TABLE_BASIS
-    elif len(given) == 2 or table is None:
-        basis = f"{' and '.join(given)} {OVERRIDE_BASIS}"
-    else:
-        basis = f"{' and '.join(given)} {OVERRIDE_BASIS}, the rest {TABLE_BASIS}"
-
-    def usd(rate: float | None) -> float | None:
-        return None if rate is None else round(hours * rate, 4)
-
-    return Cost(hours, usd(spot), usd(on_demand), spot, on_demand, basis)
 
 
 def price_per_hour(text: str) -> float:

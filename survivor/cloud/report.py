@@ -218,7 +218,22 @@ def _first(ledger: Ledger) -> int:
 
 
 def _usd(hours: float, rate: float | None) -> float | None:
+    """USD for `hours` at `rate`; no time costs nothing, even at a price not known."""
+    if not hours:
+        return 0.0
     return None if rate is None else round(hours * rate, 4)
+
+
+def cost_summary(report: JobReport) -> dict[str, Any] | None:
+    """Pure: `status --json`'s cost, the same figures as its line and as `report`'s (USD); None
+    without prices."""
+    p = report.prices
+    if p is None:
+        return None
+    return {"vm_hours": report.vm_hours, "so_far": report.cost_so_far.get("job"),
+            "on_demand_so_far": report.cost_so_far.get("on_demand"), "saving_so_far": report.saving_so_far,
+            "by_mode": report.cost_by_mode, "spot_per_hour": p.spot, "on_demand_per_hour": p.on_demand,
+            "fallback_on_demand_per_hour": p.fallback_on_demand, "basis": p.basis}
 
 
 def status_line(report: JobReport) -> str:

@@ -190,14 +190,6 @@ def _print_status(report: dict) -> None:
         console.print(f"  {line}", markup=False)
     if job.get("failed"):
         console.print(f"  [red]FAILED[/red]: {failed_reason(job['failed'])}")
-    cost = report.get("cost_usd") or {}
-    if cost.get("spot") is not None or cost.get("on_demand") is not None:
-        spot = f"${cost['spot']:.2f} on Spot" if cost.get("spot") is not None else "Spot price unknown"
-        on_demand = f"${cost['on_demand']:.2f} on demand" if cost.get("on_demand") is not None else "on-demand price unknown"
-        saved = f", {100 * cost['saving']:.0f}% saved" if cost.get("saving") is not None else ""
-        console.print(f"  compute {report['compute_hours']:.2f} h: {spot} ({on_demand}{saved}; {cost['basis']})")
-    elif "compute_hours" in report:
-        console.print(f"  compute {report['compute_hours']:.2f} h")
     if report.get("goodput_line"):
         console.print(f"  {report['goodput_line']}", markup=False)
     table = Table("boot", "instance", "from", "saved", "outcome", "lost", "reason")
