@@ -233,7 +233,7 @@ def test_status_shows_a_snapshot_waiting_on_a_state_disk_until_its_boot_commits_
     assert any(PENDING + "vm-bad.json" in r.getMessage() for r in caplog.records)
     assert cli.main(["status", "--job-dir", str(tmp_path / "jobdir")]) == 0
     assert "step 9 waits on the state disk of vm-1 (us-west1-b)" in capsys.readouterr().out
-    DiskTier(disk_root, storage, "vm-1", ZONE).recover(CheckpointStore(storage), attempt=2)
+    assert DiskTier(disk_root, storage, "vm-1", ZONE).recover(CheckpointStore(storage), attempt=2) == 9  # beside a bad one
     assert job_summary(str(tmp_path / "jobdir"))["pending"] == []
 
 

@@ -154,8 +154,8 @@ def build_report(job_dir: str, options: ReportOptions) -> JobReport:
         if options.fallback is not None and options.fallback != options.machine:
             other = hourly_prices(options.fallback, options.region, online=options.online)
             prices = replace(prices, fallback_on_demand=other.on_demand,
-                                         basis=f"{prices.basis}; the fallback {_machine_text(options.fallback)} "
-                                               f"on-demand: {other.basis}")
+                             basis=f"{prices.basis}; the fallback {_machine_text(options.fallback)} "
+                                   f"on-demand: {other.basis}")
     phase = "DONE" if state.done else "FAILED" if state.failed else "RUNNING" if ledger.running else "WAITING"
     return figures(ledger, prices, job_dir=job_dir, state=phase, committed_step=latest.step if latest else None,
                    train_steps=options.train_steps, preemptions=state.preemptions)

@@ -40,7 +40,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import google_crc32c
 
@@ -87,9 +87,13 @@ def pending_name(instance: str) -> str:
 
 
 def pending_snapshots(storage: JobStorage) -> list[PendingSnapshot]:
-    """Every pending disk-tier snapshot the job dir records, by step: what `status` shows. A record
-    that does not parse is skipped with a warning naming it (the next boot's recover says the same)."""
-    out = []
+    """Every pending disk-tier snapshot the job dir records, by step: what `status` shows."""
+    return sorted((record for _, record in _records(storage)), key=lambda r: (r.step, r.instance))
+
+
+def _records(storage: JobStorage) -> Iterator[tuple[str, PendingSnapshot]]:
+    """Each pending record that parses, with its object name; one that does not is skipped with a
+    warning naming it (it must not be followed)."""
     for info in storage.list(PENDING):
         if not info.name.endswith(".json"):
             continue
@@ -97,11 +101,12 @@ def pending_snapshots(storage: JobStorage) -> list[PendingSnapshot]:
         if blob is None:
             continue
         try:
-            out.append(PendingSnapshot.from_json(blob.data))
+            record = PendingSnapshot.from_json(blob.data)
         except ManifestError as exc:
-            log.warning(f"ignoring an unreadable pending disk-tier record {info.name}: {exc}", record=info.name,
-                        reason=str(exc))
-    return sorted(out, key=lambda r: (r.step, r.instance))
+            log.warning(f"ignoring a pending disk-tier record that must not be followed, {info.name}: {exc}",
+                        record=info.name, reason=str(exc))
+            continue
+        yield info.name, record
 
 
 def fits(new_bytes: int, bytes_per_second: float, seconds_left: float) -> bool:
@@ -254,22 +259,13 @@ class DiskTier:
         returns its step, or None. Records it cannot use are ignored with a warning naming them;
         obsolete ones (no newer than the newest commit) are deleted. Never raises for a record or a
         disk copy; a job dir that fails raises its StorageError."""
-        names = [o.name for o in self.storage.list(PENDING) if o.name.endswith(".json")]
-        if not names:
+        records = list(_records(self.storage))
+        if not records:
             return None
         latest = store.latest()
         committed = latest.step if latest is not None else -1
         recovered = None
-        for name in names:
-            blob = self.storage.read(name)
-            if blob is None:
-                continue
-            try:
-                record = PendingSnapshot.from_json(blob.data)
-            except ManifestError as exc:
-                log.warning("ignoring a pending disk-tier record that must not be followed", record=name,
-                            reason=str(exc))
-                continue
+        for name, record in records:
             if record.step <= committed:
                 log.info("a pending disk-tier snapshot is obsolete; deleting its record", record=name,
                          step=record.step, committed_step=committed)
