@@ -130,21 +130,28 @@ def _checkpoint(local, step: int, size: int = 4096) -> None:
     os.replace(final + ".tmp", final)
 
 
-@pytest.mark.parametrize("mounted", [True, False])
-def test_a_commit_that_cannot_finish_in_time_goes_to_a_mounted_state_disk(tmp_path, monkeypatch, mounted):
-    """Only a disk with startup.sh's marker is used: an unmounted mount point is on the boot disk."""
-    monkeypatch.setenv(RATE_ENV, "1")  # one byte a second: nothing fits
+def _noticed_save(tmp_path, max_step: int, mounted: bool):
+    """A mirror with a state disk (marked as mounted, or not) that saves step 9 after a notice with 5 s
+    left, then syncs as the agent's exit does: (storage, store, disk_root, mirror)."""
     local, disk_root = str(tmp_path / "job"), str(tmp_path / "disk")
     os.makedirs(disk_root)
     if mounted:
         open(os.path.join(disk_root, MARKER), "w").close()
     storage = open_storage(str(tmp_path / "jobdir"))
-    store = CheckpointStore(storage, max_step=100)
+    store = CheckpointStore(storage, max_step=max_step)
     mirror = Mirror(store, storage, local, attempt=1, interval=3600, committed_step=None, on_commit=lambda s: None,
                     disk=DiskTier(disk_root, storage, "vm-1", ZONE)).start()
     mirror.after_notice(deadline=time.monotonic() + 5)
     _checkpoint(local, 9)
     mirror.final_sync()
+    return storage, store, disk_root, mirror
+
+
+@pytest.mark.parametrize("mounted", [True, False])
+def test_a_commit_that_cannot_finish_in_time_goes_to_a_mounted_state_disk(tmp_path, monkeypatch, mounted):
+    """Only a disk with startup.sh's marker is used: an unmounted mount point is on the boot disk."""
+    monkeypatch.setenv(RATE_ENV, "1")  # one byte a second: nothing fits
+    storage, store, disk_root, mirror = _noticed_save(tmp_path, max_step=100, mounted=mounted)
     assert mirror.committed_step == 9
     if mounted:
         assert store.latest() is None  # nothing in Cloud Storage yet
@@ -157,16 +164,7 @@ def test_a_commit_that_cannot_finish_in_time_goes_to_a_mounted_state_disk(tmp_pa
 
 def test_the_jobs_final_step_always_goes_to_cloud_storage(tmp_path, monkeypatch):
     monkeypatch.setenv(RATE_ENV, "1")
-    local, disk_root = str(tmp_path / "job"), str(tmp_path / "disk")
-    os.makedirs(disk_root)
-    open(os.path.join(disk_root, MARKER), "w").close()
-    storage = open_storage(str(tmp_path / "jobdir"))
-    store = CheckpointStore(storage, max_step=9)
-    mirror = Mirror(store, storage, local, attempt=1, interval=3600, committed_step=None, on_commit=lambda s: None,
-                    disk=DiskTier(disk_root, storage, "vm-1", ZONE)).start()
-    mirror.after_notice(deadline=time.monotonic() + 5)
-    _checkpoint(local, 9)
-    mirror.final_sync()
+    storage, store, _, mirror = _noticed_save(tmp_path, max_step=9, mounted=True)
     assert store.latest().step == 9 and storage.list(PENDING) == []
 
 

@@ -145,8 +145,8 @@ def damage(storage, name, how):
                              "long": data + b"x"}[how])
 
 
-@pytest.mark.parametrize("how", ["flipped", "short", "long", "missing"])
-def test_a_damaged_or_missing_chunk_fails_verification_and_the_previous_snapshot_is_used(job_dir, tmp_path, how):
+def two_snapshots(job_dir, tmp_path):
+    """A job dir holding step 10's snapshot of a 6-chunk file (`old`, its bytes) and step 20's of new bytes."""
     storage = open_storage(job_dir)
     store = CheckpointStore(storage, chunk_size=SMALL)
     local = str(tmp_path / "job")
@@ -154,7 +154,12 @@ def test_a_damaged_or_missing_chunk_fails_verification_and_the_previous_snapshot
     write(local, "model.data", old)
     commit(store, local, 10)
     write(local, "model.data", os.urandom(6 * SMALL))
-    newest = commit(store, local, 20).manifest
+    return storage, old, commit(store, local, 20).manifest
+
+
+@pytest.mark.parametrize("how", ["flipped", "short", "long", "missing"])
+def test_a_damaged_or_missing_chunk_fails_verification_and_the_previous_snapshot_is_used(job_dir, tmp_path, how):
+    storage, old, newest = two_snapshots(job_dir, tmp_path)
     damage(storage, data_entry(newest).chunks[3].object, how)
     restored = str(tmp_path / "r")
     manifest = CheckpointStore(storage, chunk_size=SMALL).restore(restored)
@@ -167,14 +172,7 @@ def test_a_chunk_whose_written_bytes_differ_from_its_crc32c_fails_though_the_fil
     """Each chunk is checked as it is written, not only the whole file: a manifest whose chunk names
     a CRC32C its object's bytes do not have, and whose file CRC32C is combined from those very chunk
     CRC32Cs (so the file's check alone would pass), fails, and the previous snapshot restores."""
-    storage = open_storage(job_dir)
-    store = CheckpointStore(storage, chunk_size=SMALL)
-    local = str(tmp_path / "job")
-    old = os.urandom(6 * SMALL)
-    write(local, "model.data", old)
-    commit(store, local, 10)
-    write(local, "model.data", os.urandom(6 * SMALL))
-    newest = commit(store, local, 20).manifest
+    storage, old, newest = two_snapshots(job_dir, tmp_path)
     body = json.loads(newest.to_json())
     entry = next(f for f in body["files"] if f["path"] == "model.data")
     entry["chunks"][3]["crc32c"] = crc32c_of_bytes(b"not these bytes")
