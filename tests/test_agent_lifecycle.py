@@ -289,3 +289,26 @@ def test_a_finish_action_without_compute_credentials_is_one_log_line_not_a_trace
     failed = [line for line in vm.log_lines() if line["message"].startswith("finish action failed")]
     assert failed and failed[0]["action"] == "stop"
     assert "Traceback" not in open(vm.log_path()).read()
+
+
+@pytest.mark.parametrize("reports_saved", [True, False])
+def test_safe_means_committed_not_exited(reports_saved, tmp_path, instance_factory):
+    """A trainer that reports its save on the notice (contract.report_saved) and then takes 8 s to
+    exit (TensorFlow's teardown): the agent exits as soon as that save is committed, with the step
+    the trainer reached. One that does not report it is waited for, as before."""
+    job_dir = str(tmp_path / "jobdir")
+    extra = ["--exit-seconds", "8"] + ([] if reports_saved else ["--no-report-saved"])
+    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=400, extra_args=extra, grace_seconds=60))
+    vm.boot()
+    vm.wait_for_step(10)
+    vm.set_preempted()
+    code = vm.wait(60)
+    assert code == 0
+    attempt = journal_of(job_dir).attempts[-1]
+    assert attempt.outcome == "preempted"
+    assert attempt.steps_lost == 0 and attempt.end_step == attempt.reached_step >= 10
+    seconds = attempt.timings["notice_to_safe"]
+    if reports_saved:
+        assert seconds < 3, f"the agent waited {seconds} s for an exit it did not need"
+    else:
+        assert seconds >= 8, f"the agent did not wait for a trainer that never said it saved ({seconds} s)"

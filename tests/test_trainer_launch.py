@@ -17,9 +17,11 @@ from survivor.agent.delivery import deliver, git_plan
 from survivor.agent.gpus import decide_gpu_count, parse_nvidia_smi_list
 from survivor.spec import JobSpec, TrainerSpec
 from survivor.spec import BUILTIN_FLAGS, BUILTIN_TRAINERS
-from survivor.agent.trainer import TrainerProcess, TrainerUserError, decide_user, read_progress, save_signal
+from survivor.agent.trainer import (TrainerProcess, TrainerUserError, decide_user, read_progress, read_record,
+                                    read_saved, save_signal)
 from survivor.spec import trainer_argv
-from survivor.trainers.contract import PROGRESS_RECORD_BYTES, parse_progress, report_progress
+from survivor.trainers.contract import (PROGRESS_RECORD_BYTES, parse_progress, parse_record, progress_record,
+                                       report_progress, report_saved)
 
 
 def spec(**trainer):
@@ -260,6 +262,20 @@ def test_progress_is_rewritten_in_place_and_a_half_written_record_is_refused(tmp
     assert parse_progress(b'{"step": 1299, "check": 1300}') is None  # copies differ: a write half done
     assert parse_progress(b'{"step": 13') is None
     assert parse_progress(b"") is None
+
+
+def test_a_save_reported_on_notice_is_read_only_while_nothing_trained_since(tmp_path):
+    path = str(tmp_path / "progress.json")
+    report_progress(2**63 - 1, path)
+    report_saved(41, path)  # the largest numbers fit the record: nothing of an older one is left over
+    assert read_record(path) == (41, 41) and read_saved(path) == 41
+    report_progress(42, path)  # trained on (a trainer that saves and goes on): no longer a save on notice
+    assert read_saved(path) is None and read_progress(path) == 42
+    big = progress_record(2**62, 2**62)
+    assert len(big) == PROGRESS_RECORD_BYTES and parse_record(big) == (2**62, 2**62)
+    # a read that mixed two records (the step of one, the save of the other) fails the check
+    assert parse_record(b'{"step": 43, "saved": 41, "check": 82}') is None
+    assert parse_record(b'{"step": 41, "saved": 41, "check": 82}') == (41, 41)
 
 
 def test_a_reader_racing_the_writer_never_sees_a_wrong_step(tmp_path):

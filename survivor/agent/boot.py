@@ -42,13 +42,14 @@ from typing import Callable
 from survivor import log as logs
 from survivor import retry
 from survivor.agent.delivery import DeliveryError
-from survivor.agent.ending import EXIT_BAD_SPEC, EXIT_OK, EXIT_RETRY, AttemptResult, decide_ending
+from survivor.agent.ending import (EXIT_BAD_SPEC, EXIT_OK, EXIT_RETRY, AttemptResult, decide_ending,
+                                   saved_and_committed)
 from survivor.agent.finish import ComputeActions, KeepAlive, choose_finisher
 from survivor.agent.maintenance import MAINTENANCE_SAVE_SECONDS, MaintenanceSave
 from survivor.agent.mirror import Mirror
 from survivor.agent.notice import Notice, NoticeWatcher
 from survivor.agent.trainer import (TrainerProcess, TrainerUserError, launch, local_job_dir, progress_path,
-                                    read_progress, save_signal)
+                                    read_progress, read_saved, save_signal)
 from survivor.cloud.metadata import InstanceIdentity, MetadataClient, MetadataError
 from survivor.jobdir.disk_tier import DiskTier, state_disk_dir
 from survivor.jobdir.journal import Attempt, Journal, JobState, should_give_up, steps_lost
@@ -66,6 +67,8 @@ log = logs.get("agent")
 #: (https://cloud.google.com/iam/docs/access-change-propagation), so a role granted just before
 #: the VM started still counts. SURVIVOR_PERMISSION_WAIT_SECONDS overrides it (tests).
 PERMISSION_WAIT_SECONDS = 480.0
+#: How often, after a notice, the agent looks whether the trainer's save is committed.
+NOTICE_POLL = 0.02
 
 
 #: Set by a LocalInstance to the time (epoch seconds) its "VM" powered on: its kernel is the host's,
@@ -380,18 +383,34 @@ class Boot:
 
     def _save_on_notice(self, notice: Notice, trainer: TrainerProcess, mirror: Mirror, grace_seconds: float) -> int | None:
         """Step 8: SIGTERM the trainer and wait for its save, its share of the grace budget at most
-        (the rest is the final commit's); meanwhile the mirror commits what it writes. Returns the
-        trainer's exit code (None if even SIGKILL left it running)."""
+        (the rest is the final commit's); meanwhile the mirror commits what it writes. Safe means
+        committed, not exited: once the checkpoint the trainer reports saved after the notice
+        (`contract.report_saved`) is committed by a round that began after the notice, the trainer
+        is ended at once rather than waited for (its exit takes seconds that the VM does not have).
+        Returns the trainer's exit code (None if even SIGKILL left it running)."""
         trainer.terminate()
         mirror.after_notice(deadline=notice.monotonic + grace_seconds - retry.STORAGE_WRITE.worst_case())
         self._guest("state", "saving", force=True)
         deadline = notice.monotonic + grace_seconds * retry.TRAINER_SHARE
-        code = trainer.wait(timeout=max(0.0, deadline - time.monotonic()))
-        if code is None:
-            log.warning("the trainer did not exit in time after SIGTERM; keeping its newest completed checkpoint",
-                        waited=round(time.monotonic() - notice.monotonic, 2))
-            trainer.kill()
-            code = trainer.wait(timeout=5)
+        code = None
+        while code is None:
+            left = deadline - time.monotonic()
+            code = trainer.wait(timeout=max(0.0, min(NOTICE_POLL, left)))
+            if code is not None:
+                break
+            saved = saved_and_committed(read_saved(self.progress_file), mirror.committed_after_notice)
+            if saved is not None:
+                log.info("the checkpoint saved on the notice is committed; ending the trainer", step=saved,
+                         seconds=round(time.monotonic() - notice.monotonic, 3))
+                trainer.kill()
+                code = trainer.wait(timeout=5)
+                break
+            if left <= 0:
+                log.warning("the trainer did not exit in time after SIGTERM; keeping its newest completed checkpoint",
+                            waited=round(time.monotonic() - notice.monotonic, 2))
+                trainer.kill()
+                code = trainer.wait(timeout=5)
+                break
         self.phase.seconds["trainer_save"] = round(time.monotonic() - notice.monotonic, 3)
         return code
 

@@ -101,3 +101,22 @@ def decide_ending(result: AttemptResult) -> Ending:
         return Ending("finished", EXIT_OK, done=True)
     last = f": {result.last_words}" if result.last_words else ""
     return Ending("failed", EXIT_RETRY, reason=f"the trainer exited with code {result.trainer_code}{last}", counts=True)
+
+
+def saved_and_committed(saved: int | None, committed_after_notice: int | None) -> int | None:
+    """Pure decision: the step that makes a VM safe after a notice before its trainer exits, or None.
+
+    `saved` is the step the trainer reported complete after the stop request (and trained nothing
+    since); `committed_after_notice` the newest commit whose round began after the notice. Both
+    must be there, and the commit must cover the save: an earlier periodic commit never proves it.
+
+    >>> saved_and_committed(120, 120)
+    120
+    >>> saved_and_committed(120, 100) is None  # the save is not committed yet
+    True
+    >>> saved_and_committed(None, 120) is None  # the trainer did not say it saved: wait for its exit
+    True
+    """
+    if saved is None or committed_after_notice is None or committed_after_notice < saved:
+        return None
+    return saved

@@ -69,6 +69,10 @@ class Mirror:
         self.rate = UploadRate()
         self.pending: PendingSnapshot | None = None  # the snapshot this attempt left on the state disk
         self._deadline: float | None = None  # monotonic: when the commit after a notice must be done
+        self._noticed_at: float | None = None  # monotonic: when `after_notice` was called
+        #: the step of the newest commit whose scan began after the notice (never an earlier periodic
+        #: one): what `Boot` compares with the step the trainer reports saved on the notice
+        self.committed_after_notice: int | None = None
         self.errors = 0
         self._fingerprint: frozenset | None = None
         self._checksums = Checksums()
@@ -117,6 +121,8 @@ class Mirror:
             return stats
 
     def _commit_if_new(self) -> CommitStats | None:
+        noticed, began = self._noticed_at, time.monotonic()
+        after_notice = noticed is not None and began >= noticed
         snapshot = scan(self.local_root, self._checksums)
         if snapshot.step is None or not snapshot.files:
             return None
@@ -128,6 +134,8 @@ class Mirror:
         if self._to_disk(snapshot):
             self._fingerprint = fingerprint
             self.committed_step = snapshot.step
+            if after_notice:
+                self.committed_after_notice = snapshot.step
             return None
         try:
             stats = self.store.commit(self.local_root, snapshot, self.attempt, fence=self.fence)
@@ -137,6 +145,8 @@ class Mirror:
             return None
         self._fingerprint = fingerprint
         self.committed_step = snapshot.step
+        if after_notice:
+            self.committed_after_notice = snapshot.step
         self.rate.observe(stats.uploaded_bytes, stats.upload_seconds)
         self.on_commit(stats)
         return stats
@@ -207,6 +217,7 @@ class Mirror:
         `deadline` (monotonic): when the commit must be done; one that cannot finish by then goes to
         the state disk, if there is one."""
         self._deadline = deadline
+        self._noticed_at = time.monotonic()
         self._collect = False
         self.interval = min(self.interval, POLL_AFTER_NOTICE)
         self._wake.set()

@@ -49,7 +49,7 @@ from survivor.agent.delivery import deliver
 from survivor.agent.gpus import gpus_for
 from survivor.cloud.metadata import MetadataClient
 from survivor.spec import BUILTIN_SAVE_SIGNAL, JobSpec, TrainerSpec, trainer_argv
-from survivor.trainers.contract import PROGRESS_ENV, parse_progress
+from survivor.trainers.contract import PROGRESS_ENV, parse_record
 
 log = logs.get("trainer")
 
@@ -116,15 +116,30 @@ def decide_user(euid: int, requested: str | None, allow_root: bool) -> str | Non
     return None
 
 
-#: The most the agent reads of a progress file: a record is 64 bytes; a trainer cannot make the
+#: The most the agent reads of a progress file: a record is 128 bytes; a trainer cannot make the
 #: agent read a gigabyte, nor a FIFO, nor through a link.
 PROGRESS_READ_LIMIT = 4096
 
 
 def read_progress(path: str) -> int | None:
-    """The step a trainer last reported in its progress file, if any. The file lives in a dir the
-    trainer writes: a link there is not followed, and only a regular file is read (a FIFO would
-    block the agent), at most PROGRESS_READ_LIMIT bytes of it."""
+    """The step a trainer last reported in its progress file, if any (see `read_record`)."""
+    record = read_record(path)
+    return None if record is None else record[0]
+
+
+def read_saved(path: str) -> int | None:
+    """The step of the checkpoint the trainer reported complete after a stop request
+    (`contract.report_saved`), if it reported one and trained nothing since; else None."""
+    record = read_record(path)
+    if record is None or record[1] is None or record[1] < record[0]:
+        return None
+    return record[1]
+
+
+def read_record(path: str) -> tuple[int, int | None] | None:
+    """(step, saved) as the trainer last reported them in its progress file, if any. The file lives
+    in a dir the trainer writes: a link there is not followed, and only a regular file is read (a
+    FIFO would block the agent), at most PROGRESS_READ_LIMIT bytes of it."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -132,7 +147,7 @@ def read_progress(path: str) -> int | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        return parse_progress(os.read(fd, PROGRESS_READ_LIMIT))
+        return parse_record(os.read(fd, PROGRESS_READ_LIMIT))
     except OSError:
         return None
     finally:

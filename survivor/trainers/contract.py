@@ -7,7 +7,8 @@
     ...     train_step()
     ...     report_progress(step + 1)           # live progress for the agent (a few microseconds)
     ...     if stop.requested:
-    ...         save(step + 1); break           # finish the step in flight, save, exit 0
+    ...         save(step + 1)                  # finish the step in flight, save,
+    ...         report_saved(step + 1); break   # say so (the agent may end the process now), exit 0
     ...     if save_now.take():
     ...         save(step + 1)                  # a maintenance notice: save, and go on
 
@@ -82,31 +83,47 @@ class SaveRequest:
 
 
 #: A progress record's fixed size: a new record always covers the whole previous one.
-PROGRESS_RECORD_BYTES = 64
+PROGRESS_RECORD_BYTES = 128
 
 _progress_files: dict[str, tuple[int, int]] = {}  # path -> (fd, inode)
 
 
-def progress_record(step: int) -> bytes:
-    """The progress file's content: JSON with the step written twice, padded to a fixed size."""
-    return (b'{"step": %d, "check": %d}' % (step, step)).ljust(PROGRESS_RECORD_BYTES - 1) + b"\n"
+def progress_record(step: int, saved: int | None = None) -> bytes:
+    """The progress file's content, padded to a fixed size: JSON with the step and a check, and with
+    `saved` (the step of a checkpoint the trainer finished saving after a stop request) when given.
+    The check is the step, or the step plus `saved`: a read that caught a write half done mixes two
+    records and fails the check (both numbers only grow)."""
+    if saved is None:
+        body = b'{"step": %d, "check": %d}' % (step, step)
+    else:
+        body = b'{"step": %d, "saved": %d, "check": %d}' % (step, saved, step + saved)
+    return body.ljust(PROGRESS_RECORD_BYTES - 1) + b"\n"
 
 
-def parse_progress(data: bytes | str) -> int | None:
-    """The step in a progress file's content; None if there is none, or if the two copies differ
-    (a read that caught a write half done: the caller keeps the value it had)."""
+def parse_record(data: bytes | str) -> tuple[int, int | None] | None:
+    """(step, saved) from a progress file's content; saved is None when the trainer reported no save
+    after a stop request. None if there is no step, or if the check fails (a read that caught a write
+    half done: the caller keeps the value it had)."""
     try:
         record = json.loads(data)
         step = int(record["step"])
+        saved = int(record["saved"]) if "saved" in record else None
     except (ValueError, KeyError, TypeError):
         return None
-    if "check" in record and record["check"] != step:
+    if "check" in record and record["check"] != step + (saved or 0):
         return None
-    return step
+    return step, saved
 
 
-def report_progress(step: int, path: str | None = None) -> None:
-    """Records the current step where the agent reads it (`$SURVIVOR_PROGRESS_FILE`).
+def parse_progress(data: bytes | str) -> int | None:
+    """The step in a progress file's content; None if there is none, or if the check fails."""
+    record = parse_record(data)
+    return None if record is None else record[0]
+
+
+def report_progress(step: int, path: str | None = None, saved: int | None = None) -> None:
+    """Records the current step where the agent reads it (`$SURVIVOR_PROGRESS_FILE`); `saved`: see
+    `report_saved`.
 
     One `pwrite` of a fixed-size record over the previous one, a few microseconds: a new file and a
     rename per step cost ~0.25 ms on ext4 (it flushes a file renamed over another), half a percent
@@ -127,4 +144,12 @@ def report_progress(step: int, path: str | None = None) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
         os.ftruncate(fd, PROGRESS_RECORD_BYTES)
         _progress_files[path] = (fd, os.fstat(fd).st_ino)
-    os.pwrite(fd, progress_record(step), 0)
+    os.pwrite(fd, progress_record(step, saved), 0)
+
+
+def report_saved(step: int, path: str | None = None) -> None:
+    """Tells the agent that, after a stop request, the checkpoint of `step` (the current step) is
+    complete in `--job-dir` and nothing more will be trained. Once that checkpoint is committed the
+    agent reports the VM safe and may end the process at once, without waiting for its exit (a
+    TensorFlow process takes seconds to exit): call it last, after the save, just before exiting."""
+    report_progress(step, path, saved=step)

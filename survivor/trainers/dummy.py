@@ -23,7 +23,7 @@ import signal
 import sys
 import time
 
-from survivor.trainers.contract import SaveRequest, StopRequest, report_progress
+from survivor.trainers.contract import SaveRequest, StopRequest, report_progress, report_saved
 
 
 def latest_checkpoint(job_dir: str) -> int:
@@ -93,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timing-log")
     parser.add_argument("--save-seconds", type=float, default=0.0,
                         help="extra time each periodic save takes (stands in for a bigger model's save)")
+    parser.add_argument("--exit-seconds", type=float, default=0.0,
+                        help="seconds between the save on a notice and the exit (a TensorFlow process's teardown)")
+    parser.add_argument("--no-report-saved", action="store_true",
+                        help="do not report the save on a notice (a trainer older than contract.report_saved)")
     parser.add_argument("--startup-seconds", type=float, default=0.0,
                         help="extra start-up time before the first step (imports, graph building)")
     parser.add_argument("--checkpoint-bytes", type=int, default=0,
@@ -135,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
                 with open(args.timing_log, "a", encoding="utf-8") as f:
                     f.write(json.dumps({"signal": stop.at, "save_started": started, "saved": time.monotonic()}) + "\n")
             print(f"dummy trainer: {stop.signal_name} at step {step}; saved, exiting", flush=True)
+            if not args.no_report_saved:
+                report_saved(step)  # last: from here the agent may end this process once the save is committed
+            time.sleep(args.exit_seconds)
             return 0
         if save_now.take():
             save(args.job_dir, step, args.checkpoint_bytes)

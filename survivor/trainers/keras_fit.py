@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 
-from survivor.trainers.contract import StopRequest, report_progress
+from survivor.trainers.contract import StopRequest, report_progress, report_saved
 
 
 def _rng_variables(model) -> list:
@@ -65,6 +65,7 @@ def fit_resumable(model, batches_from, *, job_dir: str, epochs: int, steps_per_e
             report_progress(step)
             if stop.requested:
                 manager.save(checkpoint_number=step)
+                report_saved(step)  # the agent may end the process once this save is committed
                 self.model.stop_training = True
                 _SaveOnPreemption.stopped = True
             elif checkpoint_steps and step % checkpoint_steps == 0:

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from survivor.trainers.cluster import Cluster, cluster_from_env
-from survivor.trainers.contract import SaveRequest, StopRequest, report_progress
+from survivor.trainers.contract import SaveRequest, StopRequest, report_progress, report_saved
 
 HPARAMS_FILE = "hparams.json"
 #: What a multi-worker trainer exits with after its notice checkpoint: TensorFlow's restartable code on
@@ -251,6 +251,8 @@ class Runtime:
                 saves.save()
                 print(f"{self.stop.signal_name or 'stop'} at step {current}: checkpoint saved in "
                       f"{saves.seconds[-1]:.3f} s, exiting", flush=True)
+                progress.writer.flush()
+                report_saved(current)  # last: the agent may end this process once the save is committed
                 return 0
             if self.save_now.take() and handler is None:
                 saves.save(blocking=False)
