@@ -5,7 +5,7 @@ import argparse
 
 import pytest
 
-from benchmarks.peers.run import Boot, Row, badput
+from benchmarks.peers.run import Boot, Row, badput, with_recreation
 
 
 def boot(started: float, first_step: int, steps: int, step_time: float, *, restore: float, startup: float,
@@ -40,3 +40,18 @@ def test_the_split_of_a_made_up_timeline_is_exact():
     assert split["rerun_per"] == [10, 0]
     assert split["other"] == pytest.approx(2.0 / wall)  # the two notices to exit
     assert sum(split[k] for k in ("goodput", "startup", "restore", "stalls", "rerun", "other")) == pytest.approx(1)
+
+
+def test_the_time_without_a_vm_is_its_own_share_and_every_share_still_adds_up():
+    row = Row("r", "own code", None, lambda step, start, args: False)
+    first = boot(0.0, 1, 20, 0.1, restore=0.0, startup=2.0, exit_after=1.0)
+    second = boot(first.ended, 21, 20, 0.1, restore=0.3, startup=2.0, exit_after=1.0)
+    split = badput({"row": row, "boots": [first, second], "resumes_at": 40}, argparse.Namespace())
+    real = with_recreation(split, preemptions=2, seconds=150.0)
+    wall = second.ended + 300.0
+    assert real["goodput"] == pytest.approx(40 * 0.1 / wall)  # the same work over the longer wall time
+    assert real["no_vm"] == pytest.approx(300.0 / wall)
+    assert real["startup"] == pytest.approx(4.0 / wall)
+    shares = ("goodput", "startup", "restore", "stalls", "rerun", "other", "no_vm")
+    assert sum(real[k] for k in shares) == pytest.approx(1)
+    assert with_recreation(split, preemptions=2, seconds=0.0)["goodput"] == pytest.approx(split["goodput"])
