@@ -44,7 +44,7 @@ class CountedGarbage(CheckpointStore):
         return super().collect_garbage()
 
 
-def test_after_a_notice_the_mirror_commits_without_collecting_garbage_until_tidy(tmp_path):
+def test_after_a_notice_the_mirror_commits_and_leaves_garbage_collection_to_the_next_boot(tmp_path):
     local = str(tmp_path / "job")
     os.makedirs(local)
     storage = open_storage(str(tmp_path / "jobdir"))
@@ -61,4 +61,8 @@ def test_after_a_notice_the_mirror_commits_without_collecting_garbage_until_tidy
         mirror.stop()
     assert store.collections == 0, "garbage collection ran on the way to safety"
     mirror.tidy()
+    assert store.collections == 0, "garbage collection ran while the VM was going"
+    assert storage.list("survivor/snapshots/")  # the commit stands
+    routine = Mirror(store, storage, local, attempt=2, interval=3600, committed_step=7, on_commit=lambda s: None)
+    routine.tidy()  # a boot that had no notice collects as before
     assert store.collections == 1

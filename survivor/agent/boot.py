@@ -392,13 +392,17 @@ class Boot:
         mirror.after_notice(deadline=notice.monotonic + grace_seconds - retry.STORAGE_WRITE.worst_case())
         self._guest("state", "saving", force=True)
         deadline = notice.monotonic + grace_seconds * retry.TRAINER_SHARE
-        code = None
+        code, woken = None, None
         while code is None:
             left = deadline - time.monotonic()
             code = trainer.wait(timeout=max(0.0, min(NOTICE_POLL, left)))
             if code is not None:
                 break
-            saved = saved_and_committed(read_saved(self.progress_file), mirror.committed_after_notice)
+            reported = read_saved(self.progress_file)
+            if reported is not None and reported != woken:  # the save is complete: commit it now, not at the next round
+                mirror.wake()
+                woken = reported
+            saved = saved_and_committed(reported, mirror.committed_after_notice)
             if saved is not None:
                 log.info("the checkpoint saved on the notice is committed; ending the trainer", step=saved,
                          seconds=round(time.monotonic() - notice.monotonic, 3))

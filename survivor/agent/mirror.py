@@ -181,13 +181,16 @@ class Mirror:
         return True
 
     def tidy(self) -> None:
-        """What waits until the checkpoint is safe: event files, then garbage collection. Never raises."""
+        """What waits until the checkpoint is safe: event files, then garbage collection, which after
+        a notice is left to the next boot's first commit (the VM is going, and nothing needs it
+        gone: the seconds are the MIG's to recreate the VM). Never raises."""
         try:
             with self._lock:
                 self._mirror_events()
         except Exception as exc:
             log.warning("event files not mirrored; the checkpoint is unaffected", error=str(exc))
-        self.collect_garbage()
+        if self._noticed_at is None:
+            self.collect_garbage()
 
     def collect_garbage(self) -> None:
         """Deletes the snapshots and blobs the store no longer keeps. Never raises: a failure only

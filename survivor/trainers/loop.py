@@ -370,14 +370,21 @@ class _Saves:
         self.seconds: list[float] = []  # time on the step path per save
 
     def save(self, blocking: bool = True) -> None:
-        """Saves the state at the current step; `blocking` waits until the files are complete."""
+        """Saves the state at the current step; `blocking` waits until the files are complete.
+
+        A blocking save (on a notice, at the end: the process's last) waits for any background save
+        still in flight and then writes inline: TensorFlow's async path first traces its copy to host
+        memory, which made a first save on a notice 0.17 s for the small MLP against 0.01 s inline.
+        (Inline is never followed by a background save: TensorFlow refuses that order.)"""
         import tensorflow as tf
 
         started = time.perf_counter()
         number = int(self.step.numpy())
-        self.writer.save(checkpoint_number=number, options=self.options)
         if blocking and self.background:
             self.checkpoint.sync()
+            self.writer.save(checkpoint_number=number)
+        else:
+            self.writer.save(checkpoint_number=number, options=self.options)
         if not self.runtime.is_chief:
             tf.io.gfile.rmtree(os.path.dirname(self.writer.directory))
         self.runtime.saved_step = number
