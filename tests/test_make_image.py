@@ -45,6 +45,8 @@ def items_of(body: dict) -> dict[str, str]:
 def play_builder(compute_server, job_dir: str, outcome: str, reason: str = "") -> threading.Thread:
     """What the builder VM does on its own: install (here: nothing), write its boot record and guest
     attribute as startup.sh does, power off."""
+    compute_server.play_builders = False  # this test plays it
+
     def run():
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -70,7 +72,8 @@ def play_builder(compute_server, job_dir: str, outcome: str, reason: str = "") -
 
 def test_make_template_stages_the_wheel_and_lock_and_names_them_with_their_sha256(compute_server, gcs_server, job, capsys):
     spec, job_dir = job
-    code, _, err = run_cli(capsys, "make-template", "img", "--config", spec, "--project", PROJECT, "--skip-preflight")
+    code, out, err = run_cli(capsys, "make-template", "img", "--config", spec, "--project", PROJECT, "--skip-preflight",
+                             "--install", "wheel")
     assert code == 0, err
     items = items_of(compute_server.templates[(PROJECT, "img")])
     assert "survivor-version" not in items
@@ -82,9 +85,43 @@ def test_make_template_stages_the_wheel_and_lock_and_names_them_with_their_sha25
         assert hashlib.sha256(data).hexdigest() == items[f"{key}-sha256"]
     assert items["survivor-wheel"].endswith("-py3-none-any.whl") and "/survivor_train-" in items["survivor-wheel"]
     assert storage.read(items["survivor-lock"][len(job_dir) + 1:]).data == open(image.lock_path(), "rb").read()
+    assert "every fresh boot disk" in err  # the wheel path says what it costs on every recreation
+    assert not [m for m, _, _ in compute_server.requests if m == "compute.instances.insert"]  # no builder
     # the same source again: the same objects and metadata, so the template is unchanged
-    code, out, _ = run_cli(capsys, "make-template", "img", "--config", spec, "--project", PROJECT, "--skip-preflight")
+    code, out, _ = run_cli(capsys, "make-template", "img", "--config", spec, "--project", PROJECT, "--skip-preflight",
+                           "--install", "wheel")
     assert code == 0 and "unchanged" in out
+
+
+def test_make_template_builds_survivors_image_once_by_default_so_a_recreated_vm_installs_nothing(
+        compute_server, gcs_server, job, capsys):
+    spec, job_dir = job
+    code, out, err = run_cli(capsys, "make-template", "img", "--config", spec, "--project", PROJECT, "--skip-preflight",
+                             "--zone", ZONE)
+    assert code == 0, err
+    assert "has no image yet: building survivor's image once" in err and "n1-standard-8 builder in us-west1-b" in err
+    assert "minutes (about $" in err  # its cost and time, said before the builder starts
+    assert err.index("has no image yet") < err.index("creating in us-west1-b")
+    body = compute_server.templates[(PROJECT, "img")]
+    items = items_of(body)
+    assert "survivor-wheel" not in items and "survivor-lock" not in items  # the image holds the install
+    family = body["properties"]["disks"][0]["initializeParams"]["sourceImage"].split("/family/")[1]
+    assert family.startswith("survivor-0-1-0-tf-") and (PROJECT, family) in compute_server.images
+    assert not [key for key in compute_server.instances if key[2].endswith("-builder")]  # the builder is gone
+    # again: the family has its image, nothing is built, the template is unchanged
+    code, out, err = run_cli(capsys, "make-template", "img", "--config", spec, "--project", PROJECT, "--skip-preflight",
+                             "--zone", ZONE)
+    assert code == 0 and "unchanged" in out and "building" not in err
+    assert len([m for m, _, _ in compute_server.requests if m == "compute.instances.insert"]) == 1
+
+
+def test_make_template_without_a_zone_or_region_for_its_builder_says_what_to_give(compute_server, gcs_server, job,
+                                                                                 capsys):
+    spec, _ = job
+    code, _, err = run_cli(capsys, "make-template", "img", "--config", spec, "--project", PROJECT, "--skip-preflight")
+    assert code == 2 and "give --zone or --region" in err and "--install wheel" in err
+    assert not compute_server.templates and not [m for m, _, _ in compute_server.requests
+                                                 if m == "compute.instances.insert"]
 
 
 def test_make_image_bakes_the_install_and_make_template_then_boots_its_family(compute_server, gcs_server, job, capsys):
@@ -107,8 +144,10 @@ def test_make_image_bakes_the_install_and_make_template_then_boots_its_family(co
     # the image was made only once the builder was off (the fake refuses a disk in use, as the API does)
     assert "is already being used by" not in err
 
-    code, _, err = run_cli(capsys, "make-template", "img", "--config", spec, "--project", PROJECT, "--skip-preflight")
+    code, _, err = run_cli(capsys, "make-template", "img", "--config", spec, "--project", PROJECT, "--skip-preflight",
+                           "--zone", ZONE)
     assert code == 0, err
+    assert "building" not in err  # make-image built it already
     body = compute_server.templates[(PROJECT, "img")]
     items = items_of(body)
     assert "survivor-wheel" not in items and "survivor-lock" not in items  # the image holds them

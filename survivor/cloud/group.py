@@ -137,6 +137,10 @@ class TemplateRequest:
     region: str | None = None
     preemption_notice: int | None = None
     survivor_wheel: str | None = None
+    #: what a VM installs at boot: "image" (survivor's image for this install, built once when missing:
+    #: a recreated VM installs nothing) or "wheel" (the wheel and lock staged in the bucket, installed
+    #: on every fresh boot disk: ~3.5 GB from the package index each time)
+    install: str = "image"
 
     def where(self, spec: JobSpec) -> tuple[str | None, str | None]:
         """(zone, region): as requested, else the spec's compute.zone and compute.region."""
@@ -180,10 +184,12 @@ def describe_template(request: TemplateRequest, boot: BootChoice | None = None) 
 
 
 def boot_choice(request: TemplateRequest, compute: Compute | None, say: Say = _silent) -> BootChoice:
-    """What a template's VM boots: survivor's image for this wheel and lock when its family exists (the
-    boot installs nothing), else the wheel and lock staged in the job's bucket.
+    """What a template's VM boots: survivor's image for this wheel and lock (built once when its family
+    has none, unless the request asks for the wheel path), so that a VM a MIG recreates with a fresh
+    boot disk installs nothing; or, with `install="wheel"`, the wheel and lock staged in the job's
+    bucket, which every fresh boot disk installs again. An explicit image family is booted as given.
 
-    `compute` None (a dry run): what would be staged, without uploading it.
+    `compute` None (a dry run): what would be booted or staged, without building or uploading.
     """
 
     def choose(spec: JobSpec, options: MachineOptions) -> Install | None:
@@ -193,21 +199,82 @@ def boot_choice(request: TemplateRequest, compute: Compute | None, say: Say = _s
             return None
         try:
             local = image.local_install(options.survivor_wheel, options.requirements)
-            if compute is not None and not (request.image_family or request.image_project):
-                family = image.family_name(image.install_for(spec.job_dir, local), image.tensorflow_version(local.lock))
-                if compute.image_from_family(compute.project, family) is not None:
-                    options.image_project, options.image_family = compute.project, family
-                    say(f"  image family {family}: survivor's image for this wheel and lock; boots install nothing")
-                    return None
+            if request.image_family or request.image_project:
+                return image.install_for(spec.job_dir, local) if compute is None else _staged(spec, local)
+            family = image.family_name(image.install_for(spec.job_dir, local), image.tensorflow_version(local.lock))
+            if compute is not None and compute.image_from_family(compute.project, family) is not None:
+                options.image_project, options.image_family = compute.project, family
+                say(f"  image family {family}: survivor's image for this wheel and lock; boots install nothing")
+                return None
+            if request.install == "wheel":
+                say("  the wheel path (--install wheel): every fresh boot disk, so every VM a MIG recreates, "
+                    "installs the wheel and lock again (~3.5 GB from the package index, minutes)")
+                return image.install_for(spec.job_dir, local) if compute is None else _staged(spec, local)
             if compute is None:
-                return image.install_for(spec.job_dir, local)
-            installed = image.stage_install(spec.job_dir, local)
-            say(f"  staged {installed.wheel} and {installed.lock}")
-            return installed
+                try:
+                    project = spec_project(request.project, spec)
+                except SpecError:  # a dry run needs no project; the image's family lives in one
+                    say(f"  no project given: the body shows the wheel path; with one it boots image family {family}")
+                    return image.install_for(spec.job_dir, local)
+                options.image_project, options.image_family = project, family
+                say(f"  image family {family}: survivor's image for this wheel and lock (make-template builds it "
+                    "if it is missing; --install wheel stages the wheel instead)")
+                return None
+            _build_image(compute, spec, options, local, family, builder_zone(request, spec, options, compute), say)
+            options.image_project, options.image_family = compute.project, family
+            return None
         except image.ImageError as exc:
             raise SpecError([str(exc)]) from None
 
+    def _staged(spec: JobSpec, local: image.LocalInstall) -> Install:
+        installed = image.stage_install(spec.job_dir, local)
+        say(f"  staged {installed.wheel} and {installed.lock}")
+        return installed
+
     return choose
+
+
+#: The builder VM of an image make-template builds, its list price (survivor/cloud/pricing.py's
+#: offline table) and how long a build takes on Google Cloud: a Deep Learning VM's boot and the
+#: lock's pip install from the package index (3.5 GB), then the image from its disk.
+BUILDER_MACHINE = "n1-standard-8"
+BUILDER_USD_PER_HOUR = 0.38
+BUILDER_MINUTES = (10, 20)
+
+
+def build_notice(family: str, zone: str) -> str:
+    """What make-template says before it builds survivor's image: the cost and the time, once."""
+    low, high = BUILDER_MINUTES
+    return (f"  image family {family} has no image yet: building survivor's image once, now, so that every VM "
+            f"the group recreates installs nothing. A {BUILDER_MACHINE} builder in {zone} for about {low}-{high} "
+            f"minutes (about ${BUILDER_USD_PER_HOUR * high / 60:.2f} at ${BUILDER_USD_PER_HOUR}/h list price), then "
+            "the image's storage, billed by its size per month "
+            "(https://cloud.google.com/compute/disks-image-pricing). "
+            "Ctrl-C to stop; --install wheel skips it (every fresh boot disk then installs ~3.5 GB again).")
+
+
+def builder_zone(request: TemplateRequest, spec: JobSpec, options: MachineOptions, compute: Compute) -> str:
+    """Where make-template's builder runs: the template's zone, else the first zone of its region
+    (an image is global, so any zone will do; the job's keeps its traffic regional)."""
+    zone, region = request.where(spec)
+    if zone:
+        return zone
+    region = region or options.region
+    if region:
+        zones = compute.region(region)["zones"]
+        if zones:
+            return sorted(zones)[0]
+    raise SpecError(["make-template builds survivor's image in the job's zone or region: give --zone or --region "
+                     "(or compute.zone / compute.region in the spec), or --install wheel"])
+
+
+def _build_image(compute: Compute, spec: JobSpec, options: MachineOptions, local: "image.LocalInstall", family: str,
+                 zone: str, say: Say) -> None:
+    """Builds survivor's image for this install (image.make_image), saying its cost and time first."""
+    say(build_notice(family, zone))
+    install = image.stage_install(spec.job_dir, local)
+    image.make_image(compute, install, family, zone=zone, progress=lambda line: say(f"  {line}"),
+                     machine_type=BUILDER_MACHINE, service_account=options.service_account)
 
 
 def check_preflight(body: dict, compute: Compute, zone: str | None, region: str | None, say: Say = _silent) -> None:

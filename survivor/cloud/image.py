@@ -289,7 +289,7 @@ def make_image(compute, install: Install, family: str, *, zone: str, storage=Non
     progress(f"builder {builder}: creating in {zone} (installs the wheel and lock, then powers off)")
     compute.insert_instance(zone, builder_body(builder, zone, install, **builder_options))
     try:
-        outcome, started = None, time.monotonic()
+        outcome, started, rounds = None, time.monotonic(), 0
         while True:
             vm = compute.get_instance(zone, builder)
             if vm is None:
@@ -304,7 +304,8 @@ def make_image(compute, install: Install, family: str, *, zone: str, storage=Non
                     f"--keep-builder to read its serial console ({logs}) and delete it yourself"))
             state = compute.guest_attributes(zone, builder).get("build", "installing")
             progress(f"builder {builder}: {vm['status'].lower()}, {state} ({time.monotonic() - started:.0f} s)")
-            time.sleep(poll)
+            rounds += 1
+            time.sleep(min(poll, 0.5 * 2 ** rounds))  # soon at first (a failure shows early), then every `poll`
         if outcome != "built":
             reason = compute.guest_attributes(zone, builder).get("build", "") or "it powered off without a record"
             raise ImageError(f"builder {builder} could not install: {reason}")

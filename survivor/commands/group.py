@@ -54,7 +54,8 @@ def _template_request(args: argparse.Namespace) -> jobs.TemplateRequest:
         name=args.name, config=args.config, project=args.project, machine_type=args.machine_type, gpu=args.gpu,
         spot=args.spot, image_family=args.image_family, image_project=args.image_project, disk_gb=args.disk_gb,
         service_account=args.service_account, cloud_platform_scope=args.cloud_platform_scope, zone=args.zone,
-        region=args.region, preemption_notice=args.preemption_notice, survivor_wheel=args.survivor_wheel)
+        region=args.region, preemption_notice=args.preemption_notice, survivor_wheel=args.survivor_wheel,
+        install=getattr(args, "install", "image"))
 
 
 def make_template(args: argparse.Namespace) -> int:
@@ -379,6 +380,10 @@ def _add_template_commands(sub) -> None:
     """make-template, make-image and preflight: what a job boots from."""
     p = sub.add_parser("make-template", help="create the instance template for a job spec")
     _template_flags(p)
+    p.add_argument("--install", choices=("image", "wheel"), default="image",
+                   help="image (default): boot survivor's image for this install, built once if missing, so a "
+                        "recreated VM installs nothing; wheel: stage the wheel and lock, installed on every fresh "
+                        "boot disk (~3.5 GB)")
     p.add_argument("--dry-run", action="store_true", help="print the exact REST body; call nothing")
     p.add_argument("--skip-preflight", action="store_true", help="create it even if `survivor preflight` finds problems")
     p.set_defaults(func=make_template)

@@ -163,6 +163,11 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
+def _items(vm: dict) -> dict[str, str]:
+    """An instance's metadata items as a dict."""
+    return {i["key"]: i.get("value", "") for i in vm.get("metadata", {}).get("items", [])}
+
+
 def _tail(url: str) -> str:
     return url.rstrip("/").rsplit("/", 1)[-1]
 
@@ -190,6 +195,9 @@ class ComputeServer(LocalService):
         self.quotas: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}  # (project, region) -> metric
         self.images: dict[tuple[str, str], dict] = {}  # (project, family) -> image
         self.creation_failures: list[dict] = []
+        #: a builder VM (survivor-mode=build) does on its own what startup.sh's build mode does: records
+        #: "built" in its job dir and powers off; a test that plays the builder itself sets this False
+        self.play_builders = True
         self._ids = itertools.count(1000000000000000000)
         self._listen(port, self._handler_class())
         for project, family in DEFAULT_IMAGE_FAMILIES:
@@ -779,7 +787,35 @@ class ComputeServer(LocalService):
         vm["disks"] = [{"boot": True, "autoDelete": bool(boot[0].get("autoDelete", True)),
                         "source": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}/disks/"
                                   f"{boot[0]['initializeParams'].get('diskName') or name}"}]
-        return self._operation(params, "insert", vm["selfLink"].split(BASE, 1)[1], f"zones/{zone}")
+        operation = self._operation(params, "insert", vm["selfLink"].split(BASE, 1)[1], f"zones/{zone}")
+        if self.play_builders and _items(vm).get("survivor-mode") == "build":
+            threading.Thread(target=self._play_builder, args=((project, zone, name),), daemon=True).start()
+        return operation
+
+    def _play_builder(self, key: tuple[str, str, str]) -> None:
+        """A builder's boot, as survivor/startup/startup.sh's build mode ends it: the boot record
+        `survivor/boots/<time>-<instance>-built.json` in the job dir, the guest attribute
+        `survivor/build=done`, then a power-off (nothing is installed: the fake has no disk)."""
+        from survivor.jobdir.storage import open_storage
+
+        time.sleep(0.2)
+        with self.lock:
+            vm = self.instances.get(key)
+            job_dir = _items(vm).get("survivor-job-dir", "") if vm else ""
+        if not job_dir:
+            return
+        stamp = time.strftime("%Y%m%dT%H%M%S000000000", time.gmtime())
+        try:
+            open_storage(job_dir).write(f"survivor/boots/{stamp}-{key[2]}-built.json",
+                                        json.dumps({"outcome": "built", "reason": "the compute fake's builder"}).encode())
+        except Exception as exc:  # the builder powers off without a record, as a real one whose bucket failed
+            print(f"compute fake: builder {key[2]} could not record its outcome: {exc}", file=sys.stderr)
+        else:
+            self.set_guest_attribute(*key, "survivor", "build", "done")
+        time.sleep(0.2)
+        with self.lock:
+            if key in self.instances:
+                self.power_off(*key)
 
     def power_off(self, project: str, zone: str, name: str) -> None:
         """What a guest's own `poweroff` does: the instance becomes TERMINATED (its MIG, if any, is not told)."""
