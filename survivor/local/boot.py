@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
 
+from survivor import retry
 from survivor.cloud.image import sha256_of
 
 STARTUP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "startup", "startup.sh")
@@ -82,9 +83,12 @@ def machine_lock(cache_dir: str) -> str:
         return lock
     os.makedirs(wheelhouse, exist_ok=True)
     missing = [pin for pin in pins if not _wheel_for(wheelhouse, *pin.split("=="))]
-    if missing:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
-                        "--disable-pip-version-check", "--dest", wheelhouse, *missing], check=True)
+    if missing:  # the package index can fail for a moment (seen once in a suite run): retried, then raised
+        for attempt in retry.Policy("pip download of the rehearsal's wheelhouse", attempts=3, deadline=120.0,
+                                    attempt_seconds=300.0, initial=5.0, maximum=20.0, retry_on=_pip_failed):
+            with attempt:
+                subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary",
+                                ":all:", "--disable-pip-version-check", "--dest", wheelhouse, *missing], check=True)
     lines = [f"# this machine's closure of survivor-train ({sys.version.split()[0]}), for the boot rehearsal"]
     for pin in pins:
         name, version = pin.split("==")
@@ -104,6 +108,11 @@ def _wheel_for(wheelhouse: str, name: str, version: str) -> str | None:
         if file.endswith(".whl") and len(parts) >= 2 and _normal(parts[0]) == _normal(name) and parts[1] == version:
             return file
     return None
+
+
+def _pip_failed(exc: BaseException) -> bool:
+    """A pip download that exited non-zero: worth another try (the index or the network, for a moment)."""
+    return isinstance(exc, subprocess.CalledProcessError)
 
 
 def wheelhouse_env(cache_dir: str) -> dict[str, str]:
