@@ -198,8 +198,12 @@ def measure(size_mb: int, root: str, bucket: str, repeat: int = 0) -> dict:
         agent = under_agent(size_mb, root, bucket, repeat)
     floor_total = agent["step_in_flight"] + raw["floor_write"] + raw["floor_upload"]
     parallel_total = agent["step_in_flight"] + raw["floor_write"] + raw["parallel_upload"]
+    # the overlapped floor: the save and the parallel upload at once, so the larger of the two (issue 28:
+    # survivor uploads the chunks of a checkpoint still being written, so its save and upload overlap)
+    overlapped_total = agent["step_in_flight"] + max(raw["floor_write"], raw["parallel_upload"])
     return {"size_mb": size_mb, **agent, **raw, "floor": floor_total, "ratio": agent["notice_to_safe"] / floor_total,
             "parallel_floor": parallel_total, "parallel_ratio": agent["notice_to_safe"] / parallel_total,
+            "overlapped_floor": overlapped_total, "overlapped_ratio": agent["notice_to_safe"] / overlapped_total,
             "own_ms": (agent["notice_to_safe"] - parallel_total) * 1000}
 
 
@@ -227,21 +231,25 @@ def main() -> int:
             ratios = sorted(run["parallel_ratio"] for run in runs)
             worst = max(run["notice_to_safe"] for run in runs)
             print(f"{size} MB: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()), flush=True)
+            overlapped = sorted(run["overlapped_ratio"] for run in runs)
             rows.append([f"{size} MB", len(runs), r["notice_to_safe"], r["step_in_flight"], r["floor_write"],
                          r["floor"], f"{r['ratio']:.2f}x", r["parallel_floor"], f"{r['parallel_ratio']:.2f}x",
-                         f"{ratios[0]:.2f}-{ratios[-1]:.2f}x", f"{r['own_ms']:.0f}",
+                         f"{ratios[0]:.2f}-{ratios[-1]:.2f}x", r["overlapped_floor"], f"{r['overlapped_ratio']:.2f}x",
+                         f"{overlapped[0]:.2f}-{overlapped[-1]:.2f}x", f"{r['own_ms']:.0f}",
                          worst, "yes" if worst < 25 else "NO", r["steps_lost"]])
     print(f"machine: {machine()}; storage: fake-gcs-server ({args.backend} backend) on 127.0.0.1; "
           f"medians over the pairs (steps lost: the worst; < 25 s: every run)\n")
     print(table("notice -> committed manifest (s)",
                 ["state", "pairs", "notice->safe", "step in flight", "trainer's save alone",
                  "floor: one stream a file", "vs it", "floor: parallel", "vs it (median of pairs)", "range",
-                 "over the parallel floor (ms)", "worst notice->safe", "< 25 s", "steps lost"], rows))
+                 "floor: save and upload overlapped", "vs it", "range", "over the parallel floor (ms)",
+                 "worst notice->safe", "< 25 s", "steps lost"], rows))
     plot = plot_bars(os.path.join(PLOTS, "time_to_safety.png"), "notice to committed checkpoint",
                      [f"{r['size_mb']} MB" for r in results],
                      {"survivor": [r["notice_to_safe"] for r in results],
                       "floor: one stream a file": [r["floor"] for r in results],
-                      "floor: parallel": [r["parallel_floor"] for r in results]}, "seconds")
+                      "floor: parallel": [r["parallel_floor"] for r in results],
+                      "floor: overlapped": [r["overlapped_floor"] for r in results]}, "seconds")
     if plot:
         print(f"plot: {plot}")
     return 0

@@ -66,3 +66,55 @@ def test_after_a_notice_the_mirror_commits_and_leaves_garbage_collection_to_the_
     routine = Mirror(store, storage, local, attempt=2, interval=3600, committed_step=7, on_commit=lambda s: None)
     routine.tidy()  # a boot that had no notice collects as before
     assert store.collections == 1
+
+
+def _wait_for(check, timeout=30.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_after_a_notice_chunks_of_a_checkpoint_still_being_written_upload_before_its_rename(tmp_path):
+    """The save and the upload overlap: whole chunks of the temporary file go up while it is written;
+    at the rename the commit sends only the chunks left (the last, and one whose bytes the writer
+    rewrote: a header written last), reuses the rest, and the manifest is still the one commit."""
+    chunk = 1 << 20
+    local = tmp_path / "job"
+    local.mkdir()
+    storage = open_storage(str(tmp_path / "jobdir"))
+    store = CheckpointStore(storage, chunk_size=chunk)
+    commits = []
+    mirror = Mirror(store, storage, str(local), attempt=1, interval=3600, committed_step=None,
+                    on_commit=commits.append).start()
+    body = os.urandom(3 * chunk + 1000)
+    temporary, final = local / "dummy-checkpoint-9.bin.tmp", local / "dummy-checkpoint-9.bin"
+    try:
+        mirror.after_notice()
+        with open(temporary, "wb") as f:
+            f.write(b"\0" * 64 + body[64:3 * chunk])  # three whole chunks, the header not written yet
+            f.flush()
+            assert _wait_for(lambda: len(storage.list("survivor/blobs/chunks/")) >= 2), \
+                "no chunk of the file being written was uploaded before its rename"
+            assert not storage.list("survivor/snapshots/"), "nothing is committed before the rename"
+            f.write(body[3 * chunk:])
+            f.seek(0)
+            f.write(body[:64])  # the header, written last
+        os.replace(temporary, final)
+        assert _wait_for(lambda: commits), "the renamed checkpoint was not committed"
+    finally:
+        mirror.stop()
+    stats = commits[0]
+    assert stats.manifest.step == 9
+    # Chunks 2 and 3 went up while the file was written. The digest followed the writer's appends,
+    # so the rewritten header first fails the check of reused ranges (SnapshotChanged: nothing is
+    # committed, the file is read afresh) after the tail went up; the commit then sends the new first
+    # chunk only.
+    assert (stats.uploaded_chunks, stats.reused_chunks) == (1, 3)
+    restored = tmp_path / "restored"
+    assert CheckpointStore(open_storage(str(tmp_path / "jobdir")), chunk_size=chunk).restore(str(restored)) is not None
+    assert (restored / "dummy-checkpoint-9.bin").read_bytes() == body

@@ -29,7 +29,7 @@ from survivor.jobdir.chunks import chunk_object
 from survivor.jobdir.disk_tier import DiskTier, PendingSnapshot, UploadRate, fits
 from survivor.jobdir.lease import LeaseLost
 from survivor.jobdir.snapshot import Checksums, Snapshot, event_files, scan
-from survivor.jobdir.storage import JobStorage
+from survivor.jobdir.storage import JobStorage, Part
 from survivor.jobdir.store import CheckpointStore, CommitStats, SnapshotChanged
 
 log = logs.get("mirror")
@@ -75,7 +75,7 @@ class Mirror:
         self.committed_after_notice: int | None = None
         self.errors = 0
         self._fingerprint: frozenset | None = None
-        self._checksums = Checksums()
+        self._checksums = Checksums(store.chunk_size)
         self._events: dict[str, tuple[int, int]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -114,6 +114,8 @@ class Mirror:
         new commit made obsolete; on the way to safety neither runs before the commit (see `tidy`)."""
         with self._lock:
             stats = self._commit_if_new()
+            if stats is None and self._noticed_at is not None:
+                self._preupload()
             if collect:
                 self._mirror_events()
                 if stats is not None:
@@ -150,6 +152,25 @@ class Mirror:
         self.rate.observe(stats.uploaded_bytes, stats.upload_seconds)
         self.on_commit(stats)
         return stats
+
+    def _preupload(self) -> None:
+        """After a notice, while the trainer is still writing its checkpoint under a temporary name:
+        uploads the chunks it has finished so far (`CheckpointStore.preupload`), so that the commit
+        at its rename sends only what is left, and the upload overlaps the save instead of following
+        it. A failure only leaves those chunks to the commit."""
+        parts = [Part(path, c.offset, c.size, chunk_object(c), c.crc32c)
+                 for path, c in self._checksums.growing_chunks() if c.size == self.store.chunk_size]
+        if not parts:
+            return
+        try:
+            sent = self.store.preupload(parts)
+        except LeaseLost:
+            raise
+        except Exception as exc:
+            log.info("chunks of a checkpoint being written not uploaded yet; its commit sends them", error=str(exc))
+            return
+        if sent:
+            log.info("uploaded chunks of a checkpoint still being written", bytes=sent)
 
     def _to_disk(self, snapshot: Snapshot) -> bool:
         """After a notice, saves the snapshot to the state disk instead when its commit cannot finish

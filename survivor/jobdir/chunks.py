@@ -111,6 +111,10 @@ class Digester:
             position += len(block)
         return position
 
+    def complete(self) -> tuple[ChunkDigest, ...]:
+        """The chunks fed whole so far (a file being written: those its writer has moved past)."""
+        return tuple(self._done)
+
     def digest(self) -> FileDigest:
         """The digest of the bytes fed so far."""
         chunks = list(self._done)

@@ -159,10 +159,17 @@ class Checksums:
             growing = self._growing.get(inode)
             if growing is None or st.st_size < growing.offset:  # new, or truncated and rewritten
                 growing = self._growing[inode] = _Growing(self.chunk_size)
+            growing.path = path
             growing.read_to(path, st.st_size)
         except FileNotFoundError:
             return
         self._seen_inodes.add(inode)
+
+    def growing_chunks(self) -> list[tuple[str, ChunkDigest]]:
+        """(path, chunk) of every whole chunk of the files being written (temporary names) that the
+        last scan followed: what may be uploaded before the writer renames its file into place. A
+        chunk whose bytes the writer rewrites later simply gets another name at the commit."""
+        return [(g.path, c) for g in self._growing.values() if g.path for c in g.digester.complete()]
 
     def forget(self) -> None:
         """Drops every checksum: after a commit found one that did not match the file's bytes."""
@@ -182,6 +189,7 @@ class _Growing:
 
     def __init__(self, chunk_size: int) -> None:
         self.digester = Digester(chunk_size)
+        self.path = ""  # where the file was last seen (its temporary name)
 
     @property
     def offset(self) -> int:

@@ -512,15 +512,10 @@ class CheckpointStore:
             stored_infos = self.storage.upload_parts(list(todo.values())) if todo else []
         finally:
             errors = [error for side in beside if (error := side.join()) is not None]
-        for part, info in zip(todo.values(), stored_infos):
-            if (info.crc32c and info.crc32c != part.crc32c) or info.size != part.size:
-                # The file changed since it was read: the stored bytes are not what the name promises,
-                # so drop them and let the next sync try again.
-                self.storage.delete([part.name])
-                known.pop(part.name, None)
-                raise SnapshotChanged(f"{os.path.relpath(part.local, local_root)} changed since it was read "
-                                      f"(at offset {part.offset})")
-            known[part.name] = info.crc32c or part.crc32c
+        changed = self._keep_stored(list(todo.values()), stored_infos)
+        if changed is not None:
+            raise SnapshotChanged(f"{os.path.relpath(changed.local, local_root)} changed since it was read "
+                                  f"(at offset {changed.offset})")
         uploaded = time.monotonic()
         if errors:
             raise errors[0]
@@ -557,6 +552,32 @@ class CheckpointStore:
             reused_chunks=len(reused),
             reused_bytes=sum(p.size for p in reused),
         )
+
+    def preupload(self, parts: list[Part]) -> int:
+        """Uploads chunks of files still being written (their temporary names) that the store does
+        not hold yet, so that the commit once the file is renamed into place reuses them: the upload
+        overlaps the trainer's save. Nothing becomes restorable by it (only a manifest refers to a
+        chunk). A chunk whose bytes changed under the upload is deleted again and left for the
+        commit. Returns the bytes stored."""
+        known = self._listed()
+        todo = {p.name: p for p in parts if known.get(p.name) != p.crc32c}
+        if not todo:
+            return 0
+        self._keep_stored(list(todo.values()), self.storage.upload_parts(list(todo.values())))
+        return sum(p.size for p in todo.values())
+
+    def _keep_stored(self, parts: list[Part], infos: list) -> Part | None:
+        """Records the uploaded chunks whose stored size and CRC32C are theirs; the first that is
+        not (its file changed since it was read: the stored bytes are not what the name promises)
+        is deleted and returned, and the rest are not recorded."""
+        known = self._listed()
+        for part, info in zip(parts, infos):
+            if (info.crc32c and info.crc32c != part.crc32c) or info.size != part.size:
+                self.storage.delete([part.name])
+                known.pop(part.name, None)
+                return part
+            known[part.name] = info.crc32c or part.crc32c
+        return None
 
     def _entry(self, local_root: str, f: LocalFile) -> FileEntry:
         """The manifest's entry for a scanned file, its chunks cut at this store's chunk size (read
