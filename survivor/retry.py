@@ -14,7 +14,7 @@ A `Policy` is a small tenacity value (`stop_after_attempt(n) | stop_before_delay
 dead dependency ends in an error that says so instead of a hang, and both log each retry before
 sleeping. `worst_case(policy)` is the longest a failing operation can take before it raises: every
 attempt's own timeout plus every sleep. `table()` lists them all; docs/reliability.md shows it, and
-tests/test_retry.py checks the notice path (the final commit) against `grace_seconds`.
+tests/test_retry.py checks the notice path (the final commit) against the notice budget (agent/budget.py).
 
 What a worst case leaves out: the time a transfer that is making progress takes (a timeout here is
 a stall, no byte for that long), and the chunks of a resumable upload each getting the client's
@@ -307,27 +307,6 @@ def policy(*, attempts: int, deadline: float, initial: float = 0.1, maximum: flo
 
 
 # -- the budget ----------------------------------------------------------------------------------------
-
-#: The share of `grace_seconds` the agent gives the trainer to save after a notice; the rest is the
-#: final commit's (the agent's `_save_on_notice`).
-TRAINER_SHARE = 0.6
-
-
-def upload_share(grace_seconds: float) -> float:
-    """Seconds of the grace budget left for the final commit once the trainer's share is spent."""
-    return grace_seconds * (1 - TRAINER_SHARE)
-
-
-def notice_path_worst_case() -> float:
-    """The final commit after a notice, failing at every step: the uploads and the lease's fence
-    run side by side (`CheckpointStore.commit`), then the manifest write."""
-    return max(STORAGE_UPLOAD.worst_case(), STORAGE_WRITE.worst_case()) + STORAGE_WRITE.worst_case()
-
-
-def notice_path_writes_worst_case() -> float:
-    """The final commit's writes alone, failing at every step: the lease's fence, then the manifest."""
-    return 2 * STORAGE_WRITE.worst_case()
-
 
 def table() -> list[tuple[str, str, float]]:
     """(operation, policy, worst case in seconds) for every retried operation, as docs/reliability.md shows."""

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import tenacity
 
+from survivor.agent.budget import NoticeBudget, final_commit_worst_case, final_commit_writes_worst_case
 from survivor import retry
 from survivor.spec import JobSpec
 
@@ -65,12 +66,12 @@ def test_the_final_commits_writes_give_up_inside_the_grace_budget_left_after_the
     """After a notice the trainer gets 60% of grace_seconds; the lease's fence and the manifest
     write (the commit point) must give up inside the rest, even failing, and a conditional write
     whose answer was lost and that reads its object back still ends before the hard off at 30 s."""
-    grace = JobSpec.__dataclass_fields__["grace_seconds"].default
-    share = retry.upload_share(grace)
-    assert share == pytest.approx(10.0)
-    assert retry.notice_path_writes_worst_case() <= share
-    trainer = grace * retry.TRAINER_SHARE
-    assert trainer + retry.notice_path_writes_worst_case() + retry.worst_case(retry.STORAGE_WRITE) <= 30.0
+    budget = NoticeBudget(JobSpec.__dataclass_fields__["grace_seconds"].default)
+    assert budget.commit_seconds == pytest.approx(10.0)
+    assert final_commit_writes_worst_case() <= budget.commit_seconds
+    assert budget.trainer_seconds + final_commit_writes_worst_case() + retry.worst_case(retry.STORAGE_WRITE) <= 30.0
+    # the commit's deadline leaves one write's worst case before the budget's end
+    assert budget.commit_deadline(0.0) + retry.worst_case(retry.STORAGE_WRITE) == pytest.approx(budget.grace_seconds)
 
 
 def test_an_upload_outwaits_a_slow_answer_rather_than_lose_the_commit():
@@ -80,8 +81,8 @@ def test_an_upload_outwaits_a_slow_answer_rather_than_lose_the_commit():
     the notice (the attempt then stays open, and the next boot counts it as killed)."""
     assert retry.STORAGE_UPLOAD.read >= 10 * retry.STORAGE_WRITE.read / 2
     assert retry.STORAGE_UPLOAD.window >= retry.STORAGE_UPLOAD.read / 2
-    assert retry.notice_path_worst_case() == pytest.approx(retry.worst_case(retry.STORAGE_UPLOAD)
-                                                           + retry.worst_case(retry.STORAGE_WRITE))
+    assert final_commit_worst_case() == pytest.approx(retry.worst_case(retry.STORAGE_UPLOAD)
+                                                      + retry.worst_case(retry.STORAGE_WRITE))
 
 
 def test_the_docs_table_lists_every_policy_with_its_worst_case():

@@ -41,6 +41,7 @@ from typing import Callable
 
 from survivor import log as logs
 from survivor import retry
+from survivor.agent.budget import NoticeBudget
 from survivor.agent.delivery import DeliveryError
 from survivor.agent.ending import (EXIT_BAD_SPEC, EXIT_OK, EXIT_RETRY, AttemptResult, decide_ending,
                                    saved_and_committed)
@@ -338,7 +339,7 @@ class Boot:
             mirror.stop()
             return AttemptResult(lease_lost=True, restored_step=restored, committed_step=mirror.committed_step)
         if code is None:  # 8. a notice: save now
-            code = self._save_on_notice(watcher.notice, trainer, mirror, spec.grace_seconds)
+            code = self._save_on_notice(watcher.notice, trainer, mirror, NoticeBudget(spec.grace_seconds))
         commit_failure = ""
         try:
             with self.phase.timed("final_commit"):
@@ -381,7 +382,7 @@ class Boot:
                 self._guest("state", "training", force=True)
         return None
 
-    def _save_on_notice(self, notice: Notice, trainer: TrainerProcess, mirror: Mirror, grace_seconds: float) -> int | None:
+    def _save_on_notice(self, notice: Notice, trainer: TrainerProcess, mirror: Mirror, budget: NoticeBudget) -> int | None:
         """Step 8: SIGTERM the trainer and wait for its save, its share of the grace budget at most
         (the rest is the final commit's); meanwhile the mirror commits what it writes. Safe means
         committed, not exited: once the checkpoint the trainer reports saved after the notice
@@ -389,9 +390,9 @@ class Boot:
         is ended at once rather than waited for (its exit takes seconds that the VM does not have).
         Returns the trainer's exit code (None if even SIGKILL left it running)."""
         trainer.terminate()
-        mirror.after_notice(deadline=notice.monotonic + grace_seconds - retry.STORAGE_WRITE.worst_case())
+        mirror.after_notice(deadline=budget.commit_deadline(notice.monotonic))
         self._guest("state", "saving", force=True)
-        deadline = notice.monotonic + grace_seconds * retry.TRAINER_SHARE
+        deadline = budget.trainer_deadline(notice.monotonic)
         code, woken = None, None
         while code is None:
             left = deadline - time.monotonic()
