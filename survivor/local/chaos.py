@@ -21,6 +21,12 @@ Four classes of fault, each round drawn at random (the full-disk rounds run on a
   mount). After a commit one of them, or both, is filled to a random few hundred KB and the VM is
   preempted (preempted=TRUE, SIGTERM): the final commit fails, the agent must be gone before the
   hard off, leave no temporary upload behind, and the next boot must restore the last commit.
+- **overlapped upload**: a job whose trainer writes 12 MiB of state on the notice at 12 MiB/s under a
+  temporary name, in 1 MiB chunks (`SURVIVOR_CHUNK_MIB=1`), so that the agent uploads its whole chunks
+  while it is written and commits at its rename (issue 28). The agent, or the agent and the trainer,
+  is SIGKILLed at a random moment 0-1.8 s after the notice: before, during and after the overlapped
+  upload, at the rename and at the commit. The next restore must be the newest commit seen before
+  the kill or newer, every file intact.
 - **slow metadata**: the metadata server drips its next 1-3 answers a byte every 2 s (the
   emulator's `drip` fault). The boot must reach training, or end by itself, within `BOOT_DEADLINE`;
   half the time a soft off (SIGTERM) comes during it, and the agent must be gone before the hard off.
@@ -62,7 +68,7 @@ HARD_OFF = 30.0
 BOOT_DEADLINE = 90.0
 #: Far beyond any step the chaos jobs reach; a manifest may claim up to it.
 TRAIN_STEPS = 10_000_000
-CLASSES = ("kill", "damaged manifest", "full disk", "slow metadata")
+CLASSES = ("kill", "damaged manifest", "full disk", "slow metadata", "overlapped upload")
 
 
 @dataclass
@@ -586,11 +592,50 @@ def _full_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, pyt
         result.skipped_snapshots += _skipped_snapshots(vm)
 
 
+#: The overlapped-upload rounds' state: 12 chunks of 1 MiB, written in a second.
+OVERLAP_STATE_BYTES = 12 << 20
+
+
+def _overlap_rounds(rounds: int, rng: random.Random, seed: int, root: str, python: str, result: ChaosResult) -> None:
+    """A job whose notice save is large and slow enough for the agent to upload it while it is written;
+    each round SIGKILLs the agent (or the agent and its trainer) somewhere in that save and commit."""
+    tally = result.tallies["overlapped upload"]
+    with StorageEmulator(log_dir=root) as gcs:
+        gcs.create_bucket("overlap")
+        job_dir = "gs://overlap/job"
+        trainer = {"argv": [python, "-m", "survivor.trainers.dummy", "--on-sigterm", "save", "--step-seconds", "0.01",
+                            "--checkpoint-bytes", str(OVERLAP_STATE_BYTES), "--save-mib-per-second", "12"]}
+        vm = LocalInstance({"survivor-job": _spec(job_dir, python, checkpoint_steps=1_000_000, trainer=trainer)},
+                           os.path.join(root, "vm-overlap"), python=python, name="survivor-overlap-1",
+                           env={"STORAGE_EMULATOR_HOST": gcs.url, "SURVIVOR_CHUNK_MIB": "1"})
+        run = _Rounds(vm, job_dir, rng, seed, result, root, proxy=None)
+        try:
+            for _ in range(rounds):
+                booted = run.boot()
+                if run.await_training(tally, booted) != "training":
+                    tally.hangs += run.vm.running()
+                    run.problem(tally, "the boot did not train")
+                    run.vm.kill()
+                    continue
+                time.sleep(rng.uniform(0.3, 1.0))
+                run.vm.set_preempted()
+                run.vm.soft_off()
+                time.sleep(rng.uniform(0.0, 1.8))  # the save takes ~1 s; its commit follows the rename
+                before = run.store.latest()
+                tally.inputs += 1
+                run.kill(tally, booted)
+                run.check_restore(tally, before, "after a SIGKILL during an overlapped upload")
+                run.count_tracebacks(tally)
+        finally:
+            vm.close()
+        result.skipped_snapshots += _skipped_snapshots(vm)
+
+
 # -- the run ---------------------------------------------------------------------------------------
 
 
 def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str = sys.executable, *,
-              manifests: int = 0, full_disks: int = 0, slow_metadata: int = 0) -> ChaosResult:
+              manifests: int = 0, full_disks: int = 0, slow_metadata: int = 0, overlapped: int = 0) -> ChaosResult:
     """Runs the rounds, in a random order, against a fresh storage emulator under `root`."""
     from survivor.jobdir.journal import Journal
     from survivor.jobdir.storage import open_storage
@@ -621,6 +666,8 @@ def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str =
         result.faults = proxy.count
     if full_disks:
         _full_disk_rounds(full_disks, rng, seed, root, python, result)
+    if overlapped:
+        _overlap_rounds(overlapped, rng, seed, root, python, result)
     result.seconds = time.monotonic() - started
     return result
 

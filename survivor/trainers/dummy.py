@@ -37,6 +37,9 @@ def latest_checkpoint(job_dir: str) -> int:
 
 
 _BLOCK = os.urandom(1 << 20)
+#: --save-mib-per-second, in bytes: a save's state file is written no faster (0: as fast as it goes),
+#: standing in for a large model's save, which the agent's upload can then overlap
+_SAVE_BYTES_PER_SECOND = 0.0
 KEEP = 5
 
 
@@ -47,6 +50,7 @@ def save(job_dir: str, step: int, padding: int = 0) -> None:
     renames = []
     if padding:
         tmp = os.path.join(job_dir, f".dummy-checkpoint-{step}.data.tmp")
+        began = time.monotonic()
         with open(tmp, "wb") as f:
             f.write(step.to_bytes(8, "big"))
             left = padding - 8
@@ -54,6 +58,9 @@ def save(job_dir: str, step: int, padding: int = 0) -> None:
                 chunk = _BLOCK[: min(left, len(_BLOCK))]
                 f.write(chunk)
                 left -= len(chunk)
+                if _SAVE_BYTES_PER_SECOND:  # paced: the bytes so far take as long as the rate says
+                    f.flush()
+                    time.sleep(max(0.0, began + (padding - left) / _SAVE_BYTES_PER_SECOND - time.monotonic()))
         renames.append((tmp, os.path.join(job_dir, f"dummy-checkpoint-{step}.data")))
     tmp = os.path.join(job_dir, f".dummy-checkpoint-{step}.json.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
@@ -93,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timing-log")
     parser.add_argument("--save-seconds", type=float, default=0.0,
                         help="extra time each periodic save takes (stands in for a bigger model's save)")
+    parser.add_argument("--save-mib-per-second", type=float, default=0.0,
+                        help="write a save's --checkpoint-bytes no faster than this (0: unpaced)")
     parser.add_argument("--exit-seconds", type=float, default=0.0,
                         help="seconds between the save on a notice and the exit (a TensorFlow process's teardown)")
     parser.add_argument("--no-report-saved", action="store_true",
@@ -103,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="pad each checkpoint with this many bytes, to make uploads and restores take time")
     args, unknown = parser.parse_known_args(argv)
 
+    global _SAVE_BYTES_PER_SECOND
+    _SAVE_BYTES_PER_SECOND = args.save_mib_per_second * (1 << 20)
     if args.fail_at_start:
         print("dummy trainer: failing at start as asked (--fail-at-start)", file=sys.stderr)
         return 3
