@@ -129,12 +129,12 @@ def _price(text: str) -> float:
 
 def _print_job_dir(summary: dict) -> None:
     """Shows what the job dir alone says: state, committed step, preemptions, lost steps, every attempt."""
-    from rich.console import Console
     from rich.table import Table
 
     from survivor.jobdir.status import failed_reason
+    from survivor.log import console as make_console
 
-    console = Console()
+    console = make_console()
     committed = "nothing committed" if summary["committed_step"] is None else f"committed step {summary['committed_step']}"
     console.print(f"[bold]{summary['job_dir']}[/bold]: {summary['state']}, {committed}, "
                   f"{summary['preemptions']} preemptions survived, {summary['steps_lost']} steps lost"
@@ -163,12 +163,12 @@ def _dash(value) -> str:
 
 def _print_status(report: dict) -> None:
     """Shows `jobs.job_status`'s report: the group, its VM, the job's progress, its cost, its last boots."""
-    from rich.console import Console
     from rich.table import Table
 
     from survivor.jobdir.status import failed_reason
+    from survivor.log import console as make_console
 
-    console = Console()
+    console = make_console()
     g = report.get("group")
     console.print(f"[bold]{report['name']}[/bold] in {report['project']}/{report['zone'] or report['region']}: "
                   + (f"group target size {g['target_size']}, template {g['template']}" if g else "no group"))

@@ -143,13 +143,13 @@ def demo_root(workdir: str | None) -> str:
 
 def run(options: DemoOptions) -> bool:
     """Runs the demo, showing its progress and the attempts' table; True when the job is DONE at its last step."""
-    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     from survivor.local.instance import LocalInstance
+    from survivor.log import console as make_console
 
-    console = Console()
+    console = make_console()
     root = demo_root(options.workdir)
     steps = options.steps or DEFAULT_STEPS[options.trainer]
     seed = options.seed if options.seed is not None else random.randrange(1 << 30)
