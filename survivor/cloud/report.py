@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from survivor.cloud.catalog import Machine, Prices, hourly_prices
+from survivor.cloud.pricing import money
 from survivor.jobdir.journal import Journal
 from survivor.jobdir.ledger import (CAUSES, CLOCK_SLACK, GOOGLE_TERMS, LABELS, ON_DEMAND, SPOT, Ledger, build_ledger,
                                      parse_time)
@@ -251,9 +252,6 @@ def status_line(report: JobReport) -> str:
 def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
     """The report as Markdown: the figures, badput by cause, the switches between Spot and on-demand,
     cost by provisioning mode beside the same job on on-demand, the timeline."""
-    def money(value: float | None) -> str:
-        return "unknown" if value is None else f"${value:,.2f}" if abs(value) >= 1 else f"${value:.4f}"
-
     lines = [f"# Job report: {report.job_dir}", "",
              f"State **{report.state}**, committed step {report.committed_step if report.committed_step is not None else '-'}"
              + (f" of {report.train_steps}" if report.train_steps else "")

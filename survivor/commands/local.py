@@ -147,7 +147,7 @@ def add_commands(sub) -> None:
     p.add_argument("--spot-price", help="USD per hour for the VM on Spot (default: the Cloud Billing Catalog's)")
     p.add_argument("--on-demand-price", help="USD per hour for the VM on on-demand (default: the catalog's)")
     p.add_argument("--region", help="where the catalog's prices are read (default: the spec's zone's region, "
-                                    "else us-central1)")
+                                    "else the simulated group's, us-west1)")
     p.add_argument("--offline", action="store_true", help="do not read the Cloud Billing Catalog: cached prices or "
                                                           "the offline table")
     p.set_defaults(func=run_simulation)

@@ -367,7 +367,7 @@ class SimulationOptions:
     speed: float = 60.0  # simulated seconds per real second: for the trace and the cost
     spot_price: float | None = None  # USD per hour, instead of the catalog's
     on_demand_price: float | None = None
-    region: str | None = None  # where the prices are read: the spec's zone's region, else us-central1
+    region: str | None = None  # where the prices are read: the spec's zone's region, else the simulated MIG's
     online: bool = True  # read the Cloud Billing Catalog when today's prices are not cached
 
 
@@ -483,7 +483,7 @@ def price(spec: dict, hours: float, options: SimulationOptions) -> pricing.Cost:
     from survivor.cloud.template import MachineOptions
 
     machine = MachineOptions.from_spec(JobSpec.from_mapping(spec))
-    region = options.region or (machine.zone.rsplit("-", 1)[0] if machine.zone else "us-central1")
+    region = options.region or (machine.zone or ZONE).rsplit("-", 1)[0]  # where the simulated VMs run
     prices = hourly_prices(Machine(machine.machine_type, machine.gpu_type, machine.gpu_count or 0), region,
                            online=options.online, spot_price=options.spot_price,
                            on_demand_price=options.on_demand_price)
