@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from survivor.jobdir.ledger import UNSAVED
+
 #: Nothing left to do on this boot: done, failed for good, or saved after a notice.
 EXIT_OK = 0
 #: Worth another boot: the trainer failed, the job dir or the network did; systemd restarts the agent.
@@ -132,5 +134,5 @@ def unsaved(result: AttemptResult) -> str:
     if result.ignored_notice_seconds is None:
         return ""
     kept = "nothing it wrote" if result.committed_step is None else f"its last checkpoint (step {result.committed_step})"
-    return (f"the trainer did not save on the notice: still running {result.ignored_notice_seconds:.1f} s after "
+    return (f"{UNSAVED}: still running {result.ignored_notice_seconds:.1f} s after "
             f"SIGTERM, killed; {kept} stands")
