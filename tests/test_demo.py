@@ -87,6 +87,10 @@ def test_a_later_boot_shows_the_step_it_resumes_from_not_zero():
 
     stale = {"state": "stopped", "step": "20"}  # the last boot's guest attributes, before this agent restores
     assert progress_view(2, None, stale, "TensorFlow", False) == (20, "boot 2: restoring step 20", False)
+    # a recreated VM's guest attributes start empty: the step the last boot saved, not 0
+    assert progress_view(2, None, {}, "TensorFlow", False, saved=20) == (20, "boot 2: restoring step 20", False)
+    lagging = {"state": "stopped", "step": "0"}  # the guest's step is sent at most so often: it may lag
+    assert progress_view(2, None, lagging, "TensorFlow", False, saved=20) == (20, "boot 2: restoring step 20", False)
     restored = {"state": "training", "step": "20"}
     assert progress_view(2, None, restored, "TensorFlow", False) == (20, "boot 2: restored step 20, starting TensorFlow", False)
     assert progress_view(2, 20, restored, "TensorFlow", False)[:2] == (20, "boot 2: restored step 20, starting TensorFlow")

@@ -108,17 +108,22 @@ def demo_spec(trainer: str, job_dir: str, train_steps: int, python: str, data_di
     return spec
 
 
-def progress_view(boot: int, reached: int | None, guest: dict, starting: str, trained: bool) -> tuple[int, str, bool]:
+def progress_view(boot: int, reached: int | None, guest: dict, starting: str, trained: bool,
+                  saved: int | None = None) -> tuple[int, str, bool]:
     """Pure decision: what the progress bar shows, as (step, description, trained).
 
     `reached` is the step the trainer reported on this boot (None until it reports); `guest` the
     agent's guest attributes (`state`, and `step`: the step restored, then each commit's);
-    `starting` what the trainer starts ("TensorFlow"); `trained`: it has trained on this boot already.
+    `starting` what the trainer starts ("TensorFlow"); `trained`: it has trained on this boot already;
+    `saved`: the step the last boot saved (its journal record), until this boot's agent says which
+    step it restored.
     Before the trainer's first step the bar stays at the step the boot resumes from and says so,
     instead of 0 (a restart from scratch, to the eye).
     """
     state, step = guest.get("state"), guest.get("step")
     step = int(step) if str(step or "").isdigit() else None
+    if state != "training" and saved is not None:  # the guest's step is the last boot's, and may lag its last commit
+        step = saved
     trained = trained or (state == "training" and reached is not None and reached > (step or 0))
     if trained:
         return reached or 0, f"boot {boot}", True
@@ -220,7 +225,7 @@ def run(options: DemoOptions) -> bool:
     started = time.monotonic()
     pending = list(schedule)
     starting = "the trainer" if options.trainer == "dummy" else "TensorFlow"
-    trained = False
+    trained, saved = False, None
     try:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                       TimeElapsedColumn(), console=console, disable=not options.progress, transient=False) as bar:
@@ -228,7 +233,7 @@ def run(options: DemoOptions) -> bool:
             vm.boot()
             while True:
                 reached = vm.progress()
-                shown, description, trained = progress_view(vm.boots, reached, _guest(vm), starting, trained)
+                shown, description, trained = progress_view(vm.boots, reached, _guest(vm), starting, trained, saved)
                 bar.update(task, completed=shown, description=description)
                 if pending and reached is not None and reached >= pending[0]:
                     bar.console.print(notice_line(vm.boots, pending.pop(0), reached))
@@ -239,8 +244,8 @@ def run(options: DemoOptions) -> bool:
                     ended = last[0] if last and last[0].number == vm.boots else None
                     if ended is not None and ended.reached_step is not None:
                         bar.update(task, completed=ended.reached_step)  # where the table says it got to
-                    bar.console.print(ended_line(vm.boots, code, ended.reached_step if ended else reached,
-                                                 ended.end_step if ended else None))
+                    saved = ended.end_step if ended else None
+                    bar.console.print(ended_line(vm.boots, code, ended.reached_step if ended else reached, saved))
                     vm.boot(wipe=True)
                     trained = False
                     continue
