@@ -25,6 +25,7 @@ Every problem is reported at once, one line each, naming the key, the value and 
 from __future__ import annotations
 
 import datetime as _dt
+import difflib
 import json
 import posixpath
 import re
@@ -785,7 +786,9 @@ class _Validator:
         if not has_deadline:
             self.problems.append("fallback: only means something with a deadline; add deadline: (e.g. 36h)")
         for key in sorted(str(k) for k in value if k not in ("machine_type", "gpu", "switch_back")):
-            self.problems.append(f"fallback.{key}: unknown key; expected machine_type, gpu or switch_back")
+            close = did_you_mean(key, ("machine_type", "gpu", "switch_back"))
+            self.problems.append(f"fallback.{key}: unknown key{f' ({close})' if close else ''}; expected machine_type, "
+                                 "gpu or switch_back")
         out = {}
         for key in ("machine_type", "gpu"):
             item = value.get(key)
@@ -897,11 +900,12 @@ class _Validator:
             if not isinstance(value, dict):
                 self._problem("trainer", value, "a mapping with module, argv or builtin")
                 return TrainerSpec()
-            unknown = sorted({_show(k) if not isinstance(k, str) else k for k in value}
-                             - {"module", "argv", "builtin", "git_url", "git_ref", "package", "save_signal"})
+            known = ("module", "argv", "builtin", "git_url", "git_ref", "package", "save_signal")
+            unknown = sorted({_show(k) if not isinstance(k, str) else k for k in value} - set(known))
             for key in unknown:
-                self.problems.append(f"trainer.{key}: unknown key; expected module, argv, builtin, git_url, git_ref, "
-                                     "package or save_signal")
+                close = did_you_mean(key, known)
+                self.problems.append(f"trainer.{key}: unknown key{f' ({close})' if close else ''}; expected module, "
+                                     "argv, builtin, git_url, git_ref, package or save_signal")
             spec = TrainerSpec(
                 module=self._trainer_string(value, "module"),
                 argv=self._argv(value.get("argv")),
@@ -996,8 +1000,17 @@ class _Validator:
         if self.flat:
             return
         for key in sorted(set(self.data) - self.seen - _TOP_LEVEL - set(EXTRA_SECTIONS) - {"_unsupported"}):
-            hint = " (hyperparameters go under hyperparameters:)" if key not in FLAT_KEYS else f" (write {FLAT_KEYS[key]})"
+            close = did_you_mean(key, _TOP_LEVEL | set(EXTRA_SECTIONS))
+            hint = (f" (write {FLAT_KEYS[key]})" if key in FLAT_KEYS else f" ({close})" if close
+                    else " (hyperparameters go under hyperparameters:)")
             self.problems.append(f"{key}: unknown key{hint}")
+
+
+def did_you_mean(key: str, known) -> str:
+    """Pure: `did you mean train_steps?` for a key close to one of `known` (difflib's ratio 0.8 and
+    up: a letter or two wrong), else ""."""
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
+    return f"did you mean {close[0]}?" if close else ""
 
 
 #: Trainers shipped in survivor.trainers, by builtin name.

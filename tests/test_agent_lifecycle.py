@@ -58,7 +58,8 @@ def test_preempted_at_a_random_step_resumes_at_the_emergency_checkpoint(how, job
 
 def test_a_trainer_that_ignores_sigterm_resumes_from_its_newest_file(job_dir, tmp_path, instance_factory):
     """The recipe's dummy trainer: writes a file every 5 steps and ignores SIGTERM."""
-    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=40, on_sigterm="ignore",
+    # 100 steps: the 72 or more left take longer than the trainer's share of the 2 s grace, so it is killed
+    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=100, on_sigterm="ignore",
                                      checkpoint_steps=5, grace_seconds=2))
     vm.boot()
     vm.wait_for_step(random.Random().randint(12, 28))
@@ -66,10 +67,11 @@ def test_a_trainer_that_ignores_sigterm_resumes_from_its_newest_file(job_dir, tm
     assert vm.wait(20) == 0
     first = journal_of(job_dir).attempts[-1]
     assert first.end_step % 5 == 0 and first.end_step >= 10
+    assert first.outcome == "preempted" and first.reason.startswith("the trainer did not save on the notice"), first
     run_to_completion(vm)
     state = journal_of(job_dir)
     assert state.attempts[-1].restored_step == first.end_step
-    assert state.done["step"] == 40
+    assert state.done["step"] == 100
 
 
 def test_a_job_dir_that_says_done_is_never_trained_again(job_dir, tmp_path, instance_factory):

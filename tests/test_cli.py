@@ -69,3 +69,14 @@ def test_status_of_a_cloud_storage_job_dir_without_credentials_is_one_line(tmp_p
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith("error: gs://some-bucket/job:") and "credentials" in done.stderr
+
+
+def test_output_into_a_pipe_is_not_wrapped_mid_path(tmp_path, capsys):
+    # a CI log or `| tee` is not a terminal: rich must not wrap at 80 columns inside a path
+    job_dir = str(tmp_path / ("a-long-directory-name-that-a-ci-runner-makes-" * 3) / "jobdir")
+    journal = Journal(open_storage(job_dir))
+    journal.end(journal.begin("vm-a"), "finished", end_step=5, reached_step=5, steps_lost=0)
+    journal.mark_done({"step": 5})
+    assert cli.main(["status", "--job-dir", job_dir]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert job_dir in first and "DONE" in first, first

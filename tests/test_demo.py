@@ -71,3 +71,38 @@ def test_default_demo_runs_the_cifar10_resnet(tmp_path):
     assert not [line for line in (out.stdout + out.stderr).splitlines() if tensorflow_startup_line(line)]
     assert "DONE at step 50 of 50" in text and "3 preemptions survived" in text
     assert "(max 0)" in text or "(max 1)" in text
+
+
+def test_the_bar_says_tensorflow_is_starting_instead_of_sitting_at_zero():
+    from survivor.local.demo import progress_view
+
+    # boot 1, the agent up, the trainer importing TensorFlow: nothing reported yet
+    assert progress_view(1, None, {"state": "training", "step": "0"}, "TensorFlow", False) == (
+        0, "boot 1: starting TensorFlow", False)
+    assert progress_view(1, 3, {"state": "training", "step": "0"}, "TensorFlow", False) == (3, "boot 1", True)
+
+
+def test_a_later_boot_shows_the_step_it_resumes_from_not_zero():
+    from survivor.local.demo import progress_view
+
+    stale = {"state": "stopped", "step": "20"}  # the last boot's guest attributes, before this agent restores
+    assert progress_view(2, None, stale, "TensorFlow", False) == (20, "boot 2: restoring step 20", False)
+    # a recreated VM's guest attributes start empty: the step the last boot saved, not 0
+    assert progress_view(2, None, {}, "TensorFlow", False, saved=20) == (20, "boot 2: restoring step 20", False)
+    lagging = {"state": "stopped", "step": "0"}  # the guest's step is sent at most so often: it may lag
+    assert progress_view(2, None, lagging, "TensorFlow", False, saved=20) == (20, "boot 2: restoring step 20", False)
+    restored = {"state": "training", "step": "20"}
+    assert progress_view(2, None, restored, "TensorFlow", False) == (20, "boot 2: restored step 20, starting TensorFlow", False)
+    assert progress_view(2, 20, restored, "TensorFlow", False)[:2] == (20, "boot 2: restored step 20, starting TensorFlow")
+    assert progress_view(2, 21, restored, "TensorFlow", False) == (21, "boot 2", True)
+    # once training, a commit that catches up with the trainer does not make it "starting" again
+    assert progress_view(2, 25, {"state": "training", "step": "25"}, "TensorFlow", True) == (25, "boot 2", True)
+
+
+def test_the_preemption_lines_name_the_planned_noticed_reached_and_saved_steps():
+    from survivor.local.demo import ended_line, notice_line
+
+    assert notice_line(1, planned=9, noticed=10) == (
+        "  boot 1: planned preemption at step 9; the trainer is at step 10: preempted=TRUE, SIGTERM, hard off in 30 s")
+    assert ended_line(1, 0, reached=11, saved=11) == (
+        "  boot 1 ended (agent exit 0): the trainer reached step 11 and saved step 11; the MIG recreates the VM")

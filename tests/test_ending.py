@@ -50,3 +50,15 @@ def test_a_setup_failure_counts_and_an_interruption_does_not():
 def test_a_failure_before_training_ends_the_attempt_even_when_a_notice_came_too():
     assert decide_ending(AttemptResult(failure="restore failed: disk full", notice="preempted")).outcome == "failed"
     assert decide_ending(AttemptResult(interrupted="restore failed: 503", notice="stopped")).outcome == "interrupted"
+
+
+def test_a_trainer_that_did_not_save_on_the_notice_is_said_in_the_attempts_reason():
+    ignored = decide_ending(AttemptResult(trainer_code=-9, notice="preempted", ignored_notice_seconds=12.0,
+                                          reached_step=562, committed_step=550))
+    assert ignored.outcome == "preempted" and ignored.exit_code == EXIT_OK and not ignored.counts
+    assert ignored.reason == ("the trainer did not save on the notice: still running 12.0 s after SIGTERM, "
+                              "killed; its last checkpoint (step 550) stands")
+    both = decide_ending(AttemptResult(trainer_code=-9, notice="preempted", ignored_notice_seconds=12.0,
+                                       commit_failure="the final commit failed: 503"))
+    assert both.reason.startswith("the trainer did not save on the notice") and both.reason.endswith("; the final commit failed: 503")
+    assert decide_ending(AttemptResult(trainer_code=0, notice="preempted")).reason == ""

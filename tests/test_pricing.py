@@ -100,3 +100,31 @@ def test_status_of_a_machine_the_table_lacks_shows_only_what_was_given(compute_s
 def test_prices_without_a_job_name_are_refused(capsys, tmp_path):
     assert cli.main(["status", "--job-dir", str(tmp_path), "--spot-price", "0.3"]) != 0
     assert "name the job too" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value,text", [(-0.0013, "-$0.0013"), (0.0013, "$0.0013"), (-1234.5, "-$1,234.50"),
+                                        (2.5, "$2.50"), (0.0, "$0.0000"), (None, "unknown")])
+def test_money_is_written_as_people_write_it(value, text):
+    assert pricing.money(value) == text
+
+
+def test_the_offline_table_says_when_it_has_no_prices_for_the_jobs_region(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    from survivor.cloud.catalog import Machine, hourly_prices
+
+    west = hourly_prices(Machine("n1-standard-8", None, 0), "us-west1", online=False)
+    assert west.basis.startswith(pricing.TABLE_BASIS) and "no us-west1 prices" in west.basis, west.basis
+    assert "no us-central1 prices" not in offline("n1-standard-8").basis
+
+
+def test_a_catalog_without_credentials_is_two_words_not_the_exceptions_sentence():
+    import google.auth.exceptions
+    from google.api_core import exceptions as api_exceptions
+
+    from survivor.cloud.catalog import catalog_reason
+
+    sentence = ("Your default credentials were not found. To set up Application Default Credentials, see "
+                "https://cloud.google.com/docs/authentication/external/set-up-adc for more information.")
+    assert catalog_reason(google.auth.exceptions.DefaultCredentialsError(sentence)) == "no credentials"
+    assert catalog_reason(api_exceptions.PermissionDenied("billing API off")) == "permission denied"
+    assert catalog_reason(ConnectionRefusedError(111, "Connection refused")) == "no network"

@@ -227,3 +227,34 @@ def test_a_switch_dated_in_the_future_or_unreadable_is_ignored_with_a_warning_na
         warnings.simplefilter("error")  # an empty timeline draws without "No artists with labels"
         made.ledger.spans = []
         draw_timeline(made, str(tmp_path / "t.png"))
+
+
+def test_a_negative_saving_reads_minus_dollars_not_dollars_minus(job):
+    from dataclasses import replace
+
+    from survivor.cloud.report import ReportOptions, build_report, markdown
+
+    built = build_report(job, ReportOptions(machine=catalog.Machine("n1-standard-8", None, 0), region="us-central1",
+                                            train_steps=200))
+    # a saving below zero: this job cost more than the same progress on on-demand
+    md = markdown(replace(built, cost_so_far={"job": 0.0113, "on_demand": 0.01}))
+    assert "| -$0.0013 |" in md and "$-" not in md, md
+
+
+def test_checkpoint_stalls_of_a_trainer_that_did_not_save_on_the_notice_are_explained(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from survivor.cloud.report import ReportOptions, build_report, markdown
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    job_dir = str(tmp_path / "jobdir")
+    storage = open_storage(job_dir)
+    for attempt in simulated_job():
+        if attempt.number == 1:
+            attempt = replace(attempt, reason="the trainer did not save on the notice: still running 4.0 s after "
+                                              "SIGTERM, killed; its last checkpoint (step 80) stands")
+        storage.write(attempt.name, _dump(asdict(attempt)))
+    built = build_report(job_dir, ReportOptions(train_steps=200, online=False))
+    md = markdown(built)
+    assert "the trainer did not save on the notice in boot 1" in md, md
+    assert built.to_json()["unsaved_boots"] == [1]

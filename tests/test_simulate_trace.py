@@ -63,6 +63,18 @@ def test_simulate_falls_back_to_the_offline_table_and_says_so(tmp_path, monkeypa
     assert cost.basis.startswith(pricing.TABLE_BASIS)
 
 
+def test_simulate_prices_the_region_its_vms_run_in_and_says_the_table_has_none_there(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    spec = {"job_dir": "/job", "train_steps": 10, "trainer": {"module": "x"},
+            "compute": {"machine_type": "n1-standard-8"}}  # no zone: the simulated MIG's, us-west1-b
+    options = SimulationOptions(config="spec.yaml", workdir=str(tmp_path), online=False)
+    cost = simulator.price(spec, 1.0, options)
+    assert simulator.ZONE.startswith("us-west1-")
+    assert "which has no us-west1 prices" in cost.basis, cost.basis
+    zoned = simulator.price({**spec, "compute": {"machine_type": "n1-standard-8", "zone": "us-central1-a"}}, 1.0, options)
+    assert zoned.basis.startswith(pricing.TABLE_BASIS + ";"), zoned.basis
+
+
 def test_trace_options_are_checked_before_anything_runs(tmp_path):
     with pytest.raises(SpecError) as raised:
         simulator.simulate(SimulationOptions(config="nope.yaml", workdir=str(tmp_path / "sim"),

@@ -106,6 +106,18 @@ def test_yaml_spec_rejects_unknown_keys_with_a_hint():
     assert "trainSteps: unknown key (write train_steps)" in err.value.problems
 
 
+
+
+def test_an_unknown_key_close_to_a_known_one_says_did_you_mean():
+    with pytest.raises(SpecError) as err:
+        JobSpec.from_yaml("job_dir: /tmp/x\ntrain_step: 3\ntrainer: {builtin: dummy, modul: x}\ncheckpoint_step: 5\n"
+                          "grace_second: 20\ndeadline: 36h\nfallback: {machine_typ: n1-standard-8}\n")
+    problems = err.value.problems
+    assert "train_step: unknown key (did you mean train_steps?)" in problems, problems
+    assert "checkpoint_step: unknown key (did you mean checkpoint_steps?)" in problems
+    assert "grace_second: unknown key (did you mean grace_seconds?)" in problems
+    assert any(p.startswith("trainer.modul: unknown key (did you mean module?)") for p in problems), problems
+    assert any(p.startswith("fallback.machine_typ: unknown key (did you mean machine_type?)") for p in problems)
 @pytest.mark.parametrize(
     "text, expected",
     [

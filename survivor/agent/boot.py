@@ -338,8 +338,9 @@ class Boot:
             trainer.kill()
             mirror.stop()
             return AttemptResult(lease_lost=True, restored_step=restored, committed_step=mirror.committed_step)
+        ignored = None
         if code is None:  # 8. a notice: save now
-            code = self._save_on_notice(watcher.notice, trainer, mirror, NoticeBudget(spec.grace_seconds))
+            code, ignored = self._save_on_notice(watcher.notice, trainer, mirror, NoticeBudget(spec.grace_seconds))
         commit_failure = ""
         try:
             with self.phase.timed("final_commit"):
@@ -351,6 +352,7 @@ class Boot:
             log.error("the final commit failed; the last commit stands", error=str(exc), object=exc.object,
                       committed_step=mirror.committed_step)
         result = AttemptResult(trainer_code=code, commit_failure=commit_failure, last_words=trainer.last_words(),
+                               ignored_notice_seconds=ignored,
                                restored_step=restored, reached_step=self._reached(restored),
                                committed_step=mirror.committed_step)
         if watcher.notice is not None:  # one that came while the trainer exited by itself counts too
@@ -382,13 +384,17 @@ class Boot:
                 self._guest("state", "training", force=True)
         return None
 
-    def _save_on_notice(self, notice: Notice, trainer: TrainerProcess, mirror: Mirror, budget: NoticeBudget) -> int | None:
+    def _save_on_notice(self, notice: Notice, trainer: TrainerProcess, mirror: Mirror,
+                        budget: NoticeBudget) -> tuple[int | None, float | None]:
         """Step 8: SIGTERM the trainer and wait for its save, its share of the grace budget at most
         (the rest is the final commit's); meanwhile the mirror commits what it writes. Safe means
         committed, not exited: once the checkpoint the trainer reports saved after the notice
         (`contract.report_saved`) is committed by a round that began after the notice, the trainer
         is ended at once rather than waited for (its exit takes seconds that the VM does not have).
-        Returns the trainer's exit code (None if even SIGKILL left it running)."""
+        Returns the trainer's exit code (None if even SIGKILL left it running) and, when it ran out
+        its share without exiting or saving (it did not save on the notice), how long it ran on
+        after SIGTERM, else None."""
+        ignored = None
         trainer.terminate()
         mirror.after_notice(deadline=budget.commit_deadline(notice.monotonic))
         self._guest("state", "saving", force=True)
@@ -411,13 +417,14 @@ class Boot:
                 code = trainer.wait(timeout=5)
                 break
             if left <= 0:
-                log.warning("the trainer did not exit in time after SIGTERM; keeping its newest completed checkpoint",
-                            waited=round(time.monotonic() - notice.monotonic, 2))
+                ignored = round(time.monotonic() - notice.monotonic, 2)
+                log.warning("the trainer did not save on the notice: it did not exit in time after SIGTERM; keeping "
+                            "its newest completed checkpoint", waited=ignored)
                 trainer.kill()
                 code = trainer.wait(timeout=5)
                 break
         self.phase.seconds["trainer_save"] = round(time.monotonic() - notice.monotonic, 3)
-        return code
+        return code, ignored
 
     def _end(self, spec: JobSpec, identity: InstanceIdentity, journal: Journal, lease: Lease, attempt: Attempt,
              result: AttemptResult) -> int:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from survivor.jobdir.ledger import UNSAVED
+
 #: Nothing left to do on this boot: done, failed for good, or saved after a notice.
 EXIT_OK = 0
 #: Worth another boot: the trainer failed, the job dir or the network did; systemd restarts the agent.
@@ -42,6 +44,9 @@ class AttemptResult:
         commit_failure: why the last commit failed, if it did (the commit before it stands).
         last_words: the trainer's last meaningful output line, for a failure's reason.
         notice_source: where the notice came from (`preempted`, `signal`), for the journal.
+        ignored_notice_seconds: how long the trainer was still running after its SIGTERM before it
+            was killed (None: it exited by itself): it did not save on the notice (the recipe's
+            dummy trainer ignores SIGTERM), so what it trained since its last checkpoint is lost.
         restored_step, reached_step, committed_step: the step restored, the furthest the trainer
             reported, and the newest committed; recorded in the journal, not decided on.
     """
@@ -54,6 +59,7 @@ class AttemptResult:
     commit_failure: str = ""
     last_words: str = ""
     notice_source: str | None = None
+    ignored_notice_seconds: float | None = None
     restored_step: int | None = None
     reached_step: int | None = None
     committed_step: int | None = None
@@ -94,7 +100,7 @@ def decide_ending(result: AttemptResult) -> Ending:
     if result.failure:
         return Ending("failed", EXIT_RETRY, reason=result.failure, counts=True)
     if result.notice is not None:
-        return Ending(result.notice, EXIT_OK, reason=result.commit_failure)
+        return Ending(result.notice, EXIT_OK, reason="; ".join(r for r in (unsaved(result), result.commit_failure) if r))
     if result.commit_failure:
         return Ending("interrupted", EXIT_RETRY, reason=result.commit_failure)
     if result.trainer_code == 0:
@@ -120,3 +126,13 @@ def saved_and_committed(saved: int | None, committed_after_notice: int | None) -
     if saved is None or committed_after_notice is None or committed_after_notice < saved:
         return None
     return saved
+
+
+def unsaved(result: AttemptResult) -> str:
+    """Pure: why the steps after the trainer's last checkpoint were lost on a notice, when the trainer
+    did not save on it ("" when it exited by itself)."""
+    if result.ignored_notice_seconds is None:
+        return ""
+    kept = "nothing it wrote" if result.committed_step is None else f"its last checkpoint (step {result.committed_step})"
+    return (f"{UNSAVED}: still running {result.ignored_notice_seconds:.1f} s after "
+            f"SIGTERM, killed; {kept} stands")

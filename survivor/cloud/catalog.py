@@ -170,8 +170,28 @@ def fetch_skus(catalog_client=None, timeout: float = 60.0) -> list[Sku]:
         pages = catalog_client.list_skus(parent=COMPUTE_SERVICE, timeout=timeout)
         return [sku for sku in (sku_from_message(m) for m in pages) if sku is not None]
     except (api_exceptions.GoogleAPIError, google.auth.exceptions.GoogleAuthError, OSError, ValueError) as exc:
-        raise CatalogUnavailable(f"the Cloud Billing Catalog could not be read: {type(exc).__name__}: "
-                                 f"{str(exc)[:300]}") from None
+        log.info("the Cloud Billing Catalog could not be read", error=f"{type(exc).__name__}: {str(exc)[:300]}")
+        raise CatalogUnavailable(f"the Cloud Billing Catalog could not be read: {catalog_reason(exc)}") from None
+
+
+def catalog_reason(exc: BaseException) -> str:
+    """Pure: why the catalog could not be read, in a few words for a cost line (the log keeps the
+    exception's own sentence): no credentials, credentials refused, permission denied, no network,
+    else the exception's type."""
+    import google.auth.exceptions
+    from google.api_core import exceptions as api_exceptions
+
+    if isinstance(exc, google.auth.exceptions.DefaultCredentialsError):
+        return "no credentials"
+    if isinstance(exc, google.auth.exceptions.GoogleAuthError):
+        return "credentials refused"
+    if isinstance(exc, (api_exceptions.PermissionDenied, api_exceptions.Forbidden, api_exceptions.Unauthenticated,
+                        api_exceptions.Unauthorized)):
+        return "permission denied"
+    if isinstance(exc, (OSError, api_exceptions.ServiceUnavailable, api_exceptions.RetryError,
+                        api_exceptions.DeadlineExceeded)):
+        return "no network"
+    return type(exc).__name__
 
 
 def cache_dir() -> str:
@@ -298,7 +318,7 @@ def hourly_prices(machine: Machine, region: str, *, today: _dt.date | None = Non
     if found is None:
         table = pricing.hourly(machine.machine_type, machine.gpu_type, machine.gpu_count)
         found = table
-        basis = f"{pricing.TABLE_BASIS}; {why}"
+        basis = f"{pricing.table_basis(region)}; {why}"
     on_demand = on_demand_price if on_demand_price is not None else (found[0] if found else None)
     spot = spot_price if spot_price is not None else (found[1] if found else None)
     given = [name for name, price in (("Spot", spot_price), ("on-demand", on_demand_price)) if price is not None]

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 #: When and where the table's figures come from, shown beside every estimate made from them.
 TABLE_BASIS = "us-central1 list prices as of 2026-11-22 (offline table)"
+#: The regions whose list prices the table holds; a job elsewhere is priced at these and told so.
+TABLE_REGIONS = ("us-central1",)
 OVERRIDE_BASIS = "given on the command line"
 
 #: (on-demand, spot) USD per hour of the machine type (vCPUs and memory; a2/g2 include their GPUs).
@@ -57,6 +59,24 @@ class Cost:
         if not self.spot_rate or not self.on_demand_rate:
             return None
         return round(1 - self.spot_rate / self.on_demand_rate, 3)
+
+
+def table_basis(region: str) -> str:
+    """Pure: what a price from the table is for a job in `region`: the table's own figures, and
+    whether they are that region's."""
+    if region in TABLE_REGIONS:
+        return TABLE_BASIS
+    return f"{TABLE_BASIS}, which has no {region} prices"
+
+
+def money(usd: float | None) -> str:
+    """Pure: USD as people write it: `$1,234.50`, `$0.0013` (cents are too coarse below a dollar),
+    the sign before the dollar (`-$0.0013`), `unknown` for None."""
+    if usd is None:
+        return "unknown"
+    sign = "-" if usd < 0 else ""
+    size = abs(usd)
+    return f"{sign}${size:,.2f}" if size >= 1 else f"{sign}${size:.4f}"
 
 
 def hourly(machine_type: str, gpu_type: str | None, gpu_count: int) -> tuple[float, float] | None:

@@ -34,9 +34,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from survivor.cloud.catalog import Machine, Prices, hourly_prices
+from survivor.cloud.pricing import money
 from survivor.jobdir.journal import Journal
-from survivor.jobdir.ledger import (CAUSES, CLOCK_SLACK, GOOGLE_TERMS, LABELS, ON_DEMAND, SPOT, Ledger, build_ledger,
-                                     parse_time)
+from survivor.jobdir.ledger import (CAUSES, CLOCK_SLACK, GOOGLE_TERMS, LABELS, ON_DEMAND, SPOT, UNSAVED, Ledger,
+                                     build_ledger, parse_time)
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.store import CheckpointStore
 from survivor.jobdir.switches import switches as recorded_switches
@@ -129,6 +130,7 @@ class JobReport:
         if self.ledger is not None:
             out["switches"] = [asdict(s) for s in self.ledger.switches]
             out["boot_modes"] = {str(number): mode for number, mode in self.ledger.modes.items()}
+            out["unsaved_boots"] = list(self.ledger.unsaved)
             out["timeline"] = [{"start": s.start.isoformat(), "end": s.end.isoformat(), "cause": s.cause,
                                 "attempt": s.attempt} for s in self.ledger.spans]
         return out
@@ -251,9 +253,6 @@ def status_line(report: JobReport) -> str:
 def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
     """The report as Markdown: the figures, badput by cause, the switches between Spot and on-demand,
     cost by provisioning mode beside the same job on on-demand, the timeline."""
-    def money(value: float | None) -> str:
-        return "unknown" if value is None else f"${value:,.2f}" if abs(value) >= 1 else f"${value:.4f}"
-
     lines = [f"# Job report: {report.job_dir}", "",
              f"State **{report.state}**, committed step {report.committed_step if report.committed_step is not None else '-'}"
              + (f" of {report.train_steps}" if report.train_steps else "")
@@ -271,6 +270,11 @@ def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
         seconds = report.badput_seconds[cause]
         lines.append(f"| {LABELS[cause]} | {GOOGLE_TERMS[cause] or '(goodput)'} | {_duration(seconds)} | "
                      f"{100 * seconds / wall:.1f}% |")
+    unsaved = report.ledger.unsaved if report.ledger else []
+    if unsaved:
+        lines += ["", f"{LABELS['checkpoint'].capitalize()} include the agent's wait for a save that never came: "
+                      f"{UNSAVED} in boot{'s' if len(unsaved) > 1 else ''} {', '.join(map(str, unsaved))} (it did "
+                      "not exit on SIGTERM and was killed; its steps since its last checkpoint were lost)."]
     lines += ["", "## Switches between Spot and on-demand", ""]
     switches = report.ledger.switches if report.ledger else []
     if not switches:

@@ -55,5 +55,6 @@ def add_commands(sub) -> None:
                    help="how long to wait for the NVIDIA driver on a first boot (default 900)")
     p.add_argument("--log-format", choices=["auto", "json", "text"], default="auto",
                    help="json: one object per line for Cloud Logging (default when not a terminal)")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", help="the least severe log lines shown: DEBUG, INFO, WARNING, "
+                                                       "ERROR (default %(default)s)")
     p.set_defaults(func=run_agent)

@@ -23,6 +23,7 @@ import sys
 
 from survivor.cloud import group as jobs
 from survivor.cloud.compute import Compute
+from survivor.cloud.template import MachineOptions
 from survivor.commands import vertex as vertex_commands
 from survivor.commands.errors import CommandError
 
@@ -129,12 +130,12 @@ def _price(text: str) -> float:
 
 def _print_job_dir(summary: dict) -> None:
     """Shows what the job dir alone says: state, committed step, preemptions, lost steps, every attempt."""
-    from rich.console import Console
     from rich.table import Table
 
     from survivor.jobdir.status import failed_reason
+    from survivor.log import console as make_console
 
-    console = Console()
+    console = make_console()
     committed = "nothing committed" if summary["committed_step"] is None else f"committed step {summary['committed_step']}"
     console.print(f"[bold]{summary['job_dir']}[/bold]: {summary['state']}, {committed}, "
                   f"{summary['preemptions']} preemptions survived, {summary['steps_lost']} steps lost"
@@ -163,12 +164,12 @@ def _dash(value) -> str:
 
 def _print_status(report: dict) -> None:
     """Shows `jobs.job_status`'s report: the group, its VM, the job's progress, its cost, its last boots."""
-    from rich.console import Console
     from rich.table import Table
 
     from survivor.jobdir.status import failed_reason
+    from survivor.log import console as make_console
 
-    console = Console()
+    console = make_console()
     g = report.get("group")
     console.print(f"[bold]{report['name']}[/bold] in {report['project']}/{report['zone'] or report['region']}: "
                   + (f"group target size {g['target_size']}, template {g['template']}" if g else "no group"))
@@ -337,10 +338,14 @@ def add_commands(sub) -> None:
     _add_reading_commands(sub)
 
 
+#: Where every command's --project comes from (survivor/cloud/compute.py resolve order).
+PROJECT_HELP = "Google Cloud project (default: the spec's compute.project, else $GOOGLE_CLOUD_PROJECT)"
+
+
 def _where(p, instance: bool = False, name_optional: bool = False) -> None:
     """The flags that name a job's group (or a standalone instance): name, project, zone or region."""
     p.add_argument("name", nargs="?" if name_optional else None, help="the job's name (its MIG and template)")
-    p.add_argument("--project", help="Google Cloud project (default: $GOOGLE_CLOUD_PROJECT)")
+    p.add_argument("--project", help=PROJECT_HELP)
     p.add_argument("--zone", help="the zonal MIG's zone")
     p.add_argument("--region", help="the regional MIG's region")
     if instance:
@@ -349,21 +354,29 @@ def _where(p, instance: bool = False, name_optional: bool = False) -> None:
 
 def _template_flags(p) -> None:
     """The flags that describe a template (make-template and preflight)."""
-    p.add_argument("name")
+    p.add_argument("name", help="the template's name (make-group's --template)")
     p.add_argument("--config", required=True, help="the job spec YAML")
-    p.add_argument("--project")
-    p.add_argument("--machine-type")
-    p.add_argument("--gpu", help="TYPE:COUNT, e.g. nvidia-tesla-t4:4, or none")
+    p.add_argument("--project", help=PROJECT_HELP)
+    p.add_argument("--machine-type", help=f"the VM's machine type (default: the spec's compute.machine_type, "
+                                          f"else {MachineOptions.machine_type})")
+    p.add_argument("--gpu", help=f"TYPE:COUNT, e.g. nvidia-tesla-t4:4, or none (default: the spec's compute.gpu, "
+                                 f"else {MachineOptions.gpu_type} times num_gpus on an N1 machine)")
     spot = p.add_mutually_exclusive_group()
     spot.add_argument("--spot", dest="spot", action="store_true", default=None, help="Spot VM (default)")
-    spot.add_argument("--on-demand", dest="spot", action="store_false", help="standard (on-demand) VM")
-    p.add_argument("--image-family")
-    p.add_argument("--image-project")
-    p.add_argument("--disk-gb", type=int)
-    p.add_argument("--service-account")
+    spot.add_argument("--on-demand", dest="spot", action="store_false", help="standard (on-demand) VM (default: Spot)")
+    p.add_argument("--image-family", help=f"the boot image's family (default: the spec's compute.image_family, "
+                                          f"else {MachineOptions.image_family})")
+    p.add_argument("--image-project", help=f"the project of that family (default: the spec's compute.image_project, "
+                                           f"else {MachineOptions.image_project})")
+    p.add_argument("--disk-gb", type=int, help=f"the boot disk's size in GB (default: the spec's compute.disk_gb, "
+                                               f"else {MachineOptions.disk_gb})")
+    p.add_argument("--service-account", help=f"the VM's service account (default: the spec's "
+                                             f"compute.service_account, else {MachineOptions.service_account}: "
+                                             "Compute Engine's default)")
     p.add_argument("--cloud-platform-scope", action="store_true", help="the whole cloud-platform scope instead of storage+compute")
-    p.add_argument("--zone")
-    p.add_argument("--region")
+    p.add_argument("--zone", help="the zone the group will run in, for the GPU and quota checks (default: the "
+                                  "spec's compute.zone; give it or --region)")
+    p.add_argument("--region", help="the region a regional group will run in (default: the spec's compute.region)")
     p.add_argument("--preemption-notice", type=int, metavar="SECONDS", help="Spot: ask for this much notice before the soft off")
     p.add_argument("--survivor-wheel", help="stage this local survivor_train-*.whl instead of building one "
                                             "from the checkout")
@@ -391,13 +404,13 @@ def _add_template_commands(sub) -> None:
     p = sub.add_parser("make-image", help="bake survivor, its lock and the trainer's requirements into an image "
                                           "that make-template then boots (boots install nothing)")
     p.add_argument("--config", required=True, help="the job spec YAML (its job dir stages the wheel and lock)")
-    p.add_argument("--project")
+    p.add_argument("--project", help=PROJECT_HELP)
     p.add_argument("--zone", required=True, help="where the builder VM runs")
     p.add_argument("--survivor-wheel", help="a local survivor_train-*.whl instead of building one from the checkout")
-    p.add_argument("--machine-type", default="n1-standard-8", help="the builder's machine type (no GPU needed)")
-    p.add_argument("--disk-gb", type=int, default=100, help="the builder's (and so the image's) disk size")
-    p.add_argument("--deadline", type=float, default=3600.0, help="give up on the builder after this many seconds")
-    p.add_argument("--poll-seconds", type=float, default=15.0)
+    p.add_argument("--machine-type", default="n1-standard-8", help="the builder's machine type (no GPU needed; default %(default)s)")
+    p.add_argument("--disk-gb", type=int, default=100, help="the builder's (and so the image's) disk size in GB (default %(default)s)")
+    p.add_argument("--deadline", type=float, default=3600.0, help="give up on the builder after this many seconds (default %(default)g)")
+    p.add_argument("--poll-seconds", type=float, default=15.0, help="how often to look at the builder (default %(default)g s)")
     p.add_argument("--keep-builder", action="store_true", help="leave the builder VM for inspection")
     p.set_defaults(func=make_image)
 
@@ -411,12 +424,13 @@ def _add_group_commands(sub) -> None:
     """make-group, stop, start and delete: the job's group."""
     p = sub.add_parser("make-group", help="create the job's single-instance managed instance group")
     _where(p)
-    p.add_argument("--template", required=True)
-    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--template", required=True, help="the instance template the group's VM boots from (make-template's NAME)")
+    p.add_argument("--dry-run", action="store_true", help="print the exact REST body; call nothing")
     p.add_argument("--skip-preflight", action="store_true", help="create it even if `survivor preflight` finds problems")
     p.add_argument("--wait-seconds", type=float, default=300.0,
-                   help="wait this long for the VM to be RUNNING or for the group's error (0: do not wait)")
-    p.add_argument("--poll-seconds", type=float, default=5.0, help="how often to look while waiting")
+                   help="wait this long for the VM to be RUNNING or for the group's error (0: do not wait; "
+                        "default %(default)g s)")
+    p.add_argument("--poll-seconds", type=float, default=5.0, help="how often to look while waiting (default %(default)g s)")
     p.set_defaults(func=make_group)
 
     for name, func, text in (("stop", stop, "stop training gracefully (the agent saves first): MIG resize to 0"),
@@ -435,20 +449,20 @@ def _add_reading_commands(sub) -> None:
     """status, report and logs: what a job is doing and what it cost."""
     p = sub.add_parser("status", help="MIG, instance, progress, preemptions, lost work and cost of a job")
     p.add_argument("name", nargs="?", help="the job's name (omit with --job-dir alone for the job dir only)")
-    p.add_argument("--project")
-    p.add_argument("--zone")
-    p.add_argument("--region")
+    p.add_argument("--project", help=PROJECT_HELP)
+    p.add_argument("--zone", help="the zonal MIG's zone")
+    p.add_argument("--region", help="the regional MIG's region")
     p.add_argument("--job-dir", help="the job dir (default: from the template's job spec)")
     p.add_argument("--vertex", metavar="CUSTOM_JOB", help="a Vertex AI custom job's name (from survivor submit)")
     _price_flags(p, "pricing's offline table")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.set_defaults(func=status)
 
     p = sub.add_parser("report", help="a job's goodput, badput by cause and cost beside on-demand: Markdown, "
                                       "a timeline PNG and JSON")
     p.add_argument("name", nargs="?", help="the job's name (omit with --job-dir)")
-    p.add_argument("--project")
-    p.add_argument("--zone")
+    p.add_argument("--project", help=PROJECT_HELP)
+    p.add_argument("--zone", help="the zonal MIG's zone")
     p.add_argument("--region", help="the regional MIG's region; with --job-dir, where the prices are read")
     p.add_argument("--job-dir", help="the job dir (default: from the template's job spec)")
     p.add_argument("--machine-type", help="with --job-dir: the VM's machine type, for its prices")
@@ -465,6 +479,6 @@ def _add_reading_commands(sub) -> None:
     p = sub.add_parser("logs", help="the job instance's serial port output, or a Vertex AI job's logs")
     _where(p, instance=True, name_optional=True)
     p.add_argument("--vertex", metavar="CUSTOM_JOB", help="a Vertex AI custom job's name: its replicas' logs")
-    p.add_argument("--follow", "-f", action="store_true")
-    p.add_argument("--interval", type=float, default=5.0)
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new output until interrupted")
+    p.add_argument("--interval", type=float, default=5.0, help="with --follow: seconds between reads (default %(default)g)")
     p.set_defaults(func=logs)

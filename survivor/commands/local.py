@@ -127,13 +127,15 @@ def add_commands(sub) -> None:
 
     p = sub.add_parser("simulate", help="run a job through a local MIG simulator with Spot-style preemptions")
     p.add_argument("--config", required=True, help="the job spec YAML (a relative job_dir goes under --workdir)")
-    p.add_argument("--preempt-every", default="90s", help="mean time between preemptions (90s, 2m, ...)")
-    p.add_argument("--jitter", default="0s", help="uniform +- jitter on that interval")
-    p.add_argument("--hard-off-after", default="30s", help="SIGKILL this long after the soft off (Spot: 30s)")
-    p.add_argument("--recreate-delay", default="2s", help="how long the MIG takes to recreate the VM")
-    p.add_argument("--max-preemptions", type=int, default=None)
-    p.add_argument("--timeout", default="2h")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--preempt-every", default="90s", help="mean time between preemptions (90s, 2m, ...; default %(default)s)")
+    p.add_argument("--jitter", default="0s", help="uniform +- jitter on that interval (default %(default)s)")
+    p.add_argument("--hard-off-after", default="30s", help="SIGKILL this long after the soft off (default %(default)s, as on Spot)")
+    p.add_argument("--recreate-delay", default="2s", help="how long the MIG takes to recreate the VM (default %(default)s)")
+    p.add_argument("--max-preemptions", type=int, default=None,
+                   help="preempt at most this many times, then let the job finish (default: no limit)")
+    p.add_argument("--timeout", default="2h", help="stop the simulation after this long, done or not (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the preemption jitter and of the Spot trace (default %(default)s)")
     p.add_argument("--gcs", action="store_true", help="keep the job dir in the Cloud Storage emulator")
     p.add_argument("--workdir", help="where the simulated VMs' disks and logs go (default ./survivor-simulation)")
     p.add_argument("--preemptions-per-hour", type=float, default=None,
@@ -141,13 +143,13 @@ def add_commands(sub) -> None:
                         "(at most 60, and at most 3600 / --speed)")
     p.add_argument("--stockout-minutes", type=float, default=0.0,
                    help="the trace's mean stockout after a preemption, in simulated minutes (0: none)")
-    p.add_argument("--stockout-chance", type=float, default=0.5, help="how often a preemption brings a stockout")
+    p.add_argument("--stockout-chance", type=float, default=0.5, help="how often a preemption brings a stockout (default %(default)g)")
     p.add_argument("--speed", type=float, default=60.0,
                    help="simulated seconds per real second, for the trace and the cost (default 60, at most 3600)")
     p.add_argument("--spot-price", help="USD per hour for the VM on Spot (default: the Cloud Billing Catalog's)")
     p.add_argument("--on-demand-price", help="USD per hour for the VM on on-demand (default: the catalog's)")
     p.add_argument("--region", help="where the catalog's prices are read (default: the spec's zone's region, "
-                                    "else us-central1)")
+                                    "else the simulated group's, us-west1)")
     p.add_argument("--offline", action="store_true", help="do not read the Cloud Billing Catalog: cached prices or "
                                                           "the offline table")
     p.set_defaults(func=run_simulation)
@@ -155,15 +157,15 @@ def add_commands(sub) -> None:
     p = sub.add_parser("emulate", help="run a local stand-in for a Google Cloud service")
     esub = p.add_subparsers(dest="service", required=True)
     e = esub.add_parser("metadata", help="the metadata-server emulator on 127.0.0.1")
-    e.add_argument("--port", type=int, default=8089)
+    e.add_argument("--port", type=int, default=8089, help="the port on 127.0.0.1 (default %(default)s)")
     e.add_argument("--config", help="a job spec YAML to serve as the survivor-job attribute")
     e.add_argument("--attribute", action="append", metavar="KEY=VALUE", help="an instance attribute (repeatable)")
-    e.add_argument("--name", default="survivor-local-1")
-    e.add_argument("--zone", default="us-west1-b")
-    e.add_argument("--project", default="survivor-local")
+    e.add_argument("--name", default="survivor-local-1", help="the instance's name (default %(default)s)")
+    e.add_argument("--zone", default="us-west1-b", help="the instance's zone (default %(default)s)")
+    e.add_argument("--project", default="survivor-local", help="the instance's project (default %(default)s)")
     e.set_defaults(func=emulate_metadata)
     e = esub.add_parser("compute", help="survivor's Compute Engine fake on 127.0.0.1 (templates, MIGs, quotas, GPUs)")
-    e.add_argument("--port", type=int, default=8090)
+    e.add_argument("--port", type=int, default=8090, help="the port on 127.0.0.1 (default %(default)s)")
     e.add_argument("--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT", "survivor-local"),
                    help="the project --quota applies to (default $GOOGLE_CLOUD_PROJECT or survivor-local)")
     e.add_argument("--stockout", action="append", default=[], metavar="ZONE",
@@ -174,8 +176,9 @@ def add_commands(sub) -> None:
                    help="an image family that resolves (the Deep Learning VM family always does)")
     e.set_defaults(func=emulate_compute)
     e = esub.add_parser("storage", help="fake-gcs-server with bucket IAM in front, on 127.0.0.1")
-    e.add_argument("--port", type=int, default=4443)
-    e.add_argument("--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT", "survivor-local"))
+    e.add_argument("--port", type=int, default=4443, help="the port on 127.0.0.1 (default %(default)s)")
+    e.add_argument("--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT", "survivor-local"),
+                   help="the project the buckets belong to (default $GOOGLE_CLOUD_PROJECT or survivor-local)")
     e.add_argument("--bucket", action="append", default=[], metavar="NAME", help="create this bucket (repeatable)")
     e.add_argument("--grant", action="append", default=[], metavar="BUCKET=ROLE",
                    help="bind ROLE on BUCKET to the Compute fake's default service account (repeatable)")
@@ -188,5 +191,5 @@ def add_commands(sub) -> None:
     source.add_argument("--from", dest="archive", help="the official cifar-10-python.tar.gz")
     source.add_argument("--synthetic", type=int, metavar="N", help="N deterministic fake training images")
     d.add_argument("--out", required=True, help="output directory")
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--seed", type=int, default=0, help="seed of the --synthetic images (default %(default)s)")
     d.set_defaults(func=write_cifar10)

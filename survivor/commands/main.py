@@ -21,6 +21,7 @@ and how to exit.
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 
 from survivor import __version__
@@ -44,13 +45,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the command `args` chose (`emulate metadata`'s, not `survivor`'s)."""
+    for action in parser._actions:  # argparse keeps a command's subparsers only here
+        if isinstance(action, argparse._SubParsersAction) and getattr(args, action.dest, None) in action.choices:
+            return command_parser(action.choices[getattr(args, action.dest)], args)
+    return parser
+
+
+def unrecognized(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """Pure: argparse's message for arguments a command does not take, with the flag each misspelled
+    one was closest to (difflib)."""
+    flags = [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
+    hints = []
+    for word in unknown:
+        close = difflib.get_close_matches(word.split("=", 1)[0], flags, n=1) if word.startswith("-") else []
+        if close:
+            hints.append(f"did you mean {close[0]}?")
+    return f"unrecognized arguments: {' '.join(unknown)}" + (f" ({'; '.join(hints)})" if hints else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs one `survivor` command; returns its exit code (errors.py says which for a failure)."""
     if (sys.argv[1:] if argv is None else argv)[:1] == ["agent"]:
         from survivor.commands.agent import note_early_signals
 
         note_early_signals()  # before the parser, which imports every command's module
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command that was typed, with its usage, not by the top level
+        command_parser(parser, args).error(unrecognized(command_parser(parser, args), unknown))
     try:
         return int(args.func(args) or 0)
     except (Exception, KeyboardInterrupt) as exc:

@@ -81,6 +81,10 @@ LABELS = {
     "other": "agent overhead",
 }
 
+#: How an attempt's reason begins when its trainer did not save on the notice (survivor/agent/ending.py
+#: writes it): its checkpoint stall was the agent waiting for a save that never came.
+UNSAVED = "the trainer did not save on the notice"
+
 #: The two provisioning modes; a job starts on Spot (survivor's groups start from a Spot template).
 SPOT, ON_DEMAND = MODES
 
@@ -125,6 +129,8 @@ class Ledger:
     modes: dict[int, str] = field(default_factory=dict)
     #: The switches between Spot and on-demand, oldest first.
     switches: list[Switch] = field(default_factory=list)
+    #: The attempts whose trainer did not save on the notice (`UNSAVED`), by number.
+    unsaved: list[int] = field(default_factory=list)
 
     @property
     def wall_seconds(self) -> float:
@@ -262,6 +268,8 @@ def build_ledger(attempts: list[Attempt], *, now: _dt.datetime, done_at: _dt.dat
             _attempt_spans(attempt, ended, add, running=False)
         else:
             add(ended, "failed", attempt.number)
+        if (attempt.reason or "").startswith(UNSAVED):
+            ledger.unsaved.append(attempt.number)
         if attempt.made_progress:
             ledger.productive_steps += (attempt.end_step or 0) - (attempt.restored_step or 0)
         ledger.boots.append((attempt.number, vm_from, max(cursor, vm_from), attempt.outcome or

@@ -108,6 +108,42 @@ def demo_spec(trainer: str, job_dir: str, train_steps: int, python: str, data_di
     return spec
 
 
+def progress_view(boot: int, reached: int | None, guest: dict, starting: str, trained: bool,
+                  saved: int | None = None) -> tuple[int, str, bool]:
+    """Pure decision: what the progress bar shows, as (step, description, trained).
+
+    `reached` is the step the trainer reported on this boot (None until it reports); `guest` the
+    agent's guest attributes (`state`, and `step`: the step restored, then each commit's);
+    `starting` what the trainer starts ("TensorFlow"); `trained`: it has trained on this boot already;
+    `saved`: the step the last boot saved (its journal record), until this boot's agent says which
+    step it restored.
+    Before the trainer's first step the bar stays at the step the boot resumes from and says so,
+    instead of 0 (a restart from scratch, to the eye).
+    """
+    state, step = guest.get("state"), guest.get("step")
+    step = int(step) if str(step or "").isdigit() else None
+    if state != "training" and saved is not None:  # the guest's step is the last boot's, and may lag its last commit
+        step = saved
+    trained = trained or (state == "training" and reached is not None and reached > (step or 0))
+    if trained:
+        return reached or 0, f"boot {boot}", True
+    if state == "training":
+        return step or 0, f"boot {boot}: " + (f"restored step {step}, " if step else "") + f"starting {starting}", False
+    return step or 0, f"boot {boot}: " + (f"restoring step {step}" if step else "starting"), False
+
+
+def notice_line(boot: int, planned: int, noticed: int) -> str:
+    """Pure: the line a preemption starts with: the step it was planned at and the step the trainer is at."""
+    return (f"  boot {boot}: planned preemption at step {planned}; the trainer is at step {noticed}: "
+            "preempted=TRUE, SIGTERM, hard off in 30 s")
+
+
+def ended_line(boot: int, code: int | None, reached: int | None, saved: int | None) -> str:
+    """Pure: the line a preempted boot ends with: the furthest step its trainer reached and the step it saved."""
+    return (f"  boot {boot} ended (agent exit {code}): the trainer reached step {reached} and saved step {saved}; "
+            "the MIG recreates the VM")
+
+
 @dataclass(frozen=True)
 class DemoOptions:
     """What `survivor demo` runs: the built-in trainer, its steps (None: the trainer's demo size), how
@@ -141,15 +177,20 @@ def demo_root(workdir: str | None) -> str:
     return root
 
 
+def _guest(vm) -> dict:
+    """The agent's guest attributes (survivor's namespace) on the demo's VM: its state and step."""
+    return vm.metadata.get("instance/guest-attributes").get("survivor", {})
+
+
 def run(options: DemoOptions) -> bool:
     """Runs the demo, showing its progress and the attempts' table; True when the job is DONE at its last step."""
-    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     from survivor.local.instance import LocalInstance
+    from survivor.log import console as make_console
 
-    console = Console()
+    console = make_console()
     root = demo_root(options.workdir)
     steps = options.steps or DEFAULT_STEPS[options.trainer]
     seed = options.seed if options.seed is not None else random.randrange(1 << 30)
@@ -183,22 +224,30 @@ def run(options: DemoOptions) -> bool:
                        name="survivor-demo-1", python=sys.executable)
     started = time.monotonic()
     pending = list(schedule)
+    starting = "the trainer" if options.trainer == "dummy" else "TensorFlow"
+    trained, saved = False, None
     try:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                       TimeElapsedColumn(), console=console, disable=not options.progress, transient=False) as bar:
-            task = bar.add_task("boot 1", total=steps)
+            task = bar.add_task(f"boot 1: starting {starting}", total=steps)
             vm.boot()
             while True:
-                reached = vm.progress() or 0
-                bar.update(task, completed=reached, description=f"boot {vm.boots}")
-                if pending and reached >= pending[0]:
-                    pending.pop(0)
-                    bar.console.print(f"  preempting at step {reached}: preempted=TRUE, SIGTERM, hard off in 30 s")
+                reached = vm.progress()
+                shown, description, trained = progress_view(vm.boots, reached, _guest(vm), starting, trained, saved)
+                bar.update(task, completed=shown, description=description)
+                if pending and reached is not None and reached >= pending[0]:
+                    bar.console.print(notice_line(vm.boots, pending.pop(0), reached))
                     vm.set_preempted()
                     time.sleep(0.2)
                     code = vm.preempt(soft_off=True)
-                    bar.console.print(f"  boot {vm.boots} ended (agent exit {code}); the MIG recreates the VM")
+                    last = Journal(open_storage(job_dir)).attempts()[-1:]  # the table's figures for this boot
+                    ended = last[0] if last and last[0].number == vm.boots else None
+                    if ended is not None and ended.reached_step is not None:
+                        bar.update(task, completed=ended.reached_step)  # where the table says it got to
+                    saved = ended.end_step if ended else None
+                    bar.console.print(ended_line(vm.boots, code, ended.reached_step if ended else reached, saved))
                     vm.boot(wipe=True)
+                    trained = False
                     continue
                 if not vm.running():
                     code = vm.process.returncode
@@ -210,6 +259,7 @@ def run(options: DemoOptions) -> bool:
                         bar.update(task, completed=steps)
                         break
                     vm.boot(wipe=True)
+                    trained = False
                 time.sleep(0.1)
         state = Journal(open_storage(job_dir)).state()
     finally:
@@ -217,8 +267,9 @@ def run(options: DemoOptions) -> bool:
         if emulator:
             emulator.stop()
 
-    table = Table(title="attempts (from/reached/saved: steps; safe in: notice to committed checkpoint)")
-    for column in ("boot", "from", "reached", "saved", "lost", "outcome", "restore", "train", "safe in"):
+    table = Table(title="attempts (restored: the step a boot resumed from; reached: the furthest its trainer got; "
+                        "saved: the step committed when it ended; safe in: notice to committed checkpoint)")
+    for column in ("boot", "restored", "reached", "saved", "lost", "outcome", "restore", "train", "safe in"):
         table.add_column(column, justify="right")
     for a in state.attempts:
         t = a.timings or {}

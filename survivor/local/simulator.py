@@ -82,15 +82,18 @@ class SimulationResult:
         return sum(1 for e in self.events if e.kind == "notice")
 
     def table(self) -> str:
-        """The timeline as text."""
+        """The timeline as text, then one line per boot: the step it restored, the furthest its trainer
+        reached, the step it saved (committed), the steps lost, and its outcome with the journal's reason
+        (such as a trainer that did not save on the notice)."""
         lines = [f"{'t (s)':>8}  {'event':<11} {'instance':<22} detail"]
         for e in self.events:
             lines.append(f"{e.t:8.1f}  {e.kind:<11} {e.instance:<22} {e.detail}")
         lines.append("")
-        lines.append(f"{'boot':>4} {'from':>6} {'reached':>8} {'saved':>6} {'lost':>5}  outcome")
+        lines.append(f"{'boot':>4} {'restored':>8} {'reached':>8} {'saved':>6} {'lost':>5}  outcome")
         for a in self.attempts:
-            lines.append(f"{a.number:>4} {str(a.restored_step or 0):>6} {str(a.reached_step):>8} "
-                         f"{str(a.end_step):>6} {str(a.steps_lost):>5}  {a.outcome or 'killed'}")
+            outcome = (a.outcome or "killed") + (f": {a.reason}" if a.reason else "")
+            lines.append(f"{a.number:>4} {str(a.restored_step or 0):>8} {str(a.reached_step):>8} "
+                         f"{str(a.end_step):>6} {str(a.steps_lost):>5}  {outcome}")
         lines.append(f"MIG target size {self.target_size}; DONE {'written' if self.done else 'missing'}"
                      + (f"; FAILED: {self.failed.get('reason')}" if self.failed else ""))
         return "\n".join(lines)
@@ -109,19 +112,37 @@ class SimulationResult:
             color = {"notice": "tab:orange", "hard-off": "tab:red", "boot": "tab:green", "left-group": "tab:blue"}.get(e.kind)
             if color:
                 ax.axvline(e.t, color=color, alpha=0.6, lw=1)
-        starts = [e.t for e in self.events if e.kind == "boot"]
-        for a, start in zip(self.attempts, starts):
-            ax.plot([start], [a.restored_step or 0], "o", color="tab:green")
-            if a.end_step is not None:
-                ax.annotate(f"{a.end_step}", (start, a.end_step), fontsize=7)
+        for t, step, label in boot_marks(self):
+            restored = "restored" in label
+            ax.plot([t], [step], "o" if restored else "s", color="tab:green" if restored else "tab:purple")
+            ax.annotate(label, (t, step), fontsize=7, textcoords="offset points", xytext=(3, 4 if restored else -10))
         ax.set_ylim(0, train_steps * 1.05)
         ax.set_xlabel("seconds")
-        ax.set_ylabel("step restored at boot")
-        ax.set_title("survivor simulate: boots (green), notices (orange), hard offs (red), leaving the MIG (blue)")
+        ax.set_ylabel("step")
+        ax.set_title("survivor simulate: boots (green: step restored), ends (purple: step saved), notices (orange), "
+                     "hard offs (red), leaving the MIG (blue)", fontsize=8)
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
         return path
+
+
+def boot_marks(result: SimulationResult) -> list[tuple[float, int, str]]:
+    """Pure: where the timeline plot labels each boot: (seconds, step, label), the step it restored at
+    its boot and the step it saved where it ended (its agent's exit, its leaving the group, or the
+    end of the run). Boots and attempts pair in order; an attempt without a saved step gets no end mark."""
+    boots = [i for i, e in enumerate(result.events) if e.kind == "boot"]
+    end_of_run = result.ended if result.ended is not None else max((e.t for e in result.events), default=0.0)
+    marks = []
+    for index, attempt in zip(boots, result.attempts):
+        boot = result.events[index]
+        marks.append((boot.t, attempt.restored_step or 0, f"boot {attempt.number} restored {attempt.restored_step or 0}"))
+        if attempt.end_step is None:
+            continue
+        end = next((e.t for e in result.events[index + 1:] if e.instance == boot.instance
+                    and e.kind in ("exit", "left-group", "deleted", "boot")), end_of_run)
+        marks.append((end, attempt.end_step, f"saved {attempt.end_step}"))
+    return marks
 
 
 class Simulator:
@@ -218,7 +239,8 @@ class Simulator:
         return None
 
     def _preempt(self, local: LocalInstance, stockout: float = 0.0) -> None:
-        self._event("notice", local.name, f"preempted=TRUE at step {local.progress()}")
+        self._event("notice", local.name, f"preempted=TRUE; the trainer at step {local.progress()} (it may train "
+                                          "on until it saves: see reached)")
         local.set_preempted()
         if self.notice_seconds:
             local.wait(self.notice_seconds)
@@ -367,7 +389,7 @@ class SimulationOptions:
     speed: float = 60.0  # simulated seconds per real second: for the trace and the cost
     spot_price: float | None = None  # USD per hour, instead of the catalog's
     on_demand_price: float | None = None
-    region: str | None = None  # where the prices are read: the spec's zone's region, else us-central1
+    region: str | None = None  # where the prices are read: the spec's zone's region, else the simulated MIG's
     online: bool = True  # read the Cloud Billing Catalog when today's prices are not cached
 
 
@@ -483,7 +505,7 @@ def price(spec: dict, hours: float, options: SimulationOptions) -> pricing.Cost:
     from survivor.cloud.template import MachineOptions
 
     machine = MachineOptions.from_spec(JobSpec.from_mapping(spec))
-    region = options.region or (machine.zone.rsplit("-", 1)[0] if machine.zone else "us-central1")
+    region = options.region or (machine.zone or ZONE).rsplit("-", 1)[0]  # where the simulated VMs run
     prices = hourly_prices(Machine(machine.machine_type, machine.gpu_type, machine.gpu_count or 0), region,
                            online=options.online, spot_price=options.spot_price,
                            on_demand_price=options.on_demand_price)
