@@ -163,6 +163,17 @@ BAD_MANIFESTS = {
         {**good, "step": 999_999_999, "attempt": 9, "seq": 1, "files": []}).encode(),
     "a negative step": lambda good: json.dumps({**good, "step": -5, "attempt": 9, "seq": 1}).encode(),
     "a step beyond train_steps": lambda good: json.dumps({**good, "step": 5000, "attempt": 9, "seq": 1}).encode(),
+    # files that cannot exist together: a file and a file inside it (EEXIST/ENOTDIR at restore), and one
+    # path twice once normalised; every object they name is stored and verifies (issue 24, item 1)
+    "a file inside a file": lambda good: json.dumps(
+        {**good, "step": 50, "attempt": 9, "seq": 1,
+         "files": [good["files"][0], {**good["files"][0], "path": good["files"][0]["path"] + "/x"}]}).encode(),
+    "a directory that is also a file": lambda good: json.dumps(
+        {**good, "step": 50, "attempt": 9, "seq": 1,
+         "files": [{**good["files"][0], "path": "d/x"}, {**good["files"][0], "path": "d"}]}).encode(),
+    "one path twice": lambda good: json.dumps(
+        {**good, "step": 50, "attempt": 9, "seq": 1,
+         "files": [{**good["files"][0], "path": "d/x"}, {**good["files"][0], "path": "d/./x"}]}).encode(),
 }
 
 

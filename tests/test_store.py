@@ -497,3 +497,13 @@ def test_a_full_local_job_dir_is_a_storage_error_and_leaves_no_temporary_files(t
         leftovers = [f for _, _, files in os.walk(fs) for f in files if f.startswith(".tmp-")]
         assert leftovers == []
         storage.write("survivor/small", b"still usable")  # the room the failed copies took is back
+
+
+def test_a_layout_no_directory_can_hold_is_refused_when_the_manifest_is_read():
+    from survivor.jobdir.store import ManifestError, check_layout
+
+    check_layout(["ckpt-1.index", "train/events", "train/sub/events", "a/b", "ab"])  # fine together
+    for paths, why in ((["F", "F/x"], "lies inside 'F'"), (["d/x/y", "d"], "lies inside 'd'"),
+                       (["a/b", "a/./b"], "listed twice"), (["a/b", "a//b"], "listed twice")):
+        with pytest.raises(ManifestError, match=why):
+            check_layout(paths)

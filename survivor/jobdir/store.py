@@ -199,13 +199,8 @@ class Manifest:
             raise ManifestError(f"files {_show(files)}: expected a list")
         if not files:
             raise ManifestError("files: empty (a snapshot names at least one file)")
-        entries, seen = [], set()
-        for index, item in enumerate(files):
-            entry = _file_entry(item, index, chunked=fmt == FORMAT)
-            if entry.path in seen:
-                raise ManifestError(f"files[{index}]: {entry.path!r} is listed twice")
-            seen.add(entry.path)
-            entries.append(entry)
+        entries = [_file_entry(item, index, chunked=fmt == FORMAT) for index, item in enumerate(files)]
+        check_layout([e.path for e in entries])
         return cls(step, attempt, seq, tuple(entries), created, writer, parent, tuple(abandoned))
 
 
@@ -322,6 +317,26 @@ def check_relative_path(path: str) -> str:
     if normal.startswith("../") or normal == ".." or normal == "." or ".." in path.split("/"):
         raise ManifestError(f"path {path!r} would escape the job dir")
     return normal
+
+
+def check_layout(paths: list[str]) -> None:
+    """Pure: raises ManifestError unless the files can all be laid out in one directory: no path
+    listed twice (once normalised) and none that is also another's directory (`F` beside `F/x`),
+    which no restore could write. Such a manifest is its snapshot's own fault, refused with every
+    other path rule when it is read, so the previous snapshot restores instead."""
+    seen: dict[str, int] = {}
+    for index, path in enumerate(paths):
+        normal = check_relative_path(path)
+        if normal in seen:
+            raise ManifestError(f"files[{index}]: {path!r} is listed twice (as files[{seen[normal]}] too)")
+        seen[normal] = index
+    for normal, index in seen.items():
+        parent = posixpath.dirname(normal)
+        while parent:
+            if parent in seen:
+                raise ManifestError(f"files[{index}]: {paths[index]!r} lies inside {paths[seen[parent]]!r}, "
+                                    f"which is listed as a file: the two cannot both exist")
+            parent = posixpath.dirname(parent)
 
 
 def safe_join(root: str, path: str) -> str:
