@@ -3,6 +3,7 @@ damaged chunk costs its snapshot, never a restore of wrong bytes; the manifest w
 commit moment; manifests written before chunks still restore."""
 
 import base64
+import hashlib
 import json
 import os
 import random
@@ -16,7 +17,7 @@ import pytest
 from survivor.jobdir.chunks import CHUNKS, Digester, combine_crc32c, crc32c_combine, digest_file
 from survivor.jobdir.snapshot import Checksums, scan
 from survivor.jobdir.storage import crc32c_of_bytes, open_storage
-from survivor.jobdir.store import BLOBS, CheckpointStore, Manifest, ManifestError
+from survivor.jobdir.store import BLOBS, CheckpointStore, Manifest, ManifestError, SnapshotChanged
 
 SMALL = 64 << 10  # chunks of 64 KiB keep the tests fast; the code path is the production one
 
@@ -383,3 +384,78 @@ def test_a_file_digest_names_equal_chunks_alike_and_different_ones_apart(tmp_pat
     path.write_bytes(same + same + os.urandom(SMALL))
     chunks = digest_file(str(path), SMALL).chunks
     assert chunks[0].sha256 == chunks[1].sha256 != chunks[2].sha256
+
+
+# -- a damaged chunk is never reused (issue 24, item 2) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["flipped", "truncated", "emptied", "another chunk's bytes"])
+@pytest.mark.parametrize("when", ["before this store listed it", "while this store runs"])
+def test_a_damaged_shared_chunk_is_stored_again_by_the_next_commit(job_dir, tmp_path, how, when):
+    """Step 10 and step 20 share the first chunks of model.data. One shared chunk is damaged after
+    step 20's commit; the commit of step 30 (which still holds those bytes) must not reuse it: it
+    stores the chunk again, and step 30 restores bit for bit. 'while this store runs': the same
+    store (one agent process) committed 10 and 20 and listed the chunks before the damage."""
+    storage = open_storage(job_dir)
+    store = CheckpointStore(storage, chunk_size=SMALL)
+    local = str(tmp_path / "job")
+    shared = os.urandom(4 * SMALL)
+    write(local, "model.data", shared + os.urandom(SMALL))
+    commit(store, local, 10)
+    write(local, "model.data", shared + os.urandom(SMALL))
+    newest = commit(store, local, 20).manifest
+    victim, other = (c.object for c in data_entry(newest).chunks[1:3])
+    data = storage.read(victim).data
+    storage.write(victim, {"flipped": bytes([data[0] ^ 1]) + data[1:], "truncated": data[:-100], "emptied": b"",
+                           "another chunk's bytes": storage.read(other).data}[how])
+    if when == "before this store listed it":
+        store = CheckpointStore(storage, chunk_size=SMALL)  # a later boot's agent
+    body = shared + os.urandom(SMALL)
+    write(local, "model.data", body)
+    for attempt in range(3):  # a commit that finds the damage beside its upload is tried again
+        try:
+            stats = commit(store, local, 30)
+            break
+        except SnapshotChanged:
+            continue
+    else:
+        raise AssertionError("the commit never went through")
+    assert stats.manifest.step == 30
+    assert hashlib.sha256(storage.read(victim).data).hexdigest() == victim.rsplit("/", 1)[1]  # stored again
+    restored = str(tmp_path / "r")
+    manifest = CheckpointStore(storage, chunk_size=SMALL).restore(restored)
+    assert manifest.step == 30
+    assert read(os.path.join(restored, "model.data")) == body
+
+
+def test_a_chunk_damaged_while_the_agent_runs_is_stored_again_and_every_later_commit_restores(job_dir, tmp_path,
+                                                                                               instance_factory):
+    """Through the real agent: its dummy trainer's state file repeats the same bytes after its first
+    8 at every save, so each commit shares its chunks with the one before. A shared chunk is
+    damaged in the job dir while the agent runs; the agent's next commits must not reuse it, and
+    the newest snapshot after the notice restores (issue 24, item 2: every later commit reused it,
+    and a later boot skipped them all)."""
+    from tests.conftest import dummy_spec
+
+    spec = dummy_spec(job_dir, tmp_path, train_steps=100_000, checkpoint_steps=5, step_seconds=0.02,
+                      extra_args=["--checkpoint-bytes", str(6 * SMALL)])
+    vm = instance_factory(spec, env={"SURVIVOR_CHUNK_MIB": str(SMALL / (1 << 20))})
+    storage = open_storage(job_dir)
+    probe = CheckpointStore(storage, chunk_size=SMALL)
+    vm.boot()
+    deadline = time.monotonic() + 60
+    while (probe.latest() is None or probe.latest().step < 10) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    damaged = probe.latest()
+    assert damaged is not None, "no commit to damage"
+    victim = data_entry(damaged, next(f.path for f in damaged.files if f.path.endswith(".data"))).chunks[2].object
+    data = storage.read(victim).data
+    storage.write(victim, bytes([data[0] ^ 1]) + data[1:])
+    while probe.latest().step < damaged.step + 15 and time.monotonic() < deadline + 60:
+        time.sleep(0.1)
+    assert vm.preempt(soft_off=True) == 0
+    newest = probe.latest()
+    assert newest.step >= damaged.step + 15
+    restored = CheckpointStore(storage, chunk_size=SMALL).restore(str(tmp_path / "r"))
+    assert restored is not None and restored.name == newest.name, \
+        f"restored {restored and restored.name}, not the newest commit {newest.name}"

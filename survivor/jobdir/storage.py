@@ -138,11 +138,14 @@ class Blob:
 
 @dataclass(frozen=True)
 class ObjectInfo:
-    """An object's name (relative to the job dir), size and crc32c (base64, as GCS reports it)."""
+    """An object's name (relative to the job dir), size and crc32c (base64, as GCS reports it; ""
+    where the backend keeps none, a local job dir), and its generation: a number that changes
+    whenever the object is written again (GCS's generation, a local file's mtime; 0: not known)."""
 
     name: str
     size: int
     crc32c: str
+    generation: int = 0
 
 
 #: Read size for checksums: a block that stays in the CPU's cache between the read and the checksum
@@ -485,7 +488,7 @@ class LocalStorage:
                 continue
             if not stat.S_ISREG(st.st_mode):  # a link (dangling, a loop) or a FIFO is no object
                 continue
-            out.append(ObjectInfo(rel, st.st_size, ""))
+            out.append(ObjectInfo(rel, st.st_size, "", st.st_mtime_ns or 1))
         return sorted(out, key=lambda o: o.name)
 
     def delete(self, names: Iterable[str]) -> None:
@@ -582,8 +585,8 @@ class LocalStorage:
                 crc = crc32c_text(checksum)
                 if size == part.size and (not part.crc32c or crc == part.crc32c):
                     os.replace(tmp, path)
-                else:
-                    _remove_quietly(tmp)
+                    return ObjectInfo(part.name, size, crc, self._generation(path))
+                _remove_quietly(tmp)
             except BaseException:
                 _remove_quietly(tmp)  # a partial copy is never left behind (a full disk stays usable)
                 raise
@@ -774,7 +777,8 @@ class GcsStorage:
         except Exception as exc:
             raise self._translate(exc, "list", prefix) from exc
         return sorted(
-            (ObjectInfo(self._relative(b.name), int(b.size or 0), b.crc32c or "") for b in blobs),
+            (ObjectInfo(self._relative(b.name), int(b.size or 0), b.crc32c or "", int(b.generation or 0))
+             for b in blobs),
             key=lambda o: o.name,
         )
 
@@ -846,7 +850,7 @@ class GcsStorage:
                                               checksum="crc32c", **retry.STORAGE_UPLOAD.client())
             except Exception as exc:
                 raise self._translate(exc, "upload", part.name) from exc
-            return ObjectInfo(part.name, int(blob.size or 0), blob.crc32c or "")
+            return ObjectInfo(part.name, int(blob.size or 0), blob.crc32c or "", int(blob.generation or 0))
 
         return self._all(one, parts)
 

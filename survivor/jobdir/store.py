@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
+import hashlib
 import json
 import os
 import posixpath
@@ -45,8 +46,8 @@ from typing import Callable
 from survivor import log as logs
 from survivor.jobdir.chunks import CHUNK_SIZE, CHUNKS, FileDigest, chunk_object, combine_crc32c, digest_file, fits
 from survivor.jobdir.snapshot import LocalFile, Snapshot
-from survivor.jobdir.storage import (NOT_FOUND, JobStorage, Part, PreconditionFailed, StorageError, crc32c_of_file,
-                                     crc32c_of_range, parse_json)
+from survivor.jobdir.storage import (NOT_FOUND, JobStorage, ObjectInfo, Part, PreconditionFailed, StorageError,
+                                     crc32c_of_file, crc32c_of_range, parse_json)
 
 SNAPSHOTS = "survivor/snapshots/"
 BLOBS = "survivor/blobs/"
@@ -423,7 +424,9 @@ class CheckpointStore:
         self.max_step = max_step
         self.chunk_size = chunk_size
         # Stored blobs and chunks, with the CRC32C the listing gave (Cloud Storage's; "" if unknown).
-        self._known: dict[str, str] | None = None
+        #: the blobs and chunks stored, as this store last saw each verified (or as listed, with no
+        #: CRC32C from a local job dir: verified by its SHA-256 before a commit may reuse it)
+        self._known: dict[str, ObjectInfo] | None = None
         self._seq = 0
         self._sizes: dict[str, int] = {}
         # The lineage the next commit continues: set by `restore` (None: this store never restored).
@@ -484,10 +487,46 @@ class CheckpointStore:
         its first commit, which may be the one after a notice, does not wait for the listing."""
         return set(self._listed())
 
-    def _listed(self) -> dict[str, str]:
+    def _listed(self) -> dict[str, ObjectInfo]:
         if self._known is None:
-            self._known = {o.name: o.crc32c for o in self.storage.list(BLOBS)}
+            self._known = {o.name: o for o in self.storage.list(BLOBS)}
         return self._known
+
+    def _reusable(self, part: Part) -> bool:
+        """Whether a commit may name the stored chunk `part.name` instead of uploading it: only once
+        its stored bytes are known to be the ones its name promises. A listed CRC32C (Cloud
+        Storage's, of the bytes it holds) must be the chunk's; a chunk listed without one (a local
+        job dir) is read back and its SHA-256, its name, checked once. Any other chunk is uploaded
+        again, over what is stored (issue 24: a damaged chunk reused by every later commit left no
+        snapshot restorable)."""
+        known = self._listed()
+        info = known.get(part.name)
+        if info is None:
+            return False
+        if info.crc32c:
+            return info.crc32c == part.crc32c
+        blob = self.storage.read(part.name)
+        if blob is None or len(blob.data) != part.size or \
+                hashlib.sha256(blob.data).hexdigest() != part.name.rsplit("/", 1)[-1]:
+            log.warning("a stored chunk does not hold the bytes its name says; sending it again", object=part.name)
+            known.pop(part.name, None)
+            return False
+        known[part.name] = ObjectInfo(part.name, part.size, part.crc32c, info.generation)
+        return True
+
+    def _recheck(self, reused: list[Part]) -> None:
+        """Beside a commit's uploads: every reused chunk is still stored as it was when it was
+        verified (the same size and CRC32C, and the same generation: not written again since, by
+        anyone). Raises SnapshotChanged and forgets the chunk otherwise, so the next attempt sends it."""
+        known = self._listed()
+        stored = {o.name: o for o in self.storage.list(CHUNKS)}
+        for part in reused:
+            now, then = stored.get(part.name), known.get(part.name)
+            if now is not None and now.size == part.size and (not now.crc32c or now.crc32c == part.crc32c) and \
+                    (then is None or not then.generation or not now.generation or now.generation == then.generation):
+                continue
+            known.pop(part.name, None)
+            raise SnapshotChanged(f"stored chunk {part.name} changed since it was verified (the commit sends it again)")
 
     def commit(self, local_root: str, snapshot: Snapshot, attempt: int,
                fence: Callable[[], None] | None = None) -> CommitStats:
@@ -507,22 +546,22 @@ class CheckpointStore:
         known = self._listed()
         todo: dict[str, Part] = {}  # one upload per chunk, even one that a commit holds twice
         reused: list[Part] = []
+        chosen: set[str] = set()
         for entry in entries:
             for c in entry.chunks:
                 part = Part(os.path.join(local_root, entry.path), c.offset, c.size, c.object, c.crc32c)
-                if c.object in todo:
+                if c.object in todo or c.object in chosen:
                     continue
-                stored = known.get(c.object)
-                # a stored chunk whose listed checksum is not its own (an upload cut short between its
-                # write and its clean-up) is sent again, over it
-                if stored is None or (stored and stored != c.crc32c):
-                    todo[c.object] = part
-                else:
+                chosen.add(c.object)
+                if self._reusable(part):
                     reused.append(part)
+                else:
+                    todo[c.object] = part
         started = time.monotonic()
         beside = [_Beside(fence)] if fence is not None and todo else []
         if reused:
             beside.append(_Beside(lambda: _check_unchanged(reused)))
+            beside.append(_Beside(lambda: self._recheck(reused)))
         try:
             stored_infos = self.storage.upload_parts(list(todo.values())) if todo else []
         finally:
@@ -574,8 +613,7 @@ class CheckpointStore:
         overlaps the trainer's save. Nothing becomes restorable by it (only a manifest refers to a
         chunk). A chunk whose bytes changed under the upload is deleted again and left for the
         commit. Returns the bytes stored."""
-        known = self._listed()
-        todo = {p.name: p for p in parts if known.get(p.name) != p.crc32c}
+        todo = {p.name: p for p in parts if not self._reusable(p)}
         if not todo:
             return 0
         self._keep_stored(list(todo.values()), self.storage.upload_parts(list(todo.values())))
@@ -591,8 +629,13 @@ class CheckpointStore:
                 self.storage.delete([part.name])
                 known.pop(part.name, None)
                 return part
-            known[part.name] = info.crc32c or part.crc32c
+            known[part.name] = ObjectInfo(part.name, info.size, info.crc32c or part.crc32c, info.generation)
         return None
+
+    def _forget(self, name: str) -> None:
+        """Drops a chunk found damaged: no commit reuses it before it is verified or stored again."""
+        if self._known is not None:
+            self._known.pop(name, None)
 
     def _entry(self, local_root: str, f: LocalFile) -> FileEntry:
         """The manifest's entry for a scanned file, its chunks cut at this store's chunk size (read
@@ -702,6 +745,8 @@ class CheckpointStore:
         for entry, local in zip(manifest.files, locals_):
             for c in entry.chunks:
                 info = landed[(local, c.offset)]
+                if info.size != c.size or info.crc32c != c.crc32c:
+                    self._forget(c.object)  # the next commit that holds these bytes stores them again
                 if info.size != c.size:
                     return f"{entry.path}: chunk at offset {c.offset} is {info.size} bytes, {c.size} in the manifest"
                 if info.crc32c != c.crc32c:
