@@ -118,3 +118,45 @@ def test_after_a_notice_chunks_of_a_checkpoint_still_being_written_upload_before
     restored = tmp_path / "restored"
     assert CheckpointStore(open_storage(str(tmp_path / "jobdir")), chunk_size=chunk).restore(str(restored)) is not None
     assert (restored / "dummy-checkpoint-9.bin").read_bytes() == body
+
+
+class CommitsAfter(CheckpointStore):
+    """A checkpoint store whose first `failures` commits find the snapshot changed under them (as a
+    commit does whose file was still being written when it was read)."""
+
+    def __init__(self, storage, failures):
+        super().__init__(storage)
+        self.failures = failures
+
+    def commit(self, *args, **kwargs):
+        if self.failures:
+            from survivor.jobdir.store import SnapshotChanged
+
+            self.failures -= 1
+            raise SnapshotChanged("dummy-checkpoint-8.json changed since it was read")
+        return super().commit(*args, **kwargs)
+
+
+def test_the_final_sync_commits_the_trainers_last_checkpoint_though_its_first_tries_fail(tmp_path):
+    """Issue 24 item 0, deterministically: the trainer finished and saved step 8, and the final
+    sync's first three commits found the snapshot changed. It used to give up after three (DONE was
+    then written with nothing committed); it now tries again, and says what is left if it cannot."""
+    from survivor.agent.ending import AttemptResult, decide_ending
+
+    local = tmp_path / "job"
+    local.mkdir()
+    (local / "dummy-checkpoint-8.json").write_text('{"step": 8}')
+    storage = open_storage(str(tmp_path / "jobdir"))
+    mirror = Mirror(CommitsAfter(storage, failures=3), storage, str(local), attempt=1, interval=3600,
+                    committed_step=None, on_commit=lambda stats: None)
+    mirror._thread.start()  # as start() does, without its first scan (which would take step 8 as restored)
+    mirror.final_sync(pause=0.01)
+    assert mirror.committed_step == 8 and mirror.uncommitted() is None
+
+    stuck = Mirror(CommitsAfter(storage, failures=100), storage, str(local), attempt=2, interval=3600,
+                   committed_step=None, on_commit=lambda stats: None)
+    stuck._thread.start()
+    stuck.final_sync(pause=0.01)
+    assert stuck.committed_step is None and stuck.uncommitted() == 8
+    ending = decide_ending(AttemptResult(trainer_code=0, committed_step=None, uncommitted_step=stuck.uncommitted()))
+    assert not ending.done and ending.outcome == "interrupted" and "step 8" in ending.reason

@@ -354,7 +354,8 @@ class Boot:
         result = AttemptResult(trainer_code=code, commit_failure=commit_failure, last_words=trainer.last_words(),
                                ignored_notice_seconds=ignored,
                                restored_step=restored, reached_step=self._reached(restored),
-                               committed_step=mirror.committed_step)
+                               committed_step=mirror.committed_step,
+                               uncommitted_step=None if commit_failure else mirror.uncommitted())
         if watcher.notice is not None:  # one that came while the trainer exited by itself counts too
             result = self._safe_after_notice(watcher.notice, result)
         mirror.tidy()  # after the checkpoint is safe: never on the way to it

@@ -49,6 +49,9 @@ class AttemptResult:
             dummy trainer ignores SIGTERM), so what it trained since its last checkpoint is lost.
         restored_step, reached_step, committed_step: the step restored, the furthest the trainer
             reported, and the newest committed; recorded in the journal, not decided on.
+        uncommitted_step: the newest checkpoint the trainer left that the final commit did not
+            cover (None: none). A trainer that finished is DONE only once its last checkpoint is
+            committed: DONE points at the committed snapshot, and a later boot never trains again.
     """
 
     trainer_code: int | None = None
@@ -63,6 +66,7 @@ class AttemptResult:
     restored_step: int | None = None
     reached_step: int | None = None
     committed_step: int | None = None
+    uncommitted_step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,11 @@ def decide_ending(result: AttemptResult) -> Ending:
         return Ending(result.notice, EXIT_OK, reason="; ".join(r for r in (unsaved(result), result.commit_failure) if r))
     if result.commit_failure:
         return Ending("interrupted", EXIT_RETRY, reason=result.commit_failure)
+    if result.trainer_code == 0 and result.uncommitted_step is not None:
+        return Ending("interrupted", EXIT_RETRY, reason=(
+            f"the trainer finished, but its last checkpoint (step {result.uncommitted_step}) is not committed "
+            f"(newest commit: {'none' if result.committed_step is None else f'step {result.committed_step}'}); "
+            "not DONE: the next start resumes from the newest commit"))
     if result.trainer_code == 0:
         return Ending("finished", EXIT_OK, done=True)
     last = f": {result.last_words}" if result.last_words else ""

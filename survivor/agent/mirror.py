@@ -256,15 +256,28 @@ class Mirror:
         self._wake.set()
         self._thread.join()
 
-    def final_sync(self, attempts: int = 3) -> CommitStats | None:
+    def final_sync(self, attempts: int = 5, pause: float = 0.2) -> CommitStats | None:
         """Stops the background rounds and commits what the trainer left, retrying a file that
-        changed during its upload. Garbage collection is left to `tidy`, after the checkpoint is safe.
+        changed during its upload (`pause` seconds apart). Garbage collection is left to `tidy`,
+        after the checkpoint is safe. Afterwards `uncommitted` is the newest step the trainer left
+        that is still not committed (None: all of it is), which `decide_ending` will not call DONE.
         Raises LeaseLost when another agent holds the job, StorageError when the job dir fails."""
         self.stop()
         stats = None
-        for _ in range(attempts):
+        for attempt in range(attempts):
             stats = self.sync(collect=False) or stats
-            snapshot_step = scan(self.local_root, self._checksums).step
-            if snapshot_step is None or snapshot_step == self.committed_step:
+            left = self.uncommitted()
+            if left is None:
                 break
+            if attempt + 1 < attempts:
+                time.sleep(pause)
         return stats
+
+    def uncommitted(self) -> int | None:
+        """The step of the newest checkpoint in the local job dir if it is newer than the last commit
+        (or nothing is committed), else None. Read afresh, without the checksums kept across scans:
+        what decides DONE does not rest on anything a scan during the trainer's writes remembered."""
+        step = scan(self.local_root).step
+        if step is None or (self.committed_step is not None and step <= self.committed_step):
+            return None
+        return step
