@@ -329,3 +329,91 @@ def test_a_damaged_state_disk_copy_is_ignored_and_the_previous_commit_restores(t
     assert _journal(job_dir).attempts[-1].restored_step == previous
     warnings = [line for line in vm.log_lines() if "does not verify" in line.get("message", "")]
     assert len(warnings) == 1 and pending_name(vm.name) in json.dumps(warnings[0])
+
+
+# -- issue 24: the state disk under a hostile trainer or a damaged job dir -------------------------
+
+
+def _preempted_with_a_pending_snapshot(tmp_path, instance_factory, **fields):
+    """A VM preempted with too little time: its last checkpoint waits on its state disk. Returns
+    (vm, job_dir, record, the step committed in the job dir before it)."""
+    job_dir = str(tmp_path / "jobdir")
+    spec = dummy_spec(job_dir, tmp_path, train_steps=60, checkpoint_steps=5, state_disk_gb=10, **fields)
+    vm = instance_factory(spec, state_disk=True, env={RATE_ENV: "1"})
+    vm.boot()
+    vm.wait_for_step(23)
+    vm.set_preempted()
+    assert vm.wait(30) == 0, f"see {vm.log_path()}"
+    record = PendingSnapshot.from_json(open_storage(job_dir).read(pending_name(vm.name)).data)
+    previous = CheckpointStore(open_storage(job_dir)).latest().step
+    assert previous < record.step
+    return vm, job_dir, record, previous
+
+
+def test_a_pending_snapshot_is_not_obsolete_against_a_newer_manifest_that_does_not_verify(tmp_path,
+                                                                                        instance_factory):
+    """Item 3: a newer manifest that parses but names a chunk that is not stored used to make the
+    pending record 'obsolete': record and copy deleted, an older commit restored. Only a snapshot
+    that verifies makes it obsolete; here the disk's snapshot is committed and restored."""
+    vm, job_dir, record, previous = _preempted_with_a_pending_snapshot(tmp_path, instance_factory)
+    storage = open_storage(job_dir)
+    store = CheckpointStore(storage, max_step=60)
+    good = json.loads(storage.read(store.latest().name).data)
+    good["step"], good["attempt"], good["seq"] = record.step + 10, 9, 99
+    good["files"][0]["chunks"][0]["object"] = "survivor/blobs/chunks/" + "0" * 64  # never stored
+    storage.write(f"survivor/snapshots/{record.step + 10:012d}-000009-0099.json", json.dumps(good).encode())
+    vm.boot(wipe=True)
+    assert vm.wait(120) == 0, f"see {vm.log_path()}"
+    state = _journal(job_dir)
+    assert state.attempts[-1].restored_step == record.step and state.done["step"] == 60
+    assert storage.list(PENDING) == []
+
+
+def test_a_fifo_in_the_state_disks_copy_does_not_hang_the_boot(tmp_path, instance_factory):
+    """Item 5: a FIFO where the copy's file was: the boot opened it and waited for ever. It is
+    refused with one warning naming it, and the previous commit restores."""
+    vm, job_dir, record, previous = _preempted_with_a_pending_snapshot(tmp_path, instance_factory)
+    folder = os.path.join(vm.state_disk, "snapshots", record.dirname)
+    victim = os.path.join(folder, sorted(os.listdir(folder))[0])
+    os.remove(victim)
+    os.mkfifo(victim)
+    vm.boot(wipe=True)
+    assert vm.wait(60) == 0, f"the boot hung or failed; see {vm.log_path()}"
+    assert _journal(job_dir).attempts[-1].restored_step == previous
+    warnings = [line for line in vm.log_lines() if "does not verify" in line.get("message", "")]
+    assert len(warnings) == 1 and "not a regular file" in json.dumps(warnings[0])
+
+
+def test_a_link_at_the_state_disks_snapshots_is_never_followed(tmp_path, instance_factory):
+    """Item 8: `<disk>/snapshots` replaced by a link to another directory. Saving used to clear
+    everything in the link's target (with the agent as root, a link to / wipes the machine). The
+    disk is not used then: the notice's commit goes to Cloud Storage and the target is untouched."""
+    job_dir = str(tmp_path / "jobdir")
+    spec = dummy_spec(job_dir, tmp_path, train_steps=60, checkpoint_steps=5, state_disk_gb=10)
+    vm = instance_factory(spec, state_disk=True, env={RATE_ENV: "1"})
+    target = tmp_path / "precious"
+    target.mkdir()
+    (target / "sentinel").write_text("keep me")
+    (target / "12-1").mkdir()  # even a name the disk tier would give its own folders
+    os.makedirs(vm.state_disk, exist_ok=True)
+    os.symlink(target, os.path.join(vm.state_disk, "snapshots"))
+    vm.boot()
+    vm.wait_for_step(23)
+    vm.set_preempted()
+    assert vm.wait(30) == 0, f"see {vm.log_path()}"
+    assert (target / "sentinel").read_text() == "keep me" and (target / "12-1").is_dir()
+    attempt = _journal(job_dir).attempts[-1]
+    assert attempt.outcome == "preempted" and attempt.steps_lost == 0
+    assert CheckpointStore(open_storage(job_dir)).latest().step == attempt.end_step  # in Cloud Storage
+    assert open_storage(job_dir).list(PENDING) == []
+
+
+def test_a_pending_record_beyond_train_steps_is_refused_before_it_is_committed(tmp_path, caplog):
+    """Item 12: such a record was committed, then refused at restore, and its copy deleted."""
+    storage, disk_root = _saved(tmp_path)  # step 4 committed; step 9 pending
+    store = CheckpointStore(storage, max_step=8)
+    assert DiskTier(disk_root, storage, "vm-1", ZONE).recover(store, attempt=2) is None
+    assert any("beyond train_steps" in r.getMessage() for r in caplog.records)
+    assert store.latest().step == 4  # nothing committed
+    assert [o.name for o in storage.list(PENDING)] == [pending_name("vm-1")]  # kept, as is its copy
+    assert os.listdir(os.path.join(disk_root, "snapshots")) == ["9-1"]

@@ -297,6 +297,8 @@ class Boot:
                 disk.recover(store, attempt.number, fence=lease.fence)
         try:
             restored = self._restore(store, journal, attempt)
+            if disk is not None and disk.settle(store, restored, attempt.number, fence=lease.fence) is not None:
+                restored = self._restore(store, journal, attempt)  # the disk's snapshot, committed just now
         except RestoreFailed as exc:  # never a start from scratch over committed work
             if exc.local:  # the boot disk's reasons are the same on the next boot: they count
                 return AttemptResult(failure=f"restore failed: {exc}")

@@ -35,9 +35,12 @@ the group recreates a preempted VM with its stateful disk when the termination a
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import os
+import re
 import shutil
+import stat
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -45,7 +48,7 @@ from typing import Callable, Iterator
 import google_crc32c
 
 from survivor import log as logs
-from survivor.jobdir.chunks import digest_file
+from survivor.jobdir.chunks import Digester
 from survivor.jobdir.snapshot import LocalFile, Snapshot
 from survivor.jobdir.storage import JobStorage, crc32c_text, parse_json
 from survivor.jobdir.store import CheckpointStore, ManifestError, SnapshotChanged, check_relative_path, safe_join
@@ -225,7 +228,32 @@ class DiskTier:
         return os.path.isfile(os.path.join(self.root, MARKER)) and os.access(self.root, os.W_OK)
 
     def _dir(self, name: str) -> str:
-        return os.path.join(self.root, "snapshots", name)
+        return os.path.join(self._snapshots(), name)
+
+    def _snapshots(self) -> str:
+        """`<disk>/snapshots`, created if missing; OSError if it (or the disk's root) is a link or
+        not a directory: with the agent as root, following a link there and clearing what it points
+        at would delete whatever the link names (issue 24 item 8). Nothing there is followed."""
+        path = os.path.join(self.root, "snapshots")
+        for where in (self.root, path):
+            try:
+                st = os.lstat(where)
+            except FileNotFoundError:
+                if where == path:
+                    os.mkdir(path, 0o700)
+                    continue
+                raise
+            if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+                raise OSError(errno.ENOTDIR, f"{where} is a link or not a directory; the state disk is not used")
+        return path
+
+    def _remove_own(self, keep: str | None = None) -> None:
+        """Removes the snapshot folders this tier wrote (`<step>-<attempt>`, `.<step>-<attempt>.partial`)
+        but `keep`, and nothing else: never a name it did not make, never through a link."""
+        folder = self._snapshots()
+        for name in os.listdir(folder):
+            if name != keep and _OWN.fullmatch(name):
+                _remove(os.path.join(folder, name))
 
     # -- after a notice ---------------------------------------------------------------------------
 
@@ -240,16 +268,14 @@ class DiskTier:
                                  _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
         final = self._dir(record.dirname)
         partial = self._dir(f".{record.dirname}.partial")
-        shutil.rmtree(partial, ignore_errors=True)
+        _remove(partial)
         for f in snapshot.files:
             _copy_checked(safe_join(local_root, f.path), safe_join(partial, f.path), f)
-        shutil.rmtree(final, ignore_errors=True)
+        _remove(final)
         os.replace(partial, final)
         _fsync_dir(os.path.dirname(final))
         self.storage.write(pending_name(self.instance), record.to_json())
-        for name in os.listdir(os.path.dirname(final)):  # one snapshot on the disk: the recorded one
-            if name != record.dirname:
-                shutil.rmtree(self._dir(name), ignore_errors=True)
+        self._remove_own(keep=record.dirname)  # one snapshot on the disk: the recorded one
         return record
 
     # -- the next boot ----------------------------------------------------------------------------
@@ -266,10 +292,13 @@ class DiskTier:
         committed = latest.step if latest is not None else -1
         recovered = None
         for name, record in records:
+            if store.max_step is not None and record.step > store.max_step:  # restore would refuse its commit
+                log.warning("ignoring a pending disk-tier snapshot beyond train_steps", record=name,
+                            step=record.step, train_steps=store.max_step)
+                continue
             if record.step <= committed:
-                log.info("a pending disk-tier snapshot is obsolete; deleting its record", record=name,
-                         step=record.step, committed_step=committed)
-                self._forget(name, record)
+                # obsolete only against a snapshot that verifies: `settle` decides once the restore has
+                # said which one does (a newer manifest may parse and still fail)
                 continue
             if (record.instance, record.zone) != (self.instance, self.zone):
                 log.warning("ignoring a pending disk-tier snapshot: it is on another instance's disk", record=name,
@@ -280,6 +309,27 @@ class DiskTier:
                             record=name, step=record.step, disk=self.root)
                 continue
             recovered = self._commit(store, name, record, attempt, fence) or recovered
+        return recovered
+
+    def settle(self, store: CheckpointStore, restored: int | None, attempt: int,
+               fence: Callable[[], None] | None = None) -> int | None:
+        """After the restore: deletes the pending records no newer than the snapshot it restored (a
+        verified one), and commits this disk's records that are newer (the commits above them did
+        not verify) as `recover` does. Returns the step committed, or None; the caller restores
+        again then. Never raises for a record or a disk copy."""
+        newest = restored if restored is not None else -1
+        recovered = None
+        for name, record in list(_records(self.storage)):
+            if store.max_step is not None and record.step > store.max_step:
+                continue
+            if record.step <= newest:
+                log.info("a pending disk-tier snapshot is obsolete; deleting its record", record=name,
+                         step=record.step, restored_step=restored)
+                self._forget(name, record)
+            elif (record.instance, record.zone) == (self.instance, self.zone) and self.available():
+                log.warning("a pending disk-tier snapshot is newer than every commit that verifies; committing it",
+                            record=name, step=record.step, restored_step=restored)
+                recovered = self._commit(store, name, record, attempt, fence) or recovered
         return recovered
 
     def _mounted(self, wait: float) -> bool:
@@ -293,13 +343,16 @@ class DiskTier:
 
     def _commit(self, store: CheckpointStore, name: str, record: PendingSnapshot, attempt: int,
                 fence: Callable[[], None] | None) -> int | None:
-        folder = self._dir(record.dirname)
+        try:
+            folder = self._dir(record.dirname)
+        except OSError as exc:
+            log.warning("ignoring a pending disk-tier snapshot: its folder on the state disk cannot be used",
+                        record=name, step=record.step, reason=str(exc))
+            return None
         files, problem = [], None
         for f in record.files:
-            path = safe_join(folder, f.path)
             try:
-                digest = digest_file(path, store.chunk_size)
-                st = os.stat(path)
+                digest, st = _digest_regular(folder, f.path, store.chunk_size)
             except OSError as exc:
                 problem = f"{f.path}: {exc.strerror or exc}"
                 break
@@ -329,7 +382,51 @@ class DiskTier:
         record, so no record outlives its files by this hand)."""
         self.storage.delete([name])
         if (record.instance, record.zone) == (self.instance, self.zone):
-            shutil.rmtree(self._dir(record.dirname), ignore_errors=True)
+            try:
+                _remove(self._dir(record.dirname))
+            except OSError as exc:  # a disk whose snapshots dir is a link: nothing of it is touched
+                log.warning("the state disk's copy was not removed", record=name, reason=str(exc))
+
+
+#: The names this tier gives its folders under `<disk>/snapshots`.
+_OWN = re.compile(r"\.?\d+-\d+(\.partial)?")
+
+
+def _remove(path: str) -> None:
+    """Removes a file or a folder this tier wrote, never through a link (a link itself is removed)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path, ignore_errors=True)  # rmtree itself never follows a link inside
+    else:
+        os.unlink(path)
+
+
+def _digest_regular(folder: str, rel: str, chunk_size: int):
+    """The digest and stat of the regular file `rel` under `folder`, opened without following a
+    link in any part of the path and without blocking: OSError for a link, a FIFO, a device or a
+    directory (a FIFO left there would hang the boot for ever, issue 24 item 5)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for part in rel.split("/")[:-1]:
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        file_fd = os.open(rel.split("/")[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+    finally:
+        os.close(fd)
+    try:
+        st = os.fstat(file_fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        digester = Digester(chunk_size)
+        with os.fdopen(os.dup(file_fd), "rb") as f:
+            digester.read(f)
+        return digester.digest(), st
+    finally:
+        os.close(file_fd)
 
 
 def _copy_checked(source: str, target: str, f: LocalFile) -> None:
