@@ -459,3 +459,58 @@ def test_a_chunk_damaged_while_the_agent_runs_is_stored_again_and_every_later_co
     restored = CheckpointStore(storage, chunk_size=SMALL).restore(str(tmp_path / "r"))
     assert restored is not None and restored.name == newest.name, \
         f"restored {restored and restored.name}, not the newest commit {newest.name}"
+
+
+def test_temporary_uploads_a_killed_agent_left_are_collected_and_a_write_under_way_is_not(tmp_path):
+    """Issue 24 item 11: `.tmp-*` copies left in a local job dir by a SIGKILL (78 after 80 kills)
+    were never removed. Garbage collection removes those older than its store; a newer one (a write
+    of this process under way) stays."""
+    job_dir = str(tmp_path / "jobdir")
+    storage = open_storage(job_dir)
+    local = str(tmp_path / "job")
+    old_store = CheckpointStore(storage, chunk_size=SMALL, keep=1)
+    write(local, "model.data", os.urandom(2 * SMALL))
+    commit(old_store, local, 1)
+    chunks_dir = os.path.join(job_dir, CHUNKS.rstrip("/"))
+    leftover = os.path.join(chunks_dir, ".tmp-killed")
+    with open(leftover, "wb") as f:
+        f.write(b"x" * 1000)
+    os.utime(leftover, (time.time() - 60, time.time() - 60))
+    store = CheckpointStore(storage, chunk_size=SMALL, keep=1)  # the next agent
+    in_flight = os.path.join(chunks_dir, ".tmp-writing-now")
+    with open(in_flight, "wb") as f:
+        f.write(b"y")
+    write(local, "model.data", os.urandom(2 * SMALL))
+    commit(store, local, 2)
+    store.collect_garbage()
+    assert not os.path.exists(leftover) and os.path.exists(in_flight)
+    assert not [o for o in storage.list("") if ".tmp-" in o.name]  # never listed as objects either
+
+
+def test_a_sparse_file_restores_sparse_on_a_disk_smaller_than_its_size(tmp_path):
+    """Issue 24 item 14: a sparse 1 GiB file commits as one deduplicated all-zero chunk, but its
+    restore wrote 1 GiB of real blocks and the boot disk's check refused it (the job could end
+    FAILED). All-zero chunks are left holes: it restores onto a 64 MiB disk, still sparse."""
+    import subprocess
+
+    local, job_dir = str(tmp_path / "job"), str(tmp_path / "jobdir")
+    os.makedirs(local)
+    with open(os.path.join(local, "model.data"), "wb") as f:
+        f.write(b"head")
+        f.truncate(1 << 30)
+    storage = open_storage(job_dir)
+    stats = commit(CheckpointStore(storage), local, 7)
+    assert stats.manifest.size > (1 << 30)
+    small = tmp_path / "small-disk"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(small)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        manifest = CheckpointStore(storage).restore(str(small / "job"))
+        assert manifest.step == 7
+        restored = os.path.join(str(small / "job"), "model.data")
+        assert os.path.getsize(restored) == 1 << 30 and os.stat(restored).st_blocks * 512 < (64 << 20)
+        with open(restored, "rb") as f:
+            assert f.read(4) == b"head" and f.read(1 << 20) == bytes(1 << 20)
+    finally:
+        subprocess.run(["umount", str(small)], check=False)

@@ -349,6 +349,10 @@ class JobStorage(Protocol):
         """Writes each object into its range of a local file, in parallel; returns, for each, the
         bytes the object held and the CRC32C of its range as written."""
 
+    def remove_temporaries(self, older_than: float) -> int:
+        """Removes what interrupted writes left behind (a local job dir's `.tmp-*` files last
+        modified before `older_than`, a time.time()); returns how many. Cloud Storage leaves none."""
+
 
 def open_storage(url: str, project: str | None = None) -> JobStorage:
     """Opens the job dir at `url`: `gs://BUCKET/PATH`, `file:///PATH` or `/PATH`."""
@@ -490,6 +494,26 @@ class LocalStorage:
                 continue
             out.append(ObjectInfo(rel, st.st_size, "", st.st_mtime_ns or 1))
         return sorted(out, key=lambda o: o.name)
+
+    def remove_temporaries(self, older_than: float) -> int:
+        """Removes the `.tmp-*` files an interrupted write or upload left (a SIGKILL between a
+        temporary copy and its rename), last modified before `older_than`: a write under way now is
+        younger. Never follows a link; returns how many were removed."""
+        removed = 0
+        for dirpath, dirnames, files in os.walk(self.root):
+            dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+            for name in files:
+                if not name.startswith(".tmp-"):
+                    continue
+                path = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(path)
+                    if stat.S_ISREG(st.st_mode) and st.st_mtime < older_than:
+                        os.unlink(path)
+                        removed += 1
+                except FileNotFoundError:
+                    continue
+        return removed
 
     def delete(self, names: Iterable[str]) -> None:
         """Removes the objects; one already gone is no error."""
@@ -781,6 +805,10 @@ class GcsStorage:
              for b in blobs),
             key=lambda o: o.name,
         )
+
+    def remove_temporaries(self, older_than: float) -> int:
+        """Nothing to remove: an upload to Cloud Storage is never visible half done."""
+        return 0
 
     def delete(self, names: Iterable[str]) -> None:
         """Deletes the objects in parallel; one already gone is no error."""

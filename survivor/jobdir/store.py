@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
+import functools
 import hashlib
 import json
 import os
@@ -47,7 +48,7 @@ from survivor import log as logs
 from survivor.jobdir.chunks import CHUNK_SIZE, CHUNKS, FileDigest, chunk_object, combine_crc32c, digest_file, fits
 from survivor.jobdir.snapshot import LocalFile, Snapshot
 from survivor.jobdir.storage import (NOT_FOUND, JobStorage, ObjectInfo, Part, PreconditionFailed, StorageError,
-                                     crc32c_of_file, crc32c_of_range, parse_json)
+                                     crc32c_of_bytes, crc32c_of_file, crc32c_of_range, parse_json)
 
 SNAPSHOTS = "survivor/snapshots/"
 BLOBS = "survivor/blobs/"
@@ -320,6 +321,25 @@ def check_relative_path(path: str) -> str:
     return normal
 
 
+@functools.lru_cache(maxsize=8)
+def _zeros(size: int) -> tuple[str, str]:
+    """(SHA-256 hex, CRC32C) of `size` zero bytes."""
+    data = bytes(size)
+    return hashlib.sha256(data).hexdigest(), crc32c_of_bytes(data)
+
+
+def is_zero_chunk(chunk: "ChunkEntry") -> bool:
+    """True for a chunk whose bytes are all zeros (its name is their SHA-256): a restore leaves it a
+    hole in the file instead of writing it, so a sparse file is restored as sparse as it was
+    committed, and the boot disk's check counts only what is written (issue 24 item 14)."""
+    return chunk.size > 0 and chunk.object.endswith("/" + _zeros(chunk.size)[0])
+
+
+def zero_crc32c(size: int) -> str:
+    """The CRC32C of `size` zero bytes."""
+    return _zeros(size)[1]
+
+
 def check_layout(paths: list[str]) -> None:
     """Pure: raises ManifestError unless the files can all be laid out in one directory: no path
     listed twice (once normalised) and none that is also another's directory (`F` beside `F/x`),
@@ -427,6 +447,7 @@ class CheckpointStore:
         #: the blobs and chunks stored, as this store last saw each verified (or as listed, with no
         #: CRC32C from a local job dir: verified by its SHA-256 before a commit may reuse it)
         self._known: dict[str, ObjectInfo] | None = None
+        self._created, self._swept = time.time(), False
         self._seq = 0
         self._sizes: dict[str, int] = {}
         # The lineage the next commit continues: set by `restore` (None: this store never restored).
@@ -652,6 +673,10 @@ class CheckpointStore:
         """Deletes the snapshots `snapshots_to_delete` picks and the blobs no other snapshot uses
         (one beyond `train_steps` keeps its blobs: restore skips it, but a raised `train_steps`
         would take it again). Returns (snapshots, blobs) deleted."""
+        if not self._swept:  # what a killed agent's writes left (a local job dir's temporary copies), once:
+            # older than this store, so no write of this process; the lease keeps other writers out (issue 24 #11)
+            self.storage.remove_temporaries(older_than=self._created)
+            self._swept = True
         readable = [m for m in (self.load(n, bounded=False) for n in self.manifest_names()) if m is not None]
         valid = [m for m in readable if self.max_step is None or m.step <= self.max_step]
         doomed = snapshots_to_delete(valid, self.keep)
@@ -716,8 +741,10 @@ class CheckpointStore:
         except ManifestError as exc:
             return str(exc)
         free = shutil.disk_usage(staging).free
-        if manifest.size > free:
-            raise RestoreFailed(f"snapshot {manifest.name} (step {manifest.step}) needs {manifest.size} bytes; "
+        needed = sum(f.size for f in manifest.files if f.object) + \
+            sum(c.size for f in manifest.files for c in f.chunks if not is_zero_chunk(c))
+        if needed > free:
+            raise RestoreFailed(f"snapshot {manifest.name} (step {manifest.step}) needs {needed} bytes; "
                                 f"the boot disk has {free} free at {staging}", local=True)
         whole = [(e.object, local) for e, local in zip(manifest.files, locals_) if e.object]
         parts = []
@@ -726,8 +753,9 @@ class CheckpointStore:
                 if not entry.object:  # its chunks are written in place, into a file of its full size
                     os.makedirs(os.path.dirname(local), exist_ok=True)
                     with open(local, "wb") as f:
-                        f.truncate(entry.size)
-                    parts += [Part(local, c.offset, c.size, c.object, c.crc32c) for c in entry.chunks]
+                        f.truncate(entry.size)  # a hole: an all-zero chunk is left as one (a sparse file stays sparse)
+                    parts += [Part(local, c.offset, c.size, c.object, c.crc32c) for c in entry.chunks
+                              if not is_zero_chunk(c)]
             if whole:
                 self.storage.download(whole)
             written = self.storage.download_parts(parts) if parts else []
@@ -744,7 +772,7 @@ class CheckpointStore:
         landed = {(p.local, p.offset): info for p, info in zip(parts, written)}
         for entry, local in zip(manifest.files, locals_):
             for c in entry.chunks:
-                info = landed[(local, c.offset)]
+                info = landed.get((local, c.offset)) or ObjectInfo(c.object, c.size, zero_crc32c(c.size))
                 if info.size != c.size or info.crc32c != c.crc32c:
                     self._forget(c.object)  # the next commit that holds these bytes stores them again
                 if info.size != c.size:
