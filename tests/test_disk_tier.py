@@ -5,6 +5,8 @@ instance, is ignored with a warning, and the previous committed snapshot restore
 
 import json
 import os
+import shlex
+import subprocess
 import time
 
 import pytest
@@ -14,8 +16,8 @@ from survivor.cloud.compute import Compute, ComputeError, GroupRef
 from survivor.cloud.group import stateful_policy
 from survivor.cloud.template import STATE_DISK_DEVICE, MachineOptions, template_body
 from survivor.commands import main as cli
-from survivor.jobdir.disk_tier import (MARKER, PENDING, RATE_ENV, DiskTier, PendingFile, PendingSnapshot, fits,
-                                       pending_name)
+from survivor.jobdir.disk_tier import (MARKER, PENDING, RATE_ENV, STATE_DISK_DIR, DiskTier, PendingFile,
+                                       PendingSnapshot, fits, pending_name)
 from survivor.jobdir.journal import Journal
 from survivor.jobdir.status import job_summary
 from survivor.jobdir.storage import crc32c_of_bytes, open_storage
@@ -417,3 +419,66 @@ def test_a_pending_record_beyond_train_steps_is_refused_before_it_is_committed(t
     assert store.latest().step == 4  # nothing committed
     assert [o.name for o in storage.list(PENDING)] == [pending_name("vm-1")]  # kept, as is its copy
     assert os.listdir(os.path.join(disk_root, "snapshots")) == ["9-1"]
+
+
+def _run_mount_state_disk(root: str) -> subprocess.CompletedProcess:
+    """startup.sh's own mount_state_disk, cut from the script as it ships, run as root with ROOT set
+    to a sandbox (log and guest_attribute stubbed): what a boot does with the state disk."""
+    from survivor.cloud.template import startup_script
+
+    script = startup_script()
+    function = script[script.index("mount_state_disk() {"):]
+    function = function[:function.index("\n}\n") + 3]
+    program = "\n".join([
+        "set -uo pipefail", f"ROOT={shlex.quote(root)}", "log() { echo \"$*\"; }", "guest_attribute() { :; }",
+        'readonly STATE_DEVICE="${ROOT}/dev/disk/by-id/google-survivor-state"',
+        f'readonly STATE_DIR="${{ROOT}}{STATE_DISK_DIR}"', function, "mount_state_disk"])
+    return subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def loop_disk(tmp_path):
+    """A 16 MiB loop device standing in for the state disk at the sandbox's by-id path (root only)."""
+    image = tmp_path / "disk.img"
+    with open(image, "wb") as f:
+        f.truncate(16 << 20)
+    made = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True, text=True)
+    if made.returncode or os.geteuid() != 0:
+        pytest.skip("needs root and a loop device")
+    device = made.stdout.strip()
+    root = tmp_path / "root"
+    (root / "dev/disk/by-id").mkdir(parents=True)
+    (root / "etc").mkdir()
+    os.symlink(device, root / "dev/disk/by-id/google-survivor-state")
+    yield str(root)
+    subprocess.run(["umount", "-R", str(root) + STATE_DISK_DIR], capture_output=True)
+    subprocess.run(["losetup", "-d", device], capture_output=True)
+
+
+def test_startup_sh_never_mounts_over_or_chowns_through_a_link_at_the_mount_point(loop_disk, tmp_path):
+    """Issue 24 item 4, in a sandbox as root: a link where the mount point belongs (the agent's user
+    could make one under /var/lib/survivor) is refused: nothing is mounted over its target and its
+    owner does not change. The mount point now lies where only root writes."""
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "keep").write_text("root's")
+    mount_point = loop_disk + STATE_DISK_DIR
+    os.makedirs(os.path.dirname(mount_point), exist_ok=True)
+    os.symlink(precious, mount_point)
+    done = _run_mount_state_disk(loop_disk)
+    assert done.returncode == 1 and "is a link or not a directory" in done.stdout, done.stdout + done.stderr
+    assert os.stat(precious).st_uid == 0 and (precious / "keep").read_text() == "root's"
+    assert not os.path.ismount(precious)
+    assert not STATE_DISK_DIR.startswith("/var/lib/survivor/")  # not inside the agent's own directory
+
+
+def test_startup_sh_mounts_the_disk_owned_by_the_agent_with_its_marker(loop_disk):
+    import pwd
+
+    done = _run_mount_state_disk(loop_disk)
+    mount_point = loop_disk + STATE_DISK_DIR
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert os.path.ismount(mount_point) and not os.path.islink(mount_point)
+    assert os.stat(mount_point).st_uid == pwd.getpwnam("survivor").pw_uid
+    assert os.path.isfile(os.path.join(mount_point, MARKER))
+    assert f" {STATE_DISK_DIR} ext4 " in open(os.path.join(loop_disk, "etc/fstab")).read()

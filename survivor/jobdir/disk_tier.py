@@ -1,6 +1,6 @@
 """The local tier: a snapshot too large for the notice, kept on the VM's state disk until its next boot commits it.
 
-    >>> tier = DiskTier("/var/lib/survivor/state-disk", storage, instance="cifar-x7k2", zone="us-west1-b")
+    >>> tier = DiskTier("/var/lib/survivor-state-disk", storage, instance="cifar-x7k2", zone="us-west1-b")
     >>> if tier.available() and not fits(new_bytes, rate.bytes_per_second(), seconds_left):
     ...     tier.save("/var/lib/survivor/job", snapshot, attempt=4)   # after a notice: a local write
     >>> tier.recover(store, attempt=5, fence=lease.fence)             # the next boot, before restore
@@ -56,7 +56,7 @@ from survivor.jobdir.store import CheckpointStore, ManifestError, SnapshotChange
 log = logs.get("disk-tier")
 
 #: Where startup.sh mounts the state disk; SURVIVOR_STATE_DISK moves it (a LocalInstance's own dir).
-STATE_DISK_DIR = "/var/lib/survivor/state-disk"
+STATE_DISK_DIR = "/var/lib/survivor-state-disk"
 STATE_DISK_ENV = "SURVIVOR_STATE_DISK"
 #: The file startup.sh writes on the state disk's own filesystem once it is mounted.
 MARKER = ".survivor-state-disk"

@@ -330,10 +330,17 @@ fi
 # The template names it by device name (survivor/cloud/template.py STATE_DISK_DEVICE), which
 # Compute Engine shows as /dev/disk/by-id/google-<device name>.
 readonly STATE_DEVICE="${ROOT}/dev/disk/by-id/google-survivor-state"
-readonly STATE_DIR="${ROOT}/var/lib/survivor/state-disk"
+# The mount point lies where only root can write (/var/lib, not /var/lib/survivor, which is the
+# agent's): a process of the agent's user cannot swap it for a link between boots, and it is
+# never followed (refused if a link, `chown -h`), and checked to be the disk's mount after mounting.
+readonly STATE_DIR="${ROOT}/var/lib/survivor-state-disk"
 
 mount_state_disk() {  # formats the disk only when blkid finds no filesystem on it; idempotent
   [[ -b "${STATE_DEVICE}" ]] || return 0
+  if [[ -L "${STATE_DIR}" ]] || { [[ -e "${STATE_DIR}" ]] && [[ ! -d "${STATE_DIR}" ]]; }; then
+    log "${STATE_DIR} is a link or not a directory: not mounting the state disk there"
+    return 1
+  fi
   mkdir -p "${STATE_DIR}"
   if ! mountpoint --quiet "${STATE_DIR}"; then
     local found=0
@@ -351,13 +358,21 @@ mount_state_disk() {  # formats the disk only when blkid finds no filesystem on 
   # later boots of this boot disk mount it before the agent's unit starts (nofail: never blocks a boot)
   local uuid
   uuid="$(blkid -s UUID -o value "${STATE_DEVICE}")" || return 1
-  if [[ "${uuid}" =~ ^[0-9a-fA-F-]+$ ]] && ! grep -q "^UUID=${uuid} " "${ROOT}/etc/fstab" 2>/dev/null; then
-    printf 'UUID=%s %s ext4 discard,defaults,nofail 0 2\n' "${uuid}" "/var/lib/survivor/state-disk" >> "${ROOT}/etc/fstab"
+  if [[ "${uuid}" =~ ^[0-9a-fA-F-]+$ ]] && ! grep -q "^UUID=${uuid} /var/lib/survivor-state-disk " "${ROOT}/etc/fstab" 2>/dev/null; then
+    if [[ -f "${ROOT}/etc/fstab" ]]; then  # an older line for this disk (another mount point) goes
+      sed -i "/^UUID=${uuid} /d" "${ROOT}/etc/fstab"
+    fi
+    printf 'UUID=%s %s ext4 discard,defaults,nofail 0 2\n' "${uuid}" "/var/lib/survivor-state-disk" >> "${ROOT}/etc/fstab"
   fi
-  chown survivor:survivor "${STATE_DIR}" || return 1
+  if [[ -L "${STATE_DIR}" ]] || ! mountpoint --quiet "${STATE_DIR}"; then
+    log "${STATE_DIR} is not the state disk's mount after mounting it: not using it"
+    return 1
+  fi
+  chown -h survivor:survivor "${STATE_DIR}" || return 1
   # the agent uses the disk only where this file is: on the disk's own filesystem, so an empty
-  # mount point (on the boot disk, which a recreation replaces) never passes for it
-  touch "${STATE_DIR}/.survivor-state-disk" || return 1
+  # mount point (on the boot disk, which a recreation replaces) never passes for it; a link the
+  # agent's user left in its place is removed, not followed
+  rm -f "${STATE_DIR}/.survivor-state-disk" && : > "${STATE_DIR}/.survivor-state-disk" || return 1
   log "state disk mounted at ${STATE_DIR}"
 }
 if ! mount_state_disk; then  # the agent then commits to Cloud Storage only; training goes on
