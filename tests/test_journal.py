@@ -136,3 +136,25 @@ def test_a_marker_that_is_not_a_plain_object_still_counts(job_dir, data):
     assert failed is not None
     json.dumps(failed)  # `status --json` prints it
     assert isinstance(failed_reason(failed), str)
+
+
+def test_a_snapshot_the_trainer_failed_on_is_passed_over_once_and_that_failure_is_not_counted():
+    from survivor.jobdir.journal import Attempt, failed_streak, snapshot_to_pass_over
+
+    def attempt(n, restored_from, restored_step, outcome="failed", reason="the trainer exited with code 1: boom",
+                end_step=None):
+        return Attempt(n, "vm", "t", restored_step=restored_step, ended="t", outcome=outcome, reason=reason,
+                       end_step=end_step if end_step is not None else restored_step, restored_from=restored_from)
+
+    first = attempt(1, "s/20", 20)
+    assert snapshot_to_pass_over([first]) == "s/20"
+    assert snapshot_to_pass_over([attempt(1, "s/20", 20, reason="cannot start the trainer: no user")]) is None
+    assert snapshot_to_pass_over([attempt(1, "", None)]) is None  # nothing restored: nothing to pass over
+    fell_back = attempt(2, "s/10", 10)
+    assert failed_streak([first, fell_back]) == 1  # the failure on s/20 counted against the snapshot
+    assert snapshot_to_pass_over([first, fell_back]) is None  # once a streak: now the trainer is the trouble
+    # back on s/20 reads as progress over s/10, so the streak starts again there: bounded, two boots later
+    again = [first, fell_back, attempt(3, "s/20", 20), attempt(4, "s/20", 20)]
+    assert failed_streak(again) == 2 and failed_streak(again + [attempt(5, "s/20", 20)]) == 3
+    trained = attempt(2, "s/10", 10, outcome="finished", reason="", end_step=40)
+    assert failed_streak([first, trained]) == 0

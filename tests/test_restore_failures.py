@@ -315,3 +315,91 @@ def test_status_says_fresh_start_and_reads_past_damaged_objects(job_dir, tmp_pat
     assert as_json.returncode == 0, as_json.stderr[-2000:]
     summary = json.loads(as_json.stdout)
     assert summary["committed_step"] == 20 and summary["history"][0]["restored"] == "fresh start"
+
+
+# -- a trainer that broke the write-then-rename contract (issue 24, item 7) ------------------------------
+
+STRICT_TRAINER = '''
+import argparse, json, os, sys, time
+from survivor.trainers.contract import StopRequest, report_progress, report_saved
+p = argparse.ArgumentParser()
+p.add_argument("--job-dir"); p.add_argument("--train-steps", type=int)
+p.add_argument("--truncate-after-rename", action="store_true")
+args, _ = p.parse_known_args()
+os.makedirs(args.job_dir, exist_ok=True)
+stop = StopRequest.install()
+def save(step):
+    final = os.path.join(args.job_dir, f"ckpt-{step}.json")
+    with open(final + ".tmp", "w") as f:
+        json.dump({"step": step, "weights": "w" * 500}, f)
+    os.replace(final + ".tmp", final)
+    if args.truncate_after_rename:  # the contract broken: the committed file changes after its rename
+        time.sleep(0.3)
+        with open(final, "r+") as f:
+            f.truncate(10)
+steps = [int(n[5:-5]) for n in os.listdir(args.job_dir) if n.startswith("ckpt-") and n.endswith(".json")]
+start = max(steps, default=0)
+if start:
+    json.load(open(os.path.join(args.job_dir, f"ckpt-{start}.json")))  # a torn checkpoint: exit 1
+for step in range(start + 1, args.train_steps + 1):
+    time.sleep(0.01)
+    report_progress(step)
+    if step % 10 == 0 or step == args.train_steps:
+        save(step)
+    if stop.requested:
+        save(step); report_saved(step); break
+'''
+
+
+def _strict_spec(job_dir, tmp_path, train_steps, *extra):
+    import yaml
+
+    script = tmp_path / "strict_trainer.py"
+    script.write_text(STRICT_TRAINER)
+    return yaml.safe_dump({"job_dir": job_dir, "train_steps": train_steps, "checkpoint_steps": 10,
+                           "sync_seconds": 0.2, "grace_seconds": 5, "on_finish": "keep-alive",
+                           "trainer": {"argv": [PYTHON, str(script), *extra]}})
+
+
+def test_a_snapshot_the_trainer_fails_on_is_passed_over_once_and_the_job_trains_on(job_dir, tmp_path,
+                                                                                    instance_factory):
+    """The newest committed snapshot holds a checkpoint the trainer cannot read (a trainer that
+    truncated its file after the rename, committed before the mirror could tell): the first boot's
+    trainer fails on it; the next boot passes over it for the snapshot before, and the job finishes
+    DONE instead of ending FAILED with a good snapshot below."""
+    storage = open_storage(job_dir)
+    store = CheckpointStore(storage)
+    local = tmp_path / "committed"
+    local.mkdir()
+    (local / "ckpt-10.json").write_text(json.dumps({"step": 10, "weights": "w"}))
+    store.commit(str(local), scan(str(local)), attempt=1)
+    (local / "ckpt-20.json").write_text('{"step": 2')  # torn
+    store.commit(str(local), scan(str(local)), attempt=1)
+    vm = instance_factory(_strict_spec(job_dir, tmp_path, 40))
+    vm.boot()
+    assert vm.wait(60) == 1  # the trainer failed on step 20's checkpoint: systemd restarts the agent
+    vm.boot()
+    assert vm.wait(60) == 0, open(vm.log_path()).read()[-3000:]
+    state = state_of(job_dir)
+    assert [(a.outcome, a.restored_step) for a in state.attempts] == [("failed", 20), ("finished", 10)]
+    assert state.done["step"] == 40 and state.failed is None
+    assert [line for line in messages(vm, "WARNING") if "passing over" in line["message"]]
+
+
+def test_a_trainer_that_truncates_its_checkpoint_after_the_rename_never_replaces_its_commit(tmp_path,
+                                                                                            instance_factory):
+    """Each save is renamed into place and then truncated: the mirror commits the step while it is
+    whole and never commits the same step again once its files changed; every later boot resumes."""
+    job_dir = str(tmp_path / "jobdir")
+    vm = instance_factory(_strict_spec(job_dir, tmp_path, 60, "--truncate-after-rename"))
+    vm.boot()
+    vm.wait_for_step(35)
+    assert vm.preempt(soft_off=True) == 0
+    storage = open_storage(job_dir)
+    steps = [CheckpointStore(storage).load(n).step for n in CheckpointStore(storage).manifest_names()]
+    assert len(steps) == len(set(steps)), f"a step was committed twice: {steps}"
+    vm.boot(wipe=True)
+    assert vm.wait(60) == 0, open(vm.log_path()).read()[-3000:]
+    state = state_of(job_dir)
+    assert state.done["step"] == 60 and [a.outcome for a in state.attempts][-1] == "finished"
+    assert [line for line in vm.log_lines(1) if "files of a committed step changed" in line.get("message", "")]

@@ -53,7 +53,7 @@ from survivor.agent.trainer import (TrainerProcess, TrainerUserError, launch, lo
                                     read_progress, read_saved, save_signal)
 from survivor.cloud.metadata import InstanceIdentity, MetadataClient, MetadataError
 from survivor.jobdir.disk_tier import DiskTier, state_disk_dir
-from survivor.jobdir.journal import Attempt, Journal, JobState, should_give_up, steps_lost
+from survivor.jobdir.journal import Attempt, Journal, JobState, should_give_up, snapshot_to_pass_over, steps_lost
 from survivor.jobdir.lease import Holder, Lease, LeaseHeld, LeaseLost
 from survivor.jobdir.storage import JobStorage, StorageError, open_storage
 from survivor.jobdir.store import CheckpointStore, CommitStats, RestoreFailed
@@ -507,7 +507,9 @@ class Boot:
         """Step 5: the newest committed snapshot that verifies, into the local job dir; returns its
         step (None: nothing committed, a start from scratch). Raises RestoreFailed."""
         with self.phase.timed("restore"):
-            manifest = store.restore(local_job_dir(self.options.workdir))
+            # the last few attempts say whether the trainer failed on the newest snapshot (a streak is short)
+            recent = [a for a in journal.attempts(newest=12) if a.number != attempt.number]
+            manifest = store.restore(local_job_dir(self.options.workdir), pass_over=snapshot_to_pass_over(recent))
         attempt.restored_step = manifest.step if manifest else None
         attempt.restored_from = manifest.name if manifest else ""
         attempt.timings = dict(self.phase.seconds)  # a running attempt's ledger knows its restore

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from survivor.jobdir.journal import TRAINER_FAILED
+
 from survivor.jobdir.ledger import UNSAVED
 
 #: Nothing left to do on this boot: done, failed for good, or saved after a notice.
@@ -115,7 +117,7 @@ def decide_ending(result: AttemptResult) -> Ending:
     if result.trainer_code == 0:
         return Ending("finished", EXIT_OK, done=True)
     last = f": {result.last_words}" if result.last_words else ""
-    return Ending("failed", EXIT_RETRY, reason=f"the trainer exited with code {result.trainer_code}{last}", counts=True)
+    return Ending("failed", EXIT_RETRY, reason=f"{TRAINER_FAILED} {result.trainer_code}{last}", counts=True)
 
 
 def saved_and_committed(saved: int | None, committed_after_notice: int | None) -> int | None:

@@ -75,6 +75,7 @@ class Mirror:
         self.committed_after_notice: int | None = None
         self.errors = 0
         self._fingerprint: frozenset | None = None
+        self._changed_step: int | None = None  # the committed step whose files were seen changing
         self._checksums = Checksums(store.chunk_size)
         self._events: dict[str, tuple[int, int]] = {}
         self._lock = threading.Lock()
@@ -132,6 +133,16 @@ class Mirror:
             return None
         fingerprint = snapshot.fingerprint()
         if fingerprint == self._fingerprint:
+            return None
+        if snapshot.step == self.committed_step:
+            # The files of a committed step changed (a trainer that rewrote or truncated them after
+            # its rename): the first commit of the step stands; a second would replace it for good
+            # (issue 24 item 7). docs/trainer-contract.md says what the agent can and cannot catch.
+            if self._changed_step != snapshot.step:
+                log.warning("the files of a committed step changed after its commit; keeping the first commit "
+                            "(a trainer writes a checkpoint under a temporary name, renames it, and never "
+                            "changes it after)", step=snapshot.step)
+                self._changed_step = snapshot.step
             return None
         if self._to_disk(snapshot):
             self._fingerprint = fingerprint

@@ -170,9 +170,44 @@ def failed_streak(attempts: list[Attempt]) -> int:
         )
         if progressed:
             break
-        if attempt.outcome == "failed":
+        if attempt.outcome == "failed" and not (following is not None and fell_back(attempt, following)):
             streak += 1
     return streak
+
+
+#: The reason decide_ending gives a trainer that exited with an error (survivor.agent.ending).
+TRAINER_FAILED = "the trainer exited with code"
+
+
+def fell_back(failed: Attempt, following: Attempt) -> bool:
+    """Pure: did `following` pass over the snapshot `failed`'s trainer failed on, for an older one?
+    That failure counted against the snapshot, not toward FAILED."""
+    return (failed.outcome == "failed" and failed.reason.startswith(TRAINER_FAILED) and bool(failed.restored_from)
+            and following.restored_from is not None and following.restored_from != failed.restored_from
+            and (following.restored_step or 0) <= (failed.restored_step or 0))
+
+
+def snapshot_to_pass_over(attempts: list[Attempt]) -> str | None:
+    """Pure: the snapshot the next restore passes over for the one before it, or None.
+
+    When the newest ended attempt's trainer failed (exited with an error) without progress on the
+    snapshot it restored, that snapshot may be the trainer's trouble (a trainer that changed its
+    files after they were committed: issue 24 item 7), so the next start tries the snapshot before
+    it. Once per streak of failures: if the streak fell back already, the trouble is the trainer's
+    and the newest snapshot is restored again (the failures then count toward FAILED)."""
+    ended = [a for a in sorted(attempts, key=lambda a: a.number) if a.ended is not None]
+    if not ended:
+        return None
+    last = ended[-1]
+    if last.outcome != "failed" or last.made_progress or not last.reason.startswith(TRAINER_FAILED) \
+            or not last.restored_from:
+        return None
+    for earlier, following in zip(ended[-2::-1], ended[:0:-1]):  # back through the streak, pairwise
+        if earlier.made_progress or earlier.outcome != "failed":
+            break
+        if fell_back(earlier, following):
+            return None
+    return last.restored_from
 
 
 def should_give_up(attempts: list[Attempt], limit: int) -> bool:
@@ -227,11 +262,12 @@ class Journal:
         """The FAILED marker's contents, or None."""
         return self._marker(FAILED)
 
-    def attempts(self) -> list[Attempt]:
-        """Every recorded attempt, oldest first. A record that does not parse, or whose number is
-        not its name's, is treated as absent, with a warning naming it: never fatal."""
+    def attempts(self, newest: int | None = None) -> list[Attempt]:
+        """Every recorded attempt (or the `newest` few), oldest first. A record that does not parse,
+        or whose number is not its name's, is treated as absent, with a warning naming it: never fatal."""
         out = []
-        for info in self.storage.list(ATTEMPTS):
+        listed = sorted(self.storage.list(ATTEMPTS), key=lambda info: info.name)  # zero-padded numbers
+        for info in listed[-newest:] if newest else listed:
             if info.size > MAX_RECORD_BYTES:
                 reason = f"{info.size} bytes, more than any record"
                 log.warning(f"ignoring an unreadable attempt record {info.name}: {reason}", record=info.name,

@@ -693,8 +693,9 @@ class CheckpointStore:
 
     # -- restoring --------------------------------------------------------------------------------
 
-    def restore(self, local_root: str) -> Manifest | None:
-        """Makes `local_root` hold the newest committed snapshot whose files all verify.
+    def restore(self, local_root: str, pass_over: str | None = None) -> Manifest | None:
+        """Makes `local_root` hold the newest committed snapshot whose files all verify (but
+        `pass_over`, the one the trainer last failed on: see `journal.snapshot_to_pass_over`).
 
         Returns its manifest, or None (with `local_root` empty) when nothing committed verifies.
         Only a snapshot that fails verification is skipped, with a warning naming it and why:
@@ -710,7 +711,13 @@ class CheckpointStore:
             # The old contents go first: restore replaces them anyway, and the boot disk then needs
             # room for one snapshot, not two.
             _clear(local_root)
-            for name in self.manifest_names():
+            names = self.manifest_names()
+            for name in names:
+                if name == pass_over and name != names[-1]:  # never the only one left: that is a start over
+                    log.warning("passing over the snapshot the trainer failed on at its last start; restoring the "
+                                "one before it", manifest=name)
+                    abandoned.append(name)
+                    continue
                 manifest = self.load(name)
                 if manifest is None:
                     abandoned.append(name)
