@@ -68,7 +68,8 @@ HARD_OFF = 30.0
 BOOT_DEADLINE = 90.0
 #: Far beyond any step the chaos jobs reach; a manifest may claim up to it.
 TRAIN_STEPS = 10_000_000
-CLASSES = ("kill", "damaged manifest", "full disk", "slow metadata", "overlapped upload")
+CLASSES = ("kill", "damaged manifest", "damaged chunk", "full disk", "slow metadata", "overlapped upload",
+           "contract breaker")
 
 
 @dataclass
@@ -181,6 +182,11 @@ DAMAGES: dict[str, Callable[[dict, bytes, int], bytes]] = {
     "a step beyond train_steps": lambda good, raw, step: _with(good),
     "a path leaving the job dir": lambda good, raw, step: _with_file(good, path="../../escaped.txt"),
     "a good manifest under a newer name": lambda good, raw, step: raw,
+    # files no directory can hold together (issue 24 item 1): refused when read, never a failed restore
+    "a file inside a file": lambda good, raw, step: _with(
+        good, files=[good["files"][0], {**good["files"][0], "path": good["files"][0]["path"] + "/x"}]),
+    "one path twice": lambda good, raw, step: _with(
+        good, files=[good["files"][0], {**good["files"][0], "path": "./" + good["files"][0]["path"]}]),
 }
 
 
@@ -432,6 +438,41 @@ class _Rounds:
         self.count_tracebacks(tally)
         self.storage_faults(tally, since)
 
+    def chunk_round(self) -> None:
+        """A stored chunk of the newest snapshot damaged while the agent trains (flipped, truncated,
+        emptied or another chunk's bytes): the agent's next commits must store it again, never reuse
+        it, so the newest commit after the damage restores (issue 24 item 2)."""
+        tally = self.result.tallies["damaged chunk"]
+        since = Counter(self.proxy.count) if self.proxy else Counter()
+        booted = self.boot()
+        if self.await_training(tally, booted) != "training":
+            self.vm.kill()
+            return
+        time.sleep(self.rng.uniform(0.5, 1.5))
+        target = self.store.latest()
+        chunks = [c.object for f in (target.files if target else ()) for c in f.chunks]
+        if len(chunks) < 2:
+            self.kill(tally, booted)
+            return
+        victim, other = self.rng.sample(chunks, 2)
+        how = self.rng.choice(["flipped", "truncated", "emptied", "another chunk's bytes"])
+        with contextlib.suppress(Exception):
+            data = self.storage.read(victim).data
+            self.storage.write(victim, {"flipped": bytes([data[0] ^ 1]) + data[1:], "truncated": data[: len(data) // 2],
+                                        "emptied": b"", "another chunk's bytes": self.storage.read(other).data}[how])
+        tally.inputs += 1
+        tally.faults[f"chunk {how}"] += 1
+        waited = time.monotonic() + 15
+        while time.monotonic() < waited and (self.store.latest() or target).name == target.name:
+            time.sleep(0.1)
+        time.sleep(self.rng.uniform(0.0, 1.0))
+        before = self.store.latest()
+        self.kill(tally, booted)
+        if before is not None and before.name != target.name:  # a commit made after the damage must restore
+            self.check_restore(tally, before, f"after a {how} chunk")
+        self.count_tracebacks(tally)
+        self.storage_faults(tally, since)
+
     def slow_metadata_round(self) -> None:
         tally = self.result.tallies["slow metadata"]
         since = Counter(self.proxy.count) if self.proxy else Counter()
@@ -631,11 +672,57 @@ def _overlap_rounds(rounds: int, rng: random.Random, seed: int, root: str, pytho
         result.skipped_snapshots += _skipped_snapshots(vm)
 
 
+def _contract_breaker_rounds(rounds: int, rng: random.Random, seed: int, root: str, python: str,
+                             result: ChaosResult) -> None:
+    """A trainer that breaks the write-then-rename contract (dummy --truncate-after-rename: each save
+    renamed into place, then cut short): SIGKILLed at random, every boot must resume, never from a
+    truncated checkpoint, and no step is committed twice (issue 24 item 7)."""
+    tally = result.tallies["contract breaker"]
+    with StorageEmulator(log_dir=root) as gcs:
+        gcs.create_bucket("breaker")
+        job_dir = "gs://breaker/job"
+        trainer = {"argv": [python, "-m", "survivor.trainers.dummy", "--on-sigterm", "save", "--step-seconds", "0.01",
+                            "--truncate-after-rename"]}
+        vm = LocalInstance({"survivor-job": _spec(job_dir, python, trainer=trainer)},
+                           os.path.join(root, "vm-breaker"), python=python, name="survivor-breaker-1",
+                           env={"STORAGE_EMULATOR_HOST": gcs.url})
+        run = _Rounds(vm, job_dir, rng, seed, result, root, proxy=None)
+        try:
+            for _ in range(rounds):
+                booted = run.boot()
+                if run.await_training(tally, booted) != "training":
+                    tally.hangs += run.vm.running()
+                    run.problem(tally, "the boot did not train (the trainer failed on what it restored?)")
+                    run.vm.kill()
+                    continue
+                time.sleep(rng.uniform(0.5, 2.0))
+                before = run.store.latest()
+                tally.inputs += 1
+                run.kill(tally, booted)
+                run.check_restore(tally, before, "after a SIGKILL of a contract breaker")
+                restored = os.path.join(run.check, "dummy-checkpoint-%d.json" % before.step) if before else None
+                if restored and os.path.exists(restored):
+                    try:
+                        json.loads(open(restored, encoding="utf-8").read())
+                    except ValueError:
+                        tally.corrupt_restores += 1
+                        run.problem(tally, f"a truncated checkpoint was committed: {restored}")
+                steps = [run.store.load(n).step for n in run.store.manifest_names()]
+                if len(steps) != len(set(steps)):
+                    tally.corrupt_restores += 1
+                    run.problem(tally, f"a step was committed twice: {steps}")
+                run.count_tracebacks(tally)
+        finally:
+            vm.close()
+        result.skipped_snapshots += _skipped_snapshots(vm)
+
+
 # -- the run ---------------------------------------------------------------------------------------
 
 
 def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str = sys.executable, *,
-              manifests: int = 0, full_disks: int = 0, slow_metadata: int = 0, overlapped: int = 0) -> ChaosResult:
+              manifests: int = 0, full_disks: int = 0, slow_metadata: int = 0, overlapped: int = 0,
+              damaged_chunks: int = 0, contract_breakers: int = 0) -> ChaosResult:
     """Runs the rounds, in a random order, against a fresh storage emulator under `root`."""
     from survivor.jobdir.journal import Journal
     from survivor.jobdir.storage import open_storage
@@ -648,13 +735,15 @@ def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str =
         gcs.create_bucket("chaos")
         proxy = FaultProxy(gcs.url, FaultPlan(rate=fault_rate, seed=seed, stall_seconds=0.3)).start()
         job_dir = "gs://chaos/job"
+        # 64 KiB chunks: the dummy's state file repeats its bytes after the step, so commits share chunks
         vm = LocalInstance({"survivor-job": _spec(job_dir, python)}, os.path.join(root, "vm"), python=python,
-                           env={"STORAGE_EMULATOR_HOST": proxy.url})
+                           env={"STORAGE_EMULATOR_HOST": proxy.url, "SURVIVOR_CHUNK_MIB": "0.0625"})
         run = _Rounds(vm, job_dir, rng, seed, result, root, proxy)
-        schedule = ["kill"] * kills + ["damaged manifest"] * manifests + ["slow metadata"] * slow_metadata
+        schedule = (["kill"] * kills + ["damaged manifest"] * manifests + ["slow metadata"] * slow_metadata
+                    + ["damaged chunk"] * damaged_chunks)
         rng.shuffle(schedule)
         rounds = {"kill": run.kill_round, "damaged manifest": run.manifest_round,
-                  "slow metadata": run.slow_metadata_round}
+                  "slow metadata": run.slow_metadata_round, "damaged chunk": run.chunk_round}
         try:
             for kind in schedule:
                 rounds[kind]()
@@ -668,6 +757,8 @@ def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str =
         _full_disk_rounds(full_disks, rng, seed, root, python, result)
     if overlapped:
         _overlap_rounds(overlapped, rng, seed, root, python, result)
+    if contract_breakers:
+        _contract_breaker_rounds(contract_breakers, rng, seed, root, python, result)
     result.seconds = time.monotonic() - started
     return result
 

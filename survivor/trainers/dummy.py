@@ -40,6 +40,8 @@ _BLOCK = os.urandom(1 << 20)
 #: --save-mib-per-second, in bytes: a save's state file is written no faster (0: as fast as it goes),
 #: standing in for a large model's save, which the agent's upload can then overlap
 _SAVE_BYTES_PER_SECOND = 0.0
+#: --truncate-after-rename: a contract breaker for the chaos run
+_TRUNCATE_AFTER_RENAME = False
 KEEP = 5
 
 
@@ -68,6 +70,10 @@ def save(job_dir: str, step: int, padding: int = 0) -> None:
     renames.append((tmp, os.path.join(job_dir, f"dummy-checkpoint-{step}.json")))
     for tmp, final in renames:
         os.replace(tmp, final)
+    if _TRUNCATE_AFTER_RENAME:  # the contract broken on purpose: the renamed file changes afterwards
+        time.sleep(0.2)
+        with open(renames[-1][1], "r+b") as f:
+            f.truncate(5)
     if padding:
         for name in os.listdir(job_dir):  # keep only the newest state file, like CheckpointManager
             m = re.fullmatch(r"dummy-checkpoint-(\d+)\.data", name)
@@ -102,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="extra time each periodic save takes (stands in for a bigger model's save)")
     parser.add_argument("--save-mib-per-second", type=float, default=0.0,
                         help="write a save's --checkpoint-bytes no faster than this (0: unpaced)")
+    parser.add_argument("--truncate-after-rename", action="store_true",
+                        help="break the contract: cut each saved .json short 0.2 s after renaming it (chaos)")
     parser.add_argument("--exit-seconds", type=float, default=0.0,
                         help="seconds between the save on a notice and the exit (a TensorFlow process's teardown)")
     parser.add_argument("--no-report-saved", action="store_true",
@@ -112,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="pad each checkpoint with this many bytes, to make uploads and restores take time")
     args, unknown = parser.parse_known_args(argv)
 
-    global _SAVE_BYTES_PER_SECOND
+    global _SAVE_BYTES_PER_SECOND, _TRUNCATE_AFTER_RENAME
     _SAVE_BYTES_PER_SECOND = args.save_mib_per_second * (1 << 20)
+    _TRUNCATE_AFTER_RENAME = args.truncate_after_rename
     if args.fail_at_start:
         print("dummy trainer: failing at start as asked (--fail-at-start)", file=sys.stderr)
         return 3
