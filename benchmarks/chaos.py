@@ -29,6 +29,7 @@ def main() -> int:
     parser.add_argument("--damaged-chunks", type=int, default=10, help="stored chunks damaged while the agent trains")
     parser.add_argument("--contract-breakers", type=int, default=10,
                         help="SIGKILLs of a trainer that truncates each checkpoint after renaming it")
+    parser.add_argument("--state-disks", type=int, default=10, help="boots after a state disk made hostile")
     parser.add_argument("--fault-rate", type=float, default=0.05, help="share of storage requests that fail")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
@@ -37,7 +38,8 @@ def main() -> int:
 
     r = run_chaos(args.kills, args.fault_rate, args.seed, scratch_dir("bench-chaos-"), manifests=args.manifests,
                   full_disks=args.full_disks, slow_metadata=args.slow_metadata, overlapped=args.overlapped,
-                  damaged_chunks=args.damaged_chunks, contract_breakers=args.contract_breakers)
+                  damaged_chunks=args.damaged_chunks, contract_breakers=args.contract_breakers,
+                  state_disks=args.state_disks)
     header, rows = chaos_table(r)
     rows.append(["all", sum(t.inputs for t in r.tallies.values()),
                  sum(sum(t.faults.values()) for t in r.tallies.values()), r.corrupt_restores, r.lost_commits,

@@ -47,6 +47,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -69,7 +70,7 @@ BOOT_DEADLINE = 90.0
 #: Far beyond any step the chaos jobs reach; a manifest may claim up to it.
 TRAIN_STEPS = 10_000_000
 CLASSES = ("kill", "damaged manifest", "damaged chunk", "full disk", "slow metadata", "overlapped upload",
-           "contract breaker")
+           "contract breaker", "hostile state disk")
 
 
 @dataclass
@@ -717,12 +718,89 @@ def _contract_breaker_rounds(rounds: int, rng: random.Random, seed: int, root: s
         result.skipped_snapshots += _skipped_snapshots(vm)
 
 
+def _state_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, python: str,
+                       result: ChaosResult) -> None:
+    """A job with a state disk whose notice commits all go to the disk (an upload rate of 1 B/s);
+    between boots its copy is made hostile: a FIFO for one of its files, a link at the disk's
+    `snapshots` to a directory that must survive, or a link for one of its files (issue 24 items 5
+    and 8). The next boot must train within its deadline, leave the link's target alone, and
+    restore no older than the newest commit in the job dir."""
+    tally = result.tallies["hostile state disk"]
+    from survivor.jobdir.disk_tier import RATE_ENV
+
+    with StorageEmulator(log_dir=root) as gcs:
+        gcs.create_bucket("disk")
+        job_dir = "gs://disk/job"
+        vm = LocalInstance({"survivor-job": _spec(job_dir, python, state_disk_gb=10)},
+                           os.path.join(root, "vm-disk"), python=python, name="survivor-disk-1", state_disk=True,
+                           env={"STORAGE_EMULATOR_HOST": gcs.url, RATE_ENV: "1"})
+        run = _Rounds(vm, job_dir, rng, seed, result, root, proxy=None)
+        sentinel = os.path.join(root, "disk-sentinel")
+        try:
+            for _ in range(rounds):
+                booted = run.boot()
+                if run.await_training(tally, booted) != "training":
+                    tally.hangs += run.vm.running()
+                    run.problem(tally, "the boot after a hostile state disk did not train")
+                    run.vm.kill()
+                    continue
+                time.sleep(rng.uniform(0.5, 1.5))
+                run.vm.set_preempted()
+                run.vm.soft_off()
+                if vm.wait(HARD_OFF) is None:
+                    tally.hangs += 1
+                    run.problem(tally, "the agent did not exit after its notice")
+                    vm.kill()
+                before = run.store.latest()
+                how = rng.choice(["fifo", "link at snapshots", "link for a file", "nothing"])
+                tally.inputs += 1
+                tally.faults[how] += 1
+                snapshots = os.path.join(vm.state_disk, "snapshots")
+                copies = [os.path.join(d, f) for d, _, files in os.walk(snapshots) for f in files] \
+                    if os.path.isdir(snapshots) and not os.path.islink(snapshots) else []
+                if how == "fifo" and copies:
+                    victim = rng.choice(copies)
+                    os.remove(victim)
+                    os.mkfifo(victim)
+                elif how == "link for a file" and copies:
+                    victim = rng.choice(copies)
+                    os.remove(victim)
+                    os.symlink("/etc/hostname", victim)
+                elif how == "link at snapshots":
+                    os.makedirs(os.path.join(sentinel, "7-1"), exist_ok=True)
+                    with open(os.path.join(sentinel, "keep"), "w") as f:
+                        f.write("keep")
+                    if os.path.lexists(snapshots):
+                        if os.path.islink(snapshots):
+                            os.remove(snapshots)
+                        else:
+                            shutil.rmtree(snapshots)
+                    os.symlink(sentinel, snapshots)
+                booted = run.boot()
+                state = run.await_training(tally, booted)
+                if state != "training":
+                    tally.hangs += state == "hung"
+                    run.problem(tally, f"{how}: the next boot {state} instead of training")
+                if os.path.isdir(sentinel) and not (os.path.isfile(os.path.join(sentinel, "keep"))
+                                                    and os.path.isdir(os.path.join(sentinel, "7-1"))):
+                    tally.corrupt_restores += 1
+                    run.problem(tally, f"{how}: the state disk's link target lost its files")
+                run.vm.kill()
+                run.check_restore(tally, before, f"after a hostile state disk ({how})")
+                run.count_tracebacks(tally)
+                if os.path.islink(snapshots):  # the next round starts with a usable disk
+                    os.remove(snapshots)
+        finally:
+            vm.close()
+        result.skipped_snapshots += _skipped_snapshots(vm)
+
+
 # -- the run ---------------------------------------------------------------------------------------
 
 
 def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str = sys.executable, *,
               manifests: int = 0, full_disks: int = 0, slow_metadata: int = 0, overlapped: int = 0,
-              damaged_chunks: int = 0, contract_breakers: int = 0) -> ChaosResult:
+              damaged_chunks: int = 0, contract_breakers: int = 0, state_disks: int = 0) -> ChaosResult:
     """Runs the rounds, in a random order, against a fresh storage emulator under `root`."""
     from survivor.jobdir.journal import Journal
     from survivor.jobdir.storage import open_storage
@@ -759,6 +837,8 @@ def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str =
         _overlap_rounds(overlapped, rng, seed, root, python, result)
     if contract_breakers:
         _contract_breaker_rounds(contract_breakers, rng, seed, root, python, result)
+    if state_disks:
+        _state_disk_rounds(state_disks, rng, seed, root, python, result)
     result.seconds = time.monotonic() - started
     return result
 
