@@ -34,6 +34,7 @@ from typing import Any, Iterable
 
 from survivor import log as logs
 from survivor.cloud import machines, pricing
+from survivor.extras import install_command
 
 log = logs.get("catalog")
 
@@ -163,8 +164,8 @@ def fetch_skus(catalog_client=None, timeout: float = 60.0) -> list[Sku]:
         import google.auth.exceptions
         from google.api_core import exceptions as api_exceptions
     except ImportError as exc:  # the operator extra is not installed
-        raise CatalogUnavailable(f"google-cloud-billing is not installed ({exc}); pip install "
-                                 "'survivor-train[operator]'") from None
+        raise CatalogUnavailable(f"google-cloud-billing is not installed ({exc}); {install_command('operator')}") \
+            from None
     try:
         catalog_client = catalog_client or client()
         pages = catalog_client.list_skus(parent=COMPUTE_SERVICE, timeout=timeout)

