@@ -138,8 +138,11 @@ class LocalInstance:
         """Hard power-off: SIGKILL the agent and its trainer at once."""
         pids = [self.process.pid] if self.process else []
         try:
-            with open(os.path.join(self.workdir, "trainer.pid"), encoding="utf-8") as f:
-                pids.append(int(f.read().strip()))
+            # behind a wrapper (a pid namespace) the file holds a pid of that namespace, which may name
+            # another process here; the namespace's processes die with its first one, the agent
+            if not self.wrapper:
+                with open(os.path.join(self.workdir, "trainer.pid"), encoding="utf-8") as f:
+                    pids.append(int(f.read().strip()))
         except (OSError, ValueError):
             pass
         for pid in pids:
