@@ -153,3 +153,21 @@ def test_after_a_switch_a_fallback_of_another_shape_is_priced_as_that_machine(co
     # the comparison stays the same job on the Spot template's machine, on-demand
     assert data["cost_so_far"]["on_demand"] < data["cost_so_far"]["job"] + on_demand_hours * prices["fallback_on_demand"]
     assert "fallback machine" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_assess_skips_record_times_no_job_can_have_and_never_raises(tmp_path):
+    """A time without a zone is UTC; one before 2000 (year 1, where `now` minus the elapsed time
+    would leave the calendar) says nothing about this job: the decision goes on without it."""
+    spec = job(tmp_path)
+    storage = open_storage(spec.job_dir)
+    now = dt.datetime.now(dt.timezone.utc)
+    storage.write("survivor/attempts/000001.json", json.dumps(
+        {"number": 1, "instance": "x", "started": "0001-01-01T00:00:00+14:00", "ended": "0001-01-01T01:00:00+14:00",
+         "end_step": 5, "reached_step": 5}).encode())
+    storage.write("survivor/switches/0-on-demand.json", json.dumps(
+        {"time": "0001-01-01T00:00:00+14:00", "to_mode": ON_DEMAND}).encode())
+    decision = assess(spec, storage, now, running=False)
+    assert decision.current == SPOT and decision.reason.startswith("no step rate")
+    naive = (now - dt.timedelta(hours=1)).replace(tzinfo=None).isoformat()
+    storage.write("survivor/switches/1-on-demand.json", json.dumps({"time": naive, "to_mode": ON_DEMAND}).encode())
+    assert assess(spec, storage, now, running=False).current == ON_DEMAND
