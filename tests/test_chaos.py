@@ -1,4 +1,5 @@
-"""The chaos run's new fault classes: damaged manifests, full disks, a slow metadata server.
+"""The chaos run's new fault classes: damaged manifests, full disks, a slow metadata server, a second
+agent in another pid namespace.
 
 The pure parts first (each damage is one the store must refuse, for its own reason; the verdicts
 can say corrupt, lost and traceback), then a short run of every class through real agents."""
@@ -55,7 +56,7 @@ def test_only_the_agents_own_traceback_counts():
 def test_damaged_manifests_full_disks_and_a_slow_metadata_server_lose_nothing_and_hang_nothing(tmp_path):
     result = run_chaos(kills=2, fault_rate=0.05, seed=random.randrange(1 << 20), root=str(tmp_path / "chaos"),
                        manifests=6, full_disks=2, slow_metadata=3, overlapped=3, damaged_chunks=2,
-                       contract_breakers=2, state_disks=2)
+                       contract_breakers=2, state_disks=2, pid_namespaces=1)
     print(json.dumps({name: {"inputs": t.inputs, "faults": dict(t.faults), "slowest": t.slowest_seconds,
                              "skipped": t.skipped} for name, t in result.tallies.items()}))
     assert result.problems == []
@@ -67,6 +68,9 @@ def test_damaged_manifests_full_disks_and_a_slow_metadata_server_lose_nothing_an
     assert sum(n for k, n in tallies["slow metadata"].faults.items() if k == "dripped metadata answers") >= 3
     if not tallies["full disk"].skipped:  # mounting a tmpfs needs root
         assert tallies["full disk"].inputs == 2
+    if not tallies["pid namespace"].skipped:  # so does a new pid namespace
+        assert tallies["pid namespace"].inputs == 1
+    assert result.stolen_leases == 0
     assert (result.corrupt_restores, result.lost_commits, result.hangs) == (0, 0, 0)
     assert result.tracebacks == 0 and result.leaked_temp_files == 0
     assert not result.failed_marker

@@ -80,3 +80,18 @@ def test_output_into_a_pipe_is_not_wrapped_mid_path(tmp_path, capsys):
     assert cli.main(["status", "--job-dir", job_dir]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert job_dir in first and "DONE" in first, first
+
+
+def test_status_skips_an_attempt_record_with_negative_counts_with_a_warning_naming_it(tmp_path, capsys, caplog):
+    job_dir = str(tmp_path / "jobdir")
+    storage = open_storage(job_dir)
+    journal = Journal(storage)
+    good = journal.begin("vm-a")
+    journal.end(good, "preempted", end_step=30, reached_step=31, steps_lost=1)
+    storage.write("survivor/attempts/000002.json", json.dumps(
+        {"number": 2, "instance": "vm-b", "started": "2026-01-01T00:00:00+00:00", "ended": "2026-01-01T01:00:00+00:00",
+         "outcome": "preempted", "end_step": 40, "reached_step": 40, "steps_lost": -10**18}).encode())
+    assert cli.main(["status", "--job-dir", job_dir]) == 0
+    out = capsys.readouterr().out
+    assert "-1000000000000000000" not in out and "1 steps lost" in out, out
+    assert "ignoring an unreadable attempt record survivor/attempts/000002.json: steps_lost" in caplog.text

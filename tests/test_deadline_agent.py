@@ -2,7 +2,10 @@
 the policy says on-demand, the agent asks its group to switch through the Compute fake and ends the
 attempt as stopped without training."""
 
+import json
 import sys
+
+import pytest
 
 from survivor.cloud.compute import Compute
 from survivor.cloud.template import MachineOptions, template_body
@@ -17,10 +20,15 @@ PROJECT = "survivor-local"
 ZONE = "us-west1-b"
 
 
-def test_a_boot_past_its_deadline_switches_its_group_to_on_demand_and_stops(compute_server, tmp_path):
-    # a deadline already passed: the policy's answer is on-demand, the soonest finish
+@pytest.mark.parametrize("earlier_switch", [None, "2019-06-01T00:00:00"], ids=["no-switch", "naive-time-switch"])
+def test_a_boot_past_its_deadline_switches_its_group_to_on_demand_and_stops(compute_server, tmp_path, earlier_switch):
+    # a deadline already passed: the policy's answer is on-demand, the soonest finish; a switch
+    # recorded earlier with a time without a zone (UTC) does not keep the agent from deciding
     spec_yaml = dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=50) + "deadline: '2020-01-01T00:00:00Z'\n"
     spec = JobSpec.from_yaml(spec_yaml)
+    if earlier_switch:
+        open_storage(spec.job_dir).write("survivor/switches/20190601T000000-spot.json", json.dumps(
+            {"time": earlier_switch, "to_mode": "spot", "from_mode": "on-demand", "by": "watch"}).encode())
     compute = Compute(PROJECT, endpoint=compute_server.endpoint)
     compute.insert_template(template_body("dl", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
     compute.create_group("dl", "dl", zone=ZONE, size=1)
@@ -40,7 +48,8 @@ def test_a_boot_past_its_deadline_switches_its_group_to_on_demand_and_stops(comp
     assert "compute.instanceGroupManagers.setInstanceTemplate" in methods
     assert "compute.instanceGroupManagers.recreateInstances" in methods
     storage = open_storage(spec.job_dir)
-    [switch] = switches(storage)
+    *before, switch = switches(storage)
+    assert [s.time for s in before] == ([earlier_switch] if earlier_switch else [])
     assert (switch.to_mode, switch.by) == ("on-demand", "agent") and "deadline passed" in switch.reason
     [attempt] = Journal(storage).attempts()
     assert attempt.outcome == "stopped" and "switches to on-demand" in attempt.reason

@@ -90,9 +90,13 @@ def test_assess_reads_the_job_dir_and_the_group_mode_from_the_records(tmp_path):
                   storage, later, running=False) is None
 
 
+@pytest.mark.parametrize("zone", [dt.timezone.utc, None], ids=["utc-times", "times-without-zone"])
 def test_survivor_watch_switches_a_stocked_out_spot_group_past_its_margin(compute_server, tmp_path, capsys,
-                                                                           monkeypatch):
+                                                                           monkeypatch, zone):
     from survivor.commands import main as cli
+
+    def hours_ago(hours):  # a record's time; one without a zone is UTC
+        return (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=hours)).replace(tzinfo=zone).isoformat()
 
     spec = job(tmp_path, extra="")
     compute, group = spot_group(compute_server, spec)
@@ -100,16 +104,19 @@ def test_survivor_watch_switches_a_stocked_out_spot_group_past_its_margin(comput
     storage = open_storage(spec.job_dir)
     journal = Journal(storage)
     attempt = journal.begin("cifar-x")  # an hour ago it trained 100 of 1000 steps, then was preempted
-    attempt.started = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=35)).isoformat()
+    attempt.started = hours_ago(35)
     journal.end(attempt, "preempted", end_step=100, reached_step=100)
-    attempt.ended = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=34)).isoformat()
+    attempt.ended = hours_ago(34)
     journal.update(attempt)
+    if zone is None:  # a switch back to Spot before that attempt, written without a zone
+        storage.write("survivor/switches/0-spot.json", json.dumps({"time": hours_ago(35.5), "to_mode": SPOT,
+                                                                    "from_mode": ON_DEMAND, "by": "watch"}).encode())
     compute_server.fail_instance_creation(spot_only=True)
     compute.recreate_instances(group, [(m["zone"], m["name"]) for m in compute.managed_instances(group)])
     assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0
     out = capsys.readouterr().out
     assert "spot -> on-demand" in out
-    assert [s.by for s in switches(storage)] == ["watch"]
+    assert [s.to_mode for s in switches(storage)] == ([ON_DEMAND] if zone else [SPOT, ON_DEMAND])
     assert compute.managed_instances(group)[0]["status"] == "RUNNING"
 
 
@@ -146,3 +153,21 @@ def test_after_a_switch_a_fallback_of_another_shape_is_priced_as_that_machine(co
     # the comparison stays the same job on the Spot template's machine, on-demand
     assert data["cost_so_far"]["on_demand"] < data["cost_so_far"]["job"] + on_demand_hours * prices["fallback_on_demand"]
     assert "fallback machine" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_assess_skips_record_times_no_job_can_have_and_never_raises(tmp_path):
+    """A time without a zone is UTC; one before 2000 (year 1, where `now` minus the elapsed time
+    would leave the calendar) says nothing about this job: the decision goes on without it."""
+    spec = job(tmp_path)
+    storage = open_storage(spec.job_dir)
+    now = dt.datetime.now(dt.timezone.utc)
+    storage.write("survivor/attempts/000001.json", json.dumps(
+        {"number": 1, "instance": "x", "started": "0001-01-01T00:00:00+14:00", "ended": "0001-01-01T01:00:00+14:00",
+         "end_step": 5, "reached_step": 5}).encode())
+    storage.write("survivor/switches/0-on-demand.json", json.dumps(
+        {"time": "0001-01-01T00:00:00+14:00", "to_mode": ON_DEMAND}).encode())
+    decision = assess(spec, storage, now, running=False)
+    assert decision.current == SPOT and decision.reason.startswith("no step rate")
+    naive = (now - dt.timedelta(hours=1)).replace(tzinfo=None).isoformat()
+    storage.write("survivor/switches/1-on-demand.json", json.dumps({"time": naive, "to_mode": ON_DEMAND}).encode())
+    assert assess(spec, storage, now, running=False).current == ON_DEMAND

@@ -51,3 +51,26 @@ def test_a_file_where_the_snapshots_directory_belongs_ends_the_boot_before_train
     assert len(executed_steps(tmp_path)) == steps_before, "nothing trains from scratch on a listing that failed"
     log = open(vm.log_path()).read()
     assert "Traceback" not in log and "survivor/snapshots" in log and "Not a directory" in log
+
+
+def test_a_local_job_dir_replaced_by_a_link_is_not_followed_and_the_job_trains_on(tmp_path, instance_factory):
+    """The trainer's local job dir (`<workdir>/job`) swapped for a link between boots: the next boot
+    removes the link itself, says so in one line, restores into a real dir and trains to the end;
+    the link's target is never emptied, and the boot is no failed start of the job."""
+    job_dir = str(tmp_path / "jobdir")
+    vm, committed = _first_boot(job_dir, tmp_path, instance_factory)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("not the agent's")
+    local = os.path.join(vm.workdir, "job")
+    shutil.rmtree(local)
+    os.symlink(str(elsewhere), local)
+    vm.boot()  # the same boot disk: the link is still there
+    assert vm.wait(90) == 0, open(vm.log_path()).read()[-3000:]
+    state = Journal(open_storage(job_dir)).state()
+    assert state.done["step"] == 60 and state.attempts[-1].restored_step == committed
+    assert [a.outcome for a in state.attempts[1:]] == ["finished"]  # no failed attempt on the way
+    assert (elsewhere / "keep.txt").read_text() == "not the agent's" and os.listdir(elsewhere) == ["keep.txt"]
+    assert not os.path.islink(local)
+    log = open(vm.log_path()).read()
+    assert "Traceback" not in log and log.count("is a link") == 1, log[-3000:]

@@ -75,6 +75,10 @@ def record(**fields) -> bytes:
     record(timings=[1]), record(timings={"restore": "fast"}), record(timings={"restore": True}),
     b'{"number": 1, "instance": "x", "started": "t", "timings": {"restore": Infinity}}',
     json.dumps({"instance": "vm", "started": "t"}).encode(), record(restored_from=3),
+    # counts and steps no agent writes: negative, beyond any job's train_steps, more lost than reached
+    record(steps_lost=-10**18), record(restored_step=-1), record(end_step=-5), record(reached_step=-1),
+    record(reached_step=10**13), record(steps_lost=10**13), record(reached_step=5, steps_lost=6),
+    record(timings={"restore": -1.0}), record(timings={"train": 1e13}),
 ], ids=lambda d: d[:40].decode(errors="replace"))
 def test_a_record_that_is_not_the_exact_schema_is_refused(data):
     # earlier tests' garbage is collected here, at a shallow stack: a finalizer that reports while the

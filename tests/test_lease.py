@@ -10,13 +10,15 @@ import pytest
 
 from survivor.jobdir.journal import Journal
 from survivor.jobdir.lease import (LEASE, Holder, Lease, LeaseHeld, LeaseLost, agent_running, decide_takeover,
-                            fence_needs_renewal, parse_lease, process_identity, read_boot_id)
+                                   fence_needs_renewal, parse_lease, process_identity, read_boot_id,
+                                   read_pid_namespace)
 from survivor.jobdir.storage import StorageError, open_storage
 from survivor.jobdir.store import CheckpointStore
 from tests.conftest import dummy_spec
 
 
-ME = Holder("me", "boot-2", "us-west1-b", "4242:100")
+ME = Holder("me", "boot-2", "us-west1-b", "4242:100", "pid:[4026531836]")
+HERE = "pid:[4026531836]"  # ME's pid namespace
 
 
 @pytest.mark.parametrize("current, unchanged_for, running, expected", [
@@ -25,14 +27,27 @@ ME = Holder("me", "boot-2", "us-west1-b", "4242:100")
     ({"instance": "vm-a", "zone": "us-west1-b", "boot": "1", "agent": "7:1"}, 61, True, "take"),
     ({"instance": "vm-a", "boot": "1", "released": True}, 0, True, "take"),
     # this very agent
-    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4242:100"}, 0, True, "hold"),
+    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4242:100", "pidns": HERE}, 0, True, "hold"),
+    # the same pid and start time with no namespace said: maybe another namespace's process
+    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4242:100"}, 0, True, "wait"),
     # this VM in an earlier kernel boot (rebooted, or recreated by its MIG): over, taken at once
     ({"instance": "me", "zone": "us-west1-b", "boot": "boot-1", "agent": "4242:100"}, 0, True, "take"),
     # this boot, an agent that no longer runs (systemd restarted us): taken at once
-    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90"}, 0, False, "take"),
+    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90", "pidns": HERE}, 0, False, "take"),
     # this boot, an agent that still runs (an operator's `survivor agent` beside the unit's): wait
-    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90"}, 0, True, "wait"),
-    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90"}, 61, True, "take"),
+    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90", "pidns": HERE}, 0, True, "wait"),
+    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90", "pidns": HERE}, 61, True, "take"),
+    # this boot, an agent in another pid namespace (a container on the VM, or the VM seen from one):
+    # its pid means nothing here, so not seeing it running says nothing: alive until the ttl
+    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90", "pidns": "pid:[4026532178]"},
+     0, False, "wait"),
+    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90", "pidns": "pid:[4026532178]"},
+     61, False, "take"),
+    # the same pid and start time in another namespace is another process, not this agent
+    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4242:100", "pidns": "pid:[4026532178]"},
+     0, False, "wait"),
+    # a lease that does not say its namespace (an older survivor's): its pid cannot be judged either
+    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90"}, 0, False, "wait"),
     # the same name in another zone is another VM: wait
     ({"instance": "me", "zone": "europe-west4-a", "boot": "boot-1", "agent": "4242:100"}, 0, False, "wait"),
     # a lease from before zones and boots were recorded names no boot: wait for the ttl
@@ -56,7 +71,9 @@ def test_a_lease_object_that_does_not_parse_has_no_holder(data):
 
 def test_a_lease_object_parses_into_strings():
     assert parse_lease(b'{"instance": "vm-a", "zone": "z", "boot": "b", "agent": "1:2", "renewed": 1.5}') == {
-        "instance": "vm-a", "zone": "z", "boot": "b", "agent": "1:2", "released": False}
+        "instance": "vm-a", "zone": "z", "boot": "b", "agent": "1:2", "pidns": "", "released": False}
+    assert parse_lease(b'{"instance": "vm-a", "pidns": "pid:[1]"}')["pidns"] == "pid:[1]"
+    assert parse_lease(b'{"instance": "vm-a", "pidns": 1}') is None
     assert parse_lease(b'{"instance": "vm-a", "released": true}')["released"] is True
     assert parse_lease(b'{"instance": "vm-a", "released": "no"}')["released"] is False
 
@@ -72,6 +89,32 @@ def test_a_process_is_named_by_pid_and_start_time_so_a_reused_pid_is_another_pro
     assert child_id and not agent_running(child_id)
     assert agent_running("") and agent_running("garbage")  # cannot tell: as if alive (wait for the ttl)
     assert len(read_boot_id()) == 36  # a UUID, new at every kernel boot
+
+
+def test_this_agent_names_its_pid_namespace_in_the_lease():
+    here = Holder.here("vm-a", "zone-a")
+    assert here.pidns == read_pid_namespace() == os.readlink("/proc/self/ns/pid")
+    assert json.loads(here.to_json())["pidns"] == here.pidns
+
+
+def test_an_agent_of_this_boot_in_another_pid_namespace_is_alive_until_its_lease_expires(job_dir):
+    """The holder's pid names no process here (it runs in another pid namespace: a container on
+    the same VM), yet it renews: the taker waits it out instead of taking the job at once."""
+    storage = open_storage(job_dir)
+    me = Holder.here("vm-a", "zone-a")
+    container = Holder("vm-a", me.boot, "zone-a", "999999999:12345", "pid:[4026532999]")
+    holder = Lease(storage, container, ttl=1.0).acquire().start_renewing()
+    try:
+        with pytest.raises(LeaseHeld, match="held by vm-a"):
+            Lease(storage, me, ttl=1.0).acquire(poll=0.1)
+        assert not holder.lost.is_set()
+    finally:
+        holder.release()
+    dead_here = Holder("vm-a", me.boot, "zone-a", "999999999:12345", me.pidns)  # same namespace: gone
+    storage.write(LEASE, dead_here.to_json(), if_generation_match=storage.read(LEASE).generation)
+    started = time.monotonic()
+    Lease(storage, me, ttl=60).acquire(poll=0.1)
+    assert time.monotonic() - started < 5  # taken at once, not after the 60 s ttl
 
 
 def test_a_live_holder_keeps_the_job_and_is_named(job_dir):
@@ -197,17 +240,32 @@ def test_an_agent_whose_lease_is_taken_over_commits_nothing_more(job_dir, tmp_pa
     assert json.loads(storage.read(LEASE).data)["instance"] == "vm-intruder"
 
 
-@pytest.mark.parametrize("zones", [("us-west1-b", "europe-west4-a"), ("us-west1-b", "us-west1-b")],
-                         ids=["same-name-other-zone", "operator-agent-beside-the-units"])
-def test_a_second_live_agent_under_the_same_instance_name_never_takes_the_job(zones, tmp_path, instance_factory):
-    """Two VMs of one name in different zones, or an operator's `survivor agent` on the VM while the
-    unit's runs (same name, zone and kernel boot): the second waits for a stale lease and stops
+def _can_unshare_pid() -> bool:
+    """Whether this host lets a test start a process in a new pid namespace (root, unshare(1))."""
+    try:
+        return subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True,
+                              timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.parametrize("zones, pid_namespace", [
+    (("us-west1-b", "europe-west4-a"), False), (("us-west1-b", "us-west1-b"), False),
+    pytest.param(("us-west1-b", "us-west1-b"), True, marks=pytest.mark.skipif(
+        not _can_unshare_pid(), reason="no new pid namespace here (needs root and unshare)")),
+], ids=["same-name-other-zone", "operator-agent-beside-the-units", "agent-in-another-pid-namespace"])
+def test_a_second_live_agent_under_the_same_instance_name_never_takes_the_job(zones, pid_namespace, tmp_path,
+                                                                              instance_factory):
+    """Two VMs of one name in different zones, an operator's `survivor agent` on the VM while the
+    unit's runs (same name, zone and kernel boot), or one in a container on the VM (its own pid
+    namespace: the holder's pid is not visible there): the second waits for a stale lease and stops
     naming the holder; the first is never superseded and is the only one that commits."""
     job_dir = str(tmp_path / "jobdir")
     storage = open_storage(job_dir)
     spec = dummy_spec(job_dir, tmp_path, train_steps=1500, checkpoint_steps=5, lease_seconds=2)
     first = instance_factory(spec, name="vm-a", zone=zones[0])
-    second = instance_factory(spec, name="vm-a", zone=zones[1])
+    second = instance_factory(spec, name="vm-a", zone=zones[1],
+                              wrapper=("unshare", "--pid", "--fork", "--mount-proc") if pid_namespace else ())
     first.boot()
     first.wait_for_step(10)
     lease_before = json.loads(storage.read(LEASE).data)

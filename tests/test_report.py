@@ -220,9 +220,11 @@ def test_a_switch_dated_in_the_future_or_unreadable_is_ignored_with_a_warning_na
     storage.write("survivor/switches/a-on-demand.json", _dump({"time": "9999-01-01T00:00:00+00:00",
                                                                "from_mode": "spot", "to_mode": "on-demand"}))
     storage.write("survivor/switches/b-on-demand.json", b'{"time": "2026')
+    storage.write("survivor/switches/c-on-demand.json", _dump({"time": "yesterday", "to_mode": "on-demand"}))
     made = build_report(job_dir, ReportOptions(online=False, now=T0 + _dt.timedelta(hours=1)))
     assert made.mode == "spot" and made.ledger.switches == []
     assert "survivor/switches/a-on-demand.json" in caplog.text and "survivor/switches/b-on-demand.json" in caplog.text
+    assert "ignoring an unreadable switch record survivor/switches/c-on-demand.json: time: 'yesterday'" in caplog.text
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an empty timeline draws without "No artists with labels"
         made.ledger.spans = []

@@ -132,3 +132,21 @@ def test_a_started_mirror_commits_without_listing_the_store_first(job_dir, tmp_p
     assert mirror.sync(collect=False).manifest.step == 3
     assert storage.lists == 1, "the commit listed the store again"
 
+
+
+def test_a_local_job_dir_swapped_for_a_link_mid_run_is_not_scanned_and_said_once(job_dir, tmp_path, caplog):
+    """A trainer that replaces its local job dir by a link (to files that are not its checkpoints,
+    e.g. another user's) gets nothing through it committed; the mirror says so in one line."""
+    local, elsewhere = str(tmp_path / "job"), str(tmp_path / "elsewhere")
+    os.makedirs(local)
+    append(os.path.join(elsewhere, "dummy-checkpoint-7.json"), b"{}")
+    storage = open_storage(job_dir)
+    mirror = Mirror(CheckpointStore(storage), storage, local, attempt=1, interval=60, committed_step=None,
+                    on_commit=lambda stats: None).start()
+    mirror.stop()
+    os.rmdir(local)
+    os.symlink(elsewhere, local)
+    assert scan(local) == snapshot.Snapshot(None, ())
+    assert mirror.sync(collect=False) is None and mirror.final_sync() is None
+    assert CheckpointStore(storage).manifest_names() == []
+    assert caplog.text.count("is a link") == 1, caplog.text

@@ -262,6 +262,12 @@ def test_progress_is_rewritten_in_place_and_a_half_written_record_is_refused(tmp
     assert parse_progress(b'{"step": 1299, "check": 1300}') is None  # copies differ: a write half done
     assert parse_progress(b'{"step": 13') is None
     assert parse_progress(b"") is None
+    # a step no job has is not recorded: the attempt record would refuse it (jobdir/journal.py MAX_STEP)
+    assert parse_progress(b'{"step": -1000000000000000000}') is None
+    assert parse_progress(b'{"step": 1000000000001}') is None
+    path = str(tmp_path / "absurd.json")
+    report_progress(-10**18, path)
+    assert read_progress(path) is None  # what the agent reads, and would record as reached
 
 
 def test_a_save_reported_on_notice_is_read_only_while_nothing_trained_since(tmp_path):

@@ -78,6 +78,7 @@ class Mirror:
         self._changed_step: int | None = None  # the committed step whose files were seen changing
         self._checksums = Checksums(store.chunk_size)
         self._events: dict[str, tuple[int, int]] = {}
+        self._linked_said = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -128,6 +129,7 @@ class Mirror:
         after_notice = noticed is not None and began >= noticed
         snapshot = scan(self.local_root, self._checksums)
         if snapshot.step is None or not snapshot.files:
+            self._say_if_linked()
             return None
         if self.committed_step is not None and snapshot.step < self.committed_step:
             return None
@@ -260,6 +262,14 @@ class Mirror:
     def wake(self) -> None:
         """Runs a round now instead of at the next interval."""
         self._wake.set()
+
+    def _say_if_linked(self) -> None:
+        """One warning, the first time the scan finds the local job dir replaced by a link (the scan
+        refuses it: nothing through it is committed)."""
+        if not self._linked_said and os.path.islink(self.local_root):
+            self._linked_said = True
+            log.warning(f"the local job dir {self.local_root} is a link; not following it: nothing written "
+                        "through it is committed", path=self.local_root)
 
     def stop(self) -> None:
         """Stops the background rounds (one under way finishes first)."""

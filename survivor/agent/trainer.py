@@ -49,7 +49,7 @@ from survivor.agent.delivery import deliver
 from survivor.agent.gpus import gpus_for
 from survivor.cloud.metadata import MetadataClient
 from survivor.spec import BUILTIN_SAVE_SIGNAL, JobSpec, TrainerSpec, trainer_argv
-from survivor.trainers.contract import PROGRESS_ENV, parse_record
+from survivor.trainers.contract import PROGRESS_ENV, parse_record, plausible_step
 
 log = logs.get("trainer")
 
@@ -124,7 +124,7 @@ PROGRESS_READ_LIMIT = 4096
 def read_progress(path: str) -> int | None:
     """The step a trainer last reported in its progress file, if any (see `read_record`)."""
     record = read_record(path)
-    return None if record is None else record[0]
+    return None if record is None else plausible_step(record[0])
 
 
 def read_saved(path: str) -> int | None:

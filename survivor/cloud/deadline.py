@@ -49,8 +49,9 @@ import datetime as _dt
 from dataclasses import dataclass
 
 from survivor.jobdir.journal import Attempt, Journal
+from survivor.jobdir.ledger import EARLIEST
 from survivor.jobdir.storage import JobStorage
-from survivor.jobdir.switches import Switch, switches
+from survivor.jobdir.switches import Switch, parse_time, switches
 from survivor.spec import JobSpec
 
 SPOT, ON_DEMAND = "spot", "on-demand"
@@ -216,10 +217,12 @@ def decide(measured: Measured, situation: Situation) -> Decision:
 
 
 def _time(text: str | None) -> _dt.datetime | None:
-    try:
-        return _dt.datetime.fromisoformat(text) if text else None
-    except (TypeError, ValueError):
-        return None
+    # every record's time through the job dir's one parser: a time without a zone is UTC, so one
+    # record written without it cannot make the comparisons with `now` raise (issue 24, item 6);
+    # one before EARLIEST (the ledger's bound) is no time of this job, and year 1 would take the
+    # first start out of the calendar (OverflowError) once `now` minus the elapsed hours is taken
+    at = parse_time(text) if isinstance(text, str) else None
+    return at if at is not None and at >= EARLIEST else None
 
 
 def mode_at(switches: list[Switch], when: _dt.datetime) -> str:

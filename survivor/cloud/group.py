@@ -33,7 +33,7 @@ from survivor.cloud.compute import (BASE_INSTANCE_NAME_MAX, Compute, ComputeErro
 from survivor.cloud.template import (STATE_DISK_DEVICE, Install, MachineOptions, body_differences, deadline_warning,
                                      named_differences, parse_gpu, template_body)
 from survivor.jobdir.storage import JobStorage
-from survivor.jobdir.switches import Switch, record_switch
+from survivor.jobdir.switches import Switch, parse_time, record_switch
 from survivor.spec import FallbackSpec, JobSpec, SpecError
 
 log = logs.get("group")
@@ -578,7 +578,6 @@ def _job_report(job_dir: str, machine: dict | None, group: GroupRef, spec: JobSp
     catalog prices (status never waits on the catalog: `survivor report` fetches and caches them)."""
     from survivor.cloud import report
     from survivor.cloud.catalog import Machine
-    from survivor.jobdir.switches import parse_time
 
     options = report.ReportOptions(
         machine=Machine(machine["machine_type"], machine["gpu_type"], machine["gpu_count"]) if machine else None,
@@ -732,7 +731,7 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
         raise RequestError(f"group {group.name}: its template {current} carries no survivor-job spec")
     storage = open_storage(job_dir or spec.job_dir, project=group.project)
     running = any(m["status"] == "RUNNING" for m in compute.managed_instances(group))
-    created = _dt.datetime.fromisoformat(found["creationTimestamp"]) if found.get("creationTimestamp") else None
+    created = parse_time(found.get("creationTimestamp"))  # as the records' times: aware, never a crash
     decision = deadline.assess(spec, storage, _dt.datetime.now(_dt.timezone.utc), running=running, first_start=created,
                                check_every_hours=check_every_hours or deadline.CHECK_EVERY_HOURS)
     if decision is None:

@@ -39,6 +39,13 @@ OUTCOMES = ("finished", "preempted", "stopped", "failed", "gave-up", "superseded
 
 #: The highest attempt number read: a record claiming more is not one survivor wrote.
 MAX_ATTEMPT = 10**9
+#: The highest step (or count of steps) read: a job spec's largest `train_steps` (survivor/spec.py);
+#: the agent never records a step the trainer reported beyond it (trainers/contract.py).
+MAX_STEP = 10**12
+#: The longest phase read (about 31 years): an attempt's timings are seconds of one VM's life.
+MAX_SECONDS = 10**9
+#: The record's step fields: each a count of training steps, never negative.
+STEP_FIELDS = ("restored_step", "end_step", "reached_step", "steps_lost")
 
 
 def now() -> str:
@@ -83,7 +90,9 @@ class Attempt:
     @classmethod
     def from_json(cls, data: bytes) -> "Attempt":
         """Parses a record into the exact schema; ValueError for anything else (unknown keys are
-        ignored). A record is the agent's own note, but the job dir is shared: trust no field."""
+        ignored). A record is the agent's own note, but the job dir is shared: trust no field. Steps
+        and counts are 0 to MAX_STEP (no more lost than reached), timings 0 to MAX_SECONDS: a
+        negative or absurd one would print as such in `status` and skew the ledger and the deadline."""
         raw = parse_json(data)
         if not isinstance(raw, dict):
             raise ValueError(f"expected a JSON object, got {type(raw).__name__}")
@@ -97,9 +106,17 @@ class Attempt:
             raise ValueError(f"number: {raw['number']} is out of range")
         if raw.get("outcome") is not None and raw["outcome"] not in OUTCOMES:
             raise ValueError(f"outcome: {_show(raw['outcome'])} is not one of {', '.join(OUTCOMES)}")
+        for key in STEP_FIELDS:
+            if raw.get(key) is not None and not 0 <= raw[key] <= MAX_STEP:
+                raise ValueError(f"{key}: {raw[key]} is out of range (0 to {MAX_STEP})")
+        if raw.get("steps_lost") is not None and raw["steps_lost"] > (raw.get("reached_step") or 0):
+            raise ValueError(f"steps_lost: {raw['steps_lost']} is more than the {raw.get('reached_step') or 0} "
+                             "steps reached")
         timings = raw.get("timings", {})
         if not all(isinstance(k, str) and _has_type(v, "a number") for k, v in timings.items()):
             raise ValueError("timings: expected names and seconds")
+        if not all(0 <= v <= MAX_SECONDS for v in timings.values()):
+            raise ValueError(f"timings: seconds out of range (0 to {MAX_SECONDS})")
         return cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
 
 

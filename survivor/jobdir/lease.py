@@ -23,13 +23,17 @@ wait, so a lease is taken sooner only from a holder that provably cannot commit 
   `boot_id` differs, and a VM runs one kernel at a time (a MIG recreates an instance under the same
   name; a stop/start or reboot makes a new boot_id: "randomly generated early at boot and unique
   for every running kernel instance", sd_id128_get_boot(3));
-- the holder is an agent process of this same kernel boot that no longer runs (its pid and start
-  time, from /proc, name one process for ever: a reused pid has another start time), e.g. the
-  agent systemd restarts after a failed attempt.
+- the holder is an agent process of this same kernel boot *and pid namespace* that no longer runs
+  (its pid and start time, from /proc, name one process for ever: a reused pid has another start
+  time), e.g. the agent systemd restarts after a failed attempt. A pid names a process only in its
+  own namespace (pid_namespaces(7)), so the lease records the holder's (`/proc/self/ns/pid`, an
+  inode the kernel names "pid:[N]"); an agent in a container on the same VM cannot see the
+  holder's pid and must not conclude from that that it is gone.
 
 Anything else waits for the ttl: a live agent on the same VM (an operator's `survivor agent` next to
-the unit's), a VM of the same name in another zone, a lease from an older survivor without these
-fields, a lease object that does not parse (`parse_lease`: treated as a foreign holder, never fatal).
+the unit's, or one in a container), a VM of the same name in another zone, a lease from an older
+survivor without these fields, a lease object that does not parse (`parse_lease`: treated as a
+foreign holder, never fatal).
 """
 
 from __future__ import annotations
@@ -58,29 +62,34 @@ class LeaseLost(Exception):
 
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
+#: This process's pid namespace: a pid names a process only within its namespace (pid_namespaces(7)).
+PID_NS = "/proc/self/ns/pid"
 
 
 @dataclass(frozen=True)
 class Holder:
     """Who holds the lease: an instance (name and zone), its kernel boot, and one agent process.
 
-    `boot` is the kernel's boot_id; `agent` is "pid:start time" of the agent process (`here()`
-    fills both). Empty strings mean unknown, which never allows a takeover before the ttl.
+    `boot` is the kernel's boot_id; `agent` is "pid:start time" of the agent process, and `pidns`
+    the pid namespace that pid belongs to (`here()` fills all three). Empty strings mean unknown,
+    which never allows a takeover before the ttl.
     """
 
     instance: str
     boot: str
     zone: str = ""
     agent: str = ""
+    pidns: str = ""
 
     @classmethod
     def here(cls, instance: str, zone: str) -> "Holder":
         """This agent process on this VM."""
-        return cls(instance, read_boot_id(), zone, process_identity(os.getpid()))
+        return cls(instance, read_boot_id(), zone, process_identity(os.getpid()), read_pid_namespace())
 
     def fields(self) -> dict[str, str]:
         """The holder as the lease object's string fields."""
-        return {"instance": self.instance, "zone": self.zone, "boot": self.boot, "agent": self.agent}
+        return {"instance": self.instance, "zone": self.zone, "boot": self.boot, "agent": self.agent,
+                "pidns": self.pidns}
 
     def to_json(self) -> bytes:
         """The lease object's bytes: the fields and when this renewal was written."""
@@ -93,6 +102,16 @@ def read_boot_id(path: str = BOOT_ID) -> str:
         with open(path, encoding="ascii") as f:
             return f.read(100).strip()
     except (OSError, ValueError):
+        return ""
+
+
+def read_pid_namespace(path: str = PID_NS) -> str:
+    """This process's pid namespace as the kernel names it ("pid:[4026531836]": its inode, the same
+    for every process of the namespace), or "" where it cannot be read (then no pid of a holder
+    is judged: its lease waits for the ttl)."""
+    try:
+        return os.readlink(path)[:100]
+    except OSError:
         return ""
 
 
@@ -144,7 +163,7 @@ def parse_lease(data: bytes) -> dict[str, Any] | None:
     if not isinstance(loaded, dict) or not isinstance(loaded.get("instance"), str):
         return None
     out: dict[str, Any] = {}
-    for key in ("instance", "zone", "boot", "agent"):
+    for key in ("instance", "zone", "boot", "agent", "pidns"):
         value = loaded.get(key, "")
         if not isinstance(value, str):
             return None
@@ -159,19 +178,21 @@ def decide_takeover(current: dict | None, me: Holder, unchanged_for: float, ttl:
 
     `current` is `parse_lease`'s answer (None and `readable`: no lease; not `readable`: a lease
     object that does not parse, an unknown holder). `holder_running`: whether the agent process
-    the lease names still runs (meaningful only when it names this kernel boot).
+    the lease names still runs (meaningful only when it names this kernel boot and this pid
+    namespace: a pid elsewhere names no process here, so not seeing it proves nothing).
     """
     if current is None and readable:
         return "take"
     if current is not None and current.get("released"):
         return "take"
     if current is not None and current.get("instance") == me.instance and current.get("zone") == me.zone and me.zone:
-        if current.get("boot") == me.boot and current.get("agent") == me.agent and me.agent:
+        same_pids = bool(me.pidns) and current.get("pidns") == me.pidns  # its pid means the same process here
+        if current.get("boot") == me.boot and current.get("agent") == me.agent and me.agent and same_pids:
             return "hold"
         if me.boot and current.get("boot") and current.get("boot") != me.boot:
             return "take"  # an earlier kernel boot of this VM: it is over
-        if me.boot and current.get("boot") == me.boot and current.get("agent") and not holder_running:
-            return "take"  # an agent of this boot that is gone (systemd restarted us)
+        if me.boot and current.get("boot") == me.boot and current.get("agent") and same_pids and not holder_running:
+            return "take"  # an agent of this boot and namespace that is gone (systemd restarted us)
     return "take" if unchanged_for >= ttl else "wait"
 
 
@@ -211,10 +232,12 @@ class Lease:
                                 object=LEASE, bytes=len(blob.data))
                 if blob.generation != seen_generation:
                     seen_generation, seen_since = blob.generation, time.monotonic()
-            same_boot = current is not None and current.get("boot") == self.holder.boot and self.holder.boot
+            # the holder's pid is looked up only where it names a process: this kernel boot and pid namespace
+            visible = (current is not None and bool(self.holder.boot) and current.get("boot") == self.holder.boot
+                       and bool(self.holder.pidns) and current.get("pidns") == self.holder.pidns)
             decision = decide_takeover(current, self.holder, time.monotonic() - seen_since, self.ttl,
                                        readable=blob is None or current is not None,
-                                       holder_running=not same_boot or agent_running(current.get("agent", "")))
+                                       holder_running=not visible or agent_running(current.get("agent", "")))
             if decision in ("take", "hold"):
                 started = time.monotonic()
                 try:

@@ -204,12 +204,15 @@ class _Growing:
 
 
 def scan(root: str, checksums: Checksums | None = None) -> Snapshot:
-    """Reads the local job dir and returns the snapshot of its completed files.
+    """Reads the local job dir and returns the snapshot of its completed files (none when the
+    dir itself is a link: it is never followed).
 
     `checksums` carries checksums across calls, so an unchanged multi-gigabyte checkpoint is not
     read again on every sync and one being written is read as it grows.
     """
     checksums = checksums if checksums is not None else Checksums()
+    if os.path.islink(root):  # a trainer swapped its dir for a link: what it points at is no checkpoint
+        return Snapshot(None, ())
     paths = []
     for dirpath, _, files in os.walk(root):
         for name in files:

@@ -709,7 +709,13 @@ class CheckpointStore:
         abandoned: list[str] = []
         try:
             # The old contents go first: restore replaces them anyway, and the boot disk then needs
-            # room for one snapshot, not two.
+            # room for one snapshot, not two. A local job dir that is a link (a trainer that can
+            # write the work dir swapped it) is not followed: the link goes, the restore makes a
+            # real dir, and the boot trains on (it is no failure of the job).
+            if os.path.islink(local_root):
+                log.warning(f"the local job dir {local_root} is a link (to {_link_target(local_root)}); "
+                            "not following it: removing the link and restoring into a directory",
+                            path=local_root)
             _clear(local_root)
             names = self.manifest_names()
             for name in names:
@@ -836,13 +842,24 @@ def _check_unchanged(parts: list[Part]) -> None:
 
 
 def _clear(path: str) -> None:
-    """Removes a directory tree; one that is not there is fine, one that cannot go is an OSError."""
+    """Removes a directory tree; one that is not there is fine, one that cannot go is an OSError.
+    A link at `path` is removed itself, never followed: its target is not the agent's to empty."""
     try:
+        if os.path.islink(path):
+            os.remove(path)
+            return
         shutil.rmtree(path)
     except FileNotFoundError:
         pass
     except NotADirectoryError:
         os.remove(path)
+
+
+def _link_target(path: str) -> str:
+    try:
+        return os.readlink(path)[:200]
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
 
 
 def _os_reason(exc: OSError) -> str:

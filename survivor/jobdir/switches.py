@@ -49,10 +49,12 @@ class Switch:
 
     @classmethod
     def from_json(cls, data: bytes) -> "Switch":
-        """Parses a record; ValueError unless it has a string time and a known to_mode."""
+        """Parses a record; ValueError unless it has a time `parse_time` reads and a known to_mode."""
         raw = parse_json(data)
         if not isinstance(raw, dict) or not isinstance(raw.get("time"), str) or raw.get("to_mode") not in MODES:
             raise ValueError("expected an object with a time and a to_mode of " + " or ".join(MODES))
+        if parse_time(raw["time"]) is None:
+            raise ValueError(f"time: {raw['time'][:60]!r} is not an ISO 8601 time")
         return cls(**{k: str(raw[k]) for k in cls.__dataclass_fields__ if raw.get(k) is not None})
 
 
@@ -85,12 +87,13 @@ def switches(storage: JobStorage, latest: _dt.datetime | None = None) -> list[Sw
                         record=info.name, reason="dated in the future")
             continue
         out.append(switch)
-    return sorted(out, key=lambda s: s.time)
-
+    return sorted(out, key=lambda s: parse_time(s.time))  # a time, whatever its zone; from_json parsed each
 
 
 def parse_time(text: str | None) -> _dt.datetime | None:
-    """An ISO 8601 time from a record, timezone-aware (UTC when it says none); None if absent or bad."""
+    """An ISO 8601 time from a record, timezone-aware (UTC when it says none); None if absent or bad.
+    The one parser of the times the job dir's records carry (switches, attempts, markers): every
+    reader compares them with an aware `now`, which a naive time would make raise."""
     if not text:
         return None
     try:

@@ -7,7 +7,8 @@
     >>> result.tallies["damaged manifest"].inputs
     20
 
-Four classes of fault, each round drawn at random (the full-disk rounds run on a VM of their own):
+Six classes of fault, each round drawn at random (the full-disk and overlapped-upload rounds run on
+a VM of their own):
 
 - **kill**: a boot (half the time on a fresh disk), sometimes with the metadata server answering
   503s or garbage, then a SIGKILL of the agent, the trainer, or both -- no notice, the worst case --
@@ -30,12 +31,18 @@ Four classes of fault, each round drawn at random (the full-disk rounds run on a
 - **slow metadata**: the metadata server drips its next 1-3 answers a byte every 2 s (the
   emulator's `drip` fault). The boot must reach training, or end by itself, within `BOOT_DEADLINE`;
   half the time a soft off (SIGTERM) comes during it, and the agent must be gone before the hard off.
+- **pid namespace**: while the VM's agent trains, a second agent of the same instance name, zone
+  and kernel boot starts in another pid namespace (`unshare --pid`, as in a container on the VM; half
+  the time the trainer's agent is the one in the namespace): neither can see the other's pid. The
+  second must leave the job to the live holder (exit 1 within `BOOT_DEADLINE`, the holder still
+  running and named by the lease); a lease it takes is a stolen lease. Then a SIGKILL of the VM.
+  Needs root (otherwise the row says it did not run).
 
 All of it with a share of the storage requests failing (429, 503, resets, stalls, truncated bodies)
 through `FaultProxy`. Counted per class: inputs tried, faults injected, corrupt restores (the
 snapshot restored after a round has a file missing or wrong, or the agent restored a manifest it
 must not follow), lost commits (the snapshot restored is older than the newest commit seen before
-the fault), hangs (`HARD_OFF` after a SIGTERM or after its trainer died, or `BOOT_DEADLINE` after a
+the fault), stolen leases (taken from an agent that still ran), hangs (`HARD_OFF` after a SIGTERM or after its trainer died, or `BOOT_DEADLINE` after a
 boot, the agent still runs without training), tracebacks in the agent's log, and the worst steps
 lost. Used by tests/test_simulator.py, tests/test_chaos.py and benchmarks/chaos.py.
 """
@@ -70,7 +77,9 @@ BOOT_DEADLINE = 90.0
 #: Far beyond any step the chaos jobs reach; a manifest may claim up to it.
 TRAIN_STEPS = 10_000_000
 CLASSES = ("kill", "damaged manifest", "damaged chunk", "full disk", "slow metadata", "overlapped upload",
-           "contract breaker", "hostile state disk")
+           "contract breaker", "hostile state disk", "pid namespace")
+#: How a round starts an agent in a pid namespace of its own, as in a container on the VM (root only).
+UNSHARE_PID = ("unshare", "--pid", "--fork", "--mount-proc")
 
 
 @dataclass
@@ -84,6 +93,8 @@ class Tally:
     hangs: int = 0
     tracebacks: int = 0
     leaked_temp_files: int = 0
+    #: Leases taken from an agent that still ran and renewed them (two writers on one job: must be 0).
+    stolen_leases: int = 0
     worst_lost_steps: int = 0
     #: The longest wait a hang is judged on: SIGTERM (or the trainer's death) to the agent's exit,
     #: or a boot to its training; how far each class stayed from its deadline.
@@ -145,6 +156,11 @@ class ChaosResult:
     def leaked_temp_files(self) -> int:
         """Temporary uploads left in the job dir after the run (must be 0)."""
         return self._total("leaked_temp_files")
+
+    @property
+    def stolen_leases(self) -> int:
+        """Leases taken from a live agent (must be 0)."""
+        return self._total("stolen_leases")
 
     @property
     def problems(self) -> list[str]:
@@ -274,6 +290,7 @@ class _Rounds:
         self.proxy = proxy
         self.round = 0
         self.damages: list[str] = []
+        self.root = root
 
     # -- what every round shares --
 
@@ -474,6 +491,61 @@ class _Rounds:
         self.count_tracebacks(tally)
         self.storage_faults(tally, since)
 
+    def pid_namespace_round(self) -> None:
+        """A second agent of this VM's name, zone and boot in another pid namespace than the holder's."""
+        from survivor.jobdir.lease import LEASE, parse_lease
+
+        tally = self.result.tallies["pid namespace"]
+        since = Counter(self.proxy.count) if self.proxy else Counter()
+        holder_inside = self.rng.random() < 0.5
+        self.vm.wrapper = UNSHARE_PID if holder_inside else ()
+        try:
+            booted = self.boot()
+            state = self.await_training(tally, booted)
+            lease = self.storage.read(LEASE)
+            held = parse_lease(lease.data) if lease is not None else None
+            if state != "training" or held is None:
+                tally.hangs += state == "hung"
+                self.problem(tally, f"the holder's boot did not train ({state})")
+                self.vm.kill()
+                return
+            other = LocalInstance(self.vm.metadata.get("instance/attributes"), os.path.join(self.root, f"vm-ns-{self.round}"),
+                                  name=self.vm.name, python=self.vm.python, env=self.vm.env,
+                                  agent_args=self.vm.agent_args, wrapper=() if holder_inside else UNSHARE_PID)
+            tally.inputs += 1
+            tally.faults["the holder in a pid namespace" if holder_inside else "the second agent in a pid namespace"] += 1
+            started = time.monotonic()
+            try:
+                other.boot()
+                code, stolen = None, False
+                while time.monotonic() < started + BOOT_DEADLINE and code is None and not stolen:
+                    code = other.wait(0.2)
+                    now = self.storage.read(LEASE)
+                    holder_now = parse_lease(now.data) if now is not None else None
+                    stolen = holder_now is None or holder_now.get("agent") != held.get("agent")
+                tally.slowest_seconds = max(tally.slowest_seconds, time.monotonic() - started)
+                if stolen or code == 0 or not self.vm.running():
+                    tally.stolen_leases += 1
+                    self.problem(tally, f"the second agent (exit {code}) took the lease of a live holder: "
+                                        f"{held.get('agent')} in {held.get('pidns') or '?'}; see {other.log_path()}")
+                elif code is None:
+                    tally.hangs += 1
+                    self.problem(tally, f"the second agent still ran {BOOT_DEADLINE:g} s after its boot")
+                if agent_traceback(open(other.log_path(), encoding="utf-8", errors="replace").read()):
+                    tally.tracebacks += 1
+                    self.problem(tally, f"a traceback in the second agent's log {other.log_path()}")
+            finally:
+                other.close()
+            time.sleep(self.rng.uniform(0.0, 1.0))
+            before = self.store.latest()
+            self.vm.kill()  # the pid file of an agent in a namespace names a pid of that namespace
+            tally.faults["SIGKILL both"] += 1
+        finally:
+            self.vm.wrapper = ()
+        self.check_restore(tally, before, "after a second agent in another pid namespace")
+        self.count_tracebacks(tally)
+        self.storage_faults(tally, since)
+
     def slow_metadata_round(self) -> None:
         tally = self.result.tallies["slow metadata"]
         since = Counter(self.proxy.count) if self.proxy else Counter()
@@ -532,6 +604,14 @@ def _skipped_snapshots(vm: LocalInstance) -> int:
         with open(vm.log_path(boot), encoding="utf-8", errors="replace") as f:
             count += f.read().count("skipping a snapshot that does not verify")
     return count
+
+
+def _can_unshare_pid() -> bool:
+    """Whether this host lets the harness start a process in a new pid namespace."""
+    try:
+        return subprocess.run([*UNSHARE_PID, "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 # -- full disks ------------------------------------------------------------------------------------
@@ -800,7 +880,8 @@ def _state_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, py
 
 def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str = sys.executable, *,
               manifests: int = 0, full_disks: int = 0, slow_metadata: int = 0, overlapped: int = 0,
-              damaged_chunks: int = 0, contract_breakers: int = 0, state_disks: int = 0) -> ChaosResult:
+              damaged_chunks: int = 0, contract_breakers: int = 0, state_disks: int = 0,
+              pid_namespaces: int = 0) -> ChaosResult:
     """Runs the rounds, in a random order, against a fresh storage emulator under `root`."""
     from survivor.jobdir.journal import Journal
     from survivor.jobdir.storage import open_storage
@@ -817,11 +898,15 @@ def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str =
         vm = LocalInstance({"survivor-job": _spec(job_dir, python)}, os.path.join(root, "vm"), python=python,
                            env={"STORAGE_EMULATOR_HOST": proxy.url, "SURVIVOR_CHUNK_MIB": "0.0625"})
         run = _Rounds(vm, job_dir, rng, seed, result, root, proxy)
+        if pid_namespaces and not _can_unshare_pid():
+            result.tallies["pid namespace"].skipped = "not run: a new pid namespace needs root and unshare(1)"
+            pid_namespaces = 0
         schedule = (["kill"] * kills + ["damaged manifest"] * manifests + ["slow metadata"] * slow_metadata
-                    + ["damaged chunk"] * damaged_chunks)
+                    + ["damaged chunk"] * damaged_chunks + ["pid namespace"] * pid_namespaces)
         rng.shuffle(schedule)
         rounds = {"kill": run.kill_round, "damaged manifest": run.manifest_round,
-                  "slow metadata": run.slow_metadata_round, "damaged chunk": run.chunk_round}
+                  "slow metadata": run.slow_metadata_round, "damaged chunk": run.chunk_round,
+                  "pid namespace": run.pid_namespace_round}
         try:
             for kind in schedule:
                 rounds[kind]()
@@ -846,15 +931,15 @@ def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str =
 def table(result: ChaosResult) -> tuple[list[str], list[list]]:
     """The figures per class, as a header and rows (benchmarks/chaos.py prints them)."""
     header = ["fault class", "inputs tried", "faults injected", "corrupt restores", "lost commits", "hangs",
-              "tracebacks", "temp files left", "worst lost steps", "slowest exit or boot (s)"]
+              "tracebacks", "temp files left", "leases stolen", "worst lost steps", "slowest exit or boot (s)"]
     rows = []
     for name, t in result.tallies.items():
         if t.skipped:
-            rows.append([name, t.skipped, "", "", "", "", "", "", "", ""])
+            rows.append([name, t.skipped, "", "", "", "", "", "", "", "", ""])
             continue
         faults = ", ".join(f"{k} {v}" for k, v in sorted(t.faults.items()))
         rows.append([name, t.inputs, f"{sum(t.faults.values())} ({faults})" if faults else 0, t.corrupt_restores,
-                     t.lost_commits, t.hangs, t.tracebacks, t.leaked_temp_files, t.worst_lost_steps,
-                     round(t.slowest_seconds, 1)])
+                     t.lost_commits, t.hangs, t.tracebacks, t.leaked_temp_files, t.stolen_leases,
+                     t.worst_lost_steps, round(t.slowest_seconds, 1)])
     return header, rows
 

@@ -34,7 +34,7 @@ class LocalInstance:
     def __init__(self, attributes: dict[str, str], root: str, *, name: str = "survivor-local-1",
                  zone: str = "us-west1-b", project: str = "survivor-local", env: dict[str, str] | None = None,
                  agent_args: tuple[str, ...] = ("--allow-root-trainer",), python: str = sys.executable,
-                 state_disk: bool = False):
+                 state_disk: bool = False, wrapper: tuple[str, ...] = ()):
         self.root = os.path.abspath(root)
         self.name = name
         self.metadata = MetadataServer(attributes=attributes, name=name, zone=zone, project=project).start()
@@ -42,6 +42,7 @@ class LocalInstance:
         self.agent_args = tuple(agent_args)
         self.python = python
         self.state_disk = os.path.join(self.root, "state-disk") if state_disk else None
+        self.wrapper = tuple(wrapper)  # e.g. unshare(1): the agent as in a container on the VM
         self.process: subprocess.Popen | None = None
         self.boots = 0
         self._log = None
@@ -74,7 +75,7 @@ class LocalInstance:
                "SURVIVOR_GUEST_BOOTED": f"{time.time():.3f}"}
         self._log = open(self.log_path(), "wb")
         self.process = subprocess.Popen(
-            [self.python, "-m", "survivor", "agent", "--workdir", self.workdir, "--log-format", "json", *self.agent_args],
+            [*self.wrapper, self.python, "-m", "survivor", "agent", "--workdir", self.workdir, "--log-format", "json", *self.agent_args],
             env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )
         return self
@@ -137,8 +138,11 @@ class LocalInstance:
         """Hard power-off: SIGKILL the agent and its trainer at once."""
         pids = [self.process.pid] if self.process else []
         try:
-            with open(os.path.join(self.workdir, "trainer.pid"), encoding="utf-8") as f:
-                pids.append(int(f.read().strip()))
+            # behind a wrapper (a pid namespace) the file holds a pid of that namespace, which may name
+            # another process here; the namespace's processes die with its first one, the agent
+            if not self.wrapper:
+                with open(os.path.join(self.workdir, "trainer.pid"), encoding="utf-8") as f:
+                    pids.append(int(f.read().strip()))
         except (OSError, ValueError):
             pass
         for pid in pids:

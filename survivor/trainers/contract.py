@@ -82,6 +82,9 @@ class SaveRequest:
         return True
 
 
+#: The largest step a trainer reports: a job spec's largest train_steps (survivor/spec.py).
+MAX_STEP = 10**12
+
 #: A progress record's fixed size: a new record always covers the whole previous one.
 PROGRESS_RECORD_BYTES = 128
 
@@ -102,8 +105,8 @@ def progress_record(step: int, saved: int | None = None) -> bytes:
 
 def parse_record(data: bytes | str) -> tuple[int, int | None] | None:
     """(step, saved) from a progress file's content; saved is None when the trainer reported no save
-    after a stop request. None if there is no step, or if the check fails (a read that caught a write
-    half done: the caller keeps the value it had)."""
+    after a stop request. None if there is no step, or if the check fails (a read that caught a
+    write half done: the caller keeps the value it had)."""
     try:
         record = json.loads(data)
         step = int(record["step"])
@@ -116,9 +119,16 @@ def parse_record(data: bytes | str) -> tuple[int, int | None] | None:
 
 
 def parse_progress(data: bytes | str) -> int | None:
-    """The step in a progress file's content; None if there is none, or if the check fails."""
+    """The step in a progress file's content; None if there is none, if the check fails, or if the
+    step is no step of a job (`plausible_step`)."""
     record = parse_record(data)
-    return None if record is None else record[0]
+    return None if record is None else plausible_step(record[0])
+
+
+def plausible_step(step: int) -> int | None:
+    """`step`, or None when no job has it (below 0, beyond MAX_STEP): such a report is no progress,
+    and the agent's attempt record would be refused for it (survivor/jobdir/journal.py, the same bound)."""
+    return step if 0 <= step <= MAX_STEP else None
 
 
 def report_progress(step: int, path: str | None = None, saved: int | None = None) -> None:
