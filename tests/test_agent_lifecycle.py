@@ -314,3 +314,26 @@ def test_safe_means_committed_not_exited(reports_saved, tmp_path, instance_facto
         assert seconds < 3, f"the agent waited {seconds} s for an exit it did not need"
     else:
         assert seconds >= 8, f"the agent did not wait for a trainer that never said it saved ({seconds} s)"
+
+
+def test_an_agent_waiting_for_the_gpu_driver_ends_on_sigterm(tmp_path):
+    """Issue 25 item 4: an agent waiting up to 900 s for the driver the VM installs
+    (`install-nvidia-driver`) ignored SIGTERM; on a VM it would miss the preemption's."""
+    import time
+
+    from survivor.local.instance import LocalInstance
+
+    spec = dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=10, num_gpus=2)
+    vm = LocalInstance({"survivor-job": spec, "install-nvidia-driver": "True"}, str(tmp_path / "vm"), python=PYTHON)
+    try:
+        vm.boot()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(
+                line.get("message") == "waiting for the GPU driver" for line in vm.log_lines()):
+            time.sleep(0.1)
+        assert any(line.get("message") == "waiting for the GPU driver" for line in vm.log_lines())
+        started = time.monotonic()
+        code = vm.preempt(soft_off=True, hard_off_after=30)
+        assert code == 0 and time.monotonic() - started < 15, f"exit {code} after {time.monotonic() - started:.1f} s"
+    finally:
+        vm.close()

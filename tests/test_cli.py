@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import requests
 
 from survivor.commands import main as cli
@@ -95,3 +96,15 @@ def test_status_skips_an_attempt_record_with_negative_counts_with_a_warning_nami
     out = capsys.readouterr().out
     assert "-1000000000000000000" not in out and "1 steps lost" in out, out
     assert "ignoring an unreadable attempt record survivor/attempts/000002.json: steps_lost" in caplog.text
+
+
+@pytest.mark.parametrize("command", ["status", "report"])
+def test_a_local_job_dir_that_does_not_exist_is_one_line_and_exit_1(command, tmp_path, capsys):
+    """Issue 25 item 5: `status --job-dir /tmp/does-not-exist` said NOT STARTED with exit 0."""
+    from survivor.commands import main as cli
+
+    missing = str(tmp_path / "does-not-exist")
+    code = cli.main([command, "--job-dir", missing, *(["--out", str(tmp_path / "r")] if command == "report" else [])])
+    err = capsys.readouterr().err
+    assert code == 1 and err.strip() == f"error: job dir {missing}: no such directory"
+    assert not os.path.exists(missing) and not os.path.exists(tmp_path / "r")

@@ -106,3 +106,20 @@ def test_the_preemption_lines_name_the_planned_noticed_reached_and_saved_steps()
         "  boot 1: planned preemption at step 9; the trainer is at step 10: preempted=TRUE, SIGTERM, hard off in 30 s")
     assert ended_line(1, 0, reached=11, saved=11) == (
         "  boot 1 ended (agent exit 0): the trainer reached step 11 and saved step 11; the MIG recreates the VM")
+
+
+def test_the_demo_runs_from_a_directory_that_holds_a_survivor_folder(tmp_path):
+    """Issue 25 item 3: from a clone's parent (a `survivor/` folder in the cwd) every child `python -m
+    survivor` imported that folder, a namespace package, and died on `cannot import name
+    '__version__'`. The children now start in their own directories."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "survivor").mkdir()
+    entry = os.path.join(os.path.dirname(sys.executable), "survivor")
+    done = subprocess.run([entry, "demo", "--trainer", "dummy", "--steps", "40", "--no-progress",
+                           "--workdir", str(tmp_path / "demo")], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "DONE at step 40 of 40" in done.stdout

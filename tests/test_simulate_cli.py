@@ -91,3 +91,56 @@ def test_the_shipped_example_simulates_in_about_a_minute_even_asking_for_gpus(tm
     assert time.monotonic() - started < 120
     assert "a simulated VM has none and installs no driver" in done.stderr
     assert " boot " in done.stderr and "DONE at step 300" in done.stdout
+
+
+@pytest.mark.slow
+def test_sigterm_to_simulate_ends_every_agent_and_trainer_it_started(tmp_path):
+    """Issue 25 item 4: the agents and trainers of a simulation run in sessions of their own; a
+    SIGTERM to `survivor simulate` left them running, re-parented to init."""
+    import signal
+
+    import yaml
+
+    spec = yaml.safe_load(open(os.path.join(ROOT, "templates", "simulate.yaml")))
+    spec["train_steps"] = 100_000
+    config = tmp_path / "long.yaml"
+    config.write_text(yaml.safe_dump(spec))
+    workdir = tmp_path / "sim"
+    entry = os.path.join(os.path.dirname(sys.executable), "survivor")
+    process = subprocess.Popen([entry, "simulate", "--config", str(config), "--workdir", str(workdir), "--offline"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        for line in process.stderr:  # the timeline as it happens
+            if " boot " in line:
+                break
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _processes_under(workdir, "trainers.dummy"):
+            time.sleep(0.2)
+        assert _processes_under(workdir, "trainers.dummy"), "the simulated VM's trainer never started"
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _processes_under(workdir):
+        time.sleep(0.2)
+    assert not _processes_under(workdir), _processes_under(workdir)
+
+
+def _processes_under(workdir, what: str = "") -> list[str]:
+    """The command lines of processes that name `workdir` (and `what`, if given)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                line = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        if (str(workdir) in line or str(workdir) in environ) and what in line and str(os.getpid()) != pid:
+            found.append(line)
+    return found

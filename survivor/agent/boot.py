@@ -313,7 +313,7 @@ class Boot:
             with self.phase.timed("setup"):
                 trainer = launch(spec, self.options.workdir, python=self.options.python,
                                  allow_root=self.options.allow_root_trainer, metadata=self.metadata,
-                                 gpu_wait_seconds=self.options.gpu_wait_seconds)
+                                 gpu_wait_seconds=self.options.gpu_wait_seconds, stop=watcher.noticed)
         except (DeliveryError, TrainerUserError, OSError) as exc:
             return AttemptResult(failure=f"cannot start the trainer: {exc}", restored_step=restored,
                                  committed_step=restored)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import threading
 import time
 from typing import Callable
 
@@ -44,25 +45,31 @@ def decide_gpu_count(requested: int | None, detected: int) -> int:
     return requested
 
 
-def wait_for_gpus(expected: int, timeout: float, counter: Callable[[], int] = count_gpus, poll: float = 10.0) -> int:
-    """Waits until `expected` GPUs are listed (the driver is installing) or `timeout`; returns the count."""
+def wait_for_gpus(expected: int, timeout: float, counter: Callable[[], int] = count_gpus, poll: float = 10.0,
+                  stop: threading.Event | None = None) -> int:
+    """Waits until `expected` GPUs are listed (the driver is installing), `timeout`, or `stop` is set
+    (a notice or SIGTERM: the VM is going, issue 25 item 4); returns the count."""
+    stop = stop or threading.Event()
     deadline = time.monotonic() + timeout
     count = counter()
-    while count < expected and time.monotonic() < deadline:
+    while count < expected and time.monotonic() < deadline and not stop.is_set():
         log.info("waiting for the GPU driver", found=count, expected=expected)
-        time.sleep(poll)
+        if stop.wait(poll):
+            log.info("stopped waiting for the GPU driver: the VM is going")
+            break
         count = counter()
     return count
 
 
-def gpus_for(requested: int | None, metadata: MetadataClient | None, wait_seconds: float) -> int:
+def gpus_for(requested: int | None, metadata: MetadataClient | None, wait_seconds: float,
+             stop: threading.Event | None = None) -> int:
     """The number of GPUs the trainer gets on this VM: the spec's count (`requested`, None for all)
     against what `nvidia-smi` lists, after waiting up to `wait_seconds` for the driver when the VM
     installs it on this boot (the `install-nvidia-driver` attribute) and fewer than asked are there."""
     detected = count_gpus()
     if requested and detected < requested and metadata is not None:
         if (metadata.get_or("instance/attributes/install-nvidia-driver", "") or "").lower() == "true":
-            detected = wait_for_gpus(requested, wait_seconds)
+            detected = wait_for_gpus(requested, wait_seconds, stop=stop)
     count = decide_gpu_count(requested, detected)
     log.info("GPUs", detected=detected, using=count)
     return count

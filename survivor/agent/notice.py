@@ -190,6 +190,11 @@ class NoticeWatcher:
         log.warning("notice: the VM is going away", source=source, detail=detail)
         self._event.set()
 
+    @property
+    def noticed(self) -> threading.Event:
+        """Set once a notice came: for a wait that must end at once then (the GPU driver's)."""
+        return self._event
+
     def take_maintenance(self) -> Notice | None:
         """The oldest maintenance notice not taken yet, or None."""
         with self._lock:

@@ -59,14 +59,14 @@ class TrainerUserError(Exception):
 
 
 def launch(spec: JobSpec, workdir: str, *, python: str, allow_root: bool, metadata: MetadataClient | None,
-           gpu_wait_seconds: float) -> "TrainerProcess":
+           gpu_wait_seconds: float, stop: threading.Event | None = None) -> "TrainerProcess":
     """Starts the spec's trainer on this VM, on the local job dir under `workdir`; returns it running.
 
     Raises TrainerUserError (it would run as root, or its user does not exist), DeliveryError (its
     code could not be fetched or installed) or OSError (the work dir, the process); a StorageError
     of a package fetch other than a missing package goes up as it is.
     """
-    num_gpus = gpus_for(spec.num_gpus, metadata, gpu_wait_seconds)
+    num_gpus = gpus_for(spec.num_gpus, metadata, gpu_wait_seconds, stop=stop)
     user = decide_user(os.geteuid(), spec.user, allow_root)
     claim_workdir(workdir)  # the agent's alone: the trainer gets only what is below
     delivered = deliver(spec.trainer, workdir)

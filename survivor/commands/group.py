@@ -214,6 +214,7 @@ def status(args: argparse.Namespace) -> int:
                                "are known")
         from survivor.jobdir.status import job_summary
 
+        _readable_job_dir(args.job_dir)
         report = job_summary(args.job_dir)
         show = _print_job_dir
     else:
@@ -226,6 +227,15 @@ def status(args: argparse.Namespace) -> int:
     else:
         show(report)
     return 0
+
+
+def _readable_job_dir(job_dir: str) -> None:
+    """CommandError unless a local job dir (a path or file://) exists as a directory: a command that
+    only reads never creates one, and a mistyped path is not a job that has not started."""
+    local = job_dir[len("file://"):] if job_dir.startswith("file://") else job_dir
+    if not job_dir.startswith("gs://") and not os.path.isdir(local):
+        why = "not a directory" if os.path.exists(local) else "no such directory"
+        raise CommandError(f"job dir {job_dir}: {why}")
 
 
 def report(args: argparse.Namespace) -> int:
@@ -262,10 +272,7 @@ def report(args: argparse.Namespace) -> int:
         options.machine = Machine(args.machine_type, gpu_type, gpu_count)
     options.region = args.region or options.region
     options.train_steps = args.train_steps or options.train_steps
-    local = job_dir[len("file://"):] if job_dir.startswith("file://") else job_dir
-    if not job_dir.startswith("gs://") and not os.path.isdir(local):  # a report reads; it never creates
-        why = "not a directory" if os.path.exists(local) else "no such directory"
-        raise CommandError(f"job dir {job_dir}: {why}")
+    _readable_job_dir(job_dir)
     made = reports.build_report(job_dir, options)
     out = args.out or f"survivor-report-{args.name or os.path.basename(job_dir.rstrip('/')) or 'job'}"
     try:

@@ -14,16 +14,28 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from survivor.commands.errors import CommandError
 from survivor.extras import require
 
 
+def _sigterm_unwinds() -> None:
+    """SIGTERM unwinds this command like Ctrl-C, so its `finally`s end every agent and trainer it
+    started (they run in sessions of their own, which a signal to this process alone would leave
+    running, re-parented to init, issue 25 item 4)."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt()
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def run_demo(args: argparse.Namespace) -> int:
     """`survivor demo`: the whole lifecycle on this machine; 0 when the job is DONE at its last step."""
     from survivor.local import demo
 
+    _sigterm_unwinds()
     if args.trainer != "dummy":
         require("tensorflow", "tensorflow", f"the demo's {args.trainer} trainer (TensorFlow)")
     if args.gcs:
@@ -56,6 +68,7 @@ def run_simulation(args: argparse.Namespace) -> int:
         on_demand_price=pricing.price_per_hour(args.on_demand_price) if args.on_demand_price else None,
         region=args.region, online=not args.offline,
         on_event=lambda e: print(f"{e.t:8.1f}  {e.kind:<11} {e.instance:<22} {e.detail}", file=sys.stderr, flush=True))
+    _sigterm_unwinds()
     run = simulator.simulate(options)
     print(run.result.table())
     if run.plot:

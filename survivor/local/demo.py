@@ -67,9 +67,11 @@ def write_demo_data(data_dir: str, log_path: str, *, verbose: bool = False,
     The writing imports TensorFlow: in a child, its start-up lines reach the terminal through this
     filter only.
     """
+    data_dir = os.path.abspath(data_dir)
     done = subprocess.run([sys.executable, "-m", "survivor", "data", "cifar10", "--synthetic", str(DEMO_IMAGES),
                            "--out", data_dir, "--seed", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          stdin=subprocess.DEVNULL, text=True, errors="replace")
+                          stdin=subprocess.DEVNULL, text=True, errors="replace",
+                          cwd=os.path.dirname(data_dir))  # never a cwd with a `survivor/` folder: see LocalInstance
     with open(log_path, "w", encoding="utf-8") as log:
         log.write(done.stdout)
     for line in shown_lines(done.stdout.splitlines(), verbose or done.returncode != 0):

@@ -74,9 +74,13 @@ class LocalInstance:
         env = {**os.environ, **self.env, "GCE_METADATA_HOST": self.metadata.host, "PYTHONUNBUFFERED": "1",
                "SURVIVOR_GUEST_BOOTED": f"{time.time():.3f}"}
         self._log = open(self.log_path(), "wb")
+        # cwd: its own root, as a unit's is /: `python -m survivor` from a directory that holds a
+        # `survivor/` folder (a clone's parent) would import that folder instead of the installed package
         self.process = subprocess.Popen(
-            [*self.wrapper, self.python, "-m", "survivor", "agent", "--workdir", self.workdir, "--log-format", "json", *self.agent_args],
+            [*self.wrapper, self.python, "-m", "survivor", "agent", "--workdir", os.path.abspath(self.workdir),
+             "--log-format", "json", *self.agent_args],
             env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            cwd=os.path.abspath(self.root),
         )
         return self
 
