@@ -10,7 +10,7 @@ import pytest
 from survivor.commands import main as cli
 from survivor.cloud.compute import Compute, ComputeError, GroupRef
 from survivor.agent.finish import parse_created_by
-from survivor.local.compute_server import SchemaError, Validator, discovery
+from survivor.local.compute_server import PROJECT_NUMBER, SchemaError, Validator, discovery
 from survivor.spec import JobSpec
 from survivor.cloud.template import MachineOptions, template_body
 
@@ -146,7 +146,18 @@ def test_regional_group(compute_server, capsys, tmp_path):
     group = compute_server.groups[(PROJECT, "regions/us-west1", "reg")]
     assert group["_members"][0][1].startswith("us-west1-")
     ref = parse_created_by(compute_server.instances[group["_members"][0]]["metadata"]["items"][-2]["value"])
-    assert ref == GroupRef(PROJECT, "reg", region="us-west1")
+    # created-by names the project by its number, as Compute Engine writes it (issue 26 item 8)
+    assert ref == GroupRef(PROJECT_NUMBER, "reg", region="us-west1")
+
+
+def test_leaving_the_group_addresses_it_by_the_project_id_not_created_bys_number():
+    from survivor.agent.finish import LeaveGroup, choose_finisher
+    from survivor.cloud.metadata import InstanceIdentity
+
+    identity = InstanceIdentity("my-project", "us-west1-b", "vm-1",
+                                created_by=f"projects/{PROJECT_NUMBER}/zones/us-west1-b/instanceGroupManagers/g")
+    finisher = choose_finisher("auto", identity)
+    assert isinstance(finisher, LeaveGroup) and finisher.group == GroupRef("my-project", "g", zone="us-west1-b")
 
 
 @pytest.mark.parametrize("failure, expected", [

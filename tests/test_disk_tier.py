@@ -55,6 +55,28 @@ def test_a_state_disk_job_gets_a_kept_disk_and_a_stateful_group_through_the_real
     assert sent["statefulPolicy"] == {"preservedState": {"disks": {STATE_DISK_DEVICE: {"autoDelete": "NEVER"}}}}
 
 
+def test_a_regional_group_with_a_state_disk_does_not_redistribute_and_the_fake_refuses_one_that_would(
+        compute_server, capsys, tmp_path):
+    """Issue 26 item 1: make-group sent no updatePolicy, so the API's default PROACTIVE
+    redistribution made it refuse a stateful regional group."""
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(f"job_dir: {tmp_path}/j\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\nstate_disk_gb: 50\n")
+    assert cli.main(["make-template", "t", "--config", str(spec_file), "--project", PROJECT]) == 0
+    assert cli.main(["make-group", "g", "--template", "t", "--region", "us-west1", "--project", PROJECT,
+                     "--wait-seconds", "5", "--poll-seconds", "0.1"]) == 0, capsys.readouterr().err
+    [sent] = [body for method, _, body in compute_server.requests
+              if method == "compute.regionInstanceGroupManagers.insert"]
+    assert sent["updatePolicy"] == {"instanceRedistributionType": "NONE"} and sent["statefulPolicy"]
+    compute = Compute(PROJECT)
+    body = {**sent, "name": "h", "baseInstanceName": "h"}
+    del body["updatePolicy"]
+    from google.api_core.exceptions import BadRequest
+
+    with pytest.raises(BadRequest, match="Stateful regional IGMs cannot use proactive instance redistribution"):
+        compute.region_groups.insert(project=PROJECT, region="us-west1", instance_group_manager_resource=(
+            compute.v1.InstanceGroupManager.from_json(json.dumps(body), ignore_unknown_fields=True)))
+
+
 def test_a_job_without_a_state_disk_has_one_disk_and_a_stateless_group(tmp_path):
     body = template_body("t", _spec(tmp_path), MachineOptions(gpu_type=None, gpu_count=0))
     assert len(body["properties"]["disks"]) == 1

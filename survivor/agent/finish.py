@@ -19,6 +19,8 @@ deletes it and lowers the target size (the VM's own disk goes with it, as `delet
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -127,8 +129,12 @@ def _need(compute: ComputeActions | None) -> ComputeActions:
 
 
 def choose_finisher(on_finish: str, identity: InstanceIdentity) -> Finisher:
-    """Pure decision: the finish action for the spec's `on_finish` and where the agent runs."""
+    """Pure decision: the finish action for the spec's `on_finish` and where the agent runs. The
+    group is addressed in this VM's project by its id (the metadata server's `project/project-id`, as
+    startup.sh does): `created-by` names the project by its number (issue 26 item 8)."""
     group = parse_created_by(identity.created_by)
+    if group is not None and identity.project:
+        group = dataclasses.replace(group, project=identity.project)
     if on_finish == "keep-alive":
         return KeepAlive()
     if group is not None and on_finish in ("stop", "delete"):

@@ -307,6 +307,8 @@ class Compute:
         )
         if stateful:
             body.stateful_policy = self.v1.StatefulPolicy.from_json(json.dumps(stateful))
+            if region:  # zonal disks: no proactive redistribution ("Configuring stateful MIGs", limitations)
+                body.update_policy = self.v1.InstanceGroupManagerUpdatePolicy(instance_redistribution_type="NONE")
         if distribution:
             body.distribution_policy = self.v1.DistributionPolicy.from_json(json.dumps(distribution))
         if zone:

@@ -383,6 +383,9 @@ def group_body(group: GroupRef, template: str, template_body: dict | None = None
     stateful = stateful_policy(template_body or {})
     if stateful:
         body["statefulPolicy"] = stateful
+        if group.region:  # a stateful regional group may not move its VMs (their disks are zonal): the API
+            # refuses the default PROACTIVE redistribution ("Configuring stateful MIGs", limitations)
+            body["updatePolicy"] = {"instanceRedistributionType": "NONE"}
     return body
 
 

@@ -464,6 +464,15 @@ class ComputeServer(LocalService):
                 raise HttpError(400, f"Invalid value for field 'resource.statefulPolicy.preservedState.disks': "
                                      f"'{device}'. Stateful disk device name must match a disk in instance template "
                                      f"'{template}'.", "invalid")
+        # A regional group with a stateful policy must not redistribute its VMs across zones: its disks
+        # are zonal ("Configuring stateful MIGs", limitations, https://cloud.google.com/compute/docs/
+        # instance-groups/configuring-stateful-migs; gcloud forces NONE on create and otherwise reports
+        # this error). The API's default instanceRedistributionType is PROACTIVE.
+        redistribution = (body.get("updatePolicy") or {}).get("instanceRedistributionType") or "PROACTIVE"
+        if scope.startswith("regions/") and body.get("statefulPolicy") and redistribution != "NONE":
+            raise HttpError(400, "Invalid value for field 'resource.updatePolicy.instanceRedistributionType': "
+                                 f"'{redistribution}'. Stateful regional IGMs cannot use proactive instance "
+                                 "redistribution.", "invalid")
         group = json.loads(json.dumps(body))
         group.update(kind="compute#instanceGroupManager", id=str(next(self._ids)), creationTimestamp=_now(),
                      selfLink=f"{self.endpoint}{BASE}projects/{project}/{scope}/instanceGroupManagers/{name}",
@@ -679,7 +688,11 @@ class ComputeServer(LocalService):
         template = self.templates.get((project, _tail(group["instanceTemplate"])), {})
         properties = json.loads(json.dumps(template.get("properties", {})))
         items = list((properties.get("metadata") or {}).get("items", []))
-        items += [{"key": "created-by", "value": group["selfLink"].split(BASE, 1)[1]},
+        # created-by names the project by its number, as Compute Engine writes it (`projects/NUMBER/zones/
+        # ZONE/instanceGroupManagers/NAME`, https://cloud.google.com/compute/docs/instance-groups/
+        # working-with-managed-instances): an API call built from it names no project this fake knows
+        created_by = group["selfLink"].split(BASE, 1)[1].replace(f"projects/{project}/", f"projects/{PROJECT_NUMBER}/", 1)
+        items += [{"key": "created-by", "value": created_by},
                   {"key": "instance-template", "value": template.get("selfLink", "").split(BASE, 1)[-1]}]
         vm = {
             "kind": "compute#instance",
