@@ -83,3 +83,26 @@ def test_a_region_or_gpu_without_a_sku_falls_back_to_the_table(stand_in):
 def test_the_vm_never_installs_the_catalog_client():
     lock = open(os.path.join(os.path.dirname(catalog.__file__), "..", "startup", "vm-lock.txt")).read()
     assert "google-cloud-billing" not in lock and "matplotlib" not in lock
+
+
+def test_the_dws_defined_duration_gpu_sku_is_never_taken_for_the_on_demand_price():
+    """Issue 26 item 10: the catalog lists the flex-start GPU SKU as OnDemand too, and its description
+    starts like the standard one's; listed first, it priced on-demand up to 53% low."""
+    from survivor.cloud.catalog import Sku, catalog_hourly
+
+    def sku(description, group, usage, unit, usd):
+        return Sku(description, "Compute", group, usage, ("us-central1",), unit, usd)
+
+    skus = [sku("Nvidia Tesla A100 GPU attached to DWS Defined Duration VMs running in Americas", "GPU", "OnDemand",
+                "h", 1.38),
+            sku("DWS Defined Duration A2 Core running in Americas", "CPU", "OnDemand", "h", 0.015),
+            sku("Nvidia Tesla A100 GPU running in Americas", "GPU", "OnDemand", "h", 2.93),
+            sku("Nvidia Tesla A100 GPU attached to Spot Preemptible VMs running in Americas", "GPU", "Preemptible",
+                "h", 1.17),
+            sku("A2 Instance Core running in Americas", "CPU", "OnDemand", "h", 0.031611),
+            sku("A2 Instance Ram running in Americas", "RAM", "OnDemand", "GiBy.h", 0.004237),
+            sku("Spot Preemptible A2 Instance Core running in Americas", "CPU", "Preemptible", "h", 0.0095),
+            sku("Spot Preemptible A2 Instance Ram running in Americas", "RAM", "Preemptible", "GiBy.h", 0.0013)]
+    on_demand, spot = catalog_hourly(skus, "us-central1", Machine("a2-highgpu-1g", None, 0))
+    assert on_demand == pytest.approx(12 * 0.031611 + 85 * 0.004237 + 2.93, abs=1e-6)
+    assert spot == pytest.approx(12 * 0.0095 + 85 * 0.0013 + 1.17, abs=1e-6)

@@ -48,6 +48,12 @@ MAX_CACHE_BYTES = 64 << 20
 
 #: Memory (GB) of the G2 shapes (https://cloud.google.com/compute/docs/accelerator-optimized-machines).
 G2_MEMORY_GB = {4: 16, 8: 32, 12: 48, 16: 64, 24: 96, 32: 128, 48: 192, 96: 384}
+#: SKUs priced otherwise than by the hour as listed: commitments, sole tenancy, custom types, and the
+#: Dynamic Workload Scheduler's, which the catalog lists as OnDemand too ("Nvidia Tesla A100 GPU
+#: attached to DWS Defined Duration VMs running in Americas", discounted up to 53%: flex-start),
+#: Calendar Mode and reservations (issue 26 item 10).
+NOT_LIST_PRICE = ("Commitment", "Sole Tenancy", "Custom", "DWS", "Calendar Mode", "Reserved")
+
 #: The catalog's name for each GPU type survivor knows, as SKU descriptions spell it.
 GPU_NAMES = {
     "nvidia-tesla-t4": "Nvidia Tesla T4",
@@ -269,8 +275,8 @@ def catalog_hourly(skus: list[Sku], region: str, machine: Machine) -> tuple[floa
         return None
     out = []
     for usage in ("OnDemand", "Preemptible"):
-        here = [s for s in skus if region in s.regions and s.usage_type == usage and "Commitment" not in s.description
-                and "Sole Tenancy" not in s.description and "Custom" not in s.description]
+        here = [s for s in skus if region in s.regions and s.usage_type == usage
+                and not any(word in s.description for word in NOT_LIST_PRICE)]
         core = _one(here, lambda s: s.unit == "h" and re.search(rf"\b{fam} (Predefined )?Instance Core\b", s.description))
         ram = _one(here, lambda s: s.unit == "GiBy.h" and re.search(rf"\b{fam} (Predefined )?Instance Ram\b", s.description))
         if core is None or ram is None:
