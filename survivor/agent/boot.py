@@ -460,7 +460,7 @@ class Boot:
         """Step 3b: the deadline policy at this boot (a VM is about to train: `running`). Logs the
         decision; when it says switch, asks the group to (this VM's service account needs
         compute.instanceGroupManagers.update) and returns the Switch; else None. Never fatal."""
-        from survivor.agent.finish import parse_created_by
+        from survivor.agent.finish import group_of
         from survivor.cloud import deadline, group
 
         if spec.deadline is None:
@@ -469,7 +469,7 @@ class Boot:
             decision = deadline.assess(spec, storage, _dt.datetime.now(_dt.timezone.utc), running=True)
             log.info("deadline", mode=decision.mode, switch=decision.switch, reason=decision.reason,
                      slack_hours=decision.slack_hours)
-            ref = parse_created_by(identity.created_by)
+            ref = group_of(identity)
             if not decision.switch or ref is None or self.metadata is None:
                 return None
             factory = self.options.compute_factory or _default_compute

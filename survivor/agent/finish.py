@@ -128,13 +128,19 @@ def _need(compute: ComputeActions | None) -> ComputeActions:
     return compute
 
 
-def choose_finisher(on_finish: str, identity: InstanceIdentity) -> Finisher:
-    """Pure decision: the finish action for the spec's `on_finish` and where the agent runs. The
-    group is addressed in this VM's project by its id (the metadata server's `project/project-id`, as
-    startup.sh does): `created-by` names the project by its number (issue 26 item 8)."""
+def group_of(identity: InstanceIdentity) -> GroupRef | None:
+    """Pure: the MIG that manages this VM (from `created-by`), or None, addressed in this VM's project
+    by its id (the metadata server's `project/project-id`, as startup.sh does): `created-by` names
+    the project by its number (issue 26 item 8)."""
     group = parse_created_by(identity.created_by)
     if group is not None and identity.project:
         group = dataclasses.replace(group, project=identity.project)
+    return group
+
+
+def choose_finisher(on_finish: str, identity: InstanceIdentity) -> Finisher:
+    """Pure decision: the finish action for the spec's `on_finish` and where the agent runs."""
+    group = group_of(identity)
     if on_finish == "keep-alive":
         return KeepAlive()
     if group is not None and on_finish in ("stop", "delete"):
