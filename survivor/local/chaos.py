@@ -325,6 +325,17 @@ class _Rounds:
         tally.slowest_seconds = max(tally.slowest_seconds, time.monotonic() - started)
         return state
 
+    def boot_to_training(self, tally: Tally, what: str) -> float | None:
+        """Boots; returns the boot's time once its trainer runs, else None: a boot that neither
+        trained nor ended counts as a hang, `what` is said, and the VM is killed."""
+        booted = self.boot()
+        if self.await_training(tally, booted) == "training":
+            return booted
+        tally.hangs += self.vm.running()
+        self.problem(tally, what)
+        self.vm.kill()
+        return None
+
     def problem(self, tally: Tally, what: str) -> None:
         tally.problems.append(f"round {self.round} (seed {self.seed}, boot {self.vm.boots}, "
                               f"log {self.vm.log_path()}): {what}")
@@ -733,11 +744,8 @@ def _overlap_rounds(rounds: int, rng: random.Random, seed: int, root: str, pytho
         run = _Rounds(vm, job_dir, rng, seed, result, root, proxy=None)
         try:
             for _ in range(rounds):
-                booted = run.boot()
-                if run.await_training(tally, booted) != "training":
-                    tally.hangs += run.vm.running()
-                    run.problem(tally, "the boot did not train")
-                    run.vm.kill()
+                booted = run.boot_to_training(tally, "the boot did not train")
+                if booted is None:
                     continue
                 time.sleep(rng.uniform(0.3, 1.0))
                 run.vm.set_preempted()
@@ -772,11 +780,8 @@ def _contract_breaker_rounds(rounds: int, rng: random.Random, seed: int, root: s
         run = _Rounds(vm, job_dir, rng, seed, result, root, proxy=None)
         try:
             for _ in range(rounds):
-                booted = run.boot()
-                if run.await_training(tally, booted) != "training":
-                    tally.hangs += run.vm.running()
-                    run.problem(tally, "the boot did not train (the trainer failed on what it restored?)")
-                    run.vm.kill()
+                booted = run.boot_to_training(tally, "the boot did not train (did the trainer fail on its restore?)")
+                if booted is None:
                     continue
                 time.sleep(rng.uniform(0.5, 2.0))
                 before = run.store.latest()
@@ -815,11 +820,8 @@ def _state_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, py
         sentinel = os.path.join(root, "disk-sentinel")
         try:
             for _ in range(rounds):
-                booted = run.boot()
-                if run.await_training(tally, booted) != "training":
-                    tally.hangs += run.vm.running()
-                    run.problem(tally, "the boot after a hostile state disk did not train")
-                    run.vm.kill()
+                booted = run.boot_to_training(tally, "the boot after a hostile state disk did not train")
+                if booted is None:
                     continue
                 time.sleep(rng.uniform(0.5, 1.5))
                 run.vm.set_preempted()
