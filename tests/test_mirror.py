@@ -160,3 +160,24 @@ def test_the_final_sync_commits_the_trainers_last_checkpoint_though_its_first_tr
     assert stuck.committed_step is None and stuck.uncommitted() == 8
     ending = decide_ending(AttemptResult(trainer_code=0, committed_step=None, uncommitted_step=stuck.uncommitted()))
     assert not ending.done and ending.outcome == "interrupted" and "step 8" in ending.reason
+
+
+def test_a_checkpoint_written_before_the_mirror_starts_is_committed_not_taken_for_the_restore(tmp_path):
+    """Issue 24 item 0, the race itself: the agent launches the trainer, then starts the mirror, whose
+    first scan noted what was in the local job dir as 'restored, not new'. On a loaded machine a
+    fast trainer (the recipe's, 40 steps in under a second) had already written its checkpoints and
+    exited 0 by then: nothing differed from that scan, nothing was committed, and DONE was written at
+    step None. The baseline now comes from the restore's manifest, so the checkpoint is committed."""
+    local = tmp_path / "job"
+    local.mkdir()
+    (local / "dummy-checkpoint-8.json").write_text('{"step": 8}')  # written before the mirror started
+    storage = open_storage(str(tmp_path / "jobdir"))
+    raced = Mirror(CheckpointStore(storage), storage, str(local), attempt=1, interval=3600, committed_step=None,
+                   on_commit=lambda stats: None).start()  # the old way: a scan of what is there now
+    raced.final_sync(pause=0.01)
+    assert raced.committed_step is None and raced.uncommitted() == 8  # the race, reproduced
+
+    fixed = Mirror(CheckpointStore(storage), storage, str(local), attempt=2, interval=3600, committed_step=None,
+                   on_commit=lambda stats: None).start(restored=frozenset())  # nothing was restored
+    fixed.final_sync(pause=0.01)
+    assert fixed.committed_step == 8 and fixed.uncommitted() is None

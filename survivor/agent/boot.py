@@ -296,9 +296,9 @@ class Boot:
             with self.phase.timed("state_disk"):
                 disk.recover(store, attempt.number, fence=lease.fence)
         try:
-            restored = self._restore(store, journal, attempt)
+            restored, baseline = self._restore(store, journal, attempt)
             if disk is not None and disk.settle(store, restored, attempt.number, fence=lease.fence) is not None:
-                restored = self._restore(store, journal, attempt)  # the disk's snapshot, committed just now
+                restored, baseline = self._restore(store, journal, attempt)  # the disk's snapshot, committed now
         except RestoreFailed as exc:  # never a start from scratch over committed work
             if exc.local:  # the boot disk's reasons are the same on the next boot: they count
                 return AttemptResult(failure=f"restore failed: {exc}")
@@ -320,7 +320,7 @@ class Boot:
         self._guest("state", "training", force=True)
         self._guest("step", str(restored or 0), force=True)
         try:
-            return self._supervise(spec, store, storage, attempt, lease, watcher, trainer, restored, disk)
+            return self._supervise(spec, store, storage, attempt, lease, watcher, trainer, restored, disk, baseline)
         except StorageError as exc:
             log.error("the job dir failed while training; systemd restarts the agent", error=str(exc))
             return AttemptResult(interrupted=f"the job dir failed: {exc}", restored_step=restored,
@@ -330,10 +330,12 @@ class Boot:
 
     def _supervise(self, spec: JobSpec, store: CheckpointStore, storage: JobStorage, attempt: Attempt,
                    lease: Lease, watcher: NoticeWatcher, trainer: TrainerProcess,
-                   restored: int | None, disk: DiskTier | None) -> AttemptResult:
-        """Steps 7-8: mirror while it trains; on a notice, save; once the trainer is gone, the final commit."""
+                   restored: int | None, disk: DiskTier | None, baseline: frozenset) -> AttemptResult:
+        """Steps 7-8: mirror while it trains; on a notice, save; once the trainer is gone, the final commit.
+        `baseline`: the restored files' fingerprint, from the restore's manifest (never a scan made
+        while the trainer already writes)."""
         mirror = Mirror(store, storage, local_job_dir(self.options.workdir), attempt.number, spec.sync_seconds,
-                        restored, self._committed, fence=lease.fence, disk=disk).start()
+                        restored, self._committed, fence=lease.fence, disk=disk).start(restored=baseline)
         with self.phase.timed("train"):
             code = self._train_until_end(spec, trainer, mirror, watcher, lease, restored)
         if lease.lost.is_set():  # another agent writes now: stop at once, commit nothing more
@@ -503,9 +505,11 @@ class Boot:
             self.metadata = None
         return InstanceIdentity(project=None, zone="local", name=socket.gethostname())
 
-    def _restore(self, store: CheckpointStore, journal: Journal, attempt: Attempt) -> int | None:
+    def _restore(self, store: CheckpointStore, journal: Journal,
+                 attempt: Attempt) -> tuple[int | None, frozenset[tuple[str, int, str]]]:
         """Step 5: the newest committed snapshot that verifies, into the local job dir; returns its
-        step (None: nothing committed, a start from scratch). Raises RestoreFailed."""
+        step (None: nothing committed, a start from scratch) and its files' fingerprint (path, size,
+        CRC32C, as `Snapshot.fingerprint`). Raises RestoreFailed."""
         with self.phase.timed("restore"):
             # the last few attempts say whether the trainer failed on the newest snapshot (a streak is short)
             recent = [a for a in journal.attempts(newest=12) if a.number != attempt.number]
@@ -517,7 +521,7 @@ class Boot:
         log.info("restored" if manifest else "no committed snapshot; starting from scratch",
                  step=attempt.restored_step, files=len(manifest.files) if manifest else 0,
                  bytes=manifest.size if manifest else 0, seconds=self.phase.seconds.get("restore"))
-        return attempt.restored_step
+        return attempt.restored_step, frozenset((f.path, f.size, f.crc32c) for f in (manifest.files if manifest else ()))
 
     def _committed(self, stats: CommitStats) -> None:
         """The mirror's report of each commit: a log line, and the step for `survivor status`."""

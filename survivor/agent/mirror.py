@@ -85,10 +85,14 @@ class Mirror:
         self._collect = True  # routine rounds tidy up after a commit; after a notice they do not
         self._thread = threading.Thread(target=self._loop, name="mirror", daemon=True)
 
-    def start(self) -> "Mirror":
+    def start(self, restored: frozenset | None = None) -> "Mirror":
         """Notes what the restore put in the local job dir (not new, so not committed again), lists
-        the stored blobs, and starts the background rounds."""
-        self._fingerprint = scan(self.local_root, self._checksums).fingerprint()
+        the stored blobs, and starts the background rounds. `restored`: the restored files' fingerprint
+        as the restore's manifest gives it. A scan here instead races a trainer already running: on a
+        loaded machine a fast trainer had written its last checkpoint before this scan, which then
+        took it for the restored state, so nothing was ever committed and the job was DONE at step
+        None (issue 24 item 0). The scan stays for callers that start the mirror before the trainer."""
+        self._fingerprint = restored if restored is not None else scan(self.local_root, self._checksums).fingerprint()
         try:
             self.store.known_blobs()  # listed now, so the commit after a notice goes straight to its upload
         except Exception as exc:  # the first commit lists them instead
