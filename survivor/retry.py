@@ -288,6 +288,13 @@ STORAGE_READ = StorageCall("job dir read, list or delete", connect=1.0, read=5.0
 STORAGE_DOWNLOAD = StorageCall("job dir download", connect=2.0, read=10.0, window=20.0, attempts=2,
                                initial=0.2, maximum=2.0)
 
+#: An attempt's end record (how it ended, its figures), written once its last commit is done, on
+#: the notice path too. A lost record loses no progress, but `status`, `report` and the goodput
+#: figures miss the attempt, so a failed write (one write's 1 s window) is tried twice more. After
+#: a notice it comes after the final commit: the hard off may cut it, never a commit.
+ATTEMPT_END = Policy("the attempt's end record", attempts=3, deadline=6.0,
+                     attempt_seconds=STORAGE_WRITE.worst_case(), initial=0.2, maximum=1.0)
+
 
 # -- the agent's own waits ---------------------------------------------------------------------------
 
@@ -323,7 +330,7 @@ def table() -> list[tuple[str, str, float]]:
 
     rows = []
     for p in (METADATA, SPEC_AT_BOOT, GUEST_ATTRIBUTE, NOTICE_WATCH, TRAINER_POLL,
-              STORAGE_WRITE, STORAGE_UPLOAD, STORAGE_READ, STORAGE_DOWNLOAD, permission_wait(480.0)):
+              STORAGE_WRITE, ATTEMPT_END, STORAGE_UPLOAD, STORAGE_READ, STORAGE_DOWNLOAD, permission_wait(480.0)):
         rows.append((p.what, describe(p), worst_case(p)))
     return rows
 

@@ -62,7 +62,7 @@ def test_the_agent_finishes_through_a_faulty_storage_path(faulty, tmp_path, inst
     assert vm.wait(180) == 0, open(vm.log_path()).read()[-3000:]
     state = Journal(open_storage(job_dir)).state()
     assert state.done["step"] == 60
-    assert state.attempts[-1].restored_step == state.attempts[0].end_step
+    assert state.attempts[-1].restored_step == state.attempts[0].end_step, open(vm.log_path(1)).read()[-4000:]
 
 
 def test_a_job_dir_in_a_bucket_that_does_not_exist_is_a_clear_error(gcs_server, tmp_path, instance_factory):
@@ -87,3 +87,29 @@ def test_the_agent_rides_out_a_metadata_server_that_answers_503s_and_garbage(tmp
     assert vm.wait(30) == 0
     first = Journal(open_storage(job_dir)).attempts()[-1]
     assert first.outcome == "preempted" and first.steps_lost <= 1
+
+
+def test_an_attempts_end_record_outlives_a_second_long_outage(gcs_server, bucket, tmp_path, instance_factory,
+                                                                monkeypatch):
+    """A notice's save is committed, then every write of the attempt's record fails for 1.5 s: one
+    write's window is 1 s, so the record (how the attempt ended, for status, report and goodput) is
+    written by the retry of the whole write, not lost. This lost the record once in a loaded CI run."""
+    plan = FaultPlan(rate=1.0, kinds=("503",), paths=r"^/upload/", bodies=r'"name": "[^"]*survivor/attempts/', outage_seconds=1.5,
+                     limit=1, enabled=False)
+    proxy = FaultProxy(gcs_server.url, plan).start()
+    try:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        job_dir = f"gs://{bucket}/outage"
+        vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=400, checkpoint_steps=5))
+        vm.boot()
+        vm.wait_for_step(12)  # restored and recorded: the next write of the record is its end
+        plan.enabled = True
+        assert vm.preempt() == 0
+        attempt = Journal(open_storage(job_dir)).attempts()[-1]
+        log = open(vm.log_path()).read()
+        assert proxy.count["503"] >= 2, proxy.count  # the outage really outlasted the first write's window
+        assert attempt.outcome == "preempted", log[-3000:]
+        assert attempt.end_step is not None and attempt.end_step >= 10
+        assert "the attempt's end record" in log and "could not record the attempt's end" not in log
+    finally:
+        proxy.stop()

@@ -97,6 +97,11 @@ def _permission_wait_default() -> float:
     return float(os.environ.get("SURVIVOR_PERMISSION_WAIT_SECONDS", PERMISSION_WAIT_SECONDS))
 
 
+def _passing_storage_error(exc: BaseException) -> bool:
+    """A job-dir failure another try may cure (not a missing permission or bucket)."""
+    return isinstance(exc, StorageError) and not exc.lasting
+
+
 class BootInterrupted(BaseException):
     """SIGTERM/SIGINT before the notice watcher listens. A BaseException, like KeyboardInterrupt,
     so no `except Exception` on the way swallows it."""
@@ -439,10 +444,12 @@ class Boot:
         if ending.outcome in _ENDING_ERRORS:
             log.error(_ENDING_ERRORS[ending.outcome], reason=ending.reason)
         try:
-            journal.end(attempt, ending.outcome, reason=ending.reason, end_step=result.committed_step,
-                        reached_step=result.reached_step,
-                        steps_lost=steps_lost(result.reached_step, result.committed_step),
-                        notice=result.notice_source, timings=self.phase.seconds)
+            for tried in retry.ATTEMPT_END.retrying(retry_on=_passing_storage_error):
+                with tried:
+                    journal.end(attempt, ending.outcome, reason=ending.reason, end_step=result.committed_step,
+                                reached_step=result.reached_step,
+                                steps_lost=steps_lost(result.reached_step, result.committed_step),
+                                notice=result.notice_source, timings=self.phase.seconds)
             if ending.done:
                 return self._done(spec, identity, journal, lease, result.committed_step)
             if ending.counts:

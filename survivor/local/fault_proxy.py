@@ -91,7 +91,10 @@ def _error_body(code: int, message: str, reason: str) -> bytes:
 class FaultPlan:
     """Which requests get a fault. `kinds` may also name any HTTP status ("400", "500"), answered by
     the proxy; `paths`, a regular expression, limits faults to requests whose decoded path (with its
-    query) it finds (say, downloads of checkpoint blobs: r"/o/.*survivor/blobs/.*alt=media")."""
+    query) it finds (say, downloads of checkpoint blobs: r"/o/.*survivor/blobs/.*alt=media"), and
+    `bodies` to requests whose body's first 4 KiB it finds (an upload names its object there);
+    `outage_seconds` makes each drawn fault last that long for every matching request; `limit`
+    (0: none) is how many faults (or outages) are drawn at most."""
 
     rate: float = 0.1
     kinds: tuple[str, ...] = KINDS
@@ -99,20 +102,40 @@ class FaultPlan:
     stall_seconds: float = 1.0
     enabled: bool = True
     paths: str = ""
+    bodies: str = ""
+    outage_seconds: float = 0.0
+    limit: int = 0
     _rng: random.Random = field(init=False, repr=False)
 
     def __post_init__(self):
         self._rng = random.Random(self.seed)
         self._lock = threading.Lock()
+        self._outage: tuple[float, str] | None = None  # (ends, fault) of the outage under way
+        self._drawn = 0
 
-    def draw(self, path: str = "") -> str | None:
-        """The fault for a request to `path` (None for no fault), drawn from the seeded generator at the plan's rate."""
+    def draw(self, path: str = "", body: bytes = b"") -> str | None:
+        """The fault for a request to `path` (None for no fault), drawn from the seeded generator at
+        the plan's rate. With `outage_seconds`, a drawn fault starts an outage: every request the plan
+        matches gets the same fault until it ends (a second-long 503 burst, not scattered faults)."""
         if self.paths and not re.search(self.paths, unquote(path)):
             return None
+        if self.bodies and not re.search(self.bodies.encode(), body[:4096]):
+            return None
         with self._lock:
-            if not self.enabled or self._rng.random() >= self.rate:
+            if not self.enabled:
                 return None
-            return self._rng.choice(self.kinds)
+            if self._outage is not None:
+                ends, fault = self._outage
+                if time.monotonic() < ends:
+                    return fault
+                self._outage = None
+            if (self.limit and self._drawn >= self.limit) or self._rng.random() >= self.rate:
+                return None
+            self._drawn += 1
+            fault = self._rng.choice(self.kinds)
+            if self.outage_seconds:
+                self._outage = (time.monotonic() + self.outage_seconds, fault)
+            return fault
 
 
 class FaultProxy(LocalService):
@@ -171,7 +194,7 @@ class FaultProxy(LocalService):
                 if proxy.granted is not None and permission is not None and permission not in proxy.granted:
                     proxy.denied.append((self.command, self.path, permission))
                     return self._reply(403, forbidden_body(permission), {"Content-Type": "application/json"})
-                fault = proxy.plan.draw(self.path)
+                fault = proxy.plan.draw(self.path, body)
                 if fault:
                     proxy.count[fault] += 1
                 if fault and fault.isdigit():
