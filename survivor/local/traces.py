@@ -35,9 +35,11 @@ class Trace:
     stockout_chance: float = 0.0
     mean_gap_hours: float = 0.0
 
-    def available(self, t: float) -> bool:
-        """True when a Spot VM can be created at hour `t`."""
-        return not any(start <= t < start + gap for start, gap in self.outages)
+    def available_through(self, t0: float, t1: float) -> bool:
+        """True when a Spot VM can be created at `t0` and kept to `t1`: no outage with a gap overlaps
+        [t0, t1). The replay creates a VM only then, so a tick in which an outage starts does not
+        re-create the VM it preempted (which would skip the outage)."""
+        return not any(start < t1 and t0 < start + gap for start, gap in self.outages if gap > 0)
 
     def preempted(self, t0: float, t1: float) -> bool:
         """True when an outage starts in [t0, t1)."""
@@ -190,7 +192,7 @@ def replay(trace: Trace, job: Job, choose: Policy, *, tick_hours: float = 1 / 60
             since_switch_hours=None if last_switch is None else t - last_switch)
         s = policy.Situation(hours_left=job.deadline_hours - t, window_hours=job.deadline_hours, mode=mode,
                              running=running, check_every_hours=check_every_hours)
-        return View(m, s, trace.available(t), preemptions, t, job)
+        return View(m, s, trace.available_through(t, t + tick_hours), preemptions, t, job)
 
     def decide_now(running: bool) -> None:
         nonlocal mode, vm, boot_left, switches, committed, done, failed, last_switch, back_on_spot, trained_on_spot
@@ -217,7 +219,7 @@ def replay(trace: Trace, job: Job, choose: Policy, *, tick_hours: float = 1 / 60
             done = committed = done - lost
             vm = None
             events.append((round(t, 3), "preempted"))
-        if vm is None and (mode == ON_DEMAND or trace.available(t)):
+        if vm is None and (mode == ON_DEMAND or trace.available_through(t, t + tick_hours)):
             vm, boot_left = "booting", job.overhead_hours
         if vm == "booting":
             boot_left -= tick_hours
@@ -227,7 +229,7 @@ def replay(trace: Trace, job: Job, choose: Policy, *, tick_hours: float = 1 / 60
         if vm != "booting" and t >= next_check:
             next_check = t + check_every_hours
             decide_now(running=vm == "training")  # survivor watch
-            if vm is None and (mode == ON_DEMAND or trace.available(t)):
+            if vm is None and (mode == ON_DEMAND or trace.available_through(t, t + tick_hours)):
                 vm, boot_left = "booting", job.overhead_hours
         if vm is not None:
             cost += (spot_price if mode == SPOT else od_price) * tick_hours
