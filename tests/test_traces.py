@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from survivor.local.traces import ON_DEMAND, SPOT, Job, Trace, always, make_trace, replay
+from survivor.local.traces import ON_DEMAND, SPOT, Job, Trace, always, make_trace, replay, survivor_policy
 
 # round prices, so a cost reads as hours
 JOB = dict(overhead_hours=0.1, lost_hours=0.05, spot_price=0.3, on_demand_price=1.0)
@@ -47,3 +47,28 @@ def test_always_spot_waits_out_every_outage_that_starts_before_its_finish(seed):
 def test_on_demand_ignores_spot_outages():
     run = replay(Trace(0, ((0.0, 50.0),)), Job(hours=4, deadline_hours=6, **JOB), always(ON_DEMAND))
     assert run.met and run.spot_hours == 0 and run.on_demand_hours == pytest.approx(4.1, abs=2 / 60)
+
+
+def _cases(n):
+    """Seeded (trace, job) pairs from calm to harsh: jobs of 4-24 h, deadlines 1.2-2x (benchmarks/deadline.py's
+    weather)."""
+    for seed in range(n):
+        rng = random.Random(1000 + seed)
+        rate, chance = rng.choice([0.02, 0.05, 0.1, 0.2, 0.4, 0.8]), rng.choice([0.0, 0.2, 0.5, 0.8])
+        gap, hours = rng.choice([0.5, 2.0, 6.0]), rng.choice([4.0, 12.0, 24.0])
+        due = hours * rng.uniform(1.2, 2.0)
+        yield make_trace(seed, due * 4, rate, chance, gap), Job(hours=hours, deadline_hours=due)
+    for start in (0.5, 2.0, 6.0, 9.0):  # the region runs out for good mid-job
+        yield Trace(0, ((start, 1000.0),)), Job(hours=12, deadline_hours=18)
+
+
+def test_survivor_never_costs_more_than_on_demand_from_the_start_plus_one_restart():
+    over = []
+    for trace, job in _cases(300):
+        spot, on_demand = job.prices()
+        bound = on_demand * (job.hours + job.overhead_hours) + on_demand * job.overhead_hours
+        run = replay(trace, job, survivor_policy())
+        assert run.met, (trace.seed, job)
+        if run.cost_usd > bound + 1e-6:
+            over.append((trace.seed, job.hours, round(run.cost_usd / bound, 3), run.switches))
+    assert over == []

@@ -189,7 +189,8 @@ def replay(trace: Trace, job: Job, choose: Policy, *, tick_hours: float = 1 / 60
             steps_done=int(committed * steps_per_hour), train_steps=int(job.hours * steps_per_hour),
             step_rate=measured_rate, spot_productive_hours=spot_progress, spot_wall_hours=spot_wall,
             overhead_hours=job.overhead_hours, lost_hours=lost_max, elapsed_hours=t, failed_switch_backs=failed,
-            since_switch_hours=None if last_switch is None else t - last_switch)
+            since_switch_hours=None if last_switch is None else t - last_switch,
+            spent_hours=cost / od_price, spot_price_ratio=spot_price / od_price)
         s = policy.Situation(hours_left=job.deadline_hours - t, window_hours=job.deadline_hours, mode=mode,
                              running=running, check_every_hours=check_every_hours)
         return View(m, s, trace.available_through(t, t + tick_hours), preemptions, t, job)
