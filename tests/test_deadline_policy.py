@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 
 from survivor.cloud.deadline import (ON_DEMAND, SPOT, Measured, Situation, decide, hysteresis_hours, margin_hours,
-                                     measure, mode_at, spot_goodput, spot_hours)
+                                     measure, mode_at, price_ratio, spot_goodput, spot_hours)
 from survivor.jobdir.journal import Attempt
 from survivor.jobdir.switches import Switch
 
@@ -106,6 +106,66 @@ def test_measure_reads_rate_spot_time_overhead_and_lost_work_from_the_records():
     assert measured.elapsed_hours == pytest.approx(5.0)
     assert mode_at(switches, dt.datetime.fromisoformat(t(3))) == ON_DEMAND
     assert spot_hours([], dt.datetime.fromisoformat(t(0)), dt.datetime.fromisoformat(t(1))) == pytest.approx(1.0)
+
+
+def test_measure_prices_what_was_spent_from_the_ledgers_vm_time_per_mode():
+    attempts = [
+        Attempt(1, "vm-a", t(0), restored_step=None, ended=t(2.0), outcome="preempted", end_step=200,
+                reached_step=200, timings={}),
+        Attempt(2, "vm-b", t(3), restored_step=200, ended=t(4.0), outcome="preempted", end_step=300,
+                reached_step=300, timings={}),
+    ]
+    switches = [Switch(t(2.5), "on-demand", "spot", "behind", "watch")]
+    now = dt.datetime.fromisoformat(t(5))
+    # 2 h of Spot at 0.3 of the on-demand price, 1 h on-demand; the waits between cost nothing
+    assert measure(attempts, switches, 1000, now=now, spot_price_ratio=0.3).spent_hours == pytest.approx(1.6)
+    unpriced = measure(attempts, switches, 1000, now=now)
+    assert unpriced.spent_hours is None and decide(unpriced, at(20.0)).mode == SPOT
+
+
+# rule 7, the cost cap: the excess is what was spent beyond the committed work, in on-demand hours
+CAPPED = Measured(**{**M.__dict__, "steps_done": 500, "spot_price_ratio": 0.3, "lost_hours": 0.05})
+
+
+def spent(excess):
+    return Measured(**{**CAPPED.__dict__, "spent_hours": 5.0 + excess})
+
+
+def test_spot_training_stays_while_a_preemption_keeps_the_excess_within_one_restart():
+    # running on Spot, a preemption adds the lost work (0.05): at most the restart (0.1) in all
+    assert decide(spent(0.05), at(20.0, running=True)).mode == SPOT
+    capped = decide(spent(0.051), at(20.0, running=True))
+    assert capped.mode == ON_DEMAND and capped.reason.startswith("cost cap")
+
+
+def test_waiting_for_spot_counts_the_next_spot_boot_too():
+    # idle on Spot, the next Spot VM's boot (0.3 x 0.1) and a preemption's loss may come before a look
+    assert decide(spent(0.02), at(20.0)).mode == SPOT
+    assert decide(spent(0.021), at(20.0)).mode == ON_DEMAND
+
+
+def test_a_switch_back_to_spot_that_could_break_the_cap_is_not_made_however_much_slack():
+    # on-demand from the start has spent one restart beyond its work: a failed try would add another
+    assert decide(spent(0.1), at(20.0, mode=ON_DEMAND, running=True)).mode == ON_DEMAND
+    saved = decide(spent(-2.0), at(20.0, mode=ON_DEMAND, running=True))  # Spot saved 2 h: a try fits
+    assert saved.mode == SPOT and saved.switch
+
+
+def test_the_safety_net_comes_before_the_cap():
+    d = decide(spent(-2.0), at(5.0 + MARGIN - 0.01, running=True))  # 500 steps left: 5 h
+    assert d.mode == ON_DEMAND and d.reason.startswith("safety net")
+
+
+def test_price_ratio_is_the_spot_machine_over_the_on_demand_fallback_from_the_table():
+    from survivor.spec import JobSpec
+
+    base = {"job_dir": "gs://bucket-a/j", "train_steps": 10, "trainer": {"module": "m"}, "deadline": "10h",
+            "compute": {"machine_type": "n1-standard-8", "gpu": "nvidia-tesla-t4:1"}}
+    assert price_ratio(JobSpec.from_mapping(base)) == pytest.approx((0.08 + 0.14) / (0.38 + 0.35))
+    bigger = JobSpec.from_mapping({**base, "fallback": {"machine_type": "n1-standard-16"}})
+    assert price_ratio(bigger) == pytest.approx((0.08 + 0.14) / (0.76 + 0.35))
+    unknown = JobSpec.from_mapping({**base, "compute": {"machine_type": "n2-standard-8", "gpu": "none"}})
+    assert price_ratio(unknown) is None
 
 
 def test_a_switch_back_that_finds_no_spot_is_not_already_behind_at_the_next_look():

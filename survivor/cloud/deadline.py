@@ -41,6 +41,18 @@ a safety net of `2d` (d: a restart's overhead).
    then, so the group cannot create one (a stockout), and with nothing done the job is behind any
    progress line (UP's rule at zero progress); rule 4 brings it back once a rate is measured.
 6. Deadline passed: on-demand, the soonest finish; the reason says it was missed.
+7. Cost cap: a job never costs more than on-demand from its start would have (its training plus
+   one restart, at the on-demand price) plus one more restart. The policy keeps the excess, what
+   the job has spent beyond its committed training in hours of on-demand (the ledger's VM hours
+   per mode, Spot ones at the Spot/on-demand price ratio, less the committed work), low enough that
+   on-demand from now, with its restart, still lands inside that bound: Spot (staying, waiting for
+   capacity, or going back) only while the excess plus what a Spot choice can add before the next
+   decision (a Spot VM's boot, unless one trains now, and the work one preemption loses) is at most
+   one restart. Spot training lowers the excess by (1 - ratio) per hour, so a job that has trained on
+   Spot may still try it again after a stockout; each failed switch back costs an on-demand restart,
+   and a long outage ends the tries once they have used up what Spot saved (issue 27: a 12 h job
+   went back to Spot 6 times in one outage and cost more than on-demand). Without prices (a machine
+   outside the offline table) the rule is skipped.
 """
 
 from __future__ import annotations
@@ -49,7 +61,7 @@ import datetime as _dt
 from dataclasses import dataclass
 
 from survivor.jobdir.journal import Attempt, Journal
-from survivor.jobdir.ledger import EARLIEST
+from survivor.jobdir.ledger import EARLIEST, build_ledger
 from survivor.jobdir.storage import JobStorage
 from survivor.jobdir.switches import Switch, parse_time, switches
 from survivor.spec import JobSpec
@@ -86,6 +98,10 @@ class Measured:
         failed_switch_backs: switches back to Spot in a row (the newest last) after which the group
             returned to on-demand with no Spot VM having trained: Spot had no capacity.
         since_switch_hours: wall hours since the group's last switch (None: it never switched).
+        spent_hours: what the group's VMs have cost so far, in hours of on-demand (the cost divided by
+            the on-demand hourly price); None: the prices are not known, and rule 7 is skipped.
+        spot_price_ratio: the Spot hourly price over the on-demand one (what a Spot hour costs in
+            hours of on-demand).
     """
 
     steps_done: int
@@ -98,6 +114,8 @@ class Measured:
     elapsed_hours: float = 0.0
     failed_switch_backs: int = 0
     since_switch_hours: float | None = None
+    spent_hours: float | None = None
+    spot_price_ratio: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -169,6 +187,35 @@ def backoff_hours(measured: Measured) -> float:
     return min(MAX_BACKOFF_HOURS, BACKOFF_HOURS * 2 ** (measured.failed_switch_backs - BACKOFF_AFTER))
 
 
+def excess_hours(measured: Measured) -> float | None:
+    """Pure: what the job has spent beyond its committed training, in hours of on-demand (None: no
+    prices or no step rate). On-demand from the start has an excess of one restart at its end."""
+    if measured.spent_hours is None or not measured.step_rate:
+        return None
+    return measured.spent_hours - measured.steps_done / measured.step_rate
+
+
+def spot_risk_hours(measured: Measured, situation: Situation) -> float:
+    """Pure: the most a Spot choice can add to the excess before the next decision (each boot is
+    one): a Spot VM's boot, unless one trains now, and the work one preemption loses."""
+    trains = situation.mode == SPOT and situation.running
+    return (0.0 if trains else measured.spot_price_ratio * measured.overhead_hours) + measured.lost_hours
+
+
+def over_budget(measured: Measured, situation: Situation) -> str | None:
+    """Pure: why Spot would risk costing more than on-demand from the start plus one restart (rule 7),
+    or None when it cannot (or nothing is priced)."""
+    excess = excess_hours(measured)
+    if excess is None:
+        return None
+    risk = spot_risk_hours(measured, situation)
+    if excess + risk <= measured.overhead_hours + 1e-9:
+        return None
+    return (f"cost cap: {excess:.2f} h of on-demand spent beyond the committed training, and Spot may add "
+            f"{risk:.2f} h more; on-demand from now keeps the job within one {measured.overhead_hours:.2f} h "
+            "restart of on-demand from the start")
+
+
 def decide(measured: Measured, situation: Situation) -> Decision:
     """Pure decision: Spot or on-demand for a job with a deadline (the rules in the module docstring)."""
     current = situation.mode
@@ -193,6 +240,9 @@ def decide(measured: Measured, situation: Situation) -> Decision:
     if slack < 0:
         return to(ON_DEMAND, f"safety net: {left:.2f} h left, {work:.2f} h of training on on-demand plus a "
                              f"{margin:.2f} h margin", slack)
+    capped = over_budget(measured, situation)
+    if capped:
+        return to(ON_DEMAND, capped, slack)
     if current == SPOT and situation.running:
         return to(SPOT, f"Spot is training; {slack:.2f} h of slack", slack)
     goodput = spot_goodput(measured, situation.window_hours)
@@ -249,11 +299,13 @@ def spot_hours(switches: list[Switch], start: _dt.datetime, end: _dt.datetime) -
 
 
 def measure(attempts: list[Attempt], switches: list[Switch], train_steps: int, now: _dt.datetime,
-            first_start: _dt.datetime | None = None) -> Measured:
+            first_start: _dt.datetime | None = None, spot_price_ratio: float | None = None) -> Measured:
     """Pure: the policy's inputs from the journal's attempts and the switch records.
 
     The step rate is steps trained per hour of an attempt's wall time less its restore and trainer
-    start; `first_start` stands in when no attempt started yet (e.g. the group's creation)."""
+    start; `first_start` stands in when no attempt started yet (e.g. the group's creation). With a
+    `spot_price_ratio`, what the job spent so far (rule 7) is the goodput ledger's VM time per mode,
+    the figure `survivor report` prices, Spot hours weighted by the ratio."""
     starts = [t for a in attempts if (t := _time(a.started)) is not None]
     first = min(starts + ([first_start] if first_start else []), default=now)
     done = max([a.end_step or 0 for a in attempts] + [a.restored_step or 0 for a in attempts] + [0])
@@ -275,7 +327,12 @@ def measure(attempts: list[Attempt], switches: list[Switch], train_steps: int, n
             lost.append(a.steps_lost or 0)
     rate = steps / hours if hours > 0 else None
     last = _time(switches[-1].time) if switches else None
+    spent = None
+    if spot_price_ratio is not None:
+        billed = build_ledger(attempts, now=now, created=first_start, switches=switches).vm_seconds_by_mode()
+        spent = (billed[ON_DEMAND] + spot_price_ratio * billed[SPOT]) / 3600
     return Measured(
+        spent_hours=spent, spot_price_ratio=spot_price_ratio if spot_price_ratio is not None else 1.0,
         failed_switch_backs=failed_switch_backs(attempts, switches),
         since_switch_hours=max(0.0, (now - last).total_seconds() / 3600) if last else None,
         steps_done=int(done), train_steps=train_steps, step_rate=rate,
@@ -304,6 +361,31 @@ def failed_switch_backs(attempts: list[Attempt], switches: list[Switch]) -> int:
     return count
 
 
+def price_ratio(spec: JobSpec) -> float | None:
+    """The Spot hourly price of the spec's machine over the on-demand one of its fallback machine
+    (the group's on-demand template: the Spot shape with `fallback.machine_type`/`gpu` put in), from
+    survivor/cloud/pricing.py's offline table; None when either is not in it (rule 7 is then
+    skipped). The table, not the Billing Catalog: the agent decides at its boot, which must not wait
+    on another API, and the cap needs only the ratio, which list prices give."""
+    from survivor.cloud import pricing
+    from survivor.cloud.template import MachineOptions, parse_gpu
+    from survivor.spec import SpecError
+
+    try:
+        spot = MachineOptions.from_spec(spec)
+        fallback = spec.fallback
+        od_gpu = (parse_gpu(fallback.gpu) if fallback and fallback.gpu is not None
+                  else (spot.gpu_type, spot.gpu_count or 0))
+    except (SpecError, TypeError, ValueError):
+        return None
+    od_machine = fallback.machine_type if fallback and fallback.machine_type else spot.machine_type
+    spot_prices = pricing.hourly(spot.machine_type, spot.gpu_type, spot.gpu_count or 0)
+    od_prices = pricing.hourly(od_machine, *od_gpu)
+    if not spot_prices or not od_prices or not od_prices[0]:
+        return None
+    return spot_prices[1] / od_prices[0]
+
+
 def situation(deadline_at: _dt.datetime, first_start: _dt.datetime, now: _dt.datetime, mode: str, *,
               running: bool, switch_back: bool = True, check_every_hours: float = CHECK_EVERY_HOURS) -> Situation:
     """Pure: the Situation for a deadline resolved to a time (spec.Deadline.resolve)."""
@@ -321,7 +403,8 @@ def assess(spec: JobSpec, storage: JobStorage, now: _dt.datetime, *, running: bo
     if spec.deadline is None:
         return None
     recorded = switches(storage)
-    measured = measure(Journal(storage).attempts(), recorded, spec.train_steps, now, first_start)
+    measured = measure(Journal(storage).attempts(), recorded, spec.train_steps, now, first_start,
+                       spot_price_ratio=price_ratio(spec))
     first = now - _dt.timedelta(hours=measured.elapsed_hours)
     where = situation(spec.deadline.resolve(first), first, now, mode_at(recorded, now), running=running,
                       switch_back=spec.fallback.switch_back if spec.fallback else True,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 from survivor.cloud import deadline as policy
 from survivor.cloud import pricing
@@ -35,13 +35,32 @@ class Trace:
     stockout_chance: float = 0.0
     mean_gap_hours: float = 0.0
 
-    def available(self, t: float) -> bool:
-        """True when a Spot VM can be created at hour `t`."""
-        return not any(start <= t < start + gap for start, gap in self.outages)
+    def available_through(self, t0: float, t1: float) -> bool:
+        """True when a Spot VM can be created at `t0` and kept to `t1`: no outage with a gap overlaps
+        [t0, t1). The replay creates a VM only then, so a tick in which an outage starts does not
+        re-create the VM it preempted (which would skip the outage)."""
+        return not any(start < t1 and t0 < start + gap for start, gap in self.outages if gap > 0)
 
     def preempted(self, t0: float, t1: float) -> bool:
         """True when an outage starts in [t0, t1)."""
         return any(t0 <= start < t1 for start, _ in self.outages)
+
+    def place(self, t: float) -> None:
+        """A Spot VM is created at `t`: one place only, nothing to choose."""
+
+
+class Capacity(Protocol):
+    """Where Spot capacity is, as the replay asks: a `Trace` (one place), or several zones and regions
+    with a rule for where a VM goes (benchmarks/capacity.py)."""
+
+    def available_through(self, t0: float, t1: float) -> bool:
+        """True when a Spot VM can be created at `t0` and kept to `t1`."""
+
+    def preempted(self, t0: float, t1: float) -> bool:
+        """True when the Spot VM that runs loses its capacity in [t0, t1)."""
+
+    def place(self, t: float) -> None:
+        """A Spot VM is created at `t` (after `available_through` said it can be): where it lands."""
 
 
 def make_trace(seed: int, hours: float, preemptions_per_hour: float, stockout_chance: float,
@@ -165,19 +184,23 @@ class Run:
     switches: int = 0
     preemptions: int = 0
     events: list[tuple[float, str]] = field(default_factory=list)
+    training_hours: float = 0.0  # wall hours with a VM training (booted, restored, not preempted)
+    committed_hours: float = 0.0  # the training committed at the end (the job's hours once finished)
 
 
-def replay(trace: Trace, job: Job, choose: Policy, *, tick_hours: float = 1 / 60,
-           check_every_hours: float = policy.CHECK_EVERY_HOURS, limit_factor: float = 4.0) -> Run:
-    """Replays `job` over `trace` under a policy; stops at the finish or `limit_factor` x the deadline."""
+def replay(trace: Capacity, job: Job, choose: Policy, *, tick_hours: float = 1 / 60,
+           check_every_hours: float = policy.CHECK_EVERY_HOURS, limit_factor: float = 4.0,
+           start_mode: str = SPOT) -> Run:
+    """Replays `job` over `trace` under a policy; stops at the finish or `limit_factor` x the deadline.
+    The group starts in `start_mode` (survivor's start from a Spot template)."""
     steps_per_hour = 60.0
     spot_price, od_price = job.prices()
-    mode, vm, boot_left = SPOT, None, 0.0  # vm: None, "booting", "training"
+    mode, vm, boot_left = start_mode, None, 0.0  # vm: None, "booting", "training"
     done = committed = 0.0
     spot_progress = spot_wall = cost = spot_hours = od_hours = 0.0
     measured_rate = None
     lost_max, preemptions, switches = 0.0, 0, 0
-    next_check, t, since_boot = 0.0, 0.0, 0.0
+    next_check, t, since_boot, training = 0.0, 0.0, 0.0, 0.0
     events: list[tuple[float, str]] = []
     # what the switch records and attempts tell deadline.measure: failed switch-backs, the last switch
     failed, last_switch, back_on_spot, trained_on_spot = 0, None, False, False
@@ -187,10 +210,11 @@ def replay(trace: Trace, job: Job, choose: Policy, *, tick_hours: float = 1 / 60
             steps_done=int(committed * steps_per_hour), train_steps=int(job.hours * steps_per_hour),
             step_rate=measured_rate, spot_productive_hours=spot_progress, spot_wall_hours=spot_wall,
             overhead_hours=job.overhead_hours, lost_hours=lost_max, elapsed_hours=t, failed_switch_backs=failed,
-            since_switch_hours=None if last_switch is None else t - last_switch)
+            since_switch_hours=None if last_switch is None else t - last_switch,
+            spent_hours=cost / od_price, spot_price_ratio=spot_price / od_price)
         s = policy.Situation(hours_left=job.deadline_hours - t, window_hours=job.deadline_hours, mode=mode,
                              running=running, check_every_hours=check_every_hours)
-        return View(m, s, trace.available(t), preemptions, t, job)
+        return View(m, s, trace.available_through(t, t + tick_hours), preemptions, t, job)
 
     def decide_now(running: bool) -> None:
         nonlocal mode, vm, boot_left, switches, committed, done, failed, last_switch, back_on_spot, trained_on_spot
@@ -209,7 +233,8 @@ def replay(trace: Trace, job: Job, choose: Policy, *, tick_hours: float = 1 / 60
     while t < job.deadline_hours * limit_factor:
         if committed >= job.hours - 1e-9:
             return Run(t <= job.deadline_hours + 1e-9, round(t, 3), round(cost, 4), round(spot_hours, 3),
-                       round(od_hours, 3), switches, preemptions, events)
+                       round(od_hours, 3), switches, preemptions, events, round(training, 3),
+                       round(committed, 3))
         if mode == SPOT and vm is not None and trace.preempted(t, t + tick_hours):
             preemptions += 1
             lost = min(job.lost_hours, since_boot) if vm == "training" else 0.0
@@ -217,8 +242,10 @@ def replay(trace: Trace, job: Job, choose: Policy, *, tick_hours: float = 1 / 60
             done = committed = done - lost
             vm = None
             events.append((round(t, 3), "preempted"))
-        if vm is None and (mode == ON_DEMAND or trace.available(t)):
+        if vm is None and (mode == ON_DEMAND or trace.available_through(t, t + tick_hours)):
             vm, boot_left = "booting", job.overhead_hours
+            if mode == SPOT:
+                trace.place(t)
         if vm == "booting":
             boot_left -= tick_hours
             if boot_left <= 1e-9:
@@ -227,8 +254,10 @@ def replay(trace: Trace, job: Job, choose: Policy, *, tick_hours: float = 1 / 60
         if vm != "booting" and t >= next_check:
             next_check = t + check_every_hours
             decide_now(running=vm == "training")  # survivor watch
-            if vm is None and (mode == ON_DEMAND or trace.available(t)):
+            if vm is None and (mode == ON_DEMAND or trace.available_through(t, t + tick_hours)):
                 vm, boot_left = "booting", job.overhead_hours
+                if mode == SPOT:
+                    trace.place(t)
         if vm is not None:
             cost += (spot_price if mode == SPOT else od_price) * tick_hours
             if mode == SPOT:
@@ -236,6 +265,7 @@ def replay(trace: Trace, job: Job, choose: Policy, *, tick_hours: float = 1 / 60
             else:
                 od_hours += tick_hours
         if vm == "training":
+            training += tick_hours
             done = min(job.hours, done + tick_hours)
             since_boot += tick_hours
             committed = done  # survivor commits continuously; a preemption loses at most lost_hours
@@ -246,4 +276,5 @@ def replay(trace: Trace, job: Job, choose: Policy, *, tick_hours: float = 1 / 60
         if mode == SPOT:
             spot_wall += tick_hours
         t += tick_hours
-    return Run(False, None, round(cost, 4), round(spot_hours, 3), round(od_hours, 3), switches, preemptions, events)
+    return Run(False, None, round(cost, 4), round(spot_hours, 3), round(od_hours, 3), switches, preemptions, events,
+               round(training, 3), round(committed, 3))

@@ -1,0 +1,121 @@
+"""benchmarks/capacity.py's model on hand-made traces whose answers are known: where a Spot VM goes,
+when it is preempted, what a move is, and what the rows say."""
+
+import json
+
+import pytest
+
+from benchmarks import capacity
+from benchmarks.capacity import Placement, TraceError, load, region_of
+from survivor.local import traces
+
+GAP = 360  # seconds: a point every 0.1 h
+TICK = 1 / 60
+
+
+def write(folder, zone, points):
+    (folder / f"{zone}_v100_1.json").write_text(json.dumps({"metadata": {"gap_seconds": GAP}, "data": points}))
+
+
+@pytest.fixture
+def east_out_at_2h(tmp_path):
+    """east-1 (one zone) has capacity for 2 h, then none for 10 h; west-1 always."""
+    write(tmp_path, "east-1a", [1] * 20 + [0] * 100 + [1] * 80)
+    write(tmp_path, "west-1a", [2] * 200)
+    return load(str(tmp_path))
+
+
+def job(hours=4.0, deadline=8.0):
+    return capacity.job_of(hours, deadline, restart=0.2)
+
+
+def replay(zones, rule, policy, **kw):
+    where = Placement(zones, 0.0, "east-1", rule)
+    return where, traces.replay(where, job(**kw), policy, limit_factor=2.0)
+
+
+def test_a_zones_region_is_its_name_less_the_last_letter_and_a_point_above_zero_is_capacity(east_out_at_2h):
+    assert region_of("us-east-1a") == "us-east-1" and east_out_at_2h.regions == ["east-1", "west-1"]
+    assert east_out_at_2h.up("east-1a", 1.9, 1.99) and not east_out_at_2h.up("east-1a", 1.95, 2.05)
+    assert east_out_at_2h.up("west-1a", 19.9, 19.99) and not east_out_at_2h.up("west-1a", 19.95, 20.05)  # past the end
+    assert east_out_at_2h.share(["east-1a"]) == pytest.approx(100 / 200)
+
+
+def test_eager_next_region_relaunches_at_once_outside_the_preempted_region(east_out_at_2h):
+    where, run = replay(east_out_at_2h, "eager", traces.always(traces.SPOT))
+    # boot 0.2, train 1.8 h in east-1a, preempted at 2.0 losing 0.05 h, boot 0.2 in west-1a, train 2.25 h
+    assert run.preemptions == 1 and where.zone == "west-1a" and where.moves == 1
+    assert run.finished_at == pytest.approx(2.0 + 0.2 + 2.25, abs=2 * TICK)
+
+
+def test_failover_first_waits_its_window_in_the_preempted_region(east_out_at_2h):
+    where, run = replay(east_out_at_2h, "failover", traces.always(traces.SPOT))
+    assert where.zone == "west-1a" and where.moves == 1
+    assert run.finished_at == pytest.approx(2.0 + capacity.SKYPILOT_WINDOW_HOURS + 0.2 + 2.25, abs=2 * TICK)
+
+
+def test_confined_to_its_region_a_spot_only_job_waits_out_the_outage(east_out_at_2h):
+    where, run = replay(east_out_at_2h, "region", traces.always(traces.SPOT))
+    assert where.moves == 0 and not run.met  # back at 12 h: 12 + 0.2 + 2.25 > 8
+    assert run.finished_at == pytest.approx(12.0 + 0.2 + 2.25, abs=2 * TICK)
+
+
+def test_survivor_moves_to_the_region_with_capacity_and_confined_pays_for_on_demand(east_out_at_2h):
+    base = traces.replay(traces.Trace(0, ()), job(), traces.always(traces.ON_DEMAND), start_mode=traces.ON_DEMAND)
+    moved = capacity.replay_one(east_out_at_2h, "survivor", job(), 0.0, "east-1", base.cost_usd)
+    confined = capacity.replay_one(east_out_at_2h, "survivor, one region", job(), 0.0, "east-1", base.cost_usd)
+    assert moved.met and confined.met and moved.moves == 1 and confined.moves == 0
+    spot, on_demand = job().prices()
+    # all Spot: two boots and the work with the lost 0.05 h, at the Spot price
+    assert moved.cost == pytest.approx(spot * (0.2 + 1.8 + 0.2 + 2.25) / base.cost_usd, abs=0.01)
+    assert confined.cost > 2 * moved.cost  # the rest ran on on-demand
+    assert base.cost_usd == pytest.approx(on_demand * 4.2, abs=on_demand * 2 * TICK)  # minute ticks
+
+
+def test_a_job_stays_in_its_home_region_while_it_has_capacity(tmp_path):
+    write(tmp_path, "east-1a", [1] * 200)
+    write(tmp_path, "west-1a", [1] * 200)
+    for rule in ("move", "anywhere", "eager", "failover"):
+        where, run = replay(load(str(tmp_path)), rule, traces.always(traces.SPOT))
+        assert (where.zone, where.moves, run.preemptions) == ("east-1a", 0, 0), rule
+
+
+def test_the_rows_name_every_policy_with_the_published_keys(east_out_at_2h, tmp_path):
+    results = capacity.run(east_out_at_2h, every=24.0, jobs=((4.0, 8.0),))
+    rows = capacity.rows(results)
+    assert [r["policy"] for r in rows] == list(capacity.POLICIES) and rows[0]["policy"] == "survivor"
+    assert set(rows[0]) == {"policy", "jobs", "deadlines_met", "vm_fraction", "goodput", "mean_cost", "worst_cost",
+                            "moves_per_job"}
+    on_demand = rows[-1]
+    assert (on_demand["jobs"], on_demand["mean_cost"], on_demand["worst_cost"]) == (2, 1.0, 1.0)  # a start per region
+    assert on_demand["vm_fraction"] == pytest.approx(4 / 4.2, abs=0.01)
+
+
+def test_a_trace_not_in_the_published_format_is_one_line_naming_the_file(tmp_path, capsys):
+    (tmp_path / "east-1a_x.json").write_text('{"data": [1, 0]}')
+    with pytest.raises(TraceError, match="east-1a_x.json: not a trace in the published format"):
+        load(str(tmp_path))
+    assert capacity.main(["--traces", str(tmp_path), "--json", str(tmp_path / "rows.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "east-1a_x.json" in err and "Traceback" not in err
+
+
+def test_a_folder_without_traces_says_so(tmp_path):
+    (tmp_path / "README.md").write_text("no traces here")
+    with pytest.raises(TraceError, match="no <zone>_<anything>.json file"):
+        load(str(tmp_path))
+    with pytest.raises(TraceError, match="cannot list it"):
+        load(str(tmp_path / "missing"))
+
+
+def test_after_a_preemption_eager_leaves_the_region_and_the_others_stay_in_its_other_zone(tmp_path):
+    write(tmp_path, "east-1a", [1] * 20 + [0] * 180)
+    write(tmp_path, "east-1b", [1] * 200)
+    write(tmp_path, "west-1a", [1] * 200)
+    zones = load(str(tmp_path))
+    landed = {}
+    for rule in ("eager", "failover", "move", "anywhere"):
+        where, run = replay(zones, rule, traces.always(traces.SPOT))
+        landed[rule] = (where.zone, where.moves, run.preemptions)
+    assert landed == {"eager": ("west-1a", 1, 1), "failover": ("east-1b", 0, 1), "move": ("east-1b", 0, 1),
+                      "anywhere": ("east-1b", 0, 1)}
