@@ -22,6 +22,7 @@ import sys
 import tarfile
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -133,10 +134,10 @@ def tiny_cifar_archive(path: pathlib.Path) -> None:
 class StandIn:
     """A `survivor emulate ...` line of the guide, run as a subprocess on a free port."""
 
-    def __init__(self, argv: list[str]):
+    def __init__(self, argv: list[str], python: str = sys.executable):
         from survivor.local.http import free_port
 
-        self.process = subprocess.Popen([sys.executable, "-m", "survivor", *argv[1:], "--port", str(free_port())],
+        self.process = subprocess.Popen([python, "-m", "survivor", *argv[1:], "--port", str(free_port())],
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.output = self.process.stdout.readline()  # the line with the export, once it serves
         found = re.search(r"export (\w+)=(\S+)", self.output)
@@ -157,6 +158,24 @@ def run(capsys, argv: list[str]) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+Runner = Callable[[list[str]], tuple[int, str, str]]
+
+
+def in_process(capsys) -> Runner:
+    """Runs a command line through the CLI in this process (the default walk: fast)."""
+    return lambda argv: run(capsys, argv)
+
+
+def installed(bin_dir: pathlib.Path) -> Runner:
+    """Runs a command line with the `survivor` console script of another install (a clean venv)."""
+
+    def runner(argv: list[str]) -> tuple[int, str, str]:
+        done = subprocess.run([str(bin_dir / "survivor"), *argv], capture_output=True, text=True, timeout=600)
+        return done.returncode, done.stdout, done.stderr
+
+    return runner
+
+
 def guide_example(after: str) -> list[str]:
     """The lines of the first untyped ``` block after the sentence containing `after`."""
     text = GUIDE.read_text()
@@ -165,6 +184,13 @@ def guide_example(after: str) -> list[str]:
 
 
 def test_the_operator_guide_walked_from_zero_against_the_stand_ins(tmp_path, monkeypatch, capsys):
+    walk(in_process(capsys), sys.executable, tmp_path, monkeypatch)
+
+
+def walk(runner: Runner, python: str, tmp_path: pathlib.Path, monkeypatch, then=None) -> list[str]:
+    """Walks the guide's `survivor` lines with `runner` against the stand-ins its `emulate` lines
+    start (with `python`); `then(runner, tmp_path)`, if given, runs while they still serve.
+    Returns the lines run."""
     monkeypatch.chdir(tmp_path)
     for variable in ("SURVIVOR_COMPUTE_ENDPOINT", "STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT"):
         monkeypatch.delenv(variable, raising=False)
@@ -184,13 +210,15 @@ def test_the_operator_guide_walked_from_zero_against_the_stand_ins(tmp_path, mon
             if not_run_reason(line):
                 continue
             if words[0] == "emulate":
-                stand_in = StandIn(argv)
+                stand_in = StandIn(argv, python)
                 stand_ins.append(stand_in)
                 monkeypatch.setenv(stand_in.variable, stand_in.value)
                 ran.append(line.text)
                 continue
-            check_line(capsys, line, words, tmp_path)
+            check_line(runner, line, words, tmp_path)
             ran.append(line.text)
+        if then is not None:
+            then(runner, tmp_path)
         for stand_in in stand_ins:
             assert stand_in.stop() == 0, f"{stand_in.output}: did not end cleanly on SIGTERM"
         stand_ins = []
@@ -198,9 +226,10 @@ def test_the_operator_guide_walked_from_zero_against_the_stand_ins(tmp_path, mon
         for stand_in in stand_ins:
             stand_in.stop()
     assert len(ran) == len([line for line in survivor_lines() if not not_run_reason(line)])
+    return ran
 
 
-def check_line(capsys, line: Line, words: list[str], tmp_path: pathlib.Path) -> None:
+def check_line(run: Runner, line: Line, words: list[str], tmp_path: pathlib.Path) -> None:
     """Runs one command of the guide and holds it to what the guide says it does."""
     from survivor.cloud.compute import Compute
     from survivor.cloud.compute import GroupRef
@@ -208,18 +237,18 @@ def check_line(capsys, line: Line, words: list[str], tmp_path: pathlib.Path) -> 
     compute = Compute(os.environ["GOOGLE_CLOUD_PROJECT"])
     command = words[0]
     if command == "make-image":  # the fake's builder does what startup.sh's build mode does
-        code, out, err = run(capsys, words + ["--poll-seconds", "0.2"])  # the default looks every 15 s
+        code, out, err = run(words + ["--poll-seconds", "0.2"])  # the default looks every 15 s
         assert code == 0, err
         # make-template, earlier in the guide, built it already; a guide read in another order builds it here
         assert re.search(r"already built for this wheel and lock|image survivor-\S+: created in family survivor-",
                          out), out
         return
-    code, out, err = run(capsys, words)
+    code, out, err = run(words)
     said = out + err
     assert code == 0, f"`{line.text}` exited {code}:\n{said}"
     promised = quoted(line.comment)
     if promised and "again:" in line.comment:
-        code, out, err = run(capsys, words)
+        code, out, err = run(words)
         said = out + err
         assert code == 0, said
     if promised:
@@ -245,14 +274,14 @@ def check_line(capsys, line: Line, words: list[str], tmp_path: pathlib.Path) -> 
         promised = promised.group(1)
         assert out.strip() == promised
         # the guide's stockout example, from the zone the rehearsal stocked out
-        code, _, err = run(capsys, ["make-group", "stocked", "--template", "cifar10", "--zone", "us-west1-a",
+        code, _, err = run(["make-group", "stocked", "--template", "cifar10", "--zone", "us-west1-a",
                                     "--wait-seconds", "3", "--poll-seconds", "0.2"])
         assert code == 1
         example = guide_example("or the group reports why it cannot create it")
         said = err.replace("us-west1-a", "us-west1-b").replace("stocked", "cifar10")
         pattern = r"\s*".join(".*?".join(re.escape(p) for p in l.split("...")) for l in example)
         assert re.search(pattern, said, re.S), f"the guide's stockout example:\n{example}\nmake-group said:\n{said}"
-        assert run(capsys, ["delete", "stocked", "--zone", "us-west1-a", "--template", "keep-it"])[0] == 0
+        assert run(["delete", "stocked", "--zone", "us-west1-a", "--template", "keep-it"])[0] == 0
     elif command == "make-group":  # the guide's alternative: a regional group instead
         group = compute.get_group(GroupRef(compute.project, words[1], region=words[words.index("--region") + 1]))
         assert group["distributionPolicy"]["targetShape"] == "ANY"
@@ -260,7 +289,7 @@ def check_line(capsys, line: Line, words: list[str], tmp_path: pathlib.Path) -> 
         assert zones == {"us-west1-a", "us-west1-b"}, "only the zones that offer the T4"
         assert "its VM is RUNNING in us-west1-b" in out  # us-west1-a is stocked out
         # instead, not as well: the zonal group of the line before stays the job's
-        assert run(capsys, ["delete", words[1], "--region", words[words.index("--region") + 1],
+        assert run(["delete", words[1], "--region", words[words.index("--region") + 1],
                             "--template", "keep-it"])[0] == 0
     elif command == "status" and "--json" in words:
         report = json.loads(out)

@@ -188,6 +188,16 @@ def test_the_groups_creation_shows_as_waiting_for_capacity_before_the_first_boot
     assert alone["timeline"][0]["cause"] == "vm_boot" and alone["badput"]["capacity"]["seconds"] == pytest.approx(30)
 
 
+def test_report_of_a_job_whose_group_is_gone_says_so_not_that_its_template_names_no_job_dir(compute_server,
+                                                                                          monkeypatch, capsys):
+    # README's `stop|start|delete|logs` then docs/costs.md's `report cifar10`: the group was deleted
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "survivor-local")
+    assert main(["report", "gone", "--zone", "us-west1-b", "--offline"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: job gone: no group gone in survivor-local/zone us-west1-b (deleted, or another zone or region?); "
+        "for a deleted job's report give --job-dir"]
+
+
 # -- what a hostile job dir or --out gets: one line naming the problem, exit 1 ---------------------
 
 

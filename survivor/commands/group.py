@@ -265,6 +265,10 @@ def report(args: argparse.Namespace) -> int:
         options.created = parse_time((found.get("group") or {}).get("created"))
     elif not job_dir:
         raise CommandError("give a job name (with --zone or --region), or --job-dir")
+    if not job_dir and args.name is not None and found.get("group") is None:
+        where = f"zone {group.zone}" if group.zone else f"region {group.region}"
+        raise CommandError(f"job {args.name}: no group {args.name} in {group.project}/{where} (deleted, or "
+                           f"another zone or region?); for a deleted job's report give --job-dir")
     if not job_dir:
         raise CommandError(f"job {args.name}: its template names no job dir; give --job-dir")
     if args.machine_type:

@@ -116,7 +116,6 @@ def write_cifar10(args: argparse.Namespace) -> int:
     """`survivor data cifar10`: CIFAR-10 TFRecords from the official archive, or synthetic ones."""
     import tarfile
 
-    require("tensorflow", "tensorflow", "survivor data cifar10 (it writes TFRecords)")
     from survivor.trainers import cifar10_data
 
     try:

@@ -16,6 +16,8 @@ import tarfile
 
 import numpy as np
 
+from survivor.trainers import tfrecord
+
 SPLITS = {
     "train": ["data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4"],
     "validation": ["data_batch_5"],
@@ -26,23 +28,17 @@ DEPTH = 3
 
 
 def _example(image: np.ndarray, label: int) -> bytes:
-    import tensorflow as tf
-
-    feature = {
-        "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.astype(np.uint8).tobytes()])),
-        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
-    }
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    return tfrecord.example({"image": image.astype(np.uint8).tobytes(), "label": int(label)})
 
 
 def write_split(path: str, images: np.ndarray, labels: np.ndarray) -> int:
-    """Writes images (N, 32, 32, 3) uint8 and labels to one TFRecord file; returns N."""
-    import tensorflow as tf
-
+    """Writes images (N, 32, 32, 3) uint8 and labels to one TFRecord file; returns N. Without
+    TensorFlow (`survivor.trainers.tfrecord`): the operator's install writes the data."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with tf.io.TFRecordWriter(path) as writer:
+    with open(path + ".partial", "wb") as stream:
         for image, label in zip(images, labels):
-            writer.write(_example(image, label))
+            tfrecord.write_record(stream, _example(image, label))
+    os.replace(path + ".partial", path)
     return len(images)
 
 

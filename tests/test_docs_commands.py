@@ -1,0 +1,161 @@
+"""README.md's and the guides' `survivor` lines, each run after exactly the install its document
+gives, in a clean venv (issue 25's must-show): a missing dependency of an extra, a console script
+that does not start, or a line that drifted from the code fails here, where the in-process walks
+(tests/test_operator_guide.py, tests/test_demo.py) run in the development venv with every extra.
+
+- README's first command: `python3 -m venv .venv && .venv/bin/pip install -q -e '.[tensorflow]' &&
+  .venv/bin/survivor demo`, as written, in a fresh directory (`.` is this checkout).
+- README's "On Google Cloud" block after its `pip install -e '.[operator]'`, docs/operator-guide.md
+  (which takes README's install) and docs/costs.md (which names the same install), against the
+  stand-ins the guide's rehearsal starts with that venv's own `survivor emulate`.
+
+Both venvs are new: pip's cache makes them take 15-40 s. Slow tests."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from survivor.local.demo import tensorflow_startup_line
+from tests.test_operator_guide import Line, Runner, guide_lines, installed, quoted, tiny_cifar_archive, walk
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+COSTS = ROOT / "docs" / "costs.md"
+
+
+def readme_first_command() -> str:
+    """README's command 1: the line under `# 1.` in its first block."""
+    text = README.read_text()
+    block = text.split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = block.splitlines()
+    return next(lines[i + 1] for i, line in enumerate(lines) if line.startswith("# 1."))
+
+
+def as_run_here(command: str, venv: pathlib.Path) -> list[list[str]]:
+    """A README chain (`a && b && c`) as argv lists, with its `.venv` the fresh `venv` and its `.`
+    (the checkout it is run from) this checkout: the same words, nothing through a shell."""
+    out = []
+    for part in command.split("&&"):
+        argv = []
+        for word in shlex.split(part):
+            if word == ".venv" or word.startswith(".venv/"):
+                word = str(venv) + word[len(".venv"):]
+            elif word == "." or word.startswith(".["):
+                word = str(ROOT) + word[1:]
+            argv.append(word)
+        out.append(argv)
+    return out
+
+
+def pip_install_line(markdown: str) -> str:
+    """The document's own `pip install ...` of survivor (from this checkout)."""
+    found = re.search(r"pip install (-e '\.\[\w+\]')", markdown)
+    assert found, "the document names no install"
+    return found.group(1)
+
+
+def clean_venv(tmp_path: pathlib.Path, install: str) -> pathlib.Path:
+    """A new venv with `pip install <install>` of this checkout; returns its bin directory."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    argv = [str(venv / "bin" / "pip"), "install", "-q", *as_run_here(install, venv)[0]]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stderr[-3000:]}"
+    return venv / "bin"
+
+
+@pytest.mark.slow
+def test_readmes_first_command_as_written_in_a_fresh_directory(tmp_path):
+    command = readme_first_command()
+    assert command.endswith("survivor demo"), command  # the promise below is the demo's
+    steps = as_run_here(command, tmp_path / ".venv")
+    for argv in steps[:-1]:  # the venv, the install
+        done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=900)
+        assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stderr[-3000:]}"
+    demo = subprocess.run(steps[-1], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    said = demo.stdout + demo.stderr
+    assert demo.returncode == 0, said[-3000:]
+    # README: "preempts it 3 times ... and ends with a table of what each boot restored, reached, saved and lost"
+    text = " ".join(demo.stdout.split())
+    assert re.search(r"DONE at step (\d+) of \1; 3 preemptions survived; steps lost per preemption", text), said[-2000:]
+    for column in ("restored", "reached", "saved", "lost"):
+        assert column in text
+    assert "wrote 512 synthetic CIFAR-10 images" in text  # the ResNet on synthetic CIFAR-10, as README says
+    assert not [line for line in said.splitlines() if tensorflow_startup_line(line)]  # TensorFlow's noise kept off
+    assert "Traceback" not in said
+
+
+def readme_cloud_lines() -> list[Line]:
+    """README's "On Google Cloud" block: its `survivor` lines, `stop|start|delete|logs` as the four
+    commands it stands for (delete last: it removes what the others act on)."""
+    text = README.read_text()
+    section = text.split("## On Google Cloud", 1)[1]
+    lines = [line for line in guide_lines("## On Google Cloud\n" + section.split("\n## ", 1)[0])
+             if line.argv[0] == "survivor"]
+    out = []
+    for line in lines:
+        if "|" in line.argv[1]:
+            for command in sorted(line.argv[1].split("|"), key=lambda c: c == "delete"):
+                out.append(Line(line.text.replace(line.argv[1], command), line.comment, line.section))
+        else:
+            out.append(line)
+    return out
+
+
+def costs_lines() -> list[Line]:
+    return [line for line in guide_lines(COSTS.read_text()) if line.argv[0] == "survivor"]
+
+
+def run_after_the_guide(run: Runner, tmp_path: pathlib.Path) -> None:
+    """README's cloud lines and docs/costs.md's, while the guide's stand-ins still serve."""
+    shutil.copytree(ROOT / "templates", tmp_path / "templates")  # README runs from the checkout
+    tiny_cifar_archive(tmp_path / "cifar-10-python.tar.gz")
+    readme = readme_cloud_lines()
+    deletes = [line for line in readme if line.argv[1] == "delete"]
+    # costs.md reports on the job README made, before README's delete removes its group
+    for line in [line for line in readme if line not in deletes] + costs_lines() + deletes:
+        argv = [str(tmp_path / "readme-data") if word == "/tmp/cifar-10-data" else word for word in line.argv[1:]]
+        code, out, err = run(argv)
+        said = out + err
+        command = argv[0]
+        if command == "report" and "--job-dir" in argv:  # a job dir alone, in a bucket that is not there
+            assert code == 1 and "gs://bucket" in err and "does not exist" in err and "Traceback" not in said, said
+            continue
+        assert code == 0, f"`{line.text}` exited {code}:\n{said}"
+        assert "Traceback" not in said, said
+        promised = quoted(line.comment)
+        if promised:
+            assert re.search(promised, said), f"`{line.text}` promises {line.comment!r}; it said:\n{said}"
+        if command == "report" and "--json" not in argv:
+            assert "Goodput" in out and "cost" in out.lower(), out  # "goodput, badput by cause, cost vs on-demand"
+        elif command == "report":
+            assert '"goodput"' in out or '"job"' in out, out
+        elif command == "make-group":
+            assert "created" in out and "RUNNING" in out, out
+        elif command == "status":
+            assert "RUNNING" in out, out
+        elif command == "delete":
+            assert "group cifar10: deleted" in out, out
+        elif command == "data":
+            assert out.startswith("train.tfrecords: 16"), out
+
+
+@pytest.mark.slow
+def test_readme_the_operator_guide_and_costs_after_readmes_operator_install(tmp_path, monkeypatch):
+    install = pip_install_line(README.read_text().split("## On Google Cloud", 1)[1])
+    assert install == pip_install_line(COSTS.read_text())  # costs.md names the same install
+    bin_dir = clean_venv(tmp_path / "env", install)
+    has_tensorflow = subprocess.run([str(bin_dir / "python"), "-c", "import importlib.util as u; "
+                                     "print(u.find_spec('tensorflow') is not None)"], capture_output=True, text=True)
+    assert has_tensorflow.stdout.strip() == "False"  # the operator's install: TensorFlow is not needed there
+    work = tmp_path / "work"
+    work.mkdir()
+    ran = walk(installed(bin_dir), str(bin_dir / "python"), work, monkeypatch, then=run_after_the_guide)
+    assert ran
