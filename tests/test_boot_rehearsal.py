@@ -12,6 +12,9 @@ downloaded after the first run.
 from __future__ import annotations
 
 import os
+import pathlib
+import shutil
+import sys
 import time
 import uuid
 
@@ -198,3 +201,57 @@ def test_an_unreachable_bucket_is_reported_where_it_can_be(install_files, gcs_se
     assert open(root.at("/opt/survivor/failed-boots")).read().strip() == "1"  # counted on the disk instead
     assert not os.path.exists(root.at("/opt/survivor/installed"))
     assert time.monotonic() - started < 90
+
+
+def debian_image_without_venv(shims: pathlib.Path, apt_works: bool) -> dict[str, str]:
+    """PATH stand-ins for a Debian/Ubuntu image without python3-venv: its python3 refuses `-m venv`
+    with Debian's words until the apt-get stand-in "installs" pythonX.Y-venv (or, with `apt_works`
+    False, cannot). Returns the PATH to run startup.sh with."""
+    shims.mkdir()
+    marker = shims / "venv-package-installed"
+    real = shutil.which("python3")
+    (shims / "python3").write_text(f"""#!/bin/bash
+if [[ "$1 $2" == "-m venv" && ! -e {marker} ]]; then
+  printf '%s\\n' "The virtual environment was not created successfully because ensurepip is not" \\
+    "available.  On Debian/Ubuntu systems, you need to install the python3-venv" \\
+    "package using the following command." "" "    apt install python3.10-venv"
+  exit 1
+fi
+exec {real} "$@"
+""")
+    (shims / "apt-get").write_text(f"""#!/bin/bash
+echo "$*" >> {shims}/apt-get.calls
+{"" if apt_works else '[[ "$1" == install ]] && { echo "E: Unable to locate package ${@: -1}"; exit 100; }'}
+[[ "$1" == install && "${{@: -1}}" == python3.*-venv ]] && touch {marker}
+exit 0
+""")
+    for shim in ("python3", "apt-get"):
+        (shims / shim).chmod(0o755)
+    return {"PATH": f"{shims}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+
+
+@pytest.mark.parametrize("apt_works", [True, False])
+def test_an_image_whose_python_has_no_ensurepip(apt_works, install_files, gcs_server, bucket, sandbox, tmp_path):
+    wheel, lock, pip_env = install_files
+    job_dir = f"gs://{bucket}/runs/{uuid.uuid4().hex[:8]}"
+    install = image.stage_install(job_dir, image.LocalInstall(wheel, lock))
+    metadata = MetadataServer(attributes=vm_attributes(spec_for(job_dir, "/dev/null"), install),
+                              name="rehearsal-e5f6", zone=ZONE, project=PROJECT).start()
+    path = debian_image_without_venv(tmp_path / "shims", apt_works)
+    version = "%d.%d" % sys.version_info[:2]
+    root = sandbox()
+    try:
+        result = root.run_startup(metadata.host, env={**pip_env, **path, "STORAGE_EMULATOR_HOST": gcs_server.url})
+    finally:
+        metadata.stop()
+    said = f"this image's python3 has no ensurepip (Debian/Ubuntu without python{version}-venv)"
+    assert said in result.output, result.output
+    assert (tmp_path / "shims" / "apt-get.calls").read_text().startswith(f"install -y -q python{version}-venv")
+    if apt_works:
+        assert result.returncode == 0, result.output
+        assert f"installed python{version}-venv; the venv is made" in result.output
+        assert os.path.exists(root.at("/opt/survivor/venv/bin/survivor"))
+    else:
+        assert result.returncode == 1, result.output
+        assert (f"FAILED: python3 -m venv needs python{version}-venv, and apt-get could not install it: "
+                f"E: Unable to locate package python{version}-venv") in result.output

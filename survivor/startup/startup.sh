@@ -257,6 +257,36 @@ fetch() {  # $1: gs:// URL, $2: sha256, $3: local path; fails naming what went w
   [[ "${got}" == "$2" ]] || fail "$1 has sha256 ${got}, not the ${2} make-template recorded: upload it again"
 }
 
+# The venv, with pip. Debian and Ubuntu ship python3 without ensurepip unless python3-venv (or
+# pythonX.Y-venv) is installed, and `python3 -m venv` then fails ("ensurepip is not available",
+# https://github.com/pypa/packaging.python.org/issues/399): install that package with apt-get
+# and try again, saying so; an image without apt-get, or an apt-get that cannot, is one reason.
+make_venv() {
+  if python3 -m venv "${VENV}" > "${WORK}/venv.log" 2>&1; then
+    return 0
+  fi
+  if grep -q ensurepip "${WORK}/venv.log" && command -v apt-get > /dev/null; then
+    local version package
+    version="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+    package="python${version}-venv"
+    log "this image's python3 has no ensurepip (Debian/Ubuntu without ${package}): installing ${package} with apt-get"
+    rm -rf "${VENV}"
+    if DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${package}" > "${WORK}/apt.log" 2>&1 \
+        || { DEBIAN_FRONTEND=noninteractive apt-get update -q >> "${WORK}/apt.log" 2>&1 \
+             && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${package}" >> "${WORK}/apt.log" 2>&1; }; then
+      if python3 -m venv "${VENV}" > "${WORK}/venv.log" 2>&1; then
+        log "installed ${package}; the venv is made"
+        return 0
+      fi
+    else
+      cat "${WORK}/apt.log"
+      fail "python3 -m venv needs ${package}, and apt-get could not install it: $(tail -n 1 "${WORK}/apt.log")"
+    fi
+  fi
+  cat "${WORK}/venv.log"
+  fail "python3 -m venv ${VENV} failed: $(grep -v '^\s*$' "${WORK}/venv.log" | head -n 1) (is python3-venv installed on the image? survivor's image has it)"
+}
+
 install() {
   rm -rf "${DOWNLOADS}"
   mkdir -p "${DOWNLOADS}"
@@ -271,7 +301,7 @@ install() {
   # the wheel itself, pinned by its sha256 like everything else
   printf 'survivor-train @ file://%s --hash=sha256:%s\n' "${wheel_path}" "${wheel_sha}" > "${DOWNLOADS}/survivor.txt"
   if [[ ! -x "${VENV}/bin/python" ]]; then
-    python3 -m venv "${VENV}" || fail "python3 -m venv ${VENV} failed (is python3-venv installed on the image?)"
+    make_venv
   fi
   log "installing $(basename "${wheel_path}") with its lock into ${VENV}"
   # Hash-checking mode, not constraints: each file must match a sha256 of the lock, and a
