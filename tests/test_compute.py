@@ -327,6 +327,26 @@ def test_a_zone_without_the_gpu_is_reported_by_preflight_and_by_the_mig(compute_
     assert code == 1 and "us-west1-c does not offer this GPU" in err and "acceleratorTypes/nvidia-tesla-t4' was not found" in err
 
 
+def test_an_organisation_policy_against_external_ips_names_the_flag_that_complies(compute_server, capsys, tmp_path):
+    """Issue 26 item 9: constraints/compute.vmExternalIpAccess refuses the VM (412 conditionNotMet in
+    the group's errors); make-group says how to comply, and a template made with --no-external-ip runs."""
+    compute_server.external_ip_denied.add(PROJECT)
+    assert run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT)[0] == 0
+    code, _, err = run_cli(capsys, "make-group", "g", "--template", "t", "--zone", "us-west1-b", "--project", PROJECT,
+                           "--wait-seconds", "2", "--poll-seconds", "0.1")
+    assert code == 1, err
+    [line] = [line for line in err.splitlines() if line.startswith("error:")]
+    assert "an organisation policy (constraints/compute.vmExternalIpAccess) forbids the VM an external IP. Make the " \
+           "template with --no-external-ip" in line
+    assert "Constraint constraints/compute.vmExternalIpAccess violated for project" in line  # the API's own words
+    assert run_cli(capsys, "delete", "g", "--zone", "us-west1-b", "--project", PROJECT, "--template", "keep-it")[0] == 0
+    assert run_cli(capsys, "make-template", "t2", "--config", _job_file(tmp_path), "--project", PROJECT,
+                   "--no-external-ip")[0] == 0
+    code, out, err = run_cli(capsys, "make-group", "g2", "--template", "t2", "--zone", "us-west1-b", "--project",
+                             PROJECT)
+    assert code == 0 and "its VM is RUNNING in us-west1-b" in out, err
+
+
 def test_a_regional_group_gets_shape_any_over_the_zones_that_offer_the_gpu(compute_server, capsys, tmp_path):
     assert run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT)[0] == 0
     compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone="us-west1-a")

@@ -1,6 +1,7 @@
 """survivor preflight: the checks before anything is spent, as pure decisions and against the stand-ins
 (the Compute fake, fake-gcs-server behind survivor's bucket-IAM stand-in) with the real clients."""
 
+import json
 import pytest
 
 from survivor.commands import main as cli
@@ -114,9 +115,11 @@ def test_preflight_passes_a_job_that_can_run(compute_server, bucket, bucket_iam,
     assert out.splitlines() == [
         f"ok: bucket {bucket} exists",
         f"ok: bucket {bucket}: {VM_ACCOUNT} has roles/storage.objectUser",
+        "ok: network default exists",
         "ok: image family deeplearning-platform-release/common-cu128-ubuntu-2204-nvidia-570 resolves",
         "ok: nvidia-tesla-t4 x 1 is offered in us-west1-b",
         "ok: quota PREEMPTIBLE_NVIDIA_T4_GPUS in us-west1: 8 of 8 free, the VM needs 1",
+        "ok: quota GPUS_ALL_REGIONS: 8 of 8 free, the VM needs 1",
     ]
 
 
@@ -130,10 +133,50 @@ def test_preflight_names_each_problem_with_its_fix(compute_server, gcs_server, b
     lines = out.splitlines()
     assert lines[0] == ("error: bucket no-such-bucket-x does not exist: create it (gcloud storage buckets create "
                         "gs://no-such-bucket-x --location REGION) or fix job_dir")
-    assert lines[1].startswith("error: image family deeplearning-platform-release/no-such-family has no image")
-    assert lines[2] == "ok: nvidia-tesla-t4 x 4 is offered in us-west1-b"
-    assert lines[3].startswith("error: quota NVIDIA_T4_GPUS in us-west1: 2 of 2 free, the VM needs 4 (Spot VMs use "
+    assert lines[1] == "ok: network default exists"
+    assert lines[2].startswith("error: image family deeplearning-platform-release/no-such-family has no image")
+    assert lines[3] == "ok: nvidia-tesla-t4 x 4 is offered in us-west1-b"
+    assert lines[4].startswith("error: quota NVIDIA_T4_GPUS in us-west1: 2 of 2 free, the VM needs 4 (Spot VMs use "
                                "PREEMPTIBLE_NVIDIA_T4_GPUS when it is granted, NVIDIA_T4_GPUS otherwise)")
+
+
+def test_a_project_without_a_default_network_or_all_regions_gpu_quota_is_named(compute_server, bucket, bucket_iam,
+                                                                                capsys, tmp_path):
+    """Issue 26 item 9: a new project's GPUS_ALL_REGIONS is often 0, and an organisation's project may
+    have no `default` network: both stop the VM however much regional quota there is."""
+    compute_server.networks[PROJECT] = set()
+    compute_server.project_quotas[PROJECT] = {"GPUS_ALL_REGIONS": (0.0, 0.0)}
+    code, out, _ = run_cli(capsys, "preflight", "job", "--config", _job(tmp_path, f"gs://{bucket}/run"),
+                           "--project", PROJECT, "--zone", "us-west1-b")
+    assert code == 1
+    assert (f"error: network default does not exist in project {PROJECT}: create it (gcloud compute networks create "
+            "default --subnet-mode=auto), or name an existing one in compute.network") in out.splitlines()
+    assert ("error: quota GPUS_ALL_REGIONS (every region together): 0 of 0 free, the VM needs 1; request more at "
+            "https://console.cloud.google.com/iam-admin/quotas (metric GPUS_ALL_REGIONS, global)") in out.splitlines()
+    assert "ok: quota PREEMPTIBLE_NVIDIA_T4_GPUS in us-west1: 8 of 8 free" in out  # the regional one had room
+
+
+def test_a_project_that_has_not_enabled_compute_is_one_line_with_the_command(compute_server, bucket, bucket_iam,
+                                                                             capsys, tmp_path):
+    compute_server.api_disabled.add(PROJECT)
+    code, out, err = run_cli(capsys, "preflight", "job", "--config", _job(tmp_path, f"gs://{bucket}/run"),
+                             "--project", PROJECT, "--zone", "us-west1-b")
+    assert code == 1 and "Traceback" not in out + err
+    assert ("the Compute Engine API is not enabled in this project: gcloud services enable compute.googleapis.com "
+            "--project PROJECT (then wait a few minutes)") in out
+    assert "permission denied" not in out  # not mistaken for a missing role
+
+
+def test_no_external_ip_drops_the_access_config_and_preflight_says_what_the_vm_then_needs(
+        compute_server, bucket, bucket_iam, capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "make-template", "job", "--config", _job(tmp_path, f"gs://{bucket}/run"),
+                           "--project", PROJECT, "--zone", "us-west1-b", "--no-external-ip", "--dry-run")
+    assert code == 0
+    assert json.loads(out)["properties"]["networkInterfaces"] == [{"network": "global/networks/default"}]
+    code, out, _ = run_cli(capsys, "preflight", "job", "--config", _job(tmp_path, f"gs://{bucket}/run"),
+                           "--project", PROJECT, "--zone", "us-west1-b", "--no-external-ip")
+    assert "warning: no external IP: the VM reaches Cloud Storage only if its subnet of default has Private Google " \
+           "Access on" in out
 
 
 def test_a_bucket_policy_without_the_vm_is_a_warning_with_the_grant(compute_server, bucket, bucket_iam, capsys, tmp_path):

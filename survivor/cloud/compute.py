@@ -53,6 +53,12 @@ def explain(exc: Exception, what: str) -> ComputeError:
     message = re.sub(r"^(GET|POST|PUT|PATCH|DELETE) \S+: ", "", getattr(exc, "message", None) or str(exc))
     if isinstance(exc, gexc.NotFound):
         return NotFound(f"{what}: not found ({message})")
+    if isinstance(exc, gexc.Forbidden) and ("accessNotConfigured" in str(exc) or "has not been used in project" in message
+                                            or "SERVICE_DISABLED" in str(exc)):
+        # a project that has not enabled the API: 403 accessNotConfigured, "Compute Engine API has not been
+        # used in project N before or it is disabled" (hashicorp/terraform#19912)
+        return ComputeError(f"{what}: the Compute Engine API is not enabled in this project: gcloud services enable "
+                            "compute.googleapis.com --project PROJECT (then wait a few minutes)")
     if isinstance(exc, gexc.Conflict):
         return ComputeError(f"{what}: it already exists ({message})")
     if isinstance(exc, (gexc.Forbidden, gexc.Unauthorized)):
@@ -73,6 +79,12 @@ def explain_operation_errors(errors: list[tuple[str, str]], what: str, where: st
             f"{what}: {where} has no capacity for this machine and GPU type right now (a stockout). Try another "
             f"zone (--zone), or a regional MIG (make-group --region) that can place the VM in any zone of the "
             f"region. [{detail}]"
+        )
+    if any("constraints/compute.vmExternalIpAccess" in message for _, message in errors):
+        return ComputeError(
+            f"{what}: an organisation policy (constraints/compute.vmExternalIpAccess) forbids the VM an external "
+            f"IP. Make the template with --no-external-ip (compute.external_ip: false); the VM then reaches Cloud "
+            f"Storage through Private Google Access, which its subnet must have on. [{detail}]"
         )
     if "QUOTA_EXCEEDED" in codes:
         return ComputeError(
@@ -224,6 +236,7 @@ class Compute:
         self.accelerator_types = compute_v1.AcceleratorTypesClient(**kwargs)
         self.images = compute_v1.ImagesClient(**kwargs)
         self.projects = compute_v1.ProjectsClient(**kwargs)
+        self.networks = compute_v1.NetworksClient(**kwargs)
 
     @classmethod
     def from_environment(cls, project: str) -> "Compute":
@@ -449,6 +462,21 @@ class Compute:
         message = self.v1.Image.from_json(json.dumps(body), ignore_unknown_fields=False)
         self._call(f"creating image {body['name']}", "global",
                    lambda: self.images.insert(project=self.project, image_resource=message))
+
+    def project_quotas(self) -> dict[str, tuple[float, float]]:
+        """The project's global quotas from `projects.get` ({metric: (limit, usage)}), GPUS_ALL_REGIONS among them."""
+        found = self._call(f"project {self.project}", "global", lambda: self.projects.get(project=self.project), wait=False)
+        return {q.metric: (q.limit, q.usage) for q in found.quotas}
+
+    def network_exists(self, network: str) -> bool:
+        """Whether the VPC network (a name, or `global/networks/NAME`) exists (`networks.get`)."""
+        name = network.rsplit("/", 1)[-1]
+        try:
+            self._call(f"network {name}", "global", lambda: self.networks.get(project=self.project, network=name),
+                       wait=False)
+        except NotFound:
+            return False
+        return True
 
     def default_service_account(self) -> str:
         """The project's Compute Engine default service account (`projects.get`)."""

@@ -137,6 +137,7 @@ class TemplateRequest:
     region: str | None = None
     preemption_notice: int | None = None
     survivor_wheel: str | None = None
+    external_ip: bool | None = None  # None: the spec's compute.external_ip (default true)
     #: what a VM installs at boot: "image" (survivor's image for this install, built once when missing:
     #: a recreated VM installs nothing) or "wheel" (the wheel and lock staged in the bucket, installed
     #: on every fresh boot disk: ~3.5 GB from the package index each time)
@@ -170,7 +171,7 @@ def describe_template(request: TemplateRequest, boot: BootChoice | None = None) 
         spot=request.spot, image_family=request.image_family, image_project=request.image_project,
         disk_gb=request.disk_gb, service_account=request.service_account, zone=request.zone, region=request.region,
         preemption_notice=request.preemption_notice, survivor_wheel=request.survivor_wheel,
-        cloud_platform_scope=True if request.cloud_platform_scope else None,
+        cloud_platform_scope=True if request.cloud_platform_scope else None, external_ip=request.external_ip,
     )
     if request.gpu and gpu_type is None:  # `none`: from_spec reads None as "unset"
         options.gpu_type, options.gpu_count = None, 0

@@ -45,7 +45,7 @@ QUOTA_CONSOLE = "https://console.cloud.google.com/iam-admin/quotas"
 class Finding:
     """One line of the preflight: what is wrong (or fine) and what to do."""
 
-    check: str  # bucket | iam | quota | gpu | image
+    check: str  # bucket | iam | network | quota | gpu | image
     message: str
     level: str = "error"  # error: stops make-template/make-group; warning: printed; ok: printed
 
@@ -67,6 +67,8 @@ class Target:
     job_dir: str | None
     disk_gb: int | None = None
     data_dir: str | None = None
+    network: str | None = None
+    external_ip: bool = True
 
 
 def target_from_body(body: dict[str, Any]) -> Target:
@@ -89,7 +91,9 @@ def target_from_body(body: dict[str, Any]) -> Target:
                   image_project=m.group(1) if m else None, image_family=m.group(2) if m else None,
                   service_account=accounts[0].get("email") or "default", job_dir=spec.job_dir if spec else None,
                   data_dir=spec.data_dir if spec else None,
-                  disk_gb=int(initialize["diskSizeGb"]) if initialize.get("diskSizeGb") else None)
+                  disk_gb=int(initialize["diskSizeGb"]) if initialize.get("diskSizeGb") else None,
+                  network=((props.get("networkInterfaces") or [{}])[0].get("network") or None),
+                  external_ip=any(n.get("accessConfigs") for n in props.get("networkInterfaces") or []))
 
 
 def bucket_of(job_dir: str | None) -> str | None:
@@ -169,6 +173,39 @@ def gpu_findings(gpu_type: str, count: int, offers: dict[str, dict[str, int]], z
                            f"({hint})")]
 
 
+def all_regions_gpu_findings(count: int, quotas: dict[str, tuple[float, float]]) -> list[Finding]:
+    """Pure: whether the project-wide GPU quota (GPUS_ALL_REGIONS, from `projects.get`) has room for
+    `count` GPUs. It caps every region's GPUs together, and a new project's is often 0
+    (https://cloud.google.com/compute/resource-usage#gpu_quota): a regional quota with room is not enough."""
+    if "GPUS_ALL_REGIONS" not in quotas:
+        return [Finding("quota", "quota GPUS_ALL_REGIONS: the project reports none to check", "warning")]
+    limit, usage = quotas["GPUS_ALL_REGIONS"]
+    free = limit - usage
+    if free >= count:
+        return [Finding("quota", f"quota GPUS_ALL_REGIONS: {free:g} of {limit:g} free, the VM needs {count}", "ok")]
+    return [Finding("quota", f"quota GPUS_ALL_REGIONS (every region together): {free:g} of {limit:g} free, the VM "
+                             f"needs {count}; request more at {QUOTA_CONSOLE} (metric GPUS_ALL_REGIONS, global)")]
+
+
+def network_findings(project: str, network: str, exists: bool, external_ip: bool) -> list[Finding]:
+    """Pure: whether the template's VPC network exists (a project made by an organisation's policy
+    may have no `default` network: https://cloud.google.com/vpc/docs/vpc#default-network), and what a
+    VM without an external IP needs."""
+    name = network.rsplit("/", 1)[-1]
+    if not exists:
+        how = ("gcloud compute networks create default --subnet-mode=auto" if name == "default"
+               else f"gcloud compute networks create {name}")
+        return [Finding("network", f"network {name} does not exist in project {project}: create it ({how}), or "
+                                   "name an existing one in compute.network")]
+    out = [Finding("network", f"network {name} exists", "ok")]
+    if not external_ip:
+        out.append(Finding("network", f"no external IP: the VM reaches Cloud Storage only if its subnet of {name} "
+                                      "has Private Google Access on (gcloud compute networks subnets update SUBNET "
+                                      "--region REGION --enable-private-ip-google-access); the wheel path's pip and "
+                                      "make-image's builder also need Cloud NAT", "warning"))
+    return out
+
+
 def image_findings(project: str, family: str, found: bool, disk_gb: int | None = None,
                    image_gb: int | None = None) -> list[Finding]:
     """Pure: whether the boot image family resolves to an image, and the boot disk can hold it
@@ -236,6 +273,9 @@ def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str
             if name and not (key == "data_dir" and name == bucket):  # the job dir's grant covers its reads
                 out += (storage_check or _bucket_state)(name, f"serviceAccount:{account}", compute.project, key)
     try:
+        if target.network:
+            out += network_findings(compute.project, target.network, compute.network_exists(target.network),
+                                    target.external_ip)
         if target.image_family:
             image = compute.image_from_family(target.image_project, target.image_family)
             out += image_findings(target.image_project, target.image_family, image is not None, target.disk_gb,
@@ -247,6 +287,7 @@ def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str
             out += gpu_findings(target.gpu_type, target.gpu_count, {z: compute.zone_accelerators(z) for z in zones},
                                 zone, region)
             out += quota_findings(region, target.gpu_type, target.gpu_count, target.spot, info["quotas"])
+            out += all_regions_gpu_findings(target.gpu_count, compute.project_quotas())
     except ComputeError as exc:
         out.append(Finding("compute", str(exc)))
     return out

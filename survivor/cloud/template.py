@@ -89,6 +89,10 @@ class MachineOptions:
     service_account: str = "default"
     cloud_platform_scope: bool = False
     network: str = "global/networks/default"
+    #: an external IP (an accessConfig) on the VM's interface; without one a VM reaches Cloud Storage
+    #: through Private Google Access on its subnet and nothing else outside (the image path needs
+    #: nothing else; the wheel path's pip and make-image's builder need Cloud NAT)
+    external_ip: bool = True
     survivor_wheel: str | None = None  # a local survivor_train-*.whl to stage instead of building one
     requirements: str | None = None  # the trainer's pinned requirements (with --hash), baked in by make-image
     labels: dict[str, str] = field(default_factory=dict)
@@ -115,6 +119,17 @@ class MachineOptions:
         return options
 
 
+def network_interface(options: MachineOptions) -> dict[str, Any]:
+    """The VM's one interface: with an accessConfig it gets an ephemeral external IP; "If there are
+    no accessConfigs specified, then this instance will have no external internet access"
+    (https://cloud.google.com/compute/docs/reference/rest/v1/instances, networkInterfaces[].accessConfigs[]);
+    an organisation policy (constraints/compute.vmExternalIpAccess) may forbid the IP."""
+    interface: dict[str, Any] = {"network": options.network}
+    if options.external_ip:
+        interface["accessConfigs"] = [{"name": "External NAT", "type": "ONE_TO_ONE_NAT"}]
+    return interface
+
+
 def parse_gpu(text: str) -> tuple[str | None, int]:
     """`nvidia-tesla-t4:4` -> (`nvidia-tesla-t4`, 4); `none` -> (None, 0)."""
     if text.strip().lower() in ("none", "0", ""):
@@ -128,6 +143,8 @@ def parse_gpu(text: str) -> tuple[str | None, int]:
 def machine_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
     """Pure decision: the contradictions between machine type, GPUs, Spot and notice, one line each."""
     problems = []
+    if not isinstance(options.external_ip, bool):
+        problems.append(f"compute.external_ip {options.external_ip!r}: expected true or false")
     if isinstance(options.disk_gb, bool) or not isinstance(options.disk_gb, int) or options.disk_gb < MIN_DISK_GB:
         problems.append(f"compute.disk_gb {options.disk_gb!r}: expected a whole number of GB >= {MIN_DISK_GB} (and at "
                         "least the boot image's size, which survivor preflight checks)")
@@ -220,8 +237,7 @@ def template_body(name: str, spec: JobSpec, options: MachineOptions, script: str
         }] + state_disk(spec, options),
         "metadata": {"items": items},
         "serviceAccounts": [{"email": options.service_account, "scopes": scopes}],
-        "networkInterfaces": [{"network": options.network,
-                               "accessConfigs": [{"name": "External NAT", "type": "ONE_TO_ONE_NAT"}]}],
+        "networkInterfaces": [network_interface(options)],
         "labels": {"survivor-job": spec.name, **options.labels},
     }
     if attached:

@@ -56,7 +56,7 @@ def _template_request(args: argparse.Namespace) -> jobs.TemplateRequest:
         spot=args.spot, image_family=args.image_family, image_project=args.image_project, disk_gb=args.disk_gb,
         service_account=args.service_account, cloud_platform_scope=args.cloud_platform_scope, zone=args.zone,
         region=args.region, preemption_notice=args.preemption_notice, survivor_wheel=args.survivor_wheel,
-        install=getattr(args, "install", "image"))
+        external_ip=getattr(args, "external_ip", None), install=getattr(args, "install", "image"))
 
 
 def make_template(args: argparse.Namespace) -> int:
@@ -389,6 +389,9 @@ def _template_flags(p) -> None:
                                   "spec's compute.zone; give it or --region)")
     p.add_argument("--region", help="the region a regional group will run in (default: the spec's compute.region)")
     p.add_argument("--preemption-notice", type=int, metavar="SECONDS", help="Spot: ask for this much notice before the soft off")
+    p.add_argument("--no-external-ip", dest="external_ip", action="store_false", default=None,
+                   help="no external IP on the VM (an organisation policy may forbid one): it reaches Cloud Storage "
+                        "through Private Google Access on its subnet; survivor's image installs nothing else")
     p.add_argument("--survivor-wheel", help="stage this local survivor_train-*.whl instead of building one "
                                             "from the checkout")
 

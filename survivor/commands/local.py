@@ -100,7 +100,8 @@ def emulate_compute(args: argparse.Namespace) -> int:
     from survivor.local.compute_server import serve_forever
 
     serve_forever(args.port, project=args.project, stockouts=args.stockout, quotas=args.quota,
-                  image_families=args.image_family)
+                  image_families=args.image_family, deny_external_ip=args.deny_external_ip,
+                  no_default_network=args.no_default_network, api_disabled=args.api_disabled)
     return 0
 
 
@@ -191,7 +192,12 @@ def add_commands(sub) -> None:
     e.add_argument("--stockout", action="append", default=[], metavar="ZONE",
                    help="a MIG's VM cannot be created in ZONE (ZONE_RESOURCE_POOL_EXHAUSTED; repeatable)")
     e.add_argument("--quota", action="append", default=[], metavar="REGION:METRIC=LIMIT",
-                   help="a regional quota, e.g. us-west1:PREEMPTIBLE_NVIDIA_T4_GPUS=0 (GPU quotas default to 8)")
+                   help="a regional quota, e.g. us-west1:PREEMPTIBLE_NVIDIA_T4_GPUS=0, or a project-wide one, "
+                        "global:GPUS_ALL_REGIONS=0 (GPU quotas default to 8)")
+    e.add_argument("--deny-external-ip", action="store_true",
+                   help="the organisation policy constraints/compute.vmExternalIpAccess denies every VM an external IP")
+    e.add_argument("--no-default-network", action="store_true", help="the project has no `default` VPC network")
+    e.add_argument("--api-disabled", action="store_true", help="the project has not enabled the Compute Engine API")
     e.add_argument("--image-family", action="append", default=[], metavar="PROJECT/FAMILY",
                    help="an image family that resolves (the Deep Learning VM family always does)")
     e.set_defaults(func=emulate_compute)

@@ -197,6 +197,14 @@ class ComputeServer(LocalService):
         self.quotas: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}  # (project, region) -> metric
         self.images: dict[tuple[str, str], dict] = {}  # (project, family) -> image
         self.creation_failures: list[dict] = []
+        #: projects whose organisation policy denies external IPs (constraints/compute.vmExternalIpAccess)
+        self.external_ip_denied: set[str] = set()
+        #: projects whose Compute Engine API is disabled: every call gets the API's 403 accessNotConfigured
+        self.api_disabled: set[str] = set()
+        #: the VPC networks of each project (a project without one listed has `default`, as a new project does)
+        self.networks: dict[str, set[str]] = {}
+        #: project-wide quotas projects.get reports ({metric: (limit, usage)}), GPUS_ALL_REGIONS above all
+        self.project_quotas: dict[str, dict[str, tuple[float, float]]] = {}
         #: a builder VM (survivor-mode=build) does on its own what startup.sh's build mode does: records
         #: "built" in its job dir and powers off; a test that plays the builder itself sets this False
         self.play_builders = True
@@ -316,6 +324,14 @@ class ComputeServer(LocalService):
         elif body not in (None, {}, ""):
             raise HttpError(400, f"{method['id']} takes no request body")
         self.requests.append((method["id"], path, body))
+        project = params.get("project")
+        if project in self.api_disabled:
+            # the API's answer to a project that has not enabled it (terraform#19912, midl-dev/tezos-on-gke#34)
+            raise HttpError(403, f"Compute Engine API has not been used in project {PROJECT_NUMBER} before or it is "
+                                 f"disabled. Enable it by visiting https://console.developers.google.com/apis/api/"
+                                 f"compute.googleapis.com/overview?project={PROJECT_NUMBER} then retry. If you enabled "
+                                 "this API recently, wait a few minutes for the action to propagate to our systems and "
+                                 "retry.", "accessNotConfigured")
         failure = self._take_failure(method["id"])
         if failure and failure[0] == "http":
             status, message = failure[1]
@@ -615,6 +631,9 @@ class ComputeServer(LocalService):
                 # fastai/course-v3#430 (the code is not shown there)
                 return {"code": "RESOURCE_NOT_FOUND",
                         "message": f"The resource 'projects/{project}/zones/{zone}/acceleratorTypes/{kind}' was not found"}
+        denied = self._external_ip_violation(project, zone, member[2], properties)
+        if denied:
+            return {"code": "CONDITION_NOT_MET", "message": denied}
         spot = (properties.get("scheduling") or {}).get("provisioningModel") == "SPOT"
         for failure in self.creation_failures:
             if failure["zone"] not in (None, zone) or failure["remaining"] == 0:
@@ -632,6 +651,19 @@ class ComputeServer(LocalService):
                            "trying your request in another zone which has capacity to accommodate your request.")
             return {"code": code, "message": message or _default_message(code, {"project": project, "zone": zone})}
         return None
+
+    def _external_ip_violation(self, project: str, zone: str, name: str, properties: dict) -> str | None:
+        """The API's words when the organisation policy denies this VM its external IP: a network
+        interface with an accessConfig asks for one (a VM without accessConfigs has none:
+        https://cloud.google.com/compute/docs/reference/rest/v1/instances). The message is the one
+        gcloud and Terraform users quote (googlecodelabs/feedback#695, gardener-extension-provider-gcp#415,
+        412 conditionNotMet)."""
+        if project not in self.external_ip_denied:
+            return None
+        if not any(nic.get("accessConfigs") for nic in properties.get("networkInterfaces") or []):
+            return None
+        return (f"Constraint constraints/compute.vmExternalIpAccess violated for project {PROJECT_NUMBER}. Add instance "
+                f"projects/{project}/zones/{zone}/instances/{name} to the constraint to use external IP with it.")
 
     def _retry_pending(self, group: dict) -> None:
         """Time passes: the group tries again to create the members it could not."""
@@ -793,6 +825,9 @@ class ComputeServer(LocalService):
         violations = machines.property_violations(body, where="resource")
         if violations:
             raise HttpError(400, violations[0].message, "badRequest")
+        denied = self._external_ip_violation(project, zone, name, body)
+        if denied:
+            raise HttpError(412, denied, "conditionNotMet")
         boot = [d for d in body.get("disks", []) if d.get("boot")]
         if len(boot) != 1 or not (boot[0].get("initializeParams") or {}).get("sourceImage"):
             raise HttpError(400, "Invalid value for field 'resource.disks': a boot disk with initializeParams.sourceImage is required")
@@ -923,9 +958,21 @@ class ComputeServer(LocalService):
         return image
 
     def _projects_get(self, params, query, body):
+        # the project's global quotas, GPUS_ALL_REGIONS among them (projects.get: "Global quota limits
+        # are present", google.cloud.compute_v1.types.Project)
+        quotas = {"GPUS_ALL_REGIONS": (DEFAULT_GPU_QUOTA, 0.0), **self.project_quotas.get(params["project"], {})}
         return {"kind": "compute#project", "name": params["project"], "id": PROJECT_NUMBER,
                 "defaultServiceAccount": f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com",
+                "quotas": [{"metric": m, "limit": limit, "usage": usage} for m, (limit, usage) in sorted(quotas.items())],
                 "selfLink": f"{self.endpoint}{BASE}projects/{params['project']}"}
+
+    def _networks_get(self, params, query, body):
+        project, name = params["project"], params["network"]
+        if name not in self.networks.get(project, {"default"}):
+            raise HttpError(404, f"The resource 'projects/{project}/global/networks/{name}' was not found", "notFound")
+        return {"kind": "compute#network", "name": name, "id": str(abs(hash((project, name))) % 10**15),
+                "autoCreateSubnetworks": True,
+                "selfLink": f"{self.endpoint}{BASE}projects/{project}/global/networks/{name}"}
 
     # -- HTTP -------------------------------------------------------------------------------------
 
@@ -984,7 +1031,8 @@ def _default_message(code: str, params: dict) -> str:
 
 
 def serve_forever(port: int, *, project: str, stockouts: list[str] = (), quotas: list[str] = (),
-                  image_families: list[str] = ()) -> None:
+                  image_families: list[str] = (), deny_external_ip: bool = False, no_default_network: bool = False,
+                  api_disabled: bool = False) -> None:
     """Runs the fake in the foreground (for `survivor emulate compute`), seeded from the command line.
 
     `stockouts`: zones where a MIG's instance creation fails with ZONE_RESOURCE_POOL_EXHAUSTED;
@@ -997,7 +1045,10 @@ def serve_forever(port: int, *, project: str, stockouts: list[str] = (), quotas:
         where, _, limit = item.partition("=")
         region, _, metric = where.partition(":")
         try:
-            server.set_quota(project, region, metric, float(limit))
+            if region == "global":
+                server.project_quotas.setdefault(project, {})[metric] = (float(limit), 0.0)
+            else:
+                server.set_quota(project, region, metric, float(limit))
             if not (region and metric):
                 raise ValueError(item)
         except ValueError:
@@ -1010,6 +1061,12 @@ def serve_forever(port: int, *, project: str, stockouts: list[str] = (), quotas:
         server.add_image_family(owner, family)
     for zone in stockouts:
         server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone=zone)
+    if deny_external_ip:
+        server.external_ip_denied.add(project)
+    if no_default_network:
+        server.networks[project] = set()
+    if api_disabled:
+        server.api_disabled.add(project)
     server.start()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill` ends it like Ctrl-C
     print(f"Compute fake on {server.endpoint} (project {project}: default service account "
