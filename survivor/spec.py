@@ -138,6 +138,17 @@ class FallbackSpec:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where a job may run: its regions in order of preference (the first is where it starts), and
+    how long its group may have no training VM, failing on capacity (a stockout, a quota), before
+    the job moves to the next one (survivor/cloud/placement.py decides; docs/capacity.md)."""
+
+    regions: tuple[str, ...]
+    move_after_minutes: float = 30.0
+    preemptions_per_hour: float = 3.0  # a region that preempts the job this often in the last hour: move on
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """One training job. Built by `from_mapping`, `from_yaml`, `from_file` or `from_metadata`."""
 
@@ -160,6 +171,7 @@ class JobSpec:
     state_disk_gb: int | None = None  # a stateful persistent disk for states too large for the notice
     deadline: Deadline | None = None
     fallback: FallbackSpec | None = None  # set whenever a deadline is (the defaults when not written)
+    placement: Placement | None = None  # None: the job stays where its group is
     extra: Mapping[str, Any] = field(default_factory=dict)  # sections other commands read (compute, ...)
 
     # -- constructors -----------------------------------------------------------------------------
@@ -217,6 +229,7 @@ class JobSpec:
             state_disk_gb=v.integer("state_disk_gb"),
             deadline=v.deadline(),
             fallback=v.fallback(),
+            placement=v.placement(),
             extra=v.extra(),
         )
         v.unsupported()
@@ -258,6 +271,10 @@ class JobSpec:
             out["fallback"] = {k: v for k, v in (("machine_type", self.fallback.machine_type),
                                                  ("gpu", self.fallback.gpu),
                                                  ("switch_back", self.fallback.switch_back)) if v is not None}
+        if self.placement is not None:
+            out["placement"] = {"regions": list(self.placement.regions),
+                                "move_after_minutes": self.placement.move_after_minutes,
+                                "preemptions_per_hour": self.placement.preemptions_per_hour}
         out.update(self.extra)
         return {k: v for k, v in out.items() if v not in (None, {}, [])}
 
@@ -342,7 +359,7 @@ _FLAT_NAMES = {v: k for k, v in FLAT_KEYS.items()}
 _TOP_LEVEL = {
     "name", "job_dir", "data_dir", "train_steps", "checkpoint_steps", "num_gpus", "trainer",
     "hyperparameters", "on_finish", "keep_alive", "user", "keep", "grace_seconds",
-    "max_failed_attempts", "sync_seconds", "lease_seconds", "state_disk_gb", "deadline", "fallback",
+    "max_failed_attempts", "sync_seconds", "lease_seconds", "state_disk_gb", "deadline", "fallback", "placement",
     # the flat form's trainer keys
     "trainer_module", "trainer_git_url", "trainer_git_ref", "trainer_package",
 }
@@ -804,6 +821,43 @@ class _Validator:
             self.problems.append(f"fallback.switch_back = {_show(back)}: expected true or false")
             back = True
         return FallbackSpec(machine_type=out["machine_type"], gpu=out["gpu"], switch_back=back)
+
+    def placement(self) -> Placement | None:
+        """`placement`: `regions` (a list of regions, the first where the job starts), with
+        `move_after_minutes` and `preemptions_per_hour` (when the job moves on)."""
+        value = self._get("placement")
+        if value is None:
+            return None
+        known = ("regions", "move_after_minutes", "preemptions_per_hour")
+        if not isinstance(value, dict):
+            self._problem("placement", value, "a mapping with regions (and move_after_minutes, preemptions_per_hour)")
+            return None
+        for key in sorted(str(k) for k in value if k not in known):
+            close = did_you_mean(key, known)
+            self.problems.append(f"placement.{key}: unknown key{f' ({close})' if close else ''}; expected "
+                                 f"{', '.join(known)}")
+        regions = value.get("regions")
+        if not isinstance(regions, list) or not regions:
+            self.problems.append(f"placement.regions = {_show(regions)}: expected a list of regions, e.g. "
+                                 "[us-west1, us-central1]")
+            return None
+        for region in regions:
+            if not isinstance(region, str) or not re.fullmatch(r"[a-z]+-[a-z]+[0-9]+", region):
+                hint = (f"; {region} is a zone, its region is {region.rsplit('-', 1)[0]}"
+                        if isinstance(region, str) and re.fullmatch(r"[a-z]+-[a-z]+[0-9]+-[a-z]", region) else "")
+                self.problems.append(f"placement.regions: {_show(region)} is not a region (e.g. us-west1){hint}")
+                return None
+        if len(set(regions)) != len(regions):
+            self.problems.append(f"placement.regions: {', '.join(regions)} names a region twice")
+        numbers = {}
+        for key, default, low, high in (("move_after_minutes", 30.0, 1.0, 7 * 24 * 60.0),
+                                        ("preemptions_per_hour", 3.0, 1.0, 60.0)):
+            item = value.get(key, default)
+            if isinstance(item, bool) or not isinstance(item, (int, float)) or not low <= item <= high:
+                self.problems.append(f"placement.{key} = {_show(item)}: expected a number from {low:g} to {high:g}")
+                item = default
+            numbers[key] = float(item)
+        return Placement(tuple(regions), **numbers)
 
     def gpus(self, key: str) -> int | None:
         value = self._get(key)

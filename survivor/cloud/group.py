@@ -721,10 +721,13 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
     its group now, acted on (switch_group, by="watch"). Running while no VM does (a Spot stockout)
     is what it is for: the agent decides at every boot, and without a VM there is no boot.
     Returns the Decision (None: the spec has no deadline); RequestError for a missing group."""
-    from survivor.cloud import deadline
+    from survivor.cloud import deadline, placement
     from survivor.jobdir.storage import open_storage
 
     found = compute.get_group(group)
+    if found is None and job_dir:  # the job may have moved (placement.regions): its records say where
+        group = placement.current_group(open_storage(job_dir, project=group.project), group)
+        found = compute.get_group(group)
     if found is None:
         raise RequestError(f"group {group.name}: not found; nothing to watch")
     current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
@@ -738,6 +741,9 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
     created = parse_time(found.get("creationTimestamp"))  # as the records' times: aware, never a crash
     decision = deadline.assess(spec, storage, _dt.datetime.now(_dt.timezone.utc), running=running, first_start=created,
                                check_every_hours=check_every_hours or deadline.CHECK_EVERY_HOURS)
+    if spec.placement is not None and not running:  # no VM: the job may move to capacity elsewhere
+        if placement.look_and_move(compute, group, spec, storage, by="watch", say=say) is not None:
+            return decision
     if decision is None:
         say(f"job {spec.name}: no deadline in its spec; nothing to decide")
         return None

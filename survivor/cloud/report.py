@@ -40,6 +40,8 @@ from survivor.jobdir.ledger import (CAUSES, CLOCK_SLACK, GOOGLE_TERMS, LABELS, O
                                      build_ledger, parse_time)
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.store import CheckpointStore
+from survivor.jobdir.moves import Move
+from survivor.jobdir.moves import moves as recorded_moves
 from survivor.jobdir.switches import switches as recorded_switches
 
 #: The causes a job on an on-demand VM without disruptions still spends once, at its start.
@@ -106,6 +108,7 @@ class JobReport:
     vm_hours_by_mode: dict[str, float] = field(default_factory=dict)
     cost_by_mode: dict[str, float | None] = field(default_factory=dict)
     ledger: Ledger | None = None
+    moves: list[Move] = field(default_factory=list)  # where the group went for capacity
 
     @property
     def saving_so_far(self) -> float | None:
@@ -119,7 +122,7 @@ class JobReport:
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON values (what `--json` prints)."""
-        out = {k: v for k, v in asdict(self).items() if k not in ("ledger", "prices")}
+        out = {k: v for k, v in asdict(self).items() if k not in ("ledger", "prices", "moves")}
         out["prices"] = asdict(self.prices) if self.prices else None
         out["saving_so_far"] = self.saving_so_far
         out["saving_projected"] = self.saving_projected
@@ -129,6 +132,7 @@ class JobReport:
         del out["badput_seconds"]
         if self.ledger is not None:
             out["switches"] = [asdict(s) for s in self.ledger.switches]
+            out["moves"] = [asdict(m) for m in self.moves]
             out["boot_modes"] = {str(number): mode for number, mode in self.ledger.modes.items()}
             out["unsaved_boots"] = list(self.ledger.unsaved)
             out["timeline"] = [{"start": s.start.isoformat(), "end": s.end.isoformat(), "cause": s.cause,
@@ -159,8 +163,10 @@ def build_report(job_dir: str, options: ReportOptions) -> JobReport:
                              basis=f"{prices.basis}; the fallback {_machine_text(options.fallback)} "
                                    f"on-demand: {other.basis}")
     phase = "DONE" if state.done else "FAILED" if state.failed else "RUNNING" if ledger.running else "WAITING"
-    return figures(ledger, prices, job_dir=job_dir, state=phase, committed_step=latest.step if latest else None,
-                   train_steps=options.train_steps, preemptions=state.preemptions)
+    report = figures(ledger, prices, job_dir=job_dir, state=phase, committed_step=latest.step if latest else None,
+                     train_steps=options.train_steps, preemptions=state.preemptions)
+    report.moves = recorded_moves(storage)
+    return report
 
 
 def figures(ledger: Ledger, prices: Prices | None, *, job_dir: str, state: str, committed_step: int | None,
@@ -287,6 +293,17 @@ def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
             shown = when.astimezone(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if when else switch.time
             lines.append(f"| {shown} | {switch.from_mode or '?'} -> {switch.to_mode} | {_cell(switch.reason)} | "
                          f"{_cell(switch.by) or '?'} |")
+    lines += ["", "## Moves between regions", ""]
+    if not report.moves:
+        lines.append("None: the job stayed where its group was made.")
+    else:
+        lines += ["| time (UTC) | move | reason | decided by |", "|---|---|---|---|"]
+        for move in report.moves:
+            when = parse_time(move.time)
+            shown = when.astimezone(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if when else move.time
+            lost = " (a state-disk snapshot left behind)" if move.lost_pending else ""
+            lines.append(f"| {shown} | {move.from_place} -> {move.to_place} | {_cell(move.reason)}{lost} | "
+                         f"{_cell(move.by) or '?'} |")
     lines += ["", "## Cost", ""]
     if report.prices is None:
         lines.append("No machine known: no cost (name the job, or give --machine-type with --job-dir).")

@@ -152,9 +152,13 @@ def _print_job_dir(summary: dict) -> None:
 
 
 def pending_lines(summary: dict) -> list[str]:
-    """One line per snapshot that waits on a state disk for its instance's next boot."""
+    """One line per snapshot that waits on a state disk for its instance's next boot, then one per
+    move of the job's group to another region."""
     return [f"step {p['step']} waits on the state disk of {p['instance']} ({p['zone']}), "
-            f"{p['bytes'] / 1e6:.0f} MB: its next boot commits it" for p in summary.get("pending") or []]
+            f"{p['bytes'] / 1e6:.0f} MB: its next boot commits it" for p in summary.get("pending") or []] + [
+        f"moved {m['time'][:19]} from {m['from']} to {m['to']} ({m['by']}): {m['reason']}"
+        + (" (a state-disk snapshot left behind)" if m.get("lost_pending") else "")
+        for m in summary.get("moves") or []]
 
 
 def _dash(value) -> str:

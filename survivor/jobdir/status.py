@@ -12,6 +12,7 @@ import datetime as _dt
 from survivor.jobdir.disk_tier import pending_snapshots
 from survivor.jobdir.journal import Journal, restored_text
 from survivor.jobdir.ledger import build_ledger
+from survivor.jobdir.moves import moves as recorded_moves
 from survivor.jobdir.switches import parse_time
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.store import CheckpointStore
@@ -50,6 +51,9 @@ def job_summary(job_dir: str, train_steps: int | None = None) -> dict[str, Any]:
                     for r in pending_snapshots(storage) if r.step > committed],
         "done": state.done,
         "failed": state.failed,
+        # where the group went for capacity (survivor/cloud/placement.py), oldest first
+        "moves": [{"time": m.time, "from": m.from_place, "to": m.to_place, "reason": m.reason, "by": m.by,
+                   "lost_pending": bool(m.lost_pending)} for m in recorded_moves(storage)],
         "history": [
             {
                 "attempt": a.number,

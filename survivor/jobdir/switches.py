@@ -18,6 +18,7 @@ import datetime as _dt
 import json
 import re
 from dataclasses import asdict, dataclass
+from typing import Callable, TypeVar
 
 from survivor import log as logs
 from survivor.jobdir.storage import JobStorage, PreconditionFailed, parse_json
@@ -26,6 +27,7 @@ SWITCHES = "survivor/switches/"
 #: The modes a group runs in: its template's provisioning model.
 MODES = ("spot", "on-demand")
 MAX_RECORD_BYTES = 1 << 16
+T = TypeVar("T")
 
 log = logs.get("switches")
 
@@ -58,13 +60,33 @@ class Switch:
         return cls(**{k: str(raw[k]) for k in cls.__dataclass_fields__ if raw.get(k) is not None})
 
 
-def record_switch(storage: JobStorage, switch: Switch) -> bool:
-    """Writes the switch's record once; False when a record of that name exists already."""
+def write_once(storage: JobStorage, name: str, record: dict) -> bool:
+    """Writes a job-dir record once (a conditional create); False when one of that name exists."""
     try:
-        storage.write(switch.name, json.dumps(asdict(switch), indent=1).encode(), if_generation_match=0)
+        storage.write(name, json.dumps(record, indent=1).encode(), if_generation_match=0)
         return True
     except PreconditionFailed:
         return False
+
+
+def read_records(storage: JobStorage, prefix: str, parse: Callable[[bytes], T], kind: str) -> list[tuple[str, T]]:
+    """(object name, record) of every record under `prefix` that `parse` reads; one that it cannot
+    (or too large) is skipped with a warning naming it, never fatal."""
+    out = []
+    for info in storage.list(prefix):
+        blob = storage.read(info.name) if info.size <= MAX_RECORD_BYTES else None
+        if blob is None:
+            continue
+        try:
+            out.append((info.name, parse(blob.data)))
+        except ValueError as exc:
+            log.warning(f"ignoring an unreadable {kind} record {info.name}: {exc}", record=info.name, reason=str(exc))
+    return out
+
+
+def record_switch(storage: JobStorage, switch: Switch) -> bool:
+    """Writes the switch's record once; False when a record of that name exists already."""
+    return write_once(storage, switch.name, asdict(switch))
 
 
 def switches(storage: JobStorage, latest: _dt.datetime | None = None) -> list[Switch]:
@@ -72,19 +94,11 @@ def switches(storage: JobStorage, latest: _dt.datetime | None = None) -> list[Sw
     to a VM's clock), one dated after it is skipped with a warning: a bad clock's switch must not say
     the group runs on-demand already."""
     out = []
-    for info in storage.list(SWITCHES):
-        blob = storage.read(info.name) if info.size <= MAX_RECORD_BYTES else None
-        if blob is None:
-            continue
-        try:
-            switch = Switch.from_json(blob.data)
-        except ValueError as exc:
-            log.warning(f"ignoring an unreadable switch record {info.name}: {exc}", record=info.name, reason=str(exc))
-            continue
+    for name, switch in read_records(storage, SWITCHES, Switch.from_json, "switch"):
         when = parse_time(switch.time)
         if latest is not None and when is not None and when > latest:
-            log.warning(f"ignoring the switch record {info.name}: dated {switch.time}, in the future",
-                        record=info.name, reason="dated in the future")
+            log.warning(f"ignoring the switch record {name}: dated {switch.time}, in the future",
+                        record=name, reason="dated in the future")
             continue
         out.append(switch)
     return sorted(out, key=lambda s: parse_time(s.time))  # a time, whatever its zone; from_json parsed each

@@ -37,6 +37,7 @@ class LocalInstance:
                  state_disk: bool = False, wrapper: tuple[str, ...] = ()):
         self.root = os.path.abspath(root)
         self.name = name
+        self.zone = zone
         self.metadata = MetadataServer(attributes=attributes, name=name, zone=zone, project=project).start()
         self.env = dict(env or {})
         self.agent_args = tuple(agent_args)

@@ -153,7 +153,8 @@ class Simulator:
                  hard_off_after: float = 30.0, recreate_delay: float = 1.0, max_preemptions: int | None = None,
                  seed: int = 0, python: str = sys.executable, env: dict[str, str] | None = None,
                  preempt_during_restore: int = 0, stateful_disk: bool = False, trace: Trace | None = None,
-                 speed: float = 60.0, on_event: Callable[[Event], None] | None = None):
+                 speed: float = 60.0, on_event: Callable[[Event], None] | None = None,
+                 region_outages: tuple[tuple[str, float, float], ...] = (), watch_every: float | None = None):
         self.spec = yaml.safe_load(spec_yaml)
         self.on_event = on_event
         self.spec_yaml = spec_yaml
@@ -170,6 +171,13 @@ class Simulator:
         self.stateful_disk = stateful_disk
         self.trace, self.speed = trace, speed
         self._outages = list(trace.outages) if trace else []
+        #: (region, start, end) in real seconds from the start: no capacity there (every zone stocked out)
+        self.region_outages = list(region_outages)
+        self._outage_failures: dict[tuple[str, float, float], list[dict]] = {}
+        #: the watch (Cloud Scheduler + Cloud Run) the simulator plays every this many real seconds:
+        #: the deadline's and placement's looks while no VM runs (None: no watch)
+        self.watch_every = watch_every
+        self._next_watch = watch_every or 0.0
         self.compute = ComputeServer().start()
         self.result = SimulationResult()
         self.vms: dict[str, LocalInstance] = {}
@@ -215,7 +223,8 @@ class Simulator:
             attributes.pop("install-nvidia-driver", None)
             local = self.vms.get(name)
             if local is None:
-                local = LocalInstance(attributes, os.path.join(self.root, name), name=name, zone=ZONE,
+                local = LocalInstance(attributes, os.path.join(self.root, name), name=name,
+                                      zone=vm["zone"].rsplit("/", 1)[-1],
                                       project=PROJECT, python=self.python,
                                       env={**self.env, "SURVIVOR_COMPUTE_ENDPOINT": self.compute.endpoint})
                 self.vms[name] = local
@@ -238,7 +247,58 @@ class Simulator:
         compute.create_group("sim", "sim", zone=ZONE, size=1)
 
     def _group(self) -> dict:
-        return self.compute.groups[(PROJECT, f"zones/{ZONE}", "sim")]
+        """The job's group now: the newest group named `sim` (a move makes one in another region and
+        deletes the old), or the last one seen once the move's delete is done."""
+        with self.compute.lock:
+            found = [g for key, g in self.compute.groups.items() if key[2] == "sim"]
+        if found:
+            self._last_group = max(found, key=lambda g: int(g["id"]))
+        return self._last_group
+
+    def _in_outage(self, zone: str) -> bool:
+        now = time.monotonic() - self._started
+        return any(region == zone.rsplit("-", 1)[0] and start <= now < end for region, start, end in self.region_outages)
+
+    def _apply_region_outages(self) -> None:
+        """Starts and ends each region outage: the fake refuses VMs in its zones (a stockout, as the
+        API lists it) and a VM running there is preempted at its start."""
+        now = time.monotonic() - self._started
+        for outage in self.region_outages:
+            region, start, end = outage
+            active = start <= now < end
+            if active and outage not in self._outage_failures:
+                zones = self.compute.zones_of(region)
+                for zone in zones:
+                    self.compute.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone=zone)
+                with self.compute.lock:
+                    self._outage_failures[outage] = [f for f in self.compute.creation_failures if f["zone"] in zones]
+                self._event("stockout", "-", f"no capacity in {region} from {start:.0f} s"
+                            + ("" if end == float("inf") else f" to {end:.0f} s"))
+                local = self._running()
+                if local is not None and self._in_outage(local.zone):
+                    self._preempt(local)
+            elif not active and outage in self._outage_failures and now >= end:
+                with self.compute.lock:
+                    for failure in self._outage_failures.pop(outage):
+                        if failure in self.compute.creation_failures:
+                            self.compute.creation_failures.remove(failure)
+                self._event("capacity", "-", f"{region} has capacity again")
+
+    def _watch(self) -> None:
+        """The watch's look, as the deployed Cloud Run job makes it: placement's move decision."""
+        from survivor.cloud import placement
+        from survivor.cloud.compute import Compute, GroupRef
+        from survivor.jobdir.storage import open_storage
+
+        spec = JobSpec.from_yaml(self.spec_yaml)
+        if spec.placement is None:
+            return
+        said: list[str] = []
+        moved = placement.look_and_move(Compute(PROJECT, endpoint=self.compute.endpoint),
+                                        GroupRef(PROJECT, "sim", zone=ZONE), spec, open_storage(spec.job_dir),
+                                        by="watch", scale=self.speed, say=said.append)
+        if moved is not None:
+            self._event("move", "-", f"{moved.from_place} -> {moved.to_place}: {moved.reason}")
 
     def _running(self) -> LocalInstance | None:
         for local in self.vms.values():
@@ -263,7 +323,14 @@ class Simulator:
         time.sleep(self.recreate_delay + stockout)
         group = self._group()
         member = next((m for m in group["_members"] if m[2] == local.name), None)
-        if member is not None:
+        if member is not None and self._in_outage(member[1]):
+            # no capacity: the MIG's recreation fails as the API lists it, and it keeps trying
+            with self.compute.lock:
+                self.compute.instances.pop(member, None)
+                template = self.compute.templates.get((PROJECT, group["instanceTemplate"].rsplit("/", 1)[-1]), {})
+                self.compute._try_create(member, group, template)
+            self._event("recreate", local.name, "the MIG cannot recreate the VM: no capacity in its region")
+        elif member is not None:
             self._event("recreate", local.name, "the MIG recreates the preempted VM")
             with self.compute.lock:
                 self.compute.instances[member]["status"] = "RUNNING"
@@ -285,6 +352,10 @@ class Simulator:
         restore_hits = 0
         try:
             while time.monotonic() < deadline:
+                self._apply_region_outages()
+                if self.watch_every and time.monotonic() - self._started >= self._next_watch:
+                    self._next_watch = time.monotonic() - self._started + self.watch_every
+                    self._watch()
                 self._boot_pending()
                 local = self._running()
                 group = self._group()
@@ -329,7 +400,8 @@ class Simulator:
             self.result.ended = round(time.monotonic() - self._started, 2)
             state = journal.state()
             self.result.done, self.result.failed, self.result.attempts = state.done, state.failed, state.attempts
-            self.result.target_size = self._group()["targetSize"] if (PROJECT, f"zones/{ZONE}", "sim") in self.compute.groups else None
+            self.result.target_size = self._group()["targetSize"] if any(
+                key[2] == "sim" for key in self.compute.groups) else None
             if state.done:
                 self._event("done", "-", f"DONE at step {state.done.get('step')}")
             self.compute.stop()

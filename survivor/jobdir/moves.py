@@ -1,0 +1,69 @@
+"""The job's moves between regions, one record each in its job dir.
+
+    >>> record_move(storage, Move(time=now(), from_place="zones/us-west1-b", to_place="regions/us-central1",
+    ...                           reason="no training VM for 41 min: ZONE_RESOURCE_POOL_EXHAUSTED", by="watch"))
+    >>> [m.to_place for m in moves(storage)]
+    ['regions/us-central1']
+
+Layout: `survivor/moves/<time>.json`, written once each (a conditional create), read in time order.
+The newest record says where the job's group is now (`current_place`), so whoever looks next (the
+watch, `status`, `report`) finds it after a move. A record that does not parse is skipped with a
+warning, never fatal.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+from survivor.jobdir.storage import JobStorage, parse_json
+from survivor.jobdir.switches import parse_time, read_records, write_once
+
+MOVES = "survivor/moves/"
+_PLACE = re.compile(r"(zones/[a-z]+-[a-z]+[0-9]+-[a-z]|regions/[a-z]+-[a-z]+[0-9]+)")
+
+
+@dataclass(frozen=True)
+class Move:
+    """One move of the job's group: when (ISO UTC), from where to where (`zones/Z` or `regions/R`),
+    why, who decided ("watch" or "agent"), and what it left behind (a state-disk snapshot not yet in
+    Cloud Storage, counted as lost: `lost_pending`)."""
+
+    time: str
+    from_place: str
+    to_place: str
+    reason: str = ""
+    by: str = ""
+    lost_pending: str = ""
+
+    @property
+    def name(self) -> str:
+        """The record's object name: `survivor/moves/<time>.json` (sorts by time)."""
+        return f"{MOVES}{re.sub(r'[^0-9A-Za-z]', '', self.time)}.json"
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "Move":
+        """Parses a record; ValueError unless it has a readable time and both places."""
+        raw = parse_json(data)
+        if not isinstance(raw, dict) or parse_time(raw.get("time") if isinstance(raw.get("time"), str) else None) is None:
+            raise ValueError("expected an object with an ISO 8601 time")
+        for key in ("from_place", "to_place"):
+            if not isinstance(raw.get(key), str) or not _PLACE.fullmatch(raw[key]):
+                raise ValueError(f"{key}: expected zones/ZONE or regions/REGION")
+        return cls(**{k: str(raw[k]) for k in cls.__dataclass_fields__ if raw.get(k) is not None})
+
+
+def record_move(storage: JobStorage, move: Move) -> bool:
+    """Writes the move's record once; False when a record of that name exists already."""
+    return write_once(storage, move.name, asdict(move))
+
+
+def moves(storage: JobStorage) -> list[Move]:
+    """Every move recorded in the job dir, oldest first."""
+    return sorted((move for _, move in read_records(storage, MOVES, Move.from_json, "move")),
+                  key=lambda m: parse_time(m.time))
+
+
+def current_place(recorded: list[Move], original: str) -> str:
+    """Pure: where the job's group is after its moves (`original` when it never moved)."""
+    return recorded[-1].to_place if recorded else original

@@ -1,0 +1,154 @@
+"""Issue 27's must-show: a job whose first region runs out of capacity mid-job moves to its next
+region, resumes from its last commit with nothing committed lost, and finishes DONE exactly once,
+with one writer throughout. The simulator plays the watch (Cloud Scheduler + Cloud Run) every
+0.3 s; its clock runs 60 times faster, so `move_after_minutes: 1` is a second here."""
+
+import json
+
+import pytest
+import yaml
+
+from survivor.cloud import placement
+from survivor.jobdir.journal import Journal
+from survivor.jobdir.moves import moves
+from survivor.jobdir.storage import open_storage
+from survivor.local.simulator import Simulator
+from survivor.spec import Placement
+from tests.conftest import PYTHON
+
+
+def spec_yaml(job_dir: str, steps_log: str) -> str:
+    return yaml.safe_dump({
+        "job_dir": job_dir, "train_steps": 160, "checkpoint_steps": 10, "grace_seconds": 5, "sync_seconds": 0.3,
+        "trainer": {"argv": [PYTHON, "-m", "survivor.trainers.dummy", "--on-sigterm", "save", "--step-seconds",
+                             "0.03", "--step-log", steps_log]},
+        "placement": {"regions": ["us-west1", "us-central1"], "move_after_minutes": 1},
+    })
+
+
+@pytest.mark.slow
+def test_a_job_whose_region_runs_out_moves_and_finishes_done_once(tmp_path):
+    job_dir = str(tmp_path / "job")
+    sim = Simulator(spec_yaml(job_dir, str(tmp_path / "steps.log")), str(tmp_path / "sim"), preempt_every=1e9,
+                    region_outages=(("us-west1", 3.0, float("inf")),), watch_every=0.3, speed=60.0,
+                    recreate_delay=0.2)
+    result = sim.run(timeout=240)
+    table = result.table()
+    assert result.done is not None and result.done["step"] == 160, table
+    kinds = [e.kind for e in result.events]
+    assert "stockout" in kinds and "move" in kinds, table
+    [move] = moves(open_storage(job_dir))
+    assert (move.from_place, move.to_place, move.by) == ("zones/us-west1-b", "regions/us-central1", "watch")
+    assert "ZONE_RESOURCE_POOL_EXHAUSTED" in move.reason
+    attempts = Journal(open_storage(job_dir)).attempts()
+    before, after = attempts[0], attempts[-1]
+    assert before.outcome == "preempted" and after.outcome == "finished", table
+    assert after.restored_step == before.end_step and before.steps_lost == 0  # nothing committed was lost
+    boots = [e for e in result.events if e.kind == "boot"]
+    assert boots[-1].instance.startswith("sim-") and len(boots) == 2, table  # one VM per region
+    zones = {local.zone for local in sim.vms.values()}
+    assert zones == {"us-west1-b", next(z for z in zones if z.startswith("us-central1-"))}
+    assert result.target_size == 0  # the finished VM left the new group
+    # one writer throughout: the commits kept are the second VM's, all after the first's last, and
+    # the lease names the second VM in its new zone
+    storage = open_storage(job_dir)
+    commits = [tuple(int(x) for x in info.name.rsplit("/", 1)[-1].split("-")[:2])
+               for info in storage.list("survivor/snapshots/")]
+    assert commits and all(attempt == after.number and step > before.end_step for step, attempt in commits), commits
+    lease = storage.read("survivor/LEASE")
+    if lease is not None:
+        holder = json.loads(lease.data)
+        assert holder["instance"] == boots[-1].instance and holder["zone"].startswith("us-central1-"), holder
+    steps = [int(s) for s in (tmp_path / "steps.log").read_text().split()]
+    assert steps[-1] == 160 and sorted(set(steps)) == list(range(1, 161))
+
+
+@pytest.mark.parametrize("look, expected", [
+    (placement.Look("zones/us-west1-b", idle_seconds=3000, capacity_errors=("ZONE_RESOURCE_POOL_EXHAUSTED",)),
+     (True, "us-central1")),
+    (placement.Look("zones/us-west1-b", idle_seconds=1700, capacity_errors=("ZONE_RESOURCE_POOL_EXHAUSTED",)),
+     (False, None)),  # not long enough yet
+    (placement.Look("zones/us-west1-b", idle_seconds=9000), (False, None)),  # idle, but no capacity error
+    (placement.Look("zones/us-west1-b", running=True, capacity_errors=("QUOTA_EXCEEDED",), idle_seconds=9000),
+     (False, None)),
+    (placement.Look("regions/us-central1", idle_seconds=2000, capacity_errors=("QUOTA_EXCEEDED",)),
+     (True, "us-east1")),
+    (placement.Look("regions/us-east1", preemptions_last_hour=3), (True, "us-west1")),  # round the list
+    (placement.Look("zones/us-west1-b", idle_seconds=2000, capacity_errors=("QUOTA_EXCEEDED",), pending=True),
+     (False, None)),  # a state-disk snapshot to wait for
+    (placement.Look("zones/us-west1-b", idle_seconds=4000, capacity_errors=("QUOTA_EXCEEDED",), pending=True),
+     (True, "us-central1")),  # waited twice the time: moves, the snapshot counted as lost
+])
+def test_the_move_decision_at_its_edges(look, expected):
+    rule = Placement(("us-west1", "us-central1", "us-east1"), move_after_minutes=30, preemptions_per_hour=3)
+    decision = placement.decide(rule, look)
+    assert (decision.move, decision.to_region) == expected, decision.reason
+    assert decision.lost_pending == (decision.move and look.pending)
+    assert placement.decide(Placement(("us-west1",)), look).move is False  # nowhere else to go
+
+
+def test_a_damaged_move_record_is_skipped_with_a_warning(tmp_path, caplog):
+    storage = open_storage(str(tmp_path))
+    storage.write("survivor/moves/20261124T000000.json", b"{not json")
+    storage.write("survivor/moves/20261124T000001.json", json.dumps(
+        {"time": "2026-11-24T00:00:01+00:00", "from_place": "zones/us-west1-b", "to_place": "regions/../etc"}).encode())
+    assert moves(storage) == []
+    assert "ignoring an unreadable move record survivor/moves/20261124T000000.json" in caplog.text
+
+
+def test_status_and_report_show_a_move(tmp_path, capsys):
+    from survivor.commands.main import main
+    from survivor.jobdir.moves import Move, record_move
+
+    job_dir = str(tmp_path / "job")
+    storage = open_storage(job_dir)
+    storage.write("survivor/attempts/000001.json", b"{}")  # a damaged record beside: still one line each
+    record_move(storage, Move(time="2026-11-24T10:00:00+00:00", from_place="zones/us-west1-b",
+                              to_place="regions/us-central1", reason="no training VM in us-west1 for 31 min with "
+                              "ZONE_RESOURCE_POOL_EXHAUSTED", by="watch"))
+    assert main(["status", "--job-dir", job_dir]) == 0
+    out = capsys.readouterr().out
+    assert ("moved 2026-11-24T10:00:00 from zones/us-west1-b to regions/us-central1 (watch): no training VM in "
+            "us-west1 for 31 min") in " ".join(out.split())
+    assert main(["report", "--job-dir", job_dir, "--out", str(tmp_path / "out"), "--offline"]) == 0
+    capsys.readouterr()
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| 2026-11-24 10:00:00 | zones/us-west1-b -> regions/us-central1 | no training VM in us-west1" in md
+    assert main(["report", "--job-dir", job_dir, "--out", str(tmp_path / "out2"), "--offline", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["moves"][0]["to_place"] == "regions/us-central1"
+
+
+def test_survivor_watch_moves_a_stocked_out_job_and_finds_it_after(compute_server, tmp_path, capsys, monkeypatch):
+    """The deployed watch's look: no VM for longer than move_after_minutes with a stockout listed, so
+    the group moves; the next look, given the job dir, finds the group in its new region."""
+    import datetime as _dt
+
+    from survivor.cloud.compute import Compute, GroupRef
+    from survivor.commands.main import main
+
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "survivor-local")
+    job_dir = str(tmp_path / "job")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"job_dir: {job_dir}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
+                    "placement: {regions: [us-west1, us-central1], move_after_minutes: 30}\n")
+    assert main(["make-template", "job", "--config", str(spec)]) == 0
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone="us-west1-b")
+    assert main(["make-group", "job", "--template", "job", "--zone", "us-west1-b", "--wait-seconds", "0"]) == 0
+    capsys.readouterr()
+    assert main(["watch", "job", "--zone", "us-west1-b", "--job-dir", job_dir]) == 0
+    assert "job job in zones/us-west1-b: stay: no training VM for 0 min; capacity errors for 0 of 30 min" in \
+        capsys.readouterr().out
+    group = compute_server.groups[("survivor-local", "zones/us-west1-b", "job")]
+    group["creationTimestamp"] = (_dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=45)).isoformat()
+    for error in group["_errors"]:
+        error["timestamp"] = (_dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=40)).isoformat()
+    assert main(["watch", "job", "--zone", "us-west1-b", "--job-dir", job_dir]) == 0
+    out = capsys.readouterr().out
+    assert "job job: moved from zones/us-west1-b to regions/us-central1" in out, out
+    compute = Compute("survivor-local")
+    assert compute.get_group(GroupRef("survivor-local", "job", zone="us-west1-b")) is None
+    [vm] = compute.managed_instances(GroupRef("survivor-local", "job", region="us-central1"))
+    assert vm["status"] == "RUNNING" and vm["zone"].startswith("us-central1-")
+    # the old address, with the job dir, finds the moved group
+    assert main(["watch", "job", "--zone", "us-west1-b", "--job-dir", job_dir]) == 0
+    assert "no deadline in its spec" in capsys.readouterr().out
