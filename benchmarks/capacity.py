@@ -16,9 +16,11 @@ there (no on-demand traces exist); the same prices hold in every region (pricing
 n1-standard-8 with one V100, the traces' GPU). The policies, on the same start times:
 
 - `survivor`: survivor/cloud/deadline.py `decide` with the job allowed in every region of the
-  folder: a Spot VM goes to a zone of the group's region with capacity (a regional MIG); when the
-  region has had none for `MOVE_AFTER_HOURS` (one look of `survivor watch --every 1m`), to the first
-  other region with capacity (a move). This models issue 27's multi-region job, which is not built yet.
+  folder (`placement.regions`): a Spot VM goes to a zone of the group's region with capacity (a
+  regional MIG); when the region has had none for `MOVE_AFTER_HOURS` (`move_after_minutes: 1`, one
+  look of `survivor watch --every 1m`), survivor/cloud/placement.py `decide` (the built rule, not a
+  model of it) moves the group to the next region of the list, which may have no capacity either
+  (survivor has no oracle): it waits there again before the next move.
 - `survivor, one region`: the same policy confined to its home region (what survivor is today).
 - `SkyPilot EAGER_NEXT_REGION` and `SkyPilot FAILOVER`: Spot only, no deadline, recovering as
   sky/jobs/recovery_strategy.py of skypilot 0.14.1 (the wheel on PyPI; GitHub tag v0.14.1) says.
@@ -56,7 +58,9 @@ from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from survivor.cloud import placement  # noqa: E402
 from survivor.local import traces  # noqa: E402
+from survivor.spec import Placement as Rule  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: (training hours, deadline hours) of the jobs replayed: the issue's two, and a short one.
@@ -195,14 +199,21 @@ class Placement:
         if self.rule == "region":
             return up(self._zones(self.home))
         if self.rule == "move":
+            # survivor's own rule (survivor/cloud/placement.py `decide`): after `move_after` with no
+            # capacity in its region, the group moves to the next region of the list, which it cannot
+            # know has capacity (no oracle); there it waits again, and moves on again
             here = up(self._zones(self.region))
             if here:
                 self._out_since = None
                 return here
             self._out_since = t0 if self._out_since is None else self._out_since
-            if t0 - self._out_since < self.move_after - 1e-9:
+            look = placement.Look(f"regions/{self.region}", idle_seconds=(t0 - self._out_since) * 3600,
+                                  capacity_errors=("ZONE_RESOURCE_POOL_EXHAUSTED",))
+            decision = placement.decide(Rule(tuple(self.regions), move_after_minutes=self.move_after * 60), look)
+            if not decision.move:
                 return []
-            return [z for r in self._order(self.region)[1:] for z in up(self._zones(r))]
+            self.region, self._out_since, self.moves = decision.to_region, t0, self.moves + 1
+            return up(self._zones(self.region))
         if self.rule == "anywhere":
             return [z for r in self._order(self.region) for z in up(self._zones(r))]
         if self.rule in ("eager", "failover"):
@@ -224,7 +235,7 @@ class Placement:
             return
         self.zone = found[0]
         where = region_of(self.zone)
-        if self.placed and where != self.region:
+        if self.placed and where != self.region and self.rule != "move":  # a move counts where decided
             self.moves += 1
         self.region, self.placed, self._out_since = where, self.placed + 1, None
 

@@ -119,3 +119,19 @@ def test_after_a_preemption_eager_leaves_the_region_and_the_others_stay_in_its_o
         landed[rule] = (where.zone, where.moves, run.preemptions)
     assert landed == {"eager": ("west-1a", 1, 1), "failover": ("east-1b", 0, 1), "move": ("east-1b", 0, 1),
                       "anywhere": ("east-1b", 0, 1)}
+
+
+def test_survivors_move_follows_its_built_rule_without_an_oracle(tmp_path):
+    """The replay's survivor uses survivor/cloud/placement.py `decide`: the next region of the list,
+    which may be out too; it waits there `move_after` again before the next move (no oracle)."""
+    write(tmp_path, "a-1a", [1] * 20 + [0] * 180)
+    write(tmp_path, "b-1a", [1] * 20 + [0] * 180)
+    write(tmp_path, "c-1a", [1] * 200)
+    zones = load(str(tmp_path))
+    where = Placement(zones, 0.0, "a-1", "move")
+    run = traces.replay(where, job(), traces.survivor_policy(), limit_factor=2.0)
+    assert (where.zone, where.moves) == ("c-1a", 2) and run.met
+    # an oracle would have gone to c-1 at once: one move
+    oracle = Placement(zones, 0.0, "a-1", "anywhere")
+    traces.replay(oracle, job(), traces.survivor_policy(), limit_factor=2.0)
+    assert oracle.zone == "c-1a"
