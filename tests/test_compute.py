@@ -445,3 +445,33 @@ def test_a_job_that_keeps_failing_ends_failed_and_leaves_its_group(compute_serve
     assert group["targetSize"] == 0 and member not in compute_server.instances
     code, out, _ = run_cli(capsys, "status", "--job-dir", job_dir)
     assert code == 0 and "FAILED" in out and "exited with code 3" in " ".join(out.split())
+
+
+def test_list_errors_order_is_not_trusted_and_old_errors_do_not_fail_a_new_request():
+    """Issue 26 item 7: listErrors takes no orderBy or filter and documents no order. The newest
+    error is found by its timestamp, and one from before the request (a past recreation, a first
+    zone's stockout) does not make a group that is being created "failed"."""
+    from survivor.cloud.compute import group_creation
+
+    old = {"code": "ZONE_RESOURCE_POOL_EXHAUSTED", "message": "old", "action": "CREATING",
+           "instance": "projects/p/zones/us-west1-a/instances/g-1", "timestamp": "2026-11-24T08:00:00+00:00"}
+    new = {"code": "QUOTA_EXCEEDED", "message": "new", "action": "CREATING",
+           "instance": "projects/p/zones/us-west1-b/instances/g-1", "timestamp": "2026-11-24T10:00:00+00:00"}
+    creating = [{"name": "g-1", "zone": "us-west1-b", "status": None, "errors": []}]
+    assert group_creation(creating, [old, new]) == ("failed", "us-west1-b", [("QUOTA_EXCEEDED", "new")])
+    assert group_creation(creating, [new, old]) == ("failed", "us-west1-b", [("QUOTA_EXCEEDED", "new")])
+    assert group_creation(creating, [old], since="2026-11-24T09:00:00+00:00") == ("waiting", "us-west1-b", [])
+
+
+def test_the_fake_lists_errors_oldest_first_and_survivor_sorts_them(compute_server, capsys, tmp_path):
+    assert run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT)[0] == 0
+    compute = Compute(PROJECT)
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", times=1)
+    compute_server.fail_instance_creation("QUOTA_EXCEEDED", times=1)
+    compute.create_group("g", "t", zone="us-west1-b")
+    group = GroupRef(PROJECT, "g", zone="us-west1-b")
+    [member] = compute.managed_instances(group)  # a second try: QUOTA_EXCEEDED, then running on the third
+    raw = compute_server.groups[(PROJECT, "zones/us-west1-b", "g")]["_errors"]
+    # the first listed is the newest here: no order is documented, so only the timestamps say
+    raw[0]["timestamp"], raw[1]["timestamp"] = "2026-11-24T10:00:00+00:00", "2026-11-24T09:00:00+00:00"
+    assert [e["code"] for e in compute.group_errors(group)] == ["ZONE_RESOURCE_POOL_EXHAUSTED", "QUOTA_EXCEEDED"]

@@ -13,6 +13,7 @@ that ignores a custom endpoint -- with a deadline and a progress callback. Failu
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import os
 import re
@@ -105,25 +106,41 @@ def explain_operation_errors(errors: list[tuple[str, str]], what: str, where: st
     return ComputeError(f"{what}: the operation failed. [{detail}]")
 
 
-def group_creation(instances: list[dict], errors: list[dict]) -> tuple[str, str, list[tuple[str, str]]]:
+def group_creation(instances: list[dict], errors: list[dict],
+                   since: str | None = None) -> tuple[str, str, list[tuple[str, str]]]:
     """Pure decision: how far a new single-VM group got, from `managed_instances` and `group_errors`.
 
     ("running", zone, []) once its VM is RUNNING; ("failed", zone, errors) when its creation failed (the
-    group keeps retrying, but the operator has to act); else ("waiting", zone, [])."""
+    group keeps retrying, but the operator has to act); else ("waiting", zone, []). Only errors at or
+    after `since` (an RFC 3339 time: when this request was made) count: listErrors keeps a group's
+    old errors (a first zone's stockout before another zone took the VM, a past recreation)."""
     for instance in instances:
         if instance["status"] == "RUNNING":
             return "running", instance["zone"], []
     for instance in instances:
         if instance.get("errors"):
             return "failed", instance["zone"], instance["errors"]
-    creating = [e for e in errors if e.get("action") in ("CREATING", "CREATING_WITHOUT_RETRIES", "RECREATING")]
+    after = _when(since)
+    creating = [e for e in errors if e.get("action") in ("CREATING", "CREATING_WITHOUT_RETRIES", "RECREATING")
+                and (after is None or (_when(e.get("timestamp")) or after) >= after)]
     if creating:
-        newest = creating[0]
+        newest = max(creating, key=lambda e: _when(e.get("timestamp")) or _dt.datetime.min.replace(tzinfo=_dt.timezone.utc))
         parts = (newest.get("instance") or "").split("/")
         zone = parts[parts.index("zones") + 1] if "zones" in parts else ""
         return "failed", zone, [(newest["code"], newest["message"])]
     zone = instances[0]["zone"] if instances else ""
     return "waiting", zone, []
+
+
+def _when(text: str | None) -> _dt.datetime | None:
+    """An RFC 3339 time from the API (aware), or None."""
+    if not text:
+        return None
+    try:
+        value = _dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
 
 
 def distribution_policy(project: str, zones: list[str]) -> dict:
@@ -408,14 +425,18 @@ class Compute:
         return out
 
     def group_errors(self, group: GroupRef) -> list[dict]:
-        """The MIG's `listErrors`, newest first: code, message, action, instance, timestamp."""
+        """The MIG's `listErrors`, newest first (sorted here: the method takes no orderBy or filter and
+        documents no order, https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/listErrors):
+        code, message, action, instance, timestamp."""
         kind, where = group_scope(group)
         client = self.groups if kind == "zone" else self.region_groups
         pager = self._call(f"listing the errors of {group.name}", where, lambda: client.list_errors(
             project=group.project, instance_group_manager=group.name, **{kind: where}), wait=False)
-        return [{"code": item.error.code, "message": item.error.message, "timestamp": item.timestamp,
-                 "action": item.instance_action_details.action, "instance": item.instance_action_details.instance}
-                for item in pager]
+        errors = [{"code": item.error.code, "message": item.error.message, "timestamp": item.timestamp,
+                   "action": item.instance_action_details.action, "instance": item.instance_action_details.instance}
+                  for item in pager]
+        oldest = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
+        return sorted(errors, key=lambda e: _when(e["timestamp"]) or oldest, reverse=True)
 
     def leave_group(self, group: GroupRef, zone: str, instance: str) -> None:
         """Deletes `instance` through its MIG, which lowers the target size: nothing is recreated."""

@@ -418,8 +418,10 @@ def wait_for_group(compute: Compute, group: GroupRef, wait_seconds: float, poll_
     Returns `group_creation`'s (state, zone, errors).
     """
     deadline = time.monotonic() + wait_seconds
+    # errors listed before this wait (slack for the clocks) are an earlier story of the group
+    since = (_dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(seconds=60)).isoformat()
     while True:
-        state = group_creation(compute.managed_instances(group), compute.group_errors(group))
+        state = group_creation(compute.managed_instances(group), compute.group_errors(group), since)
         if state[0] != "waiting" or time.monotonic() >= deadline:
             return state
         progress(f"group {group.name}: waiting for its VM ({max(0.0, deadline - time.monotonic()):.0f} s left)")

@@ -610,7 +610,8 @@ class ComputeServer(LocalService):
     def _instanceGroupManagers_listErrors(self, params, query, body):
         group = self._group(params)
         self._retry_pending(group)
-        return {"items": list(reversed(group["_errors"]))}  # newest first
+        # oldest first: the API documents no order (and takes no orderBy), so a client must not rely on one
+        return {"items": list(group["_errors"])}
 
     _regionInstanceGroupManagers_listErrors = _instanceGroupManagers_listErrors
 
