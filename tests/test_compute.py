@@ -475,3 +475,33 @@ def test_the_fake_lists_errors_oldest_first_and_survivor_sorts_them(compute_serv
     # the first listed is the newest here: no order is documented, so only the timestamps say
     raw[0]["timestamp"], raw[1]["timestamp"] = "2026-11-24T10:00:00+00:00", "2026-11-24T09:00:00+00:00"
     assert [e["code"] for e in compute.group_errors(group)] == ["ZONE_RESOURCE_POOL_EXHAUSTED", "QUOTA_EXCEEDED"]
+
+
+def test_make_template_again_on_an_unchanged_spec_is_unchanged_though_get_returns_it_normalized(
+        compute_server, capsys, tmp_path):
+    """Issue 26 item 4: instanceTemplates.get returns full URLs, disk device names, modes, kinds and
+    a metadata fingerprint survivor never sent; a rerun compares what survivor sets, as resources."""
+    job = _job_file(tmp_path)
+    assert run_cli(capsys, "make-template", "t", "--config", job, "--project", PROJECT)[0] == 0
+    stored = compute_server.templates[(PROJECT, "t")]["properties"]
+    assert stored["networkInterfaces"][0]["network"].startswith("https://www.googleapis.com/compute/v1/projects/")
+    assert stored["disks"][0]["deviceName"] == "persistent-disk-0" and stored["metadata"]["fingerprint"]
+    code, out, err = run_cli(capsys, "make-template", "t", "--config", job, "--project", PROJECT)
+    assert code == 0 and "unchanged" in out + err, out + err
+    code, out, err = run_cli(capsys, "make-template", "t", "--config", job, "--project", PROJECT, "--no-external-ip")
+    assert code == 1 and "already exists with a different body (differs in: " \
+                         "properties.networkInterfaces[0].accessConfigs)" in err, err
+    code, out, err = run_cli(capsys, "make-template", "t", "--config", job, "--project", PROJECT, "--disk-gb", "300")
+    assert code == 1 and "properties.disks[0].initializeParams.diskSizeGb" in err, err
+
+
+def test_references_compare_as_resources_not_spellings():
+    from survivor.cloud.template import body_differences
+
+    sent = {"properties": {"networkInterfaces": [{"network": "global/networks/default"}]}}
+    got = {"properties": {"networkInterfaces": [{"network": "https://www.googleapis.com/compute/v1/projects/p/global/"
+                                                            "networks/default", "name": "nic0", "kind": "x"}]}}
+    assert body_differences(got, sent, project="p") == []
+    assert body_differences(got, sent, project="q") == ["properties.networkInterfaces[0].network"]
+    got["properties"]["networkInterfaces"][0]["accessConfigs"] = [{"type": "ONE_TO_ONE_NAT"}]
+    assert body_differences(got, sent, project="p") == ["properties.networkInterfaces[0].accessConfigs"]

@@ -152,7 +152,7 @@ def test_make_image_bakes_the_install_and_make_template_then_boots_its_family(co
     items = items_of(body)
     assert "survivor-wheel" not in items and "survivor-lock" not in items  # the image holds them
     assert body["properties"]["disks"][0]["initializeParams"]["sourceImage"] == \
-        f"projects/{PROJECT}/global/images/family/{family}"
+        f"https://compute.googleapis.com/compute/v1/projects/{PROJECT}/global/images/family/{family}"  # as get returns it
     assert items["install-nvidia-driver"] == "True"
 
     code, out, _ = run_cli(capsys, "make-image", "--config", spec, "--project", PROJECT, "--zone", ZONE)

@@ -322,7 +322,8 @@ def make_template(request: TemplateRequest, connect: Connect | None, *, skip_pre
         compute.insert_template(body)
         return TemplateOutcome("created", body, project)
     keys = ("name", "description", "properties")
-    differences = body_differences({k: existing.get(k) for k in keys}, {k: wanted.get(k) for k in keys})
+    differences = body_differences({k: existing.get(k) for k in keys}, {k: wanted.get(k) for k in keys},
+                                   project=project)
     if not differences:
         return TemplateOutcome("unchanged", body, project)
     named = named_differences(differences, wanted)

@@ -258,19 +258,49 @@ def state_disk(spec: JobSpec, options: MachineOptions) -> list[dict[str, Any]]:
              "initializeParams": {"diskSizeGb": str(spec.state_disk_gb), "diskType": options.disk_type}}]
 
 
-def body_differences(existing: dict[str, Any], wanted: dict[str, Any], prefix: str = "") -> list[str]:
-    """Pure decision: the dotted paths where two template bodies differ (what the server adds is ignored)."""
-    ignore = {"id", "kind", "selfLink", "creationTimestamp", "fingerprint"}
+#: What instanceTemplates.get adds to the body survivor sent (`gcloud compute instance-templates
+#: describe` of a template made with a partial body shows each: a disk's deviceName
+#: persistent-disk-N, index, kind, mode READ_WRITE; metadata's fingerprint and kind; an interface's
+#: kind, name nic0, fingerprint, stackType, subnetwork; an accessConfig's kind, networkTier PREMIUM,
+#: natIP; scheduling's defaults): a key survivor does not set that the server filled in is no difference.
+SERVER_FILLED = frozenset({
+    "id", "kind", "selfLink", "creationTimestamp", "fingerprint", "deviceName", "index", "mode", "networkTier",
+    "natIP", "stackType", "subnetwork", "canIpForward", "reservationAffinity", "shieldedInstanceConfig",
+    "confidentialInstanceConfig", "interface", "guestOsFeatures", "licenses", "automaticRestart",
+    "onHostMaintenance", "preemptible", "description@properties", "name@networkInterfaces",
+})
+#: The API returns resource references as full URLs (https://www.googleapis.com/compute/v1/projects/P/
+#: global/networks/default) where survivor sends partial ones (global/networks/default).
+_URL_PREFIX = re.compile(r"^https?://[^/]+/compute/(?:v1|beta|alpha)/")
+
+
+def _reference(value: Any, project: str | None) -> Any:
+    """A resource reference without the URL prefix and, for the template's own project, without
+    `projects/PROJECT/`: the same resource, however the API or survivor spells it."""
+    if not isinstance(value, str):
+        return value
+    value = _URL_PREFIX.sub("", value)
+    if project and value.startswith(f"projects/{project}/"):
+        value = value[len(f"projects/{project}/"):]
+    return value
+
+
+def body_differences(existing: dict[str, Any], wanted: dict[str, Any], prefix: str = "", *,
+                     project: str | None = None, parent: str = "") -> list[str]:
+    """Pure decision: the dotted paths where a template as `instanceTemplates.get` returns it differs
+    from the body survivor would send: what the server fills in (`SERVER_FILLED`) is no difference,
+    and references compare as resources, not as spellings of a URL."""
     out: list[str] = []
     if isinstance(existing, dict) and isinstance(wanted, dict):
         for key in sorted(set(existing) | set(wanted)):
-            if key in ignore:
+            if key not in wanted and (key in SERVER_FILLED or f"{key}@{parent}" in SERVER_FILLED):
                 continue
-            out += body_differences(existing.get(key), wanted.get(key), f"{prefix}.{key}" if prefix else key)
+            out += body_differences(existing.get(key), wanted.get(key), f"{prefix}.{key}" if prefix else key,
+                                    project=project, parent=key)
     elif isinstance(existing, list) and isinstance(wanted, list) and len(existing) == len(wanted):
         for i, (a, b) in enumerate(zip(existing, wanted)):
-            out += body_differences(a, b, f"{prefix}[{i}]")
-    elif existing != wanted:
+            out += body_differences(a, b, f"{prefix}[{i}]", project=project, parent=parent)
+    elif _reference(existing, project) != _reference(wanted, project):
         out.append(prefix or "(body)")
     return out
 

@@ -39,9 +39,11 @@ instance the MIG creates.
 
 from __future__ import annotations
 
+import base64
 import datetime as _dt
 import itertools
 import json
+import os
 import random
 import re
 import signal
@@ -411,7 +413,7 @@ class ComputeServer(LocalService):
         violations = machines.property_violations(body.get("properties") or {})
         if violations:
             raise HttpError(400, violations[0].message, "badRequest")
-        stored = json.loads(json.dumps(body))
+        stored = _template_as_returned(json.loads(json.dumps(body)), key[0])
         stored.update(kind="compute#instanceTemplate", id=str(next(self._ids)), creationTimestamp=_now(),
                       selfLink=self._template_url(*key))
         self.templates[key] = stored
@@ -1019,6 +1021,35 @@ class ComputeServer(LocalService):
                 self._serve("PUT")
 
         return Handler
+
+
+def _template_as_returned(body: dict, project: str) -> dict:
+    """The template as instanceTemplates.get returns it, not as it was sent: what `gcloud compute
+    instance-templates describe` shows for a template made from a partial body -- each disk with
+    deviceName persistent-disk-N (when unnamed), index, kind, mode READ_WRITE, type PERSISTENT, its
+    sourceImage a full URL; metadata with a fingerprint and kind; each interface with kind, name nicN
+    and its network a full URL; each accessConfig with kind and networkTier PREMIUM."""
+    props = body.get("properties") or {}
+    for i, disk in enumerate(props.get("disks") or []):
+        disk.setdefault("deviceName", f"persistent-disk-{i}")
+        disk.update(index=i, kind="compute#attachedDisk")
+        disk.setdefault("mode", "READ_WRITE")
+        disk.setdefault("type", "PERSISTENT")
+        params = disk.get("initializeParams") or {}
+        if str(params.get("sourceImage", "")).startswith("projects/"):
+            params["sourceImage"] = f"https://compute.googleapis.com/compute/v1/{params['sourceImage']}"
+    metadata = props.setdefault("metadata", {})
+    metadata.update(kind="compute#metadata", fingerprint=base64.b64encode(os.urandom(8)).decode())
+    for i, nic in enumerate(props.get("networkInterfaces") or []):
+        nic.update(kind="compute#networkInterface", name=f"nic{i}")
+        network = str(nic.get("network") or "global/networks/default")
+        if not network.startswith("https://"):
+            network = network if network.startswith("projects/") else f"projects/{project}/{network}"
+            nic["network"] = f"https://www.googleapis.com/compute/v1/{network}"
+        for config in nic.get("accessConfigs") or []:
+            config.update(kind="compute#accessConfig")
+            config.setdefault("networkTier", "PREMIUM")
+    return body
 
 
 def _default_message(code: str, params: dict) -> str:
