@@ -399,6 +399,38 @@ def test_a_finished_agent_leaves_its_group_so_nothing_is_recreated(on_finish, co
         assert group["targetSize"] == 1 and compute_server.instances[member]["status"] == "RUNNING"
 
 
+def test_a_finished_vm_that_cannot_leave_its_group_powers_off_and_again_when_recreated(compute_server, tmp_path,
+                                                                                        capsys):
+    """Issue 26 item 3: the VM's account lacks compute.instanceGroupManagers.update (new
+    organisations no longer grant the default account Editor): the agent cannot leave its group
+    once DONE is written, and powered off instead of billing on; the group's recreation of it sees
+    DONE and powers off again at once. One line says why, in the log and the guest attributes."""
+    from survivor.jobdir.journal import Journal
+    from survivor.jobdir.storage import open_storage
+    from tests.conftest import dummy_spec
+
+    denied = ("Required 'compute.instanceGroupManagers.update' permission for "
+              f"'projects/{PROJECT}/zones/us-west1-b/instanceGroupManagers/nope'")
+    compute_server.fail("compute.instanceGroupManagers.deleteInstances", http=403, message=denied, times=2)
+    job_dir = str(tmp_path / "jobdir")
+    spec_yaml = dummy_spec(job_dir, tmp_path, train_steps=15, on_finish="auto")
+    group, member, vm = agent_in_a_group("nope", spec_yaml, compute_server, tmp_path, capsys)
+    try:
+        vm.boot()
+        assert vm.wait(120) == 0, open(vm.log_path()).read()[-2000:]
+        assert vm.powered_off() and Journal(open_storage(job_dir)).done() is not None
+        log = open(vm.log_path()).read()
+        assert "this VM's service account cannot leave its group" in log and "compute.instanceGroupManagers.update" in log
+        guest = vm.metadata.get("instance/guest-attributes")["survivor"]
+        assert guest["finish"].startswith("this VM's service account cannot leave its group")
+        vm.boot(wipe=True)  # the group recreates it: DONE is there, so it powers off at once
+        assert vm.wait(60) == 0 and vm.powered_off()
+        assert "the job dir says DONE" in open(vm.log_path()).read()
+    finally:
+        vm.close()
+    assert group["targetSize"] == 1  # it could not leave: the group still has it, stopped by its own OS
+
+
 def test_a_standalone_agent_stops_its_instance(compute_server, tmp_path):
     from survivor.local.instance import LocalInstance
     from tests.conftest import dummy_spec

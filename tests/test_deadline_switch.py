@@ -171,3 +171,38 @@ def test_assess_skips_record_times_no_job_can_have_and_never_raises(tmp_path):
     naive = (now - dt.timedelta(hours=1)).replace(tzinfo=None).isoformat()
     storage.write("survivor/switches/1-on-demand.json", json.dumps({"time": naive, "to_mode": ON_DEMAND}).encode())
     assert assess(spec, storage, now, running=False).current == ON_DEMAND
+
+
+def test_a_switch_the_roles_refuse_shows_in_status_and_report(compute_server, tmp_path, capsys, monkeypatch):
+    """Issue 26 item 5: with the roles of the old docs the switch's setInstanceTemplate is refused;
+    the refusal is recorded in the job dir and shown by status and report, not only logged."""
+    from survivor.commands import main as cli
+    from survivor.jobdir.switches import switch_failures
+
+    spec = job(tmp_path)
+    compute, group = spot_group(compute_server, spec)
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    storage = open_storage(spec.job_dir)
+    journal = Journal(storage)
+    attempt = journal.begin("cifar-x")
+    attempt.started = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=35)).isoformat()
+    journal.end(attempt, "preempted", end_step=100, reached_step=100)
+    attempt.ended = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=34)).isoformat()
+    journal.update(attempt)
+    compute_server.fail_instance_creation(spot_only=True)
+    compute.recreate_instances(group, [(m["zone"], m["name"]) for m in compute.managed_instances(group)])
+    denied = f"Required 'compute.instanceGroupManagers.update' permission for 'projects/{PROJECT}/zones/{ZONE}/" \
+             "instanceGroupManagers/cifar'"
+    compute_server.fail("compute.instanceGroupManagers.setInstanceTemplate", http=403, message=denied)
+    assert cli.main(["watch", "cifar", "--zone", ZONE]) == 1
+    err = capsys.readouterr().err
+    assert "permission denied" in err and "Traceback" not in err
+    [failure] = switch_failures(storage)
+    assert (failure.to_mode, failure.by) == (ON_DEMAND, "watch") and "compute.instanceGroupManagers.update" in failure.error
+    assert switches(storage) == []  # never counted as a switch
+    assert cli.main(["status", "--job-dir", spec.job_dir]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "a switch to on-demand decided" in out and "(watch) failed: " in out and "instanceGroupManagers.update" in out
+    assert cli.main(["report", "--job-dir", spec.job_dir, "--out", str(tmp_path / "r"), "--offline"]) == 0
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "Switches decided but refused by Compute Engine" in md and "| on-demand | watch |" in md

@@ -45,7 +45,8 @@ from survivor.agent.budget import NoticeBudget
 from survivor.agent.delivery import DeliveryError
 from survivor.agent.ending import (EXIT_BAD_SPEC, EXIT_OK, EXIT_RETRY, AttemptResult, decide_ending,
                                    saved_and_committed)
-from survivor.agent.finish import ComputeActions, KeepAlive, choose_finisher
+from survivor.agent.finish import (CANNOT_LEAVE, ComputeActions, KeepAlive, choose_finisher, is_permission_error,
+                                   power_off)
 from survivor.agent.maintenance import MAINTENANCE_SAVE_SECONDS, MaintenanceSave
 from survivor.agent.mirror import Mirror
 from survivor.agent.notice import Notice, NoticeWatcher
@@ -609,6 +610,13 @@ class Boot:
                 compute = factory(identity)
             finisher.finish(identity, compute)
         except Exception as exc:
+            if finisher.name == "leave-group" and is_permission_error(exc):
+                # DONE/FAILED is committed: a VM that cannot leave must not bill on (issue 26 item 3)
+                line = CANNOT_LEAVE.format(why=str(exc)[:300])
+                log.error(line, action=finisher.name)
+                self._guest("finish", line[:1000], force=True)
+                log.warning(power_off(), why=why)
+                return EXIT_OK
             log.error("finish action failed; the VM is left as it is", action=finisher.name, error=str(exc))
             return on_error
         log.info("finished", why=why, action=finisher.name)

@@ -20,6 +20,8 @@ deletes it and lowers the target size (the VM's own disk goes with it, as `delet
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
 
 from dataclasses import dataclass
 from typing import Protocol
@@ -49,6 +51,35 @@ def parse_created_by(url: str | None) -> GroupRef | None:
     if scope == "regions":
         return GroupRef(project, name, region=where)
     return None
+
+
+#: Set by a LocalInstance: the stand-in "VM" powers off by this file appearing (its kernel is the host's).
+POWER_OFF_ENV = "SURVIVOR_POWER_OFF_FILE"
+#: The one line a VM that cannot leave its group says (log, guest attribute `finish`, status).
+CANNOT_LEAVE = ("this VM's service account cannot leave its group ({why}): powering the VM off so a "
+                "finished job stops billing; if the group recreates it, that VM sees the job ended and "
+                "powers off at once. Grant the VM's account roles/compute.instanceAdmin.v1 (docs/operator-guide.md)")
+
+
+def is_permission_error(error: Exception) -> bool:
+    """Pure: a finish call refused for a missing permission (not a transient failure)."""
+    text = str(error)
+    return "permission denied" in text.lower() or "Required 'compute." in text or "403" in text
+
+
+def power_off() -> str:
+    """Powers this VM off as its own OS would (`systemctl poweroff`: an ACPI shutdown, after which
+    Compute Engine stops the instance, https://cloud.google.com/compute/docs/instances/stop-start-instance);
+    returns what it did."""
+    marker = os.environ.get(POWER_OFF_ENV)
+    if marker:
+        with open(marker, "w", encoding="utf-8") as f:
+            f.write("powered off\n")
+        return "powered off"
+    if os.path.isdir("/run/systemd/system"):  # systemd runs (sd_booted(3)'s test)
+        subprocess.run(["systemctl", "poweroff"], check=False, timeout=60)
+        return "powering off"
+    return "not powering off: no running systemd here"
 
 
 class ComputeActions(Protocol):

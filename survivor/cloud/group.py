@@ -32,8 +32,8 @@ from survivor.cloud.compute import (BASE_INSTANCE_NAME_MAX, Compute, ComputeErro
                                     name_problems, spec_project, PROJECT_HINT)
 from survivor.cloud.template import (STATE_DISK_DEVICE, Install, MachineOptions, body_differences, deadline_warning,
                                      named_differences, parse_gpu, template_body)
-from survivor.jobdir.storage import JobStorage
-from survivor.jobdir.switches import Switch, parse_time, record_switch
+from survivor.jobdir.storage import JobStorage, StorageError
+from survivor.jobdir.switches import Switch, SwitchFailure, parse_time, record_switch, record_switch_failure
 from survivor.spec import FallbackSpec, JobSpec, SpecError
 
 log = logs.get("group")
@@ -686,6 +686,21 @@ def switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, *
     its reason in the job dir (`storage`), then recreates the group's VM from it (`recreateInstances`:
     the old VM is stopped gracefully, so its agent commits first). RequestError for a missing group.
     """
+    try:
+        return _switch_group(compute, group, to_mode, reason, by=by, storage=storage, say=say)
+    except ComputeError as exc:  # shown by status and report, not only in a log nobody reads
+        if storage is not None:
+            failure = SwitchFailure(time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
+                                    to_mode=to_mode, reason=reason, by=by, error=str(exc))
+            try:
+                record_switch_failure(storage, failure)
+            except StorageError as unrecorded:
+                log.warning("could not record the failed switch", error=str(unrecorded))
+        raise
+
+
+def _switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, *, by: str,
+                  storage: JobStorage | None, say: Say) -> Switch | None:
     found = compute.get_group(group)
     if found is None:
         raise RequestError(f"group {group.name}: not found; nothing to switch")

@@ -42,6 +42,7 @@ from survivor.jobdir.storage import open_storage
 from survivor.jobdir.store import CheckpointStore
 from survivor.jobdir.moves import Move
 from survivor.jobdir.moves import moves as recorded_moves
+from survivor.jobdir.switches import SwitchFailure, switch_failures
 from survivor.jobdir.switches import switches as recorded_switches
 
 #: The causes a job on an on-demand VM without disruptions still spends once, at its start.
@@ -109,6 +110,7 @@ class JobReport:
     cost_by_mode: dict[str, float | None] = field(default_factory=dict)
     ledger: Ledger | None = None
     moves: list[Move] = field(default_factory=list)  # where the group went for capacity
+    failed_switches: list[SwitchFailure] = field(default_factory=list)  # decided, refused by Compute Engine
 
     @property
     def saving_so_far(self) -> float | None:
@@ -122,7 +124,7 @@ class JobReport:
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON values (what `--json` prints)."""
-        out = {k: v for k, v in asdict(self).items() if k not in ("ledger", "prices", "moves")}
+        out = {k: v for k, v in asdict(self).items() if k not in ("ledger", "prices", "moves", "failed_switches")}
         out["prices"] = asdict(self.prices) if self.prices else None
         out["saving_so_far"] = self.saving_so_far
         out["saving_projected"] = self.saving_projected
@@ -133,6 +135,7 @@ class JobReport:
         if self.ledger is not None:
             out["switches"] = [asdict(s) for s in self.ledger.switches]
             out["moves"] = [asdict(m) for m in self.moves]
+            out["failed_switches"] = [asdict(f) for f in self.failed_switches]
             out["boot_modes"] = {str(number): mode for number, mode in self.ledger.modes.items()}
             out["unsaved_boots"] = list(self.ledger.unsaved)
             out["timeline"] = [{"start": s.start.isoformat(), "end": s.end.isoformat(), "cause": s.cause,
@@ -166,6 +169,7 @@ def build_report(job_dir: str, options: ReportOptions) -> JobReport:
     report = figures(ledger, prices, job_dir=job_dir, state=phase, committed_step=latest.step if latest else None,
                      train_steps=options.train_steps, preemptions=state.preemptions)
     report.moves = recorded_moves(storage)
+    report.failed_switches = switch_failures(storage)
     return report
 
 
@@ -293,6 +297,12 @@ def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
             shown = when.astimezone(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if when else switch.time
             lines.append(f"| {shown} | {switch.from_mode or '?'} -> {switch.to_mode} | {_cell(switch.reason)} | "
                          f"{_cell(switch.by) or '?'} |")
+    if report.failed_switches:
+        lines += ["", "Switches decided but refused by Compute Engine (grant the roles in docs/operator-guide.md):", "",
+                  "| time (UTC) | to | decided by | refusal |", "|---|---|---|---|"]
+        for failure in report.failed_switches:
+            lines.append(f"| {failure.time[:19].replace('T', ' ')} | {failure.to_mode} | {_cell(failure.by) or '?'} | "
+                         f"{_cell(failure.error[:300])} |")
     lines += ["", "## Moves between regions", ""]
     if not report.moves:
         lines.append("None: the job stayed where its group was made.")

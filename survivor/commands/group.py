@@ -158,7 +158,9 @@ def pending_lines(summary: dict) -> list[str]:
             f"{p['bytes'] / 1e6:.0f} MB: its next boot commits it" for p in summary.get("pending") or []] + [
         f"moved {m['time'][:19]} from {m['from']} to {m['to']} ({m['by']}): {m['reason']}"
         + (" (a state-disk snapshot left behind)" if m.get("lost_pending") else "")
-        for m in summary.get("moves") or []]
+        for m in summary.get("moves") or []] + [
+        f"a switch to {f['to_mode']} decided {f['time'][:19]} ({f['by']}) failed: {f['error'][:300]}"
+        for f in (summary.get("failed_switches") or [])[-3:]]
 
 
 def _dash(value) -> str:
@@ -185,6 +187,8 @@ def _print_status(report: dict) -> None:
                       + (f", agent {guest.get('state')} at step {guest.get('step')}" if guest else "")
                       + (f"; the group's last attempt failed: {errors}" if errors and not instance["status"] else ""),
                       markup=False)
+        if guest.get("finish"):  # it could not leave its group and powered itself off
+            console.print(f"    {guest['finish']}", markup=False)
     job = report.get("job")
     if not job:
         return

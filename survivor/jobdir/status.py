@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from typing import Any
 
 import datetime as _dt
@@ -13,7 +15,7 @@ from survivor.jobdir.disk_tier import pending_snapshots
 from survivor.jobdir.journal import Journal, restored_text
 from survivor.jobdir.ledger import build_ledger
 from survivor.jobdir.moves import moves as recorded_moves
-from survivor.jobdir.switches import parse_time
+from survivor.jobdir.switches import parse_time, switch_failures
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.store import CheckpointStore
 
@@ -54,6 +56,8 @@ def job_summary(job_dir: str, train_steps: int | None = None) -> dict[str, Any]:
         # where the group went for capacity (survivor/cloud/placement.py), oldest first
         "moves": [{"time": m.time, "from": m.from_place, "to": m.to_place, "reason": m.reason, "by": m.by,
                    "lost_pending": bool(m.lost_pending)} for m in recorded_moves(storage)],
+        # switches the deadline policy decided and Compute Engine refused (a missing permission)
+        "failed_switches": [asdict(f) for f in switch_failures(storage)],
         "history": [
             {
                 "attempt": a.number,

@@ -84,6 +84,48 @@ def read_records(storage: JobStorage, prefix: str, parse: Callable[[bytes], T], 
     return out
 
 
+#: Switches that were decided but failed (a missing permission, most often): `status` and `report`
+#: show them, and the deadline policy never counts them as switches.
+FAILED_SWITCHES = "survivor/switch-failures/"
+
+
+@dataclass(frozen=True)
+class SwitchFailure:
+    """A switch the policy decided and the Compute Engine calls refused: when, to which mode, why
+    it was decided, who tried, and the refusal."""
+
+    time: str
+    to_mode: str
+    reason: str = ""
+    by: str = ""
+    error: str = ""
+
+    @property
+    def name(self) -> str:
+        """The record's object name: `survivor/switch-failures/<time>-<to_mode>.json`."""
+        return f"{FAILED_SWITCHES}{re.sub(r'[^0-9A-Za-z]', '', self.time)}-{self.to_mode}.json"
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "SwitchFailure":
+        """Parses a record; ValueError unless it has a readable time and a known to_mode."""
+        raw = parse_json(data)
+        if not isinstance(raw, dict) or not isinstance(raw.get("time"), str) or parse_time(raw["time"]) is None \
+                or raw.get("to_mode") not in MODES:
+            raise ValueError("expected an object with an ISO 8601 time and a to_mode of " + " or ".join(MODES))
+        return cls(**{k: str(raw[k])[:2000] for k in cls.__dataclass_fields__ if raw.get(k) is not None})
+
+
+def record_switch_failure(storage: JobStorage, failure: SwitchFailure) -> bool:
+    """Writes a failed switch's record once (best effort for the caller: it is already failing)."""
+    return write_once(storage, failure.name, asdict(failure))
+
+
+def switch_failures(storage: JobStorage) -> list[SwitchFailure]:
+    """Every failed switch recorded, oldest first."""
+    return sorted((f for _, f in read_records(storage, FAILED_SWITCHES, SwitchFailure.from_json, "failed switch")),
+                  key=lambda f: parse_time(f.time))
+
+
 def record_switch(storage: JobStorage, switch: Switch) -> bool:
     """Writes the switch's record once; False when a record of that name exists already."""
     return write_once(storage, switch.name, asdict(switch))

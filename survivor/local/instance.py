@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 
+from survivor.agent.finish import POWER_OFF_ENV
 from survivor.local.metadata_server import MetadataServer
 from survivor.agent.trainer import progress_path, read_progress
 from survivor.jobdir.disk_tier import MARKER, STATE_DISK_ENV
@@ -70,10 +71,12 @@ class LocalInstance:
             self.env[STATE_DISK_ENV] = self.state_disk
         self.metadata.set("instance/preempted", "FALSE")
         self.metadata.set("instance/maintenance-event", "NONE")
+        if os.path.exists(self.power_off_path):
+            os.remove(self.power_off_path)
         self.boots += 1
         # its kernel is the host's: say when this "VM" powered on, as a guest's uptime would
         env = {**os.environ, **self.env, "GCE_METADATA_HOST": self.metadata.host, "PYTHONUNBUFFERED": "1",
-               "SURVIVOR_GUEST_BOOTED": f"{time.time():.3f}"}
+               "SURVIVOR_GUEST_BOOTED": f"{time.time():.3f}", POWER_OFF_ENV: self.power_off_path}
         self._log = open(self.log_path(), "wb")
         # cwd: its own root, as a unit's is /: `python -m survivor` from a directory that holds a
         # `survivor/` folder (a clone's parent) would import that folder instead of the installed package
@@ -84,6 +87,15 @@ class LocalInstance:
             cwd=os.path.abspath(self.root),
         )
         return self
+
+    @property
+    def power_off_path(self) -> str:
+        """The file whose appearance is this stand-in VM powering itself off (`agent.finish.power_off`)."""
+        return os.path.join(self.root, "powered-off")
+
+    def powered_off(self) -> bool:
+        """Whether the agent powered this "VM" off (a guest shutdown) since it last booted."""
+        return os.path.exists(self.power_off_path)
 
     def running(self) -> bool:
         """True while this VM's agent process runs."""
