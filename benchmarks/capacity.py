@@ -359,7 +359,7 @@ def plot(results: dict[str, list[Outcome]], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(11, 4.5))
-    for i, (name, outcomes) in enumerate(results.items()):
+    for i, outcomes in enumerate(results.values()):
         xs = [i + (j / len(outcomes) - 0.5) * 0.7 for j in range(len(outcomes))]
         ax.scatter([x for x, o in zip(xs, outcomes) if o.met], [o.cost for o in outcomes if o.met], s=4)
         ax.scatter([x for x, o in zip(xs, outcomes) if not o.met], [o.cost for o in outcomes if not o.met], s=20,

@@ -86,7 +86,7 @@ def plot_bars(path: str, title: str, labels: list[str], series: dict[str, list[f
 
 def parse_timing(text: str) -> dict[str, float]:
     """The loop's closing `timing steps N seconds S steps_per_second R saves K ...` line, as numbers."""
-    line = next((l for l in text.splitlines() if "timing steps " in l), None)
+    line = next((row for row in text.splitlines() if "timing steps " in row), None)
     if line is None:
         raise ValueError("no timing line in the trainer's output")
     words = line[line.index("timing steps "):].split()[1:]

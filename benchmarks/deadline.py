@@ -84,7 +84,7 @@ def plot(results: dict[str, list], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(11, 4.5))
-    for i, (name, rows) in enumerate(results.items()):
+    for i, rows in enumerate(results.values()):
         xs = [i + (j / len(rows) - 0.5) * 0.7 for j in range(len(rows))]
         ax.scatter([x for x, (m, _, _) in zip(xs, rows) if m], [c for m, c, _ in rows if m], s=8)
         ax.scatter([x for x, (m, _, _) in zip(xs, rows) if not m], [c for m, c, _ in rows if not m], s=30,

@@ -2,7 +2,6 @@
 TensorFlow, which is an extra (`tensorflow`) that only the built-in trainers and the demo need; a
 command whose optional part is missing says, in one line, how to install it (issue 25 item 1)."""
 
-import os
 import pathlib
 import subprocess
 import sys

@@ -254,7 +254,7 @@ def check_line(run: Runner, line: Line, words: list[str], tmp_path: pathlib.Path
     if promised:
         assert re.search(promised, said), f"`{line.text}`: the guide promises {line.comment!r}; it said:\n{said}"
     if command == "preflight":
-        assert out.splitlines() and all(l.startswith("ok: ") for l in out.splitlines()), out
+        assert out.splitlines() and all(row.startswith("ok: ") for row in out.splitlines()), out
         assert "ok: bucket my-project-cifar-10-checkpoints exists" in out
         assert "ok: bucket my-project-cifar-10-data exists" in out
     elif command == "data":
@@ -279,7 +279,7 @@ def check_line(run: Runner, line: Line, words: list[str], tmp_path: pathlib.Path
         assert code == 1
         example = guide_example("or the group reports why it cannot create it")
         said = err.replace("us-west1-a", "us-west1-b").replace("stocked", "cifar10")
-        pattern = r"\s*".join(".*?".join(re.escape(p) for p in l.split("...")) for l in example)
+        pattern = r"\s*".join(".*?".join(re.escape(p) for p in row.split("...")) for row in example)
         assert re.search(pattern, said, re.S), f"the guide's stockout example:\n{example}\nmake-group said:\n{said}"
         assert run(["delete", "stocked", "--zone", "us-west1-a", "--template", "keep-it"])[0] == 0
     elif command == "make-group":  # the guide's alternative: a regional group instead

@@ -118,7 +118,7 @@ def floor_python() -> str:
 
 def test_every_module_compiles_under_the_floor(floor_python, tmp_path):
     code = ("import compileall, sys; "
-            f"sys.exit(0 if compileall.compile_dir('survivor', quiet=1, force=True, legacy=True, ddir='x') else 1)")
+            "sys.exit(0 if compileall.compile_dir('survivor', quiet=1, force=True, legacy=True, ddir='x') else 1)")
     # compile into a copy, so the floor's .pyc files do not land in the work tree
     subprocess.run(["cp", "-r", str(ROOT / "survivor"), str(tmp_path / "survivor")], check=True)
     result = subprocess.run([floor_python, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)

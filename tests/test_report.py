@@ -12,7 +12,7 @@ import pytest
 
 from survivor.cloud import catalog
 from survivor.commands.main import main
-from survivor.jobdir.journal import Journal, _dump
+from survivor.jobdir.journal import _dump
 from survivor.jobdir.storage import open_storage
 from survivor.local.catalog_server import CatalogServer
 from tests.test_ledger import T0, simulated_job

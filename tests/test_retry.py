@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-import tenacity
 
 from survivor.agent.budget import NoticeBudget, final_commit_worst_case, final_commit_writes_worst_case
 from survivor import retry

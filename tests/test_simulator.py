@@ -28,7 +28,7 @@ def sim_spec(job_dir, tmp_path, train_steps, checkpoint_bytes=3_000_000, step_se
 
 
 def _times(lines, message):
-    return [dt.datetime.fromisoformat(l["time"]) for l in lines if l["message"] == message]
+    return [dt.datetime.fromisoformat(line["time"]) for line in lines if line["message"] == message]
 
 
 def test_preempted_many_times_at_random_moments_including_upload_and_restore(bucket, tmp_path):
@@ -59,8 +59,8 @@ def test_preempted_many_times_at_random_moments_including_upload_and_restore(buc
     for boot in range(1, vm.boots + 1):
         lines = vm.log_lines(boot)
         notices = _times(lines, "notice: the VM is going away")
-        commits = [(dt.datetime.fromisoformat(l["time"]), l["upload_seconds"] + l["manifest_seconds"])
-                   for l in lines if l["message"] == "committed"]
+        commits = [(dt.datetime.fromisoformat(line["time"]), line["upload_seconds"] + line["manifest_seconds"])
+                   for line in lines if line["message"] == "committed"]
         for n in notices:
             during_upload += any(end - dt.timedelta(seconds=took) <= n <= end for end, took in commits)
     restore_preemptions = [e for e in result.events if e.kind == "notice"]

@@ -412,7 +412,7 @@ def test_a_damaged_shared_chunk_is_stored_again_by_the_next_commit(job_dir, tmp_
         store = CheckpointStore(storage, chunk_size=SMALL)  # a later boot's agent
     body = shared + os.urandom(SMALL)
     write(local, "model.data", body)
-    for attempt in range(3):  # a commit that finds the damage beside its upload is tried again
+    for _ in range(3):  # a commit that finds the damage beside its upload is tried again
         try:
             stats = commit(store, local, 30)
             break

@@ -139,7 +139,7 @@ def test_a_hand_chosen_executor_image_must_carry_a_python_the_package_installs_o
         with pytest.raises(SpecError, match=why):
             custom_job_body(spec, pools, package_uri=SDIST, executor_images=[image], today=TODAY)
     # images newer than survivor's table (hypothetical names): the -gpu. one serves GPU pools, the -cpu. one the rest
-    newer = [f"{training}/tf-gpu.2-99.py311:latest", f"europe-docker.pkg.dev/vertex-ai/training/tf-cpu.2-99.py311:latest"]
+    newer = [f"{training}/tf-gpu.2-99.py311:latest", "europe-docker.pkg.dev/vertex-ai/training/tf-cpu.2-99.py311:latest"]
     chief, server = custom_job_body(spec, pools, package_uri=SDIST, executor_images=newer,
                                     today=TODAY)["jobSpec"]["workerPoolSpecs"]
     assert chief["pythonPackageSpec"]["executorImageUri"] == newer[0]

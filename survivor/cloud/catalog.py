@@ -284,7 +284,7 @@ def catalog_hourly(skus: list[Sku], region: str, machine: Machine) -> tuple[floa
         total = core.usd * size[0] + ram.usd * size[1]
         if gpu_count:  # built in (a2, g2) or attached, GPUs are SKUs of their own
             name = GPU_NAMES.get(gpu_type or "")
-            gpu = _one(here, lambda s: s.resource_group == "GPU" and name is not None
+            gpu = _one(here, lambda s, name=name: s.resource_group == "GPU" and name is not None
                        and s.description.startswith(name + " GPU"))
             if gpu is None:
                 return None

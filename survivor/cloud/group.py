@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator

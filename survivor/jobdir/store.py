@@ -564,7 +564,7 @@ class CheckpointStore:
         if snapshot.step is None:
             raise ValueError("a snapshot without a step cannot be committed")
         entries = tuple(self._entry(local_root, f) for f in snapshot.files)
-        known = self._listed()
+        self._listed()  # one listing of the stored chunks, before the first `_reusable`
         todo: dict[str, Part] = {}  # one upload per chunk, even one that a commit holds twice
         reused: list[Part] = []
         chosen: set[str] = set()

@@ -629,7 +629,7 @@ class ComputeServer(LocalService):
         wanted = [(_tail(a.get("acceleratorType", "")), int(a.get("acceleratorCount") or 0)) for a in accelerators]
         if machines.built_in_gpus(machine):
             wanted.append(machines.built_in_gpus(machine))
-        for kind, count in wanted:
+        for kind, _count in wanted:
             if kind not in self.accelerators.get(zone, {}):
                 # fastai/course-v3#430 (the code is not shown there)
                 return {"code": "RESOURCE_NOT_FOUND",

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from survivor.local.http import LocalService, QuietHandler, read_json, read_message, send_google_error, send_json
+from survivor.local.http import LocalService, QuietHandler, read_message, send_google_error, send_json
 
 _JOBS = re.compile(r"^/v1/(projects/[^/]+/locations/[^/]+)/jobs$")
 _JOB = re.compile(r"^/v1/(projects/[^/]+/locations/[^/]+/jobs/[^/:]+)$")

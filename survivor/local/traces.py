@@ -156,7 +156,9 @@ def uniform_progress() -> Policy:
         job, t, m = view.job, view.t, view.measured
         done = m.steps_done / max(m.train_steps, 1) * job.hours
         remaining, left, d = job.hours - done, job.deadline_hours - t, job.overhead_hours
-        expected = lambda at: job.hours * at / job.deadline_hours
+        def expected(at: float) -> float:
+            return job.hours * at / job.deadline_hours
+
         idle = not view.situation.running
         if state["net"] or (idle and left < remaining + 2 * d):
             state["net"] = True

@@ -127,5 +127,5 @@ def eval_dataset(data_dir: str, split: str = "eval", *, batch_size: int):
 
     images, labels = load_split(data_dir, split)
     ds = tf.data.Dataset.from_tensor_slices((images, labels))
-    ds = ds.map(lambda i, l: (tf.image.per_image_standardization(tf.cast(i, tf.float32)), l))
+    ds = ds.map(lambda image, label: (tf.image.per_image_standardization(tf.cast(image, tf.float32)), label))
     return ds.batch(batch_size)
