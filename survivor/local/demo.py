@@ -64,8 +64,8 @@ def write_demo_data(data_dir: str, log_path: str, *, verbose: bool = False,
     returns its exit code. Its output goes whole to `log_path`, and to `show` as `shown_lines` has it
     (all of it when the child fails), less its summary line, which the demo says in its own words.
 
-    The writing imports TensorFlow: in a child, its start-up lines reach the terminal through this
-    filter only.
+    The writing needs no TensorFlow (survivor/trainers/tfrecord.py); the filter stays for a child
+    that prints anything else.
     """
     data_dir = os.path.abspath(data_dir)
     done = subprocess.run([sys.executable, "-m", "survivor", "data", "cifar10", "--synthetic", str(DEMO_IMAGES),
