@@ -261,6 +261,14 @@ def test_preflight_reads_the_project_policy_and_names_each_permission_the_vm_lac
     [line] = [line for line in out.splitlines() if line.startswith(f"warning: project {PROJECT}")]
     assert "lacks compute.instanceGroupManagers.update (grant roles/compute.instanceAdmin.v1" in line
 
+    # the operator guide's custom role, read through IAM's roles.get, grants what it lists
+    custom = f"projects/{PROJECT}/roles/survivorFinish"
+    compute_server.custom_roles[custom] = ["compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update"]
+    compute_server.set_project_policy(PROJECT, [{"role": custom, "members": [member]}])
+    code, out, _ = run_cli(capsys, "preflight", "job", "--config", _job(tmp_path, f"gs://{bucket}/run"),
+                           "--project", PROJECT, "--zone", "us-west1-b")
+    assert f"ok: project {PROJECT}: {VM_ACCOUNT} has compute.instanceGroupManagers.update" in out.splitlines()
+
 
 def test_the_compute_fake_refuses_the_vms_calls_its_project_roles_do_not_grant(compute_server):
     from survivor.cloud.compute import Compute, ComputeError, GroupRef

@@ -22,9 +22,9 @@ template's REST body:
   with a `deadline:`, `permissions.DEADLINE_SWITCH`), read from the project's IAM policy (Resource
   Manager `projects.getIamPolicy`, the `operator` extra's google-cloud-resource-manager) through the
   same role table the Compute fake enforces. Without `compute.instanceGroupManagers.update` a finished
-  VM cannot leave its group and powers itself off instead (survivor/agent/finish.py). A role granted
-  on a folder, the organisation or the service account itself, or a custom role, is not read here,
-  so a missing permission is a warning, not a stop.
+  VM cannot leave its group and powers itself off instead (survivor/agent/finish.py). Custom roles
+  are read with IAM's `roles.get`; a role granted on a folder, the organisation or the service
+  account itself is not in the project's policy, so a missing permission is a warning, not a stop.
 
 The decisions are the pure `*_findings` functions; `check` does the calls.
 """
@@ -149,23 +149,26 @@ def iam_findings(bucket: str, member: str, bindings: list[dict] | None, error: s
 
 
 def compute_iam_findings(project: str, member: str, bindings: list[dict] | None, error: str | None = None, *,
-                         needed: tuple[str, ...] = permissions.LEAVE_GROUP) -> list[Finding]:
+                         needed: tuple[str, ...] = permissions.LEAVE_GROUP,
+                         custom_roles: dict[str, frozenset[str]] | None = None) -> list[Finding]:
     """Pure: whether the project's IAM policy grants `member` the Compute Engine and IAM permissions
     `needed` (the VM's own calls: leaving its group, the deadline switch); one line per missing
-    permission naming a role that grants it. `bindings` None: the policy could not be read (`error`)."""
+    permission naming a role that grants it. `bindings` None: the policy could not be read (`error`).
+    `custom_roles`: the permissions of the custom roles the policy binds (`projects/P/roles/R`, as the
+    operator guide's `survivorFinish`), as IAM's `roles.get` lists them."""
     account = member.split(":", 1)[-1]
     if bindings is None:
         return [Finding("compute-iam", f"project {project}: could not read its IAM policy ({error}); make sure {account} "
                                        f"has {', '.join(needed)}", "warning")]
     roles = [b.get("role", "") for b in bindings if member in (b.get("members") or [])]
-    granted = permissions.granted_by(roles, permissions.PROJECT_ROLE_PERMISSIONS)
+    granted = permissions.granted_by(roles, {**permissions.PROJECT_ROLE_PERMISSIONS, **(custom_roles or {})})
     missing = [p for p in needed if p not in granted]
     if not missing:
         return [Finding("compute-iam", f"project {project}: {account} has {', '.join(needed)}", "ok")]
     return [Finding("compute-iam", f"project {project}: {account} lacks {p} (grant {permissions.ROLE_FOR[p]}: gcloud "
                                    f"projects add-iam-policy-binding {project} --member={member} "
-                                   f"--role={permissions.ROLE_FOR[p]}; a role on a folder, the organisation or the "
-                                   "account itself, or a custom one, is not read here)" + _WHY.get(p, ""), "warning")
+                                   f"--role={permissions.ROLE_FOR[p]}; a role granted on a folder, the organisation "
+                                   "or the account itself is not read here)" + _WHY.get(p, ""), "warning")
             for p in missing]
 
 
@@ -302,6 +305,34 @@ def _project_bindings(compute) -> list[dict]:
     return [{"role": b.role, "members": sorted(b.members)} for b in policy.bindings]
 
 
+def _custom_role_permissions(compute, roles: list[str]) -> dict[str, frozenset[str]]:
+    """The permissions of each custom role (`projects/...` or `organizations/.../roles/R`): IAM v1
+    `roles.get`'s `includedPermissions`, through google-api-python-client's bundled discovery
+    document (the IAM admin client library has no REST transport), at the Compute fake's endpoint
+    when there is one. A role that cannot be read grants nothing here."""
+    roles = [r for r in roles if r.split("/", 1)[0] in ("projects", "organizations") and "/roles/" in r]
+    if not roles:
+        return {}
+    from googleapiclient import discovery, errors
+
+    kwargs: dict[str, Any] = {"static_discovery": True, "cache_discovery": False}
+    if compute.endpoint:
+        from google.auth.credentials import AnonymousCredentials
+
+        kwargs.update(credentials=AnonymousCredentials(), client_options={"api_endpoint": compute.endpoint})
+    service = discovery.build("iam", "v1", **kwargs)
+    out: dict[str, frozenset[str]] = {}
+    for role in roles:
+        kind = role.split("/", 1)[0]
+        try:
+            found = (service.projects() if kind == "projects" else service.organizations()).roles().get(
+                name=role).execute()
+            out[role] = frozenset(found.get("includedPermissions") or [])
+        except (errors.HttpError, OSError):
+            continue
+    return out
+
+
 def _project_state(compute, member: str, needed: tuple[str, ...]) -> list[Finding]:
     from google.api_core import exceptions as gexc
     from google.auth import exceptions as auth_errors
@@ -314,7 +345,11 @@ def _project_state(compute, member: str, needed: tuple[str, ...]) -> list[Findin
     except (gexc.GoogleAPICallError, auth_errors.GoogleAuthError, OSError) as exc:
         return compute_iam_findings(compute.project, member, None,
                                     getattr(exc, "message", None) or str(exc).splitlines()[0], needed=needed)
-    return compute_iam_findings(compute.project, member, bindings, needed=needed)
+    try:
+        custom = _custom_role_permissions(compute, [b["role"] for b in bindings if member in b["members"]])
+    except ImportError:  # google-api-python-client: the operator extra
+        custom = {}
+    return compute_iam_findings(compute.project, member, bindings, needed=needed, custom_roles=custom)
 
 
 def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str | None = None,

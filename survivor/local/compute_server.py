@@ -32,7 +32,8 @@ discovery document, `ManagedInstance.currentAction`). `fail_instance_creation` i
 For preflight checks the fake serves `regions.get` (quotas), `acceleratorTypes.list/get`
 (`ACCELERATORS`, a small table of which zone offers which GPU), `images.getFromFamily` and
 `projects.get`; `set_quota`, `accelerators` and `add_image_family` seed them. It also serves Resource
-Manager's `POST /v3/projects/P:getIamPolicy` (the project's IAM policy, `set_project_policy`; by default
+Manager's `POST /v3/projects/P:getIamPolicy` and IAM's `GET /v1/projects/P/roles/R` (custom roles,
+`custom_roles`) (the project's IAM policy, `set_project_policy`; by default
 the Compute Engine default service account has Editor, as older projects grant it), and enforces that
 policy on `caller` (None: every call is allowed): the group and template calls a VM makes need the
 permission of `METHOD_PERMISSIONS`, granted by a role of survivor/cloud/permissions.py's
@@ -232,6 +233,8 @@ class ComputeServer(LocalService):
         #: whose calls are checked against it (None: anyone may do anything, as before)
         self.project_policies: dict[str, list[dict]] = {}
         self.caller: str | None = None
+        #: custom roles (`projects/P/roles/R`) -> their includedPermissions, served as IAM's roles.get
+        self.custom_roles: dict[str, list[str]] = {}
         #: a builder VM (survivor-mode=build) does on its own what startup.sh's build mode does: records
         #: "built" in its job dir and powers off; a test that plays the builder itself sets this False
         self.play_builders = True
@@ -278,7 +281,8 @@ class ComputeServer(LocalService):
             return
         project = path.split("/")[1]
         roles = [b["role"] for b in self.project_policy(project) if self.caller in b.get("members", [])]
-        if needed in permissions.granted_by(roles, permissions.PROJECT_ROLE_PERMISSIONS):
+        custom = {name: frozenset(granted) for name, granted in self.custom_roles.items()}
+        if needed in permissions.granted_by(roles, {**permissions.PROJECT_ROLE_PERMISSIONS, **custom}):
             return
         resource = re.match(r"projects/[^/]+/(?:(?:zones|regions)/[^/]+/|global/)?[A-Za-z]+/[^/]+", path)
         raise HttpError(403, f"Required '{needed}' permission for '{resource.group(0) if resource else path}'",
@@ -1047,6 +1051,12 @@ class ComputeServer(LocalService):
                     if policy and verb == "POST":  # Resource Manager v3, as the real client's REST transport asks
                         return self._send(200, {"version": 3, "etag": "BwYAAAAAAAA=",
                                                 "bindings": server.project_policy(policy.group(1))})
+                    role = re.fullmatch(r"/v1/((?:projects|organizations)/[^/]+/roles/[^/]+)", url.path)
+                    if role and verb == "GET":  # IAM v1 roles.get, for custom roles
+                        if role.group(1) not in server.custom_roles:
+                            raise HttpError(404, f"The role named {role.group(1)} was not found.", "notFound")
+                        return self._send(200, {"name": role.group(1), "stage": "GA", "etag": "BwYAAAAAAAA=",
+                                                "includedPermissions": server.custom_roles[role.group(1)]})
                     if not url.path.startswith(BASE):
                         raise HttpError(404, f"not found: {url.path}", "notFound")
                     try:
