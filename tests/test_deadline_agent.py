@@ -54,3 +54,39 @@ def test_a_boot_past_its_deadline_switches_its_group_to_on_demand_and_stops(comp
     [attempt] = Journal(storage).attempts()
     assert attempt.outcome == "stopped" and "switches to on-demand" in attempt.reason
     assert not (tmp_path / "steps.log").exists()  # nothing trained on the VM being replaced
+
+
+def test_a_vm_whose_account_may_not_switch_its_group_records_why_and_trains_on(compute_server, tmp_path, capsys):
+    # issue 26 item 5: the VM's roles lack the switch's permissions (a new organisation's default account):
+    # the switch fails with the API's 403, is recorded with its reason for status and report, training goes on
+    from survivor.commands.main import main
+    from survivor.jobdir.switches import switch_failures
+    from survivor.local.compute_server import DEFAULT_ACCOUNT
+
+    spec_yaml = dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=20) + "deadline: '2020-01-01T00:00:00Z'\n"
+    spec = JobSpec.from_yaml(spec_yaml)
+    compute = Compute(PROJECT, endpoint=compute_server.endpoint)
+    compute.insert_template(template_body("dl", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
+    compute.create_group("dl", "dl", zone=ZONE, size=1)
+    member = compute_server.groups[(PROJECT, f"zones/{ZONE}", "dl")]["_members"][0]
+    attributes = {i["key"]: i["value"] for i in compute_server.instances[member]["metadata"]["items"]}
+    account = f"serviceAccount:{DEFAULT_ACCOUNT}"
+    compute_server.set_project_policy(PROJECT, [{"role": "roles/storage.objectUser", "members": [account]}])
+    compute_server.caller = account
+    vm = LocalInstance(attributes, str(tmp_path / "vm"), name=member[2], zone=ZONE, project=PROJECT,
+                       python=sys.executable, env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint})
+    try:
+        vm.boot()
+        vm.wait(120)
+    finally:
+        vm.close()
+    storage = open_storage(spec.job_dir)
+    assert switches(storage) == []
+    [failed] = switch_failures(storage)
+    assert (failed.to_mode, failed.by) == ("on-demand", "agent") and "deadline passed" in failed.reason
+    assert "Required 'compute.instanceGroupManagers.get' permission" in failed.error
+    assert (tmp_path / "steps.log").exists()  # the VM trained on meanwhile
+    capsys.readouterr()
+    assert main(["status", "--job-dir", spec.job_dir]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(agent) failed: " in out and "compute.instanceGroupManagers.get" in out

@@ -6,7 +6,7 @@ import pytest
 
 from survivor.commands import main as cli
 
-from survivor.cloud import preflight
+from survivor.cloud import permissions, preflight
 from survivor.local.bucket_iam import BucketIam
 from survivor.local.compute_server import PROJECT_NUMBER
 from survivor.cloud.preflight import Finding
@@ -120,6 +120,7 @@ def test_preflight_passes_a_job_that_can_run(compute_server, bucket, bucket_iam,
         "ok: nvidia-tesla-t4 x 1 is offered in us-west1-b",
         "ok: quota PREEMPTIBLE_NVIDIA_T4_GPUS in us-west1: 8 of 8 free, the VM needs 1",
         "ok: quota GPUS_ALL_REGIONS: 8 of 8 free, the VM needs 1",
+        f"ok: project {PROJECT}: {VM_ACCOUNT} has compute.instanceGroupManagers.update",
     ]
 
 
@@ -221,3 +222,69 @@ def test_findings_print_as_one_line_each():
     lines = []
     assert not preflight.report([Finding("gpu", "a"), Finding("iam", "b", "warning")], lines.append)
     assert lines == ["error: a", "warning: b"]
+
+
+# -- the VM's own Compute permissions (issue 26 item 3) ------------------------------------------
+
+
+def test_the_project_policy_must_grant_the_vm_what_leaving_and_switching_its_group_need():
+    member = f"serviceAccount:{VM_ACCOUNT}"
+    [ok] = preflight.compute_iam_findings("p", member, [{"role": "roles/editor", "members": [member]}])
+    assert ok.level == "ok"
+    [line] = preflight.compute_iam_findings("p", member, [{"role": "roles/compute.viewer", "members": [member]}])
+    assert line.level == "warning" and line.message.startswith(
+        f"project p: {VM_ACCOUNT} lacks compute.instanceGroupManagers.update (grant roles/compute.instanceAdmin.v1: "
+        f"gcloud projects add-iam-policy-binding p --member={member} --role=roles/compute.instanceAdmin.v1")
+    assert "powers itself off" in line.message
+    admin = [{"role": "roles/compute.instanceAdmin.v1", "members": [member]}]
+    [act_as] = preflight.compute_iam_findings("p", member, admin, needed=permissions.DEADLINE_SWITCH)
+    assert "lacks iam.serviceAccounts.actAs (grant roles/iam.serviceAccountUser" in act_as.message
+    both = admin + [{"role": "roles/iam.serviceAccountUser", "members": [member]}]
+    assert [f.level for f in preflight.compute_iam_findings("p", member, both, needed=permissions.DEADLINE_SWITCH)] == ["ok"]
+
+
+def test_preflight_reads_the_project_policy_and_names_each_permission_the_vm_lacks(compute_server, bucket, bucket_iam,
+                                                                                   capsys, tmp_path):
+    member = f"serviceAccount:{VM_ACCOUNT}"
+    bucket_iam.set_bindings(bucket, [{"role": "roles/storage.objectUser", "members": [member]}])
+    compute_server.set_project_policy(PROJECT, [{"role": "roles/compute.instanceAdmin.v1", "members": [member]}])
+    deadline = "deadline: 36h\ncompute: {machine_type: n1-standard-8, gpu: 'nvidia-tesla-t4:1'}\n"
+    code, out, _ = run_cli(capsys, "preflight", "job", "--config", _job(tmp_path, f"gs://{bucket}/run", deadline),
+                           "--project", PROJECT, "--zone", "us-west1-b")
+    assert code == 0, out  # a warning: a grant on the account itself is not in the project's policy
+    [line] = [line for line in out.splitlines() if line.startswith(f"warning: project {PROJECT}")]
+    assert f"{VM_ACCOUNT} lacks iam.serviceAccounts.actAs (grant roles/iam.serviceAccountUser" in line
+
+    compute_server.set_project_policy(PROJECT, [{"role": "roles/compute.viewer", "members": [member]}])
+    code, out, _ = run_cli(capsys, "preflight", "job", "--config", _job(tmp_path, f"gs://{bucket}/run"),
+                           "--project", PROJECT, "--zone", "us-west1-b")
+    [line] = [line for line in out.splitlines() if line.startswith(f"warning: project {PROJECT}")]
+    assert "lacks compute.instanceGroupManagers.update (grant roles/compute.instanceAdmin.v1" in line
+
+    # the operator guide's custom role, read through IAM's roles.get, grants what it lists
+    custom = f"projects/{PROJECT}/roles/survivorFinish"
+    compute_server.custom_roles[custom] = ["compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update"]
+    compute_server.set_project_policy(PROJECT, [{"role": custom, "members": [member]}])
+    code, out, _ = run_cli(capsys, "preflight", "job", "--config", _job(tmp_path, f"gs://{bucket}/run"),
+                           "--project", PROJECT, "--zone", "us-west1-b")
+    assert f"ok: project {PROJECT}: {VM_ACCOUNT} has compute.instanceGroupManagers.update" in out.splitlines()
+
+
+def test_the_compute_fake_refuses_the_vms_calls_its_project_roles_do_not_grant(compute_server):
+    from survivor.cloud.compute import Compute, ComputeError, GroupRef
+
+    compute = Compute(PROJECT)
+    spec = JobSpec.from_yaml("job_dir: /tmp/x\ntrain_steps: 1\ntrainer: {builtin: dummy}\n")
+    compute.insert_template(template_body("r", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
+    compute.create_group("r", "r", zone="us-west1-b")
+    group = GroupRef(PROJECT, "r", zone="us-west1-b")
+    name = compute.managed_instances(group)[0]["name"]
+    member = f"serviceAccount:{VM_ACCOUNT}"
+    compute_server.set_project_policy(PROJECT, [{"role": "roles/compute.viewer", "members": [member]}])
+    compute_server.caller = member
+    with pytest.raises(ComputeError, match="Required 'compute.instanceGroupManagers.update' permission for "
+                                               f"'projects/{PROJECT}/zones/us-west1-b/instanceGroupManagers/r'"):
+        compute.leave_group(group, "us-west1-b", name)
+    compute_server.set_project_policy(PROJECT, [{"role": "roles/compute.instanceAdmin.v1", "members": [member]}])
+    compute.leave_group(group, "us-west1-b", name)
+    assert compute_server.groups[(PROJECT, "zones/us-west1-b", "r")]["targetSize"] == 0

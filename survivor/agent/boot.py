@@ -615,7 +615,7 @@ class Boot:
                 line = CANNOT_LEAVE.format(why=str(exc)[:300])
                 log.error(line, action=finisher.name)
                 self._guest("finish", line[:1000], force=True)
-                log.warning(power_off(), why=why)
+                log.warning(power_off(self.options.workdir), why=why)
                 return EXIT_OK
             log.error("finish action failed; the VM is left as it is", action=finisher.name, error=str(exc))
             return on_error

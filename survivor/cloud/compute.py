@@ -227,6 +227,7 @@ class Compute:
         self.deadline = deadline
         self.progress = progress
         endpoint = endpoint or os.environ.get(ENDPOINT_ENV)
+        self.endpoint = endpoint  # None: Google's; preflight reads the project's IAM policy there too
         options = {"api_endpoint": endpoint} if endpoint else None
         if endpoint and credentials is None:
             from google.auth.credentials import AnonymousCredentials

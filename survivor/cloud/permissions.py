@@ -1,4 +1,7 @@
-"""Which Cloud Storage permissions each predefined role grants: one table for the product and the stand-ins.
+"""Which permissions each predefined role grants: one table for the product and the stand-ins.
+
+Cloud Storage's roles on a bucket (`ROLE_PERMISSIONS`), and the project roles that grant the Compute
+Engine and IAM permissions a job's VM uses (`PROJECT_ROLE_PERMISSIONS`, `LEAVE_GROUP`, `DEADLINE_SWITCH`).
 
     >>> "storage.objects.get" in ROLE_PERMISSIONS["roles/storage.objectUser"]
     True
@@ -58,9 +61,52 @@ ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
 }
 
 
-def granted_by(roles: Iterable[str]) -> frozenset[str]:
-    """Pure: every permission the `roles` grant together (a role not in the table grants none here)."""
+#: The Compute Engine and IAM permissions a job's VM uses on its project: leaving its MIG
+#: (`deleteInstances`) and the deadline switch (`get` the group and its templates, make the
+#: on-demand template, `setInstanceTemplate` and `recreateInstances` with a template that runs as
+#: the VM's own service account). `deleteInstances` and `setInstanceTemplate` "require the following
+#: IAM permission on the specified resource instanceGroupManager: compute.instanceGroupManagers.update"
+#: (https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/deleteInstances,
+#: .../setInstanceTemplate); pointing a group at a template uses it (`compute.instanceTemplates.useReadOnly`)
+#: and a template that runs as a service account needs `iam.serviceAccounts.actAs` on that account
+#: (https://cloud.google.com/iam/docs/service-account-permissions: "attaching a service account to a
+#: resource" needs actAs). These two are as issue 26 lists them from Google's Compute IAM reference;
+#: the search tool here did not return that page's text for them.
+LEAVE_GROUP = ("compute.instanceGroupManagers.update",)
+DEADLINE_SWITCH = ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update",
+                   "compute.instanceTemplates.get", "compute.instanceTemplates.useReadOnly",
+                   "compute.instanceTemplates.create", "iam.serviceAccounts.actAs")
+
+_VM_COMPUTE = frozenset(p for p in DEADLINE_SWITCH if p.startswith("compute."))
+
+#: The VM's project permissions (above) each predefined role grants on a project, from Google's role
+#: reference (https://cloud.google.com/iam/docs/roles-permissions/compute: Compute Instance Admin (v1)
+#: and Compute Admin hold `compute.instanceGroupManagers.*` and `compute.instanceTemplates.*` but not
+#: `iam.serviceAccounts.actAs`: "If the user will be managing virtual machine instances that are
+#: configured to run as a service account, you must also grant the roles/iam.serviceAccountUser
+#: role"; https://cloud.google.com/iam/docs/roles-permissions/iam: Service Account User holds
+#: `iam.serviceAccounts.actAs`; the basic Editor and Owner roles hold all of them,
+#: https://cloud.google.com/iam/docs/roles-overview#basic). Only these permissions are listed.
+PROJECT_ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
+    "roles/owner": frozenset(DEADLINE_SWITCH),
+    "roles/editor": frozenset(DEADLINE_SWITCH),
+    "roles/compute.admin": _VM_COMPUTE,
+    "roles/compute.instanceAdmin.v1": _VM_COMPUTE,
+    "roles/compute.instanceAdmin": _VM_COMPUTE,
+    "roles/iam.serviceAccountUser": frozenset({"iam.serviceAccounts.actAs"}),
+}
+
+#: The smallest predefined role that grants each of the VM's project permissions (for the fix line).
+ROLE_FOR = {**{p: "roles/compute.instanceAdmin.v1" for p in _VM_COMPUTE},
+            "iam.serviceAccounts.actAs": "roles/iam.serviceAccountUser"}
+
+
+def granted_by(roles: Iterable[str], table: dict[str, frozenset[str]] | None = None) -> frozenset[str]:
+    """Pure: every permission the `roles` grant together (a role not in the table grants none here);
+    `table` defaults to the Cloud Storage roles of a bucket's policy (`PROJECT_ROLE_PERMISSIONS` for a
+    project's)."""
+    table = ROLE_PERMISSIONS if table is None else table
     granted: set[str] = set()
     for role in roles:
-        granted |= ROLE_PERMISSIONS.get(role, frozenset())
+        granted |= table.get(role, frozenset())
     return frozenset(granted)

@@ -18,6 +18,13 @@ template's REST body:
   preemptible quota", https://cloud.google.com/compute/docs/instances/create-use-spot).
 - the GPU in the zone, or in some zone of the region (`acceleratorTypes.list`).
 - the boot image family (`images.getFromFamily`).
+- the Compute Engine and IAM permissions the VM itself uses on the project (`permissions.LEAVE_GROUP`;
+  with a `deadline:`, `permissions.DEADLINE_SWITCH`), read from the project's IAM policy (Resource
+  Manager `projects.getIamPolicy`, the `operator` extra's google-cloud-resource-manager) through the
+  same role table the Compute fake enforces. Without `compute.instanceGroupManagers.update` a finished
+  VM cannot leave its group and powers itself off instead (survivor/agent/finish.py). Custom roles
+  are read with IAM's `roles.get`; a role granted on a folder, the organisation or the service
+  account itself is not in the project's policy, so a missing permission is a warning, not a stop.
 
 The decisions are the pure `*_findings` functions; `check` does the calls.
 """
@@ -69,6 +76,7 @@ class Target:
     data_dir: str | None = None
     network: str | None = None
     external_ip: bool = True
+    deadline: bool = False  # the VM switches its group (the deadline policy) as well as leaving it
 
 
 def target_from_body(body: dict[str, Any]) -> Target:
@@ -93,7 +101,8 @@ def target_from_body(body: dict[str, Any]) -> Target:
                   data_dir=spec.data_dir if spec else None,
                   disk_gb=int(initialize["diskSizeGb"]) if initialize.get("diskSizeGb") else None,
                   network=((props.get("networkInterfaces") or [{}])[0].get("network") or None),
-                  external_ip=any(n.get("accessConfigs") for n in props.get("networkInterfaces") or []))
+                  external_ip=any(n.get("accessConfigs") for n in props.get("networkInterfaces") or []),
+                  deadline=bool(spec and spec.deadline is not None))
 
 
 def bucket_of(job_dir: str | None) -> str | None:
@@ -137,6 +146,35 @@ def iam_findings(bucket: str, member: str, bindings: list[dict] | None, error: s
         return [Finding("iam", f"bucket {bucket}: {account} has {', '.join(roles)}", "ok")]
     return [Finding("iam", f"bucket {bucket}: its IAM policy does not grant {account} {', '.join(missing)} (a role on "
                            f"the project may; preflight reads the bucket's policy only); grant it: {fix}", "warning")]
+
+
+def compute_iam_findings(project: str, member: str, bindings: list[dict] | None, error: str | None = None, *,
+                         needed: tuple[str, ...] = permissions.LEAVE_GROUP,
+                         custom_roles: dict[str, frozenset[str]] | None = None) -> list[Finding]:
+    """Pure: whether the project's IAM policy grants `member` the Compute Engine and IAM permissions
+    `needed` (the VM's own calls: leaving its group, the deadline switch); one line per missing
+    permission naming a role that grants it. `bindings` None: the policy could not be read (`error`).
+    `custom_roles`: the permissions of the custom roles the policy binds (`projects/P/roles/R`, as the
+    operator guide's `survivorFinish`), as IAM's `roles.get` lists them."""
+    account = member.split(":", 1)[-1]
+    if bindings is None:
+        return [Finding("compute-iam", f"project {project}: could not read its IAM policy ({error}); make sure {account} "
+                                       f"has {', '.join(needed)}", "warning")]
+    roles = [b.get("role", "") for b in bindings if member in (b.get("members") or [])]
+    granted = permissions.granted_by(roles, {**permissions.PROJECT_ROLE_PERMISSIONS, **(custom_roles or {})})
+    missing = [p for p in needed if p not in granted]
+    if not missing:
+        return [Finding("compute-iam", f"project {project}: {account} has {', '.join(needed)}", "ok")]
+    return [Finding("compute-iam", f"project {project}: {account} lacks {p} (grant {permissions.ROLE_FOR[p]}: gcloud "
+                                   f"projects add-iam-policy-binding {project} --member={member} "
+                                   f"--role={permissions.ROLE_FOR[p]}; a role granted on a folder, the organisation "
+                                   "or the account itself is not read here)" + _WHY.get(p, ""), "warning")
+            for p in missing]
+
+
+#: What goes wrong on the VM without each permission (the preflight's one line says it).
+_WHY = {"compute.instanceGroupManagers.update": "; without it a finished VM cannot leave its group and powers "
+                                                "itself off, leaving the group for you to delete"}
 
 
 def quota_findings(region: str, gpu_type: str, count: int, spot: bool,
@@ -251,10 +289,74 @@ def _bucket_state(bucket: str, member: str, project: str, key: str = "job_dir") 
         return out + iam_findings(bucket, member, None, getattr(exc, "message", None) or str(exc), needed=needed, role=role)
 
 
+def _project_bindings(compute) -> list[dict]:
+    """The project's IAM policy bindings (Resource Manager v3 `projects.getIamPolicy`, REST), at the
+    Compute client's endpoint when it has one (survivor's Compute fake serves that path too)."""
+    from google.cloud import resourcemanager_v3
+
+    kwargs: dict[str, Any] = {"transport": "rest"}
+    if compute.endpoint:
+        from google.auth.credentials import AnonymousCredentials
+
+        kwargs.update(credentials=AnonymousCredentials(), client_options={"api_endpoint": compute.endpoint})
+    client = resourcemanager_v3.ProjectsClient(**kwargs)
+    policy = client.get_iam_policy(request={"resource": f"projects/{compute.project}",
+                                            "options": {"requested_policy_version": 3}})
+    return [{"role": b.role, "members": sorted(b.members)} for b in policy.bindings]
+
+
+def _custom_role_permissions(compute, roles: list[str]) -> dict[str, frozenset[str]]:
+    """The permissions of each custom role (`projects/...` or `organizations/.../roles/R`): IAM v1
+    `roles.get`'s `includedPermissions`, through google-api-python-client's bundled discovery
+    document (the IAM admin client library has no REST transport), at the Compute fake's endpoint
+    when there is one. A role that cannot be read grants nothing here."""
+    roles = [r for r in roles if r.split("/", 1)[0] in ("projects", "organizations") and "/roles/" in r]
+    if not roles:
+        return {}
+    from googleapiclient import discovery, errors
+
+    kwargs: dict[str, Any] = {"static_discovery": True, "cache_discovery": False}
+    if compute.endpoint:
+        from google.auth.credentials import AnonymousCredentials
+
+        kwargs.update(credentials=AnonymousCredentials(), client_options={"api_endpoint": compute.endpoint})
+    service = discovery.build("iam", "v1", **kwargs)
+    out: dict[str, frozenset[str]] = {}
+    for role in roles:
+        kind = role.split("/", 1)[0]
+        try:
+            found = (service.projects() if kind == "projects" else service.organizations()).roles().get(
+                name=role).execute()
+            out[role] = frozenset(found.get("includedPermissions") or [])
+        except (errors.HttpError, OSError):
+            continue
+    return out
+
+
+def _project_state(compute, member: str, needed: tuple[str, ...]) -> list[Finding]:
+    from google.api_core import exceptions as gexc
+    from google.auth import exceptions as auth_errors
+
+    try:
+        bindings = _project_bindings(compute)
+    except ImportError:
+        return compute_iam_findings(compute.project, member, None, "google-cloud-resource-manager is not installed: "
+                                    "pip install 'survivor-train[operator]'", needed=needed)
+    except (gexc.GoogleAPICallError, auth_errors.GoogleAuthError, OSError) as exc:
+        return compute_iam_findings(compute.project, member, None,
+                                    getattr(exc, "message", None) or str(exc).splitlines()[0], needed=needed)
+    try:
+        custom = _custom_role_permissions(compute, [b["role"] for b in bindings if member in b["members"]])
+    except ImportError:  # google-api-python-client: the operator extra
+        custom = {}
+    return compute_iam_findings(compute.project, member, bindings, needed=needed, custom_roles=custom)
+
+
 def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str | None = None,
           storage_check: Callable[..., list[Finding]] | None = None) -> list[Finding]:
     """Every finding for a template body, in the order bucket, IAM (job_dir, then data_dir), image,
-    GPU, quota. `compute` is a survivor.cloud.compute.Compute; Compute failures become findings, not exceptions."""
+    GPU, quota, the VM's Compute permissions. `compute` is a survivor.cloud.compute.Compute; Compute
+    failures become findings, not exceptions."""
     from survivor.cloud.compute import ComputeError
 
     target = target_from_body(body)
@@ -290,6 +392,9 @@ def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str
             out += all_regions_gpu_findings(target.gpu_count, compute.project_quotas())
     except ComputeError as exc:
         out.append(Finding("compute", str(exc)))
+    if bucket and account != "default":  # on Google Cloud (a gs:// job dir): the VM's own calls
+        needed = permissions.DEADLINE_SWITCH if target.deadline else permissions.LEAVE_GROUP
+        out += _project_state(compute, f"serviceAccount:{account}", needed)
     return out
 
 

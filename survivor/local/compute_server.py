@@ -31,7 +31,14 @@ discovery document, `ManagedInstance.currentAction`). `fail_instance_creation` i
 
 For preflight checks the fake serves `regions.get` (quotas), `acceleratorTypes.list/get`
 (`ACCELERATORS`, a small table of which zone offers which GPU), `images.getFromFamily` and
-`projects.get`; `set_quota`, `accelerators` and `add_image_family` seed them.
+`projects.get`; `set_quota`, `accelerators` and `add_image_family` seed them. It also serves Resource
+Manager's `POST /v3/projects/P:getIamPolicy` and IAM's `GET /v1/projects/P/roles/R` (custom roles,
+`custom_roles`) (the project's IAM policy, `set_project_policy`; by default
+the Compute Engine default service account has Editor, as older projects grant it), and enforces that
+policy on `caller` (None: every call is allowed): the group and template calls a VM makes need the
+permission of `METHOD_PERMISSIONS`, granted by a role of survivor/cloud/permissions.py's
+`PROJECT_ROLE_PERMISSIONS` (the table preflight reads), else a 403 in the API's words ("Required
+'compute.instanceGroupManagers.update' permission for 'projects/P/zones/Z/instanceGroupManagers/G'").
 
 `on_instance_created` / `on_instance_deleted` let the local simulator attach a running agent to each
 instance the MIG creates.
@@ -54,12 +61,27 @@ import time
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
-from survivor.cloud import machines
+from survivor.cloud import machines, permissions
 from survivor.extras import require
 from survivor.local.http import LocalService, QuietHandler, send_json
 
 BASE = "/compute/v1/"
 PROJECT_NUMBER = "123456789012"
+DEFAULT_ACCOUNT = f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
+
+#: The permission each call a VM makes needs on its resource (the REST reference's "Authorization
+#: requires the following IAM permission": deleteInstances and setInstanceTemplate ask for
+#: compute.instanceGroupManagers.update; survivor/cloud/permissions.py has the sources).
+METHOD_PERMISSIONS = {
+    **{f"compute.{kind}.{verb}": "compute.instanceGroupManagers.update"
+       for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
+       for verb in ("deleteInstances", "setInstanceTemplate", "recreateInstances", "resize")},
+    **{f"compute.{kind}.{verb}": "compute.instanceGroupManagers.get"
+       for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
+       for verb in ("get", "listManagedInstances", "listErrors")},
+    "compute.instanceTemplates.get": "compute.instanceTemplates.get",
+    "compute.instanceTemplates.insert": "compute.instanceTemplates.create",
+}
 
 # Which zone offers which GPU (type -> maximumCardsPerInstance): a small, realistic slice of
 # https://cloud.google.com/compute/docs/gpus/gpu-regions-zones (not every zone of a region offers
@@ -207,6 +229,12 @@ class ComputeServer(LocalService):
         self.networks: dict[str, set[str]] = {}
         #: project-wide quotas projects.get reports ({metric: (limit, usage)}), GPUS_ALL_REGIONS above all
         self.project_quotas: dict[str, dict[str, tuple[float, float]]] = {}
+        #: project -> its IAM policy's bindings (Resource Manager's getIamPolicy); `caller`: the member
+        #: whose calls are checked against it (None: anyone may do anything, as before)
+        self.project_policies: dict[str, list[dict]] = {}
+        self.caller: str | None = None
+        #: custom roles (`projects/P/roles/R`) -> their includedPermissions, served as IAM's roles.get
+        self.custom_roles: dict[str, list[str]] = {}
         #: a builder VM (survivor-mode=build) does on its own what startup.sh's build mode does: records
         #: "built" in its job dir and powers off; a test that plays the builder itself sets this False
         self.play_builders = True
@@ -233,6 +261,32 @@ class ComputeServer(LocalService):
                      "selfLink": f"{self.endpoint}{BASE}projects/{project}/global/images/{name}"}
             self.images[(project, family)] = image
             return image
+
+    def set_project_policy(self, project: str, bindings: list[dict]) -> None:
+        """Sets the project's IAM policy bindings ([{"role", "members"}]) that getIamPolicy returns
+        and `caller`'s calls are checked against."""
+        with self.lock:
+            self.project_policies[project] = json.loads(json.dumps(bindings))
+
+    def project_policy(self, project: str) -> list[dict]:
+        """The project's IAM policy bindings (by default: the default service account is Editor)."""
+        with self.lock:
+            return self.project_policies.get(project, [{"role": "roles/editor",
+                                                        "members": [f"serviceAccount:{DEFAULT_ACCOUNT}"]}])
+
+    def _check_permission(self, method_id: str, path: str) -> None:
+        """A 403 in the API's words when `caller` lacks the permission `method_id` needs."""
+        needed = METHOD_PERMISSIONS.get(method_id)
+        if self.caller is None or needed is None:
+            return
+        project = path.split("/")[1]
+        roles = [b["role"] for b in self.project_policy(project) if self.caller in b.get("members", [])]
+        custom = {name: frozenset(granted) for name, granted in self.custom_roles.items()}
+        if needed in permissions.granted_by(roles, {**permissions.PROJECT_ROLE_PERMISSIONS, **custom}):
+            return
+        resource = re.match(r"projects/[^/]+/(?:(?:zones|regions)/[^/]+/|global/)?[A-Za-z]+/[^/]+", path)
+        raise HttpError(403, f"Required '{needed}' permission for '{resource.group(0) if resource else path}'",
+                        "forbidden")
 
     def zones_of(self, region: str) -> list[str]:
         """The region's zones: those of the accelerator table, else REGION-a, -b, -c..."""
@@ -334,6 +388,7 @@ class ComputeServer(LocalService):
                                  f"compute.googleapis.com/overview?project={PROJECT_NUMBER} then retry. If you enabled "
                                  "this API recently, wait a few minutes for the action to propagate to our systems and "
                                  "retry.", "accessNotConfigured")
+        self._check_permission(method["id"], path)
         failure = self._take_failure(method["id"])
         if failure and failure[0] == "http":
             status, message = failure[1]
@@ -965,7 +1020,7 @@ class ComputeServer(LocalService):
         # are present", google.cloud.compute_v1.types.Project)
         quotas = {"GPUS_ALL_REGIONS": (DEFAULT_GPU_QUOTA, 0.0), **self.project_quotas.get(params["project"], {})}
         return {"kind": "compute#project", "name": params["project"], "id": PROJECT_NUMBER,
-                "defaultServiceAccount": f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com",
+                "defaultServiceAccount": DEFAULT_ACCOUNT,
                 "quotas": [{"metric": m, "limit": limit, "usage": usage} for m, (limit, usage) in sorted(quotas.items())],
                 "selfLink": f"{self.endpoint}{BASE}projects/{params['project']}"}
 
@@ -992,6 +1047,16 @@ class ComputeServer(LocalService):
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
                 try:
+                    policy = re.fullmatch(r"/v3/projects/([^/:]+):getIamPolicy", url.path)
+                    if policy and verb == "POST":  # Resource Manager v3, as the real client's REST transport asks
+                        return self._send(200, {"version": 3, "etag": "BwYAAAAAAAA=",
+                                                "bindings": server.project_policy(policy.group(1))})
+                    role = re.fullmatch(r"/v1/((?:projects|organizations)/[^/]+/roles/[^/]+)", url.path)
+                    if role and verb == "GET":  # IAM v1 roles.get, for custom roles
+                        if role.group(1) not in server.custom_roles:
+                            raise HttpError(404, f"The role named {role.group(1)} was not found.", "notFound")
+                        return self._send(200, {"name": role.group(1), "stage": "GA", "etag": "BwYAAAAAAAA=",
+                                                "includedPermissions": server.custom_roles[role.group(1)]})
                     if not url.path.startswith(BASE):
                         raise HttpError(404, f"not found: {url.path}", "notFound")
                     try:
