@@ -10,7 +10,7 @@
 Two ways, one startup script (survivor/startup/startup.sh):
 
 - **the wheel path**: `make-template` uploads survivor's wheel and the lock (survivor/startup/vm-lock.txt:
-  every dependency pinned with its sha256, for the VM's Python 3.10 on x86_64) to the job's bucket and
+  every dependency pinned with its sha256, for every Python from 3.10) to the job's bucket and
   names them, with their sha256, in metadata; each boot of a fresh disk pip installs exactly those.
 - **the image path**: `survivor make-image` boots a builder VM from the Deep Learning VM family with
   `survivor-mode=build`; the startup script installs the same wheel and lock (and the trainer's pinned
@@ -47,7 +47,7 @@ SOURCE_DATE_EPOCH = "315532800"
 STAGE = "survivor/install"
 #: Boot records the startup script writes (one per failed boot, and the builder's outcome)
 BOOTS = "survivor/boots/"
-BUILDER_IMAGE_FAMILY = "common-cu128-ubuntu-2204-nvidia-570"
+BUILDER_IMAGE_FAMILY = "common-cu128-ubuntu-2404-nvidia-570"  # the templates' default (cloud/template.py)
 
 
 class ImageError(Exception):

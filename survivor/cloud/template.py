@@ -82,7 +82,10 @@ class MachineOptions:
     spot: bool = True
     termination_action: str = "STOP"
     preemption_notice: int | None = None  # seconds of warning before the soft off (Spot only)
-    image_family: str = "common-cu128-ubuntu-2204-nvidia-570"
+    # the Deep Learning VM family on Ubuntu 24.04 (python3 3.12; survivor/cloud/runtimes.py has the
+    # sources): 22.04's Python 3.10 is past its end of life (2026-10) and google-api-core warns on
+    # every import there; 22.04 families stay admitted (compute.image_family) while Google boots them
+    image_family: str = "common-cu128-ubuntu-2404-nvidia-570"
     image_project: str = DLVM_PROJECT
     disk_gb: int = 200
     disk_type: str = "pd-balanced"

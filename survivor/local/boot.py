@@ -9,7 +9,7 @@ run as its User=, starts the agent.
 
 The script reaches the stand-ins the way google-auth and google-cloud-storage would
 (GCE_METADATA_HOST, STORAGE_EMULATOR_HOST) and finds its paths under SURVIVOR_ROOT; nothing else
-about it changes. The VM's lock (survivor/startup/vm-lock.txt) is for Python 3.10 with CUDA; the
+about it changes. The VM's lock (survivor/startup/vm-lock.txt) is universal from Python 3.10, with CUDA; the
 rehearsal installs the same way from a lock of this machine's own versions, with hashes of wheels
 kept in a local wheelhouse (pip is pointed at it with PIP_* variables, as pip honours them), so a
 run downloads nothing after the first.
