@@ -331,9 +331,12 @@ def test_an_organisation_policy_against_external_ips_names_the_flag_that_complie
     """Issue 26 item 9: constraints/compute.vmExternalIpAccess refuses the VM (412 conditionNotMet in
     the group's errors); make-group says how to comply, and a template made with --no-external-ip runs."""
     compute_server.external_ip_denied.add(PROJECT)
-    assert run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT)[0] == 0
+    code, out, err = run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT)
+    assert code == 1 and "denies every VM of survivor-local an external IP" in out + err  # preflight says it first
+    assert run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT,
+                   "--skip-preflight")[0] == 0
     code, _, err = run_cli(capsys, "make-group", "g", "--template", "t", "--zone", "us-west1-b", "--project", PROJECT,
-                           "--wait-seconds", "2", "--poll-seconds", "0.1")
+                           "--wait-seconds", "2", "--poll-seconds", "0.1", "--skip-preflight")
     assert code == 1, err
     [line] = [line for line in err.splitlines() if line.startswith("error:")]
     assert "an organisation policy (constraints/compute.vmExternalIpAccess) forbids the VM an external IP. Make the " \

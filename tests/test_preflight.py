@@ -116,6 +116,7 @@ def test_preflight_passes_a_job_that_can_run(compute_server, bucket, bucket_iam,
         f"ok: bucket {bucket} exists",
         f"ok: bucket {bucket}: {VM_ACCOUNT} has roles/storage.objectUser",
         "ok: network default exists",
+        f"ok: the organisation policy lets {PROJECT}'s VMs have an external IP",
         "ok: image family deeplearning-platform-release/common-cu128-ubuntu-2404-nvidia-570 resolves",
         "ok: nvidia-tesla-t4 x 1 is offered in us-west1-b",
         "ok: quota PREEMPTIBLE_NVIDIA_T4_GPUS in us-west1: 8 of 8 free, the VM needs 1",
@@ -135,9 +136,10 @@ def test_preflight_names_each_problem_with_its_fix(compute_server, gcs_server, b
     assert lines[0] == ("error: bucket no-such-bucket-x does not exist: create it (gcloud storage buckets create "
                         "gs://no-such-bucket-x --location REGION) or fix job_dir")
     assert lines[1] == "ok: network default exists"
-    assert lines[2].startswith("error: image family deeplearning-platform-release/no-such-family has no image")
-    assert lines[3] == "ok: nvidia-tesla-t4 x 4 is offered in us-west1-b"
-    assert lines[4].startswith("error: quota NVIDIA_T4_GPUS in us-west1: 2 of 2 free, the VM needs 4 (Spot VMs use "
+    assert lines[2] == f"ok: the organisation policy lets {PROJECT}'s VMs have an external IP"
+    assert lines[3].startswith("error: image family deeplearning-platform-release/no-such-family has no image")
+    assert lines[4] == "ok: nvidia-tesla-t4 x 4 is offered in us-west1-b"
+    assert lines[5].startswith("error: quota NVIDIA_T4_GPUS in us-west1: 2 of 2 free, the VM needs 4 (Spot VMs use "
                                "PREEMPTIBLE_NVIDIA_T4_GPUS when it is granted, NVIDIA_T4_GPUS otherwise)")
 
 
@@ -155,6 +157,31 @@ def test_a_project_without_a_default_network_or_all_regions_gpu_quota_is_named(c
     assert ("error: quota GPUS_ALL_REGIONS (every region together): 0 of 0 free, the VM needs 1; request more at "
             "https://console.cloud.google.com/iam-admin/quotas (metric GPUS_ALL_REGIONS, global)") in out.splitlines()
     assert "ok: quota PREEMPTIBLE_NVIDIA_T4_GPUS in us-west1: 8 of 8 free" in out  # the regional one had room
+
+
+def test_an_organisation_policy_against_external_ips_is_read_before_anything_is_made(compute_server, bucket,
+                                                                                    bucket_iam, capsys, tmp_path):
+    """Issue 26 item 9: Org Policy v2's getEffectivePolicy of compute.vmExternalIpAccess (the real
+    client, REST, at the fake); deny-all stops preflight with the flag that complies."""
+    compute_server.external_ip_denied.add(PROJECT)
+    code, out, _ = run_cli(capsys, "preflight", "job", "--config", _job(tmp_path, f"gs://{bucket}/run"),
+                           "--project", PROJECT, "--zone", "us-west1-b")
+    assert code == 1
+    assert (f"error: the organisation policy (compute.vmExternalIpAccess) denies every VM of {PROJECT} an external "
+            "IP: make the template with --no-external-ip (compute.external_ip: false)") in out.splitlines()
+    code, out, _ = run_cli(capsys, "preflight", "job", "--config", _job(tmp_path, f"gs://{bucket}/run"),
+                           "--project", PROJECT, "--zone", "us-west1-b", "--no-external-ip")
+    assert code == 0 and "organisation policy" not in out  # no IP asked: nothing to check
+
+
+def test_a_list_of_allowed_instances_never_names_a_groups_vms():
+    from survivor.cloud.preflight import external_ip_findings
+
+    [finding] = external_ip_findings("p", [{"allow_all": False, "deny_all": False,
+                                            "allowed_values": ["projects/p/zones/us-west1-b/instances/bastion"]}])
+    assert finding.level == "error" and "named VMs only" in finding.message
+    assert external_ip_findings("p", [])[0].level == "ok"  # no rule: the default allows
+    assert external_ip_findings("p", None, "403")[0].level == "warning"
 
 
 def test_a_project_that_has_not_enabled_compute_is_one_line_with_the_command(compute_server, bucket, bucket_iam,

@@ -244,6 +244,60 @@ def network_findings(project: str, network: str, exists: bool, external_ip: bool
     return out
 
 
+#: The list constraint an organisation sets to keep VMs off external IPs: its allowed values are
+#: instance paths (https://cloud.google.com/compute/docs/ip-addresses/reserve-static-external-ip-address
+#: "Restricting external IP addresses to specific VMs"; https://cloud.google.com/resource-manager/docs/
+#: organization-policy/org-policy-constraints, `compute.vmExternalIpAccess`).
+EXTERNAL_IP_CONSTRAINT = "compute.vmExternalIpAccess"
+
+
+def external_ip_findings(project: str, rules: list[dict] | None, error: str | None = None) -> list[Finding]:
+    """Pure: whether the project's effective organisation policy lets the VM have its external IP.
+    `rules`: the effective policy's rules ({"allow_all", "deny_all", "allowed_values"}); None when it
+    could not be read. A MIG names its VMs `NAME-xxxx` anew at each recreation, so a list of allowed
+    instances never names them: only allow_all (or no rule) lets them have an IP."""
+    fix = "make the template with --no-external-ip (compute.external_ip: false)"
+    if rules is None:
+        return [Finding("network", f"the organisation policy on external IPs ({EXTERNAL_IP_CONSTRAINT}) could not be "
+                                   f"read ({error}); if it denies them, the group's VM is refused: {fix}", "warning")]
+    if not rules or any(r.get("allow_all") for r in rules):
+        return [Finding("network", f"the organisation policy lets {project}'s VMs have an external IP", "ok")]
+    if any(r.get("deny_all") for r in rules):
+        return [Finding("network", f"the organisation policy ({EXTERNAL_IP_CONSTRAINT}) denies every VM of {project} "
+                                   f"an external IP: {fix}")]
+    return [Finding("network", f"the organisation policy ({EXTERNAL_IP_CONSTRAINT}) allows external IPs to named VMs "
+                               f"only, and a group's VMs get new names: {fix}")]
+
+
+def _external_ip_rules(compute) -> list[dict]:
+    """The effective policy's rules for `EXTERNAL_IP_CONSTRAINT` (Org Policy v2 `getEffectivePolicy`,
+    REST), at the Compute client's endpoint when it has one (survivor's Compute fake serves it)."""
+    from google.cloud import orgpolicy_v2
+
+    kwargs: dict[str, Any] = {"transport": "rest"}
+    if compute.endpoint:
+        from google.auth.credentials import AnonymousCredentials
+
+        kwargs.update(credentials=AnonymousCredentials(), client_options={"api_endpoint": compute.endpoint})
+    client = orgpolicy_v2.OrgPolicyClient(**kwargs)
+    policy = client.get_effective_policy(name=f"projects/{compute.project}/policies/{EXTERNAL_IP_CONSTRAINT}")
+    return [{"allow_all": r.allow_all, "deny_all": r.deny_all, "allowed_values": list(r.values.allowed_values)}
+            for r in policy.spec.rules]
+
+
+def _external_ip_state(compute) -> list[Finding]:
+    from google.api_core import exceptions as gexc
+    from google.auth import exceptions as auth_errors
+
+    try:
+        return external_ip_findings(compute.project, _external_ip_rules(compute))
+    except ImportError:
+        return external_ip_findings(compute.project, None, "google-cloud-org-policy is not installed: "
+                                    "pip install -e '.[operator]'")
+    except (gexc.GoogleAPICallError, auth_errors.GoogleAuthError, OSError) as exc:
+        return external_ip_findings(compute.project, None, getattr(exc, "message", None) or str(exc).splitlines()[0])
+
+
 def image_findings(project: str, family: str, found: bool, disk_gb: int | None = None,
                    image_gb: int | None = None) -> list[Finding]:
     """Pure: whether the boot image family resolves to an image, and the boot disk can hold it
@@ -378,6 +432,8 @@ def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str
         if target.network:
             out += network_findings(compute.project, target.network, compute.network_exists(target.network),
                                     target.external_ip)
+            if target.external_ip:
+                out += _external_ip_state(compute)
         if target.image_family:
             image = compute.image_from_family(target.image_project, target.image_family)
             out += image_findings(target.image_project, target.image_family, image is not None, target.disk_gb,

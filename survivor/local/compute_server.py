@@ -1048,6 +1048,12 @@ class ComputeServer(LocalService):
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
                 try:
+                    org = re.fullmatch(r"/v2/projects/([^/]+)/policies/compute\.vmExternalIpAccess:getEffectivePolicy",
+                                       url.path)
+                    if org and verb == "GET":  # Org Policy v2, as the real client's REST transport asks
+                        rule = {"denyAll": True} if org.group(1) in server.external_ip_denied else {"allowAll": True}
+                        return self._send(200, {"name": f"projects/{org.group(1)}/policies/compute.vmExternalIpAccess",
+                                                "spec": {"rules": [rule]}})
                     policy = re.fullmatch(r"/v3/projects/([^/:]+):getIamPolicy", url.path)
                     if policy and verb == "POST":  # Resource Manager v3, as the real client's REST transport asks
                         return self._send(200, {"version": 3, "etag": "BwYAAAAAAAA=",
