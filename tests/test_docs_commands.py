@@ -157,5 +157,9 @@ def test_readme_the_operator_guide_and_costs_after_readmes_operator_install(tmp_
     assert has_tensorflow.stdout.strip() == "False"  # the operator's install: TensorFlow is not needed there
     work = tmp_path / "work"
     work.mkdir()
-    ran = walk(installed(bin_dir), str(bin_dir / "python"), work, monkeypatch, then=run_after_the_guide)
+    runner = installed(bin_dir)
+    try:
+        ran = walk(runner, str(bin_dir / "python"), work, monkeypatch, then=run_after_the_guide)
+    finally:
+        runner.close()
     assert ran

@@ -166,13 +166,46 @@ def in_process(capsys) -> Runner:
     return lambda argv: run(capsys, argv)
 
 
+#: Runs command lines through the CLI of the interpreter it is started with, one JSON [argv,
+#: environment, cwd] a line in (each line as the shell would run it there), one JSON [code, stdout,
+#: stderr] a line out: a clean venv's install, imported once.
+_DRIVER = r"""
+import contextlib, io, json, os, sys
+from survivor.commands import main as cli
+for line in sys.stdin:
+    argv, env, cwd = json.loads(line)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    sys.__stdout__.write(json.dumps([code, out.getvalue(), err.getvalue()]) + "\n")
+    sys.__stdout__.flush()
+"""
+
+
 def installed(bin_dir: pathlib.Path) -> Runner:
-    """Runs a command line with the `survivor` console script of another install (a clean venv)."""
+    """Runs command lines through the CLI of another install (a clean venv): its `survivor` console
+    script starts (checked once), then one interpreter of that venv runs each line, as the in-process
+    walk does here, so the venv's imports are paid once, not once a line."""
+    started = subprocess.run([str(bin_dir / "survivor"), "--help"], capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0, started.stderr[-2000:]
+    driver = subprocess.Popen([str(bin_dir / "python"), "-c", _DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, cwd=os.getcwd())
 
     def runner(argv: list[str]) -> tuple[int, str, str]:
-        done = subprocess.run([str(bin_dir / "survivor"), *argv], capture_output=True, text=True, timeout=600)
-        return done.returncode, done.stdout, done.stderr
+        driver.stdin.write(json.dumps([argv, dict(os.environ), os.getcwd()]) + "\n")
+        driver.stdin.flush()
+        answer = driver.stdout.readline()
+        assert answer, f"the venv's interpreter ended on {argv}"
+        code, out, err = json.loads(answer)
+        return code, out, err
 
+    runner.close = lambda: (driver.stdin.close(), driver.wait(30))  # type: ignore[attr-defined]
     return runner
 
 
