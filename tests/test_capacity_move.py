@@ -152,3 +152,32 @@ def test_survivor_watch_moves_a_stocked_out_job_and_finds_it_after(compute_serve
     # the old address, with the job dir, finds the moved group
     assert main(["watch", "job", "--zone", "us-west1-b", "--job-dir", job_dir]) == 0
     assert "no deadline in its spec" in capsys.readouterr().out
+
+
+def test_a_region_that_cannot_take_the_group_is_passed_over_and_named(compute_server, tmp_path, capsys,
+                                                                      monkeypatch):
+    """The next region offers no zone with the template's GPU (the fake's asia-south9): the move goes
+    on to the one after it and says why it passed one over; no record points at a group that is not."""
+    import datetime as _dt
+
+    from survivor.cloud.compute import Compute, GroupRef
+    from survivor.commands.main import main
+
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "survivor-local")
+    job_dir = str(tmp_path / "job")
+    (tmp_path / "job.yaml").write_text(f"job_dir: {job_dir}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
+                                       "placement: {regions: [us-west1, asia-south9, us-central1]}\n")
+    assert main(["make-template", "job", "--config", str(tmp_path / "job.yaml")]) == 0
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone="us-west1-b")
+    assert main(["make-group", "job", "--template", "job", "--zone", "us-west1-b", "--wait-seconds", "0"]) == 0
+    group = compute_server.groups[("survivor-local", "zones/us-west1-b", "job")]
+    group["creationTimestamp"] = (_dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=45)).isoformat()
+    Compute("survivor-local").managed_instances(GroupRef("survivor-local", "job", zone="us-west1-b"))
+    for error in group["_errors"]:
+        error["timestamp"] = (_dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=40)).isoformat()
+    capsys.readouterr()
+    assert main(["watch", "job", "--zone", "us-west1-b", "--job-dir", job_dir]) == 0
+    assert "moved from zones/us-west1-b to regions/us-central1" in capsys.readouterr().out
+    [move] = moves(open_storage(job_dir))
+    assert move.to_place == "regions/us-central1" and "asia-south9: " in move.reason
+    assert ("survivor-local", "regions/asia-south9", "job") not in compute_server.groups

@@ -7,9 +7,9 @@
 A job's spec may name the regions it can run in (`placement.regions`, the first where it starts). Its
 group moves on when it has had no training VM for `move_after_minutes` while its group lists capacity
 errors (a stockout, a quota: `listErrors`), or when its region preempted it `preemptions_per_hour`
-times in the last hour. The move: the job dir records it first (`survivor/moves/`, so the next look
-finds the group), then a regional group of the same name and template is made in the next region
-(any of its zones that offer the GPU, `make_group`), then the old group is deleted. The lease keeps
+times in the last hour. The move: a regional group of the same name and template is made in the next
+region that takes it (any of its zones that offer the GPU, `make_group`), then the job dir records
+the move (`survivor/moves/`, so the next look finds the group there), then the old group is deleted. The lease keeps
 a single writer throughout: a VM of the new group restores only once the old VM's lease is gone.
 
 A state-disk snapshot not yet in Cloud Storage (`survivor/pending/`, zonal) is waited for: the
@@ -179,26 +179,44 @@ def look_and_move(compute: Compute, group: GroupRef, spec: JobSpec, storage: Job
         f"{decision.reason}")
     if not decision.move:
         return None
-    return move(compute, current, decision, storage, by=by, now=now, say=say)
+    return move(compute, current, decision, storage, by=by, now=now, regions=spec.placement.regions, say=say)
 
 
 def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: JobStorage, *, by: str,
-         now: _dt.datetime, say: Callable[[str], None] = lambda _: None) -> Move:
-    """Moves the job's group to `decision.to_region`: the record first (the next look finds the new
-    group even if this one dies half way), then the new regional group with the same template, then
-    the old group deleted. The lease keeps one writer: a VM of the new group restores only once the
-    old one's lease is released or expired."""
+         now: _dt.datetime, regions: tuple[str, ...] = (), say: Callable[[str], None] = lambda _: None) -> Move | None:
+    """Moves the job's group to `decision.to_region`, or the next region of `regions` after it that
+    can take it (a region whose zones offer no GPU of the template refuses the group): the new
+    regional group with the same template first, then the move's record (from then on the next look
+    finds the group there), then the old group deleted. A look that dies between the first two finds
+    the new group at its next move and reuses it. The lease keeps one writer: a VM of the new group
+    restores only once the old one's lease is released or expired. None when no region could."""
+    from survivor.cloud.compute import ComputeError
     from survivor.cloud.group import GroupOptions, make_group
 
     found = compute.get_group(current) or {}
     template = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
-    target = GroupRef(current.project, current.name, region=decision.to_region)
-    record = Move(time=now.isoformat(), from_place=place_of(current), to_place=place_of(target),
-                  reason=decision.reason, by=by, lost_pending="yes" if decision.lost_pending else "")
-    record_move(storage, record)
-    log.warning("moving the job to another region", to=decision.to_region, reason=decision.reason, by=by)
-    if compute.get_group(target) is None:
-        make_group(compute, target, GroupOptions(template, skip_preflight=True, wait_seconds=0))
-    compute.delete_group(current)
-    say(f"job {current.name}: moved from {record.from_place} to {record.to_place}")
-    return record
+    here = region_of(place_of(current))
+    order = [decision.to_region]
+    if decision.to_region in regions:
+        at = regions.index(decision.to_region)
+        order += [r for r in regions[at + 1:] + regions[:at] if r != here]
+    refused = []
+    for region in order:
+        target = GroupRef(current.project, current.name, region=region)
+        try:
+            if compute.get_group(target) is None:
+                make_group(compute, target, GroupOptions(template, skip_preflight=True, wait_seconds=0))
+        except ComputeError as exc:  # RequestError too: no zone of the region offers the GPU
+            refused.append(f"{region}: {exc}")
+            log.warning("a region refused the job's group", region=region, error=str(exc))
+            continue
+        record = Move(time=now.isoformat(), from_place=place_of(current), to_place=place_of(target),
+                      reason=decision.reason + (f" ({'; '.join(refused)})" if refused else ""), by=by,
+                      lost_pending="yes" if decision.lost_pending else "")
+        record_move(storage, record)
+        log.warning("moved the job to another region", to=region, reason=decision.reason, by=by)
+        compute.delete_group(current)
+        say(f"job {current.name}: moved from {record.from_place} to {record.to_place}")
+        return record
+    say(f"job {current.name}: no other region could take its group: {'; '.join(refused)}")
+    return None
