@@ -540,3 +540,49 @@ def test_references_compare_as_resources_not_spellings():
     assert body_differences(got, sent, project="q") == ["properties.networkInterfaces[0].network"]
     got["properties"]["networkInterfaces"][0]["accessConfigs"] = [{"type": "ONE_TO_ONE_NAT"}]
     assert body_differences(got, sent, project="p") == ["properties.networkInterfaces[0].accessConfigs"]
+
+
+def test_a_first_zone_stockout_in_a_regional_group_that_then_tries_another_zone_is_not_failed(compute_server,
+                                                                                              capsys, tmp_path):
+    """Issue 26 item 7: an ANY group's stockout in its first zone, listed during this very request, is
+    not why its VM is not running when the group is creating it in another zone."""
+    assert run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT)[0] == 0
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone="us-west1-a")
+    compute_server.hold_instance_creation(tries=3)  # -b takes a few looks to provision the VM
+    code, out, err = run_cli(capsys, "make-group", "g", "--template", "t", "--region", "us-west1", "--project", PROJECT,
+                             "--wait-seconds", "5", "--poll-seconds", "0.1")
+    assert code == 0 and "RUNNING in us-west1-b" in out, err
+    assert [e["code"] for e in Compute(PROJECT).group_errors(GroupRef(PROJECT, "g", region="us-west1"))] == [
+        "ZONE_RESOURCE_POOL_EXHAUSTED"]  # -a's stockout is listed all the same
+
+
+def test_a_rerun_of_make_group_on_a_group_recreating_its_vm_is_not_failed_by_an_old_error(compute_server, capsys,
+                                                                                          tmp_path):
+    assert run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT)[0] == 0
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", times=1)
+    args = ["make-group", "g", "--template", "t", "--zone", "us-west1-b", "--project", PROJECT,
+            "--wait-seconds", "5", "--poll-seconds", "0.1"]
+    assert run_cli(capsys, *args)[0] == 0  # a stockout, then the VM ran
+    [old] = compute_server.groups[(PROJECT, "zones/us-west1-b", "g")]["_errors"]
+    old["timestamp"] = "2026-11-24T08:00:00.000-08:00"  # that was hours ago; the fake keeps it
+    compute, group = Compute(PROJECT), GroupRef(PROJECT, "g", zone="us-west1-b")
+    compute_server.hold_instance_creation(tries=3)
+    compute.recreate_instances(group, [(m["zone"], m["name"]) for m in compute.managed_instances(group)])
+    [member] = compute.managed_instances(group)
+    assert (member["status"], member["action"], member["errors"]) == ("", "CREATING", [])  # mid-recreation
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0 and "RUNNING in us-west1-b" in out, err
+
+
+def test_an_error_for_a_zone_the_group_left_does_not_fail_it():
+    from survivor.cloud.compute import group_creation
+
+    creating = [{"name": "g-1", "zone": "us-west1-b", "status": "", "errors": []}]
+    left = {"code": "ZONE_RESOURCE_POOL_EXHAUSTED", "message": "a", "action": "CREATING",
+            "instance": "projects/p/zones/us-west1-a/instances/g-1", "timestamp": "2026-11-24T10:00:00+00:00"}
+    here = dict(left, instance="projects/p/zones/us-west1-b/instances/g-1", code="QUOTA_EXCEEDED", message="b",
+                timestamp="2026-11-24T09:59:00+00:00")
+    since = "2026-11-24T09:00:00+00:00"
+    assert group_creation(creating, [left], since=since) == ("waiting", "us-west1-b", [])
+    assert group_creation(creating, [left, here], since=since) == ("failed", "us-west1-b", [("QUOTA_EXCEEDED", "b")])
+    assert group_creation([], [left], since=since) == ("failed", "us-west1-a", [("ZONE_RESOURCE_POOL_EXHAUSTED", "a")])

@@ -113,7 +113,9 @@ def group_creation(instances: list[dict], errors: list[dict],
     ("running", zone, []) once its VM is RUNNING; ("failed", zone, errors) when its creation failed (the
     group keeps retrying, but the operator has to act); else ("waiting", zone, []). Only errors at or
     after `since` (an RFC 3339 time: when this request was made) count: listErrors keeps a group's
-    old errors (a first zone's stockout before another zone took the VM, a past recreation)."""
+    old errors (a first zone's stockout before another zone took the VM, a past recreation). And only
+    those naming a VM the group is creating now, in its zone: a regional group that met a stockout in
+    one zone and is creating the VM in another during this request is still trying, not failed."""
     for instance in instances:
         if instance["status"] == "RUNNING":
             return "running", instance["zone"], []
@@ -121,15 +123,21 @@ def group_creation(instances: list[dict], errors: list[dict],
         if instance.get("errors"):
             return "failed", instance["zone"], instance["errors"]
     after = _when(since)
+    members = {(instance["zone"], instance.get("name")) for instance in instances}
     creating = [e for e in errors if e.get("action") in ("CREATING", "CREATING_WITHOUT_RETRIES", "RECREATING")
-                and (after is None or (_when(e.get("timestamp")) or after) >= after)]
+                and (after is None or (_when(e.get("timestamp")) or after) >= after)
+                and (not instances or _zone_and_name(e.get("instance")) in members)]
     if creating:
         newest = max(creating, key=lambda e: _when(e.get("timestamp")) or _dt.datetime.min.replace(tzinfo=_dt.timezone.utc))
-        parts = (newest.get("instance") or "").split("/")
-        zone = parts[parts.index("zones") + 1] if "zones" in parts else ""
-        return "failed", zone, [(newest["code"], newest["message"])]
+        return "failed", _zone_and_name(newest.get("instance"))[0], [(newest["code"], newest["message"])]
     zone = instances[0]["zone"] if instances else ""
     return "waiting", zone, []
+
+
+def _zone_and_name(url: str | None) -> tuple[str, str]:
+    """(zone, name) of an instance URL, full or partial (`projects/P/zones/Z/instances/N`)."""
+    parts = (url or "").split("/")
+    return (parts[parts.index("zones") + 1] if "zones" in parts else "", parts[-1])
 
 
 def _when(text: str | None) -> _dt.datetime | None:

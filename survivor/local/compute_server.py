@@ -27,7 +27,8 @@ A MIG's instance creation can fail the way a real one does -- a stockout, a quot
 does not offer: the group's insert or resize operation still succeeds, the member stays in
 `currentAction: CREATING` with `lastAttempt.errors`, the error is listed by `listErrors`, and every
 later look at the group retries the creation (as "it will try again until it is successful",
-discovery document, `ManagedInstance.currentAction`). `fail_instance_creation` injects such failures.
+discovery document, `ManagedInstance.currentAction`). `fail_instance_creation` injects such failures;
+`hold_instance_creation` keeps a VM being provisioned (no status, no error) for a few looks.
 
 For preflight checks the fake serves `regions.get` (quotas), `acceleratorTypes.list/get`
 (`ACCELERATORS`, a small table of which zone offers which GPU), `images.getFromFamily` and
@@ -222,6 +223,7 @@ class ComputeServer(LocalService):
         self.quotas: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}  # (project, region) -> metric
         self.images: dict[tuple[str, str], dict] = {}  # (project, family) -> image
         self.creation_failures: list[dict] = []
+        self.creation_holds = 0  # hold_instance_creation
         #: projects whose organisation policy denies external IPs (constraints/compute.vmExternalIpAccess)
         self.external_ip_denied: set[str] = set()
         #: projects whose Compute Engine API is disabled: every call gets the API's 403 accessNotConfigured
@@ -313,6 +315,13 @@ class ComputeServer(LocalService):
         with self.lock:
             self.creation_failures.append({"code": code, "message": message, "zone": zone, "remaining": times,
                                            "spot_only": spot_only})
+
+    def hold_instance_creation(self, tries: int) -> None:
+        """The next `tries` creations that would succeed leave the VM still being created instead: the
+        member shows `currentAction: CREATING` with no status and no error, as a real VM does while it
+        is provisioned, and each later look at its group is one more try."""
+        with self.lock:
+            self.creation_holds = tries
 
     def clear_instance_creation_failures(self) -> None:
         """Forgets the instance-creation failures injected so far."""
@@ -659,8 +668,11 @@ class ComputeServer(LocalService):
                             "currentAction": "NONE", "version": version})
             elif member in group["_pending"]:
                 # not created yet: no status, no id; the group keeps trying (currentAction CREATING)
-                out.append({"instance": self._instance_url(member), "name": member[2], "currentAction": "CREATING",
-                            "lastAttempt": {"errors": {"errors": group["_pending"][member]}}, "version": version})
+                item = {"instance": self._instance_url(member), "name": member[2], "currentAction": "CREATING",
+                        "version": version}
+                if group["_pending"][member]:  # a VM still being provisioned has no failed attempt
+                    item["lastAttempt"] = {"errors": {"errors": group["_pending"][member]}}
+                out.append(item)
         return {"managedInstances": out}
 
     _regionInstanceGroupManagers_listManagedInstances = _instanceGroupManagers_listManagedInstances
@@ -762,12 +774,20 @@ class ComputeServer(LocalService):
                 index = group["_members"].index(member)
                 group["_members"][index] = candidate
                 group["_pending"].pop(member, None)
+                if self.creation_holds > 0:  # still being provisioned: the next look tries again
+                    self.creation_holds -= 1
+                    group["_pending"][candidate] = []
+                    return
                 self._create_instance(candidate, group)
                 return
             first_error = first_error or error
+            # each zone the group tried is an error of its own, even when another zone then takes the VM
+            self._record_error(group, candidate, error)
         group["_pending"][member] = [first_error]
+
+    def _record_error(self, group: dict, member: tuple[str, str, str], error: dict) -> None:
         group["_errors"].append({
-            "error": dict(first_error), "timestamp": _now(),
+            "error": dict(error), "timestamp": _now(),
             "instanceActionDetails": {"action": "CREATING", "instance": self._instance_url(member),
                                       "version": {"instanceTemplate": group["instanceTemplate"]}},
         })
