@@ -33,14 +33,14 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
 from survivor import log as logs
-from survivor.cloud import machines, pricing
+from survivor.cloud import endpoints, machines, pricing
 from survivor.extras import install_command
 
 log = logs.get("catalog")
 
 #: Compute Engine's service in the catalog (`services.list` returns it as displayName "Compute Engine").
 COMPUTE_SERVICE = "services/6F81-5844-456A"
-ENDPOINT_ENV = "SURVIVOR_CATALOG_ENDPOINT"
+ENDPOINT_ENV = endpoints.CATALOG.env
 #: Google's month for per-month SKUs (disks): 730 hours.
 HOURS_PER_MONTH = 730.0
 #: The largest cache file read: the whole Compute Engine SKU list is a few MB.
@@ -154,13 +154,7 @@ def client():
     with default credentials."""
     from google.cloud import billing_v1
 
-    endpoint = os.environ.get(ENDPOINT_ENV)
-    if endpoint:
-        from google.auth.credentials import AnonymousCredentials
-
-        return billing_v1.CloudCatalogClient(transport="rest", credentials=AnonymousCredentials(),
-                                             client_options={"api_endpoint": endpoint})
-    return billing_v1.CloudCatalogClient(transport="rest")
+    return billing_v1.CloudCatalogClient(**endpoints.client_kwargs(endpoints.CATALOG.endpoint()))
 
 
 def fetch_skus(catalog_client=None, timeout: float = 60.0) -> list[Sku]:

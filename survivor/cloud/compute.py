@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from survivor import log as logs
+from survivor.cloud import endpoints
 from survivor.spec import JobSpec, SpecError
 
 log = logs.get("compute")
 
-ENDPOINT_ENV = "SURVIVOR_COMPUTE_ENDPOINT"
+ENDPOINT_ENV = endpoints.COMPUTE.env
 
 
 @dataclass(frozen=True)
@@ -234,14 +235,9 @@ class Compute:
         self.project = project
         self.deadline = deadline
         self.progress = progress
-        endpoint = endpoint or os.environ.get(ENDPOINT_ENV)
+        endpoint = endpoints.COMPUTE.endpoint(endpoint)
         self.endpoint = endpoint  # None: Google's; preflight reads the project's IAM policy there too
-        options = {"api_endpoint": endpoint} if endpoint else None
-        if endpoint and credentials is None:
-            from google.auth.credentials import AnonymousCredentials
-
-            credentials = AnonymousCredentials()
-        kwargs = {"credentials": credentials, "client_options": options}
+        kwargs = endpoints.client_kwargs(endpoint, credentials=credentials)
         self.v1 = compute_v1
         from google.auth.exceptions import DefaultCredentialsError
 

@@ -35,9 +35,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from survivor.cloud import machines
-
-from survivor.cloud import permissions
+from survivor.cloud import endpoints, machines, permissions
 from survivor.jobdir.storage import PERMISSION_FOR
 
 #: What the agent does in the job dir needs these (survivor/jobdir/storage.py), all object permissions.
@@ -274,11 +272,7 @@ def _external_ip_rules(compute) -> list[dict]:
     REST), at the Compute client's endpoint when it has one (survivor's Compute fake serves it)."""
     from google.cloud import orgpolicy_v2
 
-    kwargs: dict[str, Any] = {"transport": "rest"}
-    if compute.endpoint:
-        from google.auth.credentials import AnonymousCredentials
-
-        kwargs.update(credentials=AnonymousCredentials(), client_options={"api_endpoint": compute.endpoint})
+    kwargs = endpoints.client_kwargs(compute.endpoint)
     client = orgpolicy_v2.OrgPolicyClient(**kwargs)
     policy = client.get_effective_policy(name=f"projects/{compute.project}/policies/{EXTERNAL_IP_CONSTRAINT}")
     return [{"allow_all": r.allow_all, "deny_all": r.deny_all, "allowed_values": list(r.values.allowed_values)}
@@ -348,11 +342,7 @@ def _project_bindings(compute) -> list[dict]:
     Compute client's endpoint when it has one (survivor's Compute fake serves that path too)."""
     from google.cloud import resourcemanager_v3
 
-    kwargs: dict[str, Any] = {"transport": "rest"}
-    if compute.endpoint:
-        from google.auth.credentials import AnonymousCredentials
-
-        kwargs.update(credentials=AnonymousCredentials(), client_options={"api_endpoint": compute.endpoint})
+    kwargs = endpoints.client_kwargs(compute.endpoint)
     client = resourcemanager_v3.ProjectsClient(**kwargs)
     policy = client.get_iam_policy(request={"resource": f"projects/{compute.project}",
                                             "options": {"requested_policy_version": 3}})
@@ -369,11 +359,8 @@ def _custom_role_permissions(compute, roles: list[str]) -> dict[str, frozenset[s
         return {}
     from googleapiclient import discovery, errors
 
-    kwargs: dict[str, Any] = {"static_discovery": True, "cache_discovery": False}
-    if compute.endpoint:
-        from google.auth.credentials import AnonymousCredentials
-
-        kwargs.update(credentials=AnonymousCredentials(), client_options={"api_endpoint": compute.endpoint})
+    kwargs = {"static_discovery": True, "cache_discovery": False,
+              **endpoints.client_kwargs(compute.endpoint, transport=None)}
     service = discovery.build("iam", "v1", **kwargs)
     out: dict[str, frozenset[str]] = {}
     for role in roles:

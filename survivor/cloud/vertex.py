@@ -30,10 +30,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from survivor.cloud import runtimes
+from survivor.cloud import endpoints, runtimes
 from survivor.spec import BUILTIN_TRAINERS, JobSpec, SpecError, trainer_argv
 
-ENDPOINT_ENV = "SURVIVOR_VERTEX_ENDPOINT"
+ENDPOINT_ENV = endpoints.VERTEX.env
 
 #: Cloud ML Engine's legacy machine names -> (Compute Engine machine type, GPU type, GPU count).
 LEGACY_MACHINES: dict[str, tuple[str, str | None, int]] = {
@@ -348,14 +348,8 @@ def client(region: str):
     """A JobServiceClient over REST for `region` (or the local fake named by SURVIVOR_VERTEX_ENDPOINT)."""
     from google.cloud import aiplatform_v1
 
-    endpoint = os.environ.get(ENDPOINT_ENV)
-    if endpoint:
-        from google.auth.credentials import AnonymousCredentials
-
-        return aiplatform_v1.JobServiceClient(transport="rest", credentials=AnonymousCredentials(),
-                                              client_options={"api_endpoint": endpoint})
-    return aiplatform_v1.JobServiceClient(transport="rest",
-                                          client_options={"api_endpoint": f"{region}-aiplatform.googleapis.com"})
+    return aiplatform_v1.JobServiceClient(**endpoints.client_kwargs(
+        endpoints.VERTEX.endpoint(), default=f"{region}-aiplatform.googleapis.com"))
 
 
 def submit(body: dict[str, Any], project: str, region: str) -> dict[str, Any]:
@@ -397,7 +391,7 @@ def job_report(name: str, region: str | None = None, job_dir: str | None = None)
 
 # -- logs: Vertex AI writes each replica's stdout/stderr to Cloud Logging ---------------------------
 
-LOGGING_ENDPOINT_ENV = "SURVIVOR_LOGGING_ENDPOINT"
+LOGGING_ENDPOINT_ENV = endpoints.LOGGING.env
 FINISHED_STATES = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED")
 
 
@@ -434,13 +428,8 @@ def logging_client(project: str):
     """A Cloud Logging client over HTTP/JSON (or the local fake named by SURVIVOR_LOGGING_ENDPOINT)."""
     from google.cloud import logging as cloud_logging
 
-    endpoint = os.environ.get(LOGGING_ENDPOINT_ENV)
-    if endpoint:
-        from google.auth.credentials import AnonymousCredentials
-
-        return cloud_logging.Client(project=project, credentials=AnonymousCredentials(), _use_grpc=False,
-                                    client_options={"api_endpoint": endpoint})
-    return cloud_logging.Client(project=project, _use_grpc=False)
+    return cloud_logging.Client(project=project, _use_grpc=False,
+                                **endpoints.client_kwargs(endpoints.LOGGING.endpoint(), transport=None))
 
 
 def job_logs(job_name: str, since: str, client=None) -> list[LogLine]:

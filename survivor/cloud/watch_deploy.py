@@ -22,19 +22,19 @@ account) instead of making more. Both clients are imported here, lazily: they be
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 
 from survivor import __version__
+from survivor.cloud import endpoints
 from survivor.spec import SpecError
 
 #: Cloud Run Admin API v2 (what `jobs:run` is called on) and the token scope it accepts.
 RUN_API = "https://run.googleapis.com"
 TOKEN_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 #: Environment variables naming stand-ins for the two APIs (tests, `survivor emulate`).
-RUN_ENDPOINT_ENV = "SURVIVOR_RUN_ENDPOINT"
-SCHEDULER_ENDPOINT_ENV = "SURVIVOR_SCHEDULER_ENDPOINT"
+RUN_ENDPOINT_ENV = endpoints.RUN.env
+SCHEDULER_ENDPOINT_ENV = endpoints.SCHEDULER.env
 #: The default image: survivor with the operator extra, built by the user into the project's
 #: Artifact Registry (docs/deadline.md gives its Dockerfile); survivor publishes no image of its own.
 DEFAULT_IMAGE = "{region}-docker.pkg.dev/{project}/survivor/survivor:{version}"
@@ -151,17 +151,8 @@ def clients(run_endpoint: str | None = None, scheduler_endpoint: str | None = No
     default credentials. Imported here: the `operator` extra, never the VM's packages."""
     from google.cloud import run_v2, scheduler_v1
 
-    run_endpoint = run_endpoint or os.environ.get(RUN_ENDPOINT_ENV)
-    scheduler_endpoint = scheduler_endpoint or os.environ.get(SCHEDULER_ENDPOINT_ENV)
-
-    def kwargs(endpoint: str | None) -> dict:
-        if not endpoint:
-            return {"transport": "rest"}
-        from google.auth.credentials import AnonymousCredentials
-
-        return {"transport": "rest", "credentials": AnonymousCredentials(), "client_options": {"api_endpoint": endpoint}}
-
-    return run_v2.JobsClient(**kwargs(run_endpoint)), scheduler_v1.CloudSchedulerClient(**kwargs(scheduler_endpoint))
+    return (run_v2.JobsClient(**endpoints.client_kwargs(endpoints.RUN.endpoint(run_endpoint))),
+            scheduler_v1.CloudSchedulerClient(**endpoints.client_kwargs(endpoints.SCHEDULER.endpoint(scheduler_endpoint))))
 
 
 def deploy(options: WatchDeployment, *, run_client=None, scheduler_client=None) -> dict[str, str]:
