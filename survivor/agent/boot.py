@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, cast
 
 from survivor import log as logs
 from survivor import retry
@@ -59,6 +59,9 @@ from survivor.jobdir.lease import Holder, Lease, LeaseHeld, LeaseLost
 from survivor.jobdir.storage import JobStorage, StorageError, open_storage
 from survivor.jobdir.store import CheckpointStore, CommitStats, RestoreFailed
 from survivor.spec import JobSpec, SpecError
+
+if TYPE_CHECKING:  # imported where used: the agent loads the Compute client only to finish or switch
+    from survivor.cloud.compute import Compute
 
 __all__ = ["AgentOptions", "Boot", "BootInterrupted", "EXIT_BAD_SPEC", "EXIT_OK", "EXIT_RETRY", "Phase", "run"]
 
@@ -350,7 +353,9 @@ class Boot:
             return AttemptResult(lease_lost=True, restored_step=restored, committed_step=mirror.committed_step)
         ignored = None
         if code is None:  # 8. a notice: save now
-            code, ignored = self._save_on_notice(watcher.notice, trainer, mirror, NoticeBudget(spec.grace_seconds))
+            notice = watcher.notice
+            assert notice is not None  # _train_until_end returns None, the lease held, only on a notice
+            code, ignored = self._save_on_notice(notice, trainer, mirror, NoticeBudget(spec.grace_seconds))
         commit_failure = ""
         try:
             with self.phase.timed("final_commit"):
@@ -477,13 +482,17 @@ class Boot:
             return None
         try:
             decision = deadline.assess(spec, storage, _dt.datetime.now(_dt.timezone.utc), running=True)
+            if decision is None:  # no deadline: returned above already
+                return None
             log.info("deadline", mode=decision.mode, switch=decision.switch, reason=decision.reason,
                      slack_hours=decision.slack_hours)
             ref = group_of(identity)
             if not decision.switch or ref is None or self.metadata is None:
                 return None
             factory = self.options.compute_factory or _default_compute
-            return group.switch_group(factory(identity), ref, decision.mode, decision.reason, by="agent",
+            # switching needs the whole client, not only the finish actions a test's factory may stand in for
+            compute = cast("Compute", factory(identity))
+            return group.switch_group(compute, ref, decision.mode, decision.reason, by="agent",
                                       storage=storage)
         except Exception as exc:  # the watch decides again; training goes on meanwhile
             log.warning("deadline decision not acted on", error=f"{type(exc).__name__}: {exc}")
@@ -715,4 +724,6 @@ class Boot:
 def _default_compute(identity: InstanceIdentity) -> ComputeActions | None:
     from survivor.cloud.compute import Compute
 
+    if identity.project is None:  # callers ask only with a metadata server, which names the project
+        raise RuntimeError("the Compute Engine API needs a project: this is no Compute Engine VM")
     return Compute.from_environment(identity.project)

@@ -163,7 +163,7 @@ class StopInstance:
     def finish(self, identity: InstanceIdentity, compute: ComputeActions | None) -> None:
         """Stops this instance."""
         log.info("finish: stopping this instance", instance=identity.name)
-        _need(compute).stop_instance(identity.project, identity.zone, identity.name)
+        _need(compute).stop_instance(_project(identity), identity.zone, identity.name)
 
 
 class DeleteInstance:
@@ -174,13 +174,19 @@ class DeleteInstance:
     def finish(self, identity: InstanceIdentity, compute: ComputeActions | None) -> None:
         """Deletes this instance."""
         log.info("finish: deleting this instance", instance=identity.name)
-        _need(compute).delete_instance(identity.project, identity.zone, identity.name)
+        _need(compute).delete_instance(_project(identity), identity.zone, identity.name)
 
 
 def _need(compute: ComputeActions | None) -> ComputeActions:
     if compute is None:
         raise RuntimeError("this finish action needs the Compute Engine API")
     return compute
+
+
+def _project(identity: InstanceIdentity) -> str:
+    if identity.project is None:
+        raise RuntimeError("this finish action needs the VM's project: there is no metadata server")
+    return identity.project
 
 
 def group_of(identity: InstanceIdentity) -> GroupRef | None:

@@ -33,7 +33,8 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from types import FrameType
+from typing import Any, Callable, Protocol
 
 from survivor import log as logs
 from survivor import retry
@@ -125,9 +126,9 @@ class Signals:
     """SIGTERM and SIGINT to this process, as a "signal" notice. Handlers are installed only from
     the main thread (Python's rule) and put back on `stop`."""
 
-    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
+    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)) -> None:
         self.signals = tuple(signals)
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
 
     def start(self, fire: Fire) -> None:
         """Installs the handlers, if this is the main thread."""
