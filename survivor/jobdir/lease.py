@@ -237,7 +237,7 @@ class Lease:
                        and bool(self.holder.pidns) and current.get("pidns") == self.holder.pidns)
             decision = decide_takeover(current, self.holder, time.monotonic() - seen_since, self.ttl,
                                        readable=blob is None or current is not None,
-                                       holder_running=not visible or agent_running(current.get("agent", "")))
+                                       holder_running=current is None or not visible or agent_running(current.get("agent", "")))
             if decision in ("take", "hold"):
                 started = time.monotonic()
                 try:
@@ -290,7 +290,7 @@ class Lease:
         writes this agent's identity (instance, zone, kernel boot, pid and start time)."""
         blob = self.storage.read(LEASE)
         current = parse_lease(blob.data) if blob is not None else None
-        if current is None or current.get("released") or not self.holder.agent:
+        if blob is None or current is None or current.get("released") or not self.holder.agent:
             return False
         if any(current.get(key) != value for key, value in self.holder.fields().items()):
             return False

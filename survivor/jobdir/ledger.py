@@ -46,10 +46,11 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from survivor import log as logs
 from survivor.jobdir.journal import Attempt
-from survivor.jobdir.switches import MODES, Switch, parse_time
+from survivor.jobdir.switches import MODES, Switch, parse_time, record_time
 
 #: Every cause, in the order a timeline shows them; `productive` is goodput, the rest badput.
 CAUSES = ("capacity", "vm_boot", "restore", "trainer_start", "productive", "rework", "checkpoint", "failed",
@@ -195,7 +196,7 @@ def implausible(attempt: Attempt, latest: _dt.datetime) -> str | None:
     for key, value in times.items():
         if value is not None and not EARLIEST <= value <= latest:
             return f"{key} {getattr(attempt, key)} is not a time the job can have run"
-    if times["ended"] is not None and times["ended"] < times["started"]:
+    if times["ended"] is not None and times["started"] is not None and times["ended"] < times["started"]:
         return f"it ended ({attempt.ended}) before it started ({attempt.started})"
     return None
 
@@ -216,7 +217,7 @@ def plausible(attempts: list[Attempt], latest: _dt.datetime) -> list[Attempt]:
 
 
 def build_ledger(attempts: list[Attempt], *, now: _dt.datetime, done_at: _dt.datetime | None = None,
-                 created: _dt.datetime | None = None, switches: list[Switch] = ()) -> Ledger:
+                 created: _dt.datetime | None = None, switches: Sequence[Switch] = ()) -> Ledger:
     """Pure: the ledger of a job from its attempt records.
 
     Args:
@@ -249,7 +250,7 @@ def build_ledger(attempts: list[Attempt], *, now: _dt.datetime, done_at: _dt.dat
         cursor = until
 
     for index, attempt in enumerate(ordered):
-        started = parse_time(attempt.started)
+        started = record_time(attempt.started)  # `plausible` kept only attempts whose start parses
         booted = parse_time(attempt.booted) or started
         add(booted, "capacity", 0)
         vm_from = cursor
@@ -290,7 +291,7 @@ def _attempt_spans(attempt: Attempt, ended: _dt.datetime, add, *, running: bool)
     where the phases add up to more than the recorded span (then the last ones shrink)."""
     t = attempt.timings
     number = attempt.number
-    cursor = parse_time(attempt.started)
+    cursor = record_time(attempt.started)  # `plausible` kept only attempts whose start parses
 
     def phase(seconds: float, cause: str) -> None:
         nonlocal cursor

@@ -17,7 +17,7 @@ import re
 from dataclasses import asdict, dataclass
 
 from survivor.jobdir.storage import JobStorage, parse_json
-from survivor.jobdir.switches import parse_time, read_records, write_once
+from survivor.jobdir.switches import parse_time, read_records, record_time, write_once
 
 MOVES = "survivor/moves/"
 _PLACE = re.compile(r"(zones/[a-z]+-[a-z]+[0-9]+-[a-z]|regions/[a-z]+-[a-z]+[0-9]+)")
@@ -61,7 +61,7 @@ def record_move(storage: JobStorage, move: Move) -> bool:
 def moves(storage: JobStorage) -> list[Move]:
     """Every move recorded in the job dir, oldest first."""
     return sorted((move for _, move in read_records(storage, MOVES, Move.from_json, "move")),
-                  key=lambda m: parse_time(m.time))
+                  key=lambda m: record_time(m.time))
 
 
 def current_place(recorded: list[Move], original: str) -> str:

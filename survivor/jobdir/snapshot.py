@@ -105,8 +105,8 @@ def decide_files_and_step(paths: list[str], tf_state: str | None) -> tuple[int |
                 continue  # a checkpoint still being written, or one the manager is about to delete
             chosen.append(p)
         return (step_of(latest) if latest else None), sorted(chosen)
-    numbered = [step_of(p) for p in candidates if "checkpoint" in os.path.basename(p).lower() or "ckpt" in p]
-    numbered = [n for n in numbered if n is not None]
+    steps = [step_of(p) for p in candidates if "checkpoint" in os.path.basename(p).lower() or "ckpt" in p]
+    numbered = [n for n in steps if n is not None]
     return (max(numbered) if numbered else None), sorted(candidates)
 
 
@@ -214,8 +214,8 @@ def scan(root: str, checksums: Checksums | None = None) -> Snapshot:
     if os.path.islink(root):  # a trainer swapped its dir for a link: what it points at is no checkpoint
         return Snapshot(None, ())
     paths = []
-    for dirpath, _, files in os.walk(root):
-        for name in files:
+    for dirpath, _, names in os.walk(root):
+        for name in names:
             if not _regular(os.path.join(dirpath, name)):
                 continue  # a link or a FIFO the trainer left: never followed, never opened (a FIFO blocks)
             rel = os.path.relpath(os.path.join(dirpath, name), root)

@@ -15,6 +15,7 @@ survivor: everything that touches the bucket goes through it, so the emulator se
 from __future__ import annotations
 
 import base64
+import builtins  # `list` in a signature below a storage's list method is the method, not the type
 import errno
 import fcntl
 import io
@@ -336,16 +337,16 @@ class JobStorage(Protocol):
     def delete(self, names: Iterable[str]) -> None:
         """Deletes the objects; one already gone is no error."""
 
-    def upload(self, pairs: list[tuple[str, str]]) -> list[ObjectInfo]:
+    def upload(self, pairs: builtins.list[tuple[str, str]]) -> builtins.list[ObjectInfo]:
         """Stores each (local file, object name) pair, in parallel; returns what each object holds."""
 
-    def download(self, pairs: list[tuple[str, str]]) -> None:
+    def download(self, pairs: builtins.list[tuple[str, str]]) -> None:
         """Copies each (object name, local file) pair to the local file, in parallel."""
 
-    def upload_parts(self, parts: list[Part]) -> list[ObjectInfo]:
+    def upload_parts(self, parts: builtins.list[Part]) -> builtins.list[ObjectInfo]:
         """Stores each range of a local file as its object, in parallel; returns what each holds."""
 
-    def download_parts(self, parts: list[Part]) -> list[ObjectInfo]:
+    def download_parts(self, parts: builtins.list[Part]) -> builtins.list[ObjectInfo]:
         """Writes each object into its range of a local file, in parallel; returns, for each, the
         bytes the object held and the CRC32C of its range as written."""
 
@@ -464,7 +465,7 @@ class LocalStorage:
         except OSError as exc:
             raise self._error(exc, "listing", prefix) from exc
 
-    def _list(self, prefix: str) -> list[ObjectInfo]:
+    def _list(self, prefix: str) -> builtins.list[ObjectInfo]:
         base = self._path(prefix) if prefix.strip("/") else self.root
         out: list[ObjectInfo] = []
         if os.path.isfile(base) and not os.path.islink(base):
@@ -525,7 +526,7 @@ class LocalStorage:
             except OSError as exc:
                 raise self._error(exc, "deleting", name) from exc
 
-    def upload(self, pairs: list[tuple[str, str]]) -> list[ObjectInfo]:
+    def upload(self, pairs: builtins.list[tuple[str, str]]) -> builtins.list[ObjectInfo]:
         """Copies each local file into the job dir atomically, in parallel; returns the stored copies' size and CRC32C."""
         def one(pair: tuple[str, str]) -> ObjectInfo:
             local, name = pair
@@ -560,7 +561,7 @@ class LocalStorage:
             wait(futures)  # every copy has finished (and cleaned up after itself) before one fails the call
             return [future.result() for future in futures]
 
-    def download(self, pairs: list[tuple[str, str]]) -> None:
+    def download(self, pairs: builtins.list[tuple[str, str]]) -> None:
         """Copies objects to local files. A problem of the job dir's side is a StorageError (an object
         that is missing or not a plain file: NOT_FOUND); one of the local side (a full or read-only
         boot disk) is the OSError itself, so a caller can tell the two apart."""
@@ -579,7 +580,7 @@ class LocalStorage:
         with ThreadPoolExecutor(TRANSFERS) as pool:
             list(pool.map(one, pairs))
 
-    def upload_parts(self, parts: list[Part]) -> list[ObjectInfo]:
+    def upload_parts(self, parts: builtins.list[Part]) -> builtins.list[ObjectInfo]:
         """Stores each range of a local file as its object, in parallel, each atomically (a temporary
         copy renamed into place). Returns what each copy holds (size, CRC32C). A range whose bytes
         do not have the CRC32C its part expects is not stored, as Cloud Storage refuses such an
@@ -621,7 +622,7 @@ class LocalStorage:
             wait(futures)  # every copy has finished (and cleaned up after itself) before one fails the call
             return [future.result() for future in futures]
 
-    def download_parts(self, parts: list[Part]) -> list[ObjectInfo]:
+    def download_parts(self, parts: builtins.list[Part]) -> builtins.list[ObjectInfo]:
         """Writes each object into its range of a local file (which exists), in parallel; returns,
         for each, the bytes the object held and the CRC32C of its range as written. Errors as
         `download`'s."""
@@ -692,7 +693,7 @@ class GcsStorage:
         # _helpers.create_trace_span_helper); with the object roles the agent needs that GET is a 403
         # it swallows. Turned off: the agent makes no bucket-metadata call at all.
         os.environ.setdefault(NO_BUCKET_METADATA_ENV, "true")
-        from google.cloud import storage as gcs
+        import google.cloud.storage as gcs  # not `from google.cloud import`: mypy sees no such name there
 
         self.url = url.rstrip("/")
         self.bucket_name, self.prefix = split_gs_url(self.url)
@@ -826,7 +827,7 @@ class GcsStorage:
         with ThreadPoolExecutor(PARALLELISM) as pool:
             list(pool.map(one, list(names)))
 
-    def upload(self, pairs: list[tuple[str, str]]) -> list[ObjectInfo]:
+    def upload(self, pairs: builtins.list[tuple[str, str]]) -> builtins.list[ObjectInfo]:
         """Uploads each local file to its object on the job dir's transfer pool; returns what the server stored."""
         def one(pair: tuple[str, str]) -> ObjectInfo:
             local, name = pair
@@ -846,7 +847,7 @@ class GcsStorage:
 
         return self._all(one, pairs)
 
-    def download(self, pairs: list[tuple[str, str]]) -> None:
+    def download(self, pairs: builtins.list[tuple[str, str]]) -> None:
         """Downloads each object to its local file in parallel, the client checking its CRC32C."""
         def one(pair: tuple[str, str]) -> None:
             name, local = pair
@@ -863,7 +864,7 @@ class GcsStorage:
 
         self._all(one, pairs)
 
-    def upload_parts(self, parts: list[Part]) -> list[ObjectInfo]:
+    def upload_parts(self, parts: builtins.list[Part]) -> builtins.list[ObjectInfo]:
         """Uploads each range of a local file as its object, in parallel on the job dir's transfer
         pool, each read through a `_FileRange` (a transfer holds at most its range in memory).
         Returns what the server stored (size, CRC32C), which the caller compares with what it
@@ -882,7 +883,7 @@ class GcsStorage:
 
         return self._all(one, parts)
 
-    def download_parts(self, parts: list[Part]) -> list[ObjectInfo]:
+    def download_parts(self, parts: builtins.list[Part]) -> builtins.list[ObjectInfo]:
         """Downloads each object into its range of a local file (which exists), in parallel on the
         job dir's transfer pool, each written in place and checksummed as it streams in. Returns,
         for each, the bytes the object held and the CRC32C of its range as written."""
@@ -911,7 +912,7 @@ class GcsStorage:
 
         return self._all(one, parts)
 
-    def _all(self, one, items: list) -> list:
+    def _all(self, one, items: builtins.list) -> builtins.list:
         """Runs `one` on every item on the transfer pool; waits for all of them (no transfer is left
         running when one fails the call), then returns their results or raises the first failure."""
         futures = [self._transfers.submit(one, item) for item in items]

@@ -42,7 +42,7 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeGuard
 
 from survivor import log as logs
 from survivor.jobdir.chunks import CHUNK_SIZE, CHUNKS, FileDigest, chunk_object, combine_crc32c, digest_file, fits
@@ -206,7 +206,7 @@ class Manifest:
         return cls(step, attempt, seq, tuple(entries), created, writer, parent, tuple(abandoned))
 
 
-def _is_int(value) -> bool:
+def _is_int(value) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -123,7 +123,7 @@ def record_switch_failure(storage: JobStorage, failure: SwitchFailure) -> bool:
 def switch_failures(storage: JobStorage) -> list[SwitchFailure]:
     """Every failed switch recorded, oldest first."""
     return sorted((f for _, f in read_records(storage, FAILED_SWITCHES, SwitchFailure.from_json, "failed switch")),
-                  key=lambda f: parse_time(f.time))
+                  key=lambda f: record_time(f.time))
 
 
 def record_switch(storage: JobStorage, switch: Switch) -> bool:
@@ -143,7 +143,7 @@ def switches(storage: JobStorage, latest: _dt.datetime | None = None) -> list[Sw
                         record=name, reason="dated in the future")
             continue
         out.append(switch)
-    return sorted(out, key=lambda s: parse_time(s.time))  # a time, whatever its zone; from_json parsed each
+    return sorted(out, key=lambda s: record_time(s.time))  # a time, whatever its zone; from_json parsed each
 
 
 def parse_time(text: str | None) -> _dt.datetime | None:
@@ -157,3 +157,11 @@ def parse_time(text: str | None) -> _dt.datetime | None:
     except ValueError:
         return None
     return value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
+
+
+def record_time(text: str) -> _dt.datetime:
+    """The time of a record that `from_json` accepted, which checked that it parses (`parse_time`)."""
+    when = parse_time(text)
+    if when is None:
+        raise ValueError(f"not an ISO 8601 time: {text!r}")
+    return when
