@@ -220,6 +220,12 @@ def spec_project(given: str | None, spec: JobSpec) -> str:
     return project
 
 
+def _scope(kind: str, where: str) -> dict[str, Any]:
+    """The `zone=` or `region=` argument of a group call, as keywords (Any: a computed key matches no
+    one parameter's type for the checker)."""
+    return {kind: where}
+
+
 def group_scope(group: GroupRef) -> tuple[str, str]:
     """("zone", Z) or ("region", R)."""
     return ("zone", group.zone) if group.zone else ("region", group.region or "")
@@ -359,7 +365,7 @@ class Compute:
         client = self.groups if kind == "zone" else self.region_groups
         try:
             found = self._call(f"group {group.name}", where, lambda: client.get(
-                project=group.project, instance_group_manager=group.name, **{kind: where}), wait=False)
+                project=group.project, instance_group_manager=group.name, **_scope(kind, where)), wait=False)
         except NotFound:
             return None
         return json.loads(self.v1.InstanceGroupManager.to_json(found))
@@ -369,14 +375,14 @@ class Compute:
         kind, where = group_scope(group)
         client = self.groups if kind == "zone" else self.region_groups
         self._call(f"resizing group {group.name} to {size}", f"{kind} {where}", lambda: client.resize(
-            project=group.project, instance_group_manager=group.name, size=size, **{kind: where}))
+            project=group.project, instance_group_manager=group.name, size=size, **_scope(kind, where)))
 
     def delete_group(self, group: GroupRef) -> None:
         """Deletes the group (and so its VM) and waits for the operation."""
         kind, where = group_scope(group)
         client = self.groups if kind == "zone" else self.region_groups
         self._call(f"deleting group {group.name}", f"{kind} {where}", lambda: client.delete(
-            project=group.project, instance_group_manager=group.name, **{kind: where}))
+            project=group.project, instance_group_manager=group.name, **_scope(kind, where)))
 
     def set_group_template(self, group: GroupRef, template: str) -> None:
         """`setInstanceTemplate`: the template the group creates its instances from from now on; waits.
@@ -420,7 +426,7 @@ class Compute:
         kind, where = group_scope(group)
         client = self.groups if kind == "zone" else self.region_groups
         pager = self._call(f"listing the instances of {group.name}", where, lambda: client.list_managed_instances(
-            project=group.project, instance_group_manager=group.name, **{kind: where}), wait=False)
+            project=group.project, instance_group_manager=group.name, **_scope(kind, where)), wait=False)
         out = []
         for item in pager:
             parts = item.instance.split("/")
@@ -436,7 +442,7 @@ class Compute:
         kind, where = group_scope(group)
         client = self.groups if kind == "zone" else self.region_groups
         pager = self._call(f"listing the errors of {group.name}", where, lambda: client.list_errors(
-            project=group.project, instance_group_manager=group.name, **{kind: where}), wait=False)
+            project=group.project, instance_group_manager=group.name, **_scope(kind, where)), wait=False)
         errors = [{"code": item.error.code, "message": item.error.message, "timestamp": item.timestamp,
                    "action": item.instance_action_details.action, "instance": item.instance_action_details.instance}
                   for item in pager]

@@ -376,7 +376,7 @@ def group_body(group: GroupRef, template: str, template_body: dict | None = None
     """The single-VM group's REST body, as make-group's dry run shows it; RequestError for a bad name.
     `template_body`: the template's, when known (its state disk makes the group stateful)."""
     check_names(group, template)
-    body = {"name": group.name, "baseInstanceName": group.name, "targetSize": 1,
+    body: dict[str, Any] = {"name": group.name, "baseInstanceName": group.name, "targetSize": 1,
             "instanceTemplate": f"projects/{group.project}/global/instanceTemplates/{template}",
             "zone" if group.zone else "region": group.zone or group.region}
     if group.region:

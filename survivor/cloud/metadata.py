@@ -25,7 +25,7 @@ import json
 import os
 import socket
 import time
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlencode
 
 from survivor import retry
@@ -158,7 +158,9 @@ class MetadataClient:
         deadline = time.monotonic() + seconds
         host, _, port = self.host.partition(":")
         conn = http.client.HTTPConnection(host, int(port) if port else 80, timeout=seconds)
-        conn.response_class = functools.partial(_DeadlineResponse, deadline=deadline)
+        # http.client only calls response_class(sock, method=...): a partial of the class does as well
+        conn.response_class = cast("type[http.client.HTTPResponse]",
+                                   functools.partial(_DeadlineResponse, deadline=deadline))
         try:
             conn.request(method, url[len(f"http://{self.host}"):], body=data, headers=FLAVOR)
             response = conn.getresponse()

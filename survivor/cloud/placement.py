@@ -131,8 +131,8 @@ def _idle_since(attempts: list[Attempt], created: _dt.datetime | None, recorded:
     times = [created] + [parse_time(m.time) for m in recorded]
     for attempt in attempts:
         times += [parse_time(attempt.ended), parse_time(attempt.started)]
-    times = [t for t in times if t is not None]
-    return max(times) if times else None
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
 
 
 def look(compute: Compute, group: GroupRef, storage: JobStorage, now: _dt.datetime,
@@ -175,9 +175,9 @@ def look_and_move(compute: Compute, group: GroupRef, spec: JobSpec, storage: Job
         return None
     current, state = seen
     decision = decide(spec.placement, state)
-    say(f"job {group.name} in {state.place}: {'move to ' + decision.to_region if decision.move else 'stay'}: "
+    say(f"job {group.name} in {state.place}: {f'move to {decision.to_region}' if decision.move else 'stay'}: "
         f"{decision.reason}")
-    if not decision.move:
+    if not decision.move or spec.placement is None:  # decide moves only with a placement
         return None
     return move(compute, current, decision, storage, by=by, now=now, regions=spec.placement.regions, say=say)
 

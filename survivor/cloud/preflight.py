@@ -317,7 +317,7 @@ def blocking(findings: list[Finding]) -> list[Finding]:
 def _bucket_state(bucket: str, member: str, project: str, key: str = "job_dir") -> list[Finding]:
     from google.api_core import exceptions as gexc
     from google.auth import exceptions as auth_errors
-    from google.cloud import storage
+    import google.cloud.storage as storage  # not `from google.cloud import`: mypy sees no such name there
 
     try:
         handle = storage.Client(project=project).bucket(bucket)
@@ -421,12 +421,12 @@ def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str
                                     target.external_ip)
             if target.external_ip:
                 out += _external_ip_state(compute)
-        if target.image_family:
+        if target.image_family and target.image_project:  # both or neither: one match of the image URL
             image = compute.image_from_family(target.image_project, target.image_family)
             out += image_findings(target.image_project, target.image_family, image is not None, target.disk_gb,
                                   (image or {}).get("disk_size_gb"))
         if target.gpu_type and (zone or region):
-            region = region or zone.rsplit("-", 1)[0]
+            region = region or (zone or "").rsplit("-", 1)[0]  # one of them is set
             info = compute.region(region)
             zones = [zone] if zone else info["zones"]
             out += gpu_findings(target.gpu_type, target.gpu_count, {z: compute.zone_accelerators(z) for z in zones},

@@ -252,7 +252,7 @@ def status_line(report: JobReport) -> str:
     """One line for `survivor status`: goodput and cost so far (and what on-demand would have cost)."""
     goodput = "goodput -" if report.goodput is None else f"goodput {100 * report.goodput:.0f}%"
     job, on_demand = report.cost_so_far.get("job"), report.cost_so_far.get("on_demand")
-    if job is None:
+    if job is None or report.prices is None:  # a cost comes only with prices
         return f"{goodput} of {report.wall_hours:.2f} h; cost unknown (no machine or price)"
     od = f" (on-demand ${on_demand:.2f})" if on_demand is not None else ""
     where = "on Spot" if not report.vm_hours_by_mode.get(ON_DEMAND) else \
@@ -358,6 +358,8 @@ def draw_timeline(report: JobReport, path: str) -> str:
     import matplotlib.pyplot as plt
 
     ledger = report.ledger
+    if ledger is None:
+        raise ValueError("a report without its ledger has no timeline")
     t0 = ledger.start
 
     def hours(t: _dt.datetime) -> float:

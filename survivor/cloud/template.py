@@ -165,10 +165,10 @@ def machine_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
 def deadline_warning(spec: JobSpec, now: datetime.datetime) -> str | None:
     """Pure: one warning line when the spec's `deadline:` is a time already past at `now` (a template
     may be made for a job that is late, so it is not refused), else None."""
-    at = spec.deadline.at if spec.deadline else None
-    if at is None or at > now:
+    deadline = spec.deadline
+    if deadline is None or deadline.at is None or deadline.at > now:
         return None
-    return (f"warning: deadline {spec.deadline.text} is already past: the deadline policy will find the job late "
+    return (f"warning: deadline {deadline.text} is already past: the deadline policy will find the job late "
             "at its first look")
 
 
@@ -206,7 +206,7 @@ def template_body(name: str, spec: JobSpec, options: MachineOptions, script: str
     if problems:
         raise SpecError(problems)
     # a2/a3/g2 carry their GPUs: nothing is attached to them (survivor/cloud/machines.py)
-    attached = 0 if machines.carries_gpus(options.machine_type) else (options.gpu_count if options.gpu_type else 0)
+    attached = 0 if machines.carries_gpus(options.machine_type) else (options.gpu_count or 0 if options.gpu_type else 0)
     gpus = machines.gpus_of(options.machine_type, options.gpu_type, attached)[1]
     scheduling = machines.scheduling(options.machine_type, options.gpu_type, attached, spot=options.spot,
                                      termination_action=options.termination_action,
@@ -288,7 +288,7 @@ def _reference(value: Any, project: str | None) -> Any:
     return value
 
 
-def body_differences(existing: dict[str, Any], wanted: dict[str, Any], prefix: str = "", *,
+def body_differences(existing: Any, wanted: Any, prefix: str = "", *,
                      project: str | None = None, parent: str = "") -> list[str]:
     """Pure decision: the dotted paths where a template as `instanceTemplates.get` returns it differs
     from the body survivor would send: what the server fills in (`SERVER_FILLED`) is no difference,
