@@ -24,14 +24,17 @@ escaped error must be restarted and its traceback kept in the journal).
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:  # imported on first use (below)
+    from survivor.spec import SpecError
 
 
 class CommandError(Exception):
     """A command could not do what it was asked, for a reason only the command knows: one line, exit 1."""
 
 
-def _library_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
+def _library_errors() -> tuple[tuple[type[SpecError], ...], tuple[type[BaseException], ...]]:
     """(exit 2 types, exit 1 types); imported on first use, so that `survivor agent` starts without them."""
     from google.auth.exceptions import DefaultCredentialsError
 

@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import sys
+from typing import Callable
 
 from survivor.cloud import group as jobs
 from survivor.cloud.compute import Compute
@@ -224,7 +225,7 @@ def status(args: argparse.Namespace) -> int:
 
         _readable_job_dir(args.job_dir)
         report = job_summary(args.job_dir)
-        show = _print_job_dir
+        show: Callable[[dict], None] = _print_job_dir
     else:
         group = _address(args).group()
         report = jobs.job_status(connect(group.project), group, args.job_dir, spot_price=args.spot_price,
