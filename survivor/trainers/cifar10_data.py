@@ -52,7 +52,9 @@ def from_python_archive(archive: str, out: str) -> dict[str, int]:
             for batch in batches:
                 if batch not in members:
                     raise ValueError(f"{archive}: no {batch} inside; is this cifar-10-python.tar.gz?")
-                data = pickle.load(tar.extractfile(members[batch]), encoding="bytes")
+                batch_file = tar.extractfile(members[batch])
+                assert batch_file is not None  # members holds regular files only
+                data = pickle.load(batch_file, encoding="bytes")
                 # stored as (N, 3072) in CHW order; the estimator example writes HWC
                 images.append(data[b"data"].reshape(-1, DEPTH, HEIGHT, WIDTH).transpose(0, 2, 3, 1))
                 labels.append(np.asarray(data[b"labels"], dtype=np.int64))

@@ -78,7 +78,7 @@ def cluster_from_env(env: Mapping[str, str]) -> Cluster | None:
             continue
         try:
             config = json.loads(text)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise ClusterError(f"{name} is not JSON ({exc.msg} at character {exc.pos})") from None
         if not isinstance(config, dict):
             raise ClusterError(f"{name}: expected a JSON object with 'cluster' and 'task'")

@@ -31,7 +31,7 @@ class StopRequest:
     """A flag set by SIGTERM/SIGINT: "save a checkpoint now and exit". `at` is when it was set
     (time.monotonic()), for a trainer that logs how long its save on notice took."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._event = threading.Event()
         self.signal_name: str | None = None
         self.at: float | None = None

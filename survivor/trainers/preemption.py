@@ -44,16 +44,19 @@ class NoticePoll:
         return self.source is not None
 
     def _ask_metadata(self) -> str | None:
+        metadata = self.metadata
+        if metadata is None:
+            return None
         try:
             for key in WATCHED_KEYS:
-                source = notice_from_metadata(key, self.metadata.get_or(key, "") or "")
+                source = notice_from_metadata(key, metadata.get_or(key, "") or "")
                 self._answered = True
                 if source:
                     return source
         except MetadataError as exc:
             self._failures += 1
             if not self._answered and self._failures >= UNREACHABLE_TRIES:
-                print(f"no metadata server at {self.metadata.host} ({exc.reason.split(' (')[0]}); watching SIGTERM "
+                print(f"no metadata server at {metadata.host} ({exc.reason.split(' (')[0]}); watching SIGTERM "
                       "only", file=sys.stderr, flush=True)
                 self.metadata = None
         return None
