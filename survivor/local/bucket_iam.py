@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Sequence
 from urllib.parse import parse_qs, urlsplit
 
 import requests
@@ -115,7 +116,7 @@ class BucketIam(LocalService):
         return Handler
 
 
-def serve_forever(port: int, *, project: str, buckets: list[str] = (), grants: list[str] = ()) -> None:
+def serve_forever(port: int, *, project: str, buckets: Sequence[str] = (), grants: Sequence[str] = ()) -> None:
     """fake-gcs-server behind this stand-in, in the foreground (for `survivor emulate storage`).
 
     `buckets`: created at start (gcloud cannot reach an emulator); `grants`: `BUCKET=ROLE` bindings for

@@ -89,7 +89,7 @@ class CatalogServer(LocalService):
         server = self
 
         class Handler(QuietHandler):
-            def do_GET(self):
+            def do_GET(self) -> None:
                 url = urlsplit(self.path)
                 query = {k: v[-1] for k, v in parse_qs(url.query).items()}
                 server.requests.append(url.path)

@@ -294,6 +294,13 @@ class _Rounds:
 
     # -- what every round shares --
 
+    def read(self, name: str) -> bytes:
+        """An object's bytes, as the harness sees the job dir; an error when it is gone."""
+        blob = self.storage.read(name)
+        if blob is None:
+            raise FileNotFoundError(f"{self.job_dir}: no {name}")
+        return blob.data
+
     def boot(self, wipe: bool | None = None) -> float:
         self.round += 1
         booted = time.time()
@@ -436,7 +443,7 @@ class _Rounds:
             self.damages = self.rng.sample(sorted(DAMAGES), len(DAMAGES))
         kind = self.damages.pop()
         good = self.store.latest()
-        good_raw = self.storage.read(good.name).data if good else None
+        good_raw = self.read(good.name) if good else None
         name, body = damaged_manifest(kind, good_raw, good.step if good else 0, self.rng)
         self.storage.write(name, body)
         tally.inputs += 1
@@ -453,7 +460,7 @@ class _Rounds:
             if verdict == "corrupt":
                 tally.corrupt_restores += 1
                 self.problem(tally, f"the agent restored the damaged manifest {name} ({kind})")
-            elif verdict == "lost":
+            elif verdict == "lost" and good is not None:  # "lost" needs a good step
                 tally.lost_commits += 1
                 self.problem(tally, f"{kind}: the agent restored {restored_from}, not {good.name}")
             if state == "training" and name not in self.read_log():
@@ -480,15 +487,15 @@ class _Rounds:
         time.sleep(self.rng.uniform(0.5, 1.5))
         target = self.store.latest()
         chunks = [c.object for f in (target.files if target else ()) for c in f.chunks]
-        if len(chunks) < 2:
+        if target is None or len(chunks) < 2:
             self.kill(tally, booted)
             return
         victim, other = self.rng.sample(chunks, 2)
         how = self.rng.choice(["flipped", "truncated", "emptied", "another chunk's bytes"])
         with contextlib.suppress(Exception):
-            data = self.storage.read(victim).data
+            data = self.read(victim)
             self.storage.write(victim, {"flipped": bytes([data[0] ^ 1]) + data[1:], "truncated": data[: len(data) // 2],
-                                        "emptied": b"", "another chunk's bytes": self.storage.read(other).data}[how])
+                                        "emptied": b"", "another chunk's bytes": self.read(other)}[how])
         tally.inputs += 1
         tally.faults[f"chunk {how}"] += 1
         waited = time.monotonic() + 15
@@ -713,7 +720,7 @@ def _full_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, pyt
                     run.problem(tally, f"full {where}: {len(leaked)} temporary uploads left, e.g. {leaked[0]}")
                 names = sorted(o.name for o in run.storage.list(ATTEMPTS))
                 with contextlib.suppress(Exception):
-                    attempt = Attempt.from_json(run.storage.read(names[-1]).data)
+                    attempt = Attempt.from_json(run.read(names[-1]))
                     if attempt.steps_lost is not None:
                         tally.worst_lost_steps = max(tally.worst_lost_steps, attempt.steps_lost)
                 run.count_tracebacks(tally)
@@ -790,7 +797,8 @@ def _contract_breaker_rounds(rounds: int, rng: random.Random, seed: int, root: s
                 run.check_restore(tally, before, "after a SIGKILL of a contract breaker")
                 # What the agent can promise such a trainer (docs/trainer-contract.md): the first commit of a
                 # step stands. Which version that is depends on whether a scan came before the truncation.
-                steps = [run.store.load(n).step for n in run.store.manifest_names()]
+                manifests = [run.store.load(n) for n in run.store.manifest_names()]
+                steps = [m.step for m in manifests if m is not None]  # None: one that fails verification
                 if len(steps) != len(set(steps)):
                     tally.corrupt_restores += 1
                     run.problem(tally, f"a step was committed twice: {steps}")
@@ -834,6 +842,7 @@ def _state_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, py
                 how = rng.choice(["fifo", "link at snapshots", "link for a file", "nothing"])
                 tally.inputs += 1
                 tally.faults[how] += 1
+                assert vm.state_disk is not None  # made with state_disk=True
                 snapshots = os.path.join(vm.state_disk, "snapshots")
                 copies = [os.path.join(d, f) for d, _, files in os.walk(snapshots) for f in files] \
                     if os.path.isdir(snapshots) and not os.path.islink(snapshots) else []
@@ -931,7 +940,7 @@ def table(result: ChaosResult) -> tuple[list[str], list[list]]:
     """The figures per class, as a header and rows (benchmarks/chaos.py prints them)."""
     header = ["fault class", "inputs tried", "faults injected", "corrupt restores", "lost commits", "hangs",
               "tracebacks", "temp files left", "leases stolen", "worst lost steps", "slowest exit or boot (s)"]
-    rows = []
+    rows: list[list] = []
     for name, t in result.tallies.items():
         if t.skipped:
             rows.append([name, t.skipped, "", "", "", "", "", "", "", "", ""])

@@ -59,7 +59,7 @@ import string
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 from urllib.parse import parse_qs, urlsplit
 
 from survivor.cloud import machines, permissions
@@ -418,7 +418,7 @@ class ComputeServer(LocalService):
 
     # -- operations -------------------------------------------------------------------------------
 
-    def _operation(self, params: dict, kind: str, target: str, scope: str, undo: Callable[[], None] | None = None) -> dict:
+    def _operation(self, params: dict, kind: str, target: str, scope: str, undo: Callable[[], object] | None = None) -> dict:
         name = f"operation-{next(self._ids)}-{''.join(random.choices(string.hexdigits.lower(), k=8))}"
         project = params["project"]
         op = {
@@ -646,7 +646,7 @@ class ComputeServer(LocalService):
         for ref in body.get("instances", []):
             m = re.search(r"zones/([^/]+)/instances/([^/]+)$", ref)
             member = (group["_project"], m.group(1), m.group(2)) if m else None
-            if member not in group["_members"]:
+            if member is None or member not in group["_members"]:
                 raise HttpError(400, f"The instance {ref!r} is not a member of the managed instance group", "invalid")
             self._delete_instance(member, by_group=True)
             group["_pending"].pop(member, None)
@@ -695,8 +695,9 @@ class ComputeServer(LocalService):
         machine = str(properties.get("machineType", "")).rsplit("/", 1)[-1]
         accelerators = properties.get("guestAccelerators") or []
         wanted = [(_tail(a.get("acceleratorType", "")), int(a.get("acceleratorCount") or 0)) for a in accelerators]
-        if machines.built_in_gpus(machine):
-            wanted.append(machines.built_in_gpus(machine))
+        built_in = machines.built_in_gpus(machine)
+        if built_in:
+            wanted.append(built_in)
         for kind, _count in wanted:
             if kind not in self.accelerators.get(zone, {}):
                 # fastai/course-v3#430 (the code is not shown there)
@@ -1154,8 +1155,8 @@ def _default_message(code: str, params: dict) -> str:
     return code
 
 
-def serve_forever(port: int, *, project: str, stockouts: list[str] = (), quotas: list[str] = (),
-                  image_families: list[str] = (), deny_external_ip: bool = False, no_default_network: bool = False,
+def serve_forever(port: int, *, project: str, stockouts: Sequence[str] = (), quotas: Sequence[str] = (),
+                  image_families: Sequence[str] = (), deny_external_ip: bool = False, no_default_network: bool = False,
                   api_disabled: bool = False) -> None:
     """Runs the fake in the foreground (for `survivor emulate compute`), seeded from the command line.
 

@@ -123,7 +123,7 @@ def progress_view(boot: int, reached: int | None, guest: dict, starting: str, tr
     instead of 0 (a restart from scratch, to the eye).
     """
     state, step = guest.get("state"), guest.get("step")
-    step = int(step) if str(step or "").isdigit() else None
+    step = int(str(step)) if str(step or "").isdigit() else None
     if state != "training" and saved is not None:  # the guest's step is the last boot's, and may lag its last commit
         step = saved
     trained = trained or (state == "training" and reached is not None and reached > (step or 0))
@@ -202,8 +202,8 @@ def run(options: DemoOptions) -> bool:
     if options.trainer == "cifar10":
         data_dir = os.path.join(root, "cifar-10-data")
         log_path = os.path.join(root, "data.log")
-        code = write_demo_data(data_dir, log_path, verbose=options.verbose,
-                               show=lambda line: console.print(line, markup=False, highlight=False))
+        code: int | None = write_demo_data(data_dir, log_path, verbose=options.verbose,
+                                           show=lambda line: console.print(line, markup=False, highlight=False))
         if code != 0:
             console.print(f"[red]writing the demo's images failed (exit {code}); see {log_path}[/red]")
             return False
@@ -252,7 +252,7 @@ def run(options: DemoOptions) -> bool:
                     trained = False
                     continue
                 if not vm.running():
-                    code = vm.process.returncode
+                    code = vm.returncode
                     if code != 0:
                         console.print(f"[red]the agent exited with {code}; see {vm.log_path()}[/red]")
                         return False

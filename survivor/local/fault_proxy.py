@@ -107,7 +107,7 @@ class FaultPlan:
     limit: int = 0
     _rng: random.Random = field(init=False, repr=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
         self._lock = threading.Lock()
         self._outage: tuple[float, str] | None = None  # (ends, fault) of the outage under way
@@ -163,7 +163,7 @@ class FaultProxy(LocalService):
         """Cloud Storage's 404 wording for `path`: whether its bucket or its object is missing."""
         match = _BUCKET_PATH.match(urlsplit(path).path)
         bucket = match.group("bucket") if match else None
-        if bucket is None:
+        if match is None or bucket is None:
             return _error_body(404, "Not Found", "notFound")
         exists = self._session.get(f"{self.upstream}/storage/v1/b/{bucket}", timeout=10).status_code == 200
         if not exists:

@@ -82,7 +82,7 @@ class StorageEmulator:
     def create_bucket(self, name: str) -> None:
         """Creates a bucket through the real google-cloud-storage client."""
         from google.auth.credentials import AnonymousCredentials
-        from google.cloud import storage
+        import google.cloud.storage as storage  # not `from google.cloud import`: mypy sees no such name there
 
         storage.Client(project="survivor-local", credentials=AnonymousCredentials()).create_bucket(name)
 

@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import IO
 
 from survivor.agent.finish import POWER_OFF_ENV
 from survivor.local.metadata_server import MetadataServer
@@ -47,7 +48,7 @@ class LocalInstance:
         self.wrapper = tuple(wrapper)  # e.g. unshare(1): the agent as in a container on the VM
         self.process: subprocess.Popen | None = None
         self.boots = 0
-        self._log = None
+        self._log: IO[bytes] | None = None
 
     @property
     def workdir(self) -> str:
@@ -97,6 +98,11 @@ class LocalInstance:
         """Whether the agent powered this "VM" off (a guest shutdown) since it last booted."""
         return os.path.exists(self.power_off_path)
 
+    @property
+    def returncode(self) -> int | None:
+        """The agent's exit code: None while it runs, or before the first boot."""
+        return self.process.returncode if self.process is not None else None
+
     def running(self) -> bool:
         """True while this VM's agent process runs."""
         return self.process is not None and self.process.poll() is None
@@ -113,7 +119,7 @@ class LocalInstance:
             if reached is not None and reached >= step:
                 return reached
             if not self.running():
-                raise RuntimeError(f"the agent exited ({self.process.returncode}) before step {step}; see {self.log_path()}")
+                raise RuntimeError(f"the agent exited ({self.returncode}) before step {step}; see {self.log_path()}")
             time.sleep(0.02)
         raise TimeoutError(f"step {step} not reached in {timeout} s; see {self.log_path()}")
 
@@ -123,7 +129,7 @@ class LocalInstance:
 
     def soft_off(self) -> None:
         """ACPI soft off: systemd stops the unit, which sends SIGTERM to the agent."""
-        if self.running():
+        if self.process is not None and self.running():
             os.kill(self.process.pid, signal.SIGTERM)
 
     def preempt(self, notice_seconds: float = 0.0, hard_off_after: float = 30.0, soft_off: bool = True) -> int | None:
@@ -139,10 +145,12 @@ class LocalInstance:
         code = self.wait(hard_off_after)
         if code is None:
             self.kill()
-        return self.process.returncode
+        return self.returncode
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Waits for the agent to exit; returns its code, or None after `timeout`."""
+        if self.process is None:
+            raise RuntimeError("the instance has not booted")
         try:
             code = self.process.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -96,7 +96,7 @@ class LoggingServer(LocalService):
             def _error(self, status: int, message: str) -> None:
                 send_json(self, status, {"error": {"code": status, "message": message, "status": "INVALID_ARGUMENT"}})
 
-            def do_POST(self):
+            def do_POST(self) -> None:
                 if self.path.split("?")[0] != "/v2/entries:list":
                     return self._error(404, f"no such method: POST {self.path}")
                 try:

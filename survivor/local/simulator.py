@@ -68,7 +68,8 @@ class SimulationResult:
     def vm_seconds(self) -> float:
         """Pure: the seconds some VM of the group existed (a boot to its exit, its leaving the group or
         the end of the run): what Compute Engine bills."""
-        total, up = 0.0, {}
+        total = 0.0
+        up: dict[str, float] = {}
         for e in self.events:
             if e.kind == "boot":
                 up.setdefault(e.instance, e.t)
@@ -317,7 +318,7 @@ class Simulator:
         if local.wait(self.hard_off_after) is None:
             self._event("hard-off", local.name, "SIGKILL: the agent was still running")
             local.kill()
-        self._event("exit", local.name, f"agent exit {local.process.returncode}")
+        self._event("exit", local.name, f"agent exit {local.returncode}")
         if stockout:
             self._event("stockout", local.name, f"no Spot capacity for {stockout:.1f} s")
         time.sleep(self.recreate_delay + stockout)
