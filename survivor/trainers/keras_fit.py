@@ -39,7 +39,7 @@ def fit_resumable(model, batches_from, *, job_dir: str, epochs: int, steps_per_e
     import keras
     import tensorflow as tf
 
-    stop = stop or StopRequest.install()
+    request = stop or StopRequest.install()  # a new name: the callback below sees it narrowed
     optimizer = model.optimizer
     optimizer.build(model.trainable_variables)
     rng = {f"rng_{i}": getattr(v, "value", v) for i, v in enumerate(_rng_variables(model))}
@@ -63,7 +63,7 @@ def fit_resumable(model, batches_from, *, job_dir: str, epochs: int, steps_per_e
         def on_train_batch_end(self, batch, logs=None):
             step = int(optimizer.iterations.numpy())
             report_progress(step)
-            if stop.requested:
+            if request.requested:
                 manager.save(checkpoint_number=step)
                 report_saved(step)  # the agent may end the process once this save is committed
                 self.model.stop_training = True
