@@ -8,7 +8,7 @@ import json
 import pytest
 
 from survivor.jobdir.journal import Attempt, Journal
-from survivor.jobdir.ledger import CAUSES, GOOGLE_TERMS, build_ledger
+from survivor.jobdir.ledger import CAUSES, TABLE, build_ledger
 from survivor.jobdir.storage import open_storage
 
 T0 = _dt.datetime(2026, 3, 1, 12, 0, tzinfo=_dt.timezone.utc)
@@ -68,7 +68,10 @@ def test_each_badput_cause_appears_when_caused():
     assert by_cause["other"] == pytest.approx(2 + 1 + 5)  # the records' remainders, and DONE after the last
     assert by_cause["checkpoint"] == pytest.approx(7 + 2)
     assert by_cause["failed"] == pytest.approx((1050 - 1030) + (1240 - 1140))  # the failed boot, the killed one
-    assert set(GOOGLE_TERMS) == set(CAUSES)
+    assert set(by_cause) == set(CAUSES)
+    # only productive training is goodput; every other cause names its bucket, label and colour
+    assert [cause.name for cause in TABLE if cause.google_term is None] == ["productive"]
+    assert len({cause.label for cause in TABLE}) == len({cause.colour for cause in TABLE}) == len(TABLE)
 
 
 def test_a_job_without_disruptions_has_no_disruption_badput():

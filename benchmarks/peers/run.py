@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from benchmarks.common import PLOTS, ROOT, machine, plot_bars, scratch_dir, table
+from survivor.jobdir.journal import Timing
 
 POLL = 0.005
 
@@ -208,7 +209,7 @@ class SurvivorVM:
         from survivor.jobdir.storage import open_storage
 
         attempts = [a for a in Journal(open_storage(self.job_dir)).attempts() if a.number == boot]
-        return attempts[0].timings.get("restore", 0.0) if attempts else 0.0
+        return attempts[0].timings.get(Timing.RESTORE, 0.0) if attempts else 0.0
 
     def agent_seconds(self, boot: int, started: float) -> float | None:
         """From the boot to the agent's `trainer started` line (its log's wall-clock time)."""

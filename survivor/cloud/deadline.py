@@ -60,7 +60,7 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass
 
-from survivor.jobdir.journal import Attempt, Journal
+from survivor.jobdir.journal import Attempt, Journal, Timing
 from survivor.jobdir.ledger import EARLIEST, build_ledger
 from survivor.jobdir.storage import JobStorage
 from survivor.jobdir.switches import Switch, parse_time, switches
@@ -313,7 +313,7 @@ def measure(attempts: list[Attempt], switches: list[Switch], train_steps: int, n
     overheads, lost = [], []
     for a in attempts:
         begun, ended = _time(a.started), _time(a.ended)
-        overhead = sum(a.timings.get(k, 0.0) for k in ("restore", "setup")) / 3600
+        overhead = sum(a.timings.get(k, 0.0) for k in (Timing.RESTORE, Timing.SETUP)) / 3600
         if begun is None or ended is None:
             continue
         if a.timings:

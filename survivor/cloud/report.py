@@ -36,7 +36,7 @@ from typing import Any
 from survivor.cloud.catalog import Machine, Prices, hourly_prices
 from survivor.cloud.pricing import money
 from survivor.jobdir.journal import Journal
-from survivor.jobdir.ledger import (CAUSES, CLOCK_SLACK, GOOGLE_TERMS, LABELS, ON_DEMAND, SPOT, UNSAVED, Ledger,
+from survivor.jobdir.ledger import (CAUSE, CAUSES, CLOCK_SLACK, ON_DEMAND, SPOT, UNSAVED, Ledger,
                                      build_ledger, parse_time)
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.store import CheckpointStore
@@ -47,10 +47,6 @@ from survivor.jobdir.switches import switches as recorded_switches
 
 #: The causes a job on an on-demand VM without disruptions still spends once, at its start.
 ONCE_PER_JOB = ("vm_boot", "restore", "trainer_start")
-#: Colours of the timeline, one per cause.
-COLOURS = {"capacity": "#d9d9d9", "vm_boot": "#9ecae1", "restore": "#6baed6", "trainer_start": "#4292c6",
-           "productive": "#31a354", "rework": "#e6550d", "checkpoint": "#fdae6b", "failed": "#de2d26",
-           "other": "#bcbddc"}
 
 
 @dataclass
@@ -128,8 +124,8 @@ class JobReport:
         out["prices"] = asdict(self.prices) if self.prices else None
         out["saving_so_far"] = self.saving_so_far
         out["saving_projected"] = self.saving_projected
-        out["badput"] = {cause: {"seconds": round(self.badput_seconds[cause], 3), "label": LABELS[cause],
-                                 "ml_goodput_measurement": GOOGLE_TERMS[cause]}
+        out["badput"] = {cause: {"seconds": round(self.badput_seconds[cause], 3), "label": CAUSE[cause].label,
+                                 "ml_goodput_measurement": CAUSE[cause].google_term}
                          for cause in CAUSES if cause != "productive"}
         del out["badput_seconds"]
         if self.ledger is not None:
@@ -278,11 +274,11 @@ def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
     wall = (report.ledger.wall_seconds if report.ledger else report.wall_hours * 3600) or 1.0  # unrounded
     for cause in CAUSES:
         seconds = report.badput_seconds[cause]
-        lines.append(f"| {LABELS[cause]} | {GOOGLE_TERMS[cause] or '(goodput)'} | {_duration(seconds)} | "
+        lines.append(f"| {CAUSE[cause].label} | {CAUSE[cause].google_term or '(goodput)'} | {_duration(seconds)} | "
                      f"{100 * seconds / wall:.1f}% |")
     unsaved = report.ledger.unsaved if report.ledger else []
     if unsaved:
-        lines += ["", f"{LABELS['checkpoint'].capitalize()} include the agent's wait for a save that never came: "
+        lines += ["", f"{CAUSE['checkpoint'].label.capitalize()} include the agent's wait for a save that never came: "
                       f"{UNSAVED} in boot{'s' if len(unsaved) > 1 else ''} {', '.join(map(str, unsaved))} (it did "
                       "not exit on SIGTERM and was killed; its steps since its last checkpoint were lost)."]
     lines += ["", "## Switches between Spot and on-demand", ""]
@@ -367,7 +363,7 @@ def draw_timeline(report: JobReport, path: str) -> str:
     for cause in CAUSES:
         bars = [(hours(s.start), s.seconds / 3600) for s in ledger.spans if s.cause == cause]
         if bars:
-            top.broken_barh(bars, (0, 1), facecolors=COLOURS[cause], label=LABELS[cause])
+            top.broken_barh(bars, (0, 1), facecolors=CAUSE[cause].colour, label=CAUSE[cause].label)
     for number, start, end, outcome in ledger.boots:
         top.axvline(hours(start), color="black", linewidth=0.6)
         top.text(hours(start), 1.05, f"boot {number}", fontsize=7)
