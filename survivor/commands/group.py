@@ -26,6 +26,7 @@ from survivor.cloud.compute import Compute
 from survivor.cloud.template import MachineOptions
 from survivor.commands import vertex as vertex_commands
 from survivor.commands.errors import CommandError
+from survivor.commands import flags
 
 
 def _progress(message: str) -> None:
@@ -116,16 +117,6 @@ def preflight(args: argparse.Namespace) -> int:
     from survivor.cloud.preflight import report
 
     return 0 if report(jobs.preflight_findings(_template_request(args), connect), print) else 1
-
-
-def _price(text: str) -> float:
-    """argparse's type for --spot-price and --on-demand-price: USD per hour."""
-    from survivor.cloud import pricing
-
-    try:
-        return pricing.price_per_hour(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _print_job_dir(summary: dict) -> None:
@@ -357,25 +348,11 @@ def add_commands(sub) -> None:
     _add_reading_commands(sub)
 
 
-#: Where every command's --project comes from (survivor/cloud/compute.py resolve order).
-PROJECT_HELP = "Google Cloud project (default: the spec's compute.project, else $GOOGLE_CLOUD_PROJECT)"
-
-
-def _where(p, instance: bool = False, name_optional: bool = False) -> None:
-    """The flags that name a job's group (or a standalone instance): name, project, zone or region."""
-    p.add_argument("name", nargs="?" if name_optional else None, help="the job's name (its MIG and template)")
-    p.add_argument("--project", help=PROJECT_HELP)
-    p.add_argument("--zone", help="the zonal MIG's zone")
-    p.add_argument("--region", help="the regional MIG's region")
-    if instance:
-        p.add_argument("--instance", help="a standalone instance instead of the MIG (with --zone)")
-
-
 def _template_flags(p) -> None:
     """The flags that describe a template (make-template and preflight)."""
     p.add_argument("name", help="the template's name (make-group's --template)")
     p.add_argument("--config", required=True, help="the job spec YAML")
-    p.add_argument("--project", help=PROJECT_HELP)
+    flags.project(p)
     p.add_argument("--machine-type", help=f"the VM's machine type (default: the spec's compute.machine_type, "
                                           f"else {MachineOptions.machine_type})")
     p.add_argument("--gpu", help=f"TYPE:COUNT, e.g. nvidia-tesla-t4:4, or none (default: the spec's compute.gpu, "
@@ -393,22 +370,15 @@ def _template_flags(p) -> None:
                                              f"compute.service_account, else {MachineOptions.service_account}: "
                                              "Compute Engine's default)")
     p.add_argument("--cloud-platform-scope", action="store_true", help="the whole cloud-platform scope instead of storage+compute")
-    p.add_argument("--zone", help="the zone the group will run in, for the GPU and quota checks (default: the "
-                                  "spec's compute.zone; give it or --region)")
-    p.add_argument("--region", help="the region a regional group will run in (default: the spec's compute.region)")
+    flags.place(p, zone_help="the zone the group will run in, for the GPU and quota checks (default: the spec's "
+                             "compute.zone; give it or --region)",
+                region_help="the region a regional group will run in (default: the spec's compute.region)")
     p.add_argument("--preemption-notice", type=int, metavar="SECONDS", help="Spot: ask for this much notice before the soft off")
     p.add_argument("--no-external-ip", dest="external_ip", action="store_false", default=None,
                    help="no external IP on the VM (an organisation policy may forbid one): it reaches Cloud Storage "
                         "through Private Google Access on its subnet; survivor's image installs nothing else")
     p.add_argument("--survivor-wheel", help="stage this local survivor_train-*.whl instead of building one "
                                             "from the checkout")
-
-
-def _price_flags(p, instead_of: str) -> None:
-    """--spot-price and --on-demand-price: the whole VM's prices, given instead of `instead_of`."""
-    for flag, side in (("--spot-price", "Spot"), ("--on-demand-price", "on-demand")):
-        p.add_argument(flag, type=_price, metavar="USD_PER_HOUR",
-                       help=f"the {side} price of the whole VM with its GPUs, instead of {instead_of}")
 
 
 def _add_template_commands(sub) -> None:
@@ -426,7 +396,7 @@ def _add_template_commands(sub) -> None:
     p = sub.add_parser("make-image", help="bake survivor, its lock and the trainer's requirements into an image "
                                           "that make-template then boots (boots install nothing)")
     p.add_argument("--config", required=True, help="the job spec YAML (its job dir stages the wheel and lock)")
-    p.add_argument("--project", help=PROJECT_HELP)
+    flags.project(p)
     p.add_argument("--zone", required=True, help="where the builder VM runs")
     p.add_argument("--survivor-wheel", help="a local survivor_train-*.whl instead of building one from the checkout")
     p.add_argument("--machine-type", default="n1-standard-8", help="the builder's machine type (no GPU needed; default %(default)s)")
@@ -445,7 +415,7 @@ def _add_template_commands(sub) -> None:
 def _add_group_commands(sub) -> None:
     """make-group, stop, start and delete: the job's group."""
     p = sub.add_parser("make-group", help="create the job's single-instance managed instance group")
-    _where(p)
+    flags.where(p)
     p.add_argument("--template", required=True, help="the instance template the group's VM boots from (make-template's NAME)")
     p.add_argument("--dry-run", action="store_true", help="print the exact REST body; call nothing")
     p.add_argument("--skip-preflight", action="store_true", help="create it even if `survivor preflight` finds problems")
@@ -458,11 +428,11 @@ def _add_group_commands(sub) -> None:
     for name, func, text in (("stop", stop, "stop training gracefully (the agent saves first): MIG resize to 0"),
                              ("start", start, "start training again: MIG resize to 1")):
         p = sub.add_parser(name, help=text)
-        _where(p, instance=True)
+        flags.where(p, instance=True)
         p.set_defaults(func=func)
 
     p = sub.add_parser("delete", help="delete the job's MIG and template (never the job dir)")
-    _where(p)
+    flags.where(p)
     p.add_argument("--template", help="template name when it is not the job's name")
     p.set_defaults(func=delete)
 
@@ -470,27 +440,22 @@ def _add_group_commands(sub) -> None:
 def _add_reading_commands(sub) -> None:
     """status, report and logs: what a job is doing and what it cost."""
     p = sub.add_parser("status", help="MIG, instance, progress, preemptions, lost work and cost of a job")
-    p.add_argument("name", nargs="?", help="the job's name (omit with --job-dir alone for the job dir only)")
-    p.add_argument("--project", help=PROJECT_HELP)
-    p.add_argument("--zone", help="the zonal MIG's zone")
-    p.add_argument("--region", help="the regional MIG's region")
-    p.add_argument("--job-dir", help="the job dir (default: from the template's job spec)")
+    flags.where(p, name_optional=True, name_help="the job's name (omit with --job-dir alone for the job dir only)")
+    flags.job_dir(p)
     p.add_argument("--vertex", metavar="CUSTOM_JOB", help="a Vertex AI custom job's name (from survivor submit)")
-    _price_flags(p, "pricing's offline table")
+    flags.prices(p, "pricing's offline table")
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.set_defaults(func=status)
 
     p = sub.add_parser("report", help="a job's goodput, badput by cause and cost beside on-demand: Markdown, "
                                       "a timeline PNG and JSON")
-    p.add_argument("name", nargs="?", help="the job's name (omit with --job-dir)")
-    p.add_argument("--project", help=PROJECT_HELP)
-    p.add_argument("--zone", help="the zonal MIG's zone")
-    p.add_argument("--region", help="the regional MIG's region; with --job-dir, where the prices are read")
-    p.add_argument("--job-dir", help="the job dir (default: from the template's job spec)")
+    flags.where(p, name_optional=True, name_help="the job's name (omit with --job-dir)",
+                region_help="the regional MIG's region; with --job-dir, where the prices are read")
+    flags.job_dir(p)
     p.add_argument("--machine-type", help="with --job-dir: the VM's machine type, for its prices")
     p.add_argument("--gpu", help="with --machine-type: TYPE:COUNT, e.g. nvidia-tesla-t4:1")
     p.add_argument("--train-steps", type=int, help="with --job-dir: the job's steps, for the projection")
-    _price_flags(p, "the Cloud Billing Catalog's")
+    flags.prices(p, "the Cloud Billing Catalog's")
     p.add_argument("--offline", action="store_true", help="do not read the Cloud Billing Catalog: cached prices or "
                                                           "the offline table")
     p.add_argument("--out", help="the directory for report.md, timeline.png, report.json "
@@ -499,7 +464,7 @@ def _add_reading_commands(sub) -> None:
     p.set_defaults(func=report)
 
     p = sub.add_parser("logs", help="the job instance's serial port output, or a Vertex AI job's logs")
-    _where(p, instance=True, name_optional=True)
+    flags.where(p, instance=True, name_optional=True)
     p.add_argument("--vertex", metavar="CUSTOM_JOB", help="a Vertex AI custom job's name: its replicas' logs")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new output until interrupted")
     p.add_argument("--interval", type=float, default=5.0, help="with --follow: seconds between reads (default %(default)g)")

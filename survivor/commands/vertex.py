@@ -15,6 +15,7 @@ import json
 import sys
 
 from survivor.cloud import vertex
+from survivor.commands import flags
 from survivor.spec import SpecError
 
 
@@ -65,9 +66,8 @@ def add_commands(sub) -> None:
     p = sub.add_parser("submit", help="run the job on Vertex AI custom jobs (many workers, managed restarts)")
     p.add_argument("--config", required=True, help="the job spec YAML")
     p.add_argument("--training-input", help="a Cloud ML Engine config.yaml (trainingInput: scaleTier, masterType...)")
-    p.add_argument("--project", help="Google Cloud project (default: the spec's vertex.project, else "
-                                     "$GOOGLE_CLOUD_PROJECT)")
-    p.add_argument("--region", default=None, help="Vertex region (default: vertex.region or us-central1)")
+    flags.project(p, help="Google Cloud project (default: the spec's vertex.project, else $GOOGLE_CLOUD_PROJECT)")
+    flags.region(p, help="Vertex region (default: vertex.region or us-central1)")
     p.add_argument("--package", help="gs:// sdist holding the trainer (survivor_train-VERSION.tar.gz for a builtin trainer)")
     p.add_argument("--container-image", help="run this image instead of a Python package")
     p.add_argument("--executor-image", action="append", default=None, metavar="URI",

@@ -18,6 +18,7 @@ import argparse
 import re
 import time
 
+from survivor.commands import flags
 from survivor.commands.errors import CommandError
 from survivor.spec import SpecError
 
@@ -93,11 +94,9 @@ def add_commands(sub) -> None:
     """Adds `watch` to the command line's subparsers."""
     p = sub.add_parser("watch", help="decide Spot or on-demand for a job with a deadline (while no VM may run)")
     p.add_argument("name", help="the job's name (its group's)")
-    p.add_argument("--project", help="Google Cloud project (default: $GOOGLE_CLOUD_PROJECT)")
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--zone", help="the zonal MIG's zone")
-    where.add_argument("--region", help="the regional MIG's region")
-    p.add_argument("--job-dir", help="the job dir (default: the one in the group's template)")
+    flags.project(p, help="Google Cloud project (default: $GOOGLE_CLOUD_PROJECT)")
+    flags.place(p, required=True)
+    flags.job_dir(p, help="the job dir (default: the one in the group's template)")
     p.add_argument("--every", help="look again this often (15m, 1h); default: look once")
     p.add_argument("--once", action="store_true",
                    help="look once even with --every (which then only tells the policy how often it is asked: "
