@@ -14,6 +14,7 @@ from survivor.cloud import catalog
 from survivor.commands.main import main
 from survivor.jobdir.journal import _dump
 from survivor.jobdir.storage import open_storage
+from survivor.jobdir.status import read_job
 from survivor.local.catalog_server import CatalogServer
 from tests.test_ledger import T0, simulated_job
 
@@ -231,7 +232,7 @@ def test_a_switch_dated_in_the_future_or_unreadable_is_ignored_with_a_warning_na
                                                                "from_mode": "spot", "to_mode": "on-demand"}))
     storage.write("survivor/switches/b-on-demand.json", b'{"time": "2026')
     storage.write("survivor/switches/c-on-demand.json", _dump({"time": "yesterday", "to_mode": "on-demand"}))
-    made = build_report(job_dir, ReportOptions(online=False, now=T0 + _dt.timedelta(hours=1)))
+    made = build_report(read_job(job_dir, now=T0 + _dt.timedelta(hours=1)), ReportOptions(online=False))
     assert made.mode == "spot" and made.ledger.switches == []
     assert "survivor/switches/a-on-demand.json" in caplog.text and "survivor/switches/b-on-demand.json" in caplog.text
     assert "ignoring an unreadable switch record survivor/switches/c-on-demand.json: time: 'yesterday'" in caplog.text
@@ -246,8 +247,9 @@ def test_a_negative_saving_reads_minus_dollars_not_dollars_minus(job):
 
     from survivor.cloud.report import ReportOptions, build_report, markdown
 
-    built = build_report(job, ReportOptions(machine=catalog.Machine("n1-standard-8", None, 0), region="us-central1",
-                                            train_steps=200))
+    built = build_report(read_job(job, train_steps=200),
+                         ReportOptions(machine=catalog.Machine("n1-standard-8", None, 0), region="us-central1",
+                                       train_steps=200))
     # a saving below zero: this job cost more than the same progress on on-demand
     md = markdown(replace(built, cost_so_far={"job": 0.0113, "on_demand": 0.01}))
     assert "| -$0.0013 |" in md and "$-" not in md, md
@@ -266,7 +268,7 @@ def test_checkpoint_stalls_of_a_trainer_that_did_not_save_on_the_notice_are_expl
             attempt = replace(attempt, reason="the trainer did not save on the notice: still running 4.0 s after "
                                               "SIGTERM, killed; its last checkpoint (step 80) stands")
         storage.write(attempt.name, _dump(asdict(attempt)))
-    built = build_report(job_dir, ReportOptions(train_steps=200, online=False))
+    built = build_report(read_job(job_dir, train_steps=200), ReportOptions(train_steps=200, online=False))
     md = markdown(built)
     assert "the trainer did not save on the notice in boot 1" in md, md
     assert built.to_json()["unsaved_boots"] == [1]

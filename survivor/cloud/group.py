@@ -577,29 +577,30 @@ def _template_machine(template: dict) -> dict[str, Any]:
             "spot": props.get("scheduling", {}).get("provisioningModel") == "SPOT"}
 
 
-def _job_report(job_dir: str, machine: dict | None, group: GroupRef, spec: JobSpec | None,
-                spot_price: float | None, on_demand_price: float | None, created: str | None = None,
-                fallback: dict | None = None):
-    """The job's report (survivor/cloud/report.py) for `status`: the goodput ledger priced from cached
-    catalog prices (status never waits on the catalog: `survivor report` fetches and caches them)."""
+def _report_options(machine: dict | None, group: GroupRef, spec: JobSpec | None, spot_price: float | None,
+                    on_demand_price: float | None, created: str | None = None, fallback: dict | None = None):
+    """How `status` prices the job's report (survivor/cloud/report.py): from cached catalog prices
+    (status never waits on the catalog: `survivor report` fetches and caches them)."""
     from survivor.cloud import report
     from survivor.cloud.catalog import Machine
 
-    options = report.ReportOptions(
+    return report.ReportOptions(
         machine=Machine(machine["machine_type"], machine["gpu_type"], machine["gpu_count"]) if machine else None,
         fallback=Machine(fallback["machine_type"], fallback["gpu_type"], fallback["gpu_count"]) if fallback else None,
         region=group.region or (group.zone or "").rsplit("-", 1)[0], train_steps=spec.train_steps if spec else None,
         spot_price=spot_price, on_demand_price=on_demand_price, online=False, created=parse_time(created))
-    return report.build_report(job_dir, options)
 
 
 def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
-               spot_price: float | None = None, on_demand_price: float | None = None) -> dict[str, Any]:
+               spot_price: float | None = None, on_demand_price: float | None = None,
+               read_job_dir: bool = True) -> dict[str, Any]:
     """Everything `survivor status` shows: the group, its instance, the job dir's story, and its
     goodput and cost by the goodput ledger, priced as `survivor report` prices (the USD-per-hour
     prices given, else cached catalog prices, else the offline table). The job dir defaults to the
-    one in the template's job spec."""
-    from survivor.jobdir.status import job_summary
+    one in the template's job spec; it is read once (`read_job`), for the story and the price alike.
+    `read_job_dir=False`: the group and its machine only (what `survivor report` needs to price)."""
+    from survivor.cloud import report
+    from survivor.jobdir.status import job_summary, read_job
 
     out: dict[str, Any] = {"name": group.name, "project": group.project, "zone": group.zone, "region": group.region}
     found = compute.get_group(group)
@@ -627,17 +628,19 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
                         (out["machine"]["machine_type"], out["machine"]["gpu_type"], out["machine"]["gpu_count"]):
                     out["fallback_machine"] = fallback
     job_dir = job_dir or (spec.job_dir if spec else None)
-    if job_dir:
-        summary = job_summary(job_dir, train_steps=spec.train_steps if spec else None)
+    out["job_dir"] = job_dir
+    out["train_steps"] = spec.train_steps if spec else None
+    if job_dir and read_job_dir:
+        options = _report_options(out.get("machine"), group, spec, spot_price, on_demand_price,
+                                  (out.get("group") or {}).get("created"), out.get("fallback_machine"))
+        view = read_job(job_dir, train_steps=options.train_steps, created=options.created)
+        summary = job_summary(view)
         out["job"] = summary
         if spec:
             summary["train_steps"] = spec.train_steps
-        from survivor.cloud.report import cost_summary, status_line
-
-        made = _job_report(job_dir, out.get("machine"), group, spec, spot_price, on_demand_price,
-                           (out.get("group") or {}).get("created"), out.get("fallback_machine"))
-        out["cost"] = cost_summary(made)
-        out["goodput_line"] = status_line(made)
+        made = report.build_report(view, options)
+        out["cost"] = report.cost_summary(made)
+        out["goodput_line"] = report.status_line(made)
     return out
 
 

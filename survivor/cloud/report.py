@@ -1,6 +1,6 @@
 """What a job cost and where its time went: `survivor report`'s figures, Markdown and timeline PNG.
 
-    >>> report = build_report(job_dir, ReportOptions(machine=Machine("n1-standard-8", "nvidia-tesla-t4", 1),
+    >>> report = build_report(read_job(job_dir), ReportOptions(machine=Machine("n1-standard-8", "nvidia-tesla-t4", 1),
     ...                                              region="us-central1", train_steps=10000))
     >>> report.goodput, report.cost_so_far["job"], report.saving_projected
     (0.83, 1.92, 7.41)
@@ -35,15 +35,10 @@ from typing import Any
 
 from survivor.cloud.catalog import Machine, Prices, hourly_prices
 from survivor.cloud.pricing import money
-from survivor.jobdir.journal import Journal
-from survivor.jobdir.ledger import (CAUSE, CAUSES, CLOCK_SLACK, ON_DEMAND, SPOT, UNSAVED, Ledger,
-                                     build_ledger, parse_time)
-from survivor.jobdir.storage import open_storage
-from survivor.jobdir.store import CheckpointStore
+from survivor.jobdir.ledger import CAUSE, CAUSES, ON_DEMAND, SPOT, UNSAVED, Ledger, parse_time
 from survivor.jobdir.moves import Move
-from survivor.jobdir.moves import moves as recorded_moves
-from survivor.jobdir.switches import SwitchFailure, switch_failures
-from survivor.jobdir.switches import switches as recorded_switches
+from survivor.jobdir.status import JobView
+from survivor.jobdir.switches import SwitchFailure
 
 #: The causes a job on an on-demand VM without disruptions still spends once, at its start.
 ONCE_PER_JOB = ("vm_boot", "restore", "trainer_start")
@@ -143,15 +138,9 @@ def _minus(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else round(a - b, 4)
 
 
-def build_report(job_dir: str, options: ReportOptions) -> JobReport:
-    """Reads the job dir (attempts, DONE/FAILED, the newest commit) and prices the machine; the report."""
-    storage = open_storage(job_dir)
-    state = Journal(storage).state()
-    latest = CheckpointStore(storage, max_step=options.train_steps).latest()
-    marker = state.done or state.failed
-    now = options.now or _dt.datetime.now(_dt.timezone.utc)
-    ledger = build_ledger(state.attempts, now=now, done_at=parse_time(marker.get("time")) if marker else None,
-                          created=options.created, switches=recorded_switches(storage, latest=now + CLOCK_SLACK))
+def build_report(job: JobView, options: ReportOptions) -> JobReport:
+    """Prices the machine for one read of the job dir (`read_job`: attempts, DONE/FAILED, the newest
+    commit, moves and switches); the report."""
     prices = None
     if options.machine is not None:
         prices = hourly_prices(options.machine, options.region, online=options.online,
@@ -161,11 +150,12 @@ def build_report(job_dir: str, options: ReportOptions) -> JobReport:
             prices = replace(prices, fallback_on_demand=other.on_demand,
                              basis=f"{prices.basis}; the fallback {_machine_text(options.fallback)} "
                                    f"on-demand: {other.basis}")
-    phase = "DONE" if state.done else "FAILED" if state.failed else "RUNNING" if ledger.running else "WAITING"
-    report = figures(ledger, prices, job_dir=job_dir, state=phase, committed_step=latest.step if latest else None,
-                     train_steps=options.train_steps, preemptions=state.preemptions)
-    report.moves = recorded_moves(storage)
-    report.failed_switches = switch_failures(storage)
+    latest = job.latest
+    report = figures(job.ledger, prices, job_dir=job.job_dir, state=job.phase,
+                     committed_step=latest.step if latest else None, train_steps=options.train_steps,
+                     preemptions=job.state.preemptions)
+    report.moves = job.moves
+    report.failed_switches = job.switch_failures
     return report
 
 

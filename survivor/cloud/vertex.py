@@ -383,9 +383,9 @@ def job_report(name: str, region: str | None = None, job_dir: str | None = None)
     job = get(name, region_of(name, region))
     report = {"vertex_job": job["name"], "state": job.get("state"), "display_name": job.get("displayName")}
     if job_dir:
-        from survivor.jobdir.status import job_summary
+        from survivor.jobdir.status import job_summary, read_job
 
-        report["job"] = job_summary(job_dir)
+        report["job"] = job_summary(read_job(job_dir))
     return report
 
 

@@ -211,10 +211,10 @@ def status(args: argparse.Namespace) -> int:
         if args.spot_price or args.on_demand_price:
             raise CommandError("--spot-price/--on-demand-price: name the job too, so its machine and compute hours "
                                "are known")
-        from survivor.jobdir.status import job_summary
+        from survivor.jobdir.status import job_summary, read_job
 
         _readable_job_dir(args.job_dir)
-        report = job_summary(args.job_dir)
+        report = job_summary(read_job(args.job_dir))
         show = _print_job_dir
     else:
         group = _address(args).group()
@@ -243,6 +243,7 @@ def report(args: argparse.Namespace) -> int:
     from survivor.cloud import report as reports
     from survivor.cloud.catalog import Machine
     from survivor.cloud.template import parse_gpu
+    from survivor.jobdir.status import read_job
     from survivor.jobdir.switches import parse_time
 
     options = reports.ReportOptions(spot_price=args.spot_price, on_demand_price=args.on_demand_price,
@@ -250,8 +251,8 @@ def report(args: argparse.Namespace) -> int:
     job_dir = args.job_dir
     if args.name is not None:
         group = _address(args).group()
-        found = jobs.job_status(connect(group.project), group, args.job_dir)
-        job_dir = job_dir or (found.get("job") or {}).get("job_dir")
+        found = jobs.job_status(connect(group.project), group, args.job_dir, read_job_dir=False)
+        job_dir = job_dir or found.get("job_dir")
         machine = found.get("machine")
         if machine:
             options.machine = Machine(machine["machine_type"], machine["gpu_type"], machine["gpu_count"])
@@ -259,7 +260,7 @@ def report(args: argparse.Namespace) -> int:
         if fallback:
             options.fallback = Machine(fallback["machine_type"], fallback["gpu_type"], fallback["gpu_count"])
         options.region = group.region or (group.zone or "").rsplit("-", 1)[0]
-        options.train_steps = (found.get("job") or {}).get("train_steps")
+        options.train_steps = found.get("train_steps")
         # the group asked for its first VM when it was made: the wait before the first boot counts
         options.created = parse_time((found.get("group") or {}).get("created"))
     elif not job_dir:
@@ -276,7 +277,7 @@ def report(args: argparse.Namespace) -> int:
     options.region = args.region or options.region
     options.train_steps = args.train_steps or options.train_steps
     _readable_job_dir(job_dir)
-    made = reports.build_report(job_dir, options)
+    made = reports.build_report(read_job(job_dir, train_steps=options.train_steps, created=options.created), options)
     out = args.out or f"survivor-report-{args.name or os.path.basename(job_dir.rstrip('/')) or 'job'}"
     try:
         md, png = reports.write_report(made, out)
