@@ -106,7 +106,9 @@ class TrainerSpec:
 class Deadline:
     """When the job must be done: a fixed time (`at`, aware UTC) or hours after its first start (`after_hours`).
 
-        >>> Deadline(after_hours=36.0).resolve(first_start)   # first_start + 36 h
+        >>> first_start = _dt.datetime(2026, 11, 24, 12, 0, tzinfo=_dt.timezone.utc)
+        >>> Deadline(after_hours=36.0).resolve(first_start).isoformat()
+        '2026-11-26T00:00:00+00:00'
     """
 
     at: _dt.datetime | None = None
