@@ -66,8 +66,9 @@ def as_run(line: Line, job: str | None) -> list[str]:
 
 
 def run(argv: list[str], cwd: pathlib.Path, env: dict[str, str], *, python: list[str] | None = None,
-        timeout: float = 120) -> tuple[int, str, str]:
-    done = subprocess.run((python or [SURVIVOR]) + argv, capture_output=True, text=True, cwd=cwd, env=env,
+        survivor: str = SURVIVOR, timeout: float = 120) -> tuple[int, str, str]:
+    """`survivor ARGV` (or `python` + ARGV) in `cwd` with `env`: its exit code, stdout and stderr."""
+    done = subprocess.run((python or [survivor]) + argv, capture_output=True, text=True, cwd=cwd, env=env,
                           timeout=timeout)
     return done.returncode, done.stdout, done.stderr
 
@@ -145,6 +146,12 @@ def upload(storage, local: pathlib.Path, url: str) -> None:
 
 @pytest.mark.slow
 def test_the_scaling_out_guide_walked_against_the_stand_ins(stand_ins, tmp_path):
+    assert walk(stand_ins, tmp_path)
+
+
+def walk(stand_ins, tmp_path: pathlib.Path, survivor: str = SURVIVOR) -> list[str]:
+    """Runs the guide's `survivor` lines in order with the console script `survivor` (this venv's, or a
+    clean install's) against `stand_ins`, holding each to what the guide says; returns the lines run."""
     vertex, logging, storage, env = stand_ins
     spec_text = guide_job_spec()
     (tmp_path / "job.yaml").write_text(spec_text)
@@ -177,7 +184,7 @@ def test_the_scaling_out_guide_walked_against_the_stand_ins(stand_ins, tmp_path)
                         timestamp="2026-11-22T00:00:07Z")
             trained = True
         sent_before = len(vertex.requests)
-        code, out, err = run(words, tmp_path, env)
+        code, out, err = run(words, tmp_path, env, survivor=survivor)
         said = out + err
         assert code == 0, f"`{line.text}` exited {code}:\n{said}"
         assert "Traceback" not in said, said
@@ -223,6 +230,7 @@ def test_the_scaling_out_guide_walked_against_the_stand_ins(stand_ins, tmp_path)
         ran.append(line.text)
     assert ran == [line.text for line in lines] and trained
     assert {"submit", "status", "logs"} <= {line.argv[1] for line in lines}
+    return ran
 
 
 @pytest.mark.slow
