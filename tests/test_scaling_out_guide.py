@@ -329,3 +329,30 @@ def test_the_command_lines_way_of_running_the_trainer_wins_over_the_specs(tmp_pa
     assert {p["pythonPackageSpec"]["executorImageUri"] for p in body["jobSpec"]["workerPoolSpecs"]} == {image}
     body = prepare(SubmitRequest(config)).body  # nothing on the command line: the spec's image
     assert all("containerSpec" in p for p in body["jobSpec"]["workerPoolSpecs"])
+
+
+def test_the_seeds_training_input_the_guide_shows_becomes_the_pools_and_notes_it_says(tmp_path):
+    """`--training-input config.yaml` on the guide's own trainingInput block (a dry run: no stand-in)."""
+    text = GUIDE.read_text()
+    block = re.search(r"```yaml\n(trainingInput:.*?)```", text, re.S)
+    assert block, "the guide no longer shows the seeds' trainingInput"
+    (tmp_path / "config.yaml").write_text(block.group(1))
+    (tmp_path / "job.yaml").write_text(guide_job_spec())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SURVIVOR_")}
+    code, out, err = run(["submit", "--config", "job.yaml", "--training-input", "config.yaml", "--dry-run"],
+                         tmp_path, env)
+    assert code == 0, err
+    pools = [(p["machineSpec"], p["replicaCount"]) for p in json.loads(out)["jobSpec"]["workerPoolSpecs"]]
+    # "becomes a chief and 9 workers on `n1-standard-8` with one GPU each, and 3 parameter servers on `n1-standard-4`"
+    said = re.search(r"becomes a chief and (\d+) workers on `([\w-]+)` with one GPU each, and (\d+) parameter "
+                     r"servers on `([\w-]+)`", guide_prose())
+    assert said, "the guide no longer says what the seed's config becomes"
+    workers, worker_type, servers, server_type = said.groups()
+    t4 = {"acceleratorType": "NVIDIA_TESLA_T4", "acceleratorCount": 1}
+    assert pools == [({"machineType": worker_type, **t4}, "1"), ({"machineType": worker_type, **t4}, workers),
+                     ({"machineType": server_type}, servers)]
+    # "the K80 is retired on Vertex AI (a T4 stands in); TF 1.12 cannot be kept"
+    notes = [line for line in err.splitlines() if line.startswith("note: ")]
+    assert len(notes) == len(err.splitlines()), err
+    assert any("NVIDIA_TESLA_K80 is retired on Vertex AI; using NVIDIA_TESLA_T4" in n for n in notes), err
+    assert any("runtimeVersion 1.12" in n and "cannot be kept" in n for n in notes), err
