@@ -171,8 +171,8 @@ NAME = re.compile(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?")
 #: "The maximum character length is 58" for a MIG's baseInstanceName (discovery document,
 #: InstanceGroupManager.baseInstanceName), which is the job's name.
 BASE_INSTANCE_NAME_MAX = 58
-_ZONE = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")  # us-west1-b, europe-west4-a, me-central2-c
-_REGION = re.compile(r"[a-z]+-[a-z]+[0-9]+")  # us-west1
+ZONE_NAME = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")  # us-west1-b, europe-west4-a, me-central2-c
+REGION_NAME = re.compile(r"[a-z]+-[a-z]+[0-9]+")  # us-west1
 
 
 def name_problems(what: str, name: str, *, max_length: int = 63) -> list[str]:
@@ -193,12 +193,12 @@ def location_problems(zone: str | None, region: str | None, *, regional: bool = 
     the zone and the region were given (flags, or compute.zone/compute.region in the spec)."""
     out = []
     zone_key, region_key = keys
-    if zone and not _ZONE.fullmatch(zone):
-        hint = f"; for the whole region use {region_key} {zone}" if _REGION.fullmatch(zone) and regional else ""
+    if zone and not ZONE_NAME.fullmatch(zone):
+        hint = f"; for the whole region use {region_key} {zone}" if REGION_NAME.fullmatch(zone) and regional else ""
         out.append(f"{zone_key} {zone}: not a zone; a zone is a region and a letter, e.g. {zone.rstrip('-')}-b" + hint
-                   if _REGION.fullmatch(zone) else f"{zone_key} {zone}: not a zone (e.g. us-west1-b)")
-    if region and not _REGION.fullmatch(region):
-        hint = f"; for that one zone use {zone_key} {region}" if _ZONE.fullmatch(region) else ""
+                   if REGION_NAME.fullmatch(zone) else f"{zone_key} {zone}: not a zone (e.g. us-west1-b)")
+    if region and not REGION_NAME.fullmatch(region):
+        hint = f"; for that one zone use {zone_key} {region}" if ZONE_NAME.fullmatch(region) else ""
         out.append(f"{region_key} {region}: not a region (e.g. us-west1){hint}")
     return out
 

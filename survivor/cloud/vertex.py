@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from survivor.cloud import endpoints, runtimes
+from survivor.cloud.compute import REGION_NAME, ZONE_NAME
+from survivor.extras import require
 from survivor.spec import BUILTIN_TRAINERS, JobSpec, SpecError, trainer_argv
 
 ENDPOINT_ENV = endpoints.VERTEX.env
@@ -140,6 +142,21 @@ def pools_from_spec(spec: JobSpec) -> list[Pool]:
         gpu, gpus = accelerator_name(entry["accelerator"]) if entry.get("accelerator") else (None, 0)
         pools.append(Pool(role, entry.get("machine_type", "n1-standard-8"), count, gpu, gpus))
     return pools
+
+
+def region_problems(region: str, key: str) -> list[str]:
+    """Pure decision: why `region` (given as `key`) cannot be a Vertex AI location (empty when it can).
+
+    Vertex AI runs custom jobs in a region, at `https://REGION-aiplatform.googleapis.com`, and has no
+    global location (https://cloud.google.com/vertex-ai/docs/general/locations): a zone or a misspelt
+    region would otherwise fail as a host that does not resolve, after the credentials.
+    """
+    if REGION_NAME.fullmatch(region):
+        return []
+    if ZONE_NAME.fullmatch(region):
+        return [f"{key} {region}: a zone, not a region; Vertex AI runs custom jobs in a region: {region[:-2]}"]
+    return [f"{key} {region}: not a region; Vertex AI runs custom jobs in a region, e.g. us-central1 "
+            "(https://cloud.google.com/vertex-ai/docs/general/locations)"]
 
 
 def _fmt(day: _dt.date) -> str:
@@ -335,26 +352,76 @@ def prepare(request: SubmitRequest, today: _dt.date | None = None) -> Submission
         pools, notes = translate_training_input(legacy)
     else:
         pools = pools_from_spec(spec)
+    region = request.region or section.get("region") or "us-central1"
+    problems = region_problems(region, "--region" if request.region else "vertex.region")
+    if problems:
+        raise SpecError(problems)
+    # the command line's way of running the trainer wins over the spec's: --package or --executor-image
+    # runs a Python package even when the spec names a container image
+    by_package = bool(request.package or request.executor_images)
+    container = request.container_image or (None if by_package else section.get("container_image"))
     body = custom_job_body(spec, pools, package_uri=request.package or section.get("package"),
-                           container_image=request.container_image or section.get("container_image"),
+                           container_image=container,
                            executor_images=request.executor_images or section.get("executor_images") or (),
                            spot=request.spot if request.spot is not None else bool(section.get("spot", False)),
                            today=today)
     return Submission(body, request.project or section.get("project") or os.environ.get("GOOGLE_CLOUD_PROJECT"),
-                      request.region or section.get("region") or "us-central1", spec.job_dir, tuple(notes))
+                      region, spec.job_dir, tuple(notes))
+
+
+def storage_problems(body: dict[str, Any]) -> list[str]:
+    """What a custom job's body names in Cloud Storage that is not there: the job dir's bucket, each
+    Python package. The replicas install the packages from Cloud Storage ("the Google Cloud Storage
+    location of the Python package files which are the training program", PythonPackageSpec.package_uris,
+    https://cloud.google.com/php/docs/reference/cloud-ai-platform/0.16.0/V1.PythonPackageSpec) and the
+    trainer writes to the job dir, on machines already paid for; a missing one is cheaper found here."""
+    from survivor.jobdir.storage import BUCKET_MISSING, StorageError, open_storage
+
+    problems = []
+    job_dir = body["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"]
+    if job_dir.startswith("gs://"):
+        try:
+            open_storage(job_dir).list("checkpoints/checkpoint")  # a narrow listing: any answer but 404 will do
+        except StorageError as exc:
+            if exc.reason != BUCKET_MISSING:
+                raise
+            bucket = job_dir[len("gs://"):].split("/", 1)[0]
+            problems.append(f"job_dir {job_dir}: the bucket gs://{bucket} does not exist: create it "
+                            f"(gcloud storage buckets create gs://{bucket} --location REGION) or fix job_dir")
+    packages = sorted({uri for pool in body["jobSpec"]["workerPoolSpecs"]
+                       for uri in (pool.get("pythonPackageSpec") or {}).get("packageUris", ())})
+    for uri in packages:
+        folder, _, name = uri.rpartition("/")
+        try:
+            there = any(info.name == name for info in open_storage(folder).list(name))
+        except StorageError as exc:
+            if exc.reason != BUCKET_MISSING:
+                raise
+            there = False
+        if not there:
+            problems.append(f"package {uri}: no such object; upload it first (gcloud storage cp "
+                            f"dist/{name} {folder}/)")
+    return problems
+
+
+def _aiplatform():
+    """google.cloud.aiplatform_v1, or MissingExtra naming the `vertex` extra."""
+    require("google.cloud.aiplatform_v1", "vertex", "Vertex AI custom jobs (google-cloud-aiplatform)")
+    from google.cloud import aiplatform_v1
+
+    return aiplatform_v1
 
 
 def client(region: str):
     """A JobServiceClient over REST for `region` (or the local fake named by SURVIVOR_VERTEX_ENDPOINT)."""
-    from google.cloud import aiplatform_v1
-
+    aiplatform_v1 = _aiplatform()
     return aiplatform_v1.JobServiceClient(**endpoints.client_kwargs(
         endpoints.VERTEX.endpoint(), default=f"{region}-aiplatform.googleapis.com"))
 
 
 def submit(body: dict[str, Any], project: str, region: str) -> dict[str, Any]:
     """Creates the custom job; returns the created job as REST JSON. VertexError when it is refused."""
-    from google.cloud import aiplatform_v1
+    aiplatform_v1 = _aiplatform()
 
     job = aiplatform_v1.CustomJob.from_json(json.dumps(body), ignore_unknown_fields=False)
     with _explained("submitting the custom job failed"):
@@ -363,8 +430,10 @@ def submit(body: dict[str, Any], project: str, region: str) -> dict[str, Any]:
 
 
 def get(name: str, region: str) -> dict[str, Any]:
-    """The custom job `name` as REST JSON (its state, display name, times). VertexError when it cannot be read."""
-    from google.cloud import aiplatform_v1
+    """The custom job `name` as REST JSON (its state, display name, times). VertexError when it cannot be
+    read; SpecError when `name` is not a custom job's name."""
+    job_parts(name)
+    aiplatform_v1 = _aiplatform()
 
     with _explained(f"custom job {name}"):
         job = client(region).get_custom_job(name=name)
@@ -378,14 +447,46 @@ def region_of(name: str, default: str | None = None) -> str:
     return default or "us-central1"
 
 
+_CHECKPOINT_PATH = re.compile(r'^model_checkpoint_path:\s*"([^"]*)"', re.M)
+
+
+def newest_checkpoint(state: str) -> tuple[str, int | None] | None:
+    """Pure decision: the newest checkpoint a TensorFlow `checkpoint` state file names, as (its name,
+    its step), from `model_checkpoint_path: "ckpt-400"`; None when it names none.
+
+    The built-in trainers number each checkpoint with its training step (`CheckpointManager.save(
+    checkpoint_number=step)`); another trainer's name may carry no number (step None).
+    """
+    found = _CHECKPOINT_PATH.search(state)
+    if not found or not found.group(1):
+        return None
+    name = found.group(1).rstrip("/").rsplit("/", 1)[-1]
+    number = re.search(r"-(\d+)$", name)
+    return name, int(number.group(1)) if number else None
+
+
+def checkpoints_report(job_dir: str) -> dict[str, Any]:
+    """What the trainer wrote in `<job_dir>/checkpoints`: on Vertex AI it saves there itself, through
+    TensorFlow's GCS file system, and its `checkpoint` state file names the newest complete checkpoint
+    (survivor's agent, journal and manifests are not there). StorageError when the bucket is missing."""
+    from survivor.jobdir.storage import open_storage
+
+    where = f"{job_dir.rstrip('/')}/checkpoints"
+    storage = open_storage(where)
+    # listing first: a missing bucket is an error there, where a read finds no object
+    blob = storage.read("checkpoint") if storage.list("checkpoint") else None
+    newest = newest_checkpoint(blob.data.decode("utf-8", "replace")) if blob else None
+    return {"checkpoints": where, "checkpoint": f"{where}/{newest[0]}" if newest else None,
+            "step": newest[1] if newest else None}
+
+
 def job_report(name: str, region: str | None = None, job_dir: str | None = None) -> dict[str, Any]:
-    """What `survivor status --vertex` shows: the custom job's state beside what its job dir says."""
+    """What `survivor status --vertex` shows: the custom job's state beside the newest checkpoint its
+    trainer wrote in the job dir."""
     job = get(name, region_of(name, region))
     report = {"vertex_job": job["name"], "state": job.get("state"), "display_name": job.get("displayName")}
     if job_dir:
-        from survivor.jobdir.status import job_summary, read_job
-
-        report["job"] = job_summary(read_job(job_dir))
+        report["job"] = checkpoints_report(job_dir)
     return report
 
 
@@ -415,6 +516,9 @@ def job_parts(name: str) -> tuple[str, str, str]:
     if len(parts) != 6 or parts[0] != "projects" or parts[2] != "locations" or parts[4] != "customJobs":
         raise SpecError([f"custom job {name!r}: expected projects/PROJECT/locations/REGION/customJobs/ID "
                          "(as survivor submit prints it)"])
+    problems = region_problems(parts[3], f"custom job {name}: location")
+    if problems:
+        raise SpecError(problems)
     return parts[1], parts[3], parts[5]
 
 
@@ -426,6 +530,7 @@ def log_filter(job_name: str, since: str) -> str:
 
 def logging_client(project: str):
     """A Cloud Logging client over HTTP/JSON (or the local fake named by SURVIVOR_LOGGING_ENDPOINT)."""
+    require("google.cloud.logging", "vertex", "a Vertex AI job's logs (google-cloud-logging)")
     from google.cloud import logging as cloud_logging
 
     return cloud_logging.Client(project=project, _use_grpc=False,

@@ -16,6 +16,7 @@ import sys
 
 from survivor.cloud import vertex
 from survivor.commands import flags
+from survivor.commands.errors import CommandError
 from survivor.spec import SpecError
 
 
@@ -32,6 +33,9 @@ def submit(args: argparse.Namespace) -> int:
         return 0
     if not submission.project:
         raise SpecError(["project: give --project, vertex.project in the spec, or set GOOGLE_CLOUD_PROJECT"])
+    problems = vertex.storage_problems(submission.body)
+    if problems:
+        raise CommandError("; ".join(problems))
     created = vertex.submit(submission.body, submission.project, submission.region)
     print(f"submitted {created['name']}")
     print(f"watch it: survivor status --vertex {created['name']} --job-dir {submission.job_dir}")
@@ -46,7 +50,12 @@ def status(args: argparse.Namespace) -> int:
         return 0
     print(f"{report['display_name']}: {report['state']} ({report['vertex_job']})")
     if "job" in report:
-        print(f"  job dir: {report['job']['state']}, committed step {report['job']['committed_step']}")
+        found = report["job"]
+        if found["checkpoint"] is None:
+            print(f"  job dir: no checkpoint yet in {found['checkpoints']}")
+        else:
+            at = "" if found["step"] is None else f" at step {found['step']}"
+            print(f"  job dir: newest checkpoint{at}: {found['checkpoint']}")
     print(f"  logs: survivor logs --vertex {report['vertex_job']}")
     return 0
 
