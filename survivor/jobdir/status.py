@@ -55,7 +55,7 @@ def job_summary(job_dir: str, train_steps: int | None = None) -> dict[str, Any]:
         "failed": state.failed,
         # where the group went for capacity (survivor/cloud/placement.py), oldest first
         "moves": [{"time": m.time, "from": m.from_place, "to": m.to_place, "reason": m.reason, "by": m.by,
-                   "lost_pending": bool(m.lost_pending)} for m in recorded_moves(storage)],
+                   "lost_pending": bool(m.lost_pending), "shape": m.machine} for m in recorded_moves(storage)],
         # switches the deadline policy decided and Compute Engine refused (a missing permission)
         "failed_switches": [asdict(f) for f in switch_failures(storage)],
         "history": [
