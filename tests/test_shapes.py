@@ -74,6 +74,11 @@ def test_a_shape_is_held_to_the_same_machine_rules_as_compute():
     assert [p for p in caught.value.problems if p.startswith("placement.shapes[")] == machine_problems(spec, options)
     good = JobSpec.from_yaml(BASE + "placement: {regions: [us-west1], shapes: [{machine_type: g2-standard-8}]}\n")
     assert machine_problems(good, MachineOptions.from_spec(good)) == []
+    same = JobSpec.from_yaml(BASE + "compute: {machine_type: n1-standard-8, gpu: nvidia-tesla-t4:1}\n"
+                             "placement: {regions: [us-west1], shapes: [{machine_type: n1-standard-8}]}\n")
+    assert machine_problems(same, MachineOptions.from_spec(same)) == [
+        "placement.shapes[0]: the same machine as compute: (n1-standard-8 with nvidia-tesla-t4:1); name another machine "
+        "or drop the shape"]  # an N1 shape without gpu gets compute's default T4
 
 
 def test_a_shapes_template_is_the_jobs_with_only_its_machine_changed():

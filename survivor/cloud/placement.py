@@ -139,7 +139,7 @@ def decide(placement: Placement | None, look: Look) -> MoveDecision:
                else "no capacity error listed")
         return MoveDecision(False, None, f"no training VM for {minutes:.0f} min; {why}")
     here = region_of(look.place)
-    shaped = f" on {shape_text(placement, look.shape)}" if placement.shapes else ""
+    shaped = f" ({shape_text(placement, look.shape)})" if placement.shapes else ""
     if capacity:
         reason = (f"no training VM in {here}{shaped} for {minutes:.0f} min with "
                   f"{', '.join(sorted(set(look.capacity_errors)))}")
@@ -296,6 +296,7 @@ def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: J
     from survivor.cloud.group import GroupOptions, make_group, shape_template_body
 
     base, job = job_template(compute, current, shape)
+    own = ((compute.get_group(current) or {}).get("instanceTemplate") or "").rsplit("/", 1)[-1]
     here = Place(region_of(place_of(current)), shape)
     order = places(spec.placement)
     first = decision.to or here
@@ -304,12 +305,15 @@ def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: J
     refused = []
     for place in tries:
         try:
-            if job is None:
+            if place.shape == shape:  # the same shape: the group's own template (Spot, or the deadline's on-demand)
+                body = compute.get_template(own) or {"name": own}
+            elif job is None:
                 raise ComputeError(f"template {base}: not found; the shape's template is made from it")
-            body = shape_template_body(job, spec, place.shape)
-            if compute.get_template(body["name"]) is None:
-                compute.insert_template(body)
-                say(f"template {body['name']}: created (shape {shape_text(spec.placement, place.shape)})")
+            else:
+                body = shape_template_body(job, spec, place.shape)
+                if compute.get_template(body["name"]) is None:
+                    compute.insert_template(body)
+                    say(f"template {body['name']}: created (shape {shape_text(spec.placement, place.shape)})")
             if place.region == here.region:
                 target = current
                 compute.set_group_template(current, body["name"])
@@ -321,7 +325,8 @@ def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: J
                 if compute.get_group(target) is None:
                     make_group(compute, target, GroupOptions(body["name"], skip_preflight=True, wait_seconds=0))
         except ComputeError as exc:  # RequestError too: no zone of the region offers the GPU
-            refused.append(f"{place.region} ({shape_text(spec.placement, place.shape)}): {exc}")
+            refused.append(place.region + (f" on {shape_text(spec.placement, place.shape)}" if spec.placement.shapes
+                                           else "") + f": {exc}")
             log.warning("a place refused the job's group", region=place.region, shape=place.shape, error=str(exc))
             continue
         record = Move(time=now.isoformat(), from_place=place_of(current), to_place=place_of(target),

@@ -189,6 +189,11 @@ def shape_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
                                             spot=machine.spot)
         out += [f"{label}: {problem}".replace("compute.gpu", f"{label}.gpu")
                 .replace("machine_type", f"{label}.machine_type") for problem in problems]
+        if (machine.machine_type, machine.gpu_type, machine.gpu_count) == (
+                options.machine_type, options.gpu_type, options.gpu_count):
+            out.append(f"{label}: the same machine as compute: ({machine.machine_type}"
+                       + (f" with {machine.gpu_type}:{machine.gpu_count}" if machine.gpu_type else "")
+                       + "); name another machine or drop the shape")
     return out
 
 
