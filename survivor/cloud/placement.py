@@ -242,7 +242,9 @@ def offers(compute: Compute, current: GroupRef, spec: JobSpec, job: dict) -> fro
     from survivor.cloud.group import regional_zones, shape_template_body
 
     here = region_of(place_of(current))
-    own = [current.zone] if current.zone else None
+    # in its own region the group changes template in place: its zones are the ones that count
+    spread = ((compute.get_group(current) or {}).get("distributionPolicy") or {}).get("zones") or []
+    own = [current.zone] if current.zone else [z["zone"].rsplit("/", 1)[-1] for z in spread] or None
     refused = set()
     for place in places(spec.placement):
         body = shape_template_body(job, spec, place.shape)
@@ -315,6 +317,11 @@ def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: J
                     compute.insert_template(body)
                     say(f"template {body['name']}: created (shape {shape_text(spec.placement, place.shape)})")
             if place.region == here.region:
+                # Not a second group: its VMs would be named as this one's ("the MIG appends a hyphen and
+                # a random four-character string to the base instance name", InstanceGroupManager.
+                # baseInstanceName, https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers),
+                # and a zone's instance names are unique. setInstanceTemplate then recreateInstances, as
+                # the deadline's switch does (Compute.set_group_template has its source).
                 target = current
                 compute.set_group_template(current, body["name"])
                 members = [(m["zone"], m["name"]) for m in compute.managed_instances(current) if m["zone"]]
