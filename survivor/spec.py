@@ -153,6 +153,9 @@ class Shape:
 
 #: The keys of a shape: the machine keys of `compute:`.
 SHAPE_KEYS = ("machine_type", "gpu")
+#: The most alternative shapes a job may name: each is a template, and each move that is due asks
+#: every zone of every region about every shape's GPU (survivor/cloud/placement.py `offers`).
+MAX_SHAPES = 10
 
 
 @dataclass(frozen=True)
@@ -892,7 +895,11 @@ class _Validator:
             self.problems.append(f"placement.shapes = {_show(value)}: expected a list of shapes, e.g. "
                                  "[{machine_type: g2-standard-8}]")
             return ()
+        if len(value) > MAX_SHAPES:
+            self.problems.append(f"placement.shapes: {len(value)} shapes; expected at most {MAX_SHAPES}")
+            return ()
         shapes: list[Shape] = []
+        first: dict[Shape, int] = {}  # a dict, not `in shapes`: a hostile spec may list 50 000 of them
         for i, item in enumerate(value):
             label = f"placement.shapes[{i}]"
             if not isinstance(item, dict) or not item:
@@ -913,8 +920,9 @@ class _Validator:
                     field_value = None
                 keys[key] = field_value
             shape = Shape(**keys)
-            if shape in shapes:
-                self.problems.append(f"{label}: the same shape as placement.shapes[{shapes.index(shape)}]")
+            if shape in first:
+                self.problems.append(f"{label}: the same shape as placement.shapes[{first[shape]}]")
+            first.setdefault(shape, i)
             shapes.append(shape)
         return tuple(shapes)
 

@@ -45,6 +45,8 @@ def test_a_spec_names_alternative_shapes_with_the_machine_keys_of_compute_and_ro
                                       "shapes, e.g. [{machine_type: g2-standard-8}]"),
     ("[{machine_type: g2-standard-8}, {machine_type: g2-standard-8}]",
      "placement.shapes[1]: the same shape as placement.shapes[0]"),
+    ("[" + ", ".join(f"{{machine_type: n1-standard-{n}}}" for n in range(1, 12)) + "]",
+     "placement.shapes: 11 shapes; expected at most 10"),
 ])
 def test_a_wrong_shape_is_one_line_naming_its_key(shapes, line):
     with pytest.raises(SpecError) as caught:
