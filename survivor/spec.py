@@ -140,14 +140,37 @@ class FallbackSpec:
 
 
 @dataclass(frozen=True)
+class Shape:
+    """Another machine a job can train on: the machine keys of its `compute:` section, read as
+    `compute:` reads them (survivor/cloud/template.py; an N1 type without `gpu` gets compute's default
+    GPU). None means the key is not written."""
+
+    machine_type: str | None = None
+    gpu: str | None = None  # TYPE:COUNT, or none
+
+    def to_mapping(self) -> dict[str, str]:
+        """The keys as the spec writes them."""
+        return {k: v for k, v in (("machine_type", self.machine_type), ("gpu", self.gpu)) if v is not None}
+
+
+#: The keys of a shape: the machine keys of `compute:`.
+SHAPE_KEYS = ("machine_type", "gpu")
+#: The most alternative shapes a job may name: each is a template, and each move that is due asks
+#: every zone of every region about every shape's GPU (survivor/cloud/placement.py `offers`).
+MAX_SHAPES = 10
+
+
+@dataclass(frozen=True)
 class Placement:
-    """Where a job may run: its regions in order of preference (the first is where it starts), and
+    """Where a job may run: its regions in order of preference (the first is where it starts), the
+    machine shapes it may run on besides its `compute:` one (`shapes`, in order of preference), and
     how long its group may have no training VM, failing on capacity (a stockout, a quota), before
-    the job moves to the next one (survivor/cloud/placement.py decides; docs/capacity.md)."""
+    the job moves to the next place (survivor/cloud/placement.py decides; docs/deadline.md)."""
 
     regions: tuple[str, ...]
     move_after_minutes: float = 30.0
     preemptions_per_hour: float = 3.0  # a region that preempts the job this often in the last hour: move on
+    shapes: tuple[Shape, ...] = ()  # alternatives to the compute: shape, which comes first
 
 
 @dataclass(frozen=True)
@@ -277,6 +300,8 @@ class JobSpec:
             out["placement"] = {"regions": list(self.placement.regions),
                                 "move_after_minutes": self.placement.move_after_minutes,
                                 "preemptions_per_hour": self.placement.preemptions_per_hour}
+            if self.placement.shapes:
+                out["placement"]["shapes"] = [shape.to_mapping() for shape in self.placement.shapes]
         out.update(self.extra)
         return {k: v for k, v in out.items() if v not in (None, {}, [])}
 
@@ -825,12 +850,13 @@ class _Validator:
         return FallbackSpec(machine_type=out["machine_type"], gpu=out["gpu"], switch_back=back)
 
     def placement(self) -> Placement | None:
-        """`placement`: `regions` (a list of regions, the first where the job starts), with
-        `move_after_minutes` and `preemptions_per_hour` (when the job moves on)."""
+        """`placement`: `regions` (a list of regions, the first where the job starts), `shapes` (other
+        machines, after compute:'s), with `move_after_minutes` and `preemptions_per_hour` (when the
+        job moves on)."""
         value = self._get("placement")
         if value is None:
             return None
-        known = ("regions", "move_after_minutes", "preemptions_per_hour")
+        known = ("regions", "shapes", "move_after_minutes", "preemptions_per_hour")
         if not isinstance(value, dict):
             self._problem("placement", value, "a mapping with regions (and move_after_minutes, preemptions_per_hour)")
             return None
@@ -859,7 +885,48 @@ class _Validator:
                 self.problems.append(f"placement.{key} = {_show(item)}: expected a number from {low:g} to {high:g}")
                 item = default
             numbers[key] = float(item)
-        return Placement(tuple(regions), **numbers)
+        return Placement(tuple(regions), shapes=self._shapes(value.get("shapes")), **numbers)
+
+    def _shapes(self, value: Any) -> tuple[Shape, ...]:
+        """`placement.shapes`: a list of mappings with the machine keys of `compute:`. Only their form
+        is checked here; the machine rules are compute:'s, checked where the template is made
+        (survivor/cloud/template.py `machine_problems`), as the spec knows no machine table."""
+        if value is None or value == []:
+            return ()
+        if not isinstance(value, list):
+            self.problems.append(f"placement.shapes = {_show(value)}: expected a list of shapes, e.g. "
+                                 "[{machine_type: g2-standard-8}]")
+            return ()
+        if len(value) > MAX_SHAPES:
+            self.problems.append(f"placement.shapes: {len(value)} shapes; expected at most {MAX_SHAPES}")
+            return ()
+        shapes: list[Shape] = []
+        first: dict[Shape, int] = {}  # a dict, not `in shapes`: a hostile spec may list 50 000 of them
+        for i, item in enumerate(value):
+            label = f"placement.shapes[{i}]"
+            if not isinstance(item, dict) or not item:
+                self.problems.append(f"{label} = {_show(item)}: expected a mapping with machine_type and/or gpu")
+                continue
+            for key in sorted(str(k) for k in item if k not in SHAPE_KEYS):
+                close = did_you_mean(key, SHAPE_KEYS)
+                self.problems.append(f"{label}.{key}: unknown key{f' ({close})' if close else ''}; expected "
+                                     "machine_type or gpu")
+            keys = {}
+            for key, pattern, expected in (
+                    ("machine_type", r"[a-z0-9][a-z0-9-]{0,62}", "a machine type such as g2-standard-8"),
+                    ("gpu", r"none|[a-z0-9][a-z0-9-]{0,62}:[1-9][0-9]?", "TYPE:COUNT such as nvidia-tesla-t4:1, or none")):
+                field_value = item.get(key)
+                if field_value is not None and (not isinstance(field_value, str)
+                                                or not re.fullmatch(pattern, field_value)):
+                    self.problems.append(f"{label}.{key} = {_show(field_value)}: expected {expected}")
+                    field_value = None
+                keys[key] = field_value
+            shape = Shape(**keys)
+            if shape in first:
+                self.problems.append(f"{label}: the same shape as placement.shapes[{first[shape]}]")
+            first.setdefault(shape, i)
+            shapes.append(shape)
+        return tuple(shapes)
 
     def gpus(self, key: str) -> int | None:
         value = self._get(key)

@@ -29,8 +29,9 @@ from survivor.cloud.deadline import ON_DEMAND, SPOT
 from survivor.cloud.compute import (BASE_INSTANCE_NAME_MAX, Compute, ComputeError, GroupRef, distribution_policy,
                                     explain_operation_errors, find_project, group_creation, location_problems,
                                     name_problems, spec_project, PROJECT_HINT)
-from survivor.cloud.template import (STATE_DISK_DEVICE, Install, MachineOptions, body_differences, deadline_warning,
-                                     named_differences, parse_gpu, template_body)
+from survivor.cloud.template import (DLVM_PROJECT, IMAGE_FAMILY_PREFIX, STATE_DISK_DEVICE, Install, MachineOptions,
+                                     body_differences, deadline_warning, named_differences, parse_gpu, shape_options,
+                                     template_body)
 from survivor.jobdir.storage import JobStorage, StorageError
 from survivor.jobdir.switches import Switch, SwitchFailure, parse_time, record_switch, record_switch_failure
 from survivor.spec import FallbackSpec, JobSpec, SpecError
@@ -671,6 +672,51 @@ def on_demand_template_body(spot: dict, fallback: FallbackSpec | None = None) ->
     accel = (props.get("guestAccelerators") or [{}])[0]
     props["scheduling"] = machines.scheduling(props["machineType"], accel.get("acceleratorType"),
                                               int(accel.get("acceleratorCount") or 0), spot=False)
+    return body
+
+
+# -- the job's other machine shapes (placement.shapes) ----------------------------------------------
+
+
+def shape_template_name(template: str, shape: int) -> str:
+    """Pure: the name of the job's template for `shape`: `template` (the job's own) for 0, else
+    `<template>-shape-N` (N: `placement.shapes[N-1]`)."""
+    return template if shape == 0 else f"{template}-shape-{shape}"
+
+
+def shape_template_body(job: dict, spec: JobSpec, shape: int) -> dict:
+    """Pure: the template of the job's `shape`, made from the job's own template body `job` as the
+    deadline's on-demand twin is (`on_demand_template_body`): the same body with only the machine
+    type, the GPUs and what they decide changed (scheduling's maintenance rule, the Deep Learning VM
+    image's driver item), named `shape_template_name`. Shape 0 is `job` itself."""
+    if shape == 0:
+        return job
+    body = json.loads(json.dumps(job))
+    for key in ("id", "kind", "selfLink", "creationTimestamp", "fingerprint"):
+        body.pop(key, None)
+    body["name"] = shape_template_name(job["name"], shape)
+    body["description"] = (job.get("description") or "") + f" (shape {shape})"
+    machine = shape_options(spec, MachineOptions.from_spec(spec), spec.placement.shapes[shape - 1])
+    props = body["properties"]
+    props["machineType"] = machine.machine_type
+    props.pop("guestAccelerators", None)
+    # a2/a3/g2 carry their GPUs: nothing is attached to them (as template_body does)
+    attached = 0 if machines.carries_gpus(machine.machine_type) else (machine.gpu_count if machine.gpu_type else 0)
+    if attached:
+        props["guestAccelerators"] = [{"acceleratorType": machine.gpu_type, "acceleratorCount": attached}]
+    sched = props.get("scheduling") or {}
+    notice = (sched.get("preemptionNoticeDuration") or {}).get("seconds")
+    props["scheduling"] = machines.scheduling(
+        machine.machine_type, machine.gpu_type, attached, spot=sched.get("provisioningModel") == "SPOT",
+        termination_action=sched.get("instanceTerminationAction") or "STOP",
+        preemption_notice=int(notice) if notice else None)
+    items = [i for i in props.get("metadata", {}).get("items", []) if i.get("key") != "install-nvidia-driver"]
+    image = ((props.get("disks") or [{}])[0].get("initializeParams") or {}).get("sourceImage") or ""
+    if machines.gpus_of(machine.machine_type, machine.gpu_type, attached)[1] and (
+            f"projects/{DLVM_PROJECT}/" in image or f"/family/{IMAGE_FAMILY_PREFIX}" in image):
+        items.append({"key": "install-nvidia-driver", "value": "True"})
+    if "metadata" in props:
+        props["metadata"]["items"] = items
     return body
 
 

@@ -298,7 +298,8 @@ def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
             when = parse_time(move.time)
             shown = when.astimezone(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if when else move.time
             lost = " (a state-disk snapshot left behind)" if move.lost_pending else ""
-            lines.append(f"| {shown} | {move.from_place} -> {move.to_place} | {_cell(move.reason)}{lost} | "
+            shape = f" ({_cell(move.machine)})" if move.machine else ""
+            lines.append(f"| {shown} | {move.from_place} -> {move.to_place}{shape} | {_cell(move.reason)}{lost} | "
                          f"{_cell(move.by) or '?'} |")
     lines += ["", "## Cost", ""]
     if report.prices is None:

@@ -144,12 +144,14 @@ def _print_job_dir(summary: dict) -> None:
 
 def pending_lines(summary: dict) -> list[str]:
     """One line per snapshot that waits on a state disk for its instance's next boot, then one per
-    move of the job's group to another region."""
+    move of the job's group to another place (region, machine shape), then where it is now."""
+    moved = summary.get("moves") or []
     return [f"step {p['step']} waits on the state disk of {p['instance']} ({p['zone']}), "
             f"{p['bytes'] / 1e6:.0f} MB: its next boot commits it" for p in summary.get("pending") or []] + [
-        f"moved {m['time'][:19]} from {m['from']} to {m['to']} ({m['by']}): {m['reason']}"
-        + (" (a state-disk snapshot left behind)" if m.get("lost_pending") else "")
-        for m in summary.get("moves") or []] + [
+        f"moved {m['time'][:19]} from {m['from']} to {m['to']}" + (f", shape {m['shape']}" if m.get("shape") else "")
+        + f" ({m['by']}): {m['reason']}" + (" (a state-disk snapshot left behind)" if m.get("lost_pending") else "")
+        for m in moved] + [
+        f"now at {m['to']} on {m['shape']}" for m in moved[-1:] if m.get("shape")] + [
         f"a switch to {f['to_mode']} decided {f['time'][:19]} ({f['by']}) failed: {f['error'][:300]}"
         for f in (summary.get("failed_switches") or [])[-3:]]
 

@@ -95,7 +95,7 @@ def job_summary(job: JobView) -> dict[str, Any]:
         "failed": state.failed,
         # where the group went for capacity (survivor/cloud/placement.py), oldest first
         "moves": [{"time": m.time, "from": m.from_place, "to": m.to_place, "reason": m.reason, "by": m.by,
-                   "lost_pending": bool(m.lost_pending)} for m in job.moves],
+                   "lost_pending": bool(m.lost_pending), "shape": m.machine} for m in job.moves],
         # switches the deadline policy decided and Compute Engine refused (a missing permission)
         "failed_switches": [asdict(f) for f in job.switch_failures],
         "history": [

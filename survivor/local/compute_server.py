@@ -307,14 +307,17 @@ class ComputeServer(LocalService):
             self.failures.setdefault(method, []).extend([kind] * times)
 
     def fail_instance_creation(self, code: str = "ZONE_RESOURCE_POOL_EXHAUSTED", *, message: str = "",
-                               zone: str | None = None, times: int | None = None, spot_only: bool = False) -> None:
+                               zone: str | None = None, times: int | None = None, spot_only: bool = False,
+                               machine_type: str | None = None, accelerator: str | None = None) -> None:
         """Makes a MIG's attempts to create an instance (in `zone`, or any; of a Spot template only
-        with `spot_only`) fail with `code` -- a stockout, QUOTA_EXCEEDED, a permission error --
-        `times` times (None: until cleared). The group's operations still succeed; the failure
-        shows in listManagedInstances and listErrors."""
+        with `spot_only`; of that `machine_type`, or with that `accelerator` type, attached or built
+        in, only when given: one shape out of stock while another has capacity) fail with `code` --
+        a stockout, QUOTA_EXCEEDED, a permission error -- `times` times (None: until cleared). The
+        group's operations still succeed; the failure shows in listManagedInstances and listErrors."""
         with self.lock:
             self.creation_failures.append({"code": code, "message": message, "zone": zone, "remaining": times,
-                                           "spot_only": spot_only})
+                                           "spot_only": spot_only, "machine_type": machine_type,
+                                           "accelerator": accelerator})
 
     def hold_instance_creation(self, tries: int) -> None:
         """The next `tries` creations that would succeed leave the VM still being created instead: the
@@ -710,6 +713,10 @@ class ComputeServer(LocalService):
             if failure["zone"] not in (None, zone) or failure["remaining"] == 0:
                 continue
             if failure.get("spot_only") and not spot:  # a Spot stockout leaves on-demand capacity
+                continue
+            if failure.get("machine_type") not in (None, machine):  # another shape's stockout
+                continue
+            if failure.get("accelerator") not in (None, *(kind for kind, _ in wanted)):
                 continue
             if failure["remaining"] is not None:
                 failure["remaining"] -= 1
