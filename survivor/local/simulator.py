@@ -155,7 +155,7 @@ class Simulator:
                  preempt_during_restore: int = 0, stateful_disk: bool = False, trace: Trace | None = None,
                  speed: float = 60.0, on_event: Callable[[Event], None] | None = None,
                  region_outages: tuple[tuple[str, float, float], ...] = (), watch_every: float | None = None,
-                 shape_outages: tuple[tuple[str, float, float], ...] = ()):
+                 shape_outages: tuple[tuple[str, float, float], ...] = (), outages_from_first_commit: bool = False):
         self.spec = yaml.safe_load(spec_yaml)
         self.on_event = on_event
         self.spec_yaml = spec_yaml
@@ -178,6 +178,10 @@ class Simulator:
         #: any zone (a shape out of stock everywhere while others have capacity)
         self.shape_outages = list(shape_outages)
         self._outage_failures: dict[tuple[str, float, float], list[dict]] = {}
+        #: count the outages' times from the job's first commit instead of the start, so an outage
+        #: falls mid-job however long the first VM takes to boot on a loaded machine
+        self.outages_from_first_commit = outages_from_first_commit
+        self._first_commit: float | None = None
         #: the watch (Cloud Scheduler + Cloud Run) the simulator plays every this many real seconds:
         #: the deadline's and placement's looks while no VM runs (None: no watch)
         self.watch_every = watch_every
@@ -259,9 +263,25 @@ class Simulator:
             self._last_group = max(found, key=lambda g: int(g["id"]))
         return self._last_group
 
+    def _outage_clock(self) -> float | None:
+        """Seconds on the outages' clock: since the start, or since the first commit (None before it)."""
+        if not self.outages_from_first_commit:
+            return time.monotonic() - self._started
+        if self._first_commit is None:
+            from survivor.jobdir.storage import open_storage
+
+            if open_storage(self.spec["job_dir"]).list("survivor/snapshots/"):
+                self._first_commit = time.monotonic()
+                self._event("note", "-", "the first commit: the outages' clock starts")
+            else:
+                return None
+        return time.monotonic() - self._first_commit
+
     def _in_outage(self, zone: str, machine_type: str = "") -> bool:
         """True when a VM of `machine_type` in `zone` finds no capacity now (its region's outage, or its shape's)."""
-        now = time.monotonic() - self._started
+        now = self._outage_clock()
+        if now is None:
+            return False
         return (any(region == zone.rsplit("-", 1)[0] and start <= now < end for region, start, end in self.region_outages)
                 or any(kind == machine_type and start <= now < end for kind, start, end in self.shape_outages))
 
@@ -275,7 +295,9 @@ class Simulator:
         """Starts and ends each region's and shape's outage: the fake refuses VMs in the region's zones
         (or of the machine type, in every zone: a stockout, as the API lists it) and a VM running
         there is preempted at its start."""
-        now = time.monotonic() - self._started
+        now = self._outage_clock()
+        if now is None:
+            return
         for outage, where in [(o, "region") for o in self.region_outages] + [(o, "shape") for o in self.shape_outages]:
             what, start, end = outage
             active = start <= now < end
