@@ -32,13 +32,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import sys
 import time
 
 import yaml
 
-from benchmarks.common import PLOTS, machine, plot_bars, scratch_dir, table
+from benchmarks.common import PLOTS, machine, plot_bars, schedule, scratch_dir, table
 from survivor.jobdir.journal import Timing
 
 #: survivor's built-in loop writes periodic checkpoints off the step path: the step-path time of a save
@@ -51,15 +50,6 @@ STRATEGIES = {
     "Keras BackupAndRestore (epoch)": ["--on-sigterm", "die", "@epoch"],
     "Keras BackupAndRestore (steps)": ["--on-sigterm", "die", "@resume-epoch"],
 }
-
-
-def schedule(seed: int, every: float, jitter: float, horizon: float) -> list[float]:
-    """Pure: preemption times (s since the job's first boot), the same for every strategy."""
-    rng, t, out = random.Random(seed), 0.0, []
-    while t < horizon:
-        t += every + rng.uniform(-jitter, jitter)
-        out.append(t)
-    return out
 
 
 def run_strategy(name: str, args, times: list[float], root: str, bucket: str) -> dict:

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from survivor.cloud import placement
+from survivor.operator import placement
 from survivor.jobdir.journal import Journal
 from survivor.jobdir.moves import moves
 from survivor.jobdir.storage import open_storage

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from survivor.cloud.compute import Compute, GroupRef
-from survivor.cloud.deadline import ON_DEMAND, SPOT, assess
-from survivor.cloud.group import ON_DEMAND_SUFFIX, on_demand_template_body, switch_group
+from survivor.operator.deadline import ON_DEMAND, SPOT, assess
+from survivor.operator.group import ON_DEMAND_SUFFIX, on_demand_template_body, switch_group
 from survivor.cloud.template import MachineOptions, template_body
 from survivor.jobdir.journal import Journal
 from survivor.jobdir.storage import open_storage
@@ -123,7 +123,7 @@ def test_survivor_watch_switches_a_stocked_out_spot_group_past_its_margin(comput
 def test_after_a_switch_a_fallback_of_another_shape_is_priced_as_that_machine(compute_server, tmp_path, capsys):
     """status and report price the Spot machine from the Spot template even while the group runs its
     on-demand twin, and the on-demand VM time at the `fallback:` machine's own price."""
-    from survivor.cloud.group import job_status
+    from survivor.operator.group import job_status
     from survivor.commands.main import main
     from survivor.jobdir.switches import Switch, record_switch
     from tests.test_ledger import T0

@@ -13,7 +13,7 @@ import pytest
 
 from survivor.agent.mirror import Mirror
 from survivor.cloud.compute import Compute, ComputeError, GroupRef
-from survivor.cloud.group import stateful_policy
+from survivor.operator.group import stateful_policy
 from survivor.cloud.template import STATE_DISK_DEVICE, MachineOptions, template_body
 from survivor.commands import main as cli
 from survivor.jobdir.disk_tier import (MARKER, PENDING, RATE_ENV, STATE_DISK_DIR, DiskTier, PendingFile,

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from survivor.cloud import placement
+from survivor.operator import placement
 from survivor.spec import JobSpec, Placement, Shape, SpecError
 from tests.conftest import PYTHON
 
@@ -84,7 +84,7 @@ def test_a_shape_is_held_to_the_same_machine_rules_as_compute():
 
 
 def test_a_shapes_template_is_the_jobs_with_only_its_machine_changed():
-    from survivor.cloud.group import shape_template_body
+    from survivor.operator.group import shape_template_body
     from survivor.cloud.template import MachineOptions, template_body
 
     spec = JobSpec.from_yaml(BASE + "compute: {machine_type: n1-standard-8, gpu: nvidia-tesla-t4:1, "
@@ -166,7 +166,7 @@ def test_a_decision_names_the_shape_it_moves_to():
 
 def test_the_fake_stocks_out_one_machine_while_another_has_capacity(compute_server, monkeypatch):
     from survivor.cloud.compute import Compute, GroupRef
-    from survivor.cloud.group import shape_template_body
+    from survivor.operator.group import shape_template_body
     from survivor.cloud.template import MachineOptions, template_body
 
     spec = JobSpec.from_yaml(BASE + "placement: {regions: [us-west1], shapes: [{machine_type: g2-standard-8}]}\n")

@@ -310,7 +310,7 @@ def test_the_fake_refuses_filters_it_does_not_understand(logging_server):
 
 
 def test_the_checkpoint_state_file_names_the_newest_checkpoint_and_its_step():
-    from survivor.cloud.vertex import newest_checkpoint
+    from survivor.operator.vertex_job import newest_checkpoint
 
     written = 'model_checkpoint_path: "ckpt-20"\nall_model_checkpoint_paths: "ckpt-10"\n' \
               'all_model_checkpoint_paths: "ckpt-20"\n'  # what tf.train.CheckpointManager writes

@@ -262,7 +262,7 @@ class Boot:
                 journal.end(attempt, "gave-up", reason=reason)
                 return self._give_up(spec, identity, journal, reason, attempts=attempt.number - 1)
 
-            # 3b. a deadline: can the job still finish on this group's kind of VM? (cloud/deadline.py)
+            # 3b. a deadline: can the job still finish on this group's kind of VM? (operator/deadline.py)
             switching = self._deadline(spec, identity, storage)
             if switching is not None:
                 journal.end(attempt, "stopped", reason=f"the group switches to {switching.to_mode}: {switching.reason}")
@@ -471,7 +471,7 @@ class Boot:
         decision; when it says switch, asks the group to (this VM's service account needs
         compute.instanceGroupManagers.update) and returns the Switch; else None. Never fatal."""
         from survivor.agent.finish import group_of
-        from survivor.cloud import deadline, group
+        from survivor.operator import deadline, group
 
         if spec.deadline is None:
             return None

@@ -31,7 +31,7 @@ DLVM_PROJECT = "deeplearning-platform-release"
 MIN_DISK_GB = 10
 METADATA_LIMIT = 512 * 1024
 #: The device name of the job's state disk (spec `state_disk_gb`): the group keeps the disk of that
-#: name across the VM's recreation (survivor/cloud/group.py `stateful_policy`), and startup.sh finds
+#: name across the VM's recreation (survivor/operator/group.py `stateful_policy`), and startup.sh finds
 #: it at /dev/disk/by-id/google-survivor-state.
 STATE_DISK_DEVICE = "survivor-state"
 
@@ -44,14 +44,14 @@ SCOPES = {
 }
 
 
-#: survivor's own image families (survivor/cloud/image.py family_name) start with this
+#: survivor's own image families (survivor/operator/image.py family_name) start with this
 IMAGE_FAMILY_PREFIX = "survivor-"
 
 
 @dataclass(frozen=True)
 class Install:
     """What the startup script installs: gs:// URLs and sha256 of survivor's wheel, the lock and the
-    trainer's requirements, staged in the job dir by survivor/cloud/image.py."""
+    trainer's requirements, staged in the job dir by survivor/operator/image.py."""
 
     wheel: str
     wheel_sha256: str

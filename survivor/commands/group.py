@@ -10,7 +10,7 @@
     $ survivor delete cifar10 --zone us-west1-b                          # never the job dir
 
 Also make-image (survivor's image, so boots install nothing). Each handler turns its arguments into
-typed options and calls survivor/cloud/group.py (or image.py); failures reach the terminal through
+typed options and calls survivor/operator/group.py (or image.py); failures reach the terminal through
 survivor/commands/errors.py. `status` and `logs` hand a `--vertex` job to survivor/commands/vertex.py.
 """
 
@@ -21,7 +21,7 @@ import json
 import os
 import sys
 
-from survivor.cloud import group as jobs
+from survivor.operator import group as jobs
 from survivor.cloud.compute import Compute
 from survivor.cloud.template import MachineOptions
 from survivor.commands import vertex as vertex_commands
@@ -78,7 +78,7 @@ def make_template(args: argparse.Namespace) -> int:
 def make_image(args: argparse.Namespace) -> int:
     """`survivor make-image --config SPEC --zone Z`: survivor's image for this wheel, lock and the trainer's
     requirements, so that make-template's VMs boot into training installing nothing."""
-    from survivor.cloud import image
+    from survivor.operator import image
 
     request = image.ImageRequest(config=args.config, zone=args.zone, project=args.project,
                                  survivor_wheel=args.survivor_wheel, machine_type=args.machine_type,
@@ -114,7 +114,7 @@ def make_group(args: argparse.Namespace) -> int:
 
 def preflight(args: argparse.Namespace) -> int:
     """`survivor preflight JOB --config ...`: every check, one line each; 1 when one blocks."""
-    from survivor.cloud.preflight import report
+    from survivor.operator.preflight import report
 
     return 0 if report(jobs.preflight_findings(_template_request(args), connect), print) else 1
 
@@ -242,7 +242,7 @@ def _readable_job_dir(job_dir: str) -> None:
 def report(args: argparse.Namespace) -> int:
     """`survivor report JOB` (or `--job-dir`): goodput, badput by cause, cost so far and projected beside
     on-demand; writes report.md, timeline.png and report.json into --out; `--json` prints the figures."""
-    from survivor.cloud import report as reports
+    from survivor.operator import report as reports
     from survivor.cloud.catalog import Machine
     from survivor.cloud.template import parse_gpu
     from survivor.jobdir.status import read_job

@@ -17,6 +17,7 @@ import sys
 from survivor.cloud import vertex
 from survivor.commands import flags
 from survivor.commands.errors import CommandError
+from survivor.operator import vertex_job
 from survivor.spec import SpecError
 
 
@@ -33,7 +34,7 @@ def submit(args: argparse.Namespace) -> int:
         return 0
     if not submission.project:
         raise SpecError(["project: give --project, vertex.project in the spec, or set GOOGLE_CLOUD_PROJECT"])
-    problems = vertex.storage_problems(submission.body)
+    problems = vertex_job.storage_problems(submission.body)
     if problems:
         raise CommandError("; ".join(problems))
     created = vertex.submit(submission.body, submission.project, submission.region)
@@ -44,7 +45,7 @@ def submit(args: argparse.Namespace) -> int:
 
 def status(args: argparse.Namespace) -> int:
     """`survivor status --vertex JOB`: the custom job's state beside what its job dir says."""
-    report = vertex.job_report(args.vertex, args.region, args.job_dir)
+    report = vertex_job.job_report(args.vertex, args.region, args.job_dir)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
         return 0

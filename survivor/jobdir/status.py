@@ -1,7 +1,7 @@
 """What the job dir says about a job: its state, committed step, attempts, preemptions and work lost.
 
 `survivor status` shows it (survivor/commands/group.py), as a table or as JSON; `survivor report`
-(survivor/cloud/report.py) prices the same read (`read_job`: one `JobView`).
+(survivor/operator/report.py) prices the same read (`read_job`: one `JobView`).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def job_summary(job: JobView) -> dict[str, Any]:
                     for r in job.pending if r.step > committed],
         "done": state.done,
         "failed": state.failed,
-        # where the group went for capacity (survivor/cloud/placement.py), oldest first
+        # where the group went for capacity (survivor/operator/placement.py), oldest first
         "moves": [{"time": m.time, "from": m.from_place, "to": m.to_place, "reason": m.reason, "by": m.by,
                    "lost_pending": bool(m.lost_pending), "shape": m.machine} for m in job.moves],
         # switches the deadline policy decided and Compute Engine refused (a missing permission)

@@ -324,7 +324,7 @@ class Simulator:
 
     def _watch(self) -> None:
         """The watch's look, as the deployed Cloud Run job makes it: placement's move decision."""
-        from survivor.cloud import placement
+        from survivor.operator import placement
         from survivor.cloud.compute import Compute, GroupRef
         from survivor.jobdir.storage import open_storage
 

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from survivor import log as logs
-from survivor.cloud import image, machines, preflight
-from survivor.cloud.deadline import ON_DEMAND, SPOT
+from survivor.cloud import machines
+from survivor.operator import image, preflight
+from survivor.operator.deadline import ON_DEMAND, SPOT
 from survivor.cloud.compute import (BASE_INSTANCE_NAME_MAX, Compute, ComputeError, GroupRef, distribution_policy,
                                     explain_operation_errors, find_project, group_creation, location_problems,
                                     name_problems, spec_project, PROJECT_HINT)
@@ -580,9 +581,9 @@ def _template_machine(template: dict) -> dict[str, Any]:
 
 def _report_options(machine: dict | None, group: GroupRef, spec: JobSpec | None, spot_price: float | None,
                     on_demand_price: float | None, created: str | None = None, fallback: dict | None = None):
-    """How `status` prices the job's report (survivor/cloud/report.py): from cached catalog prices
+    """How `status` prices the job's report (survivor/operator/report.py): from cached catalog prices
     (status never waits on the catalog: `survivor report` fetches and caches them)."""
-    from survivor.cloud import report
+    from survivor.operator import report
     from survivor.cloud.catalog import Machine
 
     return report.ReportOptions(
@@ -600,7 +601,7 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
     prices given, else cached catalog prices, else the offline table). The job dir defaults to the
     one in the template's job spec; it is read once (`read_job`), for the story and the price alike.
     `read_job_dir=False`: the group and its machine only (what `survivor report` needs to price)."""
-    from survivor.cloud import report
+    from survivor.operator import report
     from survivor.jobdir.status import job_summary, read_job
 
     out: dict[str, Any] = {"name": group.name, "project": group.project, "zone": group.zone, "region": group.region}
@@ -621,7 +622,7 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
         if template and current.endswith(ON_DEMAND_SUFFIX):  # after a deadline's switch: price the Spot machine
             template = compute.get_template(current[: -len(ON_DEMAND_SUFFIX)]) or template
         if template:
-            spec = _spec_of(template)
+            spec = spec_of(template)
             out["machine"] = _template_machine(template)
             if spec and spec.fallback and (spec.fallback.machine_type or spec.fallback.gpu):
                 fallback = _template_machine(on_demand_template_body(template, spec.fallback))
@@ -720,7 +721,8 @@ def shape_template_body(job: dict, spec: JobSpec, shape: int) -> dict:
     return body
 
 
-def _spec_of(template: dict) -> JobSpec | None:
+def spec_of(template: dict) -> JobSpec | None:
+    """The job spec a template carries in its `survivor-job` metadata (None: it carries none)."""
     items = {i["key"]: i["value"] for i in template["properties"].get("metadata", {}).get("items", [])}
     return JobSpec.from_yaml(items["survivor-job"]) if "survivor-job" in items else None
 
@@ -764,7 +766,7 @@ def _switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, 
         spot = compute.get_template(base)
         if spot is None:
             raise RequestError(f"template {base}: not found; the group's Spot template is needed to make {target}")
-        spec = _spec_of(spot)
+        spec = spec_of(spot)
         compute.insert_template(on_demand_template_body(spot, spec.fallback if spec else None))
         say(f"template {target}: created (on-demand, same shape as {base} unless fallback: says otherwise)")
     compute.set_group_template(group, target)
@@ -779,41 +781,3 @@ def _switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, 
     if members:
         compute.recreate_instances(group, members)
     return switch
-
-
-def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
-               check_every_hours: float | None = None, say: Say = _silent):
-    """One look at a job with a deadline, from anywhere (`survivor watch`): the policy's decision for
-    its group now, acted on (switch_group, by="watch"). Running while no VM does (a Spot stockout)
-    is what it is for: the agent decides at every boot, and without a VM there is no boot.
-    Returns the Decision (None: the spec has no deadline); RequestError for a missing group."""
-    from survivor.cloud import deadline, placement
-    from survivor.jobdir.storage import open_storage
-
-    found = compute.get_group(group)
-    if found is None and job_dir:  # the job may have moved (placement.regions): its records say where
-        group = placement.current_group(open_storage(job_dir, project=group.project), group)
-        found = compute.get_group(group)
-    if found is None:
-        raise RequestError(f"group {group.name}: not found; nothing to watch")
-    current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
-    base = current[: -len(ON_DEMAND_SUFFIX)] if current.endswith(ON_DEMAND_SUFFIX) else current
-    template = compute.get_template(base) or compute.get_template(current)
-    spec = _spec_of(template) if template else None
-    if spec is None:
-        raise RequestError(f"group {group.name}: its template {current} carries no survivor-job spec")
-    storage = open_storage(job_dir or spec.job_dir, project=group.project)
-    running = any(m["status"] == "RUNNING" for m in compute.managed_instances(group))
-    created = parse_time(found.get("creationTimestamp"))  # as the records' times: aware, never a crash
-    decision = deadline.assess(spec, storage, _dt.datetime.now(_dt.timezone.utc), running=running, first_start=created,
-                               check_every_hours=check_every_hours or deadline.CHECK_EVERY_HOURS)
-    if spec.placement is not None and not running:  # no VM: the job may move to capacity elsewhere
-        if placement.look_and_move(compute, group, spec, storage, by="watch", say=say) is not None:
-            return decision
-    if decision is None:
-        say(f"job {spec.name}: no deadline in its spec; nothing to decide")
-        return None
-    say(f"job {spec.name}: {decision.current} -> {decision.mode}: {decision.reason}")
-    if decision.switch:
-        switch_group(compute, group, decision.mode, decision.reason, by="watch", storage=storage, say=say)
-    return decision

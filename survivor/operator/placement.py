@@ -224,7 +224,7 @@ def look(compute: Compute, group: GroupRef, storage: JobStorage, now: _dt.dateti
 def job_template(compute: Compute, current: GroupRef, shape: int) -> tuple[str, dict | None]:
     """(name, body) of the job's own template (its `compute:` shape), from the group's current one:
     a deadline's on-demand twin and a shape's template (`shape_template_name`) are named after it."""
-    from survivor.cloud.group import ON_DEMAND_SUFFIX, shape_template_name
+    from survivor.operator.group import ON_DEMAND_SUFFIX, shape_template_name
 
     found = compute.get_group(current) or {}
     name = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
@@ -239,7 +239,7 @@ def offers(compute: Compute, current: GroupRef, spec: JobSpec, job: dict) -> fro
     """The places of the spec that cannot take the job: no zone of the region (for the group's own
     region, of the group's zones) offers the shape's GPU. Asked only when a move is due: one
     `acceleratorTypes.list` per zone."""
-    from survivor.cloud.group import regional_zones, shape_template_body
+    from survivor.operator.group import regional_zones, shape_template_body
 
     here = region_of(place_of(current))
     # in its own region the group changes template in place: its zones are the ones that count
@@ -295,7 +295,7 @@ def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: J
     record. The lease keeps one writer: a VM of the new group restores only once the old one's lease
     is released or expired. None when no place could."""
     from survivor.cloud.compute import ComputeError
-    from survivor.cloud.group import GroupOptions, make_group, shape_template_body
+    from survivor.operator.group import GroupOptions, make_group, shape_template_body
 
     base, job = job_template(compute, current, shape)
     own = ((compute.get_group(current) or {}).get("instanceTemplate") or "").rsplit("/", 1)[-1]
