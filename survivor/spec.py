@@ -37,7 +37,6 @@ import yaml
 #: The instance attribute that holds a whole YAML/JSON job spec.
 SPEC_ATTRIBUTE = "survivor-job"
 
-ON_FINISH = ("auto", "leave-group", "stop", "delete", "keep-alive")
 
 #: Instance attributes that belong to Compute Engine, its guest agent or survivor itself: never
 #: hyperparameters. Hyphenated keys are never hyperparameters either (the recipe's keys are camelCase).
@@ -63,6 +62,82 @@ RESERVED_ATTRIBUTES = frozenset(
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 _CAMEL = re.compile(r"^[a-z][A-Za-z0-9]*$")
 _HPARAM_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+
+
+@dataclass(frozen=True)
+class Key:
+    """One top-level key of a job spec, defined once: its kind, default, bounds, the recipe's flat
+    attribute that sets it, and one line of doc. The validator (`_Validator`) checks each key with
+    the bounds here and its own one-line errors; the docs' key table (`keys_markdown`) and the
+    published JSON Schema for `job.yaml` (`json_schema`, docs/job-spec.schema.json) derive from it."""
+
+    name: str
+    kind: str  # integer, number, string, location, gpus, mapping, section, enum
+    doc: str
+    default: Any = None  # None: none (or the trainer's), unless `required`
+    required: bool = False
+    bounds: tuple[float, float] | None = None  # inclusive
+    flat: str | None = None  # the recipe's camelCase instance attribute
+    choices: tuple[str, ...] = ()  # an enum's values
+    shown: bool = True  # in the docs' table (False: the flat form's own keys, kept for the recipe)
+
+
+#: Every top-level key a job spec may hold, in the order the docs show them.
+KEYS: tuple[Key, ...] = (
+    Key("name", "string", "the job's name (its template's and group's); defaults to the job dir's last part",
+        flat="jobName"),
+    Key("job_dir", "location", "where checkpoints, attempts and markers live (`gs://BUCKET/PATH` or a local path)",
+        required=True, flat="jobDir"),
+    Key("data_dir", "location", "passed to the trainer as `--data-dir`", flat="dataDir"),
+    Key("train_steps", "integer", "total steps", required=True, bounds=(1, 10**12), flat="trainSteps"),
+    Key("checkpoint_steps", "integer", "periodic checkpoint interval, passed as `--checkpoint-steps` "
+        "(default: the trainer's)", bounds=(1, 10**12), flat="checkpointSteps"),
+    # the most GPUs a VM carries: a2-megagpu-16g (survivor/cloud/machines.py)
+    Key("num_gpus", "gpus", "GPUs to use, or `all` (default: all the VM has)", bounds=(0, 16), flat="numGpus"),
+    Key("trainer", "section", "`{builtin: cifar10}`, `{module: pkg.task}` or `{argv: [...]}`; `git_url`/`git_ref`, "
+        "`package`, `save_signal`", required=True),
+    Key("hyperparameters", "mapping", "passed as `--kebab-case value` (an empty value is a bare flag); contract "
+        "flags and their prefixes are refused; secret-looking names are masked in logs"),
+    Key("on_finish", "enum", "what the VM does once the job is DONE or FAILED: `auto` leaves its group (or "
+        "stops a standalone VM)", default="auto", flat="onFinish", choices=("auto", "leave-group", "stop",
+                                                                        "delete", "keep-alive")),
+    Key("keep_alive", "string", "the recipe's `keepAlive`: `true` is `on_finish: keep-alive`", flat="keepAlive",
+        shown=False),
+    Key("user", "string", "run the trainer as this user when the agent runs as root (default: the agent's user)",
+        flat="gceUser"),
+    Key("keep", "integer", "committed snapshots kept in the job dir", default=3, bounds=(1, 1000),
+        flat="keepCheckpoints"),
+    Key("grace_seconds", "number", "the notice-to-exit budget; 60% of it is the trainer's to save", default=25.0,
+        bounds=(1.0, 3600.0), flat="graceSeconds"),
+    Key("max_failed_attempts", "integer", "failed starts in a row before FAILED", default=3, bounds=(1, 10**9),
+        flat="maxFailedAttempts"),
+    Key("sync_seconds", "number", "how often new local checkpoints are committed", default=2.0,
+        bounds=(0.1, 3600.0)),
+    Key("lease_seconds", "number", "the single-writer lease: a second VM on the job dir waits this long (x2) "
+        "before taking over a silent holder", default=60.0, bounds=(1.0, 3600.0)),
+    # a persistent disk holds 10 GB to 64 TB (https://cloud.google.com/compute/docs/disks)
+    Key("state_disk_gb", "integer", "a stateful persistent disk for a state too large to upload in the notice "
+        "(docs/large-state.md)", bounds=(10, 65536)),
+    Key("deadline", "string", "when the job must be done: an ISO 8601 time or hours after its first start "
+        "(`36h`); the policy switches to on-demand to meet it (docs/deadline.md)"),
+    Key("fallback", "section", "with a deadline: the on-demand machine (`machine_type`, `gpu`) and "
+        "`switch_back`"),
+    Key("placement", "section", "where the job may run: `regions`, alternative `shapes`, `move_after_minutes`, "
+        "`preemptions_per_hour` (docs/deadline.md)"),
+    Key("compute", "section", "`project`, `zone`, `machine_type`, `gpu: TYPE:COUNT`, `spot`, `preemption_notice`, "
+        "`image_family`, `disk_gb`... (make-template's flags override)"),
+    Key("vertex", "section", "worker pools and Spot for `survivor submit` (docs/scaling-out.md)"),
+    Key("trainingInput", "section", "a Cloud ML Engine `trainingInput` for `survivor submit`", shown=False),
+    # the flat form's trainer keys (the recipe's attributes; a YAML spec writes `trainer:`)
+    Key("trainer_module", "string", "the flat form's trainer module", flat="trainerModule", shown=False),
+    Key("trainer_git_url", "string", "the flat form's trainer git URL", flat="trainerGitPath", shown=False),
+    Key("trainer_git_ref", "string", "the flat form's trainer git ref", flat="trainerGitRef", shown=False),
+    Key("trainer_package", "string", "the flat form's trainer package", flat="trainerPackage", shown=False),
+)
+#: A key by its name.
+KEY = {key.name: key for key in KEYS}
+#: What a VM may do once its job is DONE or FAILED (survivor/agent/finish.py).
+ON_FINISH = KEY["on_finish"].choices
 
 
 class SpecError(ValueError):
@@ -186,13 +261,13 @@ class JobSpec:
     num_gpus: int | None = None  # None: every GPU the VM has
     num_gpus_named: bool = False  # the spec names num_gpus (numGpus), "all" included
     hyperparameters: tuple[tuple[str, str], ...] = ()
-    on_finish: str = "auto"
+    on_finish: str = KEY["on_finish"].default
     user: str | None = None
-    keep: int = 3
-    grace_seconds: float = 25.0
-    max_failed_attempts: int = 3
-    sync_seconds: float = 2.0
-    lease_seconds: float = 60.0
+    keep: int = KEY["keep"].default
+    grace_seconds: float = KEY["grace_seconds"].default
+    max_failed_attempts: int = KEY["max_failed_attempts"].default
+    sync_seconds: float = KEY["sync_seconds"].default
+    lease_seconds: float = KEY["lease_seconds"].default
     state_disk_gb: int | None = None  # a stateful persistent disk for states too large for the notice
     deadline: Deadline | None = None
     fallback: FallbackSpec | None = None  # set whenever a deadline is (the defaults when not written)
@@ -246,11 +321,11 @@ class JobSpec:
             hyperparameters=v.hyperparameters(),
             on_finish=v.on_finish(),
             user=v.user(),
-            keep=v.integer("keep") or 3,
-            grace_seconds=v.number("grace_seconds") or 25.0,
-            max_failed_attempts=v.integer("max_failed_attempts") or 3,
-            sync_seconds=v.number("sync_seconds") or 2.0,
-            lease_seconds=v.number("lease_seconds") or 60.0,
+            keep=v.integer("keep") or KEY["keep"].default,
+            grace_seconds=v.number("grace_seconds") or KEY["grace_seconds"].default,
+            max_failed_attempts=v.integer("max_failed_attempts") or KEY["max_failed_attempts"].default,
+            sync_seconds=v.number("sync_seconds") or KEY["sync_seconds"].default,
+            lease_seconds=v.number("lease_seconds") or KEY["lease_seconds"].default,
             state_disk_gb=v.integer("state_disk_gb"),
             deadline=v.deadline(),
             fallback=v.fallback(),
@@ -317,24 +392,7 @@ class JobSpec:
 # -- the recipe's flat attributes ------------------------------------------------------------------
 
 #: The recipe's camelCase attribute names and the spec keys they set.
-FLAT_KEYS = {
-    "jobDir": "job_dir",
-    "dataDir": "data_dir",
-    "trainSteps": "train_steps",
-    "checkpointSteps": "checkpoint_steps",
-    "numGpus": "num_gpus",
-    "trainerModule": "trainer_module",
-    "trainerGitPath": "trainer_git_url",
-    "trainerGitRef": "trainer_git_ref",
-    "trainerPackage": "trainer_package",
-    "keepAlive": "keep_alive",
-    "gceUser": "user",
-    "onFinish": "on_finish",
-    "jobName": "name",
-    "keepCheckpoints": "keep",
-    "graceSeconds": "grace_seconds",
-    "maxFailedAttempts": "max_failed_attempts",
-}
+FLAT_KEYS = {key.flat: key.name for key in KEYS if key.flat}
 
 
 #: The recipe's dummy startup script (ml-on-gcp gce/survival-training/gce/startup.sh) reads `hparam1`
@@ -380,21 +438,80 @@ def flat_attributes_to_mapping(attributes: Mapping[str, str]) -> dict[str, Any]:
     return data
 
 
+# -- the keys as the docs and an editor see them ------------------------------------------------------
+
+#: The id of the JSON Schema survivor publishes for job specs (docs/job-spec.schema.json).
+SCHEMA_ID = "https://github.com/survivor-train/survivor/blob/main/docs/job-spec.schema.json"
+
+
+def _default_text(key: Key) -> str:
+    if key.required:
+        return "required"
+    if key.default is None:
+        return ""
+    return f"`{key.default:g}`" if isinstance(key.default, float) else f"`{key.default}`"
+
+
+def keys_markdown() -> str:
+    """Pure: the docs' table of job spec keys (docs/operator-guide.md holds it; a test keeps it equal)."""
+    lines = ["| key | meaning | default |", "|---|---|---|"]
+    for key in KEYS:
+        if key.shown:
+            name = f"`{key.name}:`" if key.kind == "section" else f"`{key.name}`"
+            lines.append(f"| {name} | {key.doc} | {_default_text(key)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _key_schema(key: Key) -> dict[str, Any]:
+    """Pure: one key's JSON Schema, as strict as its kind allows (the validator holds the rest)."""
+    out: dict[str, Any] = {"description": key.doc}
+    low, high = key.bounds or (None, None)
+    if key.kind in ("integer", "number"):
+        out["type"] = key.kind
+    elif key.kind == "gpus":
+        out["anyOf"] = [{"type": "integer"}, {"const": "all"}]
+    elif key.kind in ("string", "location"):
+        out["type"] = "string"
+        if key.kind == "location":
+            out["maxLength"] = MAX_LOCATION
+    elif key.kind == "enum":
+        out["enum"] = list(key.choices)
+    elif key.kind in ("mapping", "section"):
+        out["type"] = "object"
+    if low is not None and high is not None:
+        target = out["anyOf"][0] if "anyOf" in out else out
+        target["minimum"], target["maximum"] = low, high
+    if key.default is not None:
+        out["default"] = key.default
+    return out
+
+
+def json_schema() -> dict[str, Any]:
+    """Pure: the JSON Schema of a job spec (YAML or JSON), derived from `KEYS`, for an editor to check
+    `job.yaml` with; published as docs/job-spec.schema.json. An unknown top-level key is refused, as
+    the validator refuses it; what no schema says (a bucket's name, a deadline's form, the trainer's
+    one-of) stays the validator's, with its one-line errors."""
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        "title": "survivor job spec",
+        "type": "object",
+        "required": [key.name for key in KEYS if key.required],
+        "properties": {key.name: _key_schema(key) for key in KEYS},
+        "additionalProperties": False,
+    }
+
+
 # -- validation ------------------------------------------------------------------------------------
 
 _FLAT_NAMES = {v: k for k, v in FLAT_KEYS.items()}
-_TOP_LEVEL = {
-    "name", "job_dir", "data_dir", "train_steps", "checkpoint_steps", "num_gpus", "trainer",
-    "hyperparameters", "on_finish", "keep_alive", "user", "keep", "grace_seconds",
-    "max_failed_attempts", "sync_seconds", "lease_seconds", "state_disk_gb", "deadline", "fallback", "placement",
-    # the flat form's trainer keys
-    "trainer_module", "trainer_git_url", "trainer_git_ref", "trainer_package",
-}
 #: Signals a trainer may name as its "save now and keep training" signal (SIGUSR1/2 are the two
 #: POSIX leaves to applications; SIGTERM and SIGINT already mean "save and exit").
 SAVE_SIGNALS = ("SIGUSR1", "SIGUSR2")
 #: Sections that belong to other commands (make-template, submit); carried along untouched.
 EXTRA_SECTIONS = ("compute", "vertex", "trainingInput")
+#: The keys the validator reads itself.
+_TOP_LEVEL = {key.name for key in KEYS} - set(EXTRA_SECTIONS)
 
 
 #: Limits on a spec, so no input can take the agent minutes or gigabytes before its one-line error.
@@ -413,18 +530,7 @@ MAX_STRING = 131072
 MAX_LOCATION = 1024
 #: Every number's range (inclusive). Outside it a value is a mistake, and unbounded ones break time
 #: arithmetic (`inf` seconds) or take seconds to print (an integer of 100k digits).
-NUMBER_RANGES: dict[str, tuple[float, float]] = {
-    "train_steps": (1, 10**12),
-    "checkpoint_steps": (1, 10**12),
-    "num_gpus": (0, 16),  # the most GPUs a VM carries: a2-megagpu-16g (survivor/cloud/machines.py)
-    "keep": (1, 1000),
-    "max_failed_attempts": (1, 10**9),
-    "grace_seconds": (1.0, 3600.0),
-    "sync_seconds": (0.1, 3600.0),
-    "lease_seconds": (1.0, 3600.0),
-    # a persistent disk holds 10 GB to 64 TB (https://cloud.google.com/compute/docs/disks)
-    "state_disk_gb": (10, 65536),
-}
+NUMBER_RANGES: dict[str, tuple[float, float]] = {key.name: key.bounds for key in KEYS if key.bounds}
 #: The latest a duration `deadline` may be: a year of hours.
 DEADLINE_MAX_HOURS = 365 * 24.0
 #: What a trainer's argparse would read as one of the agent's own flags: the flags the agent passes
