@@ -87,6 +87,15 @@ METHOD_PERMISSIONS = {
        for verb in ("get", "listManagedInstances", "listErrors")},
     "compute.instanceTemplates.get": "compute.instanceTemplates.get",
     "compute.instanceTemplates.insert": "compute.instanceTemplates.create",
+    # resize requests: "Authorization requires ... compute.instanceGroupManagers.update" (insert's REST
+    # reference, https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagerResizeRequests/insert);
+    # reading them is taken to need .get, as reading the group does (an assumption)
+    **{f"compute.{kind}.{verb}": "compute.instanceGroupManagers.update"
+       for kind in ("instanceGroupManagerResizeRequests", "regionInstanceGroupManagerResizeRequests")
+       for verb in ("insert", "cancel", "delete")},
+    **{f"compute.{kind}.{verb}": "compute.instanceGroupManagers.get"
+       for kind in ("instanceGroupManagerResizeRequests", "regionInstanceGroupManagerResizeRequests")
+       for verb in ("get", "list")},
 }
 
 # Which zone offers which GPU (type -> maximumCardsPerInstance): a small, realistic slice of
