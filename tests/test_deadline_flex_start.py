@@ -63,9 +63,11 @@ def test_the_safety_net_and_a_passed_deadline_go_on_demand_without_queueing():
     assert decide(BEHIND, idle_on_spot(-1.0, GOOD)).mode == ON_DEMAND
 
 
-def test_a_flex_start_vm_that_trains_keeps_training_even_without_slack():
-    decision = decide(BEHIND, idle_on_spot(WORK, GOOD, mode=FLEX_START, running=True))
+@pytest.mark.parametrize("left", [WORK, -1.0, 30.0])  # no slack, the deadline passed, slack for Spot
+def test_a_flex_start_vm_that_trains_keeps_training_whatever_the_slack(left):
+    decision = decide(BEHIND, idle_on_spot(left, GOOD, mode=FLEX_START, running=True))
     assert (decision.mode, decision.switch) == (FLEX_START, False)
+    assert decision.reason.startswith("flex-start is training")
 
 
 def test_a_queued_flex_start_request_goes_on_demand_once_it_outwaits_the_assumption():

@@ -273,6 +273,8 @@ def decide(measured: Measured, situation: Situation) -> Decision:
     left = situation.hours_left
     if measured.steps_done >= measured.train_steps:
         return to(current, "finished: nothing left to train")
+    if current == FLEX_START and situation.running:  # not preempted: it trains to the end of its run
+        return to(FLEX_START, "flex-start is training; it is not preempted")
     if left <= 0:
         return to(ON_DEMAND, f"the deadline passed {-left:.2f} h ago; on-demand finishes soonest")
     if not measured.step_rate:
@@ -285,8 +287,6 @@ def decide(measured: Measured, situation: Situation) -> Decision:
     margin = margin_hours(measured, situation)
     slack = left - work - margin
     flexing = current == FLEX_START
-    if flexing and situation.running:  # a flex-start VM is not preempted: it trains to the end of its run
-        return to(FLEX_START, f"flex-start is training; {slack:.2f} h of slack", slack)
     if slack < 0:
         return to(ON_DEMAND, f"safety net: {left:.2f} h left, {work:.2f} h of training on on-demand plus a "
                              f"{margin:.2f} h margin", slack)

@@ -33,8 +33,9 @@ MACHINES = {
     "a2-highgpu-1g": (3.67, 1.47),
 }
 #: Flex-start USD per hour of the whole machine with its GPUs (docs/flex-start.md F9): the Billing
-#: Catalog's "DWS Defined Duration" SKUs, us-central1, as a public note on Billing Catalog queries
-#: recorded them on 2026-08-02 (a2-highgpu-1g: A100 $1.61365 + 12 vCPUs $0.20868 + 85 GB $0.19805).
+#: Catalog's "DWS Defined Duration" SKUs, us-central1, as a public research note on Billing Catalog
+#: queries recorded them on 2026-08-02 (a2-highgpu-1g: A100 $1.61365 + 12 vCPUs $0.20868 + 85 GB
+#: $0.19805); found through code search, its repository unnamed: a weak source, the catalog comes first.
 #: Only machines flex-start runs (survivor/cloud/machines.py `flex_start_problem`) belong here.
 FLEX_START = {
     "a2-highgpu-1g": 2.02,
