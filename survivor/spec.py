@@ -120,8 +120,8 @@ KEYS: tuple[Key, ...] = (
         "(docs/large-state.md)", bounds=(10, 65536)),
     Key("deadline", "string", "when the job must be done: an ISO 8601 time or hours after its first start "
         "(`36h`); the policy switches to on-demand to meet it (docs/deadline.md)"),
-    Key("fallback", "section", "with a deadline: the on-demand machine (`machine_type`, `gpu`) and "
-        "`switch_back`"),
+    Key("fallback", "section", "with a deadline: the on-demand machine (`machine_type`, `gpu`), `switch_back`, "
+        "and `flex_start` with its `flex_start_wait_hours` (docs/flex-start.md)"),
     Key("placement", "section", "where the job may run: `regions`, alternative `shapes`, `move_after_minutes`, "
         "`preemptions_per_hour` (docs/deadline.md)"),
     Key("compute", "section", "`project`, `zone`, `machine_type`, `gpu: TYPE:COUNT`, `spot`, `preemption_notice`, "
@@ -201,17 +201,29 @@ class Deadline:
         return f"{self.after_hours:g}h"
 
 
+#: The queue wait a flex-start request is planned with unless `fallback.flex_start_wait_hours` says
+#: otherwise: an assumption (docs/flex-start.md A1), the validity a standalone flex-start VM's request
+#: is commonly given (`--request-valid-for-duration=2h`); a MIG resize request states no bound.
+FLEX_START_WAIT_HOURS = 2.0
+#: The longest wait `fallback.flex_start_wait_hours` takes: a flex-start VM runs at most 7 days.
+MAX_FLEX_START_WAIT_HOURS = 168.0
+
+
 @dataclass(frozen=True)
 class FallbackSpec:
     """The on-demand machine a job with a deadline switches to (survivor/operator/deadline.py decides when).
 
     None for `machine_type`/`gpu` means the Spot template's shape; `switch_back` lets the job return
-    to Spot once it has enough slack again.
+    to Spot once it has enough slack again; `flex_start` lets the deadline policy pick flex-start
+    (docs/flex-start.md) over on-demand, planning with a queue wait of `flex_start_wait_hours` (an
+    assumption: Google states no bound for a resize request's wait).
     """
 
     machine_type: str | None = None
     gpu: str | None = None
     switch_back: bool = True
+    flex_start: bool = False
+    flex_start_wait_hours: float = FLEX_START_WAIT_HOURS
 
 
 @dataclass(frozen=True)
@@ -370,7 +382,10 @@ class JobSpec:
         if self.fallback is not None and self.fallback != FallbackSpec():
             out["fallback"] = {k: v for k, v in (("machine_type", self.fallback.machine_type),
                                                  ("gpu", self.fallback.gpu),
-                                                 ("switch_back", self.fallback.switch_back)) if v is not None}
+                                                 ("switch_back", self.fallback.switch_back),
+                                                 ("flex_start", self.fallback.flex_start),
+                                                 ("flex_start_wait_hours", self.fallback.flex_start_wait_hours))
+                                 if v is not None}
         if self.placement is not None:
             out["placement"] = {"regions": list(self.placement.regions),
                                 "move_after_minutes": self.placement.move_after_minutes,
@@ -925,20 +940,22 @@ class _Validator:
         return Deadline(at=at.astimezone(_dt.timezone.utc))
 
     def fallback(self) -> FallbackSpec | None:
-        """`fallback`: the on-demand machine of a job with a deadline (`machine_type`, `gpu`, `switch_back`)."""
+        """`fallback`: the on-demand machine of a job with a deadline (`machine_type`, `gpu`, `switch_back`),
+        and whether flex-start may stand in for on-demand (`flex_start`, `flex_start_wait_hours`)."""
+        keys = ("machine_type", "gpu", "switch_back", "flex_start", "flex_start_wait_hours")
         value = self._get("fallback")
         has_deadline = self.named("deadline")
         if value is None:
             return FallbackSpec() if has_deadline else None
         if not isinstance(value, dict):
-            self._problem("fallback", value, "a mapping with machine_type, gpu or switch_back")
+            self._problem("fallback", value, "a mapping with " + ", ".join(keys[:-1]) + " or " + keys[-1])
             return None
         if not has_deadline:
             self.problems.append("fallback: only means something with a deadline; add deadline: (e.g. 36h)")
-        for key in sorted(str(k) for k in value if k not in ("machine_type", "gpu", "switch_back")):
-            close = did_you_mean(key, ("machine_type", "gpu", "switch_back"))
-            self.problems.append(f"fallback.{key}: unknown key{f' ({close})' if close else ''}; expected machine_type, "
-                                 "gpu or switch_back")
+        for key in sorted(str(k) for k in value if k not in keys):
+            close = did_you_mean(key, keys)
+            self.problems.append(f"fallback.{key}: unknown key{f' ({close})' if close else ''}; expected "
+                                 + ", ".join(keys[:-1]) + " or " + keys[-1])
         out = {}
         for key in ("machine_type", "gpu"):
             item = value.get(key)
@@ -949,11 +966,20 @@ class _Validator:
                                         else "TYPE:COUNT such as nvidia-tesla-t4:1, or none"))
                 item = None
             out[key] = item
-        back = value.get("switch_back", True)
-        if not isinstance(back, bool):
-            self.problems.append(f"fallback.switch_back = {_show(back)}: expected true or false")
-            back = True
-        return FallbackSpec(machine_type=out["machine_type"], gpu=out["gpu"], switch_back=back)
+        flags = {}
+        for key, default in (("switch_back", True), ("flex_start", False)):
+            flag = value.get(key, default)
+            if not isinstance(flag, bool):
+                self.problems.append(f"fallback.{key} = {_show(flag)}: expected true or false")
+                flag = default
+            flags[key] = flag
+        wait = value.get("flex_start_wait_hours", FLEX_START_WAIT_HOURS)
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= MAX_FLEX_START_WAIT_HOURS:
+            self.problems.append(f"fallback.flex_start_wait_hours = {_show(wait)}: expected hours from 0 to "
+                                 f"{MAX_FLEX_START_WAIT_HOURS:g}, the queue wait flex-start is planned with")
+            wait = FLEX_START_WAIT_HOURS
+        return FallbackSpec(machine_type=out["machine_type"], gpu=out["gpu"], switch_back=flags["switch_back"],
+                            flex_start=flags["flex_start"], flex_start_wait_hours=float(wait))
 
     def placement(self) -> Placement | None:
         """`placement`: `regions` (a list of regions, the first where the job starts), `shapes` (other

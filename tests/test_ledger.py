@@ -132,7 +132,8 @@ def test_a_boot_runs_in_the_mode_of_the_last_switch_before_it_booted():
     assert ledger.modes == {1: "spot", 2: "spot", 3: "spot", 4: "on-demand"}
     assert ledger.mode == "on-demand"
     by_mode = ledger.vm_seconds_by_mode()
-    assert by_mode == {"spot": pytest.approx(704 + 66 + 140), "on-demand": pytest.approx(1705 - 1240)}
+    assert by_mode == {"spot": pytest.approx(704 + 66 + 140), "on-demand": pytest.approx(1705 - 1240),
+                       "flex-start": 0.0}
     assert sum(by_mode.values()) == pytest.approx(ledger.vm_seconds)
     back = Switch(time=at(1500), to_mode="spot", from_mode="on-demand")
     assert [mode_at([switch, back], T0 + _dt.timedelta(seconds=s)) for s in (0, 1200, 1499, 1500)] == [

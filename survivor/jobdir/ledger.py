@@ -85,8 +85,8 @@ CAUSES = tuple(CAUSE)
 #: writes it): its checkpoint stall was the agent waiting for a save that never came.
 UNSAVED = "the trainer did not save on the notice"
 
-#: The two provisioning modes; a job starts on Spot (survivor's groups start from a Spot template).
-SPOT, ON_DEMAND = MODES
+#: The provisioning modes; a job starts on Spot (survivor's groups start from a Spot template).
+SPOT, ON_DEMAND, FLEX_START = MODES
 
 #: Outcomes that came with a notice: the VM was taken, the attempt did not fail.
 NOTICE_OUTCOMES = ("preempted", "stopped")
@@ -125,9 +125,9 @@ class Ledger:
     #: Steps committed beyond the step each attempt restored, summed: the job's measured progress.
     productive_steps: int = 0
     running: bool = False
-    #: Attempt number -> the provisioning mode its VM ran in ("spot" or "on-demand").
+    #: Attempt number -> the provisioning mode its VM ran in ("spot", "on-demand" or "flex-start").
     modes: dict[int, str] = field(default_factory=dict)
-    #: The switches between Spot and on-demand, oldest first.
+    #: The switches between the modes, oldest first.
     switches: list[Switch] = field(default_factory=list)
     #: The attempts whose trainer did not save on the notice (`UNSAVED`), by number.
     unsaved: list[int] = field(default_factory=list)
@@ -160,7 +160,7 @@ class Ledger:
         return sum((end - start).total_seconds() for _, start, end, _ in self.boots)
 
     def vm_seconds_by_mode(self) -> dict[str, float]:
-        """The seconds VMs ran in each provisioning mode, both modes present (0.0 when never)."""
+        """The seconds VMs ran in each provisioning mode, every mode present (0.0 when never)."""
         out = dict.fromkeys(MODES, 0.0)
         for number, start, end, _ in self.boots:
             out[self.modes.get(number, SPOT)] += (end - start).total_seconds()

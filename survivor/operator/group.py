@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator
 from survivor import log as logs
 from survivor.cloud import machines
 from survivor.operator import image, preflight
-from survivor.operator.deadline import ON_DEMAND, SPOT
+from survivor.operator.deadline import FLEX_START, FLEX_START_MAX_RUN_HOURS, ON_DEMAND, SPOT
 from survivor.cloud.compute import (BASE_INSTANCE_NAME_MAX, Compute, ComputeError, GroupRef, distribution_policy,
                                     explain_operation_errors, find_project, group_creation, location_problems,
                                     name_problems, spec_project, PROJECT_HINT)
@@ -619,8 +619,9 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
         out["instances"] = instances
         current = out["group"]["template"]
         template = compute.get_template(current) if current else None
-        if template and current.endswith(ON_DEMAND_SUFFIX):  # after a deadline's switch: price the Spot machine
-            template = compute.get_template(current[: -len(ON_DEMAND_SUFFIX)]) or template
+        base, _ = template_mode(current)
+        if template and base != current:  # after a deadline's switch: price the Spot machine
+            template = compute.get_template(base) or template
         if template:
             spec = spec_of(template)
             out["machine"] = _template_machine(template)
@@ -651,17 +652,28 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
 
 #: The on-demand template of a job is its Spot template's name with this suffix.
 ON_DEMAND_SUFFIX = "-on-demand"
+#: The flex-start template of a job (docs/flex-start.md): the Spot template's name with this suffix.
+FLEX_START_SUFFIX = "-flex-start"
+#: Each mode's template suffix; Spot's is the template itself.
+SUFFIXES = {ON_DEMAND: ON_DEMAND_SUFFIX, FLEX_START: FLEX_START_SUFFIX}
 
 
-def on_demand_template_body(spot: dict, fallback: FallbackSpec | None = None) -> dict:
-    """Pure: the on-demand twin of a Spot template body: `provisioningModel: STANDARD`, no Spot
-    termination action or notice, automatic restart; the same shape unless `fallback` names a
-    machine type or GPUs. Its name is the Spot template's with ON_DEMAND_SUFFIX."""
+def template_mode(name: str) -> tuple[str, str]:
+    """Pure: (the Spot template's name, the mode) of one of a job's templates, by its suffix."""
+    for mode, suffix in SUFFIXES.items():
+        if name.endswith(suffix):
+            return name[: -len(suffix)], mode
+    return name, SPOT
+
+
+def _twin(spot: dict, fallback: FallbackSpec | None, suffix: str, what: str) -> tuple[dict, dict]:
+    """A copy of the Spot template body renamed with `suffix`, with `fallback:`'s machine put in;
+    (the body, its properties)."""
     body = json.loads(json.dumps(spot))
     for key in ("id", "kind", "selfLink", "creationTimestamp", "fingerprint"):
         body.pop(key, None)
-    body["name"] = spot["name"] + ON_DEMAND_SUFFIX
-    body["description"] = (spot.get("description") or "") + " (on-demand fallback)"
+    body["name"] = spot["name"] + suffix
+    body["description"] = (spot.get("description") or "") + f" ({what})"
     props = body["properties"]
     if fallback and fallback.machine_type:
         props["machineType"] = fallback.machine_type
@@ -670,6 +682,14 @@ def on_demand_template_body(spot: dict, fallback: FallbackSpec | None = None) ->
         props.pop("guestAccelerators", None)
         if gpu_type and not machines.carries_gpus(props["machineType"]):
             props["guestAccelerators"] = [{"acceleratorType": gpu_type, "acceleratorCount": gpu_count}]
+    return body, props
+
+
+def on_demand_template_body(spot: dict, fallback: FallbackSpec | None = None) -> dict:
+    """Pure: the on-demand twin of a Spot template body: `provisioningModel: STANDARD`, no Spot
+    termination action or notice, automatic restart; the same shape unless `fallback` names a
+    machine type or GPUs. Its name is the Spot template's with ON_DEMAND_SUFFIX."""
+    body, props = _twin(spot, fallback, ON_DEMAND_SUFFIX, "on-demand fallback")
     accel = (props.get("guestAccelerators") or [{}])[0]
     props["scheduling"] = machines.scheduling(props["machineType"], accel.get("acceleratorType"),
                                               int(accel.get("acceleratorCount") or 0), spot=False)
@@ -721,6 +741,18 @@ def shape_template_body(job: dict, spec: JobSpec, shape: int) -> dict:
     return body
 
 
+def flex_start_template_body(spot: dict, fallback: FallbackSpec | None = None) -> dict:
+    """Pure: the flex-start twin of a Spot template body, made like the on-demand one (the same
+    shape unless `fallback` says otherwise), with the scheduling Google's resize-request example
+    gives (docs/flex-start.md F8): `provisioningModel: FLEX_START`, `instanceTerminationAction:
+    DELETE`, `onHostMaintenance: TERMINATE`, no automatic restart. The run duration is the resize
+    request's. Its name is the Spot template's with FLEX_START_SUFFIX."""
+    body, props = _twin(spot, fallback, FLEX_START_SUFFIX, "flex-start fallback")
+    props["scheduling"] = {"provisioningModel": "FLEX_START", "instanceTerminationAction": "DELETE",
+                           "onHostMaintenance": "TERMINATE", "automaticRestart": False}
+    return body
+
+
 def spec_of(template: dict) -> JobSpec | None:
     """The job spec a template carries in its `survivor-job` metadata (None: it carries none)."""
     items = {i["key"]: i["value"] for i in template["properties"].get("metadata", {}).get("items", [])}
@@ -729,12 +761,17 @@ def spec_of(template: dict) -> JobSpec | None:
 
 def switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, *, by: str,
                  storage: JobStorage | None = None, say: Say = _silent) -> Switch | None:
-    """Switches the job's group to its Spot or on-demand template; None when it runs that one already.
+    """Switches the job's group to its Spot, on-demand or flex-start template; None when it runs that
+    one already.
 
-    Makes the on-demand template from the Spot one the first time (`on_demand_template_body`, with
-    the spec's `fallback:`), points the group at it (`setInstanceTemplate`), records the switch with
-    its reason in the job dir (`storage`), then recreates the group's VM from it (`recreateInstances`:
-    the old VM is stopped gracefully, so its agent commits first). RequestError for a missing group.
+    Makes the on-demand or flex-start template from the Spot one the first time
+    (`on_demand_template_body`, `flex_start_template_body`, with the spec's `fallback:`), points the
+    group at it (`setInstanceTemplate`), records the switch with its reason in the job dir (`storage`),
+    then recreates the group's VM from it (`recreateInstances`: the old VM is stopped gracefully, so
+    its agent commits first). Flex-start VMs come from a resize request instead (docs/flex-start.md):
+    the group is resized to none and asks for one VM for FLEX_START_MAX_RUN_HOURS (the longest run
+    allowed; billing ends when the agent finishes). Leaving flex-start cancels a request still queued
+    and sets the group's size back to one. RequestError for a missing group.
     """
     try:
         return _switch_group(compute, group, to_mode, reason, by=by, storage=storage, say=say)
@@ -755,28 +792,41 @@ def _switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, 
     if found is None:
         raise RequestError(f"group {group.name}: not found; nothing to switch")
     current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
-    base = current[: -len(ON_DEMAND_SUFFIX)] if current.endswith(ON_DEMAND_SUFFIX) else current
-    target = base + ON_DEMAND_SUFFIX if to_mode == ON_DEMAND else base
+    base, from_mode = template_mode(current)
+    target = base + SUFFIXES.get(to_mode, "")
     if target == current:
         return None
-    if to_mode == ON_DEMAND and compute.get_template(target) is None:
-        problems = name_problems("on-demand template", target)
+    if to_mode != SPOT and compute.get_template(target) is None:
+        problems = name_problems(f"{to_mode} template", target)
         if problems:
             raise RequestError(problems[0] + f" (shorten the Spot template's name {base!r})")
         spot = compute.get_template(base)
         if spot is None:
             raise RequestError(f"template {base}: not found; the group's Spot template is needed to make {target}")
         spec = spec_of(spot)
-        compute.insert_template(on_demand_template_body(spot, spec.fallback if spec else None))
-        say(f"template {target}: created (on-demand, same shape as {base} unless fallback: says otherwise)")
+        make = flex_start_template_body if to_mode == FLEX_START else on_demand_template_body
+        compute.insert_template(make(spot, spec.fallback if spec else None))
+        say(f"template {target}: created ({to_mode}, same shape as {base} unless fallback: says otherwise)")
     compute.set_group_template(group, target)
-    switch = Switch(time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"), to_mode=to_mode,
-                    from_mode=ON_DEMAND if current.endswith(ON_DEMAND_SUFFIX) else SPOT, reason=reason, by=by,
-                    template=target)
+    now = _dt.datetime.now(_dt.timezone.utc)
+    switch = Switch(time=now.isoformat(timespec="milliseconds"), to_mode=to_mode, from_mode=from_mode, reason=reason,
+                    by=by, template=target)
     if storage is not None:
         record_switch(storage, switch)
     log.info("group switched", group=group.name, to=to_mode, template=target, reason=reason, by=by)
     say(f"group {group.name}: now {to_mode} (template {target}): {reason}")
+    if from_mode == FLEX_START:  # a queued request would still add a flex-start VM; the group keeps one VM
+        for request in compute.resize_requests_of(group):
+            if request.get("state") == "ACCEPTED":
+                compute.cancel_resize_request(group, request["name"])
+        if to_mode != FLEX_START and int(compute.get_group(group).get("targetSize") or 0) == 0:
+            compute.resize_group(group, 1)
+    if to_mode == FLEX_START:  # the VM comes from a resize request, all at once when DWS has capacity
+        compute.resize_group(group, 0)
+        name = "survivor-" + now.strftime("%Y%m%d%H%M%S")
+        compute.request_resize(group, name, count=1, run_seconds=int(FLEX_START_MAX_RUN_HOURS * 3600))
+        say(f"group {group.name}: resize request {name} for one flex-start VM queued")
+        return switch
     members = [(m["zone"], m["name"]) for m in compute.managed_instances(group) if m["zone"]]
     if members:
         compute.recreate_instances(group, members)

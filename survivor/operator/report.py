@@ -35,7 +35,7 @@ from typing import Any
 
 from survivor.cloud.catalog import Machine, Prices, hourly_prices
 from survivor.cloud.pricing import money
-from survivor.jobdir.ledger import CAUSE, CAUSES, ON_DEMAND, SPOT, UNSAVED, Ledger, parse_time
+from survivor.jobdir.ledger import CAUSE, CAUSES, FLEX_START, ON_DEMAND, SPOT, UNSAVED, Ledger, parse_time
 from survivor.jobdir.moves import Move
 from survivor.jobdir.status import JobView
 from survivor.jobdir.switches import SwitchFailure
@@ -147,7 +147,7 @@ def build_report(job: JobView, options: ReportOptions) -> JobReport:
                                spot_price=options.spot_price, on_demand_price=options.on_demand_price)
         if options.fallback is not None and options.fallback != options.machine:
             other = hourly_prices(options.fallback, options.region, online=options.online)
-            prices = replace(prices, fallback_on_demand=other.on_demand,
+            prices = replace(prices, fallback_on_demand=other.on_demand, flex_start=other.flex_start,
                              basis=f"{prices.basis}; the fallback {_machine_text(options.fallback)} "
                                    f"on-demand: {other.basis}")
     latest = job.latest
@@ -195,8 +195,11 @@ def figures(ledger: Ledger, prices: Prices | None, *, job_dir: str, state: str, 
 
 
 def rate(prices: Prices, mode: str) -> float | None:
-    """USD per hour of the job's VM in a provisioning mode ("spot" or "on-demand"): on-demand is the
-    deadline's fallback machine when it has its own price."""
+    """USD per hour of the job's VM in a provisioning mode ("spot", "on-demand" or "flex-start"):
+    on-demand and flex-start are the deadline's fallback machine (on-demand at its own price when it
+    has one; flex-start from the catalog's DWS Defined Duration SKUs, docs/flex-start.md)."""
+    if mode == FLEX_START:
+        return prices.flex_start
     if mode != ON_DEMAND:
         return prices.spot
     return prices.fallback_on_demand if prices.fallback_on_demand is not None else prices.on_demand
@@ -241,8 +244,9 @@ def status_line(report: JobReport) -> str:
     if job is None:
         return f"{goodput} of {report.wall_hours:.2f} h; cost unknown (no machine or price)"
     od = f" (on-demand ${on_demand:.2f})" if on_demand is not None else ""
-    where = "on Spot" if not report.vm_hours_by_mode.get(ON_DEMAND) else \
-        f"(Spot ${report.cost_by_mode[SPOT]:.2f} + on-demand ${report.cost_by_mode[ON_DEMAND]:.2f} after a switch)"
+    after = [f"{mode} ${report.cost_by_mode[mode]:.2f}" for mode in (ON_DEMAND, FLEX_START)
+             if report.vm_hours_by_mode.get(mode) and report.cost_by_mode.get(mode) is not None]
+    where = "on Spot" if not after else f"(Spot ${report.cost_by_mode[SPOT]:.2f} + {' + '.join(after)} after a switch)"
     return f"{goodput} of {report.wall_hours:.2f} h; ${job:.2f} so far {where}{od}; {report.prices.basis}"
 
 
@@ -310,7 +314,10 @@ def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
                     f", the deadline's on-demand fallback machine {money(p.fallback_on_demand)}/h")
         lines += [f"Prices: Spot {money(p.spot)}/h, on-demand {money(p.on_demand)}/h{fallback} ({p.basis}).", "",
                   "| VM time | time | price | cost |", "|---|---:|---:|---:|"]
-        for mode, label in ((SPOT, "on Spot"), (ON_DEMAND, "on on-demand (after a switch)")):
+        for mode, label in ((SPOT, "on Spot"), (ON_DEMAND, "on on-demand (after a switch)"),
+                            (FLEX_START, "on flex-start (after a switch)")):
+            if mode == FLEX_START and not report.vm_hours_by_mode.get(mode):
+                continue  # a row only for a job that ran on flex-start
             lines.append(f"| {label} | {_duration(3600 * report.vm_hours_by_mode.get(mode, 0.0))} | {money(rate(p, mode))}/h | "
                          f"{money(report.cost_by_mode.get(mode))} |")
         lines += ["", "| | this job | on-demand (same job, no disruptions) | saving |", "|---|---:|---:|---:|",

@@ -18,7 +18,7 @@ from survivor.cloud.compute import Compute, GroupRef
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.switches import parse_time
 from survivor.operator import deadline, placement
-from survivor.operator.group import ON_DEMAND_SUFFIX, RequestError, Say, spec_of, switch_group
+from survivor.operator.group import RequestError, Say, spec_of, switch_group, template_mode
 
 
 def _silent(line: str) -> None:
@@ -38,7 +38,7 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
     if found is None:
         raise RequestError(f"group {group.name}: not found; nothing to watch")
     current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
-    base = current[: -len(ON_DEMAND_SUFFIX)] if current.endswith(ON_DEMAND_SUFFIX) else current
+    base, _ = template_mode(current)
     template = compute.get_template(base) or compute.get_template(current)
     spec = spec_of(template) if template else None
     if spec is None:
