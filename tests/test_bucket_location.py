@@ -136,3 +136,62 @@ def test_preflight_warns_of_a_multi_region_bucket(compute_server, bucket, data_b
     lines = _preflight(capsys, tmp_path, bucket, data_bucket, "placement:\n  regions: [us-west1, us-central1]\n")
     assert (f"warning: bucket {bucket} (job_dir) is in US (multi-region): a job in us-west1, us-central1 reads and "
             "writes it across locations (reads from a multi-region are charged from every region)") in "\n".join(lines)
+
+
+# -- report: the bytes a move's restore read across locations --------------------------------------
+
+
+def test_each_move_is_matched_with_the_restore_after_it():
+    from survivor.jobdir.journal import Attempt
+    from survivor.jobdir.moves import Move
+    from survivor.operator.report import move_transfers, transfer_line
+
+    moves = [Move(time="2026-11-24T10:00:00+00:00", from_place="zones/us-west1-b", to_place="regions/us-central1"),
+             Move(time="2026-11-24T12:00:00+00:00", from_place="regions/us-central1", to_place="zones/us-west1-a")]
+    attempts = [Attempt(1, "vm-a", "2026-11-24T09:00:00+00:00", restored_from=""),
+                Attempt(2, "vm-b", "2026-11-24T10:05:00+00:00", restored_step=50, restored_from="snap-50"),
+                Attempt(3, "vm-c", "2026-11-24T12:07:00+00:00", restored_step=90, restored_from="snap-90")]
+    first, second = move_transfers(moves, attempts, {"snap-50": 3 * 2 ** 30}, ("us-central1",))
+    assert (first.region, first.restored, first.bytes, first.across) == ("us-central1", "snap-50", 3 * 2 ** 30, True)
+    assert (second.region, second.restored, second.bytes, second.across) == ("us-west1", "snap-90", None, False)
+    assert transfer_line(first, "US-WEST1 (region)").startswith(
+        "to us-central1: the restore read 3.00 GiB (3221225472 bytes) from the job dir's bucket (US-WEST1 (region)) "
+        "across locations: data transfer between locations, not priced here")
+    assert "size is not known" in transfer_line(second) and "within its location" in transfer_line(second)
+    [unknown] = move_transfers(moves[:1], attempts, {"snap-50": 10}, None)
+    assert transfer_line(unknown).endswith("whether across locations is not known")
+
+
+def test_report_states_the_bytes_a_move_restored_across_locations(bucket, bucket_iam, tmp_path, capsys):
+    import json
+    from dataclasses import asdict
+
+    from survivor.jobdir.journal import Attempt, _dump
+    from survivor.jobdir.moves import Move, record_move
+    from survivor.jobdir.snapshot import scan
+    from survivor.jobdir.storage import open_storage
+    from survivor.jobdir.store import CheckpointStore
+
+    bucket_iam.set_location(bucket, "US-WEST1", "region")
+    job_dir = f"gs://{bucket}/run"
+    storage = open_storage(job_dir)
+    local = tmp_path / "local"
+    local.mkdir()
+    (local / "dummy-checkpoint-50.json").write_bytes(b"x" * 300_000)
+    manifest = CheckpointStore(storage).commit(str(local), scan(str(local)), 1).manifest
+    for attempt in (Attempt(1, "vm-a", "2026-11-24T09:00:00+00:00", restored_from="", ended="2026-11-24T09:30:00+00:00",
+                            outcome="preempted", end_step=50),
+                    Attempt(2, "vm-b", "2026-11-24T10:05:00+00:00", restored_step=50, restored_from=manifest.name)):
+        storage.write(attempt.name, _dump(asdict(attempt)))
+    record_move(storage, Move(time="2026-11-24T10:00:00+00:00", from_place="zones/us-west1-b",
+                              to_place="regions/us-central1", reason="stockout", by="watch"))
+    assert cli.main(["report", "--job-dir", job_dir, "--out", str(tmp_path / "out"), "--offline"]) == 0
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert (f"- to us-central1: the restore read 0.00 GiB ({manifest.size} bytes) from the job dir's bucket "
+            "(US-WEST1 (region)) across locations: data transfer between locations, not priced here") in md
+    assert manifest.size >= 300_000
+    capsys.readouterr()
+    assert cli.main(["report", "--job-dir", job_dir, "--out", str(tmp_path / "o2"), "--offline", "--json"]) == 0
+    [transfer] = json.loads(capsys.readouterr().out)["transfers"]
+    assert transfer == {"time": "2026-11-24T10:00:00+00:00", "region": "us-central1", "restored": manifest.name,
+                        "bytes": manifest.size, "across": True}
