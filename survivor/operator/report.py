@@ -17,6 +17,13 @@ the price of its provisioning mode: Spot, or on-demand after the deadline policy
 the mode of the last switch before it booted). The report lists every switch with its reason and who
 decided it, and marks it on the timeline.
 
+A move between regions (survivor/jobdir/moves.py) implies data moved between locations when the new
+region is outside the job dir's bucket's location (survivor/cloud/locations.py, docs/bucket-location.md):
+the report states, for each move, the bytes of the committed snapshot the first attempt after it
+restored (its manifest's files) and whether its region reads the bucket across locations. It prices
+none of it: no current per-GiB rate was found in a source (docs/bucket-location.md). The commits
+after the move and the data dir's reads cross too and are not counted.
+
 "The same job on on-demand" is the job without disruptions: its productive training, plus one
 boot, restore and trainer start (the first attempt's, as measured), at the on-demand price; the
 saving is that less the Spot cost. Projected to the finish: the steps left at the measured seconds
@@ -33,11 +40,15 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from survivor.cloud import locations
 from survivor.cloud.catalog import Machine, Prices, hourly_prices
 from survivor.cloud.pricing import money
+from survivor.jobdir.journal import Attempt
 from survivor.jobdir.ledger import CAUSE, CAUSES, FLEX_START, ON_DEMAND, SPOT, UNSAVED, Ledger, parse_time
 from survivor.jobdir.moves import Move
 from survivor.jobdir.status import JobView
+from survivor.jobdir.storage import JobStorage, open_storage
+from survivor.jobdir.store import CheckpointStore
 from survivor.jobdir.switches import SwitchFailure
 
 #: The causes a job on an on-demand VM without disruptions still spends once, at its start.
@@ -72,6 +83,41 @@ class ReportOptions:
     created: _dt.datetime | None = None
 
 
+@dataclass(frozen=True)
+class MoveTransfer:
+    """The data a move implies: the committed snapshot the first attempt after the move restored from
+    the job dir (`restored`: its manifest; "" a fresh start; None not known) and its `bytes` (None:
+    not known, or the snapshot was collected since), read in the move's `region`; `across`: that
+    region reads the job dir's bucket across locations (None: the bucket's location is not known)."""
+
+    time: str
+    region: str
+    restored: str | None
+    bytes: int | None
+    across: bool | None
+
+
+def region_of(place: str) -> str:
+    """Pure: `regions/R` -> R, `zones/Z` -> Z's region."""
+    name = place.rsplit("/", 1)[-1]
+    return name if place.startswith("regions/") else name.rsplit("-", 1)[0]
+
+
+def move_transfers(moves: list[Move], attempts: list[Attempt], sizes: dict[str, int],
+                   crossing: tuple[str, ...] | None) -> list[MoveTransfer]:
+    """Pure: each move's restore after it. `sizes`: the bytes of each restored manifest still in the
+    job dir; `crossing`: the regions that read the job dir's bucket across locations (None: unknown)."""
+    out = []
+    for move in moves:
+        moved = parse_time(move.time)
+        after = next((a for a in attempts if moved and parse_time(a.started) and parse_time(a.started) >= moved), None)
+        restored = after.restored_from if after else None
+        size = 0 if restored == "" else sizes.get(restored) if restored else None
+        region = region_of(move.to_place)
+        out.append(MoveTransfer(move.time, region, restored, size, None if crossing is None else region in crossing))
+    return out
+
+
 @dataclass
 class JobReport:
     """A job's goodput, badput by cause, cost so far and projected, beside the same job on on-demand.
@@ -102,6 +148,8 @@ class JobReport:
     ledger: Ledger | None = None
     moves: list[Move] = field(default_factory=list)  # where the group went for capacity
     failed_switches: list[SwitchFailure] = field(default_factory=list)  # decided, refused by Compute Engine
+    transfers: list[MoveTransfer] = field(default_factory=list)  # each move's restore, across locations or not
+    bucket_location: str = ""  # the job dir's bucket's, as Cloud Storage reports it ("" not known)
 
     @property
     def saving_so_far(self) -> float | None:
@@ -115,7 +163,8 @@ class JobReport:
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON values (what `--json` prints)."""
-        out = {k: v for k, v in asdict(self).items() if k not in ("ledger", "prices", "moves", "failed_switches")}
+        out = {k: v for k, v in asdict(self).items() if k not in ("ledger", "prices", "moves", "failed_switches",
+                                                                  "transfers")}
         out["prices"] = asdict(self.prices) if self.prices else None
         out["saving_so_far"] = self.saving_so_far
         out["saving_projected"] = self.saving_projected
@@ -126,6 +175,7 @@ class JobReport:
         if self.ledger is not None:
             out["switches"] = [asdict(s) for s in self.ledger.switches]
             out["moves"] = [asdict(m) for m in self.moves]
+            out["transfers"] = [asdict(t) for t in self.transfers]
             out["failed_switches"] = [asdict(f) for f in self.failed_switches]
             out["boot_modes"] = {str(number): mode for number, mode in self.ledger.modes.items()}
             out["unsaved_boots"] = list(self.ledger.unsaved)
@@ -156,7 +206,36 @@ def build_report(job: JobView, options: ReportOptions) -> JobReport:
                      preemptions=job.state.preemptions)
     report.moves = job.moves
     report.failed_switches = job.switch_failures
+    if job.moves:
+        storage = open_storage(job.job_dir)
+        report.bucket_location, crossing = _bucket_crossing(storage, [region_of(m.to_place) for m in job.moves])
+        report.transfers = move_transfers(job.moves, job.state.attempts, _restored_sizes(storage, job), crossing)
     return report
+
+
+def _restored_sizes(storage: JobStorage, job: JobView) -> dict[str, int]:
+    """The bytes of each manifest an attempt restored that is still in the job dir."""
+    store = CheckpointStore(storage)
+    names = {a.restored_from for a in job.state.attempts if a.restored_from}
+    return {name: found.size for name in names if (found := store.load(name, bounded=False)) is not None}
+
+
+def _bucket_crossing(storage: JobStorage, regions: list[str]) -> tuple[str, tuple[str, ...] | None]:
+    """The job dir's bucket's location (`buckets.get`; "" when not known) and which of `regions` read
+    it across locations (None: not known: a local job dir, or the bucket could not be read)."""
+    client = getattr(storage, "client", None)  # a gs:// job dir's google-cloud-storage client
+    if client is None:
+        return "", None
+    from google.api_core import exceptions as gexc
+    from google.auth import exceptions as auth_errors
+
+    try:
+        found = client.get_bucket(storage.bucket_name)
+    except (gexc.GoogleAPICallError, auth_errors.GoogleAuthError, OSError):
+        return "", None
+    data = tuple(found.data_locations or ())
+    where = f"{found.location} ({found.location_type})" if found.location else ""
+    return where, locations.crossing_regions(found.location or "", found.location_type, sorted(set(regions)), data)
 
 
 def figures(ledger: Ledger, prices: Prices | None, *, job_dir: str, state: str, committed_step: int | None,
@@ -305,6 +384,9 @@ def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
             shape = f" ({_cell(move.machine)})" if move.machine else ""
             lines.append(f"| {shown} | {move.from_place} -> {move.to_place}{shape} | {_cell(move.reason)}{lost} | "
                          f"{_cell(move.by) or '?'} |")
+        lines += ["", "Data moved between locations by each move's restore (the commits after it and the data "
+                      "dir's reads cross too and are not counted):", ""]
+        lines += [f"- {transfer_line(t, report.bucket_location)}" for t in report.transfers]
     lines += ["", "## Cost", ""]
     if report.prices is None:
         lines.append("No machine known: no cost (name the job, or give --machine-type with --job-dir).")
@@ -328,6 +410,24 @@ def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
                          f"{money(report.cost_projected.get('on_demand'))} | {money(report.saving_projected)} |")
     lines += ["", "## Timeline", "", f"![timeline]({png_name})", ""]
     return "\n".join(lines)
+
+
+def transfer_line(transfer: MoveTransfer, bucket_location: str = "") -> str:
+    """Pure: one move's restore, for people: its bytes and whether they crossed locations, unpriced."""
+    bucket = f"the job dir's bucket ({bucket_location})" if bucket_location else "the job dir's bucket"
+    if transfer.bytes is None:
+        size = ("the restored snapshot's size is not known (collected since, or not recorded)" if transfer.restored
+                else "nothing known restored yet")
+    elif transfer.restored == "":
+        return f"to {transfer.region}: a fresh start, nothing restored"
+    else:
+        size = f"the restore read {transfer.bytes / 2 ** 30:.2f} GiB ({transfer.bytes} bytes)"
+    if transfer.across is None:
+        return f"to {transfer.region}: {size} from {bucket}; whether across locations is not known"
+    if not transfer.across:
+        return f"to {transfer.region}: {size} from {bucket}, within its location: no data transfer fee"
+    return (f"to {transfer.region}: {size} from {bucket} across locations: data transfer between locations, "
+            f"not priced here (no sourced per-GiB rate, docs/bucket-location.md; {locations.PRICING_DOC})")
 
 
 def _cell(text: str) -> str:
