@@ -29,7 +29,7 @@ import time
 import uuid
 
 from benchmarks.common import ROOT, machine, table
-from survivor.cloud import image
+from survivor.operator import image
 from survivor.local.boot import SandboxRoot, default_cache_dir, machine_lock, wheelhouse_env
 from survivor.local.gcs import StorageEmulator
 from survivor.local.metadata_server import MetadataServer

@@ -15,10 +15,10 @@ deadline policy decides at each boot and each 15-minute look). On-demand capacit
 there (no on-demand traces exist); the same prices hold in every region (pricing's table,
 n1-standard-8 with one V100, the traces' GPU). The policies, on the same start times:
 
-- `survivor`: survivor/cloud/deadline.py `decide` with the job allowed in every region of the
+- `survivor`: survivor/operator/deadline.py `decide` with the job allowed in every region of the
   folder (`placement.regions`): a Spot VM goes to a zone of the group's region with capacity (a
   regional MIG); when the region has had none for `MOVE_AFTER_HOURS` (`move_after_minutes: 1`, one
-  look of `survivor watch --every 1m`), survivor/cloud/placement.py `decide` (the built rule, not a
+  look of `survivor watch --every 1m`), survivor/operator/placement.py `decide` (the built rule, not a
   model of it) moves the group to the next region of the list, which may have no capacity either
   (survivor has no oracle): it waits there again before the next move.
 - `survivor, one region`: the same policy confined to its home region (what survivor is today).
@@ -58,7 +58,7 @@ from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from survivor.cloud import placement  # noqa: E402
+from survivor.operator import placement  # noqa: E402
 from survivor.local import traces  # noqa: E402
 from survivor.spec import Placement as Rule  # noqa: E402
 
@@ -199,7 +199,7 @@ class Placement:
         if self.rule == "region":
             return up(self._zones(self.home))
         if self.rule == "move":
-            # survivor's own rule (survivor/cloud/placement.py `decide`): after `move_after` with no
+            # survivor's own rule (survivor/operator/placement.py `decide`): after `move_after` with no
             # capacity in its region, the group moves to the next region of the list, which it cannot
             # know has capacity (no oracle); there it waits again, and moves on again
             here = up(self._zones(self.region))

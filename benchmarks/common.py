@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import random
 import platform
 import shutil
 import subprocess
@@ -114,3 +115,12 @@ def agent_log_text(path: str) -> str:
             lines.append(entry.get("message", ""))
     return "\n".join(lines)
 
+
+def schedule(seed: int, every: float, jitter: float, horizon: float) -> list[float]:
+    """Pure: preemption times (s since the job's first boot) up to `horizon`, the same for every
+    strategy (benchmarks/goodput.py) and every row (benchmarks/peers/run.py)."""
+    rng, t, out = random.Random(seed), 0.0, []
+    while t < horizon:
+        t += every + rng.uniform(-jitter, jitter)
+        out.append(t)
+    return out

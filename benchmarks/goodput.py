@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import sys
 import time
 
 import yaml
 
-from benchmarks.common import PLOTS, machine, plot_bars, scratch_dir, table
+from benchmarks.common import PLOTS, machine, plot_bars, schedule, scratch_dir, table
+from survivor.jobdir.journal import Timing
 
 #: survivor's built-in loop writes periodic checkpoints off the step path: the step-path time of a save
 #: is this share of a synchronous one (benchmarks.overhead: 4.0-5.0 ms vs 79-89 ms on ResNet-20 here, 5-6%).
@@ -50,15 +50,6 @@ STRATEGIES = {
     "Keras BackupAndRestore (epoch)": ["--on-sigterm", "die", "@epoch"],
     "Keras BackupAndRestore (steps)": ["--on-sigterm", "die", "@resume-epoch"],
 }
-
-
-def schedule(seed: int, every: float, jitter: float, horizon: float) -> list[float]:
-    """Pure: preemption times (s since the job's first boot), the same for every strategy."""
-    rng, t, out = random.Random(seed), 0.0, []
-    while t < horizon:
-        t += every + rng.uniform(-jitter, jitter)
-        out.append(t)
-    return out
 
 
 def run_strategy(name: str, args, times: list[float], root: str, bucket: str) -> dict:
@@ -119,8 +110,8 @@ def run_strategy(name: str, args, times: list[float], root: str, bucket: str) ->
     committed = max((a.end_step or 0 for a in attempts), default=0)
     useful = (args.steps if finished else committed) * args.step_seconds
     saves = executed // checkpoint_steps
-    restore = sum(a.timings.get("restore", 0.0) for a in attempts)
-    startup = sum(a.timings.get("spec", 0.0) + a.timings.get("setup", 0.0) for a in attempts) + \
+    restore = sum(a.timings.get(Timing.RESTORE, 0.0) for a in attempts)
+    startup = sum(a.timings.get(Timing.SPEC, 0.0) + a.timings.get(Timing.SETUP, 0.0) for a in attempts) + \
         len(attempts) * args.startup_seconds
     return {
         "strategy": name if finished else f"{name} (did not finish: {committed}/{args.steps} steps)",

@@ -21,6 +21,7 @@ import time
 import yaml
 
 from benchmarks.common import PLOTS, machine, plot_bars, run, scratch_dir, table
+from survivor.jobdir.journal import Timing
 from survivor.agent.trainer import read_progress
 
 
@@ -49,7 +50,7 @@ def resume_under_agent(vm, job_dir: str) -> dict:
     started_entry = next(e for e in log if e["message"] == "trainer started")
     to_trainer = (dt.datetime.fromisoformat(started_entry["time"]) - boot_time).total_seconds()
     return {"total": first - started, "to_trainer": to_trainer,
-            **{k: attempt.timings.get(k, 0.0) for k in ("spec", "restore", "setup")}}
+            **{k: attempt.timings.get(k, 0.0) for k in (Timing.SPEC, Timing.RESTORE, Timing.SETUP)}}
 
 
 def cold_start(spec: dict, root: str, n: int) -> float:

@@ -42,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 import yaml
 
 from benchmarks.common import PLOTS, machine, plot_bars, scratch_dir, table
+from survivor.jobdir.journal import Timing
 
 
 def under_agent(size_mb: int, root: str, bucket: str, repeat: int) -> dict:
@@ -72,9 +73,9 @@ def under_agent(size_mb: int, root: str, bucket: str, repeat: int) -> dict:
     _empty(job_dir)  # keep the emulator's heap flat between pairs
     with open(timing_log, encoding="utf-8") as f:
         trainer = json.loads(f.readline())
-    if "notice_to_safe" not in t:
+    if Timing.NOTICE_TO_SAFE not in t:
         raise RuntimeError(f"{size_mb} MB: the agent did not commit after the notice ({attempt.outcome}: {attempt.reason})")
-    return {"notice_to_safe": t["notice_to_safe"], "step_in_flight": trainer["save_started"] - trainer["signal"],
+    return {"notice_to_safe": t[Timing.NOTICE_TO_SAFE], "step_in_flight": trainer["save_started"] - trainer["signal"],
             "steps_lost": attempt.steps_lost}
 
 

@@ -90,9 +90,17 @@ def _before_sleep(what: str) -> Callable[[tenacity.RetryCallState], None]:
 class Policy:
     """A bounded, jittered exponential-backoff retry of one operation; iterate it as tenacity's loop.
 
-        >>> for attempt in Policy("metadata GET", attempts=8, deadline=20, attempt_seconds=5):
+        >>> answers = iter([ConnectionResetError("reset by peer"), "TRUE"])
+        >>> def ask():                                  # fails once, then answers
+        ...     answer = next(answers)
+        ...     if isinstance(answer, Exception):
+        ...         raise answer
+        ...     return answer
+        >>> for attempt in Policy("metadata GET", attempts=8, deadline=20, attempt_seconds=5, initial=0.01):
         ...     with attempt:
-        ...         ask()
+        ...         preempted = ask()
+        >>> preempted, Policy("metadata GET", attempts=3, deadline=20, attempt_seconds=5).worst_case()
+        ('TRUE', 15.5)
 
     `attempts`: at most this many (math.inf: no limit). `deadline`: no attempt starts later than
     this many seconds after the first (tenacity's `stop_before_delay`). `attempt_seconds`: the
@@ -157,9 +165,14 @@ class StorageCall:
     timeouts (google-api-core's `Retry`), under survivor's retry of the whole operation (`operation`,
     whose attempt is the client's worst case).
 
-        >>> for attempt in retry.STORAGE_READ:
-        ...     with attempt:
-        ...         data = blob.download_as_bytes(**retry.STORAGE_READ.client())
+        >>> STORAGE_READ.timeout, STORAGE_READ.client_seconds()   # (connect, read); one call's worst case
+        ((1.0, 5.0), 16.0)
+
+    A call made with it (survivor/jobdir/storage.py):
+
+        for attempt in STORAGE_READ:                     # the operation's retry
+            with attempt:
+                data = blob.download_as_bytes(**STORAGE_READ.client())   # the client's retry, timeouts
 
     The client retries what its own predicate names (429, 5xx, resets, timeouts:
     `google/cloud/storage/retry.py` `_should_retry`, googleapis/python-storage) and resumes a

@@ -37,7 +37,6 @@ import yaml
 #: The instance attribute that holds a whole YAML/JSON job spec.
 SPEC_ATTRIBUTE = "survivor-job"
 
-ON_FINISH = ("auto", "leave-group", "stop", "delete", "keep-alive")
 
 #: Instance attributes that belong to Compute Engine, its guest agent or survivor itself: never
 #: hyperparameters. Hyphenated keys are never hyperparameters either (the recipe's keys are camelCase).
@@ -63,6 +62,82 @@ RESERVED_ATTRIBUTES = frozenset(
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 _CAMEL = re.compile(r"^[a-z][A-Za-z0-9]*$")
 _HPARAM_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+
+
+@dataclass(frozen=True)
+class Key:
+    """One top-level key of a job spec, defined once: its kind, default, bounds, the recipe's flat
+    attribute that sets it, and one line of doc. The validator (`_Validator`) checks each key with
+    the bounds here and its own one-line errors; the docs' key table (`keys_markdown`) and the
+    published JSON Schema for `job.yaml` (`json_schema`, docs/job-spec.schema.json) derive from it."""
+
+    name: str
+    kind: str  # integer, number, string, location, gpus, mapping, section, enum
+    doc: str
+    default: Any = None  # None: none (or the trainer's), unless `required`
+    required: bool = False
+    bounds: tuple[float, float] | None = None  # inclusive
+    flat: str | None = None  # the recipe's camelCase instance attribute
+    choices: tuple[str, ...] = ()  # an enum's values
+    shown: bool = True  # in the docs' table (False: the flat form's own keys, kept for the recipe)
+
+
+#: Every top-level key a job spec may hold, in the order the docs show them.
+KEYS: tuple[Key, ...] = (
+    Key("name", "string", "the job's name (its template's and group's); defaults to the job dir's last part",
+        flat="jobName"),
+    Key("job_dir", "location", "where checkpoints, attempts and markers live (`gs://BUCKET/PATH` or a local path)",
+        required=True, flat="jobDir"),
+    Key("data_dir", "location", "passed to the trainer as `--data-dir`", flat="dataDir"),
+    Key("train_steps", "integer", "total steps", required=True, bounds=(1, 10**12), flat="trainSteps"),
+    Key("checkpoint_steps", "integer", "periodic checkpoint interval, passed as `--checkpoint-steps` "
+        "(default: the trainer's)", bounds=(1, 10**12), flat="checkpointSteps"),
+    # the most GPUs a VM carries: a2-megagpu-16g (survivor/cloud/machines.py)
+    Key("num_gpus", "gpus", "GPUs to use, or `all` (default: all the VM has)", bounds=(0, 16), flat="numGpus"),
+    Key("trainer", "section", "`{builtin: cifar10}`, `{module: pkg.task}` or `{argv: [...]}`; `git_url`/`git_ref`, "
+        "`package`, `save_signal`", required=True),
+    Key("hyperparameters", "mapping", "passed as `--kebab-case value` (an empty value is a bare flag); contract "
+        "flags and their prefixes are refused; secret-looking names are masked in logs"),
+    Key("on_finish", "enum", "what the VM does once the job is DONE or FAILED: `auto` leaves its group (or "
+        "stops a standalone VM)", default="auto", flat="onFinish", choices=("auto", "leave-group", "stop",
+                                                                        "delete", "keep-alive")),
+    Key("keep_alive", "string", "the recipe's `keepAlive`: `true` is `on_finish: keep-alive`", flat="keepAlive",
+        shown=False),
+    Key("user", "string", "run the trainer as this user when the agent runs as root (default: the agent's user)",
+        flat="gceUser"),
+    Key("keep", "integer", "committed snapshots kept in the job dir", default=3, bounds=(1, 1000),
+        flat="keepCheckpoints"),
+    Key("grace_seconds", "number", "the notice-to-exit budget; 60% of it is the trainer's to save", default=25.0,
+        bounds=(1.0, 3600.0), flat="graceSeconds"),
+    Key("max_failed_attempts", "integer", "failed starts in a row before FAILED", default=3, bounds=(1, 10**9),
+        flat="maxFailedAttempts"),
+    Key("sync_seconds", "number", "how often new local checkpoints are committed", default=2.0,
+        bounds=(0.1, 3600.0)),
+    Key("lease_seconds", "number", "the single-writer lease: a second VM on the job dir waits this long (x2) "
+        "before taking over a silent holder", default=60.0, bounds=(1.0, 3600.0)),
+    # a persistent disk holds 10 GB to 64 TB (https://cloud.google.com/compute/docs/disks)
+    Key("state_disk_gb", "integer", "a stateful persistent disk for a state too large to upload in the notice "
+        "(docs/large-state.md)", bounds=(10, 65536)),
+    Key("deadline", "string", "when the job must be done: an ISO 8601 time or hours after its first start "
+        "(`36h`); the policy switches to on-demand to meet it (docs/deadline.md)"),
+    Key("fallback", "section", "with a deadline: the on-demand machine (`machine_type`, `gpu`), `switch_back`, "
+        "and `flex_start` with its `flex_start_wait_hours` (docs/flex-start.md)"),
+    Key("placement", "section", "where the job may run: `regions`, alternative `shapes`, `move_after_minutes`, "
+        "`preemptions_per_hour` (docs/deadline.md)"),
+    Key("compute", "section", "`project`, `zone`, `machine_type`, `gpu: TYPE:COUNT`, `spot`, `preemption_notice`, "
+        "`image_family`, `disk_gb`... (make-template's flags override)"),
+    Key("vertex", "section", "worker pools and Spot for `survivor submit` (docs/scaling-out.md)"),
+    Key("trainingInput", "section", "a Cloud ML Engine `trainingInput` for `survivor submit`", shown=False),
+    # the flat form's trainer keys (the recipe's attributes; a YAML spec writes `trainer:`)
+    Key("trainer_module", "string", "the flat form's trainer module", flat="trainerModule", shown=False),
+    Key("trainer_git_url", "string", "the flat form's trainer git URL", flat="trainerGitPath", shown=False),
+    Key("trainer_git_ref", "string", "the flat form's trainer git ref", flat="trainerGitRef", shown=False),
+    Key("trainer_package", "string", "the flat form's trainer package", flat="trainerPackage", shown=False),
+)
+#: A key by its name.
+KEY = {key.name: key for key in KEYS}
+#: What a VM may do once its job is DONE or FAILED (survivor/agent/finish.py).
+ON_FINISH = KEY["on_finish"].choices
 
 
 class SpecError(ValueError):
@@ -106,7 +181,9 @@ class TrainerSpec:
 class Deadline:
     """When the job must be done: a fixed time (`at`, aware UTC) or hours after its first start (`after_hours`).
 
-        >>> Deadline(after_hours=36.0).resolve(first_start)   # first_start + 36 h
+        >>> first_start = _dt.datetime(2026, 11, 24, 12, 0, tzinfo=_dt.timezone.utc)
+        >>> Deadline(after_hours=36.0).resolve(first_start).isoformat()
+        '2026-11-26T00:00:00+00:00'
     """
 
     at: _dt.datetime | None = None
@@ -124,28 +201,63 @@ class Deadline:
         return f"{self.after_hours:g}h"
 
 
+#: The queue wait a flex-start request is planned with unless `fallback.flex_start_wait_hours` says
+#: otherwise: an assumption (docs/flex-start.md A1), the validity a standalone flex-start VM's request
+#: is commonly given (`--request-valid-for-duration=2h`); a MIG resize request states no bound.
+FLEX_START_WAIT_HOURS = 2.0
+#: The longest wait `fallback.flex_start_wait_hours` takes: a flex-start VM runs at most 7 days.
+MAX_FLEX_START_WAIT_HOURS = 168.0
+
+
 @dataclass(frozen=True)
 class FallbackSpec:
-    """The on-demand machine a job with a deadline switches to (survivor/cloud/deadline.py decides when).
+    """The on-demand machine a job with a deadline switches to (survivor/operator/deadline.py decides when).
 
     None for `machine_type`/`gpu` means the Spot template's shape; `switch_back` lets the job return
-    to Spot once it has enough slack again.
+    to Spot once it has enough slack again; `flex_start` lets the deadline policy pick flex-start
+    (docs/flex-start.md) over on-demand, planning with a queue wait of `flex_start_wait_hours` (an
+    assumption: Google states no bound for a resize request's wait).
     """
 
     machine_type: str | None = None
     gpu: str | None = None
     switch_back: bool = True
+    flex_start: bool = False
+    flex_start_wait_hours: float = FLEX_START_WAIT_HOURS
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Another machine a job can train on: the machine keys of its `compute:` section, read as
+    `compute:` reads them (survivor/cloud/template.py; an N1 type without `gpu` gets compute's default
+    GPU). None means the key is not written."""
+
+    machine_type: str | None = None
+    gpu: str | None = None  # TYPE:COUNT, or none
+
+    def to_mapping(self) -> dict[str, str]:
+        """The keys as the spec writes them."""
+        return {k: v for k, v in (("machine_type", self.machine_type), ("gpu", self.gpu)) if v is not None}
+
+
+#: The keys of a shape: the machine keys of `compute:`.
+SHAPE_KEYS = ("machine_type", "gpu")
+#: The most alternative shapes a job may name: each is a template, and each move that is due asks
+#: every zone of every region about every shape's GPU (survivor/operator/placement.py `offers`).
+MAX_SHAPES = 10
 
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a job may run: its regions in order of preference (the first is where it starts), and
+    """Where a job may run: its regions in order of preference (the first is where it starts), the
+    machine shapes it may run on besides its `compute:` one (`shapes`, in order of preference), and
     how long its group may have no training VM, failing on capacity (a stockout, a quota), before
-    the job moves to the next one (survivor/cloud/placement.py decides; docs/capacity.md)."""
+    the job moves to the next place (survivor/operator/placement.py decides; docs/deadline.md)."""
 
     regions: tuple[str, ...]
     move_after_minutes: float = 30.0
     preemptions_per_hour: float = 3.0  # a region that preempts the job this often in the last hour: move on
+    shapes: tuple[Shape, ...] = ()  # alternatives to the compute: shape, which comes first
 
 
 @dataclass(frozen=True)
@@ -161,13 +273,13 @@ class JobSpec:
     num_gpus: int | None = None  # None: every GPU the VM has
     num_gpus_named: bool = False  # the spec names num_gpus (numGpus), "all" included
     hyperparameters: tuple[tuple[str, str], ...] = ()
-    on_finish: str = "auto"
+    on_finish: str = KEY["on_finish"].default
     user: str | None = None
-    keep: int = 3
-    grace_seconds: float = 25.0
-    max_failed_attempts: int = 3
-    sync_seconds: float = 2.0
-    lease_seconds: float = 60.0
+    keep: int = KEY["keep"].default
+    grace_seconds: float = KEY["grace_seconds"].default
+    max_failed_attempts: int = KEY["max_failed_attempts"].default
+    sync_seconds: float = KEY["sync_seconds"].default
+    lease_seconds: float = KEY["lease_seconds"].default
     state_disk_gb: int | None = None  # a stateful persistent disk for states too large for the notice
     deadline: Deadline | None = None
     fallback: FallbackSpec | None = None  # set whenever a deadline is (the defaults when not written)
@@ -221,11 +333,11 @@ class JobSpec:
             hyperparameters=v.hyperparameters(),
             on_finish=v.on_finish(),
             user=v.user(),
-            keep=v.integer("keep") or 3,
-            grace_seconds=v.number("grace_seconds") or 25.0,
-            max_failed_attempts=v.integer("max_failed_attempts") or 3,
-            sync_seconds=v.number("sync_seconds") or 2.0,
-            lease_seconds=v.number("lease_seconds") or 60.0,
+            keep=v.integer("keep") or KEY["keep"].default,
+            grace_seconds=v.number("grace_seconds") or KEY["grace_seconds"].default,
+            max_failed_attempts=v.integer("max_failed_attempts") or KEY["max_failed_attempts"].default,
+            sync_seconds=v.number("sync_seconds") or KEY["sync_seconds"].default,
+            lease_seconds=v.number("lease_seconds") or KEY["lease_seconds"].default,
             state_disk_gb=v.integer("state_disk_gb"),
             deadline=v.deadline(),
             fallback=v.fallback(),
@@ -270,11 +382,16 @@ class JobSpec:
         if self.fallback is not None and self.fallback != FallbackSpec():
             out["fallback"] = {k: v for k, v in (("machine_type", self.fallback.machine_type),
                                                  ("gpu", self.fallback.gpu),
-                                                 ("switch_back", self.fallback.switch_back)) if v is not None}
+                                                 ("switch_back", self.fallback.switch_back),
+                                                 ("flex_start", self.fallback.flex_start),
+                                                 ("flex_start_wait_hours", self.fallback.flex_start_wait_hours))
+                                 if v is not None}
         if self.placement is not None:
             out["placement"] = {"regions": list(self.placement.regions),
                                 "move_after_minutes": self.placement.move_after_minutes,
                                 "preemptions_per_hour": self.placement.preemptions_per_hour}
+            if self.placement.shapes:
+                out["placement"]["shapes"] = [shape.to_mapping() for shape in self.placement.shapes]
         out.update(self.extra)
         return {k: v for k, v in out.items() if v not in (None, {}, [])}
 
@@ -290,24 +407,7 @@ class JobSpec:
 # -- the recipe's flat attributes ------------------------------------------------------------------
 
 #: The recipe's camelCase attribute names and the spec keys they set.
-FLAT_KEYS = {
-    "jobDir": "job_dir",
-    "dataDir": "data_dir",
-    "trainSteps": "train_steps",
-    "checkpointSteps": "checkpoint_steps",
-    "numGpus": "num_gpus",
-    "trainerModule": "trainer_module",
-    "trainerGitPath": "trainer_git_url",
-    "trainerGitRef": "trainer_git_ref",
-    "trainerPackage": "trainer_package",
-    "keepAlive": "keep_alive",
-    "gceUser": "user",
-    "onFinish": "on_finish",
-    "jobName": "name",
-    "keepCheckpoints": "keep",
-    "graceSeconds": "grace_seconds",
-    "maxFailedAttempts": "max_failed_attempts",
-}
+FLAT_KEYS = {key.flat: key.name for key in KEYS if key.flat}
 
 
 #: The recipe's dummy startup script (ml-on-gcp gce/survival-training/gce/startup.sh) reads `hparam1`
@@ -353,21 +453,80 @@ def flat_attributes_to_mapping(attributes: Mapping[str, str]) -> dict[str, Any]:
     return data
 
 
+# -- the keys as the docs and an editor see them ------------------------------------------------------
+
+#: The id of the JSON Schema survivor publishes for job specs (docs/job-spec.schema.json).
+SCHEMA_ID = "https://github.com/survivor-train/survivor/blob/main/docs/job-spec.schema.json"
+
+
+def _default_text(key: Key) -> str:
+    if key.required:
+        return "required"
+    if key.default is None:
+        return ""
+    return f"`{key.default:g}`" if isinstance(key.default, float) else f"`{key.default}`"
+
+
+def keys_markdown() -> str:
+    """Pure: the docs' table of job spec keys (docs/operator-guide.md holds it; a test keeps it equal)."""
+    lines = ["| key | meaning | default |", "|---|---|---|"]
+    for key in KEYS:
+        if key.shown:
+            name = f"`{key.name}:`" if key.kind == "section" else f"`{key.name}`"
+            lines.append(f"| {name} | {key.doc} | {_default_text(key)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _key_schema(key: Key) -> dict[str, Any]:
+    """Pure: one key's JSON Schema, as strict as its kind allows (the validator holds the rest)."""
+    out: dict[str, Any] = {"description": key.doc}
+    low, high = key.bounds or (None, None)
+    if key.kind in ("integer", "number"):
+        out["type"] = key.kind
+    elif key.kind == "gpus":
+        out["anyOf"] = [{"type": "integer"}, {"const": "all"}]
+    elif key.kind in ("string", "location"):
+        out["type"] = "string"
+        if key.kind == "location":
+            out["maxLength"] = MAX_LOCATION
+    elif key.kind == "enum":
+        out["enum"] = list(key.choices)
+    elif key.kind in ("mapping", "section"):
+        out["type"] = "object"
+    if low is not None and high is not None:
+        target = out["anyOf"][0] if "anyOf" in out else out
+        target["minimum"], target["maximum"] = low, high
+    if key.default is not None:
+        out["default"] = key.default
+    return out
+
+
+def json_schema() -> dict[str, Any]:
+    """Pure: the JSON Schema of a job spec (YAML or JSON), derived from `KEYS`, for an editor to check
+    `job.yaml` with; published as docs/job-spec.schema.json. An unknown top-level key is refused, as
+    the validator refuses it; what no schema says (a bucket's name, a deadline's form, the trainer's
+    one-of) stays the validator's, with its one-line errors."""
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        "title": "survivor job spec",
+        "type": "object",
+        "required": [key.name for key in KEYS if key.required],
+        "properties": {key.name: _key_schema(key) for key in KEYS},
+        "additionalProperties": False,
+    }
+
+
 # -- validation ------------------------------------------------------------------------------------
 
 _FLAT_NAMES = {v: k for k, v in FLAT_KEYS.items()}
-_TOP_LEVEL = {
-    "name", "job_dir", "data_dir", "train_steps", "checkpoint_steps", "num_gpus", "trainer",
-    "hyperparameters", "on_finish", "keep_alive", "user", "keep", "grace_seconds",
-    "max_failed_attempts", "sync_seconds", "lease_seconds", "state_disk_gb", "deadline", "fallback", "placement",
-    # the flat form's trainer keys
-    "trainer_module", "trainer_git_url", "trainer_git_ref", "trainer_package",
-}
 #: Signals a trainer may name as its "save now and keep training" signal (SIGUSR1/2 are the two
 #: POSIX leaves to applications; SIGTERM and SIGINT already mean "save and exit").
 SAVE_SIGNALS = ("SIGUSR1", "SIGUSR2")
 #: Sections that belong to other commands (make-template, submit); carried along untouched.
 EXTRA_SECTIONS = ("compute", "vertex", "trainingInput")
+#: The keys the validator reads itself.
+_TOP_LEVEL = {key.name for key in KEYS} - set(EXTRA_SECTIONS)
 
 
 #: Limits on a spec, so no input can take the agent minutes or gigabytes before its one-line error.
@@ -386,18 +545,7 @@ MAX_STRING = 131072
 MAX_LOCATION = 1024
 #: Every number's range (inclusive). Outside it a value is a mistake, and unbounded ones break time
 #: arithmetic (`inf` seconds) or take seconds to print (an integer of 100k digits).
-NUMBER_RANGES: dict[str, tuple[float, float]] = {
-    "train_steps": (1, 10**12),
-    "checkpoint_steps": (1, 10**12),
-    "num_gpus": (0, 16),  # the most GPUs a VM carries: a2-megagpu-16g (survivor/cloud/machines.py)
-    "keep": (1, 1000),
-    "max_failed_attempts": (1, 10**9),
-    "grace_seconds": (1.0, 3600.0),
-    "sync_seconds": (0.1, 3600.0),
-    "lease_seconds": (1.0, 3600.0),
-    # a persistent disk holds 10 GB to 64 TB (https://cloud.google.com/compute/docs/disks)
-    "state_disk_gb": (10, 65536),
-}
+NUMBER_RANGES: dict[str, tuple[float, float]] = {key.name: key.bounds for key in KEYS if key.bounds}
 #: The latest a duration `deadline` may be: a year of hours.
 DEADLINE_MAX_HOURS = 365 * 24.0
 #: What a trainer's argparse would read as one of the agent's own flags: the flags the agent passes
@@ -792,20 +940,22 @@ class _Validator:
         return Deadline(at=at.astimezone(_dt.timezone.utc))
 
     def fallback(self) -> FallbackSpec | None:
-        """`fallback`: the on-demand machine of a job with a deadline (`machine_type`, `gpu`, `switch_back`)."""
+        """`fallback`: the on-demand machine of a job with a deadline (`machine_type`, `gpu`, `switch_back`),
+        and whether flex-start may stand in for on-demand (`flex_start`, `flex_start_wait_hours`)."""
+        keys = ("machine_type", "gpu", "switch_back", "flex_start", "flex_start_wait_hours")
         value = self._get("fallback")
         has_deadline = self.named("deadline")
         if value is None:
             return FallbackSpec() if has_deadline else None
         if not isinstance(value, dict):
-            self._problem("fallback", value, "a mapping with machine_type, gpu or switch_back")
+            self._problem("fallback", value, "a mapping with " + ", ".join(keys[:-1]) + " or " + keys[-1])
             return None
         if not has_deadline:
             self.problems.append("fallback: only means something with a deadline; add deadline: (e.g. 36h)")
-        for key in sorted(str(k) for k in value if k not in ("machine_type", "gpu", "switch_back")):
-            close = did_you_mean(key, ("machine_type", "gpu", "switch_back"))
-            self.problems.append(f"fallback.{key}: unknown key{f' ({close})' if close else ''}; expected machine_type, "
-                                 "gpu or switch_back")
+        for key in sorted(str(k) for k in value if k not in keys):
+            close = did_you_mean(key, keys)
+            self.problems.append(f"fallback.{key}: unknown key{f' ({close})' if close else ''}; expected "
+                                 + ", ".join(keys[:-1]) + " or " + keys[-1])
         out = {}
         for key in ("machine_type", "gpu"):
             item = value.get(key)
@@ -816,19 +966,29 @@ class _Validator:
                                         else "TYPE:COUNT such as nvidia-tesla-t4:1, or none"))
                 item = None
             out[key] = item
-        back = value.get("switch_back", True)
-        if not isinstance(back, bool):
-            self.problems.append(f"fallback.switch_back = {_show(back)}: expected true or false")
-            back = True
-        return FallbackSpec(machine_type=out["machine_type"], gpu=out["gpu"], switch_back=back)
+        flags = {}
+        for key, default in (("switch_back", True), ("flex_start", False)):
+            flag = value.get(key, default)
+            if not isinstance(flag, bool):
+                self.problems.append(f"fallback.{key} = {_show(flag)}: expected true or false")
+                flag = default
+            flags[key] = flag
+        wait = value.get("flex_start_wait_hours", FLEX_START_WAIT_HOURS)
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= MAX_FLEX_START_WAIT_HOURS:
+            self.problems.append(f"fallback.flex_start_wait_hours = {_show(wait)}: expected hours from 0 to "
+                                 f"{MAX_FLEX_START_WAIT_HOURS:g}, the queue wait flex-start is planned with")
+            wait = FLEX_START_WAIT_HOURS
+        return FallbackSpec(machine_type=out["machine_type"], gpu=out["gpu"], switch_back=flags["switch_back"],
+                            flex_start=flags["flex_start"], flex_start_wait_hours=float(wait))
 
     def placement(self) -> Placement | None:
-        """`placement`: `regions` (a list of regions, the first where the job starts), with
-        `move_after_minutes` and `preemptions_per_hour` (when the job moves on)."""
+        """`placement`: `regions` (a list of regions, the first where the job starts), `shapes` (other
+        machines, after compute:'s), with `move_after_minutes` and `preemptions_per_hour` (when the
+        job moves on)."""
         value = self._get("placement")
         if value is None:
             return None
-        known = ("regions", "move_after_minutes", "preemptions_per_hour")
+        known = ("regions", "shapes", "move_after_minutes", "preemptions_per_hour")
         if not isinstance(value, dict):
             self._problem("placement", value, "a mapping with regions (and move_after_minutes, preemptions_per_hour)")
             return None
@@ -857,7 +1017,48 @@ class _Validator:
                 self.problems.append(f"placement.{key} = {_show(item)}: expected a number from {low:g} to {high:g}")
                 item = default
             numbers[key] = float(item)
-        return Placement(tuple(regions), **numbers)
+        return Placement(tuple(regions), shapes=self._shapes(value.get("shapes")), **numbers)
+
+    def _shapes(self, value: Any) -> tuple[Shape, ...]:
+        """`placement.shapes`: a list of mappings with the machine keys of `compute:`. Only their form
+        is checked here; the machine rules are compute:'s, checked where the template is made
+        (survivor/cloud/template.py `machine_problems`), as the spec knows no machine table."""
+        if value is None or value == []:
+            return ()
+        if not isinstance(value, list):
+            self.problems.append(f"placement.shapes = {_show(value)}: expected a list of shapes, e.g. "
+                                 "[{machine_type: g2-standard-8}]")
+            return ()
+        if len(value) > MAX_SHAPES:
+            self.problems.append(f"placement.shapes: {len(value)} shapes; expected at most {MAX_SHAPES}")
+            return ()
+        shapes: list[Shape] = []
+        first: dict[Shape, int] = {}  # a dict, not `in shapes`: a hostile spec may list 50 000 of them
+        for i, item in enumerate(value):
+            label = f"placement.shapes[{i}]"
+            if not isinstance(item, dict) or not item:
+                self.problems.append(f"{label} = {_show(item)}: expected a mapping with machine_type and/or gpu")
+                continue
+            for key in sorted(str(k) for k in item if k not in SHAPE_KEYS):
+                close = did_you_mean(key, SHAPE_KEYS)
+                self.problems.append(f"{label}.{key}: unknown key{f' ({close})' if close else ''}; expected "
+                                     "machine_type or gpu")
+            keys = {}
+            for key, pattern, expected in (
+                    ("machine_type", r"[a-z0-9][a-z0-9-]{0,62}", "a machine type such as g2-standard-8"),
+                    ("gpu", r"none|[a-z0-9][a-z0-9-]{0,62}:[1-9][0-9]?", "TYPE:COUNT such as nvidia-tesla-t4:1, or none")):
+                field_value = item.get(key)
+                if field_value is not None and (not isinstance(field_value, str)
+                                                or not re.fullmatch(pattern, field_value)):
+                    self.problems.append(f"{label}.{key} = {_show(field_value)}: expected {expected}")
+                    field_value = None
+                keys[key] = field_value
+            shape = Shape(**keys)
+            if shape in first:
+                self.problems.append(f"{label}: the same shape as placement.shapes[{first[shape]}]")
+            first.setdefault(shape, i)
+            shapes.append(shape)
+        return tuple(shapes)
 
     def gpus(self, key: str) -> int | None:
         value = self._get(key)

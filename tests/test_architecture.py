@@ -16,7 +16,7 @@ import re
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "survivor"
 MAP = ROOT / "docs" / "architecture.md"
-PACKAGES = {"agent", "jobdir", "cloud", "commands", "local", "trainers", "startup"}
+PACKAGES = {"agent", "jobdir", "cloud", "operator", "commands", "local", "trainers", "startup"}
 
 
 def imports_of(path: pathlib.Path) -> set[str]:

@@ -1,7 +1,7 @@
 """The boot rehearsal: survivor/startup/startup.sh run for real, as root, in a sandbox root, against the
 metadata emulator and fake-gcs-server, with the metadata make-template's body gives a VM.
 
-The wheel and lock come from the bucket (staged by survivor/cloud/image.py as make-template stages them),
+The wheel and lock come from the bucket (staged by survivor/operator/image.py as make-template stages them),
 the venv is built with pip in hash-checking mode, the unit is written and checked with
 `systemd-analyze verify`, and the unit's own ExecStart line, run as its User=, starts the agent,
 which trains to DONE. The lock is this machine's closure of survivor-train (the VM's lock is for
@@ -20,7 +20,7 @@ import uuid
 
 import pytest
 
-from survivor.cloud import image
+from survivor.operator import image
 from survivor.local.boot import SandboxRoot, default_cache_dir, machine_lock, wheelhouse_env
 from survivor.local.metadata_server import MetadataServer
 from survivor.spec import JobSpec

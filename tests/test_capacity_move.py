@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from survivor.cloud import placement
+from survivor.operator import placement
 from survivor.jobdir.journal import Journal
 from survivor.jobdir.moves import moves
 from survivor.jobdir.storage import open_storage
@@ -30,7 +30,7 @@ def spec_yaml(job_dir: str, steps_log: str) -> str:
 def test_a_job_whose_region_runs_out_moves_and_finishes_done_once(tmp_path):
     job_dir = str(tmp_path / "job")
     sim = Simulator(spec_yaml(job_dir, str(tmp_path / "steps.log")), str(tmp_path / "sim"), preempt_every=1e9,
-                    region_outages=(("us-west1", 3.0, float("inf")),), watch_every=0.3, speed=60.0,
+                    region_outages=(("us-west1", 0.5, float("inf")),), outages_from_first_commit=True, watch_every=0.3, speed=60.0,
                     recreate_delay=0.2)
     result = sim.run(timeout=240)
     table = result.table()

@@ -106,3 +106,19 @@ def test_the_dws_defined_duration_gpu_sku_is_never_taken_for_the_on_demand_price
     on_demand, spot = catalog_hourly(skus, "us-central1", Machine("a2-highgpu-1g", None, 0))
     assert on_demand == pytest.approx(12 * 0.031611 + 85 * 0.004237 + 2.93, abs=1e-6)
     assert spot == pytest.approx(12 * 0.0095 + 85 * 0.0013 + 1.17, abs=1e-6)
+
+
+def test_flex_start_is_priced_from_the_dws_defined_duration_skus_of_the_catalog(stand_in):
+    """docs/flex-start.md F9: the catalog lists flex-start as "DWS Defined Duration" SKUs (usage
+    OnDemand); an a2-highgpu-1g's vCPUs, memory and A100 at those prices, not the list ones."""
+    prices = hourly_prices(Machine("a2-highgpu-1g", None, 0), "us-central1", today=DAY)
+    assert prices.flex_start == pytest.approx(12 * 0.01739 + 85 * 0.00233 + 1.61365, abs=1e-6)
+    assert prices.on_demand == pytest.approx(12 * 0.031611 + 85 * 0.004237 + 2.933908, abs=1e-6)
+    assert prices.flex_start < prices.on_demand
+    assert hourly_prices(Machine("n1-standard-8", "nvidia-tesla-t4", 1), "us-central1", today=DAY).flex_start is None
+
+
+def test_without_the_catalog_flex_start_comes_from_the_offline_table(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    prices = hourly_prices(Machine("a2-highgpu-1g", None, 0), "us-central1", today=DAY, online=False)
+    assert prices.flex_start == pricing.FLEX_START["a2-highgpu-1g"] and "offline table" in prices.basis

@@ -586,3 +586,46 @@ def test_an_error_for_a_zone_the_group_left_does_not_fail_it():
     assert group_creation(creating, [left], since=since) == ("waiting", "us-west1-b", [])
     assert group_creation(creating, [left, here], since=since) == ("failed", "us-west1-b", [("QUOTA_EXCEEDED", "b")])
     assert group_creation([], [left], since=since) == ("failed", "us-west1-a", [("ZONE_RESOURCE_POOL_EXHAUSTED", "a")])
+
+
+def test_status_and_report_read_the_job_dir_once_and_agree(compute_server, capsys, tmp_path, monkeypatch):
+    """Issue 29: one view of a job (jobdir/status.py read_job) for status and report: each command reads
+    the journal and the newest commit once, and both show the goodput of the same ledger."""
+    from survivor.jobdir import journal as journal_module
+    from survivor.jobdir import store as store_module
+    from survivor.jobdir.journal import Journal
+    from survivor.jobdir.storage import open_storage
+
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(f"name: once\njob_dir: {tmp_path / 'jobdir'}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
+                         "compute: {machine_type: n1-standard-8, gpu: 'nvidia-tesla-t4:1'}\n")
+    assert run_cli(capsys, "make-template", "once", "--config", str(spec_file), "--project", PROJECT)[0] == 0
+    assert run_cli(capsys, "make-group", "once", "--template", "once", "--zone", "us-west1-b", "--project", PROJECT,
+                   "--wait-seconds", "0")[0] == 0
+    journal = Journal(open_storage(str(tmp_path / "jobdir")))
+    attempt = journal.begin("once-x")
+    journal.end(attempt, "preempted", end_step=40, reached_step=40, steps_lost=0)
+
+    reads = {"journal": 0, "latest": 0}
+    state, latest = journal_module.Journal.state, store_module.CheckpointStore.latest
+
+    def counted_state(self, *a, **k):
+        reads["journal"] += 1
+        return state(self, *a, **k)
+
+    def counted_latest(self, *a, **k):
+        reads["latest"] += 1
+        return latest(self, *a, **k)
+
+    monkeypatch.setattr(journal_module.Journal, "state", counted_state)
+    monkeypatch.setattr(store_module.CheckpointStore, "latest", counted_latest)
+    where = ("--zone", "us-west1-b", "--project", PROJECT)
+    code, out, _ = run_cli(capsys, "status", "once", *where, "--json")
+    assert code == 0 and reads == {"journal": 1, "latest": 1}
+    status = json.loads(out)
+    reads.update(journal=0, latest=0)
+    code, out, _ = run_cli(capsys, "report", "once", *where, "--offline", "--json", "--out", str(tmp_path / "r"))
+    assert code == 0 and reads == {"journal": 1, "latest": 1}
+    report = json.loads(out)
+    assert status["job"]["state"] == report["state"] == "WAITING"
+    assert status["job"]["goodput"] == pytest.approx(report["goodput"], abs=1e-3)

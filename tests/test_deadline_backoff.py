@@ -5,8 +5,8 @@ import datetime as dt
 
 import pytest
 
-from survivor.cloud import deadline
-from survivor.cloud.deadline import (ON_DEMAND, SPOT, Measured, Situation, backoff_hours, decide,
+from survivor.operator import deadline
+from survivor.operator.deadline import (ON_DEMAND, SPOT, Measured, Situation, backoff_hours, decide,
                                      failed_switch_backs, measure, spot_goodput)
 from survivor.jobdir.journal import Attempt
 from survivor.jobdir.switches import Switch

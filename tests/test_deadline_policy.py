@@ -1,10 +1,10 @@
-"""The deadline policy (survivor/cloud/deadline.py) at its boundaries, and what it reads from the job dir."""
+"""The deadline policy (survivor/operator/deadline.py) at its boundaries, and what it reads from the job dir."""
 
 import datetime as dt
 
 import pytest
 
-from survivor.cloud.deadline import (ON_DEMAND, SPOT, Measured, Situation, decide, hysteresis_hours, margin_hours,
+from survivor.operator.deadline import (ON_DEMAND, SPOT, Measured, Situation, decide, hysteresis_hours, margin_hours,
                                      measure, mode_at, price_ratio, spot_goodput, spot_hours)
 from survivor.jobdir.journal import Attempt
 from survivor.jobdir.switches import Switch

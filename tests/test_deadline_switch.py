@@ -7,8 +7,8 @@ import json
 import pytest
 
 from survivor.cloud.compute import Compute, GroupRef
-from survivor.cloud.deadline import ON_DEMAND, SPOT, assess
-from survivor.cloud.group import ON_DEMAND_SUFFIX, on_demand_template_body, switch_group
+from survivor.operator.deadline import ON_DEMAND, SPOT, assess
+from survivor.operator.group import ON_DEMAND_SUFFIX, on_demand_template_body, switch_group
 from survivor.cloud.template import MachineOptions, template_body
 from survivor.jobdir.journal import Journal
 from survivor.jobdir.storage import open_storage
@@ -123,7 +123,7 @@ def test_survivor_watch_switches_a_stocked_out_spot_group_past_its_margin(comput
 def test_after_a_switch_a_fallback_of_another_shape_is_priced_as_that_machine(compute_server, tmp_path, capsys):
     """status and report price the Spot machine from the Spot template even while the group runs its
     on-demand twin, and the on-demand VM time at the `fallback:` machine's own price."""
-    from survivor.cloud.group import job_status
+    from survivor.operator.group import job_status
     from survivor.commands.main import main
     from survivor.jobdir.switches import Switch, record_switch
     from tests.test_ledger import T0
@@ -206,3 +206,106 @@ def test_a_switch_the_roles_refuse_shows_in_status_and_report(compute_server, tm
     assert cli.main(["report", "--job-dir", spec.job_dir, "--out", str(tmp_path / "r"), "--offline"]) == 0
     md = (tmp_path / "r" / "report.md").read_text()
     assert "Switches decided but refused by Compute Engine" in md and "| on-demand | watch |" in md
+
+
+# -- flex-start (docs/flex-start.md): a twin template, then a resize request -----------------------
+
+def a2_job(tmp_path):
+    return JobSpec.from_yaml(f"job_dir: {tmp_path}/job\ntrain_steps: 1000\ntrainer: {{builtin: dummy}}\n"
+                             "deadline: 36h\ncompute: {machine_type: a2-highgpu-1g, gpu: none}\n"
+                             "fallback: {flex_start: true}\n")
+
+
+def test_the_flex_start_template_is_the_same_shape_with_flex_start_scheduling(tmp_path):
+    from survivor.operator.group import FLEX_START_SUFFIX, flex_start_template_body, template_mode
+
+    spec = a2_job(tmp_path)
+    spot = template_body("cifar", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n")
+    body = flex_start_template_body(spot, spec.fallback)
+    assert body["name"] == "cifar" + FLEX_START_SUFFIX
+    assert body["properties"]["scheduling"] == {"provisioningModel": "FLEX_START", "instanceTerminationAction": "DELETE",
+                                                "onHostMaintenance": "TERMINATE", "automaticRestart": False}
+    assert {k: v for k, v in body["properties"].items() if k != "scheduling"} == {
+        k: v for k, v in spot["properties"].items() if k != "scheduling"}
+    assert [template_mode(n) for n in ("cifar", "cifar-on-demand", "cifar-flex-start")] == [
+        ("cifar", SPOT), ("cifar", ON_DEMAND), ("cifar", "flex-start")]
+
+
+def test_a_switch_to_flex_start_queues_a_resize_request_whose_vm_comes_when_there_is_capacity(compute_server,
+                                                                                             tmp_path):
+    from survivor.operator.deadline import FLEX_START
+
+    spec = a2_job(tmp_path)
+    compute, group = spot_group(compute_server, spec)
+    storage = open_storage(spec.job_dir)
+    compute_server.fail_instance_creation(spot_only=True)  # a Spot stockout
+    compute_server.flex_start_capacity = False
+
+    switch = switch_group(compute, group, FLEX_START, "behind: test", by="watch", storage=storage)
+    assert (switch.to_mode, switch.from_mode, switch.template) == (FLEX_START, SPOT, "cifar-flex-start")
+    assert compute.get_template("cifar-flex-start")["properties"]["scheduling"]["provisioningModel"] == "FLEX_START"
+    found = compute.get_group(group)
+    assert found["instanceTemplate"].endswith("/cifar-flex-start") and found["targetSize"] == 0
+    [request] = compute.resize_requests_of(group)
+    assert request["state"] == "ACCEPTED" and request["resizeBy"] == 1
+    assert request["requestedRunDuration"]["seconds"] == str(7 * 24 * 3600)
+    assert compute.managed_instances(group) == []  # queued
+    assert [s.to_mode for s in switches(storage)] == [FLEX_START]
+
+    compute_server.flex_start_capacity = True  # DWS finds capacity: the VM comes all at once
+    assert compute.resize_request(group, request["name"])["state"] == "SUCCEEDED"
+    [vm] = compute.managed_instances(group)
+    made = compute_server.instances[(PROJECT, ZONE, vm["name"])]
+    assert made["scheduling"]["provisioningModel"] == "FLEX_START"
+
+
+def test_leaving_a_queued_flex_start_request_cancels_it_and_gives_the_group_its_vm_again(compute_server, tmp_path):
+    from survivor.operator.deadline import FLEX_START
+
+    spec = a2_job(tmp_path)
+    compute, group = spot_group(compute_server, spec)
+    storage = open_storage(spec.job_dir)
+    compute_server.fail_instance_creation(spot_only=True)
+    compute_server.flex_start_capacity = False
+    switch_group(compute, group, FLEX_START, "behind: test", by="watch", storage=storage)
+
+    switch = switch_group(compute, group, ON_DEMAND, "the flex-start request has waited 2.00 h", by="watch",
+                          storage=storage)
+    assert (switch.from_mode, switch.to_mode, switch.template) == (FLEX_START, ON_DEMAND, "cifar-on-demand")
+    [request] = compute.resize_requests_of(group)
+    assert request["state"] == "CANCELLED"
+    assert compute.get_group(group)["targetSize"] == 1
+    [vm] = compute.managed_instances(group)
+    assert compute_server.instances[(PROJECT, ZONE, vm["name"])]["scheduling"]["provisioningModel"] == "STANDARD"
+    assert [s.to_mode for s in switches(storage)] == [FLEX_START, ON_DEMAND]
+
+
+def test_survivor_watch_sends_a_stocked_out_a2_job_that_allows_it_to_flex_start(compute_server, tmp_path, capsys,
+                                                                              monkeypatch):
+    """10 h into a 36 h job, 100 of 1000 steps done (100 steps/h), Spot out of capacity: 26 h left, 9 h of
+    work, behind the Spot goodput line; a 2 h queue fits and flex-start is cheaper (the offline table)."""
+    from survivor.commands import main as cli
+
+    def hours_ago(hours):
+        return (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=hours)).isoformat()
+
+    spec = a2_job(tmp_path)
+    compute, group = spot_group(compute_server, spec)
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    storage = open_storage(spec.job_dir)
+    journal = Journal(storage)
+    attempt = journal.begin("cifar-x")
+    attempt.started = hours_ago(10)
+    journal.end(attempt, "preempted", end_step=100, reached_step=100)
+    attempt.ended = hours_ago(9)
+    journal.update(attempt)
+    compute_server.fail_instance_creation(spot_only=True)
+    compute.recreate_instances(group, [(m["zone"], m["name"]) for m in compute.managed_instances(group)])
+    assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0
+    out = capsys.readouterr().out
+    assert "spot -> flex-start" in out and "flex-start at 55% of the on-demand price" in out
+    assert [s.to_mode for s in switches(storage)] == ["flex-start"]
+    assert compute.get_group(group)["instanceTemplate"].endswith("/cifar-flex-start")
+    assert [r["state"] for r in compute.resize_requests_of(group)] == ["ACCEPTED"]  # queued
+    assert [r["state"] for r in compute.resize_requests_of(group)] == ["SUCCEEDED"]  # the fake has capacity
+    assert compute.managed_instances(group)[0]["status"] == "RUNNING"

@@ -13,13 +13,13 @@ import pytest
 
 from survivor.agent.mirror import Mirror
 from survivor.cloud.compute import Compute, ComputeError, GroupRef
-from survivor.cloud.group import stateful_policy
+from survivor.operator.group import stateful_policy
 from survivor.cloud.template import STATE_DISK_DEVICE, MachineOptions, template_body
 from survivor.commands import main as cli
 from survivor.jobdir.disk_tier import (MARKER, PENDING, RATE_ENV, STATE_DISK_DIR, DiskTier, PendingFile,
                                        PendingSnapshot, fits, pending_name)
 from survivor.jobdir.journal import Journal
-from survivor.jobdir.status import job_summary
+from survivor.jobdir.status import job_summary, read_job
 from survivor.jobdir.storage import crc32c_of_bytes, open_storage
 from survivor.jobdir.store import CheckpointStore, ManifestError
 from survivor.spec import JobSpec, SpecError
@@ -248,7 +248,7 @@ def test_a_copy_whose_record_was_never_written_is_not_followed_and_the_next_save
 def test_status_shows_a_snapshot_waiting_on_a_state_disk_until_its_boot_commits_it(tmp_path, capsys, caplog):
     storage, disk_root = _saved(tmp_path)
     storage.write(PENDING + "vm-bad.json", b"{not json")
-    summary = job_summary(str(tmp_path / "jobdir"))
+    summary = job_summary(read_job(str(tmp_path / "jobdir")))
     assert summary["committed_step"] == 4
     [pending] = summary["pending"]
     assert (pending["step"], pending["instance"], pending["zone"]) == (9, "vm-1", ZONE) and pending["bytes"] > 4096
@@ -256,7 +256,7 @@ def test_status_shows_a_snapshot_waiting_on_a_state_disk_until_its_boot_commits_
     assert cli.main(["status", "--job-dir", str(tmp_path / "jobdir")]) == 0
     assert "step 9 waits on the state disk of vm-1 (us-west1-b)" in capsys.readouterr().out
     assert DiskTier(disk_root, storage, "vm-1", ZONE).recover(CheckpointStore(storage), attempt=2) == 9  # beside a bad one
-    assert job_summary(str(tmp_path / "jobdir"))["pending"] == []
+    assert job_summary(read_job(str(tmp_path / "jobdir")))["pending"] == []
 
 
 def test_a_damaged_copy_is_ignored_with_a_warning_and_the_previous_commit_restores(tmp_path, caplog):
@@ -497,6 +497,11 @@ def test_startup_sh_never_mounts_over_or_chowns_through_a_link_at_the_mount_poin
 def test_startup_sh_mounts_the_disk_owned_by_the_agent_with_its_marker(loop_disk):
     import pwd
 
+    try:  # startup.sh makes the agent's user before it mounts the disk; a fresh test machine has none
+        pwd.getpwnam("survivor")
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "survivor"],
+                       check=True)
     done = _run_mount_state_disk(loop_disk)
     mount_point = loop_disk + STATE_DISK_DIR
     assert done.returncode == 0, done.stdout + done.stderr

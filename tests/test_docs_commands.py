@@ -8,6 +8,9 @@ that does not start, or a line that drifted from the code fails here, where the 
 - README's "On Google Cloud" block after its `pip install -e '.[operator]'`, docs/operator-guide.md
   (which takes README's install) and docs/costs.md (which names the same install), against the
   stand-ins the guide's rehearsal starts with that venv's own `survivor emulate`.
+- docs/scaling-out.md after the install it names (`pip install -e '.[operator,vertex]'`), walked by
+  tests/test_scaling_out_guide.py with that venv's `survivor` against the Vertex AI, Cloud Logging
+  and Cloud Storage stand-ins.
 
 Both venvs are new: pip's cache makes them take 15-40 s. Slow tests."""
 
@@ -23,7 +26,9 @@ import sys
 import pytest
 
 from survivor.local.demo import tensorflow_startup_line
+from tests import test_scaling_out_guide as scaling_out
 from tests.test_operator_guide import Line, Runner, guide_lines, installed, quoted, tiny_cifar_archive, walk
+from tests.test_scaling_out_guide import stand_ins  # noqa: F401 (a fixture)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -56,7 +61,7 @@ def as_run_here(command: str, venv: pathlib.Path) -> list[list[str]]:
 
 def pip_install_line(markdown: str) -> str:
     """The document's own `pip install ...` of survivor (from this checkout)."""
-    found = re.search(r"pip install (-e '\.\[\w+\]')", markdown)
+    found = re.search(r"pip install (-e '\.\[[\w,]+\]')", markdown)
     assert found, "the document names no install"
     return found.group(1)
 
@@ -163,3 +168,13 @@ def test_readme_the_operator_guide_and_costs_after_readmes_operator_install(tmp_
     finally:
         runner.close()
     assert ran
+
+
+@pytest.mark.slow
+def test_the_scaling_out_guide_after_its_own_install(stand_ins, tmp_path):  # noqa: F811 (the fixture)
+    install = pip_install_line(scaling_out.GUIDE.read_text())
+    assert install == "-e '.[operator,vertex]'"  # README's operator install and the Vertex AI clients
+    bin_dir = clean_venv(tmp_path / "env", install)
+    work = tmp_path / "work"
+    work.mkdir()
+    assert scaling_out.walk(stand_ins, work, survivor=str(bin_dir / "survivor"))

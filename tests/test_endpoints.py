@@ -8,7 +8,8 @@ import pathlib
 
 from google.auth.credentials import AnonymousCredentials
 
-from survivor.cloud import catalog, compute, endpoints, vertex, watch_deploy
+from survivor.cloud import catalog, compute, endpoints, vertex
+from survivor.operator import watch_deploy
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from survivor.jobdir.journal import Attempt, Journal
-from survivor.jobdir.ledger import CAUSES, GOOGLE_TERMS, build_ledger
+from survivor.jobdir.ledger import CAUSES, TABLE, build_ledger
 from survivor.jobdir.storage import open_storage
 
 T0 = _dt.datetime(2026, 3, 1, 12, 0, tzinfo=_dt.timezone.utc)
@@ -68,7 +68,10 @@ def test_each_badput_cause_appears_when_caused():
     assert by_cause["other"] == pytest.approx(2 + 1 + 5)  # the records' remainders, and DONE after the last
     assert by_cause["checkpoint"] == pytest.approx(7 + 2)
     assert by_cause["failed"] == pytest.approx((1050 - 1030) + (1240 - 1140))  # the failed boot, the killed one
-    assert set(GOOGLE_TERMS) == set(CAUSES)
+    assert set(by_cause) == set(CAUSES)
+    # only productive training is goodput; every other cause names its bucket, label and colour
+    assert [cause.name for cause in TABLE if cause.google_term is None] == ["productive"]
+    assert len({cause.label for cause in TABLE}) == len({cause.colour for cause in TABLE}) == len(TABLE)
 
 
 def test_a_job_without_disruptions_has_no_disruption_badput():
@@ -129,7 +132,8 @@ def test_a_boot_runs_in_the_mode_of_the_last_switch_before_it_booted():
     assert ledger.modes == {1: "spot", 2: "spot", 3: "spot", 4: "on-demand"}
     assert ledger.mode == "on-demand"
     by_mode = ledger.vm_seconds_by_mode()
-    assert by_mode == {"spot": pytest.approx(704 + 66 + 140), "on-demand": pytest.approx(1705 - 1240)}
+    assert by_mode == {"spot": pytest.approx(704 + 66 + 140), "on-demand": pytest.approx(1705 - 1240),
+                       "flex-start": 0.0}
     assert sum(by_mode.values()) == pytest.approx(ledger.vm_seconds)
     back = Switch(time=at(1500), to_mode="spot", from_mode="on-demand")
     assert [mode_at([switch, back], T0 + _dt.timedelta(seconds=s)) for s in (0, 1200, 1499, 1500)] == [

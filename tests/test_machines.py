@@ -135,3 +135,26 @@ def test_property_violations_use_the_apis_words(props, message):
 def test_the_default_maintenance_of_a_spot_vm_is_terminate():
     props = {"machineType": "g2-standard-4", "scheduling": {"provisioningModel": "SPOT", "automaticRestart": False}}
     assert machines.property_violations(props) == []
+
+
+@pytest.mark.parametrize("machine, gpu, count, runs", [
+    ("a2-highgpu-1g", None, 0, True),
+    ("a3-highgpu-8g", None, 0, True),
+    ("a4-highgpu-8g", None, 0, True),
+    ("g2-standard-8", None, 0, True),
+    ("zones/us-central1-a/machineTypes/g2-standard-8", None, 0, True),
+    ("n1-standard-8", "nvidia-tesla-t4", 1, False),  # general-purpose: not accelerator-optimized
+    ("a4x-highgpu-4g", None, 0, False),  # the documented exceptions
+    ("g4-standard-48", None, 0, False),
+    ("e2-standard-4", None, 0, False),
+])
+def test_flex_start_runs_accelerator_optimized_machines_but_a4x_and_g4(machine, gpu, count, runs):
+    problem = machines.flex_start_problem(machine, gpu, count)
+    assert (problem is None) is runs
+    if problem:
+        assert machine.rsplit("/", 1)[-1] in problem and "accelerator-optimized" in problem
+
+
+@pytest.mark.parametrize("seconds, ok", [(599, False), (600, True), (604800, True), (604801, False)])
+def test_a_resize_requests_run_duration_is_ten_minutes_to_seven_days(seconds, ok):
+    assert (machines.run_duration_problem(seconds) is None) is ok

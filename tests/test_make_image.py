@@ -15,7 +15,7 @@ import pytest
 
 from survivor.commands import main as cli
 
-from survivor.cloud import image
+from survivor.operator import image
 from survivor.cloud.compute import Compute, ComputeError
 from survivor.jobdir.storage import open_storage
 

@@ -6,10 +6,11 @@ import pytest
 
 from survivor.commands import main as cli
 
-from survivor.cloud import permissions, preflight
+from survivor.cloud import permissions
+from survivor.operator import preflight
 from survivor.local.bucket_iam import BucketIam
 from survivor.local.compute_server import PROJECT_NUMBER
-from survivor.cloud.preflight import Finding
+from survivor.operator.preflight import Finding
 from survivor.spec import JobSpec
 from survivor.cloud.template import MachineOptions, template_body
 
@@ -175,7 +176,7 @@ def test_an_organisation_policy_against_external_ips_is_read_before_anything_is_
 
 
 def test_a_list_of_allowed_instances_never_names_a_groups_vms():
-    from survivor.cloud.preflight import external_ip_findings
+    from survivor.operator.preflight import external_ip_findings
 
     [finding] = external_ip_findings("p", [{"allow_all": False, "deny_all": False,
                                             "allowed_values": ["projects/p/zones/us-west1-b/instances/bastion"]}])

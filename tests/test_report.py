@@ -14,6 +14,7 @@ from survivor.cloud import catalog
 from survivor.commands.main import main
 from survivor.jobdir.journal import _dump
 from survivor.jobdir.storage import open_storage
+from survivor.jobdir.status import read_job
 from survivor.local.catalog_server import CatalogServer
 from tests.test_ledger import T0, simulated_job
 
@@ -119,9 +120,10 @@ def test_report_lists_a_switch_and_prices_the_on_demand_boot_at_the_on_demand_pr
     # Spot: boot 1 (0-704 s), boot 2 (984-1050 s), boot 3 (1100-1240 s, killed; it booted before the switch)
     spot_seconds, on_demand_seconds = 704 + 66 + 140, 1705 - 1240  # boot 4 runs from its boot to its record's end
     assert data["vm_hours_by_mode"] == {"spot": round(spot_seconds / 3600, 4),
-                                        "on-demand": round(on_demand_seconds / 3600, 4)}
+                                        "on-demand": round(on_demand_seconds / 3600, 4), "flex-start": 0.0}
     assert data["cost_by_mode"] == {"spot": round(spot_seconds / 3600 * 1.0, 4),        # $0.2528
-                                    "on-demand": round(on_demand_seconds / 3600 * 3.6, 4)}  # $0.465
+                                    "on-demand": round(on_demand_seconds / 3600 * 3.6, 4),  # $0.465
+                                    "flex-start": 0.0}
     assert data["cost_so_far"]["job"] == pytest.approx(0.2528 + 0.465, abs=1e-4)
     # the same job on on-demand is unchanged by the switch: productive time plus the first boot's start
     assert data["cost_so_far"]["on_demand"] == pytest.approx((880 + 95) / 3600 * 3.6, abs=1e-4)
@@ -176,7 +178,8 @@ def test_the_groups_creation_shows_as_waiting_for_capacity_before_the_first_boot
         "capacity", created, created + _dt.timedelta(seconds=45))
     assert data["badput"]["capacity"]["seconds"] == pytest.approx(45 + 30)  # before boot 1, and 370-400 s
     assert data["wall_hours"] == round((45 + 748) / 3600, 4)
-    assert data["vm_hours_by_mode"] == {"spot": round(370 / 3600, 4), "on-demand": round(348 / 3600, 4)}
+    assert data["vm_hours_by_mode"] == {"spot": round(370 / 3600, 4), "on-demand": round(348 / 3600, 4),
+                                        "flex-start": 0.0}
     assert data["cost_so_far"]["job"] == pytest.approx(370 / 3600 * 0.5 + 348 / 3600 * 2.0, abs=1e-4)
     md = (tmp_path / "out" / "report.md").read_text()
     assert "| waiting for capacity | INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION | 75.0 s |" in md
@@ -222,7 +225,7 @@ def test_report_into_an_out_that_is_a_file_is_one_error_naming_out(job, tmp_path
 def test_a_switch_dated_in_the_future_or_unreadable_is_ignored_with_a_warning_naming_its_file(tmp_path, caplog):
     import warnings
 
-    from survivor.cloud.report import ReportOptions, build_report, draw_timeline
+    from survivor.operator.report import ReportOptions, build_report, draw_timeline
 
     job_dir = str(tmp_path / "jobdir")
     write_job(job_dir)
@@ -231,7 +234,7 @@ def test_a_switch_dated_in_the_future_or_unreadable_is_ignored_with_a_warning_na
                                                                "from_mode": "spot", "to_mode": "on-demand"}))
     storage.write("survivor/switches/b-on-demand.json", b'{"time": "2026')
     storage.write("survivor/switches/c-on-demand.json", _dump({"time": "yesterday", "to_mode": "on-demand"}))
-    made = build_report(job_dir, ReportOptions(online=False, now=T0 + _dt.timedelta(hours=1)))
+    made = build_report(read_job(job_dir, now=T0 + _dt.timedelta(hours=1)), ReportOptions(online=False))
     assert made.mode == "spot" and made.ledger.switches == []
     assert "survivor/switches/a-on-demand.json" in caplog.text and "survivor/switches/b-on-demand.json" in caplog.text
     assert "ignoring an unreadable switch record survivor/switches/c-on-demand.json: time: 'yesterday'" in caplog.text
@@ -244,10 +247,11 @@ def test_a_switch_dated_in_the_future_or_unreadable_is_ignored_with_a_warning_na
 def test_a_negative_saving_reads_minus_dollars_not_dollars_minus(job):
     from dataclasses import replace
 
-    from survivor.cloud.report import ReportOptions, build_report, markdown
+    from survivor.operator.report import ReportOptions, build_report, markdown
 
-    built = build_report(job, ReportOptions(machine=catalog.Machine("n1-standard-8", None, 0), region="us-central1",
-                                            train_steps=200))
+    built = build_report(read_job(job, train_steps=200),
+                         ReportOptions(machine=catalog.Machine("n1-standard-8", None, 0), region="us-central1",
+                                       train_steps=200))
     # a saving below zero: this job cost more than the same progress on on-demand
     md = markdown(replace(built, cost_so_far={"job": 0.0113, "on_demand": 0.01}))
     assert "| -$0.0013 |" in md and "$-" not in md, md
@@ -256,7 +260,7 @@ def test_a_negative_saving_reads_minus_dollars_not_dollars_minus(job):
 def test_checkpoint_stalls_of_a_trainer_that_did_not_save_on_the_notice_are_explained(tmp_path, monkeypatch):
     from dataclasses import replace
 
-    from survivor.cloud.report import ReportOptions, build_report, markdown
+    from survivor.operator.report import ReportOptions, build_report, markdown
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     job_dir = str(tmp_path / "jobdir")
@@ -266,7 +270,34 @@ def test_checkpoint_stalls_of_a_trainer_that_did_not_save_on_the_notice_are_expl
             attempt = replace(attempt, reason="the trainer did not save on the notice: still running 4.0 s after "
                                               "SIGTERM, killed; its last checkpoint (step 80) stands")
         storage.write(attempt.name, _dump(asdict(attempt)))
-    built = build_report(job_dir, ReportOptions(train_steps=200, online=False))
+    built = build_report(read_job(job_dir, train_steps=200), ReportOptions(train_steps=200, online=False))
     md = markdown(built)
     assert "the trainer did not save on the notice in boot 1" in md, md
     assert built.to_json()["unsaved_boots"] == [1]
+
+
+def test_report_prices_a_flex_start_boot_from_the_catalogs_dws_defined_duration_skus(tmp_path, monkeypatch, capsys):
+    """docs/flex-start.md: a switch to flex-start is a third mode; its VM time is priced at the
+    catalog's flex-start price for the machine, shown as a row of its own."""
+    from survivor.jobdir.switches import Switch, record_switch
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    job_dir = str(tmp_path / "jobdir")
+    write_job(job_dir)
+    record_switch(open_storage(job_dir), Switch(time=(T0 + _dt.timedelta(seconds=1200)).isoformat(),
+                                                to_mode="flex-start", from_mode="spot", reason=REASON, by="watch"))
+    with CatalogServer() as server:
+        monkeypatch.setenv(catalog.ENDPOINT_ENV, server.endpoint)
+        args = ["report", "--job-dir", job_dir, "--machine-type", "a2-highgpu-1g", "--region", "us-central1",
+                "--train-steps", "200", "--out", str(tmp_path / "out")]
+        assert main([*args, "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert main(args) == 0
+    flex = 12 * 0.01739 + 85 * 0.00233 + 1.61365  # the stand-in's DWS Defined Duration A2 SKUs
+    assert data["prices"]["flex_start"] == pytest.approx(flex, abs=1e-6)
+    flex_seconds = 1705 - 1240  # boot 4, after the switch
+    assert data["vm_hours_by_mode"]["flex-start"] == round(flex_seconds / 3600, 4)
+    assert data["vm_hours_by_mode"]["on-demand"] == 0.0
+    assert data["cost_by_mode"]["flex-start"] == pytest.approx(flex_seconds / 3600 * flex, abs=1e-4)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| on flex-start (after a switch) | 7.8 min |" in md and "spot -> flex-start" in md

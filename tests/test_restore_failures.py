@@ -17,7 +17,7 @@ import pytest
 
 from survivor.jobdir.journal import Journal
 from survivor.jobdir.snapshot import scan
-from survivor.jobdir.status import job_summary
+from survivor.jobdir.status import job_summary, read_job
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.store import CheckpointStore, manifest_name
 from tests.conftest import PYTHON, dummy_spec, executed_steps
@@ -194,7 +194,7 @@ def test_a_manifest_that_fails_verification_is_skipped_for_the_previous_one(kind
     body = BAD_MANIFESTS[kind](_files_of(job_dir))
     bad = _stored_name(body)
     open_storage(job_dir).write(bad, body)
-    assert job_summary(job_dir, train_steps=40)["committed_step"] == 20  # `survivor status` reads past it too
+    assert job_summary(read_job(job_dir, train_steps=40))["committed_step"] == 20  # `survivor status` reads past it too
 
     vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=40, checkpoint_steps=10))
     vm.boot()
@@ -291,7 +291,7 @@ def test_an_unreadable_attempt_record_is_treated_as_absent(kind, job_dir, tmp_pa
     state = state_of(job_dir)
     assert [a.number for a in state.attempts] == [2]  # the unreadable one keeps its number
     assert state.done["step"] == 20
-    assert job_summary(job_dir)["attempts"] == 1
+    assert job_summary(read_job(job_dir))["attempts"] == 1
     no_traceback(vm)
 
 

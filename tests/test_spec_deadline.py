@@ -48,12 +48,13 @@ def test_bad_fallbacks_are_one_line_each():
     lines = problems("fallback: {gpu: 'T4 please', colour: red, switch_back: maybe}")
     assert lines == [
         "fallback: only means something with a deadline; add deadline: (e.g. 36h)",
-        "fallback.colour: unknown key; expected machine_type, gpu or switch_back",
+        "fallback.colour: unknown key; expected machine_type, gpu, switch_back, flex_start or flex_start_wait_hours",
         "fallback.gpu = 'T4 please': expected TYPE:COUNT such as nvidia-tesla-t4:1, or none",
         "fallback.switch_back = 'maybe': expected true or false",
     ]
     assert problems("deadline: 36h\nfallback: on-demand") == [
-        "fallback = 'on-demand': expected a mapping with machine_type, gpu or switch_back"]
+        "fallback = 'on-demand': expected a mapping with machine_type, gpu, switch_back, flex_start or "
+        "flex_start_wait_hours"]
 
 
 def test_deadline_and_fallback_round_trip_through_the_metadata_attribute():
@@ -87,3 +88,16 @@ def test_a_deadline_already_past_is_one_warning_line_naming_it_not_an_error():
     assert warning.startswith("warning: deadline 2020-01-01T00:00:00Z is already past") and "\n" not in warning
     assert deadline_warning(spec("deadline: 2026-12-01T18:00:00Z"), now) is None
     assert deadline_warning(spec("deadline: 36h"), now) is None and deadline_warning(spec(""), now) is None
+
+
+def test_flex_start_is_off_unless_the_fallback_allows_it_and_a_bad_value_is_one_line():
+    assert spec("deadline: 36h").fallback.flex_start is False
+    allowed = spec("deadline: 36h\nfallback: {flex_start: true, flex_start_wait_hours: 0.5}").fallback
+    assert (allowed.flex_start, allowed.flex_start_wait_hours) == (True, 0.5)
+    assert spec("deadline: 36h\nfallback: {flex_start: true}").fallback.flex_start_wait_hours == 2.0
+    assert problems("deadline: 36h\nfallback: {flex_start: sometimes}") == [
+        "fallback.flex_start = 'sometimes': expected true or false"]
+    assert problems("deadline: 36h\nfallback: {flex_start: true, flex_start_wait_hours: 200}") == [
+        "fallback.flex_start_wait_hours = 200: expected hours from 0 to 168, the queue wait flex-start is planned with"]
+    again = spec("deadline: 36h\nfallback: {flex_start: true, flex_start_wait_hours: 3}")
+    assert JobSpec.from_mapping(again.to_mapping()).fallback == again.fallback

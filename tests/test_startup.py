@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from survivor.cloud import image
+from survivor.operator import image
 from survivor.local.boot import STARTUP, SandboxRoot
 from survivor.local.metadata_server import MetadataServer
 from survivor.cloud.template import startup_script

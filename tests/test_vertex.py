@@ -156,9 +156,16 @@ def test_a_builtin_trainer_in_a_container_runs_its_module():
 
 
 @pytest.fixture
-def vertex_server(monkeypatch):
+def vertex_server(monkeypatch, gcs_server):
+    """The Vertex AI fake, and the job dir's bucket in fake-gcs-server (submit checks it is there)."""
+    from google.api_core.exceptions import Conflict
+
     from survivor.local.vertex_server import VertexServer
 
+    try:
+        gcs_server.create_bucket("my-project-ml")
+    except Conflict:  # the session's server has it from an earlier test
+        pass
     server = VertexServer().start()
     monkeypatch.setenv("SURVIVOR_VERTEX_ENDPOINT", server.endpoint)
     yield server
@@ -300,3 +307,40 @@ def test_the_fake_refuses_filters_it_does_not_understand(logging_server):
     answer = requests.post(f"{logging_server.endpoint}/v2/entries:list",
                            json={"resourceNames": ["projects/p"], "filter": 'resource.type:"ml_job"'})
     assert answer.status_code == 400 and "unsupported filter clause" in answer.json()["error"]["message"]
+
+
+def test_the_checkpoint_state_file_names_the_newest_checkpoint_and_its_step():
+    from survivor.operator.vertex_job import newest_checkpoint
+
+    written = 'model_checkpoint_path: "ckpt-20"\nall_model_checkpoint_paths: "ckpt-10"\n' \
+              'all_model_checkpoint_paths: "ckpt-20"\n'  # what tf.train.CheckpointManager writes
+    assert newest_checkpoint(written) == ("ckpt-20", 20)
+    assert newest_checkpoint('model_checkpoint_path: "gs://b/x/checkpoints/model.ckpt-7"\n') == ("model.ckpt-7", 7)
+    assert newest_checkpoint('model_checkpoint_path: "final"\n') == ("final", None)
+    assert newest_checkpoint("") is None
+
+
+@pytest.mark.parametrize("region, expected", [
+    ("us-central1", None),
+    ("us-central1-a", "--region us-central1-a: a zone, not a region; Vertex AI runs custom jobs in a region: us-central1"),
+    ("us-central", "--region us-central: not a region; Vertex AI runs custom jobs in a region, e.g. us-central1"),
+    ("global", "--region global: not a region"),
+])
+def test_a_custom_job_runs_in_a_region_never_a_zone_or_global(region, expected):
+    from survivor.cloud.vertex import region_problems
+
+    problems = region_problems(region, "--region")
+    assert problems == [] if expected is None else (len(problems) == 1 and problems[0].startswith(expected))
+
+
+def test_a_package_on_the_command_line_wins_over_the_specs_container_image(tmp_path):
+    from survivor.cloud.vertex import SubmitRequest, prepare
+
+    (tmp_path / "job.yaml").write_text(BUILTIN + f"vertex: {{container_image: {IMAGE}}}\n")
+    config = str(tmp_path / "job.yaml")
+    image = "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-99.py311:latest"
+    (pool,) = prepare(SubmitRequest(config, package=SDIST, executor_images=(image,)),
+                      today=TODAY).body["jobSpec"]["workerPoolSpecs"]
+    assert pool["pythonPackageSpec"]["executorImageUri"] == image and "containerSpec" not in pool
+    (pool,) = prepare(SubmitRequest(config), today=TODAY).body["jobSpec"]["workerPoolSpecs"]
+    assert pool["containerSpec"]["imageUri"] == IMAGE  # nothing on the command line: the spec's image

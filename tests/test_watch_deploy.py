@@ -4,8 +4,8 @@ real google-cloud-run and google-cloud-scheduler REST clients against survivor's
 import pytest
 from google.cloud import scheduler_v1
 
-from survivor.cloud import watch_deploy
-from survivor.cloud.watch_deploy import WatchDeployment, deploy, undeploy
+from survivor.operator import watch_deploy
+from survivor.operator.watch_deploy import WatchDeployment, deploy, undeploy
 from survivor.local.run_server import RunServer
 from survivor.local.scheduler_server import SchedulerServer
 from survivor.spec import SpecError
@@ -104,6 +104,6 @@ def test_the_vm_never_installs_or_imports_the_deploy_clients():
     lock = open(os.path.join(os.path.dirname(watch_deploy.__file__), "..", "startup", "vm-lock.txt")).read()
     assert "google-cloud-run" not in lock and "google-cloud-scheduler" not in lock
     # the agent's whole import graph, and this module itself, load without them
-    code = ("import sys; import survivor.agent.boot, survivor.cloud.watch_deploy, survivor.commands.watch; "
+    code = ("import sys; import survivor.agent.boot, survivor.operator.watch_deploy, survivor.commands.watch; "
             "print(sorted(m for m in sys.modules if m.startswith(('google.cloud.run', 'google.cloud.scheduler'))))")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"

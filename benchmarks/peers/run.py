@@ -40,7 +40,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from benchmarks.common import PLOTS, ROOT, machine, plot_bars, scratch_dir, table
+from benchmarks.common import PLOTS, ROOT, machine, plot_bars, schedule, scratch_dir, table
+from survivor.jobdir.journal import Timing
 
 POLL = 0.005
 
@@ -208,7 +209,7 @@ class SurvivorVM:
         from survivor.jobdir.storage import open_storage
 
         attempts = [a for a in Journal(open_storage(self.job_dir)).attempts() if a.number == boot]
-        return attempts[0].timings.get("restore", 0.0) if attempts else 0.0
+        return attempts[0].timings.get(Timing.RESTORE, 0.0) if attempts else 0.0
 
     def agent_seconds(self, boot: int, started: float) -> float | None:
         """From the boot to the agent's `trainer started` line (its log's wall-clock time)."""
@@ -348,11 +349,9 @@ def with_recreation(result: dict, preemptions: int, seconds: float) -> dict:
     return {**result, **shares, "no_vm": preemptions * seconds / wall, "wall": wall}
 
 
-def schedule(seed: int, every: float, jitter: float, count: int) -> list[float]:
+def preemption_times(seed: int, every: float, jitter: float, count: int) -> list[float]:
     """Pure: `count` preemption times on the job's clock, the same for every row."""
-    from benchmarks.goodput import schedule as times
-
-    return times(seed, every, jitter, every * count)[:count]
+    return schedule(seed, every, jitter, every * count)[:count]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -383,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         args.plot = os.path.join(scratch_dir("bench-goodput-plot-"), "goodput-own-code.png")
     from survivor.local.gcs import StorageEmulator
 
-    times = schedule(args.seed, args.every, args.jitter, args.preemptions)
+    times = preemption_times(args.seed, args.every, args.jitter, args.preemptions)
     rows = [r for r in ROWS if not args.only or args.only.lower() in r.name.lower()]
     root = scratch_dir("bench-goodput-own-")
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

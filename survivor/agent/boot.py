@@ -54,7 +54,7 @@ from survivor.agent.trainer import (TrainerProcess, TrainerUserError, launch, lo
                                     read_progress, read_saved, save_signal)
 from survivor.cloud.metadata import InstanceIdentity, MetadataClient, MetadataError
 from survivor.jobdir.disk_tier import DiskTier, state_disk_dir
-from survivor.jobdir.journal import Attempt, Journal, JobState, should_give_up, snapshot_to_pass_over, steps_lost
+from survivor.jobdir.journal import Attempt, Journal, JobState, should_give_up, snapshot_to_pass_over, steps_lost, Timing
 from survivor.jobdir.lease import Holder, Lease, LeaseHeld, LeaseLost
 from survivor.jobdir.storage import JobStorage, StorageError, open_storage
 from survivor.jobdir.store import CheckpointStore, CommitStats, RestoreFailed
@@ -210,7 +210,7 @@ class Boot:
     def _boot(self) -> int:
         """Steps 1-3: the job, its job dir, its lease; `_attempt` goes on from there."""
         # 1. the job and this VM
-        with self.phase.timed("spec"):
+        with self.phase.timed(Timing.SPEC):
             try:
                 spec, identity = self._load()
             except SpecError as exc:
@@ -265,7 +265,7 @@ class Boot:
                 journal.end(attempt, "gave-up", reason=reason)
                 return self._give_up(spec, identity, journal, reason, attempts=attempt.number - 1)
 
-            # 3b. a deadline: can the job still finish on this group's kind of VM? (cloud/deadline.py)
+            # 3b. a deadline: can the job still finish on this group's kind of VM? (operator/deadline.py)
             switching = self._deadline(spec, identity, storage)
             if switching is not None:
                 journal.end(attempt, "stopped", reason=f"the group switches to {switching.to_mode}: {switching.reason}")
@@ -302,7 +302,7 @@ class Boot:
         store = CheckpointStore(storage, keep=spec.keep, writer=identity.name, max_step=spec.train_steps)
         disk = DiskTier(self.options.state_disk, storage, identity.name, identity.zone) if spec.state_disk_gb else None
         if disk is not None:
-            with self.phase.timed("state_disk"):
+            with self.phase.timed(Timing.STATE_DISK):
                 disk.recover(store, attempt.number, fence=lease.fence)
         try:
             restored, baseline = self._restore(store, journal, attempt)
@@ -319,7 +319,7 @@ class Boot:
 
         # 6. the trainer
         try:
-            with self.phase.timed("setup"):
+            with self.phase.timed(Timing.SETUP):
                 trainer = launch(spec, self.options.workdir, python=self.options.python,
                                  allow_root=self.options.allow_root_trainer, metadata=self.metadata,
                                  gpu_wait_seconds=self.options.gpu_wait_seconds, stop=watcher.noticed)
@@ -345,7 +345,7 @@ class Boot:
         while the trainer already writes)."""
         mirror = Mirror(store, storage, local_job_dir(self.options.workdir), attempt.number, spec.sync_seconds,
                         restored, self._committed, fence=lease.fence, disk=disk).start(restored=baseline)
-        with self.phase.timed("train"):
+        with self.phase.timed(Timing.TRAIN):
             code = self._train_until_end(spec, trainer, mirror, watcher, lease, restored)
         if lease.lost.is_set():  # another agent writes now: stop at once, commit nothing more
             trainer.kill()
@@ -358,7 +358,7 @@ class Boot:
             code, ignored = self._save_on_notice(notice, trainer, mirror, NoticeBudget(spec.grace_seconds))
         commit_failure = ""
         try:
-            with self.phase.timed("final_commit"):
+            with self.phase.timed(Timing.FINAL_COMMIT):
                 mirror.final_sync()
         except LeaseLost:
             return AttemptResult(lease_lost=True, restored_step=restored, committed_step=mirror.committed_step)
@@ -386,8 +386,8 @@ class Boot:
         while not lease.lost.is_set():
             notice = watcher.wait(timeout=0.2)
             code = trainer.poll()
-            if "first_step" not in self.phase.seconds and (read_progress(self.progress_file) or 0) > (restored or 0):
-                self.phase.seconds["first_step"] = round(time.monotonic() - began, 3)
+            if Timing.FIRST_STEP not in self.phase.seconds and (read_progress(self.progress_file) or 0) > (restored or 0):
+                self.phase.seconds[Timing.FIRST_STEP] = round(time.monotonic() - began, 3)
             if code is not None or notice is not None:
                 return code
             warning = watcher.take_maintenance()
@@ -439,7 +439,7 @@ class Boot:
                 trainer.kill()
                 code = trainer.wait(timeout=5)
                 break
-        self.phase.seconds["trainer_save"] = round(time.monotonic() - notice.monotonic, 3)
+        self.phase.seconds[Timing.TRAINER_SAVE] = round(time.monotonic() - notice.monotonic, 3)
         return code, ignored
 
     def _end(self, spec: JobSpec, identity: InstanceIdentity, journal: Journal, lease: Lease, attempt: Attempt,
@@ -476,7 +476,7 @@ class Boot:
         decision; when it says switch, asks the group to (this VM's service account needs
         compute.instanceGroupManagers.update) and returns the Switch; else None. Never fatal."""
         from survivor.agent.finish import group_of
-        from survivor.cloud import deadline, group
+        from survivor.operator import deadline, group
 
         if spec.deadline is None:
             return None
@@ -527,7 +527,7 @@ class Boot:
         """Step 5: the newest committed snapshot that verifies, into the local job dir; returns its
         step (None: nothing committed, a start from scratch) and its files' fingerprint (path, size,
         CRC32C, as `Snapshot.fingerprint`). Raises RestoreFailed."""
-        with self.phase.timed("restore"):
+        with self.phase.timed(Timing.RESTORE):
             # the last few attempts say whether the trainer failed on the newest snapshot (a streak is short)
             recent = [a for a in journal.attempts(newest=12) if a.number != attempt.number]
             manifest = store.restore(local_job_dir(self.options.workdir), pass_over=snapshot_to_pass_over(recent))
@@ -537,7 +537,7 @@ class Boot:
         journal.update(attempt)
         log.info("restored" if manifest else "no committed snapshot; starting from scratch",
                  step=attempt.restored_step, files=len(manifest.files) if manifest else 0,
-                 bytes=manifest.size if manifest else 0, seconds=self.phase.seconds.get("restore"))
+                 bytes=manifest.size if manifest else 0, seconds=self.phase.seconds.get(Timing.RESTORE))
         return attempt.restored_step, frozenset((f.path, f.size, f.crc32c) for f in (manifest.files if manifest else ()))
 
     def _committed(self, stats: CommitStats) -> None:
@@ -556,7 +556,7 @@ class Boot:
     def _safe_after_notice(self, notice: Notice, result: AttemptResult) -> AttemptResult:
         """`result` with the notice's outcome, once its checkpoint is as safe as it gets; logs how long that took."""
         total = round(time.monotonic() - notice.monotonic, 3)
-        self.phase.seconds["notice_to_safe"] = total
+        self.phase.seconds[Timing.NOTICE_TO_SAFE] = total
         log.info("safe after notice", source=notice.source, committed_step=result.committed_step,
                  reached_step=result.reached_step, steps_lost=steps_lost(result.reached_step, result.committed_step),
                  seconds=total, **{f"{k}_seconds": v for k, v in self.phase.seconds.items()})

@@ -241,7 +241,7 @@ _LINE_END = re.compile(rb"[\r\n]")
 
 
 class OutputLines:
-    """Splits a trainer's output into log lines with bounded memory.
+    r"""Splits a trainer's output into log lines with bounded memory.
 
         >>> lines = OutputLines(limit=10)
         >>> lines.feed(b"epoch 1\r 10%\r 20%") + lines.feed(b"\nabcdefghijklmnop")

@@ -2,9 +2,10 @@
 
 `metadata` (the metadata server a VM reads its job and notices from), `compute` (the Compute Engine
 client: templates, groups, instances, images), `machines` (the rules of machine types and GPUs the
-API documents but does not check in its schema), `template`, `group` and `image` (a job's template,
-its single-instance group and survivor's boot image), `preflight` (what a job will need, checked
-before anything is created), `permissions` (what each Cloud Storage role grants), `vertex` (Vertex AI
-custom jobs), `runtimes` (the Python of each image), `pricing`, and `endpoints` (each client's endpoint:
-Google's, or a stand-in named by a `SURVIVOR_*_ENDPOINT` variable).
+API documents but does not check in its schema), `template` (a job's instance template body),
+`permissions` (what each Cloud Storage role grants), `vertex` (Vertex AI custom jobs), `runtimes`
+(the Python of each image), `catalog` and `pricing` (the Cloud Billing Catalog's prices), and
+`endpoints` (each client's endpoint: Google's, or a stand-in named by a `SURVIVOR_*_ENDPOINT`
+variable). What an operator does with them to a job (its group, deadline, moves, report, image,
+preflight) is survivor/operator/.
 """

@@ -100,12 +100,14 @@ class Sku:
 class Prices:
     """USD per hour of the whole VM, on-demand and Spot (None when unknown), and where they come from.
     `fallback_on_demand`: the deadline's on-demand machine when `fallback:` gives it another shape
-    (None: the same machine, at `on_demand`)."""
+    (None: the same machine, at `on_demand`). `flex_start`: the deadline's fallback machine on
+    flex-start (docs/flex-start.md; None when not known)."""
 
     on_demand: float | None
     spot: float | None
     basis: str
     fallback_on_demand: float | None = None
+    flex_start: float | None = None
 
 
 def shape(machine_type: str) -> tuple[int, float] | None:
@@ -293,6 +295,43 @@ def catalog_hourly(skus: list[Sku], region: str, machine: Machine) -> tuple[floa
     return out[0], out[1]
 
 
+#: How the catalog spells flex-start's SKUs (docs/flex-start.md F9): "DWS Defined Duration A2 Core running
+#: in Americas", "Nvidia Tesla A100 GPU attached to DWS Defined Duration VMs running in Americas", listed
+#: with usageType OnDemand (issue 26 item 10 kept them out of the on-demand price).
+FLEX_START_SKU = "DWS Defined Duration"
+
+
+def catalog_flex_start(skus: list[Sku], region: str, machine: Machine) -> float | None:
+    """Pure: flex-start USD per hour of `machine` in `region` from the catalog's DWS Defined Duration
+    SKUs (vCPUs, memory and GPUs; the disk at its list price); None when a part has none there."""
+    fam = machines.family(machine.machine_type).upper()
+    size = shape(machine.machine_type)
+    gpu_type, gpu_count = machines.gpus_of(machine.machine_type, machine.gpu_type, machine.gpu_count)
+    if size is None:
+        return None
+    here = [s for s in skus if region in s.regions and s.usage_type == "OnDemand"]
+    dws = [s for s in here if FLEX_START_SKU in s.description]
+    core = _one(dws, lambda s: s.unit == "h" and re.search(rf"^{FLEX_START_SKU} {fam} (Instance )?Core\b", s.description))
+    ram = _one(dws, lambda s: s.unit == "GiBy.h" and re.search(rf"^{FLEX_START_SKU} {fam} (Instance )?Ram\b",
+                                                                 s.description))
+    if core is None or ram is None:
+        return None
+    total = core.usd * size[0] + ram.usd * size[1]
+    if gpu_count:
+        name = GPU_NAMES.get(gpu_type or "")
+        gpu = _one(dws, lambda s: s.resource_group == "GPU" and name is not None
+                   and s.description.startswith(f"{name} GPU attached to {FLEX_START_SKU} VMs"))
+        if gpu is None:
+            return None
+        total += gpu.usd * gpu_count
+    if machine.disk_gb:
+        disk = _one(here, lambda s: s.description.startswith(DISK_NAMES.get(machine.disk_type, "?")))
+        if disk is None:
+            return None
+        total += disk.usd * machine.disk_gb / HOURS_PER_MONTH
+    return round(total, 6)
+
+
 def _one(skus: list[Sku], match) -> Sku | None:
     """The first SKU that matches."""
     return next((s for s in skus if match(s)), None)
@@ -307,10 +346,12 @@ def hourly_prices(machine: Machine, region: str, *, today: _dt.date | None = Non
     if spot_price is not None and on_demand_price is not None:
         return Prices(on_demand_price, spot_price, f"Spot and on-demand {pricing.OVERRIDE_BASIS}")
     found: tuple[float, float] | None = None
+    flex: float | None = None
     why = ""
     try:
         day, skus = load_skus(today, online=online, catalog_client=catalog_client)
         found = catalog_hourly(skus, region, machine)
+        flex = catalog_flex_start(skus, region, machine) if found else None
         basis = f"Cloud Billing Catalog list prices, {region}, fetched {day.isoformat()}"
         if found is None:
             why = f"the catalog has no price for {machine.machine_type} with its GPUs in {region}"
@@ -320,9 +361,10 @@ def hourly_prices(machine: Machine, region: str, *, today: _dt.date | None = Non
         table = pricing.hourly(machine.machine_type, machine.gpu_type, machine.gpu_count)
         found = table
         basis = f"{pricing.table_basis(region)}; {why}"
+        flex = pricing.flex_start_hourly(machine.machine_type, machine.gpu_type, machine.gpu_count)
     on_demand = on_demand_price if on_demand_price is not None else (found[0] if found else None)
     spot = spot_price if spot_price is not None else (found[1] if found else None)
     given = [name for name, price in (("Spot", spot_price), ("on-demand", on_demand_price)) if price is not None]
     if given:
         basis = f"{given[0]} {pricing.OVERRIDE_BASIS}, the rest {basis}"
-    return Prices(on_demand, spot, basis)
+    return Prices(on_demand, spot, basis, flex_start=flex)

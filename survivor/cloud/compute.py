@@ -171,8 +171,8 @@ NAME = re.compile(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?")
 #: "The maximum character length is 58" for a MIG's baseInstanceName (discovery document,
 #: InstanceGroupManager.baseInstanceName), which is the job's name.
 BASE_INSTANCE_NAME_MAX = 58
-_ZONE = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")  # us-west1-b, europe-west4-a, me-central2-c
-_REGION = re.compile(r"[a-z]+-[a-z]+[0-9]+")  # us-west1
+ZONE_NAME = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")  # us-west1-b, europe-west4-a, me-central2-c
+REGION_NAME = re.compile(r"[a-z]+-[a-z]+[0-9]+")  # us-west1
 
 
 def name_problems(what: str, name: str, *, max_length: int = 63) -> list[str]:
@@ -193,12 +193,12 @@ def location_problems(zone: str | None, region: str | None, *, regional: bool = 
     the zone and the region were given (flags, or compute.zone/compute.region in the spec)."""
     out = []
     zone_key, region_key = keys
-    if zone and not _ZONE.fullmatch(zone):
-        hint = f"; for the whole region use {region_key} {zone}" if _REGION.fullmatch(zone) and regional else ""
+    if zone and not ZONE_NAME.fullmatch(zone):
+        hint = f"; for the whole region use {region_key} {zone}" if REGION_NAME.fullmatch(zone) and regional else ""
         out.append(f"{zone_key} {zone}: not a zone; a zone is a region and a letter, e.g. {zone.rstrip('-')}-b" + hint
-                   if _REGION.fullmatch(zone) else f"{zone_key} {zone}: not a zone (e.g. us-west1-b)")
-    if region and not _REGION.fullmatch(region):
-        hint = f"; for that one zone use {zone_key} {region}" if _ZONE.fullmatch(region) else ""
+                   if REGION_NAME.fullmatch(zone) else f"{zone_key} {zone}: not a zone (e.g. us-west1-b)")
+    if region and not REGION_NAME.fullmatch(region):
+        hint = f"; for that one zone use {zone_key} {region}" if ZONE_NAME.fullmatch(region) else ""
         out.append(f"{region_key} {region}: not a region (e.g. us-west1){hint}")
     return out
 
@@ -256,6 +256,8 @@ class Compute:
             ) from None
         self.groups = compute_v1.InstanceGroupManagersClient(**kwargs)
         self.region_groups = compute_v1.RegionInstanceGroupManagersClient(**kwargs)
+        self.resize_requests = compute_v1.InstanceGroupManagerResizeRequestsClient(**kwargs)
+        self.region_resize_requests = compute_v1.RegionInstanceGroupManagerResizeRequestsClient(**kwargs)
         self.instances = compute_v1.InstancesClient(**kwargs)
         self.zone_ops = compute_v1.ZoneOperationsClient(**kwargs)
         self.region_ops = compute_v1.RegionOperationsClient(**kwargs)
@@ -420,6 +422,53 @@ class Compute:
                        lambda: self.region_groups.recreate_instances(
                            project=group.project, region=where, instance_group_manager=group.name,
                            region_instance_group_managers_recreate_request_resource=body))
+
+    # -- resize requests (flex-start: docs/flex-start.md) -------------------------------------------
+
+    def request_resize(self, group: GroupRef, name: str, count: int, run_seconds: int) -> None:
+        """A resize request: `count` VMs created all at once when Dynamic Workload Scheduler has the
+        capacity, each deleted after `run_seconds` (600 to 604800: 10 minutes to 7 days); waits for the
+        insert, not for the VMs (`resize_request` tells the state: CREATING, ACCEPTED, SUCCEEDED...)."""
+        kind, where = group_scope(group)
+        body = self.v1.InstanceGroupManagerResizeRequest(
+            name=name, resize_by=count, requested_run_duration=self.v1.Duration(seconds=int(run_seconds)))
+        if kind == "zone":
+            self._call(f"requesting {count} flex-start VM(s) for {group.name}", f"zone {where}",
+                       lambda: self.resize_requests.insert(project=group.project, zone=where,
+                                                           instance_group_manager=group.name,
+                                                           instance_group_manager_resize_request_resource=body))
+        else:
+            self._call(f"requesting {count} flex-start VM(s) for {group.name}", f"region {where}",
+                       lambda: self.region_resize_requests.insert(
+                           project=group.project, region=where, instance_group_manager=group.name,
+                           instance_group_manager_resize_request_resource=body))
+
+    def resize_request(self, group: GroupRef, name: str) -> dict | None:
+        """The resize request's REST body (its `state` above all), or None when there is none."""
+        kind, where = group_scope(group)
+        client = self.resize_requests if kind == "zone" else self.region_resize_requests
+        try:
+            found = self._call(f"resize request {name} of {group.name}", where, lambda: client.get(
+                project=group.project, instance_group_manager=group.name, resize_request=name, **{kind: where}),
+                wait=False)
+        except NotFound:
+            return None
+        return json.loads(self.v1.InstanceGroupManagerResizeRequest.to_json(found))
+
+    def resize_requests_of(self, group: GroupRef) -> list[dict]:
+        """Every resize request of the group (REST bodies; the client pages through them)."""
+        kind, where = group_scope(group)
+        client = self.resize_requests if kind == "zone" else self.region_resize_requests
+        pages = self._call(f"resize requests of {group.name}", where, lambda: client.list(
+            project=group.project, instance_group_manager=group.name, **{kind: where}), wait=False)
+        return [json.loads(self.v1.InstanceGroupManagerResizeRequest.to_json(r)) for r in pages]
+
+    def cancel_resize_request(self, group: GroupRef, name: str) -> None:
+        """Cancels a request still queued (ACCEPTED) and waits; the API refuses any other."""
+        kind, where = group_scope(group)
+        client = self.resize_requests if kind == "zone" else self.region_resize_requests
+        self._call(f"cancelling resize request {name} of {group.name}", f"{kind} {where}", lambda: client.cancel(
+            project=group.project, instance_group_manager=group.name, resize_request=name, **{kind: where}))
 
     def managed_instances(self, group: GroupRef) -> list[dict]:
         """The group's instances: name, zone, status, current action."""

@@ -13,7 +13,7 @@ by an environment variable. One table of the overrides, one way to turn an overr
 Every client is made over REST (the stand-ins on 127.0.0.1 speak HTTP/JSON, and so does Google for
 each of these APIs); a stand-in gets `AnonymousCredentials`, since it checks none and a developer's
 machine may have none. The Compute fake also answers the IAM, Resource Manager and Org Policy calls
-preflight makes, so those follow `COMPUTE`'s override (survivor/cloud/preflight.py).
+preflight makes, so those follow `COMPUTE`'s override (survivor/operator/preflight.py).
 """
 
 from __future__ import annotations

@@ -29,6 +29,11 @@ Sources (each rule below names its own):
   G2 Soft Off signal" (discovery document); a preview in which 120 s is the one documented value
   (cloudpilot-ai/karpenter-provider-gcp#295 and #563: "GCE documents exactly one opt-in value,
   `120s`"; gcloud beta `--preemption-notice-duration=120s`).
+- Flex-start (docs/flex-start.md, rules F2, F5, F8): "Flex-start VMs support all accelerator-optimized
+  machine types (except A4X and G4) and H4D machine types"
+  (https://cloud.google.com/compute/docs/instances/about-flex-start-vms); a MIG resize request's
+  `requestedRunDuration` "must be between 10 minutes and 7 days"
+  (https://cloud.google.com/compute/docs/instance-groups/about-resize-requests-mig).
 """
 
 from __future__ import annotations
@@ -78,6 +83,12 @@ N1_VCPUS = {"standard": (1, 2, 4, 8, 16, 32, 64, 96), "highmem": (2, 4, 8, 16, 3
             "highcpu": (2, 4, 8, 16, 32, 64, 96)}
 
 PREEMPTION_NOTICE_SECONDS = (120,)
+
+# Flex-start (docs/flex-start.md F2): the accelerator-optimized series but A4X and G4
+# (https://cloud.google.com/compute/docs/machine-resource: A4X, A4, A3, A2, G4, G2), and H4D.
+FLEX_START_FAMILIES = ("a4", "a3", "a2", "g2", "h4d")
+#: A resize request's run duration, seconds (F5: 10 minutes to 7 days).
+FLEX_START_RUN_SECONDS = (600, 7 * 24 * 3600)
 TERMINATION_ACTIONS = ("STOP", "DELETE")
 
 # Regional quota metric for each GPU type, names from the discovery document's `Quota.metric` enum
@@ -139,6 +150,26 @@ def gpus_of(machine_type: str, gpu_type: str | None, gpu_count: int) -> tuple[st
 def has_gpus(machine_type: str, gpu_type: str | None, gpu_count: int) -> bool:
     """True when the VM has GPUs: built into its machine type (a2, a3, g2...) or attached."""
     return carries_gpus(machine_type) or bool(gpu_type and gpu_count)
+
+
+def flex_start_problem(machine_type: str, gpu_type: str | None = None, gpu_count: int = 0) -> str | None:
+    """Pure decision: why a machine (type and attached GPUs) cannot run as flex-start, in one line;
+    None when it can (docs/flex-start.md F2). N1 with attached GPUs is a general-purpose series, not an
+    accelerator-optimized one, so it is refused whatever its GPUs."""
+    fam = family(machine_type)
+    if fam in FLEX_START_FAMILIES:
+        return None
+    gpus = f" with {gpu_count} x {gpu_type}" if gpu_type and gpu_count else ""
+    return (f"machine_type {machine_type.rsplit('/', 1)[-1]}{gpus}: flex-start runs only accelerator-optimized "
+            f"machines but A4X and G4 ({', '.join(f + '-*' for f in FLEX_START_FAMILIES)})")
+
+
+def run_duration_problem(seconds: float) -> str | None:
+    """Pure decision: why a resize request's run duration is refused (F5: 600 to 604800 s); None if not."""
+    low, high = FLEX_START_RUN_SECONDS
+    if low <= seconds <= high:
+        return None
+    return f"requestedRunDuration {seconds:g}s: must be between {low} seconds (10 minutes) and {high} seconds (7 days)"
 
 
 def quota_metric(gpu_type: str, spot: bool) -> str | None:

@@ -32,6 +32,14 @@ MACHINES = {
     "g2-standard-8": (0.85, 0.34),
     "a2-highgpu-1g": (3.67, 1.47),
 }
+#: Flex-start USD per hour of the whole machine with its GPUs (docs/flex-start.md F9): the Billing
+#: Catalog's "DWS Defined Duration" SKUs, us-central1, as a public research note on Billing Catalog
+#: queries recorded them on 2026-08-02 (a2-highgpu-1g: A100 $1.61365 + 12 vCPUs $0.20868 + 85 GB
+#: $0.19805); found through code search, its repository unnamed: a weak source, the catalog comes first.
+#: Only machines flex-start runs (survivor/cloud/machines.py `flex_start_problem`) belong here.
+FLEX_START = {
+    "a2-highgpu-1g": 2.02,
+}
 #: (on-demand, spot) USD/hour per GPU.
 GPUS = {
     "nvidia-tesla-t4": (0.35, 0.14),
@@ -86,6 +94,12 @@ def hourly(machine_type: str, gpu_type: str | None, gpu_count: int) -> tuple[flo
     if machine is None or (gpu_count and gpu_type not in GPUS):
         return None
     return round(machine[0] + gpu[0] * gpu_count, 6), round(machine[1] + gpu[1] * gpu_count, 6)
+
+
+def flex_start_hourly(machine_type: str, gpu_type: str | None = None, gpu_count: int = 0) -> float | None:
+    """Flex-start USD per hour for a machine from the table; None if not in it. Flex-start machines
+    carry their GPUs, so attached GPUs never add to it."""
+    return FLEX_START.get(machine_type)
 
 
 def price_per_hour(text: str) -> float:

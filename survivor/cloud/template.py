@@ -13,6 +13,7 @@ and scheduling is right for GPUs (`onHostMaintenance: TERMINATE`; Spot: no autom
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -23,14 +24,14 @@ from typing import Any
 from survivor import __version__
 
 from survivor.cloud import machines
-from survivor.spec import JobSpec, SpecError, dumps_json
+from survivor.spec import JobSpec, Shape, SpecError, dumps_json
 
 DLVM_PROJECT = "deeplearning-platform-release"
 #: A persistent disk's smallest size (https://cloud.google.com/compute/docs/disks: "10 GB to 64 TB")
 MIN_DISK_GB = 10
 METADATA_LIMIT = 512 * 1024
 #: The device name of the job's state disk (spec `state_disk_gb`): the group keeps the disk of that
-#: name across the VM's recreation (survivor/cloud/group.py `stateful_policy`), and startup.sh finds
+#: name across the VM's recreation (survivor/operator/group.py `stateful_policy`), and startup.sh finds
 #: it at /dev/disk/by-id/google-survivor-state.
 STATE_DISK_DEVICE = "survivor-state"
 
@@ -43,14 +44,14 @@ SCOPES = {
 }
 
 
-#: survivor's own image families (survivor/cloud/image.py family_name) start with this
+#: survivor's own image families (survivor/operator/image.py family_name) start with this
 IMAGE_FAMILY_PREFIX = "survivor-"
 
 
 @dataclass(frozen=True)
 class Install:
     """What the startup script installs: gs:// URLs and sha256 of survivor's wheel, the lock and the
-    trainer's requirements, staged in the job dir by survivor/cloud/image.py."""
+    trainer's requirements, staged in the job dir by survivor/operator/image.py."""
 
     wheel: str
     wheel_sha256: str
@@ -159,7 +160,41 @@ def machine_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
     return problems + machines.choice_problems(
         options.machine_type, options.gpu_type, options.gpu_count or 0, gpu_explicit=options.gpu_explicit,
         num_gpus=spec.num_gpus, spot=options.spot, preemption_notice=options.preemption_notice,
-        termination_action=options.termination_action) + fallback_problems(spec, options)
+        termination_action=options.termination_action) + fallback_problems(spec, options) + shape_problems(spec, options)
+
+
+def shape_options(spec: JobSpec, options: MachineOptions, shape: Shape) -> MachineOptions:
+    """The machine options of one of the spec's `placement.shapes`: `options` (the job's own) with
+    the machine keys read from the shape exactly as `from_spec` reads them from `compute:` (an N1
+    type without `gpu` gets compute's default GPU; a2/a3/g2 carry theirs). SpecError for a bad `gpu`."""
+    machine = MachineOptions.from_spec(dataclasses.replace(spec, extra={"compute": shape.to_mapping()}))
+    return dataclasses.replace(options, machine_type=machine.machine_type, gpu_type=machine.gpu_type,
+                               gpu_count=machine.gpu_count, gpu_explicit=machine.gpu_explicit)
+
+
+def shape_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
+    """Pure decision: compute:'s machine rules (`machines.choice_problems`) for each of the spec's
+    `placement.shapes`, one line each, naming the shape's keys. The rules that do not depend on the
+    machine (Spot's notice and termination action) are compute:'s and said once, for compute:."""
+    out: list[str] = []
+    for i, shape in enumerate(spec.placement.shapes if spec.placement else ()):
+        label = f"placement.shapes[{i}]"
+        try:
+            machine = shape_options(spec, options, shape)
+        except SpecError as exc:
+            out += [f"{label}: {problem}" for problem in exc.problems]
+            continue
+        problems = machines.choice_problems(machine.machine_type, machine.gpu_type, machine.gpu_count or 0,
+                                            gpu_explicit=machine.gpu_explicit, num_gpus=spec.num_gpus,
+                                            spot=machine.spot)
+        out += [f"{label}: {problem}".replace("compute.gpu", f"{label}.gpu")
+                .replace("machine_type", f"{label}.machine_type") for problem in problems]
+        if (machine.machine_type, machine.gpu_type, machine.gpu_count) == (
+                options.machine_type, options.gpu_type, options.gpu_count):
+            out.append(f"{label}: the same machine as compute: ({machine.machine_type}"
+                       + (f" with {machine.gpu_type}:{machine.gpu_count}" if machine.gpu_type else "")
+                       + "); name another machine or drop the shape")
+    return out
 
 
 def deadline_warning(spec: JobSpec, now: datetime.datetime) -> str | None:

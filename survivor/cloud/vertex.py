@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from survivor.cloud import endpoints, runtimes
+from survivor.cloud.compute import REGION_NAME, ZONE_NAME
+from survivor.extras import require
 from survivor.spec import BUILTIN_TRAINERS, JobSpec, SpecError, trainer_argv
 
 ENDPOINT_ENV = endpoints.VERTEX.env
@@ -140,6 +142,21 @@ def pools_from_spec(spec: JobSpec) -> list[Pool]:
         gpu, gpus = accelerator_name(entry["accelerator"]) if entry.get("accelerator") else (None, 0)
         pools.append(Pool(role, entry.get("machine_type", "n1-standard-8"), count, gpu, gpus))
     return pools
+
+
+def region_problems(region: str, key: str) -> list[str]:
+    """Pure decision: why `region` (given as `key`) cannot be a Vertex AI location (empty when it can).
+
+    Vertex AI runs custom jobs in a region, at `https://REGION-aiplatform.googleapis.com`, and has no
+    global location (https://cloud.google.com/vertex-ai/docs/general/locations): a zone or a misspelt
+    region would otherwise fail as a host that does not resolve, after the credentials.
+    """
+    if REGION_NAME.fullmatch(region):
+        return []
+    if ZONE_NAME.fullmatch(region):
+        return [f"{key} {region}: a zone, not a region; Vertex AI runs custom jobs in a region: {region[:-2]}"]
+    return [f"{key} {region}: not a region; Vertex AI runs custom jobs in a region, e.g. us-central1 "
+            "(https://cloud.google.com/vertex-ai/docs/general/locations)"]
 
 
 def _fmt(day: _dt.date) -> str:
@@ -335,26 +352,41 @@ def prepare(request: SubmitRequest, today: _dt.date | None = None) -> Submission
         pools, notes = translate_training_input(legacy)
     else:
         pools = pools_from_spec(spec)
+    region = request.region or section.get("region") or "us-central1"
+    problems = region_problems(region, "--region" if request.region else "vertex.region")
+    if problems:
+        raise SpecError(problems)
+    # the command line's way of running the trainer wins over the spec's: --package or --executor-image
+    # runs a Python package even when the spec names a container image
+    by_package = bool(request.package or request.executor_images)
+    container = request.container_image or (None if by_package else section.get("container_image"))
     body = custom_job_body(spec, pools, package_uri=request.package or section.get("package"),
-                           container_image=request.container_image or section.get("container_image"),
+                           container_image=container,
                            executor_images=request.executor_images or section.get("executor_images") or (),
                            spot=request.spot if request.spot is not None else bool(section.get("spot", False)),
                            today=today)
     return Submission(body, request.project or section.get("project") or os.environ.get("GOOGLE_CLOUD_PROJECT"),
-                      request.region or section.get("region") or "us-central1", spec.job_dir, tuple(notes))
+                      region, spec.job_dir, tuple(notes))
+
+
+def _aiplatform():
+    """google.cloud.aiplatform_v1, or MissingExtra naming the `vertex` extra."""
+    require("google.cloud.aiplatform_v1", "vertex", "Vertex AI custom jobs (google-cloud-aiplatform)")
+    from google.cloud import aiplatform_v1
+
+    return aiplatform_v1
 
 
 def client(region: str):
     """A JobServiceClient over REST for `region` (or the local fake named by SURVIVOR_VERTEX_ENDPOINT)."""
-    from google.cloud import aiplatform_v1
-
+    aiplatform_v1 = _aiplatform()
     return aiplatform_v1.JobServiceClient(**endpoints.client_kwargs(
         endpoints.VERTEX.endpoint(), default=f"{region}-aiplatform.googleapis.com"))
 
 
 def submit(body: dict[str, Any], project: str, region: str) -> dict[str, Any]:
     """Creates the custom job; returns the created job as REST JSON. VertexError when it is refused."""
-    from google.cloud import aiplatform_v1
+    aiplatform_v1 = _aiplatform()
 
     job = aiplatform_v1.CustomJob.from_json(json.dumps(body), ignore_unknown_fields=False)
     with _explained("submitting the custom job failed"):
@@ -363,8 +395,10 @@ def submit(body: dict[str, Any], project: str, region: str) -> dict[str, Any]:
 
 
 def get(name: str, region: str) -> dict[str, Any]:
-    """The custom job `name` as REST JSON (its state, display name, times). VertexError when it cannot be read."""
-    from google.cloud import aiplatform_v1
+    """The custom job `name` as REST JSON (its state, display name, times). VertexError when it cannot be
+    read; SpecError when `name` is not a custom job's name."""
+    job_parts(name)
+    aiplatform_v1 = _aiplatform()
 
     with _explained(f"custom job {name}"):
         job = client(region).get_custom_job(name=name)
@@ -376,17 +410,6 @@ def region_of(name: str, default: str | None = None) -> str:
     if "/locations/" in name:
         return name.split("/locations/")[1].split("/")[0]
     return default or "us-central1"
-
-
-def job_report(name: str, region: str | None = None, job_dir: str | None = None) -> dict[str, Any]:
-    """What `survivor status --vertex` shows: the custom job's state beside what its job dir says."""
-    job = get(name, region_of(name, region))
-    report = {"vertex_job": job["name"], "state": job.get("state"), "display_name": job.get("displayName")}
-    if job_dir:
-        from survivor.jobdir.status import job_summary
-
-        report["job"] = job_summary(job_dir)
-    return report
 
 
 # -- logs: Vertex AI writes each replica's stdout/stderr to Cloud Logging ---------------------------
@@ -415,6 +438,9 @@ def job_parts(name: str) -> tuple[str, str, str]:
     if len(parts) != 6 or parts[0] != "projects" or parts[2] != "locations" or parts[4] != "customJobs":
         raise SpecError([f"custom job {name!r}: expected projects/PROJECT/locations/REGION/customJobs/ID "
                          "(as survivor submit prints it)"])
+    problems = region_problems(parts[3], f"custom job {name}: location")
+    if problems:
+        raise SpecError(problems)
     return parts[1], parts[3], parts[5]
 
 
@@ -426,6 +452,7 @@ def log_filter(job_name: str, since: str) -> str:
 
 def logging_client(project: str):
     """A Cloud Logging client over HTTP/JSON (or the local fake named by SURVIVOR_LOGGING_ENDPOINT)."""
+    require("google.cloud.logging", "vertex", "a Vertex AI job's logs (google-cloud-logging)")
     from google.cloud import logging as cloud_logging
 
     return cloud_logging.Client(project=project, _use_grpc=False,

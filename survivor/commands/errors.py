@@ -39,7 +39,7 @@ def _library_errors() -> tuple[tuple[type[SpecError], ...], tuple[type[BaseExcep
     from google.auth.exceptions import DefaultCredentialsError
 
     from survivor.cloud.compute import ComputeError
-    from survivor.cloud.image import ImageError
+    from survivor.operator.image import ImageError
     from survivor.cloud.vertex import VertexError
     from survivor.jobdir.storage import StorageError
     from survivor.spec import SpecError
@@ -60,7 +60,7 @@ def exit_code(exc: BaseException, write: Callable[[str], None], *, daemon: bool 
         return 0
     if daemon:
         return None
-    from survivor.cloud.group import PreflightFailed
+    from survivor.operator.group import PreflightFailed
 
     if isinstance(exc, PreflightFailed):
         write(str(exc))

@@ -10,7 +10,7 @@
     $ survivor delete cifar10 --zone us-west1-b                          # never the job dir
 
 Also make-image (survivor's image, so boots install nothing). Each handler turns its arguments into
-typed options and calls survivor/cloud/group.py (or image.py); failures reach the terminal through
+typed options and calls survivor/operator/group.py (or image.py); failures reach the terminal through
 survivor/commands/errors.py. `status` and `logs` hand a `--vertex` job to survivor/commands/vertex.py.
 """
 
@@ -22,11 +22,12 @@ import os
 import sys
 from typing import Callable
 
-from survivor.cloud import group as jobs
+from survivor.operator import group as jobs
 from survivor.cloud.compute import Compute
 from survivor.cloud.template import MachineOptions
 from survivor.commands import vertex as vertex_commands
 from survivor.commands.errors import CommandError
+from survivor.commands import flags
 
 
 def _progress(message: str) -> None:
@@ -78,7 +79,7 @@ def make_template(args: argparse.Namespace) -> int:
 def make_image(args: argparse.Namespace) -> int:
     """`survivor make-image --config SPEC --zone Z`: survivor's image for this wheel, lock and the trainer's
     requirements, so that make-template's VMs boot into training installing nothing."""
-    from survivor.cloud import image
+    from survivor.operator import image
 
     request = image.ImageRequest(config=args.config, zone=args.zone, project=args.project,
                                  survivor_wheel=args.survivor_wheel, machine_type=args.machine_type,
@@ -114,19 +115,9 @@ def make_group(args: argparse.Namespace) -> int:
 
 def preflight(args: argparse.Namespace) -> int:
     """`survivor preflight JOB --config ...`: every check, one line each; 1 when one blocks."""
-    from survivor.cloud.preflight import report
+    from survivor.operator.preflight import report
 
     return 0 if report(jobs.preflight_findings(_template_request(args), connect), print) else 1
-
-
-def _price(text: str) -> float:
-    """argparse's type for --spot-price and --on-demand-price: USD per hour."""
-    from survivor.cloud import pricing
-
-    try:
-        return pricing.price_per_hour(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _print_job_dir(summary: dict) -> None:
@@ -154,12 +145,14 @@ def _print_job_dir(summary: dict) -> None:
 
 def pending_lines(summary: dict) -> list[str]:
     """One line per snapshot that waits on a state disk for its instance's next boot, then one per
-    move of the job's group to another region."""
+    move of the job's group to another place (region, machine shape), then where it is now."""
+    moved = summary.get("moves") or []
     return [f"step {p['step']} waits on the state disk of {p['instance']} ({p['zone']}), "
             f"{p['bytes'] / 1e6:.0f} MB: its next boot commits it" for p in summary.get("pending") or []] + [
-        f"moved {m['time'][:19]} from {m['from']} to {m['to']} ({m['by']}): {m['reason']}"
-        + (" (a state-disk snapshot left behind)" if m.get("lost_pending") else "")
-        for m in summary.get("moves") or []] + [
+        f"moved {m['time'][:19]} from {m['from']} to {m['to']}" + (f", shape {m['shape']}" if m.get("shape") else "")
+        + f" ({m['by']}): {m['reason']}" + (" (a state-disk snapshot left behind)" if m.get("lost_pending") else "")
+        for m in moved] + [
+        f"now at {m['to']} on {m['shape']}" for m in moved[-1:] if m.get("shape")] + [
         f"a switch to {f['to_mode']} decided {f['time'][:19]} ({f['by']}) failed: {f['error'][:300]}"
         for f in (summary.get("failed_switches") or [])[-3:]]
 
@@ -221,10 +214,10 @@ def status(args: argparse.Namespace) -> int:
         if args.spot_price or args.on_demand_price:
             raise CommandError("--spot-price/--on-demand-price: name the job too, so its machine and compute hours "
                                "are known")
-        from survivor.jobdir.status import job_summary
+        from survivor.jobdir.status import job_summary, read_job
 
         _readable_job_dir(args.job_dir)
-        report = job_summary(args.job_dir)
+        report = job_summary(read_job(args.job_dir))
         show: Callable[[dict], None] = _print_job_dir
     else:
         group = _address(args).group()
@@ -250,9 +243,10 @@ def _readable_job_dir(job_dir: str) -> None:
 def report(args: argparse.Namespace) -> int:
     """`survivor report JOB` (or `--job-dir`): goodput, badput by cause, cost so far and projected beside
     on-demand; writes report.md, timeline.png and report.json into --out; `--json` prints the figures."""
-    from survivor.cloud import report as reports
+    from survivor.operator import report as reports
     from survivor.cloud.catalog import Machine
     from survivor.cloud.template import parse_gpu
+    from survivor.jobdir.status import read_job
     from survivor.jobdir.switches import parse_time
 
     options = reports.ReportOptions(spot_price=args.spot_price, on_demand_price=args.on_demand_price,
@@ -260,8 +254,8 @@ def report(args: argparse.Namespace) -> int:
     job_dir = args.job_dir
     if args.name is not None:
         group = _address(args).group()
-        found = jobs.job_status(connect(group.project), group, args.job_dir)
-        job_dir = job_dir or (found.get("job") or {}).get("job_dir")
+        found = jobs.job_status(connect(group.project), group, args.job_dir, read_job_dir=False)
+        job_dir = job_dir or found.get("job_dir")
         machine = found.get("machine")
         if machine:
             options.machine = Machine(machine["machine_type"], machine["gpu_type"], machine["gpu_count"])
@@ -269,7 +263,7 @@ def report(args: argparse.Namespace) -> int:
         if fallback:
             options.fallback = Machine(fallback["machine_type"], fallback["gpu_type"], fallback["gpu_count"])
         options.region = group.region or (group.zone or "").rsplit("-", 1)[0]
-        options.train_steps = (found.get("job") or {}).get("train_steps")
+        options.train_steps = found.get("train_steps")
         # the group asked for its first VM when it was made: the wait before the first boot counts
         options.created = parse_time((found.get("group") or {}).get("created"))
     elif not job_dir:
@@ -286,7 +280,7 @@ def report(args: argparse.Namespace) -> int:
     options.region = args.region or options.region
     options.train_steps = args.train_steps or options.train_steps
     _readable_job_dir(job_dir)
-    made = reports.build_report(job_dir, options)
+    made = reports.build_report(read_job(job_dir, train_steps=options.train_steps, created=options.created), options)
     out = args.out or f"survivor-report-{args.name or os.path.basename(job_dir.rstrip('/')) or 'job'}"
     try:
         md, png = reports.write_report(made, out)
@@ -358,25 +352,11 @@ def add_commands(sub) -> None:
     _add_reading_commands(sub)
 
 
-#: Where every command's --project comes from (survivor/cloud/compute.py resolve order).
-PROJECT_HELP = "Google Cloud project (default: the spec's compute.project, else $GOOGLE_CLOUD_PROJECT)"
-
-
-def _where(p, instance: bool = False, name_optional: bool = False) -> None:
-    """The flags that name a job's group (or a standalone instance): name, project, zone or region."""
-    p.add_argument("name", nargs="?" if name_optional else None, help="the job's name (its MIG and template)")
-    p.add_argument("--project", help=PROJECT_HELP)
-    p.add_argument("--zone", help="the zonal MIG's zone")
-    p.add_argument("--region", help="the regional MIG's region")
-    if instance:
-        p.add_argument("--instance", help="a standalone instance instead of the MIG (with --zone)")
-
-
 def _template_flags(p) -> None:
     """The flags that describe a template (make-template and preflight)."""
     p.add_argument("name", help="the template's name (make-group's --template)")
     p.add_argument("--config", required=True, help="the job spec YAML")
-    p.add_argument("--project", help=PROJECT_HELP)
+    flags.project(p)
     p.add_argument("--machine-type", help=f"the VM's machine type (default: the spec's compute.machine_type, "
                                           f"else {MachineOptions.machine_type})")
     p.add_argument("--gpu", help=f"TYPE:COUNT, e.g. nvidia-tesla-t4:4, or none (default: the spec's compute.gpu, "
@@ -394,22 +374,15 @@ def _template_flags(p) -> None:
                                              f"compute.service_account, else {MachineOptions.service_account}: "
                                              "Compute Engine's default)")
     p.add_argument("--cloud-platform-scope", action="store_true", help="the whole cloud-platform scope instead of storage+compute")
-    p.add_argument("--zone", help="the zone the group will run in, for the GPU and quota checks (default: the "
-                                  "spec's compute.zone; give it or --region)")
-    p.add_argument("--region", help="the region a regional group will run in (default: the spec's compute.region)")
+    flags.place(p, zone_help="the zone the group will run in, for the GPU and quota checks (default: the spec's "
+                             "compute.zone; give it or --region)",
+                region_help="the region a regional group will run in (default: the spec's compute.region)")
     p.add_argument("--preemption-notice", type=int, metavar="SECONDS", help="Spot: ask for this much notice before the soft off")
     p.add_argument("--no-external-ip", dest="external_ip", action="store_false", default=None,
                    help="no external IP on the VM (an organisation policy may forbid one): it reaches Cloud Storage "
                         "through Private Google Access on its subnet; survivor's image installs nothing else")
     p.add_argument("--survivor-wheel", help="stage this local survivor_train-*.whl instead of building one "
                                             "from the checkout")
-
-
-def _price_flags(p, instead_of: str) -> None:
-    """--spot-price and --on-demand-price: the whole VM's prices, given instead of `instead_of`."""
-    for flag, side in (("--spot-price", "Spot"), ("--on-demand-price", "on-demand")):
-        p.add_argument(flag, type=_price, metavar="USD_PER_HOUR",
-                       help=f"the {side} price of the whole VM with its GPUs, instead of {instead_of}")
 
 
 def _add_template_commands(sub) -> None:
@@ -427,7 +400,7 @@ def _add_template_commands(sub) -> None:
     p = sub.add_parser("make-image", help="bake survivor, its lock and the trainer's requirements into an image "
                                           "that make-template then boots (boots install nothing)")
     p.add_argument("--config", required=True, help="the job spec YAML (its job dir stages the wheel and lock)")
-    p.add_argument("--project", help=PROJECT_HELP)
+    flags.project(p)
     p.add_argument("--zone", required=True, help="where the builder VM runs")
     p.add_argument("--survivor-wheel", help="a local survivor_train-*.whl instead of building one from the checkout")
     p.add_argument("--machine-type", default="n1-standard-8", help="the builder's machine type (no GPU needed; default %(default)s)")
@@ -446,7 +419,7 @@ def _add_template_commands(sub) -> None:
 def _add_group_commands(sub) -> None:
     """make-group, stop, start and delete: the job's group."""
     p = sub.add_parser("make-group", help="create the job's single-instance managed instance group")
-    _where(p)
+    flags.where(p)
     p.add_argument("--template", required=True, help="the instance template the group's VM boots from (make-template's NAME)")
     p.add_argument("--dry-run", action="store_true", help="print the exact REST body; call nothing")
     p.add_argument("--skip-preflight", action="store_true", help="create it even if `survivor preflight` finds problems")
@@ -459,11 +432,11 @@ def _add_group_commands(sub) -> None:
     for name, func, text in (("stop", stop, "stop training gracefully (the agent saves first): MIG resize to 0"),
                              ("start", start, "start training again: MIG resize to 1")):
         p = sub.add_parser(name, help=text)
-        _where(p, instance=True)
+        flags.where(p, instance=True)
         p.set_defaults(func=func)
 
     p = sub.add_parser("delete", help="delete the job's MIG and template (never the job dir)")
-    _where(p)
+    flags.where(p)
     p.add_argument("--template", help="template name when it is not the job's name")
     p.set_defaults(func=delete)
 
@@ -471,27 +444,22 @@ def _add_group_commands(sub) -> None:
 def _add_reading_commands(sub) -> None:
     """status, report and logs: what a job is doing and what it cost."""
     p = sub.add_parser("status", help="MIG, instance, progress, preemptions, lost work and cost of a job")
-    p.add_argument("name", nargs="?", help="the job's name (omit with --job-dir alone for the job dir only)")
-    p.add_argument("--project", help=PROJECT_HELP)
-    p.add_argument("--zone", help="the zonal MIG's zone")
-    p.add_argument("--region", help="the regional MIG's region")
-    p.add_argument("--job-dir", help="the job dir (default: from the template's job spec)")
+    flags.where(p, name_optional=True, name_help="the job's name (omit with --job-dir alone for the job dir only)")
+    flags.job_dir(p)
     p.add_argument("--vertex", metavar="CUSTOM_JOB", help="a Vertex AI custom job's name (from survivor submit)")
-    _price_flags(p, "pricing's offline table")
+    flags.prices(p, "pricing's offline table")
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.set_defaults(func=status)
 
     p = sub.add_parser("report", help="a job's goodput, badput by cause and cost beside on-demand: Markdown, "
                                       "a timeline PNG and JSON")
-    p.add_argument("name", nargs="?", help="the job's name (omit with --job-dir)")
-    p.add_argument("--project", help=PROJECT_HELP)
-    p.add_argument("--zone", help="the zonal MIG's zone")
-    p.add_argument("--region", help="the regional MIG's region; with --job-dir, where the prices are read")
-    p.add_argument("--job-dir", help="the job dir (default: from the template's job spec)")
+    flags.where(p, name_optional=True, name_help="the job's name (omit with --job-dir)",
+                region_help="the regional MIG's region; with --job-dir, where the prices are read")
+    flags.job_dir(p)
     p.add_argument("--machine-type", help="with --job-dir: the VM's machine type, for its prices")
     p.add_argument("--gpu", help="with --machine-type: TYPE:COUNT, e.g. nvidia-tesla-t4:1")
     p.add_argument("--train-steps", type=int, help="with --job-dir: the job's steps, for the projection")
-    _price_flags(p, "the Cloud Billing Catalog's")
+    flags.prices(p, "the Cloud Billing Catalog's")
     p.add_argument("--offline", action="store_true", help="do not read the Cloud Billing Catalog: cached prices or "
                                                           "the offline table")
     p.add_argument("--out", help="the directory for report.md, timeline.png, report.json "
@@ -500,7 +468,7 @@ def _add_reading_commands(sub) -> None:
     p.set_defaults(func=report)
 
     p = sub.add_parser("logs", help="the job instance's serial port output, or a Vertex AI job's logs")
-    _where(p, instance=True, name_optional=True)
+    flags.where(p, instance=True, name_optional=True)
     p.add_argument("--vertex", metavar="CUSTOM_JOB", help="a Vertex AI custom job's name: its replicas' logs")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new output until interrupted")
     p.add_argument("--interval", type=float, default=5.0, help="with --follow: seconds between reads (default %(default)g)")

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 
+from survivor.commands import flags
 from survivor.commands.errors import CommandError
 from survivor.extras import require
 
@@ -51,7 +52,6 @@ def run_simulation(args: argparse.Namespace) -> int:
     JSON summary; 0 when the job is DONE and its VM left the MIG."""
     import json
 
-    from survivor.cloud import pricing
     from survivor.local import simulator
 
     options = simulator.SimulationOptions(
@@ -64,8 +64,7 @@ def run_simulation(args: argparse.Namespace) -> int:
         timeout=simulator.duration("--timeout", args.timeout),
         preemptions_per_hour=args.preemptions_per_hour, stockout_minutes=args.stockout_minutes,
         stockout_chance=args.stockout_chance, speed=args.speed,
-        spot_price=pricing.price_per_hour(args.spot_price) if args.spot_price else None,
-        on_demand_price=pricing.price_per_hour(args.on_demand_price) if args.on_demand_price else None,
+        spot_price=args.spot_price, on_demand_price=args.on_demand_price,
         region=args.region, online=not args.offline,
         on_event=lambda e: print(f"{e.t:8.1f}  {e.kind:<11} {e.instance:<22} {e.detail}", file=sys.stderr, flush=True))
     _sigterm_unwinds()
@@ -167,9 +166,8 @@ def add_commands(sub) -> None:
     p.add_argument("--stockout-chance", type=float, default=0.5, help="how often a preemption brings a stockout (default %(default)g)")
     p.add_argument("--speed", type=float, default=60.0,
                    help="simulated seconds per real second, for the trace and the cost (default 60, at most 3600)")
-    p.add_argument("--spot-price", help="USD per hour for the VM on Spot (default: the Cloud Billing Catalog's)")
-    p.add_argument("--on-demand-price", help="USD per hour for the VM on on-demand (default: the catalog's)")
-    p.add_argument("--region", help="where the catalog's prices are read (default: the spec's zone's region, "
+    flags.prices(p, "the Cloud Billing Catalog's")
+    flags.region(p, help="where the catalog's prices are read (default: the spec's zone's region, "
                                     "else the simulated group's, us-west1)")
     p.add_argument("--offline", action="store_true", help="do not read the Cloud Billing Catalog: cached prices or "
                                                           "the offline table")
@@ -183,12 +181,12 @@ def add_commands(sub) -> None:
     e.add_argument("--attribute", action="append", metavar="KEY=VALUE", help="an instance attribute (repeatable)")
     e.add_argument("--name", default="survivor-local-1", help="the instance's name (default %(default)s)")
     e.add_argument("--zone", default="us-west1-b", help="the instance's zone (default %(default)s)")
-    e.add_argument("--project", default="survivor-local", help="the instance's project (default %(default)s)")
+    flags.project(e, default="survivor-local", help="the instance's project (default %(default)s)")
     e.set_defaults(func=emulate_metadata)
     e = esub.add_parser("compute", help="survivor's Compute Engine fake on 127.0.0.1 (templates, MIGs, quotas, GPUs)")
     e.add_argument("--port", type=int, default=8090, help="the port on 127.0.0.1 (default %(default)s)")
-    e.add_argument("--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT", "survivor-local"),
-                   help="the project --quota applies to (default $GOOGLE_CLOUD_PROJECT or survivor-local)")
+    flags.project(e, default=os.environ.get("GOOGLE_CLOUD_PROJECT", "survivor-local"),
+                  help="the project --quota applies to (default $GOOGLE_CLOUD_PROJECT or survivor-local)")
     e.add_argument("--stockout", action="append", default=[], metavar="ZONE",
                    help="a MIG's VM cannot be created in ZONE (ZONE_RESOURCE_POOL_EXHAUSTED; repeatable)")
     e.add_argument("--quota", action="append", default=[], metavar="REGION:METRIC=LIMIT",
@@ -203,8 +201,8 @@ def add_commands(sub) -> None:
     e.set_defaults(func=emulate_compute)
     e = esub.add_parser("storage", help="fake-gcs-server with bucket IAM in front, on 127.0.0.1")
     e.add_argument("--port", type=int, default=4443, help="the port on 127.0.0.1 (default %(default)s)")
-    e.add_argument("--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT", "survivor-local"),
-                   help="the project the buckets belong to (default $GOOGLE_CLOUD_PROJECT or survivor-local)")
+    flags.project(e, default=os.environ.get("GOOGLE_CLOUD_PROJECT", "survivor-local"),
+                  help="the project the buckets belong to (default $GOOGLE_CLOUD_PROJECT or survivor-local)")
     e.add_argument("--bucket", action="append", default=[], metavar="NAME", help="create this bucket (repeatable)")
     e.add_argument("--grant", action="append", default=[], metavar="BUCKET=ROLE",
                    help="bind ROLE on BUCKET to the Compute fake's default service account (repeatable)")

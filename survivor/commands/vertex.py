@@ -15,6 +15,9 @@ import json
 import sys
 
 from survivor.cloud import vertex
+from survivor.commands import flags
+from survivor.commands.errors import CommandError
+from survivor.operator import vertex_job
 from survivor.spec import SpecError
 
 
@@ -31,6 +34,9 @@ def submit(args: argparse.Namespace) -> int:
         return 0
     if not submission.project:
         raise SpecError(["project: give --project, vertex.project in the spec, or set GOOGLE_CLOUD_PROJECT"])
+    problems = vertex_job.storage_problems(submission.body)
+    if problems:
+        raise CommandError("; ".join(problems))
     created = vertex.submit(submission.body, submission.project, submission.region)
     print(f"submitted {created['name']}")
     print(f"watch it: survivor status --vertex {created['name']} --job-dir {submission.job_dir}")
@@ -39,13 +45,18 @@ def submit(args: argparse.Namespace) -> int:
 
 def status(args: argparse.Namespace) -> int:
     """`survivor status --vertex JOB`: the custom job's state beside what its job dir says."""
-    report = vertex.job_report(args.vertex, args.region, args.job_dir)
+    report = vertex_job.job_report(args.vertex, args.region, args.job_dir)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
         return 0
     print(f"{report['display_name']}: {report['state']} ({report['vertex_job']})")
     if "job" in report:
-        print(f"  job dir: {report['job']['state']}, committed step {report['job']['committed_step']}")
+        found = report["job"]
+        if found["checkpoint"] is None:
+            print(f"  job dir: no checkpoint yet in {found['checkpoints']}")
+        else:
+            at = "" if found["step"] is None else f" at step {found['step']}"
+            print(f"  job dir: newest checkpoint{at}: {found['checkpoint']}")
     print(f"  logs: survivor logs --vertex {report['vertex_job']}")
     return 0
 
@@ -65,9 +76,8 @@ def add_commands(sub) -> None:
     p = sub.add_parser("submit", help="run the job on Vertex AI custom jobs (many workers, managed restarts)")
     p.add_argument("--config", required=True, help="the job spec YAML")
     p.add_argument("--training-input", help="a Cloud ML Engine config.yaml (trainingInput: scaleTier, masterType...)")
-    p.add_argument("--project", help="Google Cloud project (default: the spec's vertex.project, else "
-                                     "$GOOGLE_CLOUD_PROJECT)")
-    p.add_argument("--region", default=None, help="Vertex region (default: vertex.region or us-central1)")
+    flags.project(p, help="Google Cloud project (default: the spec's vertex.project, else $GOOGLE_CLOUD_PROJECT)")
+    flags.region(p, help="Vertex region (default: vertex.region or us-central1)")
     p.add_argument("--package", help="gs:// sdist holding the trainer (survivor_train-VERSION.tar.gz for a builtin trainer)")
     p.add_argument("--container-image", help="run this image instead of a Python package")
     p.add_argument("--executor-image", action="append", default=None, metavar="URI",

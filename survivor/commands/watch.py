@@ -8,7 +8,7 @@
 The agent decides at every boot; during a Spot stockout there is no boot, so something outside the
 VM has to look. `--deploy` makes Google Cloud do it: a Cloud Run job running one look
 (`--once`) and a Cloud Scheduler job triggering it every `--every` (15m by default;
-survivor/cloud/watch_deploy.py, docs/deadline.md); `--every` alone loops in the foreground.
+survivor/operator/watch_deploy.py, docs/deadline.md); `--every` alone loops in the foreground.
 Never an always-on VM of survivor's.
 """
 
@@ -18,6 +18,7 @@ import argparse
 import re
 import time
 
+from survivor.commands import flags
 from survivor.commands.errors import CommandError
 from survivor.spec import SpecError
 
@@ -37,7 +38,7 @@ def every_minutes(text: str) -> int:
 def _deployment(args: argparse.Namespace, project: str):
     """The typed deployment options from the flags: the Cloud Run and Scheduler jobs live in the
     group's region (a zone's region for a zonal group) unless --location names another."""
-    from survivor.cloud.watch_deploy import WatchDeployment
+    from survivor.operator.watch_deploy import WatchDeployment
 
     location = args.location or args.region or args.zone.rsplit("-", 1)[0]
     return WatchDeployment(job=args.name, project=project, region=location, zone=args.zone,
@@ -50,7 +51,7 @@ def run_deploy(args: argparse.Namespace, project: str) -> int:
     """`--deploy` / `--undeploy`: creates (or updates) or removes the Cloud Run and Scheduler jobs."""
     from google.api_core.exceptions import GoogleAPICallError
 
-    from survivor.cloud import watch_deploy
+    from survivor.operator import watch_deploy
 
     options = _deployment(args, project)
     try:
@@ -72,7 +73,8 @@ def run_deploy(args: argparse.Namespace, project: str) -> int:
 def run_watch(args: argparse.Namespace) -> int:
     """`survivor watch`: one decision (or one every --every) for the job's group; 0 when done."""
     from survivor.cloud.compute import Compute
-    from survivor.cloud.group import JobAddress, watch_once
+    from survivor.operator.group import JobAddress
+    from survivor.operator.watch import watch_once
 
     every = every_minutes(args.every) * 60 if args.every else 0
     for flag, value in (("--image", args.image), ("--service-account", args.service_account)):
@@ -93,11 +95,9 @@ def add_commands(sub) -> None:
     """Adds `watch` to the command line's subparsers."""
     p = sub.add_parser("watch", help="decide Spot or on-demand for a job with a deadline (while no VM may run)")
     p.add_argument("name", help="the job's name (its group's)")
-    p.add_argument("--project", help="Google Cloud project (default: $GOOGLE_CLOUD_PROJECT)")
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--zone", help="the zonal MIG's zone")
-    where.add_argument("--region", help="the regional MIG's region")
-    p.add_argument("--job-dir", help="the job dir (default: the one in the group's template)")
+    flags.project(p, help="Google Cloud project (default: $GOOGLE_CLOUD_PROJECT)")
+    flags.place(p, required=True)
+    flags.job_dir(p, help="the job dir (default: the one in the group's template)")
     p.add_argument("--every", help="look again this often (15m, 1h); default: look once")
     p.add_argument("--once", action="store_true",
                    help="look once even with --every (which then only tells the policy how often it is asked: "

@@ -48,6 +48,21 @@ MAX_SECONDS = 10**9
 STEP_FIELDS = ("restored_step", "end_step", "reached_step", "steps_lost")
 
 
+class Timing:
+    """The names of an attempt's timings (`Attempt.timings`, seconds each): the agent measures them
+    (survivor/agent/boot.py) and the goodput ledger lays them out as causes (survivor/jobdir/ledger.py)."""
+
+    SPEC = "spec"  # reading and validating the job's spec
+    STATE_DISK = "state_disk"  # committing a snapshot the state disk kept from the last boot
+    RESTORE = "restore"  # restoring the newest committed snapshot
+    SETUP = "setup"  # the trainer's launch, until the agent watches it train
+    FIRST_STEP = "first_step"  # from the launch to the first step beyond the one restored
+    TRAIN = "train"  # the training, the first step's wait included
+    TRAINER_SAVE = "trainer_save"  # from a notice to the trainer's save (or its exit)
+    FINAL_COMMIT = "final_commit"  # the commit after the trainer exited
+    NOTICE_TO_SAFE = "notice_to_safe"  # from a notice to the commit that makes the VM safe to go
+
+
 def now() -> str:
     """The current UTC time as ISO 8601 with milliseconds, the form every record carries."""
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")

@@ -11,7 +11,7 @@ Goodput is the share of a job's wall time spent on productive training; badput i
 cause. The terms are those of Google's ml-goodput-measurement library (`BadputType` in
 https://github.com/AI-Hypercomputer/ml-goodput-measurement, ml_goodput_measurement/src/goodput_utils.py
 and its README's "Badput Breakdown Details"); each of survivor's causes names the bucket it
-corresponds to (`GOOGLE_TERMS`). The library measures one program's run on accelerators; survivor
+corresponds to (`Cause.google_term` in `TABLE`). The library measures one program's run on accelerators; survivor
 measures a job across Spot VMs, so two causes are survivor's own refinements of Google's buckets:
 waiting for capacity (from a preemption, or the first request, to the next VM's kernel boot) and
 failed attempts (a boot that ended without progress for a reason other than a notice).
@@ -49,45 +49,45 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from survivor import log as logs
-from survivor.jobdir.journal import Attempt
+from survivor.jobdir.journal import Attempt, Timing
 from survivor.jobdir.switches import MODES, Switch, parse_time, record_time
 
+@dataclass(frozen=True)
+class Cause:
+    """One cause of a job's wall time: its name in records, what people read, its bucket in
+    ml-goodput-measurement's `BadputType` (None: goodput) and its colour in the report's timeline."""
+
+    name: str
+    label: str
+    google_term: str | None
+    colour: str
+
+
 #: Every cause, in the order a timeline shows them; `productive` is goodput, the rest badput.
-CAUSES = ("capacity", "vm_boot", "restore", "trainer_start", "productive", "rework", "checkpoint", "failed",
-          "other")
-
-#: Each cause's bucket in ml-goodput-measurement's `BadputType` (None: goodput).
-GOOGLE_TERMS = {
-    "capacity": "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION",
-    "vm_boot": "TPU_INITIALIZATION",  # accelerator/VM initialization: here the VM's boot and install
-    "restore": "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME",
-    "trainer_start": "PROGRAM_STARTUP",
-    "productive": None,
-    "rework": "WASTED_PROGRESS_FROM_DISRUPTION",
-    "checkpoint": "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME",
-    "failed": "OTHER",
-    "other": "OTHER",
-}
-
-#: What people read for each cause.
-LABELS = {
-    "capacity": "waiting for capacity",
-    "vm_boot": "VM boot and install",
-    "restore": "restore",
-    "trainer_start": "trainer start",
-    "productive": "productive training",
-    "rework": "work re-run after a disruption",
-    "checkpoint": "checkpoint stalls",
-    "failed": "failed attempts",
-    "other": "agent overhead",
-}
+#: The one table of causes: the report's tables, JSON and timeline all read it.
+TABLE = (
+    Cause("capacity", "waiting for capacity", "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION", "#d9d9d9"),
+    # accelerator/VM initialization: here the VM's boot and install
+    Cause("vm_boot", "VM boot and install", "TPU_INITIALIZATION", "#9ecae1"),
+    Cause("restore", "restore", "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME", "#6baed6"),
+    Cause("trainer_start", "trainer start", "PROGRAM_STARTUP", "#4292c6"),
+    Cause("productive", "productive training", None, "#31a354"),
+    Cause("rework", "work re-run after a disruption", "WASTED_PROGRESS_FROM_DISRUPTION", "#e6550d"),
+    Cause("checkpoint", "checkpoint stalls", "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME", "#fdae6b"),
+    Cause("failed", "failed attempts", "OTHER", "#de2d26"),
+    Cause("other", "agent overhead", "OTHER", "#bcbddc"),
+)
+#: A cause by its name.
+CAUSE = {cause.name: cause for cause in TABLE}
+#: The causes' names, in the table's order.
+CAUSES = tuple(CAUSE)
 
 #: How an attempt's reason begins when its trainer did not save on the notice (survivor/agent/ending.py
 #: writes it): its checkpoint stall was the agent waiting for a save that never came.
 UNSAVED = "the trainer did not save on the notice"
 
-#: The two provisioning modes; a job starts on Spot (survivor's groups start from a Spot template).
-SPOT, ON_DEMAND = MODES
+#: The provisioning modes; a job starts on Spot (survivor's groups start from a Spot template).
+SPOT, ON_DEMAND, FLEX_START = MODES
 
 #: Outcomes that came with a notice: the VM was taken, the attempt did not fail.
 NOTICE_OUTCOMES = ("preempted", "stopped")
@@ -126,9 +126,9 @@ class Ledger:
     #: Steps committed beyond the step each attempt restored, summed: the job's measured progress.
     productive_steps: int = 0
     running: bool = False
-    #: Attempt number -> the provisioning mode its VM ran in ("spot" or "on-demand").
+    #: Attempt number -> the provisioning mode its VM ran in ("spot", "on-demand" or "flex-start").
     modes: dict[int, str] = field(default_factory=dict)
-    #: The switches between Spot and on-demand, oldest first.
+    #: The switches between the modes, oldest first.
     switches: list[Switch] = field(default_factory=list)
     #: The attempts whose trainer did not save on the notice (`UNSAVED`), by number.
     unsaved: list[int] = field(default_factory=list)
@@ -161,7 +161,7 @@ class Ledger:
         return sum((end - start).total_seconds() for _, start, end, _ in self.boots)
 
     def vm_seconds_by_mode(self) -> dict[str, float]:
-        """The seconds VMs ran in each provisioning mode, both modes present (0.0 when never)."""
+        """The seconds VMs ran in each provisioning mode, every mode present (0.0 when never)."""
         out = dict.fromkeys(MODES, 0.0)
         for number, start, end, _ in self.boots:
             out[self.modes.get(number, SPOT)] += (end - start).total_seconds()
@@ -300,16 +300,16 @@ def _attempt_spans(attempt: Attempt, ended: _dt.datetime, add, *, running: bool)
         cursor = ended if not seconds < left else cursor + _dt.timedelta(seconds=max(0.0, seconds))
         add(cursor, cause, number)
 
-    phase(t.get("restore", 0.0), "restore")
-    phase(t.get("setup", 0.0) + t.get("first_step", 0.0), "trainer_start")
+    phase(t.get(Timing.RESTORE, 0.0), "restore")
+    phase(t.get(Timing.SETUP, 0.0) + t.get(Timing.FIRST_STEP, 0.0), "trainer_start")
     if running:  # the record says nothing more until the attempt ends
         add(ended, "productive", number)
         return
-    train = max(0.0, t.get("train", 0.0) - t.get("first_step", 0.0))
+    train = max(0.0, t.get(Timing.TRAIN, 0.0) - t.get(Timing.FIRST_STEP, 0.0))
     trained_steps = (attempt.reached_step or 0) - (attempt.restored_step or 0)
     lost = attempt.steps_lost or 0
     rework = train * min(1.0, lost / trained_steps) if trained_steps > 0 and lost > 0 else 0.0
     phase(train - rework, "productive")
     phase(rework, "rework")
-    phase(t.get("trainer_save", 0.0) + t.get("final_commit", 0.0), "checkpoint")
+    phase(t.get(Timing.TRAINER_SAVE, 0.0) + t.get(Timing.FINAL_COMMIT, 0.0), "checkpoint")
     add(ended, "other", number)

@@ -1,4 +1,4 @@
-"""The job's moves between regions, one record each in its job dir.
+"""The job's moves between places (regions and machine shapes), one record each in its job dir.
 
     >>> record_move(storage, Move(time=now(), from_place="zones/us-west1-b", to_place="regions/us-central1",
     ...                           reason="no training VM for 41 min: ZONE_RESOURCE_POOL_EXHAUSTED", by="watch"))
@@ -26,8 +26,10 @@ _PLACE = re.compile(r"(zones/[a-z]+-[a-z]+[0-9]+-[a-z]|regions/[a-z]+-[a-z]+[0-9
 @dataclass(frozen=True)
 class Move:
     """One move of the job's group: when (ISO UTC), from where to where (`zones/Z` or `regions/R`),
-    why, who decided ("watch" or "agent"), and what it left behind (a state-disk snapshot not yet in
-    Cloud Storage, counted as lost: `lost_pending`)."""
+    why, who decided ("watch" or "agent"), what it left behind (a state-disk snapshot not yet in
+    Cloud Storage, counted as lost: `lost_pending`), and, for a job with other machine shapes
+    (`placement.shapes`), the shape it moved to (`shape`: "0" the job's compute:, "N" shapes[N-1])
+    and its machine as a person reads it (`machine`: `g2-standard-8`)."""
 
     time: str
     from_place: str
@@ -35,6 +37,8 @@ class Move:
     reason: str = ""
     by: str = ""
     lost_pending: str = ""
+    shape: str = ""
+    machine: str = ""
 
     @property
     def name(self) -> str:
@@ -50,6 +54,8 @@ class Move:
         for key in ("from_place", "to_place"):
             if not isinstance(raw.get(key), str) or not _PLACE.fullmatch(raw[key]):
                 raise ValueError(f"{key}: expected zones/ZONE or regions/REGION")
+        if raw.get("shape") not in (None, "") and not (isinstance(raw["shape"], str) and raw["shape"].isdigit()):
+            raise ValueError("shape: expected the shape's number")
         return cls(**{k: str(raw[k]) for k in cls.__dataclass_fields__ if raw.get(k) is not None})
 
 
@@ -67,3 +73,9 @@ def moves(storage: JobStorage) -> list[Move]:
 def current_place(recorded: list[Move], original: str) -> str:
     """Pure: where the job's group is after its moves (`original` when it never moved)."""
     return recorded[-1].to_place if recorded else original
+
+
+def current_shape(recorded: list[Move]) -> int:
+    """Pure: the machine shape the job's group runs after its moves (0, its compute:, when none
+    recorded one)."""
+    return int(recorded[-1].shape) if recorded and recorded[-1].shape else 0

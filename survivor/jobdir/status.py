@@ -1,63 +1,103 @@
 """What the job dir says about a job: its state, committed step, attempts, preemptions and work lost.
 
-`survivor status` shows it (survivor/commands/group.py), as a table or as JSON.
+`survivor status` shows it (survivor/commands/group.py), as a table or as JSON; `survivor report`
+(survivor/operator/report.py) prices the same read (`read_job`: one `JobView`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
+import datetime as _dt
+from dataclasses import asdict, dataclass
 from typing import Any
 
-import datetime as _dt
-
-from survivor.jobdir.disk_tier import pending_snapshots
-from survivor.jobdir.journal import Journal, restored_text
-from survivor.jobdir.ledger import build_ledger
+from survivor.jobdir.disk_tier import PendingSnapshot, pending_snapshots
+from survivor.jobdir.journal import JobState, Journal, restored_text
+from survivor.jobdir.ledger import CLOCK_SLACK, Ledger, build_ledger
+from survivor.jobdir.moves import Move
 from survivor.jobdir.moves import moves as recorded_moves
-from survivor.jobdir.switches import parse_time, switch_failures
-from survivor.jobdir.storage import open_storage
-from survivor.jobdir.store import CheckpointStore
+from survivor.jobdir.storage import JobStorage, open_storage
+from survivor.jobdir.store import CheckpointStore, Manifest
+from survivor.jobdir.switches import Switch, SwitchFailure, parse_time, switch_failures
+from survivor.jobdir.switches import switches as recorded_switches
 
 
-def job_summary(job_dir: str, train_steps: int | None = None) -> dict[str, Any]:
-    """Everything the job dir knows: state, committed step, attempts, preemptions, work lost.
-    With `train_steps` (the spec's, when known), a manifest claiming a step beyond it is not counted,
-    as the agent would not restore it."""
-    storage = open_storage(job_dir)
+@dataclass(frozen=True)
+class JobView:
+    """One read of a job dir: every record `survivor status` and `survivor report` show, read once,
+    and the one ledger both take their goodput from."""
+
+    job_dir: str
+    state: JobState
+    latest: Manifest | None  # the newest committed snapshot that verifies by its manifest
+    pending: list[PendingSnapshot]  # state-disk snapshots its instance's next boot commits
+    moves: list[Move]  # where the group went for capacity, oldest first
+    switches: list[Switch]  # between Spot and on-demand, oldest first
+    switch_failures: list[SwitchFailure]  # switches decided and refused
+    ledger: Ledger  # where the job's wall time went, as of the read
+
+    @property
+    def phase(self) -> str:
+        """DONE, FAILED, RUNNING (its last attempt has not ended), WAITING or NOT STARTED."""
+        if self.state.done is not None:
+            return "DONE"
+        if self.state.failed is not None:
+            return "FAILED"
+        if self.state.attempts and self.state.attempts[-1].ended is None:
+            return "RUNNING"
+        return "WAITING" if self.state.attempts else "NOT STARTED"
+
+
+def read_job(job_dir: str, *, train_steps: int | None = None, storage: JobStorage | None = None,
+             now: _dt.datetime | None = None, created: _dt.datetime | None = None) -> JobView:
+    """Reads the job dir once: its journal, newest commit, pending snapshots, moves and switches.
+
+    Args:
+        job_dir: gs://BUCKET/PATH or a local path.
+        train_steps: the spec's, when known: a manifest claiming a step beyond it is not counted,
+            as the agent would not restore it.
+        storage: the job dir already opened (default: opened here).
+        now: the time "so far" means for the ledger (default: the clock).
+        created: when the job first asked for a VM (its group's creation), for the ledger.
+    """
+    storage = storage or open_storage(job_dir)
+    now = now or _dt.datetime.now(_dt.timezone.utc)
     state = Journal(storage).state()
-    latest = CheckpointStore(storage, max_step=train_steps).latest()
+    switches = recorded_switches(storage, latest=now + CLOCK_SLACK)
+    marker = state.done or state.failed
+    ledger = build_ledger(state.attempts, now=now, done_at=parse_time(marker.get("time")) if marker else None,
+                          created=created, switches=switches)
+    return JobView(job_dir=job_dir, state=state, latest=CheckpointStore(storage, max_step=train_steps).latest(),
+                   pending=pending_snapshots(storage), moves=recorded_moves(storage), switches=switches,
+                   switch_failures=switch_failures(storage), ledger=ledger)
+
+
+def job_summary(job: JobView) -> dict[str, Any]:
+    """Everything the job dir knows, as `survivor status` shows it: state, committed step, attempts,
+    preemptions, work lost, goodput, pending snapshots, moves and failed switches."""
+    state, latest = job.state, job.latest
     committed = latest.step if latest else -1
-    if state.done is not None:
-        phase = "DONE"
-    elif state.failed is not None:
-        phase = "FAILED"
-    elif state.attempts and state.attempts[-1].ended is None:
-        phase = "RUNNING"
-    elif state.attempts:
-        phase = "WAITING"
-    else:
-        phase = "NOT STARTED"
+    goodput = job.ledger.goodput
     return {
-        "job_dir": job_dir,
-        "state": phase,
+        "job_dir": job.job_dir,
+        "state": job.phase,
         "committed_step": latest.step if latest else None,
         "committed_at": latest.created if latest else None,
         "attempts": len(state.attempts),
         "preemptions": state.preemptions,
         "steps_lost": state.steps_lost,
-        "goodput": _goodput(state),
+        # the job's goodput so far by the ledger (survivor/jobdir/ledger.py); None before any wall time
+        "goodput": None if goodput is None else round(goodput, 4),
         # snapshots on a state disk that its instance's next boot commits (an obsolete one is not shown)
         "pending": [{"step": r.step, "instance": r.instance, "zone": r.zone, "created": r.created,
                      "bytes": sum(f.size for f in r.files)}
-                    for r in pending_snapshots(storage) if r.step > committed],
+                    for r in job.pending if r.step > committed],
         "done": state.done,
         "failed": state.failed,
-        # where the group went for capacity (survivor/cloud/placement.py), oldest first
+        # where the group went for capacity (survivor/operator/placement.py), oldest first
         "moves": [{"time": m.time, "from": m.from_place, "to": m.to_place, "reason": m.reason, "by": m.by,
-                   "lost_pending": bool(m.lost_pending)} for m in recorded_moves(storage)],
+                   "lost_pending": bool(m.lost_pending), "shape": m.machine} for m in job.moves],
         # switches the deadline policy decided and Compute Engine refused (a missing permission)
-        "failed_switches": [asdict(f) for f in switch_failures(storage)],
+        "failed_switches": [asdict(f) for f in job.switch_failures],
         "history": [
             {
                 "attempt": a.number,
@@ -80,11 +120,3 @@ def failed_reason(failed: dict[str, Any]) -> str:
     """What a FAILED marker says, for people (one survivor did not write is shown as it is)."""
     reason = failed.get("reason")
     return reason if isinstance(reason, str) else str(failed.get("raw", failed))[:300]
-
-
-def _goodput(state) -> float | None:
-    """The job's goodput so far by the ledger (survivor/jobdir/ledger.py); None before any wall time."""
-    marker = state.done or state.failed
-    ledger = build_ledger(state.attempts, now=_dt.datetime.now(_dt.timezone.utc),
-                          done_at=parse_time(marker.get("time")) if marker else None)
-    return None if ledger.goodput is None else round(ledger.goodput, 4)

@@ -1,4 +1,4 @@
-"""The job's switches between Spot and on-demand, one record each in its job dir.
+"""The job's switches between Spot, on-demand and flex-start, one record each in its job dir.
 
     >>> record_switch(storage, Switch(time=now(), to_mode="on-demand", from_mode="spot",
     ...                               reason="3.1 h left, 2.9 h of work on on-demand plus 0.4 h margin",
@@ -7,7 +7,7 @@
     ['on-demand']
 
 Layout: `survivor/switches/<time>-<to_mode>.json`, written once each (a conditional create), read in
-time order. Whoever switches the group writes the record (survivor/cloud/group.py `switch_group`), so
+time order. Whoever switches the group writes the record (survivor/operator/group.py `switch_group`), so
 the deadline policy can tell Spot time from on-demand time and `survivor report` can show every switch
 with its reason. A record that does not parse is skipped with a warning, never fatal.
 """
@@ -24,8 +24,8 @@ from survivor import log as logs
 from survivor.jobdir.storage import JobStorage, PreconditionFailed, parse_json
 
 SWITCHES = "survivor/switches/"
-#: The modes a group runs in: its template's provisioning model.
-MODES = ("spot", "on-demand")
+#: The modes a group runs in: its template's provisioning model (flex-start: docs/flex-start.md).
+MODES = ("spot", "on-demand", "flex-start")
 MAX_RECORD_BYTES = 1 << 16
 T = TypeVar("T")
 
@@ -54,7 +54,7 @@ class Switch:
         """Parses a record; ValueError unless it has a time `parse_time` reads and a known to_mode."""
         raw = parse_json(data)
         if not isinstance(raw, dict) or not isinstance(raw.get("time"), str) or raw.get("to_mode") not in MODES:
-            raise ValueError("expected an object with a time and a to_mode of " + " or ".join(MODES))
+            raise ValueError("expected an object with a time and a to_mode of " + ", ".join(MODES))
         if parse_time(raw["time"]) is None:
             raise ValueError(f"time: {raw['time'][:60]!r} is not an ISO 8601 time")
         return cls(**{k: str(raw[k]) for k in cls.__dataclass_fields__ if raw.get(k) is not None})
@@ -111,7 +111,7 @@ class SwitchFailure:
         raw = parse_json(data)
         if not isinstance(raw, dict) or not isinstance(raw.get("time"), str) or parse_time(raw["time"]) is None \
                 or raw.get("to_mode") not in MODES:
-            raise ValueError("expected an object with an ISO 8601 time and a to_mode of " + " or ".join(MODES))
+            raise ValueError("expected an object with an ISO 8601 time and a to_mode of " + ", ".join(MODES))
         return cls(**{k: str(raw[k])[:2000] for k in cls.__dataclass_fields__ if raw.get(k) is not None})
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
 
 from survivor import retry
-from survivor.cloud.image import sha256_of
+from survivor.operator.image import sha256_of
 
 STARTUP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "startup", "startup.sh")
 UNIT = "etc/systemd/system/survivor-agent.service"

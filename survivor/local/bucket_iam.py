@@ -13,6 +13,13 @@ nobody set a policy for has the default bindings Cloud Storage gives a new bucke
 (https://cloud.google.com/storage/docs/access-control/iam#default-roles: the project's owners and
 editors are legacyBucketOwner, its viewers legacyBucketReader). `testPermissions` answers for the
 caller, who here is always the bucket's owner: every permission asked for, or 404 for a missing bucket.
+
+fake-gcs-server gives every bucket one location, its `-location` flag's (default US-CENTRAL1), with
+`locationType` always `region`, whatever `buckets.insert` asked for (checked with the client's
+`create_bucket(location=...)` and with the JSON API's `location`, `locationType` and
+`customPlacementConfig`). `set_location` makes this stand-in answer a bucket's `buckets.get` with the
+location Cloud Storage would report for it (a region, a dual-region, a multi-region), so preflight's
+location check reads it through the real client.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import requests
 from survivor.local.http import LocalService, QuietHandler, send_json
 
 _IAM = re.compile(r"^/storage/v1/b/([^/]+)/iam(/testPermissions)?$")
+_BUCKET = re.compile(r"^/storage/v1/b/([^/]+)$")
 
 
 def default_bindings(project: str) -> list[dict]:
@@ -50,6 +58,7 @@ class BucketIam(LocalService):
         self.project = project
         self.policies: dict[str, dict] = {}
         self._changes: dict[str, int] = {}
+        self.locations: dict[str, dict] = {}  # bucket -> the location fields its buckets.get reports
         self.lock = threading.Lock()
         self._session = requests.Session()
         self._session.trust_env = False
@@ -69,6 +78,17 @@ class BucketIam(LocalService):
                 self.policies[bucket] = {"kind": "storage#policy", "resourceId": f"projects/_/buckets/{bucket}",
                                          "version": 1, "etag": "CA1", "bindings": default_bindings(self.project)}
             return json.loads(json.dumps(self.policies[bucket]))
+
+    def set_location(self, bucket: str, location: str, location_type: str,
+                     data_locations: tuple[str, ...] = ()) -> None:
+        """What the bucket's `buckets.get` reports as its location: `location` (e.g. US-WEST1, NAM4, US),
+        `locationType` (region, dual-region, multi-region) and, for a configurable dual-region, its
+        `customPlacementConfig.dataLocations`."""
+        fields: dict = {"location": location.upper(), "locationType": location_type}
+        if data_locations:
+            fields["customPlacementConfig"] = {"dataLocations": [r.upper() for r in data_locations]}
+        with self.lock:
+            self.locations[bucket] = fields
 
     def _bucket_exists(self, bucket: str) -> bool:
         return self._session.get(f"{self.upstream}/storage/v1/b/{bucket}", timeout=30).status_code == 200
@@ -96,6 +116,14 @@ class BucketIam(LocalService):
             def _serve(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 url = urlsplit(self.path)
+                located = _BUCKET.match(url.path)
+                if located and self.command == "GET" and located.group(1) in stand_in.locations:
+                    answer = stand_in._session.get(stand_in.upstream + self.path, timeout=30)
+                    if answer.status_code != 200:
+                        return self._forward(body)
+                    with stand_in.lock:
+                        fields = dict(stand_in.locations[located.group(1)])
+                    return send_json(self, 200, {**answer.json(), **fields})
                 m = _IAM.match(url.path)
                 if not m or self.command not in ("GET", "PUT"):
                     return self._forward(body)

@@ -50,6 +50,11 @@ ROWS = [
     ("Nvidia L4 GPU attached to Spot Preemptible VMs running in Americas", "Compute", "GPU", "Preemptible", "h", 0.2240),
     ("Nvidia Tesla A100 GPU running in Americas", "Compute", "GPU", "OnDemand", "h", 2.933908),
     ("Nvidia Tesla A100 GPU attached to Spot Preemptible VMs running in Americas", "Compute", "GPU", "Preemptible", "h", 1.173563),
+    # flex-start (docs/flex-start.md F9): listed as OnDemand; a2-highgpu-1g at $2.02/h as recorded 2026-08-02
+    ("DWS Defined Duration A2 Core running in Americas", "Compute", "CPU", "OnDemand", "h", 0.01739),
+    ("DWS Defined Duration A2 Ram running in Americas", "Compute", "RAM", "OnDemand", "GiBy.h", 0.00233),
+    ("Nvidia Tesla A100 GPU attached to DWS Defined Duration VMs running in Americas", "Compute", "GPU", "OnDemand",
+     "h", 1.61365),
     ("Storage PD Capacity", "Storage", "PDStandard", "OnDemand", "GiBy.mo", 0.04),
     ("Balanced PD Capacity", "Storage", "SSD", "OnDemand", "GiBy.mo", 0.10),
     ("SSD backed PD Capacity", "Storage", "SSD", "OnDemand", "GiBy.mo", 0.17),

@@ -14,7 +14,12 @@ instanceGroupManagers and regionInstanceGroupManagers (insert/get/delete/resize/
 listManagedInstances/setInstanceTemplate/recreateInstances; the MIG keeps `targetSize` instances and recreates one that was stopped or
 deleted by anything but itself), instances (get/start/stop/delete/getSerialPortOutput/
 getGuestAttributes), zone/region/global operations (get and wait; operations start RUNNING and are
-DONE when next looked at). Failures can be injected per method: an HTTP error (403 ...) or an
+DONE when next looked at), and a MIG's resize requests (instanceGroupManagerResizeRequests and the
+regional ones: insert/get/list/cancel/delete; docs/flex-start.md): CREATING, ACCEPTED at the next
+look, then SUCCEEDED with the group grown by `resizeBy` at the look after while `flex_start_capacity`
+holds; refused with a run duration outside 10 min to 7 days, on a group with an autoscaler
+(`attach_autoscaler`), or whose template is not a FLEX_START one of a machine flex-start runs.
+Failures can be injected per method: an HTTP error (403 ...) or an
 operation error (`ZONE_RESOURCE_POOL_EXHAUSTED`, `QUOTA_EXCEEDED`).
 
 Compute Engine rules the discovery document does not carry (survivor/cloud/machines.py: GPUs built into
@@ -82,6 +87,15 @@ METHOD_PERMISSIONS = {
        for verb in ("get", "listManagedInstances", "listErrors")},
     "compute.instanceTemplates.get": "compute.instanceTemplates.get",
     "compute.instanceTemplates.insert": "compute.instanceTemplates.create",
+    # resize requests: "Authorization requires ... compute.instanceGroupManagers.update" (insert's REST
+    # reference, https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagerResizeRequests/insert);
+    # reading them is taken to need .get, as reading the group does (an assumption)
+    **{f"compute.{kind}.{verb}": "compute.instanceGroupManagers.update"
+       for kind in ("instanceGroupManagerResizeRequests", "regionInstanceGroupManagerResizeRequests")
+       for verb in ("insert", "cancel", "delete")},
+    **{f"compute.{kind}.{verb}": "compute.instanceGroupManagers.get"
+       for kind in ("instanceGroupManagerResizeRequests", "regionInstanceGroupManagerResizeRequests")
+       for verb in ("get", "list")},
 }
 
 # Which zone offers which GPU (type -> maximumCardsPerInstance): a small, realistic slice of
@@ -224,6 +238,8 @@ class ComputeServer(LocalService):
         self.images: dict[tuple[str, str], dict] = {}  # (project, family) -> image
         self.creation_failures: list[dict] = []
         self.creation_holds = 0  # hold_instance_creation
+        #: whether an accepted flex-start resize request is provisioned at its next look (False: it waits)
+        self.flex_start_capacity = True
         #: projects whose organisation policy denies external IPs (constraints/compute.vmExternalIpAccess)
         self.external_ip_denied: set[str] = set()
         #: projects whose Compute Engine API is disabled: every call gets the API's 403 accessNotConfigured
@@ -307,14 +323,17 @@ class ComputeServer(LocalService):
             self.failures.setdefault(method, []).extend([kind] * times)
 
     def fail_instance_creation(self, code: str = "ZONE_RESOURCE_POOL_EXHAUSTED", *, message: str = "",
-                               zone: str | None = None, times: int | None = None, spot_only: bool = False) -> None:
+                               zone: str | None = None, times: int | None = None, spot_only: bool = False,
+                               machine_type: str | None = None, accelerator: str | None = None) -> None:
         """Makes a MIG's attempts to create an instance (in `zone`, or any; of a Spot template only
-        with `spot_only`) fail with `code` -- a stockout, QUOTA_EXCEEDED, a permission error --
-        `times` times (None: until cleared). The group's operations still succeed; the failure
-        shows in listManagedInstances and listErrors."""
+        with `spot_only`; of that `machine_type`, or with that `accelerator` type, attached or built
+        in, only when given: one shape out of stock while another has capacity) fail with `code` --
+        a stockout, QUOTA_EXCEEDED, a permission error -- `times` times (None: until cleared). The
+        group's operations still succeed; the failure shows in listManagedInstances and listErrors."""
         with self.lock:
             self.creation_failures.append({"code": code, "message": message, "zone": zone, "remaining": times,
-                                           "spot_only": spot_only})
+                                           "spot_only": spot_only, "machine_type": machine_type,
+                                           "accelerator": accelerator})
 
     def hold_instance_creation(self, tries: int) -> None:
         """The next `tries` creations that would succeed leave the VM still being created instead: the
@@ -606,6 +625,117 @@ class ComputeServer(LocalService):
 
     _regionInstanceGroupManagers_resize = _instanceGroupManagers_resize
 
+    # -- resize requests (flex-start, docs/flex-start.md) -----------------------------------------
+
+    def attach_autoscaler(self, project: str, scope: str, name: str) -> None:
+        """Seeds an autoscaler on a group (`status.autoscaler`), as a test of the refusal A2 needs."""
+        with self.lock:
+            group = self.groups[(project, scope, name)]
+            group["status"]["autoscaler"] = f"{self.endpoint}{BASE}projects/{project}/{scope}/autoscalers/{name}"
+
+    def _resize_request(self, group: dict, name: str) -> dict:
+        found = group.setdefault("_resize_requests", {}).get(name)
+        if found is None:
+            raise HttpError(404, f"The resource '{group['selfLink'].split(BASE, 1)[1]}/resizeRequests/{name}' was not "
+                                 "found", "notFound")
+        return found
+
+    def _advance(self, group: dict, request: dict) -> None:
+        """Time passes for a request: CREATING becomes ACCEPTED (docs/flex-start.md F6); an ACCEPTED one
+        is provisioned all at once when the fake has capacity (`flex_start_capacity`), growing the
+        group by resizeBy (F7), and SUCCEEDED."""
+        if request["state"] == "CREATING":
+            request["state"] = "ACCEPTED"
+        elif request["state"] == "ACCEPTED" and self.flex_start_capacity:
+            group["targetSize"] += int(request["resizeBy"])
+            self._reconcile(group)
+            request["state"] = "SUCCEEDED"
+
+    def _instanceGroupManagerResizeRequests_insert(self, params, query, body):
+        group = self._group(params)
+        where = group["selfLink"].split(BASE, 1)[1]
+        name = body.get("name", "")
+        requests = group.setdefault("_resize_requests", {})
+        if name in requests:
+            raise HttpError(409, f"The resource '{where}/resizeRequests/{name}' already exists", "alreadyExists")
+        if "resizeBy" in body and body.get("instances"):  # F7, the discovery document's words
+            raise HttpError(400, "Invalid value for field 'resource.instances': resizeBy and instances cannot be "
+                                 "used together.")
+        count = int(body.get("resizeBy") or len(body.get("instances") or []))
+        if count <= 0:
+            raise HttpError(400, f"Invalid value for field 'resource.resizeBy': '{count}'. Must be greater than 0.")
+        run = body.get("requestedRunDuration")
+        seconds = int((run or {}).get("seconds") or 0)
+        problem = machines.run_duration_problem(seconds) if run is not None else None
+        if problem:  # F5
+            raise HttpError(400, f"Invalid value for field 'resource.requestedRunDuration': '{seconds}s'. {problem}.")
+        # A2 (an assumption, by analogy with a plain resize of an autoscaled group): no autoscaler
+        if (group.get("status") or {}).get("autoscaler"):
+            raise HttpError(412, "Resize requests are not allowed for managed instance groups with an autoscaler. "
+                                 "Remove the autoscaler or set autoscaling policy mode to OFF.", "conditionNotMet")
+        template = self.templates.get((group["_project"], _tail(group["instanceTemplate"])), {})
+        properties = template.get("properties") or {}
+        model = (properties.get("scheduling") or {}).get("provisioningModel") or "STANDARD"
+        if model != "FLEX_START":  # A3 (an assumption: F8 requires it, no source shows the API's text)
+            raise HttpError(400, f"Invalid value for field 'resource': resize requests need the group's instance "
+                                 f"template to use provisioningModel FLEX_START; {_tail(group['instanceTemplate'])} "
+                                 f"uses {model}.")
+        accel = (properties.get("guestAccelerators") or [{}])[0]
+        unsupported = machines.flex_start_problem(str(properties.get("machineType") or ""),
+                                                  _tail(str(accel.get("acceleratorType") or "")) or None,
+                                                  int(accel.get("acceleratorCount") or 0))
+        if unsupported:  # F2
+            raise HttpError(400, f"Invalid value for field 'resource': {unsupported}.")
+        request = json.loads(json.dumps(body))
+        request.update(kind="compute#instanceGroupManagerResizeRequest", id=str(next(self._ids)),
+                       creationTimestamp=_now(), state="CREATING", resizeBy=count,
+                       selfLink=f"{self.endpoint}{BASE}{where}/resizeRequests/{name}")
+        if group["_scope"].startswith("zones/"):
+            request["zone"] = group["zone"]
+        else:
+            request["region"] = group["region"]
+        requests[name] = request
+        return self._operation(params, "insert", f"{where}/resizeRequests/{name}", group["_scope"],
+                               undo=lambda: requests.pop(name, None))
+
+    def _instanceGroupManagerResizeRequests_get(self, params, query, body):
+        group = self._group(params)
+        request = self._resize_request(group, params["resizeRequest"])
+        self._advance(group, request)
+        return dict(request)
+
+    def _instanceGroupManagerResizeRequests_list(self, params, query, body):
+        group = self._group(params)
+        items = list(group.setdefault("_resize_requests", {}).values())
+        for request in items:
+            self._advance(group, request)
+        return {"kind": "compute#instanceGroupManagerResizeRequestList", "items": [dict(r) for r in items],
+                "selfLink": f"{group['selfLink']}/resizeRequests"}
+
+    def _instanceGroupManagerResizeRequests_cancel(self, params, query, body):
+        group = self._group(params)
+        request = self._resize_request(group, params["resizeRequest"])
+        if request["state"] not in ("CREATING", "ACCEPTED"):  # F6: "only possible for requests that are accepted"
+            raise HttpError(400, f"The resize request '{request['name']}' is in state {request['state']} and cannot "
+                                 "be cancelled; only a request accepted in the queue can.")
+        request["state"] = "CANCELLED"
+        return self._operation(params, "cancel", request["selfLink"].split(BASE, 1)[1], group["_scope"])
+
+    def _instanceGroupManagerResizeRequests_delete(self, params, query, body):
+        group = self._group(params)
+        request = self._resize_request(group, params["resizeRequest"])
+        if request["state"] in ("CREATING", "ACCEPTED"):  # F6: "Deletes the specified, inactive resize request"
+            raise HttpError(400, f"The resize request '{request['name']}' is active ({request['state']}); cancel it "
+                                 "before deleting it.")
+        del group["_resize_requests"][request["name"]]
+        return self._operation(params, "delete", request["selfLink"].split(BASE, 1)[1], group["_scope"])
+
+    _regionInstanceGroupManagerResizeRequests_insert = _instanceGroupManagerResizeRequests_insert
+    _regionInstanceGroupManagerResizeRequests_get = _instanceGroupManagerResizeRequests_get
+    _regionInstanceGroupManagerResizeRequests_list = _instanceGroupManagerResizeRequests_list
+    _regionInstanceGroupManagerResizeRequests_cancel = _instanceGroupManagerResizeRequests_cancel
+    _regionInstanceGroupManagerResizeRequests_delete = _instanceGroupManagerResizeRequests_delete
+
     def _instanceGroupManagers_deleteInstances(self, params, query, body):
         group = self._group(params)
         wanted = body.get("instances", [])
@@ -711,6 +841,10 @@ class ComputeServer(LocalService):
             if failure["zone"] not in (None, zone) or failure["remaining"] == 0:
                 continue
             if failure.get("spot_only") and not spot:  # a Spot stockout leaves on-demand capacity
+                continue
+            if failure.get("machine_type") not in (None, machine):  # another shape's stockout
+                continue
+            if failure.get("accelerator") not in (None, *(kind for kind, _ in wanted)):
                 continue
             if failure["remaining"] is not None:
                 failure["remaining"] -= 1

@@ -28,7 +28,7 @@ from typing import Callable
 
 import yaml
 
-from survivor.jobdir.journal import Journal
+from survivor.jobdir.journal import Journal, Timing
 from survivor.jobdir.storage import open_storage
 from survivor.spec import SpecError
 
@@ -277,7 +277,7 @@ def run(options: DemoOptions) -> bool:
         t = a.timings or {}
         table.add_row(str(a.number), str(a.restored_step or 0), str(a.reached_step), str(a.end_step),
                       str(a.steps_lost), a.outcome or "-", f"{t.get('restore', 0):.2f}s", f"{t.get('train', 0):.1f}s",
-                      f"{t['notice_to_safe']:.2f}s" if "notice_to_safe" in t else "-")
+                      f"{t[Timing.NOTICE_TO_SAFE]:.2f}s" if Timing.NOTICE_TO_SAFE in t else "-")
     console.print(table)
     preempted = [a for a in state.attempts if a.outcome in ("preempted", "stopped")]
     lost = [a.steps_lost or 0 for a in preempted]

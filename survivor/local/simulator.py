@@ -155,7 +155,8 @@ class Simulator:
                  seed: int = 0, python: str = sys.executable, env: dict[str, str] | None = None,
                  preempt_during_restore: int = 0, stateful_disk: bool = False, trace: Trace | None = None,
                  speed: float = 60.0, on_event: Callable[[Event], None] | None = None,
-                 region_outages: tuple[tuple[str, float, float], ...] = (), watch_every: float | None = None):
+                 region_outages: tuple[tuple[str, float, float], ...] = (), watch_every: float | None = None,
+                 shape_outages: tuple[tuple[str, float, float], ...] = (), outages_from_first_commit: bool = False):
         self.spec = yaml.safe_load(spec_yaml)
         self.on_event = on_event
         self.spec_yaml = spec_yaml
@@ -174,7 +175,14 @@ class Simulator:
         self._outages = list(trace.outages) if trace else []
         #: (region, start, end) in real seconds from the start: no capacity there (every zone stocked out)
         self.region_outages = list(region_outages)
+        #: (machine type, start, end) in real seconds from the start: no capacity for that machine in
+        #: any zone (a shape out of stock everywhere while others have capacity)
+        self.shape_outages = list(shape_outages)
         self._outage_failures: dict[tuple[str, float, float], list[dict]] = {}
+        #: count the outages' times from the job's first commit instead of the start, so an outage
+        #: falls mid-job however long the first VM takes to boot on a loaded machine
+        self.outages_from_first_commit = outages_from_first_commit
+        self._first_commit: float | None = None
         #: the watch (Cloud Scheduler + Cloud Run) the simulator plays every this many real seconds:
         #: the deadline's and placement's looks while no VM runs (None: no watch)
         self.watch_every = watch_every
@@ -256,38 +264,68 @@ class Simulator:
             self._last_group = max(found, key=lambda g: int(g["id"]))
         return self._last_group
 
-    def _in_outage(self, zone: str) -> bool:
-        now = time.monotonic() - self._started
-        return any(region == zone.rsplit("-", 1)[0] and start <= now < end for region, start, end in self.region_outages)
+    def _outage_clock(self) -> float | None:
+        """Seconds on the outages' clock: since the start, or since the first commit (None before it)."""
+        if not self.outages_from_first_commit:
+            return time.monotonic() - self._started
+        if self._first_commit is None:
+            from survivor.jobdir.storage import open_storage
+
+            if open_storage(self.spec["job_dir"]).list("survivor/snapshots/"):
+                self._first_commit = time.monotonic()
+                self._event("note", "-", "the first commit: the outages' clock starts")
+            else:
+                return None
+        return time.monotonic() - self._first_commit
+
+    def _in_outage(self, zone: str, machine_type: str = "") -> bool:
+        """True when a VM of `machine_type` in `zone` finds no capacity now (its region's outage, or its shape's)."""
+        now = self._outage_clock()
+        if now is None:
+            return False
+        return (any(region == zone.rsplit("-", 1)[0] and start <= now < end for region, start, end in self.region_outages)
+                or any(kind == machine_type and start <= now < end for kind, start, end in self.shape_outages))
+
+    def _machine_of(self, vm_name: str) -> str:
+        """The machine type of the group's template the VM `vm_name` belongs to."""
+        group = self._group()
+        template = self.compute.templates.get((PROJECT, group["instanceTemplate"].rsplit("/", 1)[-1]), {})
+        return str(template.get("properties", {}).get("machineType", "")).rsplit("/", 1)[-1]
 
     def _apply_region_outages(self) -> None:
-        """Starts and ends each region outage: the fake refuses VMs in its zones (a stockout, as the
-        API lists it) and a VM running there is preempted at its start."""
-        now = time.monotonic() - self._started
-        for outage in self.region_outages:
-            region, start, end = outage
+        """Starts and ends each region's and shape's outage: the fake refuses VMs in the region's zones
+        (or of the machine type, in every zone: a stockout, as the API lists it) and a VM running
+        there is preempted at its start."""
+        now = self._outage_clock()
+        if now is None:
+            return
+        for outage, where in [(o, "region") for o in self.region_outages] + [(o, "shape") for o in self.shape_outages]:
+            what, start, end = outage
             active = start <= now < end
             if active and outage not in self._outage_failures:
-                zones = self.compute.zones_of(region)
-                for zone in zones:
-                    self.compute.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone=zone)
+                before = list(self.compute.creation_failures)
+                if where == "region":
+                    for zone in self.compute.zones_of(what):
+                        self.compute.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone=zone)
+                else:
+                    self.compute.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", machine_type=what)
                 with self.compute.lock:
-                    self._outage_failures[outage] = [f for f in self.compute.creation_failures if f["zone"] in zones]
-                self._event("stockout", "-", f"no capacity in {region} from {start:.0f} s"
-                            + ("" if end == float("inf") else f" to {end:.0f} s"))
+                    self._outage_failures[outage] = [f for f in self.compute.creation_failures if f not in before]
+                self._event("stockout", "-", f"no capacity {'in' if where == 'region' else 'for'} {what} from "
+                            f"{start:.0f} s" + ("" if end == float("inf") else f" to {end:.0f} s"))
                 local = self._running()
-                if local is not None and self._in_outage(local.zone):
+                if local is not None and self._in_outage(local.zone, self._machine_of(local.name)):
                     self._preempt(local)
             elif not active and outage in self._outage_failures and now >= end:
                 with self.compute.lock:
                     for failure in self._outage_failures.pop(outage):
                         if failure in self.compute.creation_failures:
                             self.compute.creation_failures.remove(failure)
-                self._event("capacity", "-", f"{region} has capacity again")
+                self._event("capacity", "-", f"{what} has capacity again")
 
     def _watch(self) -> None:
         """The watch's look, as the deployed Cloud Run job makes it: placement's move decision."""
-        from survivor.cloud import placement
+        from survivor.operator import placement
         from survivor.cloud.compute import Compute, GroupRef
         from survivor.jobdir.storage import open_storage
 
@@ -324,7 +362,7 @@ class Simulator:
         time.sleep(self.recreate_delay + stockout)
         group = self._group()
         member = next((m for m in group["_members"] if m[2] == local.name), None)
-        if member is not None and self._in_outage(member[1]):
+        if member is not None and self._in_outage(member[1], self._machine_of(local.name)):
             # no capacity: the MIG's recreation fails as the API lists it, and it keeps trying
             with self.compute.lock:
                 self.compute.instances.pop(member, None)

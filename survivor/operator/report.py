@@ -1,6 +1,6 @@
 """What a job cost and where its time went: `survivor report`'s figures, Markdown and timeline PNG.
 
-    >>> report = build_report(job_dir, ReportOptions(machine=Machine("n1-standard-8", "nvidia-tesla-t4", 1),
+    >>> report = build_report(read_job(job_dir), ReportOptions(machine=Machine("n1-standard-8", "nvidia-tesla-t4", 1),
     ...                                              region="us-central1", train_steps=10000))
     >>> report.goodput, report.cost_so_far["job"], report.saving_projected
     (0.83, 1.92, 7.41)
@@ -16,6 +16,13 @@ the price of its provisioning mode: Spot, or on-demand after the deadline policy
 (the switch records in survivor/jobdir/switches.py; a switch replaces the VM, so a boot's mode is
 the mode of the last switch before it booted). The report lists every switch with its reason and who
 decided it, and marks it on the timeline.
+
+A move between regions (survivor/jobdir/moves.py) implies data moved between locations when the new
+region is outside the job dir's bucket's location (survivor/cloud/locations.py, docs/bucket-location.md):
+the report states, for each move, the bytes of the committed snapshot the first attempt after it
+restored (its manifest's files) and whether its region reads the bucket across locations. It prices
+none of it: no current per-GiB rate was found in a source (docs/bucket-location.md). The commits
+after the move and the data dir's reads cross too and are not counted.
 
 "The same job on on-demand" is the job without disruptions: its productive training, plus one
 boot, restore and trainer start (the first attempt's, as measured), at the on-demand price; the
@@ -33,24 +40,19 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from survivor.cloud import locations
 from survivor.cloud.catalog import Machine, Prices, hourly_prices
 from survivor.cloud.pricing import money
-from survivor.jobdir.journal import Journal
-from survivor.jobdir.ledger import (CAUSES, CLOCK_SLACK, GOOGLE_TERMS, LABELS, ON_DEMAND, SPOT, UNSAVED, Ledger,
-                                     build_ledger, parse_time)
-from survivor.jobdir.storage import open_storage
-from survivor.jobdir.store import CheckpointStore
+from survivor.jobdir.journal import Attempt
+from survivor.jobdir.ledger import CAUSE, CAUSES, FLEX_START, ON_DEMAND, SPOT, UNSAVED, Ledger, parse_time
 from survivor.jobdir.moves import Move
-from survivor.jobdir.moves import moves as recorded_moves
-from survivor.jobdir.switches import SwitchFailure, switch_failures
-from survivor.jobdir.switches import switches as recorded_switches
+from survivor.jobdir.status import JobView
+from survivor.jobdir.storage import JobStorage, open_storage
+from survivor.jobdir.store import CheckpointStore
+from survivor.jobdir.switches import SwitchFailure
 
 #: The causes a job on an on-demand VM without disruptions still spends once, at its start.
 ONCE_PER_JOB = ("vm_boot", "restore", "trainer_start")
-#: Colours of the timeline, one per cause.
-COLOURS = {"capacity": "#d9d9d9", "vm_boot": "#9ecae1", "restore": "#6baed6", "trainer_start": "#4292c6",
-           "productive": "#31a354", "rework": "#e6550d", "checkpoint": "#fdae6b", "failed": "#de2d26",
-           "other": "#bcbddc"}
 
 
 @dataclass
@@ -79,6 +81,41 @@ class ReportOptions:
     online: bool = True
     now: _dt.datetime | None = None
     created: _dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class MoveTransfer:
+    """The data a move implies: the committed snapshot the first attempt after the move restored from
+    the job dir (`restored`: its manifest; "" a fresh start; None not known) and its `bytes` (None:
+    not known, or the snapshot was collected since), read in the move's `region`; `across`: that
+    region reads the job dir's bucket across locations (None: the bucket's location is not known)."""
+
+    time: str
+    region: str
+    restored: str | None
+    bytes: int | None
+    across: bool | None
+
+
+def region_of(place: str) -> str:
+    """Pure: `regions/R` -> R, `zones/Z` -> Z's region."""
+    name = place.rsplit("/", 1)[-1]
+    return name if place.startswith("regions/") else name.rsplit("-", 1)[0]
+
+
+def move_transfers(moves: list[Move], attempts: list[Attempt], sizes: dict[str, int],
+                   crossing: tuple[str, ...] | None) -> list[MoveTransfer]:
+    """Pure: each move's restore after it. `sizes`: the bytes of each restored manifest still in the
+    job dir; `crossing`: the regions that read the job dir's bucket across locations (None: unknown)."""
+    out = []
+    for move in moves:
+        moved = parse_time(move.time)
+        after = next((a for a in attempts if moved and parse_time(a.started) and parse_time(a.started) >= moved), None)
+        restored = after.restored_from if after else None
+        size = 0 if restored == "" else sizes.get(restored) if restored else None
+        region = region_of(move.to_place)
+        out.append(MoveTransfer(move.time, region, restored, size, None if crossing is None else region in crossing))
+    return out
 
 
 @dataclass
@@ -111,6 +148,8 @@ class JobReport:
     ledger: Ledger | None = None
     moves: list[Move] = field(default_factory=list)  # where the group went for capacity
     failed_switches: list[SwitchFailure] = field(default_factory=list)  # decided, refused by Compute Engine
+    transfers: list[MoveTransfer] = field(default_factory=list)  # each move's restore, across locations or not
+    bucket_location: str = ""  # the job dir's bucket's, as Cloud Storage reports it ("" not known)
 
     @property
     def saving_so_far(self) -> float | None:
@@ -124,17 +163,19 @@ class JobReport:
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON values (what `--json` prints)."""
-        out = {k: v for k, v in asdict(self).items() if k not in ("ledger", "prices", "moves", "failed_switches")}
+        out = {k: v for k, v in asdict(self).items() if k not in ("ledger", "prices", "moves", "failed_switches",
+                                                                  "transfers")}
         out["prices"] = asdict(self.prices) if self.prices else None
         out["saving_so_far"] = self.saving_so_far
         out["saving_projected"] = self.saving_projected
-        out["badput"] = {cause: {"seconds": round(self.badput_seconds[cause], 3), "label": LABELS[cause],
-                                 "ml_goodput_measurement": GOOGLE_TERMS[cause]}
+        out["badput"] = {cause: {"seconds": round(self.badput_seconds[cause], 3), "label": CAUSE[cause].label,
+                                 "ml_goodput_measurement": CAUSE[cause].google_term}
                          for cause in CAUSES if cause != "productive"}
         del out["badput_seconds"]
         if self.ledger is not None:
             out["switches"] = [asdict(s) for s in self.ledger.switches]
             out["moves"] = [asdict(m) for m in self.moves]
+            out["transfers"] = [asdict(t) for t in self.transfers]
             out["failed_switches"] = [asdict(f) for f in self.failed_switches]
             out["boot_modes"] = {str(number): mode for number, mode in self.ledger.modes.items()}
             out["unsaved_boots"] = list(self.ledger.unsaved)
@@ -147,30 +188,54 @@ def _minus(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else round(a - b, 4)
 
 
-def build_report(job_dir: str, options: ReportOptions) -> JobReport:
-    """Reads the job dir (attempts, DONE/FAILED, the newest commit) and prices the machine; the report."""
-    storage = open_storage(job_dir)
-    state = Journal(storage).state()
-    latest = CheckpointStore(storage, max_step=options.train_steps).latest()
-    marker = state.done or state.failed
-    now = options.now or _dt.datetime.now(_dt.timezone.utc)
-    ledger = build_ledger(state.attempts, now=now, done_at=parse_time(marker.get("time")) if marker else None,
-                          created=options.created, switches=recorded_switches(storage, latest=now + CLOCK_SLACK))
+def build_report(job: JobView, options: ReportOptions) -> JobReport:
+    """Prices the machine for one read of the job dir (`read_job`: attempts, DONE/FAILED, the newest
+    commit, moves and switches); the report."""
     prices = None
     if options.machine is not None:
         prices = hourly_prices(options.machine, options.region, online=options.online,
                                spot_price=options.spot_price, on_demand_price=options.on_demand_price)
         if options.fallback is not None and options.fallback != options.machine:
             other = hourly_prices(options.fallback, options.region, online=options.online)
-            prices = replace(prices, fallback_on_demand=other.on_demand,
+            prices = replace(prices, fallback_on_demand=other.on_demand, flex_start=other.flex_start,
                              basis=f"{prices.basis}; the fallback {_machine_text(options.fallback)} "
                                    f"on-demand: {other.basis}")
-    phase = "DONE" if state.done else "FAILED" if state.failed else "RUNNING" if ledger.running else "WAITING"
-    report = figures(ledger, prices, job_dir=job_dir, state=phase, committed_step=latest.step if latest else None,
-                     train_steps=options.train_steps, preemptions=state.preemptions)
-    report.moves = recorded_moves(storage)
-    report.failed_switches = switch_failures(storage)
+    latest = job.latest
+    report = figures(job.ledger, prices, job_dir=job.job_dir, state=job.phase,
+                     committed_step=latest.step if latest else None, train_steps=options.train_steps,
+                     preemptions=job.state.preemptions)
+    report.moves = job.moves
+    report.failed_switches = job.switch_failures
+    if job.moves:
+        storage = open_storage(job.job_dir)
+        report.bucket_location, crossing = _bucket_crossing(storage, [region_of(m.to_place) for m in job.moves])
+        report.transfers = move_transfers(job.moves, job.state.attempts, _restored_sizes(storage, job), crossing)
     return report
+
+
+def _restored_sizes(storage: JobStorage, job: JobView) -> dict[str, int]:
+    """The bytes of each manifest an attempt restored that is still in the job dir."""
+    store = CheckpointStore(storage)
+    names = {a.restored_from for a in job.state.attempts if a.restored_from}
+    return {name: found.size for name in names if (found := store.load(name, bounded=False)) is not None}
+
+
+def _bucket_crossing(storage: JobStorage, regions: list[str]) -> tuple[str, tuple[str, ...] | None]:
+    """The job dir's bucket's location (`buckets.get`; "" when not known) and which of `regions` read
+    it across locations (None: not known: a local job dir, or the bucket could not be read)."""
+    client = getattr(storage, "client", None)  # a gs:// job dir's google-cloud-storage client
+    if client is None:
+        return "", None
+    from google.api_core import exceptions as gexc
+    from google.auth import exceptions as auth_errors
+
+    try:
+        found = client.get_bucket(storage.bucket_name)
+    except (gexc.GoogleAPICallError, auth_errors.GoogleAuthError, OSError):
+        return "", None
+    data = tuple(found.data_locations or ())
+    where = f"{found.location} ({found.location_type})" if found.location else ""
+    return where, locations.crossing_regions(found.location or "", found.location_type, sorted(set(regions)), data)
 
 
 def figures(ledger: Ledger, prices: Prices | None, *, job_dir: str, state: str, committed_step: int | None,
@@ -209,8 +274,11 @@ def figures(ledger: Ledger, prices: Prices | None, *, job_dir: str, state: str, 
 
 
 def rate(prices: Prices, mode: str) -> float | None:
-    """USD per hour of the job's VM in a provisioning mode ("spot" or "on-demand"): on-demand is the
-    deadline's fallback machine when it has its own price."""
+    """USD per hour of the job's VM in a provisioning mode ("spot", "on-demand" or "flex-start"):
+    on-demand and flex-start are the deadline's fallback machine (on-demand at its own price when it
+    has one; flex-start from the catalog's DWS Defined Duration SKUs, docs/flex-start.md)."""
+    if mode == FLEX_START:
+        return prices.flex_start
     if mode != ON_DEMAND:
         return prices.spot
     return prices.fallback_on_demand if prices.fallback_on_demand is not None else prices.on_demand
@@ -255,8 +323,9 @@ def status_line(report: JobReport) -> str:
     if job is None or report.prices is None:  # a cost comes only with prices
         return f"{goodput} of {report.wall_hours:.2f} h; cost unknown (no machine or price)"
     od = f" (on-demand ${on_demand:.2f})" if on_demand is not None else ""
-    where = "on Spot" if not report.vm_hours_by_mode.get(ON_DEMAND) else \
-        f"(Spot ${report.cost_by_mode[SPOT]:.2f} + on-demand ${report.cost_by_mode[ON_DEMAND]:.2f} after a switch)"
+    after = [f"{mode} ${report.cost_by_mode[mode]:.2f}" for mode in (ON_DEMAND, FLEX_START)
+             if report.vm_hours_by_mode.get(mode) and report.cost_by_mode.get(mode) is not None]
+    where = "on Spot" if not after else f"(Spot ${report.cost_by_mode[SPOT]:.2f} + {' + '.join(after)} after a switch)"
     return f"{goodput} of {report.wall_hours:.2f} h; ${job:.2f} so far {where}{od}; {report.prices.basis}"
 
 
@@ -278,11 +347,11 @@ def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
     wall = (report.ledger.wall_seconds if report.ledger else report.wall_hours * 3600) or 1.0  # unrounded
     for cause in CAUSES:
         seconds = report.badput_seconds[cause]
-        lines.append(f"| {LABELS[cause]} | {GOOGLE_TERMS[cause] or '(goodput)'} | {_duration(seconds)} | "
+        lines.append(f"| {CAUSE[cause].label} | {CAUSE[cause].google_term or '(goodput)'} | {_duration(seconds)} | "
                      f"{100 * seconds / wall:.1f}% |")
     unsaved = report.ledger.unsaved if report.ledger else []
     if unsaved:
-        lines += ["", f"{LABELS['checkpoint'].capitalize()} include the agent's wait for a save that never came: "
+        lines += ["", f"{CAUSE['checkpoint'].label.capitalize()} include the agent's wait for a save that never came: "
                       f"{UNSAVED} in boot{'s' if len(unsaved) > 1 else ''} {', '.join(map(str, unsaved))} (it did "
                       "not exit on SIGTERM and was killed; its steps since its last checkpoint were lost)."]
     lines += ["", "## Switches between Spot and on-demand", ""]
@@ -312,8 +381,12 @@ def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
             when = parse_time(move.time)
             shown = when.astimezone(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if when else move.time
             lost = " (a state-disk snapshot left behind)" if move.lost_pending else ""
-            lines.append(f"| {shown} | {move.from_place} -> {move.to_place} | {_cell(move.reason)}{lost} | "
+            shape = f" ({_cell(move.machine)})" if move.machine else ""
+            lines.append(f"| {shown} | {move.from_place} -> {move.to_place}{shape} | {_cell(move.reason)}{lost} | "
                          f"{_cell(move.by) or '?'} |")
+        lines += ["", "Data moved between locations by each move's restore (the commits after it and the data "
+                      "dir's reads cross too and are not counted):", ""]
+        lines += [f"- {transfer_line(t, report.bucket_location)}" for t in report.transfers]
     lines += ["", "## Cost", ""]
     if report.prices is None:
         lines.append("No machine known: no cost (name the job, or give --machine-type with --job-dir).")
@@ -323,7 +396,10 @@ def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
                     f", the deadline's on-demand fallback machine {money(p.fallback_on_demand)}/h")
         lines += [f"Prices: Spot {money(p.spot)}/h, on-demand {money(p.on_demand)}/h{fallback} ({p.basis}).", "",
                   "| VM time | time | price | cost |", "|---|---:|---:|---:|"]
-        for mode, label in ((SPOT, "on Spot"), (ON_DEMAND, "on on-demand (after a switch)")):
+        for mode, label in ((SPOT, "on Spot"), (ON_DEMAND, "on on-demand (after a switch)"),
+                            (FLEX_START, "on flex-start (after a switch)")):
+            if mode == FLEX_START and not report.vm_hours_by_mode.get(mode):
+                continue  # a row only for a job that ran on flex-start
             lines.append(f"| {label} | {_duration(3600 * report.vm_hours_by_mode.get(mode, 0.0))} | {money(rate(p, mode))}/h | "
                          f"{money(report.cost_by_mode.get(mode))} |")
         lines += ["", "| | this job | on-demand (same job, no disruptions) | saving |", "|---|---:|---:|---:|",
@@ -334,6 +410,24 @@ def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
                          f"{money(report.cost_projected.get('on_demand'))} | {money(report.saving_projected)} |")
     lines += ["", "## Timeline", "", f"![timeline]({png_name})", ""]
     return "\n".join(lines)
+
+
+def transfer_line(transfer: MoveTransfer, bucket_location: str = "") -> str:
+    """Pure: one move's restore, for people: its bytes and whether they crossed locations, unpriced."""
+    bucket = f"the job dir's bucket ({bucket_location})" if bucket_location else "the job dir's bucket"
+    if transfer.bytes is None:
+        size = ("the restored snapshot's size is not known (collected since, or not recorded)" if transfer.restored
+                else "nothing known restored yet")
+    elif transfer.restored == "":
+        return f"to {transfer.region}: a fresh start, nothing restored"
+    else:
+        size = f"the restore read {transfer.bytes / 2 ** 30:.2f} GiB ({transfer.bytes} bytes)"
+    if transfer.across is None:
+        return f"to {transfer.region}: {size} from {bucket}; whether across locations is not known"
+    if not transfer.across:
+        return f"to {transfer.region}: {size} from {bucket}, within its location: no data transfer fee"
+    return (f"to {transfer.region}: {size} from {bucket} across locations: data transfer between locations, "
+            f"not priced here (no sourced per-GiB rate, docs/bucket-location.md; {locations.PRICING_DOC})")
 
 
 def _cell(text: str) -> str:
@@ -369,7 +463,7 @@ def draw_timeline(report: JobReport, path: str) -> str:
     for cause in CAUSES:
         bars = [(hours(s.start), s.seconds / 3600) for s in ledger.spans if s.cause == cause]
         if bars:
-            top.broken_barh(bars, (0, 1), facecolors=COLOURS[cause], label=LABELS[cause])
+            top.broken_barh(bars, (0, 1), facecolors=CAUSE[cause].colour, label=CAUSE[cause].label)
     for number, start, end, outcome in ledger.boots:
         top.axvline(hours(start), color="black", linewidth=0.6)
         top.text(hours(start), 1.05, f"boot {number}", fontsize=7)

@@ -24,13 +24,15 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from survivor import log as logs
-from survivor.cloud import image, machines, preflight
-from survivor.cloud.deadline import ON_DEMAND, SPOT
+from survivor.cloud import machines
+from survivor.operator import image, preflight
+from survivor.operator.deadline import FLEX_START, FLEX_START_MAX_RUN_HOURS, ON_DEMAND, SPOT
 from survivor.cloud.compute import (BASE_INSTANCE_NAME_MAX, Compute, ComputeError, GroupRef, distribution_policy,
                                     explain_operation_errors, find_project, group_creation, location_problems,
                                     name_problems, spec_project, PROJECT_HINT)
-from survivor.cloud.template import (STATE_DISK_DEVICE, Install, MachineOptions, body_differences, deadline_warning,
-                                     named_differences, parse_gpu, template_body)
+from survivor.cloud.template import (DLVM_PROJECT, IMAGE_FAMILY_PREFIX, STATE_DISK_DEVICE, Install, MachineOptions,
+                                     body_differences, deadline_warning, named_differences, parse_gpu, shape_options,
+                                     template_body)
 from survivor.jobdir.storage import JobStorage, StorageError
 from survivor.jobdir.switches import Switch, SwitchFailure, parse_time, record_switch, record_switch_failure
 from survivor.spec import FallbackSpec, JobSpec, SpecError
@@ -577,29 +579,30 @@ def _template_machine(template: dict) -> dict[str, Any]:
             "spot": props.get("scheduling", {}).get("provisioningModel") == "SPOT"}
 
 
-def _job_report(job_dir: str, machine: dict | None, group: GroupRef, spec: JobSpec | None,
-                spot_price: float | None, on_demand_price: float | None, created: str | None = None,
-                fallback: dict | None = None):
-    """The job's report (survivor/cloud/report.py) for `status`: the goodput ledger priced from cached
-    catalog prices (status never waits on the catalog: `survivor report` fetches and caches them)."""
-    from survivor.cloud import report
+def _report_options(machine: dict | None, group: GroupRef, spec: JobSpec | None, spot_price: float | None,
+                    on_demand_price: float | None, created: str | None = None, fallback: dict | None = None):
+    """How `status` prices the job's report (survivor/operator/report.py): from cached catalog prices
+    (status never waits on the catalog: `survivor report` fetches and caches them)."""
+    from survivor.operator import report
     from survivor.cloud.catalog import Machine
 
-    options = report.ReportOptions(
+    return report.ReportOptions(
         machine=Machine(machine["machine_type"], machine["gpu_type"], machine["gpu_count"]) if machine else None,
         fallback=Machine(fallback["machine_type"], fallback["gpu_type"], fallback["gpu_count"]) if fallback else None,
         region=group.region or (group.zone or "").rsplit("-", 1)[0], train_steps=spec.train_steps if spec else None,
         spot_price=spot_price, on_demand_price=on_demand_price, online=False, created=parse_time(created))
-    return report.build_report(job_dir, options)
 
 
 def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
-               spot_price: float | None = None, on_demand_price: float | None = None) -> dict[str, Any]:
+               spot_price: float | None = None, on_demand_price: float | None = None,
+               read_job_dir: bool = True) -> dict[str, Any]:
     """Everything `survivor status` shows: the group, its instance, the job dir's story, and its
     goodput and cost by the goodput ledger, priced as `survivor report` prices (the USD-per-hour
     prices given, else cached catalog prices, else the offline table). The job dir defaults to the
-    one in the template's job spec."""
-    from survivor.jobdir.status import job_summary
+    one in the template's job spec; it is read once (`read_job`), for the story and the price alike.
+    `read_job_dir=False`: the group and its machine only (what `survivor report` needs to price)."""
+    from survivor.operator import report
+    from survivor.jobdir.status import job_summary, read_job
 
     out: dict[str, Any] = {"name": group.name, "project": group.project, "zone": group.zone, "region": group.region}
     found = compute.get_group(group)
@@ -616,10 +619,11 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
         out["instances"] = instances
         current = out["group"]["template"]
         template = compute.get_template(current) if current else None
-        if template and current.endswith(ON_DEMAND_SUFFIX):  # after a deadline's switch: price the Spot machine
-            template = compute.get_template(current[: -len(ON_DEMAND_SUFFIX)]) or template
+        base, _ = template_mode(current)
+        if template and base != current:  # after a deadline's switch: price the Spot machine
+            template = compute.get_template(base) or template
         if template:
-            spec = _spec_of(template)
+            spec = spec_of(template)
             out["machine"] = _template_machine(template)
             if spec and spec.fallback and (spec.fallback.machine_type or spec.fallback.gpu):
                 fallback = _template_machine(on_demand_template_body(template, spec.fallback))
@@ -627,17 +631,19 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
                         (out["machine"]["machine_type"], out["machine"]["gpu_type"], out["machine"]["gpu_count"]):
                     out["fallback_machine"] = fallback
     job_dir = job_dir or (spec.job_dir if spec else None)
-    if job_dir:
-        summary = job_summary(job_dir, train_steps=spec.train_steps if spec else None)
+    out["job_dir"] = job_dir
+    out["train_steps"] = spec.train_steps if spec else None
+    if job_dir and read_job_dir:
+        options = _report_options(out.get("machine"), group, spec, spot_price, on_demand_price,
+                                  (out.get("group") or {}).get("created"), out.get("fallback_machine"))
+        view = read_job(job_dir, train_steps=options.train_steps, created=options.created)
+        summary = job_summary(view)
         out["job"] = summary
         if spec:
             summary["train_steps"] = spec.train_steps
-        from survivor.cloud.report import cost_summary, status_line
-
-        made = _job_report(job_dir, out.get("machine"), group, spec, spot_price, on_demand_price,
-                           (out.get("group") or {}).get("created"), out.get("fallback_machine"))
-        out["cost"] = cost_summary(made)
-        out["goodput_line"] = status_line(made)
+        made = report.build_report(view, options)
+        out["cost"] = report.cost_summary(made)
+        out["goodput_line"] = report.status_line(made)
     return out
 
 
@@ -646,17 +652,28 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
 
 #: The on-demand template of a job is its Spot template's name with this suffix.
 ON_DEMAND_SUFFIX = "-on-demand"
+#: The flex-start template of a job (docs/flex-start.md): the Spot template's name with this suffix.
+FLEX_START_SUFFIX = "-flex-start"
+#: Each mode's template suffix; Spot's is the template itself.
+SUFFIXES = {ON_DEMAND: ON_DEMAND_SUFFIX, FLEX_START: FLEX_START_SUFFIX}
 
 
-def on_demand_template_body(spot: dict, fallback: FallbackSpec | None = None) -> dict:
-    """Pure: the on-demand twin of a Spot template body: `provisioningModel: STANDARD`, no Spot
-    termination action or notice, automatic restart; the same shape unless `fallback` names a
-    machine type or GPUs. Its name is the Spot template's with ON_DEMAND_SUFFIX."""
+def template_mode(name: str) -> tuple[str, str]:
+    """Pure: (the Spot template's name, the mode) of one of a job's templates, by its suffix."""
+    for mode, suffix in SUFFIXES.items():
+        if name.endswith(suffix):
+            return name[: -len(suffix)], mode
+    return name, SPOT
+
+
+def _twin(spot: dict, fallback: FallbackSpec | None, suffix: str, what: str) -> tuple[dict, dict]:
+    """A copy of the Spot template body renamed with `suffix`, with `fallback:`'s machine put in;
+    (the body, its properties)."""
     body = json.loads(json.dumps(spot))
     for key in ("id", "kind", "selfLink", "creationTimestamp", "fingerprint"):
         body.pop(key, None)
-    body["name"] = spot["name"] + ON_DEMAND_SUFFIX
-    body["description"] = (spot.get("description") or "") + " (on-demand fallback)"
+    body["name"] = spot["name"] + suffix
+    body["description"] = (spot.get("description") or "") + f" ({what})"
     props = body["properties"]
     if fallback and fallback.machine_type:
         props["machineType"] = fallback.machine_type
@@ -665,25 +682,96 @@ def on_demand_template_body(spot: dict, fallback: FallbackSpec | None = None) ->
         props.pop("guestAccelerators", None)
         if gpu_type and not machines.carries_gpus(props["machineType"]):
             props["guestAccelerators"] = [{"acceleratorType": gpu_type, "acceleratorCount": gpu_count}]
+    return body, props
+
+
+def on_demand_template_body(spot: dict, fallback: FallbackSpec | None = None) -> dict:
+    """Pure: the on-demand twin of a Spot template body: `provisioningModel: STANDARD`, no Spot
+    termination action or notice, automatic restart; the same shape unless `fallback` names a
+    machine type or GPUs. Its name is the Spot template's with ON_DEMAND_SUFFIX."""
+    body, props = _twin(spot, fallback, ON_DEMAND_SUFFIX, "on-demand fallback")
     accel = (props.get("guestAccelerators") or [{}])[0]
     props["scheduling"] = machines.scheduling(props["machineType"], accel.get("acceleratorType"),
                                               int(accel.get("acceleratorCount") or 0), spot=False)
     return body
 
 
-def _spec_of(template: dict) -> JobSpec | None:
+# -- the job's other machine shapes (placement.shapes) ----------------------------------------------
+
+
+def shape_template_name(template: str, shape: int) -> str:
+    """Pure: the name of the job's template for `shape`: `template` (the job's own) for 0, else
+    `<template>-shape-N` (N: `placement.shapes[N-1]`)."""
+    return template if shape == 0 else f"{template}-shape-{shape}"
+
+
+def shape_template_body(job: dict, spec: JobSpec, shape: int) -> dict:
+    """Pure: the template of the job's `shape`, made from the job's own template body `job` as the
+    deadline's on-demand twin is (`on_demand_template_body`): the same body with only the machine
+    type, the GPUs and what they decide changed (scheduling's maintenance rule, the Deep Learning VM
+    image's driver item), named `shape_template_name`. Shape 0 is `job` itself."""
+    if shape == 0:
+        return job
+    body = json.loads(json.dumps(job))
+    for key in ("id", "kind", "selfLink", "creationTimestamp", "fingerprint"):
+        body.pop(key, None)
+    body["name"] = shape_template_name(job["name"], shape)
+    body["description"] = (job.get("description") or "") + f" (shape {shape})"
+    machine = shape_options(spec, MachineOptions.from_spec(spec), spec.placement.shapes[shape - 1])
+    props = body["properties"]
+    props["machineType"] = machine.machine_type
+    props.pop("guestAccelerators", None)
+    # a2/a3/g2 carry their GPUs: nothing is attached to them (as template_body does)
+    attached = 0 if machines.carries_gpus(machine.machine_type) else (machine.gpu_count if machine.gpu_type else 0)
+    if attached:
+        props["guestAccelerators"] = [{"acceleratorType": machine.gpu_type, "acceleratorCount": attached}]
+    sched = props.get("scheduling") or {}
+    notice = (sched.get("preemptionNoticeDuration") or {}).get("seconds")
+    props["scheduling"] = machines.scheduling(
+        machine.machine_type, machine.gpu_type, attached, spot=sched.get("provisioningModel") == "SPOT",
+        termination_action=sched.get("instanceTerminationAction") or "STOP",
+        preemption_notice=int(notice) if notice else None)
+    items = [i for i in props.get("metadata", {}).get("items", []) if i.get("key") != "install-nvidia-driver"]
+    image = ((props.get("disks") or [{}])[0].get("initializeParams") or {}).get("sourceImage") or ""
+    if machines.gpus_of(machine.machine_type, machine.gpu_type, attached)[1] and (
+            f"projects/{DLVM_PROJECT}/" in image or f"/family/{IMAGE_FAMILY_PREFIX}" in image):
+        items.append({"key": "install-nvidia-driver", "value": "True"})
+    if "metadata" in props:
+        props["metadata"]["items"] = items
+    return body
+
+
+def flex_start_template_body(spot: dict, fallback: FallbackSpec | None = None) -> dict:
+    """Pure: the flex-start twin of a Spot template body, made like the on-demand one (the same
+    shape unless `fallback` says otherwise), with the scheduling Google's resize-request example
+    gives (docs/flex-start.md F8): `provisioningModel: FLEX_START`, `instanceTerminationAction:
+    DELETE`, `onHostMaintenance: TERMINATE`, no automatic restart. The run duration is the resize
+    request's. Its name is the Spot template's with FLEX_START_SUFFIX."""
+    body, props = _twin(spot, fallback, FLEX_START_SUFFIX, "flex-start fallback")
+    props["scheduling"] = {"provisioningModel": "FLEX_START", "instanceTerminationAction": "DELETE",
+                           "onHostMaintenance": "TERMINATE", "automaticRestart": False}
+    return body
+
+
+def spec_of(template: dict) -> JobSpec | None:
+    """The job spec a template carries in its `survivor-job` metadata (None: it carries none)."""
     items = {i["key"]: i["value"] for i in template["properties"].get("metadata", {}).get("items", [])}
     return JobSpec.from_yaml(items["survivor-job"]) if "survivor-job" in items else None
 
 
 def switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, *, by: str,
                  storage: JobStorage | None = None, say: Say = _silent) -> Switch | None:
-    """Switches the job's group to its Spot or on-demand template; None when it runs that one already.
+    """Switches the job's group to its Spot, on-demand or flex-start template; None when it runs that
+    one already.
 
-    Makes the on-demand template from the Spot one the first time (`on_demand_template_body`, with
-    the spec's `fallback:`), points the group at it (`setInstanceTemplate`), records the switch with
-    its reason in the job dir (`storage`), then recreates the group's VM from it (`recreateInstances`:
-    the old VM is stopped gracefully, so its agent commits first). RequestError for a missing group.
+    Makes the on-demand or flex-start template from the Spot one the first time
+    (`on_demand_template_body`, `flex_start_template_body`, with the spec's `fallback:`), points the
+    group at it (`setInstanceTemplate`), records the switch with its reason in the job dir (`storage`),
+    then recreates the group's VM from it (`recreateInstances`: the old VM is stopped gracefully, so
+    its agent commits first). Flex-start VMs come from a resize request instead (docs/flex-start.md):
+    the group is resized to none and asks for one VM for FLEX_START_MAX_RUN_HOURS (the longest run
+    allowed; billing ends when the agent finishes). Leaving flex-start cancels a request still queued
+    and sets the group's size back to one. RequestError for a missing group.
     """
     try:
         return _switch_group(compute, group, to_mode, reason, by=by, storage=storage, say=say)
@@ -704,67 +792,42 @@ def _switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, 
     if found is None:
         raise RequestError(f"group {group.name}: not found; nothing to switch")
     current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
-    base = current[: -len(ON_DEMAND_SUFFIX)] if current.endswith(ON_DEMAND_SUFFIX) else current
-    target = base + ON_DEMAND_SUFFIX if to_mode == ON_DEMAND else base
+    base, from_mode = template_mode(current)
+    target = base + SUFFIXES.get(to_mode, "")
     if target == current:
         return None
-    if to_mode == ON_DEMAND and compute.get_template(target) is None:
-        problems = name_problems("on-demand template", target)
+    if to_mode != SPOT and compute.get_template(target) is None:
+        problems = name_problems(f"{to_mode} template", target)
         if problems:
             raise RequestError(problems[0] + f" (shorten the Spot template's name {base!r})")
         spot = compute.get_template(base)
         if spot is None:
             raise RequestError(f"template {base}: not found; the group's Spot template is needed to make {target}")
-        spec = _spec_of(spot)
-        compute.insert_template(on_demand_template_body(spot, spec.fallback if spec else None))
-        say(f"template {target}: created (on-demand, same shape as {base} unless fallback: says otherwise)")
+        spec = spec_of(spot)
+        make = flex_start_template_body if to_mode == FLEX_START else on_demand_template_body
+        compute.insert_template(make(spot, spec.fallback if spec else None))
+        say(f"template {target}: created ({to_mode}, same shape as {base} unless fallback: says otherwise)")
     compute.set_group_template(group, target)
-    switch = Switch(time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"), to_mode=to_mode,
-                    from_mode=ON_DEMAND if current.endswith(ON_DEMAND_SUFFIX) else SPOT, reason=reason, by=by,
-                    template=target)
+    now = _dt.datetime.now(_dt.timezone.utc)
+    switch = Switch(time=now.isoformat(timespec="milliseconds"), to_mode=to_mode, from_mode=from_mode, reason=reason,
+                    by=by, template=target)
     if storage is not None:
         record_switch(storage, switch)
     log.info("group switched", group=group.name, to=to_mode, template=target, reason=reason, by=by)
     say(f"group {group.name}: now {to_mode} (template {target}): {reason}")
+    if from_mode == FLEX_START:  # a queued request would still add a flex-start VM; the group keeps one VM
+        for request in compute.resize_requests_of(group):
+            if request.get("state") == "ACCEPTED":
+                compute.cancel_resize_request(group, request["name"])
+        if to_mode != FLEX_START and int(compute.get_group(group).get("targetSize") or 0) == 0:
+            compute.resize_group(group, 1)
+    if to_mode == FLEX_START:  # the VM comes from a resize request, all at once when DWS has capacity
+        compute.resize_group(group, 0)
+        name = "survivor-" + now.strftime("%Y%m%d%H%M%S")
+        compute.request_resize(group, name, count=1, run_seconds=int(FLEX_START_MAX_RUN_HOURS * 3600))
+        say(f"group {group.name}: resize request {name} for one flex-start VM queued")
+        return switch
     members = [(m["zone"], m["name"]) for m in compute.managed_instances(group) if m["zone"]]
     if members:
         compute.recreate_instances(group, members)
     return switch
-
-
-def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
-               check_every_hours: float | None = None, say: Say = _silent):
-    """One look at a job with a deadline, from anywhere (`survivor watch`): the policy's decision for
-    its group now, acted on (switch_group, by="watch"). Running while no VM does (a Spot stockout)
-    is what it is for: the agent decides at every boot, and without a VM there is no boot.
-    Returns the Decision (None: the spec has no deadline); RequestError for a missing group."""
-    from survivor.cloud import deadline, placement
-    from survivor.jobdir.storage import open_storage
-
-    found = compute.get_group(group)
-    if found is None and job_dir:  # the job may have moved (placement.regions): its records say where
-        group = placement.current_group(open_storage(job_dir, project=group.project), group)
-        found = compute.get_group(group)
-    if found is None:
-        raise RequestError(f"group {group.name}: not found; nothing to watch")
-    current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
-    base = current[: -len(ON_DEMAND_SUFFIX)] if current.endswith(ON_DEMAND_SUFFIX) else current
-    template = compute.get_template(base) or compute.get_template(current)
-    spec = _spec_of(template) if template else None
-    if spec is None:
-        raise RequestError(f"group {group.name}: its template {current} carries no survivor-job spec")
-    storage = open_storage(job_dir or spec.job_dir, project=group.project)
-    running = any(m["status"] == "RUNNING" for m in compute.managed_instances(group))
-    created = parse_time(found.get("creationTimestamp"))  # as the records' times: aware, never a crash
-    decision = deadline.assess(spec, storage, _dt.datetime.now(_dt.timezone.utc), running=running, first_start=created,
-                               check_every_hours=check_every_hours or deadline.CHECK_EVERY_HOURS)
-    if spec.placement is not None and not running:  # no VM: the job may move to capacity elsewhere
-        if placement.look_and_move(compute, group, spec, storage, by="watch", say=say) is not None:
-            return decision
-    if decision is None:
-        say(f"job {spec.name}: no deadline in its spec; nothing to decide")
-        return None
-    say(f"job {spec.name}: {decision.current} -> {decision.mode}: {decision.reason}")
-    if decision.switch:
-        switch_group(compute, group, decision.mode, decision.reason, by="watch", storage=storage, say=say)
-    return decision

@@ -53,6 +53,13 @@ a safety net of `2d` (d: a restart's overhead).
    and a long outage ends the tries once they have used up what Spot saved (issue 27: a 12 h job
    went back to Spot 6 times in one outage and cost more than on-demand). Without prices (a machine
    outside the offline table) the rule is skipped.
+8. Flex-start (docs/flex-start.md), only with `fallback.flex_start: true`: where rule 3 would leave
+   Spot for on-demand, flex-start instead when the machine runs it (survivor/cloud/machines.py
+   `flex_start_problem`), it is cheaper than on-demand, the remaining work fits one run duration
+   (7 days), and the work plus the margin plus the queue wait the spec assumes
+   (`fallback.flex_start_wait_hours`) still fit in the time left. A flex-start request that has waited
+   longer than that goes on-demand; a flex-start VM that trains keeps training (it is not preempted).
+   The safety net, the cost cap and a passed deadline go on-demand directly: they leave no time to queue.
 """
 
 from __future__ import annotations
@@ -60,13 +67,16 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass
 
-from survivor.jobdir.journal import Attempt, Journal
+from survivor.jobdir.journal import Attempt, Journal, Timing
 from survivor.jobdir.ledger import EARLIEST, build_ledger
 from survivor.jobdir.storage import JobStorage
 from survivor.jobdir.switches import Switch, parse_time, switches
-from survivor.spec import JobSpec
+from survivor.spec import FLEX_START_WAIT_HOURS, JobSpec
 
-SPOT, ON_DEMAND = "spot", "on-demand"
+SPOT, ON_DEMAND, FLEX_START = "spot", "on-demand", "flex-start"
+#: The longest a flex-start VM runs (docs/flex-start.md F3, F5: a resize request's run duration is at
+#: most 7 days, https://cloud.google.com/compute/docs/instance-groups/about-resize-requests-mig).
+FLEX_START_MAX_RUN_HOURS = 7 * 24.0
 #: A VM's creation and boot up to the agent, when nothing measured it (Compute Engine's own figures
 #: for a GPU VM with a Deep Learning image are minutes; the agent's own phases are measured).
 BOOT_HOURS = 0.05
@@ -102,6 +112,7 @@ class Measured:
             the on-demand hourly price); None: the prices are not known, and rule 7 is skipped.
         spot_price_ratio: the Spot hourly price over the on-demand one (what a Spot hour costs in
             hours of on-demand).
+        flex_start_price_ratio: the same for a flex-start hour (1.0 when not known: priced as on-demand).
     """
 
     steps_done: int
@@ -116,6 +127,40 @@ class Measured:
     since_switch_hours: float | None = None
     spent_hours: float | None = None
     spot_price_ratio: float = 1.0
+    flex_start_price_ratio: float = 1.0
+
+
+@dataclass(frozen=True)
+class FlexStart:
+    """Whether flex-start may stand in for on-demand (rule 8), and what it is planned with.
+
+    Args:
+        allowed: the spec says `fallback.flex_start: true`.
+        unsupported: why the fallback machine cannot run flex-start ("" when it can).
+        wait_hours: the queue wait assumed (`fallback.flex_start_wait_hours`).
+        price_ratio: flex-start's hourly price over on-demand's (None: not known, never chosen).
+    """
+
+    allowed: bool = False
+    unsupported: str = ""
+    wait_hours: float = FLEX_START_WAIT_HOURS
+    price_ratio: float | None = None
+
+    def problem(self, work: float, margin: float, left: float) -> str | None:
+        """Pure: why flex-start is not chosen for `work` hours with `margin` and `left` hours to go;
+        None when it is."""
+        if not self.allowed:
+            return "flex-start not allowed by the spec"
+        if self.unsupported:
+            return self.unsupported
+        if self.price_ratio is None or self.price_ratio >= 1.0:
+            return "flex-start is not known to be cheaper than on-demand"
+        if work + margin > FLEX_START_MAX_RUN_HOURS:
+            return f"{work + margin:.2f} h of training and margin exceed flex-start's {FLEX_START_MAX_RUN_HOURS:g} h run"
+        if left < work + margin + self.wait_hours:
+            return (f"a {self.wait_hours:.2f} h flex-start queue, {work:.2f} h of training and a {margin:.2f} h "
+                    f"margin do not fit in {left:.2f} h")
+        return None
 
 
 @dataclass(frozen=True)
@@ -125,10 +170,11 @@ class Situation:
     Args:
         hours_left: until the deadline (negative once it passed).
         window_hours: from the first start to the deadline.
-        mode: what the group runs now, "spot" or "on-demand".
+        mode: what the group runs now, "spot", "on-demand" or "flex-start".
         running: a VM of the group is training now (at a boot: this one).
         check_every_hours: how long a missing VM may go unnoticed (`survivor watch`'s period).
         switch_back: whether the job may return from on-demand to Spot (`fallback.switch_back`).
+        flex_start: whether and how flex-start may stand in for on-demand (rule 8; None: it may not).
     """
 
     hours_left: float
@@ -137,6 +183,7 @@ class Situation:
     running: bool = False
     check_every_hours: float = CHECK_EVERY_HOURS
     switch_back: bool = True
+    flex_start: FlexStart | None = None
 
 
 @dataclass(frozen=True)
@@ -226,6 +273,8 @@ def decide(measured: Measured, situation: Situation) -> Decision:
     left = situation.hours_left
     if measured.steps_done >= measured.train_steps:
         return to(current, "finished: nothing left to train")
+    if current == FLEX_START and situation.running:  # not preempted: it trains to the end of its run
+        return to(FLEX_START, "flex-start is training; it is not preempted")
     if left <= 0:
         return to(ON_DEMAND, f"the deadline passed {-left:.2f} h ago; on-demand finishes soonest")
     if not measured.step_rate:
@@ -237,30 +286,44 @@ def decide(measured: Measured, situation: Situation) -> Decision:
     work = (measured.train_steps - measured.steps_done) / measured.step_rate
     margin = margin_hours(measured, situation)
     slack = left - work - margin
+    flexing = current == FLEX_START
     if slack < 0:
         return to(ON_DEMAND, f"safety net: {left:.2f} h left, {work:.2f} h of training on on-demand plus a "
                              f"{margin:.2f} h margin", slack)
+    flex = situation.flex_start or FlexStart()
+    waited = measured.since_switch_hours
+    if flexing and waited is not None and waited >= flex.wait_hours:
+        return to(ON_DEMAND, f"the flex-start request has waited {waited:.2f} h, longer than the "
+                             f"{flex.wait_hours:.2f} h planned with; on-demand", slack)
+    stay = FLEX_START if flexing else ON_DEMAND
     capped = over_budget(measured, situation)
     if capped:
-        return to(ON_DEMAND, capped, slack)
+        return to(stay, capped, slack)
     if current == SPOT and situation.running:
         return to(SPOT, f"Spot is training; {slack:.2f} h of slack", slack)
     goodput = spot_goodput(measured, situation.window_hours)
     on_spot = work / goodput
     if current == SPOT:
         if left < on_spot:
-            return to(ON_DEMAND, f"behind: at {goodput:.0%} Spot goodput the remaining {work:.2f} h of training "
-                                 f"need {on_spot:.2f} h on Spot; {left:.2f} h left", slack)
+            behind = (f"behind: at {goodput:.0%} Spot goodput the remaining {work:.2f} h of training "
+                      f"need {on_spot:.2f} h on Spot; {left:.2f} h left")
+            if situation.flex_start is None or not situation.flex_start.allowed:
+                return to(ON_DEMAND, behind, slack)
+            why_not = flex.problem(work, margin, left)
+            if why_not is None:
+                return to(FLEX_START, f"{behind}; flex-start at {flex.price_ratio:.0%} of the on-demand price "
+                                      f"fits with a {flex.wait_hours:.2f} h queue", slack)
+            return to(ON_DEMAND, f"{behind}; on-demand: {why_not}", slack)
         return to(SPOT, f"on track: {on_spot:.2f} h on Spot at {goodput:.0%} goodput, {left:.2f} h left", slack)
     hysteresis = hysteresis_hours(measured, situation)
     if situation.switch_back and left >= on_spot + hysteresis:
         wait, since = backoff_hours(measured), measured.since_switch_hours
         if since is not None and since < wait:
-            return to(ON_DEMAND, f"staying on on-demand: the last {measured.failed_switch_backs} switch(es) back to "
+            return to(stay, f"staying on {stay}: the last {measured.failed_switch_backs} switch(es) back to "
                                  f"Spot found no capacity; next try in {wait - since:.2f} h", slack)
         return to(SPOT, f"slack again: at {goodput:.0%} Spot goodput {on_spot:.2f} h on Spot fit in the "
                         f"{left:.2f} h left with {hysteresis:.2f} h to spare", slack)
-    return to(ON_DEMAND, f"staying on on-demand: {left:.2f} h left, {work:.2f} h of training", slack)
+    return to(stay, f"staying on {stay}: {left:.2f} h left, {work:.2f} h of training", slack)
 
 
 # -- what the job dir says ------------------------------------------------------------------------
@@ -299,13 +362,15 @@ def spot_hours(switches: list[Switch], start: _dt.datetime, end: _dt.datetime) -
 
 
 def measure(attempts: list[Attempt], switches: list[Switch], train_steps: int, now: _dt.datetime,
-            first_start: _dt.datetime | None = None, spot_price_ratio: float | None = None) -> Measured:
+            first_start: _dt.datetime | None = None, spot_price_ratio: float | None = None,
+            flex_start_price_ratio: float | None = None) -> Measured:
     """Pure: the policy's inputs from the journal's attempts and the switch records.
 
     The step rate is steps trained per hour of an attempt's wall time less its restore and trainer
     start; `first_start` stands in when no attempt started yet (e.g. the group's creation). With a
     `spot_price_ratio`, what the job spent so far (rule 7) is the goodput ledger's VM time per mode,
-    the figure `survivor report` prices, Spot hours weighted by the ratio."""
+    the figure `survivor report` prices, Spot hours weighted by the ratio (flex-start hours by theirs,
+    at the on-demand price when it is not known)."""
     starts = [t for a in attempts if (t := _time(a.started)) is not None]
     first = min(starts + ([first_start] if first_start else []), default=now)
     done = max([a.end_step or 0 for a in attempts] + [a.restored_step or 0 for a in attempts] + [0])
@@ -313,7 +378,7 @@ def measure(attempts: list[Attempt], switches: list[Switch], train_steps: int, n
     overheads, lost = [], []
     for a in attempts:
         begun, ended = _time(a.started), _time(a.ended)
-        overhead = sum(a.timings.get(k, 0.0) for k in ("restore", "setup")) / 3600
+        overhead = sum(a.timings.get(k, 0.0) for k in (Timing.RESTORE, Timing.SETUP)) / 3600
         if begun is None or ended is None:
             continue
         if a.timings:
@@ -330,9 +395,11 @@ def measure(attempts: list[Attempt], switches: list[Switch], train_steps: int, n
     spent = None
     if spot_price_ratio is not None:
         billed = build_ledger(attempts, now=now, created=first_start, switches=switches).vm_seconds_by_mode()
-        spent = (billed[ON_DEMAND] + spot_price_ratio * billed[SPOT]) / 3600
+        flex_ratio = flex_start_price_ratio if flex_start_price_ratio is not None else 1.0
+        spent = (billed[ON_DEMAND] + spot_price_ratio * billed[SPOT] + flex_ratio * billed[FLEX_START]) / 3600
     return Measured(
         spent_hours=spent, spot_price_ratio=spot_price_ratio if spot_price_ratio is not None else 1.0,
+        flex_start_price_ratio=flex_start_price_ratio if flex_start_price_ratio is not None else 1.0,
         failed_switch_backs=failed_switch_backs(attempts, switches),
         since_switch_hours=max(0.0, (now - last).total_seconds() / 3600) if last else None,
         steps_done=int(done), train_steps=train_steps, step_rate=rate,
@@ -361,13 +428,9 @@ def failed_switch_backs(attempts: list[Attempt], switches: list[Switch]) -> int:
     return count
 
 
-def price_ratio(spec: JobSpec) -> float | None:
-    """The Spot hourly price of the spec's machine over the on-demand one of its fallback machine
-    (the group's on-demand template: the Spot shape with `fallback.machine_type`/`gpu` put in), from
-    survivor/cloud/pricing.py's offline table; None when either is not in it (rule 7 is then
-    skipped). The table, not the Billing Catalog: the agent decides at its boot, which must not wait
-    on another API, and the cap needs only the ratio, which list prices give."""
-    from survivor.cloud import pricing
+def _machines(spec: JobSpec):
+    """The Spot machine's options and the fallback machine's (type, GPU type, GPU count); None when
+    the spec's machine options do not parse."""
     from survivor.cloud.template import MachineOptions, parse_gpu
     from survivor.spec import SpecError
 
@@ -379,19 +442,57 @@ def price_ratio(spec: JobSpec) -> float | None:
     except (SpecError, TypeError, ValueError):
         return None
     od_machine = fallback.machine_type if fallback and fallback.machine_type else spot.machine_type
+    return spot, (od_machine, *od_gpu)
+
+
+def price_ratio(spec: JobSpec) -> float | None:
+    """The Spot hourly price of the spec's machine over the on-demand one of its fallback machine
+    (the group's on-demand template: the Spot shape with `fallback.machine_type`/`gpu` put in), from
+    survivor/cloud/pricing.py's offline table; None when either is not in it (rule 7 is then
+    skipped). The table, not the Billing Catalog: the agent decides at its boot, which must not wait
+    on another API, and the cap needs only the ratio, which list prices give."""
+    from survivor.cloud import pricing
+
+    found = _machines(spec)
+    if found is None:
+        return None
+    spot, od = found
     spot_prices = pricing.hourly(spot.machine_type, spot.gpu_type, spot.gpu_count or 0)
-    od_prices = pricing.hourly(od_machine, *od_gpu)
+    od_prices = pricing.hourly(*od)
     if not spot_prices or not od_prices or not od_prices[0]:
         return None
     return spot_prices[1] / od_prices[0]
 
 
+def flex_start(spec: JobSpec) -> FlexStart | None:
+    """Rule 8's inputs for a spec: whether it allows flex-start, whether its fallback machine runs it
+    (survivor/cloud/machines.py), the wait assumed, and flex-start's price over on-demand's for that
+    machine from the offline table (the agent's boot waits on no API, as for `price_ratio`)."""
+    from survivor.cloud import machines, pricing
+
+    fallback = spec.fallback
+    if fallback is None or not fallback.flex_start:
+        return None
+    found = _machines(spec)
+    if found is None:
+        return FlexStart(allowed=True, unsupported="the spec's machine options do not parse",
+                         wait_hours=fallback.flex_start_wait_hours)
+    od = found[1]
+    od_prices = pricing.hourly(*od)
+    flex = pricing.flex_start_hourly(*od)
+    ratio = flex / od_prices[0] if flex and od_prices and od_prices[0] else None
+    return FlexStart(allowed=True, unsupported=machines.flex_start_problem(*od) or "",
+                     wait_hours=fallback.flex_start_wait_hours, price_ratio=ratio)
+
+
 def situation(deadline_at: _dt.datetime, first_start: _dt.datetime, now: _dt.datetime, mode: str, *,
-              running: bool, switch_back: bool = True, check_every_hours: float = CHECK_EVERY_HOURS) -> Situation:
+              running: bool, switch_back: bool = True, check_every_hours: float = CHECK_EVERY_HOURS,
+              flex: FlexStart | None = None) -> Situation:
     """Pure: the Situation for a deadline resolved to a time (spec.Deadline.resolve)."""
     return Situation(hours_left=(deadline_at - now).total_seconds() / 3600,
                      window_hours=max(1e-6, (deadline_at - first_start).total_seconds() / 3600),
-                     mode=mode, running=running, check_every_hours=check_every_hours, switch_back=switch_back)
+                     mode=mode, running=running, check_every_hours=check_every_hours, switch_back=switch_back,
+                     flex_start=flex)
 
 
 def assess(spec: JobSpec, storage: JobStorage, now: _dt.datetime, *, running: bool,
@@ -403,10 +504,11 @@ def assess(spec: JobSpec, storage: JobStorage, now: _dt.datetime, *, running: bo
     if spec.deadline is None:
         return None
     recorded = switches(storage)
+    flex = flex_start(spec)
     measured = measure(Journal(storage).attempts(), recorded, spec.train_steps, now, first_start,
-                       spot_price_ratio=price_ratio(spec))
+                       spot_price_ratio=price_ratio(spec), flex_start_price_ratio=flex.price_ratio if flex else None)
     first = now - _dt.timedelta(hours=measured.elapsed_hours)
     where = situation(spec.deadline.resolve(first), first, now, mode_at(recorded, now), running=running,
                       switch_back=spec.fallback.switch_back if spec.fallback else True,
-                      check_every_hours=check_every_hours)
+                      check_every_hours=check_every_hours, flex=flex)
     return decide(measured, where)

@@ -12,6 +12,10 @@ template's REST body:
   IAM policy grants the VM's service account the object permissions the agent uses
   (`storage.PERMISSION_FOR`). A role granted on the project is not in the bucket's policy, so a
   missing binding is a warning, not a stop.
+- for a job with `placement:`, where the job dir's and data dir's buckets are (`buckets.get`: location,
+  locationType) against `placement.regions`: a region outside the bucket's location reads and writes
+  it across locations and pays data transfer, a warning naming those regions and the fix
+  (survivor/cloud/locations.py holds the rule and its sources; docs/bucket-location.md).
 - the GPU's regional quota (`regions.get`; metrics of the discovery document's `Quota.metric`).
   Spot VMs use the PREEMPTIBLE_ quota when the project has one and the standard quota otherwise
   ("To prevent Spot VMs from consuming your quotas for standard VMs' ... GPUs ... consider requesting
@@ -35,7 +39,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from survivor.cloud import endpoints, machines, permissions
+from survivor.cloud import endpoints, locations, machines, permissions
 from survivor.jobdir.storage import PERMISSION_FOR
 
 #: What the agent does in the job dir needs these (survivor/jobdir/storage.py), all object permissions.
@@ -75,6 +79,7 @@ class Target:
     network: str | None = None
     external_ip: bool = True
     deadline: bool = False  # the VM switches its group (the deadline policy) as well as leaving it
+    placement_regions: tuple[str, ...] = ()  # placement.regions: where the job may run and read its buckets
 
 
 def target_from_body(body: dict[str, Any]) -> Target:
@@ -100,7 +105,8 @@ def target_from_body(body: dict[str, Any]) -> Target:
                   disk_gb=int(initialize["diskSizeGb"]) if initialize.get("diskSizeGb") else None,
                   network=((props.get("networkInterfaces") or [{}])[0].get("network") or None),
                   external_ip=any(n.get("accessConfigs") for n in props.get("networkInterfaces") or []),
-                  deadline=bool(spec and spec.deadline is not None))
+                  deadline=bool(spec and spec.deadline is not None),
+                  placement_regions=tuple(spec.placement.regions) if spec and spec.placement else ())
 
 
 def bucket_of(job_dir: str | None) -> str | None:
@@ -306,6 +312,20 @@ def image_findings(project: str, family: str, found: bool, disk_gb: int | None =
                              "(gcloud compute images describe-from-family FAMILY --project PROJECT)")]
 
 
+def location_findings(bucket: str, key: str, regions: tuple[str, ...], location: str | None,
+                      location_type: str | None = None, data_locations: tuple[str, ...] = (),
+                      error: str | None = None) -> list[Finding]:
+    """Pure: for a job with `placement:`, whether each of its regions reads and writes the bucket of
+    `key` (job_dir, data_dir) within the bucket's location, or pays data transfer across locations
+    (survivor/cloud/locations.py has the rule and its sources). A warning, never a stop: a move still
+    works, it only costs more. `location` None: it could not be read (`error`)."""
+    if location is None:
+        return [Finding("location", f"bucket {bucket} ({key}): could not read its location ({error}); a job in "
+                                    f"{', '.join(regions)} may pay data transfer to reach it", "warning")]
+    level, message = locations.crossing_finding(bucket, key, location, location_type, regions, data_locations)
+    return [Finding("location", message, level)]
+
+
 def blocking(findings: list[Finding]) -> list[Finding]:
     """The findings that block (level "error")."""
     return [f for f in findings if f.level == "error"]
@@ -335,6 +355,25 @@ def _bucket_state(bucket: str, member: str, project: str, key: str = "job_dir") 
         return out + iam_findings(bucket, member, bindings, needed=needed, role=role)
     except gexc.GoogleAPICallError as exc:
         return out + iam_findings(bucket, member, None, getattr(exc, "message", None) or str(exc), needed=needed, role=role)
+
+
+def _location_state(bucket: str, project: str, key: str, regions: tuple[str, ...]) -> list[Finding]:
+    """The bucket's location as Cloud Storage reports it (`buckets.get`: location, locationType,
+    customPlacementConfig.dataLocations), against the job's placement regions. A missing bucket is
+    the bucket check's finding, not this one's."""
+    from google.api_core import exceptions as gexc
+    from google.auth import exceptions as auth_errors
+    from google.cloud import storage
+
+    try:
+        found = storage.Client(project=project).get_bucket(bucket)
+    except gexc.NotFound:
+        return []
+    except (gexc.GoogleAPICallError, auth_errors.GoogleAuthError, OSError) as exc:
+        return location_findings(bucket, key, regions, None,
+                                 error=getattr(exc, "message", None) or str(exc).splitlines()[0])
+    return location_findings(bucket, key, regions, found.location or "", found.location_type,
+                             tuple(found.data_locations or ()))
 
 
 def _project_bindings(compute) -> list[dict]:
@@ -395,7 +434,8 @@ def _project_state(compute, member: str, needed: tuple[str, ...]) -> list[Findin
 
 def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str | None = None,
           storage_check: Callable[..., list[Finding]] | None = None) -> list[Finding]:
-    """Every finding for a template body, in the order bucket, IAM (job_dir, then data_dir), image,
+    """Every finding for a template body, in the order bucket, IAM, location against placement.regions
+    (job_dir, then data_dir), network, image,
     GPU, quota, the VM's Compute permissions. `compute` is a survivor.cloud.compute.Compute; Compute
     failures become findings, not exceptions."""
     from survivor.cloud.compute import ComputeError
@@ -415,6 +455,8 @@ def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str
         for key, name in (("job_dir", bucket), ("data_dir", data_bucket)):
             if name and not (key == "data_dir" and name == bucket):  # the job dir's grant covers its reads
                 out += (storage_check or _bucket_state)(name, f"serviceAccount:{account}", compute.project, key)
+                if target.placement_regions:  # the regions a move may take the job to read it too
+                    out += _location_state(name, compute.project, key, target.placement_regions)
     try:
         if target.network:
             out += network_findings(compute.project, target.network, compute.network_exists(target.network),

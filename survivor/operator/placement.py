@@ -1,0 +1,362 @@
+"""Capacity wherever it is: a job moves to its next place, a region and a machine shape, when its
+group has no training VM.
+
+    >>> decide(spec.placement, Look(place="zones/us-west1-b", running=False, idle_seconds=2460,
+    ...                             capacity_errors=("ZONE_RESOURCE_POOL_EXHAUSTED",)))
+    MoveDecision(move=True, to_region='us-central1', reason='no training VM for 41 min with ...', to_shape=0)
+
+A job's spec may name the regions it can run in (`placement.regions`, the first where it starts) and
+other machine shapes it can train on (`placement.shapes`; its `compute:` shape comes first). Its
+group moves on when it has had no training VM for `move_after_minutes` while its group lists capacity
+errors (a stockout, a quota: `listErrors`), or when its region preempted it `preemptions_per_hour`
+times in the last hour. Where to: the next place of `places` (every region for one shape, then the
+next shape), skipping a place whose region has no zone offering the shape's GPU. The move: a regional
+group of the same name is made in the place's region with the shape's template (`make_group`; a
+shape's template, `<template>-shape-N`, is made from the job's first); in the region the group is
+in already, the group itself takes the shape's template instead (a second group of the same name in
+one region would share its instances' names). Then the job dir records the move (`survivor/moves/`,
+with the shape, so the next look finds the group there), then the old group is deleted. The lease
+keeps a single writer throughout: a VM of the new group restores only once the old VM's lease is gone.
+
+A state-disk snapshot not yet in Cloud Storage (`survivor/pending/`, zonal) is waited for: the
+move waits up to twice `move_after_minutes` for a VM of the old place to commit it, then moves and
+records the snapshot as lost (`Move.lost_pending`), said in the log and in `status`.
+
+Where it runs: `survivor watch` (the deploy in Cloud Run, while no VM runs at all) and the
+simulator, which plays that watch. SkyPilot's managed jobs recover in the next region the same way
+(EAGER_NEXT_REGION, sky/jobs/recovery_strategy.py); benchmarks/capacity.py replays both on the
+Can't Be Late Spot traces (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from survivor import log as logs
+from survivor.cloud.compute import Compute, GroupRef
+from survivor.jobdir.journal import Attempt
+from survivor.jobdir.moves import Move, current_place, current_shape, moves, record_move
+from survivor.jobdir.storage import JobStorage
+from survivor.jobdir.switches import parse_time
+from survivor.spec import JobSpec, Placement
+
+log = logs.get("placement")
+
+#: listErrors codes that mean "no capacity here now": a stockout or a quota
+#: (https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability).
+CAPACITY_CODES = ("ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "QUOTA_EXCEEDED")
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a job's group may be: a region and a machine shape (0: the job's `compute:` shape, N:
+    `placement.shapes[N-1]`)."""
+
+    region: str
+    shape: int = 0
+
+
+@dataclass(frozen=True)
+class Look:
+    """What one look at the job's group saw."""
+
+    place: str  # zones/ZONE or regions/REGION
+    running: bool = False  # a VM of the group is RUNNING
+    idle_seconds: float = 0.0  # since the group last had a VM (or was made, or the job moved)
+    capacity_errors: tuple[str, ...] = ()  # listErrors codes since then that mean no capacity
+    preemptions_last_hour: int = 0  # in this place
+    pending: bool = False  # a state-disk snapshot not yet in Cloud Storage
+    shape: int = 0  # the shape the group runs (its last move's; 0 when it never changed shape)
+    not_offered: frozenset[Place] = frozenset()  # places whose region has no zone with the shape's GPU
+
+
+@dataclass(frozen=True)
+class MoveDecision:
+    """Whether to move now, where to (a region and a shape), and why (said in the log and recorded
+    with the move)."""
+
+    move: bool
+    to_region: str | None
+    reason: str
+    lost_pending: bool = False
+    to_shape: int = 0
+
+    @property
+    def to(self) -> Place | None:
+        """The place moved to; None when the job stays."""
+        return Place(self.to_region, self.to_shape) if self.move and self.to_region else None
+
+
+def region_of(place: str) -> str:
+    """Pure: `zones/us-west1-b` -> `us-west1`; `regions/us-west1` -> `us-west1`."""
+    kind, _, where = place.partition("/")
+    return where.rsplit("-", 1)[0] if kind == "zones" else where
+
+
+def places(placement: Placement) -> tuple[Place, ...]:
+    """Pure: every place of the spec in the order a job walks them: each region of `regions` for the
+    job's `compute:` shape, then each region for the first of `shapes`, and so on.
+
+    Regions first, because another region runs the same machine: the same speed, about the same
+    price, the trainer's batch size and GPU count as tuned. Another shape changes all three (and
+    the user ranked it after the job's own), so it is the later resort: a job leaves its shape only
+    when every region is out of it."""
+    return tuple(Place(region, shape) for shape in range(1 + len(placement.shapes)) for region in placement.regions)
+
+
+def next_place(order: tuple[Place, ...], current: Place, skip: frozenset[Place] = frozenset()) -> Place | None:
+    """Pure: the place after `current` in `order`, round the list, passing over `skip` (places that
+    cannot take the job); the first one when `current` is not in `order`; None when there is none."""
+    at = order.index(current) + 1 if current in order else 0
+    return next((p for p in order[at:] + order[:at] if p != current and p not in skip), None)
+
+
+def shape_text(placement: Placement, shape: int) -> str:
+    """Pure: a shape as a person reads it: `compute:` for the job's own, else its machine keys."""
+    if shape == 0 or shape > len(placement.shapes):
+        return "compute:"
+    written = placement.shapes[shape - 1]
+    return " with ".join(v for v in (written.machine_type or "compute's machine type", written.gpu) if v)
+
+
+def decide(placement: Placement | None, look: Look) -> MoveDecision:
+    """Pure: the move decision for one look: to the next place of `places` after the group's, a
+    place in `look.not_offered` passed over."""
+    order = places(placement) if placement is not None else ()
+    if len(order) < 2:
+        return MoveDecision(False, None, "the spec names no other region or shape (placement.regions, "
+                                         "placement.shapes)")
+    if look.running:
+        return MoveDecision(False, None, "a VM of the group runs")
+    minutes = look.idle_seconds / 60
+    after = placement.move_after_minutes
+    capacity = bool(look.capacity_errors) and minutes >= after
+    preempting = look.preemptions_last_hour >= placement.preemptions_per_hour
+    if not (capacity or preempting):
+        why = (f"capacity errors for {minutes:.0f} of {after:g} min" if look.capacity_errors
+               else "no capacity error listed")
+        return MoveDecision(False, None, f"no training VM for {minutes:.0f} min; {why}")
+    here = region_of(look.place)
+    shaped = f" ({shape_text(placement, look.shape)})" if placement.shapes else ""
+    if capacity:
+        reason = (f"no training VM in {here}{shaped} for {minutes:.0f} min with "
+                  f"{', '.join(sorted(set(look.capacity_errors)))}")
+    else:
+        reason = f"{here} preempted the job {look.preemptions_last_hour} times in the last hour"
+    to = next_place(order, Place(here, look.shape), look.not_offered)
+    if to is None:
+        return MoveDecision(False, None, f"{reason}; no other place offers its GPU (placement.regions, "
+                                         "placement.shapes)")
+    if look.pending and minutes < 2 * after:
+        return MoveDecision(False, None, f"{reason}; waiting (up to {2 * after:g} min) for a VM of {here} to commit "
+                                         "the snapshot on its state disk")
+    at = order.index(Place(here, look.shape)) + 1 if Place(here, look.shape) in order else 0
+    walked = order[at:] + order[:at]
+    passed = [p for p in walked[: walked.index(to)] if p in look.not_offered]
+    if passed:
+        reason += " (passed over " + ", ".join(
+            p.region + (f" on {shape_text(placement, p.shape)}" if placement.shapes else "") for p in passed) + \
+            ": no zone there offers the GPU)"
+    return MoveDecision(True, to.region, reason + (" (a state-disk snapshot not yet in Cloud Storage is left behind)"
+                                                   if look.pending else ""), lost_pending=look.pending,
+                        to_shape=to.shape)
+
+
+# -- the look and the move (side effects) -----------------------------------------------------------
+
+
+def place_of(group: GroupRef) -> str:
+    """`zones/Z` or `regions/R` of a group."""
+    return f"zones/{group.zone}" if group.zone else f"regions/{group.region}"
+
+
+def group_at(group: GroupRef, place: str) -> GroupRef:
+    """The job's group (same project and name) at `place`."""
+    kind, _, where = place.partition("/")
+    return GroupRef(group.project, group.name, zone=where if kind == "zones" else None,
+                    region=where if kind == "regions" else None)
+
+
+def current_group(storage: JobStorage, group: GroupRef) -> GroupRef:
+    """The job's group after its recorded moves (`group` as made when it never moved)."""
+    return group_at(group, current_place(moves(storage), place_of(group)))
+
+
+def _idle_since(attempts: list[Attempt], created: _dt.datetime | None, recorded: list[Move]) -> _dt.datetime | None:
+    times = [created] + [parse_time(m.time) for m in recorded]
+    for attempt in attempts:
+        times += [parse_time(attempt.ended), parse_time(attempt.started)]
+    times = [t for t in times if t is not None]
+    return max(times) if times else None
+
+
+def look(compute: Compute, group: GroupRef, storage: JobStorage, now: _dt.datetime,
+         scale: float = 1.0) -> tuple[GroupRef, Look] | None:
+    """Looks at the job's current group (after its moves); None when it does not exist. `scale`:
+    simulated seconds per second (the simulator's fast clock), applied to the durations seen.
+    `Look.not_offered` is left empty: `offers` fills it in when a move is due."""
+    from survivor.jobdir.disk_tier import PENDING
+    from survivor.jobdir.journal import Journal
+
+    recorded = moves(storage)
+    current = group_at(group, current_place(recorded, place_of(group)))
+    found = compute.get_group(current)
+    if found is None:
+        return None
+    instances = compute.managed_instances(current)
+    running = any(m["status"] == "RUNNING" for m in instances)
+    attempts = Journal(storage).attempts()
+    since = _idle_since(attempts, parse_time(found.get("creationTimestamp")), recorded) or now
+    errors = tuple(e.get("code", "") for e in compute.group_errors(current)
+                   if e.get("code", "").startswith(CAPACITY_CODES)
+                   and (parse_time(e.get("timestamp")) or now) >= since)
+    moved = parse_time(recorded[-1].time) if recorded else None
+    hour_ago = now - _dt.timedelta(hours=1 / scale)
+    preempted = sum(1 for a in attempts if a.outcome == "preempted" and (parse_time(a.ended) or now) >= hour_ago
+                    and (moved is None or (parse_time(a.started) or now) >= moved))
+    pending = bool(storage.list(PENDING))
+    return current, Look(place_of(current), running, max(0.0, (now - since).total_seconds()) * scale, errors,
+                         preempted, pending, shape=current_shape(recorded))
+
+
+def job_template(compute: Compute, current: GroupRef, shape: int) -> tuple[str, dict | None]:
+    """(name, body) of the job's own template (its `compute:` shape), from the group's current one:
+    a deadline's on-demand twin and a shape's template (`shape_template_name`) are named after it."""
+    from survivor.operator.group import ON_DEMAND_SUFFIX, shape_template_name
+
+    found = compute.get_group(current) or {}
+    name = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
+    name = name[: -len(ON_DEMAND_SUFFIX)] if name.endswith(ON_DEMAND_SUFFIX) else name
+    suffix = shape_template_name("", shape)
+    if shape and name.endswith(suffix):
+        name = name[: -len(suffix)]
+    return name, compute.get_template(name)
+
+
+def offers(compute: Compute, current: GroupRef, spec: JobSpec, job: dict) -> frozenset[Place]:
+    """The places of the spec that cannot take the job: no zone of the region (for the group's own
+    region, of the group's zones) offers the shape's GPU. Asked only when a move is due: one
+    `acceleratorTypes.list` per zone."""
+    from survivor.operator.group import regional_zones, shape_template_body
+
+    here = region_of(place_of(current))
+    # in its own region the group changes template in place: its zones are the ones that count
+    spread = ((compute.get_group(current) or {}).get("distributionPolicy") or {}).get("zones") or []
+    own = [current.zone] if current.zone else [z["zone"].rsplit("/", 1)[-1] for z in spread] or None
+    refused = set()
+    for place in places(spec.placement):
+        body = shape_template_body(job, spec, place.shape)
+        zones = regional_zones(compute, place.region, body)
+        if place.region == here and own is not None:
+            zones = [z for z in zones if z in own]
+        if not zones:
+            refused.add(place)
+    return frozenset(refused)
+
+
+def look_and_move(compute: Compute, group: GroupRef, spec: JobSpec, storage: JobStorage, *, by: str,
+                  now: _dt.datetime | None = None, scale: float = 1.0,
+                  say: Callable[[str], None] = lambda _: None) -> Move | None:
+    """One look at the job and, when `decide` says so, its move to the next place. Returns the Move
+    made, else None. Which places cannot take the job (`offers`) is asked only once a move is due."""
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    seen = look(compute, group, storage, now, scale)
+    if seen is None:
+        say(f"job {group.name}: no group at its recorded place; nothing to move")
+        return None
+    current, state = seen
+    decision = decide(spec.placement, state)
+    job = None
+    if decision.move:
+        _, job = job_template(compute, current, state.shape)
+        if job is not None:
+            state = replace(state, not_offered=offers(compute, current, spec, job))
+            decision = decide(spec.placement, state)
+    where = ""
+    if decision.move:
+        where = f"move to {decision.to_region}" + (f", shape {shape_text(spec.placement, decision.to_shape)}"
+                                                   if spec.placement.shapes else "")
+    say(f"job {group.name} in {state.place}: {where or 'stay'}: {decision.reason}")
+    if not decision.move:
+        return None
+    return move(compute, current, decision, storage, by=by, now=now, spec=spec, shape=state.shape, say=say)
+
+
+def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: JobStorage, *, by: str,
+         now: _dt.datetime, spec: JobSpec, shape: int = 0, say: Callable[[str], None] = lambda _: None) -> Move | None:
+    """Moves the job's group to `decision.to`, or the next place of the spec after it that can take
+    it (a region whose zones offer no GPU of the shape refuses the group). In another region: the
+    new regional group with the shape's template first (made from the job's own when missing), then
+    the move's record (from then on the next look finds the group there), then the old group deleted;
+    a look that dies between the first two finds the new group at its next move and reuses it. In the
+    group's own region: the group itself takes the shape's template and recreates its VM, then the
+    record. The lease keeps one writer: a VM of the new group restores only once the old one's lease
+    is released or expired. None when no place could."""
+    from survivor.cloud.compute import ComputeError
+    from survivor.operator.group import GroupOptions, make_group, shape_template_body
+
+    base, job = job_template(compute, current, shape)
+    own = ((compute.get_group(current) or {}).get("instanceTemplate") or "").rsplit("/", 1)[-1]
+    here = Place(region_of(place_of(current)), shape)
+    order = places(spec.placement)
+    first = decision.to or here
+    at = order.index(first) if first in order else 0
+    tries = [first] + [p for p in order[at:] + order[:at] if p not in (first, here)]
+    refused = []
+    for place in tries:
+        try:
+            if place.shape == shape:  # the same shape: the group's own template (Spot, or the deadline's on-demand)
+                body = compute.get_template(own) or {"name": own}
+            elif job is None:
+                raise ComputeError(f"template {base}: not found; the shape's template is made from it")
+            else:
+                body = shape_template_body(job, spec, place.shape)
+                if compute.get_template(body["name"]) is None:
+                    compute.insert_template(body)
+                    say(f"template {body['name']}: created (shape {shape_text(spec.placement, place.shape)})")
+            if place.region == here.region:
+                # Not a second group: its VMs would be named as this one's ("the MIG appends a hyphen and
+                # a random four-character string to the base instance name", InstanceGroupManager.
+                # baseInstanceName, https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers),
+                # and a zone's instance names are unique. setInstanceTemplate then recreateInstances, as
+                # the deadline's switch does (Compute.set_group_template has its source).
+                target = current
+                compute.set_group_template(current, body["name"])
+                members = [(m["zone"], m["name"]) for m in compute.managed_instances(current) if m["zone"]]
+                if members:
+                    compute.recreate_instances(current, members)
+            else:
+                target = GroupRef(current.project, current.name, region=place.region)
+                if compute.get_group(target) is None:
+                    make_group(compute, target, GroupOptions(body["name"], skip_preflight=True, wait_seconds=0))
+        except ComputeError as exc:  # RequestError too: no zone of the region offers the GPU
+            refused.append(place.region + (f" on {shape_text(spec.placement, place.shape)}" if spec.placement.shapes
+                                           else "") + f": {exc}")
+            log.warning("a place refused the job's group", region=place.region, shape=place.shape, error=str(exc))
+            continue
+        record = Move(time=now.isoformat(), from_place=place_of(current), to_place=place_of(target),
+                      reason=decision.reason + (f" ({'; '.join(refused)})" if refused else ""), by=by,
+                      lost_pending="yes" if decision.lost_pending else "",
+                      shape=str(place.shape) if spec.placement.shapes else "",
+                      machine=machine_text(body) if spec.placement.shapes else "")
+        record_move(storage, record)
+        log.warning("moved the job", to=place.region, shape=place.shape, reason=decision.reason, by=by)
+        if target != current:
+            compute.delete_group(current)
+        say(f"job {current.name}: moved from {record.from_place} to {record.to_place}"
+            + (f", shape {record.machine}" if record.machine else ""))
+        return record
+    say(f"job {current.name}: no other place could take its group: {'; '.join(refused)}")
+    return None
+
+
+def machine_text(template: dict) -> str:
+    """Pure: a template's machine as a move's record names it: `g2-standard-8` (its GPUs built in),
+    `n1-standard-8 with nvidia-tesla-t4:1`."""
+    props = template.get("properties") or {}
+    attached = (props.get("guestAccelerators") or [{}])[0]
+    kind = str(attached.get("acceleratorType") or "").rsplit("/", 1)[-1]
+    return str(props.get("machineType") or "").rsplit("/", 1)[-1] + (
+        f" with {kind}:{attached.get('acceleratorCount')}" if kind else "")

@@ -1,0 +1,60 @@
+"""`survivor watch`: one look at a job from anywhere, while no VM of it may run.
+
+    >>> watch_once(Compute("my-project"), GroupRef("my-project", "cifar10", zone="us-west1-b"), say=print)
+    job cifar10: spot -> on-demand: 9.2 h of work left, 10.0 h to the deadline ...
+
+The agent decides at every boot (survivor/agent/boot.py); without a VM there is no boot, so the watch
+(Cloud Scheduler + Cloud Run, survivor/operator/watch_deploy.py; or `survivor watch --every`) looks
+at the job's group: the deadline policy's decision (survivor/operator/deadline.py), acted on
+(`group.switch_group`, by="watch"), and, with `placement:` in the spec and no VM running, a move
+to capacity elsewhere (survivor/operator/placement.py).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+from survivor.cloud.compute import Compute, GroupRef
+from survivor.jobdir.storage import open_storage
+from survivor.jobdir.switches import parse_time
+from survivor.operator import deadline, placement
+from survivor.operator.group import RequestError, Say, spec_of, switch_group, template_mode
+
+
+def _silent(line: str) -> None:
+    """The default `say`: nothing."""
+
+
+def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
+               check_every_hours: float | None = None, say: Say = _silent):
+    """One look at a job with a deadline, from anywhere (`survivor watch`): the policy's decision for
+    its group now, acted on (switch_group, by="watch"). Running while no VM does (a Spot stockout)
+    is what it is for: the agent decides at every boot, and without a VM there is no boot.
+    Returns the Decision (None: the spec has no deadline); RequestError for a missing group."""
+    found = compute.get_group(group)
+    if found is None and job_dir:  # the job may have moved (placement.regions): its records say where
+        group = placement.current_group(open_storage(job_dir, project=group.project), group)
+        found = compute.get_group(group)
+    if found is None:
+        raise RequestError(f"group {group.name}: not found; nothing to watch")
+    current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
+    base, _ = template_mode(current)
+    template = compute.get_template(base) or compute.get_template(current)
+    spec = spec_of(template) if template else None
+    if spec is None:
+        raise RequestError(f"group {group.name}: its template {current} carries no survivor-job spec")
+    storage = open_storage(job_dir or spec.job_dir, project=group.project)
+    running = any(m["status"] == "RUNNING" for m in compute.managed_instances(group))
+    created = parse_time(found.get("creationTimestamp"))  # as the records' times: aware, never a crash
+    decision = deadline.assess(spec, storage, _dt.datetime.now(_dt.timezone.utc), running=running, first_start=created,
+                               check_every_hours=check_every_hours or deadline.CHECK_EVERY_HOURS)
+    if spec.placement is not None and not running:  # no VM: the job may move to capacity elsewhere
+        if placement.look_and_move(compute, group, spec, storage, by="watch", say=say) is not None:
+            return decision
+    if decision is None:
+        say(f"job {spec.name}: no deadline in its spec; nothing to decide")
+        return None
+    say(f"job {spec.name}: {decision.current} -> {decision.mode}: {decision.reason}")
+    if decision.switch:
+        switch_group(compute, group, decision.mode, decision.reason, by="watch", storage=storage, say=say)
+    return decision
