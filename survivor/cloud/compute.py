@@ -449,7 +449,7 @@ class Compute:
         client = self.resize_requests if kind == "zone" else self.region_resize_requests
         try:
             found = self._call(f"resize request {name} of {group.name}", where, lambda: client.get(
-                project=group.project, instance_group_manager=group.name, resize_request=name, **{kind: where}),
+                project=group.project, instance_group_manager=group.name, resize_request=name, **_scope(kind, where)),
                 wait=False)
         except NotFound:
             return None
@@ -460,7 +460,7 @@ class Compute:
         kind, where = group_scope(group)
         client = self.resize_requests if kind == "zone" else self.region_resize_requests
         pages = self._call(f"resize requests of {group.name}", where, lambda: client.list(
-            project=group.project, instance_group_manager=group.name, **{kind: where}), wait=False)
+            project=group.project, instance_group_manager=group.name, **_scope(kind, where)), wait=False)
         return [json.loads(self.v1.InstanceGroupManagerResizeRequest.to_json(r)) for r in pages]
 
     def cancel_resize_request(self, group: GroupRef, name: str) -> None:
@@ -468,7 +468,7 @@ class Compute:
         kind, where = group_scope(group)
         client = self.resize_requests if kind == "zone" else self.region_resize_requests
         self._call(f"cancelling resize request {name} of {group.name}", f"{kind} {where}", lambda: client.cancel(
-            project=group.project, instance_group_manager=group.name, resize_request=name, **{kind: where}))
+            project=group.project, instance_group_manager=group.name, resize_request=name, **_scope(kind, where)))
 
     def managed_instances(self, group: GroupRef) -> list[dict]:
         """The group's instances: name, zone, status, current action."""

@@ -291,9 +291,9 @@ def decide(measured: Measured, situation: Situation) -> Decision:
         return to(ON_DEMAND, f"safety net: {left:.2f} h left, {work:.2f} h of training on on-demand plus a "
                              f"{margin:.2f} h margin", slack)
     flex = situation.flex_start or FlexStart()
-    waited = measured.since_switch_hours
-    if flexing and waited is not None and waited >= flex.wait_hours:
-        return to(ON_DEMAND, f"the flex-start request has waited {waited:.2f} h, longer than the "
+    queued = measured.since_switch_hours
+    if flexing and queued is not None and queued >= flex.wait_hours:
+        return to(ON_DEMAND, f"the flex-start request has waited {queued:.2f} h, longer than the "
                              f"{flex.wait_hours:.2f} h planned with; on-demand", slack)
     stay = FLEX_START if flexing else ON_DEMAND
     capped = over_budget(measured, situation)

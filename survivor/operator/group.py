@@ -717,12 +717,14 @@ def shape_template_body(job: dict, spec: JobSpec, shape: int) -> dict:
         body.pop(key, None)
     body["name"] = shape_template_name(job["name"], shape)
     body["description"] = (job.get("description") or "") + f" (shape {shape})"
+    if spec.placement is None:
+        raise ValueError(f"shape {shape}: the spec has no placement.shapes")
     machine = shape_options(spec, MachineOptions.from_spec(spec), spec.placement.shapes[shape - 1])
     props = body["properties"]
     props["machineType"] = machine.machine_type
     props.pop("guestAccelerators", None)
     # a2/a3/g2 carry their GPUs: nothing is attached to them (as template_body does)
-    attached = 0 if machines.carries_gpus(machine.machine_type) else (machine.gpu_count if machine.gpu_type else 0)
+    attached = 0 if machines.carries_gpus(machine.machine_type) else (machine.gpu_count or 0 if machine.gpu_type else 0)
     if attached:
         props["guestAccelerators"] = [{"acceleratorType": machine.gpu_type, "acceleratorCount": attached}]
     sched = props.get("scheduling") or {}
@@ -819,7 +821,7 @@ def _switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, 
         for request in compute.resize_requests_of(group):
             if request.get("state") == "ACCEPTED":
                 compute.cancel_resize_request(group, request["name"])
-        if to_mode != FLEX_START and int(compute.get_group(group).get("targetSize") or 0) == 0:
+        if to_mode != FLEX_START and int((compute.get_group(group) or {}).get("targetSize") or 0) == 0:
             compute.resize_group(group, 1)
     if to_mode == FLEX_START:  # the VM comes from a resize request, all at once when DWS has capacity
         compute.resize_group(group, 0)

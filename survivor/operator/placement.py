@@ -125,7 +125,7 @@ def decide(placement: Placement | None, look: Look) -> MoveDecision:
     """Pure: the move decision for one look: to the next place of `places` after the group's, a
     place in `look.not_offered` passed over."""
     order = places(placement) if placement is not None else ()
-    if len(order) < 2:
+    if placement is None or len(order) < 2:
         return MoveDecision(False, None, "the spec names no other region or shape (placement.regions, "
                                          "placement.shapes)")
     if look.running:
@@ -188,8 +188,8 @@ def _idle_since(attempts: list[Attempt], created: _dt.datetime | None, recorded:
     times = [created] + [parse_time(m.time) for m in recorded]
     for attempt in attempts:
         times += [parse_time(attempt.ended), parse_time(attempt.started)]
-    times = [t for t in times if t is not None]
-    return max(times) if times else None
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
 
 
 def look(compute: Compute, group: GroupRef, storage: JobStorage, now: _dt.datetime,
@@ -246,7 +246,7 @@ def offers(compute: Compute, current: GroupRef, spec: JobSpec, job: dict) -> fro
     spread = ((compute.get_group(current) or {}).get("distributionPolicy") or {}).get("zones") or []
     own = [current.zone] if current.zone else [z["zone"].rsplit("/", 1)[-1] for z in spread] or None
     refused = set()
-    for place in places(spec.placement):
+    for place in places(spec.placement) if spec.placement is not None else ():
         body = shape_template_body(job, spec, place.shape)
         zones = regional_zones(compute, place.region, body)
         if place.region == here and own is not None:
@@ -275,11 +275,11 @@ def look_and_move(compute: Compute, group: GroupRef, spec: JobSpec, storage: Job
             state = replace(state, not_offered=offers(compute, current, spec, job))
             decision = decide(spec.placement, state)
     where = ""
-    if decision.move:
+    if decision.move and spec.placement is not None:  # decide moves only with a placement
         where = f"move to {decision.to_region}" + (f", shape {shape_text(spec.placement, decision.to_shape)}"
                                                    if spec.placement.shapes else "")
     say(f"job {group.name} in {state.place}: {where or 'stay'}: {decision.reason}")
-    if not decision.move:
+    if not decision.move or spec.placement is None:
         return None
     return move(compute, current, decision, storage, by=by, now=now, spec=spec, shape=state.shape, say=say)
 
@@ -297,10 +297,13 @@ def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: J
     from survivor.cloud.compute import ComputeError
     from survivor.operator.group import GroupOptions, make_group, shape_template_body
 
+    placement = spec.placement
+    if placement is None:
+        raise ValueError("a move needs the spec's placement")
     base, job = job_template(compute, current, shape)
     own = ((compute.get_group(current) or {}).get("instanceTemplate") or "").rsplit("/", 1)[-1]
     here = Place(region_of(place_of(current)), shape)
-    order = places(spec.placement)
+    order = places(placement)
     first = decision.to or here
     at = order.index(first) if first in order else 0
     tries = [first] + [p for p in order[at:] + order[:at] if p not in (first, here)]
@@ -315,7 +318,7 @@ def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: J
                 body = shape_template_body(job, spec, place.shape)
                 if compute.get_template(body["name"]) is None:
                     compute.insert_template(body)
-                    say(f"template {body['name']}: created (shape {shape_text(spec.placement, place.shape)})")
+                    say(f"template {body['name']}: created (shape {shape_text(placement, place.shape)})")
             if place.region == here.region:
                 # Not a second group: its VMs would be named as this one's ("the MIG appends a hyphen and
                 # a random four-character string to the base instance name", InstanceGroupManager.
@@ -332,15 +335,15 @@ def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: J
                 if compute.get_group(target) is None:
                     make_group(compute, target, GroupOptions(body["name"], skip_preflight=True, wait_seconds=0))
         except ComputeError as exc:  # RequestError too: no zone of the region offers the GPU
-            refused.append(place.region + (f" on {shape_text(spec.placement, place.shape)}" if spec.placement.shapes
+            refused.append(place.region + (f" on {shape_text(placement, place.shape)}" if placement.shapes
                                            else "") + f": {exc}")
             log.warning("a place refused the job's group", region=place.region, shape=place.shape, error=str(exc))
             continue
         record = Move(time=now.isoformat(), from_place=place_of(current), to_place=place_of(target),
                       reason=decision.reason + (f" ({'; '.join(refused)})" if refused else ""), by=by,
                       lost_pending="yes" if decision.lost_pending else "",
-                      shape=str(place.shape) if spec.placement.shapes else "",
-                      machine=machine_text(body) if spec.placement.shapes else "")
+                      shape=str(place.shape) if placement.shapes else "",
+                      machine=machine_text(body) if placement.shapes else "")
         record_move(storage, record)
         log.warning("moved the job", to=place.region, shape=place.shape, reason=decision.reason, by=by)
         if target != current:

@@ -110,7 +110,7 @@ def move_transfers(moves: list[Move], attempts: list[Attempt], sizes: dict[str, 
     out = []
     for move in moves:
         moved = parse_time(move.time)
-        after = next((a for a in attempts if moved and parse_time(a.started) and parse_time(a.started) >= moved), None)
+        after = next((a for a in attempts if moved and (started := parse_time(a.started)) and started >= moved), None)
         restored = after.restored_from if after else None
         size = 0 if restored == "" else sizes.get(restored) if restored else None
         region = region_of(move.to_place)
@@ -224,13 +224,14 @@ def _bucket_crossing(storage: JobStorage, regions: list[str]) -> tuple[str, tupl
     """The job dir's bucket's location (`buckets.get`; "" when not known) and which of `regions` read
     it across locations (None: not known: a local job dir, or the bucket could not be read)."""
     client = getattr(storage, "client", None)  # a gs:// job dir's google-cloud-storage client
-    if client is None:
+    bucket_name = getattr(storage, "bucket_name", None)
+    if client is None or bucket_name is None:
         return "", None
     from google.api_core import exceptions as gexc
     from google.auth import exceptions as auth_errors
 
     try:
-        found = client.get_bucket(storage.bucket_name)
+        found = client.get_bucket(bucket_name)
     except (gexc.GoogleAPICallError, auth_errors.GoogleAuthError, OSError):
         return "", None
     data = tuple(found.data_locations or ())
