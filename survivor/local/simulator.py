@@ -155,7 +155,8 @@ class Simulator:
                  preempt_during_restore: int = 0, stateful_disk: bool = False, trace: Trace | None = None,
                  speed: float = 60.0, on_event: Callable[[Event], None] | None = None,
                  region_outages: tuple[tuple[str, float, float], ...] = (), watch_every: float | None = None,
-                 shape_outages: tuple[tuple[str, float, float], ...] = (), outages_from_first_commit: bool = False):
+                 shape_outages: tuple[tuple[str, float, float], ...] = (), outages_from_first_commit: bool = False,
+                 preempting_regions: tuple[str, ...] = ()):
         self.spec = yaml.safe_load(spec_yaml)
         self.on_event = on_event
         self.spec_yaml = spec_yaml
@@ -182,6 +183,9 @@ class Simulator:
         #: falls mid-job however long the first VM takes to boot on a loaded machine
         self.outages_from_first_commit = outages_from_first_commit
         self._first_commit: float | None = None
+        #: only VMs in these regions are preempted (empty: every region), each once its agent trains
+        #: (its guest attribute `state`), so a slow boot on a loaded machine still records its attempt
+        self.preempting_regions = tuple(preempting_regions)
         #: the watch (Cloud Scheduler + Cloud Run) the simulator plays every this many real seconds:
         #: the deadline's and placement's looks while no VM runs (None: no watch)
         self.watch_every = watch_every
@@ -338,6 +342,14 @@ class Simulator:
         if moved is not None:
             self._event("move", "-", f"{moved.from_place} -> {moved.to_place}: {moved.reason}")
 
+    def _preemptible(self, local: LocalInstance) -> bool:
+        """May `local` be preempted now: in any region when no `preempting_regions` are named, else in
+        one of them once its agent trains."""
+        if not self.preempting_regions:
+            return True
+        return local.zone.rsplit("-", 1)[0] in self.preempting_regions and \
+            local.metadata.get("instance/guest-attributes").get("survivor", {}).get("state") == "training"
+
     def _running(self) -> LocalInstance | None:
         for local in self.vms.values():
             if local.running():
@@ -417,7 +429,7 @@ class Simulator:
                                 break
                     time.sleep(0.05)
                     continue
-                allowed = self.max_preemptions is None or preempted < self.max_preemptions
+                allowed = (self.max_preemptions is None or preempted < self.max_preemptions) and self._preemptible(local)
                 if allowed and restore_hits < self.preempt_during_restore and \
                         local.metadata.get("instance/guest-attributes").get("survivor", {}).get("state") == "restoring":
                     restore_hits += 1
