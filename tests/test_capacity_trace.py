@@ -78,3 +78,45 @@ def test_a_published_traces_aws_zones_map_to_the_fakes(compute_server):
     trace = Zones(gap_hours=1.0, capacity={"us-east-1a": (False, True)})
     compute_server.follow_capacity(trace, speed=3600.0, zones={"us-east-1a": "us-west1-b"}, clock=lambda: 0.5)
     assert compute_server.trace_stockout("us-west1-b") and not compute_server.trace_stockout("us-east-1a")
+
+
+@pytest.mark.slow
+def test_a_simulated_job_is_preempted_and_waits_while_its_zone_has_no_capacity_in_the_trace(tmp_path):
+    """The simulator follows the trace through the fake: a second a point (speed 60, 60 s points),
+    counted from the job's first commit so the outage falls mid-job however slow the boot. us-west1-b
+    has no Spot capacity from its 4th to its 14th second: the VM running there is preempted, the MIG
+    cannot recreate it until the trace's capacity returns, and the job finishes DONE with nothing
+    committed lost."""
+    import yaml
+
+    from survivor.local.simulator import Simulator
+    from tests.conftest import PYTHON
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    write_trace(traces, "us-west1-b", 60, [1] * 4 + [0] * 10 + [1])
+    job_dir = str(tmp_path / "job")
+    spec = yaml.safe_dump({
+        "job_dir": job_dir, "train_steps": 300, "checkpoint_steps": 10, "grace_seconds": 5, "sync_seconds": 0.3,
+        "trainer": {"argv": [PYTHON, "-m", "survivor.trainers.dummy", "--on-sigterm", "save", "--step-seconds",
+                             "0.03"]},
+    })
+    sim = Simulator(spec, str(tmp_path / "sim"), preempt_every=1e9, recreate_delay=0.2, speed=60.0,
+                    capacity=load(str(traces)), outages_from_first_commit=True)
+    result = sim.run(timeout=240)
+    table = result.table()
+    assert result.done is not None and result.done["step"] == 300, table
+    kinds = [e.kind for e in result.events]
+    assert kinds.count("notice") == 1 and "stockout" in kinds and "capacity" in kinds, table
+    assert kinds.index("stockout") < kinds.index("notice") < kinds.index("capacity"), table
+    refused = next(e for e in result.events if e.kind == "recreate")
+    assert "cannot recreate" in refused.detail, table
+    assert len(kinds) - 1 - kinds[::-1].index("boot") > kinds.index("capacity"), table  # not before it
+    # the trace's times, from the first commit, a real second a point: out at 4 s, back at 14 s (never
+    # sooner; later only by as long as a loaded machine keeps the simulator's loop from looking)
+    commit = next(e.t for e in result.events if e.kind == "note")
+    out, back = (next(e.t for e in result.events if e.kind == kind) for kind in ("stockout", "capacity"))
+    assert out - commit >= 4 and back - commit >= 14, table
+    before, after = result.attempts[0], result.attempts[-1]
+    assert (before.outcome, after.outcome, len(result.attempts)) == ("preempted", "finished", 2), table
+    assert before.steps_lost == 0 and after.restored_step == before.end_step, table
