@@ -4,7 +4,8 @@
 
 A folder of traces in the published format of github.com/skypilot-org/spot-traces: one JSON file a
 zone, named `<zone>_<anything>.json` (or `.json.gz`), `{"metadata": {"gap_seconds": g}, "data": [...]}`,
-a point counting as capacity when it is above 0; a zone's region is its name less the last letter.
+a point counting as capacity when it is above 0; a zone's region is its name less the last letter
+(survivor/local/traces.py `load` reads them; the Compute fake replays them too: `follow_capacity`).
 As in "Can't Be Late" (NSDI'24), which published these traces, a point without capacity is one in
 which a Spot VM in that zone cannot be created and one that runs there is preempted.
 
@@ -47,10 +48,8 @@ on-demand; `--write` also puts the table and a plot into docs/benchmarks.md and 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
-import re
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -60,6 +59,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from survivor.operator import placement  # noqa: E402
 from survivor.local import traces  # noqa: E402
+from survivor.local.traces import TraceError, Zones, load, region_of  # noqa: E402  (the published format's reader)
 from survivor.spec import Placement as Rule  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,83 +78,6 @@ SKYPILOT_WINDOW_HOURS = 0.05
 LIMIT_FACTOR = 2.0
 #: The table's machine: the traces are of one V100 VM.
 MACHINE = dict(machine_type="n1-standard-8", gpu_type="nvidia-tesla-v100", gpu_count=1)
-_NAME = re.compile(r"^([a-z0-9-]+?[0-9][a-z])_.+\.json(\.gz)?$")
-
-
-class TraceError(ValueError):
-    """A trace folder or file that cannot be replayed; the message names it."""
-
-
-@dataclass(frozen=True)
-class Zones:
-    """Spot capacity per zone: a boolean per point, `gap_hours` apart, from hour 0 of the traces."""
-
-    gap_hours: float
-    capacity: dict[str, tuple[bool, ...]]
-
-    @property
-    def regions(self) -> list[str]:
-        """The regions, in name order."""
-        return sorted({region_of(z) for z in self.capacity})
-
-    @property
-    def hours(self) -> float:
-        """The hours every zone's trace covers."""
-        return self.gap_hours * min(len(points) for points in self.capacity.values())
-
-    def up(self, zone: str, t0: float, t1: float) -> bool:
-        """True when `zone` has capacity at every point in [t0, t1) (hours; none past the end)."""
-        points = self.capacity[zone]
-        first, last = int(t0 / self.gap_hours), int((t1 - 1e-9) / self.gap_hours)
-        return 0 <= first and last < len(points) and all(points[first:last + 1])
-
-    def share(self, zones: list[str]) -> float:
-        """The share of points in which at least one of `zones` has capacity."""
-        n = min(len(self.capacity[z]) for z in zones)
-        return sum(1 for i in range(n) if any(self.capacity[z][i] for z in zones)) / n
-
-
-def region_of(zone: str) -> str:
-    """`us-east-1a` -> `us-east-1`: the published traces' zones, a region less its last letter."""
-    return zone[:-1]
-
-
-def load(folder: str) -> Zones:
-    """Reads a folder of traces (one file a zone); TraceError naming the folder or file otherwise."""
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError as exc:
-        raise TraceError(f"--traces {folder}: cannot list it ({exc.strerror})") from None
-    capacity: dict[str, tuple[bool, ...]] = {}
-    gaps = set()
-    for name in names:
-        match = _NAME.match(name)
-        if not match:
-            continue
-        path = os.path.join(folder, name)
-        try:
-            with (gzip.open if name.endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
-                body = json.load(f)
-            gap = float(body["metadata"]["gap_seconds"])
-            points = tuple(float(p) > 0 for p in body["data"])
-        except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:
-            raise TraceError(f"{path}: not a trace in the published format "
-                             f"({{\"metadata\": {{\"gap_seconds\": ...}}, \"data\": [...]}}): "
-                             f"{type(exc).__name__}: {exc}") from None
-        if not gap > 0 or not points:
-            raise TraceError(f"{path}: gap_seconds must be above 0 and data not empty")
-        zone = match.group(1)
-        if zone in capacity:
-            raise TraceError(f"{path}: a second trace for zone {zone}")
-        capacity[zone] = points
-        gaps.add(gap)
-    if not capacity:
-        raise TraceError(f"--traces {folder}: no <zone>_<anything>.json file in it")
-    if len(gaps) > 1:
-        raise TraceError(f"--traces {folder}: the zones' gap_seconds differ ({sorted(gaps)}); one is needed")
-    return Zones(gaps.pop() / 3600, capacity)
-
-
 @dataclass
 class Placement:
     """Where a job's Spot VM can be and goes (traces.Capacity), for a job started at `start` hours

@@ -3,7 +3,9 @@
     $ survivor agent --workdir /var/lib/survivor      # started by the systemd unit on every boot
 
 1. Read the job spec from instance metadata (or `--config`), and who this VM is.
-2. Open the job dir. DONE or FAILED already? Finish at once; never train again.
+2. Open the job dir. DONE or FAILED already? Finish at once; never train again. A job with
+   `placement:` whose region preempted it `preemptions_per_hour` times in the last hour? Move it
+   to its next place (operator/placement.py) before taking the lease, and end this boot there.
 3. Take the job dir's lease (one writer per job), and record this attempt in the journal. Too many
    failed attempts in a row? Write FAILED and finish. A deadline that this kind of VM (Spot or
    on-demand) can no longer meet, or slack enough to go back to Spot? Ask the group to switch.
@@ -238,6 +240,11 @@ class Boot:
             self._guest("state", "failed", force=True)
             return self._finish(spec, identity, "failed")
 
+        # 2b. a region that keeps preempting the job: it moves, before this VM takes the lease, so the
+        # new group's VM can (operator/placement.py)
+        if self._move(spec, identity, storage, state):
+            return EXIT_OK  # the move deletes this VM's group (or recreates this VM with its new shape)
+
         # 3. one writer per job dir: take the lease (a stale one after ttl, our own name at once)
         lease = Lease(storage, Holder.here(identity.name, identity.zone), ttl=spec.lease_seconds)
         try:
@@ -256,7 +263,7 @@ class Boot:
     def _attempt(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage, journal: Journal,
                  state: JobState, lease: Lease) -> int:
         """Steps 3-9: one attempt, recorded in the journal from its start to its end."""
-        attempt = journal.begin(identity.name, booted=guest_booted())
+        attempt = journal.begin(identity.name, booted=guest_booted(), zone=identity.zone)
         try:
             if should_give_up(state.attempts, spec.max_failed_attempts):  # a crash loop ends here
                 last = next((a for a in reversed(state.attempts) if a.outcome == "failed"), None)
@@ -497,6 +504,52 @@ class Boot:
         except Exception as exc:  # the watch decides again; training goes on meanwhile
             log.warning("deadline decision not acted on", error=f"{type(exc).__name__}: {exc}")
             return None
+
+    def _move(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage, state: JobState) -> bool:
+        """Step 2b: placement at this boot, before the lease is taken. When this VM's region preempted
+        the job `preemptions_per_hour` times in the last hour, one look at the group and, if `decide`
+        says so, its move (`placement.look_and_move`, by="agent"; this VM's service account needs
+        the compute.instanceGroupManagers permissions a move uses). True when the job moved: this
+        boot ends without training. Never fatal: on any failure the boot trains here."""
+        from survivor.agent.finish import group_of
+        from survivor.jobdir.moves import moves
+        from survivor.jobdir.switches import parse_time
+        from survivor.operator import placement
+
+        ref = group_of(identity)
+        if spec.placement is None or ref is None or self.metadata is None:
+            return False
+        try:
+            now = _dt.datetime.now(_dt.timezone.utc)
+            recorded = moves(storage)
+            # the journal already read says whether a move is due: no Compute call on an ordinary boot
+            here = placement.region_of(f"zones/{identity.zone}")
+            count = placement.preempted_in(state.attempts, here, now,
+                                           moved=parse_time(recorded[-1].time) if recorded else None)
+            if count < spec.placement.preemptions_per_hour:
+                return False
+            compute = (self.options.compute_factory or _default_compute)(identity)
+            if compute is None:
+                return False
+            said: list[str] = []
+            self._booting = False  # the move's delete of this VM's group stops it: the move finishes first
+            try:
+                record = placement.look_and_move(compute, ref, spec, storage, by="agent", now=now,
+                                                 booting=identity.name, say=said.append)
+            finally:
+                self._booting = True
+            if record is None and self.options.early_signals:  # stopped meanwhile, for another reason
+                raise BootInterrupted(self.options.early_signals[0])
+            if record is None:
+                log.info("placement at boot: the job stays; training here", look=" / ".join(said))
+                return False
+            log.warning(f"this boot moved the job and ends without training: {record.reason}",
+                        from_place=record.from_place, to_place=record.to_place)
+            self._guest("state", "moved", force=True)
+            return True
+        except Exception as exc:  # the next boot decides again; training goes on meanwhile
+            log.warning("placement at boot not acted on", error=f"{type(exc).__name__}: {exc}")
+            return False
 
     def _load(self) -> tuple[JobSpec, InstanceIdentity]:
         """Step 1: the job spec and who this VM is (`project` None off Compute Engine)."""

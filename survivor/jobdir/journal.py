@@ -91,6 +91,9 @@ class Attempt:
     #: the goodput ledger's end of waiting for capacity and start of the VM's boot. None in a record
     #: written before survivor kept it.
     booted: str | None = None
+    #: The zone of the attempt's VM: where a preemption happened, which placement's move counts
+    #: per region (survivor/operator/placement.py). None in a record written before survivor kept it.
+    zone: str | None = None
 
     @property
     def name(self) -> str:
@@ -141,7 +144,7 @@ _FIELD_TYPES = {
     "restored_step": "a whole number or null", "ended": "a string or null", "outcome": "a string or null",
     "reason": "a string", "end_step": "a whole number or null", "reached_step": "a whole number or null",
     "steps_lost": "a whole number or null", "notice": "a string or null", "timings": "an object",
-    "restored_from": "a string or null", "booted": "a string or null",
+    "restored_from": "a string or null", "booted": "a string or null", "zone": "a string or null",
 }
 
 
@@ -328,14 +331,16 @@ class Journal:
         """DONE, FAILED and every attempt, read in one go."""
         return JobState(self.done(), self.failed(), self.attempts())
 
-    def begin(self, instance: str, restored_step: int | None = None, booted: str | None = None) -> Attempt:
+    def begin(self, instance: str, restored_step: int | None = None, booted: str | None = None,
+              zone: str | None = None) -> Attempt:
         """Records a new attempt with the next free number (a conditional create, so never a clash;
-        an unreadable record still holds its number); `booted`: when the guest's kernel booted."""
+        an unreadable record still holds its number); `booted`: when the guest's kernel booted;
+        `zone`: the VM's."""
         existing = self.attempts()
         number = (existing[-1].number if existing else 0) + 1
         while True:
             attempt = Attempt(number=number, instance=instance, started=now(), restored_step=restored_step,
-                              booted=booted)
+                              booted=booted, zone=zone)
             try:
                 self.storage.write(attempt.name, _dump(asdict(attempt)), if_generation_match=0)
                 return attempt

@@ -33,7 +33,9 @@ does not offer: the group's insert or resize operation still succeeds, the membe
 `currentAction: CREATING` with `lastAttempt.errors`, the error is listed by `listErrors`, and every
 later look at the group retries the creation (as "it will try again until it is successful",
 discovery document, `ManagedInstance.currentAction`). `fail_instance_creation` injects such failures;
-`hold_instance_creation` keeps a VM being provisioned (no status, no error) for a few looks.
+`hold_instance_creation` keeps a VM being provisioned (no status, no error) for a few looks;
+`follow_capacity` refuses Spot VMs in each zone while a Spot trace in the published Can't Be Late
+format (survivor/local/traces.py `load`) says that zone had no capacity, its time scaled.
 
 For preflight checks the fake serves `regions.get` (quotas), `acceleratorTypes.list/get`
 (`ACCELERATORS`, a small table of which zone offers which GPU), `images.getFromFamily` and
@@ -240,6 +242,9 @@ class ComputeServer(LocalService):
         self.creation_holds = 0  # hold_instance_creation
         #: whether an accepted flex-start resize request is provisioned at its next look (False: it waits)
         self.flex_start_capacity = True
+        #: follow_capacity: the trace, trace seconds per real second, the fake's zone of each trace
+        #: zone, and the clock and its reading at the trace's hour 0
+        self.capacity_trace: tuple[Any, float, dict[str, str], Callable[[], float], float] | None = None
         #: projects whose organisation policy denies external IPs (constraints/compute.vmExternalIpAccess)
         self.external_ip_denied: set[str] = set()
         #: projects whose Compute Engine API is disabled: every call gets the API's 403 accessNotConfigured
@@ -341,6 +346,27 @@ class ComputeServer(LocalService):
         is provisioned, and each later look at its group is one more try."""
         with self.lock:
             self.creation_holds = tries
+
+    def follow_capacity(self, trace: Any, *, speed: float = 1.0, zones: dict[str, str] | None = None,
+                        clock: Callable[[], float] = time.monotonic) -> None:
+        """Makes a MIG's creation of a Spot VM in a zone fail with ZONE_RESOURCE_POOL_EXHAUSTED (in the
+        words `fail_instance_creation` gives a stockout) while `trace` (a `traces.Zones`, as `load`
+        reads the published Can't Be Late traces) has no capacity in that zone: from now, `speed`
+        trace seconds a real second. `zones`: the fake's zone for a trace's zone (the published
+        traces name AWS zones, `us-east-1a`); any other is taken as named. A zone the trace does not
+        name, and any time past its end, has capacity. On-demand VMs are never refused: the traces
+        are of Spot capacity (benchmarks/capacity.py assumes on-demand capacity, as Can't Be Late does)."""
+        with self.lock:
+            self.capacity_trace = (trace, float(speed), {(zones or {}).get(z, z): z for z in trace.capacity},
+                                   clock, clock())
+
+    def trace_stockout(self, zone: str) -> bool:
+        """True when `follow_capacity`'s trace has no capacity in `zone` now."""
+        with self.lock:
+            if self.capacity_trace is None:
+                return False
+            trace, speed, named, clock, start = self.capacity_trace
+            return zone in named and trace.out(named[zone], (clock() - start) * speed / 3600)
 
     def clear_instance_creation_failures(self) -> None:
         """Forgets the instance-creation failures injected so far."""
@@ -837,7 +863,8 @@ class ComputeServer(LocalService):
         if denied:
             return {"code": "CONDITION_NOT_MET", "message": denied}
         spot = (properties.get("scheduling") or {}).get("provisioningModel") == "SPOT"
-        for failure in self.creation_failures:
+        traced = {"code": "ZONE_RESOURCE_POOL_EXHAUSTED", "message": "", "zone": zone, "remaining": None}
+        for failure in ([traced] if spot and self.trace_stockout(zone) else []) + self.creation_failures:
             if failure["zone"] not in (None, zone) or failure["remaining"] == 0:
                 continue
             if failure.get("spot_only") and not spot:  # a Spot stockout leaves on-demand capacity

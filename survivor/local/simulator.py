@@ -15,7 +15,10 @@ and the simulator sees the target size drop to 0. All durations can be scaled fo
 Preemptions come every `preempt_every` seconds, or from a seeded Spot trace (survivor/local/traces.py:
 preemptions per hour and stockout gaps, in simulated time): at `speed` simulated seconds per real
 second, each outage's start preempts the running VM and its gap (no Spot capacity) delays the MIG's
-recreation. The VM time the run used, scaled by `speed`, is priced at Spot and on-demand rates
+recreation. Or Spot capacity per zone follows a published trace (`capacity=traces.load(folder)`, the
+Can't Be Late format): the Compute fake refuses Spot VMs in a zone while its trace has no capacity
+(`ComputeServer.follow_capacity`, `speed` trace seconds a real second) and the VM running there is
+preempted as the outage begins. The VM time the run used, scaled by `speed`, is priced at Spot and on-demand rates
 as `survivor report` prices a job: the Cloud Billing Catalog's (survivor/cloud/catalog.py), else the
 offline table, the line saying which (`vm_seconds`, `SimulationRun.cost`).
 """
@@ -36,7 +39,7 @@ import yaml
 from survivor.cloud import pricing
 from survivor.local.compute_server import ComputeServer
 from survivor.local.instance import LocalInstance
-from survivor.local.traces import Trace, make_trace
+from survivor.local.traces import Trace, Zones, make_trace
 from survivor.spec import JobSpec, SpecError, load_yaml
 
 PROJECT = "survivor-local"
@@ -156,7 +159,9 @@ class Simulator:
                  preempt_during_restore: int = 0, stateful_disk: bool = False, trace: Trace | None = None,
                  speed: float = 60.0, on_event: Callable[[Event], None] | None = None,
                  region_outages: tuple[tuple[str, float, float], ...] = (), watch_every: float | None = None,
-                 shape_outages: tuple[tuple[str, float, float], ...] = (), outages_from_first_commit: bool = False):
+                 shape_outages: tuple[tuple[str, float, float], ...] = (), outages_from_first_commit: bool = False,
+                 preempting_regions: tuple[str, ...] = (), capacity: Zones | None = None,
+                 capacity_zones: dict[str, str] | None = None):
         self.spec = yaml.safe_load(spec_yaml)
         self.on_event = on_event
         self.spec_yaml = spec_yaml
@@ -183,11 +188,24 @@ class Simulator:
         #: falls mid-job however long the first VM takes to boot on a loaded machine
         self.outages_from_first_commit = outages_from_first_commit
         self._first_commit: float | None = None
+        #: only VMs in these regions are preempted (empty: every region), each once its agent trains
+        #: (its guest attribute `state`), so a slow boot on a loaded machine still records its attempt
+        self.preempting_regions = tuple(preempting_regions)
         #: the watch (Cloud Scheduler + Cloud Run) the simulator plays every this many real seconds:
         #: the deadline's and placement's looks while no VM runs (None: no watch)
         self.watch_every = watch_every
         self._next_watch = watch_every or 0.0
         self.compute = ComputeServer().start()
+        #: Spot capacity per zone from a published trace (traces.load), `speed` trace seconds a real
+        #: second from the start (or the first commit): the fake refuses Spot VMs in a zone while its
+        #: trace has no capacity, and a VM running there is preempted as the outage begins.
+        #: `capacity_zones`: the fake's zone for a trace's zone (the published traces name AWS zones)
+        self.capacity = capacity
+        self._traced_out: set[str] = set()
+        self._next_retry = 0.0
+        if capacity is not None:
+            self.compute.follow_capacity(capacity, speed=speed, zones=capacity_zones,
+                                         clock=lambda: self._outage_clock() or 0.0)
         self.result = SimulationResult()
         self.vms: dict[str, LocalInstance] = {}
         self._lock = threading.Lock()
@@ -284,7 +302,8 @@ class Simulator:
         if now is None:
             return False
         return (any(region == zone.rsplit("-", 1)[0] and start <= now < end for region, start, end in self.region_outages)
-                or any(kind == machine_type and start <= now < end for kind, start, end in self.shape_outages))
+                or any(kind == machine_type and start <= now < end for kind, start, end in self.shape_outages)
+                or self.compute.trace_stockout(zone))
 
     def _machine_of(self, vm_name: str) -> str:
         """The machine type of the group's template the VM `vm_name` belongs to."""
@@ -323,6 +342,31 @@ class Simulator:
                             self.compute.creation_failures.remove(failure)
                 self._event("capacity", "-", f"{what} has capacity again")
 
+    def _follow_trace(self) -> None:
+        """The capacity trace's moment: a VM running in a zone whose outage begins is preempted; a
+        group's VM the trace refused is tried again (a MIG retries "until it is successful")."""
+        if self.capacity is None:
+            return
+        with self.compute.lock:
+            zones = {key[1] for key in self.compute.instances} | {m[1] for g in self.compute.groups.values()
+                                                                  for m in g["_members"]}
+        out = {zone for zone in zones if self.compute.trace_stockout(zone)}
+        for zone in sorted(out - self._traced_out):
+            self._event("stockout", "-", f"no Spot capacity in {zone} (the trace)")
+        for zone in sorted(self._traced_out - out):
+            self._event("capacity", "-", f"{zone} has Spot capacity again (the trace)")
+        began, self._traced_out = out - self._traced_out, out
+        local = self._running()
+        if local is not None and local.zone in began:
+            self._preempt(local)
+        if time.monotonic() < self._next_retry:  # a try a second: each refused one is listed (listErrors)
+            return
+        self._next_retry = time.monotonic() + 1.0
+        with self.compute.lock:
+            for group in list(self.compute.groups.values()):
+                if group["_pending"]:
+                    self.compute._retry_pending(group)
+
     def _watch(self) -> None:
         """The watch's look, as the deployed Cloud Run job makes it: placement's move decision."""
         from survivor.operator import placement
@@ -338,6 +382,14 @@ class Simulator:
                                         by="watch", scale=self.speed, say=said.append)
         if moved is not None:
             self._event("move", "-", f"{moved.from_place} -> {moved.to_place}: {moved.reason}")
+
+    def _preemptible(self, local: LocalInstance) -> bool:
+        """May `local` be preempted now: in any region when no `preempting_regions` are named, else in
+        one of them once its agent trains."""
+        if not self.preempting_regions:
+            return True
+        return local.zone.rsplit("-", 1)[0] in self.preempting_regions and \
+            local.metadata.get("instance/guest-attributes").get("survivor", {}).get("state") == "training"
 
     def _running(self) -> LocalInstance | None:
         for local in self.vms.values():
@@ -392,6 +444,7 @@ class Simulator:
         try:
             while time.monotonic() < deadline:
                 self._apply_region_outages()
+                self._follow_trace()
                 if self.watch_every and time.monotonic() - self._started >= self._next_watch:
                     self._next_watch = time.monotonic() - self._started + self.watch_every
                     self._watch()
@@ -418,7 +471,7 @@ class Simulator:
                                 break
                     time.sleep(0.05)
                     continue
-                allowed = self.max_preemptions is None or preempted < self.max_preemptions
+                allowed = (self.max_preemptions is None or preempted < self.max_preemptions) and self._preemptible(local)
                 if allowed and restore_hits < self.preempt_during_restore and \
                         local.metadata.get("instance/guest-attributes").get("survivor", {}).get("state") == "restoring":
                     restore_hits += 1

@@ -1,4 +1,5 @@
-"""Seeded Spot weather (preemptions and stockout gaps) and a pure event replay of a deadline policy over it.
+"""Seeded Spot weather (preemptions and stockout gaps) and a pure event replay of a deadline policy over it;
+and the published Spot traces' reader (`load`: Spot capacity per zone, `Zones`).
 
     >>> trace = make_trace(seed=7, hours=40, preemptions_per_hour=0.3, stockout_chance=0.4, mean_gap_hours=2)
     >>> run = replay(trace, Job(hours=12, deadline_hours=18), survivor_policy())
@@ -15,7 +16,11 @@ survivor runs them: at every boot (the agent) and every `check_every_hours` (`su
 
 from __future__ import annotations
 
+import gzip
+import json
+import os
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -280,3 +285,95 @@ def replay(trace: Capacity, job: Job, choose: Policy, *, tick_hours: float = 1 /
         t += tick_hours
     return Run(False, None, round(cost, 4), round(spot_hours, 3), round(od_hours, 3), switches, preemptions, events,
                round(training, 3), round(committed, 3))
+
+
+# -- the published traces ---------------------------------------------------------------------------
+# The format of github.com/skypilot-org/spot-traces, published with "Can't Be Late" (NSDI'24): one JSON
+# file a zone, `<zone>_<anything>.json` (or `.json.gz`), `{"metadata": {"gap_seconds": g}, "data": [...]}`,
+# a point counting as capacity when it is above 0. benchmarks/capacity.py replays the traces stored in
+# benchmarks/traces/ (AWS zones: `us-east-1a`); the Compute fake follows one (`follow_capacity`), whose
+# files may name the fake's zones (`us-west1-b`).
+
+_NAME = re.compile(r"^([a-z0-9-]+?[0-9]-?[a-z])_.+\.json(\.gz)?$")
+
+
+class TraceError(ValueError):
+    """A trace folder or file that cannot be replayed; the message names it."""
+
+
+@dataclass(frozen=True)
+class Zones:
+    """Spot capacity per zone: a boolean per point, `gap_hours` apart, from hour 0 of the traces."""
+
+    gap_hours: float
+    capacity: dict[str, tuple[bool, ...]]
+
+    @property
+    def regions(self) -> list[str]:
+        """The regions, in name order."""
+        return sorted({region_of(z) for z in self.capacity})
+
+    @property
+    def hours(self) -> float:
+        """The hours every zone's trace covers."""
+        return self.gap_hours * min(len(points) for points in self.capacity.values())
+
+    def up(self, zone: str, t0: float, t1: float) -> bool:
+        """True when `zone` has capacity at every point in [t0, t1) (hours; none past the end)."""
+        points = self.capacity[zone]
+        first, last = int(t0 / self.gap_hours), int((t1 - 1e-9) / self.gap_hours)
+        return 0 <= first and last < len(points) and all(points[first:last + 1])
+
+    def out(self, zone: str, hours: float) -> bool:
+        """True when `zone`'s trace has a point without capacity at `hours`; False for a zone not in
+        the traces and before or past its points (nothing recorded: no outage)."""
+        points = self.capacity.get(zone, ())
+        at = int(hours // self.gap_hours) if hours >= 0 else -1
+        return 0 <= at < len(points) and not points[at]
+
+    def share(self, zones: list[str]) -> float:
+        """The share of points in which at least one of `zones` has capacity."""
+        n = min(len(self.capacity[z]) for z in zones)
+        return sum(1 for i in range(n) if any(self.capacity[z][i] for z in zones)) / n
+
+
+def region_of(zone: str) -> str:
+    """`us-east-1a` -> `us-east-1`: the published traces' zones, a region less its last letter;
+    `us-west1-b` -> `us-west1`: a Compute Engine zone, less its last hyphen and letter."""
+    return zone[:-2] if zone[-2:-1] == "-" else zone[:-1]
+
+
+def load(folder: str) -> Zones:
+    """Reads a folder of traces (one file a zone); TraceError naming the folder or file otherwise."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError as exc:
+        raise TraceError(f"--traces {folder}: cannot list it ({exc.strerror})") from None
+    capacity: dict[str, tuple[bool, ...]] = {}
+    gaps = set()
+    for name in names:
+        match = _NAME.match(name)
+        if not match:
+            continue
+        path = os.path.join(folder, name)
+        try:
+            with (gzip.open if name.endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
+                body = json.load(f)
+            gap = float(body["metadata"]["gap_seconds"])
+            points = tuple(float(p) > 0 for p in body["data"])
+        except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:
+            raise TraceError(f"{path}: not a trace in the published format "
+                             f"({{\"metadata\": {{\"gap_seconds\": ...}}, \"data\": [...]}}): "
+                             f"{type(exc).__name__}: {exc}") from None
+        if not gap > 0 or not points:
+            raise TraceError(f"{path}: gap_seconds must be above 0 and data not empty")
+        zone = match.group(1)
+        if zone in capacity:
+            raise TraceError(f"{path}: a second trace for zone {zone}")
+        capacity[zone] = points
+        gaps.add(gap)
+    if not capacity:
+        raise TraceError(f"--traces {folder}: no <zone>_<anything>.json file in it")
+    if len(gaps) > 1:
+        raise TraceError(f"--traces {folder}: the zones' gap_seconds differ ({sorted(gaps)}); one is needed")
+    return Zones(gaps.pop() / 3600, capacity)

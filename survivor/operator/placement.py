@@ -22,8 +22,11 @@ A state-disk snapshot not yet in Cloud Storage (`survivor/pending/`, zonal) is w
 move waits up to twice `move_after_minutes` for a VM of the old place to commit it, then moves and
 records the snapshot as lost (`Move.lost_pending`), said in the log and in `status`.
 
-Where it runs: `survivor watch` (the deploy in Cloud Run, while no VM runs at all) and the
-simulator, which plays that watch. SkyPilot's managed jobs recover in the next region the same way
+Where it runs: where the deadline policy runs. At boot in the agent (survivor/agent/boot.py),
+before it takes the lease, when its region preempted the job `preemptions_per_hour` times in the
+last hour (`look_and_move(booting=...)`: its own VM is no training VM, and it got capacity); and in
+`survivor watch` (the deploy in Cloud Run, while no VM runs at all) and the simulator, which plays
+that watch. SkyPilot's managed jobs recover in the next region the same way
 (EAGER_NEXT_REGION, sky/jobs/recovery_strategy.py); benchmarks/capacity.py replays both on the
 Can't Be Late Spot traces (docs/benchmarks.md).
 """
@@ -192,11 +195,46 @@ def _idle_since(attempts: list[Attempt], created: _dt.datetime | None, recorded:
     return max(known) if known else None
 
 
+def preempted_in(attempts: list[Attempt], region: str, now: _dt.datetime, *, moved: _dt.datetime | None = None,
+                 scale: float = 1.0) -> int:
+    """Pure: how many of `attempts` ended preempted in `region` in the last hour before `now` (an hour
+    of the simulator's fast clock at `scale`) and began after the job's last move (`moved`). An
+    attempt's region is its VM's zone's; one recorded without a zone (written before survivor kept
+    it) counts wherever the group is."""
+    hour_ago = now - _dt.timedelta(hours=1 / scale)
+    return sum(1 for a in attempts if a.outcome == "preempted"
+               and (not a.zone or region_of(f"zones/{a.zone}") == region)
+               and (parse_time(a.ended) or now) >= hour_ago
+               and (moved is None or (parse_time(a.started) or now) >= moved))
+
+
+def look_from(place: str, *, instances: list[dict], attempts: list[Attempt], errors: list[dict],
+              created: _dt.datetime | None, recorded: list[Move], pending: bool, now: _dt.datetime,
+              scale: float = 1.0, booting: str | None = None) -> Look:
+    """Pure: the Look at the job's group at `place`, from what was read of it: its instances
+    (`Compute.managed_instances`), the journal's attempts, its `listErrors`, when it was made, the
+    job's recorded moves, whether a state-disk snapshot is pending.
+
+    `booting`: the VM whose agent looks at its own boot (survivor/agent/boot.py). It runs but does
+    not train yet, so it is no training VM; and it got capacity, so the capacity errors listed
+    before it do not count: at a boot only a region that keeps preempting the job moves it."""
+    running = any(m["status"] == "RUNNING" and m.get("name") != booting for m in instances)
+    since = _idle_since(attempts, created, recorded) or now
+    codes = () if booting else tuple(e.get("code", "") for e in errors
+                                     if e.get("code", "").startswith(CAPACITY_CODES)
+                                     and (parse_time(e.get("timestamp")) or now) >= since)
+    moved = parse_time(recorded[-1].time) if recorded else None
+    preempted = preempted_in(attempts, region_of(place), now, moved=moved, scale=scale)
+    return Look(place, running, max(0.0, (now - since).total_seconds()) * scale, codes, preempted, pending,
+                shape=current_shape(recorded))
+
+
 def look(compute: Compute, group: GroupRef, storage: JobStorage, now: _dt.datetime,
-         scale: float = 1.0) -> tuple[GroupRef, Look] | None:
+         scale: float = 1.0, booting: str | None = None) -> tuple[GroupRef, Look] | None:
     """Looks at the job's current group (after its moves); None when it does not exist. `scale`:
-    simulated seconds per second (the simulator's fast clock), applied to the durations seen.
-    `Look.not_offered` is left empty: `offers` fills it in when a move is due."""
+    simulated seconds per second (the simulator's fast clock), applied to the durations seen;
+    `booting`: the VM looking at its own boot (`look_from`). `Look.not_offered` is left empty:
+    `offers` fills it in when a move is due."""
     from survivor.jobdir.disk_tier import PENDING
     from survivor.jobdir.journal import Journal
 
@@ -205,20 +243,11 @@ def look(compute: Compute, group: GroupRef, storage: JobStorage, now: _dt.dateti
     found = compute.get_group(current)
     if found is None:
         return None
-    instances = compute.managed_instances(current)
-    running = any(m["status"] == "RUNNING" for m in instances)
-    attempts = Journal(storage).attempts()
-    since = _idle_since(attempts, parse_time(found.get("creationTimestamp")), recorded) or now
-    errors = tuple(e.get("code", "") for e in compute.group_errors(current)
-                   if e.get("code", "").startswith(CAPACITY_CODES)
-                   and (parse_time(e.get("timestamp")) or now) >= since)
-    moved = parse_time(recorded[-1].time) if recorded else None
-    hour_ago = now - _dt.timedelta(hours=1 / scale)
-    preempted = sum(1 for a in attempts if a.outcome == "preempted" and (parse_time(a.ended) or now) >= hour_ago
-                    and (moved is None or (parse_time(a.started) or now) >= moved))
-    pending = bool(storage.list(PENDING))
-    return current, Look(place_of(current), running, max(0.0, (now - since).total_seconds()) * scale, errors,
-                         preempted, pending, shape=current_shape(recorded))
+    return current, look_from(place_of(current), instances=compute.managed_instances(current),
+                              attempts=Journal(storage).attempts(),
+                              errors=[] if booting else compute.group_errors(current),
+                              created=parse_time(found.get("creationTimestamp")), recorded=recorded,
+                              pending=bool(storage.list(PENDING)), now=now, scale=scale, booting=booting)
 
 
 def job_template(compute: Compute, current: GroupRef, shape: int) -> tuple[str, dict | None]:
@@ -257,12 +286,13 @@ def offers(compute: Compute, current: GroupRef, spec: JobSpec, job: dict) -> fro
 
 
 def look_and_move(compute: Compute, group: GroupRef, spec: JobSpec, storage: JobStorage, *, by: str,
-                  now: _dt.datetime | None = None, scale: float = 1.0,
+                  now: _dt.datetime | None = None, scale: float = 1.0, booting: str | None = None,
                   say: Callable[[str], None] = lambda _: None) -> Move | None:
     """One look at the job and, when `decide` says so, its move to the next place. Returns the Move
-    made, else None. Which places cannot take the job (`offers`) is asked only once a move is due."""
+    made, else None. Which places cannot take the job (`offers`) is asked only once a move is due.
+    `booting`: the VM whose agent looks at its boot, before it takes the lease (`look_from`)."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
-    seen = look(compute, group, storage, now, scale)
+    seen = look(compute, group, storage, now, scale, booting)
     if seen is None:
         say(f"job {group.name}: no group at its recorded place; nothing to move")
         return None
