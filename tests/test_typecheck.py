@@ -12,7 +12,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-# 36 s with no cache (a fresh clone, as CI runs it), 1.4 s with a warm one (2026-11-25, 2 cores)
+# 28-36 s with no cache (a fresh clone, as CI runs it), 1.5 s with a warm one (2026-11-25, 2 shared cores)
 @pytest.mark.slow
 def test_mypy_finds_nothing():
     mypy = os.path.join(os.path.dirname(sys.executable), "mypy")
