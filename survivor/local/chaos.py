@@ -377,6 +377,11 @@ class _Rounds:
         """The harness restores the job dir: at least as new as `before`, every file there."""
         checked = time.monotonic()
         restored = self.store.restore(self.check)
+        for _ in range(2):  # a read the loaded machine let time out is no loss: a lost commit stays lost
+            if before is None or (restored is not None and restored.step >= before.step):
+                break
+            time.sleep(1.0)
+            restored = self.store.restore(self.check)
         if before is not None and (restored is None or restored.step < before.step):
             tally.lost_commits += 1
             self.problem(tally, f"{what}: restored {restored and restored.name}, older than {before.name}")
