@@ -12,7 +12,8 @@ that does not start, or a line that drifted from the code fails here, where the 
   tests/test_scaling_out_guide.py with that venv's `survivor` against the Vertex AI, Cloud Logging
   and Cloud Storage stand-ins.
 
-Both venvs are new: pip's cache makes them take 15-40 s. Slow tests."""
+Both venvs are new (the guides' share one: the scaling-out install adds to the operator's); pip's
+cache makes them take 15-40 s. Slow tests."""
 
 from __future__ import annotations
 
@@ -153,7 +154,12 @@ def run_after_the_guide(run: Runner, tmp_path: pathlib.Path) -> None:
 
 
 @pytest.mark.slow
-def test_readme_the_operator_guide_and_costs_after_readmes_operator_install(tmp_path, monkeypatch):
+def test_readme_the_operator_guide_costs_and_scaling_out_after_their_own_installs(tmp_path, monkeypatch,
+                                                                                  stand_ins):  # noqa: F811
+    """README's operator install, then the operator guide, README's cloud lines and docs/costs.md;
+    then, in the same venv, docs/scaling-out.md's own install (README's operator install plus the
+    Vertex AI clients: a superset, so the venv is what that install alone makes) and its walk. One venv
+    for both: each fresh install of the Google clients costs about two minutes of the suite."""
     install = pip_install_line(README.read_text().split("## On Google Cloud", 1)[1])
     assert install == pip_install_line(COSTS.read_text())  # costs.md names the same install
     bin_dir = clean_venv(tmp_path / "env", install)
@@ -168,13 +174,13 @@ def test_readme_the_operator_guide_and_costs_after_readmes_operator_install(tmp_
     finally:
         runner.close()
     assert ran
+    monkeypatch.undo()  # the operator guide's stand-ins are gone; the scaling-out walk has its own
 
-
-@pytest.mark.slow
-def test_the_scaling_out_guide_after_its_own_install(stand_ins, tmp_path):  # noqa: F811 (the fixture)
-    install = pip_install_line(scaling_out.GUIDE.read_text())
-    assert install == "-e '.[operator,vertex]'"  # README's operator install and the Vertex AI clients
-    bin_dir = clean_venv(tmp_path / "env", install)
-    work = tmp_path / "work"
-    work.mkdir()
-    assert scaling_out.walk(stand_ins, work, survivor=str(bin_dir / "survivor"))
+    vertex_install = pip_install_line(scaling_out.GUIDE.read_text())
+    assert vertex_install == "-e '.[operator,vertex]'"  # README's operator install and the Vertex AI clients
+    argv = [str(bin_dir / "pip"), "install", "-q", *as_run_here(vertex_install, bin_dir.parent)[0]]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stderr[-3000:]}"
+    guide_work = tmp_path / "scaling-out"
+    guide_work.mkdir()
+    assert scaling_out.walk(stand_ins, guide_work, survivor=str(bin_dir / "survivor"))

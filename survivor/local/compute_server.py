@@ -1102,7 +1102,9 @@ class ComputeServer(LocalService):
         except Exception as exc:  # the builder powers off without a record, as a real one whose bucket failed
             print(f"compute fake: builder {key[2]} could not record its outcome: {exc}", file=sys.stderr)
         else:
-            self.set_guest_attribute(*key, "survivor", "build", "done")
+            with self.lock:  # the builder may have been deleted meanwhile (an interrupted build): nothing to set
+                if key in self.instances:
+                    self.set_guest_attribute(*key, "survivor", "build", "done")
         time.sleep(0.2)
         with self.lock:
             if key in self.instances:
