@@ -247,6 +247,11 @@ SHAPE_KEYS = ("machine_type", "gpu")
 MAX_SHAPES = 10
 
 
+#: The bounds of placement's numbers (inclusive): a move after 1 minute to a week without a training
+#: VM; a region left after 1 to 60 preemptions in an hour.
+PLACEMENT_RANGES = {"move_after_minutes": (1.0, 7 * 24 * 60.0), "preemptions_per_hour": (1.0, 60.0)}
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where a job may run: its regions in order of preference (the first is where it starts), the
@@ -1010,8 +1015,8 @@ class _Validator:
         if len(set(regions)) != len(regions):
             self.problems.append(f"placement.regions: {', '.join(regions)} names a region twice")
         numbers = {}
-        for key, default, low, high in (("move_after_minutes", 30.0, 1.0, 7 * 24 * 60.0),
-                                        ("preemptions_per_hour", 3.0, 1.0, 60.0)):
+        for key, (low, high) in PLACEMENT_RANGES.items():
+            default = getattr(Placement, key)  # the dataclass's default: one home for it
             item = value.get(key, default)
             if isinstance(item, bool) or not isinstance(item, (int, float)) or not low <= item <= high:
                 self.problems.append(f"placement.{key} = {_show(item)}: expected a number from {low:g} to {high:g}")
