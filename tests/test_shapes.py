@@ -10,7 +10,6 @@ import yaml
 
 from survivor.operator import placement
 from survivor.spec import JobSpec, Placement, Shape, SpecError
-from tests.conftest import PYTHON
 
 BASE = "job_dir: gs://bucket/run\ntrain_steps: 10\ntrainer: {builtin: dummy}\n"
 
@@ -238,14 +237,14 @@ def test_a_one_region_job_out_of_its_shape_changes_its_groups_template(compute_s
 
 
 def spec_yaml(job_dir: str, steps_log: str) -> str:
-    return yaml.safe_dump({
-        "job_dir": job_dir, "train_steps": 160, "checkpoint_steps": 10, "grace_seconds": 5, "sync_seconds": 0.3,
-        "trainer": {"argv": [PYTHON, "-m", "survivor.trainers.dummy", "--on-sigterm", "save", "--step-seconds",
-                             "0.03", "--step-log", steps_log]},
-        "compute": {"machine_type": "n1-standard-8", "gpu": "nvidia-tesla-t4:1"},
-        "placement": {"regions": ["us-west1", "us-central1"], "move_after_minutes": 1,
-                      "shapes": [{"machine_type": "g2-standard-8"}]},
-    })
+    """tests/test_capacity_move.py's job (two regions, a move after a minute), with a machine and one
+    other shape to move to."""
+    from tests.test_capacity_move import spec_yaml as regions_job
+
+    spec = yaml.safe_load(regions_job(job_dir, steps_log))
+    spec["compute"] = {"machine_type": "n1-standard-8", "gpu": "nvidia-tesla-t4:1"}
+    spec["placement"]["shapes"] = [{"machine_type": "g2-standard-8"}]
+    return yaml.safe_dump(spec)
 
 
 @pytest.mark.slow
@@ -257,8 +256,8 @@ def test_a_job_whose_shape_is_out_in_every_region_moves_to_its_next_shape_and_fi
 
     job_dir = str(tmp_path / "job")
     sim = Simulator(spec_yaml(job_dir, str(tmp_path / "steps.log")), str(tmp_path / "sim"), preempt_every=1e9,
-                    shape_outages=(("n1-standard-8", 0.5, float("inf")),), outages_from_first_commit=True, watch_every=0.3, speed=60.0,
-                    recreate_delay=0.2)
+                    shape_outages=(("n1-standard-8", 0.5, float("inf")),), outages_from_first_commit=True,
+                    watch_every=0.3, speed=60.0, recreate_delay=0.2)
     result = sim.run(timeout=240)
     table = result.table()
     assert result.done is not None and result.done["step"] == 160, table
