@@ -25,8 +25,8 @@ def east_out_at_2h(tmp_path):
     return load(str(tmp_path))
 
 
-def job(hours=4.0, deadline=8.0):
-    return capacity.job_of(hours, deadline, restart=0.2)
+def job(hours=4.0, deadline=8.0, lost=0.05):
+    return capacity.job_of(hours, deadline, restart=0.2, lost=lost)
 
 
 def replay(zones, rule, policy, **kw):
@@ -46,6 +46,17 @@ def test_eager_next_region_relaunches_at_once_outside_the_preempted_region(east_
     # boot 0.2, train 1.8 h in east-1a, preempted at 2.0 losing 0.05 h, boot 0.2 in west-1a, train 2.25 h
     assert run.preemptions == 1 and where.zone == "west-1a" and where.moves == 1
     assert run.finished_at == pytest.approx(2.0 + 0.2 + 2.25, abs=2 * TICK)
+
+
+def test_by_default_a_preemption_loses_no_work_and_a_restart_is_the_measured_boot(east_out_at_2h):
+    # the notice commit: survivor loses no step to a noticed preemption; the restart is the boot
+    # measurements' ~180 s (benchmarks/capacity.py RESTART_HOURS), for every policy alike
+    assert capacity.LOST_HOURS == 0.0 and capacity.RESTART_HOURS == pytest.approx(180 / 3600, abs=0.001)
+    measured = capacity.job_of(4.0, 8.0, capacity.RESTART_HOURS)
+    where = Placement(east_out_at_2h, 0.0, "east-1", "eager")
+    run = traces.replay(where, measured, traces.always(traces.SPOT), limit_factor=2.0)
+    # boot 0.05, train 1.95 h in east-1a, preempted at 2.0 losing nothing, boot 0.05 in west-1a, train 2.05 h
+    assert run.finished_at == pytest.approx(2.0 + 0.05 + 2.05, abs=2 * TICK)
 
 
 def test_failover_first_waits_its_window_in_the_preempted_region(east_out_at_2h):
@@ -81,7 +92,7 @@ def test_a_job_stays_in_its_home_region_while_it_has_capacity(tmp_path):
 
 
 def test_the_rows_name_every_policy_with_the_published_keys(east_out_at_2h, tmp_path):
-    results = capacity.run(east_out_at_2h, every=24.0, jobs=((4.0, 8.0),))
+    results = capacity.run(east_out_at_2h, every=24.0, jobs=((4.0, 8.0),), restart=0.2)
     rows = capacity.rows(results)
     assert [r["policy"] for r in rows] == list(capacity.POLICIES) and rows[0]["policy"] == "survivor"
     assert set(rows[0]) == {"policy", "jobs", "deadlines_met", "vm_fraction", "goodput", "mean_cost", "worst_cost",
@@ -135,3 +146,17 @@ def test_survivors_move_follows_its_built_rule_without_an_oracle(tmp_path):
     oracle = Placement(zones, 0.0, "a-1", "anywhere")
     traces.replay(oracle, job(), traces.survivor_policy(), limit_factor=2.0)
     assert oracle.zone == "c-1a"
+
+
+def test_in_an_outage_of_every_region_survivor_moves_a_few_times_an_hour_not_every_look(tmp_path):
+    # both regions out from 2 h to 8 h: without the doubling wait the group walked the list every
+    # minute (360 moves); with it, every 15 minutes at most once the rounds have found nothing
+    write(tmp_path, "east-1a", [1] * 20 + [0] * 60 + [1] * 120)
+    write(tmp_path, "west-1a", [1] * 20 + [0] * 60 + [1] * 120)
+    where = Placement(load(str(tmp_path)), 0.0, "east-1", "move")
+    run = traces.replay(where, job(hours=4.0, deadline=16.0), traces.always(traces.SPOT), limit_factor=2.0)
+    assert run.met and run.preemptions == 1
+    # 1 + 2 + 4 + 8 minutes, then one move each 15 minutes: about 26 in the 6 h
+    assert 15 <= where.moves <= 30, where.moves
+    # back on capacity within one wait of its return: 8 h + at most 15 min + the boot, then 2.25 h of work
+    assert run.finished_at <= 8.0 + 0.25 + 0.2 + 2.25 + 2 * TICK

@@ -87,6 +87,43 @@ def test_the_move_decision_at_its_edges(look, expected):
     assert placement.decide(Placement(("us-west1",)), look).move is False  # nowhere else to go
 
 
+@pytest.mark.parametrize("moves_without_vm, minutes, moves", [
+    (0, 1.5, True), (1, 1.5, True),  # the first round: one look's wait a place
+    (2, 1.5, False), (2, 2.5, True),  # every other place tried: the wait doubles
+    (4, 3.5, False), (4, 4.5, True), (6, 8.5, True), (6, 7.5, False),
+    (40, 14.5, False), (40, 15.5, True),  # at most MAX_ROUND_WAIT_MINUTES
+])
+def test_the_wait_before_a_move_doubles_each_round_of_places_without_capacity(moves_without_vm, minutes, moves):
+    # issue 27: in a stockout of every region the job walked its list every look (5.59 moves a job in
+    # benchmarks/capacity.py, 102 in one 12 h job); a whole round found nothing, so the next waits longer
+    rule = Placement(("us-west1", "us-central1", "us-east1"), move_after_minutes=1)
+    look = placement.Look("regions/us-central1", idle_seconds=minutes * 60, capacity_errors=("QUOTA_EXCEEDED",),
+                          moves_without_vm=moves_without_vm)
+    decision = placement.decide(rule, look)
+    assert decision.move is moves, decision.reason
+    if not moves and moves_without_vm >= 2:
+        assert "the wait doubles" in decision.reason
+    assert placement.MAX_ROUND_WAIT_MINUTES == 15.0
+    # a wait longer than the cap is the user's and is kept
+    assert placement.wait_minutes(Placement(("a1", "b1"), move_after_minutes=60), 10, 2) == 60
+
+
+def test_moves_without_a_vm_are_the_moves_after_the_newest_attempt_began():
+    from survivor.jobdir.journal import Attempt
+    from survivor.jobdir.moves import Move
+
+    def move(at: str) -> Move:
+        return Move(time=f"2026-11-24T{at}:00+00:00", from_place="regions/a1", to_place="regions/b1", reason="",
+                    by="watch")
+
+    attempts = [Attempt(number=1, instance="vm", started="2026-11-24T10:00:00+00:00", outcome="preempted")]
+    recorded = [move("09:00"), move("10:30"), move("10:31")]
+    assert placement.moves_without_vm(attempts, recorded) == 2
+    assert placement.moves_without_vm([], recorded) == 3  # never had a VM: every move found nothing
+    recorded.append(Move(time="not a time", from_place="regions/a1", to_place="regions/b1", reason="", by="watch"))
+    assert placement.moves_without_vm(attempts, recorded) == 3  # an unreadable time counts: the later one
+
+
 def test_a_damaged_move_record_is_skipped_with_a_warning(tmp_path, caplog):
     storage = open_storage(str(tmp_path))
     storage.write("survivor/moves/20261124T000000.json", b"{not json")

@@ -9,7 +9,8 @@ A job's spec may name the regions it can run in (`placement.regions`, the first 
 other machine shapes it can train on (`placement.shapes`; its `compute:` shape comes first). Its
 group moves on when it has had no training VM for `move_after_minutes` while its group lists capacity
 errors (a stockout, a quota: `listErrors`), or when its region preempted it `preemptions_per_hour`
-times in the last hour. Where to: the next place of `places` (every region for one shape, then the
+times in the last hour; once a whole round of its places found no capacity, the wait doubles each
+round up to MAX_ROUND_WAIT_MINUTES (`wait_minutes`). Where to: the next place of `places` (every region for one shape, then the
 next shape), skipping a place whose region has no zone offering the shape's GPU. The move: a regional
 group of the same name is made in the place's region with the shape's template (`make_group`; a
 shape's template, `<template>-shape-N`, is made from the job's first); in the region the group is
@@ -73,6 +74,7 @@ class Look:
     pending: bool = False  # a state-disk snapshot not yet in Cloud Storage
     shape: int = 0  # the shape the group runs (its last move's; 0 when it never changed shape)
     not_offered: frozenset[Place] = frozenset()  # places whose region has no zone with the shape's GPU
+    moves_without_vm: int = 0  # moves since the job last had a VM (each found no capacity so far)
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,22 @@ def shape_text(placement: Placement, shape: int) -> str:
     return " with ".join(v for v in (written.machine_type or "compute's machine type", written.gpu) if v)
 
 
+#: The longest a job waits in one place before its next move once whole rounds of its places found no
+#: capacity: the wait doubles each round from `move_after_minutes` up to this (or `move_after_minutes`
+#: when that is longer).
+MAX_ROUND_WAIT_MINUTES = 15.0
+
+
+def wait_minutes(placement: Placement, moves_without_vm: int, places_count: int) -> float:
+    """Pure: how long the group waits without a training VM before its next move: `move_after_minutes`,
+    doubled for each whole round of the places already moved through without a VM (every one of them
+    out of capacity), at most MAX_ROUND_WAIT_MINUTES. A stockout of every region then costs a few moves
+    an hour, not one every look."""
+    after = placement.move_after_minutes
+    rounds = moves_without_vm // max(1, places_count - 1)
+    return max(after, min(MAX_ROUND_WAIT_MINUTES, after * 2 ** min(rounds, 20)))
+
+
 def decide(placement: Placement | None, look: Look) -> MoveDecision:
     """Pure: the move decision for one look: to the next place of `places` after the group's, a
     place in `look.not_offered` passed over."""
@@ -134,11 +152,13 @@ def decide(placement: Placement | None, look: Look) -> MoveDecision:
     if look.running:
         return MoveDecision(False, None, "a VM of the group runs")
     minutes = look.idle_seconds / 60
-    after = placement.move_after_minutes
+    after = wait_minutes(placement, look.moves_without_vm, len(order))
     capacity = bool(look.capacity_errors) and minutes >= after
     preempting = look.preemptions_last_hour >= placement.preemptions_per_hour
     if not (capacity or preempting):
-        why = (f"capacity errors for {minutes:.0f} of {after:g} min" if look.capacity_errors
+        rounds = (f" (every place was out {look.moves_without_vm // max(1, len(order) - 1)} time(s) round: "
+                  f"the wait doubles)" if after > placement.move_after_minutes else "")
+        why = (f"capacity errors for {minutes:.0f} of {after:g} min{rounds}" if look.capacity_errors
                else "no capacity error listed")
         return MoveDecision(False, None, f"no training VM for {minutes:.0f} min; {why}")
     here = region_of(look.place)
@@ -226,7 +246,16 @@ def look_from(place: str, *, instances: list[dict], attempts: list[Attempt], err
     moved = parse_time(recorded[-1].time) if recorded else None
     preempted = preempted_in(attempts, region_of(place), now, moved=moved, scale=scale)
     return Look(place, running, max(0.0, (now - since).total_seconds()) * scale, codes, preempted, pending,
-                shape=current_shape(recorded))
+                shape=current_shape(recorded), moves_without_vm=moves_without_vm(attempts, recorded))
+
+
+def moves_without_vm(attempts: list[Attempt], recorded: list[Move]) -> int:
+    """Pure: how many of the job's moves came after its newest attempt began (after its last VM):
+    moves that found no capacity so far. A move without a readable time counts (the later one)."""
+    started = [t for t in (parse_time(a.started) for a in attempts) if t is not None]
+    last_vm = max(started) if started else None
+    times = [parse_time(m.time) for m in recorded]
+    return sum(1 for t in times if last_vm is None or t is None or t > last_vm)
 
 
 def look(compute: Compute, group: GroupRef, storage: JobStorage, now: _dt.datetime,
