@@ -236,6 +236,43 @@ def test_a_one_region_job_out_of_its_shape_changes_its_groups_template(compute_s
     assert "now at zones/us-west1-b on g2-standard-8" in " ".join(capsys.readouterr().out.split())
 
 
+def test_a_job_on_on_demand_keeps_on_demand_on_its_next_shape(compute_server, tmp_path, capsys, monkeypatch):
+    """A group the deadline policy put on on-demand, out of its shape: the move puts it on the shape's
+    on-demand twin, not the shape's Spot template (the mode is the deadline policy's to change)."""
+    import datetime as _dt
+
+    from survivor.cloud.compute import Compute, GroupRef
+    from survivor.commands.main import main
+    from survivor.operator.group import on_demand_template_body
+
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "survivor-local")
+    job_dir = str(tmp_path / "job")
+    (tmp_path / "job.yaml").write_text(f"job_dir: {job_dir}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
+                                       "placement: {regions: [us-west1], shapes: [{machine_type: g2-standard-8}]}\n")
+    assert main(["make-template", "job", "--config", str(tmp_path / "job.yaml")]) == 0
+    compute = Compute("survivor-local")
+    compute.insert_template(on_demand_template_body(compute.get_template("job")))
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", accelerator="nvidia-tesla-t4")
+    assert main(["make-group", "job", "--template", "job-on-demand", "--zone", "us-west1-b",
+                 "--wait-seconds", "0"]) == 0
+    group = compute_server.groups[("survivor-local", "zones/us-west1-b", "job")]
+    group["creationTimestamp"] = (_dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=45)).isoformat()
+    compute.managed_instances(GroupRef("survivor-local", "job", zone="us-west1-b"))
+    for error in group["_errors"]:
+        error["timestamp"] = (_dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=40)).isoformat()
+    capsys.readouterr()
+    assert main(["watch", "job", "--zone", "us-west1-b", "--job-dir", job_dir]) == 0
+    out = capsys.readouterr().out
+    assert "template job-shape-1-on-demand: created (on-demand, shape g2-standard-8)" in out, out
+    assert group["instanceTemplate"].endswith("/job-shape-1-on-demand")
+    twin = compute.get_template("job-shape-1-on-demand")["properties"]
+    assert twin["machineType"] == "g2-standard-8" and twin["scheduling"]["provisioningModel"] == "STANDARD"
+    spot = compute.get_template("job-shape-1")["properties"]  # kept for the switch back to Spot
+    assert spot["scheduling"]["provisioningModel"] == "SPOT"
+    [vm] = compute.managed_instances(GroupRef("survivor-local", "job", zone="us-west1-b"))
+    assert vm["status"] == "RUNNING"
+
+
 def spec_yaml(job_dir: str, steps_log: str) -> str:
     """tests/test_capacity_move.py's job (two regions, a move after a minute), with a machine and one
     other shape to move to."""

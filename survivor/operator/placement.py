@@ -354,7 +354,9 @@ def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: J
     record. The lease keeps one writer: a VM of the new group restores only once the old one's lease
     is released or expired. None when no place could."""
     from survivor.cloud.compute import ComputeError
-    from survivor.operator.group import GroupOptions, make_group, shape_template_body
+    from survivor.operator.deadline import ON_DEMAND
+    from survivor.operator.group import (GroupOptions, make_group, on_demand_template_body, shape_template_body,
+                                         template_mode)
 
     placement = spec.placement
     if placement is None:
@@ -378,6 +380,15 @@ def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: J
                 if compute.get_template(body["name"]) is None:
                     compute.insert_template(body)
                     say(f"template {body['name']}: created (shape {shape_text(placement, place.shape)})")
+                if template_mode(own)[1] == ON_DEMAND:
+                    # a group the deadline policy put on on-demand stays on it on the new shape: the
+                    # shape's on-demand twin, made as the switch makes the job's (the shape's Spot
+                    # template is kept for the switch back, which finds it by the twin's name)
+                    body = on_demand_template_body(body)
+                    if compute.get_template(body["name"]) is None:
+                        compute.insert_template(body)
+                        say(f"template {body['name']}: created (on-demand, shape "
+                            f"{shape_text(placement, place.shape)})")
             if place.region == here.region:
                 # Not a second group: its VMs would be named as this one's ("the MIG appends a hyphen and
                 # a random four-character string to the base instance name", InstanceGroupManager.
