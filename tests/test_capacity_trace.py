@@ -120,3 +120,38 @@ def test_a_simulated_job_is_preempted_and_waits_while_its_zone_has_no_capacity_i
     before, after = result.attempts[0], result.attempts[-1]
     assert (before.outcome, after.outcome, len(result.attempts)) == ("preempted", "finished", 2), table
     assert before.steps_lost == 0 and after.restored_step == before.end_step, table
+
+
+def test_emulate_compute_follows_capacity_traces_from_the_command_line(tmp_path, monkeypatch):
+    """`survivor emulate compute --capacity-traces DIR --trace-zone ...`: the fake a user starts by hand
+    refuses Spot VMs where the mapped trace is out (here: from its start, for an hour)."""
+    import socket
+    import subprocess
+
+    from tests.conftest import PYTHON
+
+    write_trace(tmp_path, "us-east-1a", 3600, [0, 1])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    bad = subprocess.run([PYTHON, "-m", "survivor", "emulate", "compute", "--port", str(port), "--capacity-traces",
+                          str(tmp_path), "--trace-zone", "us-east-1b=us-west1-b"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode != 0 and "the traces have no zone us-east-1b" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    server = subprocess.Popen([PYTHON, "-m", "survivor", "emulate", "compute", "--port", str(port),
+                               "--capacity-traces", str(tmp_path), "--trace-zone", "us-east-1a=us-west1-b"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        assert "Compute fake on" in line, line + server.stderr.read()
+        monkeypatch.setenv("SURVIVOR_COMPUTE_ENDPOINT", f"http://127.0.0.1:{port}")
+        compute = Compute(PROJECT)
+        spec = JobSpec.from_yaml("job_dir: /tmp/x\ntrain_steps: 1\ntrainer: {builtin: dummy}\n")
+        compute.insert_template(template_body("spot", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
+        [refused] = _group(compute, "out", "spot", "us-west1-b")
+        assert refused["errors"][0][0] == "ZONE_RESOURCE_POOL_EXHAUSTED", refused
+        assert [vm["status"] for vm in _group(compute, "untraced", "spot", "us-west1-a")] == ["RUNNING"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

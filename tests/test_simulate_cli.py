@@ -49,6 +49,52 @@ def test_bad_arguments_are_one_line(args, expected, tmp_path):
     assert len(run.stderr.strip().splitlines()) <= 2, run.stderr
 
 
+def write_trace(folder, zone: str, points: list) -> None:
+    """One zone's Spot capacity as github.com/skypilot-org/spot-traces publishes it, a point a minute."""
+    import json
+
+    folder.mkdir(exist_ok=True)
+    (folder / f"{zone}_v100_1.json").write_text(json.dumps({"metadata": {"gap_seconds": 60}, "data": points}))
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("--capacity-traces", "nowhere"), "--traces nowhere: cannot list it"),
+    (("--capacity-traces", "traces", "--trace-zone", "us-east-1a"), "expected TRACE_ZONE=ZONE"),
+    (("--capacity-traces", "traces", "--trace-zone", "eu-west-9z=us-west1-b"), "the traces have no zone eu-west-9z"),
+    (("--capacity-traces", "traces", "--trace-start", "3h"), "--trace-start 3h: expected 0 or more and before"),
+    (("--capacity-traces", "traces", "--trace-start", "soon"), "--trace-start 'soon'"),
+    (("--watch-every", "0"), "--watch-every"),
+])
+def test_bad_capacity_trace_arguments_are_one_line(args, expected, tmp_path):
+    (tmp_path / "spec.yaml").write_text(dummy_spec("jobdir", tmp_path, train_steps=5))
+    write_trace(tmp_path / "traces", "us-east-1a", [1] * 60)  # one hour
+    run = simulate("--config", "spec.yaml", "--workdir", "sim", *args, cwd=tmp_path)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr and expected in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) <= 2, run.stderr
+    assert not (tmp_path / "sim").exists()  # refused before anything was made
+
+
+@pytest.mark.slow
+def test_simulate_follows_capacity_traces_and_the_job_moves_to_its_next_region(tmp_path):
+    """Issue 27: `survivor simulate` replays published capacity traces: the trace standing for the
+    job's first zone runs out 5 simulated minutes after --trace-start and stays out; the watch (a
+    look a simulated minute) moves the job to its next region, where it finishes DONE."""
+    spec = dummy_spec("jobdir", tmp_path, train_steps=600, checkpoint_steps=20, on_finish="auto")
+    spec += "placement: {regions: [us-west1, us-central1], move_after_minutes: 1}\n"
+    (tmp_path / "spec.yaml").write_text(spec)
+    write_trace(tmp_path / "traces", "us-east-1a", [0] * 30 + [1] * 5 + [0] * 600)
+    run = simulate("--config", "spec.yaml", "--workdir", "sim", "--capacity-traces", "traces",
+                   "--trace-zone", "us-east-1a=us-west1-b", "--trace-start", "30m", "--timeout", "150",
+                   cwd=tmp_path)
+    said = run.stdout + run.stderr
+    assert run.returncode == 0, said[-3000:]
+    assert '"done": true' in run.stdout
+    assert " stockout " in run.stderr and " move " in run.stderr, said[-3000:]
+    assert "us-central1" in run.stderr, said[-3000:]
+    assert "us-west1-b has Spot capacity again" not in run.stderr, said[-3000:]  # the trace never says so
+
+
 @pytest.mark.slow
 def test_a_relative_workdir_and_job_dir_run_to_done_and_a_rerun_replaces_the_simulation(tmp_path):
     (tmp_path / "spec.yaml").write_text(dummy_spec("jobdir", tmp_path, train_steps=20, on_finish="auto"))

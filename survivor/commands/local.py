@@ -65,7 +65,10 @@ def run_simulation(args: argparse.Namespace) -> int:
         preemptions_per_hour=args.preemptions_per_hour, stockout_minutes=args.stockout_minutes,
         stockout_chance=args.stockout_chance, speed=args.speed,
         spot_price=args.spot_price, on_demand_price=args.on_demand_price,
-        region=args.region, online=not args.offline,
+        region=args.region, online=not args.offline, capacity_traces=args.capacity_traces,
+        trace_zones=tuple(args.trace_zone), trace_start=simulator.duration("--trace-start", args.trace_start,
+                                                                          zero_allowed=True) / 3600,
+        watch_every=None if args.watch_every is None else simulator.duration("--watch-every", args.watch_every),
         on_event=lambda e: print(f"{e.t:8.1f}  {e.kind:<11} {e.instance:<22} {e.detail}", file=sys.stderr, flush=True))
     _sigterm_unwinds()
     run = simulator.simulate(options)
@@ -98,9 +101,21 @@ def emulate_compute(args: argparse.Namespace) -> int:
     """`survivor emulate compute`: survivor's Compute Engine fake in the foreground."""
     from survivor.local.compute_server import serve_forever
 
+    from survivor.local import traces
+
+    capacity, zones = None, None
+    if args.capacity_traces:
+        try:
+            capacity = traces.load(args.capacity_traces)
+            zones = traces.zone_map(capacity, args.trace_zone)
+        except traces.TraceError as exc:
+            raise CommandError(str(exc)) from None
+        if not 0 < args.trace_speed <= 3600:
+            raise CommandError(f"--trace-speed {args.trace_speed:g}: expected more than 0 and at most 3600")
     serve_forever(args.port, project=args.project, stockouts=args.stockout, quotas=args.quota,
                   image_families=args.image_family, deny_external_ip=args.deny_external_ip,
-                  no_default_network=args.no_default_network, api_disabled=args.api_disabled)
+                  no_default_network=args.no_default_network, api_disabled=args.api_disabled,
+                  capacity=capacity, capacity_zones=zones, speed=args.trace_speed)
     return 0
 
 
@@ -166,6 +181,18 @@ def add_commands(sub) -> None:
     p.add_argument("--stockout-chance", type=float, default=0.5, help="how often a preemption brings a stockout (default %(default)g)")
     p.add_argument("--speed", type=float, default=60.0,
                    help="simulated seconds per real second, for the trace and the cost (default 60, at most 3600)")
+    p.add_argument("--capacity-traces", metavar="DIR",
+                   help="Spot capacity per zone from a folder of traces in the Can't Be Late format "
+                        "(benchmarks/traces/): the Compute fake refuses Spot VMs in a zone while its trace has none, "
+                        "and the VM there is preempted when it runs out (instead of --preempt-every)")
+    p.add_argument("--trace-zone", action="append", default=[], metavar="TRACE_ZONE=ZONE",
+                   help="the simulated zone a trace's zone stands for, e.g. us-east-1a=us-west1-b (repeatable; "
+                        "a trace named after a Compute Engine zone needs none)")
+    p.add_argument("--trace-start", default="0s",
+                   help="where in the traces the simulation starts, in simulated time (e.g. 216h; default 0s)")
+    p.add_argument("--watch-every", default=None,
+                   help="simulated time between the looks of `survivor watch` (moves, deadline switches) "
+                        "(default: 1m when the spec has placement: or deadline:, else none)")
     flags.prices(p, "the Cloud Billing Catalog's")
     flags.region(p, help="where the catalog's prices are read (default: the spec's zone's region, "
                                     "else the simulated group's, us-west1)")
@@ -196,6 +223,13 @@ def add_commands(sub) -> None:
                    help="the organisation policy constraints/compute.vmExternalIpAccess denies every VM an external IP")
     e.add_argument("--no-default-network", action="store_true", help="the project has no `default` VPC network")
     e.add_argument("--api-disabled", action="store_true", help="the project has not enabled the Compute Engine API")
+    e.add_argument("--capacity-traces", metavar="DIR",
+                   help="refuse Spot VMs in a zone while its trace (a folder in the Can't Be Late format, "
+                        "benchmarks/traces/) has no capacity, from the fake's start")
+    e.add_argument("--trace-zone", action="append", default=[], metavar="TRACE_ZONE=ZONE",
+                   help="the fake's zone a trace's zone stands for, e.g. us-east-1a=us-west1-b (repeatable)")
+    e.add_argument("--trace-speed", type=float, default=1.0,
+                   help="trace seconds a real second (default 1: the traces' own pace; at most 3600)")
     e.add_argument("--image-family", action="append", default=[], metavar="PROJECT/FAMILY",
                    help="an image family that resolves (the Deep Learning VM family always does)")
     e.set_defaults(func=emulate_compute)

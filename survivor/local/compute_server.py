@@ -1320,8 +1320,11 @@ def _default_message(code: str, params: dict) -> str:
 
 def serve_forever(port: int, *, project: str, stockouts: Sequence[str] = (), quotas: Sequence[str] = (),
                   image_families: Sequence[str] = (), deny_external_ip: bool = False, no_default_network: bool = False,
-                  api_disabled: bool = False) -> None:
+                  api_disabled: bool = False, capacity: Any = None, capacity_zones: dict[str, str] | None = None,
+                  speed: float = 1.0) -> None:
     """Runs the fake in the foreground (for `survivor emulate compute`), seeded from the command line.
+    `capacity`: Spot capacity traces (`traces.Zones`) to follow from now, `speed` trace seconds a real
+    second, `capacity_zones` the fake's zone for a trace's zone (`follow_capacity`).
 
     `stockouts`: zones where a MIG's instance creation fails with ZONE_RESOURCE_POOL_EXHAUSTED;
     `quotas`: `REGION:METRIC=LIMIT` for `project`; `image_families`: `PROJECT/FAMILY` that resolve."""
@@ -1355,6 +1358,8 @@ def serve_forever(port: int, *, project: str, stockouts: Sequence[str] = (), quo
         server.networks[project] = set()
     if api_disabled:
         server.api_disabled.add(project)
+    if capacity is not None:
+        server.follow_capacity(capacity, speed=speed, zones=capacity_zones)
     server.start()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill` ends it like Ctrl-C
     print(f"Compute fake on {server.endpoint} (project {project}: default service account "

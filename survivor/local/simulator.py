@@ -39,7 +39,7 @@ import yaml
 from survivor.cloud import pricing
 from survivor.local.compute_server import ComputeServer
 from survivor.local.instance import LocalInstance
-from survivor.local.traces import Trace, Zones, make_trace
+from survivor.local.traces import Trace, TraceError, Zones, from_hour, load, make_trace, zone_map
 from survivor.spec import JobSpec, SpecError, load_yaml
 
 PROJECT = "survivor-local"
@@ -203,13 +203,13 @@ class Simulator:
         self.capacity = capacity
         self._traced_out: set[str] = set()
         self._next_retry = 0.0
-        if capacity is not None:
-            self.compute.follow_capacity(capacity, speed=speed, zones=capacity_zones,
-                                         clock=lambda: self._outage_clock() or 0.0)
         self.result = SimulationResult()
         self.vms: dict[str, LocalInstance] = {}
         self._lock = threading.Lock()
         self._started = time.monotonic()
+        if capacity is not None:  # after the start: the trace's clock counts from it (or the first commit)
+            self.compute.follow_capacity(capacity, speed=speed, zones=capacity_zones,
+                                         clock=lambda: self._outage_clock() or 0.0)
         self._pending: list[dict] = []
         self.compute.on_instance_created.append(self._created)
         self.compute.on_instance_deleted.append(self._deleted)
@@ -350,7 +350,8 @@ class Simulator:
         with self.compute.lock:
             zones = {key[1] for key in self.compute.instances} | {m[1] for g in self.compute.groups.values()
                                                                   for m in g["_members"]}
-        out = {zone for zone in zones if self.compute.trace_stockout(zone)}
+        # a zone the job has left (a move) is no longer looked at: it is not "back", it is behind us
+        out = {zone for zone in zones if self.compute.trace_stockout(zone)} | (self._traced_out - zones)
         for zone in sorted(out - self._traced_out):
             self._event("stockout", "-", f"no Spot capacity in {zone} (the trace)")
         for zone in sorted(self._traced_out - out):
@@ -564,6 +565,10 @@ class SimulationOptions:
     region: str | None = None  # where the prices are read: the spec's zone's region, else the simulated MIG's
     online: bool = True  # read the Cloud Billing Catalog when today's prices are not cached
     on_event: Callable[[Event], None] | None = None  # each timeline event as it happens (progress)
+    capacity_traces: str | None = None  # a folder of Spot capacity traces in the published format
+    trace_zones: tuple[str, ...] = ()  # TRACE_ZONE=ZONE: the fake's zone for a trace's zone
+    trace_start: float = 0.0  # simulated hours into the traces where the simulation starts
+    watch_every: float | None = None  # simulated seconds between the watch's looks (None: see simulate)
 
 
 def read_spec(options: SimulationOptions) -> dict:
@@ -635,6 +640,13 @@ def simulate(options: SimulationOptions) -> SimulationRun:
                         "a VM boots in seconds)")
     if problems:
         raise SpecError(problems)
+    capacity, capacity_zones = None, None
+    if options.capacity_traces:
+        try:
+            capacity = from_hour(load(options.capacity_traces), options.trace_start)
+            capacity_zones = zone_map(capacity, options.trace_zones)
+        except TraceError as exc:
+            raise SpecError([str(exc)]) from None
     spec = read_spec(options)
     root = os.path.abspath(options.workdir)
     if os.path.exists(root):  # an earlier simulation's (marked) or empty: read_spec checked
@@ -660,10 +672,15 @@ def simulate(options: SimulationOptions) -> SimulationRun:
         mean_gap = options.stockout_minutes / 60
         trace = make_trace(options.seed, options.timeout * options.speed / 3600, options.preemptions_per_hour,
                            options.stockout_chance if mean_gap else 0.0, mean_gap, start_in_stockout=False)
-    sim = Simulator(yaml.safe_dump(spec), root, preempt_every=options.preempt_every, jitter=options.jitter,
-                    hard_off_after=options.hard_off_after, recreate_delay=options.recreate_delay,
-                    max_preemptions=options.max_preemptions, seed=options.seed, trace=trace, speed=options.speed,
-                    on_event=options.on_event)
+    # the watch (Cloud Scheduler + Cloud Run) looks every simulated minute, `survivor watch --every 1m`,
+    # when the spec has something for it to decide (a move, a deadline) and nothing else was asked
+    watch = options.watch_every if options.watch_every is not None else (
+        60.0 if spec.get("placement") or spec.get("deadline") else None)
+    sim = Simulator(yaml.safe_dump(spec), root, preempt_every=options.preempt_every if capacity is None else 1e12,
+                    jitter=options.jitter, hard_off_after=options.hard_off_after,
+                    recreate_delay=options.recreate_delay, max_preemptions=options.max_preemptions, seed=options.seed,
+                    trace=trace, speed=options.speed, on_event=options.on_event, capacity=capacity,
+                    capacity_zones=capacity_zones, watch_every=watch / options.speed if watch else None)
     try:
         result = sim.run(timeout=options.timeout)
     finally:

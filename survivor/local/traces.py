@@ -377,3 +377,27 @@ def load(folder: str) -> Zones:
     if len(gaps) > 1:
         raise TraceError(f"--traces {folder}: the zones' gap_seconds differ ({sorted(gaps)}); one is needed")
     return Zones(gaps.pop() / 3600, capacity)
+
+
+def from_hour(zones: Zones, hours: float) -> Zones:
+    """Pure: the traces from `hours` on (the point that holds it first), for a replay that starts there
+    (`survivor simulate --trace-start`); TraceError past their end."""
+    if not 0 <= hours < zones.hours:
+        raise TraceError(f"--trace-start {hours:g}h: expected 0 or more and before the traces' end ({zones.hours:g}h)")
+    first = int(hours // zones.gap_hours)
+    return Zones(zones.gap_hours, {zone: points[first:] for zone, points in zones.capacity.items()})
+
+
+def zone_map(zones: Zones, items: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """Pure: `--trace-zone TRACE_ZONE=ZONE` items as {trace zone: the fake's zone}; TraceError naming
+    the item for one that is malformed or names a zone the traces do not have."""
+    out: dict[str, str] = {}
+    for item in items:
+        traced, _, zone = item.partition("=")
+        if not traced or not re.fullmatch(r"[a-z]+-[a-z]+[0-9]+-[a-z]", zone):
+            raise TraceError(f"--trace-zone {item!r}: expected TRACE_ZONE=ZONE, e.g. us-east-1a=us-west1-b")
+        if traced not in zones.capacity:
+            raise TraceError(f"--trace-zone {item!r}: the traces have no zone {traced} "
+                             f"(they have {', '.join(sorted(zones.capacity))})")
+        out[traced] = zone
+    return out
