@@ -271,6 +271,53 @@ def test_the_project_policy_must_grant_the_vm_what_leaving_and_switching_its_gro
     assert [f.level for f in preflight.compute_iam_findings("p", member, both, needed=permissions.DEADLINE_SWITCH)] == ["ok"]
 
 
+def test_a_job_that_can_move_needs_what_the_agents_move_at_boot_does():
+    # issue 27: the agent moves the job at boot (placement:): it makes and deletes groups and lists the
+    # next region's accelerator types, which a switch alone does not
+    member = f"serviceAccount:{VM_ACCOUNT}"
+    assert permissions.vm_permissions(deadline=False, moves=False) == permissions.LEAVE_GROUP
+    assert permissions.vm_permissions(deadline=True, moves=False) == permissions.DEADLINE_SWITCH
+    needed = permissions.vm_permissions(deadline=False, moves=True)
+    assert set(permissions.DEADLINE_SWITCH) < set(needed)
+    admin = [{"role": "roles/compute.instanceAdmin.v1", "members": [member]},
+             {"role": "roles/iam.serviceAccountUser", "members": [member]}]
+    [line] = preflight.compute_iam_findings("p", member, admin, needed=needed)
+    assert line.level == "warning" and "lacks compute.acceleratorTypes.list (grant roles/compute.viewer" in line.message
+    assert "before a move (placement:)" in line.message
+    viewer = admin + [{"role": "roles/compute.viewer", "members": [member]}]
+    assert [f.level for f in preflight.compute_iam_findings("p", member, viewer, needed=needed)] == ["ok"]
+    switcher = [{"role": "roles/iam.serviceAccountUser", "members": [member]},
+                {"role": "projects/p/roles/switch", "members": [member]}]
+    lines = preflight.compute_iam_findings("p", member, switcher, needed=needed,
+                                           custom_roles={"projects/p/roles/switch": frozenset(permissions.DEADLINE_SWITCH)})
+    assert {line.message.split(" lacks ")[1].split(" ")[0] for line in lines} == {
+        "compute.instanceGroupManagers.create", "compute.instanceGroupManagers.delete", "compute.acceleratorTypes.list"}
+    spec = "placement: {regions: [us-west1, us-central1]}\n"
+    body = {"properties": {"machineType": "n1-standard-8", "metadata": {"items": [
+        {"key": "survivor-job", "value": "job_dir: gs://bkt/run\ntrain_steps: 10\ntrainer: {builtin: dummy}\n" + spec}]}}}
+    assert preflight.target_from_body(body).moves is True
+    body["properties"]["metadata"]["items"][0]["value"] = body["properties"]["metadata"]["items"][0]["value"].replace(
+        ", us-central1", "")
+    assert preflight.target_from_body(body).moves is False
+
+
+def test_the_fake_refuses_a_vms_move_without_the_permission_to_make_a_group(compute_server):
+    from survivor.cloud.compute import Compute, ComputeError
+    from survivor.cloud.template import MachineOptions, template_body
+    from survivor.spec import JobSpec
+
+    compute = Compute(PROJECT)
+    spec = JobSpec.from_yaml("job_dir: /tmp/x\ntrain_steps: 1\ntrainer: {builtin: dummy}\n")
+    compute.insert_template(template_body("spot", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
+    member = f"serviceAccount:{VM_ACCOUNT}"
+    compute_server.set_project_policy(PROJECT, [{"role": "roles/compute.viewer", "members": [member]}])
+    compute_server.caller = member  # the VM's own calls from here on
+    with pytest.raises(ComputeError, match="Required 'compute.instanceGroupManagers.create' permission"):
+        compute.create_group("moved", "spot", region="us-central1")
+    compute_server.set_project_policy(PROJECT, [{"role": "roles/compute.instanceAdmin.v1", "members": [member]}])
+    compute.create_group("moved", "spot", region="us-central1")
+
+
 def test_preflight_reads_the_project_policy_and_names_each_permission_the_vm_lacks(compute_server, bucket, bucket_iam,
                                                                                    capsys, tmp_path):
     member = f"serviceAccount:{VM_ACCOUNT}"

@@ -1,7 +1,8 @@
 """Which permissions each predefined role grants: one table for the product and the stand-ins.
 
 Cloud Storage's roles on a bucket (`ROLE_PERMISSIONS`), and the project roles that grant the Compute
-Engine and IAM permissions a job's VM uses (`PROJECT_ROLE_PERMISSIONS`, `LEAVE_GROUP`, `DEADLINE_SWITCH`).
+Engine and IAM permissions a job's VM uses (`PROJECT_ROLE_PERMISSIONS`, `LEAVE_GROUP`, `DEADLINE_SWITCH`,
+`BOOT_MOVE`).
 
     >>> "storage.objects.get" in ROLE_PERMISSIONS["roles/storage.objectUser"]
     True
@@ -77,7 +78,18 @@ DEADLINE_SWITCH = ("compute.instanceGroupManagers.get", "compute.instanceGroupMa
                    "compute.instanceTemplates.get", "compute.instanceTemplates.useReadOnly",
                    "compute.instanceTemplates.create", "iam.serviceAccounts.actAs")
 
+#: A job with `placement:` (more than one place) also moves its group, from the agent at boot
+#: (survivor/operator/placement.py `look_and_move`): it makes the group in the next region
+#: ("To create a MIG: compute.instanceGroupManagers.create on the project", Google's MIG creation
+#: guides, e.g. https://docs.cloud.google.com/ai-hypercomputer/docs/create/create-mig-with-a4-or-a3ultra,
+#: "Required permissions"), deletes the old one (`compute.instanceGroupManagers.delete`, in the same
+#: `compute.instanceGroupManagers.*` family the roles reference lists) and lists the accelerator types
+#: of the next region's zones (`compute.acceleratorTypes.list`).
+BOOT_MOVE = DEADLINE_SWITCH + ("compute.instanceGroupManagers.create", "compute.instanceGroupManagers.delete",
+                               "compute.acceleratorTypes.list")
+
 _VM_COMPUTE = frozenset(p for p in DEADLINE_SWITCH if p.startswith("compute."))
+_GROUPS = frozenset({"compute.instanceGroupManagers.create", "compute.instanceGroupManagers.delete"})
 
 #: The VM's project permissions (above) each predefined role grants on a project, from Google's role
 #: reference (https://cloud.google.com/iam/docs/roles-permissions/compute: Compute Instance Admin (v1)
@@ -87,18 +99,32 @@ _VM_COMPUTE = frozenset(p for p in DEADLINE_SWITCH if p.startswith("compute."))
 #: role"; https://cloud.google.com/iam/docs/roles-permissions/iam: Service Account User holds
 #: `iam.serviceAccounts.actAs`; the basic Editor and Owner roles hold all of them,
 #: https://cloud.google.com/iam/docs/roles-overview#basic). Only these permissions are listed.
+#: Compute Viewer: "Read-only access to get and list Compute Engine resources" (the same reference);
+#: survivor counts on it only for listing accelerator types, which it does not take Compute Instance
+#: Admin (v1) to grant (the text here did not list that role's read permissions).
 PROJECT_ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
-    "roles/owner": frozenset(DEADLINE_SWITCH),
-    "roles/editor": frozenset(DEADLINE_SWITCH),
-    "roles/compute.admin": _VM_COMPUTE,
-    "roles/compute.instanceAdmin.v1": _VM_COMPUTE,
-    "roles/compute.instanceAdmin": _VM_COMPUTE,
+    "roles/owner": frozenset(BOOT_MOVE),
+    "roles/editor": frozenset(BOOT_MOVE),
+    "roles/compute.admin": _VM_COMPUTE | _GROUPS | {"compute.acceleratorTypes.list"},
+    "roles/compute.instanceAdmin.v1": _VM_COMPUTE | _GROUPS,
+    "roles/compute.instanceAdmin": _VM_COMPUTE | _GROUPS,
+    "roles/compute.viewer": frozenset({"compute.acceleratorTypes.list", "compute.instanceGroupManagers.get",
+                                       "compute.instanceTemplates.get"}),
     "roles/iam.serviceAccountUser": frozenset({"iam.serviceAccounts.actAs"}),
 }
 
 #: The smallest predefined role that grants each of the VM's project permissions (for the fix line).
-ROLE_FOR = {**{p: "roles/compute.instanceAdmin.v1" for p in _VM_COMPUTE},
+ROLE_FOR = {**{p: "roles/compute.instanceAdmin.v1" for p in _VM_COMPUTE | _GROUPS},
+            "compute.acceleratorTypes.list": "roles/compute.viewer",
             "iam.serviceAccounts.actAs": "roles/iam.serviceAccountUser"}
+
+
+def vm_permissions(*, deadline: bool, moves: bool) -> tuple[str, ...]:
+    """Pure: the project permissions a job's VM uses: leaving its group; with a deadline, the switch;
+    with places to move to, the move at boot (which makes and deletes groups)."""
+    if moves:
+        return BOOT_MOVE
+    return DEADLINE_SWITCH if deadline else LEAVE_GROUP
 
 
 def granted_by(roles: Iterable[str], table: dict[str, frozenset[str]] | None = None) -> frozenset[str]:

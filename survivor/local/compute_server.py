@@ -88,6 +88,13 @@ METHOD_PERMISSIONS = {
        for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
        for verb in ("get", "listManagedInstances", "listErrors")},
     "compute.instanceTemplates.get": "compute.instanceTemplates.get",
+    # the move at boot (permissions.BOOT_MOVE): a group made in the next region, the old one deleted,
+    # the next region's accelerator types listed
+    **{f"compute.{kind}.insert": "compute.instanceGroupManagers.create"
+       for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")},
+    **{f"compute.{kind}.delete": "compute.instanceGroupManagers.delete"
+       for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")},
+    "compute.acceleratorTypes.list": "compute.acceleratorTypes.list",
     "compute.instanceTemplates.insert": "compute.instanceTemplates.create",
     # resize requests: "Authorization requires ... compute.instanceGroupManagers.update" (insert's REST
     # reference, https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagerResizeRequests/insert);

@@ -23,7 +23,7 @@ template's REST body:
 - the GPU in the zone, or in some zone of the region (`acceleratorTypes.list`).
 - the boot image family (`images.getFromFamily`).
 - the Compute Engine and IAM permissions the VM itself uses on the project (`permissions.LEAVE_GROUP`;
-  with a `deadline:`, `permissions.DEADLINE_SWITCH`), read from the project's IAM policy (Resource
+  with a `deadline:`, `permissions.DEADLINE_SWITCH`; with `placement:` places, `permissions.BOOT_MOVE`), read from the project's IAM policy (Resource
   Manager `projects.getIamPolicy`, the `operator` extra's google-cloud-resource-manager) through the
   same role table the Compute fake enforces. Without `compute.instanceGroupManagers.update` a finished
   VM cannot leave its group and powers itself off instead (survivor/agent/finish.py). Custom roles
@@ -80,6 +80,7 @@ class Target:
     external_ip: bool = True
     deadline: bool = False  # the VM switches its group (the deadline policy) as well as leaving it
     placement_regions: tuple[str, ...] = ()  # placement.regions: where the job may run and read its buckets
+    moves: bool = False  # placement: names another region or shape: the VM may move its group at boot
 
 
 def target_from_body(body: dict[str, Any]) -> Target:
@@ -106,7 +107,8 @@ def target_from_body(body: dict[str, Any]) -> Target:
                   network=((props.get("networkInterfaces") or [{}])[0].get("network") or None),
                   external_ip=any(n.get("accessConfigs") for n in props.get("networkInterfaces") or []),
                   deadline=bool(spec and spec.deadline is not None),
-                  placement_regions=tuple(spec.placement.regions) if spec and spec.placement else ())
+                  placement_regions=tuple(spec.placement.regions) if spec and spec.placement else (),
+                  moves=bool(spec and spec.placement and len(spec.placement.regions) + len(spec.placement.shapes) > 1))
 
 
 def bucket_of(job_dir: str | None) -> str | None:
@@ -178,7 +180,12 @@ def compute_iam_findings(project: str, member: str, bindings: list[dict] | None,
 
 #: What goes wrong on the VM without each permission (the preflight's one line says it).
 _WHY = {"compute.instanceGroupManagers.update": "; without it a finished VM cannot leave its group and powers "
-                                                "itself off, leaving the group for you to delete"}
+                                                "itself off, leaving the group for you to delete",
+        "compute.instanceGroupManagers.create": "; without it the agent cannot move the job at boot (placement:); "
+                                                "survivor watch, run as you, still can",
+        "compute.instanceGroupManagers.delete": "; without it a move leaves the old group behind, billed",
+        "compute.acceleratorTypes.list": "; without it the agent cannot tell which places offer the GPU before a "
+                                         "move (placement:)"}
 
 
 def quota_findings(region: str, gpu_type: str, count: int, spot: bool,
@@ -478,7 +485,7 @@ def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str
     except ComputeError as exc:
         out.append(Finding("compute", str(exc)))
     if bucket and account != "default":  # on Google Cloud (a gs:// job dir): the VM's own calls
-        needed = permissions.DEADLINE_SWITCH if target.deadline else permissions.LEAVE_GROUP
+        needed = permissions.vm_permissions(deadline=target.deadline, moves=target.moves)
         out += _project_state(compute, f"serviceAccount:{account}", needed)
     return out
 
