@@ -178,6 +178,23 @@ def test_stockout_quota_and_permission_errors_are_one_actionable_sentence(comput
     assert "Traceback" not in err
 
 
+def test_a_permission_error_is_its_own_kind_and_a_403_elsewhere_in_a_message_is_not_one(compute_server):
+    from survivor.agent.finish import is_permission_error
+    from survivor.cloud.compute import PermissionDenied
+
+    compute = Compute(PROJECT)
+    compute_server.fail("compute.instanceTemplates.get", http=403,
+                        message="Required 'compute.instanceTemplates.get' permission for 'projects/survivor-local'")
+    with pytest.raises(PermissionDenied) as refused:
+        compute.get_template("t")
+    assert is_permission_error(refused.value)
+    compute_server.fail("compute.instanceTemplates.get", http=400, message="Invalid value for field name: vm-403")
+    with pytest.raises(ComputeError) as flaky:
+        compute.get_template("t")
+    assert not isinstance(flaky.value, PermissionDenied) and "403" in str(flaky.value)
+    assert not is_permission_error(flaky.value)  # was: "403" anywhere in the text
+
+
 def test_operations_are_waited_on_with_the_custom_endpoint(compute_server):
     compute = Compute(PROJECT)
     spec = JobSpec.from_yaml("job_dir: /tmp/x\ntrain_steps: 1\ntrainer: {builtin: dummy}\n")

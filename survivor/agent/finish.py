@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from survivor import log as logs
-from survivor.cloud.compute import GroupRef
+from survivor.cloud.compute import GroupRef, PermissionDenied
 from survivor.cloud.metadata import InstanceIdentity
 
 log = logs.get("finish")
@@ -62,9 +62,12 @@ CANNOT_LEAVE = ("this VM's service account cannot leave its group ({why}): power
 
 
 def is_permission_error(error: Exception) -> bool:
-    """Pure: a finish call refused for a missing permission (not a transient failure)."""
+    """Pure: a finish call refused for a missing permission (not a transient failure): the Compute
+    client's PermissionDenied (a 403 or 401 that is not a disabled API), or a message in the API's
+    words ("Required 'compute.X' permission for ..."). A "403" elsewhere in a message (an instance
+    named vm-403, a 5403-byte body) is not one."""
     text = str(error)
-    return "permission denied" in text.lower() or "Required 'compute." in text or "403" in text
+    return isinstance(error, PermissionDenied) or "permission denied" in text.lower() or "Required 'compute." in text
 
 
 #: The file in the agent's work dir (the unit's StateDirectory, /var/lib/survivor) that asks the unit

@@ -48,6 +48,10 @@ class NotFound(ComputeError):
     """The resource does not exist."""
 
 
+class PermissionDenied(ComputeError):
+    """The caller lacks a permission the call needs (HTTP 403 or 401, not a disabled API)."""
+
+
 def explain(exc: Exception, what: str) -> ComputeError:
     """Pure decision: the sentence an operator needs for a failed call."""
     from google.api_core import exceptions as gexc
@@ -64,7 +68,7 @@ def explain(exc: Exception, what: str) -> ComputeError:
     if isinstance(exc, gexc.Conflict):
         return ComputeError(f"{what}: it already exists ({message})")
     if isinstance(exc, (gexc.Forbidden, gexc.Unauthorized)):
-        return ComputeError(
+        return PermissionDenied(
             f"{what}: permission denied ({message}). Use an account with roles/compute.instanceAdmin.v1 on the "
             "project (gcloud auth application-default login), or, on a VM, give its service account that role "
             "and the compute scope."
