@@ -69,6 +69,7 @@ def run_simulation(args: argparse.Namespace) -> int:
         trace_zones=tuple(args.trace_zone), trace_start=simulator.duration("--trace-start", args.trace_start,
                                                                           zero_allowed=True) / 3600,
         watch_every=None if args.watch_every is None else simulator.duration("--watch-every", args.watch_every),
+        watch_log=True,
         on_event=lambda e: print(f"{e.t:8.1f}  {e.kind:<11} {e.instance:<22} {e.detail}", file=sys.stderr, flush=True))
     _sigterm_unwinds()
     run = simulator.simulate(options)

@@ -36,6 +36,7 @@ from typing import Callable
 
 import yaml
 
+from survivor import log as logs
 from survivor.cloud import pricing
 from survivor.local.compute_server import ComputeServer
 from survivor.local.instance import LocalInstance
@@ -569,6 +570,7 @@ class SimulationOptions:
     trace_zones: tuple[str, ...] = ()  # TRACE_ZONE=ZONE: the fake's zone for a trace's zone
     trace_start: float = 0.0  # simulated hours into the traces where the simulation starts
     watch_every: float | None = None  # simulated seconds between the watch's looks (None: see simulate)
+    watch_log: bool = False  # survivor's logs in this process (the played watch's) go to WORKDIR/watch.log
 
 
 def read_spec(options: SimulationOptions) -> dict:
@@ -653,6 +655,10 @@ def simulate(options: SimulationOptions) -> SimulationRun:
         shutil.rmtree(root)
     os.makedirs(root)
     open(os.path.join(root, MARKER), "w").close()
+    if options.watch_log:
+        # what the played watch (a Cloud Run job on Google Cloud) logs goes to its own file, as Cloud
+        # Logging would keep it; the timeline says what it did (a move, a switch)
+        logs.setup("json", "INFO", stream=open(os.path.join(root, "watch.log"), "a", encoding="utf-8"))
     spec.setdefault("on_finish", "auto")
     gpus = JobSpec.from_mapping({**spec, "job_dir": "/job"}).num_gpus if spec.get("num_gpus") else 0
     if gpus and options.on_event is not None:
