@@ -189,6 +189,10 @@ def test_survivor_watch_moves_a_stocked_out_job_and_finds_it_after(compute_serve
     # the old address, with the job dir, finds the moved group
     assert main(["watch", "job", "--zone", "us-west1-b", "--job-dir", job_dir]) == 0
     assert "no deadline in its spec" in capsys.readouterr().out
+    # without it, the one line says how to find a moved job
+    assert main(["watch", "job", "--zone", "us-west1-b"]) != 0
+    err = capsys.readouterr().err
+    assert "group job: not found in zone us-west1-b" in err and "give --job-dir" in err, err
 
 
 def test_a_region_that_cannot_take_the_group_is_passed_over_and_named(compute_server, tmp_path, capsys,

@@ -36,7 +36,10 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
         group = placement.current_group(open_storage(job_dir, project=group.project), group)
         found = compute.get_group(group)
     if found is None:
-        raise RequestError(f"group {group.name}: not found; nothing to watch")
+        where = f"zone {group.zone}" if group.zone else f"region {group.region}"
+        raise RequestError(f"group {group.name}: not found in {where}; nothing to watch" + (
+            "" if job_dir else " (a job that moved, placement:, is found through its records: give --job-dir, "
+                               "and deploy the watch with it)"))
     current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
     base, _ = template_mode(current)
     template = compute.get_template(base) or compute.get_template(current)
