@@ -198,11 +198,29 @@ def test_the_fake_stocks_out_one_machine_while_another_has_capacity(compute_serv
 # -- carrying it out ---------------------------------------------------------------------------------
 
 
+def stocked_out_group(compute_server, template: str) -> dict:
+    """The job's group in us-west1-b on `template`, made 45 minutes ago, its T4 VM refused for a
+    stockout 40 minutes ago: past the 30 minutes a move waits (the fake's group record)."""
+    import datetime as _dt
+
+    from survivor.cloud.compute import Compute, GroupRef
+    from survivor.commands.main import main
+
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", accelerator="nvidia-tesla-t4")
+    assert main(["make-group", "job", "--template", template, "--zone", "us-west1-b", "--wait-seconds", "0"]) == 0
+    group = compute_server.groups[("survivor-local", "zones/us-west1-b", "job")]
+    now = _dt.datetime.now(_dt.timezone.utc)
+    group["creationTimestamp"] = (now - _dt.timedelta(minutes=45)).isoformat()
+    Compute("survivor-local").managed_instances(GroupRef("survivor-local", "job", zone="us-west1-b"))
+    for error in group["_errors"]:
+        error["timestamp"] = (now - _dt.timedelta(minutes=40)).isoformat()
+    return group
+
+
 def test_a_one_region_job_out_of_its_shape_changes_its_groups_template(compute_server, tmp_path, capsys,
                                                                        monkeypatch):
     """One region, two shapes: the move is the same group with the shape's template (a second group
     of the same name in the region would share its instances' names); the record names the shape."""
-    import datetime as _dt
 
     from survivor.cloud.compute import Compute, GroupRef
     from survivor.commands.main import main
@@ -214,14 +232,8 @@ def test_a_one_region_job_out_of_its_shape_changes_its_groups_template(compute_s
     (tmp_path / "job.yaml").write_text(f"job_dir: {job_dir}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
                                        "placement: {regions: [us-west1], shapes: [{machine_type: g2-standard-8}]}\n")
     assert main(["make-template", "job", "--config", str(tmp_path / "job.yaml")]) == 0
-    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", accelerator="nvidia-tesla-t4")
-    assert main(["make-group", "job", "--template", "job", "--zone", "us-west1-b", "--wait-seconds", "0"]) == 0
-    group = compute_server.groups[("survivor-local", "zones/us-west1-b", "job")]
-    group["creationTimestamp"] = (_dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=45)).isoformat()
+    group = stocked_out_group(compute_server, "job")
     compute = Compute("survivor-local")
-    compute.managed_instances(GroupRef("survivor-local", "job", zone="us-west1-b"))
-    for error in group["_errors"]:
-        error["timestamp"] = (_dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=40)).isoformat()
     capsys.readouterr()
     assert main(["watch", "job", "--zone", "us-west1-b", "--job-dir", job_dir]) == 0
     out = capsys.readouterr().out
@@ -239,7 +251,6 @@ def test_a_one_region_job_out_of_its_shape_changes_its_groups_template(compute_s
 def test_a_job_on_on_demand_keeps_on_demand_on_its_next_shape(compute_server, tmp_path, capsys, monkeypatch):
     """A group the deadline policy put on on-demand, out of its shape: the move puts it on the shape's
     on-demand twin, not the shape's Spot template (the mode is the deadline policy's to change)."""
-    import datetime as _dt
 
     from survivor.cloud.compute import Compute, GroupRef
     from survivor.commands.main import main
@@ -252,14 +263,7 @@ def test_a_job_on_on_demand_keeps_on_demand_on_its_next_shape(compute_server, tm
     assert main(["make-template", "job", "--config", str(tmp_path / "job.yaml")]) == 0
     compute = Compute("survivor-local")
     compute.insert_template(on_demand_template_body(compute.get_template("job")))
-    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", accelerator="nvidia-tesla-t4")
-    assert main(["make-group", "job", "--template", "job-on-demand", "--zone", "us-west1-b",
-                 "--wait-seconds", "0"]) == 0
-    group = compute_server.groups[("survivor-local", "zones/us-west1-b", "job")]
-    group["creationTimestamp"] = (_dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=45)).isoformat()
-    compute.managed_instances(GroupRef("survivor-local", "job", zone="us-west1-b"))
-    for error in group["_errors"]:
-        error["timestamp"] = (_dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=40)).isoformat()
+    group = stocked_out_group(compute_server, "job-on-demand")
     capsys.readouterr()
     assert main(["watch", "job", "--zone", "us-west1-b", "--job-dir", job_dir]) == 0
     out = capsys.readouterr().out
