@@ -4,13 +4,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=docs/benchmarks/results.md
 mkdir -p docs/benchmarks
-benches="${*:-overhead time_to_safety time_to_resume goodput chaos}"
+benches="${*:-overhead time_to_safety time_to_resume goodput chaos deadline capacity}"
 [[ $# -eq 0 ]] && : > "$out"
 for bench in ${benches}; do
   echo "running $bench" >&2
   args=()
   # goodput at real time, the four strategies at once (~35 min); GOODPUT_ARGS="--time-scale 10" for ~15 min
   [[ $bench == goodput ]] && read -r -a args <<< "${GOODPUT_ARGS:---time-scale 1 --parallel}"
+  # the published Spot traces (benchmarks/traces/README.md); one row a policy into the JSON file
+  [[ $bench == capacity ]] && args=(--traces benchmarks/traces/aws-02-15-2023 --json docs/benchmarks/capacity.json)
   python -m "benchmarks.$bench" "${args[@]}" 2>/dev/null | tee -a "$out"
   echo >> "$out"
 done
