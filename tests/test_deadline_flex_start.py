@@ -118,3 +118,20 @@ def test_measure_prices_flex_start_hours_at_their_own_ratio():
     assert priced.spent_hours == pytest.approx(0.6 + 0.55)
     unpriced_flex = measure(attempts, switches, 1000, now=now, spot_price_ratio=0.3)
     assert unpriced_flex.spent_hours == pytest.approx(0.6 + 1.0)  # at the on-demand price
+
+
+def test_a_failed_request_goes_on_demand_at_once_and_says_why():
+    from survivor.operator.deadline import flex_start_failure
+
+    failed = Situation(**{**idle_on_spot(10.0, GOOD, mode=FLEX_START).__dict__, "flex_start_failed": "r1: X: y"})
+    decision = decide(BEHIND, failed)
+    assert decision.mode == ON_DEMAND and decision.reason == "the flex-start request failed (r1: X: y); on-demand"
+    running = Situation(**{**failed.__dict__, "running": True})  # a VM that came anyway trains on
+    assert decide(BEHIND, running).mode == FLEX_START
+    assert flex_start_failure([]) is None
+    older = {"name": "a", "creationTimestamp": "2026-11-25T01:00:00Z", "state": "FAILED",
+             "status": {"error": {"errors": [{"code": "OLD", "message": "gone"}]}}}
+    newer = {"name": "b", "creationTimestamp": "2026-11-25T02:00:00Z", "state": "ACCEPTED"}
+    assert flex_start_failure([older, newer]) is None  # only the newest request counts
+    assert flex_start_failure([older]) == "resize request a: OLD: gone"
+    assert flex_start_failure([{"name": "c", "state": "FAILED"}]) == "resize request c: FAILED, no error given"

@@ -280,12 +280,10 @@ def test_leaving_a_queued_flex_start_request_cancels_it_and_gives_the_group_its_
     assert [s.to_mode for s in switches(storage)] == [FLEX_START, ON_DEMAND]
 
 
-def test_survivor_watch_sends_a_stocked_out_a2_job_that_allows_it_to_flex_start(compute_server, tmp_path, capsys,
-                                                                              monkeypatch):
+def stocked_out_a2_job(compute_server, tmp_path, monkeypatch):
     """10 h into a 36 h job, 100 of 1000 steps done (100 steps/h), Spot out of capacity: 26 h left, 9 h of
-    work, behind the Spot goodput line; a 2 h queue fits and flex-start is cheaper (the offline table)."""
-    from survivor.commands import main as cli
-
+    work, behind the Spot goodput line; a 2 h queue fits and flex-start is cheaper (the offline table).
+    (compute, group, storage)."""
     def hours_ago(hours):
         return (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=hours)).isoformat()
 
@@ -301,6 +299,34 @@ def test_survivor_watch_sends_a_stocked_out_a2_job_that_allows_it_to_flex_start(
     journal.update(attempt)
     compute_server.fail_instance_creation(spot_only=True)
     compute.recreate_instances(group, [(m["zone"], m["name"]) for m in compute.managed_instances(group)])
+    return compute, group, storage
+
+
+def test_a_failed_flex_start_request_sends_the_job_to_on_demand_at_the_next_look(compute_server, tmp_path, capsys,
+                                                                                 monkeypatch):
+    """The resize request ends FAILED (its final status.error says why): the flex-start VM will not come,
+    so the next look goes on-demand at once instead of waiting out flex_start_wait_hours."""
+    from survivor.commands import main as cli
+
+    compute, group, storage = stocked_out_a2_job(compute_server, tmp_path, monkeypatch)
+    compute_server.flex_start_failure = ("ZONE_RESOURCE_POOL_EXHAUSTED", "no a2-highgpu-1g capacity in us-central1-a")
+    assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0
+    assert "spot -> flex-start" in capsys.readouterr().out
+    assert [r["state"] for r in compute.resize_requests_of(group)] == ["ACCEPTED"]
+    assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0  # the request fails at this look
+    out = capsys.readouterr().out
+    assert ("flex-start -> on-demand: the flex-start request failed (resize request survivor-" in out
+            and "ZONE_RESOURCE_POOL_EXHAUSTED: no a2-highgpu-1g capacity in us-central1-a); on-demand" in out), out
+    assert [s.to_mode for s in switches(storage)] == ["flex-start", "on-demand"]
+    assert compute.get_group(group)["instanceTemplate"].endswith("/cifar-on-demand")
+
+
+def test_survivor_watch_sends_a_stocked_out_a2_job_that_allows_it_to_flex_start(compute_server, tmp_path, capsys,
+                                                                              monkeypatch):
+    """The stocked-out a2 job (above) goes to flex-start; its request is provisioned when there is capacity."""
+    from survivor.commands import main as cli
+
+    compute, group, storage = stocked_out_a2_job(compute_server, tmp_path, monkeypatch)
     assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0
     out = capsys.readouterr().out
     assert "spot -> flex-start" in out and "flex-start at 55% of the on-demand price" in out

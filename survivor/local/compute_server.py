@@ -249,6 +249,8 @@ class ComputeServer(LocalService):
         self.creation_holds = 0  # hold_instance_creation
         #: whether an accepted flex-start resize request is provisioned at its next look (False: it waits)
         self.flex_start_capacity = True
+        #: (code, message): an ACCEPTED resize request ends FAILED with this error at its next look
+        self.flex_start_failure: tuple[str, str] | None = None
         #: follow_capacity: the trace, trace seconds per real second, the fake's zone of each trace
         #: zone, and the clock and its reading at the trace's hour 0
         self.capacity_trace: tuple[Any, float, dict[str, str], Callable[[], float], float] | None = None
@@ -679,6 +681,12 @@ class ComputeServer(LocalService):
         group by resizeBy (F7), and SUCCEEDED."""
         if request["state"] == "CREATING":
             request["state"] = "ACCEPTED"
+        elif request["state"] == "ACCEPTED" and self.flex_start_failure is not None:
+            # "The request failed before or during provisioning" (the discovery document's FAILED);
+            # its final `status.error` says why
+            code, message = self.flex_start_failure
+            request["state"] = "FAILED"
+            request["status"] = {"error": {"errors": [{"code": code, "message": message}]}}
         elif request["state"] == "ACCEPTED" and self.flex_start_capacity:
             group["targetSize"] += int(request["resizeBy"])
             self._reconcile(group)

@@ -58,7 +58,8 @@ a safety net of `2d` (d: a restart's overhead).
    `flex_start_problem`), it is cheaper than on-demand, the remaining work fits one run duration
    (7 days), and the work plus the margin plus the queue wait the spec assumes
    (`fallback.flex_start_wait_hours`) still fit in the time left. A flex-start request that has waited
-   longer than that goes on-demand; a flex-start VM that trains keeps training (it is not preempted).
+   longer than that goes on-demand, and so does one whose request ended FAILED (`survivor watch`
+   reads the group's resize requests); a flex-start VM that trains keeps training (it is not preempted).
    The safety net, the cost cap and a passed deadline go on-demand directly: they leave no time to queue.
 """
 
@@ -175,6 +176,8 @@ class Situation:
         check_every_hours: how long a missing VM may go unnoticed (`survivor watch`'s period).
         switch_back: whether the job may return from on-demand to Spot (`fallback.switch_back`).
         flex_start: whether and how flex-start may stand in for on-demand (rule 8; None: it may not).
+        flex_start_failed: the group's newest resize request ended FAILED, and why (its final
+            `status.error`): the flex-start VM will not come (None: it did not fail).
     """
 
     hours_left: float
@@ -184,6 +187,7 @@ class Situation:
     check_every_hours: float = CHECK_EVERY_HOURS
     switch_back: bool = True
     flex_start: FlexStart | None = None
+    flex_start_failed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -292,6 +296,8 @@ def decide(measured: Measured, situation: Situation) -> Decision:
                              f"{margin:.2f} h margin", slack)
     flex = situation.flex_start or FlexStart()
     queued = measured.since_switch_hours
+    if flexing and not situation.running and situation.flex_start_failed:
+        return to(ON_DEMAND, f"the flex-start request failed ({situation.flex_start_failed}); on-demand", slack)
     if flexing and queued is not None and queued >= flex.wait_hours:
         return to(ON_DEMAND, f"the flex-start request has waited {queued:.2f} h, longer than the "
                              f"{flex.wait_hours:.2f} h planned with; on-demand", slack)
@@ -487,20 +493,38 @@ def flex_start(spec: JobSpec) -> FlexStart | None:
 
 def situation(deadline_at: _dt.datetime, first_start: _dt.datetime, now: _dt.datetime, mode: str, *,
               running: bool, switch_back: bool = True, check_every_hours: float = CHECK_EVERY_HOURS,
-              flex: FlexStart | None = None) -> Situation:
+              flex: FlexStart | None = None, flex_failed: str | None = None) -> Situation:
     """Pure: the Situation for a deadline resolved to a time (spec.Deadline.resolve)."""
     return Situation(hours_left=(deadline_at - now).total_seconds() / 3600,
                      window_hours=max(1e-6, (deadline_at - first_start).total_seconds() / 3600),
                      mode=mode, running=running, check_every_hours=check_every_hours, switch_back=switch_back,
-                     flex_start=flex)
+                     flex_start=flex, flex_start_failed=flex_failed)
+
+
+def flex_start_failure(requests: list[dict]) -> str | None:
+    """Pure: why the group's newest resize request (by creation time, then name) ended FAILED, from
+    its final `status.error.errors` ("CODE: message"), or None when it did not fail. The Compute v1
+    discovery document: state FAILED, "The request failed before or during provisioning"; `status.error`,
+    "Fatal errors ... that caused the transition to the FAILED state ... this field is final"."""
+    if not requests:
+        return None
+    newest = max(requests, key=lambda r: (str(r.get("creationTimestamp") or ""), str(r.get("name") or "")))
+    if newest.get("state") != "FAILED":
+        return None
+    errors = (((newest.get("status") or {}).get("error") or {}).get("errors")) or []
+    said = "; ".join(": ".join(v for v in (str(e.get("code") or ""), str(e.get("message") or "")) if v)
+                     for e in errors if isinstance(e, dict))
+    return f"resize request {newest.get('name')}: " + (said or "FAILED, no error given")
 
 
 def assess(spec: JobSpec, storage: JobStorage, now: _dt.datetime, *, running: bool,
-           check_every_hours: float = CHECK_EVERY_HOURS, first_start: _dt.datetime | None = None) -> Decision | None:
+           check_every_hours: float = CHECK_EVERY_HOURS, first_start: _dt.datetime | None = None,
+           flex_failed: str | None = None) -> Decision | None:
     """The decision for a job now, from its job dir's attempts and switches (None without a deadline).
 
     The group's mode is the last recorded switch's (Spot before any); `running`: a VM of the group
-    trains now (the agent at its boot says True)."""
+    trains now (the agent at its boot says True); `flex_failed`: the group's flex-start request
+    FAILED, and why (`flex_start_failure`, read by `survivor watch`)."""
     if spec.deadline is None:
         return None
     recorded = switches(storage)
@@ -510,5 +534,5 @@ def assess(spec: JobSpec, storage: JobStorage, now: _dt.datetime, *, running: bo
     first = now - _dt.timedelta(hours=measured.elapsed_hours)
     where = situation(spec.deadline.resolve(first), first, now, mode_at(recorded, now), running=running,
                       switch_back=spec.fallback.switch_back if spec.fallback else True,
-                      check_every_hours=check_every_hours, flex=flex)
+                      check_every_hours=check_every_hours, flex=flex, flex_failed=flex_failed)
     return decide(measured, where)

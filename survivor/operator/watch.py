@@ -41,7 +41,7 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
             "" if job_dir else " (a job that moved, placement:, is found through its records: give --job-dir, "
                                "and deploy the watch with it)"))
     current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
-    base, _ = template_mode(current)
+    base, mode = template_mode(current)
     template = compute.get_template(base) or compute.get_template(current)
     spec = spec_of(template) if template else None
     if spec is None:
@@ -49,8 +49,10 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
     storage = open_storage(job_dir or spec.job_dir, project=group.project)
     running = any(m["status"] == "RUNNING" for m in compute.managed_instances(group))
     created = parse_time(found.get("creationTimestamp"))  # as the records' times: aware, never a crash
+    failed = (deadline.flex_start_failure(compute.resize_requests_of(group))
+              if mode == deadline.FLEX_START and not running else None)
     decision = deadline.assess(spec, storage, _dt.datetime.now(_dt.timezone.utc), running=running, first_start=created,
-                               check_every_hours=check_every_hours or deadline.CHECK_EVERY_HOURS)
+                               check_every_hours=check_every_hours or deadline.CHECK_EVERY_HOURS, flex_failed=failed)
     if spec.placement is not None and not running:  # no VM: the job may move to capacity elsewhere
         if placement.look_and_move(compute, group, spec, storage, by="watch", say=say) is not None:
             return decision
