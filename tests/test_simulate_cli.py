@@ -61,6 +61,8 @@ def write_trace(folder, zone: str, points: list) -> None:
     (("--capacity-traces", "nowhere"), "--traces nowhere: cannot list it"),
     (("--capacity-traces", "traces", "--trace-zone", "us-east-1a"), "expected TRACE_ZONE=ZONE"),
     (("--capacity-traces", "traces", "--trace-zone", "eu-west-9z=us-west1-b"), "the traces have no zone eu-west-9z"),
+    (("--capacity-traces", "traces", "--trace-zone", "us-east-1a=us-west1-b", "--trace-zone", "us-east-1a=us-west1-c"),
+     "us-east-1a is mapped twice"),
     (("--capacity-traces", "traces", "--trace-start", "3h"), "--trace-start 3h: expected 0 or more and before"),
     (("--capacity-traces", "traces", "--trace-start", "soon"), "--trace-start 'soon'"),
     (("--watch-every", "0"), "--watch-every"),

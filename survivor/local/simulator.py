@@ -682,6 +682,7 @@ def simulate(options: SimulationOptions) -> SimulationRun:
     # when the spec has something for it to decide (a move, a deadline) and nothing else was asked
     watch = options.watch_every if options.watch_every is not None else (
         60.0 if spec.get("placement") or spec.get("deadline") else None)
+    # with capacity traces the traces preempt (their outages), not the --preempt-every clock
     sim = Simulator(yaml.safe_dump(spec), root, preempt_every=options.preempt_every if capacity is None else 1e12,
                     jitter=options.jitter, hard_off_after=options.hard_off_after,
                     recreate_delay=options.recreate_delay, max_preemptions=options.max_preemptions, seed=options.seed,

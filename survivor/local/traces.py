@@ -399,5 +399,7 @@ def zone_map(zones: Zones, items: list[str] | tuple[str, ...]) -> dict[str, str]
         if traced not in zones.capacity:
             raise TraceError(f"--trace-zone {item!r}: the traces have no zone {traced} "
                              f"(they have {', '.join(sorted(zones.capacity))})")
+        if traced in out or zone in out.values():  # one zone, one trace: the fake follows one a zone
+            raise TraceError(f"--trace-zone {item!r}: {traced if traced in out else zone} is mapped twice")
         out[traced] = zone
     return out
