@@ -332,6 +332,11 @@ def main(argv: list[str] | None = None) -> int:
     except TraceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    shortest = min(deadline for _, deadline in JOBS) * LIMIT_FACTOR
+    if zones.hours < shortest:
+        print(f"error: --traces {args.traces}: {zones.hours:g} h of traces; the shortest job replayed needs "
+              f"{shortest:g} h (its deadline x {LIMIT_FACTOR:g})", file=sys.stderr)
+        return 2
     if not args.every > 0 or not args.restart > 0 or not args.lost >= 0:
         print("error: --every and --restart must be above 0 and --lost at least 0 (hours)", file=sys.stderr)
         return 2

@@ -160,3 +160,10 @@ def test_in_an_outage_of_every_region_survivor_moves_a_few_times_an_hour_not_eve
     assert 15 <= where.moves <= 30, where.moves
     # back on capacity within one wait of its return: 8 h + at most 15 min + the boot, then 2.25 h of work
     assert run.finished_at <= 8.0 + 0.25 + 0.2 + 2.25 + 2 * TICK
+
+
+def test_traces_too_short_for_any_job_are_one_line(tmp_path, capsys):
+    write(tmp_path, "east-1a", [1] * 3)  # 0.3 h: no job of the table fits
+    assert capacity.main(["--traces", str(tmp_path), "--json", str(tmp_path / "rows.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the shortest job replayed needs 18 h" in err and "Traceback" not in err

@@ -58,7 +58,7 @@ def write_trace(folder, zone: str, points: list) -> None:
 
 
 @pytest.mark.parametrize("args, expected", [
-    (("--capacity-traces", "nowhere"), "--traces nowhere: cannot list it"),
+    (("--capacity-traces", "nowhere"), "traces folder nowhere: cannot list it"),
     (("--capacity-traces", "traces", "--trace-zone", "us-east-1a"), "expected TRACE_ZONE=ZONE"),
     (("--capacity-traces", "traces", "--trace-zone", "eu-west-9z=us-west1-b"), "the traces have no zone eu-west-9z"),
     (("--capacity-traces", "traces", "--trace-zone", "us-east-1a=us-west1-b", "--trace-zone", "us-east-1a=us-west1-c"),

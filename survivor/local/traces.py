@@ -348,7 +348,7 @@ def load(folder: str) -> Zones:
     try:
         names = sorted(os.listdir(folder))
     except OSError as exc:
-        raise TraceError(f"--traces {folder}: cannot list it ({exc.strerror})") from None
+        raise TraceError(f"traces folder {folder}: cannot list it ({exc.strerror})") from None
     capacity: dict[str, tuple[bool, ...]] = {}
     gaps = set()
     for name in names:
@@ -373,9 +373,9 @@ def load(folder: str) -> Zones:
         capacity[zone] = points
         gaps.add(gap)
     if not capacity:
-        raise TraceError(f"--traces {folder}: no <zone>_<anything>.json file in it")
+        raise TraceError(f"traces folder {folder}: no <zone>_<anything>.json file in it")
     if len(gaps) > 1:
-        raise TraceError(f"--traces {folder}: the zones' gap_seconds differ ({sorted(gaps)}); one is needed")
+        raise TraceError(f"traces folder {folder}: the zones' gap_seconds differ ({sorted(gaps)}); one is needed")
     return Zones(gaps.pop() / 3600, capacity)
 
 
