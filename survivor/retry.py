@@ -295,7 +295,7 @@ STORAGE_WRITE = StorageCall("job dir write", connect=1.0, read=2.0, window=1.0)
 STORAGE_UPLOAD = StorageCall("job dir upload", connect=1.0, read=20.0, window=10.0)
 #: A small object read, a listing, a delete: at boot, in garbage collection, in `status`. A read
 #: whose bytes fail their checksum is read again.
-STORAGE_READ = StorageCall("job dir read, list or delete", connect=1.0, read=5.0, window=10.0, attempts=2, initial=0.2, maximum=2.0)
+STORAGE_READ = StorageCall("job dir read, list or delete", connect=1.0, read=5.0, window=10.0, attempts=4, initial=0.2, maximum=2.0)
 #: A checkpoint file downloaded by a restore: no grace budget to meet, so as patient as the
 #: restore's caller can wait; a corrupt download is fetched again.
 STORAGE_DOWNLOAD = StorageCall("job dir download", connect=2.0, read=10.0, window=20.0, attempts=2,
