@@ -31,6 +31,20 @@ def spot_group(compute_server, spec):
     return compute, GroupRef(PROJECT, "cifar", zone=ZONE)
 
 
+def preempted_attempt(storage, started_hours_ago: float, ended_hours_ago: float) -> None:
+    """The journal's one attempt: it trained 100 of 1000 steps and was preempted, its start and end
+    the given hours ago."""
+    def hours_ago(hours):
+        return (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=hours)).isoformat()
+
+    journal = Journal(storage)
+    attempt = journal.begin("cifar-x")
+    attempt.started = hours_ago(started_hours_ago)
+    journal.end(attempt, "preempted", end_step=100, reached_step=100)
+    attempt.ended = hours_ago(ended_hours_ago)
+    journal.update(attempt)
+
+
 def test_the_on_demand_template_is_the_same_shape_standard_without_spot_termination(tmp_path):
     spec = job(tmp_path)
     spot = template_body("cifar", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n")
@@ -102,12 +116,7 @@ def test_survivor_watch_switches_a_stocked_out_spot_group_past_its_margin(comput
     compute, group = spot_group(compute_server, spec)
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
     storage = open_storage(spec.job_dir)
-    journal = Journal(storage)
-    attempt = journal.begin("cifar-x")  # an hour ago it trained 100 of 1000 steps, then was preempted
-    attempt.started = hours_ago(35)
-    journal.end(attempt, "preempted", end_step=100, reached_step=100)
-    attempt.ended = hours_ago(34)
-    journal.update(attempt)
+    preempted_attempt(storage, 35, 34)  # an hour ago it trained 100 of 1000 steps, then was preempted
     if zone is None:  # a switch back to Spot before that attempt, written without a zone
         storage.write("survivor/switches/0-spot.json", json.dumps({"time": hours_ago(35.5), "to_mode": SPOT,
                                                                     "from_mode": ON_DEMAND, "by": "watch"}).encode())
@@ -183,12 +192,7 @@ def test_a_switch_the_roles_refuse_shows_in_status_and_report(compute_server, tm
     compute, group = spot_group(compute_server, spec)
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
     storage = open_storage(spec.job_dir)
-    journal = Journal(storage)
-    attempt = journal.begin("cifar-x")
-    attempt.started = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=35)).isoformat()
-    journal.end(attempt, "preempted", end_step=100, reached_step=100)
-    attempt.ended = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=34)).isoformat()
-    journal.update(attempt)
+    preempted_attempt(storage, 35, 34)
     compute_server.fail_instance_creation(spot_only=True)
     compute.recreate_instances(group, [(m["zone"], m["name"]) for m in compute.managed_instances(group)])
     denied = f"Required 'compute.instanceGroupManagers.update' permission for 'projects/{PROJECT}/zones/{ZONE}/" \
@@ -284,19 +288,11 @@ def stocked_out_a2_job(compute_server, tmp_path, monkeypatch):
     """10 h into a 36 h job, 100 of 1000 steps done (100 steps/h), Spot out of capacity: 26 h left, 9 h of
     work, behind the Spot goodput line; a 2 h queue fits and flex-start is cheaper (the offline table).
     (compute, group, storage)."""
-    def hours_ago(hours):
-        return (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=hours)).isoformat()
-
     spec = a2_job(tmp_path)
     compute, group = spot_group(compute_server, spec)
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
     storage = open_storage(spec.job_dir)
-    journal = Journal(storage)
-    attempt = journal.begin("cifar-x")
-    attempt.started = hours_ago(10)
-    journal.end(attempt, "preempted", end_step=100, reached_step=100)
-    attempt.ended = hours_ago(9)
-    journal.update(attempt)
+    preempted_attempt(storage, 10, 9)
     compute_server.fail_instance_creation(spot_only=True)
     compute.recreate_instances(group, [(m["zone"], m["name"]) for m in compute.managed_instances(group)])
     return compute, group, storage
