@@ -189,12 +189,7 @@ def test_a_switch_the_roles_refuse_shows_in_status_and_report(compute_server, tm
     from survivor.jobdir.switches import switch_failures
 
     spec = job(tmp_path)
-    compute, group = spot_group(compute_server, spec)
-    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
-    storage = open_storage(spec.job_dir)
-    preempted_attempt(storage, 35, 34)
-    compute_server.fail_instance_creation(spot_only=True)
-    compute.recreate_instances(group, [(m["zone"], m["name"]) for m in compute.managed_instances(group)])
+    compute, group, storage = stocked_out(compute_server, spec, monkeypatch, 35, 34)
     denied = f"Required 'compute.instanceGroupManagers.update' permission for 'projects/{PROJECT}/zones/{ZONE}/" \
              "instanceGroupManagers/cifar'"
     compute_server.fail("compute.instanceGroupManagers.setInstanceTemplate", http=403, message=denied)
@@ -284,18 +279,23 @@ def test_leaving_a_queued_flex_start_request_cancels_it_and_gives_the_group_its_
     assert [s.to_mode for s in switches(storage)] == [FLEX_START, ON_DEMAND]
 
 
+def stocked_out(compute_server, spec, monkeypatch, started_hours_ago: float, ended_hours_ago: float):
+    """The job's Spot group whose one attempt (`preempted_attempt`) was preempted and whose VM Spot
+    cannot recreate now (a stockout). (compute, group, storage)."""
+    compute, group = spot_group(compute_server, spec)
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    storage = open_storage(spec.job_dir)
+    preempted_attempt(storage, started_hours_ago, ended_hours_ago)
+    compute_server.fail_instance_creation(spot_only=True)
+    compute.recreate_instances(group, [(m["zone"], m["name"]) for m in compute.managed_instances(group)])
+    return compute, group, storage
+
+
 def stocked_out_a2_job(compute_server, tmp_path, monkeypatch):
     """10 h into a 36 h job, 100 of 1000 steps done (100 steps/h), Spot out of capacity: 26 h left, 9 h of
     work, behind the Spot goodput line; a 2 h queue fits and flex-start is cheaper (the offline table).
     (compute, group, storage)."""
-    spec = a2_job(tmp_path)
-    compute, group = spot_group(compute_server, spec)
-    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
-    storage = open_storage(spec.job_dir)
-    preempted_attempt(storage, 10, 9)
-    compute_server.fail_instance_creation(spot_only=True)
-    compute.recreate_instances(group, [(m["zone"], m["name"]) for m in compute.managed_instances(group)])
-    return compute, group, storage
+    return stocked_out(compute_server, a2_job(tmp_path), monkeypatch, 10, 9)
 
 
 def test_a_failed_flex_start_request_sends_the_job_to_on_demand_at_the_next_look(compute_server, tmp_path, capsys,
