@@ -150,3 +150,51 @@ def test_a_local_job_dir_swapped_for_a_link_mid_run_is_not_scanned_and_said_once
     assert mirror.sync(collect=False) is None and mirror.final_sync() is None
     assert CheckpointStore(storage).manifest_names() == []
     assert caplog.text.count("is a link") == 1, caplog.text
+
+
+def test_a_save_under_the_scan_never_leaves_a_snapshot_short_of_its_state_file(tmp_path, monkeypatch):
+    """The trainer's save replaces `dummy-checkpoint-5.data` by `-10.data` between the scan's listing
+    and its read of the file: the listing is taken again, and the snapshot holds step 10 whole (it
+    was committed as step 5 without its `.data`, a checkpoint no trainer could restore; CI caught it
+    in test_store_chunks)."""
+    from survivor.trainers.dummy import save
+
+    root = str(tmp_path)
+    save(root, 5, padding=4096)
+    real = snapshot.digest_file
+    saved = []
+
+    def save_first(path, chunk_size):
+        if path.endswith("dummy-checkpoint-5.data") and not saved:
+            saved.append(True)
+            save(root, 10, padding=4096)  # renames -10 into place and deletes -5, as a real save does
+        return real(path, chunk_size)
+
+    monkeypatch.setattr(snapshot, "digest_file", save_first)
+    snap = scan(root)
+    assert saved, "the save never ran under the scan"
+    assert snap.step == 10
+    assert {f.path for f in snap.files} >= {"dummy-checkpoint-10.data", "dummy-checkpoint-10.json"}
+    assert all(os.path.exists(os.path.join(root, f.path)) for f in snap.files)
+
+
+def test_a_job_dir_rotating_under_every_scan_gives_no_snapshot_this_round(tmp_path, monkeypatch):
+    """Files that vanish under every listing: after `SCAN_TRIES` the scan gives an empty snapshot
+    (nothing committed this round) rather than one short of its files."""
+    from survivor.trainers.dummy import save
+
+    root = str(tmp_path)
+    step = [5]
+    save(root, 5, padding=4096)
+    real = snapshot.digest_file
+
+    def always_save(path, chunk_size):
+        if path.endswith(".data"):
+            step[0] += 5
+            save(root, step[0], padding=4096)
+        return real(path, chunk_size)
+
+    monkeypatch.setattr(snapshot, "digest_file", always_save)
+    snap = scan(root)
+    assert (snap.step, snap.files) == (None, ())
+    assert step[0] == 5 + 5 * snapshot.SCAN_TRIES

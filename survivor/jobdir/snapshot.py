@@ -8,8 +8,10 @@ The step comes from, in order: TensorFlow's `checkpoint` state file (`model_chec
 "ckpt-1200"`), or the largest number in a checkpoint-like file name (the recipe's dummy trainer
 writes `dummy-checkpoint-N.json`). Files still being written are left out: temporary names
 (`*_temp*`, `*.tmp*`, dot files), TF checkpoint shards whose prefix the state file does not list
-yet, and files whose size or mtime changed while they were read. TensorBoard event files grow while
-training runs; they are mirrored as they are, outside snapshots (`is_event_file`).
+yet, and files whose size or mtime changed while they were read. A file that vanished or was
+replaced between the listing and its read means the trainer was rotating its checkpoints under the
+scan: the listing is taken again (`SCAN_TRIES`), never committed short of that file. TensorBoard
+event files grow while training runs; they are mirrored as they are, outside snapshots (`is_event_file`).
 
 Each file is read once, for its CRC32C and its chunks' digests together (`survivor.jobdir.chunks`):
 the commit then knows which chunks the job dir already holds without reading the file again.
@@ -26,6 +28,10 @@ from survivor.jobdir.chunks import CHUNK_SIZE, ChunkDigest, Digester, FileDigest
 
 #: The file a trainer may write (atomically) with its current step, for live progress. Not a checkpoint.
 PROGRESS_FILE = "survivor-progress.json"
+
+#: Listings taken when files vanish under the scan before it gives up for this round (an empty
+#: snapshot: the next sync scans again). A trainer's save replaces its files within milliseconds.
+SCAN_TRIES = 5
 
 _TEMP = re.compile(r"(^\.|_temp|\.tmp|\.tempstate|\.partial$|~$)")
 _TF_SHARD = re.compile(r"^(?P<prefix>.+)\.(index|data-\d{5}-of-\d{5})$")
@@ -212,10 +218,26 @@ def scan(root: str, checksums: Checksums | None = None) -> Snapshot:
 
     `checksums` carries checksums across calls, so an unchanged multi-gigabyte checkpoint is not
     read again on every sync and one being written is read as it grows.
+
+    A file listed and then gone (or replaced by another file under its name) before it was read
+    makes the whole listing stale: the trainer saved under the scan and deleted the checkpoint
+    the listing chose (issue 24's chunk test caught a commit of `dummy-checkpoint-5.json` without
+    its `.data`). The listing is taken again; after `SCAN_TRIES` the snapshot is empty, and the
+    next sync tries again.
     """
     checksums = checksums if checksums is not None else Checksums()
     if os.path.islink(root):  # a trainer swapped its dir for a link: what it points at is no checkpoint
         return Snapshot(None, ())
+    for _ in range(SCAN_TRIES):
+        snapshot = _scan_once(root, checksums)
+        if snapshot is not None:
+            return snapshot
+    return Snapshot(None, ())
+
+
+def _scan_once(root: str, checksums: Checksums) -> Snapshot | None:
+    """One listing of the job dir and the digests of what it chose; None if a chosen file vanished
+    or was replaced before it was read."""
     paths = []
     for dirpath, _, names in os.walk(root):
         for name in names:
@@ -229,20 +251,31 @@ def scan(root: str, checksums: Checksums | None = None) -> Snapshot:
     tf_state = None
     state_path = os.path.join(root, "checkpoint")
     if _regular(state_path):
-        with open(state_path, encoding="utf-8", errors="replace") as f:
-            tf_state = f.read()
+        try:
+            with open(state_path, encoding="utf-8", errors="replace") as f:
+                tf_state = f.read()
+        except FileNotFoundError:
+            return None
     step, chosen = decide_files_and_step(paths, tf_state)
     files = []
     for rel in chosen:
-        entry = _stable_entry(os.path.join(root, rel), rel, checksums)
+        try:
+            entry = _stable_entry(os.path.join(root, rel), rel, checksums)
+        except _Vanished:
+            return None
         if entry is not None:
             files.append(entry)
     checksums.end_scan()
     return Snapshot(step, tuple(files))
 
 
+class _Vanished(Exception):
+    """A listed file was gone, or another file had taken its name, when it was read."""
+
+
 def _stable_entry(path: str, rel: str, checksums: Checksums) -> LocalFile | None:
-    """Checksums a file, or returns None if it vanished or changed while being read."""
+    """Checksums a file, or returns None if it changed while being read (written in place); raises
+    `_Vanished` if it is gone or was replaced."""
     try:
         before = os.lstat(path)
         if not stat.S_ISREG(before.st_mode):
@@ -250,8 +283,10 @@ def _stable_entry(path: str, rel: str, checksums: Checksums) -> LocalFile | None
         digest = checksums.of(path, rel, before)
         after = os.lstat(path)
     except FileNotFoundError:
-        return None
-    if (before.st_size, before.st_mtime_ns, before.st_ino) != (after.st_size, after.st_mtime_ns, after.st_ino):
+        raise _Vanished(rel) from None
+    if before.st_ino != after.st_ino:
+        raise _Vanished(rel)
+    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
         return None
     if digest.size != after.st_size:  # read while it was still being written (the stat raced the write)
         return None
