@@ -74,6 +74,8 @@ HARD_OFF = 30.0
 #: How long a boot may take to train or end by itself: the spec read's 30 s of retries with one
 #: 20 s metadata call in flight, the lease and a restore, with room to spare on 2 shared cores.
 BOOT_DEADLINE = 90.0
+#: how long the damaged-chunk round waits, once training, for a commit with two chunks to damage
+CHUNK_ROUND_COMMIT_WAIT = 30.0
 #: Far beyond any step the chaos jobs reach; a manifest may claim up to it.
 TRAIN_STEPS = 10_000_000
 CLASSES = ("kill", "damaged manifest", "damaged chunk", "full disk", "slow metadata", "overlapped upload",
@@ -485,16 +487,21 @@ class _Rounds:
         it, so the newest commit after the damage restores (issue 24 item 2)."""
         tally = self.result.tallies["damaged chunk"]
         since = Counter(self.proxy.count) if self.proxy else Counter()
-        booted = self.boot()
-        if self.await_training(tally, booted) != "training":
-            self.vm.kill()
+        booted = self.boot_to_training(tally, "the boot of the damaged-chunk round did not train")
+        if booted is None:
             return
         time.sleep(self.rng.uniform(0.5, 1.5))
-        target = self.store.latest()
-        chunks = [c.object for f in (target.files if target else ()) for c in f.chunks]
-        if target is None or len(chunks) < 2:
-            self.kill(tally, booted)
-            return
+        waited = time.monotonic() + CHUNK_ROUND_COMMIT_WAIT
+        while True:  # the round's first boot of a fresh job may not have committed yet: wait for one
+            target = self.store.latest()
+            chunks = [c.object for f in (target.files if target else ()) for c in f.chunks]
+            if target is not None and len(chunks) >= 2:
+                break
+            if time.monotonic() > waited:
+                self.problem(tally, f"no commit of two chunks to damage {CHUNK_ROUND_COMMIT_WAIT:g} s into training")
+                self.kill(tally, booted)
+                return
+            time.sleep(0.1)
         victim, other = self.rng.sample(chunks, 2)
         how = self.rng.choice(["flipped", "truncated", "emptied", "another chunk's bytes"])
         with contextlib.suppress(Exception):
