@@ -88,6 +88,28 @@ def hparam_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[s
     return lines
 
 
+def hparam_refusal(saved: dict[str, Any], current: dict[str, Any], allowed: bool) -> str | None:
+    """Pure decision: the line refusing a resume with other hyperparameters, or None."""
+    differences = hparam_differences(saved, current)
+    if not differences or allowed:
+        return None
+    return ("refusing to resume with other hyperparameters than the checkpoint's "
+            "(pass --allow-hparam-change to override): " + "; ".join(differences))
+
+
+def _local_hparam_refusal(args: argparse.Namespace, hparams: dict[str, Any]) -> str | None:
+    """The refusal for a local job dir (the agent's), read without TensorFlow; None for a remote one
+    (gs://, Vertex AI's), which `Runtime.guard_hparams` reads through TensorFlow's gfile."""
+    if "://" in args.job_dir:
+        return None
+    try:
+        with open(os.path.join(args.job_dir, HPARAMS_FILE), encoding="utf-8") as f:
+            saved = json.loads(f.read())
+    except (OSError, ValueError):
+        return None  # none yet, or unreadable: guard_hparams decides, as before
+    return hparam_refusal(saved, hparams, args.allow_hparam_change) if isinstance(saved, dict) else None
+
+
 def select_devices(num_gpus: int | None, physical_gpus: int) -> tuple[str, int]:
     """Pure decision: ("gpu" | "cpu", replica count) for the requested count and what exists."""
     if physical_gpus:
@@ -137,6 +159,10 @@ class Runtime:
             print(f"{cluster.source}: task {cluster.task_type}:{cluster.task_index} has nothing to do: the built-in "
                   "trainers run MultiWorkerMirroredStrategy (chief and workers only); exiting", flush=True)
             raise SystemExit(0)
+        refusal = _local_hparam_refusal(args, hparams)
+        if refusal is not None:  # before TensorFlow's import: the refusal is one line in a fraction of a second
+            print(f"error: {refusal}", file=sys.stderr, flush=True)
+            raise SystemExit(2)
         import tensorflow as tf
         import keras
 
@@ -172,13 +198,10 @@ class Runtime:
         if gfile.exists(path):
             with gfile.GFile(path, "r") as f:
                 saved = json.loads(f.read())
-            differences = hparam_differences(saved, self.hparams)
-            if differences and not self.args.allow_hparam_change:
-                raise HparamMismatch(
-                    "refusing to resume with other hyperparameters than the checkpoint's "
-                    "(pass --allow-hparam-change to override): " + "; ".join(differences)
-                )
-            if not differences:
+            refusal = hparam_refusal(saved, self.hparams, self.args.allow_hparam_change)
+            if refusal is not None:
+                raise HparamMismatch(refusal)
+            if not hparam_differences(saved, self.hparams):
                 return
         if not self.is_chief:
             return
