@@ -10,6 +10,7 @@ The walk writes a real checkpoint with the built-in mlp trainer (one TensorFlow 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pathlib
@@ -22,8 +23,10 @@ import yaml
 
 from tests.test_operator_guide import Line, guide_lines, quoted
 
-pytest.importorskip("google.cloud.aiplatform_v1")
-pytest.importorskip("google.cloud.logging")
+# found, not imported: the clients take a second to import in every test process that collects this file
+pytestmark = pytest.mark.skipif(not all(importlib.util.find_spec(m) for m in ("google.cloud.aiplatform_v1",
+                                                                                "google.cloud.logging")),
+                                reason="the vertex extra is not installed")
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "scaling-out.md"
