@@ -198,3 +198,44 @@ def test_a_job_dir_rotating_under_every_scan_gives_no_snapshot_this_round(tmp_pa
     snap = scan(root)
     assert (snap.step, snap.files) == (None, ())
     assert step[0] == 5 + 5 * snapshot.SCAN_TRIES
+
+
+def test_scans_racing_a_trainer_that_saves_without_pause_never_give_a_step_without_its_state(tmp_path):
+    """A directory read is no atomic snapshot: while the dummy trainer renamed `-N.data`, then
+    `-N.json`, then deleted `-(N-1).data`, one listing could show `-N.json` and no `.data` at all
+    (178 of 208 scans here, before a second listing was taken after the reads to confirm the first).
+    Scans racing saves without pause may come back empty (the next sync scans again); none may name
+    a step whose state file is missing."""
+    import threading
+    import time
+
+    from survivor.trainers.dummy import save
+
+    root = str(tmp_path)
+    stop = threading.Event()
+
+    def trainer():
+        step = 0
+        while not stop.is_set():
+            step += 1
+            save(root, step, padding=2_000_000)
+
+    thread = threading.Thread(target=trainer)
+    thread.start()
+    try:
+        sums, whole, short = Checksums(), 0, []
+        ends = time.monotonic() + 2
+        while time.monotonic() < ends:
+            snap = scan(root, sums)
+            if snap.step is None:
+                continue
+            names = {f.path for f in snap.files}
+            if any(name.endswith(".data") for name in names):
+                whole += 1
+            else:
+                short.append(sorted(names))
+    finally:
+        stop.set()
+        thread.join()
+    assert not short, f"{len(short)} snapshots without any state file, e.g. {short[0]}"
+    assert whole > 0, "no scan in 2 s gave a snapshot"

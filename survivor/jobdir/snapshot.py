@@ -10,7 +10,8 @@ writes `dummy-checkpoint-N.json`). Files still being written are left out: tempo
 (`*_temp*`, `*.tmp*`, dot files), TF checkpoint shards whose prefix the state file does not list
 yet, and files whose size or mtime changed while they were read. A file that vanished or was
 replaced between the listing and its read means the trainer was rotating its checkpoints under the
-scan: the listing is taken again (`SCAN_TRIES`), never committed short of that file. TensorBoard
+scan: the listing is taken again (`SCAN_TRIES`), never committed short of that file; so is one that
+a second listing, taken after the reads, contradicts (a directory read is no atomic snapshot). TensorBoard
 event files grow while training runs; they are mirrored as they are, outside snapshots (`is_event_file`).
 
 Each file is read once, for its CRC32C and its chunks' digests together (`survivor.jobdir.chunks`):
@@ -236,18 +237,11 @@ def scan(root: str, checksums: Checksums | None = None) -> Snapshot:
 
 
 def _scan_once(root: str, checksums: Checksums) -> Snapshot | None:
-    """One listing of the job dir and the digests of what it chose; None if a chosen file vanished
-    or was replaced before it was read."""
-    paths = []
-    for dirpath, _, names in os.walk(root):
-        for name in names:
-            if not _regular(os.path.join(dirpath, name)):
-                continue  # a link or a FIFO the trainer left: never followed, never opened (a FIFO blocks)
-            rel = os.path.relpath(os.path.join(dirpath, name), root)
-            if is_temporary(rel) and not is_event_file(rel):
-                checksums.follow(os.path.join(root, rel))
-            else:
-                paths.append(rel)
+    """One listing of the job dir and the digests of what it chose; None if the listing was stale:
+    a chosen file vanished or was replaced before it was read, or a second listing taken after the
+    reads names other files (a directory read while the trainer renames and deletes is no snapshot
+    of it: one listing showed `dummy-checkpoint-N.json` with no `.data` at all)."""
+    paths = _listing(root, checksums)
     tf_state = None
     state_path = os.path.join(root, "checkpoint")
     if _regular(state_path):
@@ -265,8 +259,27 @@ def _scan_once(root: str, checksums: Checksums) -> Snapshot | None:
             return None
         if entry is not None:
             files.append(entry)
+    if sorted(_listing(root, None)) != sorted(paths):
+        return None
     checksums.end_scan()
     return Snapshot(step, tuple(files))
+
+
+def _listing(root: str, checksums: Checksums | None) -> list[str]:
+    """The relative paths of the job dir's regular files that are not temporary; with `checksums`,
+    the temporary ones (a checkpoint being written) are followed as they grow."""
+    paths = []
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            if not _regular(os.path.join(dirpath, name)):
+                continue  # a link or a FIFO the trainer left: never followed, never opened (a FIFO blocks)
+            rel = os.path.relpath(os.path.join(dirpath, name), root)
+            if is_temporary(rel) and not is_event_file(rel):
+                if checksums is not None:
+                    checksums.follow(os.path.join(root, rel))
+            else:
+                paths.append(rel)
+    return paths
 
 
 class _Vanished(Exception):
