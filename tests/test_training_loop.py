@@ -6,16 +6,16 @@ import sys
 
 import pytest
 
-from survivor.trainers.loop import HPARAMS_FILE, hparam_refusal
+from survivor.trainers.loop import HPARAMS_FILE, hparam_differences, hparam_refusal
 
 
 def test_a_resume_with_other_hyperparameters_is_refused_naming_each_unless_allowed():
     saved, current = {"learning_rate": 0.05, "seed": 0}, {"learning_rate": 0.2, "seed": 0}
-    refusal = hparam_refusal(saved, current, allowed=False)
+    refusal = hparam_refusal(hparam_differences(saved, current), allowed=False)
     assert refusal is not None and refusal.endswith("learning_rate: checkpoint has 0.05, this run has 0.2")
     assert "--allow-hparam-change" in refusal
-    assert hparam_refusal(saved, current, allowed=True) is None
-    assert hparam_refusal(saved, dict(saved), allowed=False) is None
+    assert hparam_refusal(hparam_differences(saved, current), allowed=True) is None
+    assert hparam_refusal(hparam_differences(saved, dict(saved)), allowed=False) is None
 
 
 @pytest.mark.parametrize("trainer", ["mlp", "cifar10"])

@@ -30,8 +30,8 @@ from survivor.jobdir.chunks import CHUNK_SIZE, ChunkDigest, Digester, FileDigest
 #: The file a trainer may write (atomically) with its current step, for live progress. Not a checkpoint.
 PROGRESS_FILE = "survivor-progress.json"
 
-#: Listings taken when files vanish under the scan before it gives up for this round (an empty
-#: snapshot: the next sync scans again). A trainer's save replaces its files within milliseconds.
+#: Listings a scan takes while they turn out stale (the trainer saving under it) before it gives up
+#: for this round (an empty snapshot: the next sync scans again). A save takes milliseconds.
 SCAN_TRIES = 5
 
 _TEMP = re.compile(r"(^\.|_temp|\.tmp|\.tempstate|\.partial$|~$)")
@@ -220,11 +220,11 @@ def scan(root: str, checksums: Checksums | None = None) -> Snapshot:
     `checksums` carries checksums across calls, so an unchanged multi-gigabyte checkpoint is not
     read again on every sync and one being written is read as it grows.
 
-    A file listed and then gone (or replaced by another file under its name) before it was read
-    makes the whole listing stale: the trainer saved under the scan and deleted the checkpoint
-    the listing chose (issue 24's chunk test caught a commit of `dummy-checkpoint-5.json` without
-    its `.data`). The listing is taken again; after `SCAN_TRIES` the snapshot is empty, and the
-    next sync tries again.
+    The listing is stale, and taken again, when a file it chose is gone (or another file has its
+    name) by the time it is read, or when a second listing after the reads names other files: the
+    trainer saved under the scan, and a directory read is no atomic snapshot (CI caught a commit
+    of `dummy-checkpoint-N.json` without its `.data`). After `SCAN_TRIES` stale listings the
+    snapshot is empty, and the next sync tries again.
     """
     checksums = checksums if checksums is not None else Checksums()
     if os.path.islink(root):  # a trainer swapped its dir for a link: what it points at is no checkpoint

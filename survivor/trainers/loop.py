@@ -88,9 +88,8 @@ def hparam_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[s
     return lines
 
 
-def hparam_refusal(saved: dict[str, Any], current: dict[str, Any], allowed: bool) -> str | None:
-    """Pure decision: the line refusing a resume with other hyperparameters, or None."""
-    differences = hparam_differences(saved, current)
+def hparam_refusal(differences: list[str], allowed: bool) -> str | None:
+    """Pure decision: the line refusing a resume with these `hparam_differences`, or None."""
     if not differences or allowed:
         return None
     return ("refusing to resume with other hyperparameters than the checkpoint's "
@@ -107,7 +106,9 @@ def _local_hparam_refusal(args: argparse.Namespace, hparams: dict[str, Any]) -> 
             saved = json.loads(f.read())
     except (OSError, ValueError):
         return None  # none yet, or unreadable: guard_hparams decides, as before
-    return hparam_refusal(saved, hparams, args.allow_hparam_change) if isinstance(saved, dict) else None
+    if not isinstance(saved, dict):
+        return None
+    return hparam_refusal(hparam_differences(saved, hparams), args.allow_hparam_change)
 
 
 def select_devices(num_gpus: int | None, physical_gpus: int) -> tuple[str, int]:
@@ -198,10 +199,11 @@ class Runtime:
         if gfile.exists(path):
             with gfile.GFile(path, "r") as f:
                 saved = json.loads(f.read())
-            refusal = hparam_refusal(saved, self.hparams, self.args.allow_hparam_change)
+            differences = hparam_differences(saved, self.hparams)
+            refusal = hparam_refusal(differences, self.args.allow_hparam_change)
             if refusal is not None:
                 raise HparamMismatch(refusal)
-            if not hparam_differences(saved, self.hparams):
+            if not differences:
                 return
         if not self.is_chief:
             return
