@@ -7,7 +7,6 @@ import pytest
 from survivor.trainers import cifar10_data, tfrecord
 
 
-
 @pytest.fixture(scope="module")
 def tf():
     """TensorFlow, imported when a test of this file runs: at module level every test process imported
