@@ -113,3 +113,29 @@ def test_an_attempts_end_record_outlives_a_second_long_outage(gcs_server, bucket
         assert "the attempt's end record" in log and "could not record the attempt's end" not in log
     finally:
         proxy.stop()
+
+
+def test_a_request_sent_before_its_client_dies_still_lands_and_the_proxy_settles_after(gcs_server, bucket):
+    """A stalled write whose sender is gone is forwarded (Cloud Storage completes a request it has
+    whole), so a harness must settle the proxy before reading the bucket; half a request is dropped."""
+    import socket
+    import threading
+
+    proxy = FaultProxy(gcs_server.url, FaultPlan(rate=1.0, kinds=("stall",), stall_seconds=1.0)).start()
+    try:
+        host, port = proxy.url.removeprefix("http://").split(":")
+        body = b"late"
+        whole = (f"POST /upload/storage/v1/b/{bucket}/o?uploadType=media&name=late HTTP/1.1\r\nHost: {host}\r\n"
+                 f"Content-Type: application/octet-stream\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+        half = whole.replace(b"name=late", b"name=half").replace(b"Content-Length: 4", b"Content-Length: 400")
+        for request in (whole, half):
+            with socket.create_connection((host, int(port))) as sock:  # sent, then the sender dies
+                sock.sendall(request)
+        threading.Event().wait(0.2)
+        storage = GcsStorage(f"gs://{bucket}")
+        assert storage.read("late") is None  # still held by the stall
+        assert proxy.settle(10)
+        assert storage.read("late").data == b"late"  # landed after its sender was gone
+        assert storage.read("half") is None  # never acted on
+    finally:
+        proxy.stop()

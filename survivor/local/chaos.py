@@ -334,6 +334,14 @@ class _Rounds:
         tally.slowest_seconds = max(tally.slowest_seconds, time.monotonic() - started)
         return state
 
+    def kill_vm(self) -> None:
+        """SIGKILLs the VM's processes, then lets the requests they had sent land: Cloud Storage
+        completes a request whose client died after sending it (here the fault proxy's stall holds
+        one), so a commit may appear after the kill, and the checks read the job dir after it."""
+        self.vm.kill()
+        if self.proxy is not None and not self.proxy.settle():
+            raise RuntimeError("the fault proxy still forwards a request 10 s after the kill")
+
     def boot_to_training(self, tally: Tally, what: str) -> float | None:
         """Boots; returns the boot's time once its trainer runs, else None: a boot that neither
         trained nor ended counts as a hang, `what` is said, and the VM is killed."""
@@ -342,7 +350,7 @@ class _Rounds:
             return booted
         tally.hangs += self.vm.running()
         self.problem(tally, what)
-        self.vm.kill()
+        self.kill_vm()
         return None
 
     def problem(self, tally: Tally, what: str) -> None:
@@ -415,7 +423,7 @@ class _Rounds:
                 tally.hangs += 1
                 self.problem(tally, f"the agent still ran {HARD_OFF:g} s after its trainer was killed")
             tally.slowest_seconds = max(tally.slowest_seconds, time.monotonic() - started)
-        self.vm.kill()
+        self.kill_vm()
         tally.faults[f"SIGKILL {victim}"] += 1
 
     # -- the classes --
@@ -537,7 +545,7 @@ class _Rounds:
             if state != "training" or held is None:
                 tally.hangs += state == "hung"
                 self.problem(tally, f"the holder's boot did not train ({state})")
-                self.vm.kill()
+                self.kill_vm()
                 return
             other = LocalInstance(self.vm.metadata.get("instance/attributes"), os.path.join(self.root, f"vm-ns-{self.round}"),
                                   name=self.vm.name, python=self.vm.python, env=self.vm.env,
@@ -568,7 +576,7 @@ class _Rounds:
                 other.close()
             time.sleep(self.rng.uniform(0.0, 1.0))
             before = self.store.latest()
-            self.vm.kill()  # the pid file of an agent in a namespace names a pid of that namespace
+            self.kill_vm()  # the pid file of an agent in a namespace names a pid of that namespace
             tally.faults["SIGKILL both"] += 1
         finally:
             self.vm.wrapper = ()
@@ -593,7 +601,7 @@ class _Rounds:
             if self.vm.wait(HARD_OFF) is None:
                 tally.hangs += 1
                 self.problem(tally, f"the agent still ran {HARD_OFF:g} s after its SIGTERM ({drips} dripped answers)")
-                self.vm.kill()
+                self.kill_vm()
             elif time.monotonic() - started > 25.0:  # the default grace budget
                 self.problem(tally, f"the agent took {time.monotonic() - started:.1f} s to exit after its SIGTERM")
             tally.slowest_seconds = max(tally.slowest_seconds, time.monotonic() - started)

@@ -150,6 +150,8 @@ class FaultProxy(LocalService):
         self.count: Counter = Counter()
         self.granted = granted  # None: every permission
         self.denied: list[tuple[str, str, str]] = []  # (method, path, permission) of each 403 given
+        self._in_flight = 0  # requests read and not yet answered (a stalled one is still forwarded)
+        self._idle = threading.Condition()
         self._session = requests.Session()
         self._session.trust_env = False
         self._listen(port, self._handler_class())
@@ -158,6 +160,15 @@ class FaultProxy(LocalService):
     def url(self) -> str:
         """The proxy's URL, for STORAGE_EMULATOR_HOST."""
         return self.endpoint
+
+    def settle(self, timeout: float = 10.0) -> bool:
+        """Waits until no request is in flight; False if one still is after `timeout` seconds.
+
+        A request the proxy has read is forwarded even when its client has died meanwhile (a stall
+        holds it first), as Cloud Storage completes a request whose client died after sending it: a
+        harness that kills an agent settles the proxy before it reads what the job dir holds."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._in_flight == 0, timeout)
 
     def _not_found_body(self, path: str) -> bytes:
         """Cloud Storage's 404 wording for `path`: whether its bucket or its object is missing."""
@@ -188,8 +199,21 @@ class FaultProxy(LocalService):
                     self.close_connection = True
 
             def _serve(self):
+                with proxy._idle:
+                    proxy._in_flight += 1
+                try:
+                    self._forward()
+                finally:
+                    with proxy._idle:
+                        proxy._in_flight -= 1
+                        proxy._idle.notify_all()
+
+            def _forward(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
+                if len(body) < length:  # the client died mid-send: Cloud Storage never acts on half a request
+                    self.close_connection = True
+                    return
                 permission = required_permission(self.command, self.path)
                 if proxy.granted is not None and permission is not None and permission not in proxy.granted:
                     proxy.denied.append((self.command, self.path, permission))
