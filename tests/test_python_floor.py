@@ -156,6 +156,7 @@ sys.exit(1 if failed else 0)
 """
 
 
+@pytest.mark.slow  # a fresh venv of the floor's Python and a pip install into it
 def test_every_module_imports_and_the_cli_starts_under_the_floor(floor_venv):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
     version = subprocess.run([floor_venv, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],

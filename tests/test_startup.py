@@ -56,6 +56,7 @@ def test_the_wheel_carries_the_startup_script_the_unit_and_the_lock():
     assert "Name: survivor-train" in metadata and "Requires-Python: >=3.10" in metadata
 
 
+@pytest.mark.slow  # two wheel builds, each in pip's fresh build environment
 def test_the_wheel_is_the_same_bytes_for_the_same_source(tmp_path):
     import shutil
 

@@ -1,6 +1,7 @@
 """The built-in training loop's decisions that need no TensorFlow: its hyperparameter guard."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -51,3 +52,23 @@ def test_an_unreadable_hyperparameter_record_is_left_to_the_guard_after_the_impo
     (tmp_path / HPARAMS_FILE).write_text(json.dumps({"seed": 1}))
     assert _local_hparam_refusal(args, {"seed": 0}) is not None
     assert _local_hparam_refusal(Namespace(job_dir="gs://b/j", allow_hparam_change=False), {"seed": 0}) is None
+
+
+@pytest.mark.slow  # a TensorFlow process
+def test_the_trainers_import_tensorflow_without_the_packages_no_trainer_uses():
+    """Keras imports matplotlib.pyplot and TensorFlow googleapiclient whenever they are installed
+    (both are in this venv); the built-in trainers' import leaves them out, then lets them in."""
+    from survivor.trainers.loop import NOT_FOR_TRAINING
+
+    code = ("import sys; from survivor.trainers.loop import import_tensorflow, NOT_FOR_TRAINING; import_tensorflow(); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & set(NOT_FOR_TRAINING)), 'keras' in sys.modules); "
+            "import matplotlib, googleapiclient; print('later imports work')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["[] True", "later imports work"], done.stdout
+    assert set(NOT_FOR_TRAINING) == {"matplotlib", "googleapiclient"}
+    without = subprocess.run([sys.executable, "-c", "import sys, keras; print(sorted({m.split('.')[0] for m in "
+                              "sys.modules} & {'matplotlib', 'googleapiclient'}))"], capture_output=True, text=True,
+                             timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert without.stdout.strip() == "['googleapiclient', 'matplotlib']"  # what the block saves, still true

@@ -109,12 +109,16 @@ class MetadataClient:
     `timeout`: seconds for one attempt, from connecting to the answer's last byte. `deadline`:
     seconds for a whole call, its retries included (a hanging GET gets its own, longer one).
     `retrying`: makes the tenacity loop of one call (`survivor.retry.metadata`; `retry.once` for
-    a single attempt).
+    a single attempt). `wait_margin`: seconds a hanging GET waits beyond its `timeout_sec` (the
+    guest agent's margin over the server-side timeout).
     """
 
+    WAIT_MARGIN = 10.0
+
     def __init__(self, host: str | None = None, timeout: float = retry.METADATA.attempt_seconds,
-                 retrying=retry.metadata, deadline: float = retry.METADATA.total):
+                 retrying=retry.metadata, deadline: float = retry.METADATA.total, wait_margin: float = WAIT_MARGIN):
         self.host = host or metadata_host()
+        self.wait_margin = wait_margin
         self.retrying = retrying
         self.base = f"http://{self.host}/computeMetadata/v1/"
         self.timeout = timeout
@@ -198,7 +202,7 @@ class MetadataClient:
             "GET",
             path,
             params={"wait_for_change": "true", "last_etag": last_etag, "timeout_sec": str(timeout_sec)},
-            timeout=timeout_sec + 10,  # the guest agent's margin over the server-side timeout
+            timeout=timeout_sec + self.wait_margin,
         )
         return response.text, response.headers.get("ETag", "NONE")
 
