@@ -1284,6 +1284,10 @@ BUILTIN_TRAINERS = {
 #: (SIGUSR1: save now, keep training). tests/test_trainer_launch.py checks each parser accepts them.
 BUILTIN_FLAGS = frozenset({"--job-dir", "--data-dir", "--train-steps", "--num-gpus", "--checkpoint-steps"})
 BUILTIN_SAVE_SIGNAL = "SIGUSR1"
+#: The built-in trainers whose start (TensorFlow's import, the devices) overlaps the agent's restore:
+#: the agent starts them before it restores, and they wait at the start gate (contract.START_GATE_ENV)
+#: before they read the job dir. The dummy trainer starts in a tenth of a second and has no gate.
+BUILTIN_WARM_START = frozenset({"mlp", "cifar10"})
 
 
 def format_value(value: Any) -> str:

@@ -11,8 +11,11 @@
    on-demand) can no longer meet, or slack enough to go back to Spot? Ask the group to switch.
 4. Watch for a notice: `preempted`, SIGTERM/SIGINT; and for a terminating maintenance event.
 5. Restore the newest committed snapshot that verifies into the local job dir; first, a snapshot
-   the last boot left on this VM's state disk (a job with `state_disk_gb`) is committed.
-6. Launch the trainer: its GPUs, its user, its code, its argv (`trainer.launch`, one call).
+   the last boot left on this VM's state disk (a job with `state_disk_gb`) is committed. A built-in
+   TensorFlow trainer is launched before the restore, at its start gate: its imports and devices
+   overlap the download, and it reads the job dir only once the gate opens.
+6. Launch the trainer: its GPUs, its user, its code, its argv (`trainer.launch`, one call), or
+   open the gate of the one launched early.
 7. Mirror every new local checkpoint to the job dir while it trains (`mirror.Mirror`, a background
    thread). A maintenance notice: ask the trainer for a checkpoint, commit it, train on.
 8. On a notice: SIGTERM the trainer, wait for its save within the grace budget, commit (to the
@@ -53,7 +56,7 @@ from survivor.agent.maintenance import MAINTENANCE_SAVE_SECONDS, MaintenanceSave
 from survivor.agent.mirror import Mirror
 from survivor.agent.notice import Notice, NoticeWatcher
 from survivor.agent.trainer import (TrainerProcess, TrainerUserError, launch, local_job_dir, progress_path,
-                                    read_progress, read_saved, save_signal)
+                                    read_progress, read_saved, save_signal, warm_start)
 from survivor.cloud.metadata import InstanceIdentity, MetadataClient, MetadataError
 from survivor.jobdir.disk_tier import DiskTier, state_disk_dir
 from survivor.jobdir.journal import Attempt, Journal, JobState, should_give_up, snapshot_to_pass_over, steps_lost, Timing
@@ -304,7 +307,31 @@ class Boot:
     def _train(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage, journal: Journal,
                attempt: Attempt, lease: Lease, watcher: NoticeWatcher) -> AttemptResult:
         """Steps 5-8: restore, launch the trainer, supervise it; what happened, as facts."""
-        # 5. restore
+        # 5. a built-in TensorFlow trainer starts first: its imports and devices overlap the restore,
+        # and it waits at its start gate until the job dir is restored
+        early = self._start_early(spec, watcher) if warm_start(spec.trainer) else None
+        try:
+            return self._restore_and_train(spec, identity, storage, journal, attempt, lease, watcher, early)
+        finally:
+            if early is not None:
+                early.kill()  # the boot ended before training, or after it (then a no-op)
+
+    def _start_early(self, spec: JobSpec, watcher: NoticeWatcher) -> TrainerProcess | None:
+        """The trainer, started at its start gate before the restore; None if it cannot start now
+        (the launch after the restore then says why, as for any trainer)."""
+        try:
+            with self.phase.timed(Timing.SETUP):
+                return launch(spec, self.options.workdir, python=self.options.python,
+                              allow_root=self.options.allow_root_trainer, metadata=self.metadata,
+                              gpu_wait_seconds=self.options.gpu_wait_seconds, stop=watcher.noticed, gated=True)
+        except (DeliveryError, TrainerUserError, OSError):
+            return None
+
+    def _restore_and_train(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage, journal: Journal,
+                           attempt: Attempt, lease: Lease, watcher: NoticeWatcher,
+                           early: TrainerProcess | None) -> AttemptResult:
+        """Steps 5-8 with the trainer started early, if it was: restore, open its gate (or launch it),
+        supervise it."""
         self._guest("state", "restoring", force=True)
         store = CheckpointStore(storage, keep=spec.keep, writer=identity.name, max_step=spec.train_steps)
         disk = DiskTier(self.options.state_disk, storage, identity.name, identity.zone) if spec.state_disk_gb else None
@@ -324,12 +351,16 @@ class Boot:
             return self._safe_after_notice(watcher.notice, AttemptResult(
                 restored_step=restored, reached_step=restored or 0, committed_step=restored))
 
-        # 6. the trainer
+        # 6. the trainer: through its gate if it started early, else now
         try:
-            with self.phase.timed(Timing.SETUP):
-                trainer = launch(spec, self.options.workdir, python=self.options.python,
-                                 allow_root=self.options.allow_root_trainer, metadata=self.metadata,
-                                 gpu_wait_seconds=self.options.gpu_wait_seconds, stop=watcher.noticed)
+            if early is not None:
+                trainer = early
+                trainer.open_gate()
+            else:
+                with self.phase.timed(Timing.SETUP):
+                    trainer = launch(spec, self.options.workdir, python=self.options.python,
+                                     allow_root=self.options.allow_root_trainer, metadata=self.metadata,
+                                     gpu_wait_seconds=self.options.gpu_wait_seconds, stop=watcher.noticed)
         except (DeliveryError, TrainerUserError, OSError) as exc:
             return AttemptResult(failure=f"cannot start the trainer: {exc}", restored_step=restored,
                                  committed_step=restored)

@@ -48,8 +48,8 @@ from survivor import log as logs
 from survivor.agent.delivery import deliver
 from survivor.agent.gpus import gpus_for
 from survivor.cloud.metadata import MetadataClient
-from survivor.spec import BUILTIN_SAVE_SIGNAL, JobSpec, TrainerSpec, trainer_argv
-from survivor.trainers.contract import PROGRESS_ENV, parse_record, plausible_step
+from survivor.spec import BUILTIN_SAVE_SIGNAL, BUILTIN_WARM_START, JobSpec, TrainerSpec, trainer_argv
+from survivor.trainers.contract import PROGRESS_ENV, START_GATE_ENV, START_GATE_GO, parse_record, plausible_step
 
 log = logs.get("trainer")
 
@@ -58,9 +58,17 @@ class TrainerUserError(Exception):
     """The trainer would run as root, or as a user that does not exist."""
 
 
+def warm_start(trainer: TrainerSpec) -> bool:
+    """Pure decision: whether this trainer is started before the restore and waits at the start gate
+    (a built-in TensorFlow trainer: its imports and devices overlap the download)."""
+    return trainer.builtin_name in BUILTIN_WARM_START
+
+
 def launch(spec: JobSpec, workdir: str, *, python: str, allow_root: bool, metadata: MetadataClient | None,
-           gpu_wait_seconds: float, stop: threading.Event | None = None) -> "TrainerProcess":
+           gpu_wait_seconds: float, stop: threading.Event | None = None, gated: bool = False) -> "TrainerProcess":
     """Starts the spec's trainer on this VM, on the local job dir under `workdir`; returns it running.
+    `gated`: the job dir is not restored yet; the trainer waits at the start gate until
+    `TrainerProcess.open_gate` (only for a trainer that has one: `warm_start`).
 
     Raises TrainerUserError (it would run as root, or its user does not exist), DeliveryError (its
     code could not be fetched or installed) or OSError (the work dir, the process); a StorageError
@@ -75,8 +83,11 @@ def launch(spec: JobSpec, workdir: str, *, python: str, allow_root: bool, metada
     prepare_state_dir(state_dir(workdir), user)
     if user:
         give_to(user, local_job_dir(workdir))
-    trainer = TrainerProcess.start(argv, env=trainer_env(progress_path(workdir), delivered.pythonpath),
-                                   cwd=delivered.cwd, user=user)
+    env = trainer_env(progress_path(workdir), delivered.pythonpath)
+    if gated:
+        env[START_GATE_ENV] = "stdin"
+    trainer = TrainerProcess.start(argv, env=env, cwd=delivered.cwd, user=user, gated=gated)
+    trainer.job_dir = local_job_dir(workdir)
     write_pid_file(os.path.join(workdir, "trainer.pid"), trainer.pid)
     return trainer
 
@@ -322,9 +333,12 @@ class TrainerProcess:
     """A running trainer. Its own session and process group, so a terminal's Ctrl-C reaches only the
     agent, and what it leaves running when it exits can be found and ended (`end_group`)."""
 
-    def __init__(self, popen: subprocess.Popen, argv: Sequence[str]):
+    def __init__(self, popen: subprocess.Popen, argv: Sequence[str], user: str | None = None):
         self.popen = popen
         self.argv = list(argv)
+        self.user = user
+        self.job_dir: str | None = None  # the local job dir it trains in (`open_gate` gives it to `user`)
+        self.gate = popen.stdin  # the start gate of a trainer started before the restore, until opened
         self.terminated_at: float | None = None
         self.killed = False
         self.group_ended = False
@@ -334,8 +348,9 @@ class TrainerProcess:
 
     @classmethod
     def start(cls, argv: Sequence[str], *, env: dict[str, str], cwd: str | None = None,
-              user: str | None = None) -> "TrainerProcess":
-        """Starts the trainer from an argv list (no shell), optionally as `user`."""
+              user: str | None = None, gated: bool = False) -> "TrainerProcess":
+        """Starts the trainer from an argv list (no shell), optionally as `user`; `gated`: its stdin
+        is the start gate (contract.wait_at_start_gate), else it has none."""
         kwargs: dict = {}
         if user:
             try:
@@ -348,14 +363,29 @@ class TrainerProcess:
             list(argv),
             env=env,
             cwd=cwd,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if gated else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             **kwargs,
         )
-        log.info("trainer started", pid=popen.pid, argv=" ".join(argv), user=user or "")
-        return cls(popen, argv)
+        log.info("trainer started", pid=popen.pid, argv=" ".join(argv), user=user or "",
+                 **({"waits_for": "the restore"} if gated else {}))
+        return cls(popen, argv, user)
+
+    def open_gate(self) -> None:
+        """Lets a trainer started before the restore go on: the restored job dir is given to its
+        user first (the restore wrote it as the agent). Nothing for a trainer without a gate."""
+        gate, self.gate = self.gate, None
+        if gate is None:
+            return
+        if self.user and self.job_dir:
+            give_to(self.user, self.job_dir)
+        try:
+            gate.write(START_GATE_GO)
+            gate.close()
+        except (BrokenPipeError, ValueError):  # it has exited already: its exit code tells why
+            pass
 
     def _forward_output(self) -> None:
         assert self.popen.stdout is not None
@@ -417,6 +447,12 @@ class TrainerProcess:
             self.killed = True
             self._signal(signal.SIGKILL)
         self.end_group()
+        gate, self.gate = self.gate, None
+        if gate is not None:
+            try:
+                gate.close()
+            except (BrokenPipeError, ValueError):
+                pass
 
     def _signal(self, sig: int) -> None:
         try:

@@ -25,6 +25,22 @@ import threading
 import time
 
 PROGRESS_ENV = "SURVIVOR_PROGRESS_FILE"
+#: Set to `stdin` by the agent for a trainer it starts before its restore (spec.BUILTIN_WARM_START):
+#: the trainer may import and set up its devices, then waits for `go` on stdin before it reads the
+#: job dir (`wait_at_start_gate`). End of input instead: the boot ended before training.
+START_GATE_ENV = "SURVIVOR_START_GATE"
+START_GATE_GO = b"go\n"
+
+
+def wait_at_start_gate() -> bool:
+    """Under an agent that started this trainer before its restore: blocks until the job dir is
+    restored; False if the boot ended instead (then exit without touching the job dir). True at once
+    when no gate is set."""
+    if os.environ.pop(START_GATE_ENV, None) != "stdin":
+        return True
+    import sys
+
+    return sys.stdin.buffer.readline() == START_GATE_GO
 
 
 class StopRequest:

@@ -47,7 +47,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from survivor.trainers.cluster import Cluster, cluster_from_env
-from survivor.trainers.contract import SaveRequest, StopRequest, report_progress, report_saved
+from survivor.trainers.contract import (START_GATE_ENV, SaveRequest, StopRequest, report_progress, report_saved,
+                                        wait_at_start_gate)
 
 HPARAMS_FILE = "hparams.json"
 #: What a multi-worker trainer exits with after its notice checkpoint: TensorFlow's restartable code on
@@ -184,6 +185,14 @@ class Runtime:
             print(f"{cluster.source}: task {cluster.task_type}:{cluster.task_index} has nothing to do: the built-in "
                   "trainers run MultiWorkerMirroredStrategy (chief and workers only); exiting", flush=True)
             raise SystemExit(0)
+        if os.environ.get(START_GATE_ENV) == "stdin":  # the agent restores the job dir meanwhile
+            import_tensorflow()
+            import tensorflow as tf
+
+            tf.config.list_physical_devices("GPU")  # the devices' start (CUDA's, on a GPU VM) too
+            if not wait_at_start_gate():
+                print("the boot ended before training; exiting", flush=True)
+                raise SystemExit(0)
         refusal = _local_hparam_refusal(args, hparams)
         if refusal is not None:  # before TensorFlow's import: the refusal is one line in a fraction of a second
             print(f"error: {refusal}", file=sys.stderr, flush=True)

@@ -1,0 +1,94 @@
+"""A built-in TensorFlow trainer starts before the agent's restore and waits at its start gate:
+its imports and devices overlap the download, and it reads the job dir only once restored."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from survivor.agent.trainer import warm_start
+from survivor.jobdir.journal import Journal
+from survivor.jobdir.storage import open_storage
+from survivor.spec import TrainerSpec
+from survivor.trainers.contract import START_GATE_ENV
+from survivor.trainers.loop import HPARAMS_FILE
+from tests.test_restore_failures import commit_snapshot, small_disk
+
+GATE = ("import os, sys; from survivor.trainers.contract import wait_at_start_gate, START_GATE_ENV; "
+        "print(wait_at_start_gate(), START_GATE_ENV in os.environ)")
+
+
+@pytest.mark.parametrize("env, given, said", [
+    ({}, b"", "True False"),  # no gate: goes on at once
+    ({START_GATE_ENV: "stdin"}, b"go\n", "True False"),  # restored: goes on (and no child inherits the gate)
+    ({START_GATE_ENV: "stdin"}, b"", "False False"),  # the boot ended first: end of input
+    ({START_GATE_ENV: "stdin"}, b"g", "False False"),  # half a word is no go
+], ids=["no-gate", "go", "end-of-input", "half-a-word"])
+def test_the_start_gate_lets_a_trainer_on_only_at_go(env, given, said):
+    done = subprocess.run([sys.executable, "-c", GATE], input=given, capture_output=True, timeout=60,
+                          env={k: v for k, v in {**os.environ, **env}.items() if k != START_GATE_ENV or env})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().strip() == said
+
+
+def test_only_the_builtin_tensorflow_trainers_start_early():
+    assert warm_start(TrainerSpec(builtin="mlp")) and warm_start(TrainerSpec(builtin="cifar10"))
+    assert not warm_start(TrainerSpec(builtin="dummy"))  # no gate: it would read the job dir at once
+    assert not warm_start(TrainerSpec(argv=("python", "train.py")))  # a user's trainer may read the job dir at once
+
+
+def _trainer_pid(vm, boot):
+    started = [line for line in vm.log_lines(boot) if line.get("message") == "trainer started"]
+    assert len(started) == 1 and started[0].get("waits_for") == "the restore", started
+    return started[0]["pid"]
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.slow
+def test_a_boot_that_ends_before_training_ends_the_early_trainer_before_it_reads_the_job_dir(tmp_path,
+                                                                                            instance_factory):
+    """The restore fails (a boot disk too small for the snapshot): the trainer started at its gate
+    is ended with the boot, and never passed the gate (it writes its hyperparameters first thing)."""
+    job_dir = str(tmp_path / "jobdir")
+    commit_snapshot(job_dir, tmp_path, 20, data_bytes=3 << 20)
+    vm = instance_factory(yaml.safe_dump({"job_dir": job_dir, "train_steps": 40, "trainer": {"builtin": "mlp"}}))
+    with small_disk(os.path.join(vm.root, "disk"), "1m"):
+        vm.boot()
+        assert vm.wait(120) == 1, open(vm.log_path()).read()[-3000:]  # systemd restarts it
+        pid = _trainer_pid(vm, 1)
+        assert not _alive(pid)
+        assert not os.path.exists(os.path.join(vm.workdir, "job", HPARAMS_FILE))
+    assert "boot disk" in Journal(open_storage(job_dir)).attempts()[-1].reason
+
+
+@pytest.mark.slow
+def test_the_mlp_trainer_starts_before_the_restore_and_resumes_from_it(tmp_path, instance_factory):
+    job_dir = str(tmp_path / "jobdir")
+    spec = yaml.safe_dump({"job_dir": job_dir, "train_steps": 2000, "checkpoint_steps": 100000,
+                           "on_finish": "keep-alive", "trainer": {"builtin": "mlp"},
+                           "hyperparameters": {"step-seconds": 0.02, "log-steps": 50}})
+    vm = instance_factory(spec)
+    vm.boot()  # trains, and is preempted with a notice: it commits its step
+    vm.wait_for_step(30, timeout=240)
+    _trainer_pid(vm, 1)
+    assert vm.preempt() == 0
+    saved = Journal(open_storage(job_dir)).attempts()[-1].end_step
+    assert saved >= 30
+
+    vm.boot(wipe=True)  # the next boot, on a fresh disk: its trainer starts before the restore, resumes from it
+    first = vm.wait_for_step(saved + 1, timeout=240)
+    lines = [line["message"] for line in vm.log_lines(2)]
+    assert lines.index("trainer started") < lines.index("restored"), lines[:12]
+    _trainer_pid(vm, 2)
+    assert any(f"resumed from ckpt-{saved} at step {saved}" in m for m in lines), lines[-20:]
+    assert first >= saved + 1
+    vm.kill()
