@@ -25,7 +25,7 @@ import yaml
 
 from benchmarks.common import PLOTS, machine, plot_bars, run, scratch_dir, table
 from survivor.jobdir.journal import Timing
-from survivor.agent.trainer import read_progress
+from survivor.agent.trainer import progress_path, read_progress
 
 
 def first_progress(progress_file: str, after: int, timeout: float = 600) -> float:
@@ -45,7 +45,7 @@ def resume_under_agent(vm, job_dir: str) -> dict:
     committed = Journal(open_storage(job_dir)).attempts()[-1].end_step
     started = time.perf_counter()
     vm.boot(wipe=True)
-    first = first_progress(os.path.join(vm.workdir, "progress.json"), committed)
+    first = first_progress(progress_path(vm.workdir), committed)
     vm.preempt()
     attempt = Journal(open_storage(job_dir)).attempts()[-1]
     log = vm.log_lines()
