@@ -107,10 +107,23 @@ def pytest_configure(config):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Work stealing when the slow tests are deselected: nothing long is dealt out, and it hands the
+    short ones out in fewer messages (-m "not slow": 2:48 against 3:02 one at a time). Otherwise
+    pyproject's `--dist load --maxschedchunk 1`."""
+    if "not slow" in " ".join((config.getoption("markexpr") or "").split()) and config.getvalue("dist") == "load":
+        from xdist.scheduler import WorkStealingScheduling
+
+        return WorkStealingScheduling(config, log)
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
-    """The slow tests first (a stable sort: each group keeps its order): the workers start the
-    minutes-long runs (fresh installs, TensorFlow end to end, the chaos runs) at once and share the
-    short ones out after them, instead of finishing the suite on one long test started last."""
+    """The slow tests first (a stable sort: each group keeps its order): handed out one at a time
+    (pyproject's `--dist load --maxschedchunk 1`), the workers start the minutes-long runs (fresh
+    installs, TensorFlow end to end, the chaos runs) first and share the short ones out after them,
+    instead of finishing the suite on one long test started last."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 

@@ -91,4 +91,50 @@ def test_the_mlp_trainer_starts_before_the_restore_and_resumes_from_it(tmp_path,
     _trainer_pid(vm, 2)
     assert any(f"resumed from ckpt-{saved} at step {saved}" in m for m in lines), lines[-20:]
     assert first >= saved + 1
-    vm.kill()
+    vm.wait_for_step(saved + 20, timeout=120)
+    assert vm.preempt() == 0  # its save on the notice lands in the restored dir, now the trainer's
+    attempt = Journal(open_storage(job_dir)).attempts()[-1]
+    assert attempt.restored_step == saved and attempt.end_step >= saved + 20 and attempt.steps_lost == 0
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"  # one an unprivileged user can execute (this venv lives under /root)
+AFTER_THE_GATE = """
+import os, sys
+from survivor.trainers.contract import wait_at_start_gate
+if not wait_at_start_gate():
+    sys.exit(3)
+with open(os.path.join(sys.argv[1], "ckpt-1"), "w") as f:  # a save into the restored dir
+    f.write("saved")
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK), reason="needs root and a system python3")
+def test_the_gate_gives_the_restored_job_dir_to_the_trainers_user_before_it_opens():
+    """On a VM the agent is root and the trainer another user: what the restore wrote after the
+    trainer started is the agent's until `open_gate` gives it over."""
+    import pathlib
+    import shutil
+    import tempfile
+
+    from survivor.agent.trainer import TrainerProcess, give_to
+
+    base = pathlib.Path(tempfile.mkdtemp(prefix="survivor-gate-", dir="/tmp"))  # pytest's tmp is root's alone
+    os.chmod(base, 0o755)
+    job_dir = base / "job"
+    job_dir.mkdir()
+    give_to("nobody", str(job_dir))  # as launch leaves it
+    env = {**os.environ, START_GATE_ENV: "stdin", "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
+    trainer = TrainerProcess.start([SYSTEM_PYTHON, "-c", AFTER_THE_GATE, str(job_dir)], env=env, user="nobody",
+                                   gated=True)
+    trainer.job_dir = str(job_dir)
+    try:
+        (job_dir / "restored").mkdir()  # the restore, as root, while the trainer waits
+        (job_dir / "restored" / "state").write_text("x")
+        os.chown(job_dir, 0, 0)  # a restore that replaced the dir
+        trainer.open_gate()
+        assert trainer.wait(60) == 0, list(trainer.tail)
+        assert (job_dir / "ckpt-1").read_text() == "saved"
+        assert os.stat(job_dir / "restored" / "state").st_uid == os.stat(job_dir / "ckpt-1").st_uid != 0
+    finally:
+        trainer.kill()
+        shutil.rmtree(base, ignore_errors=True)
