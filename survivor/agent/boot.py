@@ -320,12 +320,16 @@ class Boot:
         """The trainer, started at its start gate before the restore; None if it cannot start now
         (the launch after the restore then says why, as for any trainer)."""
         try:
-            with self.phase.timed(Timing.SETUP):
-                return launch(spec, self.options.workdir, python=self.options.python,
-                              allow_root=self.options.allow_root_trainer, metadata=self.metadata,
-                              gpu_wait_seconds=self.options.gpu_wait_seconds, stop=watcher.noticed, gated=True)
+            return self._launch(spec, watcher, gated=True)
         except (DeliveryError, TrainerUserError, OSError):
             return None
+
+    def _launch(self, spec: JobSpec, watcher: NoticeWatcher, gated: bool = False) -> TrainerProcess:
+        """`trainer.launch` with this boot's options, timed as the setup."""
+        with self.phase.timed(Timing.SETUP):
+            return launch(spec, self.options.workdir, python=self.options.python,
+                          allow_root=self.options.allow_root_trainer, metadata=self.metadata,
+                          gpu_wait_seconds=self.options.gpu_wait_seconds, stop=watcher.noticed, gated=gated)
 
     def _restore_and_train(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage, journal: Journal,
                            attempt: Attempt, lease: Lease, watcher: NoticeWatcher,
@@ -357,10 +361,7 @@ class Boot:
                 trainer = early
                 trainer.open_gate()
             else:
-                with self.phase.timed(Timing.SETUP):
-                    trainer = launch(spec, self.options.workdir, python=self.options.python,
-                                     allow_root=self.options.allow_root_trainer, metadata=self.metadata,
-                                     gpu_wait_seconds=self.options.gpu_wait_seconds, stop=watcher.noticed)
+                trainer = self._launch(spec, watcher)
         except (DeliveryError, TrainerUserError, OSError) as exc:
             return AttemptResult(failure=f"cannot start the trainer: {exc}", restored_step=restored,
                                  committed_step=restored)

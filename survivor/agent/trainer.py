@@ -376,13 +376,19 @@ class TrainerProcess:
     def open_gate(self) -> None:
         """Lets a trainer started before the restore go on: the restored job dir is given to its
         user first (the restore wrote it as the agent). Nothing for a trainer without a gate."""
-        gate, self.gate = self.gate, None
-        if gate is None:
+        if self.gate is None:
             return
         if self.user and self.job_dir:
             give_to(self.user, self.job_dir)
+        self._close_gate(START_GATE_GO)
+
+    def _close_gate(self, say: bytes = b"") -> None:
+        """Says `say` at the start gate (nothing: the boot ended) and closes it, once."""
+        gate, self.gate = self.gate, None
+        if gate is None:
+            return
         try:
-            gate.write(START_GATE_GO)
+            gate.write(say)
             gate.close()
         except (BrokenPipeError, ValueError):  # it has exited already: its exit code tells why
             pass
@@ -447,12 +453,7 @@ class TrainerProcess:
             self.killed = True
             self._signal(signal.SIGKILL)
         self.end_group()
-        gate, self.gate = self.gate, None
-        if gate is not None:
-            try:
-                gate.close()
-            except (BrokenPipeError, ValueError):
-                pass
+        self._close_gate()
 
     def _signal(self, sig: int) -> None:
         try:

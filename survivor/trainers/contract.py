@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -38,8 +39,6 @@ def wait_at_start_gate() -> bool:
     when no gate is set."""
     if os.environ.pop(START_GATE_ENV, None) != "stdin":
         return True
-    import sys
-
     return sys.stdin.buffer.readline() == START_GATE_GO
 
 
