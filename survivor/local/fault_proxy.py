@@ -165,8 +165,11 @@ class FaultProxy(LocalService):
         """Waits until no request is in flight; False if one still is after `timeout` seconds.
 
         A request the proxy has read is forwarded even when its client has died meanwhile (a stall
-        holds it first), as Cloud Storage completes a request whose client died after sending it: a
-        harness that kills an agent settles the proxy before it reads what the job dir holds."""
+        holds it first), as Cloud Storage may apply a request whose client never saw the answer
+        (its retry strategy, cloud.google.com/storage/docs/retry-strategy: a socket timeout or TCP
+        disconnect is retryable, and only an idempotent request is safe to retry, because the first
+        may have taken effect): a harness that kills an agent settles the proxy before it reads what
+        the job dir holds."""
         with self._idle:
             return self._idle.wait_for(lambda: self._in_flight == 0, timeout)
 
@@ -211,7 +214,7 @@ class FaultProxy(LocalService):
             def _forward(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
-                if len(body) < length:  # the client died mid-send: Cloud Storage never acts on half a request
+                if len(body) < length:  # the client died mid-send: an incomplete message (RFC 9112 §6.3), never acted on
                     self.close_connection = True
                     return
                 permission = required_permission(self.command, self.path)
