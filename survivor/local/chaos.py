@@ -335,9 +335,10 @@ class _Rounds:
         return state
 
     def kill_vm(self) -> None:
-        """SIGKILLs the VM's processes, then lets the requests they had sent land: Cloud Storage
-        completes a request whose client died after sending it (here the fault proxy's stall holds
-        one), so a commit may appear after the kill, and the checks read the job dir after it."""
+        """SIGKILLs the VM's processes, then lets the requests they had sent land: Cloud Storage may
+        apply a request whose sender never saw the answer (`FaultProxy.settle`; here the proxy's
+        stall holds one), so a commit may appear after the kill, and the checks read the job dir
+        after it."""
         self.vm.kill()
         if self.proxy is not None and not self.proxy.settle():
             raise RuntimeError("the fault proxy still forwards a request 10 s after the kill")

@@ -123,9 +123,9 @@ def import_tensorflow() -> None:
     """Imports TensorFlow and Keras without NOT_FOR_TRAINING: both fall back on the ImportError (no
     plots, no GCE resolver). The block is lifted once they are in, so a trainer that plots later
     imports matplotlib as usual."""
-    blocked = [name for name in NOT_FOR_TRAINING if name not in sys.modules]
     if "keras" in sys.modules or "tensorflow" in sys.modules:
         return
+    blocked = [name for name in NOT_FOR_TRAINING if name not in sys.modules]
     for name in blocked:
         sys.modules[name] = None  # type: ignore[assignment]  # `import name` raises ImportError
     try:
