@@ -73,7 +73,8 @@ def test_survivor_data_synthetic_command(tmp_path):
 @pytest.mark.slow
 def test_three_sigterms_at_random_steps_resume_bit_for_bit(data_dir, tmp_path):
     straight = str(tmp_path / "straight")
-    run_trainer(CIFAR, straight, small_args(data_dir))
+    out = run_trainer(CIFAR, straight, small_args(data_dir))
+    assert " traces 1" in out, out[-1500:]  # traced before the first batch, never again
     resumed = str(tmp_path / "resumed")
     for stop in sorted(random.Random().sample(range(2, 22), 3)):
         run_trainer(CIFAR, resumed, small_args(data_dir), stop_at=stop)

@@ -15,7 +15,8 @@ ARGS = ["--train-steps", "40", "--num-gpus", "2", "--checkpoint-steps", "1000", 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     job_dir = str(tmp_path_factory.mktemp("straight") / "job")
-    run_trainer(MLP, job_dir, ARGS)
+    out = run_trainer(MLP, job_dir, ARGS)
+    assert " traces 1" in out, out[-1500:]  # traced before the first batch, never again
     return checkpoint_values(job_dir)
 
 

@@ -138,3 +138,32 @@ def test_the_gate_gives_the_restored_job_dir_to_the_trainers_user_before_it_open
     finally:
         trainer.kill()
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.slow  # a TensorFlow process
+def test_the_gated_trainer_builds_and_traces_its_step_before_the_gate_and_never_again(tmp_path):
+    """What a gated trainer does before `go` (import, devices, model, the trace of its step) reads
+    nothing of the job dir; after it the steps run on that one trace."""
+    job_dir = tmp_path / "job"
+    env = {**os.environ, START_GATE_ENV: "stdin", "SURVIVOR_PROGRESS_FILE": str(tmp_path / "progress"),
+           "TF_CPP_MIN_LOG_LEVEL": "3"}
+    trainer = subprocess.Popen([sys.executable, "-m", "survivor.trainers.mlp", "--job-dir", str(job_dir),
+                                "--train-steps", "6", "--num-gpus", "2", "--log-steps", "3"],
+                               env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        before = []
+        for line in trainer.stdout:
+            before.append(line.decode())
+            if line.startswith(b"ready at the start gate"):
+                break
+        assert before and before[-1].startswith("ready at the start gate (model built, step traced)"), before[-5:]
+        assert not job_dir.exists()  # not even created
+        trainer.stdin.write(b"go\n")
+        trainer.stdin.close()
+        after = trainer.stdout.read().decode()
+        assert trainer.wait(120) == 0, after[-2000:]
+    finally:
+        trainer.kill()
+    assert "starting from scratch" in after and "training finished at step 6" in after, after[-2000:]
+    assert " traces 1" in after, after[-2000:]
+    assert (job_dir / HPARAMS_FILE).exists()

@@ -12,8 +12,8 @@ import time
 import numpy as np
 
 
-def run_trainer(module: str, job_dir: str, args: list[str], *, stop_at: int | None = None, timeout: float = 300) -> int:
-    """Runs `python -m module`; with `stop_at`, sends SIGTERM once it reports that step."""
+def run_trainer(module: str, job_dir: str, args: list[str], *, stop_at: int | None = None, timeout: float = 300) -> str:
+    """Runs `python -m module`; with `stop_at`, sends SIGTERM once it reports that step. Returns its output."""
     progress = os.path.join(os.path.dirname(job_dir.rstrip("/")), f"progress-{os.path.basename(job_dir)}.json")
     if os.path.exists(progress):
         os.remove(progress)
@@ -34,7 +34,7 @@ def run_trainer(module: str, job_dir: str, args: list[str], *, stop_at: int | No
     out, _ = proc.communicate(timeout=max(1, deadline - time.monotonic()))
     if proc.returncode != 0:
         raise AssertionError(f"{module} exited {proc.returncode}:\n{out.decode(errors='replace')[-3000:]}")
-    return proc.returncode
+    return out.decode(errors="replace")
 
 
 def checkpoint_values(directory: str) -> dict[str, np.ndarray]:

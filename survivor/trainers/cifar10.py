@@ -16,6 +16,7 @@ hyperparameter guard and TensorBoard summaries come from `survivor.trainers.loop
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -115,8 +116,11 @@ def main(argv: list[str] | None = None) -> int:
         keras.mixed_precision.set_global_policy("mixed_float16")
     global_batch = args.train_batch_size - args.train_batch_size % runtime.replicas
 
+    train_split = functools.cache(lambda: cifar10_data.load_split(args.data_dir, "train"))  # read once a process
+
     def train(start_step: int):
-        return cifar10_data.train_dataset(args.data_dir, batch_size=global_batch, seed=args.seed, start_step=start_step)
+        return cifar10_data.train_dataset(args.data_dir, batch_size=global_batch, seed=args.seed, start_step=start_step,
+                                          split=train_split())
 
     with runtime.strategy.scope():
         model = build_resnet(args.resnet_depth, batch_norm_decay=args.batch_norm_decay,

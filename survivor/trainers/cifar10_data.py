@@ -100,8 +100,9 @@ def _augment(image, key):
     return tf.image.stateless_random_flip_left_right(image, seed=key + 1)
 
 
-def train_dataset(data_dir: str, *, batch_size: int, seed: int, start_step: int = 0):
-    """Endless training batches whose order is a pure function of the step, from `start_step` on.
+def train_dataset(data_dir: str, *, batch_size: int, seed: int, start_step: int = 0, split=None):
+    """Endless training batches whose order is a pure function of the step, from `start_step` on;
+    `split`: the train split as `load_split` returned it, when it is in memory already.
 
     Example k of the stream is image `index_shuffle(k mod N, seed=(seed, epoch))` of the split held
     in memory, augmented with stateless ops keyed by k. Resuming at step s is starting the stream at
@@ -109,7 +110,7 @@ def train_dataset(data_dir: str, *, batch_size: int, seed: int, start_step: int 
     """
     import tensorflow as tf
 
-    images, labels = load_split(data_dir, "train")
+    images, labels = split if split is not None else load_split(data_dir, "train")
     count = int(labels.shape[0])
 
     def example(k):

@@ -185,15 +185,8 @@ class Runtime:
             print(f"{cluster.source}: task {cluster.task_type}:{cluster.task_index} has nothing to do: the built-in "
                   "trainers run MultiWorkerMirroredStrategy (chief and workers only); exiting", flush=True)
             raise SystemExit(0)
-        if os.environ.get(START_GATE_ENV) == "stdin":  # the agent restores the job dir meanwhile
-            import_tensorflow()
-            import tensorflow as tf
-
-            tf.config.list_physical_devices("GPU")  # the devices' start (CUDA's, on a GPU VM) too
-            if not wait_at_start_gate():
-                print("the boot ended before training; exiting", flush=True)
-                raise SystemExit(0)
-        refusal = _local_hparam_refusal(args, hparams)
+        gated = os.environ.get(START_GATE_ENV) == "stdin"  # the agent restores the job dir meanwhile
+        refusal = None if gated else _local_hparam_refusal(args, hparams)  # gated: `train` reads it at the gate
         if refusal is not None:  # before TensorFlow's import: the refusal is one line in a fraction of a second
             print(f"error: {refusal}", file=sys.stderr, flush=True)
             raise SystemExit(2)
@@ -282,18 +275,28 @@ class Runtime:
         import tensorflow as tf
 
         args = self.args
+        with self.strategy.scope():
+            optimizer.build(model.trainable_variables)
+            step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        iterator: Any = None
+        next_step = self._step_function(model, optimizer, hooks, step, lambda: next(iterator))
+        next_step.trace((dataset(0) if callable(dataset) else dataset).element_spec)
+        # Everything above reads nothing of the job dir: an agent that started this trainer before its
+        # restore lets it on from here (contract.wait_at_start_gate), and the import, the model and the
+        # trace of its step have overlapped the download.
+        if os.environ.get(START_GATE_ENV) == "stdin":
+            print("ready at the start gate (model built, step traced): waiting for the restore", flush=True)
+        if not wait_at_start_gate():
+            print("the boot ended before training; exiting", flush=True)
+            return 0
         tf.io.gfile.makedirs(args.job_dir)
         try:
             self.guard_hparams()
         except HparamMismatch as exc:
             print(f"error: {exc}", file=sys.stderr, flush=True)
             return 2
-        with self.strategy.scope():
-            optimizer.build(model.trainable_variables)
-            step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         saves, iterator = self._resume(model, optimizer, step, dataset)
         handler = self.notice_handler(saves.manager, saves.save) if self.multi_worker else None
-        next_step = self._step_function(model, optimizer, hooks, step, lambda: next(iterator))
         progress = _StepLog(self, hooks)
         current = int(step.numpy())
         while current < args.train_steps:
@@ -319,7 +322,7 @@ class Runtime:
                       flush=True)
             elif current % args.checkpoint_steps == 0:
                 saves.save(blocking=False)
-        progress.timing(saves.seconds)
+        progress.timing(saves.seconds, next_step.traces())
         saves.finish(current)
         self._evaluate_and_export(hooks, progress.writer, current)
         print(f"training finished at step {current}", flush=True)
@@ -351,7 +354,7 @@ class Runtime:
 
     def _step_function(self, model, optimizer, hooks: TrainHooks, step, next_batch: Callable[[], Any]):
         """One training step on every replica: the global batch split between them, gradients applied,
-        the step counted; returns (loss, accuracy) of the global batch."""
+        the step counted; returns (loss, accuracy) of the global batch. Its `trace` traces it ahead."""
         import tensorflow as tf
 
         strategy, replicas, global_batch = self.strategy, self.replicas, hooks.examples_per_batch
@@ -380,12 +383,12 @@ class Runtime:
             return (strategy.reduce("SUM", loss, axis=None),
                     strategy.reduce("SUM", correct, axis=None) / global_batch)
 
-        def next_step():
-            batch = next_batch()
-            distributed = strategy.experimental_distribute_values_from_function(lambda ctx: split(batch, ctx))
-            return train_step(*distributed)
+        def distribute(batch):
+            return strategy.experimental_distribute_values_from_function(lambda ctx: split(batch, ctx))
 
-        return next_step
+        return _StepFunction(lambda: train_step(*distribute(next_batch())),
+                             lambda batch: train_step.get_concrete_function(*distribute(batch)),
+                             train_step.experimental_get_tracing_count)
 
     def _evaluate_and_export(self, hooks: TrainHooks, writer, current: int) -> None:
         """After the last step: the evaluation (chief only: replica 0 holds the model that is saved)
@@ -406,6 +409,29 @@ class Runtime:
                 print(f"exported a SavedModel to {export_dir}", flush=True)
             else:
                 tf.io.gfile.rmtree(os.path.dirname(export_dir))
+
+
+class _StepFunction:
+    """One training step (call it), which can be traced before its first batch exists (`trace`)."""
+
+    def __init__(self, run: Callable[[], Any], trace_batch: Callable[[Any], Any], traces: Callable[[], int]):
+        self._run, self._trace_batch, self.traces = run, trace_batch, traces
+
+    def __call__(self):
+        return self._run()
+
+    def trace(self, element_spec) -> bool:
+        """Traces the step for batches of `element_spec` (a dataset's) on zeros of its shapes, without
+        running it: nothing of the model's state moves, and the first real step finds its trace (the
+        same shapes, dtypes and placement make the same signature). False, tracing nothing, when a
+        shape is not fully known: the first step traces then, as before."""
+        import tensorflow as tf
+
+        specs = tf.nest.flatten(element_spec)
+        if not all(isinstance(s, tf.TensorSpec) and s.shape.is_fully_defined() for s in specs):
+            return False
+        self._trace_batch(tf.nest.pack_sequence_as(element_spec, [tf.zeros(s.shape, s.dtype) for s in specs]))
+        return True
 
 
 class _Saves:
@@ -499,15 +525,17 @@ class _StepLog:
         self.writer.flush()
         self.window_start, self.window_steps = time.monotonic(), 0
 
-    def timing(self, save_seconds: list[float]) -> None:
-        """The run's timing line: steps/s and the time saves took on the step path."""
+    def timing(self, save_seconds: list[float], traces: int) -> None:
+        """The run's timing line: steps/s, the time saves took on the step path, and how often the step
+        was traced (1: the trace before the first batch served every step)."""
         if self.first_step_done is None or not self.timed_steps:
             return
         elapsed = time.perf_counter() - self.first_step_done
         mean_save = sum(save_seconds) / len(save_seconds) if save_seconds else 0.0
         median_save = sorted(save_seconds)[len(save_seconds) // 2] if save_seconds else 0.0
         print(f"timing steps {self.timed_steps} seconds {elapsed:.3f} steps_per_second {self.timed_steps / elapsed:.3f} "
-              f"saves {len(save_seconds)} mean_save_seconds {mean_save:.4f} median_save_seconds {median_save:.4f}",
+              f"saves {len(save_seconds)} mean_save_seconds {mean_save:.4f} median_save_seconds {median_save:.4f} "
+              f"traces {traces}",
               flush=True)
 
 
