@@ -140,10 +140,13 @@ def test_the_gate_gives_the_restored_job_dir_to_the_trainers_user_before_it_open
         shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.mark.slow  # a TensorFlow process
-def test_the_gated_trainer_builds_and_traces_its_step_before_the_gate_and_never_again(tmp_path):
-    """What a gated trainer does before `go` (import, devices, model, the trace of its step) reads
-    nothing of the job dir; after it the steps run on that one trace."""
+@pytest.mark.slow  # two TensorFlow processes
+def test_the_gated_trainer_runs_its_step_before_the_gate_and_trains_as_if_it_had_not(tmp_path):
+    """What a gated trainer does before `go` (import, devices, model, its step traced and run once
+    on zeros) reads nothing of the job dir, and leaves no trace in the training: the steps run on
+    that one trace, and six of them end bit for bit where six of a trainer without a gate end."""
+    from tests.tf_resume import assert_bitwise_equal, checkpoint_values, run_trainer
+
     job_dir = tmp_path / "job"
     env = {**os.environ, START_GATE_ENV: "stdin", "SURVIVOR_PROGRESS_FILE": str(tmp_path / "progress"),
            "TF_CPP_MIN_LOG_LEVEL": "3"}
@@ -156,7 +159,8 @@ def test_the_gated_trainer_builds_and_traces_its_step_before_the_gate_and_never_
             before.append(line.decode())
             if line.startswith(b"ready at the start gate"):
                 break
-        assert before and before[-1].startswith("ready at the start gate (model built, step traced)"), before[-5:]
+        assert before and before[-1].startswith("ready at the start gate (model built, step traced and run once)"), \
+            before[-5:]
         assert not job_dir.exists()  # not even created
         trainer.stdin.write(b"go\n")
         trainer.stdin.close()
@@ -167,3 +171,6 @@ def test_the_gated_trainer_builds_and_traces_its_step_before_the_gate_and_never_
     assert "starting from scratch" in after and "training finished at step 6" in after, after[-2000:]
     assert " traces 1" in after, after[-2000:]
     assert (job_dir / HPARAMS_FILE).exists()
+    ungated = str(tmp_path / "ungated")
+    run_trainer("survivor.trainers.mlp", ungated, ["--train-steps", "6", "--num-gpus", "2", "--log-steps", "3"])
+    assert_bitwise_equal(checkpoint_values(ungated), checkpoint_values(str(job_dir)))

@@ -39,9 +39,11 @@ there, and all exit `RESTART_EXIT_CODE` so the cluster restarts the job.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -280,12 +282,18 @@ class Runtime:
             step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         iterator: Any = None
         next_step = self._step_function(model, optimizer, hooks, step, lambda: next(iterator))
-        next_step.trace((dataset(0) if callable(dataset) else dataset).element_spec)
-        # Everything above reads nothing of the job dir: an agent that started this trainer before its
-        # restore lets it on from here (contract.wait_at_start_gate), and the import, the model and the
-        # trace of its step have overlapped the download.
+        batches = (dataset(0) if callable(dataset) else dataset).element_spec
+        # Everything up to the gate reads nothing of the job dir: an agent that started this trainer
+        # before its restore lets it on from there (contract.wait_at_start_gate), and the import, the
+        # model and the step's first trace and run overlap the download. Not gated, the first step
+        # would instantiate the step anyway: it is only traced ahead.
         if os.environ.get(START_GATE_ENV) == "stdin":
-            print("ready at the start gate (model built, step traced): waiting for the restore", flush=True)
+            with _put_back(checkpoint_objects(model, optimizer, step)):
+                ran = next_step.ahead(batches, run=True)
+            print(f"ready at the start gate (model built, step {'traced and run once' if ran else 'not traced'}): "
+                  "waiting for the restore", flush=True)
+        else:
+            next_step.ahead(batches, run=False)
         if not wait_at_start_gate():
             print("the boot ended before training; exiting", flush=True)
             return 0
@@ -354,7 +362,7 @@ class Runtime:
 
     def _step_function(self, model, optimizer, hooks: TrainHooks, step, next_batch: Callable[[], Any]):
         """One training step on every replica: the global batch split between them, gradients applied,
-        the step counted; returns (loss, accuracy) of the global batch. Its `trace` traces it ahead."""
+        the step counted; returns (loss, accuracy) of the global batch (`ahead`: before the first one)."""
         import tensorflow as tf
 
         strategy, replicas, global_batch = self.strategy, self.replicas, hooks.examples_per_batch
@@ -387,6 +395,7 @@ class Runtime:
             return strategy.experimental_distribute_values_from_function(lambda ctx: split(batch, ctx))
 
         return _StepFunction(lambda: train_step(*distribute(next_batch())),
+                             lambda batch: train_step(*distribute(batch)),
                              lambda batch: train_step.get_concrete_function(*distribute(batch)),
                              train_step.experimental_get_tracing_count)
 
@@ -412,26 +421,45 @@ class Runtime:
 
 
 class _StepFunction:
-    """One training step (call it), which can be traced before its first batch exists (`trace`)."""
+    """One training step (call it), which can be traced and run before its first batch (`ahead`)."""
 
-    def __init__(self, run: Callable[[], Any], trace_batch: Callable[[Any], Any], traces: Callable[[], int]):
-        self._run, self._trace_batch, self.traces = run, trace_batch, traces
+    def __init__(self, run: Callable[[], Any], run_batch: Callable[[Any], Any], trace_batch: Callable[[Any], Any],
+                 traces: Callable[[], int]):
+        self._run, self._run_batch, self._trace_batch, self.traces = run, run_batch, trace_batch, traces
 
     def __call__(self):
         return self._run()
 
-    def trace(self, element_spec) -> bool:
-        """Traces the step for batches of `element_spec` (a dataset's) on zeros of its shapes, without
-        running it: nothing of the model's state moves, and the first real step finds its trace (the
-        same shapes, dtypes and placement make the same signature). False, tracing nothing, when a
-        shape is not fully known: the first step traces then, as before."""
+    def ahead(self, element_spec, *, run: bool) -> bool:
+        """Before the first batch: traces the step for batches of `element_spec` (a dataset's) on
+        zeros of its shapes, and with `run` also runs it on them once (instantiating its graph, and on
+        a GPU tuning its kernels), which moves the model's state: run it only inside `_put_back`. The
+        first real step finds the trace (the same shapes, dtypes and placement make the same
+        signature). False, doing nothing, when a shape is not fully known: the first step traces then."""
         import tensorflow as tf
 
         specs = tf.nest.flatten(element_spec)
         if not all(isinstance(s, tf.TensorSpec) and s.shape.is_fully_defined() for s in specs):
             return False
-        self._trace_batch(tf.nest.pack_sequence_as(element_spec, [tf.zeros(s.shape, s.dtype) for s in specs]))
+        zeros = tf.nest.pack_sequence_as(element_spec, [tf.zeros(s.shape, s.dtype) for s in specs])
+        if run:
+            self._run_batch(zeros)
+        else:
+            self._trace_batch(zeros)
         return True
+
+
+@contextlib.contextmanager
+def _put_back(objects: dict[str, Any]):
+    """Whatever runs inside leaves the state of `objects` (`checkpoint_objects`) as it found it:
+    written before to a scratch checkpoint outside the job dir, read back after, as a resume reads."""
+    import tensorflow as tf
+
+    checkpoint = tf.train.Checkpoint(**objects)
+    with tempfile.TemporaryDirectory(prefix="survivor-put-back-") as scratch:
+        path = checkpoint.write(os.path.join(scratch, "before"))
+        yield
+        checkpoint.read(path).assert_existing_objects_matched()
 
 
 class _Saves:
