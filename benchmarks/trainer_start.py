@@ -93,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         from survivor.trainers import cifar10_data
 
         cifar10_data.synthetic(1024, data.name)
-    this, base, ratios = [], [], []
+    this: list[float] = []
+    base: list[float] = []
+    ratios: list[float] = []
     for i in range(args.pairs):
         order = [(ROOT, this), (args.baseline, base)] if i % 2 == 0 else [(args.baseline, base), (ROOT, this)]
         for tree, out in order:
