@@ -109,25 +109,28 @@ with open(os.path.join(sys.argv[1], "ckpt-1"), "w") as f:  # a save into the res
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK), reason="needs root and a system python3")
-def test_the_gate_gives_the_restored_job_dir_to_the_trainers_user_before_it_opens():
+def test_the_gate_hands_the_restored_job_dir_and_the_state_dir_to_the_trainers_user_before_it_opens():
     """On a VM the agent is root and the trainer another user: what the restore wrote after the
-    trainer started is the agent's until `open_gate` gives it over."""
+    trainer started is the agent's until `open_gate` gives it over, and so is the state dir (the
+    trainer starts before the lease, when another agent's trainer may still use them)."""
     import pathlib
     import shutil
     import tempfile
 
-    from survivor.agent.trainer import TrainerProcess, give_to
+    from survivor.agent.trainer import TrainerProcess, local_job_dir, state_dir
 
     base = pathlib.Path(tempfile.mkdtemp(prefix="survivor-gate-", dir="/tmp"))  # pytest's tmp is root's alone
     os.chmod(base, 0o755)
-    job_dir = base / "job"
+    job_dir = pathlib.Path(local_job_dir(str(base)))
     job_dir.mkdir()
-    give_to("nobody", str(job_dir))  # as launch leaves it
+    os.makedirs(state_dir(str(base)))
+    (pathlib.Path(state_dir(str(base))) / "progress").write_text("last boot's")
     env = {**os.environ, START_GATE_ENV: "stdin", "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
     trainer = TrainerProcess.start([SYSTEM_PYTHON, "-c", AFTER_THE_GATE, str(job_dir)], env=env, user="nobody",
                                    gated=True)
-    trainer.job_dir = str(job_dir)
+    trainer.workdir = str(base)
     try:
+        assert os.stat(job_dir).st_uid == 0 and os.listdir(state_dir(str(base))) == ["progress"]  # not yet
         (job_dir / "restored").mkdir()  # the restore, as root, while the trainer waits
         (job_dir / "restored" / "state").write_text("x")
         os.chown(job_dir, 0, 0)  # a restore that replaced the dir
@@ -135,6 +138,7 @@ def test_the_gate_gives_the_restored_job_dir_to_the_trainers_user_before_it_open
         assert trainer.wait(60) == 0, list(trainer.tail)
         assert (job_dir / "ckpt-1").read_text() == "saved"
         assert os.stat(job_dir / "restored" / "state").st_uid == os.stat(job_dir / "ckpt-1").st_uid != 0
+        assert os.listdir(state_dir(str(base))) == [] and os.stat(state_dir(str(base))).st_uid != 0
     finally:
         trainer.kill()
         shutil.rmtree(base, ignore_errors=True)
@@ -174,3 +178,45 @@ def test_the_gated_trainer_runs_its_step_before_the_gate_and_trains_as_if_it_had
     ungated = str(tmp_path / "ungated")
     run_trainer("survivor.trainers.mlp", ungated, ["--train-steps", "6", "--num-gpus", "2", "--log-steps", "3"])
     assert_bitwise_equal(checkpoint_values(ungated), checkpoint_values(str(job_dir)))
+
+
+def test_the_trainer_starts_before_the_job_dir_is_read_and_a_finished_job_ends_it_untouched(tmp_path,
+                                                                                          instance_factory):
+    """Step 1b: the gated trainer starts as soon as the spec is read, before the job dir, the lease
+    and the journal; a job the journal says is DONE ends it at its gate, its dirs never handed over."""
+    job_dir = str(tmp_path / "jobdir")
+    Journal(open_storage(job_dir)).mark_done({"step": 40})
+    vm = instance_factory(yaml.safe_dump({"job_dir": job_dir, "train_steps": 40, "on_finish": "keep-alive",
+                                          "trainer": {"builtin": "mlp"}}))
+    vm.boot()
+    assert vm.wait(60) == 0, open(vm.log_path()).read()[-3000:]
+    messages = [line["message"] for line in vm.log_lines()]
+    assert messages.index("trainer started") < next(i for i, m in enumerate(messages) if "says DONE" in m), messages
+    assert not _alive(_trainer_pid(vm, 1))
+    assert not os.path.exists(os.path.join(vm.workdir, "job"))
+
+
+def test_a_trainer_whose_gpu_driver_is_being_installed_starts_once_the_job_is_held(tmp_path):
+    """Where this boot still installs the GPUs' driver, the trainer's start waits for it, and a job
+    that is DONE must not wait that long to be seen: the trainer starts at step 5 then, after the
+    lease and the journal's record of this attempt, as before."""
+    import time
+
+    from survivor.local.instance import LocalInstance
+
+    job_dir = str(tmp_path / "jobdir")
+    spec = yaml.safe_dump({"job_dir": job_dir, "train_steps": 40, "num_gpus": 2, "trainer": {"builtin": "mlp"}})
+    vm = LocalInstance({"survivor-job": spec, "install-nvidia-driver": "True"}, str(tmp_path / "vm"),
+                       python=sys.executable)
+    try:
+        vm.boot()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(
+                line.get("message") == "waiting for the GPU driver" for line in vm.log_lines()):
+            time.sleep(0.1)
+        assert any(line.get("message") == "waiting for the GPU driver" for line in vm.log_lines())
+        assert len(Journal(open_storage(job_dir)).attempts()) == 1  # the attempt is recorded: the job is held
+        assert not any(line.get("message") == "trainer started" for line in vm.log_lines())
+        assert vm.preempt(soft_off=True, hard_off_after=30) == 0
+    finally:
+        vm.close()

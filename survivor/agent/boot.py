@@ -12,8 +12,9 @@
 4. Watch for a notice: `preempted`, SIGTERM/SIGINT; and for a terminating maintenance event.
 5. Restore the newest committed snapshot that verifies into the local job dir; first, a snapshot
    the last boot left on this VM's state disk (a job with `state_disk_gb`) is committed. A built-in
-   TensorFlow trainer is launched before the restore, at its start gate: its imports and devices
-   overlap the download, and it reads the job dir only once the gate opens.
+   TensorFlow trainer was launched at step 1 (here, if it had to wait for its GPUs' driver), at its
+   start gate: its imports, its model and its first step's trace overlap steps 2-5, and it touches
+   its dirs only once the gate opens.
 6. Launch the trainer: its GPUs, its user, its code, its argv (`trainer.launch`, one call), or
    open the gate of the one launched early.
 7. Mirror every new local checkpoint to the job dir while it trains (`mirror.Mirror`, a background
@@ -52,6 +53,7 @@ from survivor.agent.ending import (EXIT_BAD_SPEC, EXIT_OK, EXIT_RETRY, AttemptRe
                                    saved_and_committed)
 from survivor.agent.finish import (CANNOT_LEAVE, ComputeActions, KeepAlive, choose_finisher, is_permission_error,
                                    power_off)
+from survivor.agent.gpus import count_gpus, driver_pending
 from survivor.agent.maintenance import MAINTENANCE_SAVE_SECONDS, MaintenanceSave
 from survivor.agent.mirror import Mirror
 from survivor.agent.notice import Notice, NoticeWatcher
@@ -226,6 +228,17 @@ class Boot:
         logs.redact(spec.secret_values())  # hyperparameters named like secrets: *** in every line from here
         log.info("job", name=spec.name, job_dir=spec.job_dir, train_steps=spec.train_steps, instance=identity.name)
 
+        # 1b. a built-in TensorFlow trainer starts now, at its start gate: its imports and its model
+        # overlap everything up to the end of the restore, and it touches nothing until the gate opens
+        early = self._start_early(spec) if self._warm_now(spec) else None
+        try:
+            return self._job(spec, identity, early)
+        finally:
+            if early is not None:
+                early.kill()  # the boot ended before training, or after it (then a no-op)
+
+    def _job(self, spec: JobSpec, identity: InstanceIdentity, early: TrainerProcess | None) -> int:
+        """Steps 2-3 for the job of `spec`: its job dir, its lease; `_attempt` goes on from there."""
         # 2. a finished job is never trained again
         journal: Journal | None = None
         try:
@@ -259,12 +272,12 @@ class Boot:
             return self._job_dir_refused(spec, identity, journal, exc)
         lease.start_renewing()
         try:
-            return self._attempt(spec, identity, storage, journal, state, lease)
+            return self._attempt(spec, identity, storage, journal, state, lease, early)
         finally:
             lease.release()
 
     def _attempt(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage, journal: Journal,
-                 state: JobState, lease: Lease) -> int:
+                 state: JobState, lease: Lease, early: TrainerProcess | None) -> int:
         """Steps 3-9: one attempt, recorded in the journal from its start to its end."""
         attempt = journal.begin(identity.name, booted=guest_booted(), zone=identity.zone)
         try:
@@ -287,7 +300,7 @@ class Boot:
             if self.options.early_signals:
                 watcher.fire("signal", self.options.early_signals[0])
             try:
-                result = self._train(spec, identity, storage, journal, attempt, lease, watcher)
+                result = self._train(spec, identity, storage, journal, attempt, lease, watcher, early)
             finally:
                 watcher.stop()
 
@@ -305,18 +318,24 @@ class Boot:
             return EXIT_RETRY
 
     def _train(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage, journal: Journal,
-               attempt: Attempt, lease: Lease, watcher: NoticeWatcher) -> AttemptResult:
+               attempt: Attempt, lease: Lease, watcher: NoticeWatcher, early: TrainerProcess | None) -> AttemptResult:
         """Steps 5-8: restore, launch the trainer, supervise it; what happened, as facts."""
-        # 5. a built-in TensorFlow trainer starts first: its imports and devices overlap the restore,
-        # and it waits at its start gate until the job dir is restored
-        early = self._start_early(spec, watcher) if warm_start(spec.trainer) else None
+        # 5. a built-in TensorFlow trainer that did not start at step 1 (its GPUs' driver was still
+        # being installed) starts now, the driver awaited: it still overlaps the restore
+        if early is None and warm_start(spec.trainer):
+            early = self._start_early(spec, watcher)
         try:
             return self._restore_and_train(spec, identity, storage, journal, attempt, lease, watcher, early)
         finally:
             if early is not None:
                 early.kill()  # the boot ended before training, or after it (then a no-op)
 
-    def _start_early(self, spec: JobSpec, watcher: NoticeWatcher) -> TrainerProcess | None:
+    def _warm_now(self, spec: JobSpec) -> bool:
+        """Whether the spec's trainer starts at step 1: a built-in TensorFlow trainer (`warm_start`)
+        whose GPUs need no wait (there, or no driver being installed on this boot)."""
+        return warm_start(spec.trainer) and not driver_pending(spec.num_gpus, count_gpus(), self.metadata)
+
+    def _start_early(self, spec: JobSpec, watcher: NoticeWatcher | None = None) -> TrainerProcess | None:
         """The trainer, started at its start gate before the restore; None if it cannot start now
         (the launch after the restore then says why, as for any trainer)."""
         try:
@@ -324,12 +343,14 @@ class Boot:
         except (DeliveryError, TrainerUserError, OSError):
             return None
 
-    def _launch(self, spec: JobSpec, watcher: NoticeWatcher, gated: bool = False) -> TrainerProcess:
-        """`trainer.launch` with this boot's options, timed as the setup."""
+    def _launch(self, spec: JobSpec, watcher: NoticeWatcher | None, gated: bool = False) -> TrainerProcess:
+        """`trainer.launch` with this boot's options, timed as the setup (a GPU wait ends on a notice
+        the watcher heard; before it listens, a SIGTERM ends the boot)."""
         with self.phase.timed(Timing.SETUP):
             return launch(spec, self.options.workdir, python=self.options.python,
                           allow_root=self.options.allow_root_trainer, metadata=self.metadata,
-                          gpu_wait_seconds=self.options.gpu_wait_seconds, stop=watcher.noticed, gated=gated)
+                          gpu_wait_seconds=self.options.gpu_wait_seconds,
+                          stop=watcher.noticed if watcher is not None else None, gated=gated)
 
     def _restore_and_train(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage, journal: Journal,
                            attempt: Attempt, lease: Lease, watcher: NoticeWatcher,

@@ -67,9 +67,16 @@ def gpus_for(requested: int | None, metadata: MetadataClient | None, wait_second
     against what `nvidia-smi` lists, after waiting up to `wait_seconds` for the driver when the VM
     installs it on this boot (the `install-nvidia-driver` attribute) and fewer than asked are there."""
     detected = count_gpus()
-    if requested and detected < requested and metadata is not None:
-        if (metadata.get_or("instance/attributes/install-nvidia-driver", "") or "").lower() == "true":
-            detected = wait_for_gpus(requested, wait_seconds, stop=stop)
+    if requested and driver_pending(requested, detected, metadata):
+        detected = wait_for_gpus(requested, wait_seconds, stop=stop)
     count = decide_gpu_count(requested, detected)
     log.info("GPUs", detected=detected, using=count)
     return count
+
+
+def driver_pending(requested: int | None, detected: int, metadata: MetadataClient | None) -> bool:
+    """Whether fewer GPUs than `requested` are there because this boot still installs the driver
+    (the `install-nvidia-driver` attribute): then `gpus_for` waits for them."""
+    if not requested or detected >= requested or metadata is None:
+        return False
+    return (metadata.get_or("instance/attributes/install-nvidia-driver", "") or "").lower() == "true"

@@ -80,16 +80,23 @@ def launch(spec: JobSpec, workdir: str, *, python: str, allow_root: bool, metada
     delivered = deliver(spec.trainer, workdir)
     argv = trainer_argv(spec, python=python, job_dir=local_job_dir(workdir), data_dir=spec.data_dir,
                         num_gpus=num_gpus)
+    env = trainer_env(progress_path(workdir), delivered.pythonpath)
+    if gated:  # started before this agent holds the job: its dirs are handed over at the gate
+        env[START_GATE_ENV] = "stdin"
+    else:
+        hand_over(workdir, user)
+    trainer = TrainerProcess.start(argv, env=env, cwd=delivered.cwd, user=user, gated=gated)
+    trainer.workdir = workdir
+    write_pid_file(os.path.join(workdir, "trainer.pid"), trainer.pid)
+    return trainer
+
+
+def hand_over(workdir: str, user: str | None) -> None:
+    """What a trainer may write, made ready for it: its state dir emptied (last boot's progress),
+    and that and the local job dir given to its user."""
     prepare_state_dir(state_dir(workdir), user)
     if user:
         give_to(user, local_job_dir(workdir))
-    env = trainer_env(progress_path(workdir), delivered.pythonpath)
-    if gated:
-        env[START_GATE_ENV] = "stdin"
-    trainer = TrainerProcess.start(argv, env=env, cwd=delivered.cwd, user=user, gated=gated)
-    trainer.job_dir = local_job_dir(workdir)
-    write_pid_file(os.path.join(workdir, "trainer.pid"), trainer.pid)
-    return trainer
 
 
 def trainer_env(progress_file: str, pythonpath: list[str]) -> dict[str, str]:
@@ -337,7 +344,7 @@ class TrainerProcess:
         self.popen = popen
         self.argv = list(argv)
         self.user = user
-        self.job_dir: str | None = None  # the local job dir it trains in (`open_gate` gives it to `user`)
+        self.workdir: str | None = None  # the agent's work dir (`open_gate` hands its trainer's part over)
         self.gate = popen.stdin  # the start gate of a trainer started before the restore, until opened
         self.terminated_at: float | None = None
         self.killed = False
@@ -374,12 +381,13 @@ class TrainerProcess:
         return cls(popen, argv, user)
 
     def open_gate(self) -> None:
-        """Lets a trainer started before the restore go on: the restored job dir is given to its
-        user first (the restore wrote it as the agent). Nothing for a trainer without a gate."""
+        """Lets a trainer started before the restore go on: its state dir and the restored job dir
+        are handed over first (`hand_over`: the restore wrote the job dir as the agent, and before
+        the lease another agent's trainer may have used them). Nothing for a trainer without a gate."""
         if self.gate is None:
             return
-        if self.user and self.job_dir:
-            give_to(self.user, self.job_dir)
+        if self.workdir:
+            hand_over(self.workdir, self.user)
         self._close_gate(START_GATE_GO)
 
     def _close_gate(self, say: bytes = b"") -> None:
