@@ -230,7 +230,7 @@ class Boot:
 
         # 1b. a built-in TensorFlow trainer starts now, at its start gate: its imports and its model
         # overlap everything up to the end of the restore, and it touches nothing until the gate opens
-        early = self._start_early(spec) if self._warm_now(spec) else None
+        early = self._start_first(spec)
         try:
             return self._job(spec, identity, early)
         finally:
@@ -330,27 +330,35 @@ class Boot:
             if early is not None:
                 early.kill()  # the boot ended before training, or after it (then a no-op)
 
-    def _warm_now(self, spec: JobSpec) -> bool:
-        """Whether the spec's trainer starts at step 1: a built-in TensorFlow trainer (`warm_start`)
-        whose GPUs need no wait (there, or no driver being installed on this boot)."""
-        return warm_start(spec.trainer) and not driver_pending(spec.num_gpus, count_gpus(), self.metadata)
+    def _start_first(self, spec: JobSpec) -> TrainerProcess | None:
+        """Step 1b: a built-in TensorFlow trainer (`warm_start`) started at its gate, unless its GPUs
+        need a wait (this boot still installs their driver): then step 5 starts it. None if not now."""
+        if not warm_start(spec.trainer):
+            return None
+        detected = count_gpus()
+        if driver_pending(spec.num_gpus, detected, self.metadata):
+            return None
+        return self._start_early(spec, detected_gpus=detected)
 
-    def _start_early(self, spec: JobSpec, watcher: NoticeWatcher | None = None) -> TrainerProcess | None:
+    def _start_early(self, spec: JobSpec, watcher: NoticeWatcher | None = None,
+                     detected_gpus: int | None = None) -> TrainerProcess | None:
         """The trainer, started at its start gate before the restore; None if it cannot start now
         (the launch after the restore then says why, as for any trainer)."""
         try:
-            return self._launch(spec, watcher, gated=True)
+            return self._launch(spec, watcher, gated=True, detected_gpus=detected_gpus)
         except (DeliveryError, TrainerUserError, OSError):
             return None
 
-    def _launch(self, spec: JobSpec, watcher: NoticeWatcher | None, gated: bool = False) -> TrainerProcess:
+    def _launch(self, spec: JobSpec, watcher: NoticeWatcher | None, gated: bool = False,
+                detected_gpus: int | None = None) -> TrainerProcess:
         """`trainer.launch` with this boot's options, timed as the setup (a GPU wait ends on a notice
         the watcher heard; before it listens, a SIGTERM ends the boot)."""
         with self.phase.timed(Timing.SETUP):
             return launch(spec, self.options.workdir, python=self.options.python,
                           allow_root=self.options.allow_root_trainer, metadata=self.metadata,
                           gpu_wait_seconds=self.options.gpu_wait_seconds,
-                          stop=watcher.noticed if watcher is not None else None, gated=gated)
+                          stop=watcher.noticed if watcher is not None else None, gated=gated,
+                          detected_gpus=detected_gpus)
 
     def _restore_and_train(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage, journal: Journal,
                            attempt: Attempt, lease: Lease, watcher: NoticeWatcher,

@@ -62,11 +62,12 @@ def wait_for_gpus(expected: int, timeout: float, counter: Callable[[], int] = co
 
 
 def gpus_for(requested: int | None, metadata: MetadataClient | None, wait_seconds: float,
-             stop: threading.Event | None = None) -> int:
+             stop: threading.Event | None = None, detected: int | None = None) -> int:
     """The number of GPUs the trainer gets on this VM: the spec's count (`requested`, None for all)
-    against what `nvidia-smi` lists, after waiting up to `wait_seconds` for the driver when the VM
-    installs it on this boot (the `install-nvidia-driver` attribute) and fewer than asked are there."""
-    detected = count_gpus()
+    against what `nvidia-smi` lists (`detected`, when the caller has just counted), after waiting up
+    to `wait_seconds` for the driver when the VM installs it on this boot (the
+    `install-nvidia-driver` attribute) and fewer than asked are there."""
+    detected = count_gpus() if detected is None else detected
     if requested and driver_pending(requested, detected, metadata):
         detected = wait_for_gpus(requested, wait_seconds, stop=stop)
     count = decide_gpu_count(requested, detected)

@@ -65,16 +65,18 @@ def warm_start(trainer: TrainerSpec) -> bool:
 
 
 def launch(spec: JobSpec, workdir: str, *, python: str, allow_root: bool, metadata: MetadataClient | None,
-           gpu_wait_seconds: float, stop: threading.Event | None = None, gated: bool = False) -> "TrainerProcess":
+           gpu_wait_seconds: float, stop: threading.Event | None = None, gated: bool = False,
+           detected_gpus: int | None = None) -> "TrainerProcess":
     """Starts the spec's trainer on this VM, on the local job dir under `workdir`; returns it running.
     `gated`: the job dir is not restored yet; the trainer waits at the start gate until
-    `TrainerProcess.open_gate` (only for a trainer that has one: `warm_start`).
+    `TrainerProcess.open_gate` (only for a trainer that has one: `warm_start`). `detected_gpus`: what
+    `gpus.count_gpus` just said, if the caller asked (else it is asked here).
 
     Raises TrainerUserError (it would run as root, or its user does not exist), DeliveryError (its
     code could not be fetched or installed) or OSError (the work dir, the process); a StorageError
     of a package fetch other than a missing package goes up as it is.
     """
-    num_gpus = gpus_for(spec.num_gpus, metadata, gpu_wait_seconds, stop=stop)
+    num_gpus = gpus_for(spec.num_gpus, metadata, gpu_wait_seconds, stop=stop, detected=detected_gpus)
     user = decide_user(os.geteuid(), spec.user, allow_root)
     claim_workdir(workdir)  # the agent's alone: the trainer gets only what is below
     delivered = deliver(spec.trainer, workdir)
