@@ -327,11 +327,7 @@ def test_an_agent_waiting_for_the_gpu_driver_ends_on_sigterm(tmp_path):
     vm = LocalInstance({"survivor-job": spec, "install-nvidia-driver": "True"}, str(tmp_path / "vm"), python=PYTHON)
     try:
         vm.boot()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not any(
-                line.get("message") == "waiting for the GPU driver" for line in vm.log_lines()):
-            time.sleep(0.1)
-        assert any(line.get("message") == "waiting for the GPU driver" for line in vm.log_lines())
+        vm.wait_for_message("waiting for the GPU driver")
         started = time.monotonic()
         code = vm.preempt(soft_off=True, hard_off_after=30)
         assert code == 0 and time.monotonic() - started < 15, f"exit {code} after {time.monotonic() - started:.1f} s"

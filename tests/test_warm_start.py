@@ -200,8 +200,6 @@ def test_a_trainer_whose_gpu_driver_is_being_installed_starts_once_the_job_is_he
     """Where this boot still installs the GPUs' driver, the trainer's start waits for it, and a job
     that is DONE must not wait that long to be seen: the trainer starts at step 5 then, after the
     lease and the journal's record of this attempt, as before."""
-    import time
-
     from survivor.local.instance import LocalInstance
 
     job_dir = str(tmp_path / "jobdir")
@@ -210,11 +208,7 @@ def test_a_trainer_whose_gpu_driver_is_being_installed_starts_once_the_job_is_he
                        python=sys.executable)
     try:
         vm.boot()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not any(
-                line.get("message") == "waiting for the GPU driver" for line in vm.log_lines()):
-            time.sleep(0.1)
-        assert any(line.get("message") == "waiting for the GPU driver" for line in vm.log_lines())
+        vm.wait_for_message("waiting for the GPU driver")
         assert len(Journal(open_storage(job_dir)).attempts()) == 1  # the attempt is recorded: the job is held
         assert not any(line.get("message") == "trainer started" for line in vm.log_lines())
         assert vm.preempt(soft_off=True, hard_off_after=30) == 0

@@ -123,6 +123,16 @@ class LocalInstance:
             time.sleep(0.02)
         raise TimeoutError(f"step {step} not reached in {timeout} s; see {self.log_path()}")
 
+    def wait_for_message(self, message: str, timeout: float = 30.0) -> dict:
+        """Waits until this boot's agent logs `message`; returns that line."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = next((line for line in self.log_lines() if line.get("message") == message), None)
+            if line is not None:
+                return line
+            time.sleep(0.1)
+        raise TimeoutError(f"the agent did not log {message!r} in {timeout} s; see {self.log_path()}")
+
     def set_preempted(self) -> None:
         """What GCE does first on a Spot preemption (with a notice duration, before the soft off)."""
         self.metadata.set("instance/preempted", "TRUE")
