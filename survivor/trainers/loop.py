@@ -18,6 +18,10 @@ Periodic saves are off the step path: TensorFlow's async checkpoint copies the s
 `checkpoint` state file names it only once it is complete, which is when the agent mirrors it. A
 notice's save and the last one wait for the write. `--sync-checkpoints` writes on the step path.
 
+Started by the agent at its start gate (`SURVIVOR_START_GATE=stdin`, before the agent has restored
+the job dir): everything that reads nothing of the job dir is done first (the import, the devices,
+the model, the step traced and run once on zeros with its state put back), then `go` is awaited.
+
 SIGTERM or SIGINT: the step in flight finishes, a checkpoint is saved, the process exits 0. SIGUSR1
 (the agent's request on a host-maintenance notice): a checkpoint is saved after the step in flight
 and training goes on (on one machine; across machines a save is a collective every worker must
@@ -285,8 +289,8 @@ class Runtime:
         batches = (dataset(0) if callable(dataset) else dataset).element_spec
         # Everything up to the gate reads nothing of the job dir: an agent that started this trainer
         # before its restore lets it on from there (contract.wait_at_start_gate), and the import, the
-        # model and the step's first trace and run overlap the download. Not gated, the first step
-        # would instantiate the step anyway: it is only traced ahead.
+        # model and the step's first trace and run overlap the agent's steps up to the end of the
+        # restore. Not gated, the first step would instantiate the step anyway: it is only traced ahead.
         if os.environ.get(START_GATE_ENV) == "stdin":
             with _put_back(checkpoint_objects(model, optimizer, step)):
                 ran = next_step.ahead(batches, run=True)
