@@ -5,7 +5,7 @@ lost commits, hangs, leases stolen from a live agent and lost steps.
     python -m benchmarks.chaos [--kills 50] [--manifests 34] [--full-disks 10] [--slow-metadata 10]
                                [--pid-namespaces 6] [--fault-rate 0.05] [--seed 1]
 
-The rounds are survivor/local/chaos.py's (its docstring says what each does and what counts as a
+The rounds are harness/chaos.py's (its docstring says what each does and what counts as a
 corrupt restore, a lost commit and a hang). The defaults take about 10 minutes on 2 shared cores
 (a round is 5-6 s: a boot, the fault, a restore to check; a pid-namespace round about 15 s, the
 second agent waiting out two lease ttls); every damaged-manifest kind is tried twice. The full-disk
@@ -38,8 +38,8 @@ def main() -> int:
     parser.add_argument("--fault-rate", type=float, default=0.05, help="share of storage requests that fail")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    from survivor.local.chaos import run_chaos
-    from survivor.local.chaos import table as chaos_table
+    from harness.chaos import run_chaos
+    from harness.chaos import table as chaos_table
 
     r = run_chaos(args.kills, args.fault_rate, args.seed, scratch_dir("bench-chaos-"), manifests=args.manifests,
                   full_disks=args.full_disks, slow_metadata=args.slow_metadata, overlapped=args.overlapped,

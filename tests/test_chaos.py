@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from survivor.local.chaos import DAMAGES, TRAIN_STEPS, agent_traceback, damaged_manifest, judge_restore, run_chaos
+from harness.chaos import DAMAGES, TRAIN_STEPS, agent_traceback, damaged_manifest, judge_restore, run_chaos
 from survivor.jobdir.store import CheckpointStore, FileEntry, Manifest, ManifestError, _order
 
 GOOD = Manifest(step=120, attempt=4, seq=2, created="t", writer="w", parent="",

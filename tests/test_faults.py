@@ -8,7 +8,7 @@ import pytest
 
 from survivor.jobdir.journal import Journal
 from survivor.jobdir.lease import Holder, Lease
-from survivor.local.fault_proxy import FaultPlan, FaultProxy
+from harness.fault_proxy import FaultPlan, FaultProxy
 from survivor.jobdir.snapshot import scan
 from survivor.jobdir.storage import GcsStorage, open_storage
 from survivor.jobdir.store import CheckpointStore

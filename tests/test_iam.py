@@ -9,7 +9,7 @@ import os
 import pytest
 
 from survivor.jobdir.journal import Journal
-from survivor.local.fault_proxy import ROLES, FaultPlan, FaultProxy, required_permission
+from harness.fault_proxy import ROLES, FaultPlan, FaultProxy, required_permission
 from survivor.jobdir.storage import BUCKET_MISSING, FORBIDDEN, GcsStorage, StorageError, bucket_missing, open_storage
 from tests.conftest import PYTHON, dummy_spec
 

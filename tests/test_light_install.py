@@ -38,6 +38,25 @@ def test_no_module_outside_the_trainers_imports_tensorflow():
     assert done.stdout.strip() == "[]", done.stdout
 
 
+def test_the_stand_ins_only_tests_and_benchmarks_use_are_not_installed():
+    """The chaos harness and the fault proxy live in harness/, which the package's find rule leaves out,
+    and nothing installed imports them."""
+    import ast
+
+    from setuptools import find_packages
+
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    installed = find_packages(str(ROOT), include=include)
+    assert "survivor.local" in installed and not [p for p in installed if p.split(".")[0] == "harness"], installed
+    assert {"chaos.py", "fault_proxy.py"} <= {p.name for p in (ROOT / "harness").glob("*.py")}
+    assert not list((ROOT / "survivor").rglob("chaos.py")) and not list((ROOT / "survivor").rglob("fault_proxy.py"))
+    for path in (ROOT / "survivor").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            assert not [n for n in names if n.split(".")[0] == "harness"], f"{path} imports {names}"
+
+
 def test_a_missing_optional_part_is_one_line_naming_its_install():
     require("json", "none", "anything")  # present: nothing happens
     with pytest.raises(MissingExtra) as caught:

@@ -5,7 +5,7 @@ import pytest
 from survivor.cloud import permissions
 
 from survivor.operator import preflight
-from survivor.local import fault_proxy
+from harness import fault_proxy
 from survivor.cloud.permissions import ROLE_PERMISSIONS, granted_by
 from survivor.jobdir.storage import PERMISSION_FOR
 

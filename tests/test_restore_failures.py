@@ -105,7 +105,7 @@ def test_a_read_only_boot_disk_ends_the_boot_with_the_reason(tmp_path, instance_
 @pytest.mark.parametrize("status", ["400", pytest.param("503", marks=pytest.mark.slow)])
 def test_a_snapshot_that_cannot_be_downloaded_ends_the_boot_instead_of_starting_over(
         status, gcs_server, bucket, tmp_path, instance_factory, monkeypatch):
-    from survivor.local.fault_proxy import FaultPlan, FaultProxy
+    from harness.fault_proxy import FaultPlan, FaultProxy
 
     job_dir = f"gs://{bucket}/undownloadable"
     name = commit_snapshot(job_dir, tmp_path, 20, data_bytes=100_000)

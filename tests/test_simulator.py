@@ -71,7 +71,7 @@ def test_chaos_twenty_random_kill_points_lose_no_committed_checkpoint(tmp_path):
     """SIGKILL of the agent or the trainer at random times, with storage faults and a flaky metadata
     server: no restore is ever corrupt and no committed checkpoint is lost. (20 kills, a new seed each
     run, keep the suite's time; `benchmarks/chaos.py` runs 50 among its other fault classes.)"""
-    from survivor.local.chaos import run_chaos
+    from harness.chaos import run_chaos
 
     result = run_chaos(kills=20, fault_rate=0.05, seed=random.randrange(1 << 20), root=str(tmp_path / "chaos"))
     print(json.dumps({"kills": result.kills, "worst_case_lost_steps": result.worst_lost_steps,

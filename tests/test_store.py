@@ -445,7 +445,7 @@ def test_a_restore_that_runs_out_of_room_midway_raises(job_dir, tmp_path, monkey
 
 
 def test_a_download_that_fails_for_a_reason_not_the_snapshots_raises(gcs_server, bucket, tmp_path, monkeypatch):
-    from survivor.local.fault_proxy import FaultPlan, FaultProxy
+    from harness.fault_proxy import FaultPlan, FaultProxy
 
     job_dir = f"gs://{bucket}/flaky"
     store = CheckpointStore(open_storage(job_dir))

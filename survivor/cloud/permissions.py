@@ -10,7 +10,7 @@ Engine and IAM permissions a job's VM uses (`PROJECT_ROLE_PERMISSIONS`, `LEAVE_G
     ['storage.buckets.get', 'storage.objects.create', 'storage.objects.list']
 
 `survivor preflight` reads a bucket's IAM policy through it; the bucket-IAM fault proxy
-(survivor/local/fault_proxy.py) answers Cloud Storage's 403 to a request whose permission the granted
+(harness/fault_proxy.py) answers Cloud Storage's 403 to a request whose permission the granted
 roles lack. Only the `storage.buckets.*` and `storage.objects.*` permissions are listed: the roles
 also carry folder, managed-folder, multipart-upload and project permissions that survivor never uses.
 

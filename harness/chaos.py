@@ -65,7 +65,7 @@ from typing import Callable
 
 import yaml
 
-from survivor.local.fault_proxy import FaultPlan, FaultProxy
+from harness.fault_proxy import FaultPlan, FaultProxy
 from survivor.local.gcs import StorageEmulator
 from survivor.local.instance import LocalInstance
 
