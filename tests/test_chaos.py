@@ -59,7 +59,7 @@ def test_damaged_manifests_full_disks_and_a_slow_metadata_server_lose_nothing_an
                        contract_breakers=2, state_disks=2, pid_namespaces=1)
     print(json.dumps({name: {"inputs": t.inputs, "faults": dict(t.faults), "slowest": t.slowest_seconds,
                              "skipped": t.skipped} for name, t in result.tallies.items()}))
-    assert result.problems == []
+    assert result.problems == [], "every problem, one a line:\n" + "\n".join(result.problems)
     tallies = result.tallies
     assert (tallies["damaged manifest"].inputs, tallies["slow metadata"].inputs) == (6, 3)
     assert tallies["overlapped upload"].inputs == 3
