@@ -1,4 +1,4 @@
-"""The examples in survivor's class and function docstrings run, and show what they say.
+"""The examples in the class and function docstrings of survivor/ and harness/ run, and show what they say.
 
 A module's own docstring opens with a sketch of its use (issue 18: a newcomer learns a module from its
 first screen); it names a job dir, a bucket or a VM this test cannot have, so it is read, not run.
@@ -14,7 +14,9 @@ import pathlib
 
 import pytest
 
-PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "survivor"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+#: the trees whose examples run: the package, and the stand-ins only the tests and benchmarks use
+TREES = [ROOT / "survivor", ROOT / "harness"]
 
 
 def imports_tensorflow(path: pathlib.Path) -> bool:
@@ -29,8 +31,8 @@ def imports_tensorflow(path: pathlib.Path) -> bool:
 
 def _modules() -> list[str]:
     names = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    for path in sorted(p for tree in TREES for p in tree.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         if not imports_tensorflow(path) and not name.endswith("__main__"):
             names.append(name)
