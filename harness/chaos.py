@@ -187,7 +187,7 @@ DAMAGES: dict[str, Callable[[dict, bytes, int], bytes]] = {
     "infinite size": lambda good, raw, step: _with_file(good, size=0).replace(b'"size": 0', b'"size": Infinity', 1),
     "NaN step": lambda good, raw, step: _with(good, step=0).replace(b'"step": 0', b'"step": NaN', 1),
     "a 400-digit size": lambda good, raw, step: _with_file(good, size=10 ** 400),
-    "nested 100000 deep": lambda good, raw, step: (b'{"format": 1, "step": %d, "attempt": 999999, "files": ' % step
+    "nested 100000 deep": lambda good, raw, step: (b'{"format": 2, "step": %d, "attempt": 999999, "files": ' % step
                                                    + b"[" * 100_000 + b"]" * 100_000 + b"}"),
     "step as a string": lambda good, raw, step: _with(good, step=str(step)),
     "step as a float": lambda good, raw, step: _with(good, step=step + 0.5),
@@ -211,9 +211,10 @@ DAMAGES: dict[str, Callable[[dict, bytes, int], bytes]] = {
 
 def _placeholder(step: int) -> dict:
     """A manifest body for a job with no commit yet (its one blob does not exist)."""
-    return {"format": 1, "step": step, "attempt": 1, "seq": 1, "created": "", "writer": "chaos",
+    return {"format": 2, "step": step, "attempt": 1, "seq": 1, "created": "", "writer": "chaos",
             "files": [{"path": "dummy-checkpoint-1.json", "size": 1, "crc32c": "AAAAAA==",
-                       "object": "survivor/blobs/dummy-checkpoint-1.json.00000000.1"}]}
+                       "chunks": [{"offset": 0, "size": 1, "crc32c": "AAAAAA==",
+                                   "object": "survivor/blobs/chunks/" + "0" * 64}]}]}
 
 
 def damaged_manifest(kind: str, good_raw: bytes | None, good_step: int, rng: random.Random,

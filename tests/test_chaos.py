@@ -9,12 +9,12 @@ import random
 
 import pytest
 
-from harness.chaos import DAMAGES, TRAIN_STEPS, agent_traceback, damaged_manifest, judge_restore, run_chaos
-from survivor.jobdir.store import CheckpointStore, FileEntry, Manifest, ManifestError, _order
+from harness.chaos import DAMAGES, TRAIN_STEPS, _placeholder, agent_traceback, damaged_manifest, judge_restore, run_chaos
+from survivor.jobdir.store import CheckpointStore, ChunkEntry, FileEntry, Manifest, ManifestError, _order
 
 GOOD = Manifest(step=120, attempt=4, seq=2, created="t", writer="w", parent="",
                 files=(FileEntry("dummy-checkpoint-120.json", 30, "AAAAAA==",
-                                 "survivor/blobs/dummy-checkpoint-120.json.00000000.30"),))
+                                 (ChunkEntry(0, 30, "AAAAAA==", "survivor/blobs/chunks/" + "1" * 64),)),))
 
 
 @pytest.mark.parametrize("kind", sorted(DAMAGES))
@@ -28,6 +28,12 @@ def test_each_damaged_manifest_sorts_newest_and_is_refused_for_its_own_damage(ki
         store.parse(name, body)
     # only the copy is refused for its name; every other damage must be caught by what it damages
     assert ("which is not its name" in str(refused.value)) == (kind == "a good manifest under a newer name")
+
+
+def test_the_body_damaged_before_any_commit_is_a_manifest_this_survivor_reads():
+    """Else every damage made from it would be refused for its format, not for the damage."""
+    body = json.dumps(_placeholder(7)).encode()
+    assert Manifest.from_json(body).step == 7
 
 
 def test_the_verdicts_on_a_restore_past_a_damaged_manifest():

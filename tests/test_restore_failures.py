@@ -145,7 +145,12 @@ def _files_of(job_dir):
 #: Manifests that do not parse into the exact schema, or claim a step the job cannot have reached.
 #: Each is stored as the newest manifest (step 50, or the step it claims) over a good one at step 20.
 BAD_MANIFESTS = {
-    "NaN step": lambda good: b'{"format": 1, "step": NaN, "attempt": 9, "seq": 1, "files": []}',
+    "NaN step": lambda good: b'{"format": 2, "step": NaN, "attempt": 9, "seq": 1, "files": []}',
+    # the whole-file format of a store never released: every blob it names is stored and verifies
+    "format 1": lambda good: json.dumps(
+        {**good, "format": 1, "step": 50, "attempt": 9, "seq": 1,
+         "files": [{k: v for k, v in f.items() if k != "chunks"} | {"object": f["chunks"][0]["object"]}
+                   for f in good["files"]]}).encode(),
     "infinite size": lambda good: json.dumps({**good, "step": 50, "attempt": 9, "seq": 1}).replace(
         f'"size": {good["files"][0]["size"]}', '"size": Infinity', 1).encode(),
     "nested 100000 deep": lambda good: b'{"step": 50, "files": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",

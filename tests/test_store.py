@@ -13,7 +13,8 @@ import pytest
 
 from survivor.jobdir.snapshot import decide_files_and_step, parse_tf_state, scan
 from survivor.jobdir.storage import open_storage
-from survivor.jobdir.store import (BLOBS, CheckpointStore, FileEntry, Manifest, ManifestError, RestoreFailed,
+from survivor.jobdir.chunks import CHUNKS
+from survivor.jobdir.store import (BLOBS, CheckpointStore, ChunkEntry, FileEntry, Manifest, ManifestError, RestoreFailed,
                             check_relative_path, snapshots_to_delete)
 
 
@@ -25,8 +26,8 @@ def write(root, name, data):
 
 
 def objects(entry):
-    """The stored objects that hold a manifest entry's bytes: its chunks', or its one whole-file blob."""
-    return [entry.object] if entry.object else [c.object for c in entry.chunks]
+    """The stored objects that hold a manifest entry's bytes: its chunks'."""
+    return [c.object for c in entry.chunks]
 
 
 def commit_step(store, local, step, attempt=1, payload=None):
@@ -104,11 +105,12 @@ def test_restore_never_follows_a_manifest_with_dotdot_paths(job_dir, tmp_path):
     local = str(tmp_path / "job")
     commit_step(store, local, 10)
     evil = {
-        "format": 1, "step": 99, "attempt": 9, "seq": 1,
-        "files": [{"path": "../../escaped.txt", "size": 2, "crc32c": "AAAAAA==", "object": f"{BLOBS}x"}],
+        "format": 2, "step": 99, "attempt": 9, "seq": 1,
+        "files": [{"path": "../../escaped.txt", "size": 2, "crc32c": "AAAAAA==",
+                   "chunks": [{"offset": 0, "size": 2, "crc32c": "AAAAAA==", "object": f"{CHUNKS}x"}]}],
     }
     storage.write("survivor/snapshots/000000000099-000009-0001.json", json.dumps(evil).encode())
-    with pytest.raises(ManifestError):
+    with pytest.raises(ManifestError, match="escaped"):
         Manifest.from_json(json.dumps(evil).encode())
     assert store.restore(str(tmp_path / "deep" / "r")).step == 10
     assert not (tmp_path / "escaped.txt").exists()
@@ -239,9 +241,9 @@ def test_a_failed_fence_alongside_the_upload_commits_nothing(job_dir, tmp_path):
 
 # -- a manifest is the exact schema, or its snapshot failed verification -------------------------------
 
-GOOD_ENTRY = {"path": "dummy-checkpoint-20.json", "size": 12, "crc32c": "AAAAAA==",
-              "object": f"{BLOBS}dummy-checkpoint-20.json.00000000.12"}
-GOOD = {"format": 1, "step": 20, "attempt": 1, "seq": 1, "created": "", "writer": "vm", "files": [GOOD_ENTRY]}
+GOOD_CHUNK = {"offset": 0, "size": 12, "crc32c": "AAAAAA==", "object": f"{CHUNKS}{'cd' * 32}"}
+GOOD_ENTRY = {"path": "dummy-checkpoint-20.json", "size": 12, "crc32c": "AAAAAA==", "chunks": [GOOD_CHUNK]}
+GOOD = {"format": 2, "step": 20, "attempt": 1, "seq": 1, "created": "", "writer": "vm", "files": [GOOD_ENTRY]}
 
 
 def body(**fields) -> bytes:
@@ -250,6 +252,10 @@ def body(**fields) -> bytes:
 
 def entry(**fields) -> dict:
     return {**GOOD_ENTRY, **fields}
+
+
+def chunk(**fields) -> dict:
+    return {**GOOD_ENTRY, "chunks": [{**GOOD_CHUNK, **fields}]}
 
 
 @pytest.mark.parametrize("data", [
@@ -262,14 +268,17 @@ def entry(**fields) -> dict:
     body(files=7), body(files={"a": 1}), body(files=[5]), body(files=[]),
     body(step="20"), body(step=20.0), body(step=True), body(step=None), body(step=-1), body(step=1 << 70),
     body(attempt="1"), body(seq=1.5), body(created=["x"]), body(writer=7), body(parent=3), body(abandoned="x"),
-    body(format=2), body(format="1"),
+    body(format=1), body(format="2"), body(format=2.0), body(format=True), body(format=None),
+    json.dumps({k: v for k, v in GOOD.items() if k != "format"}).encode(),
     body(files=[entry(path={"a": 1})]), body(files=[entry(size="12")]), body(files=[entry(size=-1)]),
     body(files=[entry(size=False)]), body(files=[entry(crc32c=7)]), body(files=[entry(crc32c="not base64!")]),
-    body(files=[entry(crc32c="AAAA")]), body(files=[entry(object=7)]), body(files=[entry(object="survivor/LEASE")]),
-    body(files=[entry(object=f"{BLOBS}../LEASE")]), body(files=[entry(path="../x")]),
+    body(files=[entry(crc32c="AAAA")]), body(files=[chunk(object=7)]), body(files=[chunk(object="survivor/LEASE")]),
+    body(files=[chunk(object=f"{CHUNKS}../LEASE")]), body(files=[entry(path="../x")]),
+    body(files=[entry(object=GOOD_CHUNK["object"])]),  # a whole-file blob beside its chunks
     body(files=[GOOD_ENTRY, GOOD_ENTRY]),
 ], ids=lambda d: d[:40].decode(errors="replace"))
 def test_a_manifest_that_is_not_the_exact_schema_is_refused(data):
+    assert Manifest.from_json(body()).step == 20  # each case differs from a good manifest by its damage alone
     with pytest.raises(ManifestError):
         Manifest.from_json(data)
 
@@ -321,7 +330,7 @@ def test_manifest_names_sort_by_number_not_text():
 
 
 def snap(step, parent=None, abandoned=(), attempt=1):
-    return Manifest(step, attempt, 1, (FileEntry(f"f{step}", 1, "AAAAAA==", f"{BLOBS}f{step}"),),
+    return Manifest(step, attempt, 1, (FileEntry(f"f{step}", 1, "AAAAAA==", (ChunkEntry(0, 1, "AAAAAA==", f"{CHUNKS}f{step}"),)),),
                     parent=parent, abandoned=tuple(abandoned))
 
 

@@ -1,6 +1,6 @@
 """Chunked snapshots: a file is stored as chunks that move in parallel and are never sent twice; a
 damaged chunk costs its snapshot, never a restore of wrong bytes; the manifest write stays the one
-commit moment; manifests written before chunks still restore."""
+commit moment; a manifest of the whole-file format before chunks is refused by name."""
 
 import base64
 import hashlib
@@ -268,29 +268,32 @@ def test_a_sigkill_mid_commit_of_a_chunked_snapshot_never_leaves_a_visible_parti
     assert read(os.path.join(restored, "model.data")) == previous
 
 
-# -- manifests written before chunks ---------------------------------------------------------------------
+# -- manifests of the whole-file format, which only a store never released wrote -------------------------
 
 
-def test_a_manifest_of_whole_file_blobs_still_restores_and_the_next_commit_continues_it(job_dir, tmp_path):
+def test_a_manifest_of_whole_file_blobs_is_refused_by_name_and_the_previous_commit_restores(job_dir, tmp_path,
+                                                                                              caplog):
     storage = open_storage(job_dir)
-    local, body = str(tmp_path / "old"), os.urandom(300_000)
+    store = CheckpointStore(storage, chunk_size=SMALL)
+    local, body = str(tmp_path / "job"), os.urandom(300_000)
     write(local, "model.data", body)
-    crc, name = crc32c_of_bytes(body), f"{BLOBS}model.data.{base64.b64decode(crc32c_of_bytes(body)).hex()}.300000"
+    good = commit(store, local, 4).manifest
+    name = f"{BLOBS}model.data.{base64.b64decode(crc32c_of_bytes(body)).hex()}.300000"
     storage.upload([(os.path.join(local, "model.data"), name)])
     old = {"format": 1, "step": 5, "attempt": 1, "seq": 1, "created": "", "writer": "survivor 0.x",
-           "files": [{"path": "model.data", "size": 300_000, "crc32c": crc, "object": name}]}
-    storage.write("survivor/snapshots/000000000005-000001-0001.json", json.dumps(old).encode())
-    store = CheckpointStore(storage, chunk_size=SMALL)
+           "files": [{"path": "model.data", "size": 300_000, "crc32c": crc32c_of_bytes(body), "object": name}]}
+    whole = "survivor/snapshots/000000000005-000001-0001.json"
+    storage.write(whole, json.dumps(old).encode())
     restored = str(tmp_path / "r")
-    manifest = store.restore(restored)
-    assert manifest.step == 5 and manifest.files[0].object == name
+    with caplog.at_level("WARNING"):
+        assert store.restore(restored) == good
+    said = next(r.fields for r in caplog.records if getattr(r, "fields", {}).get("manifest") == whole)
+    assert said["reason"].startswith("format 1 (whole-file blobs") and "reads format 2 only" in said["reason"]
     assert read(os.path.join(restored, "model.data")) == body
-    newer = commit(store, restored, 6).manifest
-    assert newer.parent == manifest.name and data_entry(newer).chunks
+    assert commit(store, restored, 6).manifest.abandoned == (whole,)
     store.keep = 1
     store.collect_garbage()
-    assert [m.step for m in store.committed()] == [6]
-    assert storage.read(name) is None, "the old whole-file blob went with the last snapshot that used it"
+    assert storage.read(name) is None, "a blob no readable manifest names is collected like an unused chunk"
     assert CheckpointStore(storage).restore(str(tmp_path / "r2")).step == 6
 
 

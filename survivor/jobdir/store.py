@@ -9,7 +9,6 @@ Layout under the job dir:
 
     survivor/blobs/chunks/<sha256>                  pieces of files, immutable, shared between snapshots
     survivor/snapshots/<step>-<attempt>-<seq>.json  manifests: the commit points
-    survivor/blobs/<path>.<crc32c-hex>.<size>       whole files, as manifests of format 1 name them
 
 A manifest (format 2) lists each file as its size, its CRC32C and its chunks in order (offset, size,
 CRC32C, object), cut every `chunk_size` bytes (`survivor.jobdir.chunks`). A chunk the job dir already
@@ -23,8 +22,8 @@ stored and its stored checksum matches (or, for a chunk already stored, the file
 its checksum). A reader only ever follows manifests, so a half-uploaded snapshot is invisible.
 Restore takes the newest manifest whose files all verify (each chunk's CRC32C as written, then the
 whole file's size and CRC32C) and falls back to the previous one; a manifest naming a path that
-would leave the local dir is refused. Manifests of format 1 (a whole-file blob per file) still
-restore. Snapshots beyond `keep`, and blobs and chunks no kept snapshot uses, are deleted only after
+would leave the local dir is refused, and so is a manifest of any format but 2 (format 1, a
+whole-file blob per file, was written only by a store never released). Snapshots beyond `keep`, and blobs and chunks no kept snapshot uses, are deleted only after
 a newer commit.
 """
 
@@ -48,14 +47,13 @@ from survivor import log as logs
 from survivor.jobdir.chunks import CHUNK_SIZE, CHUNKS, FileDigest, chunk_object, combine_crc32c, digest_file, fits
 from survivor.jobdir.snapshot import LocalFile, Snapshot
 from survivor.jobdir.storage import (NOT_FOUND, JobStorage, ObjectInfo, Part, PreconditionFailed, StorageError,
-                                     crc32c_of_bytes, crc32c_of_file, crc32c_of_range, parse_json)
+                                     crc32c_of_bytes, crc32c_of_range, parse_json)
 
 SNAPSHOTS = "survivor/snapshots/"
 BLOBS = "survivor/blobs/"
-#: The manifest format this survivor writes: files as chunks. It reads this one and WHOLE_FILES.
+#: The manifest format this survivor writes and reads: files as chunks. Format 1 (a whole-file blob
+#: per file) was written only by an unreleased store; a manifest of it is refused by name like any other.
 FORMAT = 2
-#: The format before chunks: each file one blob (`FileEntry.object`).
-WHOLE_FILES = 1
 
 log = logs.get("store")
 
@@ -96,20 +94,17 @@ class ChunkEntry:
 
 @dataclass(frozen=True)
 class FileEntry:
-    """One file of a committed snapshot: its chunks (format 2), or one whole-file `object` (format 1)."""
+    """One file of a committed snapshot: its size, its CRC32C and its chunks in order."""
 
     path: str
     size: int
     crc32c: str
-    object: str = ""
     chunks: tuple[ChunkEntry, ...] = ()
 
     def to_json(self) -> dict:
         """The entry as its manifest's JSON holds it."""
-        body = {"path": self.path, "size": self.size, "crc32c": self.crc32c}
-        if self.object:
-            return {**body, "object": self.object}
-        return {**body, "chunks": [vars(c) for c in self.chunks]}
+        return {"path": self.path, "size": self.size, "crc32c": self.crc32c,
+                "chunks": [vars(c) for c in self.chunks]}
 
 
 @dataclass(frozen=True)
@@ -142,17 +137,10 @@ class Manifest:
         """The bytes of all its files: what a restore needs on the boot disk."""
         return sum(f.size for f in self.files)
 
-    @property
-    def format(self) -> int:
-        """WHOLE_FILES if every file is one blob, else FORMAT (files as chunks; never a mix)."""
-        return WHOLE_FILES if self.files and all(f.object for f in self.files) else FORMAT
-
     def to_json(self) -> bytes:
         """The manifest's stored bytes (`from_json` reads them back)."""
-        if self.format == FORMAT and any(f.object for f in self.files):
-            raise ValueError("a manifest lists its files either as whole blobs or as chunks, not both")
         body = {
-            "format": self.format,
+            "format": FORMAT,
             "step": self.step,
             "attempt": self.attempt,
             "seq": self.seq,
@@ -172,8 +160,8 @@ class Manifest:
 
         Every field has its one type (an integer is never a float, a string or a boolean), numbers
         are finite and in range, there is at least one file, no path leaves the local dir and no
-        object lies outside the blobs. Format 1 lists each file as one `object`; format 2 as
-        `chunks` that cover it end to end, in order, none empty. `max_step` (the job's
+        object lies outside the chunks. The format is 2: each file is listed as `chunks` that cover
+        it end to end, in order, none empty. `max_step` (the job's
         `train_steps`) bounds the step: a snapshot beyond the end of training is not one this job
         wrote. Unknown keys are ignored.
         """
@@ -183,9 +171,12 @@ class Manifest:
             raise ManifestError(f"not JSON ({exc})") from None
         if not isinstance(raw, dict):
             raise ManifestError(f"expected a JSON object, got {type(raw).__name__}")
-        fmt = raw.get("format", WHOLE_FILES)
-        if not _is_int(fmt) or fmt not in (WHOLE_FILES, FORMAT):
-            raise ManifestError(f"format {_show(fmt)}: this survivor reads formats {WHOLE_FILES} and {FORMAT}")
+        fmt = raw.get("format")
+        if not _is_int(fmt) or fmt != FORMAT:
+            said = f"format {_show(fmt)}" if "format" in raw else "no format"
+            if "format" not in raw or (_is_int(fmt) and fmt == 1):
+                said += " (whole-file blobs, written only by a store never released)"
+            raise ManifestError(f"{said}: this survivor reads format {FORMAT} only")
         step = _integer(raw, "step", required=True, maximum=max_step)
         attempt = _integer(raw, "attempt", required=True)
         seq = _integer(raw, "seq", required=False)
@@ -201,7 +192,7 @@ class Manifest:
             raise ManifestError(f"files {_show(files)}: expected a list")
         if not files:
             raise ManifestError("files: empty (a snapshot names at least one file)")
-        entries = [_file_entry(item, index, chunked=fmt == FORMAT) for index, item in enumerate(files)]
+        entries = [_file_entry(item, index) for index, item in enumerate(files)]
         check_layout([e.path for e in entries])
         return cls(step, attempt, seq, tuple(entries), created, writer, parent, tuple(abandoned))
 
@@ -239,19 +230,17 @@ def _string(raw: dict, key: str) -> str:
     return value
 
 
-def _file_entry(item, index: int, chunked: bool) -> FileEntry:
+def _file_entry(item, index: int) -> FileEntry:
     where = f"files[{index}]"
     if not isinstance(item, dict):
         raise ManifestError(f"{where}: expected an object, got {type(item).__name__}")
-    for key in ("path", "crc32c") + (() if chunked else ("object",)):
+    for key in ("path", "crc32c"):
         if not isinstance(item.get(key), str):
             raise ManifestError(f"{where}.{key} {_show(item.get(key))}: expected a string")
     size = _integer(item, "size", required=True)
     crc = _crc32c(item["crc32c"], f"{where}.crc32c")
     path = item["path"]
     check_relative_path(path)
-    if not chunked:
-        return FileEntry(path, size, crc, _object(item["object"], BLOBS, f"{where}.object"))
     if "object" in item:
         raise ManifestError(f"{where}.object: a manifest of format {FORMAT} lists a file as its chunks")
     chunks = item.get("chunks")
@@ -273,7 +262,7 @@ def _file_entry(item, index: int, chunked: bool) -> FileEntry:
         end += length
     if end != size:
         raise ManifestError(f"{where}: its chunks hold {end} bytes, the file {size}")
-    return FileEntry(path, size, crc, "", tuple(entries))
+    return FileEntry(path, size, crc, tuple(entries))
 
 
 def _crc32c(value: str, where: str) -> str:
@@ -369,12 +358,6 @@ def safe_join(root: str, path: str) -> str:
     return full
 
 
-def blob_name(path: str, crc32c: str, size: int) -> str:
-    """The content-addressed object for one version of a file."""
-    crc_hex = base64.b64decode(crc32c).hex() if crc32c else "nocrc"
-    return f"{BLOBS}{path}.{crc_hex}.{size}"
-
-
 def lineage(manifest: Manifest, by_name: dict[str, Manifest], committed: list[Manifest]) -> set[str]:
     """Pure: the snapshots `manifest` builds on, following `parent` back (an unknown parent stands
     for every snapshot at a lower step: how survivor read a job dir before it kept lineage), and
@@ -414,9 +397,9 @@ def snapshots_to_delete(valid_newest_first: list[Manifest], keep: int) -> list[M
 
 
 def blobs_to_delete(all_blobs: list[str], kept: list[Manifest]) -> list[str]:
-    """Pure decision: stored blobs (whole files and chunks) no kept snapshot refers to."""
-    referenced = {f.object for m in kept for f in m.files}
-    referenced |= {c.object for m in kept for f in m.files for c in f.chunks}
+    """Pure decision: stored blobs no kept snapshot refers to (a chunk, or any other object under
+    BLOBS: what a store never released wrote there is collected like an unused chunk)."""
+    referenced = {c.object for m in kept for f in m.files for c in f.chunks}
     return [b for b in all_blobs if b not in referenced]
 
 
@@ -667,7 +650,7 @@ class CheckpointStore:
             if (digest.size, digest.crc32c) != (f.size, f.crc32c):
                 raise SnapshotChanged(f"{f.path} changed since it was scanned")
         chunks = tuple(ChunkEntry(c.offset, c.size, c.crc32c, chunk_object(c)) for c in digest.chunks)
-        return FileEntry(f.path, f.size, f.crc32c, "", chunks)
+        return FileEntry(f.path, f.size, f.crc32c, chunks)
 
     def collect_garbage(self) -> tuple[int, int]:
         """Deletes the snapshots `snapshots_to_delete` picks and the blobs no other snapshot uses
@@ -754,23 +737,18 @@ class CheckpointStore:
         except ManifestError as exc:
             return str(exc)
         free = shutil.disk_usage(staging).free
-        needed = sum(f.size for f in manifest.files if f.object) + \
-            sum(c.size for f in manifest.files for c in f.chunks if not is_zero_chunk(c))
+        needed = sum(c.size for f in manifest.files for c in f.chunks if not is_zero_chunk(c))
         if needed > free:
             raise RestoreFailed(f"snapshot {manifest.name} (step {manifest.step}) needs {needed} bytes; "
                                 f"the boot disk has {free} free at {staging}", local=True)
-        whole = [(e.object, local) for e, local in zip(manifest.files, locals_) if e.object]
         parts = []
         try:
-            for entry, local in zip(manifest.files, locals_):
-                if not entry.object:  # its chunks are written in place, into a file of its full size
-                    os.makedirs(os.path.dirname(local), exist_ok=True)
-                    with open(local, "wb") as f:
-                        f.truncate(entry.size)  # a hole: an all-zero chunk is left as one (a sparse file stays sparse)
-                    parts += [Part(local, c.offset, c.size, c.object, c.crc32c) for c in entry.chunks
-                              if not is_zero_chunk(c)]
-            if whole:
-                self.storage.download(whole)
+            for entry, local in zip(manifest.files, locals_):  # each chunk written in place, into a file of its full size
+                os.makedirs(os.path.dirname(local), exist_ok=True)
+                with open(local, "wb") as f:
+                    f.truncate(entry.size)  # a hole: an all-zero chunk is left as one (a sparse file stays sparse)
+                parts += [Part(local, c.offset, c.size, c.object, c.crc32c) for c in entry.chunks
+                          if not is_zero_chunk(c)]
             written = self.storage.download_parts(parts) if parts else []
         except StorageError as exc:
             if exc.reason == NOT_FOUND:  # an object the manifest names is gone: this snapshot is unusable
@@ -800,7 +778,7 @@ class CheckpointStore:
             if size != entry.size:
                 return f"{entry.path}: size {size} != {entry.size} in the manifest"
             # a chunked file's CRC32C is its verified chunks' combined, each taken as its bytes were written
-            crc = combine_crc32c(entry.chunks) if not entry.object else crc32c_of_file(local)
+            crc = combine_crc32c(entry.chunks)
             if crc != entry.crc32c:
                 return f"{entry.path}: crc32c {crc} != {entry.crc32c} in the manifest (corrupted)"
         return None
