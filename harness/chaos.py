@@ -396,7 +396,8 @@ class _Rounds:
             restored = self.store.restore(self.check)
         if before is not None and (restored is None or restored.step < before.step):
             tally.lost_commits += 1
-            self.problem(tally, f"{what}: restored {restored and restored.name}, older than {before.name}")
+            self.problem(tally, f"{what}: restored {restored and restored.name}, older than {before.name}; "
+                                f"{self.why_not_restored()}")
         if restored is not None:
             missing = sum(not os.path.exists(os.path.join(self.check, f.path)) for f in restored.files)
             if missing:
@@ -404,6 +405,28 @@ class _Rounds:
                 self.problem(tally, f"{what}: {missing} files of {restored.name} missing after restore")
             tally.worst_lost_steps = max(tally.worst_lost_steps, (self.vm.progress() or 0) - restored.step)
         self.result.check_seconds += time.monotonic() - checked
+
+    def why_not_restored(self) -> str:
+        """What a restore that judged a loss saw: the manifests listed, each one's verdict (the store's
+        warnings, or its step if it verifies), so a lost commit seen once can be told from a bad read."""
+        said: list[str] = []
+
+        class Said(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                fields = getattr(record, "fields", {})
+                said.append(f"{fields.get('manifest', '?')}: {record.getMessage()} ({fields.get('reason', '')})")
+
+        catch, logger = Said(level=logging.WARNING), logging.getLogger("survivor.store")
+        logger.addHandler(catch)
+        try:
+            names = self.store.manifest_names()
+            restored = self.store.restore(self.check + ".why")
+        except Exception as exc:  # what failed is the finding
+            return f"listed {len(said)} warnings, then {type(exc).__name__}: {exc}"
+        finally:
+            logger.removeHandler(catch)
+        return (f"listed {names}; the store said {said or 'nothing'}; restored again: "
+                f"{restored and restored.name}")
 
     def storage_faults(self, tally: Tally, since: Counter) -> None:
         if self.proxy is not None:

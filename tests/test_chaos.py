@@ -49,6 +49,25 @@ def test_the_verdicts_on_a_restore_past_a_damaged_manifest():
     assert judge_restore(bad, 120, None, None, trained=False) is None  # the boot ended before restoring
 
 
+def test_a_restore_judged_a_loss_says_what_it_saw(tmp_path):
+    """The words a lost commit is reported with: each manifest listed and why it was not followed."""
+    from harness.chaos import _Rounds
+    from survivor.jobdir.snapshot import scan
+    from survivor.jobdir.storage import open_storage
+
+    job_dir, local = str(tmp_path / "job"), tmp_path / "local"
+    local.mkdir()
+    (local / "dummy-checkpoint-10.json").write_text('{"step": 10}')
+    storage = open_storage(job_dir)
+    good = CheckpointStore(storage).commit(str(local), scan(str(local)), attempt=1).manifest
+    storage.write(good.name, good.to_json().replace(b'"format": 2', b'"format": 1'))
+    rounds = _Rounds(vm=None, job_dir=job_dir, rng=random.Random(1), seed=1, result=None, root=str(tmp_path),
+                     proxy=None)
+    said = rounds.why_not_restored()
+    assert f"listed ['{good.name}']" in said and f"{good.name}: ignoring a manifest" in said, said
+    assert "format 1" in said and said.endswith("restored again: None"), said
+
+
 def test_only_the_agents_own_traceback_counts():
     trainer = json.dumps({"severity": "INFO", "message": "Traceback (most recent call last):", "source": "trainer"})
     agent = json.dumps({"severity": "ERROR", "message": "the boot failed unexpectedly",
