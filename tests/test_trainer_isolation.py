@@ -166,7 +166,7 @@ def test_a_blob_that_is_a_link_in_a_local_job_dir_is_never_restored(base):
     assert newest.step == 2 and crc32c_of_file(secret) in {e.crc32c for e in newest.files}
     for entry in newest.files:
         if entry.path == "dummy-checkpoint-2.json":
-            blob = os.path.join(job_dir, entry.object or entry.chunks[0].object)  # its one chunk
+            blob = os.path.join(job_dir, entry.chunks[0].object)  # its one chunk
             os.remove(blob)
             os.symlink(secret, blob)
     marks = os.path.join(base, "marks")
