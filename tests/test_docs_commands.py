@@ -5,15 +5,16 @@ that does not start, or a line that drifted from the code fails here, where the 
 
 - README's first command: `python3 -m venv .venv && .venv/bin/pip install -q -e '.[tensorflow]' &&
   .venv/bin/survivor demo`, as written, in a fresh directory (`.` is this checkout).
-- README's "On Google Cloud" block after its `pip install -e '.[operator]'`, docs/operator-guide.md
+- survivor installed without extras (tests/test_light_install.py's promises), then in the same venv
+  README's "On Google Cloud" block after its `pip install -e '.[operator]'`, docs/operator-guide.md
   (which takes README's install) and docs/costs.md (which names the same install), against the
   stand-ins the guide's rehearsal starts with that venv's own `survivor emulate`.
 - docs/scaling-out.md after the install it names (`pip install -e '.[operator,vertex]'`), walked by
-  tests/test_scaling_out_guide.py with that venv's `survivor` against the Vertex AI, Cloud Logging
-  and Cloud Storage stand-ins.
+  tests/test_scaling_out_guide.py's `walk` with that venv's `survivor` against the Vertex AI, Cloud
+  Logging and Cloud Storage stand-ins (the only walk of that guide).
 
-Both venvs are new (the guides' share one: the scaling-out install adds to the operator's); pip's
-cache makes them take 15-40 s. Slow tests."""
+Two venvs, both new (the second adds each install to the one before: each is a superset of it);
+pip's cache makes each install take 15-60 s. Slow tests."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import pytest
 
 from survivor.local.demo import tensorflow_startup_line
 from tests import test_scaling_out_guide as scaling_out
+from tests.test_light_install import check_a_core_install
 from tests.test_operator_guide import Line, Runner, guide_lines, installed, quoted, tiny_cifar_archive, walk
 from tests.test_scaling_out_guide import stand_ins  # noqa: F401 (a fixture)
 
@@ -67,14 +69,11 @@ def pip_install_line(markdown: str) -> str:
     return found.group(1)
 
 
-def clean_venv(tmp_path: pathlib.Path, install: str) -> pathlib.Path:
-    """A new venv with `pip install <install>` of this checkout; returns its bin directory."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+def pip_install(venv: pathlib.Path, install: str) -> None:
+    """`pip install <install>` of this checkout into `venv`, as a document writes it."""
     argv = [str(venv / "bin" / "pip"), "install", "-q", *as_run_here(install, venv)[0]]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stderr[-3000:]}"
-    return venv / "bin"
 
 
 @pytest.mark.slow
@@ -154,15 +153,21 @@ def run_after_the_guide(run: Runner, tmp_path: pathlib.Path) -> None:
 
 
 @pytest.mark.slow
-def test_readme_the_operator_guide_costs_and_scaling_out_after_their_own_installs(tmp_path, monkeypatch,
-                                                                                  stand_ins):  # noqa: F811
-    """README's operator install, then the operator guide, README's cloud lines and docs/costs.md;
-    then, in the same venv, docs/scaling-out.md's own install (README's operator install plus the
-    Vertex AI clients: a superset, so the venv is what that install alone makes) and its walk. One venv
-    for both: each fresh install of the Google clients costs about two minutes of the suite."""
+def test_a_core_install_then_readme_the_operator_guide_costs_and_scaling_out_after_their_own_installs(
+        tmp_path, monkeypatch, stand_ins):  # noqa: F811
+    """One venv, each install adding to the one before (each a superset of it, so the venv is what
+    that install alone makes): survivor without extras, held to the light install's promises
+    (tests/test_light_install.py); README's operator install, then the operator guide, README's cloud
+    lines and docs/costs.md; then docs/scaling-out.md's own install (README's operator install plus
+    the Vertex AI clients) and its walk. Each fresh venv of the Google clients cost 30-60 s of CPU."""
     install = pip_install_line(README.read_text().split("## On Google Cloud", 1)[1])
     assert install == pip_install_line(COSTS.read_text())  # costs.md names the same install
-    bin_dir = clean_venv(tmp_path / "env", install)
+    venv = tmp_path / "env" / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip_install(venv, "-e .")
+    check_a_core_install(venv, tmp_path)
+    pip_install(venv, install)
+    bin_dir = venv / "bin"
     has_tensorflow = subprocess.run([str(bin_dir / "python"), "-c", "import importlib.util as u; "
                                      "print(u.find_spec('tensorflow') is not None)"], capture_output=True, text=True)
     assert has_tensorflow.stdout.strip() == "False"  # the operator's install: TensorFlow is not needed there
@@ -178,9 +183,7 @@ def test_readme_the_operator_guide_costs_and_scaling_out_after_their_own_install
 
     vertex_install = pip_install_line(scaling_out.GUIDE.read_text())
     assert vertex_install == "-e '.[operator,vertex]'"  # README's operator install and the Vertex AI clients
-    argv = [str(bin_dir / "pip"), "install", "-q", *as_run_here(vertex_install, bin_dir.parent)[0]]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stderr[-3000:]}"
+    pip_install(venv, vertex_install)
     guide_work = tmp_path / "scaling-out"
     guide_work.mkdir()
     assert scaling_out.walk(stand_ins, guide_work, survivor=str(bin_dir / "survivor"))
