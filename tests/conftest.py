@@ -12,15 +12,17 @@ from survivor.local.metadata_server import MetadataServer
 
 PYTHON = sys.executable
 
-# Bytecode for the suite's Python processes, kept in the venv (never in the source tree). A machine
-# whose environment sets PYTHONDONTWRITEBYTECODE (this one's does) otherwise compiles survivor's
-# source again in every process the suite starts (hundreds of agents, trainers and CLI runs, about
-# 0.1 s of CPU each) and rewrites every test module's asserts again in every xdist worker. Set here,
-# before xdist starts its workers, so they and every child inherit it. The product is unaffected:
-# pip compiles what it installs.
+# Bytecode for the suite's Python processes. A machine whose environment sets PYTHONDONTWRITEBYTECODE
+# (this one's does) otherwise compiles survivor's source again in every process the suite starts
+# (hundreds of agents, trainers and CLI runs, about 0.1 s of CPU each) and rewrites every test
+# module's asserts again in every xdist worker. Unset here, before xdist starts its workers, so they
+# and every child inherit it: survivor's and the tests' bytecode goes to their __pycache__ (ignored
+# by git, by the wheel and by image staging); an installed package's is the one pip wrote. (Until
+# 2026-11-27 the suite set PYTHONPYCACHEPREFIX instead, to keep the tree clean: Python then reads
+# bytecode only under the prefix, so every package pip had compiled was compiled again, once per
+# venv and per fresh clone -- 12 CPU-s for TensorFlow's first import alone, and again in every
+# fresh venv the docs and boot tests make.) The product is unaffected: pip compiles what it installs.
 if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None or sys.dont_write_bytecode:
-    os.environ["PYTHONPYCACHEPREFIX"] = os.environ.get("PYTHONPYCACHEPREFIX") or os.path.join(sys.prefix, "pycache")
-    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
     sys.dont_write_bytecode = False
 
 
