@@ -210,7 +210,7 @@ DAMAGES: dict[str, Callable[[dict, bytes, int], bytes]] = {
 
 
 def _placeholder(step: int) -> dict:
-    """A manifest body for a job with no commit yet (its one blob does not exist)."""
+    """A manifest body for a job with no commit yet (its one chunk does not exist)."""
     return {"format": 2, "step": step, "attempt": 1, "seq": 1, "created": "", "writer": "chaos",
             "files": [{"path": "dummy-checkpoint-1.json", "size": 1, "crc32c": "AAAAAA==",
                        "chunks": [{"offset": 0, "size": 1, "crc32c": "AAAAAA==",
@@ -407,8 +407,9 @@ class _Rounds:
         self.result.check_seconds += time.monotonic() - checked
 
     def why_not_restored(self) -> str:
-        """What a restore that judged a loss saw: the manifests listed, each one's verdict (the store's
-        warnings, or its step if it verifies), so a lost commit seen once can be told from a bad read."""
+        """What a restore that judged a loss saw: the manifests listed, the store's warning for each one
+        it passed over (with the reason) and what a second restore returned, so that a lost commit
+        seen once can be told from a bad read."""
         said: list[str] = []
 
         class Said(logging.Handler):
@@ -422,7 +423,7 @@ class _Rounds:
             names = self.store.manifest_names()
             restored = self.store.restore(self.check + ".why")
         except Exception as exc:  # what failed is the finding
-            return f"listed {len(said)} warnings, then {type(exc).__name__}: {exc}"
+            return f"the store said {said or 'nothing'}, then {type(exc).__name__}: {exc}"
         finally:
             logger.removeHandler(catch)
         return (f"listed {names}; the store said {said or 'nothing'}; restored again: "

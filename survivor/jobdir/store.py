@@ -23,8 +23,8 @@ its checksum). A reader only ever follows manifests, so a half-uploaded snapshot
 Restore takes the newest manifest whose files all verify (each chunk's CRC32C as written, then the
 whole file's size and CRC32C) and falls back to the previous one; a manifest naming a path that
 would leave the local dir is refused, and so is a manifest of any format but 2 (format 1, a
-whole-file blob per file, was written only by a store never released). Snapshots beyond `keep`, and blobs and chunks no kept snapshot uses, are deleted only after
-a newer commit.
+whole-file blob per file, was written only by a store never released). Snapshots beyond `keep`, and
+blobs and chunks no kept snapshot uses, are deleted only after a newer commit.
 """
 
 from __future__ import annotations
@@ -161,9 +161,8 @@ class Manifest:
         Every field has its one type (an integer is never a float, a string or a boolean), numbers
         are finite and in range, there is at least one file, no path leaves the local dir and no
         object lies outside the chunks. The format is 2: each file is listed as `chunks` that cover
-        it end to end, in order, none empty. `max_step` (the job's
-        `train_steps`) bounds the step: a snapshot beyond the end of training is not one this job
-        wrote. Unknown keys are ignored.
+        it end to end, in order, none empty. `max_step` (the job's `train_steps`) bounds the step:
+        a snapshot beyond the end of training is not one this job wrote. Unknown keys are ignored.
         """
         try:
             raw = parse_json(data)
