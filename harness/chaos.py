@@ -538,6 +538,7 @@ class _Rounds:
             time.sleep(0.1)
         victim, other = self.rng.sample(chunks, 2)
         how = self.rng.choice(["flipped", "truncated", "emptied", "another chunk's bytes"])
+        data: bytes | None = None
         with contextlib.suppress(Exception):
             data = self.read(victim)
             self.storage.write(victim, {"flipped": bytes([data[0] ^ 1]) + data[1:], "truncated": data[: len(data) // 2],
@@ -552,6 +553,11 @@ class _Rounds:
         self.kill(tally, booted)
         if before is not None and before.name != target.name:  # a commit made after the damage must restore
             self.check_restore(tally, before, f"after a {how} chunk")
+        elif data is not None:
+            # No commit came after the damage (a loaded machine): the newest snapshot is still the
+            # damaged one, which every later round would take for the newest good commit and judge
+            # its rightful refusal a lost commit (two clean-clone runs of 2026-11-27 did). Undone.
+            self.storage.write(victim, data)
         self.count_tracebacks(tally)
         self.storage_faults(tally, since)
 
