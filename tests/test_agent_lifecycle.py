@@ -2,7 +2,9 @@
 the local file system or in fake-gcs-server, and the dummy trainer counting every step it runs."""
 
 import json
+import os
 import random
+import subprocess
 
 import pytest
 
@@ -158,6 +160,34 @@ def test_a_sigterm_while_the_agent_is_still_starting_is_a_clean_stop(job_dir, tm
     attempts = journal_of(job_dir).attempts
     assert all(a.outcome in ("stopped", "preempted") for a in attempts)
     assert executed_steps(tmp_path) == [] or attempts[-1].steps_lost == 0
+
+
+FINISHED_THEN_TERM = """
+import os, signal, sys, time
+from survivor.commands.main import main
+
+class SoftOffWhileExiting:
+    def __del__(self):  # runs as the interpreter finalizes, after it has reset the signal handlers
+        os.kill(os.getpid(), signal.SIGTERM)  # the soft off that follows a finished boot
+        time.sleep(0.2)
+
+code = main(sys.argv[1:])
+soft_off = SoftOffWhileExiting()
+sys.exit(code)
+"""
+
+
+def test_a_sigterm_after_the_boot_ended_leaves_the_agents_own_exit_code(tmp_path):
+    """A finished boot's agent exits with the code it chose, even when the soft off that its own
+    leaving of the group brings comes while it exits (Python's finalization would otherwise die of
+    it: a simulator test saw exit -15 where the agent had chosen 0)."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text(dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=3, on_finish="auto"))
+    env = {k: v for k, v in os.environ.items() if k != "GCE_METADATA_HOST"}
+    done = subprocess.run([PYTHON, "-c", FINISHED_THEN_TERM, "agent", "--config", str(spec), "--workdir",
+                           str(tmp_path / "work"), "--allow-root-trainer"], env=env, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert journal_of(str(tmp_path / "jobdir")).done["step"] == 3
 
 
 def test_an_agent_off_gce_with_a_spec_file_just_finishes(tmp_path, monkeypatch):

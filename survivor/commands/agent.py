@@ -34,13 +34,21 @@ def run_agent(args: argparse.Namespace) -> int:
     logs.setup(args.log_format, args.log_level)
     # `kill -USR1 <agent pid>` prints every thread's stack to the journal: how to debug a stuck agent.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    return agent.run(agent.AgentOptions(
+    code = agent.run(agent.AgentOptions(
         workdir=args.workdir,
         spec_file=args.config,
         allow_root_trainer=args.allow_root_trainer,
         gpu_wait_seconds=args.gpu_wait_seconds,
         early_signals=early_signals,
     ))
+    # The boot is over and its exit code decided. Python's finalization puts SIGTERM and SIGINT back
+    # to their default (signalmodule.c, _PySignal_Fini), and the soft off that follows an agent's own
+    # leaving of its group, or a notice it has already saved on, then killed the exiting process: the
+    # unit's status said "killed by TERM" instead of the code the agent chose (a flaky test, a demo
+    # boot shown as "agent exit -15"). Nothing is left for a signal to stop.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    return code
 
 
 def add_commands(sub) -> None:
