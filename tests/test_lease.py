@@ -276,9 +276,13 @@ def test_a_second_live_agent_under_the_same_instance_name_never_takes_the_job(zo
     assert first.running(), "the first agent must not be superseded"
     assert not os.path.exists(os.path.join(second.workdir, "job")), "the second never restored or trained"
     assert json.loads(storage.read(LEASE).data)["agent"] == lease_before["agent"]
-    committed = CheckpointStore(storage).manifest_names()
-    first.wait_for_step(first.progress() + 10)
-    assert len(CheckpointStore(storage).manifest_names()) >= len(committed)  # the first still commits
+    # the first still commits: a snapshot newer than every one before (counting them would not do:
+    # garbage collection after a commit removes the oldest, and may run before the next lands)
+    newest = max(CheckpointStore(storage).manifest_names())
+    deadline = time.monotonic() + 60
+    while max(CheckpointStore(storage).manifest_names()) <= newest:
+        assert time.monotonic() < deadline and first.running(), f"no commit after {newest} in 60 s"
+        time.sleep(0.1)
     first.preempt()
     assert [a.instance for a in Journal(storage).attempts()] == ["vm-a"]
     assert not any(line["message"] == "another agent took over this job; stopped without committing"
