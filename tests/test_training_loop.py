@@ -72,3 +72,11 @@ def test_the_trainers_import_tensorflow_without_the_packages_no_trainer_uses():
                               "sys.modules} & {'matplotlib', 'googleapiclient'}))"], capture_output=True, text=True,
                              timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert without.stdout.strip() == "['googleapiclient', 'matplotlib']"  # what the block saves, still true
+
+
+def test_the_newest_checkpoint_by_name_is_the_highest_step_of_an_index_file():
+    from survivor.trainers.loop import newest_by_name
+
+    assert newest_by_name(["ckpt-9.index", "ckpt-31.index", "ckpt-100.index"]) == "ckpt-100"  # by step, not text
+    assert newest_by_name(["ckpt-x.index", "ckpt-7.data-00000-of-00001", "other-8.index"]) is None
+    assert newest_by_name([]) is None

@@ -354,10 +354,14 @@ class Runtime:
         checkpoint = tf.train.Checkpoint(**checkpoint_objects(model, optimizer, step, iterator))
         manager = tf.train.CheckpointManager(checkpoint, self.args.job_dir, max_to_keep=self.args.keep_checkpoints,
                                              checkpoint_name="ckpt")
-        if manager.latest_checkpoint:
-            checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+        latest = manager.latest_checkpoint or newest_by_name([os.path.basename(p) for p in
+                                                             tf.io.gfile.glob(os.path.join(self.args.job_dir, "ckpt-*.index"))])
+        if latest and not os.path.isabs(latest) and "://" not in latest:
+            latest = os.path.join(self.args.job_dir, latest)
+        if latest:
+            checkpoint.restore(latest).assert_existing_objects_matched()
             self.saved_step = int(step.numpy())
-            print(f"resumed from {os.path.basename(manager.latest_checkpoint)} at step {self.saved_step}", flush=True)
+            print(f"resumed from {os.path.basename(latest)} at step {self.saved_step}", flush=True)
         else:
             print(f"starting from scratch on {self.replicas} replica(s)", flush=True)
         if positional:
@@ -451,6 +455,17 @@ class _StepFunction:
         else:
             self._trace_batch(zeros)
         return True
+
+
+def newest_by_name(index_files: list[str]) -> str | None:
+    """Pure decision: the newest checkpoint (`ckpt-N`) among its `ckpt-N.index` file names, or None.
+    The resume's fallback when the job dir has no `checkpoint` state file naming one: TensorFlow
+    writes that file after the checkpoint's own files, and a commit taken between the two (seen once:
+    the agent committed a notice's save before it, and kept that first commit of the step) restores
+    the checkpoint without it, which `CheckpointManager.latest_checkpoint` reads as none at all."""
+    steps = [int(name[len("ckpt-"):-len(".index")]) for name in index_files
+             if name.startswith("ckpt-") and name.endswith(".index") and name[len("ckpt-"):-len(".index")].isdigit()]
+    return f"ckpt-{max(steps)}" if steps else None
 
 
 @contextlib.contextmanager
