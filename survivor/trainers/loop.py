@@ -46,6 +46,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -354,10 +355,11 @@ class Runtime:
         checkpoint = tf.train.Checkpoint(**checkpoint_objects(model, optimizer, step, iterator))
         manager = tf.train.CheckpointManager(checkpoint, self.args.job_dir, max_to_keep=self.args.keep_checkpoints,
                                              checkpoint_name="ckpt")
-        latest = manager.latest_checkpoint or newest_by_name([os.path.basename(p) for p in
-                                                             tf.io.gfile.glob(os.path.join(self.args.job_dir, "ckpt-*.index"))])
-        if latest and not os.path.isabs(latest) and "://" not in latest:
-            latest = os.path.join(self.args.job_dir, latest)
+        latest = manager.latest_checkpoint
+        if not latest:
+            named = newest_by_name([os.path.basename(p) for p in
+                                    tf.io.gfile.glob(os.path.join(self.args.job_dir, "ckpt-*.index"))])
+            latest = os.path.join(self.args.job_dir, named) if named else None
         if latest:
             checkpoint.restore(latest).assert_existing_objects_matched()
             self.saved_step = int(step.numpy())
@@ -463,9 +465,11 @@ def newest_by_name(index_files: list[str]) -> str | None:
     writes that file after the checkpoint's own files, and a commit taken between the two (seen once:
     the agent committed a notice's save before it, and kept that first commit of the step) restores
     the checkpoint without it, which `CheckpointManager.latest_checkpoint` reads as none at all."""
-    steps = [int(name[len("ckpt-"):-len(".index")]) for name in index_files
-             if name.startswith("ckpt-") and name.endswith(".index") and name[len("ckpt-"):-len(".index")].isdigit()]
+    steps = [int(found.group(1)) for found in map(_INDEX_FILE.fullmatch, index_files) if found]
     return f"ckpt-{max(steps)}" if steps else None
+
+
+_INDEX_FILE = re.compile(r"ckpt-(\d+)\.index")
 
 
 @contextlib.contextmanager
