@@ -624,7 +624,12 @@ class _Rounds:
         tally.inputs += 1
         booted = self.boot()
         if self.rng.random() < 0.5:  # a soft off while the boot waits on the metadata server
-            time.sleep(self.rng.uniform(0.5, 8.0))
+            # Once the agent has asked for its first dripped answer (a start-up under load can take longer
+            # than any fixed sleep), and at a random moment of the drips or just after them.
+            deadline = time.monotonic() + BOOT_DEADLINE
+            while self.vm.metadata.faults_left() == drips and time.monotonic() < deadline and self.vm.wait(0.05) is None:
+                pass
+            time.sleep(self.rng.uniform(0.0, drips * 2.0 + 1.0))
             before = self.store.latest()
             self.vm.set_preempted()
             self.vm.soft_off()
@@ -647,8 +652,7 @@ class _Rounds:
             before = self.store.latest()
             self.kill(tally, booted)
         # What the emulator did not get to drip (it counts answers down) was not injected.
-        left = self.vm.metadata._fault[1] if self.vm.metadata._fault[0] == "drip" else 0
-        tally.faults["dripped metadata answers"] += drips - left
+        tally.faults["dripped metadata answers"] += drips - self.vm.metadata.faults_left()
         self.vm.metadata.fault("ok", count=0)
         self.check_restore(tally, before, "after a slow-metadata boot")
         self.count_tracebacks(tally)

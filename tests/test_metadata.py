@@ -58,7 +58,9 @@ def test_hanging_get_returns_the_current_value_at_its_timeout(metadata_server):
 
 def test_503_is_retried(metadata_server):
     metadata_server.fault("503", count=2)
+    assert metadata_server.faults_left() == 2
     assert MetadataClient(metadata_server.host).get("instance/name") == "survivor-local-1"
+    assert metadata_server.faults_left() == 0  # the chaos harness counts what was injected this way
 
 
 def test_an_answer_without_the_flavor_header_is_refused(metadata_server):

@@ -139,6 +139,12 @@ class MetadataServer(LocalService):
             self._fault = (mode, count)
             self._drip_interval = interval
 
+    def faults_left(self) -> int:
+        """How many of the answers `fault` asked to misbehave have not been taken yet (0 when `ok`)."""
+        with self._cond:
+            mode, count = self._fault
+            return 0 if mode == "ok" else max(count, 0)
+
     def _take_fault(self) -> str:
         with self._cond:
             mode, count = self._fault
