@@ -181,3 +181,36 @@ def test_a_checkpoint_written_before_the_mirror_starts_is_committed_not_taken_fo
                    on_commit=lambda stats: None).start(restored=frozenset())  # nothing was restored
     fixed.final_sync(pause=0.01)
     assert fixed.committed_step == 8 and fixed.uncommitted() is None
+
+
+def test_the_state_file_tensorflow_writes_after_a_first_save_commits_its_step_again(tmp_path):
+    """A first save's shards are committed before TensorFlow writes its `checkpoint` state file
+    (the notice's poll caught the moment between): the state file commits the step again, so the
+    restore holds what `latest_checkpoint` reads. Files that changed still never replace a commit."""
+    from survivor.agent.mirror import adds_only
+    from survivor.jobdir.snapshot import scan
+
+    local = tmp_path / "job"
+    local.mkdir()
+    storage = open_storage(str(tmp_path / "jobdir"))
+    store = CheckpointStore(storage)
+    commits = []
+    mirror = Mirror(store, storage, str(local), attempt=1, interval=3600, committed_step=None,
+                    on_commit=commits.append).start(restored=frozenset())  # rounds hourly: the test syncs
+    (local / "ckpt-31.index").write_bytes(b"index")
+    (local / "ckpt-31.data-00000-of-00001").write_bytes(b"weights" * 100)
+    assert mirror.sync(collect=False).manifest.step == 31
+    before = scan(str(local)).fingerprint()
+    (local / "checkpoint").write_text('model_checkpoint_path: "ckpt-31"\nall_model_checkpoint_paths: "ckpt-31"\n')
+    assert adds_only(before, scan(str(local)).fingerprint())
+    again = mirror.sync(collect=False)
+    assert again is not None and again.manifest.step == 31 and again.manifest.seq == 2
+    restored = tmp_path / "restored"
+    assert store.restore(str(restored)).seq == 2
+    assert (restored / "checkpoint").read_text().startswith('model_checkpoint_path: "ckpt-31"')
+    # a file of the committed step changed: not a superset, the commit stands
+    (local / "ckpt-31.data-00000-of-00001").write_bytes(b"torn")
+    assert not adds_only(scan(str(restored)).fingerprint(), scan(str(local)).fingerprint())
+    assert mirror.sync(collect=False) is None and len(commits) == 2
+    mirror.stop()
+    assert not adds_only(None, before) and not adds_only(before, before)

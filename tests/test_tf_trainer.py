@@ -2,6 +2,7 @@
 
 import os
 import random
+import re
 
 import pytest
 
@@ -87,7 +88,10 @@ def test_keras_fit_helper_saves_on_sigterm_and_resumes_mid_epoch_exactly(tmp_pat
     stops = sorted(random.Random().sample([s for s in range(3, 50) if s % 8], 2))
     for stop in stops:
         run_trainer(KERAS_FIT, resumed, args, stop_at=stop)
-    run_trainer(KERAS_FIT, resumed, args)
+    os.remove(os.path.join(resumed, "checkpoint"))  # resumed by name, as the loop is (loop.latest_checkpoint)
+    out = run_trainer(KERAS_FIT, resumed, args)
+    resumed_at = re.search(r"resumed from ckpt-(\d+) at step (\d+)", out)  # not from scratch
+    assert resumed_at and resumed_at[1] == resumed_at[2] and int(resumed_at[1]) >= stops[-1], out[-1500:]
     a, b = checkpoint_values(straight), checkpoint_values(resumed)
     assert int(b["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"]) == 56
     assert any("rng" in name for name in b)

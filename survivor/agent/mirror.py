@@ -39,6 +39,17 @@ log = logs.get("mirror")
 POLL_AFTER_NOTICE = 0.1
 
 
+def adds_only(committed: frozenset | None, now: frozenset) -> bool:
+    """Pure: whether the snapshot `now` holds every file of the `committed` one unchanged, and more.
+    A step committed again this way loses nothing of its first commit: TensorFlow's
+    CheckpointManager writes a save's shards first and its `checkpoint` state file after them
+    (`CheckpointManager.save` calls `_record_state` once `write` returns;
+    tensorflow/python/checkpoint/checkpoint_management.py), and a commit taken between the two, of a job's first save (no state file
+    yet, so the shards' names give the step), holds a checkpoint that `latest_checkpoint` cannot
+    find. The state file then commits the step again, with it."""
+    return committed is not None and committed < now
+
+
 class Mirror:
     """Commits each new local snapshot to the job dir, in a background thread while training runs.
 
@@ -140,7 +151,7 @@ class Mirror:
         fingerprint = snapshot.fingerprint()
         if fingerprint == self._fingerprint:
             return None
-        if snapshot.step == self.committed_step:
+        if snapshot.step == self.committed_step and not adds_only(self._fingerprint, fingerprint):
             # The files of a committed step changed (a trainer that rewrote or truncated them after
             # its rename): the first commit of the step stands; a second would replace it for good
             # (issue 24 item 7). docs/trainer-contract.md says what the agent can and cannot catch.

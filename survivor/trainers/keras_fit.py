@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 
 from survivor.trainers.contract import StopRequest, report_progress, report_saved
+from survivor.trainers.loop import latest_checkpoint
 
 
 def _rng_variables(model) -> list:
@@ -45,9 +46,12 @@ def fit_resumable(model, batches_from, *, job_dir: str, epochs: int, steps_per_e
     rng = {f"rng_{i}": getattr(v, "value", v) for i, v in enumerate(_rng_variables(model))}
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, rng=rng)
     manager = tf.train.CheckpointManager(checkpoint, job_dir, max_to_keep=keep, checkpoint_name="ckpt")
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+    latest = latest_checkpoint(manager, job_dir)  # by name when no state file names one
+    if latest:
+        checkpoint.restore(latest).assert_existing_objects_matched()
     done = int(optimizer.iterations.numpy())
+    if latest:  # the line the built-in loop prints too
+        print(f"resumed from {os.path.basename(latest)} at step {done}", flush=True)
     total = epochs * steps_per_epoch
     if done >= total:
         return "finished"

@@ -355,11 +355,7 @@ class Runtime:
         checkpoint = tf.train.Checkpoint(**checkpoint_objects(model, optimizer, step, iterator))
         manager = tf.train.CheckpointManager(checkpoint, self.args.job_dir, max_to_keep=self.args.keep_checkpoints,
                                              checkpoint_name="ckpt")
-        latest = manager.latest_checkpoint
-        if not latest:
-            named = newest_by_name([os.path.basename(p) for p in
-                                    tf.io.gfile.glob(os.path.join(self.args.job_dir, "ckpt-*.index"))])
-            latest = os.path.join(self.args.job_dir, named) if named else None
+        latest = latest_checkpoint(manager, self.args.job_dir)
         if latest:
             checkpoint.restore(latest).assert_existing_objects_matched()
             self.saved_step = int(step.numpy())
@@ -459,12 +455,25 @@ class _StepFunction:
         return True
 
 
+def latest_checkpoint(manager, job_dir: str) -> str | None:
+    """The checkpoint a resume restores: the one TensorFlow's `checkpoint` state file names
+    (`manager.latest_checkpoint`), else the newest `ckpt-N` by name (`newest_by_name`), else None.
+    The built-in loop and `keras_fit.fit_resumable` both resume through it."""
+    import tensorflow as tf
+
+    if manager.latest_checkpoint:
+        return manager.latest_checkpoint
+    named = newest_by_name([os.path.basename(p) for p in tf.io.gfile.glob(os.path.join(job_dir, "ckpt-*.index"))])
+    return os.path.join(job_dir, named) if named else None
+
+
 def newest_by_name(index_files: list[str]) -> str | None:
     """Pure decision: the newest checkpoint (`ckpt-N`) among its `ckpt-N.index` file names, or None.
     The resume's fallback when the job dir has no `checkpoint` state file naming one: TensorFlow
-    writes that file after the checkpoint's own files, and a commit taken between the two (seen once:
-    the agent committed a notice's save before it, and kept that first commit of the step) restores
-    the checkpoint without it, which `CheckpointManager.latest_checkpoint` reads as none at all."""
+    writes that file after the checkpoint's own files, and a commit taken between the two restores
+    the checkpoint without it, which `CheckpointManager.latest_checkpoint` reads as none at all. The
+    agent commits the step again once the state file appears (`agent.mirror.adds_only`), but a VM
+    gone before that leaves only the first commit."""
     steps = [int(found.group(1)) for found in map(_INDEX_FILE.fullmatch, index_files) if found]
     return f"ckpt-{max(steps)}" if steps else None
 
