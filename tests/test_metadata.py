@@ -112,7 +112,7 @@ def test_a_server_that_drips_bytes_is_cut_off_at_the_calls_deadline(metadata_ser
         started = time.monotonic()
         with pytest.raises(MetadataError, match="no complete answer in time"):
             call()
-        assert time.monotonic() - started < limit + 0.5
+        assert time.monotonic() - started < limit + 1.0  # the deadline, plus a loaded machine's scheduling
     metadata_server.fault("ok")
     assert md.get("instance/name") == "survivor-local-1"
 
@@ -135,8 +135,11 @@ def test_a_sigterm_while_the_boot_waits_on_a_dripping_metadata_server_ends_it_at
     """The early signal handler used to only record the SIGTERM: the boot went on waiting for an
     answer that never completes. Now the boot ends within a second, with nothing to save."""
     vm = _agent_on_a_dripping_server(tmp_path, instance_factory)
-    time.sleep(4.0)  # imports done; the agent is inside its first metadata call
-    assert vm.running()
+    deadline = time.monotonic() + 60  # imports done (a start-up under the suite's load can take seconds)
+    while vm.metadata.faults_left() == 1_000_000 and time.monotonic() < deadline and vm.running():
+        time.sleep(0.05)
+    time.sleep(0.5)  # the agent is inside its first metadata call, a byte every 2 s
+    assert vm.running() and vm.metadata.faults_left() < 1_000_000
     vm.soft_off()
     started = time.monotonic()
     assert vm.wait(5.0) == 0, "the agent must end its boot within the grace budget after SIGTERM"
@@ -164,4 +167,4 @@ def test_a_call_can_be_given_a_shorter_deadline(metadata_server):
     started = time.monotonic()
     with pytest.raises(MetadataError, match="no complete answer in time"):
         md.get("instance/preempted", deadline=1.0)
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 2.0  # against 5 s an attempt without it
