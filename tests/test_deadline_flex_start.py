@@ -135,3 +135,22 @@ def test_a_failed_request_goes_on_demand_at_once_and_says_why():
     assert flex_start_failure([older, newer]) is None  # only the newest request counts
     assert flex_start_failure([older]) == "resize request a: OLD: gone"
     assert flex_start_failure([{"name": "c", "state": "FAILED"}]) == "resize request c: FAILED, no error given"
+
+
+def test_a_queued_request_says_how_long_it_waited_and_what_its_last_attempt_met():
+    from survivor.operator.deadline import flex_start_queue
+
+    now = dt.datetime(2026, 11, 25, 3, 30, tzinfo=dt.timezone.utc)
+    queued = {"name": "b", "creationTimestamp": "2026-11-25T02:00:00Z", "state": "ACCEPTED"}
+    assert flex_start_queue([queued], now) == "resize request b: ACCEPTED, queued 1.50 h; no VM yet, nothing failed"
+    retrying = {**queued, "status": {"lastAttempt": {"error": {"errors": [
+        {"code": "ZONE_RESOURCE_POOL_EXHAUSTED", "message": "no a2"}, {"code": "QUOTA_EXCEEDED"}]}}}}
+    assert flex_start_queue([retrying], now) == ("resize request b: ACCEPTED, queued 1.50 h; its last attempt: "
+                                                 "ZONE_RESOURCE_POOL_EXHAUSTED: no a2; QUOTA_EXCEEDED (Compute tries again)")
+    assert flex_start_queue([{"name": "c", "state": "CREATING"}], now) == \
+        "resize request c: CREATING; no VM yet, nothing failed"  # no creation time: no wait given
+    for final in ("SUCCEEDED", "FAILED", "CANCELLED"):  # only an active request is queued
+        assert flex_start_queue([{**retrying, "state": final}], now) is None
+    older_active = {**retrying, "name": "a", "creationTimestamp": "2026-11-25T01:00:00Z"}
+    assert flex_start_queue([older_active, {**queued, "state": "SUCCEEDED"}], now) is None  # the newest counts
+    assert flex_start_queue([], now) is None

@@ -317,6 +317,39 @@ def test_a_failed_flex_start_request_sends_the_job_to_on_demand_at_the_next_look
     assert compute.get_group(group)["instanceTemplate"].endswith("/cifar-on-demand")
 
 
+def test_status_and_watch_show_a_queued_flex_start_request_and_its_last_attempt(compute_server, tmp_path, capsys,
+                                                                                 monkeypatch):
+    """While DWS has no capacity the request stays ACCEPTED and its status.lastAttempt says why; the
+    operator reads both in `survivor status` and `survivor watch`. Provisioned, the line goes."""
+    import json as _json
+
+    from survivor.commands import main as cli
+
+    compute, group, storage = stocked_out_a2_job(compute_server, tmp_path, monkeypatch)
+    compute_server.flex_start_capacity = False
+    compute_server.flex_start_last_attempt = ("ZONE_RESOURCE_POOL_EXHAUSTED", "no a2-highgpu-1g in us-central1-a")
+    assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0
+    assert "spot -> flex-start" in capsys.readouterr().out
+    assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0  # accepted into the queue, not yet tried
+    out = capsys.readouterr().out
+    assert ": ACCEPTED, queued 0.00 h; no VM yet, nothing failed" in out and "staying on flex-start" in out, out
+    assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0  # tried: the switch stands, the line says why
+    out = capsys.readouterr().out
+    assert "group cifar: flex-start resize request survivor-" in out and (
+        ": ACCEPTED, queued 0.00 h; its last attempt: ZONE_RESOURCE_POOL_EXHAUSTED: no a2-highgpu-1g in "
+        "us-central1-a (Compute tries again)") in out, out
+    assert cli.main(["status", "cifar", "--zone", ZONE]) == 0
+    out = capsys.readouterr().out
+    assert "flex-start resize request survivor-" in out and "its last attempt: ZONE_RESOURCE_POOL_EXHAUSTED" in out
+    assert cli.main(["status", "cifar", "--zone", ZONE, "--json"]) == 0
+    assert "ZONE_RESOURCE_POOL_EXHAUSTED" in _json.loads(capsys.readouterr().out)["resize_request"]
+    compute_server.flex_start_capacity = True  # provisioned: a final state clears the last attempt
+    [request] = compute.resize_requests_of(group)
+    assert request["state"] == "SUCCEEDED" and "lastAttempt" not in (request.get("status") or {})
+    assert cli.main(["status", "cifar", "--zone", ZONE, "--json"]) == 0
+    assert _json.loads(capsys.readouterr().out).get("resize_request") is None
+
+
 def test_survivor_watch_sends_a_stocked_out_a2_job_that_allows_it_to_flex_start(compute_server, tmp_path, capsys,
                                                                               monkeypatch):
     """The stocked-out a2 job (above) goes to flex-start; its request is provisioned when there is capacity."""

@@ -183,6 +183,8 @@ def _print_status(report: dict) -> None:
                       markup=False)
         if guest.get("finish"):  # it could not leave its group and powered itself off
             console.print(f"    {guest['finish']}", markup=False)
+    if report.get("resize_request"):  # a flex-start group: its request queued, or why it failed
+        console.print(f"  flex-start {report['resize_request']}", markup=False)
     job = report.get("job")
     if not job:
         return

@@ -17,7 +17,7 @@ getGuestAttributes), zone/region/global operations (get and wait; operations sta
 DONE when next looked at), and a MIG's resize requests (instanceGroupManagerResizeRequests and the
 regional ones: insert/get/list/cancel/delete; docs/flex-start.md): CREATING, ACCEPTED at the next
 look, then SUCCEEDED with the group grown by `resizeBy` at the look after while `flex_start_capacity`
-holds; refused with a run duration outside 10 min to 7 days, on a group with an autoscaler
+holds (else still ACCEPTED, with `flex_start_last_attempt` as its `status.lastAttempt.error`); refused with a run duration outside 10 min to 7 days, on a group with an autoscaler
 (`attach_autoscaler`), or whose template is not a FLEX_START one of a machine flex-start runs.
 Failures can be injected per method: an HTTP error (403 ...) or an
 operation error (`ZONE_RESOURCE_POOL_EXHAUSTED`, `QUOTA_EXCEEDED`).
@@ -251,6 +251,8 @@ class ComputeServer(LocalService):
         self.flex_start_capacity = True
         #: (code, message): an ACCEPTED resize request ends FAILED with this error at its next look
         self.flex_start_failure: tuple[str, str] | None = None
+        #: (code, message): what an ACCEPTED request waiting for capacity reports as its last attempt
+        self.flex_start_last_attempt: tuple[str, str] | None = None
         #: follow_capacity: the trace, trace seconds per real second, the fake's zone of each trace
         #: zone, and the clock and its reading at the trace's hour 0
         self.capacity_trace: tuple[Any, float, dict[str, str], Callable[[], float], float] | None = None
@@ -683,7 +685,7 @@ class ComputeServer(LocalService):
             request["state"] = "ACCEPTED"
         elif request["state"] == "ACCEPTED" and self.flex_start_failure is not None:
             # "The request failed before or during provisioning" (the discovery document's FAILED);
-            # its final `status.error` says why
+            # its final `status.error` says why, and the last attempt's errors are cleared
             code, message = self.flex_start_failure
             request["state"] = "FAILED"
             request["status"] = {"error": {"errors": [{"code": code, "message": message}]}}
@@ -691,6 +693,12 @@ class ComputeServer(LocalService):
             group["targetSize"] += int(request["resizeBy"])
             self._reconcile(group)
             request["state"] = "SUCCEEDED"
+            request["status"] = {}  # "The value is cleared when ResizeRequest transitions to the final state"
+        elif request["state"] == "ACCEPTED" and self.flex_start_last_attempt is not None:
+            # still queued: `status.lastAttempt.error`, "Errors that prevented the ResizeRequest to be
+            # fulfilled" (InstanceGroupManagerResizeRequestStatusLastAttempt, the discovery document)
+            code, message = self.flex_start_last_attempt
+            request["status"] = {"lastAttempt": {"error": {"errors": [{"code": code, "message": message}]}}}
 
     def _instanceGroupManagerResizeRequests_insert(self, params, query, body):
         group = self._group(params)
@@ -760,6 +768,7 @@ class ComputeServer(LocalService):
             raise HttpError(400, f"The resize request '{request['name']}' is in state {request['state']} and cannot "
                                  "be cancelled; only a request accepted in the queue can.")
         request["state"] = "CANCELLED"
+        request["status"] = {}  # a final state: the last attempt's errors are cleared
         return self._operation(params, "cancel", request["selfLink"].split(BASE, 1)[1], group["_scope"])
 
     def _instanceGroupManagerResizeRequests_delete(self, params, query, body):

@@ -501,20 +501,47 @@ def situation(deadline_at: _dt.datetime, first_start: _dt.datetime, now: _dt.dat
                      flex_start=flex, flex_start_failed=flex_failed)
 
 
+def _newest_request(requests: list[dict]) -> dict | None:
+    """The group's newest resize request, by creation time, then name."""
+    if not requests:
+        return None
+    return max(requests, key=lambda r: (str(r.get("creationTimestamp") or ""), str(r.get("name") or "")))
+
+
+def _errors_text(error: dict | None) -> str:
+    """An `error` object's `errors` as "CODE: message; CODE: message" ('' for none)."""
+    errors = ((error or {}).get("errors")) or []
+    return "; ".join(": ".join(v for v in (str(e.get("code") or ""), str(e.get("message") or "")) if v)
+                     for e in errors if isinstance(e, dict))
+
+
 def flex_start_failure(requests: list[dict]) -> str | None:
     """Pure: why the group's newest resize request (by creation time, then name) ended FAILED, from
     its final `status.error.errors` ("CODE: message"), or None when it did not fail. The Compute v1
     discovery document: state FAILED, "The request failed before or during provisioning"; `status.error`,
     "Fatal errors ... that caused the transition to the FAILED state ... this field is final"."""
-    if not requests:
+    newest = _newest_request(requests)
+    if newest is None or newest.get("state") != "FAILED":
         return None
-    newest = max(requests, key=lambda r: (str(r.get("creationTimestamp") or ""), str(r.get("name") or "")))
-    if newest.get("state") != "FAILED":
+    return f"resize request {newest.get('name')}: " + (
+        _errors_text((newest.get("status") or {}).get("error")) or "FAILED, no error given")
+
+
+def flex_start_queue(requests: list[dict], now: _dt.datetime) -> str | None:
+    """Pure: where the group's newest resize request stands while it is still active (CREATING or
+    ACCEPTED), for an operator: how long it has been queued, and what stopped its last attempt when
+    Compute says (`status.lastAttempt.error.errors`: "Errors that prevented the ResizeRequest to be
+    fulfilled"; "temporary since the ResizeRequest can retry ... cleared when ResizeRequest
+    transitions to the final state": the Compute v1 discovery document,
+    InstanceGroupManagerResizeRequestStatus). None for a request no longer active, or none."""
+    newest = _newest_request(requests)
+    if newest is None or newest.get("state") not in ("CREATING", "ACCEPTED"):
         return None
-    errors = (((newest.get("status") or {}).get("error") or {}).get("errors")) or []
-    said = "; ".join(": ".join(v for v in (str(e.get("code") or ""), str(e.get("message") or "")) if v)
-                     for e in errors if isinstance(e, dict))
-    return f"resize request {newest.get('name')}: " + (said or "FAILED, no error given")
+    created = parse_time(newest.get("creationTimestamp"))
+    queued = f", queued {(now - created).total_seconds() / 3600:.2f} h" if created else ""
+    last = _errors_text(((newest.get("status") or {}).get("lastAttempt") or {}).get("error"))
+    return (f"resize request {newest.get('name')}: {newest.get('state')}{queued}"
+            + (f"; its last attempt: {last} (Compute tries again)" if last else "; no VM yet, nothing failed"))
 
 
 def assess(spec: JobSpec, storage: JobStorage, now: _dt.datetime, *, running: bool,

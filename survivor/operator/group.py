@@ -26,7 +26,8 @@ from typing import Any, Callable, Iterator
 from survivor import log as logs
 from survivor.cloud import machines
 from survivor.operator import image, preflight
-from survivor.operator.deadline import FLEX_START, FLEX_START_MAX_RUN_HOURS, ON_DEMAND, SPOT
+from survivor.operator.deadline import (FLEX_START, FLEX_START_MAX_RUN_HOURS, ON_DEMAND, SPOT, flex_start_failure,
+                                       flex_start_queue)
 from survivor.cloud.compute import (BASE_INSTANCE_NAME_MAX, Compute, ComputeError, GroupRef, distribution_policy,
                                     explain_operation_errors, find_project, group_creation, location_problems,
                                     name_problems, spec_project, PROJECT_HINT)
@@ -619,7 +620,11 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
         out["instances"] = instances
         current = out["group"]["template"]
         template = compute.get_template(current) if current else None
-        base, _ = template_mode(current)
+        base, mode = template_mode(current)
+        if mode == FLEX_START:  # its VM comes from a resize request: where that stands
+            requests = compute.resize_requests_of(group)
+            out["resize_request"] = (flex_start_failure(requests)
+                                     or flex_start_queue(requests, _dt.datetime.now(_dt.timezone.utc)))
         if template and base != current:  # after a deadline's switch: price the Spot machine
             template = compute.get_template(base) or template
         if template:
