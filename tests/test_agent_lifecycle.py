@@ -26,7 +26,7 @@ def run_to_completion(vm, timeout=120):
 
 @pytest.mark.parametrize("how", ["metadata-flag", "sigterm"])
 def test_preempted_at_a_random_step_resumes_at_the_emergency_checkpoint(how, job_dir, tmp_path, instance_factory):
-    train_steps = 60
+    train_steps = 120  # 75 or more steps after the notice: a late notice still comes before the end
     vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=train_steps))
     vm.boot()
     target = random.Random().randint(5, 45)
@@ -60,8 +60,9 @@ def test_preempted_at_a_random_step_resumes_at_the_emergency_checkpoint(how, job
 
 def test_a_trainer_that_ignores_sigterm_resumes_from_its_newest_file(job_dir, tmp_path, instance_factory):
     """The recipe's dummy trainer: writes a file every 5 steps and ignores SIGTERM."""
-    # 100 steps: the 72 or more left take longer than the trainer's share of the 2 s grace, so it is killed
-    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=100, on_sigterm="ignore",
+    # 160 steps: the 132 or more left (4 s) take longer than the trainer's share of the 2 s grace, so it is
+    # killed, however late the notice comes on a loaded machine
+    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=160, on_sigterm="ignore",
                                      checkpoint_steps=5, grace_seconds=2))
     vm.boot()
     vm.wait_for_step(random.Random().randint(12, 28))
@@ -73,7 +74,7 @@ def test_a_trainer_that_ignores_sigterm_resumes_from_its_newest_file(job_dir, tm
     run_to_completion(vm)
     state = journal_of(job_dir)
     assert state.attempts[-1].restored_step == first.end_step
-    assert state.done["step"] == 100
+    assert state.done["step"] == 160
 
 
 def test_a_job_dir_that_says_done_is_never_trained_again(job_dir, tmp_path, instance_factory):
@@ -152,9 +153,19 @@ def test_guest_attributes_show_state_and_step(job_dir, tmp_path, instance_factor
 def test_a_sigterm_while_the_agent_is_still_starting_is_a_clean_stop(job_dir, tmp_path, instance_factory):
     vm = instance_factory(dummy_spec(job_dir, tmp_path))
     vm.boot()
+    import signal
     import time
 
-    time.sleep(0.4)  # past the interpreter's start, inside the agent's own imports and set-up
+    def handles_sigterm() -> bool:  # SigCgt: the signals the process catches, a hex mask
+        with open(f"/proc/{vm.process.pid}/status", encoding="ascii") as f:
+            caught = next(line.split()[1] for line in f if line.startswith("SigCgt:"))
+        return bool(int(caught, 16) >> (signal.SIGTERM - 1) & 1)
+
+    # past the interpreter's start (a SIGTERM before any Python runs kills any process), at the agent's
+    # first handler, which comes before its imports and set-up: a fixed 0.4 s was not always enough
+    deadline = time.monotonic() + 30
+    while not handles_sigterm() and time.monotonic() < deadline:
+        time.sleep(0.005)
     vm.soft_off()
     assert vm.wait(30) == 0
     attempts = journal_of(job_dir).attempts
@@ -298,13 +309,15 @@ def test_the_builtin_tensorflow_loop_saves_on_a_maintenance_notice_and_trains_on
     vm.metadata.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
     saved = wait_until(store.committed, 60, "a commit after the maintenance notice")[0].step
     vm.wait_for_step(saved + 20, timeout=60)
-    assert vm.running() and [m.step for m in store.committed()] == [saved]
+    # one step, maybe two manifests of it: a first save's state file, written after its shards, may
+    # commit the step again (mirror.adds_only)
+    assert vm.running() and {m.step for m in store.committed()} == {saved}
     vm.soft_off()
     assert vm.wait(60) == 0
     attempt = journal_of(job_dir).attempts[-1]
     assert attempt.steps_lost == 0 and attempt.end_step >= saved + 20
-    steps = [m.step for m in store.committed()]  # the stop's save may be committed twice (files settling)
-    assert steps[0] == attempt.end_step and steps[-1] == saved and set(steps[1:-1]) <= {attempt.end_step}
+    steps = [m.step for m in store.committed()]  # newest first; either save may be committed twice
+    assert steps[0] == attempt.end_step and steps[-1] == saved and set(steps) == {attempt.end_step, saved}
     assert sum("asked to save at step" in line["message"] for line in vm.log_lines()) == 1
 
 

@@ -304,13 +304,19 @@ def test_startup_sh_mounts_the_disk_where_the_agent_looks_and_marks_it_as_the_ag
 # -- end to end: a LocalInstance with a state disk -------------------------------------------------
 
 
+#: the jobs below wait for step 23, then give a notice: the steps after it (3 s at 0.03 s a step)
+#: must outlast a loaded machine's delay between the test's wait and the agent's SIGTERM, or the job
+#: finishes before its notice
+STEPS = 120
+
+
 def _journal(job_dir):
     return Journal(open_storage(job_dir)).state()
 
 
 def test_preempted_with_too_little_time_the_state_disk_keeps_the_checkpoint_and_the_next_boot_loses_no_step(
         job_dir, tmp_path, instance_factory):
-    spec = dummy_spec(job_dir, tmp_path, train_steps=60, checkpoint_steps=5, state_disk_gb=10)
+    spec = dummy_spec(job_dir, tmp_path, train_steps=STEPS, checkpoint_steps=5, state_disk_gb=10)
     vm = instance_factory(spec, state_disk=True, env={RATE_ENV: "1"})
     vm.boot()
     vm.wait_for_step(23)
@@ -326,16 +332,16 @@ def test_preempted_with_too_little_time_the_state_disk_keeps_the_checkpoint_and_
     assert vm.wait(120) == 0, f"see {vm.log_path()}"
     state = _journal(job_dir)
     second = state.attempts[-1]
-    assert second.restored_step == record.step and state.done["step"] == 60
+    assert second.restored_step == record.step and state.done["step"] == STEPS
     assert any(line.get("message") == "committed the state disk's snapshot" for line in vm.log_lines())
     assert open_storage(job_dir).list(PENDING) == []
     steps = executed_steps(tmp_path)
-    assert len(steps) == 60 and steps[-1] == 60  # every step run once: none lost
+    assert len(steps) == STEPS and steps[-1] == STEPS  # every step run once: none lost
 
 
 def test_a_damaged_state_disk_copy_is_ignored_and_the_previous_commit_restores(tmp_path, instance_factory):
     job_dir = str(tmp_path / "jobdir")
-    spec = dummy_spec(job_dir, tmp_path, train_steps=60, checkpoint_steps=5, state_disk_gb=10)
+    spec = dummy_spec(job_dir, tmp_path, train_steps=STEPS, checkpoint_steps=5, state_disk_gb=10)
     vm = instance_factory(spec, state_disk=True, env={RATE_ENV: "1"})
     vm.boot()
     vm.wait_for_step(23)
@@ -362,7 +368,7 @@ def _preempted_with_a_pending_snapshot(tmp_path, instance_factory, **fields):
     """A VM preempted with too little time: its last checkpoint waits on its state disk. Returns
     (vm, job_dir, record, the step committed in the job dir before it)."""
     job_dir = str(tmp_path / "jobdir")
-    spec = dummy_spec(job_dir, tmp_path, train_steps=60, checkpoint_steps=5, state_disk_gb=10, **fields)
+    spec = dummy_spec(job_dir, tmp_path, train_steps=STEPS, checkpoint_steps=5, state_disk_gb=10, **fields)
     vm = instance_factory(spec, state_disk=True, env={RATE_ENV: "1"})
     vm.boot()
     vm.wait_for_step(23)
@@ -381,7 +387,7 @@ def test_a_pending_snapshot_is_not_obsolete_against_a_newer_manifest_that_does_n
     that verifies makes it obsolete; here the disk's snapshot is committed and restored."""
     vm, job_dir, record, previous = _preempted_with_a_pending_snapshot(tmp_path, instance_factory)
     storage = open_storage(job_dir)
-    store = CheckpointStore(storage, max_step=60)
+    store = CheckpointStore(storage, max_step=STEPS)
     good = json.loads(storage.read(store.latest().name).data)
     good["step"], good["attempt"], good["seq"] = record.step + 10, 9, 99
     good["files"][0]["chunks"][0]["object"] = "survivor/blobs/chunks/" + "0" * 64  # never stored
@@ -389,7 +395,7 @@ def test_a_pending_snapshot_is_not_obsolete_against_a_newer_manifest_that_does_n
     vm.boot(wipe=True)
     assert vm.wait(120) == 0, f"see {vm.log_path()}"
     state = _journal(job_dir)
-    assert state.attempts[-1].restored_step == record.step and state.done["step"] == 60
+    assert state.attempts[-1].restored_step == record.step and state.done["step"] == STEPS
     assert storage.list(PENDING) == []
 
 
@@ -413,7 +419,7 @@ def test_a_link_at_the_state_disks_snapshots_is_never_followed(tmp_path, instanc
     everything in the link's target (with the agent as root, a link to / wipes the machine). The
     disk is not used then: the notice's commit goes to Cloud Storage and the target is untouched."""
     job_dir = str(tmp_path / "jobdir")
-    spec = dummy_spec(job_dir, tmp_path, train_steps=60, checkpoint_steps=5, state_disk_gb=10)
+    spec = dummy_spec(job_dir, tmp_path, train_steps=STEPS, checkpoint_steps=5, state_disk_gb=10)
     vm = instance_factory(spec, state_disk=True, env={RATE_ENV: "1"})
     target = tmp_path / "precious"
     target.mkdir()
