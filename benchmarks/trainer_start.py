@@ -57,9 +57,9 @@ def first_step_seconds(tree: str, trainer: str, timeout: float = 120.0, gate_aft
                 time.sleep(max(0.0, started + gate_after - time.monotonic()))
                 if process.poll() is not None:
                     raise RuntimeError(f"{trainer} from {tree} exited {process.returncode} at its start gate")
+                started = time.monotonic()  # from `go`: stamped before it is written, never after the trainer woke
                 process.stdin.write(START_GATE_GO)
                 process.stdin.close()
-                started = time.monotonic()
             while time.monotonic() - started < timeout:
                 try:
                     with open(progress, "rb") as f:

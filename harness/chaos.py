@@ -545,21 +545,31 @@ class _Rounds:
                                         "emptied": b"", "another chunk's bytes": self.read(other)}[how])
         tally.inputs += 1
         tally.faults[f"chunk {how}"] += 1
-        waited = time.monotonic() + 15
-        while time.monotonic() < waited and (self.store.latest() or target).name == target.name:
+        # Read after the damage: the commit it names, and one under way now (its chunks verified before
+        # the damage), may rightly hold the damaged chunk; a commit begun after that one cannot.
+        floor = self.store.latest() or target
+        waited = time.monotonic() + 20
+        while time.monotonic() < waited and self.commits_after(floor.name) < 2:
             time.sleep(0.1)
         time.sleep(self.rng.uniform(0.0, 1.0))
         before = self.store.latest()
+        after_damage = self.commits_after(floor.name)
         self.kill(tally, booted)
-        if before is not None and before.name != target.name:  # a commit made after the damage must restore
+        if before is not None and after_damage >= 2:  # the newest commit began after the damage: it must restore
+            tally.faults["judged on a commit begun after the damage"] += 1
             self.check_restore(tally, before, f"after a {how} chunk")
         elif data is not None:
-            # No commit came after the damage (a loaded machine): the newest snapshot is still the
-            # damaged one, which every later round would take for the newest good commit and judge
+            # No commit began after the damage (a loaded machine): the newest snapshot may hold the
+            # damaged chunk, and every later round would take it for the newest good commit and judge
             # its rightful refusal a lost commit (two clean-clone runs of 2026-11-27 did). Undone.
             self.storage.write(victim, data)
         self.count_tracebacks(tally)
         self.storage_faults(tally, since)
+
+    def commits_after(self, name: str) -> int:
+        """How many manifests are newer than the one named `name` (all of them once it is gone)."""
+        names = self.store.manifest_names()  # newest first
+        return names.index(name) if name in names else len(names)
 
     def pid_namespace_round(self) -> None:
         """A second agent of this VM's name, zone and boot in another pid namespace than the holder's."""
