@@ -17,6 +17,7 @@ GOOD = Manifest(step=120, attempt=4, seq=2, created="t", writer="w", parent="",
                                  (ChunkEntry(0, 30, "AAAAAA==", "survivor/blobs/chunks/" + "1" * 64),)),))
 
 
+@pytest.mark.usefixtures("gc_off")  # parses 100,000-deep JSON in this process
 @pytest.mark.parametrize("kind", sorted(DAMAGES))
 @pytest.mark.parametrize("good", [GOOD, None], ids=["after a commit", "before any commit"])
 def test_each_damaged_manifest_sorts_newest_and_is_refused_for_its_own_damage(kind, good):

@@ -63,6 +63,7 @@ def test_an_unreadable_lease_is_an_unknown_holder_that_goes_stale():
     assert decide_takeover(None, ME, 60, ttl=60, readable=False) == "take"
 
 
+@pytest.mark.usefixtures("gc_off")  # parses 100,000-deep JSON in this process
 @pytest.mark.parametrize("data", [b"", b"\xff\xfe garbage", b"[1, 2]", b"42", b"null", b'"vm-a"',
                                   b'{"instance": 5}', b'{"instance": "vm-a", "boot": ["x"]}', b"[" * 100000])
 def test_a_lease_object_that_does_not_parse_has_no_holder(data):

@@ -192,6 +192,7 @@ def _stored_name(body: bytes) -> str:
     return manifest_name(step, 9, 1)
 
 
+@pytest.mark.usefixtures("gc_off")  # parses 100,000-deep JSON in this process
 @pytest.mark.parametrize("kind", list(BAD_MANIFESTS))
 def test_a_manifest_that_fails_verification_is_skipped_for_the_previous_one(kind, job_dir, tmp_path,
                                                                              instance_factory):
@@ -285,6 +286,7 @@ BAD_RECORDS = {
 }
 
 
+@pytest.mark.usefixtures("gc_off")  # parses 100,000-deep JSON in this process
 @pytest.mark.parametrize("kind", list(BAD_RECORDS))
 def test_an_unreadable_attempt_record_is_treated_as_absent(kind, job_dir, tmp_path, instance_factory):
     record = "survivor/attempts/000001.json"

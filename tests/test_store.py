@@ -258,6 +258,7 @@ def chunk(**fields) -> dict:
     return {**GOOD_ENTRY, "chunks": [{**GOOD_CHUNK, **fields}]}
 
 
+@pytest.mark.usefixtures("gc_off")  # parses 100,000-deep JSON in this process
 @pytest.mark.parametrize("data", [
     b'{"step": NaN, "attempt": 1, "files": []}',
     body().replace(b'"size": 12', b'"size": Infinity'),
