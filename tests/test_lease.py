@@ -104,10 +104,10 @@ def test_an_agent_of_this_boot_in_another_pid_namespace_is_alive_until_its_lease
     storage = open_storage(job_dir)
     me = Holder.here("vm-a", "zone-a")
     container = Holder("vm-a", me.boot, "zone-a", "999999999:12345", "pid:[4026532999]")
-    holder = Lease(storage, container, ttl=1.0).acquire().start_renewing()
+    holder = Lease(storage, container, ttl=1.0).acquire().start_renewing()  # renews every 0.25 s
     try:
-        with pytest.raises(LeaseHeld, match="held by vm-a"):
-            Lease(storage, me, ttl=1.0).acquire(poll=0.1)
+        with pytest.raises(LeaseHeld, match="held by vm-a"):  # stale after 3 s unrenewed; waits 6 s
+            Lease(storage, me, ttl=3.0).acquire(poll=0.1)
         assert not holder.lost.is_set()
     finally:
         holder.release()
@@ -120,10 +120,12 @@ def test_an_agent_of_this_boot_in_another_pid_namespace_is_alive_until_its_lease
 
 def test_a_live_holder_keeps_the_job_and_is_named(job_dir):
     storage = open_storage(job_dir)
-    first = Lease(storage, Holder("vm-a", "1"), ttl=1.0).acquire().start_renewing()
+    first = Lease(storage, Holder("vm-a", "1"), ttl=1.0).acquire().start_renewing()  # renews every 0.25 s
     try:
+        # the taker's 3 s without a renewal, not 0.75 s, before it calls the lease stale: one late
+        # renewal on a loaded machine must not hand the job over (it waits 6 s, twice that)
         with pytest.raises(LeaseHeld, match="held by vm-a"):
-            Lease(storage, Holder("vm-b", "1"), ttl=1.0).acquire(poll=0.1)
+            Lease(storage, Holder("vm-b", "1"), ttl=3.0).acquire(poll=0.1)
     finally:
         first.release()
     Lease(storage, Holder("vm-b", "1"), ttl=1.0).acquire(wait=0)  # released: taken at once

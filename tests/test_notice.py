@@ -35,7 +35,7 @@ def test_preempted_flag_fires_within_a_round_trip(metadata_server):
         metadata_server.set("instance/preempted", "TRUE")
         notice = watcher.wait(5)
         assert notice.source == "preempted" and notice.detail == "instance/preempted=TRUE"
-        assert notice.monotonic - flipped < 1.0
+        assert notice.monotonic - flipped < 3.0  # a round trip on a loaded machine, not the GET's 5 s timeout
     finally:
         watcher.stop()
 
@@ -61,8 +61,11 @@ def test_terminating_maintenance_asks_for_a_save_and_is_not_a_notice_to_stop(met
         assert watcher.wait(0.5) is None  # training goes on: nothing to stop for
         assert wait_for_maintenance(watcher, 1.0) is None  # the same value again is the same notice
         # the event ends and a new one is announced: a second save
+        asked = metadata_server.requests
         metadata_server.set("instance/maintenance-event", "NONE")
-        time.sleep(0.3)
+        deadline = time.monotonic() + 5  # the watcher saw NONE and asks again (a fixed 0.3 s could merge the two)
+        while metadata_server.requests == asked and time.monotonic() < deadline:
+            time.sleep(0.01)
         metadata_server.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
         assert wait_for_maintenance(watcher, 5) is not None
         # the stop itself still comes as a notice

@@ -324,14 +324,20 @@ def test_nothing_a_trainer_started_outlives_it(base, ending):
         deadline = time.monotonic() + 60
         while len([n for n in os.listdir(marks) if n.endswith(".pid")]) < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
-        time.sleep(0.1)
-        pids = [int(open(os.path.join(marks, n)).read()) for n in os.listdir(marks) if n.endswith(".pid")]
+        while time.monotonic() < deadline:  # a pid file just created may not hold its pid yet
+            texts = [open(os.path.join(marks, n)).read() for n in os.listdir(marks) if n.endswith(".pid")]
+            if all(t.strip().isdigit() for t in texts):
+                break
+            time.sleep(0.02)
+        pids = [int(t) for t in texts]
         if ending == "notice":
             while not os.path.exists(os.path.join(marks, "ready")) and time.monotonic() < deadline:
                 time.sleep(0.02)
             proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
-        time.sleep(0.3)
+        gone = time.monotonic() + 5  # killed with the agent's exit: gone within moments, even on a loaded machine
+        while any(_alive(pid) for pid in pids) and time.monotonic() < gone:
+            time.sleep(0.02)
         assert [pid for pid in pids if _alive(pid)] == [], "the trainer's children outlived it"
         local_job = os.path.join(workdir, "job")
         sizes = {n: os.path.getsize(os.path.join(local_job, n)) for n in os.listdir(local_job) if "written-by" in n}
@@ -434,7 +440,7 @@ def test_read_progress_reads_only_a_regular_file_and_only_its_start(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     started = time.monotonic()
-    assert read_progress(str(fifo)) is None and time.monotonic() - started < 1  # a FIFO does not block
+    assert read_progress(str(fifo)) is None and time.monotonic() - started < 5  # a FIFO does not block (for ever)
     big = tmp_path / "big"
     big.write_bytes(b'{"step": 7, "pad": "' + b"x" * 10_000_000 + b'"}')
     assert read_progress(str(big)) is None  # not read whole (whole, it would parse)

@@ -117,8 +117,10 @@ def test_the_dummy_trainer_saves_on_its_save_signal_and_keeps_training(tmp_path)
             time.sleep(0.02)
         saved = [int(p.name.split("-")[-1].split(".")[0]) for p in job.glob("dummy-checkpoint-*.json")]
         assert len(saved) == 1
-        time.sleep(0.3)
-        assert proc.poll() is None and read_progress(str(progress)) > saved[0] + 5  # still training
+        deadline = time.monotonic() + 10  # still training: steps past the save (a starved trainer takes longer)
+        while (read_progress(str(progress)) or 0) <= saved[0] + 5 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert proc.poll() is None and read_progress(str(progress)) > saved[0] + 5
     finally:
         proc.terminate()
         assert proc.wait(10) == 0
