@@ -93,8 +93,9 @@ class FaultPlan:
     the proxy; `paths`, a regular expression, limits faults to requests whose decoded path (with its
     query) it finds (say, downloads of checkpoint blobs: r"/o/.*survivor/blobs/.*alt=media"), and
     `bodies` to requests whose body's first 4 KiB it finds (an upload names its object there);
-    `outage_seconds` makes each drawn fault last that long for every matching request; `limit`
-    (0: none) is how many faults (or outages) are drawn at most."""
+    `outage_seconds` makes each drawn fault last that long for every matching request, and for at
+    least `outage_requests` of them (a client a loaded machine slows still meets the outage as many
+    times); `limit` (0: none) is how many faults (or outages) are drawn at most."""
 
     rate: float = 0.1
     kinds: tuple[str, ...] = KINDS
@@ -104,6 +105,7 @@ class FaultPlan:
     paths: str = ""
     bodies: str = ""
     outage_seconds: float = 0.0
+    outage_requests: int = 0
     limit: int = 0
     _rng: random.Random = field(init=False, repr=False)
 
@@ -111,6 +113,7 @@ class FaultPlan:
         self._rng = random.Random(self.seed)
         self._lock = threading.Lock()
         self._outage: tuple[float, str] | None = None  # (ends, fault) of the outage under way
+        self._outage_left = 0  # requests the outage under way fails still, whatever the time
         self._drawn = 0
 
     def draw(self, path: str = "", body: bytes = b"") -> str | None:
@@ -126,7 +129,8 @@ class FaultPlan:
                 return None
             if self._outage is not None:
                 ends, fault = self._outage
-                if time.monotonic() < ends:
+                if time.monotonic() < ends or self._outage_left > 0:
+                    self._outage_left -= 1
                     return fault
                 self._outage = None
             if (self.limit and self._drawn >= self.limit) or self._rng.random() >= self.rate:
@@ -135,6 +139,7 @@ class FaultPlan:
             fault = self._rng.choice(self.kinds)
             if self.outage_seconds:
                 self._outage = (time.monotonic() + self.outage_seconds, fault)
+                self._outage_left = self.outage_requests - 1  # this request is the outage's first
             return fault
 
 

@@ -24,6 +24,19 @@ def faulty(gcs_server, bucket, monkeypatch):
     proxy.stop()
 
 
+def test_an_outage_lasts_its_seconds_and_its_requests_whichever_is_later():
+    import time
+
+    plan = FaultPlan(rate=1.0, kinds=("503",), outage_seconds=0.01, outage_requests=3, limit=1)
+    assert plan.draw("/upload/x") == "503"
+    time.sleep(0.05)  # its seconds are over, its requests not
+    assert [plan.draw("/upload/x") for _ in range(3)] == ["503", "503", None]
+    timed = FaultPlan(rate=1.0, kinds=("503",), outage_seconds=0.2, outage_requests=1, limit=1)
+    assert [timed.draw("/upload/x") for _ in range(3)] == ["503"] * 3  # within its 0.2 s
+    time.sleep(0.25)
+    assert timed.draw("/upload/x") is None
+
+
 def test_commits_and_restores_ride_out_injected_faults(faulty, tmp_path):
     proxy, bucket = faulty
     store = CheckpointStore(GcsStorage(f"gs://{bucket}/faults"))
@@ -95,7 +108,7 @@ def test_an_attempts_end_record_outlives_a_second_long_outage(gcs_server, bucket
     write's window is 1 s, so the record (how the attempt ended, for status, report and goodput) is
     written by the retry of the whole write, not lost. This lost the record once in a loaded CI run."""
     plan = FaultPlan(rate=1.0, kinds=("503",), paths=r"^/upload/", bodies=r'"name": "[^"]*survivor/attempts/', outage_seconds=1.5,
-                     limit=1, enabled=False)
+                     outage_requests=2, limit=1, enabled=False)
     proxy = FaultProxy(gcs_server.url, plan).start()
     try:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
@@ -107,7 +120,7 @@ def test_an_attempts_end_record_outlives_a_second_long_outage(gcs_server, bucket
         assert vm.preempt() == 0
         attempt = Journal(open_storage(job_dir)).attempts()[-1]
         log = open(vm.log_path()).read()
-        assert proxy.count["503"] >= 2, proxy.count  # the outage really outlasted the first write's window
+        assert proxy.count["503"] >= 2, proxy.count  # 1.5 s and two requests at least: past the first write's window
         assert attempt.outcome == "preempted", log[-3000:]
         assert attempt.end_step is not None and attempt.end_step >= 10
         assert "the attempt's end record" in log and "could not record the attempt's end" not in log

@@ -216,17 +216,41 @@ def fence_log(calls: list, fail: bool = False):
     return fence
 
 
+class UploadsAwaitingTheFence(SlowUploads):
+    """Uploads that last until the fence has run (at most 10 s): they end before it only when the
+    fence waits for the upload instead of running beside it."""
+
+    def __init__(self, storage, fenced):
+        super().__init__(storage, 0.0)
+        self.fenced, self.ended = fenced, None
+
+    def upload_parts(self, parts):
+        self.fenced.wait(10)
+        try:
+            return self.storage.upload_parts(parts)
+        finally:
+            self.ended = time.monotonic()
+
+
 def test_the_fence_runs_alongside_the_upload_and_again_right_before_the_manifest(job_dir, tmp_path):
-    storage = SlowUploads(open_storage(job_dir), 0.3)
+    import threading
+
+    fenced = threading.Event()
+    storage = UploadsAwaitingTheFence(open_storage(job_dir), fenced)
     store = CheckpointStore(storage)
     local = str(tmp_path / "job")
     write(local, "dummy-checkpoint-5.json", b"{}")
     calls: list = []
-    started = time.monotonic()
-    stats = store.commit(local, scan(local), 1, fence=fence_log(calls))
+    log = fence_log(calls)
+
+    def fence():
+        log()
+        fenced.set()
+
+    stats = store.commit(local, scan(local), 1, fence=fence)
     assert len(calls) == 2
-    assert calls[0] - started < 0.25, "the first fence ran while the upload did, not after it"
-    assert calls[1] - started >= 0.3, "the second came after the upload, right before the manifest"
+    assert calls[0] < storage.ended, "the first fence ran while the upload did, not after it"
+    assert calls[1] >= storage.ended, "the second came after the upload, right before the manifest"
     assert stats.manifest.step == 5 and store.latest().step == 5
 
 
