@@ -359,7 +359,7 @@ def test_safe_means_committed_not_exited(reports_saved, tmp_path, instance_facto
     assert attempt.steps_lost == 0 and attempt.end_step == attempt.reached_step >= 10
     seconds = attempt.timings["notice_to_safe"]
     if reports_saved:
-        assert seconds < 3, f"the agent waited {seconds} s for an exit it did not need"
+        assert seconds < 6, f"the agent waited {seconds} s for an exit it did not need"  # the exit takes 8
     else:
         assert seconds >= 8, f"the agent did not wait for a trainer that never said it saved ({seconds} s)"
 
