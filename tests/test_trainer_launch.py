@@ -302,3 +302,30 @@ def test_a_reader_racing_the_writer_never_sees_a_wrong_step(tmp_path):
     assert seen == sorted(seen), "a step went backwards: a torn record was believed"
     assert all(1 <= s <= 200000 for s in seen)
     assert read_progress(path) == 200000
+
+
+FINISHED_THEN_TERM = """
+import os, signal, sys, time
+from survivor.trainers.contract import StopRequest
+
+class NoticeWhileExiting:
+    def __del__(self):  # runs as the interpreter finalizes, after it has reset the signal handlers
+        os.kill(os.getpid(), signal.SIGTERM)  # the agent's SIGTERM on a notice, as the trainer exits
+        time.sleep(0.2)
+
+stop = StopRequest.install()
+notice = NoticeWhileExiting()
+sys.exit(0)  # trained to the end
+"""
+
+
+def test_a_sigterm_as_a_finished_trainer_exits_leaves_its_own_exit_code(tmp_path):
+    """A trainer that used the contract's StopRequest and finished exits 0 even when the notice's
+    SIGTERM comes during Python's finalization (seen as -15 in a resume test under load)."""
+    script = tmp_path / "trainer.py"
+    script.write_text(FINISHED_THEN_TERM)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    bare = tmp_path / "bare.py"  # the same without the contract: the case the rule is for
+    bare.write_text(FINISHED_THEN_TERM.replace("stop = StopRequest.install()", "pass"))
+    assert subprocess.run([sys.executable, str(bare)], timeout=60).returncode == -signal.SIGTERM

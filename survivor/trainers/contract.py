@@ -18,6 +18,7 @@ Nothing here is required: a trainer that ignores SIGTERM and never reports progr
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -57,6 +58,7 @@ class StopRequest:
         request = cls()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, request._handle)
+        atexit.register(_nothing_left_to_stop)
         return request
 
     def _handle(self, signum, frame) -> None:
@@ -73,6 +75,15 @@ class StopRequest:
         if self.at is None:
             self.at = time.monotonic()
         self._event.set()
+
+
+def _nothing_left_to_stop() -> None:
+    """At exit, once the trainer's program has returned: a stop request has nothing left to stop.
+    Python's finalization then puts SIGTERM's default action back (signalmodule.c, `_PySignal_Fini`),
+    and the agent's SIGTERM on a notice that comes as a finished trainer exits would end it -15, not
+    with the code it chose; an ignored signal stays ignored (as `survivor agent` does, commands/agent.py)."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 class SaveRequest:
