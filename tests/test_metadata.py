@@ -42,11 +42,17 @@ def test_hanging_get_returns_at_once_for_a_stale_etag_and_waits_for_a_change(met
     md = MetadataClient(metadata_server.host)
     value, etag = md.wait_for_change("instance/preempted", "NONE", timeout_sec=5)
     assert value == "FALSE" and etag != "NONE"
-    threading.Timer(0.3, metadata_server.set, args=("instance/preempted", "TRUE")).start()
-    started = time.monotonic()
+    set_at: list[float] = []
+
+    def change():
+        set_at.append(time.monotonic())
+        metadata_server.set("instance/preempted", "TRUE")
+
+    threading.Timer(0.3, change).start()
     value2, etag2 = md.wait_for_change("instance/preempted", etag, timeout_sec=10)
+    answered = time.monotonic()
     assert value2 == "TRUE" and etag2 != etag
-    assert 0.2 < time.monotonic() - started < 5
+    assert set_at and set_at[0] <= answered < set_at[0] + 5  # it waited for the change, then answered it
 
 
 def test_hanging_get_returns_the_current_value_at_its_timeout(metadata_server):
