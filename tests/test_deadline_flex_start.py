@@ -154,3 +154,17 @@ def test_a_queued_request_says_how_long_it_waited_and_what_its_last_attempt_met(
     older_active = {**retrying, "name": "a", "creationTimestamp": "2026-11-25T01:00:00Z"}
     assert flex_start_queue([older_active, {**queued, "state": "SUCCEEDED"}], now) is None  # the newest counts
     assert flex_start_queue([], now) is None
+
+
+def test_a_flex_start_run_that_is_over_goes_on_demand_and_says_so():
+    from survivor.operator.deadline import flex_start_run_end
+
+    done = {"name": "r", "creationTimestamp": "2026-11-18T02:00:00Z", "state": "SUCCEEDED"}
+    assert flex_start_run_end([done], members=0) == "resize request r succeeded and the group has no VM left"
+    assert flex_start_run_end([done], members=1) is None  # its VM still there (or just made, booting)
+    assert flex_start_run_end([{**done, "state": "ACCEPTED"}], members=0) is None  # queued: not over
+    assert flex_start_run_end([], members=0) is None
+    ended = Situation(**{**idle_on_spot(10.0, GOOD, mode=FLEX_START).__dict__, "flex_start_ended": "r: gone"})
+    decision = decide(BEHIND, ended)
+    assert decision.mode == ON_DEMAND and decision.reason == "the flex-start VM's run is over (r: gone); on-demand"
+    assert decide(BEHIND, Situation(**{**ended.__dict__, "running": True})).mode == FLEX_START

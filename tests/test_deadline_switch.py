@@ -350,6 +350,33 @@ def test_status_and_watch_show_a_queued_flex_start_request_and_its_last_attempt(
     assert _json.loads(capsys.readouterr().out).get("resize_request") is None
 
 
+def test_when_the_flex_start_run_is_over_the_next_look_goes_on_demand(compute_server, tmp_path, capsys, monkeypatch):
+    """The flex-start VM trained until its run duration ended and the MIG deleted it (F4, A4): the
+    group has no VM and its request SUCCEEDED. Nothing will bring a VM back there, so the next look
+    goes on-demand at once, and says why (it used to wait out flex_start_wait_hours from the switch)."""
+    from survivor.commands import main as cli
+
+    compute, group, storage = stocked_out_a2_job(compute_server, tmp_path, monkeypatch)
+    assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0
+    assert "spot -> flex-start" in capsys.readouterr().out
+    [request] = compute.resize_requests_of(group)
+    assert compute.resize_request(group, request["name"])["state"] == "SUCCEEDED"
+    [vm] = compute.managed_instances(group)
+    assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0  # its VM is there (booting or training): it stays
+    assert "-> on-demand" not in capsys.readouterr().out
+    assert compute_server.end_flex_start_runs(PROJECT, f"zones/{ZONE}", "cifar") == 1  # the run duration ends
+    assert compute.managed_instances(group) == [] and compute.get_group(group)["targetSize"] == 0
+    assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0
+    out = capsys.readouterr().out
+    assert (f"flex-start -> on-demand: the flex-start VM's run is over (resize request {request['name']} "
+            "succeeded and the group has no VM left); on-demand") in out, out
+    assert [s.to_mode for s in switches(storage)] == ["flex-start", "on-demand"]
+    found = compute.get_group(group)
+    assert found["instanceTemplate"].endswith("/cifar-on-demand") and found["targetSize"] == 1
+    [again] = compute.managed_instances(group)
+    assert compute_server.instances[(PROJECT, ZONE, again["name"])]["scheduling"]["provisioningModel"] == "STANDARD"
+
+
 def test_survivor_watch_sends_a_stocked_out_a2_job_that_allows_it_to_flex_start(compute_server, tmp_path, capsys,
                                                                               monkeypatch):
     """The stocked-out a2 job (above) goes to flex-start; its request is provisioned when there is capacity."""

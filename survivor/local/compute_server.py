@@ -670,6 +670,27 @@ class ComputeServer(LocalService):
             group = self.groups[(project, scope, name)]
             group["status"]["autoscaler"] = f"{self.endpoint}{BASE}projects/{project}/{scope}/autoscalers/{name}"
 
+    def end_flex_start_runs(self, project: str, scope: str, name: str) -> int:
+        """Time passes to the end of the run duration of every SUCCEEDED request of a group: "At the
+        end of the run duration, the MIG deletes the created VMs" (docs/flex-start.md F4), and its
+        target size goes down by as many, or it would recreate them (assumption A4). Returns how many
+        VMs it deleted (each a soft off, through `on_instance_deleted`, as any deletion)."""
+        with self.lock:
+            group = self.groups[(project, scope, name)]
+            over = group.setdefault("_runs_over", set())  # the requests whose run already ended
+            ending = [r for r in group.get("_resize_requests", {}).values()
+                      if r["state"] == "SUCCEEDED" and r["name"] not in over]
+            over.update(r["name"] for r in ending)
+            ran = sum(int(r["resizeBy"]) for r in ending)
+            flex = [m for m in list(group["_members"])
+                    if ((self.instances.get(m) or {}).get("scheduling") or {}).get("provisioningModel") == "FLEX_START"]
+            ended = flex[:ran]
+            for member in ended:
+                group["_members"].remove(member)
+                self._delete_instance(member, by_group=True)
+                group["targetSize"] = max(0, group["targetSize"] - 1)
+            return len(ended)
+
     def _resize_request(self, group: dict, name: str) -> dict:
         found = group.setdefault("_resize_requests", {}).get(name)
         if found is None:

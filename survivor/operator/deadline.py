@@ -58,8 +58,9 @@ a safety net of `2d` (d: a restart's overhead).
    `flex_start_problem`), it is cheaper than on-demand, the remaining work fits one run duration
    (7 days), and the work plus the margin plus the queue wait the spec assumes
    (`fallback.flex_start_wait_hours`) still fit in the time left. A flex-start request that has waited
-   longer than that goes on-demand, and so does one whose request ended FAILED (`survivor watch`
-   reads the group's resize requests); a flex-start VM that trains keeps training (it is not preempted).
+   longer than that goes on-demand, and so does one whose request ended FAILED, or whose VM's run is
+   over (the request SUCCEEDED and the group has no VM: `survivor watch` reads the group's resize
+   requests and members); a flex-start VM that trains keeps training (it is not preempted).
    The safety net, the cost cap and a passed deadline go on-demand directly: they leave no time to queue.
 """
 
@@ -178,6 +179,8 @@ class Situation:
         flex_start: whether and how flex-start may stand in for on-demand (rule 8; None: it may not).
         flex_start_failed: the group's newest resize request ended FAILED, and why (its final
             `status.error`): the flex-start VM will not come (None: it did not fail).
+        flex_start_ended: the group's newest resize request SUCCEEDED and the group has no VM: the
+            flex-start VM's run is over (`flex_start_run_end`; None: it is not).
     """
 
     hours_left: float
@@ -188,6 +191,7 @@ class Situation:
     switch_back: bool = True
     flex_start: FlexStart | None = None
     flex_start_failed: str | None = None
+    flex_start_ended: str | None = None
 
 
 @dataclass(frozen=True)
@@ -298,6 +302,8 @@ def decide(measured: Measured, situation: Situation) -> Decision:
     queued = measured.since_switch_hours
     if flexing and not situation.running and situation.flex_start_failed:
         return to(ON_DEMAND, f"the flex-start request failed ({situation.flex_start_failed}); on-demand", slack)
+    if flexing and not situation.running and situation.flex_start_ended:  # rule 4 may bring Spot back later
+        return to(ON_DEMAND, f"the flex-start VM's run is over ({situation.flex_start_ended}); on-demand", slack)
     if flexing and queued is not None and queued >= flex.wait_hours:
         return to(ON_DEMAND, f"the flex-start request has waited {queued:.2f} h, longer than the "
                              f"{flex.wait_hours:.2f} h planned with; on-demand", slack)
@@ -493,12 +499,13 @@ def flex_start(spec: JobSpec) -> FlexStart | None:
 
 def situation(deadline_at: _dt.datetime, first_start: _dt.datetime, now: _dt.datetime, mode: str, *,
               running: bool, switch_back: bool = True, check_every_hours: float = CHECK_EVERY_HOURS,
-              flex: FlexStart | None = None, flex_failed: str | None = None) -> Situation:
+              flex: FlexStart | None = None, flex_failed: str | None = None,
+              flex_ended: str | None = None) -> Situation:
     """Pure: the Situation for a deadline resolved to a time (spec.Deadline.resolve)."""
     return Situation(hours_left=(deadline_at - now).total_seconds() / 3600,
                      window_hours=max(1e-6, (deadline_at - first_start).total_seconds() / 3600),
                      mode=mode, running=running, check_every_hours=check_every_hours, switch_back=switch_back,
-                     flex_start=flex, flex_start_failed=flex_failed)
+                     flex_start=flex, flex_start_failed=flex_failed, flex_start_ended=flex_ended)
 
 
 def _newest_request(requests: list[dict]) -> dict | None:
@@ -527,6 +534,18 @@ def flex_start_failure(requests: list[dict]) -> str | None:
         _errors_text((newest.get("status") or {}).get("error")) or "FAILED, no error given")
 
 
+def flex_start_run_end(requests: list[dict], members: int) -> str | None:
+    """Pure: why the flex-start VM will not train again, when the group's newest resize request
+    SUCCEEDED and the group has no VM (`members`: its managed instances, whatever their status; a
+    VM the request has just made is one, still booting). A flex-start VM runs until "Compute Engine
+    deletes the Flex-start VMs at the end of their run duration", or until it is deleted
+    (about-resize-requests-mig; docs/flex-start.md F4, A4). None otherwise."""
+    newest = _newest_request(requests)
+    if newest is None or newest.get("state") != "SUCCEEDED" or members:
+        return None
+    return f"resize request {newest.get('name')} succeeded and the group has no VM left"
+
+
 def flex_start_queue(requests: list[dict], now: _dt.datetime) -> str | None:
     """Pure: where the group's newest resize request stands while it is still active (CREATING or
     ACCEPTED), for an operator: how long it has been queued, and what stopped its last attempt when
@@ -546,12 +565,13 @@ def flex_start_queue(requests: list[dict], now: _dt.datetime) -> str | None:
 
 def assess(spec: JobSpec, storage: JobStorage, now: _dt.datetime, *, running: bool,
            check_every_hours: float = CHECK_EVERY_HOURS, first_start: _dt.datetime | None = None,
-           flex_failed: str | None = None) -> Decision | None:
+           flex_failed: str | None = None, flex_ended: str | None = None) -> Decision | None:
     """The decision for a job now, from its job dir's attempts and switches (None without a deadline).
 
     The group's mode is the last recorded switch's (Spot before any); `running`: a VM of the group
     trains now (the agent at its boot says True); `flex_failed`: the group's flex-start request
-    FAILED, and why (`flex_start_failure`, read by `survivor watch`)."""
+    FAILED, and why (`flex_start_failure`, read by `survivor watch`); `flex_ended`: its flex-start
+    VM's run is over (`flex_start_run_end`, read by `survivor watch`)."""
     if spec.deadline is None:
         return None
     recorded = switches(storage)
@@ -561,5 +581,6 @@ def assess(spec: JobSpec, storage: JobStorage, now: _dt.datetime, *, running: bo
     first = now - _dt.timedelta(hours=measured.elapsed_hours)
     where = situation(spec.deadline.resolve(first), first, now, mode_at(recorded, now), running=running,
                       switch_back=spec.fallback.switch_back if spec.fallback else True,
-                      check_every_hours=check_every_hours, flex=flex, flex_failed=flex_failed)
+                      check_every_hours=check_every_hours, flex=flex, flex_failed=flex_failed,
+                      flex_ended=flex_ended)
     return decide(measured, where)

@@ -47,17 +47,20 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
     if spec is None:
         raise RequestError(f"group {group.name}: its template {current} carries no survivor-job spec")
     storage = open_storage(job_dir or spec.job_dir, project=group.project)
-    running = any(m["status"] == "RUNNING" for m in compute.managed_instances(group))
+    members = compute.managed_instances(group)
+    running = any(m["status"] == "RUNNING" for m in members)
     created = parse_time(found.get("creationTimestamp"))  # as the records' times: aware, never a crash
-    failed = None
+    failed = ended = None
     if mode == deadline.FLEX_START and not running:
         requests = compute.resize_requests_of(group)
         failed = deadline.flex_start_failure(requests)
+        ended = deadline.flex_start_run_end(requests, len(members))
         queued = deadline.flex_start_queue(requests, _dt.datetime.now(_dt.timezone.utc))
         if queued:
             say(f"group {group.name}: flex-start {queued}")
     decision = deadline.assess(spec, storage, _dt.datetime.now(_dt.timezone.utc), running=running, first_start=created,
-                               check_every_hours=check_every_hours or deadline.CHECK_EVERY_HOURS, flex_failed=failed)
+                               check_every_hours=check_every_hours or deadline.CHECK_EVERY_HOURS, flex_failed=failed,
+                               flex_ended=ended)
     if spec.placement is not None and not running:  # no VM: the job may move to capacity elsewhere
         if placement.look_and_move(compute, group, spec, storage, by="watch", say=say) is not None:
             return decision
