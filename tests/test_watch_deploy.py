@@ -80,7 +80,8 @@ def test_the_default_image_and_refusals_before_any_call():
         "--service-account 'nobody': expected a service account's email"]
 
 
-def test_the_command_deploys_and_undeploys_through_the_endpoints_in_the_environment(apis, monkeypatch, capsys):
+def test_the_command_deploys_and_undeploys_through_the_endpoints_in_the_environment(apis, compute_server,
+                                                                                    monkeypatch, capsys):
     from survivor.commands.main import main
 
     run, scheduler, _ = apis
@@ -107,3 +108,40 @@ def test_the_vm_never_installs_or_imports_the_deploy_clients():
     code = ("import sys; import survivor.agent.boot, survivor.operator.watch_deploy, survivor.commands.watch; "
             "print(sorted(m for m in sys.modules if m.startswith(('google.cloud.run', 'google.cloud.scheduler'))))")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
+
+
+def test_a_job_that_may_move_is_deployed_with_its_job_dir(apis, compute_server, monkeypatch, capsys, tmp_path):
+    """A look deployed with only the group's zone finds no group there once the job has moved
+    (placement:); the deploy reads the group's spec and gives the look the job dir, whose records
+    say where the job went. --job-dir given, or a job that stays: what the operator said."""
+    from survivor.cloud.compute import Compute
+    from survivor.cloud.template import MachineOptions, template_body
+    from survivor.commands.main import main
+    from survivor.spec import JobSpec
+
+    run, scheduler, _ = apis
+    monkeypatch.setenv(watch_deploy.RUN_ENDPOINT_ENV, run.endpoint)
+    monkeypatch.setenv(watch_deploy.SCHEDULER_ENDPOINT_ENV, scheduler.endpoint)
+    job_dir = str(tmp_path / "job")
+    spec = JobSpec.from_yaml(f"job_dir: {job_dir}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
+                             "placement: {regions: [us-west1, us-central1]}\n")
+    compute = Compute("survivor-local", endpoint=compute_server.endpoint)
+    compute.insert_template(template_body("cifar10", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
+    compute.create_group("cifar10", "cifar10", zone="us-west1-b", size=0)
+    base = ["watch", "cifar10", "--project", "survivor-local", "--zone", "us-west1-b", "--deploy",
+            "--service-account", ACCOUNT]
+
+    def args():
+        return run.jobs[NAME]["template"]["template"]["containers"][0]["args"]
+
+    assert main(base) == 0
+    assert f"the look is deployed with --job-dir {job_dir}" in capsys.readouterr().out
+    assert args()[-2:] == ["--job-dir", job_dir]
+    assert main(base + ["--job-dir", "gs://elsewhere/job"]) == 0  # the operator's word stands
+    assert args()[-2:] == ["--job-dir", "gs://elsewhere/job"]
+    staying = JobSpec.from_yaml(f"job_dir: {job_dir}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n")
+    compute.insert_template(template_body("stays", staying, MachineOptions.from_spec(staying), script="#!/bin/bash\n"))
+    compute.create_group("stays", "stays", zone="us-west1-b", size=0)
+    assert main(["watch", "stays", "--project", "survivor-local", "--zone", "us-west1-b", "--deploy",
+                 "--service-account", ACCOUNT]) == 0
+    assert "--job-dir" not in run.jobs[f"{PARENT}/jobs/survivor-watch-stays"]["template"]["template"]["containers"][0]["args"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 import time
 
 from survivor.commands import flags
@@ -47,13 +48,28 @@ def _deployment(args: argparse.Namespace, project: str):
                            job_dir=args.job_dir)
 
 
-def run_deploy(args: argparse.Namespace, project: str) -> int:
-    """`--deploy` / `--undeploy`: creates (or updates) or removes the Cloud Run and Scheduler jobs."""
+def run_deploy(args: argparse.Namespace, group) -> int:
+    """`--deploy` / `--undeploy`: creates (or updates) or removes the Cloud Run and Scheduler jobs.
+    A job that may move (`placement:`) is deployed with its job dir, unless --job-dir names one."""
+    from dataclasses import replace
+
     from google.api_core.exceptions import GoogleAPICallError
+    from google.auth.exceptions import DefaultCredentialsError
 
+    from survivor.cloud.compute import Compute, ComputeError
     from survivor.operator import watch_deploy
+    from survivor.operator.watch import job_dir_to_deploy_with
 
-    options = _deployment(args, project)
+    options = _deployment(args, group.project)
+    if args.deploy and not options.job_dir:
+        try:
+            found = job_dir_to_deploy_with(Compute(group.project), group)
+        except (ComputeError, DefaultCredentialsError) as exc:  # the deploy goes on; the look reads the group
+            print(f"group {group.name}: not read ({exc}); deploying the look without --job-dir", file=sys.stderr)
+            found = None
+        if found:
+            options = replace(options, job_dir=found)
+            print(f"group {group.name}: its job may move (placement:); the look is deployed with --job-dir {found}")
     try:
         if args.undeploy:
             done = watch_deploy.undeploy(options)
@@ -82,7 +98,7 @@ def run_watch(args: argparse.Namespace) -> int:
             raise SpecError([f"{flag} {value!r}: only with --deploy (what the deployed look runs as and from)"])
     group = JobAddress(args.name, args.project, args.zone, args.region).group()
     if args.deploy or args.undeploy:
-        return run_deploy(args, group.project)
+        return run_deploy(args, group)
     compute = Compute(group.project)
     while True:
         watch_once(compute, group, job_dir=args.job_dir, check_every_hours=(every or 900) / 3600, say=print)

@@ -19,10 +19,31 @@ from survivor.jobdir.storage import open_storage
 from survivor.jobdir.switches import parse_time
 from survivor.operator import deadline, placement
 from survivor.operator.group import RequestError, Say, spec_of, switch_group, template_mode
+from survivor.spec import JobSpec
 
 
 def _silent(line: str) -> None:
     """The default `say`: nothing."""
+
+
+def group_spec(compute: Compute, found: dict) -> tuple[str, JobSpec | None]:
+    """The mode a group's template runs (`template_mode`) and the job spec its Spot template carries
+    (None: none), from the group's REST body."""
+    current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
+    base, mode = template_mode(current)
+    template = compute.get_template(base) or compute.get_template(current)
+    return mode, spec_of(template) if template else None
+
+
+def job_dir_to_deploy_with(compute: Compute, group: GroupRef) -> str | None:
+    """The job dir a deployed watch must be given (`--job-dir`): a job with `placement:` may move,
+    and a look that only knows the group's first zone finds no group there after the move; its
+    records, in the job dir, say where it went. None for a job that stays (or a group not found)."""
+    found = compute.get_group(group)
+    if found is None:
+        return None
+    _, spec = group_spec(compute, found)
+    return spec.job_dir if spec is not None and spec.placement is not None else None
 
 
 def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
@@ -40,11 +61,9 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
         raise RequestError(f"group {group.name}: not found in {where}; nothing to watch" + (
             "" if job_dir else " (a job that moved, placement:, is found through its records: give --job-dir, "
                                "and deploy the watch with it)"))
-    current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
-    base, mode = template_mode(current)
-    template = compute.get_template(base) or compute.get_template(current)
-    spec = spec_of(template) if template else None
+    mode, spec = group_spec(compute, found)
     if spec is None:
+        current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
         raise RequestError(f"group {group.name}: its template {current} carries no survivor-job spec")
     storage = open_storage(job_dir or spec.job_dir, project=group.project)
     members = compute.managed_instances(group)
