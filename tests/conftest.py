@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import random
 import sys
 import uuid
 
@@ -25,6 +26,31 @@ PYTHON = sys.executable
 # fresh venv the docs and boot tests make.) The product is unaffected: pip compiles what it installs.
 if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None or sys.dont_write_bytecode:
     sys.dont_write_bytecode = False
+
+
+#: What the tests' random choices (a step to preempt at, a chaos seed) are drawn from, one seed a
+#: test: printed with a failure, so `SURVIVOR_TEST_SEED=N python -m pytest ...` replays its draws.
+SEED_ENV = "SURVIVOR_TEST_SEED"
+
+
+@pytest.fixture(autouse=True)
+def test_seed(request):
+    """Seeds `random` for the test (SURVIVOR_TEST_SEED, else a fresh seed) and keeps the seed in the
+    test's report (`pytest_runtest_makereport` shows it with a failure)."""
+    seed = int(os.environ.get(SEED_ENV) or random.SystemRandom().randrange(1 << 32))
+    random.seed(seed)
+    request.node.user_properties.append(("seed", seed))
+    return seed
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        seeds = [value for key, value in item.user_properties if key == "seed"]
+        if seeds:
+            report.sections.append(("seed", f"replay this test's random draws with {SEED_ENV}={seeds[0]}"))
 
 
 @pytest.fixture

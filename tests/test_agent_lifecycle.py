@@ -29,7 +29,7 @@ def test_preempted_at_a_random_step_resumes_at_the_emergency_checkpoint(how, job
     train_steps = 120  # 75 or more steps after the notice: a late notice still comes before the end
     vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=train_steps))
     vm.boot()
-    target = random.Random().randint(5, 45)
+    target = random.randint(5, 45)
     vm.wait_for_step(target)
     if how == "metadata-flag":
         vm.set_preempted()  # a notice duration: the flag comes before the soft off
@@ -65,7 +65,7 @@ def test_a_trainer_that_ignores_sigterm_resumes_from_its_newest_file(job_dir, tm
     vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=160, on_sigterm="ignore",
                                      checkpoint_steps=5, grace_seconds=2))
     vm.boot()
-    vm.wait_for_step(random.Random().randint(12, 28))
+    vm.wait_for_step(random.randint(12, 28))
     vm.set_preempted()
     assert vm.wait(20) == 0
     first = journal_of(job_dir).attempts[-1]

@@ -76,7 +76,7 @@ def test_three_sigterms_at_random_steps_resume_bit_for_bit(data_dir, tmp_path):
     out = run_trainer(CIFAR, straight, small_args(data_dir))
     assert " traces 1" in out, out[-1500:]  # traced before the first batch, never again
     resumed = str(tmp_path / "resumed")
-    for stop in sorted(random.Random().sample(range(2, 22), 3)):
+    for stop in sorted(random.sample(range(2, 22), 3)):
         run_trainer(CIFAR, resumed, small_args(data_dir), stop_at=stop)
     run_trainer(CIFAR, resumed, small_args(data_dir))
     a, b = checkpoint_values(straight), checkpoint_values(resumed)
@@ -122,7 +122,7 @@ def test_cifar10_through_the_agent_and_the_storage_emulator(data_dir, bucket, tm
             "sync_seconds": 0.5, "trainer": {"builtin": "cifar10"}, "hyperparameters": hparams}
     vm = instance_factory(yaml.safe_dump(spec))
     vm.boot()
-    stop = random.Random().randint(3, 12)
+    stop = random.randint(3, 12)
     vm.wait_for_step(stop, timeout=240)
     assert vm.preempt() == 0
     vm.boot(wipe=True)

@@ -24,7 +24,7 @@ def uninterrupted(tmp_path_factory):
 
 def test_sigterm_at_three_random_steps_resumes_bit_for_bit(uninterrupted, tmp_path):
     job_dir = str(tmp_path / "job")
-    stops = sorted(random.Random().sample(range(3, 37), 3))
+    stops = sorted(random.sample(range(3, 37), 3))
     for stop in stops:
         run_trainer(MLP, job_dir, ARGS, stop_at=stop)
     # the last resume finds no `checkpoint` state file, as after a commit taken before TensorFlow
@@ -65,7 +65,7 @@ def test_through_the_agent_and_the_storage_emulator(uninterrupted, bucket, tmp_p
     })
     vm = instance_factory(spec)
     vm.boot()
-    for stop in sorted(random.Random().sample(range(3, 37), 2)):
+    for stop in sorted(random.sample(range(3, 37), 2)):
         vm.wait_for_step(stop, timeout=180)
         assert vm.preempt() == 0
         vm.boot(wipe=True)
@@ -85,7 +85,7 @@ def test_keras_fit_helper_saves_on_sigterm_and_resumes_mid_epoch_exactly(tmp_pat
     straight = str(tmp_path / "straight")
     run_trainer(KERAS_FIT, straight, args)
     resumed = str(tmp_path / "resumed")
-    stops = sorted(random.Random().sample([s for s in range(3, 50) if s % 8], 2))
+    stops = sorted(random.sample([s for s in range(3, 50) if s % 8], 2))
     for stop in stops:
         run_trainer(KERAS_FIT, resumed, args, stop_at=stop)
     os.remove(os.path.join(resumed, "checkpoint"))  # resumed by name, as the loop is (loop.latest_checkpoint)
