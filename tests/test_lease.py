@@ -106,8 +106,8 @@ def test_an_agent_of_this_boot_in_another_pid_namespace_is_alive_until_its_lease
     container = Holder("vm-a", me.boot, "zone-a", "999999999:12345", "pid:[4026532999]")
     holder = Lease(storage, container, ttl=1.0).acquire().start_renewing()  # renews every 0.25 s
     try:
-        with pytest.raises(LeaseHeld, match="held by vm-a"):  # stale after 3 s unrenewed; waits 6 s
-            Lease(storage, me, ttl=3.0).acquire(poll=0.1)
+        with pytest.raises(LeaseHeld, match="held by vm-a"):  # stale after 3 s unrenewed; waits 4 s
+            Lease(storage, me, ttl=3.0).acquire(wait=4.0, poll=0.1)
         assert not holder.lost.is_set()
     finally:
         holder.release()
@@ -123,9 +123,9 @@ def test_a_live_holder_keeps_the_job_and_is_named(job_dir):
     first = Lease(storage, Holder("vm-a", "1"), ttl=1.0).acquire().start_renewing()  # renews every 0.25 s
     try:
         # the taker's 3 s without a renewal, not 0.75 s, before it calls the lease stale: one late
-        # renewal on a loaded machine must not hand the job over (it waits 6 s, twice that)
+        # renewal on a loaded machine must not hand the job over (it waits 4 s, past that)
         with pytest.raises(LeaseHeld, match="held by vm-a"):
-            Lease(storage, Holder("vm-b", "1"), ttl=3.0).acquire(poll=0.1)
+            Lease(storage, Holder("vm-b", "1"), ttl=3.0).acquire(wait=4.0, poll=0.1)
     finally:
         first.release()
     Lease(storage, Holder("vm-b", "1"), ttl=1.0).acquire(wait=0)  # released: taken at once
@@ -208,9 +208,9 @@ def test_a_fence_that_must_renew_finds_a_takeover(job_dir):
 
 
 def test_second_agent_on_the_same_job_dir_stops_naming_the_holder(job_dir, tmp_path, instance_factory):
-    # ~30 s of training outlives the second agent's wait (twice the lease); a 5 s lease, not 2 s, so
+    # ~30 s of training outlives the second agent's wait (twice the lease); a 4 s lease, not 2 s, so
     # that a renewal a loaded machine delays never lets the second take a live job
-    spec = dummy_spec(job_dir, tmp_path, train_steps=1000, lease_seconds=5)
+    spec = dummy_spec(job_dir, tmp_path, train_steps=1000, lease_seconds=4)
     first = instance_factory(spec, name="vm-a")
     second = instance_factory(spec, name="vm-b")
     first.boot()
@@ -268,7 +268,7 @@ def test_a_second_live_agent_under_the_same_instance_name_never_takes_the_job(zo
     naming the holder; the first is never superseded and is the only one that commits."""
     job_dir = str(tmp_path / "jobdir")
     storage = open_storage(job_dir)
-    spec = dummy_spec(job_dir, tmp_path, train_steps=1500, checkpoint_steps=5, lease_seconds=5)  # as above
+    spec = dummy_spec(job_dir, tmp_path, train_steps=1500, checkpoint_steps=5, lease_seconds=4)  # as above
     first = instance_factory(spec, name="vm-a", zone=zones[0])
     second = instance_factory(spec, name="vm-a", zone=zones[1],
                               wrapper=("unshare", "--pid", "--fork", "--mount-proc") if pid_namespace else ())
