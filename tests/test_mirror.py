@@ -214,5 +214,17 @@ def test_the_state_file_tensorflow_writes_after_a_first_save_commits_its_step_ag
     (local / "ckpt-31.data-00000-of-00001").write_bytes(b"torn")
     assert not adds_only(scan(str(restored)).fingerprint(), scan(str(local)).fingerprint())
     assert mirror.sync(collect=False) is None and len(commits) == 2
+    # any other file added to a committed step waits for the next step's commit: a trainer writing
+    # notes between its saves does not commit the same step every round
+    (local / "ckpt-31.data-00000-of-00001").write_bytes(b"weights" * 100)  # as committed
+    (local / "notes.txt").write_text("written between saves")
+    grown = scan(str(local)).fingerprint()
+    assert scan(str(restored)).fingerprint() < grown and not adds_only(scan(str(restored)).fingerprint(), grown)
+    assert mirror.sync(collect=False) is None and len(commits) == 2
+    (local / "ckpt-32.index").write_bytes(b"index 32")  # the next step takes the notes along
+    (local / "checkpoint").write_text('model_checkpoint_path: "ckpt-32"\nall_model_checkpoint_paths: "ckpt-32"\n')
+    (local / "ckpt-32.data-00000-of-00001").write_bytes(b"weights" * 101)
+    latest = mirror.sync(collect=False)
+    assert latest is not None and latest.manifest.step == 32 and "notes.txt" in {f.path for f in latest.manifest.files}
     mirror.stop()
     assert not adds_only(None, before) and not adds_only(before, before)

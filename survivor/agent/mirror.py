@@ -28,7 +28,7 @@ from survivor import log as logs
 from survivor.jobdir.chunks import chunk_object
 from survivor.jobdir.disk_tier import DiskTier, PendingSnapshot, UploadRate, fits
 from survivor.jobdir.lease import LeaseLost
-from survivor.jobdir.snapshot import Checksums, Snapshot, event_files, scan
+from survivor.jobdir.snapshot import TF_STATE_FILE, Checksums, Snapshot, event_files, scan
 from survivor.jobdir.storage import JobStorage, Part
 from survivor.jobdir.store import CheckpointStore, CommitStats, SnapshotChanged
 
@@ -40,14 +40,18 @@ POLL_AFTER_NOTICE = 0.1
 
 
 def adds_only(committed: frozenset | None, now: frozenset) -> bool:
-    """Pure: whether the snapshot `now` holds every file of the `committed` one unchanged, and more.
-    A step committed again this way loses nothing of its first commit: TensorFlow's
-    CheckpointManager writes a save's shards first and its `checkpoint` state file after them
-    (`CheckpointManager.save` calls `_record_state` once `write` returns;
-    tensorflow/python/checkpoint/checkpoint_management.py), and a commit taken between the two, of a job's first save (no state file
-    yet, so the shards' names give the step), holds a checkpoint that `latest_checkpoint` cannot
-    find. The state file then commits the step again, with it."""
-    return committed is not None and committed < now
+    """Pure: whether the snapshot `now` may commit the `committed` one's step again: it holds every
+    file of it unchanged, and adds TensorFlow's state file (`TF_STATE_FILE`). Such a commit loses
+    nothing of the first. TensorFlow's CheckpointManager writes a save's shards first and its state
+    file after them (`CheckpointManager.save` calls `_record_state` once `write` returns;
+    tensorflow/python/checkpoint/checkpoint_management.py), and a commit taken between the two, of a
+    job's first save (no state file yet, so the shards' names give the step), holds a checkpoint
+    that `latest_checkpoint` cannot find. Any other file added to a committed step waits for the
+    next step's commit: a trainer that writes notes between its saves would otherwise commit the
+    same step every round, each commit pushing an older snapshot out of `keep`."""
+    if committed is None or not committed < now:
+        return False
+    return TF_STATE_FILE in {path for path, _, _ in now - committed}
 
 
 class Mirror:
@@ -152,6 +156,8 @@ class Mirror:
         if fingerprint == self._fingerprint:
             return None
         if snapshot.step == self.committed_step and not adds_only(self._fingerprint, fingerprint):
+            if self._fingerprint is not None and self._fingerprint < fingerprint:
+                return None  # files added beside a committed step: they go with the next step's commit
             # The files of a committed step changed (a trainer that rewrote or truncated them after
             # its rename): the first commit of the step stands; a second would replace it for good
             # (issue 24 item 7). docs/trainer-contract.md says what the agent can and cannot catch.

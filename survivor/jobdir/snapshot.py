@@ -29,6 +29,8 @@ from survivor.jobdir.chunks import CHUNK_SIZE, ChunkDigest, Digester, FileDigest
 
 #: The file a trainer may write (atomically) with its current step, for live progress. Not a checkpoint.
 PROGRESS_FILE = "survivor-progress.json"
+#: TensorFlow's checkpoint state file (CheckpointManager's): names the newest checkpoint prefix.
+TF_STATE_FILE = "checkpoint"
 
 #: Listings a scan takes while they turn out stale (the trainer saving under it) before it gives up
 #: for this round (an empty snapshot: the next sync scans again). A save takes milliseconds.
@@ -243,7 +245,7 @@ def _scan_once(root: str, checksums: Checksums) -> Snapshot | None:
     of it: one listing showed `dummy-checkpoint-N.json` with no `.data` at all)."""
     paths = _listing(root, checksums)
     tf_state = None
-    state_path = os.path.join(root, "checkpoint")
+    state_path = os.path.join(root, TF_STATE_FILE)
     if _regular(state_path):
         try:
             with open(state_path, encoding="utf-8", errors="replace") as f:
