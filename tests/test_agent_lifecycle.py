@@ -315,7 +315,7 @@ def test_the_builtin_tensorflow_loop_saves_on_a_maintenance_notice_and_trains_on
     saved = wait_until(store.committed, 60, "a commit after the maintenance notice")[0].step
     vm.wait_for_step(saved + 20, timeout=60)
     # one step, maybe two manifests of it: a first save's state file, written after its shards, may
-    # commit the step again (mirror.adds_only)
+    # commit the step again (mirror.same_step)
     assert vm.running() and {m.step for m in store.committed()} == {saved}
     vm.soft_off()
     assert vm.wait(60) == 0

@@ -189,7 +189,7 @@ def test_the_state_file_tensorflow_writes_after_a_first_save_commits_its_step_ag
     """A first save's shards are committed before TensorFlow writes its `checkpoint` state file
     (the notice's poll caught the moment between): the state file commits the step again, so the
     restore holds what `latest_checkpoint` reads. Files that changed still never replace a commit."""
-    from survivor.agent.mirror import adds_only
+    from survivor.agent.mirror import same_step
     from survivor.jobdir.snapshot import scan
 
     local = tmp_path / "job"
@@ -204,7 +204,7 @@ def test_the_state_file_tensorflow_writes_after_a_first_save_commits_its_step_ag
     assert mirror.sync(collect=False).manifest.step == 31
     before = scan(str(local)).fingerprint()
     (local / "checkpoint").write_text('model_checkpoint_path: "ckpt-31"\nall_model_checkpoint_paths: "ckpt-31"\n')
-    assert adds_only(before, scan(str(local)).fingerprint())
+    assert same_step(before, scan(str(local)).fingerprint()) == "amends"
     again = mirror.sync(collect=False)
     assert again is not None and again.manifest.step == 31 and again.manifest.seq == 2
     restored = tmp_path / "restored"
@@ -212,14 +212,14 @@ def test_the_state_file_tensorflow_writes_after_a_first_save_commits_its_step_ag
     assert (restored / "checkpoint").read_text().startswith('model_checkpoint_path: "ckpt-31"')
     # a file of the committed step changed: not a superset, the commit stands
     (local / "ckpt-31.data-00000-of-00001").write_bytes(b"torn")
-    assert not adds_only(scan(str(restored)).fingerprint(), scan(str(local)).fingerprint())
+    assert same_step(scan(str(restored)).fingerprint(), scan(str(local)).fingerprint()) == "changes"
     assert mirror.sync(collect=False) is None and len(commits) == 2
     # any other file added to a committed step waits for the next step's commit: a trainer writing
     # notes between its saves does not commit the same step every round
     (local / "ckpt-31.data-00000-of-00001").write_bytes(b"weights" * 100)  # as committed
     (local / "notes.txt").write_text("written between saves")
     grown = scan(str(local)).fingerprint()
-    assert scan(str(restored)).fingerprint() < grown and not adds_only(scan(str(restored)).fingerprint(), grown)
+    assert same_step(scan(str(restored)).fingerprint(), grown) == "adds"
     assert mirror.sync(collect=False) is None and len(commits) == 2
     (local / "ckpt-32.index").write_bytes(b"index 32")  # the next step takes the notes along
     (local / "checkpoint").write_text('model_checkpoint_path: "ckpt-32"\nall_model_checkpoint_paths: "ckpt-32"\n')
@@ -227,4 +227,4 @@ def test_the_state_file_tensorflow_writes_after_a_first_save_commits_its_step_ag
     latest = mirror.sync(collect=False)
     assert latest is not None and latest.manifest.step == 32 and "notes.txt" in {f.path for f in latest.manifest.files}
     mirror.stop()
-    assert not adds_only(None, before) and not adds_only(before, before)
+    assert same_step(None, before) == same_step(before, before) == "changes"

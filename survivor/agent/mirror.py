@@ -6,15 +6,16 @@
     >>> mirror.final_sync()          # the trainer has exited: stop the loop, commit what it left
     >>> mirror.tidy()                # once that commit is safe: event files, old snapshots
 
-A background thread scans the local job dir every `interval` seconds (the spec's `sync_seconds`).
-A scan is cheap when nothing changed: a walk and a stat per file, with each file's checksum
-followed as it grows (`snapshot.Checksums`). When the snapshot holds a newer step than the last
-commit, it is committed through the `CheckpointStore` (blobs first, the manifest last: one atomic
-moment). Routine rounds then mirror TensorBoard event files and collect the garbage the new commit
-made obsolete. After a notice, rounds commit only: nothing else may stand between the trainer's
-last checkpoint and safety. A commit that cannot finish by the notice's deadline (its new bytes
-over the upload rate the commits measured) goes to the state disk instead, when the job has one
-(`survivor.jobdir.disk_tier`); the job's final step always goes to Cloud Storage.
+A background thread scans the local job dir every `interval` seconds (the spec's `sync_seconds`). A
+scan is cheap when nothing changed: a walk and a stat per file, with each file's checksum followed
+as it grows (`snapshot.Checksums`). When the snapshot holds a newer step than the last commit (or
+the same step completed by TensorFlow's state file: `same_step`), it is committed through the
+`CheckpointStore` (blobs first, the manifest last: one atomic moment). Routine rounds then mirror
+TensorBoard event files and collect the garbage the new commit made obsolete. After a notice, rounds
+commit only: nothing else may stand between the trainer's last checkpoint and safety. A commit that
+cannot finish by the notice's deadline (its new bytes over the upload rate the commits measured)
+goes to the state disk instead, when the job has one (`survivor.jobdir.disk_tier`); the job's final
+step always goes to Cloud Storage.
 """
 
 from __future__ import annotations
@@ -39,19 +40,24 @@ log = logs.get("mirror")
 POLL_AFTER_NOTICE = 0.1
 
 
-def adds_only(committed: frozenset | None, now: frozenset) -> bool:
-    """Pure: whether the snapshot `now` may commit the `committed` one's step again: it holds every
-    file of it unchanged, and adds TensorFlow's state file (`TF_STATE_FILE`). Such a commit loses
-    nothing of the first. TensorFlow's CheckpointManager writes a save's shards first and its state
-    file after them (`CheckpointManager.save` calls `_record_state` once `write` returns;
-    tensorflow/python/checkpoint/checkpoint_management.py), and a commit taken between the two, of a
-    job's first save (no state file yet, so the shards' names give the step), holds a checkpoint
-    that `latest_checkpoint` cannot find. Any other file added to a committed step waits for the
-    next step's commit: a trainer that writes notes between its saves would otherwise commit the
-    same step every round, each commit pushing an older snapshot out of `keep`."""
+def same_step(committed: frozenset | None, now: frozenset) -> str:
+    """Pure: what a new snapshot `now` of the committed step (`committed`: its fingerprint) is.
+
+    - "amends": every file of the commit unchanged, and TensorFlow's state file (`TF_STATE_FILE`)
+      added. It commits the step again and loses nothing of the first commit. TensorFlow's
+      CheckpointManager writes a save's shards first and its state file after them
+      (`CheckpointManager.save` calls `_record_state` once `write` returns;
+      tensorflow/python/checkpoint/checkpoint_management.py), and a commit taken between the two, of
+      a job's first save (no state file yet, so the shards' names give the step), holds a checkpoint
+      that `latest_checkpoint` cannot find.
+    - "adds": other files added beside it. They go with the next step's commit: a trainer that
+      writes notes between its saves would otherwise commit the same step every round, each commit
+      pushing an older snapshot out of `keep`.
+    - "changes": a file of the commit changed or went; the first commit stands (issue 24 item 7).
+    """
     if committed is None or not committed < now:
-        return False
-    return TF_STATE_FILE in {path for path, _, _ in now - committed}
+        return "changes"
+    return "amends" if TF_STATE_FILE in {path for path, _, _ in now - committed} else "adds"
 
 
 class Mirror:
@@ -155,12 +161,13 @@ class Mirror:
         fingerprint = snapshot.fingerprint()
         if fingerprint == self._fingerprint:
             return None
-        if snapshot.step == self.committed_step and not adds_only(self._fingerprint, fingerprint):
-            if self._fingerprint is not None and self._fingerprint < fingerprint:
-                return None  # files added beside a committed step: they go with the next step's commit
-            # The files of a committed step changed (a trainer that rewrote or truncated them after
-            # its rename): the first commit of the step stands; a second would replace it for good
-            # (issue 24 item 7). docs/trainer-contract.md says what the agent can and cannot catch.
+        verdict = same_step(self._fingerprint, fingerprint) if snapshot.step == self.committed_step else None
+        if verdict == "adds":
+            return None
+        if verdict == "changes":
+            # A trainer that rewrote or truncated its files after their rename: the first commit of
+            # the step stands; a second would replace it for good (issue 24 item 7).
+            # docs/trainer-contract.md says what the agent can and cannot catch.
             if self._changed_step != snapshot.step:
                 log.warning("the files of a committed step changed after its commit; keeping the first commit "
                             "(a trainer writes a checkpoint under a temporary name, renames it, and never "

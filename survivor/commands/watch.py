@@ -19,9 +19,14 @@ import re
 import sys
 import time
 
+from typing import TYPE_CHECKING
+
 from survivor.commands import flags
 from survivor.commands.errors import CommandError
 from survivor.spec import SpecError
+
+if TYPE_CHECKING:  # the Compute client is imported only by the commands that call it
+    from survivor.cloud.compute import GroupRef
 
 EVERY_MINUTES = (1, 1440)  # --every: a minute (Cloud Scheduler's finest) to a day
 
@@ -48,7 +53,7 @@ def _deployment(args: argparse.Namespace, project: str):
                            job_dir=args.job_dir)
 
 
-def run_deploy(args: argparse.Namespace, group) -> int:
+def run_deploy(args: argparse.Namespace, group: GroupRef) -> int:
     """`--deploy` / `--undeploy`: creates (or updates) or removes the Cloud Run and Scheduler jobs.
     A job that may move (`placement:`) is deployed with its job dir, unless --job-dir names one."""
     from dataclasses import replace

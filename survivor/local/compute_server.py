@@ -17,8 +17,10 @@ getGuestAttributes), zone/region/global operations (get and wait; operations sta
 DONE when next looked at), and a MIG's resize requests (instanceGroupManagerResizeRequests and the
 regional ones: insert/get/list/cancel/delete; docs/flex-start.md): CREATING, ACCEPTED at the next
 look, then SUCCEEDED with the group grown by `resizeBy` at the look after while `flex_start_capacity`
-holds (else still ACCEPTED, with `flex_start_last_attempt` as its `status.lastAttempt.error`); refused with a run duration outside 10 min to 7 days, on a group with an autoscaler
-(`attach_autoscaler`), or whose template is not a FLEX_START one of a machine flex-start runs.
+holds (else still ACCEPTED, with `flex_start_last_attempt` as its `status.lastAttempt.error`);
+`end_flex_start_runs` ends their run durations; refused with a run duration outside 10 min to 7 days,
+on a group with an autoscaler (`attach_autoscaler`), or whose template is not a FLEX_START one of a
+machine flex-start runs.
 Failures can be injected per method: an HTTP error (403 ...) or an
 operation error (`ZONE_RESOURCE_POOL_EXHAUSTED`, `QUOTA_EXCEEDED`).
 

@@ -472,7 +472,7 @@ def newest_by_name(index_files: list[str]) -> str | None:
     The resume's fallback when the job dir has no `checkpoint` state file naming one: TensorFlow
     writes that file after the checkpoint's own files, and a commit taken between the two restores
     the checkpoint without it, which `CheckpointManager.latest_checkpoint` reads as none at all. The
-    agent commits the step again once the state file appears (`agent.mirror.adds_only`), but a VM
+    agent commits the step again once the state file appears (`agent.mirror.same_step`), but a VM
     gone before that leaves only the first commit."""
     steps = [int(found.group(1)) for found in map(_INDEX_FILE.fullmatch, index_files) if found]
     return f"ckpt-{max(steps)}" if steps else None
