@@ -116,8 +116,8 @@ def test_cifar10_through_the_agent_and_the_storage_emulator(data_dir, bucket, tm
     straight = str(tmp_path / "straight")
     run_trainer(CIFAR, straight, small_args(data_dir, steps=16))
     job_dir = f"gs://{bucket}/cifar10"
-    hparams = {"resnet-depth": 8, "train-batch-size": 16, "log-steps": 4,
-               "dropout": 0.2, "eval-steps": 1, "no-export": ""}
+    # with its SavedModel export, written after the last save (issue 38 item 1: it never reached the job dir)
+    hparams = {"resnet-depth": 8, "train-batch-size": 16, "log-steps": 4, "dropout": 0.2, "eval-steps": 1}
     spec = {"job_dir": job_dir, "data_dir": data_dir, "train_steps": 16, "checkpoint_steps": 1000, "num_gpus": 2, "on_finish": "keep-alive",
             "sync_seconds": 0.5, "trainer": {"builtin": "cifar10"}, "hyperparameters": hparams}
     vm = instance_factory(yaml.safe_dump(spec))
@@ -130,3 +130,5 @@ def test_cifar10_through_the_agent_and_the_storage_emulator(data_dir, bucket, tm
     restored = str(tmp_path / "restored")
     assert CheckpointStore(open_storage(job_dir)).restore(restored).step == 16
     assert_bitwise_equal(checkpoint_values(straight), checkpoint_values(restored))
+    assert os.path.isfile(os.path.join(restored, "export", "saved_model.pb")), sorted(os.listdir(restored))
+    assert any(line.get("message") == "training finished; DONE written" for line in vm.log_lines())

@@ -214,17 +214,122 @@ def test_the_state_file_tensorflow_writes_after_a_first_save_commits_its_step_ag
     (local / "ckpt-31.data-00000-of-00001").write_bytes(b"torn")
     assert same_step(scan(str(restored)).fingerprint(), scan(str(local)).fingerprint()) == "changes"
     assert mirror.sync(collect=False) is None and len(commits) == 2
-    # any other file added to a committed step waits for the next step's commit: a trainer writing
-    # notes between its saves does not commit the same step every round
-    (local / "ckpt-31.data-00000-of-00001").write_bytes(b"weights" * 100)  # as committed
-    (local / "notes.txt").write_text("written between saves")
-    grown = scan(str(local)).fingerprint()
-    assert same_step(scan(str(restored)).fingerprint(), grown) == "adds"
-    assert mirror.sync(collect=False) is None and len(commits) == 2
-    (local / "ckpt-32.index").write_bytes(b"index 32")  # the next step takes the notes along
-    (local / "checkpoint").write_text('model_checkpoint_path: "ckpt-32"\nall_model_checkpoint_paths: "ckpt-32"\n')
-    (local / "ckpt-32.data-00000-of-00001").write_bytes(b"weights" * 101)
-    latest = mirror.sync(collect=False)
-    assert latest is not None and latest.manifest.step == 32 and "notes.txt" in {f.path for f in latest.manifest.files}
     mirror.stop()
     assert same_step(None, before) == same_step(before, before) == "changes"
+
+
+def _tf_save(local, step, *, state_first, shards=1, keep_old=False):
+    """Writes a TensorFlow-style save of `step`: its state file before its shards (`state_first`, as
+    some trainers do) or after them (TensorFlow's CheckpointManager); yields after each file."""
+    state = f'model_checkpoint_path: "ckpt-{step}"\nall_model_checkpoint_paths: "ckpt-{step}"\n'
+    files = [(f"ckpt-{step}.data-{i:05d}-of-{shards:05d}", b"w%d-%d" % (step, i) * 50) for i in range(shards)]
+    files.append((f"ckpt-{step}.index", b"index %d" % step))
+    order = [("checkpoint", state.encode())] + files if state_first else files + [("checkpoint", state.encode())]
+    for name, data in order:
+        (local / f".{name}.tmp").write_bytes(data)
+        os.replace(local / f".{name}.tmp", local / name)
+        yield name
+    if not keep_old:
+        for old in local.glob("ckpt-*"):
+            if not old.name.startswith(f"ckpt-{step}."):
+                old.unlink()
+
+
+def test_files_added_to_a_committed_step_commit_it_again_whatever_their_order(tmp_path):
+    """Issue 38 item 2: a trainer that writes its state file before its shards. Each commit of a
+    step whose files are still arriving is taken again when they arrive; until its checkpoint is
+    whole it never counts as the notice's save, never takes a rank in `keep` from the last whole
+    checkpoint, and a restore takes the newest whole one first. Then any order, any shard count."""
+    from survivor.jobdir.snapshot import scan
+
+    for state_first in (True, False):
+        for shards in (1, 3):
+            root = tmp_path / f"{state_first}-{shards}"
+            local = root / "job"
+            local.mkdir(parents=True)
+            storage = open_storage(str(root / "jobdir"))
+            store = CheckpointStore(storage, keep=1)
+            mirror = Mirror(store, storage, str(local), attempt=1, interval=3600, committed_step=None,
+                            on_commit=lambda stats: None).start(restored=frozenset())
+            mirror.after_notice()
+            for step in (10, 20):
+                for name in _tf_save(local, step, state_first=state_first, shards=shards):
+                    mirror.sync(collect=False)  # the notice's 0.1 s poll, between every two files
+                    seen = scan(str(local))
+                    safe = seen.step == step and seen.resumable
+                    assert (mirror.committed_after_notice == step) == safe, (state_first, shards, step, name)
+                # every file of the save reached the job dir, and the newest commit holds them all
+                assert mirror.uncommitted() is None
+                newest = store.latest()
+                assert newest.step == step and newest.resumable, (state_first, shards, [f.path for f in newest.files])
+                mirror.committed_after_notice = None
+                store.collect_garbage()
+                kept = store.committed()
+                assert kept[0].resumable and kept[0].step == step and len(kept) == 1, [m.name for m in kept]
+            # the next save's state file alone is committed: keep=1 still holds step 20 whole
+            gen = _tf_save(local, 30, state_first=True, shards=shards, keep_old=True)
+            next(gen)
+            assert mirror.sync(collect=False).manifest.step == 30 and not store.latest().resumable
+            store.collect_garbage()
+            assert {m.step for m in store.committed() if m.resumable} == {20}
+            restored = root / "restored"
+            assert store.restore(str(restored)).step == 20  # the whole one, before the state file alone
+            assert sorted(p.name for p in restored.iterdir() if p.name.startswith("ckpt-20.index")) == ["ckpt-20.index"]
+            mirror.stop()
+
+
+def test_notes_written_between_saves_commit_their_step_again_and_take_no_rank_in_keep(tmp_path):
+    """A file added beside a committed step commits the step again (issue 38: the built-in trainer's
+    export came after its last save and was never committed). The newer commit holds the older one
+    whole and replaces it, so a trainer writing notes between saves never pushes an older step out."""
+    from survivor.jobdir.snapshot import scan
+
+    local = tmp_path / "job"
+    local.mkdir()
+    storage = open_storage(str(tmp_path / "jobdir"))
+    store = CheckpointStore(storage, keep=2)
+    mirror = Mirror(store, storage, str(local), attempt=1, interval=3600, committed_step=None,
+                    on_commit=lambda stats: None).start(restored=frozenset())
+    for step in (1, 2):
+        list(_tf_save(local, step, state_first=False, keep_old=True))
+        assert mirror.sync().manifest.step == step
+    for note in range(4):
+        (local / f"notes-{note}.txt").write_text(f"note {note}")
+        again = mirror.sync()
+        assert again is not None and again.manifest.step == 2
+        assert mirror.uncommitted() is None
+    assert [m.step for m in store.committed()] == [2, 1]  # step 1 still kept: keep=2 counts steps held whole
+    assert {f.path for f in store.latest().files} >= {f"notes-{n}.txt" for n in range(4)}
+    # a note that changes in place is no superset: the commit stands (issue 24 item 7), said once
+    (local / "notes-0.txt").write_text("rewritten")
+    assert mirror.sync() is None and store.latest().step == 2
+    assert scan(str(local)).step == 2
+    mirror.stop()
+
+
+def test_an_export_written_after_the_final_save_is_committed_before_done(tmp_path):
+    """Issue 38 item 1: the trainer's last save is committed, then it writes its export and exits 0.
+    The final sync commits the export with the step; had it not, DONE is refused (the VM's disk,
+    and the export on it, go with the VM)."""
+    from survivor.agent.ending import AttemptResult, decide_ending
+
+    local = tmp_path / "job"
+    local.mkdir()
+    storage = open_storage(str(tmp_path / "jobdir"))
+    store = CheckpointStore(storage)
+    mirror = Mirror(store, storage, str(local), attempt=1, interval=3600, committed_step=None,
+                    on_commit=lambda stats: None).start(restored=frozenset())
+    list(_tf_save(local, 50, state_first=False))
+    assert mirror.sync().manifest.step == 50
+    (local / "export" / "variables").mkdir(parents=True)
+    (local / "export" / "saved_model.pb").write_bytes(b"graph")
+    (local / "export" / "variables" / "variables.index").write_bytes(b"vars")
+    assert mirror.uncommitted() == 50  # not DONE yet: the export is on this disk only
+    ending = decide_ending(AttemptResult(trainer_code=0, committed_step=50, uncommitted_step=mirror.uncommitted()))
+    assert not ending.done and "step 50" in ending.reason
+    mirror.final_sync(pause=0.01)
+    assert mirror.uncommitted() is None
+    restored = tmp_path / "restored"
+    assert store.restore(str(restored)).step == 50
+    assert (restored / "export" / "saved_model.pb").read_bytes() == b"graph"
+    assert (restored / "export" / "variables" / "variables.index").read_bytes() == b"vars"

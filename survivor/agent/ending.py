@@ -51,9 +51,10 @@ class AttemptResult:
             dummy trainer ignores SIGTERM), so what it trained since its last checkpoint is lost.
         restored_step, reached_step, committed_step: the step restored, the furthest the trainer
             reported, and the newest committed; recorded in the journal, not decided on.
-        uncommitted_step: the newest checkpoint the trainer left that the final commit did not
-            cover (None: none). A trainer that finished is DONE only once its last checkpoint is
-            committed: DONE points at the committed snapshot, and a later boot never trains again.
+        uncommitted_step: the step of what the trainer left that the final commit did not cover: a
+            newer checkpoint, or files added beside the committed one, such as an export (None:
+            none). A trainer that finished is DONE only once all it left is committed: DONE points
+            at the committed snapshot, its VM's disk goes, and a later boot never trains again.
     """
 
     trainer_code: int | None = None
@@ -111,7 +112,7 @@ def decide_ending(result: AttemptResult) -> Ending:
         return Ending("interrupted", EXIT_RETRY, reason=result.commit_failure)
     if result.trainer_code == 0 and result.uncommitted_step is not None:
         return Ending("interrupted", EXIT_RETRY, reason=(
-            f"the trainer finished, but its last checkpoint (step {result.uncommitted_step}) is not committed "
+            f"the trainer finished, but what it left at step {result.uncommitted_step} is not all committed "
             f"(newest commit: {'none' if result.committed_step is None else f'step {result.committed_step}'}); "
             "not DONE: the next start resumes from the newest commit"))
     if result.trainer_code == 0:

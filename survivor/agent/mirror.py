@@ -9,7 +9,7 @@
 A background thread scans the local job dir every `interval` seconds (the spec's `sync_seconds`). A
 scan is cheap when nothing changed: a walk and a stat per file, with each file's checksum followed
 as it grows (`snapshot.Checksums`). When the snapshot holds a newer step than the last commit (or
-the same step completed by TensorFlow's state file: `same_step`), it is committed through the
+files added to the committed step, in whatever order they came: `same_step`), it is committed through the
 `CheckpointStore` (blobs first, the manifest last: one atomic moment). Routine rounds then mirror
 TensorBoard event files and collect the garbage the new commit made obsolete. After a notice, rounds
 commit only: nothing else may stand between the trainer's last checkpoint and safety. A commit that
@@ -29,7 +29,7 @@ from survivor import log as logs
 from survivor.jobdir.chunks import chunk_object
 from survivor.jobdir.disk_tier import DiskTier, PendingSnapshot, UploadRate, fits
 from survivor.jobdir.lease import LeaseLost
-from survivor.jobdir.snapshot import TF_STATE_FILE, Checksums, Snapshot, event_files, scan
+from survivor.jobdir.snapshot import Checksums, Snapshot, event_files, scan
 from survivor.jobdir.storage import JobStorage, Part
 from survivor.jobdir.store import CheckpointStore, CommitStats, SnapshotChanged
 
@@ -43,21 +43,19 @@ POLL_AFTER_NOTICE = 0.1
 def same_step(committed: frozenset | None, now: frozenset) -> str:
     """Pure: what a new snapshot `now` of the committed step (`committed`: its fingerprint) is.
 
-    - "amends": every file of the commit unchanged, and TensorFlow's state file (`TF_STATE_FILE`)
-      added. It commits the step again and loses nothing of the first commit. TensorFlow's
-      CheckpointManager writes a save's shards first and its state file after them
+    - "amends": every file of the commit unchanged, and files added. It commits the step again and
+      loses nothing of the first commit, whatever order the trainer wrote its files in: TensorFlow's
+      CheckpointManager writes a save's shards first and its `checkpoint` state file after them
       (`CheckpointManager.save` calls `_record_state` once `write` returns;
-      tensorflow/python/checkpoint/checkpoint_management.py), and a commit taken between the two, of
-      a job's first save (no state file yet, so the shards' names give the step), holds a checkpoint
-      that `latest_checkpoint` cannot find.
-    - "adds": other files added beside it. They go with the next step's commit: a trainer that
-      writes notes between its saves would otherwise commit the same step every round, each commit
-      pushing an older snapshot out of `keep`.
+      tensorflow/python/checkpoint/checkpoint_management.py), other trainers write their state file
+      first, and the built-in trainers write their SavedModel export after their last save. The
+      newer commit holds the older one whole, so it replaces it in `keep` rather than pushing an
+      older step out (`store.snapshots_to_delete`).
     - "changes": a file of the commit changed or went; the first commit stands (issue 24 item 7).
     """
     if committed is None or not committed < now:
         return "changes"
-    return "amends" if TF_STATE_FILE in {path for path, _, _ in now - committed} else "adds"
+    return "amends"
 
 
 class Mirror:
@@ -162,8 +160,6 @@ class Mirror:
         if fingerprint == self._fingerprint:
             return None
         verdict = same_step(self._fingerprint, fingerprint) if snapshot.step == self.committed_step else None
-        if verdict == "adds":
-            return None
         if verdict == "changes":
             # A trainer that rewrote or truncated its files after their rename: the first commit of
             # the step stands; a second would replace it for good (issue 24 item 7).
@@ -177,7 +173,7 @@ class Mirror:
         if self._to_disk(snapshot):
             self._fingerprint = fingerprint
             self.committed_step = snapshot.step
-            if after_notice:
+            if after_notice and snapshot.resumable:
                 self.committed_after_notice = snapshot.step
             return None
         try:
@@ -188,7 +184,7 @@ class Mirror:
             return None
         self._fingerprint = fingerprint
         self.committed_step = snapshot.step
-        if after_notice:
+        if after_notice and snapshot.resumable:  # a save still arriving makes nothing safe yet
             self.committed_after_notice = snapshot.step
         self.rate.observe(stats.uploaded_bytes, stats.upload_seconds)
         self.on_commit(stats)
@@ -323,10 +319,14 @@ class Mirror:
         return stats
 
     def uncommitted(self) -> int | None:
-        """The step of the newest checkpoint in the local job dir if it is newer than the last commit
-        (or nothing is committed), else None. Read afresh, without the checksums kept across scans:
-        what decides DONE does not rest on anything a scan during the trainer's writes remembered."""
-        step = scan(self.local_root).step
-        if step is None or (self.committed_step is not None and step <= self.committed_step):
+        """The step of what the trainer left in the local job dir that no commit holds yet: a newer
+        step than the last commit (or any step, when nothing is committed), or files added to the
+        committed step since its commit (an export written after the last save); else None. Read
+        afresh, without the checksums kept across scans: what decides DONE does not rest on anything
+        a scan during the trainer's writes remembered."""
+        snapshot = scan(self.local_root)
+        if snapshot.step is None or (self.committed_step is not None and snapshot.step < self.committed_step):
             return None
-        return step
+        if snapshot.step == self.committed_step and same_step(self._fingerprint, snapshot.fingerprint()) != "amends":
+            return None
+        return snapshot.step

@@ -24,6 +24,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
+from typing import Iterable
 
 from survivor.jobdir.chunks import CHUNK_SIZE, ChunkDigest, Digester, FileDigest, digest_file
 
@@ -38,6 +39,7 @@ SCAN_TRIES = 5
 
 _TEMP = re.compile(r"(^\.|_temp|\.tmp|\.tempstate|\.partial$|~$)")
 _TF_SHARD = re.compile(r"^(?P<prefix>.+)\.(index|data-\d{5}-of-\d{5})$")
+_DATA_SHARD = re.compile(r"(?P<prefix>.+)\.data-\d{5}-of-(?P<count>\d{5})")
 _NUMBER = re.compile(r"(\d+)")
 _STATE_LINE = re.compile(r'^(model_checkpoint_path|all_model_checkpoint_paths):\s*"(.*)"\s*$')
 
@@ -64,6 +66,11 @@ class Snapshot:
     def fingerprint(self) -> frozenset[tuple[str, int, str]]:
         """What changes when any file changes: used to skip commits of an identical snapshot."""
         return frozenset((f.path, f.size, f.crc32c) for f in self.files)
+
+    @property
+    def resumable(self) -> bool:
+        """Whether it holds a whole checkpoint of its step (`resumable`): not a save still arriving."""
+        return resumable([f.path for f in self.files], self.step)
 
 
 def is_temporary(rel_path: str) -> bool:
@@ -93,8 +100,10 @@ def parse_tf_state(text: str) -> tuple[str | None, list[str]]:
 
 
 def step_of(name: str) -> int | None:
-    """The last number in a file name or checkpoint prefix: `ckpt-1200` -> 1200."""
-    numbers = _NUMBER.findall(os.path.basename(name))
+    """The last number in a file name or checkpoint prefix: `ckpt-1200` -> 1200; a TensorFlow
+    shard's is its prefix's (`ckpt-1200.data-00000-of-00001` -> 1200, not its shard count)."""
+    shard = _TF_SHARD.match(os.path.basename(name))
+    numbers = _NUMBER.findall(shard.group("prefix") if shard else os.path.basename(name))
     return int(numbers[-1]) if numbers else None
 
 
@@ -117,6 +126,53 @@ def decide_files_and_step(paths: list[str], tf_state: str | None) -> tuple[int |
     steps = [step_of(p) for p in candidates if "checkpoint" in os.path.basename(p).lower() or "ckpt" in p]
     numbered = [n for n in steps if n is not None]
     return (max(numbered) if numbered else None), sorted(candidates)
+
+
+def resumable(paths: Iterable[str], step: int | None, tf_state: str | None = None) -> bool:
+    """Pure: whether a snapshot of these relative `paths` at `step` holds a checkpoint of that step
+    a trainer can resume from, as far as its file names tell.
+
+    TensorFlow's checkpoint is a prefix's `.index` and every `.data-0000i-of-0000N` shard
+    (tensorflow/core/util/tensor_bundle/naming.cc names them): a snapshot whose state file names
+    `ckpt-N` (`tf_state`, or the step alone when the state file's text is not at hand) but lacks one
+    of them is a save still arriving -- taken between a trainer's state file and its shards, or
+    between its shards -- and `tf.train.latest_checkpoint` finds no checkpoint in it. Files of any
+    other kind are taken at their word: a step read from their names is resumable.
+
+        >>> resumable(["checkpoint", "ckpt-5.index", "ckpt-5.data-00000-of-00001"], 5)
+        True
+        >>> resumable(["checkpoint"], 5), resumable(["checkpoint", "ckpt-5.data-00000-of-00002", "ckpt-5.index"], 5)
+        (False, False)
+        >>> resumable(["dummy-checkpoint-5.json"], 5)
+        True
+    """
+    if step is None:
+        return False
+    paths = set(paths)
+    prefixes: set[str] = set()
+    if tf_state is not None:
+        latest, _ = parse_tf_state(tf_state)
+        if latest:
+            prefixes.add(os.path.basename(latest))
+    for path in paths:
+        shard = _TF_SHARD.match(os.path.basename(path))
+        if shard and os.path.dirname(path) == "" and step_of(shard.group("prefix")) == step:
+            prefixes.add(shard.group("prefix"))
+    if not prefixes:
+        # a state file naming a step no shard of this snapshot has: the shards have not arrived
+        return TF_STATE_FILE not in paths
+    return any(_whole_tf_checkpoint(prefix, paths) for prefix in prefixes)
+
+
+def _whole_tf_checkpoint(prefix: str, paths: set[str]) -> bool:
+    """Whether `paths` hold `prefix.index` and every data shard its shards' names count."""
+    if f"{prefix}.index" not in paths:
+        return False
+    counts = {int(m.group("count")) for p in paths if (m := _DATA_SHARD.fullmatch(p)) and m.group("prefix") == prefix}
+    if len(counts) != 1:
+        return False
+    count = counts.pop()
+    return all(f"{prefix}.data-{i:05d}-of-{count:05d}" in paths for i in range(count))
 
 
 class Checksums:

@@ -45,7 +45,7 @@ from typing import Callable, TypeGuard
 
 from survivor import log as logs
 from survivor.jobdir.chunks import CHUNK_SIZE, CHUNKS, FileDigest, chunk_object, combine_crc32c, digest_file, fits
-from survivor.jobdir.snapshot import LocalFile, Snapshot
+from survivor.jobdir.snapshot import LocalFile, Snapshot, resumable
 from survivor.jobdir.storage import (NOT_FOUND, JobStorage, ObjectInfo, Part, PreconditionFailed, StorageError,
                                      crc32c_of_bytes, crc32c_of_range, parse_json)
 
@@ -136,6 +136,12 @@ class Manifest:
     def size(self) -> int:
         """The bytes of all its files: what a restore needs on the boot disk."""
         return sum(f.size for f in self.files)
+
+    @property
+    def resumable(self) -> bool:
+        """Whether it holds a whole checkpoint of its step (`snapshot.resumable`): a commit taken while
+        a save was still arriving does not, and is never the only one kept nor restored before one that does."""
+        return resumable([f.path for f in self.files], self.step)
 
     def to_json(self) -> bytes:
         """The manifest's stored bytes (`from_json` reads them back)."""
@@ -383,15 +389,23 @@ def snapshots_to_delete(valid_newest_first: list[Manifest], keep: int) -> list[M
     Kept: the newest `keep` that no later restore abandoned, and every snapshot no commit at a
     higher step of its own lineage has superseded. So a start from scratch (or from an older
     snapshot) never costs the newest committed work, whatever step the new lineage reaches; a
-    snapshot that failed verification is not kept for its rank.
+    snapshot that failed verification is not kept for its rank. A commit that a newer commit of the
+    same step holds whole (every file unchanged: the step committed again as its files arrived, or
+    with what the trainer wrote after its last save) is replaced by it and takes no rank. And the
+    newest commit a trainer can resume from (`Manifest.resumable`) is always kept: commits taken
+    while a save was still arriving never push the last whole checkpoint out of `keep`.
     """
     by_name = {m.name: m for m in valid_newest_first}
     lineages = {m.name: lineage(m, by_name, valid_newest_first) for m in valid_newest_first}
     abandoned = {name for m in valid_newest_first for name in m.abandoned}
     superseded = {s.name for s in valid_newest_first for t in valid_newest_first
                   if t.step > s.step and s.name in lineages[t.name]}
-    kept = {m.name for m in [m for m in valid_newest_first if m.name not in abandoned][:keep]}
-    kept |= {m.name for m in valid_newest_first if m.name not in superseded and m.name not in abandoned}
+    replaced = {s.name for i, t in enumerate(valid_newest_first) for s in valid_newest_first[i + 1:]
+                if s.step == t.step and set(s.files) <= set(t.files)}
+    ranked = [m for m in valid_newest_first if m.name not in abandoned and m.name not in replaced]
+    kept = {m.name for m in ranked[:keep]}
+    kept |= {m.name for m in ranked if m.name not in superseded}
+    kept |= {m.name for m in [m for m in ranked if m.resumable][:1]}
     return [m for m in valid_newest_first if m.name not in kept]
 
 
@@ -700,6 +714,7 @@ class CheckpointStore:
                             path=local_root)
             _clear(local_root)
             names = self.manifest_names()
+            partial: list[Manifest] = []  # commits of a save still arriving: tried after every whole one
             for name in names:
                 if name == pass_over and name != names[-1]:  # never the only one left: that is a start over
                     log.warning("passing over the snapshot the trainer failed on at its last start; restoring the "
@@ -710,23 +725,42 @@ class CheckpointStore:
                 if manifest is None:
                     abandoned.append(name)
                     continue
-                _clear(staging)
-                os.makedirs(staging)
-                problem = self._fetch_and_verify(manifest, staging)
-                if problem:
-                    log.warning("skipping a snapshot that does not verify", manifest=name, step=manifest.step,
-                                reason=problem)
-                    abandoned.append(name)
+                if not manifest.resumable:
+                    partial.append(manifest)
                     continue
-                os.replace(staging, local_root)
-                self._parent, self._abandoned = manifest.name, tuple(abandoned)
-                return manifest
+                if self._restore_one(manifest, staging, local_root, abandoned, passed_over=partial):
+                    return manifest
+            for manifest in partial:  # no whole checkpoint verifies: the newest part of one is still the trainer's
+                if self._restore_one(manifest, staging, local_root, abandoned, passed_over=[]):
+                    return manifest
             _clear(staging)
             os.makedirs(local_root)
         except OSError as exc:
             raise RestoreFailed(f"the boot disk: {_os_reason(exc)}", local=True) from exc
         self._parent, self._abandoned = "", tuple(abandoned)
         return None
+
+    def _restore_one(self, manifest: Manifest, staging: str, local_root: str, abandoned: list[str],
+                     passed_over: list[Manifest]) -> bool:
+        """Fetches and verifies one snapshot; on success moves it into `local_root` and sets the
+        lineage the next commit continues (the newer commits `passed_over`, which hold no whole
+        checkpoint, abandoned with it), else adds it to `abandoned`. Returns whether it restored."""
+        _clear(staging)
+        os.makedirs(staging)
+        problem = self._fetch_and_verify(manifest, staging)
+        if problem:
+            log.warning("skipping a snapshot that does not verify", manifest=manifest.name, step=manifest.step,
+                        reason=problem)
+            abandoned.append(manifest.name)
+            return False
+        os.replace(staging, local_root)
+        for newer in passed_over:
+            log.warning("passing over a commit that holds no whole checkpoint (taken while its save was still "
+                        "arriving); restoring the newest one that does", manifest=newer.name, step=newer.step,
+                        restoring=manifest.name)
+        self._parent = manifest.name
+        self._abandoned = tuple(abandoned) + tuple(m.name for m in passed_over)
+        return True
 
     def _fetch_and_verify(self, manifest: Manifest, staging: str) -> str | None:
         """Downloads a snapshot into `staging`; returns what is wrong with it, or None.

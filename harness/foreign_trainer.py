@@ -1,0 +1,98 @@
+"""A trainer survivor did not write: TensorFlow's file layout, its files saved in an order of its own.
+
+    $ python harness/foreign_trainer.py --job-dir /tmp/job --train-steps 200 --checkpoint-steps 20 \
+          --step-log /tmp/steps.log --order state-first --export
+
+It keeps a `checkpoint` state file naming `ckpt-N` beside `ckpt-N.index` and
+`ckpt-N.data-00000-of-00001`, as TensorFlow does. `--order state-first` updates the state file
+before the shards (as a script that calls `tf.train.update_checkpoint_state` before
+`Checkpoint.write` does); `shards-first` after them (TensorFlow's CheckpointManager). It pauses
+`--pause` seconds between files and deletes the previous save after the new one. `--export` writes
+an `export/` directory after the final save, as the built-in trainers write their SavedModel. It
+resumes from what the state file names and exits 3 when that checkpoint is missing, as a script
+would that trusts its state file. On SIGTERM it saves at the step it is at and exits 0. It knows
+nothing of survivor: no contract module, no progress file; every step it executes goes to `--step-log`.
+Used by tests/test_save_orders.py and the chaos run's "save orders" rounds.
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import sys
+import time
+
+
+def write(path: str, data: bytes) -> None:
+    with open(path + ".tmp", "wb") as f:
+        f.write(data)
+    os.replace(path + ".tmp", path)
+
+
+def save(job_dir: str, step: int, pause: float, state_first: bool) -> None:
+    prefix = f"ckpt-{step}"
+    state = ("checkpoint", f'model_checkpoint_path: "{prefix}"\nall_model_checkpoint_paths: "{prefix}"\n'.encode())
+    shards = [(f"{prefix}.data-00000-of-00001", step.to_bytes(8, "big") + os.urandom(4096)),
+              (f"{prefix}.index", json.dumps({"step": step}).encode())]
+    for i, (name, data) in enumerate([state, *shards] if state_first else [*shards, state]):
+        if i:
+            time.sleep(pause)
+        write(os.path.join(job_dir, name), data)
+    for name in os.listdir(job_dir):
+        found = re.fullmatch(r"ckpt-(\d+)\..*", name)
+        if found and int(found.group(1)) != step:
+            os.remove(os.path.join(job_dir, name))
+
+
+def restore(job_dir: str) -> int:
+    try:
+        with open(os.path.join(job_dir, "checkpoint"), encoding="utf-8") as f:
+            prefix = re.search(r'model_checkpoint_path: "(.*)"', f.read()).group(1)
+    except FileNotFoundError:
+        return 0
+    try:
+        with open(os.path.join(job_dir, f"{prefix}.index"), encoding="utf-8") as f:
+            step = json.load(f)["step"]
+        with open(os.path.join(job_dir, f"{prefix}.data-00000-of-00001"), "rb") as f:
+            assert int.from_bytes(f.read(8), "big") == step
+    except (OSError, ValueError, AssertionError) as exc:
+        print(f"cannot resume: the state file names {prefix}: {exc}", file=sys.stderr, flush=True)
+        sys.exit(3)
+    return step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--job-dir", required=True)
+    parser.add_argument("--train-steps", type=int, required=True)
+    parser.add_argument("--checkpoint-steps", type=int, default=20)
+    parser.add_argument("--step-log", required=True)
+    parser.add_argument("--step-seconds", type=float, default=0.03)
+    parser.add_argument("--pause", type=float, default=0.3)
+    parser.add_argument("--order", choices=["state-first", "shards-first"], default="state-first")
+    parser.add_argument("--export", action="store_true", help="write export/ after the final save")
+    args, _ = parser.parse_known_args()
+    os.makedirs(args.job_dir, exist_ok=True)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    step = restore(args.job_dir)
+    print(f"resumed from step {step}", flush=True)
+    while step < args.train_steps and not stop:
+        time.sleep(args.step_seconds)
+        step += 1
+        with open(args.step_log, "a", encoding="utf-8") as log:
+            log.write(f"{step}\n")
+        if step % args.checkpoint_steps == 0:
+            save(args.job_dir, step, args.pause, args.order == "state-first")
+    save(args.job_dir, step, args.pause, args.order == "state-first")
+    if args.export and step >= args.train_steps:
+        os.makedirs(os.path.join(args.job_dir, "export", "variables"), exist_ok=True)
+        write(os.path.join(args.job_dir, "export", "saved_model.pb"), b"graph of step %d" % step)
+        time.sleep(args.pause)
+        write(os.path.join(args.job_dir, "export", "variables", "variables.index"), b"variables of step %d" % step)
+    print(f"saved step {step}; exiting", flush=True)
+
+
+if __name__ == "__main__":
+    main()

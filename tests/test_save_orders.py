@@ -1,0 +1,56 @@
+"""Trainers that save in orders survivor did not choose: everything they write reaches the job dir
+before the VM goes or DONE is written (issue 38 items 1 and 2)."""
+
+import os
+import time
+
+import yaml
+
+from survivor.jobdir.journal import Journal
+from survivor.jobdir.storage import open_storage
+from survivor.jobdir.store import CheckpointStore
+from tests.conftest import PYTHON, executed_steps
+
+FOREIGN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "harness", "foreign_trainer.py")
+
+
+def _wait_for_steps(tmp_path, count, vm, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(executed_steps(tmp_path)) >= count:
+            return
+        assert vm.running(), f"the agent exited ({vm.returncode}); see {vm.log_path()}"
+        time.sleep(0.05)
+    raise TimeoutError(f"{count} steps not reached; see {vm.log_path()}")
+
+
+def test_a_trainer_that_writes_its_state_file_before_its_shards_resumes_after_a_sigterm(job_dir, tmp_path,
+                                                                                        instance_factory):
+    """Its every save's first commit holds the state file alone; the shards, arriving 0.3 s and 0.6 s
+    later, commit the step again. The notice is safe only once the whole save is committed, and the
+    next boot, on a fresh disk, resumes where the SIGTERM left it and finishes."""
+    train_steps = 400
+    spec = yaml.safe_dump({
+        "job_dir": job_dir, "train_steps": train_steps, "checkpoint_steps": 20, "grace_seconds": 20,
+        "sync_seconds": 0.2, "on_finish": "keep-alive", "keep": 1,
+        "trainer": {"argv": [PYTHON, FOREIGN, "--order", "state-first", "--step-log", str(tmp_path / "steps.log"), "--pause", "0.3",
+                             "--step-seconds", "0.01"]},
+    })
+    vm = instance_factory(spec)
+    vm.boot()
+    _wait_for_steps(tmp_path, 70, vm)  # three periodic saves, each committed with its state file alone first
+    assert vm.preempt(soft_off=True) == 0
+    first = Journal(open_storage(job_dir)).state().attempts[-1]
+    saved = executed_steps(tmp_path)[-1]
+    assert first.end_step == saved and first.steps_lost == 0, first
+    newest = CheckpointStore(open_storage(job_dir)).latest()
+    assert newest.step == saved and newest.resumable, [f.path for f in newest.files]
+
+    vm.boot(wipe=True)
+    assert vm.wait(120) == 0, f"see {vm.log_path()}"
+    state = Journal(open_storage(job_dir)).state()
+    assert state.attempts[-1].restored_step == saved and state.attempts[-1].outcome == "finished"
+    assert state.done["step"] == train_steps
+    steps = executed_steps(tmp_path)
+    assert steps[len(steps) - (train_steps - saved)] == saved + 1 and steps[-1] == train_steps
+    assert len(steps) == train_steps  # not one step trained twice
