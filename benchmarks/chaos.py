@@ -35,6 +35,8 @@ def main() -> int:
     parser.add_argument("--state-disks", type=int, default=10, help="boots after a state disk made hostile")
     parser.add_argument("--pid-namespaces", type=int, default=6,
                         help="a second agent of the VM in another pid namespace, one round each")
+    parser.add_argument("--save-orders", type=int, default=10,
+                        help="jobs of a trainer saving state file first or last, an export after its end (issue 38)")
     parser.add_argument("--fault-rate", type=float, default=0.05, help="share of storage requests that fail")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
@@ -44,7 +46,7 @@ def main() -> int:
     r = run_chaos(args.kills, args.fault_rate, args.seed, scratch_dir("bench-chaos-"), manifests=args.manifests,
                   full_disks=args.full_disks, slow_metadata=args.slow_metadata, overlapped=args.overlapped,
                   damaged_chunks=args.damaged_chunks, contract_breakers=args.contract_breakers,
-                  state_disks=args.state_disks, pid_namespaces=args.pid_namespaces)
+                  state_disks=args.state_disks, pid_namespaces=args.pid_namespaces, save_orders=args.save_orders)
     header, rows = chaos_table(r)
     rows.append(["all", sum(t.inputs for t in r.tallies.values()),
                  sum(sum(t.faults.values()) for t in r.tallies.values()), r.corrupt_restores, r.lost_commits,

@@ -7,7 +7,7 @@
     >>> result.tallies["damaged manifest"].inputs
     20
 
-Six classes of fault, each round drawn at random (the full-disk and overlapped-upload rounds run on
+Classes of fault, each round drawn at random (the full-disk and overlapped-upload rounds run on
 a VM of their own):
 
 - **kill**: a boot (half the time on a fresh disk), sometimes with the metadata server answering
@@ -37,6 +37,11 @@ a VM of their own):
   second must leave the job to the live holder (exit 1 within `BOOT_DEADLINE`, the holder still
   running and named by the lease); a lease it takes is a stolen lease. Then a SIGKILL of the VM.
   Needs root (otherwise the row says it did not run).
+- **save orders**: a trainer survivor did not write (`harness/foreign_trainer.py`) saves its
+  TensorFlow state file before its shards or after them, half the time with an export after its
+  final save; a SIGTERM or a SIGKILL while it trains, then a boot to the job's end. The boot after
+  the fault restores the newest whole commit or newer, the job ends DONE at its last step, and the
+  final commit is whole and holds the export.
 
 All of it with a share of the storage requests failing (429, 503, resets, stalls, truncated bodies)
 through `FaultProxy`. Counted per class: inputs tried, faults injected, corrupt restores (the
@@ -79,7 +84,7 @@ CHUNK_ROUND_COMMIT_WAIT = 30.0
 #: Far beyond any step the chaos jobs reach; a manifest may claim up to it.
 TRAIN_STEPS = 10_000_000
 CLASSES = ("kill", "damaged manifest", "damaged chunk", "full disk", "slow metadata", "overlapped upload",
-           "contract breaker", "hostile state disk", "pid namespace")
+           "contract breaker", "hostile state disk", "pid namespace", "save orders")
 #: How a round starts an agent in a pid namespace of its own, as in a container on the VM (root only).
 UNSHARE_PID = ("unshare", "--pid", "--fork", "--mount-proc")
 
@@ -949,13 +954,89 @@ def _state_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, py
         result.skipped_snapshots += _skipped_snapshots(vm)
 
 
+#: A trainer survivor did not write, saving TensorFlow's layout in an order of its own (issue 38).
+FOREIGN_TRAINER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "foreign_trainer.py")
+
+
+def _save_order_rounds(rounds: int, rng: random.Random, seed: int, root: str, python: str,
+                       result: ChaosResult) -> None:
+    """Jobs of a trainer that saves its state file before its shards or after them, half of them
+    writing an export after their final save (`foreign_trainer.py`), each hurt once while it trains
+    (a SIGTERM that it saves on, or a SIGKILL of the agent, the trainer or both) and then booted to
+    its end. The boot after the fault must restore the newest whole commit seen before it (never a
+    partial one: its trainer would exit 3), the job must end DONE at its last step, and the final
+    commit must hold the export (issue 38 items 1 and 2)."""
+    from survivor.jobdir.journal import Journal
+
+    tally = result.tallies["save orders"]
+    with StorageEmulator(log_dir=root) as gcs:
+        gcs.create_bucket("orders")
+        for index in range(rounds):
+            job_dir = f"gs://orders/job-{index}"
+            order, export = rng.choice(["state-first", "shards-first"]), rng.random() < 0.5
+            train_steps = rng.randint(150, 250)
+            argv = [python, FOREIGN_TRAINER, "--order", order, "--pause", str(rng.choice([0.0, 0.05, 0.2])),
+                    "--step-seconds", "0.01", "--step-log", os.path.join(root, f"orders-{index}.log")]
+            trainer = {"argv": argv + (["--export"] if export else [])}
+            vm = LocalInstance({"survivor-job": _spec(job_dir, python, train_steps=train_steps, checkpoint_steps=20,
+                                                      trainer=trainer)},
+                               os.path.join(root, f"vm-orders-{index}"), python=python,
+                               name=f"survivor-orders-{index}", env={"STORAGE_EMULATOR_HOST": gcs.url})
+            run = _Rounds(vm, job_dir, rng, seed, result, root, proxy=None)
+            run.store.max_step = train_steps
+            try:
+                tally.inputs += 1
+                tally.faults[f"{order}{' + export' if export else ''}"] += 1
+                booted = run.boot_to_training(tally, f"{order}: the first boot did not train")
+                if booted is None:
+                    continue
+                time.sleep(rng.uniform(0.3, 1.5))
+                if rng.random() < 0.5:
+                    tally.faults["SIGTERM"] += 1
+                    vm.set_preempted()
+                    vm.soft_off()
+                    if vm.wait(HARD_OFF) is None:
+                        tally.hangs += 1
+                        run.problem(tally, f"{order}: the agent still ran {HARD_OFF:g} s after its SIGTERM")
+                        vm.kill()
+                else:
+                    run.kill(tally, booted)
+                whole = [m for m in run.store.committed() if m.resumable]
+                before = whole[0] if whole else None
+                run.boot()
+                if vm.wait(120) is None:
+                    tally.hangs += 1
+                    run.problem(tally, f"{order}: the boot after the fault did not finish in 120 s")
+                    vm.kill()
+                state = Journal(run.storage).state()
+                attempt = state.attempts[-1] if state.attempts else None
+                if before is not None and (attempt is None or (attempt.restored_step or 0) < before.step):
+                    tally.lost_commits += 1
+                    run.problem(tally, f"{order}: restored {attempt and attempt.restored_step}, older than the "
+                                       f"whole commit {before.name}")
+                if state.done is None or state.done.get("step") != train_steps:
+                    tally.corrupt_restores += 1
+                    run.problem(tally, f"{order}: not DONE at step {train_steps} ({state.done}; last attempt "
+                                       f"{attempt and (attempt.outcome, attempt.reason)})")
+                run.check_restore(tally, before, f"{order}: after the fault and the job's end")
+                final = run.store.latest()
+                paths = {f.path for f in final.files} if final is not None else set()
+                if final is None or not final.resumable or (export and "export/saved_model.pb" not in paths):
+                    tally.corrupt_restores += 1
+                    run.problem(tally, f"{order}: the final commit is not whole{' or lacks the export' if export else ''}:"
+                                       f" {sorted(paths)}")
+                run.count_tracebacks(tally)
+            finally:
+                vm.close()
+
+
 # -- the run ---------------------------------------------------------------------------------------
 
 
 def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str = sys.executable, *,
               manifests: int = 0, full_disks: int = 0, slow_metadata: int = 0, overlapped: int = 0,
               damaged_chunks: int = 0, contract_breakers: int = 0, state_disks: int = 0,
-              pid_namespaces: int = 0) -> ChaosResult:
+              pid_namespaces: int = 0, save_orders: int = 0) -> ChaosResult:
     """Runs the rounds, in a random order, against a fresh storage emulator under `root`."""
     from survivor.jobdir.journal import Journal
     from survivor.jobdir.storage import open_storage
@@ -998,6 +1079,8 @@ def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str =
         _contract_breaker_rounds(contract_breakers, rng, seed, root, python, result)
     if state_disks:
         _state_disk_rounds(state_disks, rng, seed, root, python, result)
+    if save_orders:
+        _save_order_rounds(save_orders, rng, seed, root, python, result)
     result.seconds = time.monotonic() - started
     return result
 
