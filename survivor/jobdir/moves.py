@@ -16,11 +16,15 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from survivor.jobdir.storage import JobStorage, parse_json
-from survivor.jobdir.switches import parse_time, read_records, record_time, write_once
+from survivor.jobdir.fields import PLACE, PROSE, TIME, Number, Rule, read_fields
+from survivor.jobdir.storage import JobStorage
+from survivor.jobdir.switches import read_records, record_time, write_once
 
 MOVES = "survivor/moves/"
-_PLACE = re.compile(r"(zones/[a-z]+-[a-z]+[0-9]+-[a-z]|regions/[a-z]+-[a-z]+[0-9]+)")
+#: How each field of a move's record is read (survivor/jobdir/fields.py; a field not named: SHORT text).
+#: A shape is a number of `placement.shapes` (survivor/spec.py allows far fewer than 100).
+MOVE_FIELDS: dict[str, Rule] = {"time": TIME, "from_place": PLACE, "to_place": PLACE, "reason": PROSE,
+                                "shape": Number(0, 99)}
 
 
 @dataclass(frozen=True)
@@ -47,16 +51,10 @@ class Move:
 
     @classmethod
     def from_json(cls, data: bytes) -> "Move":
-        """Parses a record; ValueError unless it has a readable time and both places."""
-        raw = parse_json(data)
-        if not isinstance(raw, dict) or parse_time(raw.get("time") if isinstance(raw.get("time"), str) else None) is None:
-            raise ValueError("expected an object with an ISO 8601 time")
-        for key in ("from_place", "to_place"):
-            if not isinstance(raw.get(key), str) or not _PLACE.fullmatch(raw[key]):
-                raise ValueError(f"{key}: expected zones/ZONE or regions/REGION")
-        if raw.get("shape") not in (None, "") and not (isinstance(raw["shape"], str) and raw["shape"].isdigit()):
-            raise ValueError("shape: expected the shape's number")
-        return cls(**{k: str(raw[k]) for k in cls.__dataclass_fields__ if raw.get(k) is not None})
+        """Parses a record, each field by its rule in MOVE_FIELDS; ValueError naming the field unless
+        it has a time and both places and every field it has reads."""
+        return cls(**read_fields(data, cls.__dataclass_fields__, MOVE_FIELDS,
+                                 required=("time", "from_place", "to_place")))
 
 
 def record_move(storage: JobStorage, move: Move) -> bool:

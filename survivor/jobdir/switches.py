@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass
 from typing import Callable, TypeVar
 
 from survivor import log as logs
-from survivor.jobdir.storage import JobStorage, PreconditionFailed, parse_json
+from survivor.jobdir.fields import PROSE, TIME, Choice, Name, Rule, parse_time, read_fields
+from survivor.jobdir.storage import JobStorage, PreconditionFailed
 
 SWITCHES = "survivor/switches/"
 #: The modes a group runs in: its template's provisioning model (flex-start: docs/flex-start.md).
@@ -30,6 +31,11 @@ MAX_RECORD_BYTES = 1 << 16
 T = TypeVar("T")
 
 log = logs.get("switches")
+
+#: How each field of a switch's record (and a failed switch's) is read (survivor/jobdir/fields.py; a
+#: field not named: SHORT text). A template is a Compute Engine name (fields.NAME).
+SWITCH_FIELDS: dict[str, Rule] = {"time": TIME, "to_mode": Choice(MODES), "from_mode": Choice(MODES),
+                                  "reason": PROSE, "error": PROSE, "template": Name()}
 
 
 @dataclass(frozen=True)
@@ -51,13 +57,9 @@ class Switch:
 
     @classmethod
     def from_json(cls, data: bytes) -> "Switch":
-        """Parses a record; ValueError unless it has a time `parse_time` reads and a known to_mode."""
-        raw = parse_json(data)
-        if not isinstance(raw, dict) or not isinstance(raw.get("time"), str) or raw.get("to_mode") not in MODES:
-            raise ValueError("expected an object with a time and a to_mode of " + ", ".join(MODES))
-        if parse_time(raw["time"]) is None:
-            raise ValueError(f"time: {raw['time'][:60]!r} is not an ISO 8601 time")
-        return cls(**{k: str(raw[k]) for k in cls.__dataclass_fields__ if raw.get(k) is not None})
+        """Parses a record, each field by its rule in SWITCH_FIELDS; ValueError naming the field
+        unless it has a time and a known to_mode and every field it has reads."""
+        return cls(**read_fields(data, cls.__dataclass_fields__, SWITCH_FIELDS, required=("time", "to_mode")))
 
 
 def write_once(storage: JobStorage, name: str, record: dict) -> bool:
@@ -107,12 +109,9 @@ class SwitchFailure:
 
     @classmethod
     def from_json(cls, data: bytes) -> "SwitchFailure":
-        """Parses a record; ValueError unless it has a readable time and a known to_mode."""
-        raw = parse_json(data)
-        if not isinstance(raw, dict) or not isinstance(raw.get("time"), str) or parse_time(raw["time"]) is None \
-                or raw.get("to_mode") not in MODES:
-            raise ValueError("expected an object with an ISO 8601 time and a to_mode of " + ", ".join(MODES))
-        return cls(**{k: str(raw[k])[:2000] for k in cls.__dataclass_fields__ if raw.get(k) is not None})
+        """Parses a record, each field by its rule in SWITCH_FIELDS; ValueError naming the field
+        unless it has a time and a known to_mode and every field it has reads."""
+        return cls(**read_fields(data, cls.__dataclass_fields__, SWITCH_FIELDS, required=("time", "to_mode")))
 
 
 def record_switch_failure(storage: JobStorage, failure: SwitchFailure) -> bool:
@@ -144,19 +143,6 @@ def switches(storage: JobStorage, latest: _dt.datetime | None = None) -> list[Sw
             continue
         out.append(switch)
     return sorted(out, key=lambda s: record_time(s.time))  # a time, whatever its zone; from_json parsed each
-
-
-def parse_time(text: str | None) -> _dt.datetime | None:
-    """An ISO 8601 time from a record, timezone-aware (UTC when it says none); None if absent or bad.
-    The one parser of the times the job dir's records carry (switches, attempts, markers): every
-    reader compares them with an aware `now`, which a naive time would make raise."""
-    if not text:
-        return None
-    try:
-        value = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
 
 
 def record_time(text: str) -> _dt.datetime:

@@ -1,0 +1,83 @@
+"""Issue 38 items 6 and 7: records in the job dir are written by whoever can write to it, and every
+`survivor watch`, `status` and `report` reads them. Each field is read by one strict reader
+(survivor/jobdir/fields.py); a record with a field it refuses is skipped with one warning naming the
+object and the field, never a crash; a record pointing where the job cannot be does not stop its
+moves; a 60 KB field does not stall `status`."""
+
+import datetime as dt
+import json
+
+import pytest
+
+from survivor.jobdir.moves import moves
+from survivor.jobdir.storage import open_storage
+from survivor.jobdir.switches import switch_failures, switches
+
+GOOD_MOVE = {"time": "2026-11-24T10:00:00+00:00", "from_place": "zones/us-west1-b", "to_place": "regions/us-central1",
+             "reason": "no training VM", "by": "watch", "shape": "1", "machine": "g2-standard-8"}
+GOOD_SWITCH = {"time": "2026-11-24T10:00:00+00:00", "to_mode": "on-demand", "from_mode": "spot", "by": "watch",
+               "template": "cifar10-on-demand", "error": "403"}
+
+
+@pytest.mark.parametrize("field, value", [
+    ("shape", "²"),  # str.isdigit() says yes, int() says no
+    ("shape", "٣"),  # an Arabic-Indic three: int() reads it, but it is no number survivor writes
+    ("shape", "-1"), ("shape", "100"), ("shape", 1), ("shape", "9" * 5000),
+    ("time", "0001-01-01T00:00:00"),  # year 1: a report takes durations from it
+    ("time", "9999-12-31T23:59:59+00:00"), ("time", "yesterday"), ("time", None),
+    ("to_place", "regions/../etc"), ("to_place", "regions/US-CENTRAL1"), ("to_place", "regions/" + "a" * 64),
+    ("from_place", "projects/x"), ("from_place", ["zones/us-west1-b"]),
+    ("by", "x" * 5000), ("reason", {"nested": 1}), ("machine", 3.5),
+])
+def test_a_move_record_with_a_field_the_reader_refuses_is_skipped_with_a_warning_naming_it(tmp_path, caplog, field,
+                                                                                          value):
+    storage = open_storage(str(tmp_path))
+    storage.write("survivor/moves/a.json", json.dumps(GOOD_MOVE).encode())
+    storage.write("survivor/moves/b.json", json.dumps({**GOOD_MOVE, field: value}).encode())
+    assert [m.shape for m in moves(storage)] == ["1"]
+    [warning] = [r.getMessage() for r in caplog.records if "survivor/moves/b.json" in r.getMessage()]
+    assert f"survivor/moves/b.json: {field}: " in warning, warning
+    assert len(warning) < 400  # the value is not echoed whole
+
+
+@pytest.mark.parametrize("prefix, read", [("survivor/switches/", switches),
+                                           ("survivor/switch-failures/", switch_failures)])
+@pytest.mark.parametrize("field, value", [
+    ("time", "0001-01-01T00:00:00+14:00"), ("to_mode", "SPOT"), ("to_mode", None), ("by", "y" * 5000),
+    ("reason", 403), ("from_mode", "free"), ("template", "../other-team"), ("template", "A" * 70), ("error", 403),
+])
+def test_a_switch_or_failed_switch_record_with_a_bad_field_is_skipped_with_a_warning(tmp_path, caplog, prefix, read,
+                                                                                    field, value):
+    storage = open_storage(str(tmp_path))
+    storage.write(f"{prefix}a.json", json.dumps(GOOD_SWITCH).encode())
+    storage.write(f"{prefix}b.json", json.dumps({**GOOD_SWITCH, field: value}).encode())
+    kept = read(storage)
+    if field not in kept[0].__dataclass_fields__:  # a field this kind of record does not have is not read
+        assert len(kept) == 2
+        return
+    assert len(kept) == 1 and f"{prefix}b.json: {field}: " in caplog.text, caplog.text
+
+
+def test_long_prose_is_cut_not_refused_so_the_move_it_explains_still_counts(tmp_path):
+    storage = open_storage(str(tmp_path))
+    storage.write("survivor/moves/a.json", json.dumps({**GOOD_MOVE, "reason": "r" * 60_000}).encode())
+    [move] = moves(storage)
+    assert move.to_place == "regions/us-central1" and 0 < len(move.reason) <= 8000
+
+
+def test_a_move_record_shaped_with_a_unicode_digit_does_not_stop_the_deadline_switch(compute_server, tmp_path,
+                                                                                     monkeypatch, caplog):
+    """The watch reads the moves before it acts on the deadline: one record with shape "²" made every
+    watch raise there, and a late job stayed on Spot."""
+    from survivor.commands import main as cli
+    from tests.test_deadline_switch import ON_DEMAND, ZONE, job, stocked_out
+
+    spec = job(tmp_path, extra="placement: {regions: [us-west1, us-central1]}\n")
+    compute, group, storage = stocked_out(compute_server, spec, monkeypatch, 35, 34)
+    now = dt.datetime.now(dt.timezone.utc)
+    storage.write("survivor/moves/0.json", json.dumps(
+        {"time": (now - dt.timedelta(hours=40)).isoformat(), "from_place": f"zones/{ZONE}",
+         "to_place": f"zones/{ZONE}", "shape": "²", "by": "watch"}).encode())
+    assert cli.main(["watch", "cifar", "--zone", ZONE, "--job-dir", spec.job_dir]) == 0
+    assert [s.to_mode for s in switches(storage)] == [ON_DEMAND]
+    assert "survivor/moves/0.json: shape: '²'" in caplog.text
