@@ -81,3 +81,70 @@ def test_a_move_record_shaped_with_a_unicode_digit_does_not_stop_the_deadline_sw
     assert cli.main(["watch", "cifar", "--zone", ZONE, "--job-dir", spec.job_dir]) == 0
     assert [s.to_mode for s in switches(storage)] == [ON_DEMAND]
     assert "survivor/moves/0.json: shape: '²'" in caplog.text
+
+
+def stocked_out_job_with_placement(compute_server, tmp_path, monkeypatch):
+    """A job with `placement: {regions: [us-west1, us-central1]}` whose group in us-west1-b has had no
+    VM for 40 min with a stockout listed: a move is due. (job dir, Compute)."""
+    from survivor.cloud.compute import Compute, GroupRef
+    from survivor.commands.main import main
+
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "survivor-local")
+    job_dir = str(tmp_path / "job")
+    (tmp_path / "job.yaml").write_text(f"job_dir: {job_dir}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
+                                       "placement: {regions: [us-west1, us-central1], move_after_minutes: 30}\n")
+    assert main(["make-template", "job", "--config", str(tmp_path / "job.yaml")]) == 0
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone="us-west1-b")
+    assert main(["make-group", "job", "--template", "job", "--zone", "us-west1-b", "--wait-seconds", "0"]) == 0
+    group = compute_server.groups[("survivor-local", "zones/us-west1-b", "job")]
+    now = dt.datetime.now(dt.timezone.utc)
+    group["creationTimestamp"] = (now - dt.timedelta(minutes=45)).isoformat()
+    compute = Compute("survivor-local")
+    compute.managed_instances(GroupRef("survivor-local", "job", zone="us-west1-b"))
+    for error in group["_errors"]:
+        error["timestamp"] = (now - dt.timedelta(minutes=40)).isoformat()
+    return job_dir, compute
+
+
+def hostile_move(job_dir: str, to_place: str) -> None:
+    """A move record no move wrote, 50 min old, from the job's group to `to_place`."""
+    open_storage(job_dir).write("survivor/moves/hostile.json", json.dumps(
+        {"time": (dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=50)).isoformat(),
+         "from_place": "zones/us-west1-b", "to_place": to_place, "by": "watch"}).encode())
+
+
+def test_a_move_record_outside_the_specs_regions_neither_sends_the_job_there_nor_stops_its_moves(
+        compute_server, tmp_path, monkeypatch, capsys, caplog):
+    """europe-west4 is in none of the spec's regions, and a group of the job's name there is someone
+    else's: the watch leaves it alone and moves the job to its next region, us-central1."""
+    from survivor.cloud.compute import GroupRef
+    from survivor.commands.main import main
+
+    job_dir, compute = stocked_out_job_with_placement(compute_server, tmp_path, monkeypatch)
+    compute.create_group("job", "job", region="europe-west4")
+    hostile_move(job_dir, "regions/europe-west4")
+    capsys.readouterr()
+    assert main(["watch", "job", "--zone", "us-west1-b", "--job-dir", job_dir]) == 0
+    assert "moved from zones/us-west1-b to regions/us-central1" in capsys.readouterr().out
+    assert "survivor/moves/hostile.json: to_place: regions/europe-west4 is in none of the spec's regions" in caplog.text
+    [vm] = compute.managed_instances(GroupRef("survivor-local", "job", region="us-central1"))
+    assert vm["status"] == "RUNNING"
+    assert compute.get_group(GroupRef("survivor-local", "job", region="europe-west4")) is not None
+
+
+def test_a_move_record_to_a_place_without_a_group_does_not_stop_the_jobs_moves(compute_server, tmp_path,
+                                                                               monkeypatch, capsys):
+    """The newest record says us-central1, where no group is: the watch neither gives up ("nothing to
+    move") nor fails; the job ends in us-central1 with a VM, its old group gone."""
+    from survivor.cloud.compute import GroupRef
+    from survivor.commands.main import main
+
+    job_dir, compute = stocked_out_job_with_placement(compute_server, tmp_path, monkeypatch)
+    hostile_move(job_dir, "regions/us-central1")
+    capsys.readouterr()
+    assert main(["watch", "job", "--zone", "us-west1-b", "--job-dir", job_dir]) == 0
+    assert "nothing to move" not in capsys.readouterr().out
+    [vm] = compute.managed_instances(GroupRef("survivor-local", "job", region="us-central1"))
+    assert vm["status"] == "RUNNING"
+    assert compute.get_group(GroupRef("survivor-local", "job", zone="us-west1-b")) is None
+    assert moves(open_storage(job_dir))[-1].to_place == "regions/us-central1"

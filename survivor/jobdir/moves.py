@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+from typing import Collection
 
 from survivor.jobdir.fields import PLACE, PROSE, TIME, Number, Rule, read_fields
 from survivor.jobdir.storage import JobStorage
@@ -62,10 +63,27 @@ def record_move(storage: JobStorage, move: Move) -> bool:
     return write_once(storage, move.name, asdict(move))
 
 
-def moves(storage: JobStorage) -> list[Move]:
-    """Every move recorded in the job dir, oldest first."""
-    return sorted((move for _, move in read_records(storage, MOVES, Move.from_json, "move")),
+def moves(storage: JobStorage, regions: Collection[str] | None = None, shapes: int = 0) -> list[Move]:
+    """Every move recorded in the job dir, oldest first. Given the spec's placement (its `regions`,
+    and how many other `shapes` it names), a record that puts the job anywhere else is skipped with
+    a warning naming it, as a field that does not read is: the job never goes where its spec does
+    not send it, and its next move is not stopped by a record no move of it wrote."""
+    def parse(data: bytes) -> Move:
+        move = Move.from_json(data)
+        if regions is not None and region_of(move.to_place) not in regions:
+            raise ValueError(f"to_place: {move.to_place} is in none of the spec's regions ({', '.join(regions)})")
+        if regions is not None and int(move.shape or 0) > shapes:
+            raise ValueError(f"shape: {move.shape} is none of the spec's {shapes + 1} shapes")
+        return move
+
+    return sorted((move for _, move in read_records(storage, MOVES, parse, "move")),
                   key=lambda m: record_time(m.time))
+
+
+def region_of(place: str) -> str:
+    """Pure: `zones/us-west1-b` -> `us-west1`; `regions/us-west1` -> `us-west1`."""
+    kind, _, where = place.partition("/")
+    return where.rsplit("-", 1)[0] if kind == "zones" else where
 
 
 def current_place(recorded: list[Move], original: str) -> str:

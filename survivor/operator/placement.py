@@ -259,17 +259,25 @@ def moves_without_vm(attempts: list[Attempt], recorded: list[Move]) -> int:
 
 
 def look(compute: Compute, group: GroupRef, storage: JobStorage, now: _dt.datetime,
-         scale: float = 1.0, booting: str | None = None) -> tuple[GroupRef, Look] | None:
+         scale: float = 1.0, booting: str | None = None,
+         placement: Placement | None = None) -> tuple[GroupRef, Look] | None:
     """Looks at the job's current group (after its moves); None when it does not exist. `scale`:
     simulated seconds per second (the simulator's fast clock), applied to the durations seen;
     `booting`: the VM looking at its own boot (`look_from`). `Look.not_offered` is left empty:
-    `offers` fills it in when a move is due."""
+    `offers` fills it in when a move is due. Given the spec's `placement`, a move record outside its
+    places is skipped (`moves`); when the newest record puts the group where there is none, the look
+    is at `group`, as the records left the job there: neither stops the job's next move."""
     from survivor.jobdir.disk_tier import PENDING
     from survivor.jobdir.journal import Journal
 
-    recorded = moves(storage)
+    recorded = moves(storage) if placement is None else moves(storage, placement.regions, len(placement.shapes))
     current = group_at(group, current_place(recorded, place_of(group)))
     found = compute.get_group(current)
+    if found is None and place_of(current) != place_of(group):
+        log.warning("no group where the job's newest move record puts it; looking at its address",
+                    recorded=place_of(current), address=place_of(group))
+        kept = [i + 1 for i, m in enumerate(recorded) if m.to_place == place_of(group)]
+        recorded, current, found = recorded[: kept[-1] if kept else 0], group, compute.get_group(group)
     if found is None:
         return None
     return current, look_from(place_of(current), instances=compute.managed_instances(current),
@@ -321,7 +329,7 @@ def look_and_move(compute: Compute, group: GroupRef, spec: JobSpec, storage: Job
     made, else None. Which places cannot take the job (`offers`) is asked only once a move is due.
     `booting`: the VM whose agent looks at its boot, before it takes the lease (`look_from`)."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
-    seen = look(compute, group, storage, now, scale, booting)
+    seen = look(compute, group, storage, now, scale, booting, placement=spec.placement)
     if seen is None:
         say(f"job {group.name}: no group at its recorded place; nothing to move")
         return None
