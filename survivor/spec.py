@@ -113,6 +113,9 @@ KEYS: tuple[Key, ...] = (
         flat="maxFailedAttempts"),
     Key("sync_seconds", "number", "how often new local checkpoints are committed", default=2.0,
         bounds=(0.1, 3600.0)),
+    Key("checkpoint_pattern", "string", "the trainer's checkpoint file name with `{step}` where its step is and `*` "
+        "for anything else (`model-{step}-*.keras`); by default a step is the number right after `ckpt` or "
+        "`checkpoint` (`ckpt-1200.index`), or TensorFlow's `checkpoint` state file's"),
     Key("lease_seconds", "number", "the single-writer lease: a second VM on the job dir waits this long (x2) "
         "before taking over a silent holder", default=60.0, bounds=(1.0, 3600.0)),
     # a persistent disk holds 10 GB to 64 TB (https://cloud.google.com/compute/docs/disks)
@@ -284,6 +287,7 @@ class JobSpec:
     grace_seconds: float = KEY["grace_seconds"].default
     max_failed_attempts: int = KEY["max_failed_attempts"].default
     sync_seconds: float = KEY["sync_seconds"].default
+    checkpoint_pattern: str | None = None  # the trainer's checkpoint names: where the step is (`checkpoint_naming`)
     lease_seconds: float = KEY["lease_seconds"].default
     state_disk_gb: int | None = None  # a stateful persistent disk for states too large for the notice
     deadline: Deadline | None = None
@@ -342,6 +346,7 @@ class JobSpec:
             grace_seconds=v.number("grace_seconds") or KEY["grace_seconds"].default,
             max_failed_attempts=v.integer("max_failed_attempts") or KEY["max_failed_attempts"].default,
             sync_seconds=v.number("sync_seconds") or KEY["sync_seconds"].default,
+            checkpoint_pattern=v.checkpoint_pattern(),
             lease_seconds=v.number("lease_seconds") or KEY["lease_seconds"].default,
             state_disk_gb=v.integer("state_disk_gb"),
             deadline=v.deadline(),
@@ -379,6 +384,7 @@ class JobSpec:
             "grace_seconds": self.grace_seconds,
             "max_failed_attempts": self.max_failed_attempts,
             "sync_seconds": self.sync_seconds,
+            "checkpoint_pattern": self.checkpoint_pattern,
             "lease_seconds": self.lease_seconds,
             "state_disk_gb": self.state_disk_gb,
         }
@@ -407,6 +413,20 @@ class JobSpec:
     def secret_values(self) -> tuple[str, ...]:
         """The values of hyperparameters whose names look secret (`is_secret_name`): masked in logs."""
         return tuple(value for name, value in self.hyperparameters if is_secret_name(name) and value)
+
+
+def checkpoint_naming(pattern: str) -> re.Pattern:
+    """The regex of a spec's `checkpoint_pattern` (`jobdir.snapshot.step_in_name` matches with it): a file name (or a path under the job dir, with
+    `/`) in which `{step}` stands for the step, once, and `*` for any characters but `/`.
+
+        >>> checkpoint_naming("model-{step}-*.keras").fullmatch("model-0350-0.7641.keras").group("step")
+        '0350'
+
+    Raises ValueError when `{step}` is not in it exactly once."""
+    if pattern.count("{step}") != 1:
+        raise ValueError("`{step}` exactly once, where the step is in the file name")
+    parts = [re.escape(part).replace(r"\*", "[^/]*") for part in pattern.split("{step}")]
+    return re.compile(r"(?P<step>\d+)".join(parts))
 
 
 # -- the recipe's flat attributes ------------------------------------------------------------------
@@ -829,6 +849,17 @@ class _Validator:
             return None
         if not isinstance(value, str) or len(value) > MAX_STRING or _control_characters(value):
             self._problem(key, value, f"a string of at most {MAX_STRING} characters, no control characters")
+            return None
+        return value
+
+    def checkpoint_pattern(self) -> str | None:
+        value = self.string("checkpoint_pattern")
+        if value is None:
+            return None
+        try:
+            checkpoint_naming(value)
+        except ValueError as exc:
+            self._problem("checkpoint_pattern", value, str(exc))
             return None
         return value
 

@@ -65,7 +65,7 @@ from survivor.jobdir.journal import Attempt, Journal, JobState, should_give_up, 
 from survivor.jobdir.lease import Holder, Lease, LeaseHeld, LeaseLost
 from survivor.jobdir.storage import JobStorage, StorageError, open_storage
 from survivor.jobdir.store import CheckpointStore, CommitStats, RestoreFailed
-from survivor.spec import JobSpec, SpecError
+from survivor.spec import JobSpec, SpecError, checkpoint_naming
 
 if TYPE_CHECKING:  # imported where used: the agent loads the Compute client only to finish or switch
     from survivor.cloud.compute import Compute
@@ -412,7 +412,9 @@ class Boot:
         `baseline`: the restored files' fingerprint, from the restore's manifest (never a scan made
         while the trainer already writes)."""
         mirror = Mirror(store, storage, local_job_dir(self.options.workdir), attempt.number, spec.sync_seconds,
-                        restored, self._committed, fence=lease.fence, disk=disk).start(restored=baseline)
+                        restored, self._committed, fence=lease.fence, disk=disk,
+                        naming=checkpoint_naming(spec.checkpoint_pattern) if spec.checkpoint_pattern else None,
+                        ).start(restored=baseline)
         with self.phase.timed(Timing.TRAIN):
             code = self._train_until_end(spec, trainer, mirror, watcher, lease, restored)
         if lease.lost.is_set():  # another agent writes now: stop at once, commit nothing more
@@ -438,7 +440,8 @@ class Boot:
                                ignored_notice_seconds=ignored,
                                restored_step=restored, reached_step=self._reached(restored),
                                committed_step=mirror.committed_step,
-                               uncommitted_step=None if commit_failure else mirror.uncommitted())
+                               uncommitted_step=None if commit_failure else mirror.uncommitted(),
+                               refused=mirror.refused)
         if watcher.notice is not None:  # one that came while the trainer exited by itself counts too
             result = self._safe_after_notice(watcher.notice, result)
         mirror.tidy()  # after the checkpoint is safe: never on the way to it
@@ -492,6 +495,7 @@ class Boot:
             reported = read_saved(self.progress_file)
             if reported is not None and reported != woken:  # the save is complete: commit it now, not at the next round
                 mirror.wake()
+                mirror.check_saved(reported)
                 woken = reported
             saved = saved_and_committed(reported, mirror.committed_after_notice)
             if saved is not None:

@@ -55,6 +55,9 @@ class AttemptResult:
             newer checkpoint, or files added beside the committed one, such as an export (None:
             none). A trainer that finished is DONE only once all it left is committed: DONE points
             at the committed snapshot, its VM's disk goes, and a later boot never trains again.
+        refused: why the trainer's newest files were refused a commit ("": none was), such as a
+            step beyond train_steps read from a name that holds no step of this job. A trainer that
+            finished with its files refused fails, counted: the next boot would start from scratch.
     """
 
     trainer_code: int | None = None
@@ -70,6 +73,7 @@ class AttemptResult:
     reached_step: int | None = None
     committed_step: int | None = None
     uncommitted_step: int | None = None
+    refused: str = ""
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,8 @@ def decide_ending(result: AttemptResult) -> Ending:
         return Ending(result.notice, EXIT_OK, reason="; ".join(r for r in (unsaved(result), result.commit_failure) if r))
     if result.commit_failure:
         return Ending("interrupted", EXIT_RETRY, reason=result.commit_failure)
+    if result.trainer_code == 0 and result.refused:
+        return Ending("failed", EXIT_RETRY, reason=f"the trainer finished, but {result.refused}", counts=True)
     if result.trainer_code == 0 and result.uncommitted_step is not None:
         return Ending("interrupted", EXIT_RETRY, reason=(
             f"the trainer finished, but what it left at step {result.uncommitted_step} is not all committed "

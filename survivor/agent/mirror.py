@@ -21,6 +21,7 @@ step always goes to Cloud Storage.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from typing import Callable
@@ -29,7 +30,7 @@ from survivor import log as logs
 from survivor.jobdir.chunks import chunk_object
 from survivor.jobdir.disk_tier import DiskTier, PendingSnapshot, UploadRate, fits
 from survivor.jobdir.lease import LeaseLost
-from survivor.jobdir.snapshot import Checksums, Snapshot, event_files, scan
+from survivor.jobdir.snapshot import Checksums, Snapshot, event_files, scan, step_now
 from survivor.jobdir.storage import JobStorage, Part
 from survivor.jobdir.store import CheckpointStore, CommitStats, SnapshotChanged
 
@@ -71,11 +72,14 @@ class Mirror:
         on_commit: called with each commit's figures.
         fence: called before each manifest write; raises LeaseLost once another agent holds the job.
         disk: the state disk's tier, for a commit too large for the notice; None: the job has none.
+        naming: where a checkpoint file's name holds its step (the spec's `checkpoint_pattern` as
+            `spec.checkpoint_naming` compiles it); None: the default rule (`snapshot.step_in_name`).
     """
 
     def __init__(self, store: CheckpointStore, storage: JobStorage, local_root: str, attempt: int,
                  interval: float, committed_step: int | None, on_commit: Callable[[CommitStats], None],
-                 fence: Callable[[], None] | None = None, disk: DiskTier | None = None):
+                 fence: Callable[[], None] | None = None, disk: DiskTier | None = None,
+                 naming: re.Pattern | None = None):
         self.store = store
         self.storage = storage
         self.local_root = local_root
@@ -85,6 +89,11 @@ class Mirror:
         self.on_commit = on_commit
         self.fence = fence
         self.disk = disk
+        self.naming = naming
+        self._said: set[str] = set()  # the one-line warnings said once an attempt
+        #: why the trainer's newest files were not committed though they hold a step ("": they were):
+        #: a step beyond train_steps, which a name that holds no step of this job gives
+        self.refused = ""
         self.rate = UploadRate()
         self.pending: PendingSnapshot | None = None  # the snapshot this attempt left on the state disk
         self._deadline: float | None = None  # monotonic: when the commit after a notice must be done
@@ -111,7 +120,7 @@ class Mirror:
         loaded machine a fast trainer had written its last checkpoint before this scan, which then
         took it for the restored state, so nothing was ever committed and the job was DONE at step
         None (issue 24 item 0). The scan stays for callers that start the mirror before the trainer."""
-        self._fingerprint = restored if restored is not None else scan(self.local_root, self._checksums).fingerprint()
+        self._fingerprint = restored if restored is not None else scan(self.local_root, self._checksums, self.naming).fingerprint()
         try:
             self.store.known_blobs()  # listed now, so the commit after a notice goes straight to its upload
         except Exception as exc:  # the first commit lists them instead
@@ -150,10 +159,23 @@ class Mirror:
     def _commit_if_new(self) -> CommitStats | None:
         noticed, began = self._noticed_at, time.monotonic()
         after_notice = noticed is not None and began >= noticed
-        snapshot = scan(self.local_root, self._checksums)
+        snapshot = scan(self.local_root, self._checksums, self.naming)
         if snapshot.step is None or not snapshot.files:
             self._say_if_linked()
+            if snapshot.files:
+                self._say_once("no step", "the trainer's files name no step, so nothing is committed: set "
+                               "checkpoint_pattern in the job spec (`model-{step}-*.keras`), or number checkpoints "
+                               "ckpt-STEP", file=snapshot.files[0].path)
             return None
+        if self.store.max_step is not None and snapshot.step > self.store.max_step:
+            # A manifest beyond train_steps is one no restore follows (store.Manifest.from_json): it
+            # would stand in the job dir as a commit while the next boot started from scratch.
+            self.refused = (f"{snapshot.named_by or 'a file'} names step {snapshot.step}, beyond train_steps "
+                            f"({self.store.max_step}): not committed; set checkpoint_pattern in the job spec to "
+                            "say where the step is in its name")
+            self._say_once(f"beyond {snapshot.step}", self.refused, file=snapshot.named_by, step=snapshot.step)
+            return None
+        self.refused = ""  # the file went (the step of a snapshot is the highest any of its names holds)
         if self.committed_step is not None and snapshot.step < self.committed_step:
             return None
         fingerprint = snapshot.fingerprint()
@@ -287,6 +309,24 @@ class Mirror:
         """Runs a round now instead of at the next interval."""
         self._wake.set()
 
+    def check_saved(self, reported: int) -> None:
+        """Says once when the step the trainer reports saving (`contract.report_saved`) is not the
+        step its files' names hold: a checkpoint numbered by its save count, as
+        `CheckpointManager.save()` numbers them by default, is never the save the agent waits for."""
+        named = step_now(self.local_root, self.naming)
+        if named is not None and named != reported:
+            self._say_once("numbered", f"the trainer reports saving step {reported}, but its newest checkpoint's "
+                           f"number is {named}: number checkpoints by step (TensorFlow's "
+                           "CheckpointManager.save(checkpoint_number=step)) or set checkpoint_pattern; until then the "
+                           "agent cannot tell the save is committed and waits for the trainer to exit",
+                           reported=reported, named=named)
+
+    def _say_once(self, what: str, message: str, **fields) -> None:
+        """A warning said once an attempt (`what` keys it), not once a round."""
+        if what not in self._said:
+            self._said.add(what)
+            log.warning(message, **fields)
+
     def _say_if_linked(self) -> None:
         """One warning, the first time the scan finds the local job dir replaced by a link (the scan
         refuses it: nothing through it is committed)."""
@@ -324,8 +364,10 @@ class Mirror:
         committed step since its commit (an export written after the last save); else None. Read
         afresh, without the checksums kept across scans: what decides DONE does not rest on anything
         a scan during the trainer's writes remembered."""
-        snapshot = scan(self.local_root)
-        if snapshot.step is None or (self.committed_step is not None and snapshot.step < self.committed_step):
+        snapshot = scan(self.local_root, naming=self.naming)
+        if snapshot.step is None or (self.store.max_step is not None and snapshot.step > self.store.max_step):
+            return None
+        if (self.committed_step is not None and snapshot.step < self.committed_step):
             return None
         if snapshot.step == self.committed_step and same_step(self._fingerprint, snapshot.fingerprint()) != "amends":
             return None

@@ -5,8 +5,9 @@
     (1200, ['checkpoint', 'ckpt-1200.data-00000-of-00001', 'ckpt-1200.index', 'hparams.json'])
 
 The step comes from, in order: TensorFlow's `checkpoint` state file (`model_checkpoint_path:
-"ckpt-1200"`), or the largest number in a checkpoint-like file name (the recipe's dummy trainer
-writes `dummy-checkpoint-N.json`). Files still being written are left out: temporary names
+"ckpt-1200"`), or the highest step a file's name holds, by the spec's `checkpoint_pattern` or the
+default rule (`step_in_name`: the number right after `ckpt`/`checkpoint`, then only extensions; the
+recipe's dummy trainer writes `dummy-checkpoint-N.json`). Never any other number in any name. Files still being written are left out: temporary names
 (`*_temp*`, `*.tmp*`, dot files), TF checkpoint shards whose prefix the state file does not list
 yet, and files whose size or mtime changed while they were read. A file that vanished or was
 replaced between the listing and its read means the trainer was rotating its checkpoints under the
@@ -62,6 +63,7 @@ class Snapshot:
 
     step: int | None
     files: tuple[LocalFile, ...]
+    named_by: str = ""  # the file that gave the step (TensorFlow's state file, or one whose name holds it)
 
     def fingerprint(self) -> frozenset[tuple[str, int, str]]:
         """What changes when any file changes: used to skip commits of an identical snapshot."""
@@ -107,10 +109,39 @@ def step_of(name: str) -> int | None:
     return int(numbers[-1]) if numbers else None
 
 
-def decide_files_and_step(paths: list[str], tf_state: str | None) -> tuple[int | None, list[str]]:
+#: The default rule for a step in a file name: the whole number right after a checkpoint word
+#: (`ckpt`, `checkpoint`, after a separator or at the start), followed by nothing but extensions:
+#: `ckpt-1200.index`, `model.ckpt-1200.data-00000-of-00001`, `dummy-checkpoint-8.json`,
+#: `checkpoint_30.weights.h5`. Any other number is no step (issue 39): Keras's
+#: `ckpt-07-0.7641.keras` (an epoch and a metric), `checkpoint.weights.h5`,
+#: `checkpoint-config-20261127.yaml` name none; a job whose files do should set `checkpoint_pattern`.
+DEFAULT_STEP_NAME = re.compile(r"(?:.*[-_.])?(?:ckpt|checkpoint)[-_]?(?P<step>\d+)(?:\.[A-Za-z0-9_-]+)*", re.I)
+
+
+def step_in_name(rel_path: str, naming: re.Pattern | None = None) -> int | None:
+    """Pure: the step a file's name says it holds, by the spec's `naming` pattern (the spec's
+    `checkpoint_pattern` as `spec.checkpoint_naming` compiles it, with a `step` group; matched
+    against the path when it holds `/`, else the file name), else by
+    `DEFAULT_STEP_NAME`; None when it says none. A number the rule does not name is content.
+
+        >>> step_in_name("ckpt-1200.data-00000-of-00001"), step_in_name("ckpt-07-0.7641.keras")
+        (1200, None)
+        >>> step_in_name("checkpoint.weights.h5"), step_in_name("checkpoint-config-20261127.yaml")
+        (None, None)
+    """
+    rule = naming or DEFAULT_STEP_NAME
+    subject = rel_path if naming is not None and "/" in naming.pattern else os.path.basename(rel_path)
+    found = rule.fullmatch(subject)
+    return int(found.group("step")) if found else None
+
+
+def decide_files_and_step(paths: list[str], tf_state: str | None,
+                          naming: re.Pattern | None = None) -> tuple[int | None, list[str]]:
     """Pure decision: which relative paths make up the snapshot, and its step.
 
-    `tf_state` is the text of a top-level `checkpoint` state file, if any.
+    `tf_state` is the text of a top-level `checkpoint` state file, if any: its newest prefix is the
+    step. Otherwise the step is the highest a file's name says (`step_in_name`, by `naming`, the
+    spec's `checkpoint_pattern`, when set); a file whose name says none is content, never the step.
     """
     candidates = [p for p in paths if not is_temporary(p) and not is_event_file(p) and p != PROGRESS_FILE]
     if tf_state is not None:
@@ -123,8 +154,7 @@ def decide_files_and_step(paths: list[str], tf_state: str | None) -> tuple[int |
                 continue  # a checkpoint still being written, or one the manager is about to delete
             chosen.append(p)
         return (step_of(latest) if latest else None), sorted(chosen)
-    steps = [step_of(p) for p in candidates if "checkpoint" in os.path.basename(p).lower() or "ckpt" in p]
-    numbered = [n for n in steps if n is not None]
+    numbered = [n for n in (step_in_name(p, naming) for p in candidates) if n is not None]
     return (max(numbered) if numbered else None), sorted(candidates)
 
 
@@ -271,7 +301,7 @@ class _Growing:
         return self.digester.digest()
 
 
-def scan(root: str, checksums: Checksums | None = None) -> Snapshot:
+def scan(root: str, checksums: Checksums | None = None, naming: re.Pattern | None = None) -> Snapshot:
     """Reads the local job dir and returns the snapshot of its completed files (none when the
     dir itself is a link: it is never followed).
 
@@ -288,13 +318,28 @@ def scan(root: str, checksums: Checksums | None = None) -> Snapshot:
     if os.path.islink(root):  # a trainer swapped its dir for a link: what it points at is no checkpoint
         return Snapshot(None, ())
     for _ in range(SCAN_TRIES):
-        snapshot = _scan_once(root, checksums)
+        snapshot = _scan_once(root, checksums, naming)
         if snapshot is not None:
             return snapshot
     return Snapshot(None, ())
 
 
-def _scan_once(root: str, checksums: Checksums) -> Snapshot | None:
+def step_now(root: str, naming: re.Pattern | None = None) -> int | None:
+    """The step the local job dir holds now, from its names and state file alone (no file is read
+    for its checksum): a cheap look for the agent's checks, never what a commit rests on."""
+    if os.path.islink(root):
+        return None
+    tf_state = None
+    try:
+        if _regular(os.path.join(root, TF_STATE_FILE)):
+            with open(os.path.join(root, TF_STATE_FILE), encoding="utf-8", errors="replace") as f:
+                tf_state = f.read(1 << 20)
+    except OSError:
+        pass
+    return decide_files_and_step(_listing(root, None), tf_state, naming)[0]
+
+
+def _scan_once(root: str, checksums: Checksums, naming: re.Pattern | None) -> Snapshot | None:
     """One listing of the job dir and the digests of what it chose; None if the listing was stale:
     a chosen file vanished or was replaced before it was read, or a second listing taken after the
     reads names other files (a directory read while the trainer renames and deletes is no snapshot
@@ -308,7 +353,7 @@ def _scan_once(root: str, checksums: Checksums) -> Snapshot | None:
                 tf_state = f.read()
         except FileNotFoundError:
             return None
-    step, chosen = decide_files_and_step(paths, tf_state)
+    step, chosen = decide_files_and_step(paths, tf_state, naming)
     files = []
     for rel in chosen:
         try:
@@ -320,7 +365,9 @@ def _scan_once(root: str, checksums: Checksums) -> Snapshot | None:
     if sorted(_listing(root, None)) != sorted(paths):
         return None
     checksums.end_scan()
-    return Snapshot(step, tuple(files))
+    named_by = TF_STATE_FILE if tf_state is not None else next(
+        (f.path for f in files if step is not None and step_in_name(f.path, naming) == step), "")
+    return Snapshot(step, tuple(files), named_by)
 
 
 def _listing(root: str, checksums: Checksums | None) -> list[str]:
