@@ -148,3 +148,34 @@ def test_a_move_record_to_a_place_without_a_group_does_not_stop_the_jobs_moves(c
     assert vm["status"] == "RUNNING"
     assert compute.get_group(GroupRef("survivor-local", "job", zone="us-west1-b")) is None
     assert moves(open_storage(job_dir))[-1].to_place == "regions/us-central1"
+
+
+def test_survivor_report_and_status_read_records_dated_year_one(tmp_path, capsys, caplog):
+    """Year 1 at +01:00 is before year 1 in UTC: showing it raised OverflowError, and every report of
+    the job with it. Each such record is skipped with a warning; the report is written."""
+    from dataclasses import replace
+
+    from survivor.commands.main import main
+    from survivor.jobdir.moves import Move
+    from survivor.jobdir.status import read_job
+    from survivor.operator.report import ReportOptions, build_report, markdown
+
+    job_dir = str(tmp_path / "job")
+    storage = open_storage(job_dir)
+    year_one = "0001-01-01T00:00:00+01:00"
+    storage.write("survivor/attempts/000001.json", json.dumps(
+        {"number": 1, "instance": "x", "started": year_one, "ended": year_one, "outcome": "preempted"}).encode())
+    storage.write("survivor/moves/0.json", json.dumps({**GOOD_MOVE, "time": year_one}).encode())
+    storage.write("survivor/switches/0.json", json.dumps({**GOOD_SWITCH, "time": year_one}).encode())
+    storage.write("survivor/switch-failures/0.json", json.dumps({**GOOD_SWITCH, "time": year_one}).encode())
+    storage.write("survivor/DONE", json.dumps({"time": year_one, "step": 5}).encode())
+    assert main(["report", "--job-dir", job_dir, "--offline", "--out", str(tmp_path / "out")]) == 0
+    assert main(["status", "--job-dir", job_dir]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    for name in ("moves/0.json", "switches/0.json", "switch-failures/0.json"):
+        assert f"survivor/{name}: time: '{year_one}' is not an ISO 8601 time from 2000" in caplog.text
+    # and a report given such a record by other means shows it as written
+    made = build_report(read_job(job_dir), ReportOptions(online=False))
+    md = markdown(replace(made, moves=[Move(time=year_one, from_place="zones/us-west1-b",
+                                            to_place="regions/us-central1")]), "t.png")
+    assert f"| {year_one} | zones/us-west1-b -> regions/us-central1 |" in md

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from survivor import log as logs
+from survivor.jobdir.fields import TIME_RANGE
 from survivor.jobdir.journal import Attempt, Timing
 from survivor.jobdir.switches import MODES, Switch, parse_time, record_time
 
@@ -91,8 +92,9 @@ SPOT, ON_DEMAND, FLEX_START = MODES
 
 #: Outcomes that came with a notice: the VM was taken, the attempt did not fail.
 NOTICE_OUTCOMES = ("preempted", "stopped")
-#: No record survivor wrote is dated before this: an earlier time is a VM clock that was never set.
-EARLIEST = _dt.datetime(2000, 1, 1, tzinfo=_dt.timezone.utc)
+#: No record survivor wrote is dated before this: an earlier time is a VM clock that was never set
+#: (the records' reader refuses one: survivor/jobdir/fields.py).
+EARLIEST = TIME_RANGE[0]
 #: How far past "now" a record's time may be (clocks of different VMs disagree); later is a bad clock.
 CLOCK_SLACK = _dt.timedelta(days=1)
 

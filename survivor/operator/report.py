@@ -103,6 +103,16 @@ def region_of(place: str) -> str:
     return name if place.startswith("regions/") else name.rsplit("-", 1)[0]
 
 
+def utc_text(text: str) -> str:
+    """Pure: a record's time as the report shows it, UTC to the second; the text as written (cut,
+    a table cell) when it is no time or none UTC can show (year 1 at +01:00 is before year 1 in UTC)."""
+    when = parse_time(text)
+    try:
+        return when.astimezone(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if when else _cell(text[:40])
+    except OverflowError:
+        return _cell(text[:40])
+
+
 def move_transfers(moves: list[Move], attempts: list[Attempt], sizes: dict[str, int],
                    crossing: tuple[str, ...] | None) -> list[MoveTransfer]:
     """Pure: each move's restore after it. `sizes`: the bytes of each restored manifest still in the
@@ -363,15 +373,13 @@ def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
         lines += [f"The group runs **{report.mode}** now.", "",
                   "| time (UTC) | switch | reason | decided by |", "|---|---|---|---|"]
         for switch in switches:
-            when = parse_time(switch.time)
-            shown = when.astimezone(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if when else switch.time
-            lines.append(f"| {shown} | {switch.from_mode or '?'} -> {switch.to_mode} | {_cell(switch.reason)} | "
+            lines.append(f"| {utc_text(switch.time)} | {switch.from_mode or '?'} -> {switch.to_mode} | {_cell(switch.reason)} | "
                          f"{_cell(switch.by) or '?'} |")
     if report.failed_switches:
         lines += ["", "Switches decided but refused by Compute Engine (grant the roles in docs/operator-guide.md):", "",
                   "| time (UTC) | to | decided by | refusal |", "|---|---|---|---|"]
         for failure in report.failed_switches:
-            lines.append(f"| {failure.time[:19].replace('T', ' ')} | {failure.to_mode} | {_cell(failure.by) or '?'} | "
+            lines.append(f"| {utc_text(failure.time)} | {failure.to_mode} | {_cell(failure.by) or '?'} | "
                          f"{_cell(failure.error[:300])} |")
     lines += ["", "## Moves between regions", ""]
     if not report.moves:
@@ -379,11 +387,9 @@ def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
     else:
         lines += ["| time (UTC) | move | reason | decided by |", "|---|---|---|---|"]
         for move in report.moves:
-            when = parse_time(move.time)
-            shown = when.astimezone(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if when else move.time
             lost = " (a state-disk snapshot left behind)" if move.lost_pending else ""
             shape = f" ({_cell(move.machine)})" if move.machine else ""
-            lines.append(f"| {shown} | {move.from_place} -> {move.to_place}{shape} | {_cell(move.reason)}{lost} | "
+            lines.append(f"| {utc_text(move.time)} | {move.from_place} -> {move.to_place}{shape} | {_cell(move.reason)}{lost} | "
                          f"{_cell(move.by) or '?'} |")
         lines += ["", "Data moved between locations by each move's restore (the commits after it and the data "
                       "dir's reads cross too and are not counted):", ""]
