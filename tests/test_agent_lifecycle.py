@@ -4,6 +4,7 @@ the local file system or in fake-gcs-server, and the dummy trainer counting ever
 import json
 import os
 import random
+import re
 import subprocess
 
 import pytest
@@ -381,3 +382,22 @@ def test_an_agent_waiting_for_the_gpu_driver_ends_on_sigterm(tmp_path):
         assert code == 0 and time.monotonic() - started < 15, f"exit {code} after {time.monotonic() - started:.1f} s"
     finally:
         vm.close()
+
+
+def test_a_trainer_that_silently_starts_from_scratch_is_not_reported_as_losing_nothing(tmp_path, instance_factory):
+    """Issue 39: the second boot restores step S and its trainer starts at step 1 anyway (it resumes
+    only from a multiple of a huge number). The steps it trains again count as lost, with the reason."""
+    job_dir = str(tmp_path / "jobdir")
+    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=150, extra_args=["--resume-every", "1000000"]))
+    vm.boot()
+    vm.wait_for_step(random.randint(20, 40))
+    assert vm.preempt(soft_off=True) == 0
+    saved = journal_of(job_dir).attempts[-1].end_step
+    run_to_completion(vm)
+    second = journal_of(job_dir).attempts[-1]
+    assert second.restored_step == saved and second.outcome == "finished"
+    first = int(re.search(r"first report was step (\d+), below the restored step (\d+)", second.reason).group(1))
+    assert f"below the restored step {saved}" in second.reason and first < saved, second.reason
+    assert second.steps_lost == saved - first + 1, second  # at least: the agent reads progress every 0.2 s
+    assert any(line.get("message", "").startswith("the trainer started below the restored step")
+               for line in vm.log_lines())

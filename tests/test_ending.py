@@ -62,3 +62,28 @@ def test_a_trainer_that_did_not_save_on_the_notice_is_said_in_the_attempts_reaso
                                        commit_failure="the final commit failed: 503"))
     assert both.reason.startswith("the trainer did not save on the notice") and both.reason.endswith("; the final commit failed: 503")
     assert decide_ending(AttemptResult(trainer_code=0, notice="preempted")).reason == ""
+
+
+def test_a_trainer_that_exits_0_having_committed_nothing_fails_instead_of_done():
+    """Issue 39: a script that ignores --job-dir reached 'DONE, nothing committed' with no warning."""
+    ending = decide_ending(AttemptResult(trainer_code=0, committed_step=None, restored_step=None))
+    assert ending.outcome == "failed" and ending.counts and not ending.done
+    assert "--job-dir" in ending.reason
+    # restored and nothing new to commit (the job was at its end already): DONE
+    assert decide_ending(AttemptResult(trainer_code=0, committed_step=None, restored_step=60)).done
+
+
+def test_a_trainer_that_starts_below_its_restored_step_loses_what_it_trains_again():
+    """Issue 39: a silent start from scratch was reported as 0 steps lost."""
+    from survivor.agent.ending import attempt_steps_lost, retrained
+
+    scratch = AttemptResult(trainer_code=0, restored_step=500, first_step=1, reached_step=800, committed_step=800)
+    assert retrained(scratch) == 500 and attempt_steps_lost(scratch) == 500
+    ending = decide_ending(scratch)
+    assert ending.done and "first report was step 1, below the restored step 500" in ending.reason
+    resumed = AttemptResult(trainer_code=0, restored_step=500, first_step=501, reached_step=800, committed_step=800)
+    assert retrained(resumed) == 0 and attempt_steps_lost(resumed) == 0 and decide_ending(resumed).reason == ""
+    # preempted while still below the restored step: what it trained again, and nothing beyond
+    early = AttemptResult(notice="preempted", restored_step=500, first_step=1, reached_step=120, committed_step=500)
+    assert attempt_steps_lost(early) == 120 and "trained at least 120 committed steps again" in decide_ending(early).reason
+    assert attempt_steps_lost(AttemptResult(restored_step=500)) is None  # no report, no figure

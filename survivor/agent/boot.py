@@ -49,8 +49,8 @@ from survivor import log as logs
 from survivor import retry
 from survivor.agent.budget import NoticeBudget
 from survivor.agent.delivery import DeliveryError
-from survivor.agent.ending import (EXIT_BAD_SPEC, EXIT_OK, EXIT_RETRY, AttemptResult, decide_ending,
-                                   saved_and_committed)
+from survivor.agent.ending import (EXIT_BAD_SPEC, EXIT_OK, EXIT_RETRY, AttemptResult, attempt_steps_lost,
+                                   decide_ending, saved_and_committed)
 from survivor.agent.finish import (CANNOT_LEAVE, ComputeActions, KeepAlive, choose_finisher, is_permission_error,
                                    power_off)
 from survivor.agent.gpus import count_gpus, driver_pending
@@ -61,7 +61,7 @@ from survivor.agent.trainer import (TrainerProcess, TrainerUserError, launch, lo
                                     read_progress, read_saved, save_signal, warm_start)
 from survivor.cloud.metadata import InstanceIdentity, MetadataClient, MetadataError
 from survivor.jobdir.disk_tier import DiskTier, state_disk_dir
-from survivor.jobdir.journal import Attempt, Journal, JobState, should_give_up, snapshot_to_pass_over, steps_lost, Timing
+from survivor.jobdir.journal import Attempt, Journal, JobState, should_give_up, snapshot_to_pass_over, Timing
 from survivor.jobdir.lease import Holder, Lease, LeaseHeld, LeaseLost
 from survivor.jobdir.storage import JobStorage, StorageError, open_storage
 from survivor.jobdir.store import CheckpointStore, CommitStats, RestoreFailed
@@ -188,6 +188,7 @@ class Boot:
         self.phase = Phase()
         self.metadata = options.metadata  # None once it turns out there is no metadata server
         self.progress_file = progress_path(options.workdir)
+        self._first_step: int | None = None  # the first step this boot's trainer reported
         self._booting = False
         self._last_guest_write = 0.0
 
@@ -441,7 +442,7 @@ class Boot:
                                restored_step=restored, reached_step=self._reached(restored),
                                committed_step=mirror.committed_step,
                                uncommitted_step=None if commit_failure else mirror.uncommitted(),
-                               refused=mirror.refused)
+                               refused=mirror.refused, first_step=self._first_step)
         if watcher.notice is not None:  # one that came while the trainer exited by itself counts too
             result = self._safe_after_notice(watcher.notice, result)
         mirror.tidy()  # after the checkpoint is safe: never on the way to it
@@ -457,7 +458,14 @@ class Boot:
         while not lease.lost.is_set():
             notice = watcher.wait(timeout=0.2)
             code = trainer.poll()
-            if Timing.FIRST_STEP not in self.phase.seconds and (read_progress(self.progress_file) or 0) > (restored or 0):
+            progress = read_progress(self.progress_file)
+            if self._first_step is None and progress is not None:
+                self._first_step = progress
+                if restored is not None and progress < restored:  # issue 39: a loss is never reported as 0
+                    log.warning("the trainer started below the restored step: it did not resume from the checkpoint "
+                                "in --job-dir, and what it trains again up to the restored step counts as lost "
+                                "(docs/trainer-contract.md)", first_step=progress, restored_step=restored)
+            if Timing.FIRST_STEP not in self.phase.seconds and (progress or 0) > (restored or 0):
                 self.phase.seconds[Timing.FIRST_STEP] = round(time.monotonic() - began, 3)
             if code is not None or notice is not None:
                 return code
@@ -526,7 +534,7 @@ class Boot:
                 with tried:
                     journal.end(attempt, ending.outcome, reason=ending.reason, end_step=result.committed_step,
                                 reached_step=result.reached_step,
-                                steps_lost=steps_lost(result.reached_step, result.committed_step),
+                                steps_lost=attempt_steps_lost(result),
                                 notice=result.notice_source, timings=self.phase.seconds)
             if ending.done:
                 return self._done(spec, identity, journal, lease, result.committed_step)
@@ -677,7 +685,7 @@ class Boot:
         total = round(time.monotonic() - notice.monotonic, 3)
         self.phase.seconds[Timing.NOTICE_TO_SAFE] = total
         log.info("safe after notice", source=notice.source, committed_step=result.committed_step,
-                 reached_step=result.reached_step, steps_lost=steps_lost(result.reached_step, result.committed_step),
+                 reached_step=result.reached_step, steps_lost=attempt_steps_lost(result),
                  seconds=total, **{f"{k}_seconds": v for k, v in self.phase.seconds.items()})
         return dataclasses.replace(result, notice=self._classify(notice), notice_source=notice.source)
 

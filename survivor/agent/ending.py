@@ -1,6 +1,6 @@
 """How an attempt ended: one pure decision from what happened to what the agent records and returns.
 
-    >>> decide_ending(AttemptResult(trainer_code=0))
+    >>> decide_ending(AttemptResult(trainer_code=0, committed_step=120))
     Ending(outcome='finished', exit_code=0, reason='', done=True, counts=False)
     >>> decide_ending(AttemptResult(trainer_code=None, notice="preempted"))
     Ending(outcome='preempted', exit_code=0, reason='', done=False, counts=False)
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from survivor.jobdir.journal import TRAINER_FAILED
+from survivor.jobdir.journal import TRAINER_FAILED, steps_lost
 
 from survivor.jobdir.ledger import UNSAVED
 
@@ -58,6 +58,9 @@ class AttemptResult:
         refused: why the trainer's newest files were refused a commit ("": none was), such as a
             step beyond train_steps read from a name that holds no step of this job. A trainer that
             finished with its files refused fails, counted: the next boot would start from scratch.
+        first_step: the first step the trainer was seen to report (None: it reported none; the agent
+            reads it every 0.2 s, so a fast trainer may be a few steps on). Below the restored step,
+            the trainer did not resume: it trained again what was committed (`retrained`, at least).
     """
 
     trainer_code: int | None = None
@@ -74,6 +77,7 @@ class AttemptResult:
     committed_step: int | None = None
     uncommitted_step: int | None = None
     refused: str = ""
+    first_step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -111,7 +115,8 @@ def decide_ending(result: AttemptResult) -> Ending:
     if result.failure:
         return Ending("failed", EXIT_RETRY, reason=result.failure, counts=True)
     if result.notice is not None:
-        return Ending(result.notice, EXIT_OK, reason="; ".join(r for r in (unsaved(result), result.commit_failure) if r))
+        return Ending(result.notice, EXIT_OK, reason="; ".join(
+            r for r in (unsaved(result), result.commit_failure, retrained_reason(result)) if r))
     if result.commit_failure:
         return Ending("interrupted", EXIT_RETRY, reason=result.commit_failure)
     if result.trainer_code == 0 and result.refused:
@@ -121,10 +126,47 @@ def decide_ending(result: AttemptResult) -> Ending:
             f"the trainer finished, but what it left at step {result.uncommitted_step} is not all committed "
             f"(newest commit: {'none' if result.committed_step is None else f'step {result.committed_step}'}); "
             "not DONE: the next start resumes from the newest commit"))
+    if result.trainer_code == 0 and result.committed_step is None and result.restored_step is None:
+        return Ending("failed", EXIT_RETRY, counts=True, reason=(
+            "the trainer exited 0 having written no checkpoint to --job-dir (nothing is committed): it must save "
+            "there, or name its files so that they hold a step (docs/trainer-contract.md); not DONE"))
     if result.trainer_code == 0:
-        return Ending("finished", EXIT_OK, done=True)
+        return Ending("finished", EXIT_OK, reason=retrained_reason(result), done=True)
     last = f": {result.last_words}" if result.last_words else ""
     return Ending("failed", EXIT_RETRY, reason=f"{TRAINER_FAILED} {result.trainer_code}{last}", counts=True)
+
+
+def retrained(result: AttemptResult) -> int:
+    """Pure: the committed steps the trainer trained again because it started below the step it was
+    restored at (it did not resume from the checkpoint in --job-dir): lost work, never 0 by default.
+
+    >>> retrained(AttemptResult(restored_step=500, first_step=1, reached_step=800))
+    500
+    >>> retrained(AttemptResult(restored_step=500, first_step=501, reached_step=800))
+    0
+    """
+    if result.restored_step is None or result.first_step is None or result.first_step > result.restored_step:
+        return 0
+    reached = result.restored_step if result.reached_step is None else min(result.reached_step, result.restored_step)
+    return max(0, reached - max(result.first_step, 1) + 1)
+
+
+def retrained_reason(result: AttemptResult) -> str:
+    """Pure: why the attempt lost the steps `retrained` counts ("" when it lost none)."""
+    lost = retrained(result)
+    if not lost:
+        return ""
+    return (f"the trainer's first report was step {result.first_step}, below the restored step "
+            f"{result.restored_step}: it did not resume from the checkpoint in --job-dir and trained at least "
+            f"{lost} committed steps again (docs/trainer-contract.md)")
+
+
+def attempt_steps_lost(result: AttemptResult) -> int | None:
+    """Pure: the steps an attempt lost: what it trained beyond its last commit, and what it trained
+    again below its restored step (`retrained`)."""
+    beyond = steps_lost(result.reached_step, result.committed_step)
+    again = retrained(result)
+    return beyond if beyond is None and not again else (beyond or 0) + again
 
 
 def saved_and_committed(saved: int | None, committed_after_notice: int | None) -> int | None:
