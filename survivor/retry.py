@@ -70,6 +70,18 @@ def is_transient_storage(exc: BaseException) -> bool:
     return is_transient(exc)
 
 
+def is_transient_compute(exc: BaseException) -> bool:
+    """True for a Compute Engine call worth another try. survivor's `ComputeError` chains the
+    client's own exception (`explain(...) from exc`, survivor/cloud/compute.py): throttling (429), a
+    server error (500, 502, 503, 504) or a broken connection is; a refusal (403), a 404 or an
+    operation's own error (a stockout, a quota) is not."""
+    from google.api_core import exceptions as gexc
+
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    return isinstance(cause, (gexc.TooManyRequests, gexc.InternalServerError, gexc.BadGateway,
+                              gexc.ServiceUnavailable, gexc.GatewayTimeout)) or is_transient(cause)
+
+
 def any_exception(exc: BaseException) -> bool:
     """Retries everything: for a watcher that must outlive any trouble of what it watches."""
     return isinstance(exc, Exception)
@@ -309,6 +321,16 @@ ATTEMPT_END = Policy("the attempt's end record", attempts=3, deadline=6.0,
                      attempt_seconds=STORAGE_WRITE.worst_case(), initial=0.2, maximum=1.0)
 
 
+# -- Compute Engine ----------------------------------------------------------------------------------
+
+#: One step of a move (its new group made, its old group deleted) or of a later look's completion of
+#: it: each is idempotent (a group found is not made again, one gone is not deleted again), so a
+#: transient failure is tried again; a refusal is not, and the next look completes the move. An
+#: attempt waits on its operation up to the Compute client's deadline (600 s).
+MOVE_STEP = Policy("a step of a move (Compute Engine)", attempts=4, deadline=30.0, attempt_seconds=600.0,
+                   initial=1.0, maximum=8.0, retry_on=is_transient_compute)
+
+
 # -- the agent's own waits ---------------------------------------------------------------------------
 
 
@@ -343,7 +365,8 @@ def table() -> list[tuple[str, str, float]]:
 
     rows = []
     for p in (METADATA, SPEC_AT_BOOT, GUEST_ATTRIBUTE, NOTICE_WATCH, TRAINER_POLL,
-              STORAGE_WRITE, ATTEMPT_END, STORAGE_UPLOAD, STORAGE_READ, STORAGE_DOWNLOAD, permission_wait(480.0)):
+              STORAGE_WRITE, ATTEMPT_END, STORAGE_UPLOAD, STORAGE_READ, STORAGE_DOWNLOAD, MOVE_STEP,
+              permission_wait(480.0)):
         rows.append((p.what, describe(p), worst_case(p)))
     return rows
 

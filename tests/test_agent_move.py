@@ -131,3 +131,44 @@ def test_a_region_that_keeps_preempting_is_left_at_the_next_boot(tmp_path):
         assert holder["instance"] == boots[-1].instance and holder["zone"].startswith("us-central1-"), holder
     steps = [int(s) for s in steps_log.read_text().split()]
     assert steps[-1] == 120 and sorted(set(steps)) == list(range(1, 121))
+
+
+def test_a_vm_of_a_group_its_job_moved_away_from_leaves_it_without_training(compute_server, tmp_path):
+    """A move cut before it deleted the old group (or whose delete was refused) leaves that group's
+    VM to boot again: it must not train there (the lease belongs to the new group's VM), nor sit
+    idle and billed. Before: it trained on in the old group."""
+    import sys
+
+    from survivor.cloud.compute import Compute
+    from survivor.cloud.template import MachineOptions, template_body
+    from survivor.jobdir.moves import record_move
+    from survivor.local.instance import LocalInstance
+    from survivor.spec import JobSpec
+    from tests.conftest import dummy_spec
+
+    project, zone = "survivor-local", "us-west1-b"
+
+    spec_yaml = dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=30, on_finish="auto",
+                           placement={"regions": ["us-west1", "us-central1"]})
+    spec = JobSpec.from_yaml(spec_yaml)
+    compute = Compute(project, endpoint=compute_server.endpoint)
+    compute.insert_template(template_body("job", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
+    compute.create_group("job", "job", zone=zone, size=1)
+    storage = open_storage(spec.job_dir)
+    record_move(storage, Move(time=_dt.datetime.now(_dt.timezone.utc).isoformat(), from_place=f"zones/{zone}",
+                              to_place="regions/us-central1", reason="a stockout", by="watch"))
+    group = compute_server.groups[(project, f"zones/{zone}", "job")]
+    member = group["_members"][0]
+    attributes = {i["key"]: i["value"] for i in compute_server.instances[member]["metadata"]["items"]}
+    vm = LocalInstance(attributes, str(tmp_path / "vm"), name=member[2], zone=zone, project=project,
+                       python=sys.executable, env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint})
+    try:
+        vm.boot()
+        assert vm.wait(120) == 0, open(vm.log_path()).read()[-3000:]
+    finally:
+        vm.close()
+    log = open(vm.log_path()).read()
+    assert "the job's records moved its group away from this VM's: leaving it without training" in log, log[-3000:]
+    assert not (tmp_path / "steps.log").exists()  # nothing trained in the old group
+    assert Journal(storage).attempts() == [] and storage.read("survivor/LEASE") is None
+    assert group["targetSize"] == 0 and group["_members"] == []  # it left: the MIG recreates nothing

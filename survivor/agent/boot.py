@@ -259,7 +259,12 @@ class Boot:
 
         # 2b. a region that keeps preempting the job: it moves, before this VM takes the lease, so the
         # new group's VM can (operator/placement.py)
-        if self._move(spec, identity, storage, state):
+        moved = self._move(spec, identity, storage, state)
+        # 2c. the job's records put its group elsewhere (a move cut before it deleted this VM's group,
+        # or whose delete was refused): the lease is the new group's VM's, so this one leaves its group
+        if self._left_behind(spec, identity, storage):
+            return self._finish(spec, identity, "moved", on_error=EXIT_OK)
+        if moved:
             return EXIT_OK  # the move deletes this VM's group (or recreates this VM with its new shape)
 
         # 3. one writer per job dir: take the lease (a stale one after ttl, our own name at once)
@@ -267,6 +272,8 @@ class Boot:
         try:
             self._patiently(lease.acquire)
         except LeaseHeld as exc:
+            if self._left_behind(spec, identity, storage):  # moved while it waited: not sitting here idle
+                return self._finish(spec, identity, "moved", on_error=EXIT_OK)
             log.error("not training: another agent holds this job", reason=str(exc))
             return EXIT_RETRY
         except StorageError as exc:
@@ -556,11 +563,13 @@ class Boot:
         decision; when it says switch, asks the group to (this VM's service account needs
         compute.instanceGroupManagers.update) and returns the Switch; else None. Never fatal."""
         from survivor.agent.finish import group_of
+        from survivor.jobdir import claims
         from survivor.operator import deadline, group
 
         if spec.deadline is None:
             return None
         try:
+            seen = claims.what_was_seen(storage)  # a switch is claimed under the records it was decided from
             decision = deadline.assess(spec, storage, _dt.datetime.now(_dt.timezone.utc), running=True)
             if decision is None:  # no deadline: returned above already
                 return None
@@ -573,7 +582,7 @@ class Boot:
             # switching needs the whole client, not only the finish actions a test's factory may stand in for
             compute = cast("Compute", factory(identity))
             return group.switch_group(compute, ref, decision.mode, decision.reason, by="agent",
-                                      storage=storage)
+                                      storage=storage, seen=seen)
         except Exception as exc:  # the watch decides again; training goes on meanwhile
             log.warning("deadline decision not acted on", error=f"{type(exc).__name__}: {exc}")
             return None
@@ -624,6 +633,29 @@ class Boot:
         except Exception as exc:  # the next boot decides again; training goes on meanwhile
             log.warning("placement at boot not acted on", error=f"{type(exc).__name__}: {exc}")
             return False
+
+    def _left_behind(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage) -> bool:
+        """Steps 2c and 3: whether the job's recorded moves put its group somewhere else than this
+        VM's (`placement.left_behind`). Such a VM never trains, whatever group still has it: the
+        records win. False when the job cannot move or its records do not read."""
+        from survivor.agent.finish import group_of
+        from survivor.jobdir.moves import moves
+        from survivor.operator import placement
+
+        ref = group_of(identity)
+        if spec.placement is None or ref is None:
+            return False
+        try:
+            recorded = moves(storage, spec.placement.regions, len(spec.placement.shapes))
+        except StorageError as exc:
+            log.warning("the job's moves not read; training here", error=str(exc))
+            return False
+        if not placement.left_behind(recorded, ref):
+            return False
+        log.warning("the job's records moved its group away from this VM's: leaving it without training",
+                    group_place=placement.place_of(ref), job_place=recorded[-1].to_place)
+        self._guest("state", "moved", force=True)
+        return True
 
     def _load(self) -> tuple[JobSpec, InstanceIdentity]:
         """Step 1: the job spec and who this VM is (`project` None off Compute Engine)."""

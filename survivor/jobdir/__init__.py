@@ -7,6 +7,7 @@
       survivor/LEASE             the one agent that may commit            (lease.py)
       survivor/attempts/*.json   one record per boot                     (journal.py)
       survivor/DONE, FAILED      the end                                  (journal.py)
+      survivor/claims/*.json     one look acts: a switch or a move claimed (claims.py)
 
 `storage.py` is the one way to the bucket (Cloud Storage or a local directory), `snapshot.py` scans
 a trainer's checkpoints (`chunks.py` cuts large files into parts), `status.py` reads it all back

@@ -34,6 +34,7 @@ from survivor.cloud.compute import (BASE_INSTANCE_NAME_MAX, Compute, ComputeErro
 from survivor.cloud.template import (DLVM_PROJECT, IMAGE_FAMILY_PREFIX, STATE_DISK_DEVICE, Install, MachineOptions,
                                      body_differences, deadline_warning, named_differences, parse_gpu, shape_options,
                                      template_body)
+from survivor.jobdir import claims
 from survivor.jobdir.storage import JobStorage, StorageError
 from survivor.jobdir.switches import Switch, SwitchFailure, parse_time, record_switch, record_switch_failure
 from survivor.spec import FallbackSpec, JobSpec, SpecError
@@ -767,9 +768,11 @@ def spec_of(template: dict) -> JobSpec | None:
 
 
 def switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, *, by: str,
-                 storage: JobStorage | None = None, say: Say = _silent) -> Switch | None:
+                 storage: JobStorage | None = None, say: Say = _silent, seen: str | None = None) -> Switch | None:
     """Switches the job's group to its Spot, on-demand or flex-start template; None when it runs that
-    one already.
+    one already, or when another look claimed the job first: with `seen` (`claims.what_was_seen`, read
+    before the records the decision came from) the switch is claimed in the job dir before anything
+    changes, so two looks at once that decided it switch once (survivor/jobdir/claims.py).
 
     Makes the on-demand or flex-start template from the Spot one the first time
     (`on_demand_template_body`, `flex_start_template_body`, with the spec's `fallback:`), points the
@@ -781,7 +784,7 @@ def switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, *
     and sets the group's size back to one. RequestError for a missing group.
     """
     try:
-        return _switch_group(compute, group, to_mode, reason, by=by, storage=storage, say=say)
+        return _switch_group(compute, group, to_mode, reason, by=by, storage=storage, say=say, seen=seen)
     except ComputeError as exc:  # shown by status and report, not only in a log nobody reads
         if storage is not None:
             failure = SwitchFailure(time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
@@ -794,7 +797,7 @@ def switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, *
 
 
 def _switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, *, by: str,
-                  storage: JobStorage | None, say: Say) -> Switch | None:
+                  storage: JobStorage | None, say: Say, seen: str | None = None) -> Switch | None:
     found = compute.get_group(group)
     if found is None:
         raise RequestError(f"group {group.name}: not found; nothing to switch")
@@ -802,6 +805,9 @@ def _switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, 
     base, from_mode = template_mode(current)
     target = base + SUFFIXES.get(to_mode, "")
     if target == current:
+        return None
+    if seen is not None and storage is not None and not claims.claim(storage, seen, what=f"switch to {to_mode}", by=by):
+        say(f"group {group.name}: another look switched or moved it first; this one leaves it")
         return None
     if to_mode != SPOT and compute.get_template(target) is None:
         problems = name_problems(f"{to_mode} template", target)

@@ -11,13 +11,18 @@ group moves on when it has had no training VM for `move_after_minutes` while its
 errors (a stockout, a quota: `listErrors`), or when its region preempted it `preemptions_per_hour`
 times in the last hour; once a whole round of its places found no capacity, the wait doubles each
 round up to MAX_ROUND_WAIT_MINUTES (`wait_minutes`). Where to: the next place of `places` (every region for one shape, then the
-next shape), skipping a place whose region has no zone offering the shape's GPU. The move: a regional
-group of the same name is made in the place's region with the shape's template (`make_group`; a
-shape's template, `<template>-shape-N`, is made from the job's first); in the region the group is
-in already, the group itself takes the shape's template instead (a second group of the same name in
-one region would share its instances' names). Then the job dir records the move (`survivor/moves/`,
-with the shape, so the next look finds the group there), then the old group is deleted. The lease
-keeps a single writer throughout: a VM of the new group restores only once the old VM's lease is gone.
+next shape), skipping a place whose region has no zone offering the shape's GPU. The move is a
+recorded intention that any later look completes: the job dir records it first (`survivor/moves/`,
+with the shape; claimed before, `survivor/jobdir/claims.py`, so two looks at once move once), then a
+regional group of the same name is made in the place's region with the shape's template
+(`make_group`; a shape's template, `<template>-shape-N`, is made from the job's first, before the
+record); in the region the group is in already, the group itself takes the shape's template instead
+(a second group of the same name in one region would share its instances' names); then the old group
+is deleted. Each step is idempotent and retried (retry.MOVE_STEP), and every look starts with
+`complete_moves`: the records win over whatever group still exists, so a look cut anywhere leaves
+nothing the next one does not finish. The lease keeps a single writer throughout: a VM of the new
+group restores only once the old VM's lease is gone, and a VM of a group the records left leaves it
+without training (survivor/agent/boot.py).
 
 A state-disk snapshot not yet in Cloud Storage (`survivor/pending/`, zonal) is waited for: the
 move waits up to twice `move_after_minutes` for a VM of the old place to commit it, then moves and
@@ -35,11 +40,14 @@ Can't Be Late Spot traces (docs/benchmarks.md).
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, TypeVar
 
 from survivor import log as logs
+from survivor import retry
 from survivor.cloud.compute import Compute, GroupRef
+from survivor.jobdir import claims
 from survivor.jobdir.journal import Attempt
 from survivor.jobdir.moves import Move, current_place, current_shape, moves, record_move
 from survivor.jobdir.storage import JobStorage
@@ -47,6 +55,7 @@ from survivor.jobdir.switches import parse_time
 from survivor.spec import JobSpec, Placement
 
 log = logs.get("placement")
+T = TypeVar("T")
 
 #: listErrors codes that mean "no capacity here now": a stockout or a quota
 #: (https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability).
@@ -324,16 +333,22 @@ def offers(compute: Compute, current: GroupRef, spec: JobSpec, job: dict) -> fro
 
 def look_and_move(compute: Compute, group: GroupRef, spec: JobSpec, storage: JobStorage, *, by: str,
                   now: _dt.datetime | None = None, scale: float = 1.0, booting: str | None = None,
-                  say: Callable[[str], None] = lambda _: None) -> Move | None:
+                  say: Callable[[str], None] = lambda _: None, seen: str | None = None) -> Move | None:
     """One look at the job and, when `decide` says so, its move to the next place. Returns the Move
     made, else None. Which places cannot take the job (`offers`) is asked only once a move is due.
-    `booting`: the VM whose agent looks at its boot, before it takes the lease (`look_from`)."""
+    `booting`: the VM whose agent looks at its boot, before it takes the lease (`look_from`). The look
+    first completes a move that a look before it recorded and did not finish (`complete_moves`).
+    `seen`: the job dir's records as the caller read them before its decisions
+    (`claims.what_was_seen`; read here when not given): a move is claimed under it."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
-    seen = look(compute, group, storage, now, scale, booting, placement=spec.placement)
-    if seen is None:
+    seen = seen if seen is not None else claims.what_was_seen(storage)
+    if spec.placement is not None:
+        complete_moves(compute, group, storage, spec.placement, say=say)
+    seen_look = look(compute, group, storage, now, scale, booting, placement=spec.placement)
+    if seen_look is None:
         say(f"job {group.name}: no group at its recorded place; nothing to move")
         return None
-    current, state = seen
+    current, state = seen_look
     decision = decide(spec.placement, state)
     job = None
     if decision.move:
@@ -348,22 +363,29 @@ def look_and_move(compute: Compute, group: GroupRef, spec: JobSpec, storage: Job
     say(f"job {group.name} in {state.place}: {where or 'stay'}: {decision.reason}")
     if not decision.move or spec.placement is None:
         return None
-    return move(compute, current, decision, storage, by=by, now=now, spec=spec, shape=state.shape, say=say)
+    return move(compute, current, decision, storage, by=by, now=now, spec=spec, shape=state.shape, say=say,
+                seen=seen)
 
 
 def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: JobStorage, *, by: str,
-         now: _dt.datetime, spec: JobSpec, shape: int = 0, say: Callable[[str], None] = lambda _: None) -> Move | None:
+         now: _dt.datetime, spec: JobSpec, shape: int = 0, say: Callable[[str], None] = lambda _: None,
+         seen: str | None = None) -> Move | None:
     """Moves the job's group to `decision.to`, or the next place of the spec after it that can take
-    it (a region whose zones offer no GPU of the shape refuses the group). In another region: the
-    new regional group with the shape's template first (made from the job's own when missing), then
-    the move's record (from then on the next look finds the group there), then the old group deleted;
-    a look that dies between the first two finds the new group at its next move and reuses it. In the
-    group's own region: the group itself takes the shape's template and recreates its VM, then the
-    record. The lease keeps one writer: a VM of the new group restores only once the old one's lease
-    is released or expired. None when no place could."""
+    it (a region whose zones offer no GPU of the shape refuses the group). None when no place could,
+    or when another look claimed the job first.
+
+    A move is a recorded intention, carried out by `complete_moves` here and by any later look
+    whatever cuts this one: the place's templates are made (the shape's, from the job's own) and
+    its region checked, then the move is claimed (`claims.claim` under `seen`: two looks that read
+    the same records move once) and recorded, and only then is the new group made and the old one
+    deleted, each step idempotent and retried. A new group the API refuses (not a transient failure)
+    is a record undone: a second record takes the job back, and the next place is tried. In the
+    group's own region the group itself takes the shape's template and recreates its VM. The lease
+    keeps one writer: a VM of the new group restores only once the old one's lease is released or
+    expired, and a VM of a group the records left never trains (survivor/agent/boot.py)."""
     from survivor.cloud.compute import ComputeError
     from survivor.operator.deadline import ON_DEMAND
-    from survivor.operator.group import (GroupOptions, make_group, on_demand_template_body, shape_template_body,
+    from survivor.operator.group import (RequestError, on_demand_template_body, regional_zones, shape_template_body,
                                          template_mode)
 
     placement = spec.placement
@@ -376,8 +398,10 @@ def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: J
     first = decision.to or here
     at = order.index(first) if first in order else 0
     tries = [first] + [p for p in order[at:] + order[:at] if p not in (first, here)]
-    refused = []
+    refused: list[str] = []
+    written = 0  # records this look wrote: each one a millisecond after the last, so they sort in order
     for place in tries:
+        where = place.region + (f" on {shape_text(placement, place.shape)}" if placement.shapes else "")
         try:
             if place.shape == shape:  # the same shape: the group's own template (Spot, or the deadline's on-demand)
                 body = compute.get_template(own) or {"name": own}
@@ -397,40 +421,180 @@ def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: J
                         compute.insert_template(body)
                         say(f"template {body['name']}: created (on-demand, shape "
                             f"{shape_text(placement, place.shape)})")
-            if place.region == here.region:
-                # Not a second group: its VMs would be named as this one's ("the MIG appends a hyphen and
-                # a random four-character string to the base instance name", InstanceGroupManager.
-                # baseInstanceName, https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers),
-                # and a zone's instance names are unique. setInstanceTemplate then recreateInstances, as
-                # the deadline's switch does (Compute.set_group_template has its source).
-                target = current
-                compute.set_group_template(current, body["name"])
-                members = [(m["zone"], m["name"]) for m in compute.managed_instances(current) if m["zone"]]
-                if members:
-                    compute.recreate_instances(current, members)
-            else:
-                target = GroupRef(current.project, current.name, region=place.region)
-                if compute.get_group(target) is None:
-                    make_group(compute, target, GroupOptions(body["name"], skip_preflight=True, wait_seconds=0))
-        except ComputeError as exc:  # RequestError too: no zone of the region offers the GPU
-            refused.append(place.region + (f" on {shape_text(placement, place.shape)}" if placement.shapes
-                                           else "") + f": {exc}")
+            if place.region != here.region and "properties" in body and not regional_zones(compute, place.region,
+                                                                                            body):
+                # what make_group would refuse, found before the record
+                raise RequestError(f"group {current.name}: no zone of region {place.region} offers the template's GPU")
+        except ComputeError as exc:  # RequestError too
+            refused.append(f"{where}: {exc}")
             log.warning("a place refused the job's group", region=place.region, shape=place.shape, error=str(exc))
             continue
-        record = Move(time=now.isoformat(), from_place=place_of(current), to_place=place_of(target),
-                      reason=decision.reason + (f" ({'; '.join(refused)})" if refused else ""), by=by,
-                      lost_pending="yes" if decision.lost_pending else "",
+        # Not a second group in the group's own region: its VMs would be named as this one's ("the MIG
+        # appends a hyphen and a random four-character string to the base instance name",
+        # InstanceGroupManager.baseInstanceName, https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers),
+        # and a zone's instance names are unique: the group takes the shape's template (complete_moves).
+        target = current if place.region == here.region else GroupRef(current.project, current.name,
+                                                                      region=place.region)
+        record = Move(time=(now + _dt.timedelta(milliseconds=written)).isoformat(), from_place=place_of(current),
+                      to_place=place_of(target), reason=decision.reason + (f" ({'; '.join(refused)})" if refused else ""),
+                      by=by, lost_pending="yes" if decision.lost_pending else "",
                       shape=str(place.shape) if placement.shapes else "",
                       machine=machine_text(body) if placement.shapes else "")
-        record_move(storage, record)
-        log.warning("moved the job", to=place.region, shape=place.shape, reason=decision.reason, by=by)
-        if target != current:
-            compute.delete_group(current)
+        if seen is not None and not claims.claim(storage, seen, what=f"move to {record.to_place}", by=by, now=now):
+            say(f"job {current.name}: another look moved or switched it first; this one leaves it")
+            return None
+        if not record_move(storage, record):
+            say(f"job {current.name}: a move of the same time is recorded already; this look leaves it")
+            return None
+        written += 1
+        log.warning("moving the job", to=place.region, shape=place.shape, reason=decision.reason, by=by)
+        try:
+            complete_moves(compute, current, storage, placement, say=say, raise_on_new_group=True)
+        except ComputeError as exc:  # refused, not transient (those were retried): the record is undone
+            back = Move(time=(now + _dt.timedelta(milliseconds=written)).isoformat(), from_place=record.to_place,
+                        to_place=record.from_place, reason=f"undone: its group could not be made: {exc}"[:2000],
+                        by=by, shape=str(shape) if placement.shapes else "",
+                        machine=machine_text(compute.get_template(own) or {}) if placement.shapes else "")
+            record_move(storage, back)
+            written += 1
+            refused.append(f"{where}: {exc}")
+            log.warning("a place refused the job's group", region=place.region, shape=place.shape, error=str(exc))
+            seen = claims.what_was_seen(storage) if seen is not None else None  # the records it wrote, claimed anew
+            continue
         say(f"job {current.name}: moved from {record.from_place} to {record.to_place}"
             + (f", shape {record.machine}" if record.machine else ""))
         return record
     say(f"job {current.name}: no other place could take its group: {'; '.join(refused)}")
     return None
+
+
+# -- a recorded move carried out (any look) --------------------------------------------------------
+
+
+def template_for_shape(own: str, shape: int) -> str:
+    """Pure: the template a group of the job runs on `shape`, from the one it runs now (`own`, any of
+    the job's templates): `own` when it is that shape's already; else the shape's template
+    (`shape_template_name` of the job's own), its on-demand twin when `own` is on-demand (as `move`
+    makes them)."""
+    from survivor.operator.deadline import ON_DEMAND
+    from survivor.operator.group import ON_DEMAND_SUFFIX, shape_template_name, template_mode
+
+    base, mode = template_mode(own)
+    found = re.fullmatch(r"(.+)-shape-([0-9]+)", base)
+    job, at = (found.group(1), int(found.group(2))) if found else (base, 0)
+    if at == shape:
+        return own
+    return shape_template_name(job, shape) + (ON_DEMAND_SUFFIX if mode == ON_DEMAND else "")
+
+
+def left_behind(recorded: list[Move], group: GroupRef) -> bool:
+    """Pure: the job's recorded moves (`moves` read with the spec's placement) put its group
+    somewhere else than `group` (a VM's own): a move was cut before it deleted `group`, or its
+    delete was refused. Such a group's VM never trains."""
+    return bool(recorded) and recorded[-1].to_place != place_of(group)
+
+
+def _step(call: Callable[[], T]) -> T:
+    """One idempotent Compute Engine step of a move, retried while it fails transiently (a 503, a
+    reset: retry.MOVE_STEP); a refusal is raised at once."""
+    return retry.MOVE_STEP.retrying()(call)
+
+
+def _template_of(found: dict) -> str:
+    return (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
+
+
+def _delete_group(compute: Compute, old: GroupRef) -> bool:
+    """Deletes `old` if it exists; True when it did. Idempotent: a group already gone is the step
+    done, whether the `get` finds none or the delete answers 404 (google-api-core's NotFound for
+    HTTP 404, survivor's NotFound: the resource does not exist; the discovery document's
+    instanceGroupManagers.delete "Deletes the specified managed instance group and all of the
+    instances in that group", so nothing of it is left to delete)."""
+    from survivor.cloud.compute import NotFound
+
+    if _step(lambda: compute.get_group(old)) is None:
+        return False
+    try:
+        _step(lambda: compute.delete_group(old))
+    except NotFound:
+        return False
+    return True
+
+
+def _make_group(compute: Compute, target: GroupRef, template: str) -> None:
+    """Makes the regional group `target` from `template` unless it exists. Idempotent: `make_group`
+    finds a group of that name and template and does nothing; an insert that took effect before its
+    answer was lost is found by the retry's `get`, and a 409 (two looks at once) is one found."""
+    from survivor.cloud.compute import ComputeError
+    from survivor.operator.group import GroupOptions, make_group
+
+    def make() -> None:
+        try:
+            make_group(compute, target, GroupOptions(template, skip_preflight=True, wait_seconds=0))
+        except ComputeError:
+            if compute.get_group(target) is None:
+                raise
+
+    _step(make)
+
+
+def complete_moves(compute: Compute, group: GroupRef, storage: JobStorage, placement: Placement, *,
+                   say: Callable[[str], None] = lambda _: None, raise_on_new_group: bool = False) -> GroupRef:
+    """The job's recorded moves carried out, whatever cut the look that recorded them; the job's
+    current group (where its newest record puts it) returned. The records win over whatever group
+    still exists: the group at the newest record's place is made when missing (with the template
+    its move chose, `template_for_shape` of the group it moved from), or takes that template in its
+    own region; then every group at another place the records name in the spec's regions, or at
+    `group` (the look's address), is deleted. Only records inside the spec's `placement` count
+    (`moves`): a group of the job's name elsewhere may be someone else's. Each step is idempotent
+    and retried (retry.MOVE_STEP); a step refused is said and left to the next look, except a new
+    group refused with `raise_on_new_group` (the move's own look undoes its record)."""
+    from survivor.cloud.compute import ComputeError
+
+    recorded = moves(storage, placement.regions, len(placement.shapes))
+    if not recorded:
+        return group
+    last = recorded[-1]
+    current = group_at(group, last.to_place)
+    shape = current_shape(recorded)
+    try:
+        found = _step(lambda: compute.get_group(current))
+        if last.to_place == last.from_place and found is not None:  # a new shape in the group's own region
+            wanted = template_for_shape(_template_of(found), shape)
+            if wanted != _template_of(found):
+                _step(lambda: compute.set_group_template(current, wanted))
+                members = [(m["zone"], m["name"]) for m in _step(lambda: compute.managed_instances(current)) if m["zone"]]
+                if members:
+                    _step(lambda: compute.recreate_instances(current, members))
+                say(f"job {group.name}: its group took template {wanted}, as its move of {last.time} said")
+        elif found is None:
+            source = _step(lambda: compute.get_group(group_at(group, last.from_place)))
+            if source is None:
+                say(f"job {group.name}: its records put its group at {last.to_place}, where there is none, and "
+                    f"the group it moved from ({last.from_place}) is gone too: make it again (survivor make-group)")
+                log.error("no group where the records put the job, nor where it moved from", to=last.to_place,
+                          from_place=last.from_place)
+                return current
+            _make_group(compute, current, template_for_shape(_template_of(source), shape))
+            say(f"job {group.name}: its group made at {last.to_place}, where its move of {last.time} put it")
+    except ComputeError as exc:
+        if raise_on_new_group and not retry.is_transient_compute(exc):
+            raise
+        say(f"job {group.name}: its group at {last.to_place} not made yet ({exc}); the next look tries again")
+        log.warning("a recorded move not completed", to=last.to_place, error=str(exc))
+        return current
+    for place in dict.fromkeys([place_of(group)] + [p for m in recorded for p in (m.from_place, m.to_place)]):
+        if place == last.to_place or (place != place_of(group) and region_of(place) not in placement.regions):
+            continue
+        old = group_at(group, place)
+        try:
+            if _delete_group(compute, old):
+                say(f"job {group.name}: its group at {place} deleted (the records put the job at {last.to_place})")
+                log.warning("deleted a group the job's records moved away from", place=place, to=last.to_place)
+        except ComputeError as exc:  # a 403: the next look (or the left VM itself, leaving) ends it
+            say(f"job {group.name}: its group at {place} not deleted ({exc}); the next look tries again")
+            log.warning("a group the job moved away from not deleted", place=place, error=str(exc))
+    return current
 
 
 def machine_text(template: dict) -> str:

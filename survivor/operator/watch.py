@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 
 from survivor.cloud.compute import Compute, GroupRef
+from survivor.jobdir import claims
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.switches import parse_time
 from survivor.operator import deadline, placement
@@ -26,10 +27,14 @@ def _silent(line: str) -> None:
     """The default `say`: nothing."""
 
 
+def _template_of(found: dict) -> str:
+    return (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
+
+
 def group_spec(compute: Compute, found: dict) -> tuple[str, JobSpec | None]:
     """The mode a group's template runs (`template_mode`) and the job spec its Spot template carries
     (None: none), from the group's REST body."""
-    current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
+    current = _template_of(found)
     base, mode = template_mode(current)
     template = compute.get_template(base) or compute.get_template(current)
     return mode, spec_of(template) if template else None
@@ -52,10 +57,10 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
     its group now, acted on (switch_group, by="watch"). Running while no VM does (a Spot stockout)
     is what it is for: the agent decides at every boot, and without a VM there is no boot.
     Returns the Decision (None: the spec has no deadline); RequestError for a missing group."""
+    storage = open_storage(job_dir, project=group.project) if job_dir else None
     found = compute.get_group(group)
-    if found is None and job_dir:  # the job may have moved (placement.regions): its records say where
-        group = placement.current_group(open_storage(job_dir, project=group.project), group)
-        found = compute.get_group(group)
+    if found is None and storage is not None:  # the job may have moved (placement.regions): its records say where
+        found = compute.get_group(placement.current_group(storage, group))
     if found is None:
         where = f"zone {group.zone}" if group.zone else f"region {group.region}"
         raise RequestError(f"group {group.name}: not found in {where}; nothing to watch" + (
@@ -63,9 +68,20 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
                                "and deploy the watch with it)"))
     mode, spec = group_spec(compute, found)
     if spec is None:
-        current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
-        raise RequestError(f"group {group.name}: its template {current} carries no survivor-job spec")
-    storage = open_storage(job_dir or spec.job_dir, project=group.project)
+        raise RequestError(f"group {group.name}: its template {_template_of(found)} carries no survivor-job spec")
+    storage = storage or open_storage(spec.job_dir, project=group.project)
+    seen = claims.what_was_seen(storage)  # before the records a decision reads: what a claim names
+    if spec.placement is not None:
+        # the records win over whatever group still exists: a move that a look before this one
+        # recorded and did not finish is finished first, and the job's group is where it went
+        group = placement.complete_moves(compute, group, storage, spec.placement, say=say)
+        found = compute.get_group(group)
+        if found is None:
+            raise RequestError(f"group {group.name}: not found where the job's records put it "
+                               f"({placement.place_of(group)}); nothing to watch")
+        mode, spec = group_spec(compute, found)
+        if spec is None:
+            raise RequestError(f"group {group.name}: its template {_template_of(found)} carries no survivor-job spec")
     members = compute.managed_instances(group)
     running = any(m["status"] == "RUNNING" for m in members)
     created = parse_time(found.get("creationTimestamp"))  # as the records' times: aware, never a crash
@@ -81,12 +97,12 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
                                check_every_hours=check_every_hours or deadline.CHECK_EVERY_HOURS, flex_failed=failed,
                                flex_ended=ended)
     if spec.placement is not None and not running:  # no VM: the job may move to capacity elsewhere
-        if placement.look_and_move(compute, group, spec, storage, by="watch", say=say) is not None:
+        if placement.look_and_move(compute, group, spec, storage, by="watch", say=say, seen=seen) is not None:
             return decision
     if decision is None:
         say(f"job {spec.name}: no deadline in its spec; nothing to decide")
         return None
     say(f"job {spec.name}: {decision.current} -> {decision.mode}: {decision.reason}")
     if decision.switch:
-        switch_group(compute, group, decision.mode, decision.reason, by="watch", storage=storage, say=say)
+        switch_group(compute, group, decision.mode, decision.reason, by="watch", storage=storage, say=say, seen=seen)
     return decision
