@@ -1186,6 +1186,9 @@ class _Validator:
             if value is None:
                 self.problems.append("trainer is missing: expected {module: ...}, {argv: [...]} or {builtin: cifar10}")
                 return TrainerSpec()
+            if isinstance(value, str) and value in BUILTIN_TRAINERS:  # it ran as `python -m dummy` and failed 3 boots
+                self._problem("trainer", value, f"{{builtin: {value}}} (a string is a module to run with python -m)")
+                return TrainerSpec()
             if isinstance(value, str):
                 value = {"module": value}
             if not isinstance(value, dict):

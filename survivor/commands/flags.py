@@ -18,6 +18,17 @@ import argparse
 PROJECT_HELP = "Google Cloud project (default: the spec's compute.project, else $GOOGLE_CLOUD_PROJECT)"
 
 
+def positive(text: str) -> int:
+    """argparse type: a whole number of at least 1 (`--steps 0` and `--steps -5` are refused, one line)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
+    return value
+
+
 def project(p, help: str = PROJECT_HELP, default: str | None = None) -> None:
     """--project: the Google Cloud project."""
     p.add_argument("--project", default=default, help=help)

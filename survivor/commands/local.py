@@ -149,7 +149,7 @@ def write_cifar10(args: argparse.Namespace) -> int:
 def add_commands(sub) -> None:
     """Adds demo, simulate, emulate and data to the command line's subparsers."""
     p = sub.add_parser("demo", help="the whole lifecycle on this machine: train, get preempted, resume, finish")
-    p.add_argument("--steps", type=int, default=None, help="training steps (default: the trainer's demo size)")
+    p.add_argument("--steps", type=flags.positive, default=None, help="training steps (default: the trainer's demo size)")
     p.add_argument("--preemptions", type=int, default=3, help="how many preemptions to inflict (default 3)")
     p.add_argument("--trainer", choices=["cifar10", "mlp", "dummy"], default="cifar10",
                    help="built-in trainer: cifar10 (ResNet-8 on synthetic images, the default), mlp, or dummy")
