@@ -391,3 +391,41 @@ def test_survivor_watch_sends_a_stocked_out_a2_job_that_allows_it_to_flex_start(
     assert [r["state"] for r in compute.resize_requests_of(group)] == ["ACCEPTED"]  # queued
     assert [r["state"] for r in compute.resize_requests_of(group)] == ["SUCCEEDED"]  # the fake has capacity
     assert compute.managed_instances(group)[0]["status"] == "RUNNING"
+
+
+@pytest.mark.parametrize("cut", ["refused", "killed"])
+def test_a_flex_start_switch_cut_before_its_request_is_undone_at_the_next_look(compute_server, tmp_path, capsys,
+                                                                              monkeypatch, cut):
+    """Issue 38 item 4: the switch pointed the group at its flex-start template and resized it to none,
+    then its resize request was refused (403) or its look died before asking: no VM and no request,
+    and nothing would bring one. Before: the next looks stayed on flex-start for flex_start_wait_hours
+    with no VM. Now the next look goes on-demand, and the group gets its VM."""
+    from survivor.commands import main as cli
+    from survivor.operator.watch import watch_once
+
+    compute, group, storage = stocked_out_a2_job(compute_server, tmp_path, monkeypatch)
+    if cut == "refused":
+        compute_server.fail("compute.instanceGroupManagerResizeRequests.insert", http=403,
+                            message="Required 'compute.instanceGroupManagers.update' permission")
+        assert cli.main(["watch", "cifar", "--zone", ZONE]) != 0
+    else:
+        class Killed(BaseException):
+            pass
+
+        class KilledAtTheRequest(Compute):
+            def request_resize(self, *args, **kwargs):
+                raise Killed("the watch's process is gone")
+
+        with pytest.raises(Killed):
+            watch_once(KilledAtTheRequest(PROJECT, endpoint=compute_server.endpoint), group)
+    capsys.readouterr()
+    found = compute.get_group(group)
+    assert found["instanceTemplate"].endswith("/cifar-flex-start") and found["targetSize"] == 0
+    assert compute.resize_requests_of(group) == [] and compute.managed_instances(group) == []
+    assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0
+    out = capsys.readouterr().out
+    assert "flex-start -> on-demand: the flex-start request failed (no resize request asks for its VM" in out, out
+    found = compute.get_group(group)
+    assert found["instanceTemplate"].endswith("/cifar-on-demand") and found["targetSize"] == 1
+    [vm] = compute.managed_instances(group)
+    assert vm["status"] == "RUNNING"

@@ -546,6 +546,20 @@ def flex_start_run_end(requests: list[dict], members: int) -> str | None:
     return f"resize request {newest.get('name')} succeeded and the group has no VM left"
 
 
+def flex_start_missing(requests: list[dict], members: int) -> str | None:
+    """Pure: why no flex-start VM will come to a group on its flex-start template that has no VM and
+    no resize request that could still bring one (none at all, or the newest CANCELLED): the switch
+    was cut, or refused, after it pointed the group at the template and resized it to none and
+    before it queued the request (survivor/operator/group.py `switch_group`). Nothing brings a VM
+    then, so the look undoes it (on-demand) instead of waiting out `flex_start_wait_hours`. None
+    when a request is queued, running, or ended as `flex_start_failure` or `flex_start_run_end` say."""
+    newest = _newest_request(requests)
+    if members or (newest is not None and newest.get("state") in ("CREATING", "ACCEPTED", "SUCCEEDED", "FAILED")):
+        return None
+    return ("no resize request asks for its VM: the switch to flex-start was cut or refused before it queued one"
+            + (f" (resize request {newest.get('name')} is {newest.get('state')})" if newest else ""))
+
+
 def flex_start_queue(requests: list[dict], now: _dt.datetime) -> str | None:
     """Pure: where the group's newest resize request stands while it is still active (CREATING or
     ACCEPTED), for an operator: how long it has been queued, and what stopped its last attempt when

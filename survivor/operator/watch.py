@@ -88,7 +88,7 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
     failed = ended = None
     if mode == deadline.FLEX_START and not running:
         requests = compute.resize_requests_of(group)
-        failed = deadline.flex_start_failure(requests)
+        failed = deadline.flex_start_failure(requests) or deadline.flex_start_missing(requests, len(members))
         ended = deadline.flex_start_run_end(requests, len(members))
         queued = deadline.flex_start_queue(requests, _dt.datetime.now(_dt.timezone.utc))
         if queued:
