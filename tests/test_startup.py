@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -159,3 +160,52 @@ def test_a_staged_file_that_differs_from_its_sha256_is_refused_before_pip(tmp_pa
     assert not os.path.exists(root.at("/opt/survivor/venv"))
     records = [info.name for info in open_storage(job_dir).list(image.BOOTS)]
     assert len(records) == 1 and records[0].endswith("-vm-1-failed.json")
+
+
+# -- the metadata server, closed to the trainer's user ------------------------------------------------
+
+FIREWALL_TRY = r"""
+set -euo pipefail
+ip link set lo up
+ip addr add 169.254.169.254/32 dev lo  # this namespace's own "metadata server" address
+readonly METADATA_IP=169.254.169.254
+eval "$(sed -n '/^conceal_metadata() {/,/^}/p' "$1")"
+conceal_metadata nobody
+conceal_metadata nobody  # a second run adds nothing
+iptables -w -S OUTPUT | grep -c -- '--uid-owner' | sed 's/^/rules: /'
+/usr/bin/python3 -m http.server --bind 169.254.169.254 80 >/dev/null 2>&1 &
+server=$!
+ask='import http.client
+try:
+    connection = http.client.HTTPConnection("169.254.169.254", 80, timeout=5)
+    connection.request("GET", "/")
+    print(connection.getresponse().status)
+except OSError as exc:
+    print(type(exc).__name__)'
+for _ in $(seq 50); do [[ "$(/usr/bin/python3 -c "$ask")" == 200 ]] && break; sleep 0.1; done
+echo "root: $(/usr/bin/python3 -c "$ask" 2>&1 | tail -n 1)"
+echo "nobody: $(setpriv --reuid=nobody --regid=nogroup --clear-groups /usr/bin/python3 -c "$ask" 2>&1 | tail -n 1)"
+kill "${server}"
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access("/usr/bin/python3", os.X_OK)
+                    or not all(shutil.which(t) for t in ("iptables", "unshare", "setpriv", "ip")),
+                    reason="needs root, iptables, unshare, setpriv, ip and /usr/bin/python3: a network namespace of its own")
+def test_the_trainers_user_gets_no_answer_from_the_metadata_server(tmp_path):
+    """startup.sh's rule, for real, in a network namespace of its own (the host's firewall is not
+    touched) whose loopback holds 169.254.169.254: root's connection is answered, the trainer's
+    user's is reset; the rule is added once however often the script runs."""
+    script = tmp_path / "try.sh"
+    script.write_text(FIREWALL_TRY)
+    done = subprocess.run(["unshare", "--net", "bash", str(script), STARTUP], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert ["rules: 1", "root: 200", "nobody: ConnectionRefusedError"] == lines, done.stdout + done.stderr
+
+
+def test_the_metadata_server_is_closed_to_the_trainer_before_the_agent_starts():
+    text = open(STARTUP).read()
+    rule = text.index('conceal_metadata "${TRAINER_USER}"')
+    assert rule < text.index("systemctl start survivor-agent.service")
+    assert "--uid-owner" in text and "REJECT" in text

@@ -355,6 +355,45 @@ if ! id survivor >/dev/null 2>&1; then
   log "created user survivor"
 fi
 
+# -- the trainer's user, to whom the metadata server is closed ----------------------------------
+
+# Any process on a VM may ask the metadata server for the token of the VM's service account, which
+# may create and delete instance groups. The trainer is the job author's code: its user gets no
+# answer from the metadata server, as GKE closes it to Pods (metadata concealment "firewalls traffic
+# from user Pods to the cluster metadata server",
+# https://cloud.google.com/kubernetes-engine/docs/how-to/metadata-concealment); the agent serves it a
+# token that only reads its data bucket instead (survivor/agent/trainer_metadata.py).
+# The rule matches the owner of the connecting socket: iptables-extensions(8), module "owner",
+# "--uid-owner: Matches if the packet socket's file structure (if it has one) is owned by the given
+# user", valid in the OUTPUT chain. metadata.google.internal is 169.254.169.254
+# (https://cloud.google.com/compute/docs/metadata/querying-metadata), over HTTP (80) and HTTPS (443);
+# port 53 of the same address, the VM's DNS resolver, stays open. -C before -I: once per boot, and
+# the rules are gone after a reboot, when this script runs again.
+readonly TRAINER_USER=survivor-trainer
+readonly METADATA_IP=169.254.169.254
+
+conceal_metadata() {  # $1: a user name; rejects its TCP connections to the metadata server
+  local uid
+  uid="$(id -u "$1")" || return 1
+  local rule=(OUTPUT -d "${METADATA_IP}/32" -p tcp -m multiport --dports "80,443"
+              -m owner --uid-owner "${uid}" -j REJECT --reject-with tcp-reset)
+  iptables -w -C "${rule[@]}" 2>/dev/null || iptables -w -I "${rule[@]}"
+}
+
+if ! id "${TRAINER_USER}" >/dev/null 2>&1; then
+  useradd --system --create-home --home-dir "/home/${TRAINER_USER}" --shell /usr/sbin/nologin "${TRAINER_USER}"
+  log "created user ${TRAINER_USER}"
+fi
+if [[ -n "${ROOT}" ]]; then
+  log "a sandbox root: the host's firewall is left as it is"
+elif ! command -v iptables >/dev/null; then
+  fail "no iptables on this image: the metadata server cannot be closed to ${TRAINER_USER}"
+elif ! conceal_metadata "${TRAINER_USER}"; then
+  fail "iptables refused the rule that closes the metadata server to ${TRAINER_USER}"
+else
+  log "the metadata server is closed to ${TRAINER_USER}"
+fi
+
 # -- the state disk (a job with state_disk_gb): the group keeps it when it recreates this VM ------
 
 # The template names it by device name (survivor/cloud/template.py STATE_DISK_DEVICE), which
