@@ -172,3 +172,50 @@ def test_a_vm_of_a_group_its_job_moved_away_from_leaves_it_without_training(comp
     assert not (tmp_path / "steps.log").exists()  # nothing trained in the old group
     assert Journal(storage).attempts() == [] and storage.read("survivor/LEASE") is None
     assert group["targetSize"] == 0 and group["_members"] == []  # it left: the MIG recreates nothing
+
+
+def test_a_vm_that_cannot_get_the_lease_after_its_job_moved_leaves_its_group(compute_server, tmp_path):
+    """The VM waits for the lease another agent keeps renewing; meanwhile a move records the job
+    elsewhere. Before: LeaseHeld, exit for a restart, the VM idle and billed in a group the job left.
+    Now: it leaves its group."""
+    import sys
+    import threading
+
+    from survivor.cloud.compute import Compute
+    from survivor.cloud.template import MachineOptions, template_body
+    from survivor.jobdir.lease import Holder, Lease
+    from survivor.jobdir.moves import record_move
+    from survivor.local.instance import LocalInstance
+    from survivor.spec import JobSpec
+    from tests.conftest import dummy_spec
+
+    project, zone = "survivor-local", "us-west1-b"
+    spec = JobSpec.from_yaml(dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=30, on_finish="auto",
+                                        lease_seconds=2, placement={"regions": ["us-west1", "us-central1"]}))
+    compute = Compute(project, endpoint=compute_server.endpoint)
+    compute.insert_template(template_body("job", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
+    compute.create_group("job", "job", zone=zone, size=1)
+    storage = open_storage(spec.job_dir)
+    holder = Lease(storage, Holder("job-central", "another-boot", "us-central1-a"), ttl=2).acquire()
+    holder.start_renewing()  # the new group's VM, training
+    group = compute_server.groups[(project, f"zones/{zone}", "job")]
+    member = group["_members"][0]
+    attributes = {i["key"]: i["value"] for i in compute_server.instances[member]["metadata"]["items"]}
+    vm = LocalInstance(attributes, str(tmp_path / "vm"), name=member[2], zone=zone, project=project,
+                       python=sys.executable, env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint})
+    moved = threading.Timer(1.0, lambda: record_move(storage, Move(
+        time=_dt.datetime.now(_dt.timezone.utc).isoformat(), from_place=f"zones/{zone}",
+        to_place="regions/us-central1", reason="a stockout", by="watch")))
+    try:
+        vm.boot()
+        vm.wait_for_message("job", timeout=60)
+        moved.start()  # while the VM waits for the lease
+        assert vm.wait(120) == 0, open(vm.log_path()).read()[-3000:]
+    finally:
+        moved.cancel()
+        vm.close()
+        holder.release()
+    log = open(vm.log_path()).read()
+    assert "leaving it without training" in log and "not training: another agent holds" not in log, log[-3000:]
+    assert not (tmp_path / "steps.log").exists()
+    assert group["targetSize"] == 0 and group["_members"] == []
