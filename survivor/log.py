@@ -138,13 +138,14 @@ def setup(fmt: str = "auto", level: str = "INFO", stream=None) -> None:
 def console(file=None):
     """The rich Console every command prints through (to `file`, else stdout). On a terminal it wraps
     at the terminal's width; into a pipe or a CI log it never wraps (rich would wrap at 80 columns,
-    mid-path), so a line stays one line for grep."""
+    mid-path), so a line stays one line for grep. It never highlights: what commands print is data
+    (records, reasons, names), and rich's highlighting of a long line takes minutes (issue 38)."""
     from rich.console import Console
 
     stream = file or sys.stdout
     if stream.isatty():
-        return Console(file=file)
-    return Console(file=file, soft_wrap=True, width=UNWRAPPED_WIDTH)
+        return Console(file=file, highlight=False)
+    return Console(file=file, soft_wrap=True, width=UNWRAPPED_WIDTH, highlight=False)
 
 
 #: The width a console into a pipe lays its tables out in: wide enough that no row wraps.

@@ -179,3 +179,78 @@ def test_survivor_report_and_status_read_records_dated_year_one(tmp_path, capsys
     md = markdown(replace(made, moves=[Move(time=year_one, from_place="zones/us-west1-b",
                                             to_place="regions/us-central1")]), "t.png")
     assert f"| {year_one} | zones/us-west1-b -> regions/us-central1 |" in md
+
+
+def _within(seconds: float):
+    """A context in which a call that takes longer than `seconds` fails (SIGALRM), so a test of a
+    hang fails in seconds rather than at the suite's timeout."""
+    import contextlib
+    import signal
+
+    @contextlib.contextmanager
+    def bound():
+        def expire(*_):
+            raise TimeoutError(f"took longer than {seconds} s")
+
+        before = signal.signal(signal.SIGALRM, expire)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, before)
+
+    return bound()
+
+
+LONG = "1" * 60_000  # digits: rich's highlighting of such a line takes minutes
+
+
+def test_status_shows_a_job_dir_with_60_kb_fields_in_well_under_a_second(tmp_path, capsys):
+    import time
+
+    from survivor.commands.main import main
+
+    job_dir = str(tmp_path / "job")
+    storage = open_storage(job_dir)
+    storage.write("survivor/moves/a.json", json.dumps({**GOOD_MOVE, "reason": LONG}).encode())
+    storage.write("survivor/attempts/000001.json", json.dumps(
+        {"number": 1, "instance": "x", "started": "2026-11-24T09:00:00+00:00", "ended": "2026-11-24T09:30:00+00:00",
+         "outcome": "failed", "reason": LONG}).encode())
+    storage.write("survivor/FAILED", json.dumps({"time": "2026-11-24T09:30:00+00:00",
+                                                 "reason": "[/red] " + LONG}).encode())
+    capsys.readouterr()
+    started = time.monotonic()
+    with _within(20):
+        assert main(["status", "--job-dir", job_dir]) == 0
+    assert time.monotonic() - started < 1.0
+    out = capsys.readouterr().out
+    assert "FAILED: [/red] 111" in out  # data, not markup
+    assert max(len(line) for line in out.splitlines()) < 1200 and "…" in out
+
+
+def test_status_of_a_group_cuts_every_field_a_vm_or_the_job_dir_wrote(capsys):
+    """`survivor status NAME`: the VM's guest attributes (its agent's state, its finish) are the VM's
+    to write; they are cut as the job dir's fields are."""
+    import time
+
+    from survivor.commands.group import _print_status
+
+    history = [{"attempt": 1, "instance": LONG, "restored": LONG, "end_step": 5, "outcome": LONG, "steps_lost": 0,
+                "reason": LONG}]
+    report = {"name": "job", "project": "p", "zone": "us-west1-b", "region": None,
+              "group": {"target_size": 1, "template": LONG},
+              "instances": [{"name": "job-ab12", "zone": "us-west1-b", "status": "RUNNING",
+                             "guest": {"state": LONG, "step": LONG, "finish": LONG}}],
+              "resize_request": LONG, "goodput_line": LONG,
+              "job": {"state": "RUNNING", "committed_step": 5, "train_steps": 100, "preemptions": 0, "steps_lost": 0,
+                      "attempts": 1, "history": history, "failed": {"reason": LONG},
+                      "moves": [{"time": GOOD_MOVE["time"], "from": "zones/us-west1-b", "to": "regions/us-central1",
+                                 "reason": LONG, "by": LONG, "shape": LONG}],
+                      "failed_switches": [{"to_mode": "on-demand", "time": GOOD_SWITCH["time"], "by": LONG,
+                                           "error": LONG}]}}
+    started = time.monotonic()
+    with _within(20):
+        _print_status(report)
+    assert time.monotonic() - started < 1.0
+    assert max(len(line) for line in capsys.readouterr().out.splitlines()) < 1200

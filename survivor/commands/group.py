@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from typing import Callable
 
@@ -120,6 +121,21 @@ def preflight(args: argparse.Namespace) -> int:
     return 0 if report(jobs.preflight_findings(_template_request(args), connect), print) else 1
 
 
+#: The most of one field `status` shows: a screen's width. A field holds whatever was written to the
+#: job dir or a VM's guest attributes, and rich takes minutes over a 60 KB line (its layout and
+#: highlighting grow faster than the line); a person reads a screenful.
+SCREEN_CHARS = 160
+
+
+def _shown(value, width: int = SCREEN_CHARS) -> str:
+    """A field as `status` prints it: `-` for nothing, one line (control characters as spaces), at most
+    `width` characters (the cut marked with `…`), rich's markup escaped (a `[/x]` is text, not a tag)."""
+    from rich.markup import escape
+
+    text = "-" if value is None else re.sub(r"[\x00-\x1f\x7f]", " ", str(value)[: width + 1])
+    return escape(text if len(text) <= width else text[: width - 1] + "…")
+
+
 def _print_job_dir(summary: dict) -> None:
     """Shows what the job dir alone says: state, committed step, preemptions, lost steps, every attempt."""
     from rich.table import Table
@@ -129,37 +145,37 @@ def _print_job_dir(summary: dict) -> None:
 
     console = make_console()
     committed = "nothing committed" if summary["committed_step"] is None else f"committed step {summary['committed_step']}"
-    console.print(f"[bold]{summary['job_dir']}[/bold]: {summary['state']}, {committed}, "
+    # the job dir is the operator's own argument, shown whole (a path: PATH_MAX), as a later command needs it
+    console.print(f"[bold]{_shown(summary['job_dir'], 4096)}[/bold]: {_shown(summary['state'])}, {committed}, "
                   f"{summary['preemptions']} preemptions survived, {summary['steps_lost']} steps lost"
                   + ("" if summary.get("goodput") is None else f", goodput {100 * summary['goodput']:.0f}%"))
     for line in pending_lines(summary):
-        console.print(line, markup=False)
+        console.print(line)
     if summary["failed"]:
-        console.print(f"[red]FAILED:[/red] {failed_reason(summary['failed'])}")
+        console.print(f"[red]FAILED:[/red] {_shown(failed_reason(summary['failed']))}")
     table = Table("attempt", "instance", "restored", "ended at", "outcome", "lost", "reason")
     for row in summary["history"]:
-        table.add_row(str(row["attempt"]), row["instance"], row["restored"], _dash(row["end_step"]),
-                      row["outcome"], _dash(row["steps_lost"]), row["reason"])
+        table.add_row(_shown(row["attempt"]), _shown(row["instance"]), _shown(row["restored"]),
+                      _shown(row["end_step"]), _shown(row["outcome"]), _shown(row["steps_lost"]),
+                      _shown(row["reason"]))
     console.print(table)
 
 
 def pending_lines(summary: dict) -> list[str]:
     """One line per snapshot that waits on a state disk for its instance's next boot, then one per
-    move of the job's group to another place (region, machine shape), then where it is now."""
+    move of the job's group to another place (region, machine shape), then where it is now; each
+    field `_shown` (cut to a screen's width, markup escaped)."""
     moved = summary.get("moves") or []
-    return [f"step {p['step']} waits on the state disk of {p['instance']} ({p['zone']}), "
+    return [f"step {_shown(p['step'])} waits on the state disk of {_shown(p['instance'])} ({_shown(p['zone'])}), "
             f"{p['bytes'] / 1e6:.0f} MB: its next boot commits it" for p in summary.get("pending") or []] + [
-        f"moved {m['time'][:19]} from {m['from']} to {m['to']}" + (f", shape {m['shape']}" if m.get("shape") else "")
-        + f" ({m['by']}): {m['reason']}" + (" (a state-disk snapshot left behind)" if m.get("lost_pending") else "")
+        f"moved {_shown(m['time'][:19])} from {_shown(m['from'])} to {_shown(m['to'])}"
+        + (f", shape {_shown(m['shape'])}" if m.get("shape") else "")
+        + f" ({_shown(m['by'])}): {_shown(m['reason'])}"
+        + (" (a state-disk snapshot left behind)" if m.get("lost_pending") else "")
         for m in moved] + [
-        f"now at {m['to']} on {m['shape']}" for m in moved[-1:] if m.get("shape")] + [
-        f"a switch to {f['to_mode']} decided {f['time'][:19]} ({f['by']}) failed: {f['error'][:300]}"
-        for f in (summary.get("failed_switches") or [])[-3:]]
-
-
-def _dash(value) -> str:
-    """A table cell: `-` for nothing."""
-    return "-" if value is None else str(value)
+        f"now at {_shown(m['to'])} on {_shown(m['shape'])}" for m in moved[-1:] if m.get("shape")] + [
+        f"a switch to {_shown(f['to_mode'])} decided {_shown(f['time'][:19])} ({_shown(f['by'])}) failed: "
+        f"{_shown(f['error'])}" for f in (summary.get("failed_switches") or [])[-3:]]
 
 
 def _print_status(report: dict) -> None:
@@ -171,37 +187,40 @@ def _print_status(report: dict) -> None:
 
     console = make_console()
     g = report.get("group")
-    console.print(f"[bold]{report['name']}[/bold] in {report['project']}/{report['zone'] or report['region']}: "
-                  + (f"group target size {g['target_size']}, template {g['template']}" if g else "no group"))
+    console.print(f"[bold]{_shown(report['name'])}[/bold] in {_shown(report['project'])}/"
+                  f"{_shown(report['zone'] or report['region'])}: "
+                  + (f"group target size {_shown(g['target_size'])}, template {_shown(g['template'])}" if g
+                     else "no group"))
     for instance in report.get("instances", []):
         guest = instance.get("guest") or {}
-        state = instance["status"] or f"not created yet ({instance.get('action') or 'CREATING'})"
-        errors = "; ".join(f"{code}: {message}" for code, message in instance.get("errors") or [])
-        console.print(f"  instance {instance['name']} ({instance['zone']}): {state}"
-                      + (f", agent {guest.get('state')} at step {guest.get('step')}" if guest else "")
-                      + (f"; the group's last attempt failed: {errors}" if errors and not instance["status"] else ""),
-                      markup=False)
+        state = _shown(instance["status"]) if instance["status"] else \
+            f"not created yet ({_shown(instance.get('action') or 'CREATING')})"
+        errors = "; ".join(f"{_shown(code)}: {_shown(message)}" for code, message in instance.get("errors") or [])
+        console.print(f"  instance {_shown(instance['name'])} ({_shown(instance['zone'])}): {state}"
+                      + (f", agent {_shown(guest.get('state'))} at step {_shown(guest.get('step'))}" if guest else "")
+                      + (f"; the group's last attempt failed: {errors}" if errors and not instance["status"] else ""))
         if guest.get("finish"):  # it could not leave its group and powered itself off
-            console.print(f"    {guest['finish']}", markup=False)
+            console.print(f"    {_shown(guest['finish'])}")
     if report.get("resize_request"):  # a flex-start group: its request queued, or why it failed
-        console.print(f"  flex-start {report['resize_request']}", markup=False)
+        console.print(f"  flex-start {_shown(report['resize_request'])}")
     job = report.get("job")
     if not job:
         return
     committed = "nothing committed" if job["committed_step"] is None else f"committed step {job['committed_step']}"
-    console.print(f"  job {job['state']}: {committed} of {job.get('train_steps', '?')}, "
+    console.print(f"  job {_shown(job['state'])}: {committed} of {_shown(job.get('train_steps', '?'))}, "
                   f"{job['preemptions']} preemptions survived, {job['steps_lost']} steps lost, "
                   f"{job['attempts']} boots")
     for line in pending_lines(job):
-        console.print(f"  {line}", markup=False)
+        console.print(f"  {line}")
     if job.get("failed"):
-        console.print(f"  [red]FAILED[/red]: {failed_reason(job['failed'])}")
+        console.print(f"  [red]FAILED[/red]: {_shown(failed_reason(job['failed']))}")
     if report.get("goodput_line"):
-        console.print(f"  {report['goodput_line']}", markup=False)
+        console.print(f"  {_shown(report['goodput_line'], 2 * SCREEN_CHARS)}")
     table = Table("boot", "instance", "from", "saved", "outcome", "lost", "reason")
     for row in job["history"][-10:]:
-        table.add_row(str(row["attempt"]), row["instance"], row["restored"], _dash(row["end_step"]), row["outcome"],
-                      _dash(row["steps_lost"]), row["reason"][:60])
+        table.add_row(_shown(row["attempt"]), _shown(row["instance"]), _shown(row["restored"]),
+                      _shown(row["end_step"]), _shown(row["outcome"]), _shown(row["steps_lost"]),
+                      _shown(row["reason"], 60))
     console.print(table)
 
 
