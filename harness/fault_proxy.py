@@ -35,6 +35,7 @@ from urllib.parse import unquote, urlsplit
 
 import requests
 
+from survivor.local.bucket_iam import BUCKET_PATH, forbidden_body, required_permission
 from survivor.local.http import LocalService, QuietHandler
 from survivor.cloud.permissions import ROLE_PERMISSIONS
 
@@ -46,41 +47,6 @@ KINDS = ("429", "503", "reset", "stall", "truncate")
 ROLES: dict[str, frozenset[str]] = ROLE_PERMISSIONS
 #: The principal named in injected 403s.
 PRINCIPAL = "survivor-vm@survivor-local.iam.gserviceaccount.com"
-
-_BUCKET_PATH = re.compile(r"^/(?:download/|upload/)?storage/v1/b(?:/(?P<bucket>[^/]+)(?P<rest>/.*)?)?$")
-
-
-def required_permission(method: str, path: str) -> str | None:
-    """Pure: the IAM permission a JSON API request needs (None for a path that is not one).
-
-    https://cloud.google.com/storage/docs/access-control/iam-permissions says what each permission allows.
-    """
-    match = _BUCKET_PATH.match(urlsplit(path).path)
-    if not match:
-        return None
-    bucket, rest = match.group("bucket"), match.group("rest") or ""
-    method = method.upper()
-    if bucket is None:
-        return "storage.buckets.create" if method == "POST" else "storage.buckets.list"
-    if not rest:
-        return {"GET": "storage.buckets.get", "DELETE": "storage.buckets.delete"}.get(method, "storage.buckets.update")
-    if rest in ("/o", "/o/"):
-        return "storage.objects.list" if method == "GET" and not path.startswith("/upload/") else "storage.objects.create"
-    if rest.endswith(("/compose",)) or "/rewriteTo/" in rest or "/copyTo/" in rest:
-        return "storage.objects.create"
-    if path.startswith("/upload/"):
-        return "storage.objects.create"
-    return {"GET": "storage.objects.get", "DELETE": "storage.objects.delete"}.get(method, "storage.objects.update")
-
-
-def forbidden_body(permission: str) -> bytes:
-    """Cloud Storage's 403 for a missing permission, in its words ("... does not have
-    storage.objects.get access to the Google Cloud Storage object.", googleapis/java-storage#1372)."""
-    what = "bucket" if permission.startswith("storage.buckets.") else "object"
-    message = (f"{PRINCIPAL} does not have {permission} access to the Google Cloud Storage {what}. "
-               f"Permission '{permission}' denied on resource (or it may not exist).")
-    return _error_body(403, message, "forbidden")
-
 
 def _error_body(code: int, message: str, reason: str) -> bytes:
     return json.dumps({"error": {"code": code, "message": message,
@@ -180,7 +146,7 @@ class FaultProxy(LocalService):
 
     def _not_found_body(self, path: str) -> bytes:
         """Cloud Storage's 404 wording for `path`: whether its bucket or its object is missing."""
-        match = _BUCKET_PATH.match(urlsplit(path).path)
+        match = BUCKET_PATH.match(urlsplit(path).path)
         bucket = match.group("bucket") if match else None
         if match is None or bucket is None:
             return _error_body(404, "Not Found", "notFound")
@@ -225,7 +191,7 @@ class FaultProxy(LocalService):
                 permission = required_permission(self.command, self.path)
                 if proxy.granted is not None and permission is not None and permission not in proxy.granted:
                     proxy.denied.append((self.command, self.path, permission))
-                    return self._reply(403, forbidden_body(permission), {"Content-Type": "application/json"})
+                    return self._reply(403, forbidden_body(permission, PRINCIPAL), {"Content-Type": "application/json"})
                 fault = proxy.plan.draw(self.path, body)
                 if fault:
                     proxy.count[fault] += 1

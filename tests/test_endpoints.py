@@ -1,6 +1,6 @@
 """The endpoint overrides (survivor/cloud/endpoints.py): one table, each naming a stand-in that exists,
 and the one way a client is pointed at it. The clients themselves talk to the stand-ins in their
-own tests (test_compute, test_catalog, test_vertex, test_watch_deploy)."""
+own tests (test_compute, test_catalog, test_vertex, test_watch_deploy, test_trainer_isolation)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pathlib
 
 from google.auth.credentials import AnonymousCredentials
 
+from survivor.agent import trainer_metadata
 from survivor.cloud import catalog, compute, endpoints, vertex
 from survivor.operator import watch_deploy
 
@@ -23,7 +24,8 @@ def test_every_override_names_a_stand_in_that_exists_and_a_variable_of_its_own()
 
 def test_the_modules_variables_are_the_tables():
     assert {compute.ENDPOINT_ENV, catalog.ENDPOINT_ENV, vertex.ENDPOINT_ENV, vertex.LOGGING_ENDPOINT_ENV,
-            watch_deploy.RUN_ENDPOINT_ENV, watch_deploy.SCHEDULER_ENDPOINT_ENV} == {o.env for o in endpoints.OVERRIDES}
+            watch_deploy.RUN_ENDPOINT_ENV, watch_deploy.SCHEDULER_ENDPOINT_ENV,
+            trainer_metadata.STS_ENDPOINT_ENV} == {o.env for o in endpoints.OVERRIDES}
 
 
 def test_a_given_endpoint_wins_over_the_variable_and_an_empty_one_is_googles(monkeypatch):

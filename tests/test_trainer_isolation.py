@@ -478,3 +478,242 @@ def test_scan_leaves_out_links_and_fifos(tmp_path):
     os.mkfifo(tmp_path / ".growing.tmp")
     snapshot = scan(str(tmp_path))
     assert snapshot.step == 3 and [f.path for f in snapshot.files] == ["dummy-checkpoint-3.json"]
+
+
+# -- 13. the trainer is not the VM -----------------------------------------------------------------
+
+PROBE = """
+import json, os, sys, urllib.request
+site, vm_metadata, job_bucket = sys.argv[1:4]
+sys.path.insert(0, site)  # google-auth and google-cloud-storage, from the suite's venv
+job = sys.argv[sys.argv.index("--job-dir") + 1]
+data = sys.argv[sys.argv.index("--data-dir") + 1]
+report = {"env_names_the_vm": sorted(k for k, v in os.environ.items() if vm_metadata in v),
+          "metadata_host": os.environ.get("GCE_METADATA_HOST")}
+# (a) the VM's metadata server: its address is in no variable here, but a hostile trainer finds it
+request = urllib.request.Request("http://%s/computeMetadata/v1/instance/service-accounts/default/token" % vm_metadata,
+                                 headers={"Metadata-Flavor": "Google"})
+try:
+    report["vm_token"] = urllib.request.urlopen(request, timeout=10).read().decode()
+except Exception as exc:
+    report["vm_token"] = None
+    report["vm_token_error"] = type(exc).__name__
+# (b) its data, with the credentials google-auth finds through GCE_METADATA_HOST
+import google.auth
+from google.api_core import exceptions
+from google.cloud import storage
+credentials, project = google.auth.default()
+client = storage.Client(project=project, credentials=credentials)
+bucket, _, prefix = data[len("gs://"):].partition("/")
+report["credentials"] = type(credentials).__module__ + "." + type(credentials).__name__
+report["read"] = client.bucket(bucket).blob(prefix + "/shard-0").download_as_bytes().decode()
+report["listed"] = [blob.name for blob in client.list_blobs(bucket, prefix=prefix)]
+# (c) anything else
+def attempt(name, call):
+    try:
+        call()
+        report[name] = "allowed"
+    except exceptions.Forbidden:
+        report[name] = 403
+    except Exception as exc:
+        report[name] = "%s: %s" % (type(exc).__name__, exc)
+attempt("write_data", lambda: client.bucket(bucket).blob(prefix + "/planted").upload_from_string(b"x"))
+attempt("delete_data", lambda: client.bucket(bucket).blob(prefix + "/shard-0").delete())
+attempt("read_job_dir", lambda: list(client.list_blobs(job_bucket)))
+attempt("read_job_object", lambda: client.bucket(job_bucket).blob("run/survivor/lease").download_as_bytes())
+attempt("bucket_get", lambda: client.get_bucket(bucket))
+print("PROBE " + json.dumps(report), flush=True)
+open(os.path.join(job, "dummy-checkpoint-1.json"), "w").write("1")
+"""
+
+
+def _same_python(python: str) -> bool:
+    """Whether `python` is this interpreter's version (it imports the venv's packages)."""
+    done = subprocess.run([python, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True)
+    return done.stdout.strip() == str(sys.version_info[:2])
+
+
+@as_root
+@system_python
+def test_a_trainer_gets_no_token_of_the_vm_and_reads_only_its_data_bucket(base, gcs_server):
+    """In the simulator (a LocalInstance: the real agent, root, running the trainer as `nobody`, its
+    metadata emulator closed to `nobody` as startup.sh closes a VM's to the trainer's user), a
+    trainer asks the VM's metadata server for a token and gets none, reads its data bucket through
+    google-cloud-storage with what google-auth finds, and is refused a write there, a read of the
+    job dir's bucket, and anything else, by the storage stand-in that enforces the token's boundary."""
+    import sysconfig
+
+    from survivor.local.bucket_iam import BucketIam
+    from survivor.local.instance import LocalInstance
+    from survivor.local.sts_server import StsServer
+
+    if not _same_python(SYSTEM_PYTHON):
+        pytest.skip("the system python3 is not this venv's version: it cannot import the venv's packages")
+    data_bucket, job_bucket = (f"{kind}-{os.urandom(4).hex()}" for kind in ("data", "jobs"))
+    for bucket in (data_bucket, job_bucket):
+        gcs_server.create_bucket(bucket)
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    storage.Client(project="p", credentials=AnonymousCredentials()).bucket(data_bucket).blob(
+        "train/shard-0").upload_from_string(b"the trainer's data")
+    probe = script(base, "probe.py", PROBE)
+    with StsServer() as sts, BucketIam(upstream=gcs_server.url, sts=sts) as iam:
+        env = {"STORAGE_EMULATOR_HOST": iam.endpoint, "SURVIVOR_STS_ENDPOINT": sts.endpoint}
+        if os.environ.get("SURVIVOR_AGENT_SOURCE"):  # an older commit's agent: shows this test fails without the fix
+            env["PYTHONPATH"] = os.environ["SURVIVOR_AGENT_SOURCE"]
+        vm = LocalInstance({}, os.path.join(base, "vm"), python=sys.executable, metadata_firewall=("nobody",), env=env)
+        try:
+            argv = [SYSTEM_PYTHON, probe, sysconfig.get_paths()["purelib"], vm.metadata.host, job_bucket]
+            vm.metadata.set("instance/attributes/survivor-job", json.dumps({
+                "job_dir": f"gs://{job_bucket}/run", "data_dir": f"gs://{data_bucket}/train", "train_steps": 1,
+                "user": "nobody", "on_finish": "keep-alive", "sync_seconds": 0.2, "trainer": {"argv": argv}}))
+            vm.boot()
+            code = vm.wait(120)
+            lines = vm.log_lines()
+        finally:
+            vm.close()
+        refused = list(iam.refused)
+    assert code == 0, open(vm.log_path()).read()[-3000:]
+    probes = [json.loads(line["message"][len("PROBE "):]) for line in lines
+              if line.get("message", "").startswith("PROBE ")]
+    assert len(probes) == 1, [line.get("message") for line in lines][-30:]
+    report = probes[0]
+    assert report["env_names_the_vm"] == [] and report["metadata_host"] != vm.metadata.host
+    assert report["vm_token"] is None and vm.metadata.refused >= 1  # (a) no token of the VM's
+    assert report["credentials"] == "google.auth.compute_engine.credentials.Credentials"  # found as on GCE
+    assert report["read"] == "the trainer's data" and report["listed"] == ["train/shard-0"]  # (b)
+    assert {k: report[k] for k in ("write_data", "delete_data", "read_job_dir", "read_job_object", "bucket_get")} \
+        == dict.fromkeys(("write_data", "delete_data", "read_job_dir", "read_job_object", "bucket_get"), 403)  # (c)
+    assert sorted({permission for _, _, permission in refused}) == [
+        "storage.buckets.get", "storage.objects.create", "storage.objects.delete", "storage.objects.get",
+        "storage.objects.list"]
+    assert sts.issued >= 1
+
+
+class _VmToken:
+    """A stand-in for the VM's credentials: a fixed token, as the metadata server would give."""
+
+    token, expiry, valid, service_account_email = "the-vm-token", None, True, "vm@p.iam.gserviceaccount.com"
+
+    def refresh(self, request) -> None:
+        pass
+
+
+def _ask(host: str, path: str, **headers: str) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"http://{host}{path}", headers={"Metadata-Flavor": "Google", **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_the_trainers_metadata_server_hands_out_only_a_downscoped_data_token():
+    from survivor.agent.trainer_metadata import READ_ROLE, TrainerMetadataServer
+    from survivor.local.metadata_server import MetadataServer
+    from survivor.cloud.metadata import MetadataClient
+    from survivor.local.sts_server import StsServer
+
+    token_path = "/computeMetadata/v1/instance/service-accounts/default/token"
+    with StsServer() as sts, MetadataServer() as vm:
+        vm.set("instance/preempted", "TRUE")
+        served = TrainerMetadataServer("data", project="p", notices=MetadataClient(vm.host), source=_VmToken(),
+                                       sts_endpoint=sts.endpoint).start()
+        try:
+            status, body = _ask(served.host, token_path)
+            assert status == 200 and json.loads(body)["token_type"] == "Bearer" and json.loads(body)["expires_in"] > 3000
+            assert sts.boundary_of(json.loads(body)["access_token"]) == [
+                {"availableResource": "//storage.googleapis.com/projects/_/buckets/data",
+                 "availablePermissions": [f"inRole:{READ_ROLE}"]}]
+            assert _ask(served.host, "/")[0] == 200  # google-auth's ping
+            info = json.loads(_ask(served.host, "/computeMetadata/v1/instance/service-accounts/default/?recursive=true")[1])
+            assert info["email"] == "vm@p.iam.gserviceaccount.com"
+            assert _ask(served.host, "/computeMetadata/v1/project/project-id") == (200, "p")
+            assert _ask(served.host, "/computeMetadata/v1/instance/preempted") == (200, "TRUE")
+            for path in ("/computeMetadata/v1/instance/attributes/", "/computeMetadata/v1/instance/name",
+                         "/computeMetadata/v1/instance/service-accounts/default/identity?audience=x",
+                         "/computeMetadata/v1/instance/service-accounts/other/token"):
+                assert _ask(served.host, path)[0] == 404, path
+            assert _ask(served.host, token_path, **{"Metadata-Flavor": "nope"})[0] == 403
+            assert _ask(served.host, token_path, **{"X-Forwarded-For": "10.0.0.1"})[0] == 403
+        finally:
+            served.stop()
+    no_bucket = TrainerMetadataServer(None, source=_VmToken()).start()
+    try:
+        assert _ask(no_bucket.host, token_path)[0] == 404  # a job without a gs:// data dir: no token at all
+    finally:
+        no_bucket.stop()
+
+
+def test_the_sts_stand_in_refuses_what_the_security_token_service_refuses():
+    from survivor.local.sts_server import ACCESS_TOKEN_TYPE, GRANT_TYPE, StsServer
+
+    rule = {"availableResource": "//storage.googleapis.com/projects/_/buckets/b",
+            "availablePermissions": ["inRole:roles/storage.objectViewer"]}
+
+    def form(rules=(rule,), **fields) -> dict[str, str]:
+        return {"grant_type": GRANT_TYPE, "requested_token_type": ACCESS_TOKEN_TYPE, "subject_token": "vm-token",
+                "subject_token_type": ACCESS_TOKEN_TYPE,
+                "options": json.dumps({"accessBoundary": {"accessBoundaryRules": list(rules)}}), **fields}
+
+    sts = StsServer()
+    status, answer = sts.exchange(form(), authorized=False)
+    assert status == 200 and answer["issued_token_type"] == ACCESS_TOKEN_TYPE and answer["token_type"] == "Bearer"
+    token = answer["access_token"]
+    assert sts.boundary_of(token) == [rule]
+    payload = token.split(".")[1]
+    widened = token.replace(payload, payload[:-2] + ("AA" if payload[-2:] != "AA" else "BB"))
+    assert sts.boundary_of(widened) is None and StsServer().boundary_of(token) is None  # no forgery, no other issuer
+    refused = [form(rules=[rule] * 11), form(rules=[]), form(rules=[{**rule, "availablePermissions": ["storage.objects.get"]}]),
+               form(rules=[{**rule, "availabilityCondition": {"expression": "true"}}]), form(grant_type="password"),
+               form(subject_token=token), form(options=""), form(subject_token_type="urn:ietf:params:oauth:token-type:jwt")]
+    for fields in refused:
+        assert sts.exchange(fields, authorized=False)[0] == 400, fields
+    assert sts.exchange(form(), authorized=True)[0] == 400  # "do not send the Authorization HTTP header"
+
+
+def test_a_bounded_token_may_only_read_its_bucket():
+    from survivor.local.bucket_iam import boundary_denies
+
+    rules = [{"availableResource": "//storage.googleapis.com/projects/_/buckets/data",
+              "availablePermissions": ["inRole:roles/storage.objectViewer"]}]
+    assert boundary_denies(rules, "GET", "/download/storage/v1/b/data/o/train%2Fx?alt=media") is None
+    assert boundary_denies(rules, "GET", "/storage/v1/b/data/o?prefix=train") is None
+    assert boundary_denies(rules, "GET", "/storage/v1/b/data/o/train%2Fx") is None
+    for method, path, permission in [
+            ("POST", "/upload/storage/v1/b/data/o?uploadType=multipart", "storage.objects.create"),
+            ("PUT", "/upload/storage/v1/b/data/o?uploadType=resumable&upload_id=1", "storage.objects.create"),
+            ("DELETE", "/storage/v1/b/data/o/x", "storage.objects.delete"),
+            ("PATCH", "/storage/v1/b/data/o/x", "storage.objects.update"),
+            ("POST", "/storage/v1/b/data/o/x/rewriteTo/b/jobs/o/y", "storage.objects.create"),
+            ("GET", "/storage/v1/b/data", "storage.buckets.get"),
+            ("GET", "/storage/v1/b?project=p", "storage.buckets.list"),
+            ("GET", "/storage/v1/b/jobs/o", "storage.objects.list"),
+            ("GET", "/download/storage/v1/b/jobs/o/x?alt=media", "storage.objects.get"),
+            ("GET", "/data/x", "storage.objects.get")]:  # not a JSON API path: refused too
+        assert boundary_denies(rules, method, path) == permission, (method, path)
+
+
+def test_the_metadata_emulator_closed_to_a_user_answers_that_user_nothing():
+    from survivor.cloud.metadata import MetadataClient, MetadataError
+    from survivor.local.metadata_server import MetadataServer
+
+    with MetadataServer() as vm:
+        vm.refuse_uid(os.getuid() + 1)  # another user's rule: this process is served
+        assert MetadataClient(vm.host).get("instance/name") == "survivor-local-1"
+        vm.refuse_uid(os.getuid())
+        with pytest.raises(MetadataError):
+            MetadataClient(vm.host, deadline=3.0).get("instance/name")
+        assert vm.refused >= 1
+
+
+def test_the_trainers_environment_names_only_its_own_metadata_server():
+    from survivor.agent.trainer_metadata import metadata_env
+
+    env = metadata_env({"GCE_METADATA_HOST": "127.0.0.1:1", "GCE_METADATA_ROOT": "127.0.0.1:1", "PATH": "/bin"},
+                       "127.0.0.1:2")
+    assert env == {"GCE_METADATA_HOST": "127.0.0.1:2", "GCE_METADATA_IP": "127.0.0.1:2", "PATH": "/bin"}

@@ -20,6 +20,10 @@ without a notice means training finished. It reports its progress in `$SURVIVOR_
 Its stdout/stderr are forwarded line by line into the agent's structured log (`\r` ends a line
 too, and a line is cut at MAX_LINE_BYTES: memory stays bounded whatever it writes).
 
+On a VM the trainer gets a metadata server of its own (`trainer_metadata`): `GCE_METADATA_HOST`
+points its clients there, where the only token is one that reads its data bucket; the VM's own
+metadata server is closed to its user (startup.sh).
+
 The trainer runs in its own session and process group; when it exits, whatever it left running in
 them is killed, so nothing writes into the job dir after the agent's last commit.
 
@@ -47,7 +51,8 @@ from typing import Iterable, Sequence
 from survivor import log as logs
 from survivor.agent.delivery import deliver
 from survivor.agent.gpus import gpus_for
-from survivor.cloud.metadata import MetadataClient
+from survivor.agent.trainer_metadata import TrainerMetadataServer, data_bucket, metadata_env
+from survivor.cloud.metadata import MetadataClient, MetadataError
 from survivor.spec import BUILTIN_SAVE_SIGNAL, BUILTIN_WARM_START, JobSpec, TrainerSpec, trainer_argv
 from survivor.trainers.contract import PROGRESS_ENV, START_GATE_ENV, START_GATE_GO, parse_record, plausible_step
 
@@ -87,7 +92,16 @@ def launch(spec: JobSpec, workdir: str, *, python: str, allow_root: bool, metada
         env[START_GATE_ENV] = "stdin"
     else:
         hand_over(workdir, user)
-    trainer = TrainerProcess.start(argv, env=env, cwd=delivered.cwd, user=user, gated=gated)
+    served = serve_metadata(spec, metadata)
+    if served is not None:
+        env = metadata_env(env, served.host)
+    try:
+        trainer = TrainerProcess.start(argv, env=env, cwd=delivered.cwd, user=user, gated=gated)
+    except BaseException:
+        if served is not None:
+            served.stop()
+        raise
+    trainer.metadata_server = served
     trainer.workdir = workdir
     write_pid_file(os.path.join(workdir, "trainer.pid"), trainer.pid)
     return trainer
@@ -110,6 +124,18 @@ def trainer_env(progress_file: str, pythonpath: list[str]) -> dict[str, str]:
         env["PYTHONPATH"] = os.pathsep.join(pythonpath + [p for p in [env.get("PYTHONPATH")] if p])
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+def serve_metadata(spec: JobSpec, metadata: MetadataClient | None) -> TrainerMetadataServer | None:
+    """The trainer's own metadata server, started, when the agent has one to hide (on a VM, real or
+    simulated): a token that reads the spec's data bucket, or none without a gs:// data dir."""
+    if metadata is None:
+        return None
+    try:
+        project = metadata.get_or("project/project-id", deadline=5.0)
+    except MetadataError:
+        project = None
+    return TrainerMetadataServer(data_bucket(spec.data_dir), project=project, notices=metadata).start()
 
 
 def save_signal(trainer: TrainerSpec) -> int | None:
@@ -347,6 +373,7 @@ class TrainerProcess:
         self.argv = list(argv)
         self.user = user
         self.workdir: str | None = None  # the agent's work dir (`open_gate` hands its trainer's part over)
+        self.metadata_server: TrainerMetadataServer | None = None  # the trainer's own (`serve_metadata`)
         self.gate = popen.stdin  # the start gate of a trainer started before the restore, until opened
         self.terminated_at: float | None = None
         self.killed = False
@@ -458,12 +485,15 @@ class TrainerProcess:
             self._signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        """SIGKILL the trainer's whole process group (and what it left running, if it has exited)."""
+        """SIGKILL the trainer's whole process group (and what it left running, if it has exited),
+        and stop its metadata server."""
         if self.popen.poll() is None:
             self.killed = True
             self._signal(signal.SIGKILL)
         self.end_group()
         self._close_gate()
+        if self.metadata_server is not None:
+            self.metadata_server.stop()
 
     def _signal(self, sig: int) -> None:
         try:

@@ -43,9 +43,11 @@ VERTEX = Override("Vertex AI (JobService)", "SURVIVOR_VERTEX_ENDPOINT", "survivo
 LOGGING = Override("Cloud Logging", "SURVIVOR_LOGGING_ENDPOINT", "survivor/local/logging_server.py")
 RUN = Override("Cloud Run Admin v2", "SURVIVOR_RUN_ENDPOINT", "survivor/local/run_server.py")
 SCHEDULER = Override("Cloud Scheduler", "SURVIVOR_SCHEDULER_ENDPOINT", "survivor/local/scheduler_server.py")
+STS = Override("Security Token Service (the trainer's downscoped token)", "SURVIVOR_STS_ENDPOINT",
+               "survivor/local/sts_server.py")
 
 #: Every override, for the docs and a test that each names a stand-in that exists.
-OVERRIDES = (COMPUTE, CATALOG, VERTEX, LOGGING, RUN, SCHEDULER)
+OVERRIDES = (COMPUTE, CATALOG, VERTEX, LOGGING, RUN, SCHEDULER, STS)
 
 
 def client_kwargs(endpoint: str | None, *, transport: str | None = "rest", default: str | None = None,

@@ -20,6 +20,13 @@ fake-gcs-server gives every bucket one location, its `-location` flag's (default
 `customPlacementConfig`). `set_location` makes this stand-in answer a bucket's `buckets.get` with the
 location Cloud Storage would report for it (a region, a dual-region, a multi-region), so preflight's
 location check reads it through the real client.
+
+With `sts` (the Security Token Service stand-in, survivor/local/sts_server.py), it enforces the
+Credential Access Boundary of the tokens that stand-in issued: a request bearing one is refused with
+Cloud Storage's 403 unless a rule of its boundary names the request's bucket and a role that grants
+the permission the request needs (`required_permission`; the roles' permissions are the product's
+table, survivor/cloud/permissions.py). Any other request passes as before: fake-gcs-server
+authenticates nobody, so the agent's own calls (anonymous, with STORAGE_EMULATOR_HOST) go through.
 """
 
 from __future__ import annotations
@@ -36,10 +43,67 @@ from urllib.parse import parse_qs, urlsplit
 
 import requests
 
+from survivor.cloud.permissions import ROLE_PERMISSIONS
 from survivor.local.http import LocalService, QuietHandler, send_json
+from survivor.local.sts_server import PREFIX, StsServer
 
 _IAM = re.compile(r"^/storage/v1/b/([^/]+)/iam(/testPermissions)?$")
 _BUCKET = re.compile(r"^/storage/v1/b/([^/]+)$")
+BUCKET_PATH = re.compile(r"^/(?:download/|upload/)?storage/v1/b(?:/(?P<bucket>[^/]+)(?P<rest>/.*)?)?$")
+#: The principal a token bounded by a Credential Access Boundary is named as in a 403.
+BOUNDED = "a token downscoped by a Credential Access Boundary"
+
+
+def required_permission(method: str, path: str) -> str | None:
+    """Pure: the IAM permission a JSON API request needs (None for a path that is not one).
+
+    https://cloud.google.com/storage/docs/access-control/iam-permissions says what each permission allows.
+    """
+    match = BUCKET_PATH.match(urlsplit(path).path)
+    if not match:
+        return None
+    bucket, rest = match.group("bucket"), match.group("rest") or ""
+    method = method.upper()
+    if bucket is None:
+        return "storage.buckets.create" if method == "POST" else "storage.buckets.list"
+    if not rest:
+        return {"GET": "storage.buckets.get", "DELETE": "storage.buckets.delete"}.get(method, "storage.buckets.update")
+    if rest in ("/o", "/o/"):
+        return "storage.objects.list" if method == "GET" and not path.startswith("/upload/") else "storage.objects.create"
+    if rest.endswith(("/compose",)) or "/rewriteTo/" in rest or "/copyTo/" in rest:
+        return "storage.objects.create"
+    if path.startswith("/upload/"):
+        return "storage.objects.create"
+    return {"GET": "storage.objects.get", "DELETE": "storage.objects.delete"}.get(method, "storage.objects.update")
+
+
+def forbidden_body(permission: str, principal: str) -> bytes:
+    """Cloud Storage's 403 for a missing permission, in its words ("... does not have
+    storage.objects.get access to the Google Cloud Storage object.", googleapis/java-storage#1372)."""
+    what = "bucket" if permission.startswith("storage.buckets.") else "object"
+    message = (f"{principal} does not have {permission} access to the Google Cloud Storage {what}. "
+               f"Permission '{permission}' denied on resource (or it may not exist).")
+    return json.dumps({"error": {"code": 403, "message": message,
+                                 "errors": [{"message": message, "domain": "global", "reason": "forbidden"}]}}).encode()
+
+
+def boundary_denies(rules: list[dict], method: str, path: str) -> str | None:
+    """Pure: the permission a request needs that a Credential Access Boundary's `rules` do not make
+    available on its bucket, or None when they do. The boundary is the union of its rules, each an
+    upper bound on one resource (a bucket: `//storage.googleapis.com/projects/_/buckets/NAME`)
+    through roles (`inRole:ROLE`); a path that is no JSON API call of a bucket is denied."""
+    permission = required_permission(method, path) or "storage.objects.get"
+    match = BUCKET_PATH.match(urlsplit(path).path)
+    if not match or match.group("bucket") is None:
+        return permission
+    resource = f"//storage.googleapis.com/projects/_/buckets/{match.group('bucket')}"
+    for rule in rules:
+        if rule.get("availableResource") != resource:
+            continue
+        for available in rule.get("availablePermissions", []):
+            if permission in ROLE_PERMISSIONS.get(str(available).removeprefix("inRole:"), frozenset()):
+                return None
+    return permission
 
 
 def default_bindings(project: str) -> list[dict]:
@@ -53,8 +117,10 @@ class BucketIam(LocalService):
 
     thread_name = "bucket-iam"
 
-    def __init__(self, upstream: str, project: str = "survivor-local", port: int = 0):
+    def __init__(self, upstream: str, project: str = "survivor-local", port: int = 0, sts: StsServer | None = None):
         self.upstream = upstream.rstrip("/")
+        self.sts = sts
+        self.refused: list[tuple[str, str, str]] = []  # (method, path, permission) of each bounded token's 403
         self.project = project
         self.policies: dict[str, dict] = {}
         self._changes: dict[str, int] = {}
@@ -113,8 +179,34 @@ class BucketIam(LocalService):
                 self.end_headers()
                 self.wfile.write(content)
 
+            def _bounded(self) -> bool:
+                """Answers a request whose token the STS stand-in issued, unless its boundary allows it."""
+                scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+                if stand_in.sts is None or scheme.lower() != "bearer" or not token.startswith(PREFIX):
+                    return False
+                rules = stand_in.sts.boundary_of(token)
+                if rules is None:
+                    message = "Invalid Credentials"
+                    send_json(self, 401, {"error": {"code": 401, "message": message,
+                                                    "errors": [{"message": message, "reason": "authError"}]}})
+                    return True
+                denied = boundary_denies(rules, self.command, self.path)
+                if denied is None:
+                    return False
+                with stand_in.lock:
+                    stand_in.refused.append((self.command, self.path, denied))
+                data = forbidden_body(denied, BOUNDED)
+                self.send_response(403)
+                self.send_header("Content-Type", "application/json; charset=UTF-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return True
+
             def _serve(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self._bounded():
+                    return
                 url = urlsplit(self.path)
                 located = _BUCKET.match(url.path)
                 if located and self.command == "GET" and located.group(1) in stand_in.locations:

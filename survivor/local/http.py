@@ -8,7 +8,7 @@ import socket
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 
 def free_ports(count: int) -> list[int]:
@@ -29,8 +29,14 @@ def free_port() -> int:
 
 
 class QuietServer(ThreadingHTTPServer):
-    """A threading HTTP server whose handler threads do not keep the process alive."""
+    """A threading HTTP server whose handler threads do not keep the process alive. `admit`, when
+    set, decides for each connection (socket, client address) whether it is served or closed."""
     daemon_threads = True
+    admit: Callable[[socket.socket, Any], bool] | None = None
+
+    def verify_request(self, request, client_address) -> bool:
+        """Whether to serve this connection: `admit`'s answer, else yes."""
+        return self.admit is None or self.admit(request, client_address)
 
     def handle_error(self, request, client_address) -> None:
         """Ignores a client that hung up (tests do, on purpose); reports any other handler error."""

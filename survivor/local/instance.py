@@ -9,6 +9,11 @@
 a directory beside the boot disk, which `boot(wipe=True)` leaves as it is, mounted where the agent
 looks (SURVIVOR_STATE_DISK) with the marker startup.sh would write.
 
+`metadata_firewall=("nobody",)` closes its metadata emulator to those users' processes, as
+startup.sh's firewall rule closes a VM's metadata server to the trainer's user (for a spec whose
+`user` is one of them, under an agent run as root). Its trainer is given no address of the emulator
+either: the agent points it at a metadata server of its own (survivor/agent/trainer_metadata.py).
+
 Depends on nothing in the agent: it starts `python -m survivor agent` as a process, as the
 systemd unit would, and acts on it only from outside (metadata, signals, files).
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -36,11 +42,14 @@ class LocalInstance:
     def __init__(self, attributes: dict[str, str], root: str, *, name: str = "survivor-local-1",
                  zone: str = "us-west1-b", project: str = "survivor-local", env: dict[str, str] | None = None,
                  agent_args: tuple[str, ...] = ("--allow-root-trainer",), python: str = sys.executable,
-                 state_disk: bool = False, wrapper: tuple[str, ...] = ()):
+                 state_disk: bool = False, wrapper: tuple[str, ...] = (), metadata_firewall: tuple[str, ...] = ()):
         self.root = os.path.abspath(root)
         self.name = name
         self.zone = zone
-        self.metadata = MetadataServer(attributes=attributes, name=name, zone=zone, project=project).start()
+        self.metadata = MetadataServer(attributes=attributes, name=name, zone=zone, project=project)
+        for user in metadata_firewall:
+            self.metadata.refuse_uid(pwd.getpwnam(user).pw_uid)
+        self.metadata.start()
         self.env = dict(env or {})
         self.agent_args = tuple(agent_args)
         self.python = python

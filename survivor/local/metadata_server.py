@@ -17,12 +17,20 @@ An admin API outside `/computeMetadata/` lets tests and the simulator act as Com
 the next N answers misbehave; `drip` sends each answer (status line and headers included) one byte
 every `interval` seconds (default 2), the slow server a timeout per read never ends.
 `survivor emulate metadata` runs it as a process.
+
+`refuse_uid(uid)` closes it to one user's processes, as startup.sh's firewall rule closes the real
+server to the trainer's user (an iptables `owner` match on the socket's owner, REJECT with a TCP
+reset). The emulator reads the same fact: the owner of the connecting socket, the `uid` column of
+its line in /proc/net/tcp (proc(5)), looked up when the connection is accepted; a refused connection
+is closed before a byte is read, so the client sees the connection reset, never an answer.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import socket
+import struct
 import threading
 import time
 
@@ -66,6 +74,26 @@ def default_tree(
     }
 
 
+def socket_owner(local: tuple[str, int], remote: tuple[str, int], table: str = "/proc/net/tcp") -> int | None:
+    """The uid that owns the IPv4 TCP socket from `local` to `remote` on this host (its line of
+    /proc/net/tcp, proc(5): addresses as hex in host byte order, the uid in the eighth column), or
+    None when no such socket is listed."""
+    def hexed(address: tuple[str, int]) -> str:
+        return "%08X:%04X" % (struct.unpack("=I", socket.inet_aton(address[0]))[0], address[1])
+
+    wanted = (hexed(local), hexed(remote))
+    try:
+        with open(table, encoding="ascii") as f:
+            next(f, None)  # the header
+            for line in f:
+                fields = line.split()
+                if len(fields) > 7 and (fields[1], fields[2]) == wanted:
+                    return int(fields[7])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def _etag(value: Any) -> str:
     return hashlib.sha1(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -82,7 +110,10 @@ class MetadataServer(LocalService):
         self._drip_interval = 2.0
         self._stopping = threading.Event()
         self.requests = 0
+        self.refused_uids: set[int] = set()
+        self.refused = 0  # connections closed by `refuse_uid`
         self._listen(port, self._handler_class())
+        self._httpd.admit = self._admits
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -97,6 +128,19 @@ class MetadataServer(LocalService):
         with self._cond:
             self._cond.notify_all()  # hanging GETs return
         super().stop()
+
+    def refuse_uid(self, uid: int) -> None:
+        """Closes the server to connections from sockets `uid` owns (the trainer's user on a VM)."""
+        self.refused_uids.add(uid)
+
+    def _admits(self, request: socket.socket, client: Any) -> bool:
+        if not self.refused_uids:
+            return True
+        owner = socket_owner(client[:2], request.getsockname()[:2])
+        if owner in self.refused_uids:
+            self.refused += 1
+            return False
+        return True
 
     # -- the tree ---------------------------------------------------------------------------------
 
@@ -245,6 +289,9 @@ class MetadataServer(LocalService):
                     return self._send(200, listing, etag=etag, flavor=flavor)
                 if query.get("alt") == "json":
                     return self._send(200, json.dumps(value), etag=etag, content_type="application/json", flavor=flavor)
+                if path.startswith("instance/service-accounts/") and path.endswith("/token"):
+                    # a JSON document, which google-auth parses only when the server says so
+                    return self._send(200, str(value), etag=etag, content_type="application/json", flavor=flavor)
                 return self._send(200, str(value), etag=etag, flavor=flavor)
 
             def do_PUT(self):
