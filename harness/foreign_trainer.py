@@ -48,9 +48,13 @@ def save(job_dir: str, step: int, pause: float, state_first: bool) -> None:
 def restore(job_dir: str) -> int:
     try:
         with open(os.path.join(job_dir, "checkpoint"), encoding="utf-8") as f:
-            prefix = re.search(r'model_checkpoint_path: "(.*)"', f.read()).group(1)
+            named = re.search(r'model_checkpoint_path: "(.*)"', f.read())
     except FileNotFoundError:
         return 0
+    if named is None:
+        print("cannot resume: the state file names no checkpoint", file=sys.stderr, flush=True)
+        sys.exit(3)
+    prefix = named.group(1)
     try:
         with open(os.path.join(job_dir, f"{prefix}.index"), encoding="utf-8") as f:
             step = json.load(f)["step"]

@@ -192,3 +192,59 @@ def _processes_under(workdir, what: str = "") -> list[str]:
         if (str(workdir) in line or str(workdir) in environ) and what in line and str(os.getpid()) != pid:
             found.append(line)
     return found
+
+
+def _children(pid: int, name: str) -> list[int]:
+    """The pids of `pid`'s direct children whose command is `name`."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and name in comm:
+            out.append(int(entry))
+    return out
+
+
+def _started_simulation(tmp_path) -> subprocess.Popen:
+    """`simulate --gcs` of a long job, once its storage emulator runs and its first VM boots."""
+    (tmp_path / "spec.yaml").write_text(dummy_spec("jobdir", tmp_path, train_steps=100_000))
+    sim = subprocess.Popen([PYTHON, "-m", "survivor", "simulate", "--config", "spec.yaml", "--workdir", "sim",
+                            "--gcs", "--offline", "--timeout", "10m"], cwd=tmp_path, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (tmp_path / "steps.log").exists():
+        assert sim.poll() is None, sim.communicate()
+        time.sleep(0.1)
+    assert (tmp_path / "steps.log").exists(), "the simulated VM never trained"
+    return sim
+
+
+def test_simulate_gcs_stops_with_one_line_when_its_storage_emulator_dies(tmp_path):
+    """Issue 39: 58 boots in 11 minutes against a dead fake-gcs-server, until the 2 h timeout."""
+    import signal
+
+    sim = _started_simulation(tmp_path)
+    emulators = _children(sim.pid, "fake-gcs")
+    assert emulators, "no fake-gcs-server child"
+    os.kill(emulators[0], signal.SIGKILL)
+    out, err = sim.communicate(timeout=60)
+    assert sim.returncode == 1, (out, err)
+    assert "Traceback" not in err and "fake-gcs-server) exited with code -9" in err.splitlines()[-1], err
+
+
+def test_ctrl_c_ends_simulate_gcs_at_once_with_130(tmp_path):
+    import signal
+
+    sim = _started_simulation(tmp_path)
+    began = time.monotonic()
+    sim.send_signal(signal.SIGINT)
+    out, err = sim.communicate(timeout=60)
+    assert sim.returncode == 130 and time.monotonic() - began < 10, (sim.returncode, err[-2000:])
+    assert "Traceback" not in err

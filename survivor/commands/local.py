@@ -72,7 +72,10 @@ def run_simulation(args: argparse.Namespace) -> int:
         watch_log=True,
         on_event=lambda e: print(f"{e.t:8.1f}  {e.kind:<11} {e.instance:<22} {e.detail}", file=sys.stderr, flush=True))
     _sigterm_unwinds()
-    run = simulator.simulate(options)
+    try:
+        run = simulator.simulate(options)
+    except simulator.StandInDied as exc:
+        raise CommandError(str(exc)) from None
     print(run.result.table())
     if run.plot:
         print(f"timeline plot: {run.plot}")

@@ -79,6 +79,12 @@ class StorageEmulator:
         os.environ[ENV] = self.url
         return self
 
+    def died(self) -> str:
+        """Why the server is gone, one line naming its log, if it exited after `start`; else ""."""
+        code = self._process.poll() if self._process is not None else None
+        return "" if code is None else f"the Cloud Storage emulator (fake-gcs-server) exited with code {code}; " \
+                                       f"see {self.log_path}"
+
     def create_bucket(self, name: str) -> None:
         """Creates a bucket through the real google-cloud-storage client."""
         from google.auth.credentials import AnonymousCredentials

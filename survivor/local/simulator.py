@@ -151,6 +151,11 @@ def boot_marks(result: SimulationResult) -> list[tuple[float, int, str]]:
     return marks
 
 
+class StandInDied(RuntimeError):
+    """A stand-in the simulation started (the storage emulator) exited while the job ran: every later
+    boot would only fail against it. The message names it and its log."""
+
+
 class Simulator:
     """Runs one job through the fake MIG with Spot-style preemptions."""
 
@@ -162,8 +167,10 @@ class Simulator:
                  region_outages: tuple[tuple[str, float, float], ...] = (), watch_every: float | None = None,
                  shape_outages: tuple[tuple[str, float, float], ...] = (), outages_from_first_commit: bool = False,
                  preempting_regions: tuple[str, ...] = (), capacity: Zones | None = None,
-                 capacity_zones: dict[str, str] | None = None):
+                 capacity_zones: dict[str, str] | None = None, stand_ins: Callable[[], str] | None = None):
         self.spec = yaml.safe_load(spec_yaml)
+        #: says why a stand-in the caller started is gone ("" while all run): the run stops with StandInDied
+        self.stand_ins = stand_ins
         self.on_event = on_event
         self.spec_yaml = spec_yaml
         self.root = os.path.abspath(root)
@@ -443,8 +450,12 @@ class Simulator:
         next_preemption, stockout = self._next_outage() if self.trace else (self._next_gap(), 0.0)
         preempted = 0
         restore_hits = 0
+        aborted = False
         try:
             while time.monotonic() < deadline:
+                died = self.stand_ins() if self.stand_ins is not None else ""
+                if died:  # 58 boots in 11 minutes failed against a dead fake-gcs-server before (issue 39)
+                    raise StandInDied(died)
                 self._apply_region_outages()
                 self._follow_trace()
                 if self.watch_every and time.monotonic() - self._started >= self._next_watch:
@@ -488,16 +499,27 @@ class Simulator:
                         time.monotonic() - self._started + self._next_gap(), 0.0)
                     continue
                 time.sleep(0.01)
+        except BaseException:  # Ctrl-C, a dead stand-in: no reads of a job dir that may not answer
+            aborted = True
+            raise
         finally:
             for local in self.vms.values():
                 local.close()
             self.result.ended = round(time.monotonic() - self._started, 2)
+            if aborted:
+                self.compute.stop()
+        return self._summarise(journal)
+
+    def _summarise(self, journal) -> SimulationResult:
+        """The result once the run ended by itself: the journal's outcome and the group's size."""
+        try:
             state = journal.state()
             self.result.done, self.result.failed, self.result.attempts = state.done, state.failed, state.attempts
             self.result.target_size = self._group()["targetSize"] if any(
                 key[2] == "sim" for key in self.compute.groups) else None
             if state.done:
                 self._event("done", "-", f"DONE at step {state.done.get('step')}")
+        finally:
             self.compute.stop()
         return self.result
 
@@ -687,7 +709,8 @@ def simulate(options: SimulationOptions) -> SimulationRun:
                     jitter=options.jitter, hard_off_after=options.hard_off_after,
                     recreate_delay=options.recreate_delay, max_preemptions=options.max_preemptions, seed=options.seed,
                     trace=trace, speed=options.speed, on_event=options.on_event, capacity=capacity,
-                    capacity_zones=capacity_zones, watch_every=watch / options.speed if watch else None)
+                    capacity_zones=capacity_zones, watch_every=watch / options.speed if watch else None,
+                    stand_ins=emulator.died if emulator else None)
     try:
         result = sim.run(timeout=options.timeout)
     finally:
