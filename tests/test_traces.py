@@ -72,3 +72,62 @@ def test_survivor_never_costs_more_than_on_demand_from_the_start_plus_one_restar
         if run.cost_usd > bound + 1e-6:
             over.append((trace.seed, job.hours, round(run.cost_usd / bound, 3), run.switches))
     assert over == []
+
+
+# -- the published traces' reader, given what is not a trace (issue 38 item 8) ------------------------
+
+
+def _hostile(folder, kind: str) -> str:
+    """A folder whose one file is named like a trace and is `kind`; the file's path."""
+    import json
+    import os
+
+    folder.mkdir()
+    path = folder / "us-east-1a_v100_1.json"
+    if kind == "deep":
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        gap, data = {"infinity": ("Infinity", "[1, 0]"), "nan": ("NaN", "[1, 0]"), "1e999": ("1e999", "[1, 0]"),
+                     "zero-gap": ("0", "[1, 0]"), "string-data": ("600", '"1111"'),
+                     "huge-point": ("600", "[1" + "0" * 400 + "]")}[kind]
+        path.write_text(f'{{"metadata": {{"gap_seconds": {gap}}}, "data": {data}}}')
+        json.loads(path.read_text())  # each is JSON Python reads: the reader must refuse it itself
+    return str(path)
+
+
+@pytest.mark.parametrize("kind", ["deep", "fifo", "dev-zero", "directory", "infinity", "nan", "1e999", "zero-gap",
+                                  "string-data", "huge-point"])
+def test_what_is_named_like_a_trace_but_is_none_is_one_line_and_exit_1(tmp_path, kind):
+    """`survivor emulate compute --capacity-traces`: a 100,000-deep JSON was a traceback, a FIFO or
+    /dev/zero hung the reader, `gap_seconds: Infinity` was taken. Each is one line naming the file,
+    exit 1, in seconds."""
+    import subprocess
+
+    from tests.conftest import PYTHON
+
+    path = _hostile(tmp_path / "traces", kind)
+    done = subprocess.run([PYTHON, "-m", "survivor", "emulate", "compute", "--port", "0", "--capacity-traces",
+                           str(tmp_path / "traces")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr[-2000:]
+    assert done.stderr.startswith(f"error: {path}: "), done.stderr
+
+
+def test_a_gzip_trace_that_inflates_without_end_is_refused(tmp_path):
+    import zlib
+
+    from survivor.local.traces import MAX_TRACE_BYTES, TraceError, load
+
+    (tmp_path / "traces").mkdir()
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    chunk = b" " * (1 << 20)
+    bomb = b"".join(squeeze.compress(chunk) for _ in range((MAX_TRACE_BYTES >> 20) + 2)) + squeeze.flush()
+    (tmp_path / "traces" / "us-east-1a_v100_1.json.gz").write_bytes(bomb)
+    with pytest.raises(TraceError, match="once ungzipped"):
+        load(str(tmp_path / "traces"))

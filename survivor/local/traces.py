@@ -16,11 +16,12 @@ survivor runs them: at every boot (the agent) and every `check_every_hours` (`su
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import random
 import re
+import stat
+import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -343,6 +344,50 @@ def region_of(zone: str) -> str:
     return zone[:-2] if zone[-2:-1] == "-" else zone[:-1]
 
 
+#: The largest trace file read, and the most its gzip holds: the published ones are under 1 KB
+#: compressed and a few hundred KB of JSON; a file or stream without end (`/dev/zero`) is refused.
+MAX_TRACE_BYTES = 64 << 20
+#: The points' spacing a trace may have: a second to a day (the published ones: 600 s). Infinity,
+#: NaN and 0 would make every hour the first point or none.
+MIN_GAP_SECONDS, MAX_GAP_SECONDS = 1, 86400
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _read_trace(path: str) -> bytes:
+    """The bytes of the trace at `path`, ungzipped when its name ends .gz; TraceError for anything but
+    a regular file (a FIFO would block the open or the read for ever, a device never ends) or more
+    than MAX_TRACE_BYTES, compressed or not."""
+    try:
+        # O_NONBLOCK: opening a FIFO without a writer returns at once, for fstat to refuse it
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot open it ({exc.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise TraceError(f"{path}: not a regular file (a FIFO, a device, a socket or a folder is no trace)")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(MAX_TRACE_BYTES + 1)
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot read it ({exc.strerror})") from None
+    if len(data) > MAX_TRACE_BYTES:
+        raise TraceError(f"{path}: larger than {MAX_TRACE_BYTES >> 20} MB; no trace is")
+    if path.endswith(".gz"):
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            data = inflate.decompress(data, MAX_TRACE_BYTES + 1)
+        except zlib.error as exc:
+            raise TraceError(f"{path}: not gzip ({exc})") from None
+        if len(data) > MAX_TRACE_BYTES:
+            raise TraceError(f"{path}: more than {MAX_TRACE_BYTES >> 20} MB once ungzipped; no trace is")
+        if not inflate.eof:
+            raise TraceError(f"{path}: a gzip stream cut short")
+    return data
+
+
 def load(folder: str) -> Zones:
     """Reads a folder of traces (one file a zone); TraceError naming the folder or file otherwise."""
     try:
@@ -356,17 +401,22 @@ def load(folder: str) -> Zones:
         if not match:
             continue
         path = os.path.join(folder, name)
+        data = _read_trace(path)
         try:
-            with (gzip.open if name.endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
-                body = json.load(f)
+            body = json.loads(data, parse_constant=_no_constant)
             gap = float(body["metadata"]["gap_seconds"])
+            if not isinstance(body["data"], list):
+                raise TypeError("data is not a list")
             points = tuple(float(p) > 0 for p in body["data"])
-        except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:
+        except RecursionError:
+            raise TraceError(f"{path}: not a trace in the published format: nested too deeply") from None
+        except (ValueError, KeyError, TypeError, OverflowError) as exc:
             raise TraceError(f"{path}: not a trace in the published format "
                              f"({{\"metadata\": {{\"gap_seconds\": ...}}, \"data\": [...]}}): "
-                             f"{type(exc).__name__}: {exc}") from None
-        if not gap > 0 or not points:
-            raise TraceError(f"{path}: gap_seconds must be above 0 and data not empty")
+                             f"{type(exc).__name__}: {str(exc)[:200]}") from None
+        if not MIN_GAP_SECONDS <= gap <= MAX_GAP_SECONDS or not points:
+            raise TraceError(f"{path}: gap_seconds must be from {MIN_GAP_SECONDS} to {MAX_GAP_SECONDS} and data "
+                             "not empty")
         zone = match.group(1)
         if zone in capacity:
             raise TraceError(f"{path}: a second trace for zone {zone}")
