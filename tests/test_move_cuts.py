@@ -10,72 +10,17 @@ in the job dir first (survivor/jobdir/claims.py), so only one switches or moves.
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
 
 import pytest
 
-from survivor.cloud.compute import Compute, GroupRef
-from survivor.cloud.template import MachineOptions, template_body
+from harness.cuts import FIRST, PROJECT, ZONE, Killed, KilledAt, deadline_job, groups_of, stocked_out_job
+from survivor.cloud.compute import Compute
 from survivor.jobdir.moves import current_place, moves
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.switches import switches
 from survivor.local.compute_server import ComputeServer
 from survivor.operator.watch import watch_once
-from survivor.spec import JobSpec
-
-PROJECT = "survivor-local"
-ZONE = "us-west1-b"
-FIRST = GroupRef(PROJECT, "job", zone=ZONE)
-
-
-class Killed(BaseException):
-    """The watch's process is gone: no `except Exception` of survivor runs, nor any retry."""
-
-
-class KilledAt(Compute):
-    """The real client against the fake, whose process dies before its `at`-th call reaches the
-    API. `calls` counts every call, `names` says what each was."""
-
-    def __init__(self, *args, at: int = 0, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.at, self.calls, self.names = at, 0, []
-
-    def _call(self, what, where, fn, wait=True):
-        self.calls += 1
-        self.names.append(what)
-        if self.calls == self.at:
-            raise Killed(f"before call {self.at}: {what}")
-        return super()._call(what, where, fn, wait)
-
-
-def stocked_out_job(server: ComputeServer, tmp_path, extra: str = "") -> JobSpec:
-    """A job in us-west1-b that may move to us-central1, its group made there 45 minutes ago and its
-    VM refused by a stockout for 40: the next watch moves it."""
-    spec = JobSpec.from_yaml(f"job_dir: {tmp_path}/job\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
-                             "placement: {regions: [us-west1, us-central1], move_after_minutes: 30}\n" + extra)
-    compute = Compute(PROJECT, endpoint=server.endpoint)
-    compute.insert_template(template_body("job", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
-    server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone=ZONE)
-    compute.create_group("job", "job", zone=ZONE, size=1)
-    compute.managed_instances(FIRST)  # the MIG's first try, refused: listed by listErrors
-    group = server.groups[(PROJECT, f"zones/{ZONE}", "job")]
-    group["creationTimestamp"] = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=45)).isoformat()
-    for error in group["_errors"]:
-        error["timestamp"] = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=40)).isoformat()
-    return spec
-
-
-def groups_of(server: ComputeServer) -> dict[str, list[dict]]:
-    """Every group of the job: its place -> its members' (name, status)."""
-    compute = Compute(PROJECT, endpoint=server.endpoint)
-    found = {}
-    for project, scope, name in list(server.groups):
-        kind, where = scope.split("/")
-        ref = GroupRef(project, name, zone=where if kind == "zones" else None,
-                       region=where if kind == "regions" else None)
-        found[scope] = [(m["name"], m["status"]) for m in compute.managed_instances(ref)]
-    return found
 
 
 def test_a_move_cut_at_any_compute_call_is_finished_by_the_next_watch(tmp_path, monkeypatch):
@@ -154,26 +99,6 @@ def test_a_watch_given_the_first_address_finds_a_moved_job_through_its_records(c
     assert list(groups_of(compute_server)) == ["regions/us-central1"], said
 
 
-def deadline_job(server: ComputeServer, tmp_path) -> JobSpec:
-    """A Spot job due in 36 h that trained 100 of 1000 steps 35 h ago and has had no Spot VM since:
-    the next look switches it to on-demand."""
-    from survivor.jobdir.journal import Journal
-
-    spec = JobSpec.from_yaml(f"job_dir: {tmp_path}/job\ntrain_steps: 1000\ntrainer: {{builtin: dummy}}\n"
-                             "deadline: 36h\ncompute: {machine_type: n1-standard-8, gpu: 'nvidia-tesla-t4:1'}\n")
-    compute = Compute(PROJECT, endpoint=server.endpoint)
-    compute.insert_template(template_body("job", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
-    server.fail_instance_creation(spot_only=True)
-    compute.create_group("job", "job", zone=ZONE, size=1)
-    journal = Journal(open_storage(spec.job_dir))
-    attempt = journal.begin("job-x")
-    attempt.started = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=35)).isoformat()
-    journal.end(attempt, "preempted", end_step=100, reached_step=100)
-    attempt.ended = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=34)).isoformat()
-    journal.update(attempt)
-    return spec
-
-
 @pytest.mark.parametrize("action", ["switch", "move"])
 def test_two_watches_at_once_switch_or_move_the_job_once(compute_server, tmp_path, action):
     """Both watches read the job dir and decide before either acts (they wait for each other at
@@ -213,3 +138,33 @@ def test_two_watches_at_once_switch_or_move_the_job_once(compute_server, tmp_pat
         assert [m.to_place for m in moves(storage)] == ["regions/us-central1"], said
         assert list(groups_of(compute_server)) == ["regions/us-central1"], said
 
+
+
+def test_a_switch_cut_at_any_compute_call_is_finished_by_the_next_look(tmp_path, monkeypatch):
+    """A switch is a recorded intention too (group.complete_switch). Before: a look killed between its
+    claim and setting the template left the job on its stocked-out Spot template, no VM and no record,
+    and every look for the next 10 minutes lost to the dead look's claim; one killed between setting
+    the template and its record left an on-demand group the records called Spot."""
+    from harness.cuts import switch_cut_points
+
+    first, total = switch_cut_points(tmp_path / "probe")
+    assert total - first >= 5
+    for at in range(first, total + 1):
+        server = ComputeServer().start()
+        monkeypatch.setenv("SURVIVOR_COMPUTE_ENDPOINT", server.endpoint)
+        try:
+            spec = deadline_job(server, tmp_path / str(at))
+            killed = KilledAt(PROJECT, endpoint=server.endpoint, at=at)
+            with pytest.raises(Killed):
+                watch_once(killed, FIRST, job_dir=spec.job_dir)
+            watch_once(Compute(PROJECT, endpoint=server.endpoint), FIRST, job_dir=spec.job_dir)
+            where = f"killed before call {at} ({killed.names[-1]})"
+            found = groups_of(server)
+            assert list(found) == [f"zones/{ZONE}"] and [s for _, s in found[f"zones/{ZONE}"]] == ["RUNNING"], \
+                (where, found)
+            template = Compute(PROJECT, endpoint=server.endpoint).get_group(FIRST)["instanceTemplate"]
+            recorded = switches(open_storage(spec.job_dir))
+            assert [s.to_mode for s in recorded] == ["on-demand"] and template.endswith("/job-on-demand"), \
+                (where, recorded, template)
+        finally:
+            server.stop()

@@ -36,7 +36,8 @@ from survivor.cloud.template import (DLVM_PROJECT, IMAGE_FAMILY_PREFIX, STATE_DI
                                      template_body)
 from survivor.jobdir import claims
 from survivor.jobdir.storage import JobStorage, StorageError
-from survivor.jobdir.switches import Switch, SwitchFailure, parse_time, record_switch, record_switch_failure
+from survivor.jobdir.switches import (Switch, SwitchFailure, parse_time, record_switch, record_switch_failure,
+                                      switches)
 from survivor.spec import FallbackSpec, JobSpec, SpecError
 
 log = logs.get("group")
@@ -809,10 +810,58 @@ def _switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, 
     if seen is not None and storage is not None and not claims.claim(storage, seen, what=f"switch to {to_mode}", by=by):
         say(f"group {group.name}: another look switched or moved it first; this one leaves it")
         return None
-    if to_mode != SPOT and compute.get_template(target) is None:
+    if to_mode != SPOT:
         problems = name_problems(f"{to_mode} template", target)
         if problems:
             raise RequestError(problems[0] + f" (shorten the Spot template's name {base!r})")
+    now = _dt.datetime.now(_dt.timezone.utc)
+    switch = Switch(time=now.isoformat(timespec="milliseconds"), to_mode=to_mode, from_mode=from_mode, reason=reason,
+                    by=by, template=target)
+    # The record first: a switch is a recorded intention that any later look completes
+    # (`complete_switch`), as a move is (placement.complete_moves). Recorded after the group changed, a
+    # look cut between the two left a group on-demand that the records called Spot; cut before the
+    # group changed, it left the job behind its deadline on a stocked-out Spot template (issue 38).
+    if storage is not None:
+        record_switch(storage, switch)
+    try:
+        _apply_switch(compute, group, switch, base=base, from_mode=from_mode, say=say)
+    except (ComputeError, RequestError) as exc:
+        _withdraw_if_refused(compute, group, storage, switch, exc)
+        raise
+    log.info("group switched", group=group.name, to=to_mode, template=target, reason=reason, by=by)
+    return switch
+
+
+def _withdraw_if_refused(compute: Compute, group: GroupRef, storage: JobStorage | None, switch: Switch,
+                         exc: BaseException) -> None:
+    """A switch Compute Engine refuses (a 403, a missing template: no retry makes it) before the
+    group took its template is no switch: its record goes, so status and the deadline policy never
+    count it (the failure is recorded by `switch_group`). A passing error leaves the record (the
+    next look completes the switch), and so does a refusal after the group took the template (a
+    flex-start request refused): the record says what the group runs, and the next look acts on it."""
+    from survivor import retry
+
+    if storage is None or (isinstance(exc, ComputeError) and retry.is_transient_compute(exc)):
+        return
+    try:
+        found = compute.get_group(group)
+    except ComputeError:
+        return  # cannot tell what the group runs: the record stands, the next look reads the group
+    if found is not None and (found.get("instanceTemplate") or "").rsplit("/", 1)[-1] == switch.template:
+        return
+    try:
+        storage.delete([switch.name])
+    except StorageError as unrecorded:
+        log.warning("could not withdraw the refused switch's record; the next look tries it again",
+                    record=switch.name, error=str(unrecorded))
+
+
+def _apply_switch(compute: Compute, group: GroupRef, switch: Switch, *, base: str, from_mode: str, say: Say) -> None:
+    """Makes the group run `switch`'s template: the template made from the Spot one the first time,
+    set on the group, then the VM recreated from it (or, for flex-start, asked for by a resize
+    request). Each step may be repeated: `complete_switch` runs it again after a cut."""
+    to_mode, target = switch.to_mode, switch.template
+    if to_mode != SPOT and compute.get_template(target) is None:
         spot = compute.get_template(base)
         if spot is None:
             raise RequestError(f"template {base}: not found; the group's Spot template is needed to make {target}")
@@ -821,13 +870,7 @@ def _switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, 
         compute.insert_template(make(spot, spec.fallback if spec else None))
         say(f"template {target}: created ({to_mode}, same shape as {base} unless fallback: says otherwise)")
     compute.set_group_template(group, target)
-    now = _dt.datetime.now(_dt.timezone.utc)
-    switch = Switch(time=now.isoformat(timespec="milliseconds"), to_mode=to_mode, from_mode=from_mode, reason=reason,
-                    by=by, template=target)
-    if storage is not None:
-        record_switch(storage, switch)
-    log.info("group switched", group=group.name, to=to_mode, template=target, reason=reason, by=by)
-    say(f"group {group.name}: now {to_mode} (template {target}): {reason}")
+    say(f"group {group.name}: now {to_mode} (template {target}): {switch.reason}")
     if from_mode == FLEX_START:  # a queued request would still add a flex-start VM; the group keeps one VM
         for request in compute.resize_requests_of(group):
             if request.get("state") == "ACCEPTED":
@@ -836,11 +879,46 @@ def _switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, 
             compute.resize_group(group, 1)
     if to_mode == FLEX_START:  # the VM comes from a resize request, all at once when DWS has capacity
         compute.resize_group(group, 0)
-        name = "survivor-" + now.strftime("%Y%m%d%H%M%S")
+        name = "survivor-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d%H%M%S")
         compute.request_resize(group, name, count=1, run_seconds=int(FLEX_START_MAX_RUN_HOURS * 3600))
         say(f"group {group.name}: resize request {name} for one flex-start VM queued")
-        return switch
+        return
     members = [(m["zone"], m["name"]) for m in compute.managed_instances(group) if m["zone"]]
     if members:
         compute.recreate_instances(group, members)
-    return switch
+
+
+def complete_switch(compute: Compute, group: GroupRef, storage: JobStorage, *, say: Say = _silent) -> Switch | None:
+    """The newest recorded switch carried out, whatever cut the look that recorded it: when the
+    group runs another template than the record names, it is switched to it (`_apply_switch`).
+    Returns that switch, or None when the group runs the recorded template already (or nothing was
+    recorded). A step Compute Engine refuses raises its ComputeError: the next look tries again."""
+    recorded = switches(storage)
+    found = compute.get_group(group)
+    if not recorded or found is None or not recorded[-1].template:
+        return None
+    last = recorded[-1]
+    current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
+    base, from_mode = template_mode(current)
+    if current == last.template or template_mode(last.template)[0] != base:
+        return None  # done; or a record of another template family (a move's new shape): not this one's to redo
+    say(f"group {group.name}: finishing the switch to {last.to_mode} recorded at {last.time} (template {last.template})")
+    log.warning("a recorded switch not carried out: finishing it", group=group.name, to=last.to_mode,
+                template=last.template, recorded=last.time)
+    try:
+        _apply_switch(compute, group, last, base=base, from_mode=from_mode, say=say)
+    except (ComputeError, RequestError) as exc:
+        _withdraw_if_refused(compute, group, storage, last, exc)
+        if not (isinstance(exc, ComputeError) and retry_passing(exc)):
+            record_switch_failure(storage, SwitchFailure(
+                time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"), to_mode=last.to_mode,
+                reason=last.reason, by=last.by, error=str(exc)))
+        raise
+    return last
+
+
+def retry_passing(exc: ComputeError) -> bool:
+    """Whether another look may get past `exc` (throttling, a server error): `retry.is_transient_compute`."""
+    from survivor import retry
+
+    return retry.is_transient_compute(exc)

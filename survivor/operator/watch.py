@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import datetime as _dt
 
-from survivor.cloud.compute import Compute, GroupRef
+from survivor.cloud.compute import Compute, ComputeError, GroupRef
 from survivor.jobdir import claims
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.switches import parse_time
 from survivor.operator import deadline, placement
-from survivor.operator.group import RequestError, Say, spec_of, switch_group, template_mode
+from survivor.operator.group import RequestError, Say, complete_switch, spec_of, switch_group, template_mode
 from survivor.spec import JobSpec
 
 
@@ -82,6 +82,15 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
         mode, spec = group_spec(compute, found)
         if spec is None:
             raise RequestError(f"group {group.name}: its template {_template_of(found)} carries no survivor-job spec")
+    # a switch that a look before this one recorded and did not carry out is carried out first
+    try:
+        if complete_switch(compute, group, storage, say=say) is not None:
+            found = compute.get_group(group) or found
+            mode, spec = group_spec(compute, found)
+    except ComputeError as exc:
+        say(f"group {group.name}: its recorded switch not carried out yet ({exc}); the next look tries again")
+    if spec is None:
+        raise RequestError(f"group {group.name}: its template {_template_of(found)} carries no survivor-job spec")
     members = compute.managed_instances(group)
     running = any(m["status"] == "RUNNING" for m in members)
     created = parse_time(found.get("creationTimestamp"))  # as the records' times: aware, never a crash
