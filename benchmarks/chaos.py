@@ -37,6 +37,8 @@ def main() -> int:
                         help="a second agent of the VM in another pid namespace, one round each")
     parser.add_argument("--save-orders", type=int, default=10,
                         help="jobs of a trainer saving state file first or last, an export after its end (issue 38)")
+    parser.add_argument("--cuts", type=int, default=30,
+                        help="watches SIGKILLed at a random call of a move or a switch (issue 38)")
     parser.add_argument("--fault-rate", type=float, default=0.05, help="share of storage requests that fail")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
@@ -46,11 +48,12 @@ def main() -> int:
     r = run_chaos(args.kills, args.fault_rate, args.seed, scratch_dir("bench-chaos-"), manifests=args.manifests,
                   full_disks=args.full_disks, slow_metadata=args.slow_metadata, overlapped=args.overlapped,
                   damaged_chunks=args.damaged_chunks, contract_breakers=args.contract_breakers,
-                  state_disks=args.state_disks, pid_namespaces=args.pid_namespaces, save_orders=args.save_orders)
+                  state_disks=args.state_disks, pid_namespaces=args.pid_namespaces, save_orders=args.save_orders,
+                  cuts=args.cuts)
     header, rows = chaos_table(r)
     rows.append(["all", sum(t.inputs for t in r.tallies.values()),
                  sum(sum(t.faults.values()) for t in r.tallies.values()), r.corrupt_restores, r.lost_commits,
-                 r.hangs, r.tracebacks, r.leaked_temp_files, r.stolen_leases, "", ""])
+                 r.hangs, r.tracebacks, r.leaked_temp_files, r.stolen_leases, r.wrong_groups, "", ""])
     print(f"machine: {machine()}\n")
     print(table(f"chaos: seed {args.seed}, {100 * args.fault_rate:.0f}% storage faults, {r.seconds / 60:.1f} minutes",
                 header, rows))
@@ -58,7 +61,8 @@ def main() -> int:
           f"FAILED written: {r.failed_marker}")
     for problem in r.problems:
         print(f"problem: {problem}")
-    return 0 if r.corrupt_restores == 0 and r.lost_commits == 0 and r.hangs == 0 and r.stolen_leases == 0 else 1
+    return 0 if r.corrupt_restores == 0 and r.lost_commits == 0 and r.hangs == 0 and r.stolen_leases == 0 \
+        and r.wrong_groups == 0 else 1
 
 
 if __name__ == "__main__":

@@ -42,6 +42,9 @@ a VM of their own):
   final save; a SIGTERM or a SIGKILL while it trains, then a boot to the job's end. The boot after
   the fault restores the newest whole commit or newer, the job ends DONE at its last step, and the
   final commit is whole and holds the export.
+- **cut moves and switches**: a `survivor watch` SIGKILLed before a random Compute Engine call of a
+  move or a switch (`harness/cuts.py`), then the next looks, half the time two at once: one group,
+  running one VM, where the job's records say.
 
 All of it with a share of the storage requests failing (429, 503, resets, stalls, truncated bodies)
 through `FaultProxy`. Counted per class: inputs tried, faults injected, corrupt restores (the
@@ -84,7 +87,7 @@ CHUNK_ROUND_COMMIT_WAIT = 30.0
 #: Far beyond any step the chaos jobs reach; a manifest may claim up to it.
 TRAIN_STEPS = 10_000_000
 CLASSES = ("kill", "damaged manifest", "damaged chunk", "full disk", "slow metadata", "overlapped upload",
-           "contract breaker", "hostile state disk", "pid namespace", "save orders")
+           "contract breaker", "hostile state disk", "pid namespace", "save orders", "cut moves and switches")
 #: How a round starts an agent in a pid namespace of its own, as in a container on the VM (root only).
 UNSHARE_PID = ("unshare", "--pid", "--fork", "--mount-proc")
 
@@ -102,6 +105,8 @@ class Tally:
     leaked_temp_files: int = 0
     #: Leases taken from an agent that still ran and renewed them (two writers on one job: must be 0).
     stolen_leases: int = 0
+    #: Jobs left with other than one group running one VM where their records say (must be 0).
+    wrong_groups: int = 0
     worst_lost_steps: int = 0
     #: The longest wait a hang is judged on: SIGTERM (or the trainer's death) to the agent's exit,
     #: or a boot to its training; how far each class stayed from its deadline.
@@ -168,6 +173,11 @@ class ChaosResult:
     def stolen_leases(self) -> int:
         """Leases taken from a live agent (must be 0)."""
         return self._total("stolen_leases")
+
+    @property
+    def wrong_groups(self) -> int:
+        """Jobs left with two groups, no running VM, or a group the records do not name (must be 0)."""
+        return self._total("wrong_groups")
 
     @property
     def problems(self) -> list[str]:
@@ -965,7 +975,10 @@ def _save_order_rounds(rounds: int, rng: random.Random, seed: int, root: str, py
     (a SIGTERM that it saves on, or a SIGKILL of the agent, the trainer or both) and then booted to
     its end. The boot after the fault must restore the newest whole commit seen before it (never a
     partial one: its trainer would exit 3), the job must end DONE at its last step, and the final
-    commit must hold the export (issue 38 items 1 and 2)."""
+    commit must hold the export (issue 38 items 1 and 2). An agent that exits 1 is started again, up
+    to three times, as systemd's Restart=on-failure does: a job whose first save was cut before any
+    checkpoint was whole restores that part, its trainer fails on it, and the next start passes it
+    over for a start from scratch (`CheckpointStore.restore`)."""
     from survivor.jobdir.journal import Journal
 
     tally = result.tallies["save orders"]
@@ -1004,10 +1017,17 @@ def _save_order_rounds(rounds: int, rng: random.Random, seed: int, root: str, py
                 whole = [m for m in run.store.committed() if m.resumable]
                 before = whole[0] if whole else None
                 run.boot()
-                if vm.wait(120) is None:
-                    tally.hangs += 1
-                    run.problem(tally, f"{order}: the boot after the fault did not finish in 120 s")
-                    vm.kill()
+                for _ in range(3):  # systemd's Restart=on-failure: an agent that exits 1 starts again
+                    code = vm.wait(120)
+                    if code is None:
+                        tally.hangs += 1
+                        run.problem(tally, f"{order}: the boot after the fault did not finish in 120 s")
+                        vm.kill()
+                        break
+                    if code != 1:
+                        break
+                    tally.faults["agent restarts"] += 1
+                    run.boot(wipe=False)
                 state = Journal(run.storage).state()
                 attempt = state.attempts[-1] if state.attempts else None
                 if before is not None and (attempt is None or (attempt.restored_step or 0) < before.step):
@@ -1030,13 +1050,95 @@ def _save_order_rounds(rounds: int, rng: random.Random, seed: int, root: str, py
                 vm.close()
 
 
+def _cut_rounds(rounds: int, rng: random.Random, seed: int, root: str, result: ChaosResult) -> None:
+    """A `survivor watch` SIGKILLed (`harness.cuts.KilledAt`: no handler of survivor runs) before a
+    random Compute Engine call of a move (a stocked-out job that may move to another region) or of a
+    switch (a job behind its deadline going on-demand); then capacity comes back and the next looks
+    run, half the time two at once. Each job must end with one group, running one VM, where its
+    records say (issue 38 items 3-5)."""
+    import threading
+
+    from harness import cuts
+    from survivor.cloud.compute import Compute
+    from survivor.jobdir.moves import current_place, moves
+    from survivor.jobdir.storage import open_storage
+    from survivor.jobdir.switches import switches
+    from survivor.operator.watch import watch_once
+
+    tally = result.tallies["cut moves and switches"]
+    points = {"move": cuts.move_cut_points(os.path.join(root, "cut-probe-move")),
+              "switch": cuts.switch_cut_points(os.path.join(root, "cut-probe-switch"))}
+    previous = os.environ.get("SURVIVOR_COMPUTE_ENDPOINT")
+    for index in range(rounds):
+        action = rng.choice(["move", "switch"])
+        at = rng.randint(*points[action])
+        tally.inputs += 1
+        tally.faults[f"{action} cut"] += 1
+        server = cuts.ComputeServer().start()
+        os.environ["SURVIVOR_COMPUTE_ENDPOINT"] = server.endpoint
+        try:
+            job = os.path.join(root, f"cut-{index}")
+            spec = (cuts.stocked_out_job if action == "move" else cuts.deadline_job)(server, job)
+            killed = cuts.KilledAt(cuts.PROJECT, endpoint=server.endpoint, at=at)
+            try:
+                watch_once(killed, cuts.FIRST, job_dir=spec.job_dir)
+            except cuts.Killed:
+                pass
+            where = f"{action} killed before call {at} ({killed.names[-1] if killed.names else '-'})"
+            if action == "move":
+                server.clear_instance_creation_failures()  # capacity comes back to the first zone
+                cuts.groups_of(server)  # its MIG tries again, and gets its VM
+            errors: list[BaseException] = []
+
+            def look(endpoint: str = server.endpoint, job_dir: str = spec.job_dir,
+                     failed: list[BaseException] = errors) -> None:
+                try:
+                    watch_once(cuts.Compute(cuts.PROJECT, endpoint=endpoint), cuts.FIRST, job_dir=job_dir)
+                except BaseException as exc:  # noqa: BLE001 - counted below
+                    failed.append(exc)
+
+            twice = rng.random() < 0.5
+            looks = [threading.Thread(target=look) for _ in range(2 if twice else 1)]
+            for thread in looks:
+                thread.start()
+            for thread in looks:
+                thread.join(120)
+            if twice:
+                tally.faults["two looks at once"] += 1
+            if any(thread.is_alive() for thread in looks):
+                tally.hangs += 1
+                tally.problems.append(f"round {index} (seed {seed}): {where}: a look still ran after 120 s")
+                continue
+            look()  # and one more alone: nothing changes once it is right
+            found = cuts.groups_of(server)
+            storage = open_storage(spec.job_dir)
+            members = [m for ms in found.values() for m in ms]
+            if action == "move":
+                place = current_place(moves(storage), f"zones/{cuts.ZONE}")
+                right = list(found) == [place] and [s for _, s in members] == ["RUNNING"]
+            else:
+                group = Compute(cuts.PROJECT, endpoint=server.endpoint).get_group(cuts.FIRST) or {}
+                recorded = switches(storage)
+                right = (len(found) == 1 and [s for _, s in members] == ["RUNNING"] and len(recorded) == 1
+                         and str(group.get("instanceTemplate", "")).endswith("/" + recorded[-1].template))
+            if errors or not right:
+                tally.wrong_groups += 1
+                tally.problems.append(f"round {index} (seed {seed}): {where}: groups {found}, errors {errors}")
+        finally:
+            server.stop()
+    if previous is None:
+        os.environ.pop("SURVIVOR_COMPUTE_ENDPOINT", None)
+    else:
+        os.environ["SURVIVOR_COMPUTE_ENDPOINT"] = previous
+
+
 # -- the run ---------------------------------------------------------------------------------------
 
 
 def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str = sys.executable, *,
               manifests: int = 0, full_disks: int = 0, slow_metadata: int = 0, overlapped: int = 0,
               damaged_chunks: int = 0, contract_breakers: int = 0, state_disks: int = 0,
-              pid_namespaces: int = 0, save_orders: int = 0) -> ChaosResult:
+              pid_namespaces: int = 0, save_orders: int = 0, cuts: int = 0) -> ChaosResult:
     """Runs the rounds, in a random order, against a fresh storage emulator under `root`."""
     from survivor.jobdir.journal import Journal
     from survivor.jobdir.storage import open_storage
@@ -1081,6 +1183,8 @@ def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str =
         _state_disk_rounds(state_disks, rng, seed, root, python, result)
     if save_orders:
         _save_order_rounds(save_orders, rng, seed, root, python, result)
+    if cuts:
+        _cut_rounds(cuts, rng, seed, root, result)
     result.seconds = time.monotonic() - started
     return result
 
@@ -1088,15 +1192,16 @@ def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str =
 def table(result: ChaosResult) -> tuple[list[str], list[list]]:
     """The figures per class, as a header and rows (benchmarks/chaos.py prints them)."""
     header = ["fault class", "inputs tried", "faults injected", "corrupt restores", "lost commits", "hangs",
-              "tracebacks", "temp files left", "leases stolen", "worst lost steps", "slowest exit or boot (s)"]
+              "tracebacks", "temp files left", "leases stolen", "jobs not one running group", "worst lost steps",
+              "slowest exit or boot (s)"]
     rows: list[list] = []
     for name, t in result.tallies.items():
         if t.skipped:
-            rows.append([name, t.skipped, "", "", "", "", "", "", "", "", ""])
+            rows.append([name, t.skipped, "", "", "", "", "", "", "", "", "", ""])
             continue
         faults = ", ".join(f"{k} {v}" for k, v in sorted(t.faults.items()))
         rows.append([name, t.inputs, f"{sum(t.faults.values())} ({faults})" if faults else 0, t.corrupt_restores,
                      t.lost_commits, t.hangs, t.tracebacks, t.leaked_temp_files, t.stolen_leases,
-                     t.worst_lost_steps, round(t.slowest_seconds, 1)])
+                     t.wrong_groups, t.worst_lost_steps, round(t.slowest_seconds, 1)])
     return header, rows
 

@@ -82,7 +82,7 @@ def test_only_the_agents_own_traceback_counts():
 def test_damaged_manifests_full_disks_and_a_slow_metadata_server_lose_nothing_and_hang_nothing(tmp_path):
     result = run_chaos(kills=2, fault_rate=0.05, seed=random.randrange(1 << 20), root=str(tmp_path / "chaos"),
                        manifests=6, full_disks=2, slow_metadata=3, overlapped=3, damaged_chunks=2,
-                       contract_breakers=2, state_disks=2, pid_namespaces=1, save_orders=3)
+                       contract_breakers=2, state_disks=2, pid_namespaces=1, save_orders=3, cuts=4)
     print(json.dumps({name: {"inputs": t.inputs, "faults": dict(t.faults), "slowest": t.slowest_seconds,
                              "skipped": t.skipped} for name, t in result.tallies.items()}))
     assert result.problems == [], "every problem, one a line:\n" + "\n".join(result.problems)
@@ -91,6 +91,7 @@ def test_damaged_manifests_full_disks_and_a_slow_metadata_server_lose_nothing_an
     assert tallies["overlapped upload"].inputs == 3
     assert tallies["damaged chunk"].inputs == 2 and tallies["contract breaker"].inputs == 2
     assert tallies["hostile state disk"].inputs == 2 and tallies["save orders"].inputs == 3
+    assert tallies["cut moves and switches"].inputs == 4 and result.wrong_groups == 0
     assert sum(n for k, n in tallies["slow metadata"].faults.items() if k == "dripped metadata answers") >= 3
     if not tallies["full disk"].skipped:  # mounting a tmpfs needs root
         assert tallies["full disk"].inputs == 2

@@ -333,3 +333,23 @@ def test_an_export_written_after_the_final_save_is_committed_before_done(tmp_pat
     assert store.restore(str(restored)).step == 50
     assert (restored / "export" / "saved_model.pb").read_bytes() == b"graph"
     assert (restored / "export" / "variables" / "variables.index").read_bytes() == b"vars"
+
+
+def test_a_part_of_a_checkpoint_its_trainer_failed_on_is_passed_over_for_a_start_over(tmp_path):
+    """The chaos run's state-first job, SIGKILLed in its first save: the only commit holds the state
+    file and one shard. Restored, its trainer exits 3; restored again at every start, the job went
+    FAILED. With nothing whole committed, the part the trainer failed on is passed over."""
+    local = tmp_path / "job"
+    local.mkdir()
+    storage = open_storage(str(tmp_path / "jobdir"))
+    store = CheckpointStore(storage)
+    save = _tf_save(local, 20, state_first=True)
+    next(save), next(save)  # the state file and the data shard; the index never came
+    mirror = Mirror(store, storage, str(local), attempt=1, interval=3600, committed_step=None,
+                    on_commit=lambda stats: None).start(restored=frozenset())
+    partial = mirror.sync().manifest
+    mirror.stop()
+    assert not partial.resumable
+    assert store.restore(str(tmp_path / "first")).name == partial.name  # the newest part is the trainer's to try
+    assert store.restore(str(tmp_path / "again"), pass_over=partial.name) is None  # it failed on it: start over
+    assert list((tmp_path / "again").iterdir()) == []

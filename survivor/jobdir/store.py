@@ -731,6 +731,13 @@ class CheckpointStore:
                 if self._restore_one(manifest, staging, local_root, abandoned, passed_over=partial):
                     return manifest
             for manifest in partial:  # no whole checkpoint verifies: the newest part of one is still the trainer's
+                if manifest.name == pass_over:
+                    # a part of a checkpoint its trainer failed on: nothing whole is lost by a start over,
+                    # where restoring it again would fail every start until FAILED (issue 38)
+                    log.warning("passing over a commit that holds no whole checkpoint, which the trainer failed on "
+                                "at its last start", manifest=manifest.name, step=manifest.step)
+                    abandoned.append(manifest.name)
+                    continue
                 if self._restore_one(manifest, staging, local_root, abandoned, passed_over=[]):
                     return manifest
             _clear(staging)
