@@ -248,3 +248,28 @@ def test_ctrl_c_ends_simulate_gcs_at_once_with_130(tmp_path):
     out, err = sim.communicate(timeout=60)
     assert sim.returncode == 130 and time.monotonic() - began < 10, (sim.returncode, err[-2000:])
     assert "Traceback" not in err
+
+
+def test_on_a_terminal_simulate_shows_its_timeline_once(tmp_path):
+    """Issue 39: the events went to stderr as they came, and the table at the end held them again."""
+    import pty
+
+    (tmp_path / "spec.yaml").write_text(dummy_spec("jobdir", tmp_path, train_steps=5, on_finish="auto"))
+    parent, child = pty.openpty()
+    sim = subprocess.Popen([PYTHON, "-m", "survivor", "simulate", "--config", "spec.yaml", "--workdir", "sim",
+                            "--offline", "--max-preemptions", "0"], cwd=tmp_path, stdout=child, stderr=child,
+                           stdin=subprocess.DEVNULL)
+    os.close(child)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(parent, 65536)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        shown += chunk
+    assert sim.wait(240) == 0, shown.decode(errors="replace")
+    text = shown.decode(errors="replace")
+    assert text.count("DONE at step 5") == 1, text
+    assert "boot restored" in " ".join(text.split())  # the per-boot table is still there

@@ -76,7 +76,8 @@ def run_simulation(args: argparse.Namespace) -> int:
         run = simulator.simulate(options)
     except simulator.StandInDied as exc:
         raise CommandError(str(exc)) from None
-    print(run.result.table())
+    # the events went to stderr as they came; on one terminal with stdout they would show twice
+    print(run.result.table(timeline=not (sys.stdout.isatty() and sys.stderr.isatty())))
     if run.plot:
         print(f"timeline plot: {run.plot}")
     print(run.cost_line())

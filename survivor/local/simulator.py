@@ -87,14 +87,16 @@ class SimulationResult:
         """How many preemption notices the simulation sent."""
         return sum(1 for e in self.events if e.kind == "notice")
 
-    def table(self) -> str:
-        """The timeline as text, then one line per boot: the step it restored, the furthest its trainer
-        reached, the step it saved (committed), the steps lost, and its outcome with the journal's reason
-        (such as a trainer that did not save on the notice)."""
-        lines = [f"{'t (s)':>8}  {'event':<11} {'instance':<22} detail"]
-        for e in self.events:
-            lines.append(f"{e.t:8.1f}  {e.kind:<11} {e.instance:<22} {e.detail}")
-        lines.append("")
+    def table(self, timeline: bool = True) -> str:
+        """The timeline as text (unless `timeline` is False: a terminal showed it live), then one line
+        per boot: the step it restored, the furthest its trainer reached, the step it saved
+        (committed), the steps lost, and its outcome with the journal's reason (such as a trainer that
+        did not save on the notice)."""
+        lines = []
+        if timeline:
+            lines.append(f"{'t (s)':>8}  {'event':<11} {'instance':<22} detail")
+            lines += [f"{e.t:8.1f}  {e.kind:<11} {e.instance:<22} {e.detail}" for e in self.events]
+            lines.append("")
         lines.append(f"{'boot':>4} {'restored':>8} {'reached':>8} {'saved':>6} {'lost':>5}  outcome")
         for a in self.attempts:
             outcome = (a.outcome or "killed") + (f": {a.reason}" if a.reason else "")
