@@ -867,8 +867,13 @@ def _apply_switch(compute: Compute, group: GroupRef, switch: Switch, *, base: st
             raise RequestError(f"template {base}: not found; the group's Spot template is needed to make {target}")
         spec = spec_of(spot)
         make = flex_start_template_body if to_mode == FLEX_START else on_demand_template_body
-        compute.insert_template(make(spot, spec.fallback if spec else None))
-        say(f"template {target}: created ({to_mode}, same shape as {base} unless fallback: says otherwise)")
+        try:
+            compute.insert_template(make(spot, spec.fallback if spec else None))
+            say(f"template {target}: created ({to_mode}, same shape as {base} unless fallback: says otherwise)")
+        except ComputeError:
+            if compute.get_template(target) is None:
+                raise
+            # made meanwhile (a 409: another look completing the same switch): the step is done
     compute.set_group_template(group, target)
     say(f"group {group.name}: now {to_mode} (template {target}): {switch.reason}")
     if from_mode == FLEX_START:  # a queued request would still add a flex-start VM; the group keeps one VM
@@ -908,7 +913,8 @@ def complete_switch(compute: Compute, group: GroupRef, storage: JobStorage, *, s
     try:
         _apply_switch(compute, group, last, base=base, from_mode=from_mode, say=say)
     except (ComputeError, RequestError) as exc:
-        _withdraw_if_refused(compute, group, storage, last, exc)
+        # never withdrawn here: the record is an earlier look's decision, and this look may only lack
+        # what that one had (a permission); the failure is recorded, the next look tries again
         if not (isinstance(exc, ComputeError) and retry_passing(exc)):
             record_switch_failure(storage, SwitchFailure(
                 time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"), to_mode=last.to_mode,
