@@ -97,3 +97,21 @@ def test_keras_fit_helper_saves_on_sigterm_and_resumes_mid_epoch_exactly(tmp_pat
     assert any("rng" in name for name in b)
     assert_bitwise_equal(a, b)
 
+
+
+def test_keras_fit_on_arrays_stops_at_train_steps_and_resumes_a_seeded_shuffle_exactly(tmp_path):
+    """Issue 39 item 3: keras-io's `model.fit(x, y, batch_size, validation_split)`, through
+    fit_resumable: 70 steps of 29-batch epochs (a short last epoch: it trained 87 before), SIGTERMed
+    mid-epoch twice; each epoch's shuffle is keyed by its number, so the resumed run is exact."""
+    args = ["--train-steps", "70", "--arrays", "--checkpoint-steps", "1000"]
+    straight = str(tmp_path / "straight")
+    run_trainer(KERAS_FIT, straight, args)
+    resumed = str(tmp_path / "resumed")
+    stops = sorted(random.sample([s for s in range(3, 66) if s % 29], 2))
+    for stop in stops:
+        run_trainer(KERAS_FIT, resumed, args, stop_at=stop)
+    out = run_trainer(KERAS_FIT, resumed, args)
+    assert re.search(r"resumed from ckpt-(\d+) at step \1", out), out[-1500:]
+    a, b = checkpoint_values(straight), checkpoint_values(resumed)
+    assert int(a["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"]) == 70  # exactly train_steps
+    assert_bitwise_equal(a, b)
