@@ -115,3 +115,69 @@ def test_keras_fit_on_arrays_stops_at_train_steps_and_resumes_a_seeded_shuffle_e
     a, b = checkpoint_values(straight), checkpoint_values(resumed)
     assert int(a["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"]) == 70  # exactly train_steps
     assert_bitwise_equal(a, b)
+
+
+GUIDE_LOOP = '''
+"""TensorFlow's checkpoint guide's manual loop (Adam, a Dense(5) net, the toy data), resumable."""
+import argparse
+
+from survivor.trainers.contract import StopRequest, report_progress, report_saved
+
+stop = StopRequest.install()
+import keras
+import tensorflow as tf
+
+from survivor.trainers.resume import ResumableCheckpoint
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--job-dir", required=True)
+parser.add_argument("--train-steps", type=int, default=60)
+parser.add_argument("--checkpoint-steps", type=int, default=10)
+args, _ = parser.parse_known_args()
+tf.config.experimental.enable_op_determinism()
+keras.utils.set_random_seed(0)
+model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(5)])
+optimizer = keras.optimizers.Adam(0.1)
+ckpt = ResumableCheckpoint(args.job_dir, model=model, optimizer=optimizer)
+inputs = tf.range(10.0)[:, None]
+labels = inputs * 5.0 + tf.range(5.0)[None, :]
+for step in range(ckpt.step, args.train_steps):
+    x = tf.gather(inputs, [(step * 2) % 10, (step * 2 + 1) % 10])
+    y = tf.gather(labels, [(step * 2) % 10, (step * 2 + 1) % 10])
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.abs(model(x) - y))
+    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    report_progress(step + 1)
+    if stop.requested:
+        ckpt.save()
+        report_saved(step + 1)
+        break
+    if (step + 1) % args.checkpoint_steps == 0:
+        ckpt.save()
+else:
+    if ckpt.manager.latest_checkpoint is None or not ckpt.manager.latest_checkpoint.endswith(f"-{ckpt.step}"):
+        ckpt.save()
+'''
+
+
+def test_the_checkpoint_guides_loop_with_resumable_checkpoint_resumes_adam_exactly(tmp_path, monkeypatch):
+    """Issue 39 item 4: TensorFlow's guide restores before the Keras 3 optimizer is built, which drops
+    Adam's state silently, and numbers checkpoints by save count. Through ResumableCheckpoint the
+    loop, SIGTERMed twice, ends bit for bit where an uninterrupted run does, Adam's moments included,
+    with every checkpoint named by its step."""
+    (tmp_path / "guide_loop.py").write_text(GUIDE_LOOP)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    args = ["--train-steps", "60", "--checkpoint-steps", "1000"]
+    straight = str(tmp_path / "straight")
+    run_trainer("guide_loop", straight, args)
+    resumed = str(tmp_path / "resumed")
+    stops = sorted(random.sample(range(5, 55), 2))
+    for stop in stops:
+        run_trainer("guide_loop", resumed, args, stop_at=stop)
+    out = run_trainer("guide_loop", resumed, args)
+    assert re.search(r"resumed from ckpt-(\d+) at step \1", out), out[-1500:]
+    a, b = checkpoint_values(straight), checkpoint_values(resumed)
+    assert int(b["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"]) == 60
+    assert len([name for name in b if name.startswith("optimizer/_variables/")]) >= 4  # Adam's moments, compared
+    assert_bitwise_equal(a, b)
+    assert sorted(f for f in os.listdir(resumed) if f.endswith(".index"))[-1] == "ckpt-60.index"
