@@ -254,3 +254,33 @@ def test_status_of_a_group_cuts_every_field_a_vm_or_the_job_dir_wrote(capsys):
         _print_status(report)
     assert time.monotonic() - started < 1.0
     assert max(len(line) for line in capsys.readouterr().out.splitlines()) < 1200
+
+
+@pytest.mark.parametrize("marker", [{"time": 5, "step": 5}, {"time": "9999-12-31T00:00:00+00:00", "step": 5},
+                                    {"time": ["x"], "reason": "r"}, {"time": "2026-01-01T00:00:00+14:00", "step": "1e308"}])
+def test_status_and_report_read_a_damaged_done_or_failed_marker(tmp_path, capsys, marker):
+    """A hostile review: `"time": 5` in DONE raised AttributeError in parse_time; year 9999 an
+    OverflowError in the ledger. Every time goes through the one reader, which refuses both."""
+    from survivor.commands.main import main
+
+    for name in ("DONE", "FAILED"):
+        job_dir = str(tmp_path / name)
+        storage = open_storage(job_dir)
+        storage.write("survivor/attempts/000001.json", json.dumps(
+            {"number": 1, "instance": "x", "started": "2026-01-01T00:00:00+00:00",
+             "ended": "2026-01-01T01:00:00+00:00", "outcome": "preempted"}).encode())
+        storage.write(f"survivor/{name}", json.dumps(marker).encode())
+        assert main(["status", "--job-dir", job_dir]) == 0
+        assert main(["report", "--job-dir", job_dir, "--offline", "--out", str(tmp_path / f"out-{name}")]) == 0
+        assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_move_record_dated_far_in_the_future_is_skipped_and_stops_no_move(tmp_path, caplog):
+    """A hostile review: a record dated 2199 passed the reader (up to 2200), kept the job's idle time
+    at 0 and so stopped every move for good. One dated past this clock's slack is skipped, named."""
+    storage = open_storage(str(tmp_path / "job"))
+    storage.write("survivor/moves/21990101.json", json.dumps({**GOOD_MOVE, "time": "2199-01-01T00:00:00+00:00"}).encode())
+    soon = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=5)).isoformat()
+    storage.write("survivor/moves/soon.json", json.dumps({**GOOD_MOVE, "time": soon}).encode())
+    assert [m.time for m in moves(storage)] == [soon]  # a clock a few minutes fast still counts
+    assert any("21990101.json" in r.getMessage() and "in the future" in r.getMessage() for r in caplog.records)

@@ -84,17 +84,19 @@ PROSE = Text(8000, cut=True)
 MAX_WORD_CHARS = 80
 
 
-def parse_time(text: str | None) -> _dt.datetime | None:
-    """An ISO 8601 time, timezone-aware (UTC when it says none); None if absent or bad.
+def parse_time(text: object) -> _dt.datetime | None:
+    """An ISO 8601 time, timezone-aware (UTC when it says none); None if absent, not text, bad, or
+    outside TIME_RANGE (a DONE marker's `"time": 5`, or year 9999, which overflows the first sum).
     The one parser of the times the job dir's records carry (switches, attempts, markers): every
     reader compares them with an aware `now`, which a naive time would make raise."""
-    if not text:
+    if not text or not isinstance(text, str):
         return None
     try:
         value = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
+    value = value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
+    return value if TIME_RANGE[0] <= value <= TIME_RANGE[1] else None
 
 
 def read_field(key: str, value: object, rule: Rule) -> str:

@@ -13,6 +13,7 @@ warning, never fatal.
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 from dataclasses import asdict, dataclass
 from typing import Collection
@@ -63,13 +64,21 @@ def record_move(storage: JobStorage, move: Move) -> bool:
     return write_once(storage, move.name, asdict(move))
 
 
+#: How far ahead of this clock a record may be dated (a VM's clock that runs fast); past it, skipped.
+FUTURE_SLACK = _dt.timedelta(hours=1)
+
+
 def moves(storage: JobStorage, regions: Collection[str] | None = None, shapes: int = 0) -> list[Move]:
     """Every move recorded in the job dir, oldest first. Given the spec's placement (its `regions`,
     and how many other `shapes` it names), a record that puts the job anywhere else is skipped with
     a warning naming it, as a field that does not read is: the job never goes where its spec does
     not send it, and its next move is not stopped by a record no move of it wrote."""
+    latest = _dt.datetime.now(_dt.timezone.utc) + FUTURE_SLACK
+
     def parse(data: bytes) -> Move:
         move = Move.from_json(data)
+        if record_time(move.time) > latest:  # a record dated 2199 held every move off for good
+            raise ValueError(f"time: {move.time} is in the future (a clock this far off wrote no move of this job)")
         if regions is not None and region_of(move.to_place) not in regions:
             raise ValueError(f"to_place: {move.to_place} is in none of the spec's regions ({', '.join(regions)})")
         if regions is not None and int(move.shape or 0) > shapes:
