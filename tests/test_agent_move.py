@@ -171,7 +171,13 @@ def test_a_vm_of_a_group_its_job_moved_away_from_leaves_it_without_training(comp
     assert "the job's records moved its group away from this VM's: leaving it without training" in log, log[-3000:]
     assert not (tmp_path / "steps.log").exists()  # nothing trained in the old group
     assert Journal(storage).attempts() == [] and storage.read("survivor/LEASE") is None
-    assert group["targetSize"] == 0 and group["_members"] == []  # it left: the MIG recreates nothing
+    # and it carried out the records: a move cut after its record had no group where it went, and
+    # with no watch deployed the job had no VM at all (a hostile review of issue 38)
+    assert (project, f"zones/{zone}", "job") not in compute_server.groups  # its group deleted, the VM with it
+    moved_to = compute.get_group(placement.group_at(placement.GroupRef(project, "job", zone=zone),
+                                                    "regions/us-central1"))
+    assert moved_to is not None and int(moved_to["targetSize"]) == 1
+    assert "finish action failed" not in log
 
 
 def test_a_vm_that_cannot_get_the_lease_after_its_job_moved_leaves_its_group(compute_server, tmp_path):
@@ -218,4 +224,6 @@ def test_a_vm_that_cannot_get_the_lease_after_its_job_moved_leaves_its_group(com
     log = open(vm.log_path()).read()
     assert "leaving it without training" in log and "not training: another agent holds" not in log, log[-3000:]
     assert not (tmp_path / "steps.log").exists()
-    assert group["targetSize"] == 0 and group["_members"] == []
+    # the records carried out: its group deleted with it (or left), never idle in the old group
+    assert (project, f"zones/{zone}", "job") not in compute_server.groups or \
+        (group["targetSize"] == 0 and group["_members"] == [])

@@ -262,8 +262,9 @@ class Boot:
         moved = self._move(spec, identity, storage, state)
         # 2c. the job's records put its group elsewhere (a move cut before it deleted this VM's group,
         # or whose delete was refused): the lease is the new group's VM's, so this one leaves its group
-        if self._left_behind(spec, identity, storage):
-            return self._finish(spec, identity, "moved", on_error=EXIT_OK)
+        left = self._left_behind(spec, identity, storage)
+        if left:
+            return EXIT_OK if left == "gone" else self._finish(spec, identity, "moved", on_error=EXIT_OK)
         if moved:
             return EXIT_OK  # the move deletes this VM's group (or recreates this VM with its new shape)
 
@@ -272,8 +273,9 @@ class Boot:
         try:
             self._patiently(lease.acquire)
         except LeaseHeld as exc:
-            if self._left_behind(spec, identity, storage):  # moved while it waited: not sitting here idle
-                return self._finish(spec, identity, "moved", on_error=EXIT_OK)
+            left = self._left_behind(spec, identity, storage)  # moved while it waited: not sitting here idle
+            if left:
+                return EXIT_OK if left == "gone" else self._finish(spec, identity, "moved", on_error=EXIT_OK)
             log.error("not training: another agent holds this job", reason=str(exc))
             return EXIT_RETRY
         except StorageError as exc:
@@ -634,28 +636,42 @@ class Boot:
             log.warning("placement at boot not acted on", error=f"{type(exc).__name__}: {exc}")
             return False
 
-    def _left_behind(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage) -> bool:
+    def _left_behind(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage) -> str:
         """Steps 2c and 3: whether the job's recorded moves put its group somewhere else than this
         VM's (`placement.left_behind`). Such a VM never trains, whatever group still has it: the
-        records win. False when the job cannot move or its records do not read."""
+        records win; it carries them out ("gone": its own group deleted with it, nothing to leave)
+        or leaves its group ("leave"). "" when the job cannot move or its records do not read."""
         from survivor.agent.finish import group_of
         from survivor.jobdir.moves import moves
         from survivor.operator import placement
 
         ref = group_of(identity)
         if spec.placement is None or ref is None:
-            return False
+            return ""
         try:
             recorded = moves(storage, spec.placement.regions, len(spec.placement.shapes))
         except StorageError as exc:
             log.warning("the job's moves not read; training here", error=str(exc))
-            return False
+            return ""
         if not placement.left_behind(recorded, ref):
-            return False
+            return ""
         log.warning("the job's records moved its group away from this VM's: leaving it without training",
                     group_place=placement.place_of(ref), job_place=recorded[-1].to_place)
         self._guest("state", "moved", force=True)
-        return True
+        # a move cut after its record (this VM's agent made it, and was preempted) has no group where
+        # it went yet, and a job without a deployed watch would then have no VM at all: the records are
+        # carried out first (`placement.complete_moves`: the new group made, this one deleted)
+        try:
+            compute = (self.options.compute_factory or _default_compute)(identity)
+            if compute is not None:
+                placement.complete_moves(cast("Compute", compute), ref, storage, spec.placement,
+                                         say=lambda line: log.info(line))
+                if compute.get_group(ref) is None:
+                    log.info("this VM's group was deleted with the move: the VM goes with it")
+                    return "gone"
+        except Exception as exc:  # noqa: BLE001 - leaving the group is what matters; the next look completes it
+            log.warning("the job's recorded move not carried out from this VM; the next look does it", error=str(exc))
+        return "leave"
 
     def _load(self) -> tuple[JobSpec, InstanceIdentity]:
         """Step 1: the job spec and who this VM is (`project` None off Compute Engine)."""
