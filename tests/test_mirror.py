@@ -252,6 +252,7 @@ def test_files_added_to_a_committed_step_commit_it_again_whatever_their_order(tm
             mirror = Mirror(store, storage, str(local), attempt=1, interval=3600, committed_step=None,
                             on_commit=lambda stats: None).start(restored=frozenset())
             mirror.after_notice()
+            mirror.stop()  # no background round between the test's own: each sync below is the notice's poll
             for step in (10, 20):
                 for name in _tf_save(local, step, state_first=state_first, shards=shards):
                     mirror.sync(collect=False)  # the notice's 0.1 s poll, between every two files
@@ -353,3 +354,105 @@ def test_a_part_of_a_checkpoint_its_trainer_failed_on_is_passed_over_for_a_start
     assert store.restore(str(tmp_path / "first")).name == partial.name  # the newest part is the trainer's to try
     assert store.restore(str(tmp_path / "again"), pass_over=partial.name) is None  # it failed on it: start over
     assert list((tmp_path / "again").iterdir()) == []
+
+
+def _write(local, name, data=None):
+    path = local / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (local / f".{name.replace('/', '_')}.tmp").write_bytes(data if data is not None else os.urandom(100))
+    os.replace(local / f".{name.replace('/', '_')}.tmp", path)
+
+
+def test_a_save_caught_mid_way_whose_old_save_then_goes_is_committed_again_once_whole(tmp_path):
+    """A hostile review of issue 38: two data shards, then the index, no state file (as
+    `tf.train.Checkpoint.write`), the previous save deleted after the new one. A round between the
+    first shard and the rest committed the old save plus that shard as the new step; the finished save
+    then no longer held the old files, counted as 'changed', and the partial commit stood for good:
+    DONE at step 60 restored ckpt-40. Also with a state file, written first, listing two saves."""
+    for state in (False, True):
+        local = tmp_path / f"job-{state}"
+        local.mkdir()
+        storage = open_storage(str(tmp_path / f"jobdir-{state}"))
+        store = CheckpointStore(storage, keep=1)
+        mirror = Mirror(store, storage, str(local), attempt=1, interval=3600, committed_step=None,
+                        on_commit=lambda stats: None).start(restored=frozenset())
+
+        def save(step, previous, mid=None, local=local, state=state):
+            if state:
+                listed = [s for s in (previous, step) if s]
+                _write(local, "checkpoint", (f'model_checkpoint_path: "ckpt-{step}"\n' + "".join(
+                    f'all_model_checkpoint_paths: "ckpt-{s}"\n' for s in listed)).encode())
+            _write(local, f"ckpt-{step}.data-00001-of-00002")
+            if mid:
+                mid()
+            _write(local, f"ckpt-{step}.data-00000-of-00002")
+            _write(local, f"ckpt-{step}.index")
+            for old in local.glob("ckpt-*"):
+                if not old.name.startswith(f"ckpt-{step}."):
+                    old.unlink()
+
+        save(40, None)
+        assert mirror.sync().manifest.step == 40
+        save(60, 40, mid=mirror.sync)
+        mirror.final_sync(pause=0.01)
+        assert mirror.uncommitted() is None
+        newest = store.latest()
+        assert newest.step == 60 and newest.resumable, [f.path for f in newest.files]
+        store.collect_garbage()
+        assert [(m.step, m.resumable) for m in store.committed()] == [(60, True)]
+        assert store.restore(str(tmp_path / f"restored-{state}")).step == 60
+
+
+def test_notes_rewritten_after_the_final_save_are_committed_before_done_not_between_saves(tmp_path):
+    """A final evaluation's metrics.json, rewritten after the last save, was left on the boot disk
+    with DONE written. While the trainer trains, a rewritten note waits for the next step's commit;
+    at the final sync it is committed. A checkpoint file changed after its commit still never is."""
+    local = tmp_path / "job"
+    local.mkdir()
+    storage = open_storage(str(tmp_path / "jobdir"))
+    store = CheckpointStore(storage)
+    mirror = Mirror(store, storage, str(local), attempt=1, interval=3600, committed_step=None,
+                    on_commit=lambda stats: None).start(restored=frozenset())
+    _write(local, "metrics.json", b'{"acc": 0.1}')
+    list(_tf_save(local, 10, state_first=False))
+    assert mirror.sync().manifest.step == 10
+    _write(local, "metrics.json", b'{"acc": 0.2}')
+    assert mirror.sync() is None  # between saves: no commit of the same step a round
+    assert mirror.uncommitted() == 10  # but DONE would wait for it
+    _write(local, "metrics.json", b'{"acc": 0.99, "final": true}')
+    mirror.final_sync(pause=0.01)
+    assert mirror.uncommitted() is None
+    restored = tmp_path / "restored"
+    assert store.restore(str(restored)).step == 10
+    assert (restored / "metrics.json").read_bytes() == b'{"acc": 0.99, "final": true}'
+    torn = Mirror(store, storage, str(local), attempt=2, interval=3600, committed_step=10,
+                  on_commit=lambda stats: None).start(restored=scan_fingerprint(local))
+    (local / "ckpt-10.data-00000-of-00001").write_bytes(b"torn")  # a checkpoint file changed in place
+    torn.final_sync(pause=0.01)
+    assert store.latest().seq == restored_seq(store) and torn.uncommitted() is None
+
+
+def scan_fingerprint(local):
+    from survivor.jobdir.snapshot import scan
+
+    return scan(str(local)).fingerprint()
+
+
+def restored_seq(store):
+    return max(m.seq for m in store.committed() if m.step == 10)
+
+
+def test_a_state_file_naming_an_epoch_and_a_metric_gives_no_step_unless_the_pattern_says(tmp_path):
+    """Keras ModelCheckpoint('ckpt-{epoch:02d}-{val_loss:.4f}', save_weights_only=True) with a TF
+    state file: the step was the metric's digits, 7641; later epochs (5123, 4001) were 'older' and
+    never committed, and the job ended DONE. TensorFlow's own step is a `-<N>` suffix."""
+    import re as _re
+
+    from survivor.jobdir.snapshot import decide_files_and_step, prefix_step, resumable
+
+    assert prefix_step("ckpt-07-0.7641") is None and prefix_step("ckpt-1200") == 1200
+    state = 'model_checkpoint_path: "ckpt-07-0.7641"\nall_model_checkpoint_paths: "ckpt-07-0.7641"\n'
+    paths = ["checkpoint", "ckpt-07-0.7641.index", "ckpt-07-0.7641.data-00000-of-00001"]
+    assert decide_files_and_step(paths, state)[0] is None
+    naming = _re.compile(r"ckpt-(?P<step>\d+)-[^/]*")
+    assert decide_files_and_step(paths, state, naming)[0] == 7 and resumable(paths, 7, naming=naming)

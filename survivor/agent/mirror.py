@@ -30,7 +30,7 @@ from survivor import log as logs
 from survivor.jobdir.chunks import chunk_object
 from survivor.jobdir.disk_tier import DiskTier, PendingSnapshot, UploadRate, fits
 from survivor.jobdir.lease import LeaseLost
-from survivor.jobdir.snapshot import Checksums, Snapshot, event_files, scan, step_now
+from survivor.jobdir.snapshot import TF_STATE_FILE, Checksums, Snapshot, event_files, resumable, scan, step_now
 from survivor.jobdir.storage import JobStorage, Part
 from survivor.jobdir.store import CheckpointStore, CommitStats, SnapshotChanged
 
@@ -41,7 +41,8 @@ log = logs.get("mirror")
 POLL_AFTER_NOTICE = 0.1
 
 
-def same_step(committed: frozenset | None, now: frozenset) -> str:
+def same_step(committed: frozenset | None, now: frozenset, *, committed_whole: bool = True, step: int | None = None,
+              naming: re.Pattern | None = None) -> str:
     """Pure: what a new snapshot `now` of the committed step (`committed`: its fingerprint) is.
 
     - "amends": every file of the commit unchanged, and files added. It commits the step again and
@@ -50,13 +51,41 @@ def same_step(committed: frozenset | None, now: frozenset) -> str:
       (`CheckpointManager.save` calls `_record_state` once `write` returns;
       tensorflow/python/checkpoint/checkpoint_management.py), other trainers write their state file
       first, and the built-in trainers write their SavedModel export after their last save. The
-      newer commit holds the older one whole, so it replaces it in `keep` rather than pushing an
-      older step out (`store.snapshots_to_delete`).
-    - "changes": a file of the commit changed or went; the first commit stands (issue 24 item 7).
+      newer commit holds the older one whole, so it replaces it in `keep`
+      (`store.snapshots_to_delete`). So is any new snapshot of a step whose commit held no whole
+      checkpoint (`committed_whole` False): a save caught while its files still arrived, whose
+      trainer then deleted the save before it, is committed again once it is whole.
+    - "content": files that are not the step's checkpoint (`checkpoint_files`: its state file, its
+      shards, files whose names hold the step) changed or went, the checkpoint unchanged: notes and
+      metrics rewritten. Committed at the final sync, once the trainer is gone (a final evaluation
+      written after the last save is kept); while it trains they wait for the next step's commit.
+    - "changes": a file of the step's checkpoint changed or went; the first commit stands (issue 24
+      item 7: a trainer that truncated a checkpoint after its rename).
     """
-    if committed is None or not committed < now:
+    if committed is None or committed == now:
         return "changes"
-    return "amends"
+    if not committed_whole:
+        return "amends"
+    if committed < now:
+        return "amends"
+    gone = {path for path, _, _ in committed - now}
+    if step is not None and not gone & checkpoint_files(gone, step, naming):
+        return "content"
+    return "changes"
+
+
+def checkpoint_files(paths: set[str], step: int, naming: re.Pattern | None = None) -> set[str]:
+    """Pure: which of `paths` belong to the checkpoint of `step`: TensorFlow's state file, the shards of
+    a prefix of that step, and files whose names hold that step (`snapshot.step_in_name`)."""
+    from survivor.jobdir.snapshot import TF_SHARD, prefix_step, step_in_name
+
+    out = set()
+    for path in paths:
+        shard = TF_SHARD.match(os.path.basename(path))
+        if path == TF_STATE_FILE or step_in_name(path, naming) == step or (
+                shard and prefix_step(shard.group("prefix"), naming) == step):
+            out.add(path)
+    return out
 
 
 class Mirror:
@@ -103,6 +132,8 @@ class Mirror:
         self.committed_after_notice: int | None = None
         self.errors = 0
         self._fingerprint: frozenset | None = None
+        self._committed_whole = True  # whether the last commit held a whole checkpoint of its step
+        self._final = False  # the trainer is gone: the final sync commits rewritten notes too
         self._changed_step: int | None = None  # the committed step whose files were seen changing
         self._checksums = Checksums(store.chunk_size)
         self._events: dict[str, tuple[int, int]] = {}
@@ -121,6 +152,8 @@ class Mirror:
         took it for the restored state, so nothing was ever committed and the job was DONE at step
         None (issue 24 item 0). The scan stays for callers that start the mirror before the trainer."""
         self._fingerprint = restored if restored is not None else scan(self.local_root, self._checksums, self.naming).fingerprint()
+        self._committed_whole = resumable([path for path, _, _ in self._fingerprint], self.committed_step,
+                                          naming=self.naming)
         try:
             self.store.known_blobs()  # listed now, so the commit after a notice goes straight to its upload
         except Exception as exc:  # the first commit lists them instead
@@ -181,7 +214,10 @@ class Mirror:
         fingerprint = snapshot.fingerprint()
         if fingerprint == self._fingerprint:
             return None
-        verdict = same_step(self._fingerprint, fingerprint) if snapshot.step == self.committed_step else None
+        verdict = same_step(self._fingerprint, fingerprint, committed_whole=self._committed_whole,
+                            step=snapshot.step, naming=self.naming) if snapshot.step == self.committed_step else None
+        if verdict == "content" and not self._final:
+            return None  # notes rewritten between saves: they go with the next step's commit (or the final one)
         if verdict == "changes":
             # A trainer that rewrote or truncated its files after their rename: the first commit of
             # the step stands; a second would replace it for good (issue 24 item 7).
@@ -194,6 +230,7 @@ class Mirror:
             return None
         if self._to_disk(snapshot):
             self._fingerprint = fingerprint
+            self._committed_whole = snapshot.resumable
             self.committed_step = snapshot.step
             if after_notice and snapshot.resumable:
                 self.committed_after_notice = snapshot.step
@@ -205,6 +242,7 @@ class Mirror:
             self._checksums.forget()  # a checksum taken while the file was written may be the wrong one
             return None
         self._fingerprint = fingerprint
+        self._committed_whole = snapshot.resumable
         self.committed_step = snapshot.step
         if after_notice and snapshot.resumable:  # a save still arriving makes nothing safe yet
             self.committed_after_notice = snapshot.step
@@ -348,6 +386,7 @@ class Mirror:
         that is still not committed (None: all of it is), which `decide_ending` will not call DONE.
         Raises LeaseLost when another agent holds the job, StorageError when the job dir fails."""
         self.stop()
+        self._final = True
         stats = None
         for attempt in range(attempts):
             stats = self.sync(collect=False) or stats
@@ -369,6 +408,8 @@ class Mirror:
             return None
         if (self.committed_step is not None and snapshot.step < self.committed_step):
             return None
-        if snapshot.step == self.committed_step and same_step(self._fingerprint, snapshot.fingerprint()) != "amends":
+        if snapshot.step == self.committed_step and same_step(
+                self._fingerprint, snapshot.fingerprint(), committed_whole=self._committed_whole, step=snapshot.step,
+                naming=self.naming) == "changes":
             return None
         return snapshot.step

@@ -39,9 +39,10 @@ TF_STATE_FILE = "checkpoint"
 SCAN_TRIES = 5
 
 _TEMP = re.compile(r"(^\.|_temp|\.tmp|\.tempstate|\.partial$|~$)")
-_TF_SHARD = re.compile(r"^(?P<prefix>.+)\.(index|data-\d{5}-of-\d{5})$")
+#: A TensorFlow checkpoint shard: `<prefix>.index` or `<prefix>.data-<i>-of-<n>`.
+TF_SHARD = re.compile(r"^(?P<prefix>.+)\.(index|data-\d{5}-of-\d{5})$")
 _DATA_SHARD = re.compile(r"(?P<prefix>.+)\.data-\d{5}-of-(?P<count>\d{5})")
-_NUMBER = re.compile(r"(\d+)")
+_TF_SUFFIX = re.compile(r"-(\d+)$")
 _STATE_LINE = re.compile(r'^(model_checkpoint_path|all_model_checkpoint_paths):\s*"(.*)"\s*$')
 
 
@@ -64,6 +65,7 @@ class Snapshot:
     step: int | None
     files: tuple[LocalFile, ...]
     named_by: str = ""  # the file that gave the step (TensorFlow's state file, or one whose name holds it)
+    naming: re.Pattern | None = None  # the spec's checkpoint_pattern it was scanned with
 
     def fingerprint(self) -> frozenset[tuple[str, int, str]]:
         """What changes when any file changes: used to skip commits of an identical snapshot."""
@@ -72,7 +74,7 @@ class Snapshot:
     @property
     def resumable(self) -> bool:
         """Whether it holds a whole checkpoint of its step (`resumable`): not a save still arriving."""
-        return resumable([f.path for f in self.files], self.step)
+        return resumable([f.path for f in self.files], self.step, naming=self.naming)
 
 
 def is_temporary(rel_path: str) -> bool:
@@ -101,12 +103,22 @@ def parse_tf_state(text: str) -> tuple[str | None, list[str]]:
     return latest, listed
 
 
-def step_of(name: str) -> int | None:
-    """The last number in a file name or checkpoint prefix: `ckpt-1200` -> 1200; a TensorFlow
-    shard's is its prefix's (`ckpt-1200.data-00000-of-00001` -> 1200, not its shard count)."""
-    shard = _TF_SHARD.match(os.path.basename(name))
-    numbers = _NUMBER.findall(shard.group("prefix") if shard else os.path.basename(name))
-    return int(numbers[-1]) if numbers else None
+def prefix_step(prefix: str, naming: re.Pattern | None = None) -> int | None:
+    """Pure: the step of a TensorFlow checkpoint prefix (what the `checkpoint` state file names, the
+    stem of `.index` and `.data-*` shards): by the spec's `naming` pattern when set, else TensorFlow's
+    own convention, a `-<step>` suffix (`CheckpointManager.save(checkpoint_number=...)` and
+    `Saver.save(global_step=...)` write `<prefix>-<N>`: tensorflow/python/checkpoint/checkpoint_management.py).
+    Any other number is none: Keras's `ckpt-07-0.7641` (an epoch and a metric) holds no step.
+
+        >>> prefix_step("ckpt-1200"), prefix_step("model.ckpt-1200"), prefix_step("ckpt-07-0.7641")
+        (1200, 1200, None)
+    """
+    base = os.path.basename(prefix)
+    if naming is not None:
+        found = naming.fullmatch(base)
+        return int(found.group("step")) if found else None
+    found = _TF_SUFFIX.search(base)
+    return int(found.group(1)) if found else None
 
 
 #: The default rule for a step in a file name: the whole number right after a checkpoint word
@@ -149,16 +161,17 @@ def decide_files_and_step(paths: list[str], tf_state: str | None,
         listed_bases = {os.path.basename(p) for p in listed}
         chosen = []
         for p in candidates:
-            shard = _TF_SHARD.match(os.path.basename(p))
+            shard = TF_SHARD.match(os.path.basename(p))
             if shard and os.path.dirname(p) == "" and shard.group("prefix") not in listed_bases:
                 continue  # a checkpoint still being written, or one the manager is about to delete
             chosen.append(p)
-        return (step_of(latest) if latest else None), sorted(chosen)
+        return (prefix_step(latest, naming) if latest else None), sorted(chosen)
     numbered = [n for n in (step_in_name(p, naming) for p in candidates) if n is not None]
     return (max(numbered) if numbered else None), sorted(candidates)
 
 
-def resumable(paths: Iterable[str], step: int | None, tf_state: str | None = None) -> bool:
+def resumable(paths: Iterable[str], step: int | None, tf_state: str | None = None,
+              naming: re.Pattern | None = None) -> bool:
     """Pure: whether a snapshot of these relative `paths` at `step` holds a checkpoint of that step
     a trainer can resume from, as far as its file names tell.
 
@@ -185,8 +198,8 @@ def resumable(paths: Iterable[str], step: int | None, tf_state: str | None = Non
         if latest:
             prefixes.add(os.path.basename(latest))
     for path in paths:
-        shard = _TF_SHARD.match(os.path.basename(path))
-        if shard and os.path.dirname(path) == "" and step_of(shard.group("prefix")) == step:
+        shard = TF_SHARD.match(os.path.basename(path))
+        if shard and os.path.dirname(path) == "" and prefix_step(shard.group("prefix"), naming) == step:
             prefixes.add(shard.group("prefix"))
     if not prefixes:
         # a state file naming a step no shard of this snapshot has: the shards have not arrived
@@ -367,7 +380,7 @@ def _scan_once(root: str, checksums: Checksums, naming: re.Pattern | None) -> Sn
     checksums.end_scan()
     named_by = TF_STATE_FILE if tf_state is not None else next(
         (f.path for f in files if step is not None and step_in_name(f.path, naming) == step), "")
-    return Snapshot(step, tuple(files), named_by)
+    return Snapshot(step, tuple(files), named_by, naming)
 
 
 def _listing(root: str, checksums: Checksums | None) -> list[str]:

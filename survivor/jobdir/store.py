@@ -391,7 +391,8 @@ def snapshots_to_delete(valid_newest_first: list[Manifest], keep: int) -> list[M
     snapshot) never costs the newest committed work, whatever step the new lineage reaches; a
     snapshot that failed verification is not kept for its rank. A commit that a newer commit of the
     same step holds whole (every file unchanged: the step committed again as its files arrived, or
-    with what the trainer wrote after its last save) is replaced by it and takes no rank. And the
+    with what the trainer wrote after its last save), or a commit of a save still arriving once a
+    newer commit of its step holds the whole checkpoint, is replaced by it and takes no rank. And the
     newest commit a trainer can resume from (`Manifest.resumable`) is always kept: commits taken
     while a save was still arriving never push the last whole checkpoint out of `keep`.
     """
@@ -401,7 +402,7 @@ def snapshots_to_delete(valid_newest_first: list[Manifest], keep: int) -> list[M
     superseded = {s.name for s in valid_newest_first for t in valid_newest_first
                   if t.step > s.step and s.name in lineages[t.name]}
     replaced = {s.name for i, t in enumerate(valid_newest_first) for s in valid_newest_first[i + 1:]
-                if s.step == t.step and set(s.files) <= set(t.files)}
+                if s.step == t.step and (set(s.files) <= set(t.files) or (t.resumable and not s.resumable))}
     ranked = [m for m in valid_newest_first if m.name not in abandoned and m.name not in replaced]
     kept = {m.name for m in ranked[:keep]}
     kept |= {m.name for m in ranked if m.name not in superseded}
