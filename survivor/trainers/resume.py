@@ -44,9 +44,12 @@ class ResumableCheckpoint:
         model = objects.get("model")
         if optimizer is not None and hasattr(optimizer, "build") and model is not None:
             optimizer.build(model.trainable_variables)  # before the restore: else its slots are dropped
-        if step_variable is None and optimizer is None:
+        if step_variable is not None:
+            self._step = step_variable
+        elif optimizer is not None:
+            self._step = optimizer.iterations
+        else:
             raise ValueError("pass an optimizer (its iterations count the steps) or a step_variable")
-        self._step = step_variable if step_variable is not None else optimizer.iterations
         if step_variable is not None:
             objects.setdefault("step", step_variable)
         self.checkpoint = tf.train.Checkpoint(**objects)
