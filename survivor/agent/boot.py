@@ -666,7 +666,7 @@ class Boot:
             if compute is not None:
                 placement.complete_moves(cast("Compute", compute), ref, storage, spec.placement,
                                          say=lambda line: log.info(line))
-                if compute.get_group(ref) is None:
+                if cast("Compute", compute).get_group(ref) is None:
                     log.info("this VM's group was deleted with the move: the VM goes with it")
                     return "gone"
         except Exception as exc:  # noqa: BLE001 - leaving the group is what matters; the next look completes it
