@@ -717,3 +717,40 @@ def test_the_trainers_environment_names_only_its_own_metadata_server():
     env = metadata_env({"GCE_METADATA_HOST": "127.0.0.1:1", "GCE_METADATA_ROOT": "127.0.0.1:1", "PATH": "/bin"},
                        "127.0.0.1:2")
     assert env == {"GCE_METADATA_HOST": "127.0.0.1:2", "GCE_METADATA_IP": "127.0.0.1:2", "PATH": "/bin"}
+
+
+def test_the_trainers_metadata_server_closes_idle_connections_and_prints_no_tracebacks(monkeypatch, capsys):
+    """A hostile review: 300 half-open connections pinned 300 agent threads for good, and each reset
+    printed a traceback on the agent's stderr."""
+    import socket
+    import threading
+
+    from survivor.agent import trainer_metadata
+
+    monkeypatch.setattr(trainer_metadata, "IDLE_SECONDS", 0.5)
+    served = trainer_metadata.TrainerMetadataServer(None, source=_VmToken()).start()
+    try:
+        host, port = served.host.split(":")
+        idle = [socket.create_connection((host, int(port))) for _ in range(20)]
+        for conn in idle[:10]:
+            conn.send(b"GET / HTTP/1.1\r\n")  # a request never finished
+        reset = socket.create_connection((host, int(port)))
+        reset.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        reset.send(b"GET / HTTP/1.1\r\n")
+        reset.close()  # a reset mid-request
+        for conn in idle:
+            conn.settimeout(5)
+            assert conn.recv(1024) == b""  # closed by the server once idle (a timeout here fails the test)
+            conn.close()
+
+        def handlers() -> int:
+            return sum("process_request_thread" in t.name for t in threading.enumerate())
+
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and handlers():
+            time.sleep(0.1)
+        assert handlers() == 0  # no thread of the agent left holding a connection
+        assert _ask(served.host, "/")[0] == 200  # and it goes on serving
+    finally:
+        served.stop()
+    assert "Traceback" not in capsys.readouterr().err

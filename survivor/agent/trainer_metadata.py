@@ -145,6 +145,19 @@ def _seconds_left(expiry: datetime.datetime | None) -> int:
     return max(0, int((expiry - datetime.datetime.now(datetime.timezone.utc)).total_seconds()))
 
 
+#: Seconds a trainer's connection to the server may sit idle before it is closed.
+IDLE_SECONDS = 30.0
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A trainer that resets its connections gets no traceback printed on the agent's stderr."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Drops the error of one connection (a reset, a timeout): the server goes on serving."""
+
+
 class TrainerMetadataServer:
     """The trainer's metadata server on 127.0.0.1 (a port of its own); `bucket` None: no token.
     `notices`: the agent's client of the VM's metadata server, for the notice keys."""
@@ -154,7 +167,7 @@ class TrainerMetadataServer:
         self.token = DataToken(bucket, source, sts_endpoint) if bucket else None
         self.project = project
         self.notices = notices
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._httpd = _QuietServer(("127.0.0.1", 0), self._handler_class())
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -217,6 +230,9 @@ class TrainerMetadataServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            #: a connection idle this long is closed (socketserver.StreamRequestHandler.timeout): the
+            #: trainer's half-open connections held an agent thread each, for good (a hostile review)
+            timeout = IDLE_SECONDS
 
             def log_message(self, *args: Any) -> None:
                 pass
