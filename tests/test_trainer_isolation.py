@@ -471,6 +471,110 @@ def test_give_to_chowns_links_not_their_targets(tmp_path):
         == {nobody}
 
 
+def test_a_trainers_file_is_opened_through_no_link_it_could_have_made(tmp_path):
+    """`open_regular`, how the agent (root on a VM) opens every file of the local job dir: below a
+    directory another user may write (the trainer's job dir; here /tmp's) no link is followed, not
+    even in a parent; nor is the file itself a link; a FIFO is refused at once, not waited on.
+    A link in a directory only the agent may write is followed: nobody else could have made it."""
+    from survivor.jobdir.trainer_files import Refused, open_regular
+
+    secret = tmp_path / "secret"
+    (secret / "ckpt").mkdir(parents=True)
+    (secret / "ckpt" / "model.data").write_text("TOP-SECRET")
+    job = tmp_path / "job"
+    (job / "ckpt").mkdir(parents=True)
+    (job / "ckpt" / "model.data").write_text("weights")
+    (job / "via").symlink_to(secret / "ckpt")
+    (job / "model.index").symlink_to(secret / "ckpt" / "model.data")
+    os.mkfifo(job / "events.out.tfevents.1")
+    fd = open_regular(str(job / "ckpt" / "model.data"))
+    assert os.read(fd, 64) == b"weights"
+    os.close(fd)
+    started = time.monotonic()
+    for path in [job / "via" / "model.data", job / "model.index", job / "events.out.tfevents.1", job / "ckpt"]:
+        with pytest.raises(Refused):
+            open_regular(str(path))
+    assert time.monotonic() - started < 5
+
+    own = tempfile.mkdtemp(dir=os.path.expanduser("~"))  # the agent's own: only its user (or root) writes there
+    try:
+        os.mkdir(os.path.join(own, "real"))
+        with open(os.path.join(own, "real", "file"), "w") as f:
+            f.write("mine")
+        os.symlink("real", os.path.join(own, "link"))
+        fd = open_regular(os.path.join(own, "link", "file"))
+        assert os.read(fd, 64) == b"mine"
+        os.close(fd)
+        os.chmod(own, 0o777)  # now another user could have made that link
+        with pytest.raises(Refused):
+            open_regular(os.path.join(own, "link", "file"))
+    finally:
+        shutil.rmtree(own)
+
+
+@pytest.fixture
+def read_by_uploads(monkeypatch) -> list[bytes]:
+    """Every byte an upload of a checkpoint's chunks reads from the local job dir."""
+    from survivor.jobdir import storage
+
+    seen: list[bytes] = []
+
+    class Recording(storage._FileRange):
+        def read(self, n: int = -1) -> bytes:
+            data = super().read(n)
+            seen.append(data)
+            return data
+
+    monkeypatch.setattr(storage, "_FileRange", Recording)
+    return seen
+
+
+@pytest.mark.parametrize("swapped", ["the file", "its directory"])
+def test_a_checkpoint_swapped_for_a_link_after_the_scan_is_never_read_by_the_commit(tmp_path, swapped,
+                                                                                    read_by_uploads):
+    """The trainer swaps a scanned file (or the directory holding it) for a link to a file of the
+    same name and size that only root may read: the commit does not read through it (it used to
+    read the target and upload it, then delete it on the checksum), and commits nothing."""
+    from survivor.jobdir.snapshot import scan
+    from survivor.jobdir.store import SnapshotChanged
+
+    secret = tmp_path / "secret"
+    (secret / "ckpt-7").mkdir(parents=True)
+    (secret / "ckpt-7" / "model.data").write_text("TOP-SECRET")
+    job = tmp_path / "job"
+    (job / "ckpt-7").mkdir(parents=True)
+    (job / "ckpt-7" / "model.data").write_text("weights-07")  # the same size as the secret
+    (job / "ckpt-7.index").write_text("7")
+    store = CheckpointStore(LocalStorage(str(tmp_path / "jobdir")))
+    snapshot = scan(str(job))
+    assert snapshot.step == 7 and len(snapshot.files) == 2
+    if swapped == "the file":
+        os.rename(job / "ckpt-7" / "model.data", tmp_path / "kept")
+        os.symlink(secret / "ckpt-7" / "model.data", job / "ckpt-7" / "model.data")
+    else:
+        os.rename(job / "ckpt-7", tmp_path / "kept")
+        os.symlink(secret / "ckpt-7", job / "ckpt-7")
+    with pytest.raises(SnapshotChanged):
+        store.commit(str(job), snapshot, attempt=1)
+    assert not any(b"TOP-SECRET" in data for data in read_by_uploads)
+    assert store.latest() is None
+
+
+def test_an_event_file_swapped_for_a_link_is_never_uploaded(tmp_path):
+    """Event files are uploaded as they are, with no checksum of a scan to compare: one the trainer
+    swapped for a link after the listing used to be uploaded whole, the link's target in its place."""
+    from survivor.jobdir.trainer_files import Refused
+
+    (tmp_path / "secret").write_text("TOP-SECRET")
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "events.out.tfevents.1").symlink_to(tmp_path / "secret")
+    storage = LocalStorage(str(tmp_path / "jobdir"))
+    with pytest.raises(Refused):
+        storage.upload([(str(job / "events.out.tfevents.1"), "events.out.tfevents.1")])
+    assert storage.read("events.out.tfevents.1") is None
+
+
 def test_scan_leaves_out_links_and_fifos(tmp_path):
     (tmp_path / "dummy-checkpoint-3.json").write_text("3")
     (tmp_path / "dummy-checkpoint-9.json").symlink_to(tmp_path / "dummy-checkpoint-3.json")

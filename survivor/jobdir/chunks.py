@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import google_crc32c
 
 from survivor.jobdir.storage import CRC_BLOCK
+from survivor.jobdir.trainer_files import open_file
 
 #: Where chunks live among the job dir's blobs.
 CHUNKS = "survivor/blobs/chunks/"
@@ -128,9 +129,10 @@ class Digester:
 
 
 def digest_file(path: str, chunk_size: int = CHUNK_SIZE) -> FileDigest:
-    """Reads a whole file once: its size, CRC32C and chunks."""
+    """Reads a whole file once: its size, CRC32C and chunks. A trainer's file: opened by
+    `trainer_files.open_regular` (Refused for a link it could have made, or a FIFO)."""
     digester = Digester(chunk_size)
-    with open(path, "rb") as f:
+    with open_file(path) as f:
         digester.read(f)
     return digester.digest()
 

@@ -52,6 +52,7 @@ from survivor.jobdir.chunks import Digester
 from survivor.jobdir.snapshot import LocalFile, Snapshot
 from survivor.jobdir.storage import JobStorage, crc32c_text, parse_json
 from survivor.jobdir.store import CheckpointStore, ManifestError, SnapshotChanged, check_relative_path, safe_join
+from survivor.jobdir.trainer_files import Refused, open_file
 
 log = logs.get("disk-tier")
 
@@ -430,11 +431,16 @@ def _digest_regular(folder: str, rel: str, chunk_size: int):
 
 
 def _copy_checked(source: str, target: str, f: LocalFile) -> None:
-    """Copies a file, taking its CRC32C on the way; fsyncs it. SnapshotChanged when the bytes
-    copied are not the ones the scan saw."""
+    """Copies a trainer's file, taking its CRC32C on the way; fsyncs it. SnapshotChanged when the
+    bytes copied are not the ones the scan saw, or the file is a link or a FIFO now (never read
+    through: `trainer_files.open_file`)."""
     os.makedirs(os.path.dirname(target), exist_ok=True)
     checksum, size = google_crc32c.Checksum(), 0
-    with open(source, "rb") as src, open(target, "wb") as dst:
+    try:
+        source_file = open_file(source)
+    except Refused as exc:
+        raise SnapshotChanged(f"{f.path}: {exc.strerror}") from None
+    with source_file as src, open(target, "wb") as dst:
         while block := src.read(_COPY_BLOCK):
             checksum.update(block)
             dst.write(block)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from survivor.jobdir.chunks import CHUNK_SIZE, ChunkDigest, Digester, FileDigest, digest_file
+from survivor.jobdir.trainer_files import Refused, open_file
 
 #: The file a trainer may write (atomically) with its current step, for live progress. Not a checkpoint.
 PROGRESS_FILE = "survivor-progress.json"
@@ -263,16 +264,19 @@ class Checksums:
         self._seen_files.add(key)
 
     def follow(self, path: str) -> None:
-        """Reads what a file being written gained since the last scan."""
+        """Reads what a file being written gained since the last scan (nothing if it is gone, or is
+        no regular file any more)."""
         try:
-            st = os.stat(path)
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode):
+                return
             inode = (st.st_dev, st.st_ino)
             growing = self._growing.get(inode)
             if growing is None or st.st_size < growing.offset:  # new, or truncated and rewritten
                 growing = self._growing[inode] = _Growing(self.chunk_size)
             growing.path = path
             growing.read_to(path, st.st_size)
-        except FileNotFoundError:
+        except (FileNotFoundError, Refused):
             return
         self._seen_inodes.add(inode)
 
@@ -308,7 +312,7 @@ class _Growing:
 
     def read_to(self, path: str, size: int) -> FileDigest:
         """Digests the bytes from `offset` up to `size`; returns the digest so far."""
-        with open(path, "rb") as f:
+        with open_file(path) as f:
             f.seek(self.digester.offset)
             self.digester.read(f, size)
         return self.digester.digest()
@@ -345,8 +349,8 @@ def step_now(root: str, naming: re.Pattern | None = None) -> int | None:
     tf_state = None
     try:
         if _regular(os.path.join(root, TF_STATE_FILE)):
-            with open(os.path.join(root, TF_STATE_FILE), encoding="utf-8", errors="replace") as f:
-                tf_state = f.read(1 << 20)
+            with open_file(os.path.join(root, TF_STATE_FILE)) as f:
+                tf_state = f.read(1 << 20).decode("utf-8", errors="replace")
     except OSError:
         pass
     return decide_files_and_step(_listing(root, None), tf_state, naming)[0]
@@ -362,9 +366,9 @@ def _scan_once(root: str, checksums: Checksums, naming: re.Pattern | None) -> Sn
     state_path = os.path.join(root, TF_STATE_FILE)
     if _regular(state_path):
         try:
-            with open(state_path, encoding="utf-8", errors="replace") as f:
-                tf_state = f.read()
-        except FileNotFoundError:
+            with open_file(state_path) as f:
+                tf_state = f.read().decode("utf-8", errors="replace")
+        except (FileNotFoundError, Refused):  # gone, or swapped for a link or a FIFO: the listing is stale
             return None
     step, chosen = decide_files_and_step(paths, tf_state, naming)
     files = []
@@ -406,14 +410,14 @@ class _Vanished(Exception):
 
 def _stable_entry(path: str, rel: str, checksums: Checksums) -> LocalFile | None:
     """Checksums a file, or returns None if it changed while being read (written in place); raises
-    `_Vanished` if it is gone or was replaced."""
+    `_Vanished` if it is gone or was replaced (by a link or a FIFO too: `trainer_files.Refused`)."""
     try:
         before = os.lstat(path)
         if not stat.S_ISREG(before.st_mode):
             return None
         digest = checksums.of(path, rel, before)
         after = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, Refused):
         raise _Vanished(rel) from None
     if before.st_ino != after.st_ino:
         raise _Vanished(rel)

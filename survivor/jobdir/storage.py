@@ -32,6 +32,7 @@ from typing import Iterable, Protocol
 import google_crc32c
 
 from survivor import retry
+from survivor.jobdir.trainer_files import Refused, open_file, open_regular
 
 PARALLELISM = 16
 #: Transfers a job dir runs at once (chunks of a commit or a restore, files of an upload): twice the
@@ -232,10 +233,11 @@ class _FileView(io.RawIOBase):
 
 class _FileRange(_FileView):
     """A read-only view of `size` bytes at `offset` of the file at `path`: what one chunk's upload
-    reads, so that it never holds more of the file than its chunk. Closing it closes the file."""
+    reads, so that it never holds more of the file than its chunk. Closing it closes the file.
+    The file is a trainer's: opened by `trainer_files.open_regular` (Refused: a link, a FIFO)."""
 
     def __init__(self, path: str, offset: int, size: int):
-        super().__init__(os.open(path, os.O_RDONLY), offset, size)
+        super().__init__(open_regular(path), offset, size)
 
     def readable(self) -> bool:
         return True
@@ -532,6 +534,8 @@ class LocalStorage:
             local, name = pair
             try:
                 return store_one(local, name)
+            except Refused:  # a link or a FIFO where the trainer's file was: not the job dir's doing
+                raise
             except FileNotFoundError:  # a local file that went away (the trainer pruned it)
                 if not os.path.exists(local):
                     raise
@@ -546,9 +550,10 @@ class LocalStorage:
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
             os.close(fd)
             try:
-                shutil.copyfile(local, tmp)
-                with open(tmp, "rb") as f:
-                    os.fsync(f.fileno())
+                with open_file(local) as src, open(tmp, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                    dst.flush()
+                    os.fsync(dst.fileno())
                 os.replace(tmp, path)
             except BaseException:
                 _remove_quietly(tmp)  # a partial copy is never left behind (a full disk stays usable)
@@ -590,7 +595,7 @@ class LocalStorage:
             try:
                 return store_one(part)
             except OSError as exc:  # the local file went away (the trainer pruned it), or the job dir's disk
-                if isinstance(exc, FileNotFoundError) and not os.path.exists(part.local):
+                if isinstance(exc, Refused) or (isinstance(exc, FileNotFoundError) and not os.path.exists(part.local)):
                     raise
                 raise self._error(exc, "uploading", part.name) from exc
 
@@ -732,7 +737,8 @@ class GcsStorage:
         that went away (the trainer pruned it) is passed through: that is not the bucket's doing."""
         from google.api_core import exceptions as gexc
 
-        if isinstance(exc, (StorageError, PreconditionFailed, FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+        if isinstance(exc, (StorageError, PreconditionFailed, FileNotFoundError, IsADirectoryError, NotADirectoryError,
+                            Refused)):
             return exc
         if isinstance(exc, OSError) and exc.errno in _LOCAL_ERRNOS:
             return exc  # the boot disk's problem (full, read-only), not the bucket's: the caller decides
@@ -838,7 +844,9 @@ class GcsStorage:
                         # content-addressed names make a repeated upload harmless; the content type is
                         # given so the client does not guess one (its first guess reads /etc/mime.types,
                         # ~10 ms that would land on an emergency commit)
-                        blob.upload_from_filename(local, content_type="application/octet-stream",
+                        with open_file(local) as f:  # a trainer's file (an event file): never through a link
+                            blob.upload_from_file(f, size=os.fstat(f.fileno()).st_size,
+                                                  content_type="application/octet-stream",
                                                   checksum="crc32c", **retry.STORAGE_UPLOAD.client())
             except Exception as exc:
                 raise self._translate(exc, "upload", name) from exc

@@ -48,6 +48,7 @@ from survivor.jobdir.chunks import CHUNK_SIZE, CHUNKS, FileDigest, chunk_object,
 from survivor.jobdir.snapshot import LocalFile, Snapshot, resumable
 from survivor.jobdir.storage import (NOT_FOUND, JobStorage, ObjectInfo, Part, PreconditionFailed, StorageError,
                                      crc32c_of_bytes, crc32c_of_range, parse_json)
+from survivor.jobdir.trainer_files import Refused, open_regular
 
 SNAPSHOTS = "survivor/snapshots/"
 BLOBS = "survivor/blobs/"
@@ -582,6 +583,8 @@ class CheckpointStore:
             beside.append(_Beside(lambda: self._recheck(reused)))
         try:
             stored_infos = self.storage.upload_parts(list(todo.values())) if todo else []
+        except Refused as exc:  # swapped for a link or a FIFO since the scan: never read through
+            raise SnapshotChanged(f"{os.path.relpath(exc.filename, local_root)}: {exc.strerror}") from None
         finally:
             errors = [error for side in beside if (error := side.join()) is not None]
         changed = self._keep_stored(list(todo.values()), stored_infos)
@@ -660,7 +663,10 @@ class CheckpointStore:
         again if the scan cut them otherwise, or not at all)."""
         digest = FileDigest(f.size, f.crc32c, f.chunks)
         if not (f.chunks or f.size == 0) or not fits(digest, self.chunk_size):
-            digest = digest_file(os.path.join(local_root, f.path), self.chunk_size)
+            try:
+                digest = digest_file(os.path.join(local_root, f.path), self.chunk_size)
+            except Refused as exc:  # swapped for a link or a FIFO since the scan
+                raise SnapshotChanged(f"{f.path}: {exc.strerror}") from None
             if (digest.size, digest.crc32c) != (f.size, f.crc32c):
                 raise SnapshotChanged(f"{f.path} changed since it was scanned")
         chunks = tuple(ChunkEntry(c.offset, c.size, c.crc32c, chunk_object(c)) for c in digest.chunks)
@@ -849,9 +855,11 @@ def _check_unchanged(parts: list[Part]) -> None:
     """Raises SnapshotChanged unless each range of a local file still has its CRC32C."""
     for part in parts:
         try:
-            fd = os.open(part.local, os.O_RDONLY)
+            fd = open_regular(part.local)
         except FileNotFoundError:
             raise SnapshotChanged(f"{part.local} went away") from None
+        except Refused as exc:
+            raise SnapshotChanged(f"{part.local}: {exc.strerror}") from None
         try:
             if os.fstat(fd).st_size < part.offset + part.size or \
                     crc32c_of_range(fd, part.offset, part.size) != part.crc32c:

@@ -200,7 +200,9 @@ def stage_install(job_dir: str, local: LocalInstall, storage_factory: Callable |
 
     try:
         storage = (storage_factory or open_storage)(job_dir)
-        storage.upload([(path, name) for path, name, _ in staged_names(local)])
+        # the operator's own files: a link of theirs is followed here (storage.upload, made for a
+        # trainer's files, follows none)
+        storage.upload([(os.path.realpath(path), name) for path, name, _ in staged_names(local)])
     except GoogleAuthError:  # the storage client is built before storage.py can speak for it
         raise ImageError(f"staging survivor's wheel and lock in {job_dir}: no Google Cloud credentials; run `gcloud "
                          "auth application-default login`, or set STORAGE_EMULATOR_HOST for a local emulator") from None
