@@ -3,8 +3,8 @@
     sudo python -m benchmarks.boot [--wheel-boots 3] [--image-boots 5]
 
 Uses the boot rehearsal (survivor/local/boot.py): survivor/startup/startup.sh run for real as root in
-a sandbox root against the metadata emulator and fake-gcs-server, then the unit's ExecStart as its
-User=, training the dummy trainer. Two ways to boot:
+a sandbox root against the metadata emulator and fake-gcs-server, then the unit's ExecStart as
+systemd runs it (root), training the dummy trainer (as survivor-trainer). Two ways to boot:
 
 - wheel path: a fresh root (a MIG's recreated VM) with metadata naming the staged wheel and lock;
   the script downloads both and pip installs them into a new venv;
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pwd
 import shutil
 import statistics
 import textwrap
@@ -37,6 +38,8 @@ from survivor.spec import JobSpec
 from survivor.cloud.template import MachineOptions, template_body
 
 DOC = os.path.join(ROOT, "docs", "benchmarks.md")
+#: The dummy trainer's step log, where only the trainer's user (survivor-trainer) may write.
+STEPS_LOG = "/var/log/boot-bench/steps.log"
 SECTION = "## Boot to the first step: survivor's image vs the wheel path"
 
 
@@ -51,12 +54,15 @@ def attributes(job_dir: str, steps_log: str, install) -> dict[str, str]:
 
 def one_boot(root: SandboxRoot, metadata: MetadataServer, env: dict[str, str], gcs_url: str, log_dir: str) -> tuple[float, float, str]:
     """(script start -> first step, unit start -> first step, the script's output) for one boot."""
-    steps_log = root.at("/var/lib/survivor/steps.log")
+    steps_log = root.at(STEPS_LOG)
     shutil.rmtree(root.at("/var/lib/survivor"), ignore_errors=True)  # the agent's state: not on the image
+    shutil.rmtree(os.path.dirname(steps_log), ignore_errors=True)
     started = time.monotonic()
     boot = root.run_startup(metadata.host, env=env)
     if boot.returncode != 0:
         raise RuntimeError(f"the startup script failed:\n{boot.output}")
+    os.makedirs(os.path.dirname(steps_log))  # the trainer's (startup.sh made the user)
+    os.chown(os.path.dirname(steps_log), pwd.getpwnam("survivor-trainer").pw_uid, -1)
     unit_started = time.monotonic()
     agent = root.start_agent({"GCE_METADATA_HOST": metadata.host, "STORAGE_EMULATOR_HOST": gcs_url},
                              os.path.join(log_dir, f"agent-{uuid.uuid4().hex[:6]}.log"))
@@ -96,7 +102,7 @@ def main() -> None:
         def metadata_for(root: SandboxRoot, install, name: str) -> MetadataServer:
             job_dir = f"gs://{bucket}/runs/{uuid.uuid4().hex[:8]}"
             staged = image.stage_install(job_dir, image.LocalInstall(wheel, lock)) if install else None
-            return MetadataServer(attributes=attributes(job_dir, root.at("/var/lib/survivor/steps.log"), staged),
+            return MetadataServer(attributes=attributes(job_dir, root.at(STEPS_LOG), staged),
                                   name=name).start()
 
         for _ in range(args.wheel_boots):  # each a fresh disk
@@ -151,7 +157,8 @@ def write_section(text: str, summary: str) -> None:
         doc = f.read()
     intro = ("`sudo python -m benchmarks.boot` (the boot rehearsal of tests/test_boot_rehearsal.py, timed): "
              "survivor/startup/startup.sh as root in a sandbox root against the metadata emulator and "
-             "fake-gcs-server, then the unit's ExecStart as its User=, to the dummy trainer's first step. "
+             "fake-gcs-server, then the unit's ExecStart as systemd runs it (root), to the dummy trainer's first step "
+             "(as `survivor-trainer`). "
              "The wheel path boots a fresh disk: it downloads the staged wheel and lock and pip installs them "
              "(`--require-hashes`) into a new venv. The image path boots a disk that already holds the venv "
              "(made by the script's build mode, as `survivor make-image` makes survivor's image) with the "

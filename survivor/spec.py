@@ -103,7 +103,8 @@ KEYS: tuple[Key, ...] = (
                                                                         "delete", "keep-alive")),
     Key("keep_alive", "string", "the recipe's `keepAlive`: `true` is `on_finish: keep-alive`", flat="keepAlive",
         shown=False),
-    Key("user", "string", "run the trainer as this user when the agent runs as root (default: the agent's user)",
+    Key("user", "string", "run the trainer as this user when the agent runs as root (default: `survivor-trainer` on a "
+        "VM, whose unit passes `--trainer-user`; the agent closes the metadata server to this user too)",
         flat="gceUser"),
     Key("keep", "integer", "committed snapshots kept in the job dir", default=3, bounds=(1, 1000),
         flat="keepCheckpoints"),

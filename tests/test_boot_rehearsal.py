@@ -3,8 +3,8 @@ metadata emulator and fake-gcs-server, with the metadata make-template's body gi
 
 The wheel and lock come from the bucket (staged by survivor/operator/image.py as make-template stages them),
 the venv is built with pip in hash-checking mode, the unit is written and checked with
-`systemd-analyze verify`, and the unit's own ExecStart line, run as its User=, starts the agent,
-which trains to DONE. The lock is this machine's closure of survivor-train (the VM's lock is for
+`systemd-analyze verify`, and the unit's own ExecStart line, run as its User= (root: it names
+none), starts the agent, which runs the trainer as survivor-trainer and trains to DONE. The lock is this machine's closure of survivor-train (the VM's lock is for
 Python 3.10 with CUDA), its wheels in a local wheelhouse (survivor/local/boot.py), so nothing is
 downloaded after the first run.
 """
@@ -82,7 +82,7 @@ def test_a_fresh_disk_installs_from_the_bucket_and_the_units_own_exec_start_trai
     job_dir = f"gs://{bucket}/runs/{uuid.uuid4().hex[:8]}"
     install = image.stage_install(job_dir, image.LocalInstall(wheel, lock))
     root = sandbox()
-    steps_log = root.at("/var/lib/survivor/steps.log")
+    steps_log = root.at("/var/log/rehearsal/steps.log")  # where only the trainer's user may write
     spec = spec_for(job_dir, steps_log)
     metadata = MetadataServer(attributes=vm_attributes(spec, install), name="rehearsal-a1b2", zone=ZONE,
                               project=PROJECT).start()
@@ -101,11 +101,16 @@ def test_a_fresh_disk_installs_from_the_bucket_and_the_units_own_exec_start_trai
         assert verified.returncode == 0 and verified.stdout + verified.stderr == "", verified.stderr
         assert root.unit_value("StandardOutput") == "journal+console"
 
+        trainer_uid = user_uid("survivor-trainer")  # startup.sh made the user
+        os.makedirs(os.path.dirname(steps_log))
+        os.chown(os.path.dirname(steps_log), trainer_uid, -1)
         agent = root.start_agent({"GCE_METADATA_HOST": metadata.host, "STORAGE_EMULATOR_HOST": gcs_server.url},
                                  str(tmp_path / "agent.log"))
         assert agent.wait(timeout=120) == 0, (tmp_path / "agent.log").read_text()[-3000:]
         assert Journal(open_storage(job_dir)).done() is not None
-        assert os.stat(steps_log).st_uid == root_user_uid("survivor")  # the trainer ran as the unit's User=
+        assert os.stat(steps_log).st_uid == trainer_uid  # the trainer ran as survivor-trainer
+        assert os.stat(root.at("/var/lib/survivor/trainer.pid")).st_uid == 0  # written by the agent: root
+        assert '"user": "survivor-trainer"' in (tmp_path / "agent.log").read_text()
         assert metadata.get("instance/guest-attributes/survivor/state") != "install-failed"
 
         # A second boot of the same disk installs nothing: the staged wheel and lock are gone from
@@ -134,7 +139,7 @@ def _staged(job_dir: str) -> list[str]:
     return [info.name for info in open_storage(job_dir).list(image.STAGE + "/")]
 
 
-def root_user_uid(name: str) -> int:
+def user_uid(name: str) -> int:
     import pwd
 
     return pwd.getpwnam(name).pw_uid

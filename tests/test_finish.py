@@ -33,16 +33,14 @@ def test_keep_alive_keeps_a_mig_vm_as_it_is():
     assert isinstance(choose_finisher("keep-alive", identity(IN_A_MIG)), KeepAlive)
 
 
-def test_the_agent_as_the_units_user_asks_the_unit_to_power_off_as_root():
+def test_the_units_agent_is_root_and_powers_the_vm_off_itself():
     import os
     import re
 
-    from survivor.agent.finish import POWER_OFF_REQUEST, power_off_plan
+    from survivor.agent.finish import power_off_plan
 
-    assert power_off_plan(systemd=True, euid=0) == "systemctl"
-    assert power_off_plan(systemd=True, euid=1001) == "request"  # User=survivor: logind would refuse
+    assert power_off_plan(systemd=True, euid=0) == "systemctl"  # the unit names no User=: root
+    assert power_off_plan(systemd=True, euid=1001) == "not-root"  # logind refuses a power-off to a service's user
     assert power_off_plan(systemd=False, euid=0) == "none"
     unit = open(os.path.join(os.path.dirname(__file__), "..", "survivor", "startup", "survivor-agent.service")).read()
-    [line] = re.findall(r"^ExecStopPost=.*$", unit, re.M)
-    assert line.startswith("ExecStopPost=+") and f"/var/lib/survivor/{POWER_OFF_REQUEST}" in line
-    assert "StateDirectory=survivor" in unit and "systemctl poweroff" in line
+    assert not re.search(r"^User=", unit, re.M) and not re.search(r"^ExecStopPost=", unit, re.M)

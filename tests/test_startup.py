@@ -41,7 +41,7 @@ def test_the_unit_has_one_copy_and_sends_the_agent_to_the_serial_console_and_the
     unit = open(os.path.join(PACKAGE_STARTUP, "survivor-agent.service")).read()
     assert re.search(r"^StandardOutput=journal\+console$", unit, re.M)
     assert re.search(r"^StandardError=journal\+console$", unit, re.M)
-    assert "Restart=on-failure" in unit and "StartLimitBurst=" in unit and "User=survivor" in unit
+    assert "Restart=on-failure" in unit and "StartLimitBurst=" in unit
     assert int(unit.split("TimeoutStopSec=")[1].split()[0]) >= 25
     # top-level startup/ is the package's directory, not a second copy
     assert os.path.realpath(os.path.join(ROOT, "startup")) == os.path.realpath(PACKAGE_STARTUP)
@@ -168,10 +168,8 @@ FIREWALL_TRY = r"""
 set -euo pipefail
 ip link set lo up
 ip addr add 169.254.169.254/32 dev lo  # this namespace's own "metadata server" address
-readonly METADATA_IP=169.254.169.254
-eval "$(sed -n '/^conceal_metadata() {/,/^}/p' "$1")"
-conceal_metadata nobody
-conceal_metadata nobody  # a second run adds nothing
+"$@"  # closes the metadata server to nobody
+"$@"  # a second run adds nothing
 iptables -w -S OUTPUT | grep -c -- '--uid-owner' | sed 's/^/rules: /'
 /usr/bin/python3 -m http.server --bind 169.254.169.254 80 >/dev/null 2>&1 &
 server=$!
@@ -187,21 +185,53 @@ echo "root: $(/usr/bin/python3 -c "$ask" 2>&1 | tail -n 1)"
 echo "nobody: $(setpriv --reuid=nobody --regid=nogroup --clear-groups /usr/bin/python3 -c "$ask" 2>&1 | tail -n 1)"
 kill "${server}"
 """
+#: startup.sh's own function, read out of the script
+STARTUP_CLOSES = ["bash", "-c", "readonly METADATA_IP=169.254.169.254; "
+                  "eval \"$(sed -n '/^conceal_metadata() {/,/^}/p' \"$0\")\"; conceal_metadata nobody", STARTUP]
+#: the agent's, for a spec's own user (trainer.close_metadata_server)
+AGENT_CLOSES = [sys.executable, "-c", "import pwd; from survivor.agent.metadata_firewall import close_to; "
+                "close_to(pwd.getpwnam('nobody').pw_uid)"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not os.access("/usr/bin/python3", os.X_OK)
                     or not all(shutil.which(t) for t in ("iptables", "unshare", "setpriv", "ip")),
                     reason="needs root, iptables, unshare, setpriv, ip and /usr/bin/python3: a network namespace of its own")
-def test_the_trainers_user_gets_no_answer_from_the_metadata_server(tmp_path):
-    """startup.sh's rule, for real, in a network namespace of its own (the host's firewall is not
-    touched) whose loopback holds 169.254.169.254: root's connection is answered, the trainer's
-    user's is reset; the rule is added once however often the script runs."""
+@pytest.mark.parametrize("closes", [STARTUP_CLOSES, AGENT_CLOSES], ids=["startup.sh", "agent"])
+def test_the_trainers_user_gets_no_answer_from_the_metadata_server(tmp_path, closes):
+    """The rule, for real, in a network namespace of its own (the host's firewall is not touched)
+    whose loopback holds 169.254.169.254, added by startup.sh (survivor-trainer) or by the agent (a
+    spec's own user): root's connection is answered, the trainer's user's is reset; the rule is
+    added once however often it runs."""
     script = tmp_path / "try.sh"
     script.write_text(FIREWALL_TRY)
-    done = subprocess.run(["unshare", "--net", "bash", str(script), STARTUP], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(["unshare", "--net", "bash", str(script), *closes], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert ["rules: 1", "root: 200", "nobody: ConnectionRefusedError"] == lines, done.stdout + done.stderr
+
+
+def test_the_agent_runs_as_root_and_the_trainer_as_the_user_the_metadata_server_is_closed_to():
+    """The unit names no User= (systemd then runs the agent as root, which may switch users) and
+    passes the agent the very user startup.sh closes the metadata server to."""
+    unit = open(os.path.join(PACKAGE_STARTUP, "survivor-agent.service")).read()
+    assert not re.search(r"^(User|Group|DynamicUser)=", unit, re.M)
+    [exec_start] = re.findall(r"^ExecStart=(.*)$", unit, re.M)
+    words = exec_start.split()
+    closed_to = re.search(r"^readonly TRAINER_USER=(\S+)$", open(STARTUP).read(), re.M).group(1)
+    assert words[words.index("--trainer-user") + 1] == closed_to == "survivor-trainer"
+
+
+def test_the_agent_adds_the_same_rule_as_startup_sh():
+    """A spec's own user gets startup.sh's rule from the agent (metadata_firewall.rule), word for word."""
+    from survivor.agent.metadata_firewall import METADATA_IP, rule
+
+    text = open(STARTUP).read()
+    words = re.search(r"local rule=\((.*?)\)\n", text, re.S).group(1).split()
+    substituted = [w.replace('"${METADATA_IP}/32"', f"{METADATA_IP}/32").replace('"${uid}"', "1234").strip('"')
+                   for w in words]
+    assert substituted == rule(1234)
+    assert f"readonly METADATA_IP={METADATA_IP}" in text
 
 
 def test_the_metadata_server_is_closed_to_the_trainer_before_the_agent_starts():

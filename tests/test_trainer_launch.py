@@ -136,6 +136,41 @@ def test_decide_user(euid, requested, allow_root, expected):
     assert decide_user(euid, requested, allow_root) == expected
 
 
+@pytest.mark.parametrize("euid, requested, allow_root, expected", [
+    (0, None, False, "survivor-trainer"),  # the VM's unit: a root agent, a spec without gceUser
+    (0, None, True, "survivor-trainer"),
+    (0, "bob", False, "bob"),  # the spec's own user still wins (the agent closes the metadata server to it)
+    (1000, None, False, None),  # not root: cannot switch
+])
+def test_a_root_agent_runs_the_trainer_as_the_units_trainer_user(euid, requested, allow_root, expected):
+    assert decide_user(euid, requested, allow_root, default="survivor-trainer") == expected
+
+
+def test_the_metadata_server_is_closed_to_a_specs_own_user_only_on_a_vm(monkeypatch):
+    """The agent's own rule: on a VM (the real metadata server) for a spec's own user; never where
+    the metadata server is a stand-in or absent; the trainer does not start when it cannot be added."""
+    from survivor.agent import trainer
+    from survivor.agent.metadata_firewall import FirewallError
+    from survivor.cloud.metadata import MetadataClient
+
+    closed: list[int] = []
+    monkeypatch.setattr(trainer, "close_to", closed.append)
+    trainer.close_metadata_server("nobody", None)  # off Compute Engine
+    trainer.close_metadata_server("nobody", MetadataClient("127.0.0.1:1"))  # an emulator
+    assert closed == []
+    trainer.close_metadata_server("nobody", MetadataClient("metadata.google.internal"))
+    assert closed == [pwd.getpwnam("nobody").pw_uid]
+    with pytest.raises(TrainerUserError, match="does not exist"):
+        trainer.close_metadata_server("no-such-user-x", MetadataClient("metadata.google.internal"))
+
+    def refused(uid: int) -> None:
+        raise FirewallError("no iptables on this image")
+
+    monkeypatch.setattr(trainer, "close_to", refused)
+    with pytest.raises(TrainerUserError, match="cannot be closed to user 'nobody': no iptables"):
+        trainer.close_metadata_server("nobody", MetadataClient("metadata.google.internal"))
+
+
 @pytest.mark.parametrize("euid, requested", [(0, None), (0, "root"), (1000, "root")])
 def test_the_trainer_never_runs_as_root(euid, requested):
     with pytest.raises(TrainerUserError):

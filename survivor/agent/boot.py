@@ -126,6 +126,8 @@ class AgentOptions:
         workdir: the agent's own dir on the boot disk; the local job dir is `job/` under it.
         spec_file: a job spec file to run instead of the one in instance metadata.
         allow_root_trainer: let the trainer run as root (the local demo, where everything is root).
+        trainer_user: whom the trainer runs as when the agent is root and the spec names no user
+            (the VM's unit: survivor-trainer, to whom startup.sh closed the metadata server).
         gpu_wait_seconds: how long to wait for a GPU driver the VM installs on this boot.
         python: the interpreter that runs a module trainer.
         compute_factory: makes the Compute Engine client a finish action needs (tests pass a stand-in).
@@ -138,6 +140,7 @@ class AgentOptions:
     workdir: str = "/var/lib/survivor"
     spec_file: str | None = None
     allow_root_trainer: bool = False
+    trainer_user: str | None = None
     gpu_wait_seconds: float = 900.0
     python: str = sys.executable
     compute_factory: Callable[[InstanceIdentity], ComputeActions | None] | None = None
@@ -368,7 +371,7 @@ class Boot:
                           allow_root=self.options.allow_root_trainer, metadata=self.metadata,
                           gpu_wait_seconds=self.options.gpu_wait_seconds,
                           stop=watcher.noticed if watcher is not None else None, gated=gated,
-                          detected_gpus=detected_gpus)
+                          detected_gpus=detected_gpus, trainer_user=self.options.trainer_user)
 
     def _restore_and_train(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage, journal: Journal,
                            attempt: Attempt, lease: Lease, watcher: NoticeWatcher,
@@ -799,7 +802,7 @@ class Boot:
                 line = CANNOT_LEAVE.format(why=str(exc)[:300])
                 log.error(line, action=finisher.name)
                 self._guest("finish", line[:1000], force=True)
-                log.warning(power_off(self.options.workdir), why=why)
+                log.warning(power_off(), why=why)
                 return EXIT_OK
             log.error("finish action failed; the VM is left as it is", action=finisher.name, error=str(exc))
             return on_error

@@ -70,29 +70,21 @@ def is_permission_error(error: Exception) -> bool:
     return isinstance(error, PermissionDenied) or "permission denied" in text.lower() or "Required 'compute." in text
 
 
-#: The file in the agent's work dir (the unit's StateDirectory, /var/lib/survivor) that asks the unit
-#: to power the VM off once the agent has exited: its `ExecStopPost=+` runs as root
-#: (survivor/startup/survivor-agent.service), which the agent, as User=survivor, is not.
-POWER_OFF_REQUEST = "power-off"
-
-
 def power_off_plan(systemd: bool, euid: int) -> str:
-    """Pure: how this VM powers itself off. "systemctl" as root; "request" under systemd as another
-    user (the unit's agent runs as `survivor`, outside any logind session, and polkit's default for
-    org.freedesktop.login1.power-off there is admin authentication: `systemctl poweroff` answers
-    "Call to PowerOff failed: Access denied as the requested operation requires interactive
-    authentication", as reported for services run with User=), so the unit's root
-    `ExecStopPost=+` does it; "none" without systemd."""
+    """Pure: how this VM powers itself off. "systemctl" as root under systemd (the VM's unit runs
+    the agent as root); "not-root" under systemd as another user (outside any logind session,
+    polkit's default for org.freedesktop.login1.power-off is admin authentication: `systemctl
+    poweroff` answers "Access denied as the requested operation requires interactive
+    authentication"); "none" without systemd."""
     if not systemd:
         return "none"
-    return "systemctl" if euid == 0 else "request"
+    return "systemctl" if euid == 0 else "not-root"
 
 
-def power_off(workdir: str | None = None) -> str:
+def power_off() -> str:
     """Powers this VM off as its own OS would (`systemctl poweroff`: an ACPI shutdown, after which
-    Compute Engine stops the instance, https://cloud.google.com/compute/docs/instances/stop-start-instance),
-    or, as a user that may not, asks the unit to once the agent exits (`POWER_OFF_REQUEST` in
-    `workdir`); returns what it did."""
+    Compute Engine stops the instance, https://cloud.google.com/compute/docs/instances/stop-start-instance);
+    returns what it did."""
     marker = os.environ.get(POWER_OFF_ENV)
     if marker:
         with open(marker, "w", encoding="utf-8") as f:
@@ -102,10 +94,8 @@ def power_off(workdir: str | None = None) -> str:
     if plan == "systemctl":
         subprocess.run(["systemctl", "poweroff"], check=False, timeout=60)
         return "powering off"
-    if plan == "request" and workdir:
-        with open(os.path.join(workdir, POWER_OFF_REQUEST), "w", encoding="utf-8") as f:
-            f.write("power off once the agent exits\n")
-        return "powering off once the agent exits (the unit's ExecStopPost)"
+    if plan == "not-root":
+        return f"not powering off: only root may, and the agent runs as uid {os.geteuid()}"
     return "not powering off: no running systemd here"
 
 

@@ -20,9 +20,11 @@ without a notice means training finished. It reports its progress in `$SURVIVOR_
 Its stdout/stderr are forwarded line by line into the agent's structured log (`\r` ends a line
 too, and a line is cut at MAX_LINE_BYTES: memory stays bounded whatever it writes).
 
-On a VM the trainer gets a metadata server of its own (`trainer_metadata`): `GCE_METADATA_HOST`
-points its clients there, where the only token is one that reads its data bucket; the VM's own
-metadata server is closed to its user (startup.sh).
+On a VM the agent runs as root and the trainer as `survivor-trainer` (the unit's `--trainer-user`),
+or as the spec's own `user`. It gets a metadata server of its own (`trainer_metadata`):
+`GCE_METADATA_HOST` points its clients there, where the only token is one that reads its data
+bucket; the VM's own metadata server is closed to its user (startup.sh for survivor-trainer,
+`close_metadata_server` for a spec's own user).
 
 The trainer runs in its own session and process group; when it exits, whatever it left running in
 them is killed, so nothing writes into the job dir after the agent's last commit.
@@ -51,8 +53,9 @@ from typing import Iterable, Sequence
 from survivor import log as logs
 from survivor.agent.delivery import deliver
 from survivor.agent.gpus import gpus_for
+from survivor.agent.metadata_firewall import FirewallError, close_to
 from survivor.agent.trainer_metadata import TrainerMetadataServer, data_bucket, metadata_env
-from survivor.cloud.metadata import MetadataClient, MetadataError
+from survivor.cloud.metadata import DEFAULT_HOST, MetadataClient, MetadataError
 from survivor.spec import BUILTIN_SAVE_SIGNAL, BUILTIN_WARM_START, JobSpec, TrainerSpec, trainer_argv
 from survivor.trainers.contract import PROGRESS_ENV, START_GATE_ENV, START_GATE_GO, parse_record, plausible_step
 
@@ -71,18 +74,23 @@ def warm_start(trainer: TrainerSpec) -> bool:
 
 def launch(spec: JobSpec, workdir: str, *, python: str, allow_root: bool, metadata: MetadataClient | None,
            gpu_wait_seconds: float, stop: threading.Event | None = None, gated: bool = False,
-           detected_gpus: int | None = None) -> "TrainerProcess":
+           detected_gpus: int | None = None, trainer_user: str | None = None) -> "TrainerProcess":
     """Starts the spec's trainer on this VM, on the local job dir under `workdir`; returns it running.
     `gated`: the job dir is not restored yet; the trainer waits at the start gate until
     `TrainerProcess.open_gate` (only for a trainer that has one: `warm_start`). `detected_gpus`: what
-    `gpus.count_gpus` just said, if the caller asked (else it is asked here).
+    `gpus.count_gpus` just said, if the caller asked (else it is asked here). `trainer_user`: whom a
+    root agent runs the trainer as when the spec names no `user` (the unit's `--trainer-user`, the
+    user startup.sh closed the metadata server to).
 
-    Raises TrainerUserError (it would run as root, or its user does not exist), DeliveryError (its
-    code could not be fetched or installed) or OSError (the work dir, the process); a StorageError
-    of a package fetch other than a missing package goes up as it is.
+    Raises TrainerUserError (it would run as root, its user does not exist, or the metadata server
+    cannot be closed to it), DeliveryError (its code could not be fetched or installed) or OSError
+    (the work dir, the process); a StorageError of a package fetch other than a missing package goes
+    up as it is.
     """
     num_gpus = gpus_for(spec.num_gpus, metadata, gpu_wait_seconds, stop=stop, detected=detected_gpus)
-    user = decide_user(os.geteuid(), spec.user, allow_root)
+    user = decide_user(os.geteuid(), spec.user, allow_root, default=trainer_user)
+    if user and user != trainer_user:  # a spec's own user: startup.sh's rule does not name it
+        close_metadata_server(user, metadata)
     claim_workdir(workdir)  # the agent's alone: the trainer gets only what is below
     delivered = deliver(spec.trainer, workdir)
     argv = trainer_argv(spec, python=python, job_dir=local_job_dir(workdir), data_dir=spec.data_dir,
@@ -145,21 +153,44 @@ def save_signal(trainer: TrainerSpec) -> int | None:
     return int(getattr(signal, name)) if name else None
 
 
-def decide_user(euid: int, requested: str | None, allow_root: bool) -> str | None:
+def decide_user(euid: int, requested: str | None, allow_root: bool, default: str | None = None) -> str | None:
     """Pure decision: the user to run the trainer as (None: as the agent itself).
 
-    The trainer never runs as root: an agent running as root needs a user in the spec (`gceUser`),
-    unless root was explicitly allowed (the local demo on a machine where everything is root).
+    The trainer never runs as root: an agent running as root runs it as the spec's user (`gceUser`),
+    else as `default` (on a VM the unit's `--trainer-user survivor-trainer`), unless root was
+    explicitly allowed (the local demo on a machine where everything is root). An agent that is not
+    root cannot switch users: the trainer runs as the agent.
     """
     if requested:
         if requested == "root" and not allow_root:
             raise TrainerUserError("user = 'root': the trainer never runs as root; name another user")
         return requested if euid == 0 else None
-    if euid == 0 and not allow_root:
+    if euid != 0:
+        return None
+    if default:
+        return default
+    if not allow_root:
         raise TrainerUserError(
             "the agent runs as root and the spec names no user: set user (gceUser) so the trainer does not run as root"
         )
     return None
+
+
+def close_metadata_server(user: str, metadata: MetadataClient | None) -> None:
+    """On a VM, the metadata server closed to `user` (a spec's own user, which startup.sh's rule does
+    not name) before a trainer runs as it: the same iptables rule, added by the agent as root. Not
+    where the metadata server is a stand-in (the simulator's emulator refuses its own users, and the
+    host's firewall is not the test's), nor off Compute Engine. TrainerUserError if it cannot be closed:
+    the trainer then does not start, rather than start with the VM's token in reach."""
+    if metadata is None or metadata.host != DEFAULT_HOST:
+        return
+    try:
+        close_to(pwd.getpwnam(user).pw_uid)
+    except KeyError:
+        raise TrainerUserError(f"user {user!r} does not exist on this VM") from None
+    except FirewallError as exc:
+        raise TrainerUserError(f"the metadata server cannot be closed to user {user!r}: {exc}") from None
+    log.info("the metadata server is closed to the trainer's user", user=user)
 
 
 #: The most the agent reads of a progress file: a record is 128 bytes; a trainer cannot make the

@@ -38,6 +38,7 @@ def run_agent(args: argparse.Namespace) -> int:
         workdir=args.workdir,
         spec_file=args.config,
         allow_root_trainer=args.allow_root_trainer,
+        trainer_user=args.trainer_user,
         gpu_wait_seconds=args.gpu_wait_seconds,
         early_signals=early_signals,
     ))
@@ -59,6 +60,9 @@ def add_commands(sub) -> None:
     p.add_argument("--config", help="read the job spec from this YAML file instead of instance metadata")
     p.add_argument("--allow-root-trainer", action="store_true",
                    help="let the trainer run as root when the agent does (local use only)")
+    p.add_argument("--trainer-user", metavar="USER",
+                   help="as root, run the trainer as USER when the spec names no user (the VM's unit: "
+                        "survivor-trainer, to whom startup.sh closes the metadata server)")
     p.add_argument("--gpu-wait-seconds", type=float, default=900.0,
                    help="how long to wait for the NVIDIA driver on a first boot (default 900)")
     p.add_argument("--log-format", choices=["auto", "json", "text"], default="auto",

@@ -1,6 +1,6 @@
 """A VM's boot rehearsed on this machine: survivor/startup/startup.sh run for real, as root, in a
 sandbox root, against the metadata emulator and fake-gcs-server; then the unit's own ExecStart line,
-run as its User=, starts the agent.
+run as its User= (root: it names none), starts the agent.
 
     >>> lock = machine_lock(cache_dir)                 # this machine's closure of survivor-train, hashed
     >>> root = SandboxRoot.create()                    # a fresh boot disk
@@ -37,6 +37,8 @@ STARTUP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 UNIT = "etc/systemd/system/survivor-agent.service"
 #: The unit's absolute paths that live on the boot disk (mapped into the sandbox root)
 DISK_PATHS = ("/opt/survivor", "/var/lib/survivor")
+#: The PATH systemd gives a service (systemd.exec(5), "Environment variables in spawned processes")
+SERVICE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 # -- a lock of this machine's versions, from a local wheelhouse -----------------------------------
@@ -139,7 +141,7 @@ class Boot:
 
 
 class SandboxRoot:
-    """A boot disk's root in a directory every user can traverse (the agent runs as `survivor`)."""
+    """A boot disk's root in a directory every user can traverse (the trainer runs as `survivor-trainer`)."""
 
     def __init__(self, path: str):
         self.path = path
@@ -168,10 +170,13 @@ class SandboxRoot:
         with open(self.at(UNIT), encoding="utf-8") as f:
             return f.read()
 
-    def unit_value(self, key: str) -> str:
-        """A key of the unit's [Service] section (the last one set, as systemd takes it)."""
+    def unit_value(self, key: str, default: str | None = None) -> str:
+        """A key of the unit's [Service] section (the last one set, as systemd takes it), or
+        `default` when the unit does not set it."""
         values = re.findall(rf"^{re.escape(key)}=(.*)$", self.unit_text(), re.M)
         if not values:
+            if default is not None:
+                return default
             raise KeyError(f"{key}= is not in {self.at(UNIT)}")
         return values[-1].strip()
 
@@ -186,15 +191,16 @@ class SandboxRoot:
         return word
 
     def start_agent(self, env: dict[str, str], log_path: str) -> subprocess.Popen:
-        """What systemd does with the unit: its StateDirectory= owned by its User=, then ExecStart as
-        that user in WorkingDirectory=, with Environment= added to what the stand-ins need."""
-        user = self.unit_value("User")
+        """What systemd does with the unit: its StateDirectory= owned by its User= (root when it
+        names none, as systemd.exec(5) defaults), then ExecStart as that user in WorkingDirectory=,
+        with Environment= added to what the stand-ins need."""
+        user = self.unit_value("User", default="root")
         account = pwd.getpwnam(user)
         state = self.at("/var/lib/" + self.unit_value("StateDirectory"))
         os.makedirs(state, exist_ok=True)
         os.chown(state, account.pw_uid, account.pw_gid)
         key, _, value = self.unit_value("Environment").partition("=")
-        environment = {"PATH": "/usr/bin:/bin", "HOME": account.pw_dir, "USER": user, key: value, **env}
+        environment = {"PATH": SERVICE_PATH, "HOME": account.pw_dir, "USER": user, key: value, **env}
         log = open(log_path, "ab")
         try:
             return subprocess.Popen(self.exec_start(), cwd=self._mapped(self.unit_value("WorkingDirectory")),
@@ -209,10 +215,6 @@ class SandboxRoot:
         units = self.at("/usr/lib/systemd/system")
         if not os.path.isdir(units):
             shutil.copytree("/usr/lib/systemd/system", units, symlinks=True)
-        shell = self.at("/bin/sh")  # every image has one; the unit's ExecStopPost= runs it
-        if not os.path.exists(shell):
-            os.makedirs(os.path.dirname(shell), exist_ok=True)
-            shutil.copy2(os.path.realpath("/bin/sh"), shell)
         return subprocess.run(["systemd-analyze", "verify", f"--root={self.path}", "/" + UNIT],
                               capture_output=True, text=True)
 

@@ -350,15 +350,11 @@ if [[ -n "${job_dir}" ]] && streak="$(job_streak 2>/dev/null)" && [[ "${streak}"
   record installed "installed after ${streak} failed boots" || true  # ends the streak
 fi
 
-if ! id survivor >/dev/null 2>&1; then
-  useradd --system --create-home --home-dir /home/survivor --shell /usr/sbin/nologin survivor
-  log "created user survivor"
-fi
-
 # -- the trainer's user, to whom the metadata server is closed ----------------------------------
 
 # Any process on a VM may ask the metadata server for the token of the VM's service account, which
-# may create and delete instance groups. The trainer is the job author's code: its user gets no
+# may create and delete instance groups. The trainer is the job author's code: the agent (root, the
+# unit has no User=) runs it as survivor-trainer (the unit's --trainer-user), and that user gets no
 # answer from the metadata server, as GKE closes it to Pods (metadata concealment "firewalls traffic
 # from user Pods to the cluster metadata server",
 # https://cloud.google.com/kubernetes-engine/docs/how-to/metadata-concealment); the agent serves it a
@@ -368,7 +364,8 @@ fi
 # user", valid in the OUTPUT chain. metadata.google.internal is 169.254.169.254
 # (https://cloud.google.com/compute/docs/metadata/querying-metadata), over HTTP (80) and HTTPS (443);
 # port 53 of the same address, the VM's DNS resolver, stays open. -C before -I: once per boot, and
-# the rules are gone after a reboot, when this script runs again.
+# the rules are gone after a reboot, when this script runs again. The agent adds the same rule
+# (survivor/agent/metadata_firewall.py) for a job spec's own user.
 readonly TRAINER_USER=survivor-trainer
 readonly METADATA_IP=169.254.169.254
 
@@ -399,9 +396,10 @@ fi
 # The template names it by device name (survivor/cloud/template.py STATE_DISK_DEVICE), which
 # Compute Engine shows as /dev/disk/by-id/google-<device name>.
 readonly STATE_DEVICE="${ROOT}/dev/disk/by-id/google-survivor-state"
-# The mount point lies where only root can write (/var/lib, not /var/lib/survivor, which is the
-# agent's): a process of the agent's user cannot swap it for a link between boots, and it is
-# never followed (refused if a link, `chown -h`), and checked to be the disk's mount after mounting.
+# The mount point lies where only root can write (/var/lib): no other user's process can swap it
+# for a link between boots, and it is never followed (refused if a link, `chown -h`), and checked to
+# be the disk's mount after mounting. The disk is the agent's (root's) alone: the trainer never
+# writes there (survivor/jobdir/disk_tier.py copies its files onto it).
 readonly STATE_DIR="${ROOT}/var/lib/survivor-state-disk"
 
 mount_state_disk() {  # formats the disk only when blkid finds no filesystem on it; idempotent
@@ -437,10 +435,11 @@ mount_state_disk() {  # formats the disk only when blkid finds no filesystem on 
     log "${STATE_DIR} is not the state disk's mount after mounting it: not using it"
     return 1
   fi
-  chown -h survivor:survivor "${STATE_DIR}" || return 1
+  # root's, 0755, also on a disk an earlier version gave to the agent's user `survivor`
+  chown -h root:root "${STATE_DIR}" && chmod 0755 "${STATE_DIR}" || return 1
   # the agent uses the disk only where this file is: on the disk's own filesystem, so an empty
-  # mount point (on the boot disk, which a recreation replaces) never passes for it; a link the
-  # agent's user left in its place is removed, not followed
+  # mount point (on the boot disk, which a recreation replaces) never passes for it; a link
+  # left in its place is removed, not followed
   rm -f "${STATE_DIR}/.survivor-state-disk" && : > "${STATE_DIR}/.survivor-state-disk" || return 1
   log "state disk mounted at ${STATE_DIR}"
 }
