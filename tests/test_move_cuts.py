@@ -175,3 +175,41 @@ def test_a_switch_cut_at_any_compute_call_is_finished_by_the_next_look(tmp_path,
                 (where, recorded, template)
         finally:
             server.stop()
+
+
+def test_a_late_job_whose_move_is_refused_switches_in_the_same_look(compute_server, tmp_path):
+    """A hostile review: the look's move claimed the records, its new group was refused (403: an org
+    policy on locations) and undone; the deadline switch then lost to the look's own claim ("another
+    look switched or moved it first") and waited for the next look, 15 minutes on."""
+    import datetime as dt
+
+    from survivor.cloud.template import MachineOptions, template_body
+    from survivor.jobdir.journal import Journal
+    from survivor.spec import JobSpec
+
+    spec = JobSpec.from_yaml(f"job_dir: {tmp_path}/job\ntrain_steps: 1000\ntrainer: {{builtin: dummy}}\n"
+                             "deadline: 36h\ncompute: {machine_type: n1-standard-8}\n"
+                             "placement: {regions: [us-west1, us-central1], move_after_minutes: 30}\n")
+    compute = Compute(PROJECT, endpoint=compute_server.endpoint)
+    compute.insert_template(template_body("job", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", spot_only=True)
+    compute.create_group("job", "job", zone=ZONE, size=1)
+    compute.managed_instances(FIRST)
+    group = compute_server.groups[(PROJECT, f"zones/{ZONE}", "job")]
+    long_ago = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=35)).isoformat()
+    group["creationTimestamp"] = long_ago
+    for error in group["_errors"]:
+        error["timestamp"] = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=40)).isoformat()
+    journal = Journal(open_storage(spec.job_dir))
+    attempt = journal.begin("job-x")
+    attempt.started = long_ago
+    journal.end(attempt, "preempted", end_step=100, reached_step=100)
+    attempt.ended = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=34)).isoformat()
+    journal.update(attempt)
+    compute_server.fail("compute.regionInstanceGroupManagers.insert", http=403, times=5,
+                        message="Constraint constraints/gcp.resourceLocations violated for us-central1")
+    said: list[str] = []
+    watch_once(compute, FIRST, job_dir=spec.job_dir, say=said.append)
+    assert [s.to_mode for s in switches(open_storage(spec.job_dir))] == ["on-demand"], said
+    assert compute.get_group(FIRST)["instanceTemplate"].endswith("/job-on-demand")
+    assert not any("another look switched or moved it first" in line for line in said), said

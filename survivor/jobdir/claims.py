@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import threading
 
 from survivor import log as logs
 from survivor.jobdir.storage import JobStorage, PreconditionFailed, parse_json
@@ -39,6 +40,16 @@ STALE_SECONDS = 600.0
 
 log = logs.get("claims")
 
+#: The claims this look made (a look runs in one thread), by job dir and name: a look's own claim
+#: never stops its own next action.
+_LOOK = threading.local()
+
+
+def _ours() -> set[tuple[str, str]]:
+    if not hasattr(_LOOK, "claims"):
+        _LOOK.claims = set()
+    return _LOOK.claims
+
 
 def what_was_seen(storage: JobStorage) -> str:
     """The key of the switch and move records in the job dir now: a digest of their object names.
@@ -52,9 +63,15 @@ def claim(storage: JobStorage, seen: str, *, what: str, by: str, now: _dt.dateti
     (it acts, this one must not). A claim older than STALE_SECONDS is taken over."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
     name = f"{CLAIMS}{seen}.json"
+    if (storage.url, name) in _ours():
+        # this process claimed these records already: a move it undid (the new group refused) and
+        # the deadline switch after it, in one look, are one look's actions (a hostile review:
+        # the switch lost to its own look's claim and waited 15 minutes for the next look)
+        return True
     body = json.dumps({"time": now.isoformat(), "what": what[:500], "by": by}).encode()
     try:
         storage.write(name, body, if_generation_match=0)
+        _ours().add((storage.url, name))
         return True
     except PreconditionFailed:
         pass
@@ -69,6 +86,7 @@ def claim(storage: JobStorage, seen: str, *, what: str, by: str, now: _dt.dateti
         storage.write(name, body, if_generation_match=held.generation)
     except PreconditionFailed:
         return False
+    _ours().add((storage.url, name))
     log.warning("took over a stale claim: its look died before acting", claim=name, held_by=_describe(held.data))
     return True
 
