@@ -57,7 +57,8 @@ def test_a_trainer_that_did_not_save_on_the_notice_is_said_in_the_attempts_reaso
                                           reached_step=562, committed_step=550))
     assert ignored.outcome == "preempted" and ignored.exit_code == EXIT_OK and not ignored.counts
     assert ignored.reason == ("the trainer did not save on the notice: still running 12.0 s after SIGTERM, "
-                              "killed; its last checkpoint (step 550) stands")
+                              "killed; its last checkpoint (step 550) stands (the contract: on SIGTERM save to "
+                              "--job-dir and exit 0, docs/trainer-contract.md)")
     both = decide_ending(AttemptResult(trainer_code=-9, notice="preempted", ignored_notice_seconds=12.0,
                                        commit_failure="the final commit failed: 503"))
     assert both.reason.startswith("the trainer did not save on the notice") and both.reason.endswith("; the final commit failed: 503")

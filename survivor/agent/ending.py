@@ -195,4 +195,5 @@ def unsaved(result: AttemptResult) -> str:
         return ""
     kept = "nothing it wrote" if result.committed_step is None else f"its last checkpoint (step {result.committed_step})"
     return (f"{UNSAVED}: still running {result.ignored_notice_seconds:.1f} s after "
-            f"SIGTERM, killed; {kept} stands")
+            f"SIGTERM, killed; {kept} stands (the contract: on SIGTERM save to --job-dir and exit 0, "
+            "docs/trainer-contract.md)")
