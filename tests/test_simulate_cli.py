@@ -215,9 +215,15 @@ def _children(pid: int, name: str) -> list[int]:
 def _started_simulation(tmp_path) -> subprocess.Popen:
     """`simulate --gcs` of a long job, once its storage emulator runs and its first VM boots."""
     (tmp_path / "spec.yaml").write_text(dummy_spec("jobdir", tmp_path, train_steps=100_000))
+    import signal
+
+    # a suite started in the background by a shell without job control (`bash .ci/run &`) ignores
+    # SIGINT, a child inherits an ignored signal (signal(7)), and Python then installs no
+    # KeyboardInterrupt for it: the simulation a terminal's Ctrl-C reaches has the default
     sim = subprocess.Popen([PYTHON, "-m", "survivor", "simulate", "--config", "spec.yaml", "--workdir", "sim",
                             "--gcs", "--offline", "--timeout", "10m"], cwd=tmp_path, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+                           stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (tmp_path / "steps.log").exists():
         assert sim.poll() is None, sim.communicate()

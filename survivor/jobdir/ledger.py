@@ -196,7 +196,8 @@ def implausible(attempt: Attempt, latest: _dt.datetime) -> str | None:
     `latest`, an end before its start), or None when they can."""
     times = {key: parse_time(getattr(attempt, key)) for key in ("booted", "started", "ended")}
     for key, value in times.items():
-        if value is not None and not EARLIEST <= value <= latest:
+        # a time the one reader refuses (year 9999, not text) is none the job can have run either
+        if (value is None and getattr(attempt, key)) or (value is not None and not EARLIEST <= value <= latest):
             return f"{key} {getattr(attempt, key)} is not a time the job can have run"
     if times["ended"] is not None and times["started"] is not None and times["ended"] < times["started"]:
         return f"it ended ({attempt.ended}) before it started ({attempt.started})"
@@ -208,7 +209,7 @@ def plausible(attempts: list[Attempt], latest: _dt.datetime) -> list[Attempt]:
     unreadable record: one bad clock must not turn the whole report into nonsense."""
     out = []
     for attempt in attempts:
-        if parse_time(attempt.started) is None:
+        if not attempt.started:  # still booting: nothing to lay on the timeline yet
             continue
         reason = implausible(attempt, latest)
         if reason:
