@@ -38,8 +38,8 @@ a VM of their own):
   running and named by the lease); a lease it takes is a stolen lease. Then a SIGKILL of the VM.
   Needs root (otherwise the row says it did not run).
 - **save orders**: a trainer survivor did not write (`harness/foreign_trainer.py`) saves its
-  TensorFlow state file before its shards or after them, half the time with an export after its
-  final save; a SIGTERM or a SIGKILL while it trains, then a boot to the job's end. The boot after
+  TensorFlow state file before its shards, after them or not at all, in one data shard or three
+  (the last first), half the time with an export after its final save; a SIGTERM or a SIGKILL while it trains, then a boot to the job's end. The boot after
   the fault restores the newest whole commit or newer, the job ends DONE at its last step, and the
   final commit is whole and holds the export.
 - **cut moves and switches**: a `survivor watch` SIGKILLed before a random Compute Engine call of a
@@ -986,9 +986,11 @@ def _save_order_rounds(rounds: int, rng: random.Random, seed: int, root: str, py
         gcs.create_bucket("orders")
         for index in range(rounds):
             job_dir = f"gs://orders/job-{index}"
-            order, export = rng.choice(["state-first", "shards-first"]), rng.random() < 0.5
+            order, export = rng.choice(["state-first", "shards-first", "no-state"]), rng.random() < 0.5
+            shards = rng.choice([1, 1, 3])
             train_steps = rng.randint(150, 250)
-            argv = [python, FOREIGN_TRAINER, "--order", order, "--pause", str(rng.choice([0.0, 0.05, 0.2])),
+            argv = [python, FOREIGN_TRAINER, "--order", order, "--shards", str(shards),
+                    "--pause", str(rng.choice([0.0, 0.05, 0.2])),
                     "--step-seconds", "0.01", "--step-log", os.path.join(root, f"orders-{index}.log")]
             trainer = {"argv": argv + (["--export"] if export else [])}
             vm = LocalInstance({"survivor-job": _spec(job_dir, python, train_steps=train_steps, checkpoint_steps=20,
@@ -999,7 +1001,7 @@ def _save_order_rounds(rounds: int, rng: random.Random, seed: int, root: str, py
             run.store.max_step = train_steps
             try:
                 tally.inputs += 1
-                tally.faults[f"{order}{' + export' if export else ''}"] += 1
+                tally.faults[f"{order}{f' x{shards}' if shards > 1 else ''}{' + export' if export else ''}"] += 1
                 booted = run.boot_to_training(tally, f"{order}: the first boot did not train")
                 if booted is None:
                     continue

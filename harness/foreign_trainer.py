@@ -6,7 +6,8 @@
 It keeps a `checkpoint` state file naming `ckpt-N` beside `ckpt-N.index` and
 `ckpt-N.data-00000-of-00001`, as TensorFlow does. `--order state-first` updates the state file
 before the shards (as a script that calls `tf.train.update_checkpoint_state` before
-`Checkpoint.write` does); `shards-first` after them (TensorFlow's CheckpointManager). It pauses
+`Checkpoint.write` does); `shards-first` after them (TensorFlow's CheckpointManager); `no-state`
+never (`tf.train.Checkpoint.write`). `--shards N` writes N data shards, the last first. It pauses
 `--pause` seconds between files and deletes the previous save after the new one. `--export` writes
 an `export/` directory after the final save, as the built-in trainers write their SavedModel. It
 resumes from what the state file names and exits 3 when that checkpoint is missing, as a script
@@ -30,12 +31,17 @@ def write(path: str, data: bytes) -> None:
     os.replace(path + ".tmp", path)
 
 
-def save(job_dir: str, step: int, pause: float, state_first: bool) -> None:
+def save(job_dir: str, step: int, pause: float, order: str, shards: int = 1) -> None:
+    """One save of `step`: `shards` data shards (the last first, as a sharded writer may finish them
+    in any order) and the index, with the state file first, last, or not at all (`no-state`: as
+    `tf.train.Checkpoint.write`, which keeps none), then the previous save deleted."""
     prefix = f"ckpt-{step}"
     state = ("checkpoint", f'model_checkpoint_path: "{prefix}"\nall_model_checkpoint_paths: "{prefix}"\n'.encode())
-    shards = [(f"{prefix}.data-00000-of-00001", step.to_bytes(8, "big") + os.urandom(4096)),
-              (f"{prefix}.index", json.dumps({"step": step}).encode())]
-    for i, (name, data) in enumerate([state, *shards] if state_first else [*shards, state]):
+    files = [(f"{prefix}.data-{i:05d}-of-{shards:05d}", step.to_bytes(8, "big") + os.urandom(4096))
+             for i in reversed(range(shards))]
+    files.append((f"{prefix}.index", json.dumps({"step": step, "shards": shards}).encode()))
+    ordered = {"state-first": [state, *files], "shards-first": [*files, state], "no-state": files}[order]
+    for i, (name, data) in enumerate(ordered):
         if i:
             time.sleep(pause)
         write(os.path.join(job_dir, name), data)
@@ -46,22 +52,29 @@ def save(job_dir: str, step: int, pause: float, state_first: bool) -> None:
 
 
 def restore(job_dir: str) -> int:
+    """The step of the checkpoint the state file names (or, with none, the newest `ckpt-N.index` by
+    name, as TensorFlow users' code falls back); exits 3 when that checkpoint is not whole."""
     try:
         with open(os.path.join(job_dir, "checkpoint"), encoding="utf-8") as f:
             named = re.search(r'model_checkpoint_path: "(.*)"', f.read())
+        if named is None:
+            print("cannot resume: the state file names no checkpoint", file=sys.stderr, flush=True)
+            sys.exit(3)
+        prefix = named.group(1)
     except FileNotFoundError:
-        return 0
-    if named is None:
-        print("cannot resume: the state file names no checkpoint", file=sys.stderr, flush=True)
-        sys.exit(3)
-    prefix = named.group(1)
+        steps = [int(m.group(1)) for m in map(re.compile(r"ckpt-(\d+)\.index").fullmatch, os.listdir(job_dir)) if m]
+        if not steps:
+            return 0
+        prefix = f"ckpt-{max(steps)}"
     try:
         with open(os.path.join(job_dir, f"{prefix}.index"), encoding="utf-8") as f:
-            step = json.load(f)["step"]
-        with open(os.path.join(job_dir, f"{prefix}.data-00000-of-00001"), "rb") as f:
-            assert int.from_bytes(f.read(8), "big") == step
-    except (OSError, ValueError, AssertionError) as exc:
-        print(f"cannot resume: the state file names {prefix}: {exc}", file=sys.stderr, flush=True)
+            index = json.load(f)
+        step, shards = index["step"], index.get("shards", 1)
+        for i in range(shards):
+            with open(os.path.join(job_dir, f"{prefix}.data-{i:05d}-of-{shards:05d}"), "rb") as f:
+                assert int.from_bytes(f.read(8), "big") == step
+    except (OSError, ValueError, KeyError, AssertionError) as exc:
+        print(f"cannot resume: {prefix} is not whole: {exc}", file=sys.stderr, flush=True)
         sys.exit(3)
     return step
 
@@ -74,7 +87,8 @@ def main() -> None:
     parser.add_argument("--step-log", required=True)
     parser.add_argument("--step-seconds", type=float, default=0.03)
     parser.add_argument("--pause", type=float, default=0.3)
-    parser.add_argument("--order", choices=["state-first", "shards-first"], default="state-first")
+    parser.add_argument("--order", choices=["state-first", "shards-first", "no-state"], default="state-first")
+    parser.add_argument("--shards", type=int, default=1, help="data shards a save writes")
     parser.add_argument("--export", action="store_true", help="write export/ after the final save")
     args, _ = parser.parse_known_args()
     os.makedirs(args.job_dir, exist_ok=True)
@@ -88,8 +102,8 @@ def main() -> None:
         with open(args.step_log, "a", encoding="utf-8") as log:
             log.write(f"{step}\n")
         if step % args.checkpoint_steps == 0:
-            save(args.job_dir, step, args.pause, args.order == "state-first")
-    save(args.job_dir, step, args.pause, args.order == "state-first")
+            save(args.job_dir, step, args.pause, args.order, args.shards)
+    save(args.job_dir, step, args.pause, args.order, args.shards)
     if args.export and step >= args.train_steps:
         os.makedirs(os.path.join(args.job_dir, "export", "variables"), exist_ok=True)
         write(os.path.join(args.job_dir, "export", "saved_model.pb"), b"graph of step %d" % step)
