@@ -96,34 +96,29 @@ def deadline_job(server: ComputeServer, tmp_path) -> JobSpec:
     return spec
 
 
-def switch_cut_points(root) -> tuple[int, int]:
-    """The first and last Compute call of the switch `deadline_job`'s next look makes (a probe run):
-    the calls a cut may come before."""
+def cut_points(make_job, root, decided: str) -> tuple[int, int]:
+    """The first and last Compute call the next look makes after it decides (a line of its holding
+    `decided`), in a probe run of the job `make_job(server, root)` sets up: the calls a cut may come
+    before."""
     from survivor.operator.watch import watch_once
 
     probe = ComputeServer().start()
     try:
-        spec = deadline_job(probe, root)
+        spec = make_job(probe, root)
         counter = KilledAt(PROJECT, endpoint=probe.endpoint)
-        decided: list[int] = []
+        said: list[int] = []
         watch_once(counter, FIRST, job_dir=spec.job_dir,
-                   say=lambda line: decided.append(counter.calls) if " -> on-demand: " in line else None)
-        return decided[0] + 1, counter.calls
+                   say=lambda line: said.append(counter.calls) if decided in line else None)
+        return said[0] + 1, counter.calls
     finally:
         probe.stop()
+
+
+def switch_cut_points(root) -> tuple[int, int]:
+    """The calls of the switch `deadline_job`'s next look makes (`cut_points`)."""
+    return cut_points(deadline_job, root, " -> on-demand: ")
 
 
 def move_cut_points(root) -> tuple[int, int]:
-    """The first and last Compute call of the move `stocked_out_job`'s next look makes (a probe run)."""
-    from survivor.operator.watch import watch_once
-
-    probe = ComputeServer().start()
-    try:
-        spec = stocked_out_job(probe, root)
-        counter = KilledAt(PROJECT, endpoint=probe.endpoint)
-        decided: list[int] = []
-        watch_once(counter, FIRST, job_dir=spec.job_dir,
-                   say=lambda line: decided.append(counter.calls) if ": move to " in line else None)
-        return decided[0] + 1, counter.calls
-    finally:
-        probe.stop()
+    """The calls of the move `stocked_out_job`'s next look makes (`cut_points`)."""
+    return cut_points(stocked_out_job, root, ": move to ")

@@ -314,12 +314,7 @@ def test_an_export_written_after_the_final_save_is_committed_before_done(tmp_pat
     and the export on it, go with the VM)."""
     from survivor.agent.ending import AttemptResult, decide_ending
 
-    local = tmp_path / "job"
-    local.mkdir()
-    storage = open_storage(str(tmp_path / "jobdir"))
-    store = CheckpointStore(storage)
-    mirror = Mirror(store, storage, str(local), attempt=1, interval=3600, committed_step=None,
-                    on_commit=lambda stats: None).start(restored=frozenset())
+    local, storage, store, mirror = _fresh_mirror(tmp_path)
     list(_tf_save(local, 50, state_first=False))
     assert mirror.sync().manifest.step == 50
     (local / "export" / "variables").mkdir(parents=True)
@@ -407,12 +402,7 @@ def test_notes_rewritten_after_the_final_save_are_committed_before_done_not_betw
     """A final evaluation's metrics.json, rewritten after the last save, was left on the boot disk
     with DONE written. While the trainer trains, a rewritten note waits for the next step's commit;
     at the final sync it is committed. A checkpoint file changed after its commit still never is."""
-    local = tmp_path / "job"
-    local.mkdir()
-    storage = open_storage(str(tmp_path / "jobdir"))
-    store = CheckpointStore(storage)
-    mirror = Mirror(store, storage, str(local), attempt=1, interval=3600, committed_step=None,
-                    on_commit=lambda stats: None).start(restored=frozenset())
+    local, storage, store, mirror = _fresh_mirror(tmp_path)
     _write(local, "metrics.json", b'{"acc": 0.1}')
     list(_tf_save(local, 10, state_first=False))
     assert mirror.sync().manifest.step == 10
@@ -456,3 +446,14 @@ def test_a_state_file_naming_an_epoch_and_a_metric_gives_no_step_unless_the_patt
     assert decide_files_and_step(paths, state)[0] is None
     naming = _re.compile(r"ckpt-(?P<step>\d+)-[^/]*")
     assert decide_files_and_step(paths, state, naming)[0] == 7 and resumable(paths, 7, naming=naming)
+
+
+def _fresh_mirror(tmp_path):
+    """A local job dir, its job dir and store, and a mirror that restored nothing (rounds hourly:
+    each test syncs itself)."""
+    local = tmp_path / "job"
+    local.mkdir()
+    storage = open_storage(str(tmp_path / "jobdir"))
+    store = CheckpointStore(storage)
+    return local, storage, store, Mirror(store, storage, str(local), attempt=1, interval=3600, committed_step=None,
+                                         on_commit=lambda stats: None).start(restored=frozenset())
