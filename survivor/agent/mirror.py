@@ -30,7 +30,7 @@ from survivor import log as logs
 from survivor.jobdir.chunks import chunk_object
 from survivor.jobdir.disk_tier import DiskTier, PendingSnapshot, UploadRate, fits
 from survivor.jobdir.lease import LeaseLost
-from survivor.jobdir.snapshot import TF_STATE_FILE, Checksums, Snapshot, event_files, resumable, scan, step_now
+from survivor.jobdir.snapshot import Checksums, Snapshot, checkpoint_files, event_files, resumable, scan, step_now
 from survivor.jobdir.storage import JobStorage, Part
 from survivor.jobdir.store import CheckpointStore, CommitStats, SnapshotChanged
 
@@ -72,20 +72,6 @@ def same_step(committed: frozenset | None, now: frozenset, *, committed_whole: b
     if step is not None and not gone & checkpoint_files(gone, step, naming):
         return "content"
     return "changes"
-
-
-def checkpoint_files(paths: set[str], step: int, naming: re.Pattern | None = None) -> set[str]:
-    """Pure: which of `paths` belong to the checkpoint of `step`: TensorFlow's state file, the shards of
-    a prefix of that step, and files whose names hold that step (`snapshot.step_in_name`)."""
-    from survivor.jobdir.snapshot import TF_SHARD, prefix_step, step_in_name
-
-    out = set()
-    for path in paths:
-        shard = TF_SHARD.match(os.path.basename(path))
-        if path == TF_STATE_FILE or step_in_name(path, naming) == step or (
-                shard and prefix_step(shard.group("prefix"), naming) == step):
-            out.add(path)
-    return out
 
 
 class Mirror:
@@ -137,7 +123,6 @@ class Mirror:
         self._changed_step: int | None = None  # the committed step whose files were seen changing
         self._checksums = Checksums(store.chunk_size)
         self._events: dict[str, tuple[int, int]] = {}
-        self._linked_said = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -229,11 +214,7 @@ class Mirror:
                 self._changed_step = snapshot.step
             return None
         if self._to_disk(snapshot):
-            self._fingerprint = fingerprint
-            self._committed_whole = snapshot.resumable
-            self.committed_step = snapshot.step
-            if after_notice and snapshot.resumable:
-                self.committed_after_notice = snapshot.step
+            self._took(snapshot, fingerprint, after_notice)
             return None
         try:
             stats = self.store.commit(self.local_root, snapshot, self.attempt, fence=self.fence)
@@ -241,14 +222,18 @@ class Mirror:
             log.info("a file changed during upload; committing at the next sync", reason=str(exc))
             self._checksums.forget()  # a checksum taken while the file was written may be the wrong one
             return None
+        self._took(snapshot, fingerprint, after_notice)
+        self.rate.observe(stats.uploaded_bytes, stats.upload_seconds)
+        self.on_commit(stats)
+        return stats
+
+    def _took(self, snapshot: Snapshot, fingerprint: frozenset, after_notice: bool) -> None:
+        """Notes `snapshot` as the committed state (to the job dir, or to the state disk)."""
         self._fingerprint = fingerprint
         self._committed_whole = snapshot.resumable
         self.committed_step = snapshot.step
         if after_notice and snapshot.resumable:  # a save still arriving makes nothing safe yet
             self.committed_after_notice = snapshot.step
-        self.rate.observe(stats.uploaded_bytes, stats.upload_seconds)
-        self.on_commit(stats)
-        return stats
 
     def _preupload(self) -> None:
         """After a notice, while the trainer is still writing its checkpoint under a temporary name:
@@ -368,10 +353,9 @@ class Mirror:
     def _say_if_linked(self) -> None:
         """One warning, the first time the scan finds the local job dir replaced by a link (the scan
         refuses it: nothing through it is committed)."""
-        if not self._linked_said and os.path.islink(self.local_root):
-            self._linked_said = True
-            log.warning(f"the local job dir {self.local_root} is a link; not following it: nothing written "
-                        "through it is committed", path=self.local_root)
+        if os.path.islink(self.local_root):
+            self._say_once("linked", f"the local job dir {self.local_root} is a link; not following it: nothing "
+                           "written through it is committed", path=self.local_root)
 
     def stop(self) -> None:
         """Stops the background rounds (one under way finishes first)."""
@@ -406,7 +390,7 @@ class Mirror:
         snapshot = scan(self.local_root, naming=self.naming)
         if snapshot.step is None or (self.store.max_step is not None and snapshot.step > self.store.max_step):
             return None
-        if (self.committed_step is not None and snapshot.step < self.committed_step):
+        if self.committed_step is not None and snapshot.step < self.committed_step:
             return None
         if snapshot.step == self.committed_step and same_step(
                 self._fingerprint, snapshot.fingerprint(), committed_whole=self._committed_whole, step=snapshot.step,

@@ -208,6 +208,18 @@ def resumable(paths: Iterable[str], step: int | None, tf_state: str | None = Non
     return any(_whole_tf_checkpoint(prefix, paths) for prefix in prefixes)
 
 
+def checkpoint_files(paths: set[str], step: int, naming: re.Pattern | None = None) -> set[str]:
+    """Pure: which of `paths` belong to the checkpoint of `step`: TensorFlow's state file, the shards of
+    a prefix of that step, and files whose names hold that step (`snapshot.step_in_name`)."""
+    out = set()
+    for path in paths:
+        shard = TF_SHARD.match(os.path.basename(path))
+        if path == TF_STATE_FILE or step_in_name(path, naming) == step or (
+                shard and prefix_step(shard.group("prefix"), naming) == step):
+            out.add(path)
+    return out
+
+
 def _whole_tf_checkpoint(prefix: str, paths: set[str]) -> bool:
     """Whether `paths` hold `prefix.index` and every data shard its shards' names count."""
     if f"{prefix}.index" not in paths:
