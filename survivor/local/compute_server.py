@@ -12,7 +12,7 @@ schema -- an unknown (misspelt) field, a wrong type or a bad enum fails the call
 Implemented with real semantics: instanceTemplates (insert/get/list/delete, 409 on duplicates),
 instanceGroupManagers and regionInstanceGroupManagers (insert/get/delete/resize/deleteInstances/
 listManagedInstances/setInstanceTemplate/recreateInstances; the MIG keeps `targetSize` instances and recreates one that was stopped or
-deleted by anything but itself), instances (get/start/stop/delete/getSerialPortOutput/
+deleted by anything but itself; instanceGroupManagers.aggregatedList lists both kinds), instances (get/start/stop/delete/getSerialPortOutput/
 getGuestAttributes), zone/region/global operations (get and wait; operations start RUNNING and are
 DONE when next looked at), and a MIG's resize requests (instanceGroupManagerResizeRequests and the
 regional ones: insert/get/list/cancel/delete; docs/flex-start.md): CREATING, ACCEPTED at the next
@@ -557,9 +557,13 @@ class ComputeServer(LocalService):
         key = (params["project"], params["instanceTemplate"])
         if key not in self.templates:
             raise HttpError(404, f"The resource 'projects/{key[0]}/global/instanceTemplates/{key[1]}' was not found", "notFound")
-        in_use = [g["name"] for g in self.groups.values() if _tail(g["instanceTemplate"]) == key[1] and g["_project"] == key[0]]
+        in_use = [g for g in self.groups.values() if _tail(g["instanceTemplate"]) == key[1] and g["_project"] == key[0]]
         if in_use:
-            raise HttpError(400, f"The instance_template resource '{key[1]}' is already being used by '{in_use[0]}'", "resourceInUseByAnotherResource")
+            # full resource paths, the first user only: the API's 400 as terraform-google-modules/
+            # terraform-google-vm#45 (a regional group) and hashicorp/terraform-provider-google#1601 (a zonal one) quote it
+            raise HttpError(400, f"The instance_template resource 'projects/{key[0]}/global/instanceTemplates/{key[1]}' "
+                                 f"is already being used by 'projects/{key[0]}/{in_use[0]['_scope']}/instanceGroupManagers/"
+                                 f"{in_use[0]['name']}'", "resourceInUseByAnotherResource")
         del self.templates[key]
         return self._operation(params, "delete", f"projects/{key[0]}/global/instanceTemplates/{key[1]}", "global")
 
@@ -644,6 +648,34 @@ class ComputeServer(LocalService):
         return self._public_group(self._group(params))
 
     _regionInstanceGroupManagers_get = _instanceGroupManagers_get
+
+    # -- the aggregated list of groups ------------------------------------------------------------
+
+    def _instanceGroupManagers_aggregatedList(self, params, query, body):
+        """Every group of the project, zonal and regional, keyed by scope (`zones/Z`, `regions/R`): the
+        discovery document's InstanceGroupManagerAggregatedList. A scope without a group carries the
+        `warning` that "replaces the list of managed instance groups when the list is empty"
+        (InstanceGroupManagersScopedList), NO_RESULTS_ON_PAGE. Regional groups are in it although the
+        method "groups them by zone": gcloud's `compute instance-groups managed list` reads both
+        scopes from this one method (google-cloud-sdk lib/surface/compute/instance_groups/managed/
+        list.py, `aggregation_service=instanceGroupManagers`), as forseti-security/forseti-security#507
+        found in the API explorer. One page: no nextPageToken (the fake's projects hold few groups)."""
+        project = params["project"]
+        scopes = {f"zones/{z}" for z in self.accelerators} | {f"regions/{z.rsplit('-', 1)[0]}" for z in self.accelerators}
+        found: dict[str, list[dict]] = {}
+        for (p, scope, _), group in sorted(self.groups.items()):
+            if p == project:
+                found.setdefault(scope, []).append(self._public_group(group))
+        items = {}
+        for scope in sorted(scopes | set(found)):
+            if scope in found:
+                items[scope] = {"instanceGroupManagers": found[scope]}
+            else:
+                items[scope] = {"warning": {"code": "NO_RESULTS_ON_PAGE",
+                                            "message": f"There are no results for scope '{scope}' on this page.",
+                                            "data": [{"key": "scope", "value": scope}]}}
+        return {"kind": "compute#instanceGroupManagerAggregatedList", "id": f"projects/{project}/aggregated/instanceGroupManagers",
+                "items": items, "selfLink": f"{self.endpoint}{BASE}projects/{project}/aggregated/instanceGroupManagers"}
 
     def _instanceGroupManagers_delete(self, params, query, body):
         group = self._group(params)
