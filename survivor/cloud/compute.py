@@ -271,6 +271,7 @@ class Compute:
         self.images = compute_v1.ImagesClient(**kwargs)
         self.projects = compute_v1.ProjectsClient(**kwargs)
         self.networks = compute_v1.NetworksClient(**kwargs)
+        self.advice = compute_v1.AdviceClient(**kwargs)
 
     @classmethod
     def from_environment(cls, project: str) -> "Compute":
@@ -316,6 +317,25 @@ class Compute:
             except Exception as exc:
                 raise explain(exc, what) from exc
         return result
+
+    # -- capacity data (docs/capacity-data.md) ----------------------------------------------------
+
+    def capacity_advice(self, region: str, body: dict) -> dict:
+        """`advice.capacity` in `region` for a CapacityAdviceRequest REST body: the response as REST
+        JSON (`recommendations[].scores`, `.shards`). ComputeError (PermissionDenied for a 403) on
+        failure; one call, no retry: the caller falls back to deciding without it."""
+        request = self.v1.CapacityAdviceRequest.from_json(json.dumps(body), ignore_unknown_fields=False)
+        found = self._call(f"capacity advice for {region}", f"region {region}", lambda: self.advice.capacity(
+            project=self.project, region=region, capacity_advice_request_resource=request), wait=False)
+        return json.loads(self.v1.CapacityAdviceResponse.to_json(found))
+
+    def capacity_history(self, region: str, body: dict) -> dict:
+        """`advice.capacityHistory` in `region` for a CapacityHistoryRequest REST body: the response
+        as REST JSON (`preemptionHistory`, `priceHistory`). ComputeError on failure, as above."""
+        request = self.v1.CapacityHistoryRequest.from_json(json.dumps(body), ignore_unknown_fields=False)
+        found = self._call(f"capacity history for {region}", f"region {region}", lambda: self.advice.capacity_history(
+            project=self.project, region=region, capacity_history_request_resource=request), wait=False)
+        return json.loads(self.v1.CapacityHistoryResponse.to_json(found))
 
     # -- templates --------------------------------------------------------------------------------
 

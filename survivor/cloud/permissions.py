@@ -88,6 +88,14 @@ DEADLINE_SWITCH = ("compute.instanceGroupManagers.get", "compute.instanceGroupMa
 BOOT_MOVE = DEADLINE_SWITCH + ("compute.instanceGroupManagers.create", "compute.instanceGroupManagers.delete",
                                "compute.acceleratorTypes.list")
 
+#: Compute Engine's capacity data (docs/capacity-data.md): `advice.capacity` needs
+#: `compute.advice.capacity`, `advice.capacityHistory` needs `compute.advice.capacityHistory` (each
+#: method's REST reference, "IAM Permissions"); Compute Viewer holds both (Google's role reference,
+#: https://cloud.google.com/iam/docs/roles-permissions/compute, lists them under roles/compute.viewer),
+#: and so do Compute Admin and the basic Editor and Owner roles. survivor reads the data where it
+#: decides (preflight warns when they are missing: the data is an input, never a requirement).
+CAPACITY_DATA = ("compute.advice.capacity", "compute.advice.capacityHistory")
+
 _VM_COMPUTE = frozenset(p for p in DEADLINE_SWITCH if p.startswith("compute."))
 _GROUPS = frozenset({"compute.instanceGroupManagers.create", "compute.instanceGroupManagers.delete"})
 
@@ -103,19 +111,20 @@ _GROUPS = frozenset({"compute.instanceGroupManagers.create", "compute.instanceGr
 #: survivor counts on it only for listing accelerator types, which it does not take Compute Instance
 #: Admin (v1) to grant (the text here did not list that role's read permissions).
 PROJECT_ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
-    "roles/owner": frozenset(BOOT_MOVE),
-    "roles/editor": frozenset(BOOT_MOVE),
-    "roles/compute.admin": _VM_COMPUTE | _GROUPS | {"compute.acceleratorTypes.list"},
+    "roles/owner": frozenset(BOOT_MOVE + CAPACITY_DATA),
+    "roles/editor": frozenset(BOOT_MOVE + CAPACITY_DATA),
+    "roles/compute.admin": _VM_COMPUTE | _GROUPS | {"compute.acceleratorTypes.list", *CAPACITY_DATA},
     "roles/compute.instanceAdmin.v1": _VM_COMPUTE | _GROUPS,
     "roles/compute.instanceAdmin": _VM_COMPUTE | _GROUPS,
     "roles/compute.viewer": frozenset({"compute.acceleratorTypes.list", "compute.instanceGroupManagers.get",
-                                       "compute.instanceTemplates.get"}),
+                                       "compute.instanceTemplates.get", *CAPACITY_DATA}),
     "roles/iam.serviceAccountUser": frozenset({"iam.serviceAccounts.actAs"}),
 }
 
 #: The smallest predefined role that grants each of the VM's project permissions (for the fix line).
 ROLE_FOR = {**{p: "roles/compute.instanceAdmin.v1" for p in _VM_COMPUTE | _GROUPS},
             "compute.acceleratorTypes.list": "roles/compute.viewer",
+            **{p: "roles/compute.viewer" for p in CAPACITY_DATA},
             "iam.serviceAccounts.actAs": "roles/iam.serviceAccountUser"}
 
 

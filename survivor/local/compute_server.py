@@ -73,6 +73,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from survivor.cloud import machines, permissions
 from survivor.extras import require
+from survivor.local.capacity_advice import ADVICE_PERMISSIONS, AdviceServing
 from survivor.local.http import LocalService, QuietHandler, send_json
 
 BASE = "/compute/v1/"
@@ -107,6 +108,8 @@ METHOD_PERMISSIONS = {
     **{f"compute.{kind}.{verb}": "compute.instanceGroupManagers.get"
        for kind in ("instanceGroupManagerResizeRequests", "regionInstanceGroupManagerResizeRequests")
        for verb in ("get", "list")},
+    # capacity data (survivor/local/capacity_advice.py, docs/capacity-data.md)
+    **ADVICE_PERMISSIONS,
 }
 
 # Which zone offers which GPU (type -> maximumCardsPerInstance): a small, realistic slice of
@@ -225,7 +228,7 @@ def _tail(url: str) -> str:
     return url.rstrip("/").rsplit("/", 1)[-1]
 
 
-class ComputeServer(LocalService):
+class ComputeServer(AdviceServing, LocalService):
     """The fake. Thread-safe; state is plain dicts a test can read."""
 
     thread_name = "compute-fake"
