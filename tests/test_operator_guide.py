@@ -216,6 +216,26 @@ def guide_example(after: str) -> list[str]:
     return block.strip().splitlines()
 
 
+def guide_alternative() -> tuple[str, str]:
+    """The regional `make-group` the guide offers instead of its zonal line (in its prose, not in a
+    block: a reader running the blocks line by line makes one group), and the refusal it quotes for
+    running it after the zonal one."""
+    prose = re.sub(r"\s+", " ", GUIDE.read_text())
+    alternative = re.search(r"\(`(survivor make-group cifar10 --template cifar10 --region [\w-]+)`\)", prose)
+    refusal = re.search(r"``(error: group cifar10: already exists in [^`]*`[^`]*`[^`]*)``", prose)
+    assert alternative and refusal, "the guide no longer offers the regional group instead, with its refusal"
+    return alternative.group(1), refusal.group(1)
+
+
+def job_instances(compute, job: str) -> list[tuple[str, str]]:
+    """(zone, name) of every VM of the job's groups, wherever they are."""
+    found = []
+    for group, _ in compute.list_groups():
+        if group.name == job:
+            found += [(member["zone"], member["name"]) for member in compute.managed_instances(group)]
+    return found
+
+
 def test_the_operator_guide_walked_from_zero_against_the_stand_ins(tmp_path, monkeypatch, capsys):
     walk(in_process(capsys), sys.executable, tmp_path, monkeypatch)
 
@@ -276,6 +296,7 @@ def check_line(run: Runner, line: Line, words: list[str], tmp_path: pathlib.Path
         assert re.search(r"already built for this wheel and lock|image survivor-\S+: created in family survivor-",
                          out), out
         return
+    job_vms = job_instances(compute, "cifar10") if command == "delete" else []
     code, out, err = run(words)
     said = out + err
     assert code == 0, f"`{line.text}` exited {code}:\n{said}"
@@ -315,15 +336,22 @@ def check_line(run: Runner, line: Line, words: list[str], tmp_path: pathlib.Path
         pattern = r"\s*".join(".*?".join(re.escape(p) for p in row.split("...")) for row in example)
         assert re.search(pattern, said, re.S), f"the guide's stockout example:\n{example}\nmake-group said:\n{said}"
         assert run(["delete", "stocked", "--zone", "us-west1-a", "--template", "keep-it"])[0] == 0
-    elif command == "make-group":  # the guide's alternative: a regional group instead
-        group = compute.get_group(GroupRef(compute.project, words[1], region=words[words.index("--region") + 1]))
+        # the guide's regional alternative (a group in any zone of the region offering the T4), as a
+        # group of another name: us-west1-a is stocked out, us-west1-c has no T4
+        code, out, err = run(["make-group", "regional", "--template", "cifar10", "--region", "us-west1"])
+        assert code == 0, err
+        group = compute.get_group(GroupRef(compute.project, "regional", region="us-west1"))
         assert group["distributionPolicy"]["targetShape"] == "ANY"
         zones = {z["zone"].rsplit("/", 1)[-1] for z in group["distributionPolicy"]["zones"]}
         assert zones == {"us-west1-a", "us-west1-b"}, "only the zones that offer the T4"
-        assert "its VM is RUNNING in us-west1-b" in out  # us-west1-a is stocked out
-        # instead, not as well: the zonal group of the line before stays the job's
-        assert run(["delete", words[1], "--region", words[words.index("--region") + 1],
-                            "--template", "keep-it"])[0] == 0
+        assert "its VM is RUNNING in us-west1-b" in out
+        assert run(["delete", "regional", "--region", "us-west1", "--template", "keep-it"])[0] == 0
+        # the guide's regional line for the job itself, run after the zonal one as a reader going
+        # line by line would: refused in the words the guide quotes, nothing made
+        alternative, refusal = guide_alternative()
+        code, out, err = run(shlex.split(alternative)[1:])
+        assert code == 1 and out == "" and err.strip() == refusal, err
+        assert [(g.name, g.zone, g.region) for g, _ in compute.list_groups()] == [("cifar10", "us-west1-b", None)]
     elif command == "status" and "--json" in words:
         report = json.loads(out)
         assert report["group"]["target_size"] == 1 and report["instances"][0]["status"] == "RUNNING"
@@ -348,6 +376,9 @@ def check_line(run: Runner, line: Line, words: list[str], tmp_path: pathlib.Path
         assert out.splitlines() == ["group cifar10: deleted", "template cifar10: deleted", "the job dir is untouched"]
         assert compute.get_template("cifar10") is None
         assert compute.get_template("cifar10-v2") is not None  # another template of the job is left alone
+        # the rehearsal ends with no group anywhere in the project and no VM of the job
+        assert job_vms and compute.list_groups() == []
+        assert all(compute.get_instance(zone, name) is None for zone, name in job_vms)
     else:
         pytest.fail(f"`{line.text}`: this walk does not know what the guide promises for it; add it here or to NOT_RUN")
 

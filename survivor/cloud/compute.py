@@ -52,6 +52,12 @@ class PermissionDenied(ComputeError):
     """The caller lacks a permission the call needs (HTTP 403 or 401, not a disabled API)."""
 
 
+class InUse(ComputeError):
+    """The resource cannot be deleted while another uses it: HTTP 400 `resourceInUseByAnotherResource`,
+    "The instance_template resource '...' is already being used by '.../instanceGroupManagers/G'"
+    (terraform-google-modules/terraform-google-vm#45, hashicorp/terraform-provider-google#1601)."""
+
+
 def explain(exc: Exception, what: str) -> ComputeError:
     """Pure decision: the sentence an operator needs for a failed call."""
     from google.api_core import exceptions as gexc
@@ -67,6 +73,9 @@ def explain(exc: Exception, what: str) -> ComputeError:
                             "compute.googleapis.com --project PROJECT (then wait a few minutes)")
     if isinstance(exc, gexc.Conflict):
         return ComputeError(f"{what}: it already exists ({message})")
+    if isinstance(exc, gexc.BadRequest) and any(
+            (e or {}).get("reason") == "resourceInUseByAnotherResource" for e in getattr(exc, "errors", None) or []):
+        return InUse(f"{what}: {message}")
     if isinstance(exc, (gexc.Forbidden, gexc.Unauthorized)):
         return PermissionDenied(
             f"{what}: permission denied ({message}). Use an account with roles/compute.instanceAdmin.v1 on the "
@@ -395,6 +404,26 @@ class Compute:
         except NotFound:
             return None
         return json.loads(self.v1.InstanceGroupManager.to_json(found))
+
+    def list_groups(self) -> list[tuple[GroupRef, dict]]:
+        """Every group of the project, zonal and regional, with its REST body: one
+        `instanceGroupManagers.aggregatedList`, whose answer keys both `zones/Z` and `regions/R` scopes
+        (the method "groups them by zone", yet gcloud's `compute instance-groups managed list` reads
+        regional groups from it too: google-cloud-sdk lib/surface/compute/instance_groups/managed/list.py,
+        `aggregation_service=instanceGroupManagers`; forseti-security/forseti-security#507). A scope
+        without groups carries only a warning."""
+        pages = self._call("listing the project's groups", "every zone and region",
+                           lambda: self.groups.aggregated_list(project=self.project), wait=False)
+        found = []
+        try:
+            for scope, listed in pages:
+                kind, where = scope.split("/", 1)
+                for group in listed.instance_group_managers:
+                    ref = GroupRef(self.project, group.name, **_scope("zone" if kind == "zones" else "region", where))
+                    found.append((ref, json.loads(self.v1.InstanceGroupManager.to_json(group))))
+        except Exception as exc:  # a later page's request failed
+            raise explain(exc, "listing the project's groups") from exc
+        return found
 
     def resize_group(self, group: GroupRef, size: int) -> None:
         """Sets the group's target size (0 stops its VM gracefully, 1 starts one) and waits."""

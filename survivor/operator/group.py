@@ -28,7 +28,7 @@ from survivor.cloud import machines
 from survivor.operator import image, preflight
 from survivor.operator.deadline import (FLEX_START, FLEX_START_MAX_RUN_HOURS, ON_DEMAND, SPOT, flex_start_failure,
                                        flex_start_queue)
-from survivor.cloud.compute import (BASE_INSTANCE_NAME_MAX, Compute, ComputeError, GroupRef, distribution_policy,
+from survivor.cloud.compute import (BASE_INSTANCE_NAME_MAX, Compute, ComputeError, GroupRef, InUse, distribution_policy,
                                     explain_operation_errors, find_project, group_creation, location_problems,
                                     name_problems, spec_project, PROJECT_HINT)
 from survivor.cloud.template import (DLVM_PROJECT, IMAGE_FAMILY_PREFIX, STATE_DISK_DEVICE, Install, MachineOptions,
@@ -362,6 +362,9 @@ class GroupOptions:
     skip_preflight: bool = False
     wait_seconds: float = 300.0  # 0: do not wait for the VM
     poll_seconds: float = 5.0
+    #: refuse a group whose name a group in another zone or region of the project has already: a job
+    #: has one group (False for the move at boot, which makes the next region's before deleting the old)
+    one_place: bool = True
 
 
 def group_problems(group: GroupRef, template: str) -> list[str]:
@@ -375,6 +378,36 @@ def check_names(group: GroupRef, template: str) -> None:
     problems = group_problems(group, template)
     if problems:
         raise RequestError(problems[0])
+
+
+def _address_of(group: GroupRef) -> JobAddress:
+    return JobAddress(group.name, group.project, group.zone, group.region)
+
+
+def _place_key(group: GroupRef) -> tuple[str, str, str]:
+    return group.name, group.zone or "", group.region or ""
+
+
+def groups_elsewhere(group: GroupRef, groups: list[GroupRef]) -> list[GroupRef]:
+    """Pure decision: the groups of `groups` named as `group` but in another zone or region."""
+    return [g for g in groups if g.name == group.name and (g.zone, g.region) != (group.zone, group.region)]
+
+
+def elsewhere_refusal(group: GroupRef, others: list[GroupRef]) -> str:
+    """Pure: the one line that refuses a second group of a job's name, naming the one there and the fix."""
+    there = _address_of(min(others, key=_place_key))
+    return (f"group {group.name}: already exists in {there.place}, and a job has one group: use {there.flag} for it, "
+            f"or delete it first (`survivor delete {group.name} {there.flag}`) to make it in {_address_of(group).place}")
+
+
+def in_use_refusal(template: str, users: list[GroupRef]) -> str:
+    """Pure: the one line for a template that another group still uses, naming each and how to delete it."""
+    users = sorted(users, key=_place_key)  # the aggregated list's scopes come in no promised order
+    named = ", ".join(f"{g.name} ({_address_of(g).place})" for g in users)
+    commands = ", then ".join(f"`survivor delete {g.name} {_address_of(g).flag}`" for g in users)
+    what = "that group" if len(users) == 1 else "those groups"
+    return (f"template {template}: kept, still used by group{'s' if len(users) > 1 else ''} {named}; {commands} "
+            f"deletes {what}, then the template")
 
 
 def group_body(group: GroupRef, template: str, template_body: dict | None = None) -> dict:
@@ -449,8 +482,9 @@ def make_group(compute: Compute, group: GroupRef, options: GroupOptions, *, say:
 
     A MIG's insert succeeds even when no VM will ever start (a stockout or a quota shows in the
     group's errors, not in the insert), hence the wait. A rerun finds the group and reports on its VM.
-    Raises RequestError for a group with another template, a missing template, a region without the
-    GPU, and a VM that is not RUNNING in time; ComputeError (the fix in one sentence) for a VM that
+    Raises RequestError for a group with another template, a group of the name in another zone or
+    region (`options.one_place`), a missing template, a region without the GPU, and a VM that is not
+    RUNNING in time; ComputeError (the fix in one sentence) for a VM that
     cannot be created; PreflightFailed when a check blocks. `say` gets preflight's findings,
     `progress` the wait.
     """
@@ -469,6 +503,10 @@ def make_group(compute: Compute, group: GroupRef, options: GroupOptions, *, say:
             return GroupOutcome("already exists", "stopped")
         done = "already exists"
     else:
+        if options.one_place:
+            others = groups_elsewhere(group, [ref for ref, _ in compute.list_groups()])
+            if others:
+                raise RequestError(elsewhere_refusal(group, others))
         template = compute.get_template(options.template)
         if template is None:
             raise RequestError(f"template {options.template}: not found; create it first with `survivor make-template "
@@ -521,7 +559,9 @@ def start(compute: Compute, job: JobAddress) -> None:
 def delete(compute: Compute, group: GroupRef, template: str | None = None, say: Say = _silent) -> None:
     """Deletes the job's group, then its template (the group's, else `template`, else the job's name).
 
-    Never the job dir. Says one line for each thing deleted or not found.
+    Never the job dir. Says one line for each thing deleted or not found. A template another group
+    still uses is kept: Compute Engine refuses to delete it (400 resourceInUseByAnotherResource,
+    naming one user), and RequestError names every group that uses it and how to delete each.
     """
     found = compute.get_group(group)
     template = template or ((found or {}).get("instanceTemplate") or "").rsplit("/", 1)[-1] or group.name
@@ -531,7 +571,14 @@ def delete(compute: Compute, group: GroupRef, template: str | None = None, say: 
     else:
         say(f"group {group.name}: not found (nothing to delete)")
     if compute.get_template(template) is not None:
-        compute.delete_template(template)
+        try:
+            compute.delete_template(template)
+        except InUse:
+            users = [ref for ref, body in compute.list_groups()
+                     if (body.get("instanceTemplate") or "").rsplit("/", 1)[-1] == template]
+            if not users:  # not a group (or gone since): the API's own words name it
+                raise
+            raise RequestError(in_use_refusal(template, users)) from None
         say(f"template {template}: deleted")
 
 

@@ -530,7 +530,8 @@ def _make_group(compute: Compute, target: GroupRef, template: str) -> None:
 
     def make() -> None:
         try:
-            make_group(compute, target, GroupOptions(template, skip_preflight=True, wait_seconds=0))
+            # the old region's group still exists until the move deletes it: a second place on purpose
+            make_group(compute, target, GroupOptions(template, skip_preflight=True, wait_seconds=0, one_place=False))
         except ComputeError:
             if compute.get_group(target) is None:
                 raise
