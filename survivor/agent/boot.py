@@ -454,7 +454,8 @@ class Boot:
                                restored_step=restored, reached_step=self._reached(restored),
                                committed_step=mirror.committed_step,
                                uncommitted_step=None if commit_failure else mirror.uncommitted(),
-                               refused=mirror.refused, first_step=self._first_step)
+                               refused=mirror.refused, misnumbered=mirror.misnumbered,
+                               first_step=self._first_step)
         if watcher.notice is not None:  # one that came while the trainer exited by itself counts too
             result = self._safe_after_notice(watcher.notice, result)
         mirror.tidy()  # after the checkpoint is safe: never on the way to it

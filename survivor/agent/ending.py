@@ -58,6 +58,9 @@ class AttemptResult:
         refused: why the trainer's newest files were refused a commit ("": none was), such as a
             step beyond train_steps read from a name that holds no step of this job. A trainer that
             finished with its files refused fails, counted: the next boot would start from scratch.
+        misnumbered: why the commits' steps are not the trainer's ("": they are), as when it saves
+            `ckpt-3` for step 29 (TensorFlow's `CheckpointManager.save()` numbers by save count):
+            the steps the attempt lost are then unknown, never a figure made of two kinds of number.
         first_step: the first step the trainer was seen to report (None: it reported none; the agent
             reads it every 0.2 s, so a fast trainer may be a few steps on). Below the restored step,
             the trainer did not resume: it trained again what was committed (`retrained`, at least).
@@ -77,6 +80,7 @@ class AttemptResult:
     committed_step: int | None = None
     uncommitted_step: int | None = None
     refused: str = ""
+    misnumbered: str = ""
     first_step: int | None = None
 
 
@@ -116,7 +120,7 @@ def decide_ending(result: AttemptResult) -> Ending:
         return Ending("failed", EXIT_RETRY, reason=result.failure, counts=True)
     if result.notice is not None:
         return Ending(result.notice, EXIT_OK, reason="; ".join(
-            r for r in (unsaved(result), result.commit_failure, retrained_reason(result)) if r))
+            r for r in (unsaved(result), result.commit_failure, retrained_reason(result), result.misnumbered) if r))
     if result.commit_failure:
         return Ending("interrupted", EXIT_RETRY, reason=result.commit_failure)
     if result.trainer_code == 0 and result.refused:
@@ -131,7 +135,8 @@ def decide_ending(result: AttemptResult) -> Ending:
             "the trainer exited 0 having written no checkpoint to --job-dir (nothing is committed): it must save "
             "there, or name its files so that they hold a step (docs/trainer-contract.md); not DONE"))
     if result.trainer_code == 0:
-        return Ending("finished", EXIT_OK, reason=retrained_reason(result), done=True)
+        return Ending("finished", EXIT_OK, reason="; ".join(
+            r for r in (retrained_reason(result), result.misnumbered) if r), done=True)
     last = f": {result.last_words}" if result.last_words else ""
     return Ending("failed", EXIT_RETRY, reason=f"{TRAINER_FAILED} {result.trainer_code}{last}", counts=True)
 
@@ -163,7 +168,10 @@ def retrained_reason(result: AttemptResult) -> str:
 
 def attempt_steps_lost(result: AttemptResult) -> int | None:
     """Pure: the steps an attempt lost: what it trained beyond its last commit, and what it trained
-    again below its restored step (`retrained`)."""
+    again below its restored step (`retrained`). None when they are unknown: nothing reached, or
+    commits numbered otherwise than by step (`misnumbered`)."""
+    if result.misnumbered:
+        return None
     beyond = steps_lost(result.reached_step, result.committed_step)
     again = retrained(result)
     return beyond if beyond is None and not again else (beyond or 0) + again

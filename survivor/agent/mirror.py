@@ -109,6 +109,9 @@ class Mirror:
         #: why the trainer's newest files were not committed though they hold a step ("": they were):
         #: a step beyond train_steps, which a name that holds no step of this job gives
         self.refused = ""
+        #: why the commits' steps are not the trainer's steps ("": they are, as far as the agent saw):
+        #: the trainer reported saving a step its newest checkpoint's name does not hold
+        self.misnumbered = ""
         self.rate = UploadRate()
         self.pending: PendingSnapshot | None = None  # the snapshot this attempt left on the state disk
         self._deadline: float | None = None  # monotonic: when the commit after a notice must be done
@@ -338,6 +341,8 @@ class Mirror:
         `CheckpointManager.save()` numbers them by default, is never the save the agent waits for."""
         named = step_now(self.local_root, self.naming)
         if named is not None and named != reported:
+            self.misnumbered = (f"the trainer reported saving step {reported} as a checkpoint numbered {named}: the "
+                                "commits' steps are not its steps, so the steps lost are unknown")
             self._say_once("numbered", f"the trainer reports saving step {reported}, but its newest checkpoint's "
                            f"number is {named}: number checkpoints by step (TensorFlow's "
                            "CheckpointManager.save(checkpoint_number=step)) or set checkpoint_pattern; until then the "
@@ -345,10 +350,11 @@ class Mirror:
                            reported=reported, named=named)
 
     def _say_once(self, what: str, message: str, **fields) -> None:
-        """A warning said once an attempt (`what` keys it), not once a round."""
+        """A warning said once an attempt (`what` keys it, and its log line's `said` field names
+        it, as `survivor check-trainer` reads it), not once a round."""
         if what not in self._said:
             self._said.add(what)
-            log.warning(message, **fields)
+            log.warning(message, said=what, **fields)
 
     def _say_if_linked(self) -> None:
         """One warning, the first time the scan finds the local job dir replaced by a link (the scan

@@ -1,6 +1,7 @@
-"""The commands that run on this machine alone: demo, simulate, emulate, data.
+"""The commands that run on this machine alone: demo, simulate, check-trainer, emulate, data.
 
     $ survivor demo                                   # train, get preempted, resume, finish; 1 minute
+    $ survivor check-trainer -- python train.py       # your trainer, preempted once and resumed, judged
     $ survivor simulate --config job.yaml --preempt-every 2m
     $ survivor simulate --config job.yaml --preemptions-per-hour 0.5 --stockout-minutes 30 --seed 3
     $ survivor emulate metadata --config job.yaml     # then: export GCE_METADATA_HOST=...
@@ -87,6 +88,27 @@ def run_simulation(args: argparse.Namespace) -> int:
     return 0 if run.succeeded else 1
 
 
+def check_trainer(args: argparse.Namespace) -> int:
+    """`survivor check-trainer`: one's own trainer under the agent, preempted once, resumed, judged
+(survivor/local/trainer_check.py); prints each check and the badput of each boot; 0 when none failed."""
+    from survivor.local import trainer_check
+    from survivor.local.simulator import duration
+
+    argv = tuple(args.command_argv[1:] if args.command_argv[:1] == ["--"] else args.command_argv)
+    if not argv and not args.config:
+        raise CommandError("check-trainer: name the trainer after `--` (survivor check-trainer -- python train.py) "
+                           "or give --config with a trainer: key")
+    options = trainer_check.CheckOptions(
+        argv=argv, config=args.config, steps=args.steps, preempt_at=args.preempt_at,
+        checkpoint_steps=args.checkpoint_steps, workdir=args.workdir, exact=not args.no_exact,
+        timeout=duration("--timeout", args.timeout), progress=not args.no_progress)
+    _sigterm_unwinds()
+    verdict = trainer_check.run_check(options)
+    for line in trainer_check.verdict_lines(verdict, options.steps):
+        print(line, flush=True)
+    return 0 if verdict.ok else 1
+
+
 def emulate_metadata(args: argparse.Namespace) -> int:
     """`survivor emulate metadata`: the metadata-server emulator in the foreground, serving the spec."""
     from survivor.local.metadata_server import serve_forever
@@ -150,8 +172,22 @@ def write_cifar10(args: argparse.Namespace) -> int:
     return 0
 
 
+CHECK_DESCRIPTION = """\
+Runs your trainer under survivor's real agent on this machine, twice: preempted once at a chosen
+step (preempted=TRUE, SIGTERM, a fresh boot disk) and resumed to the end, then uninterrupted. Says
+whether it saved on the notice, resumed at the step it saved, numbers its checkpoints by step, wrote
+only to --job-dir and ended at --train-steps, whether it matched the uninterrupted run, and the
+badput of each boot. The first step for your own code (docs/trainer-contract.md)."""
+
+CHECK_EXAMPLES = """examples:
+  survivor check-trainer -- python train.py                  # 60 steps, preempted at step 30
+  survivor check-trainer --steps 200 --preempt-at 150 -- python -m mypkg.train --lr 0.1
+  survivor check-trainer --config job.yaml --no-exact        # the spec's trainer:, checkpoint_pattern, ...
+"""
+
+
 def add_commands(sub) -> None:
-    """Adds demo, simulate, emulate and data to the command line's subparsers."""
+    """Adds demo, simulate, check-trainer, emulate and data to the command line's subparsers."""
     p = sub.add_parser("demo", help="the whole lifecycle on this machine: train, get preempted, resume, finish")
     p.add_argument("--steps", type=flags.positive, default=None, help="training steps (default: the trainer's demo size)")
     p.add_argument("--preemptions", type=int, default=3, help="how many preemptions to inflict (default 3)")
@@ -204,6 +240,25 @@ def add_commands(sub) -> None:
     p.add_argument("--offline", action="store_true", help="do not read the Cloud Billing Catalog: cached prices or "
                                                           "the offline table")
     p.set_defaults(func=run_simulation)
+
+    p = sub.add_parser(
+        "check-trainer", help="run your trainer under the agent with a preemption and a resume, and judge it",
+        description=CHECK_DESCRIPTION,
+        epilog=CHECK_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=flags.positive, default=60, help="train_steps of the check's job (default %(default)s)")
+    p.add_argument("--preempt-at", type=flags.positive, default=None,
+                   help="the step the preemption comes at (default: half of --steps)")
+    p.add_argument("--checkpoint-steps", type=flags.positive, default=None,
+                   help="checkpoint_steps passed to the trainer (default: a quarter of --steps, or the spec's)")
+    p.add_argument("--config", help="a job spec YAML whose trainer:, hyperparameters, checkpoint_pattern, data_dir, "
+                                    "... the check runs (its job_dir and train_steps are the check's)")
+    p.add_argument("--workdir", help="where the runs' files go (default: a temporary dir)")
+    p.add_argument("--no-exact", action="store_true", help="skip the uninterrupted run and the comparison")
+    p.add_argument("--timeout", default="15m", help="give up on a run after this long (default %(default)s)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("command_argv", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                   help="the trainer's command line (survivor adds --job-dir, --train-steps, --checkpoint-steps)")
+    p.set_defaults(func=check_trainer)
 
     p = sub.add_parser("emulate", help="run a local stand-in for a Google Cloud service")
     esub = p.add_subparsers(dest="service", required=True)

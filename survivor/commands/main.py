@@ -10,7 +10,8 @@ One module per group of commands, each adding its subparsers and handlers:
 - survivor/commands/group.py: the operator's Compute Engine commands (make-template, make-image,
   make-group, preflight, status, stop, start, delete, logs);
 - survivor/commands/vertex.py: `submit`, and `status`/`logs` with `--vertex`;
-- survivor/commands/local.py: demo, simulate, emulate, data (the only commands that start stand-ins);
+- survivor/commands/local.py: demo, simulate, check-trainer, emulate, data (the only commands that
+  start stand-ins);
 - survivor/commands/watch.py: `watch`, the deadline policy from outside the VM.
 
 A handler turns its arguments into typed options and calls a library function that never sees

@@ -88,13 +88,14 @@ class LocalInstance:
         env = {**os.environ, **self.env, "GCE_METADATA_HOST": self.metadata.host, "PYTHONUNBUFFERED": "1",
                "SURVIVOR_GUEST_BOOTED": f"{time.time():.3f}", POWER_OFF_ENV: self.power_off_path}
         self._log = open(self.log_path(), "wb")
-        # cwd: its own root, as a unit's is /: `python -m survivor` from a directory that holds a
-        # `survivor/` folder (a clone's parent) would import that folder instead of the installed package
+        # cwd: its work dir, as the unit's WorkingDirectory=/var/lib/survivor (startup/survivor-agent.service),
+        # and so the cwd of an argv trainer; never the caller's, since `python -m survivor` from a directory
+        # that holds a `survivor/` folder (a clone's parent) would import that folder instead of the package
         self.process = subprocess.Popen(
             [*self.wrapper, self.python, "-m", "survivor", "agent", "--workdir", os.path.abspath(self.workdir),
              "--log-format", "json", *self.agent_args],
             env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            cwd=os.path.abspath(self.root),
+            cwd=os.path.abspath(self.workdir),
         )
         return self
 
