@@ -60,6 +60,15 @@ def test_a_regional_group_is_found_from_a_zone_too(compute_server, capsys, templ
     assert places(compute_server) == [("regions/us-central1", "job")]
 
 
+def test_a_role_that_may_not_list_groups_makes_the_group_with_a_warning(compute_server, capsys, template):
+    compute_server.fail("compute.instanceGroupManagers.aggregatedList", http=403,
+                        message=f"Required 'compute.instanceGroupManagers.list' permission for 'projects/{PROJECT}'")
+    code, out, err = run(capsys, "make-group", "job", "--template", template, "--zone", "us-west1-b", *WAIT)
+    assert code == 0 and "created" in out
+    assert "warning: group job: not checked for a group of this name elsewhere" in err
+    assert "compute.instanceGroupManagers.list" in err
+
+
 def test_the_move_at_boot_makes_the_next_regions_group_beside_the_old_one(compute_server, template):
     compute = Compute(PROJECT)
     make_group(compute, GroupRef(PROJECT, "job", region="us-west1"), GroupOptions(template, wait_seconds=0))
@@ -93,6 +102,15 @@ def test_delete_in_the_wrong_place_names_every_group_still_on_the_template(compu
                            "us-central1-a); `survivor delete job --region us-west1`, then `survivor delete shared "
                            "--zone us-central1-a` deletes those groups, then the template")
     assert len(compute_server.groups) == 2 and list(compute_server.templates) == [(PROJECT, template)]
+
+
+def test_delete_that_may_not_list_groups_says_the_apis_own_words(compute_server, capsys, template):
+    Compute(PROJECT).create_group("job", template, region="us-west1")
+    compute_server.fail("compute.instanceGroupManagers.aggregatedList", http=403, message="Required permission")
+    code, _, err = run(capsys, "delete", "job", "--zone", "us-west1-b", "--template", template, "--project", PROJECT)
+    assert code == 1 and err.strip().splitlines()[-1] == (
+        f"error: deleting template t: The instance_template resource 'projects/{PROJECT}/global/instanceTemplates/t' "
+        f"is already being used by 'projects/{PROJECT}/regions/us-west1/instanceGroupManagers/job'")
 
 
 def test_the_fakes_aggregated_list_keys_zonal_and_regional_groups_by_scope(compute_server, template):

@@ -28,9 +28,9 @@ from survivor.cloud import machines
 from survivor.operator import image, preflight
 from survivor.operator.deadline import (FLEX_START, FLEX_START_MAX_RUN_HOURS, ON_DEMAND, SPOT, flex_start_failure,
                                        flex_start_queue)
-from survivor.cloud.compute import (BASE_INSTANCE_NAME_MAX, Compute, ComputeError, GroupRef, InUse, distribution_policy,
-                                    explain_operation_errors, find_project, group_creation, location_problems,
-                                    name_problems, spec_project, PROJECT_HINT)
+from survivor.cloud.compute import (BASE_INSTANCE_NAME_MAX, Compute, ComputeError, GroupRef, InUse, PermissionDenied,
+                                    distribution_policy, explain_operation_errors, find_project, group_creation,
+                                    location_problems, name_problems, spec_project, PROJECT_HINT)
 from survivor.cloud.template import (DLVM_PROJECT, IMAGE_FAMILY_PREFIX, STATE_DISK_DEVICE, Install, MachineOptions,
                                      body_differences, deadline_warning, named_differences, parse_gpu, shape_options,
                                      template_body)
@@ -504,7 +504,12 @@ def make_group(compute: Compute, group: GroupRef, options: GroupOptions, *, say:
         done = "already exists"
     else:
         if options.one_place:
-            others = groups_elsewhere(group, [ref for ref, _ in compute.list_groups()])
+            try:
+                listed = [ref for ref, _ in compute.list_groups()]
+            except PermissionDenied as exc:  # a role that may create groups but not list them
+                say(f"warning: group {group.name}: not checked for a group of this name elsewhere ({exc})")
+                listed = []
+            others = groups_elsewhere(group, listed)
             if others:
                 raise RequestError(elsewhere_refusal(group, others))
         template = compute.get_template(options.template)
@@ -573,11 +578,14 @@ def delete(compute: Compute, group: GroupRef, template: str | None = None, say: 
     if compute.get_template(template) is not None:
         try:
             compute.delete_template(template)
-        except InUse:
-            users = [ref for ref, body in compute.list_groups()
-                     if (body.get("instanceTemplate") or "").rsplit("/", 1)[-1] == template]
-            if not users:  # not a group (or gone since): the API's own words name it
-                raise
+        except InUse as refused:
+            try:
+                users = [ref for ref, body in compute.list_groups()
+                         if (body.get("instanceTemplate") or "").rsplit("/", 1)[-1] == template]
+            except PermissionDenied:
+                users = []
+            if not users:  # not a group, gone since, or not listable: the API's own words name one user
+                raise refused from None
             raise RequestError(in_use_refusal(template, users)) from None
         say(f"template {template}: deleted")
 
