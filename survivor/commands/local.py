@@ -21,6 +21,7 @@ import sys
 from survivor.commands import flags
 from survivor.commands.errors import CommandError
 from survivor.extras import require
+from survivor.spec import SpecError
 
 
 def _sigterm_unwinds() -> None:
@@ -96,8 +97,8 @@ def check_trainer(args: argparse.Namespace) -> int:
 
     argv = tuple(args.command_argv[1:] if args.command_argv[:1] == ["--"] else args.command_argv)
     if not argv and not args.config:
-        raise CommandError("check-trainer: name the trainer after `--` (survivor check-trainer -- python train.py) "
-                           "or give --config with a trainer: key")
+        raise SpecError(["check-trainer: name the trainer after `--` (survivor check-trainer -- python train.py) "
+                         "or give --config with a trainer: key"])
     options = trainer_check.CheckOptions(
         argv=argv, config=args.config, steps=args.steps, preempt_at=args.preempt_at,
         checkpoint_steps=args.checkpoint_steps, workdir=args.workdir, exact=not args.no_exact,

@@ -135,6 +135,7 @@ def check_spec(options: CheckOptions, job_dir: str) -> dict:
     spec.update(name=spec.get("name", "check-trainer"), job_dir=job_dir, train_steps=options.steps,
                 on_finish="keep-alive", sync_seconds=1.0, grace_seconds=spec.get("grace_seconds", 30))
     spec.pop("placement", None), spec.pop("deadline", None)  # one machine: no moves, no switches
+    spec["max_failed_attempts"] = 1  # a failed boot says all a second one would: the verdict comes sooner
     if options.checkpoint_steps or "checkpoint_steps" not in spec:
         spec["checkpoint_steps"] = options.checkpoint_steps or max(1, options.steps // 4)
     return spec
