@@ -123,6 +123,9 @@ def test_the_spec_runs_the_users_trainer_with_the_checks_job_dir_and_steps(tmp_p
     (tmp_path / "t.py").write_text("")
     argv = resolved_argv(("python3", "t.py", "--lr", "0.1"), str(tmp_path))
     assert os.path.isabs(argv[0]) and argv[1:] == (str(tmp_path / "t.py"), "--lr", "0.1")
+    (tmp_path / "bin").mkdir()
+    os.symlink(sys.executable, tmp_path / "bin" / "python")
+    assert resolved_argv(("bin/python", "t.py"), str(tmp_path))[0] == str(tmp_path / "bin" / "python")
 
 
 def _check(tmp_path, *args, timeout=600):

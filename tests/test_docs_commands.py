@@ -96,6 +96,24 @@ def test_readmes_first_command_as_written_in_a_fresh_directory(tmp_path):
     assert "wrote 512 synthetic CIFAR-10 images" in text  # the ResNet on synthetic CIFAR-10, as README says
     assert not [line for line in said.splitlines() if tensorflow_startup_line(line)]  # TensorFlow's noise kept off
     assert "Traceback" not in said
+    # every other local try README shows inline runs after that one install (issue 39 items 5, 6)
+    tries = readme_local_tries()
+    assert {argv[1] for argv in tries} >= {"simulate", "check-trainer"}, tries
+    for folder in ("templates", "examples"):  # README runs from the checkout; the tries write where they run
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    for argv in tries:
+        argv = [str(tmp_path / ".venv" / "bin" / "survivor"), *argv[1:]]
+        done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+        assert done.returncode == 0, f"{' '.join(argv)}:\n{(done.stdout + done.stderr)[-3000:]}"
+        if argv[1] == "check-trainer":
+            assert "verdict: survives preemption" in done.stdout, done.stdout[-2000:]
+
+
+def readme_local_tries() -> list[list[str]]:
+    """README's inline `survivor simulate ...`, `survivor check-trainer ...` and `survivor demo --gcs`
+    commands (the local tries beyond the demo), as argv lists."""
+    found = re.findall(r"`(survivor (?:simulate -|check-trainer -|demo --gcs)[^`]*)`", README.read_text())
+    return [shlex.split(text) for text in found]
 
 
 def test_ci_runs_exactly_the_readmes_second_command():

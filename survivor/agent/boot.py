@@ -50,7 +50,7 @@ from survivor import retry
 from survivor.agent.budget import NoticeBudget
 from survivor.agent.delivery import DeliveryError
 from survivor.agent.ending import (EXIT_BAD_SPEC, EXIT_OK, EXIT_RETRY, AttemptResult, attempt_steps_lost,
-                                   decide_ending, saved_and_committed)
+                                   decide_ending, failed_in_a_row, saved_and_committed)
 from survivor.agent.finish import (CANNOT_LEAVE, ComputeActions, KeepAlive, choose_finisher, is_permission_error,
                                    power_off)
 from survivor.agent.gpus import count_gpus, driver_pending
@@ -296,7 +296,7 @@ class Boot:
         try:
             if should_give_up(state.attempts, spec.max_failed_attempts):  # a crash loop ends here
                 last = next((a for a in reversed(state.attempts) if a.outcome == "failed"), None)
-                reason = f"{spec.max_failed_attempts} attempts in a row failed without progress" + (
+                reason = f"{failed_in_a_row(spec.max_failed_attempts)} without progress" + (
                     f"; last: {last.reason}" if last and last.reason else "")
                 journal.end(attempt, "gave-up", reason=reason)
                 return self._give_up(spec, identity, journal, reason, attempts=attempt.number - 1)
@@ -554,7 +554,7 @@ class Boot:
             if ending.counts:
                 attempts = journal.attempts()
                 if should_give_up(attempts, spec.max_failed_attempts):
-                    why = f"{spec.max_failed_attempts} attempts in a row failed without progress; last: {ending.reason}"
+                    why = f"{failed_in_a_row(spec.max_failed_attempts)} without progress; last: {ending.reason}"
                     return self._give_up(spec, identity, journal, why, attempts=len(attempts))
         except StorageError as exc:  # the log has it all; DONE not written means another boot
             log.warning("could not record the attempt's end", error=str(exc))
@@ -588,7 +588,7 @@ class Boot:
             # switching needs the whole client, not only the finish actions a test's factory may stand in for
             compute = cast("Compute", factory(identity))
             return group.switch_group(compute, ref, decision.mode, decision.reason, by="agent",
-                                      storage=storage, seen=seen)
+                                      storage=storage, seen=seen, run_hours=decision.run_hours)
         except Exception as exc:  # the watch decides again; training goes on meanwhile
             log.warning("deadline decision not acted on", error=f"{type(exc).__name__}: {exc}")
             return None

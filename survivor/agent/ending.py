@@ -141,6 +141,15 @@ def decide_ending(result: AttemptResult) -> Ending:
     return Ending("failed", EXIT_RETRY, reason=f"{TRAINER_FAILED} {result.trainer_code}{last}", counts=True)
 
 
+def failed_in_a_row(count: int) -> str:
+    """Pure: how FAILED's reason counts the failed attempts.
+
+    >>> failed_in_a_row(1), failed_in_a_row(3)
+    ('the attempt failed', '3 attempts in a row failed')
+    """
+    return "the attempt failed" if count == 1 else f"{count} attempts in a row failed"
+
+
 def retrained(result: AttemptResult) -> int:
     """Pure: the committed steps the trainer trained again because it started below the step it was
     restored at (it did not resume from the checkpoint in --job-dir): lost work, never 0 by default.

@@ -99,6 +99,8 @@ def check_trainer(args: argparse.Namespace) -> int:
     if not argv and not args.config:
         raise SpecError(["check-trainer: name the trainer after `--` (survivor check-trainer -- python train.py) "
                          "or give --config with a trainer: key"])
+    if not args.no_exact:
+        require("numpy", "tensorflow", "check-trainer's comparison with an uninterrupted run (or --no-exact)")
     options = trainer_check.CheckOptions(
         argv=argv, config=args.config, steps=args.steps, preempt_at=args.preempt_at,
         checkpoint_steps=args.checkpoint_steps, workdir=args.workdir, exact=not args.no_exact,

@@ -146,7 +146,9 @@ def resolved_argv(argv: tuple[str, ...], cwd: str) -> tuple[str, ...]:
     PATH, and each argument naming a file or directory under `cwd` made absolute."""
     if not argv:
         return argv
-    program = shutil.which(argv[0]) or argv[0]
+    program = shutil.which(argv[0], path=os.environ.get("PATH")) or argv[0]
+    if os.sep in program and not os.path.isabs(program):  # `.venv/bin/python`: found beside the caller
+        program = os.path.abspath(os.path.join(cwd, program))
     rest = tuple(os.path.abspath(os.path.join(cwd, a)) if not a.startswith("-") and os.path.exists(os.path.join(cwd, a))
                  else a for a in argv[1:])
     return (program, *rest)
@@ -337,6 +339,8 @@ def findings(run: Run, straight: Run | None, compared: "Comparison | None", step
     else:
         why = (f"FAILED: {failed.get('reason', '')}" if failed else
                f"DONE at step {done.get('step')}" if done else "neither DONE nor FAILED")
+        if done and "numbered" in run.said:
+            why += ": the number of a checkpoint, not a step (see checkpoints numbered by step)"
         if past:
             why += f"; the trainer trained to step {run.max_reported}, past train_steps {steps}: stop at --train-steps"
         out.append(Finding("DONE at train_steps", FAIL, why))
