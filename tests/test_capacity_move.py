@@ -170,6 +170,7 @@ def test_survivor_watch_moves_a_stocked_out_job_and_finds_it_after(compute_serve
                     "placement: {regions: [us-west1, us-central1], move_after_minutes: 30}\n")
     assert main(["make-template", "job", "--config", str(spec)]) == 0
     compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone="us-west1-b")
+    compute_server.fail("compute.advice.capacity", http=403, times=10**6)  # no capacity data: the rule without it
     assert main(["make-group", "job", "--template", "job", "--zone", "us-west1-b", "--wait-seconds", "0"]) == 0
     capsys.readouterr()
     assert main(["watch", "job", "--zone", "us-west1-b", "--job-dir", job_dir]) == 0
@@ -210,6 +211,7 @@ def test_a_region_that_cannot_take_the_group_is_passed_over_and_named(compute_se
                                        "placement: {regions: [us-west1, asia-south9, us-central1]}\n")
     assert main(["make-template", "job", "--config", str(tmp_path / "job.yaml")]) == 0
     compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone="us-west1-b")
+    compute_server.fail("compute.advice.capacity", http=403, times=10**6)  # no capacity data: the rule without it
     assert main(["make-group", "job", "--template", "job", "--zone", "us-west1-b", "--wait-seconds", "0"]) == 0
     group = compute_server.groups[("survivor-local", "zones/us-west1-b", "job")]
     group["creationTimestamp"] = (_dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=45)).isoformat()
@@ -222,3 +224,42 @@ def test_a_region_that_cannot_take_the_group_is_passed_over_and_named(compute_se
     [move] = moves(open_storage(job_dir))
     assert move.to_place == "regions/us-central1" and "asia-south9: " in move.reason
     assert ("survivor-local", "regions/asia-south9", "job") not in compute_server.groups
+
+
+def test_with_capacity_data_the_watch_moves_a_stocked_out_job_at_once_and_says_why(compute_server, tmp_path,
+                                                                                   capsys, monkeypatch):
+    """No timer: Compute Engine's capacity data says the group's zone has none and the next region has
+    some, so the first look moves the job (survivor/operator/move_bet.py), naming the figures."""
+    from survivor.commands.main import main
+
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "survivor-local")
+    job_dir = str(tmp_path / "job")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"job_dir: {job_dir}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
+                    "placement: {regions: [us-west1, us-central1], move_after_minutes: 30}\n")
+    assert main(["make-template", "job", "--config", str(spec)]) == 0
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone="us-west1-b")
+    assert main(["make-group", "job", "--template", "job", "--zone", "us-west1-b", "--wait-seconds", "0"]) == 0
+    capsys.readouterr()
+    assert main(["watch", "job", "--zone", "us-west1-b", "--job-dir", job_dir]) == 0
+    out = capsys.readouterr().out
+    assert "moved from zones/us-west1-b to regions/us-central1" in out, out
+    [move] = moves(open_storage(job_dir))
+    assert "capacity data: moving to us-central1: obtainability 1.00" in move.reason
+
+
+def test_with_capacity_data_saying_no_region_has_capacity_the_job_does_not_move(compute_server, tmp_path, capsys,
+                                                                                 monkeypatch):
+    from survivor.commands.main import main
+
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "survivor-local")
+    job_dir = str(tmp_path / "job")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"job_dir: {job_dir}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
+                    "placement: {regions: [us-west1, us-central1], move_after_minutes: 1}\n")
+    assert main(["make-template", "job", "--config", str(spec)]) == 0
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED")  # every zone
+    assert main(["make-group", "job", "--template", "job", "--zone", "us-west1-b", "--wait-seconds", "0"]) == 0
+    for _ in range(3):
+        assert main(["watch", "job", "--zone", "us-west1-b", "--job-dir", job_dir]) == 0
+    assert "does not pay" in capsys.readouterr().out and not moves(open_storage(job_dir))

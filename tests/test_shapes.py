@@ -299,6 +299,7 @@ def test_a_job_whose_shape_is_out_in_every_region_moves_to_its_next_shape_and_fi
     sim = Simulator(spec_yaml(job_dir, str(tmp_path / "steps.log")), str(tmp_path / "sim"), preempt_every=1e9,
                     shape_outages=(("n1-standard-8", 0.5, float("inf")),), outages_from_first_commit=True,
                     watch_every=0.3, speed=60.0, recreate_delay=0.2)
+    sim.compute.fail("compute.advice.capacity", http=403, times=10**6)  # no capacity data: the walk of the places
     result = sim.run(timeout=240)
     table = result.table()
     assert result.done is not None and result.done["step"] == 160, table

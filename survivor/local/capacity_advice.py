@@ -172,7 +172,22 @@ class AdviceServing:
         trace, speed, named, clock, start = state
         return trace, named, (clock() - start) * speed / 3600
 
-    def _zone_scores(self, zone: str) -> Scores:
+    def _zone_scores(self, zone: str, machine: str = "", gpus: tuple[str, ...] = ()) -> Scores:
+        """A zone's scores for a Spot VM of `machine` with `gpus`: none where the zone lacks the GPU
+        or a stockout is injected (`fail_instance_creation`, as `_creation_error` matches them: a
+        test's stockout is capacity the fake knows is not there), else from the trace."""
+        from survivor.cloud import machines as rules
+
+        built = rules.built_in_gpus(machine) if machine else None
+        wanted = tuple(gpus) + ((built[0],) if built else ())
+        offered = getattr(self, "accelerators", {}).get(zone, {})
+        if wanted and any(k not in offered for k in wanted):  # as `_creation_error` refuses the VM
+            return Scores(0.0, UPTIME_BANDS[-1])
+        for failure in getattr(self, "creation_failures", []):
+            if (failure["code"].startswith("ZONE_RESOURCE_POOL_EXHAUSTED") and failure["zone"] in (None, zone)
+                    and failure["remaining"] != 0 and failure.get("machine_type") in (None, machine)
+                    and failure.get("accelerator") in (None, *wanted)):
+                return Scores(0.0, UPTIME_BANDS[-1])
         found = self._trace_now()
         if found is None:
             return Scores(1.0, UPTIME_BANDS[0])
@@ -200,7 +215,10 @@ class AdviceServing:
             raise HttpError(400, f"Invalid value for field 'resource.distributionPolicy.zones': zone {outside[0]} "
                                  f"is not in region {region}.")
         zones = asked or self.zones_of(region)
-        per_zone = {z: self._zone_scores(z) if model == "SPOT" else Scores(1.0, 0) for z in zones}
+        machine = machines[0][1]
+        gpus = tuple(str(a.get("acceleratorType", "")).rsplit("/", 1)[-1]
+                     for a in machines[0][2].get("guestAccelerators") or [])
+        per_zone = {z: self._zone_scores(z, machine, gpus) if model == "SPOT" else Scores(1.0, 0) for z in zones}
         best = max(zones, key=lambda z: (per_zone[z].obtainability, per_zone[z].uptime_seconds, z))
         chosen = per_zone[best]
         scores_out: dict[str, Any] = {"obtainability": chosen.obtainability}

@@ -42,15 +42,17 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from dataclasses import dataclass, replace
-from typing import Callable, TypeVar
+from typing import Callable, Mapping, TypeVar
 
 from survivor import log as logs
 from survivor import retry
+from survivor.cloud.capacity import Outlook
 from survivor.cloud.compute import Compute, GroupRef
 from survivor.jobdir import claims
 from survivor.jobdir.journal import Attempt
 from survivor.jobdir.moves import Move, current_place, current_shape, moves, record_move
 from survivor.jobdir.storage import JobStorage
+from survivor.operator import move_bet
 from survivor.jobdir.switches import parse_time
 from survivor.spec import JobSpec, Placement
 
@@ -151,15 +153,38 @@ def wait_minutes(placement: Placement, moves_without_vm: int, places_count: int)
     return max(after, min(MAX_ROUND_WAIT_MINUTES, after * 2 ** min(rounds, 20)))
 
 
-def decide(placement: Placement | None, look: Look) -> MoveDecision:
-    """Pure: the move decision for one look: to the next place of `places` after the group's, a
-    place in `look.not_offered` passed over."""
+def decide(placement: Placement | None, look: Look, outlooks: Mapping[Place, Outlook] | None = None,
+           hours_left: float = float("inf")) -> MoveDecision:
+    """Pure: the move decision for one look. With Compute Engine's capacity data for the group's
+    place (`outlooks`, docs/capacity-data.md), the move is a bet (survivor/operator/move_bet.py
+    `weigh`: the training time the target is expected to give against the move's price, over the
+    `hours_left` of training); without it, today's rule: to the next place of `places` after the
+    group's once it has waited. A place in `look.not_offered` is passed over either way."""
     order = places(placement) if placement is not None else ()
     if placement is None or len(order) < 2:
         return MoveDecision(False, None, "the spec names no other region or shape (placement.regions, "
                                          "placement.shapes)")
     if look.running:
         return MoveDecision(False, None, "a VM of the group runs")
+    here_place = Place(region_of(look.place), look.shape)
+    if outlooks and here_place in outlooks:
+        known = {p: o for p, o in outlooks.items() if p in order or p == here_place}
+        bet = move_bet.weigh(here_place, known, move_bet.Costs(hours_left=hours_left),
+                             skip=frozenset(look.not_offered),
+                             name=lambda p: p.region + (f" on {shape_text(placement, p.shape)}" if placement.shapes
+                                                        else ""))
+        seen = (f" with {', '.join(sorted(set(look.capacity_errors)))}" if look.capacity_errors else "")
+        if bet.to is None:
+            return MoveDecision(False, None, f"no training VM in {here_place.region}{seen}; capacity data: "
+                                             f"{bet.reason}")
+        to = bet.to
+        assert isinstance(to, Place)
+        if look.pending and look.idle_seconds / 60 < 2 * placement.move_after_minutes:
+            return MoveDecision(False, None, f"capacity data: {bet.reason}; waiting (up to "
+                                             f"{2 * placement.move_after_minutes:g} min) for a VM of "
+                                             f"{here_place.region} to commit the snapshot on its state disk")
+        return MoveDecision(True, to.region, f"no training VM in {here_place.region}{seen}; capacity data: "
+                                             f"{bet.reason}", lost_pending=look.pending, to_shape=to.shape)
     minutes = look.idle_seconds / 60
     after = wait_minutes(placement, look.moves_without_vm, len(order))
     capacity = bool(look.capacity_errors) and minutes >= after
@@ -349,13 +374,17 @@ def look_and_move(compute: Compute, group: GroupRef, spec: JobSpec, storage: Job
         say(f"job {group.name}: no group at its recorded place; nothing to move")
         return None
     current, state = seen_look
-    decision = decide(spec.placement, state)
+    # capacity data while no VM of the group runs, not at a boot: the booting VM got capacity, and at
+    # a boot only a region that keeps preempting the job moves it (`look_from`)
+    outlooks = (outlooks_for(compute, spec, Place(region_of(state.place), state.shape), current.zone)
+                if spec.placement is not None and not state.running and booting is None else None)
+    decision = decide(spec.placement, state, outlooks)
     job = None
     if decision.move:
         _, job = job_template(compute, current, state.shape)
         if job is not None:
             state = replace(state, not_offered=offers(compute, current, spec, job))
-            decision = decide(spec.placement, state)
+            decision = decide(spec.placement, state, outlooks)
     where = ""
     if decision.move and spec.placement is not None:  # decide moves only with a placement
         where = f"move to {decision.to_region}" + (f", shape {shape_text(spec.placement, decision.to_shape)}"
@@ -365,6 +394,41 @@ def look_and_move(compute: Compute, group: GroupRef, spec: JobSpec, storage: Job
         return None
     return move(compute, current, decision, storage, by=by, now=now, spec=spec, shape=state.shape, say=say,
                 seen=seen)
+
+
+def place_machines(spec: JobSpec) -> dict[Place, tuple[str, str | None, int]]:
+    """Pure: the machine (type, GPU type, GPU count) of each place of the spec's placement; a shape
+    whose keys do not parse is left out (its place is decided without capacity data)."""
+    from survivor.cloud.template import MachineOptions, parse_gpu
+    from survivor.spec import SpecError
+
+    if spec.placement is None:
+        return {}
+    try:
+        own = MachineOptions.from_spec(spec)
+    except (SpecError, ValueError, TypeError):
+        return {}
+    machines: dict[int, tuple[str, str | None, int]] = {0: (own.machine_type, own.gpu_type, own.gpu_count or 0)}
+    for i, shape in enumerate(spec.placement.shapes, start=1):
+        try:
+            gpu = parse_gpu(shape.gpu) if shape.gpu is not None else (own.gpu_type, own.gpu_count or 0)
+        except SpecError:
+            continue
+        machines[i] = (shape.machine_type or own.machine_type, *gpu)
+    return {p: machines[p.shape] for p in places(spec.placement) if p.shape in machines}
+
+
+def outlooks_for(compute: Compute, spec: JobSpec, here: Place | None = None,
+                 zone: str | None = None) -> dict[Place, Outlook]:
+    """Compute Engine's capacity data for every place of the spec (survivor/cloud/capacity.py
+    `read_outlooks`); `here` in `zone` only, when the group there is zonal. A place it could not
+    get is left out, said once in the log, and decided without it."""
+    from survivor.cloud.capacity import read_outlooks
+
+    wanted = list(place_machines(spec).items())
+    found = read_outlooks(compute.capacity_advice, compute.capacity_history,
+                          [(p.region, machine, zone if p == here else None) for p, machine in wanted])
+    return {wanted[i][0]: outlook for i, outlook in found.items()}
 
 
 def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: JobStorage, *, by: str,
