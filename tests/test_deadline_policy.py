@@ -179,3 +179,26 @@ def test_a_switch_back_that_finds_no_spot_is_not_already_behind_at_the_next_look
     assert decide(good, at(back - S.check_every_hours, mode=SPOT)).mode == SPOT  # still idle at the next look
     minute = at(back, mode=ON_DEMAND, check_every_hours=1 / 60)  # a watch every minute notices sooner
     assert hysteresis_hours(good, minute) == pytest.approx(2 * 0.1 + 0.05 + 1 / 60)
+
+
+# -- capacity data (issue 40): the expected preemptions where the job is size the slack Spot needs ------
+
+def test_a_place_that_preempts_often_needs_more_slack_on_spot_and_leaves_it_sooner():
+    from survivor.operator.deadline import Measured, Situation, decide
+
+    measured = Measured(steps_done=0, train_steps=600, step_rate=100.0, overhead_hours=0.1, spent_hours=0.0,
+                        spot_price_ratio=0.3, elapsed_hours=0.5, spot_wall_hours=0.5, spot_productive_hours=0.5)
+    calm = Situation(hours_left=9.0, window_hours=9.5, mode="spot", running=False, spot_hazard_per_hour=0.05)
+    stormy = Situation(hours_left=9.0, window_hours=9.5, mode="spot", running=False, spot_hazard_per_hour=4.0)
+    assert decide(measured, calm).mode == "spot"
+    assert decide(measured, stormy).mode == "on-demand"  # 2.4 h of restarts on top of 7.5 h on Spot: behind
+
+
+def test_spot_whose_restarts_cost_more_than_on_demand_is_left():
+    from survivor.operator.deadline import Measured, Situation, decide, spot_dearer
+
+    measured = Measured(steps_done=0, train_steps=100, step_rate=100.0, overhead_hours=0.1, spent_hours=0.0,
+                        spot_price_ratio=0.5)
+    hostile = Situation(hours_left=50.0, window_hours=50.0, mode="on-demand", running=True, spot_hazard_per_hour=12.0)
+    assert spot_dearer(measured, hostile) and decide(measured, hostile).mode == "on-demand"
+    assert not spot_dearer(measured, Situation(hours_left=50.0, window_hours=50.0))  # no data: never

@@ -192,6 +192,25 @@ class Situation:
     flex_start: FlexStart | None = None
     flex_start_failed: str | None = None
     flex_start_ended: str | None = None
+    #: the expected preemptions per hour of a running Spot VM where the group is, from Compute
+    #: Engine's capacity data (survivor/cloud/capacity.py `Outlook.hazard_per_hour`); None: no data
+    spot_hazard_per_hour: float | None = None
+
+
+def spot_restart_hours(work: float, measured: Measured, situation: Situation) -> float:
+    """Pure: the slack a Spot run of `work` hours needs for its expected preemptions where it is:
+    each costs a restart (0 without capacity data: the measured goodput stands for it)."""
+    if situation.spot_hazard_per_hour is None:
+        return 0.0
+    return work * situation.spot_hazard_per_hour * measured.overhead_hours
+
+
+def spot_dearer(measured: Measured, situation: Situation) -> bool:
+    """Pure: whether a training hour on Spot, with the restarts its expected preemptions cost, is
+    dearer than one on on-demand (priced: rule 7's ratio; without data or prices, never)."""
+    if situation.spot_hazard_per_hour is None or measured.spent_hours is None:
+        return False
+    return measured.spot_price_ratio * (1 + situation.spot_hazard_per_hour * measured.overhead_hours) >= 1.0
 
 
 @dataclass(frozen=True)
@@ -314,7 +333,10 @@ def decide(measured: Measured, situation: Situation) -> Decision:
     if current == SPOT and situation.running:
         return to(SPOT, f"Spot is training; {slack:.2f} h of slack", slack)
     goodput = spot_goodput(measured, situation.window_hours)
-    on_spot = work / goodput
+    on_spot = work / goodput + spot_restart_hours(work, measured, situation)
+    if spot_dearer(measured, situation):
+        return to(stay, f"{stay}: at {situation.spot_hazard_per_hour:.2f} preemptions an hour a Spot "
+                        "training hour with its restarts costs more than an on-demand one", slack)
     if current == SPOT:
         if left < on_spot:
             behind = (f"behind: at {goodput:.0%} Spot goodput the remaining {work:.2f} h of training "
