@@ -95,6 +95,14 @@ def test_nothing_committed_and_no_step_reported_fail_with_the_fix():
     assert found["exact"].status == WARN and "not compared" in found["exact"].detail
 
 
+def test_a_trainer_that_fails_before_the_notice_gets_that_one_line_not_a_cascade():
+    run = _run([_attempt(1, "failed", None, None, None, None, reason="the trainer exited with code 3: boom")],
+               failed={"reason": "the attempt failed without progress"}, strays={1: ["out.log"]})
+    found = findings(run, None, None, 60)
+    assert [(f.check, f.status) for f in found] == [("starts and trains", FAIL), ("nothing outside --job-dir", FAIL)]
+    assert "exited with code 3: boom" in found[0].detail
+
+
 def test_tensors_compare_bit_for_bit_and_only_those_both_hold():
     a = {"ckpt-60:w": np.array([1.0, 2.0]), "ckpt-60:b": np.array([0.5]), "ckpt-45:w": np.array([0.0])}
     b = {"ckpt-60:w": np.array([1.0, 2.0]), "ckpt-60:b": np.array([0.5 + 1e-12])}

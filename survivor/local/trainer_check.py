@@ -270,6 +270,10 @@ def findings(run: Run, straight: Run | None, compared: "Comparison | None", step
     after = [a for a in attempts if noticed is not None and a.number > noticed.number]
     contract = "docs/trainer-contract.md"
 
+    if noticed is None and attempts and attempts[0].outcome == "failed":  # it never got to the notice: that first
+        out.append(Finding("starts and trains", FAIL, f"boot 1 failed before the preemption: {attempts[0].reason}"))
+        out += [f for f in findings_of_files(run) if f.status == FAIL]
+        return out
     if not run.reported:
         out.append(Finding("reports its step", FAIL,
                            "the trainer never reported a step ($SURVIVOR_PROGRESS_FILE): the agent cannot count "
@@ -321,14 +325,7 @@ def findings(run: Run, straight: Run | None, compared: "Comparison | None", step
         out.append(Finding("writes to --job-dir", FAIL,
                            "nothing the trainer wrote in --job-dir was ever committed: save checkpoints there, "
                            f"named by step (ckpt-<step>), or set checkpoint_pattern ({contract})"))
-    strays = sorted({f for files in run.strays.values() for f in files})
-    if strays:
-        shown = ", ".join(strays[:5]) + (f" and {len(strays) - 5} more" if len(strays) > 5 else "")
-        out.append(Finding("nothing outside --job-dir", FAIL,
-                           f"the trainer wrote {shown} in its working directory, which a recreated VM does not "
-                           "have (and the trainer's user may not write on a VM): write them under --job-dir"))
-    else:
-        out.append(Finding("nothing outside --job-dir", PASS, "nothing in the trainer's working directory"))
+    out += findings_of_files(run)
     done = (run.state.done or {}) if run.state else {}
     failed = (run.state.failed or {}) if run.state else {}
     past = run.max_reported is not None and run.max_reported > steps
@@ -347,6 +344,17 @@ def findings(run: Run, straight: Run | None, compared: "Comparison | None", step
     if exact:
         out.append(exact_finding(straight, compared, steps))
     return out
+
+
+def findings_of_files(run: Run) -> list[Finding]:
+    """Pure: the check of the files a trainer left outside --job-dir."""
+    strays = sorted({f for files in run.strays.values() for f in files})
+    if not strays:
+        return [Finding("nothing outside --job-dir", PASS, "nothing in the trainer's working directory")]
+    shown = ", ".join(strays[:5]) + (f" and {len(strays) - 5} more" if len(strays) > 5 else "")
+    return [Finding("nothing outside --job-dir", FAIL,
+                    f"the trainer wrote {shown} in its working directory, which a recreated VM does not have (and "
+                    "the trainer's user may not write on a VM): write them under --job-dir")]
 
 
 def exact_finding(straight: Run | None, compared: "Comparison | None", steps: int) -> Finding:
