@@ -165,6 +165,7 @@ def fetch_skus(catalog_client=None, timeout: float = 60.0) -> list[Sku]:
     try:
         import google.auth.exceptions
         from google.api_core import exceptions as api_exceptions
+        from google.cloud import billing_v1  # noqa: F401 (client() imports it: the demo's install has none)
     except ImportError as exc:  # the operator extra is not installed
         raise CatalogUnavailable(f"google-cloud-billing is not installed ({exc}); {install_command('operator')}") \
             from None
