@@ -60,7 +60,9 @@ from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from survivor.operator import placement  # noqa: E402
+from survivor.cloud.capacity import Outlook  # noqa: E402
+from survivor.local import capacity_advice  # noqa: E402
+from survivor.operator import move_bet, placement  # noqa: E402
 from survivor.local import traces  # noqa: E402
 from survivor.local.traces import TraceError, Zones, load, region_of  # noqa: E402  (the published format's reader)
 from survivor.spec import Placement as Rule  # noqa: E402
@@ -153,8 +155,25 @@ class Placement:
             self.region, self._out_since, self.moves = decision.to_region, t0, self.moves + 1
             self._fruitless += 1
             return up(self._zones(self.region))
+        if self.rule == "advice":
+            # survivor with Compute Engine's capacity data (issue 40): the region's outlook is its best
+            # zone's advice.capacity scores as the Compute fake serves them from the traces' past
+            # (survivor/local/capacity_advice.py); no history (an N1 VM with a V100 has none); the
+            # move is survivor/operator/move_bet.py `weigh`, the function placement.decide calls
+            here = up(self._zones(self.region))
+            if here:
+                return here
+            at = self.start + t0
+            outlooks = {r: self._outlook(r, at) for r in self.regions}
+            bet = move_bet.weigh(self.region, outlooks, move_bet.Costs(hours_left=float("inf")))
+            if bet.to is None:
+                return []
+            self.region, self.moves = str(bet.to), self.moves + 1
+            return up(self._zones(self.region))
         if self.rule == "anywhere":
             return [z for r in self._order(self.region) for z in up(self._zones(r))]
+        if self.rule == "eager-shipped":  # skypilot 0.14.1: the preempted region never blocked (#10021)
+            return [z for r in self._order(self.home) for z in up(self._zones(r))]
         if self.rule in ("eager", "failover"):
             if self._preempted is not None and t0 - self._preempted[0] < self.window:
                 lost = self._preempted[1]
@@ -162,6 +181,11 @@ class Placement:
                 return [z for r in self._order(self.home) if keep(r) for z in up(self._zones(r))]
             return [z for r in self._order(self.home) for z in up(self._zones(r))]
         raise ValueError(f"unknown placement rule {self.rule!r}")
+
+    def _outlook(self, region: str, at: float) -> Outlook:
+        best = max((capacity_advice.scores(self.zones, z, at) for z in self._zones(region)),
+                   key=lambda sc: (sc.obtainability, sc.uptime_seconds))
+        return Outlook(best.obtainability, best.uptime_seconds / 3600)
 
     def available_through(self, t0: float, t1: float) -> bool:
         """True when a Spot VM can be created now under the rule."""
@@ -174,7 +198,7 @@ class Placement:
             return
         self.zone = found[0]
         where = region_of(self.zone)
-        if self.placed and where != self.region and self.rule != "move":  # a move counts where decided
+        if self.placed and where != self.region and self.rule not in ("move", "advice"):  # a move counts where decided
             self.moves += 1
         self.region, self.placed, self._out_since, self._fruitless = where, self.placed + 1, None, 0
 
@@ -190,9 +214,11 @@ class Placement:
 ALWAYS_ON_DEMAND = "always on-demand"
 #: name -> (the policy's maker, its placement rule)
 POLICIES: dict[str, tuple[Callable[[], traces.Policy], str]] = {
-    "survivor": (traces.survivor_policy, "move"),
+    "survivor": (traces.survivor_policy, "advice"),
+    "survivor, timer rule (before issue 40)": (traces.survivor_policy, "move"),
     "survivor, one region": (traces.survivor_policy, "region"),
-    "SkyPilot EAGER_NEXT_REGION": (lambda: traces.always(traces.SPOT), "eager"),
+    "SkyPilot EAGER_NEXT_REGION, as 0.14.1 ships": (lambda: traces.always(traces.SPOT), "eager-shipped"),
+    "SkyPilot EAGER_NEXT_REGION, as its docs describe": (lambda: traces.always(traces.SPOT), "eager"),
     "SkyPilot FAILOVER": (lambda: traces.always(traces.SPOT), "failover"),
     "uniform progress, multi-region": (traces.uniform_progress, "anywhere"),
     "uniform progress, one region": (traces.uniform_progress, "region"),
@@ -233,17 +259,21 @@ def replay_one(zones: Zones, name: str, job: traces.Job, start: float, home: str
 
 
 def run(zones: Zones, every: float, restart: float = RESTART_HOURS,
-        jobs: tuple[tuple[float, float], ...] = JOBS, lost: float = LOST_HOURS) -> dict[str, list[Outcome]]:
+        jobs: tuple[tuple[float, float], ...] = JOBS, lost: float = LOST_HOURS,
+        half: str | None = None) -> dict[str, list[Outcome]]:
     """Every policy on every job: each kind, from each region as home, at starts `every` hours apart
-    (as many as fit the traces with the replay's limit)."""
+    (as many as fit the traces with the replay's limit); `half` "first" or "second": only jobs whose
+    whole replay lies in that half of the traces' time."""
     out: dict[str, list[Outcome]] = {name: [] for name in POLICIES}
     for hours, deadline in jobs:
         job = job_of(hours, deadline, restart, lost)
         base = traces.replay(traces.Trace(0, ()), job, traces.always(traces.ON_DEMAND),
                              start_mode=traces.ON_DEMAND).cost_usd
         starts = []
-        s = 0.0
-        while s + deadline * LIMIT_FACTOR <= zones.hours:
+        lo, hi = {None: (0.0, zones.hours), "first": (0.0, zones.hours / 2),
+                  "second": (zones.hours / 2, zones.hours)}[half]
+        s = lo
+        while s + deadline * LIMIT_FACTOR <= hi:
             starts.append(s)
             s += every
         for home in zones.regions:
@@ -269,11 +299,11 @@ def rows(results: dict[str, list[Outcome]]) -> list[dict]:
 
 def table(results: dict[str, list[Outcome]]) -> str:
     """The Markdown table of `rows`, and one line a job kind for survivor against the others."""
-    lines = ["| policy | jobs | deadlines met | training VM | goodput | mean cost | worst cost | moves a job |",
+    lines = ["| policy | jobs | deadlines met | mean cost | moves a job | worst cost | training VM | goodput |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows(results):
-        lines.append(f"| {r['policy']} | {r['jobs']} | {r['deadlines_met']} | {r['vm_fraction']:.1%} | "
-                     f"{r['goodput']:.1%} | {r['mean_cost']:.3f} | {r['worst_cost']:.3f} | {r['moves_per_job']:.2f} |")
+        lines.append(f"| {r['policy']} | {r['jobs']} | {r['deadlines_met']} | {r['mean_cost']:.3f} | "
+                     f"{r['moves_per_job']:.2f} | {r['worst_cost']:.3f} | {r['vm_fraction']:.1%} | {r['goodput']:.1%} |")
     return "\n".join(lines)
 
 
@@ -286,6 +316,9 @@ def table_by_kind(results: dict[str, list[Outcome]]) -> str:
         cells = []
         for kind in kinds:
             mine = [o for o in outcomes if o.kind == kind]
+            if not mine:
+                cells.append("-")
+                continue
             cells.append(f"{statistics.mean(o.cost for o in mine):.3f} ({sum(o.met for o in mine)}/{len(mine)} met)")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -326,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lost", type=float, default=LOST_HOURS,
                         help=f"hours of work a preemption loses (default {LOST_HOURS}: the notice commit)")
     parser.add_argument("--write", action="store_true", help="also draw docs/benchmarks/capacity.png")
+    parser.add_argument("--half", choices=("first", "second"), help="only jobs inside that half of the traces' time")
     args = parser.parse_args(argv)
     try:
         zones = load(args.traces)
@@ -333,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     shortest = min(deadline for _, deadline in JOBS) * LIMIT_FACTOR
-    if zones.hours < shortest:
+    if zones.hours / (2 if args.half else 1) < shortest:
         print(f"error: --traces {args.traces}: {zones.hours:g} h of traces; the shortest job replayed needs "
               f"{shortest:g} h (its deadline x {LIMIT_FACTOR:g})", file=sys.stderr)
         return 2
@@ -344,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(zones.capacity)} zones in {len(zones.regions)} regions, {zones.hours:.0f} h; Spot capacity "
           "somewhere in the region " + ", ".join(f"{r} {s:.1%}" for r, s in shares.items())
           + f"; anywhere {zones.share(list(zones.capacity)):.1%}")
-    results = run(zones, args.every, args.restart, lost=args.lost)
+    results = run(zones, args.every, args.restart, lost=args.lost, half=args.half)
     with open(args.json, "w", encoding="utf-8") as f:
         json.dump(rows(results), f, indent=1)
     print(table(results))

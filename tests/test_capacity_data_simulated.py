@@ -1,0 +1,63 @@
+"""The simulator with Compute Engine's capacity data (issue 40): a region that flaps every 30
+minutes next to a steady one, and an outage of every region, each followed by the Compute fake from
+a trace and read by survivor's watch through the real AdviceClient."""
+
+import json
+
+import pytest
+import yaml
+
+from survivor.jobdir.moves import moves
+from survivor.jobdir.storage import open_storage
+from survivor.local.traces import load
+from tests.conftest import PYTHON
+
+
+def _trace(folder, zone: str, points: list) -> None:
+    (folder / f"{zone}_v100_1.json").write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": points}))
+
+
+def _spec(job_dir: str, steps: int) -> str:
+    return yaml.safe_dump({
+        "job_dir": job_dir, "train_steps": steps, "checkpoint_steps": 10, "grace_seconds": 5, "sync_seconds": 0.3,
+        "trainer": {"argv": [PYTHON, "-m", "survivor.trainers.dummy", "--on-sigterm", "save", "--step-seconds",
+                             "0.03"]},
+        "placement": {"regions": ["us-west1", "us-central1"], "move_after_minutes": 1}})
+
+
+@pytest.mark.slow
+def test_a_job_in_a_region_that_flaps_every_half_hour_moves_once_to_the_steady_one_and_stays(tmp_path):
+    from survivor.local.simulator import Simulator
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    _trace(traces, "us-west1-b", ([1] * 3 + [0] * 3) * 40)  # 30 minutes up, 30 out
+    for zone in ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"):
+        _trace(traces, zone, [1] * 240)
+    job_dir = str(tmp_path / "job")
+    sim = Simulator(_spec(job_dir, 400), str(tmp_path / "sim"), preempt_every=1e9, recreate_delay=0.2,
+                    speed=600.0, capacity=load(str(traces)), outages_from_first_commit=True, watch_every=0.3)
+    result = sim.run(timeout=300)
+    table = result.table()
+    assert result.done is not None and result.done["step"] == 400, table
+    recorded = moves(open_storage(job_dir))
+    assert [(m.from_place, m.to_place) for m in recorded] == [("zones/us-west1-b", "regions/us-central1")], table
+    assert "capacity data" in recorded[0].reason, table
+
+
+@pytest.mark.slow
+def test_when_the_data_says_no_region_has_capacity_the_job_does_not_move(tmp_path):
+    from survivor.local.simulator import Simulator
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    out_then_back = [1] * 2 + [0] * 6 + [1] * 40  # every zone out for an hour
+    for zone in ("us-west1-a", "us-west1-b", "us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"):
+        _trace(traces, zone, out_then_back)
+    job_dir = str(tmp_path / "job")
+    sim = Simulator(_spec(job_dir, 300), str(tmp_path / "sim"), preempt_every=1e9, recreate_delay=0.2,
+                    speed=600.0, capacity=load(str(traces)), outages_from_first_commit=True, watch_every=0.3)
+    result = sim.run(timeout=300)
+    table = result.table()
+    assert result.done is not None and result.done["step"] == 300, table
+    assert not moves(open_storage(job_dir)), table
