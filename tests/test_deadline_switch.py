@@ -224,7 +224,9 @@ def test_the_flex_start_template_is_the_same_shape_with_flex_start_scheduling(tm
     assert body["name"] == "cifar" + FLEX_START_SUFFIX
     assert body["properties"]["scheduling"] == {"provisioningModel": "FLEX_START", "instanceTerminationAction": "DELETE",
                                                 "onHostMaintenance": "TERMINATE", "automaticRestart": False}
-    assert {k: v for k, v in body["properties"].items() if k != "scheduling"} == {
+    # F12: Google's resize-request templates consume no reservation
+    assert body["properties"]["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
+    assert {k: v for k, v in body["properties"].items() if k not in ("scheduling", "reservationAffinity")} == {
         k: v for k, v in spot["properties"].items() if k != "scheduling"}
     assert [template_mode(n) for n in ("cifar", "cifar-on-demand", "cifar-flex-start")] == [
         ("cifar", SPOT), ("cifar", ON_DEMAND), ("cifar", "flex-start")]
@@ -307,8 +309,7 @@ def test_a_failed_flex_start_request_sends_the_job_to_on_demand_at_the_next_look
     compute, group, storage = stocked_out_a2_job(compute_server, tmp_path, monkeypatch)
     compute_server.flex_start_failure = ("ZONE_RESOURCE_POOL_EXHAUSTED", "no a2-highgpu-1g capacity in us-central1-a")
     assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0
-    assert "spot -> flex-start" in capsys.readouterr().out
-    assert [r["state"] for r in compute.resize_requests_of(group)] == ["ACCEPTED"]
+    assert "spot -> flex-start" in capsys.readouterr().out  # the switch saw its request ACCEPTED
     assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0  # the request fails at this look
     out = capsys.readouterr().out
     assert ("flex-start -> on-demand: the flex-start request failed (resize request survivor-" in out
@@ -329,10 +330,9 @@ def test_status_and_watch_show_a_queued_flex_start_request_and_its_last_attempt(
     compute_server.flex_start_capacity = False
     compute_server.flex_start_last_attempt = ("ZONE_RESOURCE_POOL_EXHAUSTED", "no a2-highgpu-1g in us-central1-a")
     assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0
-    assert "spot -> flex-start" in capsys.readouterr().out
-    assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0  # accepted into the queue, not yet tried
     out = capsys.readouterr().out
-    assert ": ACCEPTED, queued 0.00 h; no VM yet, nothing failed" in out and "staying on flex-start" in out, out
+    assert "spot -> flex-start" in out  # the switch saw its request ACCEPTED: accepted into the queue, not yet tried
+    assert "resize request survivor-" in out and "queued" in out, out
     assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0  # tried: the switch stands, the line says why
     out = capsys.readouterr().out
     assert "group cifar: flex-start resize request survivor-" in out and (
@@ -388,12 +388,12 @@ def test_survivor_watch_sends_a_stocked_out_a2_job_that_allows_it_to_flex_start(
     assert "spot -> flex-start" in out and "flex-start at 55% of the on-demand price" in out
     assert [s.to_mode for s in switches(storage)] == ["flex-start"]
     assert compute.get_group(group)["instanceTemplate"].endswith("/cifar-flex-start")
-    assert [r["state"] for r in compute.resize_requests_of(group)] == ["ACCEPTED"]  # queued
-    assert [r["state"] for r in compute.resize_requests_of(group)] == ["SUCCEEDED"]  # the fake has capacity
+    # the switch saw it ACCEPTED (queued) before anything else; at the next look the fake has capacity
+    assert [r["state"] for r in compute.resize_requests_of(group)] == ["SUCCEEDED"]
     assert compute.managed_instances(group)[0]["status"] == "RUNNING"
 
 
-@pytest.mark.parametrize("cut", ["refused", "killed"])
+@pytest.mark.parametrize("cut", ["killed"])
 def test_a_flex_start_switch_cut_before_its_request_is_undone_at_the_next_look(compute_server, tmp_path, capsys,
                                                                               monkeypatch, cut):
     """Issue 38 item 4: the switch pointed the group at its flex-start template and resized it to none,
@@ -429,3 +429,99 @@ def test_a_flex_start_switch_cut_before_its_request_is_undone_at_the_next_look(c
     assert found["instanceTemplate"].endswith("/cifar-on-demand") and found["targetSize"] == 1
     [vm] = compute.managed_instances(group)
     assert vm["status"] == "RUNNING"
+
+
+# -- issue 41 item 1: a flex-start switch Google accepts, and a refusal that costs nothing ----------
+
+def test_a_refused_flex_start_request_goes_on_demand_within_one_look_and_the_job_keeps_a_vm(compute_server, tmp_path,
+                                                                                           capsys, monkeypatch):
+    """Must show: the request is refused (a 403 here); the same look goes on-demand, so the job is never
+    left with neither a VM nor a request (before, it sat at size 0 with no request until the next look)."""
+    from survivor.commands import main as cli
+
+    compute, group, storage = stocked_out_a2_job(compute_server, tmp_path, monkeypatch)
+    compute_server.fail("compute.instanceGroupManagerResizeRequests.insert", http=403,
+                        message="Required 'compute.instanceGroupManagers.update' permission")
+    assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0
+    out = capsys.readouterr().out
+    assert "flex-start refused (" in out and "on-demand instead" in out, out
+    assert [s.to_mode for s in switches(storage)] == ["flex-start", "on-demand"]
+    found = compute.get_group(group)
+    assert found["instanceTemplate"].endswith("/cifar-on-demand") and found["targetSize"] == 1
+    assert found["instanceLifecyclePolicy"]["defaultActionOnFailure"] == "REPAIR"  # repairs on again
+    [vm] = compute.managed_instances(group)
+    assert vm["status"] == "RUNNING" and vm["template"] == "cifar-on-demand"
+
+
+def test_a_spot_vm_that_trains_goes_only_once_the_request_is_accepted(compute_server, tmp_path):
+    """The Spot VM trains on while the switch asks; it is let go (deleteInstances) once Compute Engine
+    accepted the request, which then brings the flex-start VM. A refusal recreates it on-demand."""
+    from survivor.operator.deadline import FLEX_START
+
+    spec = a2_job(tmp_path)
+    compute, group = spot_group(compute_server, spec)
+    storage = open_storage(spec.job_dir)
+    [spot] = compute.managed_instances(group)
+    compute_server.flex_start_capacity = False
+    said: list[str] = []
+    switch_group(compute, group, FLEX_START, "behind: test", by="watch", storage=storage, say=said.append,
+                 run_hours=3.0)
+    inserted = [i for i, r in enumerate(compute_server.requests)
+                if r[0] == "compute.instanceGroupManagerResizeRequests.insert"]
+    let_go = [i for i, r in enumerate(compute_server.requests) if r[0] == "compute.instanceGroupManagers.deleteInstances"]
+    assert inserted and let_go and inserted[0] < let_go[0], said
+    [request] = compute.resize_requests_of(group)
+    assert request["state"] == "ACCEPTED" and request["requestedRunDuration"]["seconds"] == str(3 * 3600)
+    found = compute.get_group(group)
+    assert found["instanceLifecyclePolicy"]["defaultActionOnFailure"] == "DO_NOTHING" and found["targetSize"] == 0
+    assert compute.managed_instances(group) == [] and any(spot["name"] in line and "let go" in line for line in said)
+
+
+def test_a_spot_vm_stays_and_goes_on_demand_when_the_request_is_refused(compute_server, tmp_path):
+    from survivor.operator.deadline import FLEX_START
+
+    spec = a2_job(tmp_path)
+    compute, group = spot_group(compute_server, spec)
+    storage = open_storage(spec.job_dir)
+    compute_server.fail("compute.instanceGroupManagerResizeRequests.insert", http=400, message="not today")
+    switch = switch_group(compute, group, FLEX_START, "behind: test", by="watch", storage=storage)
+    assert (switch.from_mode, switch.to_mode) == (FLEX_START, ON_DEMAND) and "flex-start refused" in switch.reason
+    assert not [r for r in compute_server.requests if r[0] == "compute.instanceGroupManagers.resize"]  # never at 0
+    [vm] = compute.managed_instances(group)
+    assert vm["status"] == "RUNNING" and vm["template"] == "cifar-on-demand"
+
+
+def test_a_regional_group_on_flex_start_puts_its_vm_in_one_zone_and_back(compute_server, tmp_path):
+    from survivor.cloud.compute import distribution_policy
+    from survivor.operator.deadline import FLEX_START
+
+    spec = a2_job(tmp_path)
+    compute = Compute(PROJECT, endpoint=compute_server.endpoint)
+    compute.insert_template(template_body("cifar", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
+    compute.create_group("cifar", "cifar", region="us-central1", size=1,
+                         distribution=distribution_policy(PROJECT, ["us-central1-a", "us-central1-b"]))
+    group = GroupRef(PROJECT, "cifar", region="us-central1")
+    storage = open_storage(spec.job_dir)
+    switch_group(compute, group, FLEX_START, "behind: test", by="watch", storage=storage)
+    found = compute.get_group(group)
+    assert found["distributionPolicy"]["targetShape"] == "ANY_SINGLE_ZONE"
+    assert found["updatePolicy"]["instanceRedistributionType"] == "NONE"
+    switch_group(compute, group, ON_DEMAND, "the flex-start request has waited 2.00 h", by="watch", storage=storage)
+    found = compute.get_group(group)
+    assert found["distributionPolicy"]["targetShape"] == "ANY"
+    assert found["instanceLifecyclePolicy"]["defaultActionOnFailure"] == "REPAIR"
+
+
+def test_the_run_duration_is_the_remaining_work_plus_margin(compute_server, tmp_path, capsys, monkeypatch):
+    from survivor.commands import main as cli
+    from survivor.operator.group import flex_start_run_seconds
+
+    assert flex_start_run_seconds(None) == 7 * 24 * 3600
+    assert flex_start_run_seconds(0.01) == 600 and flex_start_run_seconds(1000.0) == 7 * 24 * 3600
+    assert flex_start_run_seconds(9.5001) == 9.5 * 3600 + 60  # whole minutes, rounded up
+    compute, group, storage = stocked_out_a2_job(compute_server, tmp_path, monkeypatch)
+    decision = assess(a2_job(tmp_path), storage, dt.datetime.now(dt.timezone.utc), running=False)
+    assert decision.mode == "flex-start" and 9.0 < decision.run_hours < 10.0  # 9 h of work and its margin
+    assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0
+    [request] = compute.resize_requests_of(group)
+    assert int(request["requestedRunDuration"]["seconds"]) == flex_start_run_seconds(decision.run_hours)

@@ -17,17 +17,20 @@ def template(name: str, machine: str = "a2-highgpu-1g", model: str = "FLEX_START
         scheduling["instanceTerminationAction"] = "DELETE"  # docs/flex-start.md F8
     return {"name": name, "properties": {
         "machineType": machine, "scheduling": scheduling,
+        "reservationAffinity": {"consumeReservationType": "NO_RESERVATION"},  # docs/flex-start.md F12
         "disks": [{"boot": True, "initializeParams": {"sourceImage": "projects/debian-cloud/global/images/family/debian-12"}}],
         "networkInterfaces": [{"network": "global/networks/default"}]}}
 
 
 def group_of(compute: Compute, name: str, body: dict, *, region: str | None = None) -> GroupRef:
-    """A group of no VM from `body`: a resize request is what creates its VMs."""
+    """A group of no VM from `body`, repairs off (F11; a regional one's VMs in one zone, F13): a
+    resize request is what creates its VMs."""
     compute.insert_template(body)
     if region:
-        compute.create_group(name, body["name"], region=region, size=0)
+        compute.create_group(name, body["name"], region=region, size=0, repairs=False,
+                             distribution={"targetShape": "ANY_SINGLE_ZONE"})
         return GroupRef(PROJECT, name, region=region)
-    compute.create_group(name, body["name"], zone=ZONE, size=0)
+    compute.create_group(name, body["name"], zone=ZONE, size=0, repairs=False)
     return GroupRef(PROJECT, name, zone=ZONE)
 
 
@@ -96,3 +99,51 @@ def test_a_group_with_an_autoscaler_is_refused(compute_server):
     compute_server.attach_autoscaler(PROJECT, f"zones/{ZONE}", "flex")
     with pytest.raises(ComputeError, match="autoscaler"):
         compute.request_resize(group, "r", count=1, run_seconds=DAY)
+
+
+# -- issue 41 item 1: what Google's documents and samples require of the group and the template -----
+
+def test_a_group_that_repairs_its_vms_is_refused(compute_server):
+    """F11: "you must not configure autoscaling and must turn off repairs" (about-resize-requests-mig)."""
+    compute = Compute(PROJECT)
+    body = template("flex-t")
+    compute.insert_template(body)
+    compute.create_group("flex", "flex-t", zone=ZONE, size=0)  # repairs on: the API's default
+    group = GroupRef(PROJECT, "flex", zone=ZONE)
+    with pytest.raises(ComputeError, match="repairs turned off"):
+        compute.request_resize(group, "r", count=1, run_seconds=DAY)
+    compute.patch_group(group, {"instanceLifecyclePolicy": {"defaultActionOnFailure": "DO_NOTHING"}})
+    compute.request_resize(group, "r", count=1, run_seconds=DAY)
+    assert compute.resize_request(group, "r")["state"] == "ACCEPTED"
+
+
+def test_a_flex_start_template_without_no_reservation_is_refused(compute_server):
+    """F12: Google's flex-start and resize-request templates set reservationAffinity NO_RESERVATION."""
+    compute = Compute(PROJECT)
+    body = template("flex-t")
+    del body["properties"]["reservationAffinity"]
+    group = group_of(compute, "flex", body)
+    with pytest.raises(ComputeError, match="NO_RESERVATION"):
+        compute.request_resize(group, "r", count=1, run_seconds=DAY)
+
+
+def test_a_regional_group_not_in_a_single_zone_is_refused(compute_server):
+    """F13: the regional example puts the group's VMs in one zone (targetShape ANY_SINGLE_ZONE)."""
+    compute = Compute(PROJECT)
+    compute.insert_template(template("flex-t"))
+    compute.create_group("flex", "flex-t", region="us-central1", size=0, repairs=False,
+                         distribution={"targetShape": "ANY"})
+    group = GroupRef(PROJECT, "flex", region="us-central1")
+    with pytest.raises(ComputeError, match="ANY_SINGLE_ZONE"):
+        compute.request_resize(group, "r", count=1, run_seconds=DAY)
+
+
+def test_a_group_with_repairs_off_does_not_recreate_a_vm_deleted_outside_it(compute_server):
+    compute = Compute(PROJECT)
+    body = template("spot-t", machine="n1-standard-4", model="SPOT")
+    compute.insert_template(body)
+    compute.create_group("g", "spot-t", zone=ZONE, size=1, repairs=False)
+    group = GroupRef(PROJECT, "g", zone=ZONE)
+    [vm] = compute.managed_instances(group)
+    compute.delete_instance(PROJECT, ZONE, vm["name"])
+    assert compute.managed_instances(group) == []

@@ -374,13 +374,18 @@ class Compute:
     # -- managed instance groups ------------------------------------------------------------------
 
     def create_group(self, name: str, template: str, *, zone: str | None = None, region: str | None = None,
-                     size: int = 1, distribution: dict | None = None, stateful: dict | None = None) -> None:
+                     size: int = 1, distribution: dict | None = None, stateful: dict | None = None,
+                     repairs: bool = True) -> None:
         """A MIG of `size` from `template`; `distribution` is a regional MIG's distributionPolicy and
-        `stateful` its statefulPolicy (REST forms)."""
+        `stateful` its statefulPolicy (REST forms); `repairs=False` turns its repairs off
+        (`instanceLifecyclePolicy.defaultActionOnFailure: DO_NOTHING`, as a resize request needs)."""
         body = self.v1.InstanceGroupManager(
             name=name, base_instance_name=name, target_size=size,
             instance_template=f"projects/{self.project}/global/instanceTemplates/{template}",
         )
+        if not repairs:
+            body.instance_lifecycle_policy = self.v1.InstanceGroupManagerInstanceLifecyclePolicy(
+                default_action_on_failure="DO_NOTHING")
         if stateful:
             body.stateful_policy = self.v1.StatefulPolicy.from_json(json.dumps(stateful))
             if region:  # zonal disks: no proactive redistribution ("Configuring stateful MIGs", limitations)
@@ -438,6 +443,16 @@ class Compute:
         client = self.groups if kind == "zone" else self.region_groups
         self._call(f"deleting group {group.name}", f"{kind} {where}", lambda: client.delete(
             project=group.project, instance_group_manager=group.name, **_scope(kind, where)))
+
+    def patch_group(self, group: GroupRef, patch: dict) -> None:
+        """`instanceGroupManagers.patch` (JSON merge patch) of the group with `patch` (REST form: e.g.
+        `{"instanceLifecyclePolicy": {"defaultActionOnFailure": "DO_NOTHING"}}`); waits."""
+        kind, where = group_scope(group)
+        body = self.v1.InstanceGroupManager.from_json(json.dumps(patch))
+        client = self.groups if kind == "zone" else self.region_groups
+        self._call(f"changing group {group.name}", f"{kind} {where}", lambda: client.patch(
+            project=group.project, instance_group_manager=group.name, instance_group_manager_resource=body,
+            **_scope(kind, where)))
 
     def set_group_template(self, group: GroupRef, template: str) -> None:
         """`setInstanceTemplate`: the template the group creates its instances from from now on; waits.
@@ -534,7 +549,8 @@ class Compute:
             parts = item.instance.split("/")
             errors = [(e.code, e.message) for e in item.last_attempt.errors.errors] if item.last_attempt else []
             out.append({"name": parts[-1], "zone": parts[parts.index("zones") + 1] if "zones" in parts else "",
-                        "status": item.instance_status, "action": item.current_action, "errors": errors})
+                        "status": item.instance_status, "action": item.current_action, "errors": errors,
+                        "template": (item.version.instance_template or "").rsplit("/", 1)[-1]})
         return out
 
     def group_errors(self, group: GroupRef) -> list[dict]:

@@ -19,8 +19,10 @@ regional ones: insert/get/list/cancel/delete; docs/flex-start.md): CREATING, ACC
 look, then SUCCEEDED with the group grown by `resizeBy` at the look after while `flex_start_capacity`
 holds (else still ACCEPTED, with `flex_start_last_attempt` as its `status.lastAttempt.error`);
 `end_flex_start_runs` ends their run durations; refused with a run duration outside 10 min to 7 days,
-on a group with an autoscaler (`attach_autoscaler`), or whose template is not a FLEX_START one of a
-machine flex-start runs.
+on a group with an autoscaler (`attach_autoscaler`) or with repairs on, a regional group not
+ANY_SINGLE_ZONE, or whose template is not a FLEX_START one of a machine flex-start runs that consumes
+NO_RESERVATION. instanceGroupManagers.patch changes a group's repairs, target shape and update policy;
+a group with repairs off (DO_NOTHING) recreates nothing deleted or stopped outside it.
 Failures can be injected per method: an HTTP error (403 ...) or an
 operation error (`ZONE_RESOURCE_POOL_EXHAUSTED`, `QUOTA_EXCEEDED`).
 
@@ -86,7 +88,7 @@ DEFAULT_ACCOUNT = f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
 METHOD_PERMISSIONS = {
     **{f"compute.{kind}.{verb}": "compute.instanceGroupManagers.update"
        for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
-       for verb in ("deleteInstances", "setInstanceTemplate", "recreateInstances", "resize")},
+       for verb in ("deleteInstances", "setInstanceTemplate", "recreateInstances", "resize", "patch")},
     **{f"compute.{kind}.{verb}": "compute.instanceGroupManagers.get"
        for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
        for verb in ("get", "listManagedInstances", "listErrors")},
@@ -650,6 +652,35 @@ class ComputeServer(AdviceServing, LocalService):
     def _instanceGroupManagers_get(self, params, query, body):
         return self._public_group(self._group(params))
 
+    def _instanceGroupManagers_patch(self, params, query, body):
+        """A JSON merge patch of the group (the REST reference's patch: "This method supports PATCH
+        semantics and uses the JSON merge patch format and processing rules"): what a flex-start switch
+        changes, its repairs (`instanceLifecyclePolicy`), a regional group's target shape
+        (`distributionPolicy.targetShape`, "Set a target distribution shape on an existing group",
+        https://cloud.google.com/compute/docs/instance-groups/regional-mig-set-target-distribution-shape)
+        and its `updatePolicy`. A group's zones are fixed once it is made."""
+        group = self._group(params)
+        zones = (body.get("distributionPolicy") or {}).get("zones")
+        if zones is not None and zones != (group.get("distributionPolicy") or {}).get("zones"):
+            raise HttpError(400, "Invalid value for field 'resource.distributionPolicy.zones': the zones of a "
+                                 "regional managed instance group cannot be changed.", "invalid")
+
+        def merge(into: dict, patch: dict) -> None:
+            for key, value in patch.items():
+                if value is None:
+                    into.pop(key, None)
+                elif isinstance(value, dict) and isinstance(into.get(key), dict):
+                    merge(into[key], value)
+                else:
+                    into[key] = json.loads(json.dumps(value))
+
+        merge(group, {k: v for k, v in body.items()
+                      if k in ("instanceLifecyclePolicy", "distributionPolicy", "updatePolicy", "description")})
+        return self._operation(params, "compute.instanceGroupManagers.patch", group["selfLink"].split(BASE, 1)[1],
+                               group["_scope"])
+
+    _regionInstanceGroupManagers_patch = _instanceGroupManagers_patch
+
     _regionInstanceGroupManagers_get = _instanceGroupManagers_get
 
     # -- the aggregated list of groups ------------------------------------------------------------
@@ -780,8 +811,31 @@ class ComputeServer(AdviceServing, LocalService):
         if (group.get("status") or {}).get("autoscaler"):
             raise HttpError(412, "Resize requests are not allowed for managed instance groups with an autoscaler. "
                                  "Remove the autoscaler or set autoscaling policy mode to OFF.", "conditionNotMet")
+        # "To use a resize request in the MIG, you must not configure autoscaling and must turn off
+        # repairs" (https://cloud.google.com/compute/docs/instance-groups/about-resize-requests-mig,
+        # limitations for the MIG; every Google sample sets it, terraform-google-modules/
+        # terraform-docs-samples compute/resize_request_basic/main.tf); docs/flex-start.md F11
+        repairs = (group.get("instanceLifecyclePolicy") or {}).get("defaultActionOnFailure") or "REPAIR"
+        if repairs != "DO_NOTHING":
+            raise HttpError(400, f"Invalid value for field 'resource': resize requests need repairs turned off in the "
+                                 f"managed instance group {group['name']} (instanceLifecyclePolicy."
+                                 f"defaultActionOnFailure DO_NOTHING); it is {repairs}.")
+        # the regional example puts every VM of the request in one zone (docs/flex-start.md F13)
+        shape = (group.get("distributionPolicy") or {}).get("targetShape") or "EVEN"
+        if group["_scope"].startswith("regions/") and shape != "ANY_SINGLE_ZONE":
+            raise HttpError(400, f"Invalid value for field 'resource': resize requests in a regional managed instance "
+                                 f"group need distributionPolicy.targetShape ANY_SINGLE_ZONE; {group['name']} has "
+                                 f"{shape}.")
         template = self.templates.get((group["_project"], _tail(group["instanceTemplate"])), {})
         properties = template.get("properties") or {}
+        # every flex-start and resize-request template of Google's consumes no reservation
+        # (terraform-docs-samples compute/resize_request_basic/main.tf: reservation_affinity NO_RESERVATION;
+        # docs/flex-start.md F12)
+        affinity = (properties.get("reservationAffinity") or {}).get("consumeReservationType") or "ANY_RESERVATION"
+        if affinity != "NO_RESERVATION":
+            raise HttpError(400, f"Invalid value for field 'resource': the instance template "
+                                 f"{_tail(group['instanceTemplate'])} of a resize request must set "
+                                 f"reservationAffinity.consumeReservationType NO_RESERVATION; it is {affinity}.")
         model = (properties.get("scheduling") or {}).get("provisioningModel") or "STANDARD"
         if model != "FLEX_START":  # A3 (an assumption: F8 requires it, no source shows the API's text)
             raise HttpError(400, f"Invalid value for field 'resource': resize requests need the group's instance "
@@ -901,7 +955,8 @@ class ComputeServer(AdviceServing, LocalService):
         for member in group["_members"]:
             vm = self.instances.get(member)
             version = {"instanceTemplate": group["instanceTemplate"]}
-            if vm is not None:
+            if vm is not None:  # the template it was made from ("version": the VM's, not the group's)
+                version = {"instanceTemplate": vm.get("_template") or group["instanceTemplate"]}
                 out.append({"instance": vm["selfLink"], "id": vm["id"], "name": vm["name"], "instanceStatus": vm["status"],
                             "currentAction": "NONE", "version": version})
             elif member in group["_pending"]:
@@ -1063,6 +1118,7 @@ class ComputeServer(AdviceServing, LocalService):
             "creationTimestamp": _now(),
             "selfLink": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}/instances/{name}",
             "_group": (group["_project"], group["_scope"], group["name"]),
+            "_template": group["instanceTemplate"],
             "_serial": f"survivor compute fake: {name} booted\n",
             "_guest": {},
         }
@@ -1078,9 +1134,16 @@ class ComputeServer(AdviceServing, LocalService):
         for callback in self.on_instance_deleted:
             callback(vm)
         group = self.groups.get(vm["_group"]) if vm.get("_group") else None
-        if group and not by_group and member in group["_members"]:
+        if group and not by_group and member in group["_members"] and self._repairs(group):
             # a MIG recreates an instance deleted by anything but itself
             self._create_instance(member, group)
+
+    @staticmethod
+    def _repairs(group: dict) -> bool:
+        """Whether the group repairs a failed VM: `instanceLifecyclePolicy.defaultActionOnFailure`
+        REPAIR (the default) or DO_NOTHING ("If DO_NOTHING then instances will not be repaired",
+        https://cloud.google.com/compute/docs/instance-groups/turn-off-vm-repairs-in-mig)."""
+        return (group.get("instanceLifecyclePolicy") or {}).get("defaultActionOnFailure", "REPAIR") != "DO_NOTHING"
 
     def _instance(self, params: dict) -> tuple[tuple[str, str, str], dict]:
         member = (params["project"], params["zone"], params["instance"])
@@ -1101,7 +1164,7 @@ class ComputeServer(AdviceServing, LocalService):
         vm["_serial"] += "survivor compute fake: stopped\n"
         for callback in self.on_instance_deleted:
             callback(vm)
-        if vm.get("_group") in self.groups:
+        if vm.get("_group") in self.groups and self._repairs(self.groups[vm["_group"]]):
             vm["status"] = "RUNNING"  # autohealing: the MIG starts it again
             vm["_serial"] += "survivor compute fake: restarted by its managed instance group\n"
             for callback in self.on_instance_created:

@@ -67,7 +67,7 @@ a safety net of `2d` (d: a restart's overhead).
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from survivor.jobdir.journal import Attempt, Journal, Timing
 from survivor.jobdir.ledger import EARLIEST, build_ledger
@@ -221,6 +221,8 @@ class Decision:
     current: str
     reason: str
     slack_hours: float | None = None  # time left minus the work on on-demand and the margin
+    #: for flex-start: the run duration to ask for, the remaining work plus the margin (issue 41 item 1)
+    run_hours: float | None = None
 
     @property
     def switch(self) -> bool:
@@ -345,8 +347,9 @@ def decide(measured: Measured, situation: Situation) -> Decision:
                 return to(ON_DEMAND, behind, slack)
             why_not = flex.problem(work, margin, left)
             if why_not is None:
-                return to(FLEX_START, f"{behind}; flex-start at {flex.price_ratio:.0%} of the on-demand price "
-                                      f"fits with a {flex.wait_hours:.2f} h queue", slack)
+                chosen = to(FLEX_START, f"{behind}; flex-start at {flex.price_ratio:.0%} of the on-demand price "
+                                        f"fits with a {flex.wait_hours:.2f} h queue", slack)
+                return replace(chosen, run_hours=round(work + margin, 3))
             return to(ON_DEMAND, f"{behind}; on-demand: {why_not}", slack)
         return to(SPOT, f"on track: {on_spot:.2f} h on Spot at {goodput:.0%} goodput, {left:.2f} h left", slack)
     hysteresis = hysteresis_hours(measured, situation)

@@ -113,5 +113,6 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
         return None
     say(f"job {spec.name}: {decision.current} -> {decision.mode}: {decision.reason}")
     if decision.switch:
-        switch_group(compute, group, decision.mode, decision.reason, by="watch", storage=storage, say=say, seen=seen)
+        switch_group(compute, group, decision.mode, decision.reason, by="watch", storage=storage, say=say, seen=seen,
+                     run_hours=decision.run_hours)
     return decision
