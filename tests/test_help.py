@@ -1,9 +1,11 @@
-"""`survivor --help` and every command's: each flag says what it is and its default; a misspelled flag
-shows its own command's usage; a misspelled spec key gets a "did you mean" (issue 25, item 11)."""
+"""`survivor --help` and every command's: each flag says what it is and its default; each command says
+what it does and shows an example of itself that parses (issue 39, item 10); a misspelled flag shows
+its own command's usage; a misspelled spec key gets a "did you mean" (issue 25, item 11)."""
 
 from __future__ import annotations
 
 import argparse
+import shlex
 
 import pytest
 
@@ -42,6 +44,42 @@ def test_every_flag_of_every_command_has_a_help_line_with_its_default():
     assert problems == []
     for line, parser in commands(build_parser()):  # every help renders (a bad %(default) would raise)
         assert parser.format_help().startswith(f"usage: {line}"), line
+
+
+def examples(parser: argparse.ArgumentParser) -> list[str]:
+    """Pure: the example command lines of a parser's --help (`flags.command`'s epilog), comments and a
+    trailing `&` left out."""
+    lines = (parser.epilog or "").split("examples:\n", 1)[-1].splitlines() if "examples:\n" in (parser.epilog or "") else []
+    return [line.split("  #", 1)[0].strip().rstrip("&").strip() for line in lines if line.strip()]
+
+
+def test_every_command_says_what_it_does_and_shows_an_example_of_itself():
+    parser = build_parser()
+    problems = []
+    for line, command in list(commands(parser))[1:]:
+        if not (command.description or "").strip():
+            problems.append(f"{line}: no description")
+        shown = examples(command)
+        if not any(example == line or example.startswith(line + " ") for example in shown):
+            problems.append(f"{line}: no example of `{line} ...` in its --help")
+        for example in shown:  # each example parses as the command line it claims to be
+            words = shlex.split(example)[1:]
+            try:
+                args, unknown = parser.parse_known_args(words)
+            except SystemExit:
+                problems.append(f"{line}: its example `{example}` does not parse")
+                continue
+            if unknown:
+                problems.append(f"{line}: its example `{example}` has unknown arguments {unknown}")
+    assert problems == []
+
+
+def test_the_walk_finds_a_command_without_an_example():
+    parser = argparse.ArgumentParser(prog="survivor")
+    sub = parser.add_subparsers()
+    sub.add_parser("stop", description="Resizes the group to 0.", epilog="examples:\n  survivor start cifar10\n")
+    (line, stop), = list(commands(parser))[1:]
+    assert line == "survivor stop" and examples(stop) == ["survivor start cifar10"]
 
 
 def test_the_walk_finds_a_flag_without_help():

@@ -14,6 +14,8 @@ import faulthandler
 import os
 import signal
 
+from survivor.commands import flags
+
 #: SIGTERM/SIGINT that came before the agent's own handlers: `note_early_signals` records them from
 #: main's first line (a preemption can come while the imports still run, and dying then leaves no
 #: record), and the agent ends its boot at once when it sees one (`agent.Boot.run`).
@@ -54,7 +56,15 @@ def run_agent(args: argparse.Namespace) -> int:
 
 def add_commands(sub) -> None:
     """Adds `survivor agent` to the command line's subparsers."""
-    p = sub.add_parser("agent", help="the daemon a VM's startup script runs: resume, train, save on notice, finish")
+    p = flags.command(
+        sub, "agent", help="the daemon a VM's startup script runs: resume, train, save on notice, finish",
+        description="One boot of a training VM: reads the job spec from instance metadata (or --config), "
+                    "restores the newest committed checkpoint from the job dir, runs the trainer, mirrors its "
+                    "checkpoints, saves and commits on a preemption notice, and at the end writes DONE or FAILED "
+                    "and leaves its group. The VM's startup script runs it under systemd; exit 0: nothing more to "
+                    "do on this boot, 1: retry, 2: an invalid spec.",
+        examples=["survivor agent                                        # on the VM: the spec from metadata",
+                  "survivor agent --config job.yaml --workdir /tmp/vm    # here, against `survivor emulate metadata`"])
     p.add_argument("--workdir", default=os.environ.get("SURVIVOR_WORKDIR", "/var/lib/survivor"),
                    help="local state: the trainer's job dir, delivered code (default /var/lib/survivor)")
     p.add_argument("--config", help="read the job spec from this YAML file instead of instance metadata")

@@ -1,7 +1,7 @@
 """The flags several commands share, each declared here once: the project, the group's place, the job
-dir, the job's name and the VM's prices.
+dir, the job's name and the VM's prices; and `command`, the one way a command's parser is made.
 
-    >>> p = sub.add_parser("status")
+    >>> p = flags.command(sub, "status", help="...", description="...", examples=["survivor status cifar10 ..."])
     >>> flags.where(p, name_optional=True)      # NAME, --project, --zone, --region
     >>> flags.job_dir(p)
     >>> flags.prices(p, instead_of="the offline table")
@@ -13,9 +13,42 @@ passes its own help or default; the flag's name, type and destination stay the o
 from __future__ import annotations
 
 import argparse
+import textwrap
+from typing import Sequence
 
 #: Where an operator command's --project comes from (survivor/cloud/compute.py resolve order).
 PROJECT_HELP = "Google Cloud project (default: the spec's compute.project, else $GOOGLE_CLOUD_PROJECT)"
+
+
+#: The width a command's description is wrapped to (its examples are shown as written).
+DESCRIPTION_WIDTH = 100
+
+
+def command(sub, name: str, *, help: str, description: str, examples: Sequence[str]) -> argparse.ArgumentParser:
+    """A command's parser: `help` is its line in the list of its parent's --help; its own --help shows
+    `description` (paragraphs separated by a blank line, each wrapped here) and then `examples`, each a
+    whole command line, `# what it does` after it where that helps.
+
+    >>> parent = argparse.ArgumentParser(prog="survivor")
+    >>> p = command(parent.add_subparsers(), "stop", help="stop training gracefully",
+    ...             description="Resizes the group to 0; the agent saves first.",
+    ...             examples=["survivor stop cifar10 --zone us-west1-b"])
+    >>> print(p.format_help())
+    usage: survivor stop [-h]
+    <BLANKLINE>
+    Resizes the group to 0; the agent saves first.
+    <BLANKLINE>
+    options:
+      -h, --help  show this help message and exit
+    <BLANKLINE>
+    examples:
+      survivor stop cifar10 --zone us-west1-b
+    <BLANKLINE>
+    """
+    paragraphs = [textwrap.fill(" ".join(part.split()), DESCRIPTION_WIDTH) for part in description.split("\n\n")]
+    return sub.add_parser(name, help=help, description="\n\n".join(paragraphs),
+                          epilog="examples:\n" + "".join(f"  {line}\n" for line in examples),
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def positive(text: str) -> int:

@@ -21,14 +21,15 @@ import json
 import os
 import re
 import sys
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from survivor.operator import group as jobs
-from survivor.cloud.compute import Compute
 from survivor.cloud.template import MachineOptions
-from survivor.commands import vertex as vertex_commands
 from survivor.commands.errors import CommandError
 from survivor.commands import flags
+
+if TYPE_CHECKING:  # imported where a command uses them: `--help` and the parser need neither
+    from survivor.cloud.compute import Compute
+    from survivor.operator import group as jobs
 
 
 def _progress(message: str) -> None:
@@ -43,17 +44,23 @@ def _note(line: str) -> None:
 
 def connect(project: str) -> Compute:
     """Compute Engine for `project`, reporting its operations' progress on stderr."""
+    from survivor.cloud.compute import Compute
+
     return Compute(project, progress=_progress)
 
 
 def _address(args: argparse.Namespace) -> jobs.JobAddress:
     """The job's group (or standalone instance) the arguments name."""
+    from survivor.operator import group as jobs
+
     return jobs.JobAddress(args.name, project=args.project, zone=args.zone, region=args.region,
                            instance=getattr(args, "instance", None))
 
 
 def _template_request(args: argparse.Namespace) -> jobs.TemplateRequest:
     """The template the make-template (and preflight) flags describe."""
+    from survivor.operator import group as jobs
+
     return jobs.TemplateRequest(
         name=args.name, config=args.config, project=args.project, machine_type=args.machine_type, gpu=args.gpu,
         spot=args.spot, image_family=args.image_family, image_project=args.image_project, disk_gb=args.disk_gb,
@@ -65,6 +72,7 @@ def _template_request(args: argparse.Namespace) -> jobs.TemplateRequest:
 def make_template(args: argparse.Namespace) -> int:
     """`survivor make-template NAME --config SPEC`: the job's instance template (--dry-run: its REST body)."""
     from survivor.cloud.template import pretty
+    from survivor.operator import group as jobs
 
     made = jobs.make_template(_template_request(args), None if args.dry_run else connect,
                               skip_preflight=args.skip_preflight, say=_note)
@@ -96,6 +104,8 @@ def make_image(args: argparse.Namespace) -> int:
 
 def make_group(args: argparse.Namespace) -> int:
     """`survivor make-group NAME --template T --zone Z`: the job's single-VM MIG, waited on until its VM runs."""
+    from survivor.operator import group as jobs
+
     address = _address(args)
     group = address.group()
     if args.dry_run:
@@ -116,6 +126,7 @@ def make_group(args: argparse.Namespace) -> int:
 
 def preflight(args: argparse.Namespace) -> int:
     """`survivor preflight JOB --config ...`: every check, one line each; 1 when one blocks."""
+    from survivor.operator import group as jobs
     from survivor.operator.preflight import report
 
     return 0 if report(jobs.preflight_findings(_template_request(args), connect), print) else 1
@@ -228,7 +239,9 @@ def status(args: argparse.Namespace) -> int:
     """`survivor status`: a job's group, VM, progress, preemptions, lost work and cost; or its job dir alone
     (`--job-dir` without a name); or a Vertex AI custom job (`--vertex`)."""
     if args.vertex:
-        return vertex_commands.status(args)
+        from survivor.commands import vertex
+
+        return vertex.status(args)
     if args.name is None:
         if not args.job_dir:
             raise CommandError("give a job name (with --zone or --region), or --job-dir")
@@ -241,6 +254,8 @@ def status(args: argparse.Namespace) -> int:
         report = job_summary(read_job(args.job_dir))
         show: Callable[[dict], None] = _print_job_dir
     else:
+        from survivor.operator import group as jobs
+
         group = _address(args).group()
         report = jobs.job_status(connect(group.project), group, args.job_dir, spot_price=args.spot_price,
                                  on_demand_price=args.on_demand_price)
@@ -264,6 +279,7 @@ def _readable_job_dir(job_dir: str) -> None:
 def report(args: argparse.Namespace) -> int:
     """`survivor report JOB` (or `--job-dir`): goodput, badput by cause, cost so far and projected beside
     on-demand; writes report.md, timeline.png and report.json into --out; `--json` prints the figures."""
+    from survivor.operator import group as jobs
     from survivor.operator import report as reports
     from survivor.cloud.catalog import Machine
     from survivor.cloud.template import parse_gpu
@@ -318,6 +334,8 @@ def report(args: argparse.Namespace) -> int:
 
 def stop(args: argparse.Namespace) -> int:
     """`survivor stop`: graceful; Compute Engine soft-offs the VM and the agent saves and commits first."""
+    from survivor.operator import group as jobs
+
     address = _address(args)
     jobs.stop(connect(address.resolved_project()), address)
     if args.instance:
@@ -330,6 +348,8 @@ def stop(args: argparse.Namespace) -> int:
 
 def start(args: argparse.Namespace) -> int:
     """`survivor start`: the group back to one VM (or the instance started); training resumes."""
+    from survivor.operator import group as jobs
+
     address = _address(args)
     jobs.start(connect(address.resolved_project()), address)
     if args.instance:
@@ -341,6 +361,8 @@ def start(args: argparse.Namespace) -> int:
 
 def delete(args: argparse.Namespace) -> int:
     """`survivor delete`: the group, then the template. Never the job dir."""
+    from survivor.operator import group as jobs
+
     group = _address(args).group()
     jobs.delete(connect(group.project), group, args.template, say=print)
     print("the job dir is untouched")
@@ -350,10 +372,14 @@ def delete(args: argparse.Namespace) -> int:
 def logs(args: argparse.Namespace) -> int:
     """`survivor logs`: the serial port output of the job's VM (the startup script and the agent's journal)."""
     if args.vertex:
-        return vertex_commands.logs(args)
+        from survivor.commands import vertex
+
+        return vertex.logs(args)
     if not args.name and not args.instance:
         raise CommandError("name the job (its MIG), an instance with --instance and --zone, or a Vertex AI custom "
                            "job with --vertex")
+    from survivor.operator import group as jobs
+
     address = _address(args)
     compute = connect(address.resolved_project())
     zone, name = jobs.serial_source(compute, address)
@@ -408,7 +434,17 @@ def _template_flags(p) -> None:
 
 def _add_template_commands(sub) -> None:
     """make-template, make-image and preflight: what a job boots from."""
-    p = sub.add_parser("make-template", help="create the instance template for a job spec")
+    p = flags.command(
+        sub, "make-template", help="create the instance template for a job spec",
+        description="Turns the job spec and these flags into the job's instance template: a Spot VM (unless "
+                    "--on-demand) that boots survivor's image for this install, built first when it is missing "
+                    "(its cost and time said before), or with --install wheel stages survivor's wheel and lock in "
+                    "the job dir's bucket. Runs preflight's checks first. A rerun of the same request says "
+                    "`unchanged`.",
+        examples=["survivor make-template cifar10 --config job.yaml --zone us-west1-b --project my-project",
+                  "survivor make-template cifar10 --config job.yaml --zone us-west1-b --dry-run   "
+                  "# the REST body; nothing sent",
+                  "survivor make-template cifar10 --config job.yaml --zone us-west1-b --install wheel"])
     _template_flags(p)
     p.add_argument("--install", choices=("image", "wheel"), default="image",
                    help="image (default): boot survivor's image for this install, built once if missing, so a "
@@ -418,8 +454,14 @@ def _add_template_commands(sub) -> None:
     p.add_argument("--skip-preflight", action="store_true", help="create it even if `survivor preflight` finds problems")
     p.set_defaults(func=make_template)
 
-    p = sub.add_parser("make-image", help="bake survivor, its lock and the trainer's requirements into an image "
-                                          "that make-template then boots (boots install nothing)")
+    p = flags.command(
+        sub, "make-image", help="bake survivor, its lock and the trainer's requirements into an image that "
+                                "make-template then boots (boots install nothing)",
+        description="Builds survivor's boot image for this wheel, its lock and the trainer's requirements: a "
+                    "builder VM in --zone installs them and powers off, and the image is made from its disk "
+                    "(10-20 minutes). make-template then boots it, so a VM its group recreates installs nothing. "
+                    "An image family already built for this install is left as it is.",
+        examples=["survivor make-image --config job.yaml --zone us-west1-b --project my-project"])
     p.add_argument("--config", required=True, help="the job spec YAML (its job dir stages the wheel and lock)")
     flags.project(p)
     p.add_argument("--zone", required=True, help="where the builder VM runs")
@@ -431,15 +473,29 @@ def _add_template_commands(sub) -> None:
     p.add_argument("--keep-builder", action="store_true", help="leave the builder VM for inspection")
     p.set_defaults(func=make_image)
 
-    p = sub.add_parser("preflight", help="check bucket, IAM, image, GPU offer and quota for a job; change nothing",
-                       description="Takes the make-template flags and checks what the template would need.")
+    p = flags.command(
+        sub, "preflight", help="check bucket, IAM, image, GPU offer and quota for a job; change nothing",
+        description="Takes make-template's flags and checks, before anything is spent, what the template would "
+                    "need: the job dir's bucket and its IAM policy for the VM's service account, the image family, "
+                    "the GPU in the zone and the regional quota, and the project's IAM policy for what the VM "
+                    "itself does (leaving its group, the deadline's switch). One line per check; exit 1 when one "
+                    "blocks. Changes nothing.",
+        examples=["survivor preflight cifar10 --config job.yaml --zone us-west1-b --project my-project"])
     _template_flags(p)
     p.set_defaults(func=preflight)
 
 
 def _add_group_commands(sub) -> None:
     """make-group, stop, start and delete: the job's group."""
-    p = sub.add_parser("make-group", help="create the job's single-instance managed instance group")
+    p = flags.command(
+        sub, "make-group", help="create the job's single-instance managed instance group",
+        description="Creates the job's managed instance group of one VM from its template: zonal with --zone, or "
+                    "regional with --region (its VM in any zone of the region that offers the GPU). Waits until "
+                    "the VM is RUNNING or the group says why it cannot start it (a stockout, a quota, a "
+                    "permission). A job has one group: a group of its name in another zone or region is refused.",
+        examples=["survivor make-group cifar10 --template cifar10 --zone us-west1-b",
+                  "survivor make-group cifar10 --template cifar10 --region us-west1 --wait-seconds 0   "
+                  "# do not wait for its VM"])
     flags.where(p)
     p.add_argument("--template", required=True, help="the instance template the group's VM boots from (make-template's NAME)")
     p.add_argument("--dry-run", action="store_true", help="print the exact REST body; call nothing")
@@ -450,13 +506,25 @@ def _add_group_commands(sub) -> None:
     p.add_argument("--poll-seconds", type=float, default=5.0, help="how often to look while waiting (default %(default)g s)")
     p.set_defaults(func=make_group)
 
-    for name, func, text in (("stop", stop, "stop training gracefully (the agent saves first): MIG resize to 0"),
-                             ("start", start, "start training again: MIG resize to 1")):
-        p = sub.add_parser(name, help=text)
+    for name, func, text, description in (
+            ("stop", stop, "stop training gracefully (the agent saves first): MIG resize to 0",
+             "Resizes the job's group to 0 (or stops the standalone --instance). Compute Engine soft-offs the VM, "
+             "and its agent saves and commits a checkpoint before it goes; `survivor start` resumes from it."),
+            ("start", start, "start training again: MIG resize to 1",
+             "Resizes the job's group back to 1 (or starts the standalone --instance); its VM resumes from the "
+             "newest committed checkpoint.")):
+        p = flags.command(sub, name, help=text, description=description,
+                          examples=[f"survivor {name} cifar10 --zone us-west1-b",
+                                    f"survivor {name} cifar10 --instance cifar10-x1z2 --zone us-west1-b"])
         flags.where(p, instance=True)
         p.set_defaults(func=func)
 
-    p = sub.add_parser("delete", help="delete the job's MIG and template (never the job dir)")
+    p = flags.command(
+        sub, "delete", help="delete the job's MIG and template (never the job dir)",
+        description="Deletes the job's group, then its template (--template when it has another name); a "
+                    "template another group still uses is kept, and that group named. Never the job dir: its "
+                    "checkpoints and records stay.",
+        examples=["survivor delete cifar10 --zone us-west1-b"])
     flags.where(p)
     p.add_argument("--template", help="template name when it is not the job's name")
     p.set_defaults(func=delete)
@@ -464,7 +532,14 @@ def _add_group_commands(sub) -> None:
 
 def _add_reading_commands(sub) -> None:
     """status, report and logs: what a job is doing and what it cost."""
-    p = sub.add_parser("status", help="MIG, instance, progress, preemptions, lost work and cost of a job")
+    p = flags.command(
+        sub, "status", help="MIG, instance, progress, preemptions, lost work and cost of a job",
+        description="Shows the job's group, its VM and what its agent reports, the committed step, the "
+                    "preemptions survived, the steps lost, the cost so far and the last boots. With --job-dir "
+                    "alone, what the job dir says (a deleted job's too); with --vertex, a Vertex AI custom job.",
+        examples=["survivor status cifar10 --zone us-west1-b",
+                  "survivor status --job-dir gs://my-project-cifar-10-checkpoints/cifar10 --json",
+                  "survivor status --vertex projects/P/locations/us-central1/customJobs/ID --job-dir gs://BUCKET/run"])
     flags.where(p, name_optional=True, name_help="the job's name (omit with --job-dir alone for the job dir only)")
     flags.job_dir(p)
     p.add_argument("--vertex", metavar="CUSTOM_JOB", help="a Vertex AI custom job's name (from survivor submit)")
@@ -472,8 +547,16 @@ def _add_reading_commands(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.set_defaults(func=status)
 
-    p = sub.add_parser("report", help="a job's goodput, badput by cause and cost beside on-demand: Markdown, "
-                                      "a timeline PNG and JSON")
+    p = flags.command(
+        sub, "report", help="a job's goodput, badput by cause and cost beside on-demand: Markdown, a timeline PNG "
+                            "and JSON",
+        description="Goodput, badput by cause, and the cost so far and projected beside on-demand, from the job "
+                    "dir's records and the Cloud Billing Catalog's prices (else cached ones, else survivor's "
+                    "offline table). Writes report.md, timeline.png and report.json into --out and prints the "
+                    "Markdown.",
+        examples=["survivor report cifar10 --zone us-west1-b",
+                  "survivor report --job-dir gs://my-project-cifar-10-checkpoints/cifar10 --machine-type "
+                  "n1-standard-8 --gpu nvidia-tesla-t4:1 --region us-west1 --offline"])
     flags.where(p, name_optional=True, name_help="the job's name (omit with --job-dir)",
                 region_help="the regional MIG's region; with --job-dir, where the prices are read")
     flags.job_dir(p)
@@ -488,7 +571,13 @@ def _add_reading_commands(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=report)
 
-    p = sub.add_parser("logs", help="the job instance's serial port output, or a Vertex AI job's logs")
+    p = flags.command(
+        sub, "logs", help="the job instance's serial port output, or a Vertex AI job's logs",
+        description="Prints the serial port output of the job's VM (its startup script and the agent's "
+                    "journal); --follow keeps printing until Ctrl-C. With --vertex, a Vertex AI custom job's "
+                    "replicas' logs from Cloud Logging.",
+        examples=["survivor logs cifar10 --zone us-west1-b --follow",
+                  "survivor logs --vertex projects/P/locations/us-central1/customJobs/ID"])
     flags.where(p, instance=True, name_optional=True)
     p.add_argument("--vertex", metavar="CUSTOM_JOB", help="a Vertex AI custom job's name: its replicas' logs")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new output until interrupted")

@@ -191,7 +191,16 @@ CHECK_EXAMPLES = """examples:
 
 def add_commands(sub) -> None:
     """Adds demo, simulate, check-trainer, emulate and data to the command line's subparsers."""
-    p = sub.add_parser("demo", help="the whole lifecycle on this machine: train, get preempted, resume, finish")
+    p = flags.command(
+        sub, "demo", help="the whole lifecycle on this machine: train, get preempted, resume, finish",
+        description="Trains a built-in trainer under survivor's agent on this machine and preempts it --preemptions "
+                    "times at random steps (the metadata flag, SIGTERM, SIGKILL 30 s later, as a Spot VM gets it), "
+                    "recreating the \"VM\" with a fresh disk each time, then shows what each boot restored, "
+                    "reached, saved and lost. About a minute; nothing but pip needed.",
+        examples=["survivor demo",
+                  "survivor demo --trainer dummy --steps 200 --preemptions 2   # no TensorFlow",
+                  "survivor demo --gcs                                         # the job dir in a Cloud Storage "
+                  "emulator"])
     p.add_argument("--steps", type=flags.positive, default=None, help="training steps (default: the trainer's demo size)")
     p.add_argument("--preemptions", type=int, default=3, help="how many preemptions to inflict (default 3)")
     p.add_argument("--trainer", choices=["cifar10", "mlp", "dummy"], default="cifar10",
@@ -204,7 +213,15 @@ def add_commands(sub) -> None:
                    help="show TensorFlow's start-up lines too (the demo's data.log and the agent's logs keep them)")
     p.set_defaults(func=run_demo)
 
-    p = sub.add_parser("simulate", help="run a job through a local MIG simulator with Spot-style preemptions")
+    p = flags.command(
+        sub, "simulate", help="run a job through a local MIG simulator with Spot-style preemptions",
+        description="Runs the job spec through a stand-in for a Spot VM in a managed instance group: the real "
+                    "Compute client against survivor's Compute fake, an agent process per instance, preemptions "
+                    "on a schedule (or a seeded Spot trace, or real capacity traces), recreations with a fresh "
+                    "disk. Prints the timeline, its plot, the cost beside on-demand and a JSON summary; exit 0 "
+                    "when the job is DONE and its VM left the group.",
+        examples=["survivor simulate --config templates/simulate.yaml --preempt-every 20s",
+                  "survivor simulate --config job.yaml --preemptions-per-hour 0.5 --stockout-minutes 30 --seed 3"])
     p.add_argument("--config", required=True, help="the job spec YAML (a relative job_dir goes under --workdir)")
     p.add_argument("--preempt-every", default="90s", help="mean time between preemptions (90s, 2m, ...; default %(default)s)")
     p.add_argument("--jitter", default="0s", help="uniform +- jitter on that interval (default %(default)s)")
@@ -263,9 +280,21 @@ def add_commands(sub) -> None:
                    help="the trainer's command line (survivor adds --job-dir, --train-steps, --checkpoint-steps)")
     p.set_defaults(func=check_trainer)
 
-    p = sub.add_parser("emulate", help="run a local stand-in for a Google Cloud service")
+    p = flags.command(
+        sub, "emulate", help="run a local stand-in for a Google Cloud service",
+        description="Runs one of survivor's stand-ins for Google Cloud on 127.0.0.1 in the foreground, and prints "
+                    "the variable that points survivor (and the real client libraries) at it. Each keeps its state "
+                    "in memory; Ctrl-C or `kill` ends it.",
+        examples=["survivor emulate compute --stockout us-west1-a &   # then: export SURVIVOR_COMPUTE_ENDPOINT=...",
+                  "survivor emulate storage --bucket my-bucket &      # then: export STORAGE_EMULATOR_HOST=..."])
     esub = p.add_subparsers(dest="service", required=True)
-    e = esub.add_parser("metadata", help="the metadata-server emulator on 127.0.0.1")
+    e = flags.command(
+        esub, "metadata", help="the metadata-server emulator on 127.0.0.1",
+        description="A Compute Engine metadata server for one instance: its identity, the job spec as its "
+                    "survivor-job attribute, guest attributes, hanging GETs, as `survivor agent --config` and the "
+                    "trainers read them off a VM.",
+        examples=["survivor emulate metadata --config job.yaml --port 8089   # then: export "
+                  "GCE_METADATA_HOST=127.0.0.1:8089"])
     e.add_argument("--port", type=int, default=8089, help="the port on 127.0.0.1 (default %(default)s)")
     e.add_argument("--config", help="a job spec YAML to serve as the survivor-job attribute")
     e.add_argument("--attribute", action="append", metavar="KEY=VALUE", help="an instance attribute (repeatable)")
@@ -273,7 +302,13 @@ def add_commands(sub) -> None:
     e.add_argument("--zone", default="us-west1-b", help="the instance's zone (default %(default)s)")
     flags.project(e, default="survivor-local", help="the instance's project (default %(default)s)")
     e.set_defaults(func=emulate_metadata)
-    e = esub.add_parser("compute", help="survivor's Compute Engine fake on 127.0.0.1 (templates, MIGs, quotas, GPUs)")
+    e = flags.command(
+        esub, "compute", help="survivor's Compute Engine fake on 127.0.0.1 (templates, MIGs, quotas, GPUs)",
+        description="survivor's Compute Engine fake: every request checked against the Compute v1 discovery "
+                    "document; templates, managed instance groups and their VMs, quotas, GPUs per zone, "
+                    "stockouts, organisation policies, and preflight's IAM reads. Its VMs are RUNNING at once and "
+                    "run nothing (`survivor simulate` runs agents in them).",
+        examples=["survivor emulate compute --stockout us-west1-a --quota us-west1:PREEMPTIBLE_NVIDIA_T4_GPUS=2"])
     e.add_argument("--port", type=int, default=8090, help="the port on 127.0.0.1 (default %(default)s)")
     flags.project(e, default=os.environ.get("GOOGLE_CLOUD_PROJECT", "survivor-local"),
                   help="the project --quota applies to (default $GOOGLE_CLOUD_PROJECT or survivor-local)")
@@ -296,7 +331,12 @@ def add_commands(sub) -> None:
     e.add_argument("--image-family", action="append", default=[], metavar="PROJECT/FAMILY",
                    help="an image family that resolves (the Deep Learning VM family always does)")
     e.set_defaults(func=emulate_compute)
-    e = esub.add_parser("storage", help="fake-gcs-server with bucket IAM in front, on 127.0.0.1")
+    e = flags.command(
+        esub, "storage", help="fake-gcs-server with bucket IAM in front, on 127.0.0.1",
+        description="fake-gcs-server (Cloud Storage's JSON API) with survivor's bucket-IAM stand-in in front, its "
+                    "buckets and grants given here because gcloud cannot reach an emulator.",
+        examples=["survivor emulate storage --bucket my-project-cifar-10-checkpoints "
+                  "--grant my-project-cifar-10-checkpoints=roles/storage.objectUser"])
     e.add_argument("--port", type=int, default=4443, help="the port on 127.0.0.1 (default %(default)s)")
     flags.project(e, default=os.environ.get("GOOGLE_CLOUD_PROJECT", "survivor-local"),
                   help="the project the buckets belong to (default $GOOGLE_CLOUD_PROJECT or survivor-local)")
@@ -305,9 +345,17 @@ def add_commands(sub) -> None:
                    help="bind ROLE on BUCKET to the Compute fake's default service account (repeatable)")
     e.set_defaults(func=emulate_storage)
 
-    p = sub.add_parser("data", help="write training data in the layout the built-in trainers read")
+    p = flags.command(
+        sub, "data", help="write training data in the layout the built-in trainers read",
+        description="Writes a data set in the layout a built-in trainer reads from its data_dir.",
+        examples=["survivor data cifar10 --from cifar-10-python.tar.gz --out /tmp/cifar-10-data"])
     dsub = p.add_subparsers(dest="dataset", required=True)
-    d = dsub.add_parser("cifar10", help="CIFAR-10 TFRecords (train/validation/eval), as the estimator example's")
+    d = flags.command(
+        dsub, "cifar10", help="CIFAR-10 TFRecords (train/validation/eval), as the estimator example's",
+        description="CIFAR-10 as TFRecords (train, validation, eval), as the recipe's estimator example wrote "
+                    "them: from the official archive, or N deterministic synthetic images to try things with.",
+        examples=["survivor data cifar10 --from cifar-10-python.tar.gz --out /tmp/cifar-10-data",
+                  "survivor data cifar10 --synthetic 1024 --out /tmp/cifar-10-synthetic"])
     source = d.add_mutually_exclusive_group(required=True)
     source.add_argument("--from", dest="archive", help="the official cifar-10-python.tar.gz")
     source.add_argument("--synthetic", type=int, metavar="N", help="N deterministic fake training images")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import gc
 import sys
 
 from survivor import __version__
@@ -85,6 +86,14 @@ def main(argv: list[str] | None = None) -> int:
         if code is None:
             raise
         return code
+    finally:
+        if argv is None and args.command != "agent":
+            # The command is done and this process about to end. Python's collections while it tears
+            # its modules down (Python/pylifecycle.c, finalize_modules) walk every object the Compute
+            # client's ~100 services made: 0.45 s of an operator command's exit, 0.04 s with them
+            # frozen ("ignored in all the future collections", gc.freeze). Only when this process is
+            # the command (no `argv`: a test's or a caller's process goes on collecting).
+            gc.freeze()
 
 
 if __name__ == "__main__":

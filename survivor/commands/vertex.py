@@ -17,12 +17,13 @@ import sys
 from survivor.cloud import vertex
 from survivor.commands import flags
 from survivor.commands.errors import CommandError
-from survivor.operator import vertex_job
 from survivor.spec import SpecError
 
 
 def submit(args: argparse.Namespace) -> int:
     """`survivor submit`: sends the custom job (prints it with --dry-run), then says how to watch it."""
+    from survivor.operator import vertex_job  # here, not at the top: the parser (`--help`) needs no job dir
+
     request = vertex.SubmitRequest(config=args.config, training_input=args.training_input, project=args.project,
                                    region=args.region, package=args.package, container_image=args.container_image,
                                    executor_images=tuple(args.executor_image or ()), spot=args.spot)
@@ -45,6 +46,8 @@ def submit(args: argparse.Namespace) -> int:
 
 def status(args: argparse.Namespace) -> int:
     """`survivor status --vertex JOB`: the custom job's state beside what its job dir says."""
+    from survivor.operator import vertex_job
+
     report = vertex_job.job_report(args.vertex, args.region, args.job_dir)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
@@ -73,7 +76,15 @@ def logs(args: argparse.Namespace) -> int:
 
 def add_commands(sub) -> None:
     """Adds `survivor submit` to the command line's subparsers (status and logs take --vertex: group.py)."""
-    p = sub.add_parser("submit", help="run the job on Vertex AI custom jobs (many workers, managed restarts)")
+    p = flags.command(
+        sub, "submit", help="run the job on Vertex AI custom jobs (many workers, managed restarts)",
+        description="Sends the job spec to Vertex AI as a custom job: the same trainer, on one or many workers "
+                    "(a Cloud ML Engine trainingInput config translated with --training-input), resumed from "
+                    "--job-dir by the same contract. Prints how to follow it (survivor status --vertex, "
+                    "survivor logs --vertex).",
+        examples=["survivor submit --config job.yaml --region us-central1 --dry-run   # the request; nothing sent",
+                  "survivor submit --config job.yaml --training-input config.yaml --package "
+                  "gs://BUCKET/survivor_train-0.1.0.tar.gz"])
     p.add_argument("--config", required=True, help="the job spec YAML")
     p.add_argument("--training-input", help="a Cloud ML Engine config.yaml (trainingInput: scaleTier, masterType...)")
     flags.project(p, help="Google Cloud project (default: the spec's vertex.project, else $GOOGLE_CLOUD_PROJECT)")

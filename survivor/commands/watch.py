@@ -114,7 +114,15 @@ def run_watch(args: argparse.Namespace) -> int:
 
 def add_commands(sub) -> None:
     """Adds `watch` to the command line's subparsers."""
-    p = sub.add_parser("watch", help="decide Spot or on-demand for a job with a deadline (while no VM may run)")
+    p = flags.command(
+        sub, "watch", help="decide Spot or on-demand for a job with a deadline (while no VM may run)",
+        description="Looks at a job with a deadline: or placement: from outside its VM (during a Spot stockout "
+                    "no VM boots to decide) and switches its group to on-demand, or moves it, when the policy "
+                    "says so. Once, every --every in the foreground, or deployed on Google Cloud with --deploy (a "
+                    "Cloud Run job run by Cloud Scheduler; never an always-on VM).",
+        examples=["survivor watch cifar10 --zone us-west1-b                 # one look",
+                  "survivor watch cifar10 --zone us-west1-b --every 15m     # keep looking",
+                  "survivor watch cifar10 --zone us-west1-b --deploy --service-account SA_EMAIL"])
     p.add_argument("name", help="the job's name (its group's)")
     flags.project(p, help="Google Cloud project (default: $GOOGLE_CLOUD_PROJECT)")
     flags.place(p, required=True)
