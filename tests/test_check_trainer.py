@@ -4,7 +4,6 @@ dummy trainer (fast), and, marked slow, on the four user-style scripts of exampl
 mnist_convnet and TensorFlow's checkpoint guide loop, each as people first adapt them and as
 survivor's docs make them."""
 
-import datetime as _dt
 import os
 import subprocess
 import sys

@@ -91,11 +91,12 @@ def request_bodies(machine_type: str, gpu_type: str | None, gpu_count: int,
     selection: dict = {"machineTypes": [machine_type]}
     if gpu_type and gpu_count and machine_type.startswith("n1-"):
         selection["guestAccelerators"] = [{"acceleratorType": gpu_type, "acceleratorCount": gpu_count}]
+    distribution: dict = {"targetShape": "ANY_SINGLE_ZONE"}
+    if zone:
+        distribution["zones"] = [{"zone": f"zones/{zone}"}]
     advice = {"instanceProperties": {"scheduling": {"provisioningModel": "SPOT"}}, "size": 1,
               "instanceFlexibilityPolicy": {"instanceSelections": {"job": selection}},
-              "distributionPolicy": {"targetShape": "ANY_SINGLE_ZONE"}}
-    if zone:
-        advice["distributionPolicy"]["zones"] = [{"zone": f"zones/{zone}"}]
+              "distributionPolicy": distribution}
     history = None
     if has_history(machine_type, gpu_type):
         history = {"instanceProperties": {"machineType": machine_type, "scheduling": {"provisioningModel": "SPOT"}},

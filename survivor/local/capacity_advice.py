@@ -164,6 +164,9 @@ class AdviceServing:
     #: the wall time of the trace's hour 0, for the records' intervals
     trace_epoch = _dt.datetime(2026, 11, 1, tzinfo=_dt.timezone.utc)
 
+    def zones_of(self, region: str) -> list[str]:  # the fake's own (ComputeServer.zones_of) wins in the MRO
+        raise NotImplementedError
+
     def _trace_now(self) -> tuple[Any, dict[str, str], float] | None:
         """(trace, the fake's zone -> the trace's zone, the trace's hour now), or None."""
         state = getattr(self, "capacity_trace", None)

@@ -700,7 +700,7 @@ class ComputeServer(AdviceServing, LocalService):
         for (p, scope, _), group in sorted(self.groups.items()):
             if p == project:
                 found.setdefault(scope, []).append(self._public_group(group))
-        items = {}
+        items: dict[str, dict] = {}
         for scope in sorted(scopes | set(found)):
             if scope in found:
                 items[scope] = {"instanceGroupManagers": found[scope]}

@@ -168,7 +168,7 @@ def preempt_now(reported: int | None, preempt_at: int, running_seconds: float, u
 
 def strays_in(workdir: str) -> list[str]:
     """The files under an agent's work dir that are not the agent's (`AGENT_ENTRIES`), relative."""
-    found = []
+    found: list[str] = []
     if not os.path.isdir(workdir):
         return found
     for entry in sorted(os.listdir(workdir)):

@@ -78,17 +78,18 @@ def weigh(here: P, outlooks: Mapping[P, Outlook], costs: Costs, skip: frozenset 
     horizon = max(0.0, min(costs.horizon_hours, costs.hours_left))
     mine = training_share(outlooks[here], costs.restart_hours)
     best: Bet | None = None
+    target = here  # the place `best` moves to
     for place, outlook in outlooks.items():
         if place == here or place in skip:
             continue
         gain = horizon * (training_share(outlook, costs.restart_hours) - mine)
         cost = costs.restart_hours + costs.restore_hours + (1.0 - outlook.obtainability) * costs.look_hours
         if best is None or gain - cost > best.gain_hours - best.cost_hours:
-            best = Bet(place, gain, cost, "")
+            best, target = Bet(place, gain, cost, ""), place
     if best is None:
         return Bet(None, 0.0, 0.0, "no other place has capacity data")
-    text = (f"{name(best.to)}: obtainability {outlooks[best.to].obtainability:.2f}, uptime "
-            f"{outlooks[best.to].uptime_hours:.2f} h, against here's {outlooks[here].obtainability:.2f} and "
+    text = (f"{name(target)}: obtainability {outlooks[target].obtainability:.2f}, uptime "
+            f"{outlooks[target].uptime_hours:.2f} h, against here's {outlooks[here].obtainability:.2f} and "
             f"{outlooks[here].uptime_hours:.2f} h: {best.gain_hours:.2f} h gained for {best.cost_hours:.2f} h")
     if best.gain_hours - best.cost_hours <= 0:
         return Bet(None, best.gain_hours, best.cost_hours, f"staying: the best move, to {text}, does not pay")
