@@ -153,10 +153,11 @@ def _usd(money: dict) -> float:
 
 def client():
     """A CloudCatalogClient over REST: the stand-in named by SURVIVOR_CATALOG_ENDPOINT, or Google's
-    with default credentials."""
+    with default credentials (the process's one lookup: a report prices two machines with one)."""
     from google.cloud import billing_v1
 
-    return billing_v1.CloudCatalogClient(**endpoints.client_kwargs(endpoints.CATALOG.endpoint()))
+    scopes = billing_v1.CloudCatalogClient.get_transport_class("rest").AUTH_SCOPES
+    return billing_v1.CloudCatalogClient(**endpoints.client_kwargs(endpoints.CATALOG.endpoint(), scopes=scopes))
 
 
 def fetch_skus(catalog_client=None, timeout: float = 60.0) -> list[Sku]:

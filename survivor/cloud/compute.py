@@ -256,31 +256,36 @@ class Compute:
         self.progress = progress
         endpoint = endpoints.COMPUTE.endpoint(endpoint)
         self.endpoint = endpoint  # None: Google's; preflight reads the project's IAM policy there too
-        kwargs = endpoints.client_kwargs(endpoint, credentials=credentials)
         self.v1 = compute_v1
         from google.auth.exceptions import DefaultCredentialsError
 
+        def client(cls):
+            """One Compute client; on Google's endpoint with the process's one credential lookup, given
+            the scopes the client's own lookup would have asked for."""
+            scopes = None if credentials is not None else cls.get_transport_class("rest").AUTH_SCOPES
+            return cls(**endpoints.client_kwargs(endpoint, credentials=credentials, scopes=scopes))
+
         try:
-            self.templates = compute_v1.InstanceTemplatesClient(**kwargs)
+            self.templates = client(compute_v1.InstanceTemplatesClient)
         except DefaultCredentialsError:
             raise ComputeError(
                 "no Google Cloud credentials: run `gcloud auth application-default login` (on a VM: give it a "
                 f"service account with the compute scope), or point {ENDPOINT_ENV} at survivor's Compute fake"
             ) from None
-        self.groups = compute_v1.InstanceGroupManagersClient(**kwargs)
-        self.region_groups = compute_v1.RegionInstanceGroupManagersClient(**kwargs)
-        self.resize_requests = compute_v1.InstanceGroupManagerResizeRequestsClient(**kwargs)
-        self.region_resize_requests = compute_v1.RegionInstanceGroupManagerResizeRequestsClient(**kwargs)
-        self.instances = compute_v1.InstancesClient(**kwargs)
-        self.zone_ops = compute_v1.ZoneOperationsClient(**kwargs)
-        self.region_ops = compute_v1.RegionOperationsClient(**kwargs)
-        self.global_ops = compute_v1.GlobalOperationsClient(**kwargs)
-        self.regions = compute_v1.RegionsClient(**kwargs)
-        self.accelerator_types = compute_v1.AcceleratorTypesClient(**kwargs)
-        self.images = compute_v1.ImagesClient(**kwargs)
-        self.projects = compute_v1.ProjectsClient(**kwargs)
-        self.networks = compute_v1.NetworksClient(**kwargs)
-        self.advice = compute_v1.AdviceClient(**kwargs)
+        self.groups = client(compute_v1.InstanceGroupManagersClient)
+        self.region_groups = client(compute_v1.RegionInstanceGroupManagersClient)
+        self.resize_requests = client(compute_v1.InstanceGroupManagerResizeRequestsClient)
+        self.region_resize_requests = client(compute_v1.RegionInstanceGroupManagerResizeRequestsClient)
+        self.instances = client(compute_v1.InstancesClient)
+        self.zone_ops = client(compute_v1.ZoneOperationsClient)
+        self.region_ops = client(compute_v1.RegionOperationsClient)
+        self.global_ops = client(compute_v1.GlobalOperationsClient)
+        self.regions = client(compute_v1.RegionsClient)
+        self.accelerator_types = client(compute_v1.AcceleratorTypesClient)
+        self.images = client(compute_v1.ImagesClient)
+        self.projects = client(compute_v1.ProjectsClient)
+        self.networks = client(compute_v1.NetworksClient)
+        self.advice = client(compute_v1.AdviceClient)
 
     @classmethod
     def from_environment(cls, project: str) -> "Compute":
