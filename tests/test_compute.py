@@ -451,6 +451,54 @@ def test_a_finished_vm_that_cannot_leave_its_group_powers_off_and_again_when_rec
     assert group["targetSize"] == 1  # it could not leave: the group still has it, stopped by its own OS
 
 
+def test_survivor_watch_deletes_the_group_of_a_done_job_whose_vm_could_not_leave_it(compute_server, tmp_path,
+                                                                                     capsys, monkeypatch):
+    """Issue 41 item 2, must show: forced past preflight, a DONE job's VM cannot leave its group and
+    powers off; the group would repair it, and it would boot, see DONE and power off, billed, for
+    ever. `survivor watch`, run as the operator, deletes the group, so no VM boots again after DONE."""
+    from survivor.jobdir.journal import Journal
+    from survivor.jobdir.storage import open_storage
+    from survivor.operator import watch
+    from tests.conftest import dummy_spec
+
+    denied = ("Required 'compute.instanceGroupManagers.update' permission for "
+              f"'projects/{PROJECT}/zones/us-west1-b/instanceGroupManagers/nope'")
+    compute_server.fail("compute.instanceGroupManagers.deleteInstances", http=403, message=denied, times=5)
+    job_dir = str(tmp_path / "jobdir")
+    spec_yaml = dummy_spec(job_dir, tmp_path, train_steps=15, on_finish="auto")
+    group, member, vm = agent_in_a_group("nope", spec_yaml, compute_server, tmp_path, capsys)
+    try:
+        vm.boot()
+        assert vm.wait(120) == 0, open(vm.log_path()).read()[-2000:]
+        assert vm.powered_off() and Journal(open_storage(job_dir)).done() is not None
+    finally:
+        vm.close()
+    assert group["targetSize"] == 1  # the VM could not leave: the group still keeps it
+    booted_after_done: list[str] = []
+    compute_server.on_instance_created.append(lambda made: booted_after_done.append(made["name"]))
+    assert run_cli(capsys, "watch", "nope", "--zone", "us-west1-b", "--project", PROJECT)[1].count("deleted") == 0
+    monkeypatch.setattr(watch, "FINISH_GRACE_SECONDS", 0.0)  # the agent's own leave had its time
+    code, out, _ = run_cli(capsys, "watch", "nope", "--zone", "us-west1-b", "--project", PROJECT)
+    assert code == 0 and "job nope: DONE, but its group still kept a VM" in out and "group nope deleted" in out, out
+    assert (PROJECT, "zones/us-west1-b", "nope") not in compute_server.groups and member not in compute_server.instances
+    code, out, _ = run_cli(capsys, "watch", "nope", "--zone", "us-west1-b", "--project", PROJECT)
+    assert code != 0 and "not found" in out + _  # nothing left to look at
+    assert booted_after_done == []
+
+
+def test_a_look_deletes_only_a_group_that_still_keeps_a_vm_after_the_grace():
+    import datetime as dt
+
+    from survivor.operator.watch import over_group_to_delete
+
+    now = dt.datetime(2026, 11, 1, 12, tzinfo=dt.timezone.utc)
+    minutes = [now - dt.timedelta(minutes=m) for m in (1, 10)]
+    assert not over_group_to_delete(None, minutes[1], 1, now)  # not ended
+    assert not over_group_to_delete("DONE", minutes[1], 0, now)  # the VM left: an empty group costs nothing
+    assert not over_group_to_delete("DONE", minutes[0], 1, now)  # the agent may be leaving right now
+    assert over_group_to_delete("DONE", minutes[1], 1, now) and over_group_to_delete("FAILED", None, 1, now)
+
+
 def test_a_standalone_agent_stops_its_instance(compute_server, tmp_path):
     from survivor.local.instance import LocalInstance
     from tests.conftest import dummy_spec

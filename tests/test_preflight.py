@@ -209,6 +209,8 @@ def test_no_external_ip_drops_the_access_config_and_preflight_says_what_the_vm_t
 
 
 def test_a_bucket_policy_without_the_vm_is_a_warning_with_the_grant(compute_server, bucket, bucket_iam, capsys, tmp_path):
+    compute_server.set_project_policy(PROJECT, [{"role": "roles/compute.instanceAdmin.v1",
+                                                 "members": ["serviceAccount:trainer@p.iam.gserviceaccount.com"]}])
     code, out, _ = run_cli(capsys, "preflight", "job", "--config", _job(tmp_path, f"gs://{bucket}/run"),
                            "--project", PROJECT, "--service-account", "trainer@p.iam.gserviceaccount.com")
     assert code == 0
@@ -260,7 +262,7 @@ def test_the_project_policy_must_grant_the_vm_what_leaving_and_switching_its_gro
     [ok] = preflight.compute_iam_findings("p", member, [{"role": "roles/editor", "members": [member]}])
     assert ok.level == "ok"
     [line] = preflight.compute_iam_findings("p", member, [{"role": "roles/compute.viewer", "members": [member]}])
-    assert line.level == "warning" and line.message.startswith(
+    assert line.level == "error" and line.message.startswith(  # issue 41 item 2: the finish that loops
         f"project p: {VM_ACCOUNT} lacks compute.instanceGroupManagers.update (grant roles/compute.instanceAdmin.v1: "
         f"gcloud projects add-iam-policy-binding p --member={member} --role=roles/compute.instanceAdmin.v1")
     assert "powers itself off" in line.message
@@ -333,8 +335,10 @@ def test_preflight_reads_the_project_policy_and_names_each_permission_the_vm_lac
     compute_server.set_project_policy(PROJECT, [{"role": "roles/compute.viewer", "members": [member]}])
     code, out, _ = run_cli(capsys, "preflight", "job", "--config", _job(tmp_path, f"gs://{bucket}/run"),
                            "--project", PROJECT, "--zone", "us-west1-b")
-    [line] = [line for line in out.splitlines() if line.startswith(f"warning: project {PROJECT}")]
+    assert code != 0, out  # issue 41 item 2: a VM that cannot leave its group loops; a readable policy stops it
+    [line] = [line for line in out.splitlines() if line.startswith(f"error: project {PROJECT}")]
     assert "lacks compute.instanceGroupManagers.update (grant roles/compute.instanceAdmin.v1" in line
+    assert "`survivor watch` then deletes the group" in line
 
     # the operator guide's custom role, read through IAM's roles.get, grants what it lists
     custom = f"projects/{PROJECT}/roles/survivorFinish"
@@ -363,3 +367,23 @@ def test_the_compute_fake_refuses_the_vms_calls_its_project_roles_do_not_grant(c
     compute_server.set_project_policy(PROJECT, [{"role": "roles/compute.instanceAdmin.v1", "members": [member]}])
     compute.leave_group(group, "us-west1-b", name)
     assert compute_server.groups[(PROJECT, "zones/us-west1-b", "r")]["targetSize"] == 0
+
+
+# -- issue 41 item 2: a group whose VM cannot leave it is refused, not warned about -------------------
+
+def test_make_group_refuses_a_group_whose_vm_account_cannot_leave_it(compute_server, bucket, bucket_iam, capsys,
+                                                                      tmp_path):
+    """Must show: make-group is refused by preflight (naming the role to grant) when the project's
+    readable policy does not let the VM's account leave its group; --skip-preflight forces it."""
+    member = f"serviceAccount:{VM_ACCOUNT}"
+    bucket_iam.set_bindings(bucket, [{"role": "roles/storage.objectUser", "members": [member]}])
+    compute_server.set_project_policy(PROJECT, [{"role": "roles/compute.viewer", "members": [member]}])
+    assert run_cli(capsys, "make-template", "t", "--config", _job(tmp_path, f"gs://{bucket}/run"),
+                   "--project", PROJECT, "--install", "wheel", "--skip-preflight")[0] == 0
+    code, _, err = run_cli(capsys, "make-group", "g", "--template", "t", "--zone", "us-west1-b", "--project", PROJECT)
+    assert code == 1 and compute_server.groups == {}, err
+    assert (f"error: project {PROJECT}: {VM_ACCOUNT} lacks compute.instanceGroupManagers.update (grant "
+            "roles/compute.instanceAdmin.v1") in err
+    assert run_cli(capsys, "make-group", "g", "--template", "t", "--zone", "us-west1-b", "--project", PROJECT,
+                   "--skip-preflight", "--wait-seconds", "0")[0] == 0
+    assert (PROJECT, "zones/us-west1-b", "g") in compute_server.groups

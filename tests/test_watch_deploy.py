@@ -34,7 +34,7 @@ def test_deploy_creates_a_cloud_run_job_running_one_watch_and_a_scheduler_job_ca
     task = run.jobs[NAME]["template"]["template"]
     assert task["containers"] == [{"image": "us-docker.pkg.dev/p/survivor/survivor:1", "command": ["survivor"],
                                    "args": ["watch", "cifar10", "--project", "survivor-local", "--zone",
-                                            "us-west1-b", "--every", "15m", "--once"]}]
+                                            "us-west1-b", "--every", "15m", "--once", "--deployed-in", "us-west1"]}]
     assert task["serviceAccount"] == ACCOUNT and task["maxRetries"] == 0
     job = scheduler.jobs[NAME]
     assert job["schedule"] == "*/15 * * * *"
@@ -145,3 +145,35 @@ def test_a_job_that_may_move_is_deployed_with_its_job_dir(apis, compute_server, 
     assert main(["watch", "stays", "--project", "survivor-local", "--zone", "us-west1-b", "--deploy",
                  "--service-account", ACCOUNT]) == 0
     assert "--job-dir" not in run.jobs[f"{PARENT}/jobs/survivor-watch-stays"]["template"]["template"]["containers"][0]["args"]
+
+
+def test_the_deployed_look_ends_its_own_schedule_once_the_job_is_done(apis, compute_server, monkeypatch, capsys,
+                                                                      tmp_path):
+    """Issue 41 item 2: a look at a job that is DONE (or FAILED) deletes its own Cloud Scheduler job,
+    so Cloud Run is not run every 15 minutes for a job that ended; the Cloud Run job stays (--undeploy)."""
+    from survivor.cloud.compute import Compute
+    from survivor.cloud.template import MachineOptions, template_body
+    from survivor.commands.main import main
+    from survivor.jobdir.journal import Journal
+    from survivor.jobdir.storage import open_storage
+    from survivor.spec import JobSpec
+
+    run, scheduler, _ = apis
+    monkeypatch.setenv(watch_deploy.RUN_ENDPOINT_ENV, run.endpoint)
+    monkeypatch.setenv(watch_deploy.SCHEDULER_ENDPOINT_ENV, scheduler.endpoint)
+    spec = JobSpec.from_yaml(f"job_dir: {tmp_path}/job\ntrain_steps: 10\ntrainer: {{builtin: dummy}}\n")
+    compute = Compute("survivor-local")
+    compute.insert_template(template_body("cifar10", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
+    compute.create_group("cifar10", "cifar10", zone="us-west1-b", size=1)
+    base = ["watch", "cifar10", "--project", "survivor-local", "--zone", "us-west1-b"]
+    assert main(base + ["--deploy", "--service-account", ACCOUNT]) == 0
+    args = run.jobs[NAME]["template"]["template"]["containers"][0]["args"]
+    assert args[-2:] == ["--deployed-in", "us-west1"]
+    capsys.readouterr()
+    assert main(args) == 0  # what the container runs: the job has not ended, the schedule stays
+    assert NAME in scheduler.jobs
+    Journal(open_storage(spec.job_dir)).mark_done({"step": 10})
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert f"Cloud Scheduler job {NAME}: deleted (the job is DONE" in out, out
+    assert NAME not in scheduler.jobs and NAME in run.jobs

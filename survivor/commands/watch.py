@@ -104,9 +104,20 @@ def run_watch(args: argparse.Namespace) -> int:
     group = JobAddress(args.name, args.project, args.zone, args.region).group()
     if args.deploy or args.undeploy:
         return run_deploy(args, group)
+    from survivor.operator.watch import JobOver
+
     compute = Compute(group.project)
     while True:
-        watch_once(compute, group, job_dir=args.job_dir, check_every_hours=(every or 900) / 3600, say=print)
+        looked = watch_once(compute, group, job_dir=args.job_dir, check_every_hours=(every or 900) / 3600, say=print)
+        if isinstance(looked, JobOver):  # the job ended: nothing more to look at
+            if args.deployed_in:
+                from survivor.operator.watch_deploy import end_schedule
+
+                done = end_schedule(group.project, args.deployed_in, args.name)
+                print(f"Cloud Scheduler job projects/{group.project}/locations/{args.deployed_in}/jobs/"
+                      f"survivor-watch-{args.name}: {done} (the job is {looked.state}; `survivor watch "
+                      f"{args.name} --undeploy` removes the Cloud Run job)")
+            return 0
         if not every or args.once:
             return 0
         time.sleep(every)
@@ -128,6 +139,9 @@ def add_commands(sub) -> None:
     flags.place(p, required=True)
     flags.job_dir(p, help="the job dir (default: the one in the group's template)")
     p.add_argument("--every", help="look again this often (15m, 1h); default: look once")
+    p.add_argument("--deployed-in", metavar="REGION",
+                   help="set by --deploy: where this look's Cloud Scheduler job lives; the look deletes it once the "
+                        "job is DONE or FAILED")
     p.add_argument("--once", action="store_true",
                    help="look once even with --every (which then only tells the policy how often it is asked: "
                         "what the deployed job runs)")

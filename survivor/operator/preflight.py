@@ -28,7 +28,10 @@ template's REST body:
   same role table the Compute fake enforces. Without `compute.instanceGroupManagers.update` a finished
   VM cannot leave its group and powers itself off instead (survivor/agent/finish.py). Custom roles
   are read with IAM's `roles.get`; a role granted on a folder, the organisation or the service
-  account itself is not in the project's policy, so a missing permission is a warning, not a stop.
+  account itself is not in the project's policy, so a missing permission is a warning, not a stop,
+  except `compute.instanceGroupManagers.update` (leaving the group, the finish): a readable policy
+  without it stops make-template and make-group, since a VM that cannot leave is repaired, boots,
+  sees DONE and powers off for ever (issue 41 item 2; `--skip-preflight` forces it).
 
 The decisions are the pure `*_findings` functions; `check` does the calls.
 """
@@ -171,16 +174,24 @@ def compute_iam_findings(project: str, member: str, bindings: list[dict] | None,
     missing = [p for p in needed if p not in granted]
     if not missing:
         return [Finding("compute-iam", f"project {project}: {account} has {', '.join(needed)}", "ok")]
+    # Leaving the group is the finish inside a MIG: without it a DONE job's VM powers off, the MIG
+    # repairs it ("If a VM fails or is deleted by an action not initiated by the MIG, then the MIG
+    # automatically repairs the failed VM", https://cloud.google.com/compute/docs/instance-groups/about-repair)
+    # and a billed GPU VM boots, sees DONE and powers off for ever: a readable policy without it stops
+    # make-group (issue 41 item 2); --skip-preflight forces it, and `survivor watch` then deletes the group
     return [Finding("compute-iam", f"project {project}: {account} lacks {p} (grant {permissions.ROLE_FOR[p]}: gcloud "
                                    f"projects add-iam-policy-binding {project} --member={member} "
                                    f"--role={permissions.ROLE_FOR[p]}; a role granted on a folder, the organisation "
-                                   "or the account itself is not read here)" + _WHY.get(p, ""), "warning")
+                                   "or the account itself is not read here)" + _WHY.get(p, ""),
+                    "error" if p in permissions.LEAVE_GROUP else "warning")
             for p in missing]
 
 
 #: What goes wrong on the VM without each permission (the preflight's one line says it).
-_WHY = {"compute.instanceGroupManagers.update": "; without it a finished VM cannot leave its group and powers "
-                                                "itself off, leaving the group for you to delete",
+_WHY = {"compute.instanceGroupManagers.update": "; without it a finished VM cannot leave its group: it powers "
+                                                "itself off, the group repairs it, and a billed VM boots again and "
+                                                "again until the group is deleted (--skip-preflight forces this; "
+                                                "`survivor watch` then deletes the group)",
         "compute.instanceGroupManagers.create": "; without it the agent cannot move the job at boot (placement:); "
                                                 "survivor watch, run as you, still can",
         "compute.instanceGroupManagers.delete": "; without it a move leaves the old group behind, billed",

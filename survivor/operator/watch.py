@@ -13,6 +13,7 @@ to capacity elsewhere (survivor/operator/placement.py).
 from __future__ import annotations
 
 import datetime as _dt
+from dataclasses import dataclass
 
 from survivor.cloud.compute import Compute, ComputeError, GroupRef
 from survivor.jobdir import claims
@@ -51,11 +52,65 @@ def job_dir_to_deploy_with(compute: Compute, group: GroupRef) -> str | None:
     return spec.job_dir if spec is not None and spec.placement is not None else None
 
 
+#: How long after DONE (or FAILED) was written a group that still keeps a VM is left to its VM: the
+#: agent writes the marker, then leaves its group within seconds (survivor/agent/finish.py).
+FINISH_GRACE_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class JobOver:
+    """What a look found at a job whose journal says it ended: `state` DONE or FAILED, and whether
+    this look deleted its group (`group_deleted`: a VM that could not leave it kept it alive)."""
+
+    state: str
+    group_deleted: bool = False
+
+
+def over_group_to_delete(state: str | None, marker_time: _dt.datetime | None, target_size: int,
+                         now: _dt.datetime, grace_seconds: float = FINISH_GRACE_SECONDS) -> bool:
+    """Pure: whether a look deletes the group of a job that ended. A finished VM leaves its group
+    (`deleteInstances`: the target size goes down); a group that still keeps a VM `grace_seconds`
+    after DONE or FAILED has one that could not (its account lacks compute.instanceGroupManagers.update,
+    issue 41 item 2), and the MIG repairs a VM that powered itself off ("If a VM fails or is deleted
+    by an action not initiated by the MIG, then the MIG automatically repairs the failed VM",
+    https://cloud.google.com/compute/docs/instance-groups/about-repair): a billed GPU VM booting,
+    seeing DONE and powering off, again and again. The look, run as the operator, ends that."""
+    if state is None or target_size <= 0:
+        return False
+    return marker_time is None or (now - marker_time).total_seconds() >= grace_seconds
+
+
+def end_if_over(compute: Compute, group: GroupRef, storage, *, say: Say = _silent,
+                now: _dt.datetime | None = None, grace_seconds: float | None = None) -> JobOver | None:
+    """The look at a job whose journal holds DONE or FAILED: its group deleted when
+    `over_group_to_delete` says so. None while the job has not ended."""
+    from survivor.jobdir.journal import Journal
+
+    journal = Journal(storage)
+    marker, state = journal.done(), "DONE"
+    if marker is None:
+        marker, state = journal.failed(), "FAILED"
+    if marker is None:
+        return None
+    found = compute.get_group(group) or {}
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    grace = FINISH_GRACE_SECONDS if grace_seconds is None else grace_seconds
+    if not over_group_to_delete(state, parse_time(marker.get("time")), int(found.get("targetSize") or 0), now, grace):
+        say(f"job {group.name}: {state}; nothing to decide")
+        return JobOver(state)
+    compute.delete_group(group)
+    say(f"job {group.name}: {state}, but its group still kept a VM (the VM's account could not leave it: grant it "
+        f"roles/compute.instanceAdmin.v1 or compute.instanceGroupManagers.update); group {group.name} deleted")
+    return JobOver(state, group_deleted=True)
+
+
 def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
                check_every_hours: float | None = None, say: Say = _silent):
     """One look at a job with a deadline, from anywhere (`survivor watch`): the policy's decision for
     its group now, acted on (switch_group, by="watch"). Running while no VM does (a Spot stockout)
     is what it is for: the agent decides at every boot, and without a VM there is no boot.
+    A job that ended (DONE or FAILED) is not decided for: its group is deleted when its VM could not
+    leave it (`end_if_over`), and a JobOver is returned, which ends a deployed watch.
     Returns the Decision (None: the spec has no deadline); RequestError for a missing group."""
     storage = open_storage(job_dir, project=group.project) if job_dir else None
     found = compute.get_group(group)
@@ -70,6 +125,10 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
     if spec is None:
         raise RequestError(f"group {group.name}: its template {_template_of(found)} carries no survivor-job spec")
     storage = storage or open_storage(spec.job_dir, project=group.project)
+    here = group if compute.get_group(group) is not None else placement.current_group(storage, group)
+    over = end_if_over(compute, here, storage, say=say)
+    if over is not None:
+        return over
     seen = claims.what_was_seen(storage)  # before the records a decision reads: what a claim names
     if spec.placement is not None:
         # the records win over whatever group still exists: a move that a look before this one

@@ -104,8 +104,9 @@ def watch_args(options: WatchDeployment) -> list[str]:
     """Pure: the container's argv after `survivor`: one look at the job's group."""
     where = ["--zone", options.zone] if options.zone else ["--region", options.group_region]
     # --every is the period the policy's margin assumes; --once: Scheduler, not the container, repeats it
+    # --deployed-in: where its Scheduler job lives, which the look deletes once the job ended (`end_schedule`)
     args = ["watch", options.job, "--project", options.project, *where, "--every", f"{options.every_minutes}m",
-            "--once"]
+            "--once", "--deployed-in", options.region]
     return args + (["--job-dir", options.job_dir] if options.job_dir else [])
 
 
@@ -209,3 +210,20 @@ def undeploy(options: WatchDeployment, *, run_client=None, scheduler_client=None
     except exceptions.NotFound:
         done["run"] = "absent"
     return done
+
+
+def end_schedule(project: str, region: str, job: str, *, scheduler_client=None) -> str:
+    """The deployed look ends itself once its job is DONE or FAILED (issue 41 item 2): its Scheduler
+    job `survivor-watch-<job>` in `projects/P/locations/R` is deleted ("deleted", or "absent"), so
+    nothing runs the Cloud Run job again. The Cloud Run job itself stays (it is running this very
+    look, and costs nothing idle): `survivor watch JOB --undeploy` removes it. The look's service
+    account needs `cloudscheduler.jobs.delete` (roles/cloudscheduler.admin, docs/deadline.md)."""
+    from google.api_core import exceptions
+
+    if scheduler_client is None:
+        scheduler_client = clients()[1]
+    try:
+        scheduler_client.delete_job(name=f"projects/{project}/locations/{region}/jobs/survivor-watch-{job}")
+    except exceptions.NotFound:
+        return "absent"
+    return "deleted"
