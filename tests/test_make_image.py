@@ -182,3 +182,63 @@ def test_the_fake_refuses_an_image_of_a_disk_in_use_by_a_running_vm(compute_serv
     compute_server.power_off(PROJECT, ZONE, "b1")
     compute.insert_image({"name": "i1", "family": "survivor-x", "sourceDisk": f"zones/{ZONE}/disks/b1"})
     assert compute.image_from_family(PROJECT, "survivor-x")["name"] == "i1"
+
+
+# -- issue 41 items 3-5: the supported base, the spec's family, the job's external-IP choice -----------
+
+def test_the_default_template_boots_the_supported_cu129_580_family_and_survivors_image_names_its_base(
+        compute_server, gcs_server, job, capsys):
+    """Must show: make-template's default (the wheel path shows the base family itself) names
+    common-cu129-ubuntu-2404-nvidia-580, the Deep Learning VM table's Ubuntu 24.04 row; survivor's own
+    family names its base, so a new base is a new family (built again)."""
+    from survivor.cloud.template import DEFAULT_IMAGE_FAMILY, Install
+
+    assert DEFAULT_IMAGE_FAMILY == "common-cu129-ubuntu-2404-nvidia-580" == image.BUILDER_IMAGE_FAMILY
+    spec, _ = job
+    code, _, err = run_cli(capsys, "make-template", "img", "--config", spec, "--project", PROJECT, "--skip-preflight",
+                           "--install", "wheel")
+    assert code == 0, err
+    disk = compute_server.templates[(PROJECT, "img")]["properties"]["disks"][0]["initializeParams"]["sourceImage"]
+    assert disk.endswith("projects/deeplearning-platform-release/global/images/family/common-cu129-ubuntu-2404-nvidia-580")
+    install = Install(job_dir="gs://b/j", wheel="w", wheel_sha256="1" * 64, lock="l", lock_sha256="2" * 64)
+    new, old = (image.family_name(install, "2.21.0", base) for base in (DEFAULT_IMAGE_FAMILY,
+                                                                        "common-cu128-ubuntu-2404-nvidia-570"))
+    assert "-cu129-u2404-n580-" in new and "-cu128-u2404-n570-" in old and new != old and len(new) <= 63
+
+
+def test_a_specs_image_family_reaches_the_template(compute_server, gcs_server, job, capsys, tmp_path):
+    """Must show (item 4): compute.image_family in the spec is booted as given, as the flag is; it used
+    to be replaced by survivor's own family on the image path."""
+    spec, job_dir = job
+    text = open(spec).read().replace("compute: {", "compute: {image_family: common-cu128-ubuntu-2204-nvidia-570, ")
+    (tmp_path / "family.yaml").write_text(text)
+    code, _, err = run_cli(capsys, "make-template", "img", "--config", str(tmp_path / "family.yaml"), "--project",
+                           PROJECT, "--skip-preflight", "--zone", ZONE)
+    assert code == 0, err
+    body = compute_server.templates[(PROJECT, "img")]
+    assert body["properties"]["disks"][0]["initializeParams"]["sourceImage"].endswith(
+        "/family/common-cu128-ubuntu-2204-nvidia-570")
+    assert "survivor-wheel" in items_of(body)  # the wheel staged: that family has no survivor installed
+    assert not [m for m, _, _ in compute_server.requests if m == "compute.instances.insert"]  # nothing built
+
+
+def test_a_builder_under_the_external_ip_policy_has_no_access_config(compute_server, gcs_server, job, capsys):
+    """Must show (item 5): with --no-external-ip the builder follows the job (no accessConfig), so the
+    organisation policy constraints/compute.vmExternalIpAccess does not refuse it; it says it needs
+    Cloud NAT or a mirror to reach the package index."""
+    spec, _ = job
+    compute_server.external_ip_denied.add(PROJECT)
+    code, _, err = run_cli(capsys, "make-template", "img", "--config", spec, "--project", PROJECT, "--skip-preflight",
+                           "--zone", ZONE, "--no-external-ip")
+    assert code == 0, err
+    [body] = [b for m, _, b in compute_server.requests if m == "compute.instances.insert"]
+    assert [nic.get("accessConfigs") for nic in body["networkInterfaces"]] == [None]
+    assert body["disks"][0]["initializeParams"]["sourceImage"].endswith("/family/common-cu129-ubuntu-2404-nvidia-580")
+    assert "the builder has no external IP" in err and "Cloud NAT" in err
+    assert image.builder_body("b", ZONE, _install())["networkInterfaces"][0]["accessConfigs"]  # the default has one
+
+
+def _install():
+    from survivor.cloud.template import Install
+
+    return Install(job_dir="gs://b/j", wheel="w", wheel_sha256="1" * 64, lock="l", lock_sha256="2" * 64)

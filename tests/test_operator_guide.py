@@ -536,7 +536,7 @@ def test_preflight_checks_the_data_bucket_and_the_boot_disk_against_the_image(co
     assert errors == [
         "error: bucket guide-no-data (data_dir) does not exist: create it (gcloud storage buckets create "
         "gs://guide-no-data --location REGION) or fix data_dir",
-        "error: compute.disk_gb 30: image family deeplearning-platform-release/common-cu128-ubuntu-2404-nvidia-570 "
+        "error: compute.disk_gb 30: image family deeplearning-platform-release/common-cu129-ubuntu-2404-nvidia-580 "
         "needs a boot disk of at least 50 GB; set compute.disk_gb (or --disk-gb) to 50 or more",
     ]
 

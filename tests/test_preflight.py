@@ -71,7 +71,7 @@ def test_the_target_is_read_from_the_template_body():
     body = template_body("t", spec, MachineOptions.from_spec(spec, machine_type="g2-standard-24"), script="#!/bin/bash\n")
     target = preflight.target_from_body(body)
     assert (target.gpu_type, target.gpu_count, target.spot) == ("nvidia-l4", 2, True)
-    assert (target.image_project, target.image_family) == ("deeplearning-platform-release", "common-cu128-ubuntu-2404-nvidia-570")
+    assert (target.image_project, target.image_family) == ("deeplearning-platform-release", "common-cu129-ubuntu-2404-nvidia-580")
     assert target.job_dir == "gs://bkt/run" and preflight.bucket_of(target.job_dir) == "bkt"
 
 
@@ -118,7 +118,7 @@ def test_preflight_passes_a_job_that_can_run(compute_server, bucket, bucket_iam,
         f"ok: bucket {bucket}: {VM_ACCOUNT} has roles/storage.objectUser",
         "ok: network default exists",
         f"ok: the organisation policy lets {PROJECT}'s VMs have an external IP",
-        "ok: image family deeplearning-platform-release/common-cu128-ubuntu-2404-nvidia-570 resolves",
+        "ok: image family deeplearning-platform-release/common-cu129-ubuntu-2404-nvidia-580 resolves",
         "ok: nvidia-tesla-t4 x 1 is offered in us-west1-b",
         "ok: quota PREEMPTIBLE_NVIDIA_T4_GPUS in us-west1: 8 of 8 free, the VM needs 1",
         "ok: quota GPUS_ALL_REGIONS: 8 of 8 free, the VM needs 1",

@@ -44,6 +44,10 @@ SCOPES = {
 }
 
 
+#: The templates' default boot image family (and the base survivor's own image is built on):
+#: https://cloud.google.com/deep-learning-vm/docs/images lists common-cu129-ubuntu-2404-nvidia-580
+#: (Python 3.12, supported to 2028-08); common-cu128-ubuntu-2404-nvidia-570 is not in that table.
+DEFAULT_IMAGE_FAMILY = "common-cu129-ubuntu-2404-nvidia-580"
 #: survivor's own image families (survivor/operator/image.py family_name) start with this
 IMAGE_FAMILY_PREFIX = "survivor-"
 
@@ -84,9 +88,11 @@ class MachineOptions:
     termination_action: str = "STOP"
     preemption_notice: int | None = None  # seconds of warning before the soft off (Spot only)
     # the Deep Learning VM family on Ubuntu 24.04 (python3 3.12; survivor/cloud/runtimes.py has the
-    # sources): 22.04's Python 3.10 is past its end of life (2026-10) and google-api-core warns on
-    # every import there; 22.04 families stay admitted (compute.image_family) while Google boots them
-    image_family: str = "common-cu128-ubuntu-2404-nvidia-570"
+    # sources) in Google's supported table, with CUDA 12.9 and the 580 driver that the lock's CUDA 12.9
+    # wheels (TensorFlow 2.21's [and-cuda] pins) need without minor-version compatibility (issue 41
+    # item 3); 22.04's Python 3.10 is past its end of life (2026-10); other families stay admitted
+    # (compute.image_family) while Google boots them
+    image_family: str = DEFAULT_IMAGE_FAMILY
     image_project: str = DLVM_PROJECT
     disk_gb: int = 200
     disk_type: str = "pd-balanced"

@@ -133,7 +133,8 @@ ACCELERATORS: dict[str, dict[str, int]] = {
     "europe-west4-c": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-l4": 8},
 }
 DEFAULT_GPU_QUOTA = 8.0  # per regional GPU metric unless a test sets another with set_quota
-DEFAULT_IMAGE_FAMILIES = [("deeplearning-platform-release", "common-cu128-ubuntu-2404-nvidia-570"),
+DEFAULT_IMAGE_FAMILIES = [("deeplearning-platform-release", "common-cu129-ubuntu-2404-nvidia-580"),
+                          ("deeplearning-platform-release", "common-cu128-ubuntu-2404-nvidia-570"),
                           ("deeplearning-platform-release", "common-cu128-ubuntu-2204-nvidia-570")]
 
 

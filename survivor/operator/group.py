@@ -205,9 +205,15 @@ def boot_choice(request: TemplateRequest, compute: Compute | None, say: Say = _s
             return None
         try:
             local = image.local_install(options.survivor_wheel, options.requirements)
-            if request.image_family or request.image_project:
+            compute_section = spec.extra.get("compute") or {}
+            if (request.image_family or request.image_project or compute_section.get("image_family")
+                    or compute_section.get("image_project")):
+                # an image family the operator chose, by flag or in the spec (compute.image_family), is
+                # booted as given with the wheel staged: survivor's image is built on the default base
+                # only (issue 41 item 4: the spec's value used to be dropped here for survivor's family)
                 return image.install_for(spec.job_dir, local) if compute is None else _staged(spec, local)
-            family = image.family_name(image.install_for(spec.job_dir, local), image.tensorflow_version(local.lock))
+            family = image.family_name(image.install_for(spec.job_dir, local), image.tensorflow_version(local.lock),
+                                       image.base_family(options))
             if compute is not None and compute.image_from_family(compute.project, family) is not None:
                 options.image_project, options.image_family = compute.project, family
                 say(f"  image family {family}: survivor's image for this wheel and lock; boots install nothing")
@@ -278,9 +284,13 @@ def _build_image(compute: Compute, spec: JobSpec, options: MachineOptions, local
                  zone: str, say: Say) -> None:
     """Builds survivor's image for this install (image.make_image), saying its cost and time first."""
     say(build_notice(family, zone))
+    if not options.external_ip:  # the builder follows the job's choice (issue 41 item 5)
+        say(f"  the builder has no external IP (--no-external-ip): it reaches the package index only through Cloud "
+            f"NAT on {options.network} in {zone.rsplit('-', 1)[0]} or a mirror; preflight said whether there is one")
     install = image.stage_install(spec.job_dir, local)
     image.make_image(compute, install, family, zone=zone, progress=lambda line: say(f"  {line}"),
-                     machine_type=BUILDER_MACHINE, service_account=options.service_account)
+                     machine_type=BUILDER_MACHINE, service_account=options.service_account,
+                     base=image.base_family(options), external_ip=options.external_ip, network=options.network)
 
 
 def check_preflight(body: dict, compute: Compute, zone: str | None, region: str | None, say: Say = _silent) -> None:

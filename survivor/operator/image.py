@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from survivor import __version__
-from survivor.cloud.template import DLVM_PROJECT, SCOPES, Install, startup_script
+from survivor.cloud.template import DEFAULT_IMAGE_FAMILY, DLVM_PROJECT, SCOPES, Install, startup_script
 
 #: zip's earliest time: the wheel's bytes depend on the source only (honoured by setuptools' bdist_wheel)
 SOURCE_DATE_EPOCH = "315532800"
@@ -47,7 +47,7 @@ SOURCE_DATE_EPOCH = "315532800"
 STAGE = "survivor/install"
 #: Boot records the startup script writes (one per failed boot, and the builder's outcome)
 BOOTS = "survivor/boots/"
-BUILDER_IMAGE_FAMILY = "common-cu128-ubuntu-2404-nvidia-570"  # the templates' default (cloud/template.py)
+BUILDER_IMAGE_FAMILY = DEFAULT_IMAGE_FAMILY  # the templates' default (cloud/template.py): the image's base
 
 
 class ImageError(Exception):
@@ -221,11 +221,21 @@ def tensorflow_version(lock: str) -> str:
     return found.group(1) if found else "unpinned"
 
 
-def family_name(install: Install, tf_version: str) -> str:
-    """Pure decision: survivor's image family for exactly this wheel, lock and requirements
-    (a family name: [a-z]([-a-z0-9]*[a-z0-9])?, at most 63 characters)."""
-    digest = hashlib.sha256(f"{install.wheel_sha256} {install.lock_sha256} {install.requirements_sha256}".encode())
-    return f"survivor-{_dashed(__version__)}-tf-{_dashed(tf_version)}-{digest.hexdigest()[:10]}"[:63].rstrip("-")
+def family_name(install: Install, tf_version: str, base: str = BUILDER_IMAGE_FAMILY) -> str:
+    """Pure decision: survivor's image family for exactly this wheel, lock and requirements on the
+    Deep Learning VM family `base` (a family name: [a-z]([-a-z0-9]*[a-z0-9])?, at most 63
+    characters). The base is named (`base_tag`: CUDA, Ubuntu, driver) and in the digest, so a new
+    base (a new driver, issue 41 item 3) is a new family, which make-template then builds."""
+    digest = hashlib.sha256(f"{install.wheel_sha256} {install.lock_sha256} {install.requirements_sha256} "
+                            f"{base}".encode())
+    return (f"survivor-{_dashed(__version__)}-tf-{_dashed(tf_version)}-{base_tag(base)}-"
+            f"{digest.hexdigest()[:10]}")[:63].rstrip("-")
+
+
+def base_tag(base: str) -> str:
+    """Pure: a short name of a base family: `common-cu129-ubuntu-2404-nvidia-580` -> `cu129-u2404-n580`."""
+    m = re.fullmatch(r"common-(cu\d+)-ubuntu-(\d+)-nvidia-(\d+)", base)
+    return f"{m.group(1)}-u{m.group(2)}-n{m.group(3)}" if m else _dashed(base)[:16].rstrip("-")
 
 
 def _dashed(text: str) -> str:
@@ -233,21 +243,27 @@ def _dashed(text: str) -> str:
 
 
 def builder_body(name: str, zone: str, install: Install, *, machine_type: str = "n1-standard-8",
-                 disk_gb: int = 100, service_account: str = "default") -> dict:
+                 disk_gb: int = 100, service_account: str = "default", base: str = BUILDER_IMAGE_FAMILY,
+                 external_ip: bool = True, network: str = "global/networks/default") -> dict:
     """Pure decision: the `instances.insert` body of make-image's builder: a CPU VM of the Deep Learning
-    VM family whose startup script installs `install` (survivor-mode=build) and powers off."""
+    VM family `base` whose startup script installs `install` (survivor-mode=build) and powers off.
+    It follows the job's external-IP choice (issue 41 item 5): without one (`external_ip=False`, an
+    organisation's constraints/compute.vmExternalIpAccess) it has no accessConfig and reaches the
+    package index only through Cloud NAT or a mirror (preflight says so first)."""
+    interface: dict = {"network": network}
+    if external_ip:
+        interface["accessConfigs"] = [{"name": "External NAT", "type": "ONE_TO_ONE_NAT"}]
     items = [{"key": "startup-script", "value": startup_script()}, {"key": "survivor-mode", "value": "build"},
              {"key": "enable-guest-attributes", "value": "TRUE"}, *install.items()]
     return {
         "name": name,
         "machineType": f"zones/{zone}/machineTypes/{machine_type}",
         "disks": [{"boot": True, "autoDelete": True, "type": "PERSISTENT", "initializeParams": {
-            "sourceImage": f"projects/{DLVM_PROJECT}/global/images/family/{BUILDER_IMAGE_FAMILY}",
+            "sourceImage": f"projects/{DLVM_PROJECT}/global/images/family/{base}",
             "diskSizeGb": str(disk_gb), "diskType": f"zones/{zone}/diskTypes/pd-balanced"}}],
         "metadata": {"items": items},
         "serviceAccounts": [{"email": service_account, "scopes": [SCOPES["storage"], SCOPES["logging"]]}],
-        "networkInterfaces": [{"network": "global/networks/default",
-                               "accessConfigs": [{"name": "External NAT", "type": "ONE_TO_ONE_NAT"}]}],
+        "networkInterfaces": [interface],
         "labels": {"survivor-role": "image-builder"},
     }
 
@@ -372,7 +388,8 @@ def build_image(request: ImageRequest, connect: Callable, progress: Callable[[st
     options = MachineOptions.from_spec(spec, survivor_wheel=request.survivor_wheel)
     project = spec_project(request.project, spec)
     local = local_install(options.survivor_wheel, options.requirements)
-    family = family_name(install_for(spec.job_dir, local), tensorflow_version(local.lock))
+    base = base_family(options)
+    family = family_name(install_for(spec.job_dir, local), tensorflow_version(local.lock), base)
     compute = connect(project)
     if compute.image_from_family(project, family) is not None:
         return ImageOutcome(None, family)
@@ -380,5 +397,14 @@ def build_image(request: ImageRequest, connect: Callable, progress: Callable[[st
     name = make_image(compute, install, family, zone=request.zone, progress=progress, deadline=request.deadline,
                       poll=request.poll_seconds, keep_builder=request.keep_builder,
                       machine_type=request.machine_type, disk_gb=request.disk_gb,
-                      service_account=options.service_account)
+                      service_account=options.service_account, base=base, external_ip=options.external_ip,
+                      network=options.network)
     return ImageOutcome(name, family)
+
+
+def base_family(options) -> str:
+    """The Deep Learning VM family survivor's image is built on: the job's own (compute.image_family)
+    when it is one of Google's, else the default (BUILDER_IMAGE_FAMILY)."""
+    if options.image_project == DLVM_PROJECT and options.image_family:
+        return options.image_family
+    return BUILDER_IMAGE_FAMILY
