@@ -293,7 +293,8 @@ def test_a_job_that_can_move_needs_what_the_agents_move_at_boot_does():
     lines = preflight.compute_iam_findings("p", member, switcher, needed=needed,
                                            custom_roles={"projects/p/roles/switch": frozenset(permissions.DEADLINE_SWITCH)})
     assert {line.message.split(" lacks ")[1].split(" ")[0] for line in lines} == {
-        "compute.instanceGroupManagers.create", "compute.instanceGroupManagers.delete", "compute.acceleratorTypes.list"}
+        "compute.instanceGroupManagers.create", "compute.instanceGroupManagers.delete", "compute.acceleratorTypes.list",
+        "compute.regions.get"}
     spec = "placement: {regions: [us-west1, us-central1]}\n"
     body = {"properties": {"machineType": "n1-standard-8", "metadata": {"items": [
         {"key": "survivor-job", "value": "job_dir: gs://bkt/run\ntrain_steps: 10\ntrainer: {builtin: dummy}\n" + spec}]}}}
@@ -387,3 +388,24 @@ def test_make_group_refuses_a_group_whose_vm_account_cannot_leave_it(compute_ser
     assert run_cli(capsys, "make-group", "g", "--template", "t", "--zone", "us-west1-b", "--project", PROJECT,
                    "--skip-preflight", "--wait-seconds", "0")[0] == 0
     assert (PROJECT, "zones/us-west1-b", "g") in compute_server.groups
+
+
+def test_a_move_needs_to_read_the_next_regions_zones(compute_server):
+    """Issue 41 item 6: the move at boot reads the next region (regions.get: compute.regions.get); a VM
+    account whose custom role lacks it was refused and never moved. BOOT_MOVE names it, so preflight does."""
+    from survivor.cloud.compute import Compute, ComputeError
+
+    assert "compute.regions.get" in permissions.BOOT_MOVE
+    member = f"serviceAccount:{VM_ACCOUNT}"
+    custom = f"projects/{PROJECT}/roles/survivorMove"
+    compute_server.custom_roles[custom] = [p for p in permissions.BOOT_MOVE if p != "compute.regions.get"]
+    compute_server.set_project_policy(PROJECT, [{"role": custom, "members": [member]}])
+    compute_server.caller = member
+    with pytest.raises(ComputeError, match="compute.regions.get"):
+        Compute(PROJECT).region("us-central1")
+    roles = {custom: frozenset(compute_server.custom_roles[custom])}
+    [line] = preflight.compute_iam_findings(PROJECT, member, compute_server.project_policy(PROJECT),
+                                            needed=permissions.BOOT_MOVE, custom_roles=roles)
+    assert line.level == "warning" and "lacks compute.regions.get" in line.message
+    compute_server.custom_roles[custom].append("compute.regions.get")
+    assert Compute(PROJECT).region("us-central1")["zones"]

@@ -84,9 +84,12 @@ DEADLINE_SWITCH = ("compute.instanceGroupManagers.get", "compute.instanceGroupMa
 #: guides, e.g. https://docs.cloud.google.com/ai-hypercomputer/docs/create/create-mig-with-a4-or-a3ultra,
 #: "Required permissions"), deletes the old one (`compute.instanceGroupManagers.delete`, in the same
 #: `compute.instanceGroupManagers.*` family the roles reference lists) and lists the accelerator types
-#: of the next region's zones (`compute.acceleratorTypes.list`).
+#: of the next region's zones (`compute.acceleratorTypes.list`), after reading that region's zones
+#: (`regions.get`: "Authorization requires the following IAM permission on the specified resource
+#: region: compute.regions.get", https://cloud.google.com/compute/docs/reference/rest/v1/regions/get;
+#: issue 41 item 6: without it a VM with the guide's custom role never moved).
 BOOT_MOVE = DEADLINE_SWITCH + ("compute.instanceGroupManagers.create", "compute.instanceGroupManagers.delete",
-                               "compute.acceleratorTypes.list")
+                               "compute.acceleratorTypes.list", "compute.regions.get")
 
 #: Compute Engine's capacity data (docs/capacity-data.md): `advice.capacity` needs
 #: `compute.advice.capacity`, `advice.capacityHistory` needs `compute.advice.capacityHistory` (each
@@ -113,17 +116,19 @@ _GROUPS = frozenset({"compute.instanceGroupManagers.create", "compute.instanceGr
 PROJECT_ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
     "roles/owner": frozenset(BOOT_MOVE + CAPACITY_DATA),
     "roles/editor": frozenset(BOOT_MOVE + CAPACITY_DATA),
-    "roles/compute.admin": _VM_COMPUTE | _GROUPS | {"compute.acceleratorTypes.list", *CAPACITY_DATA},
-    "roles/compute.instanceAdmin.v1": _VM_COMPUTE | _GROUPS,
-    "roles/compute.instanceAdmin": _VM_COMPUTE | _GROUPS,
+    "roles/compute.admin": _VM_COMPUTE | _GROUPS | {"compute.acceleratorTypes.list", "compute.regions.get",
+                                                    *CAPACITY_DATA},
+    "roles/compute.instanceAdmin.v1": _VM_COMPUTE | _GROUPS | {"compute.regions.get"},
+    "roles/compute.instanceAdmin": _VM_COMPUTE | _GROUPS | {"compute.regions.get"},
     "roles/compute.viewer": frozenset({"compute.acceleratorTypes.list", "compute.instanceGroupManagers.get",
-                                       "compute.instanceTemplates.get", *CAPACITY_DATA}),
+                                       "compute.instanceTemplates.get", "compute.regions.get", *CAPACITY_DATA}),
     "roles/iam.serviceAccountUser": frozenset({"iam.serviceAccounts.actAs"}),
 }
 
 #: The smallest predefined role that grants each of the VM's project permissions (for the fix line).
 ROLE_FOR = {**{p: "roles/compute.instanceAdmin.v1" for p in _VM_COMPUTE | _GROUPS},
             "compute.acceleratorTypes.list": "roles/compute.viewer",
+            "compute.regions.get": "roles/compute.viewer",
             **{p: "roles/compute.viewer" for p in CAPACITY_DATA},
             "iam.serviceAccounts.actAs": "roles/iam.serviceAccountUser"}
 

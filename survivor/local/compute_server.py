@@ -100,6 +100,7 @@ METHOD_PERMISSIONS = {
     **{f"compute.{kind}.delete": "compute.instanceGroupManagers.delete"
        for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")},
     "compute.acceleratorTypes.list": "compute.acceleratorTypes.list",
+    "compute.regions.get": "compute.regions.get",  # the move reads the next region's zones (BOOT_MOVE)
     "compute.instanceTemplates.insert": "compute.instanceTemplates.create",
     # resize requests: "Authorization requires ... compute.instanceGroupManagers.update" (insert's REST
     # reference, https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagerResizeRequests/insert);

@@ -196,7 +196,9 @@ _WHY = {"compute.instanceGroupManagers.update": "; without it a finished VM cann
                                                 "survivor watch, run as you, still can",
         "compute.instanceGroupManagers.delete": "; without it a move leaves the old group behind, billed",
         "compute.acceleratorTypes.list": "; without it the agent cannot tell which places offer the GPU before a "
-                                         "move (placement:)"}
+                                         "move (placement:)",
+        "compute.regions.get": "; without it the agent cannot read the next region's zones, so it never moves "
+                               "(placement:)"}
 
 
 def quota_findings(region: str, gpu_type: str, count: int, spot: bool,
