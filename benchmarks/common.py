@@ -9,17 +9,38 @@ import random
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PLOTS = os.path.join(ROOT, "docs", "benchmarks")
+#: Where plots go: docs/benchmarks, or SURVIVOR_BENCHMARK_PLOTS (the suite's smoke runs, which must
+#: not overwrite the published figures).
+PLOTS = os.environ.get("SURVIVOR_BENCHMARK_PLOTS") or os.path.join(ROOT, "docs", "benchmarks")
+
+_failed: list[BaseException] = []  # set by the hook below: the run ended with an exception
+
+
+def _note_failure(kind, value, tb, _previous=sys.excepthook) -> None:
+    _failed.append(value)
+    _previous(kind, value, tb)
+
+
+sys.excepthook = _note_failure
+
+
+def _remove_unless_failed(root: str) -> None:
+    if _failed:
+        print(f"the run failed: its files and the agents' logs are kept in {root}", file=sys.stderr)
+    else:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def scratch_dir(prefix: str) -> str:
     """A temporary directory for one benchmark run, removed when the run ends (agents' work dirs
-    with gigabyte checkpoints add up over a few runs)."""
+    with gigabyte checkpoints add up over a few runs), and kept, with where it is said, when the
+    run ends with an exception: the agents' logs in it say why."""
     root = tempfile.mkdtemp(prefix=prefix)
-    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    atexit.register(_remove_unless_failed, root)
     return root
 
 

@@ -98,6 +98,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--stall-depth", type=int, default=20, help="ResNet depth for the checkpoint stall runs")
+    parser.add_argument("--stall-steps", type=int, default=200, help="steps of each stall run (a save every 20)")
+    parser.add_argument("--stall-repeats", type=int, default=3, help="stall runs a writer; the median is reported")
     args = parser.parse_args()
     from survivor.trainers import cifar10_data
 
@@ -123,8 +125,8 @@ def main() -> int:
     stalls = {}
     for mode, extra in (("off the step path (default)", ()), ("synchronous (--sync-checkpoints)", ("--sync-checkpoints",))):
         stalls[mode] = statistics.median(
-            bare(data_dir, os.path.join(root, f"saves-{len(stalls)}-{i}"), 200, 20, extra,
-                 depth=args.stall_depth)["median_save_seconds"] for i in range(3))
+            bare(data_dir, os.path.join(root, f"saves-{len(stalls)}-{i}"), args.stall_steps, 20, extra,
+                 depth=args.stall_depth)["median_save_seconds"] for i in range(args.stall_repeats))
     report = progress_report_seconds(root)
     rows = [["alone", alone, "-", "-"],
             ["under the agent", agent, f"{statistics.median(pairs):+.2f}%", f"{pairs[0]:+.2f} .. {pairs[-1]:+.2f}%"]]
@@ -146,7 +148,7 @@ def main() -> int:
                  ["together", f"{100 * (training_share + report * alone):.3f}%"]]))
     synchronous = stalls["synchronous (--sync-checkpoints)"]
     print(table(f"stall per periodic checkpoint, CIFAR-10 ResNet-{args.stall_depth}, a save every 20 steps, "
-                "median of 3",
+                f"median of {args.stall_repeats}",
                 ["writer", "step-path time per save, median (s)", "vs synchronous"],
                 [[mode, f"{value:.4f}", f"{100 * value / synchronous:.0f}%"] for mode, value in stalls.items()]))
     plot = plot_bars(os.path.join(PLOTS, "overhead.png"), "steps/s alone vs under the agent",

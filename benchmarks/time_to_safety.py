@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import yaml
 
-from benchmarks.common import PLOTS, machine, plot_bars, scratch_dir, table
+from benchmarks.common import PLOTS, ROOT, machine, plot_bars, scratch_dir, table
 from survivor.jobdir.journal import Timing
 
 
@@ -67,7 +67,8 @@ def under_agent(size_mb: int, root: str, bucket: str, repeat: int) -> dict:
         vm.wait(grace + 60)
     finally:
         vm.close()
-        shutil.rmtree(vm.root, ignore_errors=True)  # its local copy of the checkpoint: up to 1 GB a run
+        # its local copy of the checkpoint (up to 1 GB a run), not the agent's log beside it
+        shutil.rmtree(os.path.join(vm.root, "disk"), ignore_errors=True)
     attempt = Journal(open_storage(job_dir)).attempts()[-1]
     t = attempt.timings
     _empty(job_dir)  # keep the emulator's heap flat between pairs
@@ -81,7 +82,9 @@ def under_agent(size_mb: int, root: str, bucket: str, repeat: int) -> dict:
 
 def dummy_argv(size_mb: int, timing_log: str) -> list[str]:
     """The trainer both sides stop: 10 ms steps, `size_mb` of state saved on SIGTERM."""
-    return [sys.executable, "-m", "benchmarks.state_trainer", "--on-sigterm", "save", "--step-seconds", "0.01",
+    # by its path: the agent starts the trainer from its own work dir, where `benchmarks` is no package
+    return [sys.executable, os.path.join(ROOT, "benchmarks", "state_trainer.py"), "--on-sigterm", "save",
+            "--step-seconds", "0.01",
             "--checkpoint-bytes", str(size_mb * 1_000_000), "--timing-log", timing_log]
 
 
