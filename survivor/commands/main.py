@@ -12,7 +12,8 @@ One module per group of commands, each adding its subparsers and handlers:
 - survivor/commands/vertex.py: `submit`, and `status`/`logs` with `--vertex`;
 - survivor/commands/local.py: demo, simulate, check-trainer, emulate, data (the only commands that
   start stand-ins);
-- survivor/commands/watch.py: `watch`, the deadline policy from outside the VM.
+- survivor/commands/watch.py: `watch`, the deadline policy from outside the VM;
+- survivor/commands/dashboard.py: `dashboard`, a read-only web page of jobs.
 
 A handler turns its arguments into typed options and calls a library function that never sees
 argparse; whatever that raises reaches `main`, which asks survivor/commands/errors.py what to print
@@ -31,7 +32,7 @@ from survivor import __version__
 
 def build_parser() -> argparse.ArgumentParser:
     """The `survivor` parser with every command; each subparser's `func` handles its command."""
-    from survivor.commands import agent, group, local, vertex, watch
+    from survivor.commands import agent, dashboard, group, local, vertex, watch
 
     parser = argparse.ArgumentParser(
         prog="survivor",
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     vertex.add_commands(sub)
     group.add_commands(sub)
     watch.add_commands(sub)
+    dashboard.add_commands(sub)
     return parser
 
 

@@ -34,6 +34,8 @@ class JobView:
     switches: list[Switch]  # between Spot and on-demand, oldest first
     switch_failures: list[SwitchFailure]  # switches decided and refused
     ledger: Ledger  # where the job's wall time went, as of the read
+    #: every committed snapshot whose manifest reads, newest first (read only when asked: `commits=True`)
+    commits: tuple[Manifest, ...] = ()
 
     @property
     def phase(self) -> str:
@@ -48,7 +50,7 @@ class JobView:
 
 
 def read_job(job_dir: str, *, train_steps: int | None = None, storage: JobStorage | None = None,
-             now: _dt.datetime | None = None, created: _dt.datetime | None = None) -> JobView:
+             now: _dt.datetime | None = None, created: _dt.datetime | None = None, commits: bool = False) -> JobView:
     """Reads the job dir once: its journal, newest commit, pending snapshots, moves and switches.
 
     Args:
@@ -58,6 +60,8 @@ def read_job(job_dir: str, *, train_steps: int | None = None, storage: JobStorag
         storage: the job dir already opened (default: opened here).
         now: the time "so far" means for the ledger (default: the clock).
         created: when the job first asked for a VM (its group's creation), for the ledger.
+        commits: read every kept manifest, not only the newest that reads (`JobView.commits`: the
+            dashboard's timeline marks each).
     """
     storage = storage or open_storage(job_dir)
     now = now or _dt.datetime.now(_dt.timezone.utc)
@@ -66,9 +70,12 @@ def read_job(job_dir: str, *, train_steps: int | None = None, storage: JobStorag
     marker = state.done or state.failed
     ledger = build_ledger(state.attempts, now=now, done_at=parse_time(marker.get("time")) if marker else None,
                           created=created, switches=switches)
-    return JobView(job_dir=job_dir, state=state, latest=CheckpointStore(storage, max_step=train_steps).latest(),
-                   pending=pending_snapshots(storage), moves=recorded_moves(storage), switches=switches,
-                   switch_failures=switch_failures(storage), ledger=ledger)
+    store = CheckpointStore(storage, max_step=train_steps)
+    committed = tuple(store.committed()) if commits else ()
+    latest = (committed[0] if committed else None) if commits else store.latest()
+    return JobView(job_dir=job_dir, state=state, latest=latest, pending=pending_snapshots(storage),
+                   moves=recorded_moves(storage), switches=switches, switch_failures=switch_failures(storage),
+                   ledger=ledger, commits=committed)
 
 
 def job_summary(job: JobView) -> dict[str, Any]:

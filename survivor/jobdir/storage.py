@@ -357,13 +357,47 @@ class JobStorage(Protocol):
         modified before `older_than`, a time.time()); returns how many. Cloud Storage leaves none."""
 
 
-def open_storage(url: str, project: str | None = None) -> JobStorage:
-    """Opens the job dir at `url`: `gs://BUCKET/PATH`, `file:///PATH` or `/PATH`."""
+def open_storage(url: str, project: str | None = None, client=None) -> JobStorage:
+    """Opens the job dir at `url`: `gs://BUCKET/PATH`, `file:///PATH` or `/PATH`. `client`: a
+    google-cloud-storage client to share (many job dirs read by one process: one connection pool,
+    one token)."""
     if url.startswith("gs://"):
-        return GcsStorage(url, project=project)
+        return GcsStorage(url, project=project, client=client)
     if url.startswith("file://"):
         return LocalStorage(url[len("file://"):])
     return LocalStorage(url)
+
+
+#: The folder of survivor's own records in a job dir (journal, snapshots, moves, switches, ...).
+RECORDS_DIR = "survivor"
+
+
+def job_dirs(url: str, project: str | None = None, client=None) -> list[str]:
+    """The job dirs at `url`, one listing: `url` itself when it holds survivor's records, else every
+    folder directly under it (a bucket prefix, or a local folder, of a team's jobs), sorted. A folder
+    under it need not be a job dir (a data dir): its own listing says. Creates nothing."""
+    if url.startswith("gs://"):
+        bucket_name, prefix = split_gs_url(url.rstrip("/"))
+        storage = GcsStorage(f"gs://{bucket_name}/{prefix}", project=project, client=client)
+        under = f"{prefix}/" if prefix else ""
+        try:
+            pages = storage.client.list_blobs(bucket_name, prefix=under, delimiter="/", **retry.STORAGE_READ.client())
+            for _ in pages:  # the folders come with the pages: every page must be read
+                pass
+            folders = sorted(pages.prefixes)
+        except Exception as exc:
+            raise storage._translate(exc, "list", "") from exc
+        if f"{under}{RECORDS_DIR}/" in folders:
+            return [url.rstrip("/")]
+        return [f"gs://{bucket_name}/{folder.rstrip('/')}" for folder in folders]
+    root = url[len("file://"):] if url.startswith("file://") else url
+    if os.path.isdir(os.path.join(root, RECORDS_DIR)):
+        return [root]
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError as exc:
+        raise StorageError(f"{root}: listing: {exc.strerror or exc}", object=root) from exc
+    return [e.path for e in entries if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
 
 
 def split_gs_url(url: str) -> tuple[str, str]:

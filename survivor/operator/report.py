@@ -200,7 +200,31 @@ def _minus(a: float | None, b: float | None) -> float | None:
 
 def build_report(job: JobView, options: ReportOptions) -> JobReport:
     """Prices the machine for one read of the job dir (`read_job`: attempts, DONE/FAILED, the newest
-    commit, moves and switches); the report."""
+    commit, moves and switches); the report, with the data each move's restore read across locations."""
+    report = job_figures(job, report_prices(options), options.train_steps)
+    if job.moves:
+        storage = open_storage(job.job_dir)
+        report.bucket_location, crossing = _bucket_crossing(storage, [region_of(m.to_place) for m in job.moves])
+        report.transfers = move_transfers(job.moves, job.state.attempts, _restored_sizes(storage, job), crossing)
+    return report
+
+
+def job_figures(job: JobView, prices: Prices | None, train_steps: int | None) -> JobReport:
+    """Pure: the report's figures for one read of the job dir at `prices` (`report_prices`), its moves
+    and refused switches listed; no transfers (those read the job dir and its bucket again: the
+    dashboard, which refreshes many jobs, shows the figures without them)."""
+    latest = job.latest
+    report = figures(job.ledger, prices, job_dir=job.job_dir, state=job.phase,
+                     committed_step=latest.step if latest else None, train_steps=train_steps,
+                     preemptions=job.state.preemptions)
+    report.moves = job.moves
+    report.failed_switches = job.switch_failures
+    return report
+
+
+def report_prices(options: ReportOptions) -> Prices | None:
+    """The machine's prices per hour as `options` say (the catalog, its cache, the offline table, the
+    prices given; the deadline's fallback machine's on-demand price beside); None without a machine."""
     prices = None
     if options.machine is not None:
         prices = hourly_prices(options.machine, options.region, online=options.online,
@@ -210,17 +234,7 @@ def build_report(job: JobView, options: ReportOptions) -> JobReport:
             prices = replace(prices, fallback_on_demand=other.on_demand, flex_start=other.flex_start,
                              basis=f"{prices.basis}; the fallback {_machine_text(options.fallback)} "
                                    f"on-demand: {other.basis}")
-    latest = job.latest
-    report = figures(job.ledger, prices, job_dir=job.job_dir, state=job.phase,
-                     committed_step=latest.step if latest else None, train_steps=options.train_steps,
-                     preemptions=job.state.preemptions)
-    report.moves = job.moves
-    report.failed_switches = job.switch_failures
-    if job.moves:
-        storage = open_storage(job.job_dir)
-        report.bucket_location, crossing = _bucket_crossing(storage, [region_of(m.to_place) for m in job.moves])
-        report.transfers = move_transfers(job.moves, job.state.attempts, _restored_sizes(storage, job), crossing)
-    return report
+    return prices
 
 
 def _restored_sizes(storage: JobStorage, job: JobView) -> dict[str, int]:
