@@ -29,6 +29,7 @@ SMOKE = {
     "time_to_resume": ["--depth", "8", "--repeats", "1"],
     "overhead": ["--steps", "20", "--repeats", "1", "--stall-depth", "8", "--stall-steps", "40", "--stall-repeats", "1"],
     "trainer_start": ["--baseline", ROOT, "--pairs", "1"],
+    "dashboard": ["--jobs", "6", "--commits", "2", "--repeats", "1"],
 }
 #: TensorFlow trainers, agent boots: tens of seconds each on 2 cores
 SLOW = {"time_to_resume", "overhead", "trainer_start", "chaos", "goodput"}
