@@ -1,8 +1,8 @@
-"""Which permissions each predefined role grants: one table for the product and the stand-ins.
+"""Which permissions a job needs, and which each Cloud Storage role grants on a bucket.
 
-Cloud Storage's roles on a bucket (`ROLE_PERMISSIONS`), and the project roles that grant the Compute
-Engine and IAM permissions a job's VM uses (`PROJECT_ROLE_PERMISSIONS`, `LEAVE_GROUP`, `DEADLINE_SWITCH`,
-`BOOT_MOVE`).
+Cloud Storage's roles on a bucket (`ROLE_PERMISSIONS`), and the Compute Engine and IAM permissions a
+job's VM uses on its project (`LEAVE_GROUP`, `DEADLINE_SWITCH`, `BOOT_MOVE`; what a project's roles
+grant is read with IAM's `roles.get`, not kept here).
 
     >>> "storage.objects.get" in ROLE_PERMISSIONS["roles/storage.objectUser"]
     True
@@ -102,30 +102,15 @@ CAPACITY_DATA = ("compute.advice.capacity", "compute.advice.capacityHistory")
 _VM_COMPUTE = frozenset(p for p in DEADLINE_SWITCH if p.startswith("compute."))
 _GROUPS = frozenset({"compute.instanceGroupManagers.create", "compute.instanceGroupManagers.delete"})
 
-#: The VM's project permissions (above) each predefined role grants on a project, from Google's role
-#: reference (https://cloud.google.com/iam/docs/roles-permissions/compute: Compute Instance Admin (v1)
-#: and Compute Admin hold `compute.instanceGroupManagers.*` and `compute.instanceTemplates.*` but not
-#: `iam.serviceAccounts.actAs`: "If the user will be managing virtual machine instances that are
+#: The smallest predefined role that grants each of the VM's project permissions, for a fix line
+#: only: what a project's roles grant is read from IAM's `roles.get` (survivor/operator/preflight.py),
+#: never from a table here. From the roles' `includedPermissions` (IAM `roles.get`, as dumped in
+#: darkbitio/gcp-iam-role-permissions, 2026-08-22; survivor/local/iam_roles.py has the detail): Compute
+#: Instance Admin (v1) holds `compute.instanceGroupManagers.*` and `compute.instanceTemplates.*` but not
+#: `iam.serviceAccounts.actAs` ("If the user will be managing virtual machine instances that are
 #: configured to run as a service account, you must also grant the roles/iam.serviceAccountUser
-#: role"; https://cloud.google.com/iam/docs/roles-permissions/iam: Service Account User holds
-#: `iam.serviceAccounts.actAs`; the basic Editor and Owner roles hold all of them,
-#: https://cloud.google.com/iam/docs/roles-overview#basic). Only these permissions are listed.
-#: Compute Viewer: "Read-only access to get and list Compute Engine resources" (the same reference);
-#: survivor counts on it only for listing accelerator types, which it does not take Compute Instance
-#: Admin (v1) to grant (the text here did not list that role's read permissions).
-PROJECT_ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
-    "roles/owner": frozenset(BOOT_MOVE + CAPACITY_DATA),
-    "roles/editor": frozenset(BOOT_MOVE + CAPACITY_DATA),
-    "roles/compute.admin": _VM_COMPUTE | _GROUPS | {"compute.acceleratorTypes.list", "compute.regions.get",
-                                                    *CAPACITY_DATA},
-    "roles/compute.instanceAdmin.v1": _VM_COMPUTE | _GROUPS | {"compute.regions.get"},
-    "roles/compute.instanceAdmin": _VM_COMPUTE | _GROUPS | {"compute.regions.get"},
-    "roles/compute.viewer": frozenset({"compute.acceleratorTypes.list", "compute.instanceGroupManagers.get",
-                                       "compute.instanceTemplates.get", "compute.regions.get", *CAPACITY_DATA}),
-    "roles/iam.serviceAccountUser": frozenset({"iam.serviceAccounts.actAs"}),
-}
-
-#: The smallest predefined role that grants each of the VM's project permissions (for the fix line).
+#: role", https://cloud.google.com/iam/docs/roles-permissions/compute); Compute Viewer holds the
+#: reads (accelerator types, regions, capacity data).
 ROLE_FOR = {**{p: "roles/compute.instanceAdmin.v1" for p in _VM_COMPUTE | _GROUPS},
             "compute.acceleratorTypes.list": "roles/compute.viewer",
             "compute.regions.get": "roles/compute.viewer",
@@ -143,8 +128,8 @@ def vm_permissions(*, deadline: bool, moves: bool) -> tuple[str, ...]:
 
 def granted_by(roles: Iterable[str], table: dict[str, frozenset[str]] | None = None) -> frozenset[str]:
     """Pure: every permission the `roles` grant together (a role not in the table grants none here);
-    `table` defaults to the Cloud Storage roles of a bucket's policy (`PROJECT_ROLE_PERMISSIONS` for a
-    project's)."""
+    `table` defaults to the Cloud Storage roles of a bucket's policy (for a project's: each role's
+    permissions as IAM's `roles.get` lists them)."""
     table = ROLE_PERMISSIONS if table is None else table
     granted: set[str] = set()
     for role in roles:

@@ -44,12 +44,13 @@ format (survivor/local/traces.py `load`) says that zone had no capacity, its tim
 For preflight checks the fake serves `regions.get` (quotas), `acceleratorTypes.list/get`
 (`ACCELERATORS`, a small table of which zone offers which GPU), `images.getFromFamily` and
 `projects.get`; `set_quota`, `accelerators` and `add_image_family` seed them. It also serves Resource
-Manager's `POST /v3/projects/P:getIamPolicy` and IAM's `GET /v1/projects/P/roles/R` (custom roles,
-`custom_roles`) (the project's IAM policy, `set_project_policy`; by default
+Manager's `POST /v3/projects/P:getIamPolicy` and IAM's `roles.get`: `GET /v1/roles/R` for a predefined
+role (survivor/local/iam_roles.py, from a dump of the real answers) and `GET /v1/projects/P/roles/R` for
+a custom one (`custom_roles`) (the project's IAM policy, `set_project_policy`; by default
 the Compute Engine default service account has Editor, as older projects grant it), and enforces that
 policy on `caller` (None: every call is allowed): the group and template calls a VM makes need the
-permission of `METHOD_PERMISSIONS`, granted by a role of survivor/cloud/permissions.py's
-`PROJECT_ROLE_PERMISSIONS` (the table preflight reads), else a 403 in the API's words ("Required
+permission of `METHOD_PERMISSIONS`, granted by a role as `roles.get` lists it (what preflight reads),
+else a 403 in the API's words ("Required
 'compute.instanceGroupManagers.update' permission for 'projects/P/zones/Z/instanceGroupManagers/G'").
 
 `on_instance_created` / `on_instance_deleted` let the local simulator attach a running agent to each
@@ -76,6 +77,7 @@ from urllib.parse import parse_qs, urlsplit
 from survivor.cloud import machines, permissions
 from survivor.extras import require
 from survivor.local.capacity_advice import ADVICE_PERMISSIONS, AdviceServing
+from survivor.local.iam_roles import PREDEFINED_ROLES, role_resource
 from survivor.local.http import LocalService, QuietHandler, send_json
 
 BASE = "/compute/v1/"
@@ -326,7 +328,7 @@ class ComputeServer(AdviceServing, LocalService):
         project = path.split("/")[1]
         roles = [b["role"] for b in self.project_policy(project) if self.caller in b.get("members", [])]
         custom = {name: frozenset(granted) for name, granted in self.custom_roles.items()}
-        if needed in permissions.granted_by(roles, {**permissions.PROJECT_ROLE_PERMISSIONS, **custom}):
+        if needed in permissions.granted_by(roles, {**PREDEFINED_ROLES, **custom}):
             return
         resource = re.match(r"projects/[^/]+/(?:(?:zones|regions)/[^/]+/|global/)?[A-Za-z]+/[^/]+", path)
         raise HttpError(403, f"Required '{needed}' permission for '{resource.group(0) if resource else path}'",
@@ -1389,6 +1391,11 @@ class ComputeServer(AdviceServing, LocalService):
                     if policy and verb == "POST":  # Resource Manager v3, as the real client's REST transport asks
                         return self._send(200, {"version": 3, "etag": "BwYAAAAAAAA=",
                                                 "bindings": server.project_policy(policy.group(1))})
+                    predefined = re.fullmatch(r"/v1/(roles/[^/]+)", url.path)
+                    if predefined and verb == "GET":  # IAM v1 roles.get of a predefined role ("roles/R")
+                        if (found := role_resource(predefined.group(1))) is None:
+                            raise HttpError(404, f"The role named {predefined.group(1)} was not found.", "notFound")
+                        return self._send(200, found)
                     role = re.fullmatch(r"/v1/((?:projects|organizations)/[^/]+/roles/[^/]+)", url.path)
                     if role and verb == "GET":  # IAM v1 roles.get, for custom roles
                         if role.group(1) not in server.custom_roles:

@@ -25,12 +25,13 @@ template's REST body:
 - the Compute Engine and IAM permissions the VM itself uses on the project (`permissions.LEAVE_GROUP`;
   with a `deadline:`, `permissions.DEADLINE_SWITCH`; with `placement:` places, `permissions.BOOT_MOVE`), read from the project's IAM policy (Resource
   Manager `projects.getIamPolicy`, the `operator` extra's google-cloud-resource-manager) through the
-  same role table the Compute fake enforces. Without `compute.instanceGroupManagers.update` a finished
-  VM cannot leave its group and powers itself off instead (survivor/agent/finish.py). Custom roles
-  are read with IAM's `roles.get`; a role granted on a folder, the organisation or the service
+  roles it binds as IAM's `roles.get` lists them, predefined and custom alike (no table of Google's
+  roles is kept here; the Compute fake serves and enforces the same answers). Without
+  `compute.instanceGroupManagers.update` a finished VM cannot leave its group and powers itself off
+  instead (survivor/agent/finish.py). A role granted on a folder, the organisation or the service
   account itself is not in the project's policy, so a missing permission is a warning, not a stop,
   except `compute.instanceGroupManagers.update` (leaving the group, the finish): a readable policy
-  without it stops make-template and make-group, since a VM that cannot leave is repaired, boots,
+  (and every role it binds readable) without it stops make-template and make-group, since a VM that cannot leave is repaired, boots,
   sees DONE and powers off for ever (issue 41 item 2; `--skip-preflight` forces it).
 
 The decisions are the pure `*_findings` functions; `check` does the calls.
@@ -159,21 +160,26 @@ def iam_findings(bucket: str, member: str, bindings: list[dict] | None, error: s
 
 def compute_iam_findings(project: str, member: str, bindings: list[dict] | None, error: str | None = None, *,
                          needed: tuple[str, ...] = permissions.LEAVE_GROUP,
-                         custom_roles: dict[str, frozenset[str]] | None = None) -> list[Finding]:
+                         role_permissions: dict[str, frozenset[str]] | None = None) -> list[Finding]:
     """Pure: whether the project's IAM policy grants `member` the Compute Engine and IAM permissions
     `needed` (the VM's own calls: leaving its group, the deadline switch); one line per missing
     permission naming a role that grants it. `bindings` None: the policy could not be read (`error`).
-    `custom_roles`: the permissions of the custom roles the policy binds (`projects/P/roles/R`, as the
-    operator guide's `survivorFinish`), as IAM's `roles.get` lists them."""
+    `role_permissions`: each bound role's permissions as IAM's `roles.get` lists them
+    (`includedPermissions`), predefined (`roles/compute.viewer`) and custom (`projects/P/roles/R`, as
+    the operator guide's `survivorFinish`) alike; a bound role missing from it could not be read, so
+    what it lacks is a warning naming it, never a stop."""
     account = member.split(":", 1)[-1]
     if bindings is None:
         return [Finding("compute-iam", f"project {project}: could not read its IAM policy ({error}); make sure {account} "
                                        f"has {', '.join(needed)}", "warning")]
     roles = [b.get("role", "") for b in bindings if member in (b.get("members") or [])]
-    granted = permissions.granted_by(roles, {**permissions.PROJECT_ROLE_PERMISSIONS, **(custom_roles or {})})
+    known = role_permissions or {}
+    granted = permissions.granted_by(roles, known)
+    unread = sorted({r for r in roles if r not in known})
     missing = [p for p in needed if p not in granted]
     if not missing:
         return [Finding("compute-iam", f"project {project}: {account} has {', '.join(needed)}", "ok")]
+    also = (f"; IAM's roles.get could not read {', '.join(unread)}, which may grant it" if unread else "")
     # Leaving the group is the finish inside a MIG: without it a DONE job's VM powers off, the MIG
     # repairs it ("If a VM fails or is deleted by an action not initiated by the MIG, then the MIG
     # automatically repairs the failed VM", https://cloud.google.com/compute/docs/instance-groups/about-repair)
@@ -182,8 +188,8 @@ def compute_iam_findings(project: str, member: str, bindings: list[dict] | None,
     return [Finding("compute-iam", f"project {project}: {account} lacks {p} (grant {permissions.ROLE_FOR[p]}: gcloud "
                                    f"projects add-iam-policy-binding {project} --member={member} "
                                    f"--role={permissions.ROLE_FOR[p]}; a role granted on a folder, the organisation "
-                                   "or the account itself is not read here)" + _WHY.get(p, ""),
-                    "error" if p in permissions.LEAVE_GROUP else "warning")
+                                   "or the account itself is not read here)" + _WHY.get(p, "") + also,
+                    "error" if p in permissions.LEAVE_GROUP and not unread else "warning")
             for p in missing]
 
 
@@ -408,12 +414,15 @@ def _project_bindings(compute) -> list[dict]:
     return [{"role": b.role, "members": sorted(b.members)} for b in policy.bindings]
 
 
-def _custom_role_permissions(compute, roles: list[str]) -> dict[str, frozenset[str]]:
-    """The permissions of each custom role (`projects/...` or `organizations/.../roles/R`): IAM v1
-    `roles.get`'s `includedPermissions`, through google-api-python-client's bundled discovery
-    document (the IAM admin client library has no REST transport), at the Compute fake's endpoint
-    when there is one. A role that cannot be read grants nothing here."""
-    roles = [r for r in roles if r.split("/", 1)[0] in ("projects", "organizations") and "/roles/" in r]
+def _role_permissions(compute, roles: list[str]) -> dict[str, frozenset[str]]:
+    """The permissions of each role, predefined (`roles/R`) or custom (`projects/P/roles/R`,
+    `organizations/O/roles/R`): IAM v1 `roles.get`'s `includedPermissions` ("roles.get: `roles/{ROLE_NAME}`.
+    This method returns results from all predefined roles in IAM", the method's reference in IAM's
+    discovery document), through google-api-python-client's bundled discovery document (the IAM admin
+    client library has no REST transport), at the Compute fake's endpoint when there is one. A role
+    that cannot be read is left out (the findings name it)."""
+    roles = sorted({r for r in roles if r.startswith("roles/")
+                    or (r.split("/", 1)[0] in ("projects", "organizations") and "/roles/" in r)})
     if not roles:
         return {}
     from googleapiclient import discovery, errors
@@ -424,9 +433,9 @@ def _custom_role_permissions(compute, roles: list[str]) -> dict[str, frozenset[s
     out: dict[str, frozenset[str]] = {}
     for role in roles:
         kind = role.split("/", 1)[0]
+        collection = {"roles": service, "projects": service.projects(), "organizations": service.organizations()}[kind]
         try:
-            found = (service.projects() if kind == "projects" else service.organizations()).roles().get(
-                name=role).execute()
+            found = collection.roles().get(name=role).execute()
             out[role] = frozenset(found.get("includedPermissions") or [])
         except (errors.HttpError, OSError):
             continue
@@ -446,10 +455,10 @@ def _project_state(compute, member: str, needed: tuple[str, ...]) -> list[Findin
         return compute_iam_findings(compute.project, member, None,
                                     getattr(exc, "message", None) or str(exc).splitlines()[0], needed=needed)
     try:
-        custom = _custom_role_permissions(compute, [b["role"] for b in bindings if member in b["members"]])
+        granted = _role_permissions(compute, [b["role"] for b in bindings if member in b["members"]])
     except ImportError:  # google-api-python-client: the operator extra
-        custom = {}
-    return compute_iam_findings(compute.project, member, bindings, needed=needed, custom_roles=custom)
+        granted = {}
+    return compute_iam_findings(compute.project, member, bindings, needed=needed, role_permissions=granted)
 
 
 def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str | None = None,
