@@ -331,6 +331,19 @@ MOVE_STEP = Policy("a step of a move (Compute Engine)", attempts=4, deadline=30.
                    initial=1.0, maximum=8.0, retry_on=is_transient_compute)
 
 
+# -- notifications (survivor/notify/) ------------------------------------------------------------------
+
+#: One event told to one webhook: 5 s an attempt (2 s to connect, 3 s for the answer), retried on a
+#: connection failure, a timeout, 429 and 5xx (`WebhookError.transient`), none started 45 s after the
+#: first, so an event is delivered within 60 s of its time or given up (a later look sends it again).
+#: Run by the notifier's own threads: nothing of the agent waits on it.
+WEBHOOK = Policy("a webhook call", attempts=8, deadline=45.0, attempt_seconds=5.0, initial=0.5, maximum=8.0,
+                 retry_on=lambda exc: bool(getattr(exc, "transient", False)))
+#: The Secret Manager read of a webhook's URL, in the notifier's thread too.
+SECRET_READ = Policy("a Secret Manager read", attempts=4, deadline=20.0, attempt_seconds=10.0, initial=0.5,
+                     maximum=4.0, retry_on=is_transient)
+
+
 # -- the agent's own waits ---------------------------------------------------------------------------
 
 
@@ -366,7 +379,7 @@ def table() -> list[tuple[str, str, float]]:
     rows = []
     for p in (METADATA, SPEC_AT_BOOT, GUEST_ATTRIBUTE, NOTICE_WATCH, TRAINER_POLL,
               STORAGE_WRITE, ATTEMPT_END, STORAGE_UPLOAD, STORAGE_READ, STORAGE_DOWNLOAD, MOVE_STEP,
-              permission_wait(480.0)):
+              WEBHOOK, SECRET_READ, permission_wait(480.0)):
         rows.append((p.what, describe(p), worst_case(p)))
     return rows
 

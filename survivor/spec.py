@@ -128,6 +128,11 @@ KEYS: tuple[Key, ...] = (
         "and `flex_start` with its `flex_start_wait_hours` (docs/flex-start.md)"),
     Key("placement", "section", "where the job may run: `regions`, alternative `shapes`, `move_after_minutes`, "
         "`preemptions_per_hour` (docs/deadline.md)"),
+    Key("notify", "section", "a list of webhooks told the job's events: `url` (or a Secret Manager version "
+        "`projects/P/secrets/S/versions/V` holding it), `format` (`generic`, `slack`, `chat`), `on` (events; default "
+        "all), `no_vm_minutes` (docs/notifications.md)"),
+    Key("budget", "section", "`usd`: what the job may cost as `survivor report` prices it, and `warn_at` (a share, "
+        "default 0.8); at the budget the job stops, committed (docs/notifications.md)"),
     Key("compute", "section", "`project`, `zone`, `machine_type`, `gpu: TYPE:COUNT`, `spot`, `preemption_notice`, "
         "`image_family`, `disk_gb`... (make-template's flags override)"),
     Key("vertex", "section", "worker pools and Spot for `survivor submit` (docs/scaling-out.md)"),
@@ -269,6 +274,57 @@ class Placement:
     shapes: tuple[Shape, ...] = ()  # alternatives to the compute: shape, which comes first
 
 
+#: The events a `notify:` target may name in `on:` (survivor/notify/events.py builds each).
+NOTIFY_EVENTS = ("notice", "safe", "resumed", "done", "failed", "moved", "switched", "no_vm", "deadline_at_risk",
+                 "budget_warning", "budget_stopped")
+#: A `notify:` target's payload formats (survivor/notify/formats.py).
+NOTIFY_FORMATS = ("generic", "slack", "chat")
+#: A Secret Manager secret version as a `notify:` URL: the webhook's URL is the secret's payload.
+SECRET_VERSION = re.compile(r"projects/([a-z0-9-]{1,63}|[0-9]{1,20})/secrets/[A-Za-z0-9_-]{1,255}/versions/"
+                            r"([1-9][0-9]{0,18}|latest)")
+#: The most `notify:` targets a job may have (each is a thread of the agent's).
+MAX_NOTIFY_TARGETS = 10
+
+
+@dataclass(frozen=True)
+class NotifyTarget:
+    """Where a job's events go (survivor/notify/): a webhook's `url` (or the Secret Manager version
+    holding it, read by the VM's service account), its payload `format`, the events it wants (`on`;
+    empty: all of them), and how long the job may have no training VM before `no_vm` is said."""
+
+    url: str
+    format: str = "generic"
+    on: tuple[str, ...] = ()
+    no_vm_minutes: float = 30.0
+
+    @property
+    def secret(self) -> bool:
+        """True when `url` names a Secret Manager version rather than the webhook itself."""
+        return bool(SECRET_VERSION.fullmatch(self.url))
+
+    def wants(self, kind: str) -> bool:
+        """Whether this target is told events of `kind`."""
+        return not self.on or kind in self.on
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The target as the spec writes it."""
+        out: dict[str, Any] = {"url": self.url, "format": self.format}
+        if self.on:
+            out["on"] = list(self.on)
+        if self.no_vm_minutes != NotifyTarget.no_vm_minutes:
+            out["no_vm_minutes"] = self.no_vm_minutes
+        return out
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the job may cost, in USD as `survivor report` prices it: a `budget_warning` at `warn_at`
+    of it, and at `usd` the job stops, committed (`survivor start --budget` raises it)."""
+
+    usd: float
+    warn_at: float = 0.8
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One training job. Built by `from_mapping`, `from_yaml`, `from_file` or `from_metadata`."""
@@ -294,6 +350,8 @@ class JobSpec:
     deadline: Deadline | None = None
     fallback: FallbackSpec | None = None  # set whenever a deadline is (the defaults when not written)
     placement: Placement | None = None  # None: the job stays where its group is
+    notify: tuple[NotifyTarget, ...] = ()  # where the job's events go (survivor/notify/)
+    budget: Budget | None = None  # what the job may cost before it stops
     extra: Mapping[str, Any] = field(default_factory=dict)  # sections other commands read (compute, ...)
 
     # -- constructors -----------------------------------------------------------------------------
@@ -353,6 +411,8 @@ class JobSpec:
             deadline=v.deadline(),
             fallback=v.fallback(),
             placement=v.placement(),
+            notify=v.notify(),
+            budget=v.budget(),
             extra=v.extra(),
         )
         v.unsupported()
@@ -404,6 +464,10 @@ class JobSpec:
                                 "preemptions_per_hour": self.placement.preemptions_per_hour}
             if self.placement.shapes:
                 out["placement"]["shapes"] = [shape.to_mapping() for shape in self.placement.shapes]
+        if self.notify:
+            out["notify"] = [target.to_mapping() for target in self.notify]
+        if self.budget is not None:
+            out["budget"] = {"usd": self.budget.usd, "warn_at": self.budget.warn_at}
         out.update(self.extra)
         return {k: v for k, v in out.items() if v not in (None, {}, [])}
 
@@ -412,8 +476,10 @@ class JobSpec:
         return yaml.safe_dump(self.to_mapping(), sort_keys=False)
 
     def secret_values(self) -> tuple[str, ...]:
-        """The values of hyperparameters whose names look secret (`is_secret_name`): masked in logs."""
-        return tuple(value for name, value in self.hyperparameters if is_secret_name(name) and value)
+        """The values of hyperparameters whose names look secret (`is_secret_name`) and the webhooks'
+        URLs of `notify:`: masked in logs."""
+        return tuple(value for name, value in self.hyperparameters if is_secret_name(name) and value) + tuple(
+            target.url for target in self.notify if not target.secret)  # a webhook's URL is its credential
 
 
 def checkpoint_naming(pattern: str) -> re.Pattern:
@@ -771,6 +837,29 @@ def _control_characters(value: str) -> bool:
     return any(ord(c) < 0x20 or ord(c) == 0x7F for c in value)
 
 
+def _looks_secret(url: Any) -> bool:
+    """A webhook URL carries its credential (Slack's path, Chat's key and token): never shown whole."""
+    return isinstance(url, str) and url.startswith(("http://", "https://")) and len(url) > 40
+
+
+def notify_url_problem(url: Any) -> str | None:
+    """Pure: what is wrong with a `notify:` URL, or None: an https:// URL, an http:// one to this
+    machine only (a local receiver), or a Secret Manager version holding the URL."""
+    expected = ("an https:// webhook URL (http:// only to 127.0.0.1 or localhost) or a Secret Manager version "
+                "projects/PROJECT/secrets/NAME/versions/VERSION")
+    if not isinstance(url, str) or not url.strip() or len(url) > 4096 or _control_characters(url):
+        return expected
+    url = url.strip()
+    if SECRET_VERSION.fullmatch(url):
+        return None
+    m = re.fullmatch(r"(https?)://([^/?#:@\s]+)(:[0-9]{1,5})?([/?#][^\s]*)?", url)
+    if not m:
+        return expected
+    if m.group(1) == "http" and m.group(2) not in ("127.0.0.1", "localhost"):
+        return expected
+    return None
+
+
 def validate_uri(value: str) -> str | None:
     """Returns what is wrong with a job/data dir location, or None when it is usable."""
     if len(value.encode("utf-8", "surrogatepass")) > MAX_LOCATION:
@@ -1055,6 +1144,80 @@ class _Validator:
                 item = default
             numbers[key] = float(item)
         return Placement(tuple(regions), shapes=self._shapes(value.get("shapes")), **numbers)
+
+    def notify(self) -> tuple[NotifyTarget, ...]:
+        """`notify`: a list of targets, each `url`, `format`, `on`, `no_vm_minutes`; one line a problem."""
+        value = self._get("notify")
+        if value is None or value == []:
+            return ()
+        if not isinstance(value, list):
+            self._problem("notify", value, "a list of targets, e.g. [{url: https://hooks.slack.com/services/..., "
+                                           "format: slack}]")
+            return ()
+        if len(value) > MAX_NOTIFY_TARGETS:
+            self.problems.append(f"notify: {len(value)} targets; expected at most {MAX_NOTIFY_TARGETS}")
+            return ()
+        known = ("url", "format", "on", "no_vm_minutes")
+        targets = []
+        for i, item in enumerate(value):
+            label = f"notify[{i}]"
+            if not isinstance(item, dict):
+                self.problems.append(f"{label} = {_show(item)}: expected a mapping with url (and format, on)")
+                continue
+            count = len(self.problems)
+            for key in sorted(str(k) for k in item if k not in known):
+                close = did_you_mean(key, known)
+                self.problems.append(f"{label}.{key}: unknown key{f' ({close})' if close else ''}; expected "
+                                     f"{', '.join(known)}")
+            url = item.get("url")
+            wrong = notify_url_problem(url)
+            if wrong:
+                self.problems.append(f"{label}.url = {_show('***' if _looks_secret(url) else url)}: expected {wrong}")
+            fmt = item.get("format", "generic")
+            if fmt not in NOTIFY_FORMATS:
+                self.problems.append(f"{label}.format = {_show(fmt)}: expected one of {', '.join(NOTIFY_FORMATS)}")
+            on = item.get("on", [])
+            on = [on] if isinstance(on, str) else on
+            if not isinstance(on, list) or not all(isinstance(e, str) for e in on):
+                self.problems.append(f"{label}.on = {_show(on)}: expected a list of events among "
+                                     f"{', '.join(NOTIFY_EVENTS)}")
+                on = []
+            for event in on:
+                if event not in NOTIFY_EVENTS:
+                    close = did_you_mean(event, NOTIFY_EVENTS)
+                    self.problems.append(f"{label}.on: {_show(event)} is no event{f' ({close})' if close else ''}; "
+                                         f"expected among {', '.join(NOTIFY_EVENTS)}")
+            minutes = item.get("no_vm_minutes", NotifyTarget.no_vm_minutes)
+            low, high = PLACEMENT_RANGES["move_after_minutes"]
+            if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not low <= minutes <= high:
+                self.problems.append(f"{label}.no_vm_minutes = {_show(minutes)}: expected a number from {low:g} "
+                                     f"to {high:g}")
+            if len(self.problems) == count:
+                targets.append(NotifyTarget(url=str(url).strip(), format=str(fmt), on=tuple(dict.fromkeys(on)),
+                                            no_vm_minutes=float(minutes)))
+        return tuple(targets)
+
+    def budget(self) -> Budget | None:
+        """`budget`: `usd` (more than 0) and `warn_at` (a share from 0 to 1, default 0.8)."""
+        value = self._get("budget")
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            self._problem("budget", value, "a mapping with usd (and warn_at), e.g. {usd: 250, warn_at: 0.8}")
+            return None
+        known = ("usd", "warn_at")
+        for key in sorted(str(k) for k in value if k not in known):
+            close = did_you_mean(key, known)
+            self.problems.append(f"budget.{key}: unknown key{f' ({close})' if close else ''}; expected usd or warn_at")
+        usd, warn = value.get("usd"), value.get("warn_at", Budget.warn_at)
+        ok = True
+        if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not 0 < usd <= 1e9:
+            self.problems.append(f"budget.usd = {_show(usd)}: expected US dollars, more than 0")
+            ok = False
+        if isinstance(warn, bool) or not isinstance(warn, (int, float)) or not 0 < warn < 1:
+            self.problems.append(f"budget.warn_at = {_show(warn)}: expected a share between 0 and 1, e.g. 0.8")
+            ok = False
+        return Budget(float(usd), float(warn)) if ok and isinstance(usd, (int, float)) else None
 
     def _shapes(self, value: Any) -> tuple[Shape, ...]:
         """`placement.shapes`: a list of mappings with the machine keys of `compute:`. Only their form

@@ -62,9 +62,12 @@ from survivor.agent.trainer import (TrainerProcess, TrainerUserError, launch, lo
 from survivor.cloud.metadata import InstanceIdentity, MetadataClient, MetadataError
 from survivor.jobdir.disk_tier import DiskTier, state_disk_dir
 from survivor.jobdir.journal import Attempt, Journal, JobState, should_give_up, snapshot_to_pass_over, Timing
+from survivor.jobdir.journal import now as _now_text
 from survivor.jobdir.lease import Holder, Lease, LeaseHeld, LeaseLost
 from survivor.jobdir.storage import JobStorage, StorageError, open_storage
 from survivor.jobdir.store import CheckpointStore, CommitStats, RestoreFailed
+from survivor.notify import events as job_events
+from survivor.notify.delivery import Notifier, Telling
 from survivor.spec import JobSpec, SpecError, checkpoint_naming
 
 if TYPE_CHECKING:  # imported where used: the agent loads the Compute client only to finish or switch
@@ -194,6 +197,9 @@ class Boot:
         self._first_step: int | None = None  # the first step this boot's trainer reported
         self._booting = False
         self._last_guest_write = 0.0
+        self.notifier: Notifier | None = None  # the job's webhooks (`notify:`), once its attempt opens
+        self._job_name = ""  # the job's name, in its events
+        self._attempt_number = 0
 
     # -- the story --------------------------------------------------------------------------------
 
@@ -293,6 +299,9 @@ class Boot:
                  state: JobState, lease: Lease, early: TrainerProcess | None) -> int:
         """Steps 3-9: one attempt, recorded in the journal from its start to its end."""
         attempt = journal.begin(identity.name, booted=guest_booted(), zone=identity.zone)
+        self._job_name, self._attempt_number = spec.name, attempt.number
+        if spec.notify:  # its threads tell events; nothing of this boot ever waits on them
+            self.notifier = Notifier(spec.notify, storage=storage).start()
         try:
             if should_give_up(state.attempts, spec.max_failed_attempts):  # a crash loop ends here
                 last = next((a for a in reversed(state.attempts) if a.outcome == "failed"), None)
@@ -714,6 +723,7 @@ class Boot:
         attempt.restored_from = manifest.name if manifest else ""
         attempt.timings = dict(self.phase.seconds)  # a running attempt's ledger knows its restore
         journal.update(attempt)
+        self._tell_restored(journal.storage, attempt, recent[-1] if recent else None)
         log.info("restored" if manifest else "no committed snapshot; starting from scratch",
                  step=attempt.restored_step, files=len(manifest.files) if manifest else 0,
                  bytes=manifest.size if manifest else 0, seconds=self.phase.seconds.get(Timing.RESTORE))
@@ -739,6 +749,12 @@ class Boot:
         log.info("safe after notice", source=notice.source, committed_step=result.committed_step,
                  reached_step=result.reached_step, steps_lost=attempt_steps_lost(result),
                  seconds=total, **{f"{k}_seconds": v for k, v in self.phase.seconds.items()})
+        # told only now, with the commit done: a webhook is never on the way to it (a queue put each)
+        noticed_at = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(seconds=total)
+        self._tell(job_events.notice(self._job_name, attempt=self._attempt_number, step=result.reached_step,
+                                     source=notice.source, time=noticed_at.isoformat(timespec="milliseconds")))
+        self._tell(job_events.safe(self._job_name, attempt=self._attempt_number, committed_step=result.committed_step,
+                                   steps_lost=attempt_steps_lost(result), seconds=total, time=_now_text()))
         return dataclasses.replace(result, notice=self._classify(notice), notice_source=notice.source)
 
     def _classify(self, notice: Notice) -> str:
@@ -773,6 +789,7 @@ class Boot:
             log.info("training finished; DONE written", **summary)
         else:
             log.warning("DONE was already written by another writer")
+        self._tell(lambda: self._done_event(spec, identity, journal))  # built in the notifier's thread
         self._guest("state", "done", force=True)
         self._guest("step", str(committed or 0), force=True)
         return self._finish(spec, identity, "done")
@@ -782,6 +799,7 @@ class Boot:
         """Writes FAILED (too many attempts in a row failed without progress), then finishes."""
         log.error("giving up", reason=reason)
         journal.mark_failed(reason, attempts=attempts)
+        self._tell(job_events.failed(spec.name, reason=reason, committed_step=None, time=_now_text()))
         self._guest("state", "failed", force=True)
         return self._finish(spec, identity, "failed")
 
@@ -809,6 +827,34 @@ class Boot:
             return on_error
         log.info("finished", why=why, action=finisher.name)
         return EXIT_OK
+
+    # -- telling the job's webhooks (survivor/notify/) -----------------------------------------------
+
+    def _tell(self, telling: Telling) -> None:
+        """Queues an event for the job's webhooks: a queue put, never a call (no `notify:`: nothing)."""
+        if self.notifier is not None:
+            self.notifier.tell(telling)
+
+    def _tell_restored(self, storage: JobStorage, attempt: Attempt, previous: Attempt | None) -> None:
+        """After the restore: what earlier boots could not tell (read from the records in the
+        notifier's thread), then `resumed` when this boot restored a snapshot after another's."""
+        if self.notifier is None:
+            return
+        from survivor.jobdir.status import read_job
+        from survivor.notify.records import attempt_events, job_events as recorded
+
+        name, number = self._job_name, attempt.number
+        self._tell(lambda: [e for e in recorded(name, read_job(storage.url, storage=storage))
+                            if e.facts.get("attempt") != number])
+        self._tell(lambda: [e for e in attempt_events(name, attempt, previous) if e.kind == "resumed"] or None)
+
+    def _done_event(self, spec: JobSpec, identity: InstanceIdentity, journal: Journal):
+        """DONE's event with the job's figures and cost, as `survivor report` prices them (offline)."""
+        from survivor.jobdir.status import read_job
+        from survivor.operator.notices import priced_done
+
+        return priced_done(spec, read_job(journal.storage.url, storage=journal.storage, train_steps=spec.train_steps),
+                           zone=identity.zone)
 
     # -- a boot that cannot go on -----------------------------------------------------------------
 

@@ -49,8 +49,11 @@ SCHEDULER = Override("Cloud Scheduler", "SURVIVOR_SCHEDULER_ENDPOINT", "survivor
 STS = Override("Security Token Service (the trainer's downscoped token)", "SURVIVOR_STS_ENDPOINT",
                "survivor/local/sts_server.py")
 
+SECRET_MANAGER = Override("Secret Manager (a notify: webhook's URL)", "SURVIVOR_SECRET_MANAGER_ENDPOINT",
+                         "survivor/local/secret_manager_server.py")
+
 #: Every override, for the docs and a test that each names a stand-in that exists.
-OVERRIDES = (COMPUTE, CATALOG, VERTEX, LOGGING, RUN, SCHEDULER, STS)
+OVERRIDES = (COMPUTE, CATALOG, VERTEX, LOGGING, RUN, SCHEDULER, STS, SECRET_MANAGER)
 
 
 def client_kwargs(endpoint: str | None, *, transport: str | None = "rest", default: str | None = None,

@@ -19,7 +19,7 @@ from survivor.cloud.compute import Compute, ComputeError, GroupRef
 from survivor.jobdir import claims
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.switches import parse_time
-from survivor.operator import deadline, placement
+from survivor.operator import deadline, notices, placement
 from survivor.operator.group import RequestError, Say, complete_switch, spec_of, switch_group, template_mode
 from survivor.spec import JobSpec
 
@@ -128,6 +128,7 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
     here = group if compute.get_group(group) is not None else placement.current_group(storage, group)
     over = end_if_over(compute, here, storage, say=say)
     if over is not None:
+        notices.tell_look(spec, storage, running=False)  # DONE or FAILED, if its agent could not tell it
         return over
     seen = claims.what_was_seen(storage)  # before the records a decision reads: what a claim names
     if spec.placement is not None:
@@ -164,14 +165,22 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
     decision = deadline.assess(spec, storage, _dt.datetime.now(_dt.timezone.utc), running=running, first_start=created,
                                check_every_hours=check_every_hours or deadline.CHECK_EVERY_HOURS, flex_failed=failed,
                                flex_ended=ended)
+    def tell() -> None:  # the job's webhooks: what its records hold that no one told, and this look's own
+        notices.tell_look(spec, storage, running=running, error=notices.instance_error(members), created=created,
+                          slack_hours=decision.slack_hours if decision else None,
+                          deadline_reason=decision.reason if decision else "", zone=group.zone)
+
     if spec.placement is not None and not running:  # no VM: the job may move to capacity elsewhere
         if placement.look_and_move(compute, group, spec, storage, by="watch", say=say, seen=seen) is not None:
+            tell()
             return decision
     if decision is None:
         say(f"job {spec.name}: no deadline in its spec; nothing to decide")
+        tell()
         return None
     say(f"job {spec.name}: {decision.current} -> {decision.mode}: {decision.reason}")
     if decision.switch:
         switch_group(compute, group, decision.mode, decision.reason, by="watch", storage=storage, say=say, seen=seen,
                      run_hours=decision.run_hours)
+    tell()
     return decision

@@ -1,0 +1,280 @@
+"""Notifications (issue 43): a job's events reach its webhooks, each in its own format, and never cost training.
+
+The receivers are survivor/local/webhook_receivers.py on 127.0.0.1 (generic, Slack-shaped,
+Chat-shaped), each refusing what its real counterpart refuses; the jobs are real agent processes
+(LocalInstance) running the dummy trainer; the watch's looks are `notices.tell_look`, which
+`watch_once` calls at the end of every look.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import pathlib
+import re
+import time
+
+import jsonschema
+import pytest
+
+from survivor.jobdir.journal import Journal, now
+from survivor.jobdir.moves import Move, record_move
+from survivor.jobdir.status import read_job
+from survivor.jobdir.storage import open_storage
+from survivor.jobdir.switches import Switch, parse_time, record_switch
+from survivor.local.webhook_receivers import Receivers, WebhookReceiver, chat_problem, slack_problem
+from survivor.notify import events
+from survivor.notify.delivery import Notifier
+from survivor.notify.formats import chat_message_id, request_for
+from survivor.notify.records import job_events
+from survivor.operator import notices
+from survivor.spec import JobSpec, NotifyTarget, SpecError
+from tests.conftest import dummy_spec, executed_steps
+
+SCHEMA = json.loads((pathlib.Path(__file__).resolve().parent.parent / "docs" / "notify-event.schema.json").read_text())
+T0 = "2026-11-30T10:00:00.000+00:00"
+
+
+def every_kind() -> list[events.Event]:
+    return [
+        events.notice("j", attempt=1, step=40, source="preempted", time=T0),
+        events.safe("j", attempt=1, committed_step=40, steps_lost=0, seconds=2.5, time=T0),
+        events.resumed("j", attempt=2, step=40, without_vm_seconds=95.0, restore_seconds=1.5, time=T0),
+        events.done("j", steps=100, wall_seconds=3600.0, goodput=0.8, preemptions=3, cost=1.2, on_demand_cost=3.4,
+                    time=T0),
+        events.failed("j", reason="3 attempts in a row failed <!channel> & more", committed_step=40, time=T0),
+        events.moved("j", from_place="zones/us-west1-b", to_place="regions/us-central1", why="stockout", time=T0),
+        events.switched("j", from_mode="spot", to_mode="on-demand", why="3.1 h left", time=T0),
+        events.no_vm("j", since=T0, minutes=41.0, error="ZONE_RESOURCE_POOL_EXHAUSTED: no T4", time=T0),
+        events.deadline_at_risk("j", reason="slack -0.5 h", slack_hours=-0.5, key="after-3", time=T0),
+        events.budget_warning("j", spent=8.0, budget=10.0, share=0.8, time=T0),
+        events.budget_stopped("j", spent=10.1, budget=10.0, committed_step=40, time=T0),
+    ]
+
+
+# -- formats and the spec ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("event", every_kind(), ids=lambda e: e.kind)
+def test_every_event_is_valid_in_each_format(event):
+    jsonschema.validate(request_for("generic", event).body, SCHEMA)
+    assert slack_problem(request_for("slack", event).body) is None
+    chat = request_for("chat", event)
+    assert chat_problem(chat.body, chat.params) is None
+    assert event.kind in events.KINDS
+
+
+def test_slack_text_is_escaped_so_a_reason_pings_nobody():
+    failed = every_kind()[4]
+    body = request_for("slack", failed).body
+    assert "<!channel>" not in json.dumps(body) and "&lt;!channel&gt; &amp; more" in body["text"]
+
+
+def test_a_chat_message_id_is_what_chat_accepts_and_stable_per_event():
+    long_id = "a-very-long-job-name-of-sixty-three-characters-aaaaaaaaaaaaaa/moved/2026-11-30T10:00:00.000+00:00"
+    for event_id in ("j/safe/1", long_id, "J/MOVED/2026", "///"):
+        made = chat_message_id(event_id)
+        assert re.fullmatch(r"client-[a-z0-9-]{1,56}", made), made
+        assert made == chat_message_id(event_id)
+    assert chat_message_id(long_id) != chat_message_id(long_id + "x")
+
+
+def test_a_bad_target_is_one_line_naming_it():
+    base = {"job_dir": "/tmp/j", "train_steps": 10, "trainer": {"builtin": "dummy"}}
+    with pytest.raises(SpecError) as bad:
+        JobSpec.from_mapping({**base, "notify": [{"url": "http://example.com/hook"},
+                                                 {"url": "https://hooks.slack.com/services/T/B/" + "x" * 40,
+                                                  "format": "teams", "on": ["donee"], "colour": "red"}]})
+    assert bad.value.problems == [
+        "notify[0].url = 'http://example.com/hook': expected an https:// webhook URL (http:// only to 127.0.0.1 or "
+        "localhost) or a Secret Manager version projects/PROJECT/secrets/NAME/versions/VERSION",
+        "notify[1].colour: unknown key; expected url, format, on, no_vm_minutes",
+        "notify[1].format = 'teams': expected one of generic, slack, chat",
+        "notify[1].on: 'donee' is no event (did you mean done?); expected among notice, safe, resumed, done, "
+        "failed, moved, switched, no_vm, deadline_at_risk, budget_warning, budget_stopped",
+    ]
+    spec = JobSpec.from_mapping({**base, "notify": [{"url": "projects/p/secrets/hook/versions/latest",
+                                                     "format": "chat", "on": "done"}]})
+    assert spec.notify[0].secret and spec.notify[0].wants("done") and not spec.notify[0].wants("safe")
+    assert JobSpec.from_mapping(spec.to_mapping()) == spec
+
+
+def test_a_webhook_url_is_masked_in_the_agents_logs():
+    url = "https://hooks.slack.com/services/T0/B0/secret-token"
+    spec = JobSpec.from_mapping({"job_dir": "/tmp/j", "train_steps": 10, "trainer": {"builtin": "dummy"},
+                                 "notify": [{"url": url, "format": "slack"}]})
+    assert url in spec.secret_values()
+
+
+# -- delivery ---------------------------------------------------------------------------------------
+
+def test_an_event_told_once_is_not_told_again_by_a_later_look(tmp_path):
+    storage = open_storage(str(tmp_path / "jobdir"))
+    event = every_kind()[1]
+    with Receivers() as receivers:
+        targets = [NotifyTarget(**t) for t in receivers.targets]
+        first = Notifier(targets, storage=storage).start()
+        first.tell(event)
+        assert first.drain(10)
+        later = Notifier(targets, storage=storage).start()  # the next boot, or the watch, from the records
+        later.tell(lambda: [event])
+        assert later.drain(10)
+        assert [len(r.accepted()) for r in receivers.all()] == [1, 1, 1]
+
+
+def test_a_dead_webhook_delays_no_other_and_tell_returns_at_once(tmp_path):
+    with Receivers() as receivers, WebhookReceiver("generic", "hang") as hang, WebhookReceiver("slack", "fail") as fail:
+        targets = [NotifyTarget(hang.url), NotifyTarget(fail.url, "slack")] + [NotifyTarget(**t) for t in receivers.targets]
+        notifier = Notifier(targets, storage=open_storage(str(tmp_path / "jobdir"))).start()
+        started = time.monotonic()
+        for event in every_kind():
+            notifier.tell(event)
+        told = time.monotonic() - started
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(len(r.accepted()) < len(every_kind()) for r in receivers.all()):
+            time.sleep(0.05)
+        assert told < 0.05
+        for receiver in receivers.all():
+            assert [_event_id(receiver, r) for r in receiver.accepted()] == [e.id for e in every_kind()]
+        while time.monotonic() < deadline + 5 and len(fail.received) < 2:
+            time.sleep(0.05)
+        assert len(fail.received) >= 2  # retried (tenacity, retry.WEBHOOK), in its own thread
+        notifier.stop()
+
+
+# -- the agent and the watch, end to end --------------------------------------------------------------
+
+def _event_id(receiver: WebhookReceiver, call) -> str:
+    if receiver.fmt == "generic":
+        return call.body["id"]
+    text = call.body["blocks"][1]["elements"][0]["text"] if receiver.fmt == "slack" else call.body["text"]
+    return re.search(r"id (\S+)$", text).group(1)
+
+
+def _kind_of(event_id: str) -> str:
+    return event_id.split("/")[1]
+
+
+def _first_copies(receiver: WebhookReceiver) -> list:
+    """What a receiver keeps: the first copy of each id (delivery is at least once)."""
+    seen, out = set(), []
+    for call in receiver.accepted():
+        event_id = _event_id(receiver, call)
+        if event_id not in seen:
+            seen.add(event_id)
+            out.append((event_id, call))
+    return out
+
+
+def _preempt_at(vm, step: int) -> float:
+    vm.wait_for_step(step)
+    vm.set_preempted()
+    started = time.monotonic()
+    assert vm.wait(30) == 0
+    return time.monotonic() - started
+
+
+@pytest.mark.slow
+def test_every_event_of_a_job_preempted_three_times_moved_switched_and_done_reaches_each_receiver_in_order(
+        tmp_path, instance_factory):
+    job_dir = str(tmp_path / "jobdir")
+    storage = open_storage(job_dir)
+    with Receivers() as receivers:
+        text = dummy_spec(job_dir, tmp_path, train_steps=160, notify=receivers.targets)
+        spec = JobSpec.from_yaml(text)
+        vm = instance_factory(text)
+
+        def look(**kwargs):  # what `survivor watch` does at the end of each look (operator/watch.py)
+            notices.tell_look(spec, storage, running=False, drain_seconds=20, **kwargs)
+
+        vm.boot(wipe=True)
+        _preempt_at(vm, 25)
+        record_move(storage, Move(time=now(), from_place="zones/us-west1-b", to_place="regions/us-central1",
+                                  reason="no training VM for 31 min: ZONE_RESOURCE_POOL_EXHAUSTED", by="watch"))
+        look()
+        vm.boot(wipe=True)
+        _preempt_at(vm, 60)
+        vm.boot(wipe=True)
+        _preempt_at(vm, 95)
+        record_switch(storage, Switch(time=now(), to_mode="on-demand", from_mode="spot", by="watch",
+                                      reason="3.1 h left, 2.9 h of work on on-demand plus 0.4 h margin",
+                                      template="jobdir-on-demand"))
+        look()
+        vm.boot(wipe=True)
+        assert vm.wait(60) == 0
+        look()  # the watch's look at a DONE job
+        deadline = time.monotonic() + 20
+        expected = ["notice", "safe", "moved", "resumed", "notice", "safe", "resumed", "notice", "safe", "switched",
+                    "resumed", "done"]
+        while time.monotonic() < deadline and any(len(_first_copies(r)) < len(expected) for r in receivers.all()):
+            time.sleep(0.1)
+
+        state = Journal(storage).state()
+        assert state.done is not None and [a.steps_lost for a in state.attempts[:3]] == [0, 0, 0]
+        for receiver in receivers.all():
+            assert receiver.refused == [], receiver.refused
+            got = _first_copies(receiver)
+            assert [_kind_of(i) for i, _ in got] == expected, (receiver.fmt, [i for i, _ in got])
+            for event_id, call in got:
+                happened = parse_time(re.sub(r".*/", "", event_id)) if _kind_of(event_id) in ("moved", "switched") \
+                    else None
+                if receiver.fmt == "generic":
+                    jsonschema.validate(call.body, SCHEMA)
+                    happened = parse_time(call.body["time"])
+                if happened is not None:
+                    late = call.at - happened.timestamp()
+                    assert -1.0 <= late <= 60.0, (event_id, late)
+        done = _first_copies(receivers.generic)[-1][1].body
+        assert done["facts"]["preemptions"] == 3 and done["facts"]["steps"] == 160
+        assert done["facts"]["cost_usd"] is not None and done["facts"]["goodput"] > 0
+    assert executed_steps(tmp_path)[-1] == 160
+
+
+def _notice_to_exit(tmp_path, instance_factory, name: str, notify) -> tuple[float, object]:
+    job_dir = str(tmp_path / name / "jobdir")
+    (tmp_path / name).mkdir()
+    vm = instance_factory(dummy_spec(job_dir, tmp_path / name, train_steps=400, notify=notify))
+    vm.boot(wipe=True)
+    seconds = _preempt_at(vm, 30)
+    attempt = Journal(open_storage(job_dir)).state().attempts[-1]
+    return seconds, attempt
+
+
+@pytest.mark.slow
+def test_a_webhook_that_hangs_or_answers_500_costs_no_step_and_no_second_between_the_notice_and_the_exit(
+        tmp_path, instance_factory):
+    with WebhookReceiver("generic", "hang") as hang, WebhookReceiver("slack", "fail") as fail, \
+            WebhookReceiver("chat", "hang") as chat:
+        targets = [{"url": hang.url}, {"url": fail.url, "format": "slack"}, {"url": chat.url, "format": "chat"}]
+        runs = {}
+        for round_ in range(2):  # alternated, so a machine that slows down meanwhile slows both
+            for name, notify in (("none", []), ("dead", targets)):
+                runs.setdefault(name, []).append(_notice_to_exit(tmp_path, instance_factory, f"{name}{round_}", notify))
+        assert hang.received and fail.received  # the events went out, and got nowhere
+    for name, measured in runs.items():
+        for _, attempt in measured:
+            assert attempt.outcome == "preempted" and attempt.steps_lost == 0, (name, attempt)
+    best = {name: min(seconds for seconds, _ in measured) for name, measured in runs.items()}
+    safe = {name: min(a.timings["notice_to_safe"] for _, a in measured) for name, measured in runs.items()}
+    print(f"notice to exit, best of 2: none {best['none']:.2f} s, dead webhooks {best['dead']:.2f} s; "
+          f"notice to safe: {safe['none']:.2f} s / {safe['dead']:.2f} s")
+    assert best["dead"] <= best["none"] + 0.5
+    assert safe["dead"] <= safe["none"] + 0.5
+
+
+def test_records_give_the_agents_events_their_ids():
+    """The next look tells what an exited agent could not, under the id the agent gave it."""
+    from survivor.jobdir.journal import Attempt, JobState
+    from survivor.jobdir.ledger import build_ledger
+    from survivor.jobdir.status import JobView
+
+    a1 = Attempt(1, "vm", T0, restored_from="", ended="2026-11-30T10:10:00.000+00:00", outcome="preempted",
+                 end_step=40, reached_step=40, steps_lost=0, notice="preempted", timings={"notice_to_safe": 2.5},
+                 booted=T0)
+    a2 = Attempt(2, "vm", "2026-11-30T10:12:00.000+00:00", restored_step=40, restored_from="m",
+                 booted="2026-11-30T10:11:30.000+00:00", timings={"restore": 1.5})
+    when = _dt.datetime(2026, 11, 30, 10, 20, tzinfo=_dt.timezone.utc)
+    view = JobView("/j", JobState(None, None, [a1, a2]), None, [], [], [], [], build_ledger([a1, a2], now=when))
+    told = job_events("j", view)
+    assert [e.id for e in told] == ["j/notice/1", "j/safe/1", "j/resumed/2"]
+    assert told[2].facts["without_vm_seconds"] == 90.0 and told[0].time == "2026-11-30T10:09:57.500+00:00"
+    assert read_job  # the same reader the agent and the watch use
