@@ -278,3 +278,23 @@ def test_records_give_the_agents_events_their_ids():
     assert [e.id for e in told] == ["j/notice/1", "j/safe/1", "j/resumed/2"]
     assert told[2].facts["without_vm_seconds"] == 90.0 and told[0].time == "2026-11-30T10:09:57.500+00:00"
     assert read_job  # the same reader the agent and the watch use
+
+
+@pytest.mark.slow
+def test_a_webhook_kept_in_secret_manager_is_read_by_the_vms_account_and_told(tmp_path, instance_factory):
+    from survivor.local.secret_manager_server import SecretManagerServer
+
+    job_dir = str(tmp_path / "jobdir")
+    with SecretManagerServer() as secrets, WebhookReceiver("chat") as chat:
+        version = secrets.add("survivor-local", "chat-hook", chat.url.encode())
+        text = dummy_spec(job_dir, tmp_path, train_steps=120, notify=[{"url": version, "format": "chat"}])
+        assert chat.url not in text  # the instance metadata holds the secret's name only
+        vm = instance_factory(text, env={"SURVIVOR_SECRET_MANAGER_ENDPOINT": secrets.endpoint})
+        vm.boot(wipe=True)
+        _preempt_at(vm, 20)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(_first_copies(chat)) < 2:
+            time.sleep(0.1)
+        assert [_kind_of(i) for i, _ in _first_copies(chat)] == ["notice", "safe"]
+        assert secrets.accessed == [version]
+        assert chat.url not in (tmp_path / "vm0" / "agent-boot-1.log").read_text()

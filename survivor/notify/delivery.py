@@ -119,6 +119,10 @@ class _Worker:
         return self.url
 
     def _run(self) -> None:
+        try:  # a secret's URL read now, at the boot's start, so the first event goes out at once
+            self._resolve()
+        except Exception as exc:  # noqa: BLE001 - said; each event tries again
+            log.warning("a notify: target's URL could not be read yet", target=self.index, error=str(exc)[:300])
         while True:
             event, told = self.queue.get()
             try:
