@@ -138,8 +138,10 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
-def plot(path: str, labels: list[str], results: dict[str, dict[str, list[float]]]) -> str | None:
-    """Horizontal bars: each command's median time to its first line, per tree, min-max as error bars."""
+def plot(path: str, labels: list[str], first: dict[str, dict[str, list[float]]],
+         exits: dict[str, dict[str, list[float]]]) -> str | None:
+    """Horizontal bars, per tree: each command's median time to its first line (solid, min-max as error
+    bars) and to its exit (pale, behind)."""
     try:
         import matplotlib
 
@@ -147,18 +149,21 @@ def plot(path: str, labels: list[str], results: dict[str, dict[str, list[float]]
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    fig, ax = plt.subplots(figsize=(8, 0.34 * len(labels) * max(len(results), 1) + 1.2))
-    height = 0.8 / max(len(results), 1)
-    for i, (tree, rows) in enumerate(results.items()):
+    fig, ax = plt.subplots(figsize=(8, 0.34 * len(labels) * max(len(first), 1) + 1.2))
+    height = 0.8 / max(len(first), 1)
+    for i, tree in enumerate(first):
         ys = [y + i * height for y in range(len(labels))]
-        medians = [statistics.median(rows[label]) for label in labels]
-        low = [m - min(rows[label]) for m, label in zip(medians, labels)]
-        high = [max(rows[label]) - m for m, label in zip(medians, labels)]
-        ax.barh(ys, medians, height, xerr=[low, high], label=tree, capsize=2)
-    ax.set_yticks([y + height * (len(results) - 1) / 2 for y in range(len(labels))])
+        color = f"C{i}"
+        ax.barh(ys, [statistics.median(exits[tree][label]) for label in labels], height, color=color, alpha=0.3,
+                label=f"{tree}: exit")
+        medians = [statistics.median(first[tree][label]) for label in labels]
+        low = [m - min(first[tree][label]) for m, label in zip(medians, labels)]
+        high = [max(first[tree][label]) - m for m, label in zip(medians, labels)]
+        ax.barh(ys, medians, height, xerr=[low, high], color=color, label=f"{tree}: first line", capsize=2)
+    ax.set_yticks([y + height * (len(first) - 1) / 2 for y in range(len(labels))])
     ax.set_yticklabels(labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("seconds from spawn to the first line (median, min-max)")
+    ax.set_xlabel("seconds from spawn (median; min-max of the first line)")
     ax.set_title("survivor's operator commands against the stand-ins, no credentials", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -238,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine()}; {args.rounds} rounds; metadata address {args.metadata}; "
           f"seconds, median (min-max)\n")
     print(table("Operator commands: spawn to first line and to exit (s)", header, rows))
-    drawn = plot(args.plot, labels, results)
+    drawn = plot(args.plot, labels, results, exits)
     if drawn:
         print(f"plot: {os.path.relpath(drawn, ROOT)}")
     if args.json:

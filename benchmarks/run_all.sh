@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=docs/benchmarks/results.md
 mkdir -p docs/benchmarks
-benches="${*:-overhead time_to_safety time_to_resume goodput chaos deadline capacity}"
+benches="${*:-overhead time_to_safety time_to_resume goodput chaos deadline capacity commands}"
 [[ $# -eq 0 ]] && : > "$out"
 for bench in ${benches}; do
   echo "running $bench" >&2
