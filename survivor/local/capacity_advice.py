@@ -164,7 +164,8 @@ class AdviceServing:
     #: the wall time of the trace's hour 0, for the records' intervals
     trace_epoch = _dt.datetime(2026, 11, 1, tzinfo=_dt.timezone.utc)
 
-    def zones_of(self, region: str) -> list[str]:  # the fake's own (ComputeServer.zones_of) wins in the MRO
+    def zones_of(self, region: str) -> list[str]:
+        """The fake's zones of `region`: ComputeServer's own, which comes first in the MRO."""
         raise NotImplementedError
 
     def _trace_now(self) -> tuple[Any, dict[str, str], float] | None:
