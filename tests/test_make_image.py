@@ -21,6 +21,7 @@ from survivor.jobdir.storage import open_storage
 
 PROJECT = "survivor-local"
 ZONE = "us-west1-b"
+REGION = "us-west1"
 
 
 def run_cli(capsys, *argv):
@@ -234,8 +235,29 @@ def test_a_builder_under_the_external_ip_policy_has_no_access_config(compute_ser
     [body] = [b for m, _, b in compute_server.requests if m == "compute.instances.insert"]
     assert [nic.get("accessConfigs") for nic in body["networkInterfaces"]] == [None]
     assert body["disks"][0]["initializeParams"]["sourceImage"].endswith("/family/common-cu129-ubuntu-2404-nvidia-580")
-    assert "the builder has no external IP" in err and "Cloud NAT" in err
+    # before the builder is made, whether it reaches the package index (Cloud NAT in the zone's region)
+    [route] = [line for line in err.splitlines() if "no Cloud NAT on network" in line]
+    assert route.strip().startswith(f"warning: no external IP, and no Cloud NAT on network default in {REGION}")
     assert image.builder_body("b", ZONE, _install())["networkInterfaces"][0]["accessConfigs"]  # the default has one
+
+
+def test_make_image_says_the_builders_route_to_the_package_index_before_making_it(compute_server, gcs_server, job,
+                                                                                   capsys):
+    """Issue 41 item 5: `survivor make-image` for a job without an external IP reads the region's Cloud
+    NAT gateways (routers.list) and says whether the builder can download, before instances.insert."""
+    spec, _ = job
+    with open(spec) as f:
+        text = f.read()
+    with open(spec, "w") as f:
+        f.write(text.replace("compute: {", "compute: {external_ip: false, "))
+    compute_server.add_nat(PROJECT, REGION, "default")
+    code, out, err = run_cli(capsys, "make-image", "--config", spec, "--project", PROJECT, "--zone", ZONE)
+    assert code == 0, err
+    said = out + err
+    assert f"ok: no external IP: Cloud NAT nat-router-nat (router nat-router) routes network default in {REGION}" in said
+    routers = [i for i, (m, _, _) in enumerate(compute_server.requests) if m == "compute.routers.list"]
+    inserts = [i for i, (m, _, _) in enumerate(compute_server.requests) if m == "compute.instances.insert"]
+    assert routers and inserts and routers[0] < inserts[0]
 
 
 def _install():

@@ -122,6 +122,8 @@ def test_preflight_passes_a_job_that_can_run(compute_server, bucket, bucket_iam,
         "ok: image family deeplearning-platform-release/common-cu129-ubuntu-2404-nvidia-580 resolves",
         "ok: nvidia-tesla-t4 x 1 is offered in us-west1-b",
         "ok: quota PREEMPTIBLE_NVIDIA_T4_GPUS in us-west1: 8 of 8 free, the VM needs 1",
+        "ok: quota CPUS in us-west1: 512 of 512 free, the VM needs 16",
+        "ok: network default has subnet default in us-west1",
         "ok: quota GPUS_ALL_REGIONS: 8 of 8 free, the VM needs 1",
         f"ok: project {PROJECT}: {VM_ACCOUNT} has compute.instanceGroupManagers.update",
     ]
@@ -463,3 +465,68 @@ def test_preflight_reads_predefined_roles_with_roles_get_as_it_reads_custom_ones
                            "--project", PROJECT, "--zone", "us-west1-b")
     [line] = [line for line in out.splitlines() if "lacks compute.instanceGroupManagers.update" in line]
     assert line.startswith("warning:") and "could not read roles/compute.notInTheTable" in line
+
+
+# -- issue 41 item 6: every region of placement.regions: GPU and CPU quota, a subnet of the network ------
+
+def test_each_placement_region_is_checked_for_gpu_and_cpu_quota_and_a_subnet(compute_server, bucket, bucket_iam,
+                                                                            capsys, tmp_path):
+    """A move to a region without quota or without a subnet of the job's network would fail there; preflight
+    says so before anything is made (warnings: the job still starts where it is asked to)."""
+    bucket_iam.set_bindings(bucket, [{"role": "roles/storage.objectUser", "members": [f"serviceAccount:{VM_ACCOUNT}"]}])
+    compute_server.networks[PROJECT] = {"vpc"}
+    compute_server.custom_subnets[(PROJECT, "vpc")] = {"us-west1"}  # custom mode: a subnet in us-west1 only
+    compute_server.set_quota(PROJECT, "us-central1", "PREEMPTIBLE_NVIDIA_T4_GPUS", 0)
+    compute_server.set_quota(PROJECT, "us-central1", "NVIDIA_T4_GPUS", 0)
+    compute_server.set_quota(PROJECT, "us-central1", "CPUS", 8, usage=4)
+    extra = "placement: {regions: [us-west1, us-central1]}\ncompute: {network: vpc}\n"
+    code, out, _ = run_cli(capsys, "preflight", "job", "--config", _job(tmp_path, f"gs://{bucket}/run", extra),
+                           "--project", PROJECT, "--zone", "us-west1-b")
+    assert code == 0, out
+    lines = out.splitlines()
+    assert "ok: network vpc has subnet vpc in us-west1" in lines
+    assert "ok: quota CPUS in us-west1: 512 of 512 free, the VM needs 16" in lines
+    [subnet] = [line for line in lines if "no subnet in us-central1" in line]
+    assert subnet.startswith("warning: network vpc") and "--network vpc --region us-central1" in subnet
+    [cpus] = [line for line in lines if "quota CPUS in us-central1" in line]
+    assert cpus.startswith("warning: quota CPUS in us-central1: 4 of 8 free, the VM (n1-standard-16) needs 16 vCPUs")
+    [gpus] = [line for line in lines if "NVIDIA_T4_GPUS in us-central1" in line]
+    assert gpus.startswith("warning: quota NVIDIA_T4_GPUS in us-central1: 0 of 0 free")
+
+    # where the job starts, the same shortfalls stop it
+    compute_server.custom_subnets[(PROJECT, "vpc")] = {"us-central1"}
+    code, out, _ = run_cli(capsys, "preflight", "job", "--config", _job(tmp_path, f"gs://{bucket}/run", extra),
+                           "--project", PROJECT, "--zone", "us-west1-b")
+    assert code != 0 and "error: network vpc has no subnet in us-west1" in out
+
+
+def test_cpu_quota_uses_the_familys_metric_and_preemptible_cpus_for_spot():
+    quotas = {"CPUS": (24.0, 0.0), "N2_CPUS": (8.0, 0.0), "PREEMPTIBLE_CPUS": (0.0, 0.0)}
+    [n1] = preflight.cpu_quota_findings("r", "n1-standard-16", 16, True, quotas)
+    assert n1.level == "ok" and n1.message.startswith("quota CPUS in r")
+    [n2] = preflight.cpu_quota_findings("r", "n2-standard-16", 16, False, quotas)
+    assert n2.level == "error" and n2.message.startswith("quota N2_CPUS in r: 8 of 8 free")
+    [spot] = preflight.cpu_quota_findings("r", "n1-standard-16", 16, True, {**quotas, "PREEMPTIBLE_CPUS": (64.0, 0.0)})
+    assert spot.message.startswith("quota PREEMPTIBLE_CPUS in r")
+    [g2] = preflight.cpu_quota_findings("r", "g2-standard-8", 8, True, quotas)
+    assert g2.level == "warning" and "no G2 metric to check" in g2.message
+
+
+# -- issue 41 item 5: without an external IP, a route to the package index (Cloud NAT) -----------------
+
+def test_without_an_external_ip_preflight_says_whether_cloud_nat_routes_to_the_package_index(
+        compute_server, bucket, bucket_iam, capsys, tmp_path):
+    bucket_iam.set_bindings(bucket, [{"role": "roles/storage.objectUser", "members": [f"serviceAccount:{VM_ACCOUNT}"]}])
+    config = _job(tmp_path, f"gs://{bucket}/run", "compute: {external_ip: false}\n")
+    code, out, _ = run_cli(capsys, "preflight", "job", "--config", config, "--project", PROJECT, "--zone", "us-west1-b")
+    [line] = [line for line in out.splitlines() if "no Cloud NAT" in line]
+    assert line.startswith("warning: no external IP, and no Cloud NAT on network default in us-west1")
+    assert "gcloud compute routers nats create" in line and "mirror" in line
+
+    compute_server.add_nat(PROJECT, "us-west1", "default", subnets=["other"])  # serves another subnet only
+    code, out, _ = run_cli(capsys, "preflight", "job", "--config", config, "--project", PROJECT, "--zone", "us-west1-b")
+    assert any("no Cloud NAT on network default in us-west1" in line for line in out.splitlines())
+    compute_server.add_nat(PROJECT, "us-west1", "default", router="all")
+    code, out, _ = run_cli(capsys, "preflight", "job", "--config", config, "--project", PROJECT, "--zone", "us-west1-b")
+    assert ("ok: no external IP: Cloud NAT all-nat (router all) routes network default in us-west1 to the package "
+            "index") in out.splitlines()

@@ -285,6 +285,9 @@ class Compute:
         self.images = client(compute_v1.ImagesClient)
         self.projects = client(compute_v1.ProjectsClient)
         self.networks = client(compute_v1.NetworksClient)
+        self.subnetworks = client(compute_v1.SubnetworksClient)
+        self.routers = client(compute_v1.RoutersClient)
+        self.machine_types = client(compute_v1.MachineTypesClient)
         self.advice = client(compute_v1.AdviceClient)
 
     @classmethod
@@ -632,6 +635,36 @@ class Compute:
         except NotFound:
             return False
         return True
+
+    def subnets(self, region: str) -> list[dict]:
+        """The project's subnets in `region` (`subnetworks.list`): name, network (name), and whether
+        Private Google Access is on."""
+        pager = self._call(f"subnets of {region}", f"region {region}", lambda: self.subnetworks.list(
+            project=self.project, region=region), wait=False)
+        return [{"name": s.name, "network": s.network.rsplit("/", 1)[-1],
+                 "private_google_access": bool(s.private_ip_google_access)} for s in pager]
+
+    def nat_gateways(self, region: str) -> list[dict]:
+        """The Cloud NAT gateways of the Cloud Routers in `region` (`routers.list`, each router's `nats`):
+        network (name), which subnets they serve (`sourceSubnetworkIpRangesToNat`) and, for
+        LIST_OF_SUBNETWORKS, the subnets' names."""
+        pager = self._call(f"routers of {region}", f"region {region}", lambda: self.routers.list(
+            project=self.project, region=region), wait=False)
+        return [{"router": r.name, "network": r.network.rsplit("/", 1)[-1], "name": n.name,
+                 "ranges": n.source_subnetwork_ip_ranges_to_nat,
+                 "subnets": [x.name.rsplit("/", 1)[-1] for x in n.subnetworks]}
+                for r in pager for n in r.nats]
+
+    def machine_vcpus(self, zone: str, machine_type: str) -> int | None:
+        """The vCPUs of a machine type in a zone (`machineTypes.get`: `guestCpus`), None when the zone
+        has no such type."""
+        name = machine_type.rsplit("/", 1)[-1]
+        try:
+            found = self._call(f"machine type {name}", f"zone {zone}", lambda: self.machine_types.get(
+                project=self.project, zone=zone, machine_type=name), wait=False)
+        except NotFound:
+            return None
+        return int(found.guest_cpus)
 
     def default_service_account(self) -> str:
         """The project's Compute Engine default service account (`projects.get`)."""

@@ -117,6 +117,21 @@ METHOD_PERMISSIONS = {
     **ADVICE_PERMISSIONS,
 }
 
+def guest_cpus(machine_type: str) -> int | None:
+    """The vCPUs `machineTypes.get` reports as `guestCpus`: the number a predefined shape's name ends in
+    (n1-standard-8, g2-standard-24), or for shapes named by their GPUs the figures of skypilot-org/
+    skypilot-catalog catalogs/v8/gcp/vms.csv (a2-highgpu-1g 12, -2g 24: 12 per A100) and of the
+    machine-type list in Cyclenerd/google-cloud-pricing-cost-calculator#116 (a3-highgpu-8g 208). None
+    (a 404) for a shape the fake does not know."""
+    m = re.fullmatch(r"[a-z0-9]+-[a-z]+-(\d+)", machine_type)
+    if m:
+        return int(m.group(1))
+    m = re.fullmatch(r"a2-(?:highgpu|ultragpu)-(\d+)g", machine_type)
+    if m:
+        return 12 * int(m.group(1))
+    return {"a3-highgpu-8g": 208}.get(machine_type)
+
+
 # Which zone offers which GPU (type -> maximumCardsPerInstance): a small, realistic slice of
 # https://cloud.google.com/compute/docs/gpus/gpu-regions-zones (not every zone of a region offers
 # every GPU; us-west1-c has no T4). Tests change `server.accelerators` for their own cases.
@@ -136,6 +151,7 @@ ACCELERATORS: dict[str, dict[str, int]] = {
     "europe-west4-c": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-l4": 8},
 }
 DEFAULT_GPU_QUOTA = 8.0  # per regional GPU metric unless a test sets another with set_quota
+DEFAULT_CPU_QUOTA = 512.0  # per regional vCPU metric (CPUS, N2_CPUS...), likewise
 DEFAULT_IMAGE_FAMILIES = [("deeplearning-platform-release", "common-cu129-ubuntu-2404-nvidia-580"),
                           ("deeplearning-platform-release", "common-cu128-ubuntu-2404-nvidia-570"),
                           ("deeplearning-platform-release", "common-cu128-ubuntu-2204-nvidia-570")]
@@ -242,6 +258,10 @@ class ComputeServer(AdviceServing, LocalService):
     def __init__(self, port: int = 0, zones_per_region: int = 3):
         doc = discovery()
         self.validator = Validator(doc["schemas"])
+        #: the regional vCPU metrics regions.get reports: CPUS and each family's (Quota.metric, not committed ones)
+        self.cpu_metrics = sorted(m for m in doc["schemas"]["Quota"]["properties"]["metric"]["enum"]
+                                  if m.endswith("_CPUS") and not m.startswith(("COMMITTED_", "PREEMPTIBLE_"))
+                                  and m != "CPUS_ALL_REGIONS") + ["CPUS"]
         self.routes = self._routes(doc)
         self.zones_per_region = zones_per_region
         self.lock = threading.RLock()
@@ -273,6 +293,12 @@ class ComputeServer(AdviceServing, LocalService):
         self.api_disabled: set[str] = set()
         #: the VPC networks of each project (a project without one listed has `default`, as a new project does)
         self.networks: dict[str, set[str]] = {}
+        #: custom-mode networks: (project, network) -> the regions it has a subnet in (a network not here is
+        #: in auto mode, which "starts with one subnet per region", the discovery document's
+        #: Network.autoCreateSubnetworks)
+        self.custom_subnets: dict[tuple[str, str], set[str]] = {}
+        #: Cloud Routers: (project, region) -> [Router bodies] (`routers.list`), with their `nats` (Cloud NAT)
+        self.routers: dict[tuple[str, str], list[dict]] = {}
         #: project-wide quotas projects.get reports ({metric: (limit, usage)}), GPUS_ALL_REGIONS above all
         self.project_quotas: dict[str, dict[str, tuple[float, float]]] = {}
         #: project -> its IAM policy's bindings (Resource Manager's getIamPolicy); `caller`: the member
@@ -1319,6 +1345,10 @@ class ComputeServer(AdviceServing, LocalService):
         zones = self.zones_of(region)
         quotas = {m: (DEFAULT_GPU_QUOTA, 0.0) for m in set(machines.GPU_QUOTA_METRICS.values())
                   | {f"PREEMPTIBLE_{m}" for m in machines.GPU_QUOTA_METRICS.values()}}
+        # vCPUs: CPUS and each family's own metric of the discovery document's Quota.metric enum;
+        # PREEMPTIBLE_CPUS at 0, as a project that never asked for it reports it
+        quotas.update({m: (DEFAULT_CPU_QUOTA, 0.0) for m in self.cpu_metrics})
+        quotas["PREEMPTIBLE_CPUS"] = (0.0, 0.0)
         quotas.update(self.quotas.get((project, region), {}))
         return {"kind": "compute#region", "id": str(abs(hash(region)) % 10**15), "name": region, "status": "UP",
                 "selfLink": f"{self.endpoint}{BASE}projects/{project}/regions/{region}",
@@ -1363,8 +1393,52 @@ class ComputeServer(AdviceServing, LocalService):
         if name not in self.networks.get(project, {"default"}):
             raise HttpError(404, f"The resource 'projects/{project}/global/networks/{name}' was not found", "notFound")
         return {"kind": "compute#network", "name": name, "id": str(abs(hash((project, name))) % 10**15),
-                "autoCreateSubnetworks": True,
+                "autoCreateSubnetworks": (project, name) not in self.custom_subnets,
                 "selfLink": f"{self.endpoint}{BASE}projects/{project}/global/networks/{name}"}
+
+    def add_nat(self, project: str, region: str, network: str = "default", *, router: str = "nat-router",
+                subnets: Sequence[str] = ()) -> None:
+        """A Cloud Router in `region` of `network` with a Cloud NAT gateway: for every subnet, or for the
+        named subnets only (LIST_OF_SUBNETWORKS)."""
+        base = f"{self.endpoint}{BASE}projects/{project}"
+        nat: dict[str, Any] = {"name": f"{router}-nat", "natIpAllocateOption": "AUTO_ONLY",
+                               "sourceSubnetworkIpRangesToNat": "ALL_SUBNETWORKS_ALL_IP_RANGES"}
+        if subnets:
+            nat["sourceSubnetworkIpRangesToNat"] = "LIST_OF_SUBNETWORKS"
+            nat["subnetworks"] = [{"name": f"{base}/regions/{region}/subnetworks/{s}",
+                                   "sourceIpRangesToNat": ["ALL_IP_RANGES"]} for s in subnets]
+        with self.lock:
+            self.routers.setdefault((project, region), []).append({
+                "kind": "compute#router", "name": router, "region": f"{base}/regions/{region}",
+                "network": f"{base}/global/networks/{network}", "nats": [nat],
+                "selfLink": f"{base}/regions/{region}/routers/{router}"})
+
+    def _subnetworks_list(self, params, query, body):
+        # a VM's interface draws its address from a subnet of its own region ("When you create an instance,
+        # you must create it in a subnet", Google's Subnetwork resource reference); an auto-mode network
+        # has one, named as the network, in every region
+        project, region = params["project"], params["region"]
+        base = f"{self.endpoint}{BASE}projects/{project}"
+        items = [{"kind": "compute#subnetwork", "name": network, "region": f"{base}/regions/{region}",
+                  "network": f"{base}/global/networks/{network}", "ipCidrRange": "10.128.0.0/20",
+                  "privateIpGoogleAccess": False, "selfLink": f"{base}/regions/{region}/subnetworks/{network}"}
+                 for network in sorted(self.networks.get(project, {"default"}))
+                 if region in self.custom_subnets.get((project, network), {region})]
+        return {"kind": "compute#subnetworkList", "items": items}
+
+    def _routers_list(self, params, query, body):
+        with self.lock:
+            items = json.loads(json.dumps(self.routers.get((params["project"], params["region"]), [])))
+        return {"kind": "compute#routerList", "items": items}
+
+    def _machineTypes_get(self, params, query, body):
+        name = params["machineType"]
+        cpus = guest_cpus(name)
+        if cpus is None:
+            raise HttpError(404, f"The resource 'projects/{params['project']}/zones/{params['zone']}/machineTypes/"
+                                 f"{name}' was not found", "notFound")
+        return {"kind": "compute#machineType", "name": name, "guestCpus": cpus, "zone": params["zone"],
+                "selfLink": f"{self.endpoint}{BASE}projects/{params['project']}/zones/{params['zone']}/machineTypes/{name}"}
 
     # -- HTTP -------------------------------------------------------------------------------------
 

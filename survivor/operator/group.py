@@ -284,9 +284,9 @@ def _build_image(compute: Compute, spec: JobSpec, options: MachineOptions, local
                  zone: str, say: Say) -> None:
     """Builds survivor's image for this install (image.make_image), saying its cost and time first."""
     say(build_notice(family, zone))
-    if not options.external_ip:  # the builder follows the job's choice (issue 41 item 5)
-        say(f"  the builder has no external IP (--no-external-ip): it reaches the package index only through Cloud "
-            f"NAT on {options.network} in {zone.rsplit('-', 1)[0]} or a mirror; preflight said whether there is one")
+    if not options.external_ip:  # the builder follows the job's choice (issue 41 item 5): say its route first
+        for finding in preflight.package_route(compute, options.network, zone.rsplit("-", 1)[0]):
+            say(f"  {finding}")
     install = image.stage_install(spec.job_dir, local)
     image.make_image(compute, install, family, zone=zone, progress=lambda line: say(f"  {line}"),
                      machine_type=BUILDER_MACHINE, service_account=options.service_account,

@@ -393,6 +393,11 @@ def build_image(request: ImageRequest, connect: Callable, progress: Callable[[st
     compute = connect(project)
     if compute.image_from_family(project, family) is not None:
         return ImageOutcome(None, family)
+    if not options.external_ip:  # issue 41 item 5: whether the builder reaches the index, before it is made
+        from survivor.operator import preflight
+
+        for finding in preflight.package_route(compute, options.network, request.zone.rsplit("-", 1)[0]):
+            progress(str(finding))
     install = stage_install(spec.job_dir, local)
     name = make_image(compute, install, family, zone=request.zone, progress=progress, deadline=request.deadline,
                       poll=request.poll_seconds, keep_builder=request.keep_builder,

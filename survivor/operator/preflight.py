@@ -21,6 +21,11 @@ template's REST body:
   ("To prevent Spot VMs from consuming your quotas for standard VMs' ... GPUs ... consider requesting
   preemptible quota", https://cloud.google.com/compute/docs/instances/create-use-spot).
 - the GPU in the zone, or in some zone of the region (`acceleratorTypes.list`).
+- the vCPU quota (`machineTypes.get`'s `guestCpus` against the family's metric, `cpu_quota_findings`)
+  and a subnet of the job's network (`subnetworks.list`), and, without an external IP, a route to the
+  package index (Cloud NAT, `routers.list`: `package_route_findings`), in the job's region and in every
+  other region of `placement.regions` (there with the GPU quota too, as warnings: a move there fails
+  without them, the job still starts).
 - the boot image family (`images.getFromFamily`).
 - the Compute Engine and IAM permissions the VM itself uses on the project (`permissions.LEAVE_GROUP`;
   with a `deadline:`, `permissions.DEADLINE_SWITCH`; with `placement:` places, `permissions.BOOT_MOVE`), read from the project's IAM policy (Resource
@@ -208,8 +213,9 @@ _WHY = {"compute.instanceGroupManagers.update": "; without it a finished VM cann
 
 
 def quota_findings(region: str, gpu_type: str, count: int, spot: bool,
-                   quotas: dict[str, tuple[float, float]]) -> list[Finding]:
-    """Pure: whether the region's GPU quota has room for `count` GPUs ({metric: (limit, usage)})."""
+                   quotas: dict[str, tuple[float, float]], *, level: str = "error") -> list[Finding]:
+    """Pure: whether the region's GPU quota has room for `count` GPUs ({metric: (limit, usage)});
+    `level`: what a shortfall is (a region the job may only move to: a warning)."""
     standard = machines.quota_metric(gpu_type, spot=False)
     preemptible = machines.quota_metric(gpu_type, spot=True)
     metric = standard
@@ -223,7 +229,8 @@ def quota_findings(region: str, gpu_type: str, count: int, spot: bool,
         return [Finding("quota", f"quota {metric} in {region}: {free:g} of {limit:g} free, the VM needs {count}", "ok")]
     also = (f" (Spot VMs use {preemptible} when it is granted, {standard} otherwise)" if spot else "")
     return [Finding("quota", f"quota {metric} in {region}: {free:g} of {limit:g} free, the VM needs {count}{also}; "
-                             f"request more at {QUOTA_CONSOLE} (metric {metric}, region {region}) or use fewer GPUs")]
+                             f"request more at {QUOTA_CONSOLE} (metric {metric}, region {region}) or use fewer GPUs",
+                    level)]
 
 
 def gpu_findings(gpu_type: str, count: int, offers: dict[str, dict[str, int]], zone: str | None,
@@ -272,6 +279,77 @@ def network_findings(project: str, network: str, exists: bool, external_ip: bool
                                       "--region REGION --enable-private-ip-google-access); the wheel path's pip and "
                                       "make-image's builder also need Cloud NAT", "warning"))
     return out
+
+
+def cpu_quota_findings(region: str, machine_type: str, vcpus: int | None, spot: bool,
+                       quotas: dict[str, tuple[float, float]], *, level: str = "error") -> list[Finding]:
+    """Pure: whether the region's CPU quota has room for the machine's `vcpus` ({metric: (limit, usage)},
+    `regions.get`). The metric is the machine family's own (`N2_CPUS`, `A2_CPUS`: the discovery
+    document's `Quota.metric` names one for each such family) when the region lists it, else `CPUS`
+    for N1, which has none of its own; Spot VMs count against `PREEMPTIBLE_CPUS` when the project has
+    it ("To prevent Spot VMs from consuming your quotas for standard VMs' CPUs, GPUs, and disks,
+    consider requesting preemptible quota", https://cloud.google.com/compute/docs/instances/create-use-spot).
+    A family whose metric the region does not list (its quota lives in Cloud Quotas only) is a warning.
+    `level`: what a shortfall is (a region the job may only move to: a warning)."""
+    family = machines.family(machine_type)
+    metric = f"{family.upper()}_CPUS" if f"{family.upper()}_CPUS" in quotas else ("CPUS" if family == "n1" else None)
+    if metric and spot and quotas.get("PREEMPTIBLE_CPUS", (0.0, 0.0))[0] > 0:
+        metric = "PREEMPTIBLE_CPUS"
+    if vcpus is None:
+        return [Finding("quota", f"{machine_type} in {region}: the zone lists no such machine type, so its vCPU "
+                                 "quota was not checked", "warning")]
+    if metric is None or metric not in quotas:
+        return [Finding("quota", f"CPU quota for {machine_type} in {region}: the region reports no {family.upper()} "
+                                 f"metric to check (see {QUOTA_CONSOLE})", "warning")]
+    limit, usage = quotas[metric]
+    free = limit - usage
+    if free >= vcpus:
+        return [Finding("quota", f"quota {metric} in {region}: {free:g} of {limit:g} free, the VM needs {vcpus}", "ok")]
+    return [Finding("quota", f"quota {metric} in {region}: {free:g} of {limit:g} free, the VM ({machine_type}) needs "
+                             f"{vcpus} vCPUs; request more at {QUOTA_CONSOLE} (metric {metric}, region {region})",
+                    level)]
+
+
+def subnet_findings(network: str, region: str, subnets: list[dict], *, level: str = "error") -> list[Finding]:
+    """Pure: whether the job's network has a subnet in `region` (`subnetworks.list`): a VM draws its
+    internal address from a subnet of its own region ("When you create an instance, you must create
+    it in a subnet, and the instance draws its internal IP address from that subnet", Google's
+    Subnetwork resource reference, e.g. the Terraform/Pulumi `compute.Subnetwork` docs generated from
+    it); an auto-mode network "starts with one subnet per region" (discovery document,
+    `Network.autoCreateSubnetworks`), a custom-mode one has only those made for it."""
+    name = network.rsplit("/", 1)[-1]
+    mine = [s["name"] for s in subnets if s["network"] == name]
+    if mine:
+        return [Finding("network", f"network {name} has subnet {mine[0]} in {region}", "ok")]
+    return [Finding("network", f"network {name} has no subnet in {region}, so no VM of the job can start there: "
+                               f"create one (gcloud compute networks subnets create {name}-{region} --network {name} "
+                               f"--region {region} --range CIDR) or take {region} out of placement.regions", level)]
+
+
+def package_route_findings(network: str, region: str, subnets: list[dict], nats: list[dict]) -> list[Finding]:
+    """Pure: for a VM without an external IP, whether it can reach the package index from `region`:
+    pip (the wheel path at every boot, make-image's builder once) downloads from it, and Private Google
+    Access reaches Google's APIs only. Cloud NAT does: "You configure Cloud NAT by creating a Cloud NAT
+    gateway in the region of the subnets that require NAT" (https://cloud.google.com/nat/docs/overview),
+    on a Cloud Router of the network; it serves every subnet (`sourceSubnetworkIpRangesToNat`
+    ALL_SUBNETWORKS_*) or the listed ones (LIST_OF_SUBNETWORKS, discovery document `RouterNat`).
+    Without it, the VM needs a mirror of the index that it can reach (a pip configuration baked into the
+    base image), which preflight cannot see: a warning that names both."""
+    name = network.rsplit("/", 1)[-1]
+    mine = {s["name"] for s in subnets if s["network"] == name}
+    for nat in nats:
+        if nat["network"] != name:
+            continue
+        if nat["ranges"] != "LIST_OF_SUBNETWORKS" or mine & set(nat["subnets"]):
+            return [Finding("network", f"no external IP: Cloud NAT {nat['name']} (router {nat['router']}) routes "
+                                       f"network {name} in {region} to the package index", "ok")]
+    return [Finding("network", f"no external IP, and no Cloud NAT on network {name} in {region}: the builder of "
+                               "survivor's image (and every boot with --install wheel) cannot download from the "
+                               f"package index there; add one (gcloud compute routers create nat-router --network "
+                               f"{name} --region {region} && gcloud compute routers nats create nat --router "
+                               f"nat-router --region {region} --auto-allocate-nat-external-ips "
+                               "--nat-all-subnet-ip-ranges) or configure a mirror of the index in the base image",
+                    "warning")]
 
 
 #: The list constraint an organisation sets to keep VMs off external IPs: its allowed values are
@@ -496,19 +574,66 @@ def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str
             image = compute.image_from_family(target.image_project, target.image_family)
             out += image_findings(target.image_project, target.image_family, image is not None, target.disk_gb,
                                   (image or {}).get("disk_size_gb"))
-        if target.gpu_type and (zone or region):
-            region = region or (zone or "").rsplit("-", 1)[0]  # one of them is set
-            info = compute.region(region)
-            zones = [zone] if zone else info["zones"]
-            out += gpu_findings(target.gpu_type, target.gpu_count, {z: compute.zone_accelerators(z) for z in zones},
-                                zone, region)
-            out += quota_findings(region, target.gpu_type, target.gpu_count, target.spot, info["quotas"])
+    except ComputeError as exc:
+        out.append(Finding("compute", str(exc)))
+    home = region or (zone.rsplit("-", 1)[0] if zone else None)
+    # every region the job may run in: where it starts, then those of placement.regions a move may take
+    # it to (issue 41 item 6), whose shortfalls are warnings: the job starts without them
+    places = ([home] if home else []) + [r for r in target.placement_regions if r != home]
+    vcpus: list[int | None] = []  # the machine's vCPUs, read once (machineTypes.get)
+    for place in places:
+        try:
+            out += _region_state(compute, target, place, zone if place == home else None, vcpus,
+                                 "error" if place == home else "warning")
+        except ComputeError as exc:
+            out.append(Finding("compute", str(exc), "error" if place == home else "warning"))
+    try:
+        if target.gpu_type and places:
             out += all_regions_gpu_findings(target.gpu_count, compute.project_quotas())
     except ComputeError as exc:
         out.append(Finding("compute", str(exc)))
     if bucket and account != "default":  # on Google Cloud (a gs:// job dir): the VM's own calls
         needed = permissions.vm_permissions(deadline=target.deadline, moves=target.moves)
         out += _project_state(compute, f"serviceAccount:{account}", needed)
+    return out
+
+
+def package_route(compute, network: str, region: str) -> list[Finding]:
+    """Whether a VM without an external IP on `network` in `region` reaches the package index (Cloud NAT:
+    `subnetworks.list`, `routers.list`); what make-image and make-template say before a builder is made.
+    A failed read is a warning naming it."""
+    from survivor.cloud.compute import ComputeError
+
+    try:
+        return package_route_findings(network, region, compute.subnets(region), compute.nat_gateways(region))
+    except ComputeError as exc:
+        return [Finding("network", f"no external IP: could not tell whether Cloud NAT serves {network} in {region} "
+                                   f"({exc})", "warning")]
+
+
+def _region_state(compute, target: Target, region: str, zone: str | None, vcpus: list[int | None],
+                  level: str) -> list[Finding]:
+    """One region's findings (`regions.get`, `acceleratorTypes.list`, `machineTypes.get`,
+    `subnetworks.list`, `routers.list`): where the job starts (`zone`, or any zone of it: level error)
+    the GPU offer too; in every region the GPU and CPU quota, the network's subnet and, without an
+    external IP, its route to the package index."""
+    out: list[Finding] = []
+    info = compute.region(region)
+    if target.gpu_type:
+        if level == "error":
+            zones = [zone] if zone else info["zones"]
+            out += gpu_findings(target.gpu_type, target.gpu_count, {z: compute.zone_accelerators(z) for z in zones},
+                                zone, region)
+        out += quota_findings(region, target.gpu_type, target.gpu_count, target.spot, info["quotas"], level=level)
+    if not vcpus and (zone or info["zones"]):
+        vcpus.append(compute.machine_vcpus(zone or sorted(info["zones"])[0], target.machine_type))
+    if vcpus:
+        out += cpu_quota_findings(region, target.machine_type, vcpus[0], target.spot, info["quotas"], level=level)
+    if target.network:
+        subnets = compute.subnets(region)
+        out += subnet_findings(target.network, region, subnets, level=level)
+        if not target.external_ip:
+            out += package_route_findings(target.network, region, subnets, compute.nat_gateways(region))
     return out
 
 
