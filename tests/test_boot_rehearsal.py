@@ -208,10 +208,12 @@ def test_an_unreachable_bucket_is_reported_where_it_can_be(install_files, gcs_se
     assert time.monotonic() - started < 90
 
 
-def debian_image_without_venv(shims: pathlib.Path, apt_works: bool) -> dict[str, str]:
+def debian_image_without_venv(shims: pathlib.Path, apt_works: bool, lock_held: bool = False) -> dict[str, str]:
     """PATH stand-ins for a Debian/Ubuntu image without python3-venv: its python3 refuses `-m venv`
     with Debian's words until the apt-get stand-in "installs" pythonX.Y-venv (or, with `apt_works`
-    False, cannot). Returns the PATH to run startup.sh with."""
+    False, cannot). With `lock_held`, unattended-upgrades holds the dpkg lock as on a first Ubuntu
+    boot: an apt-get without DPkg::Lock::Timeout fails at once in apt's words (exit 100), one with it
+    waits and goes on. Returns the PATH to run startup.sh with."""
     shims.mkdir()
     marker = shims / "venv-package-installed"
     real = shutil.which("python3")
@@ -224,10 +226,13 @@ if [[ "$1 $2" == "-m venv" && ! -e {marker} ]]; then
 fi
 exec {real} "$@"
 """)
+    held = ('[[ "$*" == *"DPkg::Lock::Timeout="* ]] || { echo "E: Could not get lock /var/lib/dpkg/lock-frontend. '
+            'It is held by process 1234 (unattended-upgr)"; exit 100; }' if lock_held else "")
     (shims / "apt-get").write_text(f"""#!/bin/bash
 echo "$*" >> {shims}/apt-get.calls
-{"" if apt_works else '[[ "$1" == install ]] && { echo "E: Unable to locate package ${@: -1}"; exit 100; }'}
-[[ "$1" == install && "${{@: -1}}" == python3.*-venv ]] && touch {marker}
+{held}
+{"" if apt_works else '[[ " $* " == *" install "* ]] && { echo "E: Unable to locate package ${@: -1}"; exit 100; }'}
+[[ " $* " == *" install "* && "${{@: -1}}" == python3.*-venv ]] && touch {marker}
 exit 0
 """)
     for shim in ("python3", "apt-get"):
@@ -235,14 +240,15 @@ exit 0
     return {"PATH": f"{shims}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
-@pytest.mark.parametrize("apt_works", [True, False])
-def test_an_image_whose_python_has_no_ensurepip(apt_works, install_files, gcs_server, bucket, sandbox, tmp_path):
+@pytest.mark.parametrize("apt_works,lock_held", [(True, False), (False, False), (True, True)])
+def test_an_image_whose_python_has_no_ensurepip(apt_works, lock_held, install_files, gcs_server, bucket, sandbox,
+                                                tmp_path):
     wheel, lock, pip_env = install_files
     job_dir = f"gs://{bucket}/runs/{uuid.uuid4().hex[:8]}"
     install = image.stage_install(job_dir, image.LocalInstall(wheel, lock))
     metadata = MetadataServer(attributes=vm_attributes(spec_for(job_dir, "/dev/null"), install),
                               name="rehearsal-e5f6", zone=ZONE, project=PROJECT).start()
-    path = debian_image_without_venv(tmp_path / "shims", apt_works)
+    path = debian_image_without_venv(tmp_path / "shims", apt_works, lock_held)
     version = "%d.%d" % sys.version_info[:2]
     root = sandbox()
     try:
@@ -251,7 +257,9 @@ def test_an_image_whose_python_has_no_ensurepip(apt_works, install_files, gcs_se
         metadata.stop()
     said = f"this image's python3 has no ensurepip (Debian/Ubuntu without python{version}-venv)"
     assert said in result.output, result.output
-    assert (tmp_path / "shims" / "apt-get.calls").read_text().startswith(f"install -y -q python{version}-venv")
+    # issue 41 item 8: every apt-get waits for the dpkg lock that unattended-upgrades holds on a first boot
+    assert (tmp_path / "shims" / "apt-get.calls").read_text().startswith(
+        f"-o DPkg::Lock::Timeout=600 install -y -q python{version}-venv")
     if apt_works:
         assert result.returncode == 0, result.output
         assert f"installed python{version}-venv; the venv is made" in result.output

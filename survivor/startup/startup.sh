@@ -261,6 +261,16 @@ fetch() {  # $1: gs:// URL, $2: sha256, $3: local path; fails naming what went w
 # pythonX.Y-venv) is installed, and `python3 -m venv` then fails ("ensurepip is not available",
 # https://github.com/pypa/packaging.python.org/issues/399): install that package with apt-get
 # and try again, saying so; an image without apt-get, or an apt-get that cannot, is one reason.
+#
+# On a first Ubuntu boot unattended-upgrades often holds the dpkg lock for minutes, and apt-get
+# without DPkg::Lock::Timeout exits 100 at once on a held lock (apt(8) waits 120 s by default,
+# apt-get not at all: measured on noble in infrahouse/puppet-code#290; "apt(8) now waits for the
+# dpkg locks ... for 120s otherwise", apt 1.9.11's news, quoted in r-lib/filelock#24): wait up to
+# 10 minutes.
+apt_get() {
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 "$@"
+}
+
 make_venv() {
   if python3 -m venv "${VENV}" > "${WORK}/venv.log" 2>&1; then
     return 0
@@ -271,9 +281,9 @@ make_venv() {
     package="python${version}-venv"
     log "this image's python3 has no ensurepip (Debian/Ubuntu without ${package}): installing ${package} with apt-get"
     rm -rf "${VENV}"
-    if DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${package}" > "${WORK}/apt.log" 2>&1 \
-        || { DEBIAN_FRONTEND=noninteractive apt-get update -q >> "${WORK}/apt.log" 2>&1 \
-             && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${package}" >> "${WORK}/apt.log" 2>&1; }; then
+    if apt_get install -y -q "${package}" > "${WORK}/apt.log" 2>&1 \
+        || { apt_get update -q >> "${WORK}/apt.log" 2>&1 \
+             && apt_get install -y -q "${package}" >> "${WORK}/apt.log" 2>&1; }; then
       if python3 -m venv "${VENV}" > "${WORK}/venv.log" 2>&1; then
         log "installed ${package}; the venv is made"
         return 0
