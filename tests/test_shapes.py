@@ -324,3 +324,34 @@ def test_a_job_whose_shape_is_out_in_every_region_moves_to_its_next_shape_and_fi
     lease = open_storage(job_dir).read("survivor/LEASE")
     if lease is not None:
         assert json.loads(lease.data)["instance"] == boots[-1].instance
+
+
+@pytest.mark.slow
+def test_with_capacity_data_a_job_whose_shape_is_out_moves_once_straight_to_a_shape_with_capacity(tmp_path):
+    """The same job with Compute Engine's capacity data: no walk through the regions without its
+    shape, one move to the next shape in its own region (the group takes that shape's template,
+    and the VM the group made from it at once is not recreated again), and it finishes."""
+    from survivor.jobdir.journal import Journal
+    from survivor.jobdir.moves import moves
+    from survivor.jobdir.storage import open_storage
+    from survivor.local.simulator import Simulator
+
+    job_dir = str(tmp_path / "job")
+    sim = Simulator(spec_yaml(job_dir, str(tmp_path / "steps.log")), str(tmp_path / "sim"), preempt_every=1e9,
+                    shape_outages=(("n1-standard-8", 0.5, float("inf")),), outages_from_first_commit=True,
+                    watch_every=0.3, speed=60.0, recreate_delay=0.2)
+    result = sim.run(timeout=240)
+    table = result.table()
+    assert result.done is not None and result.done["step"] == 160, table
+    recorded = moves(open_storage(job_dir))
+    assert [(m.from_place, m.to_place, m.shape) for m in recorded] == [
+        ("zones/us-west1-b", "zones/us-west1-b", "1")], table
+    assert recorded[0].machine == "g2-standard-8" and "capacity data" in recorded[0].reason
+    boots = [e for e in result.events if e.kind == "boot"]
+    assert len(boots) == 2, table  # one VM on the first shape, one on the second: no third boot
+    attempts = Journal(open_storage(job_dir)).attempts()
+    assert attempts[-1].outcome == "finished" and sum(a.steps_lost or 0 for a in attempts) == 0, table
+    assert sim.compute.groups[("survivor-local", "zones/us-west1-b", "sim")]["instanceTemplate"].endswith(
+        "/sim-shape-1")
+    steps = [int(s) for s in (tmp_path / "steps.log").read_text().split()]
+    assert steps[-1] == 160 and sorted(set(steps)) == list(range(1, 161))

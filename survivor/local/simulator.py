@@ -239,6 +239,8 @@ class Simulator:
             self._pending.append(vm)
 
     def _deleted(self, vm: dict) -> None:
+        with self._lock:  # a VM deleted before it booted never runs its agent
+            self._pending = [p for p in self._pending if (p["name"], p["zone"]) != (vm["name"], vm["zone"])]
         local = self.vms.get(vm["name"])
         if local is not None and local.running():
             threading.Thread(target=self._power_off, args=(local,), daemon=True).start()

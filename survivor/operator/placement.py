@@ -628,7 +628,10 @@ def complete_moves(compute: Compute, group: GroupRef, storage: JobStorage, place
             wanted = template_for_shape(_template_of(found), shape)
             if wanted != _template_of(found):
                 _step(lambda: compute.set_group_template(current, wanted))
-                members = [(m["zone"], m["name"]) for m in _step(lambda: compute.managed_instances(current)) if m["zone"]]
+                # only the members made from another template: one the group made (or is making) from the
+                # new one since it took it, a VM recreated again would lose its boot
+                members = [(m["zone"], m["name"]) for m in _step(lambda: compute.managed_instances(current))
+                           if m["zone"] and m.get("template") != wanted]
                 if members:
                     _step(lambda: compute.recreate_instances(current, members))
                 say(f"job {group.name}: its group took template {wanted}, as its move of {last.time} said")
