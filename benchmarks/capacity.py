@@ -55,12 +55,12 @@ import json
 import os
 import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from survivor.cloud.capacity import Outlook  # noqa: E402
+from survivor.cloud.capacity import TOP_BAND_UPTIME_HOURS, Outlook  # noqa: E402
 from survivor.local import capacity_advice  # noqa: E402
 from survivor.operator import move_bet, placement  # noqa: E402
 from survivor.local import traces  # noqa: E402
@@ -92,7 +92,36 @@ SKYPILOT_WINDOW_HOURS = 0.05
 #: The replay runs to this many times the deadline (a Spot-only job may need longer; it then missed).
 LIMIT_FACTOR = 2.0
 #: The table's machine: the traces are of one V100 VM.
-MACHINE = dict(machine_type="n1-standard-8", gpu_type="nvidia-tesla-v100", gpu_count=1)
+MACHINE_TYPE, GPU_TYPE, GPU_COUNT = "n1-standard-8", "nvidia-tesla-v100", 1
+@dataclass(frozen=True)
+class Constants:
+    """The survivor row's constants (survivor/operator/move_bet.py, survivor/cloud/capacity.py): how
+    far ahead a move's gain counts (at most the training left), the uptime a place in Google's
+    longest band is planned with, and the restore across locations a move costs."""
+
+    horizon_hours: float = move_bet.HORIZON_HOURS
+    top_band_uptime_hours: float = TOP_BAND_UPTIME_HOURS
+    restore_hours: float = move_bet.RESTORE_ACROSS_HOURS
+    deadline_hazard: bool = True  # the deadline policy sizes Spot's slack with the place's hazard
+
+    @property
+    def text(self) -> str:
+        """The constants as the tables name them."""
+        horizon = "the training left" if self.horizon_hours == float("inf") else f"{self.horizon_hours:g} h"
+        return (f"horizon {horizon}, top-band uptime {self.top_band_uptime_hours:g} h, restore across locations "
+                f"{self.restore_hours:g} h, deadline hazard {'on' if self.deadline_hazard else 'off'}")
+
+    def costs(self, hours_left: float, restart_hours: float = RESTART_HOURS) -> move_bet.Costs:
+        """The move's costs with these constants, for `hours_left` of training."""
+        return move_bet.Costs(hours_left=hours_left, restart_hours=restart_hours, restore_hours=self.restore_hours,
+                              horizon_hours=self.horizon_hours, top_band_uptime_hours=self.top_band_uptime_hours)
+
+
+#: The constants tried on a trace set's first half (`fit`); the one chosen is replayed on its second.
+GRID = tuple(Constants(h, u, r, z) for h in (1.0, 2.0, float("inf")) for u in (2.0, 8.0) for r in (0.01, 0.1)
+             for z in (False, True))
+
+
 @dataclass
 class Placement:
     """Where a job's Spot VM can be and goes (traces.Capacity), for a job started at `start` hours
@@ -114,6 +143,9 @@ class Placement:
     regions: list[str] = field(default_factory=list)  # the allowed ones; default: every region
     move_after: float = MOVE_AFTER_HOURS
     window: float = SKYPILOT_WINDOW_HOURS
+    bet: Constants = field(default_factory=lambda: Constants())  # "advice": the move's constants
+    hours_left: float = float("inf")  # "advice": the training left, as the job's policy last saw it
+    restart: float = RESTART_HOURS  # "advice": a restart's hours, the move's price
     region: str = ""
     zone: str | None = None
     moves: int = 0
@@ -152,7 +184,7 @@ class Placement:
             decision = placement.decide(Rule(tuple(self.regions), move_after_minutes=self.move_after * 60), look)
             if not decision.move:
                 return []
-            self.region, self._out_since, self.moves = decision.to_region, t0, self.moves + 1
+            self.region, self._out_since, self.moves = str(decision.to_region), t0, self.moves + 1
             self._fruitless += 1
             return up(self._zones(self.region))
         if self.rule == "advice":
@@ -163,9 +195,8 @@ class Placement:
             here = up(self._zones(self.region))
             if here:
                 return here
-            at = self.start + t0
-            outlooks = {r: self._outlook(r, at) for r in self.regions}
-            bet = move_bet.weigh(self.region, outlooks, move_bet.Costs(hours_left=float("inf")))
+            outlooks = self.outlooks(t0)
+            bet = move_bet.weigh(self.region, outlooks, self.bet.costs(self.hours_left, self.restart))
             if bet.to is None:
                 return []
             self.region, self.moves = str(bet.to), self.moves + 1
@@ -181,6 +212,11 @@ class Placement:
                 return [z for r in self._order(self.home) if keep(r) for z in up(self._zones(r))]
             return [z for r in self._order(self.home) for z in up(self._zones(r))]
         raise ValueError(f"unknown placement rule {self.rule!r}")
+
+    def outlooks(self, t: float) -> dict[str, Outlook]:
+        """Each allowed region's outlook `t` hours into the job: its best zone's advice.capacity
+        scores as the Compute fake serves them from the traces' past."""
+        return {r: self._outlook(r, self.start + t) for r in self.regions}
 
     def _outlook(self, region: str, at: float) -> Outlook:
         best = max((capacity_advice.scores(self.zones, z, at) for z in self._zones(region)),
@@ -244,14 +280,33 @@ class Outcome:
 def job_of(hours: float, deadline: float, restart: float, lost: float = LOST_HOURS) -> traces.Job:
     """The replayed job: the table's machine and prices, `restart` hours a restart, `lost` hours of
     work lost to a preemption."""
-    return traces.Job(hours=hours, deadline_hours=deadline, overhead_hours=restart, lost_hours=lost, **MACHINE)
+    return traces.Job(hours=hours, deadline_hours=deadline, overhead_hours=restart, lost_hours=lost,
+                      machine_type=MACHINE_TYPE, gpu_type=GPU_TYPE, gpu_count=GPU_COUNT)
 
 
-def replay_one(zones: Zones, name: str, job: traces.Job, start: float, home: str, base_cost: float) -> Outcome:
-    """Replays one job under one policy."""
+def planning(choose: traces.Policy, where: Placement, job: traces.Job) -> traces.Policy:
+    """survivor with capacity data: at each decision the move plans with the training left (as the
+    watch reads it from the job dir) and the deadline policy with the expected preemptions of the
+    place the group is in (`Situation.spot_hazard_per_hour`, the same outlook the move weighs)."""
+    def decide(view: traces.View) -> str:
+        m = view.measured
+        where.hours_left = max(0.0, job.hours - m.steps_done / max(m.train_steps, 1) * job.hours)
+        outlook = where.outlooks(view.t).get(where.region) if where.bet.deadline_hazard else None
+        # a place out of capacity has the shortest uptime band (nothing runs there to last): its
+        # hazard is a running VM's only where Spot can be had
+        hazard = (outlook.hazard_per_hour(where.bet.top_band_uptime_hours)
+                  if outlook and outlook.obtainability >= capacity_advice.LOW else None)
+        return choose(replace(view, situation=replace(view.situation, spot_hazard_per_hour=hazard)))
+    return decide
+
+
+def replay_one(zones: Zones, name: str, job: traces.Job, start: float, home: str, base_cost: float,
+               bet: Constants = Constants()) -> Outcome:
+    """Replays one job under one policy (`bet`: the survivor row's constants)."""
     make, rule = POLICIES[name]
-    where = Placement(zones, start, home, rule)
-    run = traces.replay(where, job, make(), limit_factor=LIMIT_FACTOR, check_every_hours=CHECK_EVERY_HOURS,
+    where = Placement(zones, start, home, rule, bet=bet, restart=job.overhead_hours)
+    choose = planning(make(), where, job) if rule == "advice" else make()
+    run = traces.replay(where, job, choose, limit_factor=LIMIT_FACTOR, check_every_hours=CHECK_EVERY_HOURS,
                         start_mode=traces.ON_DEMAND if name == ALWAYS_ON_DEMAND else traces.SPOT)
     wall = run.finished_at if run.finished_at is not None else job.deadline_hours * LIMIT_FACTOR
     return Outcome((job.hours, job.deadline_hours), home, start, run.met, run.training_hours / wall,
@@ -260,11 +315,12 @@ def replay_one(zones: Zones, name: str, job: traces.Job, start: float, home: str
 
 def run(zones: Zones, every: float, restart: float = RESTART_HOURS,
         jobs: tuple[tuple[float, float], ...] = JOBS, lost: float = LOST_HOURS,
-        half: str | None = None) -> dict[str, list[Outcome]]:
-    """Every policy on every job: each kind, from each region as home, at starts `every` hours apart
-    (as many as fit the traces with the replay's limit); `half` "first" or "second": only jobs whose
-    whole replay lies in that half of the traces' time."""
-    out: dict[str, list[Outcome]] = {name: [] for name in POLICIES}
+        half: str | None = None, bet: Constants = Constants(),
+        names: tuple[str, ...] = tuple(POLICIES)) -> dict[str, list[Outcome]]:
+    """The policies `names` on every job: each kind, from each region as home, at starts `every` hours
+    apart (as many as fit the traces with the replay's limit); `half` "first" or "second": only jobs
+    whose whole replay lies in that half of the traces' time; `bet`: the survivor row's constants."""
+    out: dict[str, list[Outcome]] = {name: [] for name in names}
     for hours, deadline in jobs:
         job = job_of(hours, deadline, restart, lost)
         base = traces.replay(traces.Trace(0, ()), job, traces.always(traces.ON_DEMAND),
@@ -278,9 +334,40 @@ def run(zones: Zones, every: float, restart: float = RESTART_HOURS,
             s += every
         for home in zones.regions:
             for start in starts:
-                for name in POLICIES:
-                    out[name].append(replay_one(zones, name, job, start, home, base))
+                for name in names:
+                    out[name].append(replay_one(zones, name, job, start, home, base, bet))
     return out
+
+
+def fit(zones: Zones, every: float, restart: float = RESTART_HOURS, lost: float = LOST_HOURS,
+        grid: tuple[Constants, ...] = GRID, jobs: tuple[tuple[float, float], ...] = JOBS
+        ) -> tuple[Constants, list[tuple[Constants, dict]]]:
+    """The survivor row's constants chosen on the first half of the traces' time only: of `grid`,
+    the one with every deadline met and the lowest mean cost (then the fewest moves, then the first
+    of the grid); with each tried and its row."""
+    tried = []
+    for bet in grid:
+        [row] = rows(run(zones, every, restart, jobs, lost, half="first", bet=bet, names=("survivor",)))
+        tried.append((bet, row))
+    met = [t for t in tried if t[1]["deadlines_met"] == t[1]["jobs"]] or tried
+    best = min(met, key=lambda t: (t[1]["mean_cost"], t[1]["moves_per_job"]))
+    return best[0], tried
+
+
+def load_shapes(folders: list[str]) -> Zones:
+    """One job's machine shapes, a folder of traces each (the same region and time, one machine):
+    a place is the shape in a region, its zones named `<shape>:<zone>` (the shape: the folder's name
+    after its last hyphen, `aws-10-26-2022-k80_8` -> `k80_8`). TraceError when the gaps differ."""
+    capacity: dict[str, tuple[bool, ...]] = {}
+    gaps = set()
+    for folder in folders:
+        zones = load(folder)
+        shape = os.path.basename(os.path.normpath(folder)).rsplit("-", 1)[-1]
+        gaps.add(zones.gap_hours)
+        capacity.update({f"{shape}:{zone}": points for zone, points in zones.capacity.items()})
+    if len(gaps) > 1:
+        raise TraceError(f"--traces {' '.join(folders)}: the shapes' gap_seconds differ; one is needed")
+    return Zones(gaps.pop(), capacity)
 
 
 def rows(results: dict[str, list[Outcome]]) -> list[dict]:
@@ -324,7 +411,34 @@ def table_by_kind(results: dict[str, list[Outcome]]) -> str:
     return "\n".join(lines)
 
 
-def plot(results: dict[str, list[Outcome]], path: str) -> None:
+def must_show(results: dict[str, list[Outcome]]) -> list[str]:
+    """Issue 40's must-show points on these results, each one line saying whether it holds: survivor
+    meets every deadline; its mean cost is below every other policy that meets every deadline; its
+    share of wall time with a training VM is at least survivor confined to one region's and uniform
+    progress across regions'; its moves a job are at most twice the fewest of any multi-region row."""
+    table = {r["policy"]: r for r in rows(results)}
+    me = table["survivor"]
+    lines = [f"{'holds' if me['deadlines_met'] == me['jobs'] else 'FAILS'}: survivor meets every deadline "
+             f"({me['deadlines_met']}/{me['jobs']})"]
+    rivals = {n: r for n, r in table.items() if n != "survivor" and r["deadlines_met"] == r["jobs"]}
+    cheaper = {n: r["mean_cost"] for n, r in rivals.items() if r["mean_cost"] <= me["mean_cost"]}
+    lines.append(f"{'FAILS' if cheaper else 'holds'}: survivor's mean cost {me['mean_cost']:.4f} below every other "
+                 "policy that meets every deadline" + (" (not below: " + ", ".join(
+                     f"{n} {c:.4f}" for n, c in cheaper.items()) + ")" if cheaper else ""))
+    shares = {n: table[n]["vm_fraction"] for n in ("survivor, one region", "uniform progress, multi-region")}
+    below = {n: v for n, v in shares.items() if v > me["vm_fraction"]}
+    lines.append(f"{'FAILS' if below else 'holds'}: survivor's training VM {me['vm_fraction']:.1%} at least "
+                 + " and ".join(f"{n}'s {v:.1%}" for n, v in shares.items()))
+    multi = [r["moves_per_job"] for n, r in table.items() if n not in ("survivor", ALWAYS_ON_DEMAND)
+             and "one region" not in n]
+    fewest = min(multi) if multi else 0.0
+    ok = me["moves_per_job"] <= 2 * fewest + 1e-9
+    lines.append(f"{'holds' if ok else 'FAILS'}: survivor's {me['moves_per_job']:.2f} moves a job at most twice the "
+                 f"fewest of a multi-region row ({fewest:.2f})")
+    return lines
+
+
+def plot(results: dict[str, list[Outcome]], path: str, title: str) -> None:
     """Cost against on-demand per job, policies side by side; a missed deadline is a red cross."""
     import matplotlib
 
@@ -341,8 +455,7 @@ def plot(results: dict[str, list[Outcome]], path: str) -> None:
     ax.set_xticklabels([n.replace(", ", ",\n").replace(" EAGER", "\nEAGER").replace(" FAILOVER", "\nFAILOVER")
                         for n in results], fontsize=7)
     ax.set_ylabel("cost / always on-demand")
-    ax.set_title("Spot availability traces aws-02-15-2023 (1 V100, 9 zones, 3 regions): jobs of 6-24 h "
-                 "(red x: deadline missed)", fontsize=9)
+    ax.set_title(f"{title}: jobs of 6-24 h (red x: deadline missed)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -351,18 +464,22 @@ def plot(results: dict[str, list[Outcome]], path: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Runs the benchmark; prints the tables; writes the rows to --json; --write updates the plot."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--traces", required=True, help="a folder of <zone>_<anything>.json[.gz] traces")
+    parser.add_argument("--traces", required=True, nargs="+",
+                        help="a folder of <zone>_<anything>.json[.gz] traces; several: one a machine shape of "
+                             "the same job (a place is a shape in a region)")
     parser.add_argument("--json", required=True, help="where to write one row a policy")
     parser.add_argument("--every", type=float, default=24.0, help="hours between start times (default 24)")
     parser.add_argument("--restart", type=float, default=RESTART_HOURS,
                         help=f"hours a restart costs (default {RESTART_HOURS}, from the boot measurements)")
     parser.add_argument("--lost", type=float, default=LOST_HOURS,
                         help=f"hours of work a preemption loses (default {LOST_HOURS}: the notice commit)")
-    parser.add_argument("--write", action="store_true", help="also draw docs/benchmarks/capacity.png")
-    parser.add_argument("--half", choices=("first", "second"), help="only jobs inside that half of the traces' time")
+    parser.add_argument("--write", action="store_true", help="also draw docs/benchmarks/capacity-NAME.png")
+    parser.add_argument("--half", choices=("first", "second"),
+                        help="only jobs inside that half of the traces' time; second: survivor's constants "
+                             "chosen on the first half (`fit`) first")
     args = parser.parse_args(argv)
     try:
-        zones = load(args.traces)
+        zones = load(args.traces[0]) if len(args.traces) == 1 else load_shapes(args.traces)
     except TraceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -378,16 +495,30 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(zones.capacity)} zones in {len(zones.regions)} regions, {zones.hours:.0f} h; Spot capacity "
           "somewhere in the region " + ", ".join(f"{r} {s:.1%}" for r, s in shares.items())
           + f"; anywhere {zones.share(list(zones.capacity)):.1%}")
-    results = run(zones, args.every, args.restart, lost=args.lost, half=args.half)
+    bet = Constants()
+    if args.half == "second":
+        bet, tried = fit(zones, args.every, args.restart, args.lost)
+        print(f"survivor's constants chosen on the first half ({len(tried)} tried): {bet.text}")
+        for tried_bet, row in sorted(tried, key=lambda t: t[1]["mean_cost"])[:5]:
+            print(f"  first half: mean cost {row['mean_cost']:.4f}, {row['deadlines_met']}/{row['jobs']} met, "
+                  f"{row['moves_per_job']:.2f} moves a job: {tried_bet.text}")
+    results = run(zones, args.every, args.restart, lost=args.lost, half=args.half, bet=bet)
+    out = rows(results)
+    out[0]["constants"] = bet.text
     with open(args.json, "w", encoding="utf-8") as f:
-        json.dump(rows(results), f, indent=1)
+        json.dump(out, f, indent=1)
     print(table(results))
     print()
     print(table_by_kind(results))
+    print()
+    print("\n".join(must_show(results)))
     if args.write:
+        names = [os.path.basename(os.path.normpath(t)) for t in args.traces]
+        name = names[0] if len(names) == 1 else os.path.commonprefix(names).rstrip("-") + "-shapes"
         os.makedirs(os.path.join(ROOT, "docs", "benchmarks"), exist_ok=True)
-        plot(results, os.path.join(ROOT, "docs", "benchmarks", "capacity.png"))
-        print("plot: docs/benchmarks/capacity.png")
+        path = os.path.join(ROOT, "docs", "benchmarks", f"capacity-{name}.png")
+        plot(results, path, f"Spot traces {name}" + (f", {args.half} half" if args.half else ""))
+        print(f"plot: {os.path.relpath(path, ROOT)}")
     return 0
 
 

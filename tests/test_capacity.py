@@ -167,3 +167,111 @@ def test_traces_too_short_for_any_job_are_one_line(tmp_path, capsys):
     assert capacity.main(["--traces", str(tmp_path), "--json", str(tmp_path / "rows.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "the shortest job replayed needs 18 h" in err and "Traceback" not in err
+
+
+# -- survivor with capacity data ("advice") and SkyPilot as 0.14.1 ships ("eager-shipped") (issue 40) --
+
+
+def test_after_a_preemption_skypilot_as_shipped_relaunches_in_the_preempted_region_first(tmp_path):
+    # skypilot#10021: EAGER_NEXT_REGION as 0.14.1 ships never blocks the region it was preempted in,
+    # so it relaunches in the home region's other zone; as its docs describe, it leaves the region
+    write(tmp_path, "east-1a", [1] * 20 + [0] * 180)
+    write(tmp_path, "east-1b", [1] * 200)
+    write(tmp_path, "west-1a", [1] * 200)
+    zones = load(str(tmp_path))
+    shipped, run = replay(zones, "eager-shipped", traces.always(traces.SPOT))
+    assert (shipped.zone, shipped.moves, run.preemptions) == ("east-1b", 0, 1)
+    documented, _ = replay(zones, "eager", traces.always(traces.SPOT))
+    assert (documented.zone, documented.moves) == ("west-1a", 1)
+
+
+def test_skypilot_as_shipped_goes_home_first_once_the_home_region_has_capacity_again(tmp_path):
+    # home east-1 out 1-2 h: the shipped rule moves to west-1, and after the next preemption (west-1
+    # out from 3 h) tries home first again, where there is capacity: two moves
+    write(tmp_path, "east-1a", [1] * 10 + [0] * 10 + [1] * 180)
+    write(tmp_path, "west-1a", [1] * 30 + [0] * 170)
+    where, run = replay(load(str(tmp_path)), "eager-shipped", traces.always(traces.SPOT))
+    assert (where.zone, where.moves, run.preemptions) == ("east-1a", 2, 2)
+
+
+def test_with_capacity_data_survivor_moves_once_at_the_first_look_without_a_timer(east_out_at_2h):
+    where, run = replay(east_out_at_2h, "advice", traces.survivor_policy())
+    assert (where.zone, where.moves, run.preemptions) == ("west-1a", 1, 1) and run.met
+    # preempted at 2.0 (nothing lost to the notice commit beyond the job's 0.05 h), moved at the same look:
+    # a boot of 0.2 h in west-1a, then the 2.25 h left
+    assert run.finished_at == pytest.approx(2.0 + 0.2 + 2.25, abs=3 * TICK)
+
+
+def test_with_capacity_data_a_region_that_flaps_every_half_hour_is_left_once_for_the_steady_one(tmp_path):
+    write(tmp_path, "east-1a", ([1] * 5 + [0] * 5) * 20)  # 0.5 h up, 0.5 h out
+    write(tmp_path, "west-1a", [1] * 200)
+    where, run = replay(load(str(tmp_path)), "advice", traces.survivor_policy())
+    assert (where.zone, where.moves, run.preemptions) == ("west-1a", 1, 1) and run.met
+
+
+def test_with_capacity_data_an_outage_of_every_region_moves_nothing(tmp_path):
+    write(tmp_path, "east-1a", [1] * 20 + [0] * 60 + [1] * 120)
+    write(tmp_path, "west-1a", [1] * 20 + [0] * 60 + [1] * 120)
+    where, run = replay(load(str(tmp_path)), "advice", traces.always(traces.SPOT), hours=4.0, deadline=16.0)
+    assert (where.moves, run.preemptions) == (0, 1) and run.met
+    assert run.finished_at == pytest.approx(8.0 + 0.2 + 2.25, abs=3 * TICK)  # back when east-1 is
+
+
+def test_with_capacity_data_the_move_is_weighed_over_the_training_left(east_out_at_2h):
+    # at 2.5 h east-1 is out and west-1 steady: with 0.05 h of training left a move (a 0.05 h restart
+    # and the 0.01 h restore across locations) cannot pay back; with hours left it does
+    short = Placement(east_out_at_2h, 0.0, "east-1", "advice", hours_left=0.05)
+    assert short.candidates(2.5, 2.5 + TICK) == [] and short.moves == 0
+    long = Placement(east_out_at_2h, 0.0, "east-1", "advice", hours_left=3.0)
+    assert long.candidates(2.5, 2.5 + TICK) == ["west-1a"] and long.moves == 1
+
+
+def test_the_survivor_row_plans_with_the_training_left_and_its_places_hazard(east_out_at_2h):
+    seen = []
+
+    def policy(view):
+        seen.append((view.t, view.situation.spot_hazard_per_hour, where.hours_left))
+        return traces.SPOT
+
+    where = Placement(east_out_at_2h, 0.0, "east-1", "advice")
+    traces.replay(where, job(), capacity.planning(policy, where, job()), limit_factor=2.0)
+    lefts = [left for _, _, left in seen]
+    assert lefts[0] == 4.0 and lefts == sorted(lefts, reverse=True) and lefts[-1] < 0.25 + TICK  # a look a 0.25 h
+    # east-1 has had capacity for an hour at 1.5 h: Google's top band, planned with 8 h (ln 2 / 8 an hour)
+    assert [h for t, h, _ in seen if 1.5 <= t < 1.75][0] == pytest.approx(0.0866, abs=0.001)
+    off = Placement(east_out_at_2h, 0.0, "east-1", "advice", bet=capacity.Constants(deadline_hazard=False))
+    seen.clear()
+    traces.replay(off, job(), capacity.planning(policy, off, job()), limit_factor=2.0)
+    assert {h for _, h, _ in seen} == {None}
+
+
+def test_four_machine_shapes_of_one_region_are_four_places_of_one_job(tmp_path):
+    for shape, points in (("k80_1", [1] * 200), ("v100_8", [0] * 200)):
+        folder = tmp_path / f"aws-10-26-2022-{shape}"
+        folder.mkdir()
+        (folder / f"us-west-2a_{shape}.json").write_text(json.dumps({"metadata": {"gap_seconds": GAP},
+                                                                     "data": points}))
+    zones = capacity.load_shapes([str(tmp_path / "aws-10-26-2022-k80_1"), str(tmp_path / "aws-10-26-2022-v100_8")])
+    assert zones.regions == ["k80_1:us-west-2", "v100_8:us-west-2"]
+    # a job whose own shape (v100_8) never has capacity moves to the other shape at its first look
+    where = Placement(zones, 0.0, "v100_8:us-west-2", "advice")
+    run = traces.replay(where, job(), traces.survivor_policy(), limit_factor=2.0)
+    assert (where.zone, where.moves) == ("k80_1:us-west-2a", 1) and run.met
+
+
+def test_the_constants_are_chosen_on_the_first_half_only(tmp_path, monkeypatch):
+    write(tmp_path, "east-1a", [1] * 400)
+    write(tmp_path, "west-1a", [1] * 400)
+    zones = load(str(tmp_path))  # 40 h: a 4 h job replayed to twice its 8 h deadline fits each half once
+    halves = []
+    real = capacity.run
+
+    def spy(*args, **kw):
+        halves.append(kw.get("half"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(capacity, "run", spy)
+    grid = (capacity.Constants(horizon_hours=1.0), capacity.Constants(horizon_hours=2.0))
+    chosen, tried = capacity.fit(zones, 12.0, restart=0.2, grid=grid, jobs=((4.0, 8.0),))
+    assert halves == ["first", "first"] and chosen in grid and len(tried) == 2
+    assert all(row["jobs"] == 2 and row["deadlines_met"] == 2 for _, row in tried)  # one start from each home

@@ -44,14 +44,14 @@ class Outlook:
     uptime_hours: float
     preemption_rate: float | None = None
 
-    def hazard_per_hour(self) -> float:
+    def hazard_per_hour(self, top_band_hours: float = TOP_BAND_UPTIME_HOURS) -> float:
         """Pure: the expected preemptions per hour of a running Spot VM here: from the history's rate
         when there is one (the fleet model), else from the estimated uptime as a median of an
-        exponential lifetime (ln 2 / uptime; the top band at TOP_BAND_UPTIME_HOURS)."""
+        exponential lifetime (ln 2 / uptime; the top band at `top_band_hours`)."""
         if self.preemption_rate is not None:
             rate = min(max(self.preemption_rate, 0.0), 0.999)
             return rate / (1 - rate) / FLEET_RUN_HOURS
-        uptime = TOP_BAND_UPTIME_HOURS if self.uptime_hours >= 1.0 else max(self.uptime_hours, 1 / 60)
+        uptime = top_band_hours if self.uptime_hours >= 1.0 else max(self.uptime_hours, 1 / 60)
         return math.log(2) / uptime
 
 

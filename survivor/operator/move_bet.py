@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Hashable, Mapping, TypeVar
 
-from survivor.cloud.capacity import Outlook
+from survivor.cloud.capacity import TOP_BAND_UPTIME_HOURS, Outlook
 
 P = TypeVar("P", bound=Hashable)
 
@@ -50,6 +50,7 @@ class Costs:
     restore_hours: float = RESTORE_ACROSS_HOURS
     look_hours: float = LOOK_HOURS
     horizon_hours: float = HORIZON_HOURS
+    top_band_uptime_hours: float = TOP_BAND_UPTIME_HOURS  # a place in Google's longest uptime band
 
 
 @dataclass(frozen=True)
@@ -62,10 +63,10 @@ class Bet:
     reason: str
 
 
-def training_share(outlook: Outlook, restart_hours: float) -> float:
+def training_share(outlook: Outlook, restart_hours: float, top_band_hours: float = TOP_BAND_UPTIME_HOURS) -> float:
     """Pure: the expected share of wall time with a training VM at a place: its obtainability, less
     the restarts its preemptions cost."""
-    return outlook.obtainability / (1.0 + outlook.hazard_per_hour() * restart_hours)
+    return outlook.obtainability / (1.0 + outlook.hazard_per_hour(top_band_hours) * restart_hours)
 
 
 def weigh(here: P, outlooks: Mapping[P, Outlook], costs: Costs, skip: frozenset = frozenset(),
@@ -76,13 +77,13 @@ def weigh(here: P, outlooks: Mapping[P, Outlook], costs: Costs, skip: frozenset 
     if here not in outlooks:
         return Bet(None, 0.0, 0.0, "no capacity data for the place the job is in")
     horizon = max(0.0, min(costs.horizon_hours, costs.hours_left))
-    mine = training_share(outlooks[here], costs.restart_hours)
+    mine = training_share(outlooks[here], costs.restart_hours, costs.top_band_uptime_hours)
     best: Bet | None = None
     target = here  # the place `best` moves to
     for place, outlook in outlooks.items():
         if place == here or place in skip:
             continue
-        gain = horizon * (training_share(outlook, costs.restart_hours) - mine)
+        gain = horizon * (training_share(outlook, costs.restart_hours, costs.top_band_uptime_hours) - mine)
         cost = costs.restart_hours + costs.restore_hours + (1.0 - outlook.obtainability) * costs.look_hours
         if best is None or gain - cost > best.gain_hours - best.cost_hours:
             best, target = Bet(place, gain, cost, ""), place
