@@ -159,7 +159,7 @@ def test_in_an_outage_of_every_region_survivor_moves_a_few_times_an_hour_not_eve
     # 1 + 2 + 4 + 8 minutes, then one move each 15 minutes: about 26 in the 6 h
     assert 15 <= where.moves <= 30, where.moves
     # back on capacity within one wait of its return: 8 h + at most 15 min + the boot, then 2.25 h of work
-    assert run.finished_at <= 8.0 + 0.25 + 0.2 + 2.25 + 2 * TICK
+    assert run.finished_at is not None and run.finished_at <= 8.0 + 0.25 + 0.2 + 2.25 + 2 * TICK
 
 
 def test_traces_too_short_for_any_job_are_one_line(tmp_path, capsys):
