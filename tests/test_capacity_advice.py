@@ -141,3 +141,22 @@ def test_each_method_needs_its_permission_which_compute_viewer_grants(compute_se
     compute_server.set_project_policy(PROJECT, [{"role": "roles/compute.viewer", "members": [account]}])
     assert _capacity(_client(compute_server), "us-west1").recommendations[0].scores.obtainability == 1.0
     assert _history(_client(compute_server), "us-west1").preemption_history
+
+
+def test_preflight_reads_the_capacity_data_and_only_warns_when_it_cannot(compute_server):
+    from survivor.cloud.compute import Compute
+    from survivor.operator.preflight import Target, capacity_data_findings
+
+    target = Target("n1-standard-8", "nvidia-tesla-v100", 1, spot=True, image_project=None, image_family=None,
+                    service_account="default", job_dir=None, moves=True)
+    compute = Compute(PROJECT, endpoint=compute_server.endpoint)
+    found = capacity_data_findings(compute, target, ["us-west1", "us-central1"])
+    assert [(f.level, f.message) for f in found] == [
+        ("ok", "capacity data in us-west1: Spot obtainability 1.00, estimated uptime 60 min"),
+        ("ok", "capacity data in us-central1: Spot obtainability 1.00, estimated uptime 60 min")]
+    account = "serviceAccount:runner@p.iam.gserviceaccount.com"
+    compute_server.caller = account
+    compute_server.set_project_policy(PROJECT, [{"role": "roles/compute.instanceAdmin.v1", "members": [account]}])
+    [refused] = capacity_data_findings(compute, target, ["us-west1", "us-central1"])  # said once, not a region each
+    assert refused.level == "warning" and "roles/compute.viewer" in refused.message
+    assert "decide without it" in refused.message

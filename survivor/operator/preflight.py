@@ -587,6 +587,8 @@ def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str
                                  "error" if place == home else "warning")
         except ComputeError as exc:
             out.append(Finding("compute", str(exc), "error" if place == home else "warning"))
+    if target.spot and (target.moves or target.deadline):
+        out += capacity_data_findings(compute, target, places)
     try:
         if target.gpu_type and places:
             out += all_regions_gpu_findings(target.gpu_count, compute.project_quotas())
@@ -595,6 +597,38 @@ def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str
     if bucket and account != "default":  # on Google Cloud (a gs:// job dir): the VM's own calls
         needed = permissions.vm_permissions(deadline=target.deadline, moves=target.moves)
         out += _project_state(compute, f"serviceAccount:{account}", needed)
+    return out
+
+
+def capacity_data_findings(compute, target: Target, regions: list[str]) -> list[Finding]:
+    """Whether the caller (who runs `survivor watch`) can read Compute Engine's capacity data for the
+    job's machine in each of its regions, and what it says now (docs/capacity-data.md): `ok` lines and
+    warnings only, never an error: the data is an input, never a requirement (without it a move and
+    the deadline policy decide with the rule they had before). One `advice.capacity` call a region;
+    a refused permission is said once, naming the role that grants it."""
+    from survivor.cloud import capacity
+    from survivor.cloud.compute import ComputeError, PermissionDenied
+
+    advice, _ = capacity.request_bodies(target.machine_type, target.gpu_type, target.gpu_count)
+    out: list[Finding] = []
+    for region in regions:
+        try:
+            outlook = capacity.outlook_from(compute.capacity_advice(region, advice), None)
+        except PermissionDenied as exc:
+            return out + [Finding("capacity-data", f"capacity data: {exc}; without compute.advice.capacity and "
+                                                   "compute.advice.capacityHistory (both in roles/compute.viewer) "
+                                                   "moves and the deadline decide without it", "warning")]
+        except ComputeError as exc:
+            out.append(Finding("capacity-data", f"capacity data in {region}: {exc}; decided without it there",
+                               "warning"))
+            continue
+        if outlook is None:
+            out.append(Finding("capacity-data", f"capacity data in {region}: no scores for {target.machine_type}; "
+                                                "decided without it there", "warning"))
+            continue
+        out.append(Finding("capacity-data", f"capacity data in {region}: Spot obtainability "
+                                            f"{outlook.obtainability:.2f}, estimated uptime "
+                                            f"{outlook.uptime_hours * 60:.0f} min", "ok"))
     return out
 
 
