@@ -38,7 +38,7 @@ def _capacity(client, region: str, zones=(), machine="n1-standard-8", gpu=("nvid
 
 
 def _history(client, region: str, machine="g2-standard-8", location=None, model="SPOT", gpu=None):
-    body = {"instanceProperties": {"machineType": machine, "scheduling": {"provisioningModel": model}},
+    body: dict = {"instanceProperties": {"machineType": machine, "scheduling": {"provisioningModel": model}},
             "types": ["PREEMPTION", "PRICE"]}
     if gpu:
         body["instanceProperties"]["guestAccelerators"] = [{"acceleratorType": gpu, "acceleratorCount": 1}]
