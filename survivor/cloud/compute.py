@@ -277,6 +277,7 @@ class Compute:
         self.resize_requests = client(compute_v1.InstanceGroupManagerResizeRequestsClient)
         self.region_resize_requests = client(compute_v1.RegionInstanceGroupManagerResizeRequestsClient)
         self.instances = client(compute_v1.InstancesClient)
+        self.disks = client(compute_v1.DisksClient)
         self.zone_ops = client(compute_v1.ZoneOperationsClient)
         self.region_ops = client(compute_v1.RegionOperationsClient)
         self.global_ops = client(compute_v1.GlobalOperationsClient)
@@ -702,6 +703,32 @@ class Compute:
         """Deletes the instance and waits."""
         self._call(f"deleting {instance}", f"zone {zone}", lambda: self.instances.delete(
             project=project, zone=zone, instance=instance))
+
+    def labelled_disks(self, key: str, value: str) -> list[dict]:
+        """Every disk of the project, in any zone, whose label `key` is `value`: one `disks.aggregatedList`
+        with the filter `labels.KEY = VALUE` (the method's `filter` parameter: "You can use filtering on
+        nested fields to filter based on resource labels", the Compute v1 discovery document). Each as a
+        dict: name, zone, size_gb, disk_type, users (the instances it is attached to), labels."""
+        what = f"listing the disks labelled {key}={value}"
+        pages = self._call(what, "every zone", lambda: self.disks.aggregated_list(
+            request=self.v1.AggregatedListDisksRequest(project=self.project, filter=f"labels.{key} = {value}")),
+            wait=False)
+        found = []
+        try:
+            for scope, listed in pages:
+                for disk in listed.disks:
+                    found.append({"name": disk.name, "zone": (disk.zone or scope).rsplit("/", 1)[-1],
+                                  "size_gb": int(disk.size_gb or 0), "disk_type": (disk.type_ or "").rsplit("/", 1)[-1],
+                                  "users": [u.split("/compute/v1/", 1)[-1] for u in disk.users],
+                                  "labels": dict(disk.labels)})
+        except Exception as exc:  # a later page's request failed
+            raise explain(exc, what) from exc
+        return found
+
+    def delete_disk(self, zone: str, name: str) -> None:
+        """Deletes a disk and waits; InUse while an instance still has it attached."""
+        self._call(f"deleting disk {name}", f"zone {zone}", lambda: self.disks.delete(
+            project=self.project, zone=zone, disk=name))
 
     def serial_output(self, zone: str, instance: str, start: int = 0) -> tuple[str, int]:
         """The instance's serial port output from byte `start`, and the offset to ask for next."""

@@ -48,6 +48,24 @@ GPUS = {
     "nvidia-l4": (0.0, 0.0),  # included in the g2 machine price
     "nvidia-tesla-a100": (0.0, 0.0),  # included in the a2 machine price
 }
+#: USD per GiB and month of a disk's provisioned size, us-central1, from Google's "Disk and image
+#: pricing" (https://cloud.google.com/compute/disks-image-pricing; its worked example: "a 200 GB
+#: standard Persistent Disk volume would cost $8.00 for the whole month ... a 200 GB SSD Persistent
+#: Disk volume would cost $34.00", and "You are billed for the total provisioned capacity ... until
+#: you delete them"), pd-balanced from the same page's table ($0.100, as third-party summaries such
+#: as c3x.dev's "GCP persistent disk types cost" repeat it). What a disk left behind costs a month.
+DISKS = {
+    "pd-standard": 0.04,
+    "pd-balanced": 0.10,
+    "pd-ssd": 0.17,
+}
+DISK_BASIS = "us-central1 list prices of Google's disk pricing page as of 2026-11 (offline table)"
+
+
+def disk_monthly(disk_type: str, size_gb: int) -> float | None:
+    """USD a month for a disk of `disk_type` and `size_gb` from the table; None for a type not in it."""
+    rate = DISKS.get(disk_type)
+    return None if rate is None else round(rate * size_gb, 2)
 
 
 @dataclass(frozen=True)

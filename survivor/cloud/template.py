@@ -34,6 +34,13 @@ METADATA_LIMIT = 512 * 1024
 #: name across the VM's recreation (survivor/operator/group.py `stateful_policy`), and startup.sh finds
 #: it at /dev/disk/by-id/google-survivor-state.
 STATE_DISK_DEVICE = "survivor-state"
+#: The label the state disk carries, valued with the job's name: how `survivor delete`, a move, the
+#: watch, `status` and `report` find a job's state disks once no VM holds them (their names are the
+#: instances', which a group chooses). The template's `initializeParams.labels` are "Labels to apply to
+#: this disk" (the Compute v1 discovery document, AttachedDiskInitializeParams.labels;
+#: https://cloud.google.com/python/docs/reference/compute/latest/google.cloud.compute_v1.types.AttachedDiskInitializeParams),
+#: a field "persisted and returned for instanceTemplate": every disk the group creates from it carries them.
+STATE_DISK_LABEL = "survivor-state"
 
 SCOPES = {
     "storage": "https://www.googleapis.com/auth/devstorage.read_write",
@@ -295,11 +302,13 @@ def template_body(name: str, spec: JobSpec, options: MachineOptions, script: str
 
 def state_disk(spec: JobSpec, options: MachineOptions) -> list[dict[str, Any]]:
     """The template's state disk (spec `state_disk_gb`) as a one-item list, or none: a blank
-    persistent disk named `STATE_DISK_DEVICE`, kept when its VM is deleted (`autoDelete: false`)."""
+    persistent disk named `STATE_DISK_DEVICE`, kept when its VM is deleted (`autoDelete: false`),
+    labelled `STATE_DISK_LABEL: <job name>` so that what is left of it can be found and deleted."""
     if not spec.state_disk_gb:
         return []
     return [{"deviceName": STATE_DISK_DEVICE, "autoDelete": False, "type": "PERSISTENT",
-             "initializeParams": {"diskSizeGb": str(spec.state_disk_gb), "diskType": options.disk_type}}]
+             "initializeParams": {"diskSizeGb": str(spec.state_disk_gb), "diskType": options.disk_type,
+                                  "labels": {STATE_DISK_LABEL: spec.name}}}]
 
 
 #: What instanceTemplates.get adds to the body survivor sent (`gcloud compute instance-templates

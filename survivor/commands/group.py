@@ -189,6 +189,20 @@ def pending_lines(summary: dict) -> list[str]:
         f"{_shown(f['error'])}" for f in (summary.get("failed_switches") or [])[-3:]]
 
 
+def state_disk_lines(report: dict) -> list[str]:
+    """`jobs.job_status`'s state disks, one line each (where, size, cost a month, why it is there),
+    and their total; or why they could not be listed. Each `_shown`."""
+    from survivor.cloud.pricing import DISK_BASIS, money
+
+    disks = report.get("state_disks") or []
+    lines = [_shown(d["line"], 2 * SCREEN_CHARS) for d in disks]
+    if disks:
+        lines.append(f"state disks left: {money(report.get('state_disks_monthly_usd'))} a month ({DISK_BASIS})")
+    if report.get("state_disks_error"):
+        lines.append(f"state disks not listed: {_shown(report['state_disks_error'])}")
+    return lines
+
+
 def _print_status(report: dict) -> None:
     """Shows `jobs.job_status`'s report: the group, its VM, the job's progress, its cost, its last boots."""
     from rich.table import Table
@@ -214,6 +228,8 @@ def _print_status(report: dict) -> None:
             console.print(f"    {_shown(guest['finish'])}")
     if report.get("resize_request"):  # a flex-start group: its request queued, or why it failed
         console.print(f"  flex-start {_shown(report['resize_request'])}")
+    for line in state_disk_lines(report):
+        console.print(f"  {line}")
     job = report.get("job")
     if not job:
         return
@@ -324,10 +340,19 @@ def report(args: argparse.Namespace) -> int:
     except OSError as exc:
         why = "not a directory" if os.path.exists(out) and not os.path.isdir(out) else exc.strerror or str(exc)
         raise CommandError(f"--out {out}: cannot write the report there: {why}") from exc
+    left = state_disk_lines(found) if args.name is not None else []
+    section = "## State disks left\n\n" + "\n".join(f"- {line}" for line in left) + "\n" if left else ""
+    if section:  # billed until deleted: the report says so, though the job dir alone cannot
+        with open(md, "a", encoding="utf-8") as f:
+            f.write("\n" + section)
     if args.json:
-        print(json.dumps(made.to_json(), indent=2, default=str))
+        print(json.dumps({**made.to_json(), **({"state_disks": found.get("state_disks") or [],
+                                                 "state_disks_monthly_usd": found.get("state_disks_monthly_usd")}
+                                                if args.name is not None else {})}, indent=2, default=str))
     else:
         print(reports.markdown(made, png))
+        if section:
+            print(section)
         print(f"written: {md}, {png}", file=sys.stderr)
     return 0
 

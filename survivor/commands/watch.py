@@ -109,7 +109,9 @@ def run_watch(args: argparse.Namespace) -> int:
     compute = Compute(group.project)
     while True:
         looked = watch_once(compute, group, job_dir=args.job_dir, check_every_hours=(every or 900) / 3600, say=print)
-        if isinstance(looked, JobOver):  # the job ended: nothing more to look at
+        if isinstance(looked, JobOver) and looked.waiting:  # ended, but a state disk is still attached
+            print(f"job {args.name}: {looked.state}; the next look comes back for what is left ({looked.waiting})")
+        elif isinstance(looked, JobOver):  # the job ended: nothing more to look at
             if args.deployed_in:
                 from survivor.operator.watch_deploy import end_schedule
 

@@ -268,6 +268,9 @@ class ComputeServer(AdviceServing, LocalService):
         self.templates: dict[tuple[str, str], dict] = {}  # (project, name)
         self.groups: dict[tuple[str, str, str], dict] = {}  # (project, "zones/Z" | "regions/R", name)
         self.instances: dict[tuple[str, str, str], dict] = {}  # (project, zone, name)
+        #: persistent disks beside the boot disk that a group's VMs were made with (a job's state disk):
+        #: (project, zone, name) -> Disk body, its `users` the instances it is attached to
+        self.disks: dict[tuple[str, str, str], dict] = {}
         self.operations: dict[str, dict] = {}
         self.requests: list[tuple[str, str, Any]] = []  # (method id, path, body) for tests to inspect
         self.failures: dict[str, list[tuple[str, Any]]] = {}
@@ -1152,15 +1155,121 @@ class ComputeServer(AdviceServing, LocalService):
             "_serial": f"survivor compute fake: {name} booted\n",
             "_guest": {},
         }
+        vm["disks"] = self._attach_disks(member, properties, vm["selfLink"])
         self.instances[member] = vm
         for callback in self.on_instance_created:
             callback(vm)
         return vm
 
+    def _attach_disks(self, member: tuple[str, str, str], properties: dict, instance_url: str) -> list[dict]:
+        """The template's persistent disks beside the boot disk, created in the VM's zone or, when one
+        of that name is there already (a stateful group's VM recreated), attached again: "If a disk
+        with the same name already exists in the given region, the existing disk is attached to the
+        new instance and the new disk is not created" (the discovery document's
+        AttachedDiskInitializeParams.diskName). It is named `diskName`, else `<instance>-<deviceName>`
+        (the fake's choice: survivor finds a disk by its labels, never by its name), and carries the
+        template's `initializeParams.labels` ("Labels to apply to this disk")."""
+        project, zone, name = member
+        attached: list[dict] = []
+        for disk in properties.get("disks") or []:
+            params = disk.get("initializeParams") or {}
+            if disk.get("boot") or disk.get("type", "PERSISTENT") != "PERSISTENT" or disk.get("source"):
+                continue
+            device = disk.get("deviceName") or f"persistent-disk-{len(attached) + 1}"
+            disk_name = params.get("diskName") or f"{name}-{device}"
+            key = (project, zone, disk_name)
+            url = f"{self.endpoint}{BASE}projects/{project}/zones/{zone}/disks/{disk_name}"
+            found = self.disks.get(key)
+            if found is None:
+                found = self.disks[key] = {
+                    "kind": "compute#disk", "id": str(next(self._ids)), "name": disk_name,
+                    "zone": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}",
+                    "sizeGb": str(params.get("diskSizeGb") or "500"),
+                    "type": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}/diskTypes/"
+                            f"{_tail(params.get('diskType') or 'pd-standard')}",
+                    "labels": dict(params.get("labels") or {}), "status": "READY", "users": [],
+                    "creationTimestamp": _now(), "selfLink": url,
+                }
+            found["users"] = [instance_url]
+            found["lastAttachTimestamp"] = _now()
+            attached.append({"deviceName": device, "source": url, "boot": False, "type": "PERSISTENT",
+                             "autoDelete": bool(disk.get("autoDelete", False)), "mode": "READ_WRITE"})
+        return attached
+
+    def _release_disks(self, vm: dict) -> None:
+        """A deleted VM's disks: deleted with it when `autoDelete` is set, else detached and kept ("Specifies
+        whether the disk will be auto-deleted when the instance is deleted", AttachedDisk.autoDelete; a
+        stateful group's `autoDelete: NEVER` keeps them too, survivor/operator/group.py stateful_policy)."""
+        for attached in vm.get("disks") or []:
+            m = re.search(r"projects/([^/]+)/zones/([^/]+)/disks/([^/]+)$", attached.get("source", ""))
+            key = (m.group(1), m.group(2), m.group(3)) if m else None
+            if key not in self.disks:
+                continue
+            if attached.get("autoDelete"):
+                del self.disks[key]
+            else:
+                self.disks[key]["users"] = [u for u in self.disks[key]["users"] if u != vm["selfLink"]]
+                self.disks[key]["lastDetachTimestamp"] = _now()
+
+    def _disk(self, params: dict) -> tuple[tuple[str, str, str], dict]:
+        key = (params["project"], params["zone"], params["disk"])
+        found = self.disks.get(key)
+        if found is None:
+            raise HttpError(404, f"The resource 'projects/{key[0]}/zones/{key[1]}/disks/{key[2]}' was not found", "notFound")
+        return key, found
+
+    def _disks_get(self, params, query, body):
+        return self._disk(params)[1]
+
+    def _disks_delete(self, params, query, body):
+        """Deletes a disk no instance uses; one attached is refused as the API refuses it: 400
+        resourceInUseByAnotherResource, "The disk resource 'projects/P/zones/Z/disks/D' is already being
+        used by 'projects/P/zones/Z/instances/I'" (grucloud's notes on deleting a GCE disk before its VM,
+        quoting the API's answer)."""
+        key, found = self._disk(params)
+        if found["users"]:
+            raise HttpError(400, f"The disk resource 'projects/{key[0]}/zones/{key[1]}/disks/{key[2]}' is already "
+                                 f"being used by '{found['users'][0].split(BASE, 1)[-1]}'", "resourceInUseByAnotherResource")
+        del self.disks[key]
+        return self._operation(params, "delete", f"projects/{key[0]}/zones/{key[1]}/disks/{key[2]}", f"zones/{key[1]}")
+
+    def _disks_aggregatedList(self, params, query, body):
+        """The project's disks keyed by `zones/Z` (DiskAggregatedList), filtered as the API filters:
+        only `labels.KEY = VALUE` (or `labels.KEY:*`) is understood here, any other filter is a 400 so a
+        test never passes on a filter the fake ignored. One page."""
+        project, wanted = params["project"], query.get("filter", "").strip()
+        match = re.fullmatch(r'\(?\s*labels\.([a-z0-9_-]+)\s*(?:(=)\s*"?([a-z0-9_-]*)"?|:\s*\*)\s*\)?', wanted)
+        if wanted and not match:
+            raise HttpError(400, f"Invalid value for field 'filter': {wanted!r} (survivor's Compute fake reads "
+                                 "labels.KEY = VALUE only)")
+        items: dict[str, dict] = {}
+        for (p, zone, _), disk in sorted(self.disks.items()):
+            labels = disk.get("labels") or {}
+            if p != project or (match and (match.group(1) not in labels
+                                           or (match.group(2) and labels[match.group(1)] != match.group(3)))):
+                continue
+            items.setdefault(f"zones/{zone}", {"disks": []})["disks"].append(disk)
+        return {"kind": "compute#diskAggregatedList", "id": f"projects/{project}/aggregated/disks", "items": items,
+                "selfLink": f"{self.endpoint}{BASE}projects/{project}/aggregated/disks"}
+
+    def add_disk(self, project: str, zone: str, name: str, *, size_gb: int = 100, disk_type: str = "pd-balanced",
+                 labels: dict[str, str] | None = None) -> dict:
+        """Seeds a detached disk, as one a VM deleted outside this fake left behind."""
+        with self.lock:
+            url = f"{self.endpoint}{BASE}projects/{project}/zones/{zone}/disks/{name}"
+            self.disks[(project, zone, name)] = {
+                "kind": "compute#disk", "id": str(next(self._ids)), "name": name,
+                "zone": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}", "sizeGb": str(size_gb),
+                "type": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}/diskTypes/{disk_type}",
+                "labels": dict(labels or {}), "status": "READY", "users": [], "creationTimestamp": _now(),
+                "selfLink": url}
+            return self.disks[(project, zone, name)]
+
     def _delete_instance(self, member: tuple[str, str, str], by_group: bool) -> None:
         vm = self.instances.pop(member, None)
         if vm is None:
             return
+        self._release_disks(vm)
         for callback in self.on_instance_deleted:
             callback(vm)
         group = self.groups.get(vm["_group"]) if vm.get("_group") else None

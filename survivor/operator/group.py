@@ -32,7 +32,7 @@ from survivor.operator.deadline import (FLEX_START, FLEX_START_MAX_RUN_HOURS, ON
 from survivor.cloud.compute import (BASE_INSTANCE_NAME_MAX, Compute, ComputeError, GroupRef, InUse, PermissionDenied,
                                     distribution_policy, explain_operation_errors, find_project, group_creation,
                                     location_problems, name_problems, spec_project, PROJECT_HINT)
-from survivor.cloud.template import (DLVM_PROJECT, IMAGE_FAMILY_PREFIX, STATE_DISK_DEVICE, Install, MachineOptions,
+from survivor.cloud.template import (DLVM_PROJECT, IMAGE_FAMILY_PREFIX, STATE_DISK_DEVICE, STATE_DISK_LABEL, Install, MachineOptions,
                                      body_differences, deadline_warning, named_differences, parse_gpu, shape_options,
                                      template_body)
 from survivor.jobdir import claims
@@ -581,12 +581,16 @@ def delete(compute: Compute, group: GroupRef, template: str | None = None, say: 
     """
     found = compute.get_group(group)
     template = template or ((found or {}).get("instanceTemplate") or "").rsplit("/", 1)[-1] or group.name
+    body = compute.get_template(template)
+    spec = spec_of(template_body_of_base(compute, body)) if body is not None else None
     if found is not None:
         compute.delete_group(group)
         say(f"group {group.name}: deleted")
     else:
         say(f"group {group.name}: not found (nothing to delete)")
-    if compute.get_template(template) is not None:
+    if spec is None or spec.state_disk_gb:  # its VMs' state disks outlive them (autoDelete NEVER)
+        delete_state_disks(compute, spec.name if spec else group.name, spec.job_dir if spec else None, say)
+    if body is not None:
         try:
             compute.delete_template(template)
         except InUse as refused:
@@ -599,6 +603,54 @@ def delete(compute: Compute, group: GroupRef, template: str | None = None, say: 
                 raise refused from None
             raise RequestError(in_use_refusal(template, users)) from None
         say(f"template {template}: deleted")
+
+
+def state_disks_left(compute: Compute, job: str, job_dir: str | None) -> dict[str, Any]:
+    """`status`'s and `report`'s view of the job's state disks: {"state_disks": [...]} (each with its
+    monthly cost and why it is still there), {"state_disks_error": ...} when they cannot be listed,
+    or nothing when the job has none."""
+    from survivor.jobdir.storage import open_storage
+    from survivor.operator import state_disks
+
+    try:
+        storage = open_storage(job_dir) if job_dir else None
+    except Exception:  # the job dir's own errors are status's to show; the disks are listed without it
+        storage = None
+    try:
+        found = state_disks.left(compute, job, storage)
+    except ComputeError as exc:
+        return {"state_disks_error": str(exc)}
+    if not found:
+        return {}
+    return {"state_disks": [{**disk.to_json(), "line": state_disks.line(disk, reason)} for disk, reason in found],
+            "state_disks_monthly_usd": state_disks.total_monthly([disk for disk, _ in found])}
+
+
+def template_body_of_base(compute: Compute, body: dict) -> dict:
+    """The job's Spot template (the spec's source) for any of its templates (`-on-demand`,
+    `-flex-start`, a shape's): the body given when that one is gone or is the base itself."""
+    base, _ = template_mode(str(body.get("name") or ""))
+    return body if base == body.get("name") else (compute.get_template(base) or body)
+
+
+def delete_state_disks(compute: Compute, job: str, job_dir: str | None, say: Say = _silent) -> None:
+    """`survivor delete`'s last step for a job with state disks: each disk nothing waits on deleted,
+    each kept said with why and what it costs a month (survivor/operator/state_disks.py). A job dir
+    that cannot be opened keeps them all; disks that cannot be listed are said, not fatal."""
+    from survivor.jobdir.storage import open_storage
+    from survivor.operator import state_disks
+
+    storage = None
+    if job_dir:
+        try:
+            storage = open_storage(job_dir)
+        except Exception as exc:  # a bucket that cannot be reached: every disk is kept
+            log.warning("the job dir could not be opened; its state disks are kept", job_dir=job_dir, error=str(exc))
+    try:
+        state_disks.clean(compute, job, storage, say=say)
+    except ComputeError as exc:
+        say(f"job {job}: its state disks (label {STATE_DISK_LABEL}={job}) could not be listed ({exc}); list them "
+            f"with `gcloud compute disks list --filter=labels.{STATE_DISK_LABEL}={job}`")
 
 
 def serial_source(compute: Compute, job: JobAddress) -> tuple[str, str]:
@@ -706,6 +758,8 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
     job_dir = job_dir or (spec.job_dir if spec else None)
     out["job_dir"] = job_dir
     out["train_steps"] = spec.train_steps if spec else None
+    if spec is None or spec.state_disk_gb:  # what is left of its state disks, and what it costs a month
+        out.update(state_disks_left(compute, spec.name if spec else group.name, job_dir))
     if job_dir and read_job_dir:
         options = _report_options(out.get("machine"), group, spec, spot_price, on_demand_price,
                                   (out.get("group") or {}).get("created"), out.get("fallback_machine"))

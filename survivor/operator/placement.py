@@ -369,6 +369,7 @@ def look_and_move(compute: Compute, group: GroupRef, spec: JobSpec, storage: Job
     seen = seen if seen is not None else claims.what_was_seen(storage)
     if spec.placement is not None:
         complete_moves(compute, group, storage, spec.placement, say=say)
+        _state_disks_left_behind(compute, spec, storage, say)
     seen_look = look(compute, group, storage, now, scale, booting, placement=spec.placement)
     if seen_look is None:
         say(f"job {group.name}: no group at its recorded place; nothing to move")
@@ -392,8 +393,21 @@ def look_and_move(compute: Compute, group: GroupRef, spec: JobSpec, storage: Job
     say(f"job {group.name} in {state.place}: {where or 'stay'}: {decision.reason}")
     if not decision.move or spec.placement is None:
         return None
-    return move(compute, current, decision, storage, by=by, now=now, spec=spec, shape=state.shape, say=say,
-                seen=seen)
+    moved = move(compute, current, decision, storage, by=by, now=now, spec=spec, shape=state.shape, say=say,
+                 seen=seen)
+    if moved is not None:
+        _state_disks_left_behind(compute, spec, storage, say)
+    return moved
+
+
+def _state_disks_left_behind(compute: Compute, spec: JobSpec, storage: JobStorage, say: Callable[[str], None]) -> None:
+    """A job with a state disk: the disks of the regions its moves left deleted once nothing waits on
+    them (survivor/operator/state_disks.py `clean_after_moves`); its old group's delete does not."""
+    if spec.state_disk_gb and spec.placement is not None:
+        from survivor.operator import state_disks
+
+        state_disks.clean_after_moves(compute, spec.name, storage, spec.placement.regions,
+                                      shapes=len(spec.placement.shapes), say=say)
 
 
 def place_machines(spec: JobSpec) -> dict[Place, tuple[str, str | None, int]]:

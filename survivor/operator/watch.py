@@ -13,7 +13,7 @@ to capacity elsewhere (survivor/operator/placement.py).
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from survivor.cloud.compute import Compute, ComputeError, GroupRef
 from survivor.jobdir import claims
@@ -64,6 +64,9 @@ class JobOver:
 
     state: str
     group_deleted: bool = False
+    #: why a look must come again although the job ended: a state disk still attached to the VM that
+    #: is leaving (or being deleted), which the next look deletes ("" : nothing left to do)
+    waiting: str = ""
 
 
 def over_group_to_delete(state: str | None, marker_time: _dt.datetime | None, target_size: int,
@@ -104,6 +107,22 @@ def end_if_over(compute: Compute, group: GroupRef, storage, *, say: Say = _silen
     return JobOver(state, group_deleted=True)
 
 
+def end_state_disks(compute: Compute, spec: JobSpec, storage, over: JobOver, *, say: Say = _silent) -> JobOver:
+    """The finish's last step for a job with a state disk, run as the operator: its final step is in
+    Cloud Storage (DONE points at it), so each state disk that no pending record needs is deleted
+    (survivor/operator/state_disks.py); one still attached keeps the look coming (`waiting`), one a
+    pending snapshot needs is kept and said. Listing refused: said, and the job's end is not held."""
+    from survivor.operator import state_disks
+
+    try:
+        kept = state_disks.clean(compute, spec.name, storage, say=say)
+    except ComputeError as exc:
+        say(f"job {spec.name}: its state disks could not be listed ({exc}); `survivor status` shows them")
+        return over
+    attached = [disk.name for disk, reason in kept if disk.users or reason.startswith("still attached")]
+    return replace(over, waiting=f"state disk {', '.join(attached)} still attached") if attached else over
+
+
 def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
                check_every_hours: float | None = None, say: Say = _silent):
     """One look at a job with a deadline, from anywhere (`survivor watch`): the policy's decision for
@@ -129,6 +148,8 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
     over = end_if_over(compute, here, storage, say=say)
     if over is not None:
         notices.tell_look(spec, storage, running=False)  # DONE or FAILED, if its agent could not tell it
+        if spec.state_disk_gb:
+            over = end_state_disks(compute, spec, storage, over, say=say)
         return over
     seen = claims.what_was_seen(storage)  # before the records a decision reads: what a claim names
     if spec.placement is not None:
