@@ -1,6 +1,7 @@
 """keras-io's mnist_convnet as people first adapt it: `model.fit` with a `ModelCheckpoint` in
 `--job-dir`, epochs rounded up from `--train-steps`, a seeded shuffle, progress reported, and no
-resume. What `survivor check-trainer` says of it is in docs/trainer-contract.md.
+resume (or, with `--epoch-names`, Keras' `BackupAndRestore` and checkpoints named by epoch). What
+`survivor check-trainer` says of it is in docs/trainer-contract.md.
 
     $ survivor check-trainer --steps 33 -- python examples/keras_mnist_naive.py
 """
@@ -19,6 +20,9 @@ from survivor.trainers.contract import report_progress
 parser = argparse.ArgumentParser()
 parser.add_argument("--job-dir", required=True)
 parser.add_argument("--train-steps", type=int, default=33)
+parser.add_argument("--epoch-names", action="store_true",
+                    help="ModelCheckpoint('ckpt-{epoch:02d}.weights.h5') with Keras' BackupAndRestore, which resumes "
+                         "at the last epoch's end")
 args, _ = parser.parse_known_args()
 
 tf.config.experimental.enable_op_determinism()
@@ -47,6 +51,11 @@ class Progress(keras.callbacks.Callback):
 
 
 steps_per_epoch = math.ceil(len(x_train) * 0.9 / batch_size)
-checkpoint = keras.callbacks.ModelCheckpoint(os.path.join(args.job_dir, "ckpt-{epoch:02d}-{val_accuracy:.4f}.keras"))
+if args.epoch_names:
+    callbacks = [keras.callbacks.BackupAndRestore(os.path.join(args.job_dir, "backup")),
+                 keras.callbacks.ModelCheckpoint(os.path.join(args.job_dir, "ckpt-{epoch:02d}.weights.h5"),
+                                                 save_weights_only=True)]
+else:
+    callbacks = [keras.callbacks.ModelCheckpoint(os.path.join(args.job_dir, "ckpt-{epoch:02d}-{val_accuracy:.4f}.keras"))]
 model.fit(x_train, y_train, batch_size=batch_size, epochs=math.ceil(args.train_steps / steps_per_epoch),
-          validation_split=0.1, shuffle=True, callbacks=[checkpoint, Progress()], verbose=2)
+          validation_split=0.1, shuffle=True, callbacks=[*callbacks, Progress()], verbose=2)

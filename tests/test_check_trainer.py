@@ -13,8 +13,9 @@ import pytest
 
 from survivor.agent.ending import AttemptResult, attempt_steps_lost, decide_ending
 from survivor.jobdir.journal import Attempt, JobState, Timing
-from survivor.local.trainer_check import (FAIL, PASS, WARN, CheckOptions, Comparison, Run, check_spec,
+from survivor.local.trainer_check import (FAIL, PASS, WARN, CheckOptions, Comparison, Run, check_root, check_spec,
                                           compare_tensors, findings, resolved_argv, strays_in)
+from survivor.spec import SpecError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(REPO, "examples")
@@ -75,7 +76,7 @@ def test_a_restart_from_scratch_files_outside_the_job_dir_and_an_overshoot_are_e
                lines=[{"message": "the trainer started below the restored step: ...", "first_step": 1}])
     found = _by_check(findings(run, None, None, 60, exact=False))
     assert found["resumed at the step it saved"].status == FAIL
-    assert "started at step 1" in found["resumed at the step it saved"].detail
+    assert "first reported step 1" in found["resumed at the step it saved"].detail
     assert found["nothing outside --job-dir"].status == FAIL
     assert "tf_ckpts/checkpoint, tf_ckpts/ckpt-1.index" in found["nothing outside --job-dir"].detail
     assert "past train_steps 60" in found["DONE at train_steps"].detail
@@ -102,6 +103,49 @@ def test_a_trainer_that_fails_before_the_notice_gets_that_one_line_not_a_cascade
     assert "exited with code 3: boom" in found[0].detail
 
 
+def test_an_epoch_numbered_commit_is_a_misnumbering_the_agent_finds_at_the_resume_and_the_check_names():
+    """Keras' ModelCheckpoint('ckpt-{epoch:02d}.weights.h5') with BackupAndRestore: epoch 2 committed as
+    step 2, the trainer resumes at step 15. The agent marks both attempts' losses unknown (its earlier
+    record amended) and says so once; the check fails the numbering and keeps no figure."""
+    run = _run([_attempt(1, "preempted", None, 15, 2, None, reason="the trainer resumed at step 15 from a "
+                                                                   "checkpoint numbered 2: ... unknown"),
+                _attempt(2, "finished", 2, 25, 5, None)], done_step=5,
+               said={"numbered": {"message": "the trainer resumed at step 15 from the checkpoint numbered 2: ...",
+                                  "first_step": 15}})
+    found = _by_check(findings(run, None, None, 23, exact=False))
+    assert found["saved on the notice"].status == FAIL and "unknown number" in found["saved on the notice"].detail
+    assert found["resumed at the step it saved"].status == PASS
+    assert "went on from step 15" in found["resumed at the step it saved"].detail
+    assert found["checkpoints numbered by step"].status == FAIL
+    assert "not a step" in found["DONE at train_steps"].detail and "past train_steps 23" in found["DONE at train_steps"].detail
+
+
+def test_a_trainer_that_trains_on_through_the_notice_fails_stops_on_sigterm():
+    run = _run([_attempt(1, "preempted", None, 60, 60, 0, timings={Timing.TRAINER_SAVE: 3.0})], done_step=60,
+               preempted_at=30)
+    found = _by_check(findings(run, None, None, 60, exact=False))
+    assert found["stops on SIGTERM"].status == FAIL and "trained on to step 60" in found["stops on SIGTERM"].detail
+
+
+def test_a_run_out_of_time_is_one_inconclusive_line_not_the_trainers_fault():
+    run = _run([_attempt(1, "preempted", None, 30, 30, 0)], timed_out=True)
+    assert [(f.check, f.status) for f in findings(run, None, None, 60)] == [("ends within --timeout", FAIL)]
+
+
+def test_the_workdir_is_locked_while_a_check_runs_and_an_unmakeable_one_is_one_line(tmp_path):
+    root, lock = check_root(str(tmp_path / "w"))
+    (tmp_path / "w" / "old").mkdir()
+    with pytest.raises(SpecError, match="another check-trainer runs there"):
+        check_root(str(tmp_path / "w"))
+    assert (tmp_path / "w" / "old").exists()  # the running check's files untouched
+    lock.close()
+    again, lock = check_root(str(tmp_path / "w"))
+    assert again == root and not (tmp_path / "w" / "old").exists()
+    lock.close()
+    with pytest.raises(SpecError, match="--workdir /dev/null/x"):
+        check_root("/dev/null/x")
+
+
 def test_tensors_compare_bit_for_bit_and_only_those_both_hold():
     a = {"ckpt-60:w": np.array([1.0, 2.0]), "ckpt-60:b": np.array([0.5]), "ckpt-45:w": np.array([0.0])}
     b = {"ckpt-60:w": np.array([1.0, 2.0]), "ckpt-60:b": np.array([0.5 + 1e-12])}
@@ -126,7 +170,13 @@ def test_the_spec_runs_the_users_trainer_with_the_checks_job_dir_and_steps(tmp_p
     assert (spec["job_dir"], spec["train_steps"], spec["checkpoint_steps"]) == ("/tmp/x/jobdir", 40, 7)
     assert spec["checkpoint_pattern"] == "model-{step}.keras" and "placement" not in spec
     assert check_spec(CheckOptions(config=str(config), steps=40, checkpoint_steps=5), "/j")["checkpoint_steps"] == 5
-    assert check_spec(CheckOptions(argv=("python", "t.py"), steps=40), "/j")["checkpoint_steps"] == 10
+    # the agent passes no flag the spec does not name: a trainer whose argparse knows no --checkpoint-steps runs
+    assert "checkpoint_steps" not in check_spec(CheckOptions(argv=("python", "t.py"), steps=40), "/j")
+    big = tmp_path / "big.yaml"
+    big.write_text("trainer: {argv: [python, t.py]}\nhyperparameters:\n"
+                   + "".join(f"  h{i}: {'x' * 100}\n" for i in range(3000)))
+    with pytest.raises(SpecError, match="bytes a metadata value holds"):
+        check_spec(CheckOptions(config=str(big), steps=40), "/j")
     (tmp_path / "t.py").write_text("")
     argv = resolved_argv(("python3", "t.py", "--lr", "0.1"), str(tmp_path))
     assert os.path.isabs(argv[0]) and argv[1:] == (str(tmp_path / "t.py"), "--lr", "0.1")
@@ -171,6 +221,8 @@ def test_the_command_on_the_dummy_trainer_passes_and_bad_input_gets_one_line(tmp
                                   "writes to --job-dir": "FIX", "DONE at train_steps": "FIX"}),
     ("guide_loop_naive.py", 40, {"saved on the notice": "FIX", "checkpoints numbered by step": "FIX",
                                  "DONE at train_steps": "FIX"}),
+    ("keras_mnist_naive.py --epoch-names", 23, {"saved on the notice": "FIX", "checkpoints numbered by step": "FIX",
+                                                "resumed at the step it saved": "ok", "DONE at train_steps": "FIX"}),
     ("guide_loop_naive.py --tf-ckpts", 40, {"saved on the notice": "FIX", "nothing outside --job-dir": "FIX",
                                             "writes to --job-dir": "FIX", "DONE at train_steps": "FIX"}),
 ])

@@ -50,7 +50,7 @@ from survivor import retry
 from survivor.agent.budget import NoticeBudget
 from survivor.agent.delivery import DeliveryError
 from survivor.agent.ending import (EXIT_BAD_SPEC, EXIT_OK, EXIT_RETRY, AttemptResult, attempt_steps_lost,
-                                   decide_ending, failed_in_a_row, saved_and_committed)
+                                   decide_ending, failed_in_a_row, resumed_beyond, saved_and_committed)
 from survivor.agent.finish import (CANNOT_LEAVE, ComputeActions, KeepAlive, choose_finisher, is_permission_error,
                                    power_off)
 from survivor.agent.gpus import count_gpus, driver_pending
@@ -458,6 +458,8 @@ class Boot:
             commit_failure = f"the final commit failed: {exc}"
             log.error("the final commit failed; the last commit stands", error=str(exc), object=exc.object,
                       committed_step=mirror.committed_step)
+        if mirror.misnumbered and self._first_step is not None and resumed_beyond(restored, self._first_step):
+            self._loss_unknown_before(Journal(storage), attempt.number, restored, mirror.misnumbered)
         result = AttemptResult(trainer_code=code, commit_failure=commit_failure, last_words=trainer.last_words(),
                                ignored_notice_seconds=ignored,
                                restored_step=restored, reached_step=self._reached(restored),
@@ -470,6 +472,20 @@ class Boot:
         mirror.tidy()  # after the checkpoint is safe: never on the way to it
         return result
 
+    @staticmethod
+    def _loss_unknown_before(journal: Journal, number: int, restored: int | None, why: str) -> None:
+        """The attempt that committed the step this one restored counted its loss with that step's number,
+        which this trainer's resume showed is no step: its record's steps lost become unknown, with why."""
+        try:
+            earlier = [a for a in journal.attempts(newest=8) if a.number < number and a.end_step == restored]
+            if earlier and earlier[-1].steps_lost is not None:
+                before = earlier[-1]
+                before.steps_lost = None
+                before.reason = "; ".join(r for r in (before.reason, why) if r)
+                journal.update(before)
+        except StorageError as exc:
+            log.warning("could not mark the earlier attempt's loss unknown", error=str(exc))
+
     def _train_until_end(self, spec: JobSpec, trainer: TrainerProcess, mirror: Mirror, watcher: NoticeWatcher,
                          lease: Lease, restored: int | None) -> int | None:
         """Step 7: waits until the trainer exits (returns its code), a notice comes or the lease is
@@ -478,7 +494,8 @@ class Boot:
         maintenance: MaintenanceSave | None = None
         began = time.monotonic()
         while not lease.lost.is_set():
-            notice = watcher.wait(timeout=0.2)
+            # every 20 ms until the trainer's first report: the step it resumed at, within a step or a few
+            notice = watcher.wait(timeout=0.02 if self._first_step is None else 0.2)
             code = trainer.poll()
             progress = read_progress(self.progress_file)
             if self._first_step is None and progress is not None:
@@ -487,6 +504,8 @@ class Boot:
                     log.warning("the trainer started below the restored step: it did not resume from the checkpoint "
                                 "in --job-dir, and what it trains again up to the restored step counts as lost "
                                 "(docs/trainer-contract.md)", first_step=progress, restored_step=restored)
+                elif resumed_beyond(restored, progress):
+                    mirror.note_misnumbered(progress, restored)
             if Timing.FIRST_STEP not in self.phase.seconds and (progress or 0) > (restored or 0):
                 self.phase.seconds[Timing.FIRST_STEP] = round(time.monotonic() - began, 3)
             if code is not None or notice is not None:

@@ -141,6 +141,21 @@ def decide_ending(result: AttemptResult) -> Ending:
     return Ending("failed", EXIT_RETRY, reason=f"{TRAINER_FAILED} {result.trainer_code}{last}", counts=True)
 
 
+def resumed_beyond(restored_step: int | None, first_step: int) -> bool:
+    """Pure: whether a trainer's first report lies so far past the step the agent restored that the
+    commit's number cannot be its step: `ckpt-03` of epoch 3 restored, the trainer resumes at step 31
+    (Keras' `ModelCheckpoint("ckpt-{epoch:02d}...")`, `BackupAndRestore`); `ckpt-3` of the third save
+    (TensorFlow's `CheckpointManager.save()`). The agent reads progress every 20 ms until the first
+    report, so a trainer just restored is a step or a few past its commit, never twice as far and five more.
+
+    >>> resumed_beyond(3, 31), resumed_beyond(2, 11), resumed_beyond(300, 3001), resumed_beyond(None, 50)
+    (True, True, True, False)
+    >>> resumed_beyond(1000, 1040), resumed_beyond(10, 13), resumed_beyond(0, 3)
+    (False, False, False)
+    """
+    return restored_step is not None and first_step > 2 * restored_step + 5
+
+
 def failed_in_a_row(count: int) -> str:
     """Pure: how FAILED's reason counts the failed attempts.
 

@@ -349,6 +349,18 @@ class Mirror:
                            "agent cannot tell the save is committed and waits for the trainer to exit",
                            reported=reported, named=named)
 
+    def note_misnumbered(self, first_step: int, restored_step: int) -> None:
+        """The trainer resumed at `first_step`, far past the `restored_step` its commit's name gave
+        (`ending.resumed_beyond`): the names number something else than steps (an epoch, a save
+        count), so this attempt's steps lost are unknown; said once, with the fix."""
+        self.misnumbered = (f"the trainer resumed at step {first_step} from a checkpoint numbered {restored_step}: "
+                            "the commits' steps are not its steps, so the steps lost are unknown")
+        self._say_once("numbered", f"the trainer resumed at step {first_step} from the checkpoint numbered "
+                       f"{restored_step}: its checkpoints are numbered by something else than the step (an epoch, "
+                       "a save count); name them by step (ckpt-<step>; CheckpointManager.save(checkpoint_number="
+                       "step)) or set checkpoint_pattern; until then the steps lost are unknown",
+                       first_step=first_step, restored_step=restored_step)
+
     def _say_once(self, what: str, message: str, **fields) -> None:
         """A warning said once an attempt (`what` keys it, and its log line's `said` field names
         it, as `survivor check-trainer` reads it), not once a round."""

@@ -269,7 +269,8 @@ def add_commands(sub) -> None:
     p.add_argument("--preempt-at", type=flags.positive, default=None,
                    help="the step the preemption comes at (default: half of --steps)")
     p.add_argument("--checkpoint-steps", type=flags.positive, default=None,
-                   help="checkpoint_steps passed to the trainer (default: a quarter of --steps, or the spec's)")
+                   help="checkpoint_steps passed to the trainer as --checkpoint-steps (default: the spec's, else none: "
+                        "the agent passes no flag the spec does not name)")
     p.add_argument("--config", help="a job spec YAML whose trainer:, hyperparameters, checkpoint_pattern, data_dir, "
                                     "... the check runs (its job_dir and train_steps are the check's)")
     p.add_argument("--workdir", help="where the runs' files go (default: a temporary dir)")

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import IO, Callable
 
 import yaml
 
@@ -45,7 +45,7 @@ from survivor.agent.ending import EXIT_BAD_SPEC
 from survivor.jobdir.journal import Attempt, Journal, JobState, Timing
 from survivor.jobdir.ledger import CAUSE, build_ledger
 from survivor.jobdir.storage import open_storage
-from survivor.spec import SpecError
+from survivor.spec import MAX_SPEC_BYTES, SpecError
 
 #: What the agent itself keeps in its work dir, the trainer's working directory
 #: (survivor/agent/trainer.py: `job`, `trainer.pid`, `trainer-state`; survivor/agent/delivery.py:
@@ -60,6 +60,9 @@ NAMING_WARNINGS = ("no step", "numbered")  # and "beyond <step>"
 NOT_COMPARED = ("checkpoint",)
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
+
+#: Marks a --workdir as a check's (a rerun may empty it), and is locked while a check runs there.
+MARKER = ".survivor-check"
 
 #: A run that has not ended after this many boots is stopped: the agent fails a job after
 #: `max_failed_attempts` boots without progress (3 by default), and one preemption adds one.
@@ -110,6 +113,7 @@ class Run:
     preempted_at: int | None = None  # the step the trainer had reported at the notice (None: no notice)
     reported: bool = False  # the trainer reported a step at least once
     max_reported: int | None = None
+    first_steps: dict[int, int] = field(default_factory=dict)  # boot -> the first step its trainer reported
     timed_out: bool = False
     seconds: float = 0.0
 
@@ -120,6 +124,9 @@ def check_spec(options: CheckOptions, job_dir: str) -> dict:
     spec: dict = {}
     if options.config:
         try:
+            if os.path.getsize(options.config) > MAX_SPEC_BYTES:
+                raise SpecError([f"--config {options.config}: longer than the {MAX_SPEC_BYTES} bytes a metadata "
+                                 "value holds (the agent reads the job spec from instance metadata)"])
             with open(options.config, encoding="utf-8") as f:
                 loaded = yaml.safe_load(f)
         except (OSError, yaml.YAMLError) as exc:
@@ -136,8 +143,11 @@ def check_spec(options: CheckOptions, job_dir: str) -> dict:
                 on_finish="keep-alive", sync_seconds=1.0, grace_seconds=spec.get("grace_seconds", 30))
     spec.pop("placement", None), spec.pop("deadline", None)  # one machine: no moves, no switches
     spec["max_failed_attempts"] = 1  # a failed boot says all a second one would: the verdict comes sooner
-    if options.checkpoint_steps or "checkpoint_steps" not in spec:
-        spec["checkpoint_steps"] = options.checkpoint_steps or max(1, options.steps // 4)
+    if options.checkpoint_steps:  # else only the config's: the agent passes a trainer no flag its spec does not name
+        spec["checkpoint_steps"] = options.checkpoint_steps
+    if len(yaml.safe_dump(spec).encode()) > MAX_SPEC_BYTES:
+        raise SpecError([f"--config {options.config}: the job spec is longer than the {MAX_SPEC_BYTES} bytes a "
+                         "metadata value holds (the agent reads it from instance metadata)"])
     return spec
 
 
@@ -154,16 +164,20 @@ def resolved_argv(argv: tuple[str, ...], cwd: str) -> tuple[str, ...]:
     return (program, *rest)
 
 
-def preempt_now(reported: int | None, preempt_at: int, running_seconds: float, unreported_after: float) -> bool:
+def preempt_now(reported: int | None, preempt_at: int, running_seconds: float, unreported_after: float,
+                committed: bool = False) -> bool:
     """Pure decision: whether the preempted run's notice comes now: at the step, or, for a trainer
-    that has reported no step, once it has run `unreported_after` seconds.
+    that has reported no step, once the agent committed its first checkpoint or it has run
+    `unreported_after` seconds.
 
     >>> preempt_now(30, 30, 5.0, 60.0), preempt_now(29, 30, 500.0, 60.0), preempt_now(None, 30, 61.0, 60.0)
     (True, False, True)
+    >>> preempt_now(None, 30, 5.0, 60.0, committed=True)
+    True
     """
     if reported is not None:
         return reported >= preempt_at
-    return running_seconds >= unreported_after
+    return committed or running_seconds >= unreported_after
 
 
 def strays_in(workdir: str) -> list[str]:
@@ -206,9 +220,11 @@ def run_job(spec: dict, root: str, *, preempt_at: int | None, timeout: float, un
             if reached is not None:
                 run.reported = True
                 run.max_reported = max(reached, run.max_reported or 0)
+                run.first_steps.setdefault(vm.boots, reached)
             on_step(label, vm.boots, reached)
+            committed = reached is None and _guest_step(vm) > 0
             if pending is not None and vm.running() and preempt_now(reached, pending, time.monotonic() - booted,
-                                                                    unreported_after):
+                                                                    unreported_after, committed):
                 run.preempted_at, pending = reached, None
                 vm.preempt(soft_off=True)
                 _boot_over(run, vm)
@@ -233,6 +249,12 @@ def run_job(spec: dict, root: str, *, preempt_at: int | None, timeout: float, un
     run.final_dir = os.path.join(vm.workdir, "job")
     run.seconds = time.monotonic() - started
     return run
+
+
+def _guest_step(vm) -> int:
+    """The step of the agent's newest commit (or its restore) on this boot, from its guest attributes (0: none)."""
+    step = str(vm.metadata.get("instance/guest-attributes").get("survivor", {}).get("step") or "")
+    return int(step) if step.isdigit() else 0
 
 
 def _boot_over(run: Run, vm) -> None:
@@ -266,6 +288,9 @@ def findings(run: Run, straight: Run | None, compared: "Comparison | None", step
     check compares at all."""
     out: list[Finding] = []
     attempts = sorted(run.attempts, key=lambda a: a.number)
+    if run.timed_out:
+        return [Finding("ends within --timeout", FAIL, f"the run had not ended after --timeout ({len(attempts)} "
+                        "boots): nothing can be judged; give it more time, or fewer --steps")]
     noticed = next((a for a in attempts if a.outcome in ("preempted", "stopped")), None)
     after = [a for a in attempts if noticed is not None and a.number > noticed.number]
     contract = "docs/trainer-contract.md"
@@ -280,8 +305,10 @@ def findings(run: Run, straight: Run | None, compared: "Comparison | None", step
                            "what a preemption loses nor tell a save is committed; call "
                            f"survivor.trainers.contract.report_progress(step) each step ({contract})"))
     if noticed is None:
-        out.append(Finding("saved on the notice", FAIL, "no boot ended on the notice: "
-                           + (attempts[0].reason if attempts and attempts[0].reason else "the run never got there")))
+        out.append(Finding("saved on the notice", FAIL, "not tested: no preemption reached the trainer ("
+                           + (attempts[0].reason if attempts and attempts[0].reason else
+                              "it finished before it reported a step or the agent committed a checkpoint")
+                           + "); report each step with report_progress so the check can preempt it at --preempt-at"))
     elif noticed.steps_lost == 0 and noticed.end_step is not None and noticed.end_step > (noticed.restored_step or 0):
         safe = noticed.timings.get(Timing.NOTICE_TO_SAFE)
         out.append(Finding("saved on the notice", PASS,
@@ -290,15 +317,26 @@ def findings(run: Run, straight: Run | None, compared: "Comparison | None", step
                            + "; 0 steps lost"))
     else:
         lost = "an unknown number of" if noticed.steps_lost is None else str(noticed.steps_lost)
+        fix = "" if contract in (noticed.reason or "") else \
+            f". On SIGTERM, finish the step, save in --job-dir, report_saved(step), exit 0 ({contract})"
         out.append(Finding("saved on the notice", FAIL,
                            f"boot {noticed.number} reached step {noticed.reached_step}; committed "
                            f"{'nothing' if noticed.end_step is None else f'step {noticed.end_step}'}; {lost} steps "
-                           f"lost" + (f": {noticed.reason}" if noticed.reason else "")
-                           + f". On SIGTERM, finish the step, save in --job-dir, report_saved(step), exit 0 ({contract})"))
+                           f"lost" + (f": {noticed.reason}" if noticed.reason else "") + fix))
+    if noticed is not None and noticed.end_step == steps and run.preempted_at is not None \
+            and run.preempted_at < steps:
+        out.append(Finding("stops on SIGTERM", FAIL,
+                           f"after the notice at step {run.preempted_at} it trained on to step {steps} instead of "
+                           f"saving and exiting ({noticed.timings.get(Timing.TRAINER_SAVE, 0):.1f} s): a longer job "
+                           "is killed with all it trained since its last save; on SIGTERM finish the step in flight, "
+                           f"save, exit 0 ({contract})"))
     if noticed is not None and after:
         nxt = after[0]
-        first = next((line.get("first_step") for line in run.lines
-                      if line.get("message", "").startswith("the trainer started below the restored step")), None)
+        first = next((line.get("first_step") for line in run.lines  # the agent's own reading, not the check's
+                      if line.get("message", "").startswith("the trainer started below the restored step")),
+                     run.first_steps.get(nxt.number))
+        below = "below the restored step" in (nxt.reason or "") or any(
+            line.get("message", "").startswith("the trainer started below the restored step") for line in run.lines)
         if noticed.end_step is None:
             out.append(Finding("resumed at the step it saved", FAIL,
                                f"nothing to resume from: boot {noticed.number} committed no checkpoint"))
@@ -306,15 +344,18 @@ def findings(run: Run, straight: Run | None, compared: "Comparison | None", step
             out.append(Finding("resumed at the step it saved", FAIL,
                                f"boot {nxt.number} restored {'nothing' if nxt.restored_step is None else f'step {nxt.restored_step}'}"
                                f", not the step {noticed.end_step} boot {noticed.number} committed"))
-        elif first is not None or "below the restored step" in (nxt.reason or ""):
+        elif below:
             out.append(Finding("resumed at the step it saved", FAIL,
                                f"boot {nxt.number} restored step {nxt.restored_step} into --job-dir, but its trainer "
-                               f"started at step {first if first is not None else '?'}: it trained the committed steps "
+                               f"first reported step {first}: it trained the committed steps "
                                "again; read the newest checkpoint in --job-dir at start (survivor.trainers.resume."
                                "ResumableCheckpoint, or fit_resumable for model.fit)"))
         else:
+            resumed_at = (run.said.get("numbered") or {}).get("first_step")  # the agent saw it resume further
+            went = (f"its trainer went on from step {resumed_at} (the commit's number is not its step: see "
+                    "checkpoints numbered by step)" if resumed_at is not None else "its trainer went on from there")
             out.append(Finding("resumed at the step it saved", PASS,
-                               f"boot {nxt.number} restored step {nxt.restored_step} and its trainer went on from there"))
+                               f"boot {nxt.number} restored step {nxt.restored_step} and {went}"))
     naming = [line for said, line in run.said.items() if said in NAMING_WARNINGS or said.startswith("beyond ")]
     if naming:
         out.append(Finding("checkpoints numbered by step", FAIL, " / ".join(line["message"] for line in naming)))
@@ -368,8 +409,8 @@ def exact_finding(straight: Run | None, compared: "Comparison | None", steps: in
         return Finding("exact", WARN, "no checkpoint tensors in common to compare (TensorFlow checkpoints, "
                                       ".keras or .h5 files of the same name in both runs' --job-dir)")
     if not compared.differing:
-        return Finding("exact", PASS, f"the final checkpoint's {compared.tensors} tensors equal the uninterrupted "
-                                      "run's, bit for bit")
+        return Finding("exact", PASS, f"the final checkpoint's {compared.tensors} tensors and files equal the "
+                                      "uninterrupted run's, bit for bit")
     shown = ", ".join(compared.differing[:3]) + (" ..." if len(compared.differing) > 3 else "")
     return Finding("exact", WARN,
                    f"{len(compared.differing)} of {compared.tensors} tensors differ from the uninterrupted run's "
@@ -491,18 +532,32 @@ def verdict_lines(verdict: Verdict, steps: int) -> list[str]:
     return lines
 
 
-def check_root(workdir: str | None) -> str:
-    """The check's directory, emptied: `workdir` (an earlier check's, or empty, or new), else a
-    temporary one. SpecError when `workdir` holds anything but an earlier check's files."""
+def check_root(workdir: str | None) -> tuple[str, IO[str]]:
+    """The check's directory, emptied, and its marker held locked for the check's life: `workdir`
+    (an earlier check's, or empty, or new), else a temporary one. SpecError when `workdir` holds
+    anything but an earlier check's files, cannot be made, or another check runs there."""
+    import fcntl
+
     root = os.path.abspath(workdir) if workdir else tempfile.mkdtemp(prefix="survivor-check-")
-    marker = os.path.join(root, ".survivor-check")
+    marker = os.path.join(root, MARKER)
     if workdir and os.path.lexists(root):
         if not (os.path.isdir(root) and not os.path.islink(root) and (not os.listdir(root) or os.path.exists(marker))):
             raise SpecError([f"--workdir {root}: exists and is not an earlier check's; name a new directory"])
-        shutil.rmtree(root)
-    os.makedirs(root, exist_ok=True)
-    open(marker, "w").close()
-    return root
+    try:
+        os.makedirs(root, exist_ok=True)
+        lock = open(marker, "a", encoding="utf-8")
+    except OSError as exc:
+        raise SpecError([f"--workdir {root}: {exc.strerror or exc}"]) from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.close()
+        raise SpecError([f"--workdir {root}: another check-trainer runs there; wait for it or name another"]) from None
+    for entry in os.listdir(root):  # an earlier check's files; the marker stays, locked
+        if entry != MARKER:
+            path = os.path.join(root, entry)
+            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
+    return root, lock
 
 
 def run_check(options: CheckOptions, show: Callable[[str], None] = print) -> Verdict:
@@ -517,12 +572,13 @@ def run_check(options: CheckOptions, show: Callable[[str], None] = print) -> Ver
     if not 0 < preempt_at < options.steps:
         raise SpecError([f"--preempt-at {preempt_at}: expected a step from 1 to {options.steps - 1}"])
     argv = resolved_argv(options.argv, os.getcwd())
-    root = check_root(options.workdir)
+    root, _lock = check_root(options.workdir)  # held until the check returns
     specs = {label: check_spec(CheckOptions(**{**options.__dict__, "argv": argv}), os.path.join(root, label, "jobdir"))
              for label in ("preempted", "uninterrupted")}
     JobSpec.from_mapping(specs["preempted"])  # a bad --config is said here, once, not by each boot
     show(f"check-trainer: {' '.join(argv) or '(the trainer of ' + str(options.config) + ')'}; {options.steps} steps, "
-         f"preempted at step {preempt_at}, checkpoints every {specs['preempted']['checkpoint_steps']} steps")
+         f"preempted at step {preempt_at}" + (f", --checkpoint-steps {specs['preempted']['checkpoint_steps']}"
+                                              if "checkpoint_steps" in specs["preempted"] else ""))
     console = make_console()
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
