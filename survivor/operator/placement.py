@@ -617,6 +617,22 @@ def _make_group(compute: Compute, target: GroupRef, template: str) -> None:
     _step(make)
 
 
+def _keep_flex_start(compute: Compute, group: GroupRef, storage: JobStorage, say: Callable[[str], None]) -> None:
+    """The job's recorded switch to flex-start carried out on the group a move just made (its newest
+    switch record names the `-flex-start` template; `complete_switch` asks for the VM with a resize
+    request, or goes on-demand when Compute Engine refuses it). A step that fails is said: the next
+    look (the watch's own `complete_switch`) tries again."""
+    from survivor.cloud.compute import ComputeError
+    from survivor.operator.group import RequestError, complete_switch
+
+    try:
+        complete_switch(compute, group, storage, say=say)
+    except (ComputeError, RequestError) as exc:
+        say(f"job {group.name}: its switch to flex-start not carried out on the new group yet ({exc}); the next "
+            "look tries again")
+        log.warning("flex-start not carried out on a moved group", group=group.name, error=str(exc))
+
+
 def complete_moves(compute: Compute, group: GroupRef, storage: JobStorage, placement: Placement, *,
                    say: Callable[[str], None] = lambda _: None, raise_on_new_group: bool = False) -> GroupRef:
     """The job's recorded moves carried out, whatever cut the look that recorded them; the job's
@@ -629,6 +645,8 @@ def complete_moves(compute: Compute, group: GroupRef, storage: JobStorage, place
     and retried (retry.MOVE_STEP); a step refused is said and left to the next look, except a new
     group refused with `raise_on_new_group` (the move's own look undoes its record)."""
     from survivor.cloud.compute import ComputeError
+    from survivor.operator.deadline import FLEX_START
+    from survivor.operator.group import template_mode
 
     recorded = moves(storage, placement.regions, len(placement.shapes))
     if not recorded:
@@ -657,8 +675,17 @@ def complete_moves(compute: Compute, group: GroupRef, storage: JobStorage, place
                 log.error("no group where the records put the job, nor where it moved from", to=last.to_place,
                           from_place=last.from_place)
                 return current
-            _make_group(compute, current, template_for_shape(_template_of(source), shape))
+            wanted = template_for_shape(_template_of(source), shape)
+            spot, mode = template_mode(wanted)
+            # a group on flex-start gets its VM from a resize request, never from its size (a new group
+            # of the -flex-start template would make one outside any request, issue 41 item 9): it is
+            # made on the Spot template, and the recorded switch to flex-start is carried out on it
+            # below as any switch is (repairs off, the request accepted before a Spot VM goes, a
+            # refusal on-demand in the same look: group.complete_switch)
+            _make_group(compute, current, spot if mode == FLEX_START else wanted)
             say(f"job {group.name}: its group made at {last.to_place}, where its move of {last.time} put it")
+            if mode == FLEX_START:
+                _keep_flex_start(compute, current, storage, say)
     except ComputeError as exc:
         if raise_on_new_group and not retry.is_transient_compute(exc):
             raise
