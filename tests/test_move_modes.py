@@ -44,6 +44,7 @@ def test_a_move_on_flex_start_asks_the_new_group_for_its_vm_with_a_resize_reques
     record_move(storage, Move(time=dt.datetime.now(dt.timezone.utc).isoformat(), from_place=f"zones/{ZONE}",
                               to_place="regions/us-central1", reason="no VM for 30 min", by="watch"))
     lines: list[str] = []
+    assert spec.placement is not None
     new = complete_moves(compute, old, storage, spec.placement, say=lines.append)
     assert new == GroupRef(PROJECT, "cifar", region="us-central1") and compute.get_group(old) is None
     found = compute.get_group(new) or {}
