@@ -32,10 +32,8 @@ EXAMPLES = ["survivor dashboard gs://my-project-checkpoints/",
 
 def add_commands(sub) -> None:
     """Adds `dashboard`."""
-    p = sub.add_parser("dashboard", help="a read-only web page of jobs on 127.0.0.1, refreshing while they run",
-                       description=DESCRIPTION,
-                       epilog="examples:\n" + "".join(f"  {line}\n" for line in EXAMPLES),
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = flags.command(sub, "dashboard", help="a read-only web page of jobs on 127.0.0.1, refreshing while they run",
+                      description=DESCRIPTION, examples=EXAMPLES)
     p.add_argument("where", nargs="*", metavar="JOB_DIR",
                    help="a job dir, or a folder (gs://BUCKET/PREFIX or a local path) whose folders are job dirs")
     p.add_argument("--group", action="append", default=[], metavar="NAME",

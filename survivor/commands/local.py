@@ -175,18 +175,18 @@ def write_cifar10(args: argparse.Namespace) -> int:
     return 0
 
 
-CHECK_DESCRIPTION = """\
-Runs your trainer under survivor's real agent on this machine, twice: preempted once at a chosen
-step (preempted=TRUE, SIGTERM, a fresh boot disk) and resumed to the end, then uninterrupted. Says
-whether it saved on the notice, resumed at the step it saved, numbers its checkpoints by step, wrote
-only to --job-dir and ended at --train-steps, whether it matched the uninterrupted run, and the
-badput of each boot. The first step for your own code (docs/trainer-contract.md)."""
+CHECK_DESCRIPTION = (
+    "Runs your trainer under survivor's real agent on this machine, twice: preempted once at a chosen step "
+    "(preempted=TRUE, SIGTERM, a fresh boot disk) and resumed to the end, then uninterrupted. Says whether it saved "
+    "on the notice, resumed at the step it saved, numbers its checkpoints by step, wrote only to --job-dir and "
+    "ended at --train-steps, whether it matched the uninterrupted run, and the badput of each boot; exit 1 when "
+    "a check failed. The first step for your own code (docs/trainer-contract.md).")
 
-CHECK_EXAMPLES = """examples:
-  survivor check-trainer -- python train.py                  # 60 steps, preempted at step 30
-  survivor check-trainer --steps 200 --preempt-at 150 -- python -m mypkg.train --lr 0.1
-  survivor check-trainer --config job.yaml --no-exact        # the spec's trainer:, checkpoint_pattern, ...
-"""
+CHECK_EXAMPLES = [
+    "survivor check-trainer -- python train.py                  # 60 steps, preempted at step 30",
+    "survivor check-trainer --steps 200 --preempt-at 150 -- python -m mypkg.train --lr 0.1",
+    "survivor check-trainer --config job.yaml --no-exact        # the spec's trainer:, checkpoint_pattern, ...",
+]
 
 
 def add_commands(sub) -> None:
@@ -261,10 +261,9 @@ def add_commands(sub) -> None:
                                                           "the offline table")
     p.set_defaults(func=run_simulation)
 
-    p = sub.add_parser(
-        "check-trainer", help="run your trainer under the agent with a preemption and a resume, and judge it",
-        description=CHECK_DESCRIPTION,
-        epilog=CHECK_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = flags.command(
+        sub, "check-trainer", help="run your trainer under the agent with a preemption and a resume, and judge it",
+        description=CHECK_DESCRIPTION, examples=CHECK_EXAMPLES)
     p.add_argument("--steps", type=flags.positive, default=60, help="train_steps of the check's job (default %(default)s)")
     p.add_argument("--preempt-at", type=flags.positive, default=None,
                    help="the step the preemption comes at (default: half of --steps)")
