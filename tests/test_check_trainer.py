@@ -1,4 +1,4 @@
-"""`survivor check-trainer` (issue 39 item 5): a user's trainer under the real agent, preempted once
+"""`survivor check-trainer`: a user's trainer under the real agent, preempted once
 and resumed, judged. The decisions are tested with hand-made runs; the command itself on the
 dummy trainer (fast), and, marked slow, on the four user-style scripts of examples/: keras-io's
 mnist_convnet and TensorFlow's checkpoint guide loop, each as people first adapt them and as
