@@ -54,6 +54,17 @@ def test_the_fix_names_a_predefined_dual_region_when_one_holds_every_region():
     assert "a job in us-west1" in line and "use a bucket in us-west1, or accept" in line
 
 
+def test_a_dual_region_fix_says_its_writes_pay_replication_and_its_storage_costs_more():
+    """Issue 41 item 11: a dual-region spares the reads of a move, not the writes: each checkpoint is
+    replicated to its second region, and its storage is billed in both."""
+    for regions in (["us-east1", "us-central1"], ["us-east1", "us-west1"]):
+        line = locations.crossing_finding("b", "job_dir", "US-EAST1", "region", regions)[1]
+        assert "each checkpoint included, pays inter-region replication" in line
+        assert "storage costs about twice a region's" in line
+    line = locations.crossing_finding("b", "job_dir", "US-EAST1", "region", ["us-west1"])[1]
+    assert "replication" not in line  # a region bucket: no replication to warn of
+
+
 def test_an_unknown_dual_region_is_said_to_be_unknown_not_guessed():
     assert locations.crossing_regions("EUR7", "dual-region", ["europe-west1"]) is None
     level, line = locations.crossing_finding("b", "job_dir", "EUR7", "dual-region", ["europe-west1"])

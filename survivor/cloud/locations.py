@@ -92,6 +92,11 @@ def crossing_finding(bucket: str, key: str, location: str, location_type: str | 
     else:
         fix = ("a dual-region bucket with placement.regions cut to its two regions (no dual-region holds more, "
                "and a multi-region's reads are always charged)")
+    if "dual-region" in fix:
+        # a dual-region's writes pay replication to its second region and its storage is billed in both
+        # (https://cloud.google.com/storage/pricing, docs/bucket-location.md): checkpoints are writes
+        fix += (" (whose every write, each checkpoint included, pays inter-region replication, and whose storage "
+                "costs about twice a region's)")
     why = ("reads from a multi-region are charged from every region" if (location_type or "").lower() ==
            "multi-region" else f"outside {location.upper()}")
     return ("warning", f"bucket {bucket} ({key}) is in {where}: a job in {', '.join(crossing)} reads and writes it "
