@@ -504,7 +504,7 @@ class Boot:
                     log.warning("the trainer started below the restored step: it did not resume from the checkpoint "
                                 "in --job-dir, and what it trains again up to the restored step counts as lost "
                                 "(docs/trainer-contract.md)", first_step=progress, restored_step=restored)
-                elif resumed_beyond(restored, progress):
+                elif restored is not None and resumed_beyond(restored, progress):
                     mirror.note_misnumbered(progress, restored)
             if Timing.FIRST_STEP not in self.phase.seconds and (progress or 0) > (restored or 0):
                 self.phase.seconds[Timing.FIRST_STEP] = round(time.monotonic() - began, 3)
