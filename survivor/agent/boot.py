@@ -199,6 +199,8 @@ class Boot:
         self._last_guest_write = 0.0
         self.notifier: Notifier | None = None  # the job's webhooks (`notify:`), once its attempt opens
         self._job_name = ""  # the job's name, in its events
+        self._budget_raised = False  # `survivor start --budget` recorded a budget (survivor/jobdir/spending.py)
+        self._budget_source: object | None = None  # the budget's notice source, for a job with a budget
         self._attempt_number = 0
 
     # -- the story --------------------------------------------------------------------------------
@@ -265,6 +267,9 @@ class Boot:
             log.error("the job dir says FAILED; not training again", reason=state.failed.get("reason"))
             self._guest("state", "failed", force=True)
             return self._finish(spec, identity, "failed")
+        # 2a. a job stopped at its budget (or past it) waits for `survivor start --budget`, without a VM
+        if self._at_budget(spec, identity, storage):
+            return self._finish(spec, identity, "budget", on_error=EXIT_OK, action="auto")
 
         # 2b. a region that keeps preempting the job: it moves, before this VM takes the lease, so the
         # new group's VM can (operator/placement.py)
@@ -318,7 +323,7 @@ class Boot:
 
             # 4. from here on a notice is heard (and one that came during start-up is not forgotten)
             self._booting = False
-            watcher = NoticeWatcher(self.metadata).start()
+            watcher = NoticeWatcher(self.metadata, sources=self._notice_sources(spec, identity, storage)).start()
             if self.options.early_signals:
                 watcher.fire("signal", self.options.early_signals[0])
             try:
@@ -579,6 +584,8 @@ class Boot:
                                 notice=result.notice_source, timings=self.phase.seconds)
             if ending.done:
                 return self._done(spec, identity, journal, lease, result.committed_step)
+            if result.notice_source == "budget":  # saved and committed: the job stops at its budget
+                return self._stopped_at_budget(spec, identity, journal, result.committed_step)
             if ending.counts:
                 attempts = journal.attempts()
                 if should_give_up(attempts, spec.max_failed_attempts):
@@ -822,9 +829,11 @@ class Boot:
         self._guest("state", "failed", force=True)
         return self._finish(spec, identity, "failed")
 
-    def _finish(self, spec: JobSpec, identity: InstanceIdentity, why: str, on_error: int = EXIT_RETRY) -> int:
-        """The spec's finish action (leave the MIG, stop, delete, keep alive); `on_error` if it fails."""
-        finisher = choose_finisher(spec.on_finish, identity)
+    def _finish(self, spec: JobSpec, identity: InstanceIdentity, why: str, on_error: int = EXIT_RETRY,
+                action: str | None = None) -> int:
+        """The spec's finish action (leave the MIG, stop, delete, keep alive), or `action`; `on_error`
+        if it fails."""
+        finisher = choose_finisher(action or spec.on_finish, identity)
         if self.metadata is None and finisher.name != "keep-alive":
             log.info("not on a Compute Engine VM (no metadata server): nothing to stop or leave")
             finisher = KeepAlive()
@@ -846,6 +855,69 @@ class Boot:
             return on_error
         log.info("finished", why=why, action=finisher.name)
         return EXIT_OK
+
+    # -- the budget (survivor/agent/spending.py, survivor/operator/budget.py) -----------------------
+
+    def _notice_sources(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage) -> list:
+        """Step 4's notice sources: the usual ones, and the budget's for a job with one."""
+        from survivor.agent.notice import default_sources
+
+        sources: list = default_sources(self.metadata)
+        if spec.budget is not None or self._budget_raised:
+            from survivor.agent.spending import BudgetSource
+
+            self._budget_source = BudgetSource(spec, storage, zone=identity.zone)
+            sources.append(self._budget_source)
+        return sources
+
+    def _at_budget(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage) -> bool:
+        """Step 2a: whether the job is stopped at its budget (its record), or has spent it (then the
+        stop is recorded here): this boot trains nothing and leaves its group. Never fatal: a budget
+        that cannot be read is checked again while training."""
+        from survivor.jobdir import spending
+        from survivor.operator.budget import budget_standing
+
+        try:
+            self._budget_raised = spending.read_raised(storage) is not None
+            if spec.budget is None and not self._budget_raised and spending.read_stopped(storage) is None:
+                return False
+            standing = budget_standing(spec, storage, zone=identity.zone)
+            if standing.stopped is None and not standing.over:
+                return False
+            stopped = standing.stopped or spending.mark_stopped(
+                storage, spent=standing.spent or 0.0, budget=standing.budget or 0.0, step=standing.committed_step,
+                by="agent")
+        except Exception as exc:  # noqa: BLE001 - the budget source checks again while training
+            log.warning("the budget not checked at boot", error=f"{type(exc).__name__}: {exc}"[:300])
+            return False
+        log.warning("the job is stopped at its budget: not training; `survivor start JOB --budget USD` resumes it",
+                    spent_usd=stopped.get("spent_usd"), budget_usd=stopped.get("budget_usd"), step=stopped.get("step"))
+        self._guest("state", "budget-stopped", force=True)
+        return True
+
+    def _stopped_at_budget(self, spec: JobSpec, identity: InstanceIdentity, journal: Journal,
+                           committed: int | None) -> int:
+        """The end of an attempt the budget stopped, its checkpoint committed: the stop recorded and
+        told, and the VM leaves its group (kept at size 0 until `survivor start --budget`)."""
+        from survivor.jobdir import spending
+        from survivor.operator.budget import budget_standing
+
+        try:
+            standing = budget_standing(spec, journal.storage, zone=identity.zone)
+            stopped = spending.mark_stopped(  # the committed step is this agent's to say, after its commit
+                journal.storage, spent=standing.spent or 0.0, budget=standing.budget or 0.0, step=committed,
+                by="agent", replace=True)
+        except Exception as exc:  # noqa: BLE001 - the watch records it; the VM still leaves
+            log.warning("the budget's stop not recorded", error=f"{type(exc).__name__}: {exc}"[:300])
+            stopped = {"spent_usd": None, "budget_usd": None}
+        spent, budget = spending.usd_of(stopped, "spent_usd"), spending.usd_of(stopped, "budget_usd")
+        log.warning("stopped at the budget, committed; `survivor start JOB --budget USD` resumes it",
+                    committed_step=committed, spent_usd=spent, budget_usd=budget)
+        if spent is not None and budget is not None:
+            self._tell(job_events.budget_stopped(spec.name, spent=spent, budget=budget, committed_step=committed,
+                                                 time=str(stopped.get("time") or _now_text())))
+        self._guest("state", "budget-stopped", force=True)
+        return self._finish(spec, identity, "budget", on_error=EXIT_OK, action="auto")
 
     # -- telling the job's webhooks (survivor/notify/) -----------------------------------------------
 

@@ -42,7 +42,8 @@ from survivor.cloud.metadata import WATCHED_KEYS, MetadataClient, notice_from_me
 
 log = logs.get("notice")
 
-#: What a notice source calls: fire(source, detail), source being "preempted", "signal" or "maintenance".
+#: What a notice source calls: fire(source, detail), source being "preempted", "signal", "maintenance" or
+#: "budget" (the job at its budget: survivor/agent/spending.py).
 Fire = Callable[[str, str], None]
 
 
@@ -50,7 +51,7 @@ Fire = Callable[[str, str], None]
 class Notice:
     """The VM is going away: why, and when the agent heard (monotonic and wall clock)."""
 
-    source: str  # "preempted" | "signal" (going now) | "maintenance" (going later: save, keep training)
+    source: str  # "preempted" | "signal" | "budget" (going now) | "maintenance" (going later: save, keep training)
     detail: str
     monotonic: float
     wall: float
@@ -63,7 +64,7 @@ class Notice:
     @property
     def outcome(self) -> str:
         """The attempt outcome this notice leads to."""
-        return "stopped" if self.source == "signal" else "preempted"
+        return "stopped" if self.source in ("signal", "budget") else "preempted"
 
 
 class NoticeSource(Protocol):

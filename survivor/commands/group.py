@@ -241,6 +241,12 @@ def _print_status(report: dict) -> None:
         console.print(f"  {line}")
     if job.get("failed"):
         console.print(f"  [red]FAILED[/red]: {_shown(failed_reason(job['failed']))}")
+    if job.get("budget_stopped"):
+        from survivor.operator.budget import stop_line
+
+        where = f"--zone {report['zone']}" if report.get("zone") else f"--region {report.get('region')}"
+        console.print(f"  [yellow]{_shown(stop_line(report['name'], job['budget_stopped'], where), 2 * SCREEN_CHARS)}"
+                      f"[/yellow]")
     if report.get("goodput_line"):
         console.print(f"  {_shown(report['goodput_line'], 2 * SCREEN_CHARS)}")
     table = Table("boot", "instance", "from", "saved", "outcome", "lost", "reason")
@@ -372,11 +378,22 @@ def stop(args: argparse.Namespace) -> int:
 
 
 def start(args: argparse.Namespace) -> int:
-    """`survivor start`: the group back to one VM (or the instance started); training resumes."""
+    """`survivor start`: the group back to one VM (or the instance started); training resumes. A job
+    stopped at its budget starts only with `--budget` above what it spent (survivor/operator/budget.py)."""
+    from survivor.operator import budget
     from survivor.operator import group as jobs
 
     address = _address(args)
-    jobs.start(connect(address.resolved_project()), address)
+    compute = connect(address.resolved_project())
+    usd = getattr(args, "budget", None)
+    if usd is not None and args.instance:
+        raise CommandError("--budget: for a job's group (name it with --zone or --region), not --instance")
+    if not args.instance:
+        try:
+            budget.start(compute, address.group(), usd, say=print)
+        except budget.BudgetRefused as exc:
+            raise CommandError(str(exc)) from None
+    jobs.start(compute, address)
     if args.instance:
         print(f"instance {args.instance}: started")
     else:
@@ -542,6 +559,10 @@ def _add_group_commands(sub) -> None:
                           examples=[f"survivor {name} cifar10 --zone us-west1-b",
                                     f"survivor {name} cifar10 --instance cifar10-x1z2 --zone us-west1-b"])
         flags.where(p, instance=True)
+        if name == "start":
+            p.add_argument("--budget", type=float, metavar="USD",
+                           help="the job's budget from now on, in USD as `survivor report` prices it: a job "
+                                "stopped at its budget resumes only with one above what it spent")
         p.set_defaults(func=func)
 
     p = flags.command(

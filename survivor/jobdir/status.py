@@ -15,6 +15,7 @@ from survivor.jobdir.journal import JobState, Journal, restored_text
 from survivor.jobdir.ledger import CLOCK_SLACK, Ledger, build_ledger
 from survivor.jobdir.moves import Move
 from survivor.jobdir.moves import moves as recorded_moves
+from survivor.jobdir.spending import read_stopped
 from survivor.jobdir.storage import JobStorage, open_storage
 from survivor.jobdir.store import CheckpointStore, Manifest
 from survivor.jobdir.switches import Switch, SwitchFailure, parse_time, switch_failures
@@ -36,14 +37,19 @@ class JobView:
     ledger: Ledger  # where the job's wall time went, as of the read
     #: every committed snapshot whose manifest reads, newest first (read only when asked: `commits=True`)
     commits: tuple[Manifest, ...] = ()
+    #: the job stopped at its budget (survivor/jobdir/spending.py), None: not stopped at it
+    budget_stopped: dict[str, Any] | None = None
 
     @property
     def phase(self) -> str:
-        """DONE, FAILED, RUNNING (its last attempt has not ended), WAITING or NOT STARTED."""
+        """DONE, FAILED, STOPPED AT BUDGET (no attempt running), RUNNING (its last attempt has not
+        ended), WAITING or NOT STARTED."""
         if self.state.done is not None:
             return "DONE"
         if self.state.failed is not None:
             return "FAILED"
+        if self.budget_stopped is not None and not (self.state.attempts and self.state.attempts[-1].ended is None):
+            return "STOPPED AT BUDGET"
         if self.state.attempts and self.state.attempts[-1].ended is None:
             return "RUNNING"
         return "WAITING" if self.state.attempts else "NOT STARTED"
@@ -75,7 +81,7 @@ def read_job(job_dir: str, *, train_steps: int | None = None, storage: JobStorag
     latest = (committed[0] if committed else None) if commits else store.latest()
     return JobView(job_dir=job_dir, state=state, latest=latest, pending=pending_snapshots(storage),
                    moves=recorded_moves(storage), switches=switches, switch_failures=switch_failures(storage),
-                   ledger=ledger, commits=committed)
+                   ledger=ledger, commits=committed, budget_stopped=read_stopped(storage))
 
 
 def job_summary(job: JobView) -> dict[str, Any]:
@@ -100,6 +106,8 @@ def job_summary(job: JobView) -> dict[str, Any]:
                     for r in job.pending if r.step > committed],
         "done": state.done,
         "failed": state.failed,
+        # stopped at its budget: `survivor start --budget` resumes it (survivor/jobdir/spending.py)
+        "budget_stopped": job.budget_stopped,
         # where the group went for capacity (survivor/operator/placement.py), oldest first
         "moves": [{"time": m.time, "from": m.from_place, "to": m.to_place, "reason": m.reason, "by": m.by,
                    "lost_pending": bool(m.lost_pending), "shape": m.machine} for m in job.moves],

@@ -82,7 +82,7 @@ def failed_event(job: str, view: JobView) -> Event | None:
 def job_events(job: str, view: JobView, *, cost: float | None = None,
                on_demand_cost: float | None = None) -> list[Event]:
     """Pure: every event the job's records hold, oldest first: each attempt's, each move and switch,
-    DONE or FAILED."""
+    DONE or FAILED, the stop at the budget."""
     out: list[Event] = []
     ordered = sorted(view.state.attempts, key=lambda a: a.number)
     for index, attempt in enumerate(ordered):
@@ -93,5 +93,12 @@ def job_events(job: str, view: JobView, *, cost: float | None = None,
             for s in view.switches]
     out += [e for e in (done_event(job, view, cost=cost, on_demand_cost=on_demand_cost), failed_event(job, view))
             if e is not None]
+    stopped = view.budget_stopped
+    if stopped is not None and isinstance(stopped.get("spent_usd"), (int, float)) and \
+            isinstance(stopped.get("budget_usd"), (int, float)) and stopped["budget_usd"] > 0:
+        step = stopped.get("step")
+        out.append(events.budget_stopped(job, spent=float(stopped["spent_usd"]), budget=float(stopped["budget_usd"]),
+                                         committed_step=step if isinstance(step, int) else None,
+                                         time=str(stopped.get("time") or "")))
     epoch = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
     return sorted(out, key=lambda e: parse_time(e.time) or epoch)  # stable: an attempt's notice before its safe

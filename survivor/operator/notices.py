@@ -21,6 +21,7 @@ from typing import Any
 
 from survivor import log as logs
 from survivor.cloud.catalog import Machine, Prices
+from survivor.jobdir.spending import budget_usd, read_raised
 from survivor.jobdir.status import JobView, read_job
 from survivor.jobdir.storage import JobStorage
 from survivor.jobdir.switches import parse_time
@@ -28,7 +29,7 @@ from survivor.notify import events
 from survivor.notify.delivery import Notifier
 from survivor.notify.events import Event
 from survivor.notify.records import done_event, job_events
-from survivor.spec import JobSpec, SpecError
+from survivor.spec import Budget, JobSpec, SpecError
 
 log = logs.get("notify")
 
@@ -110,10 +111,11 @@ def instance_error(members: list[dict[str, Any]]) -> str:
 def look_events(spec: JobSpec, view: JobView, *, running: bool, now: _dt.datetime, error: str = "",
                 slack_hours: float | None = None, deadline_reason: str = "", spent: float | None = None,
                 created: _dt.datetime | None = None, cost: float | None = None,
-                on_demand_cost: float | None = None) -> list[Event]:
+                on_demand_cost: float | None = None, budget_usd: float | None = None) -> list[Event]:
     """Pure: every event a look tells: the records' (oldest first), then its own: no VM for longer than
     the smallest `no_vm_minutes` of the targets that want it, the deadline at risk (slack below 0),
-    the budget's warning. `spent`: the job's cost so far (USD)."""
+    the budget's warning. `spent`: the job's cost so far (USD); `budget_usd`: its budget, when
+    `survivor start --budget` raised the spec's (survivor/jobdir/spending.py)."""
     found = job_events(spec.name, view, cost=cost, on_demand_cost=on_demand_cost)
     stamp = now.astimezone(_dt.timezone.utc).isoformat(timespec="milliseconds")
     since = None if running else idle_since(view, created)
@@ -124,9 +126,10 @@ def look_events(spec: JobSpec, view: JobView, *, running: bool, now: _dt.datetim
     if slack_hours is not None and slack_hours < 0 and view.state.done is None:
         found.append(events.deadline_at_risk(spec.name, reason=deadline_reason, slack_hours=round(slack_hours, 2),
                                              key=f"after-{len(view.state.attempts)}", time=stamp))
-    if spec.budget is not None and spent is not None and spent >= spec.budget.warn_at * spec.budget.usd:
-        found.append(events.budget_warning(spec.name, spent=spent, budget=spec.budget.usd,
-                                           share=spec.budget.warn_at, time=stamp))
+    usd = budget_usd or (spec.budget.usd if spec.budget else None)
+    share = spec.budget.warn_at if spec.budget else Budget.warn_at
+    if usd is not None and spent is not None and spent >= share * usd and view.budget_stopped is None:
+        found.append(events.budget_warning(spec.name, spent=spent, budget=usd, share=share, time=stamp))
     return found
 
 
@@ -157,7 +160,7 @@ def tell_look(spec: JobSpec, storage: JobStorage, *, running: bool, now: _dt.dat
         cost, on_demand = costs(spec, view, zone)
         found = look_events(spec, view, running=running, now=now, error=error, slack_hours=slack_hours,
                             deadline_reason=deadline_reason, spent=cost, created=created, cost=cost,
-                            on_demand_cost=on_demand)
+                            on_demand_cost=on_demand, budget_usd=budget_usd(None, read_raised(storage)))
         tell(spec, storage, found, drain_seconds=drain_seconds)
         return found
     except Exception as exc:  # noqa: BLE001 - telling never costs the look its decision

@@ -19,7 +19,7 @@ from survivor.cloud.compute import Compute, ComputeError, GroupRef
 from survivor.jobdir import claims
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.switches import parse_time
-from survivor.operator import deadline, notices, placement
+from survivor.operator import budget, deadline, notices, placement
 from survivor.operator.group import RequestError, Say, complete_switch, spec_of, switch_group, template_mode
 from survivor.spec import JobSpec
 
@@ -129,7 +129,9 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
     its group now, acted on (switch_group, by="watch"). Running while no VM does (a Spot stockout)
     is what it is for: the agent decides at every boot, and without a VM there is no boot.
     A job that ended (DONE or FAILED) is not decided for: its group is deleted when its VM could not
-    leave it (`end_if_over`), and a JobOver is returned, which ends a deployed watch.
+    leave it (`end_if_over`), and a JobOver is returned, which ends a deployed watch. A job at its
+    budget is stopped (survivor/operator/budget.py `look`) and a BudgetStop returned: nothing else is
+    decided for it, and a deployed watch goes on looking (for `survivor start --budget`).
     Returns the Decision (None: the spec has no deadline); RequestError for a missing group."""
     storage = open_storage(job_dir, project=group.project) if job_dir else None
     found = compute.get_group(group)
@@ -151,6 +153,12 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
         if spec.state_disk_gb:
             over = end_state_disks(compute, spec, storage, over, say=say)
         return over
+    # at its budget the job stops, committed, its group kept at 0 until `survivor start --budget`:
+    # nothing else is decided for it (a move or a switch would give it a VM)
+    stopped = budget.look(compute, here, spec, storage, say=say)
+    if stopped is not None:
+        notices.tell_look(spec, storage, running=False)
+        return stopped
     seen = claims.what_was_seen(storage)  # before the records a decision reads: what a claim names
     if spec.placement is not None:
         # the records win over whatever group still exists: a move that a look before this one
