@@ -298,3 +298,46 @@ def test_a_webhook_kept_in_secret_manager_is_read_by_the_vms_account_and_told(tm
         assert [_kind_of(i) for i, _ in _first_copies(chat)] == ["notice", "safe"]
         assert secrets.accessed == [version]
         assert chat.url not in (tmp_path / "vm0" / "agent-boot-1.log").read_text()
+
+
+# -- preflight: the VM's account may read a webhook kept in Secret Manager ------------------------------
+
+def test_preflight_checks_the_vms_account_is_a_secret_accessor_of_each_notify_secret(compute_server, monkeypatch):
+    """The secret's IAM policy read with the real client's REST transport (the stand-in serves
+    GetIamPolicy), each bound role with IAM's roles.get (the Compute fake serves it)."""
+    from survivor.cloud.compute import Compute
+    from survivor.cloud.template import MachineOptions, template_body
+    from survivor.local.secret_manager_server import SecretManagerServer
+    from survivor.operator import preflight
+
+    vm = "serviceAccount:vm@survivor-local.iam.gserviceaccount.com"
+    compute = Compute("survivor-local", endpoint=compute_server.endpoint)
+    with SecretManagerServer() as secrets:
+        monkeypatch.setenv("SURVIVOR_SECRET_MANAGER_ENDPOINT", secrets.endpoint)
+        version = secrets.add("survivor-local", "chat-hook", b"https://chat.googleapis.com/v1/spaces/X/messages")
+        spec = JobSpec.from_mapping({"job_dir": "gs://bucket-1/j", "train_steps": 10, "trainer": {"builtin": "dummy"},
+                                     "notify": [{"url": version, "format": "chat"},
+                                                {"url": "https://hooks.example.com/x"}]})
+        body = template_body("job", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n")
+        assert preflight.target_from_body(body).notify_secrets == (version,)
+
+        [missing] = preflight._secret_state(compute, version, vm)
+        assert missing.level == "warning" and "does not grant vm@survivor-local.iam.gserviceaccount.com " \
+            "secretmanager.versions.access" in missing.message
+        assert "gcloud secrets add-iam-policy-binding chat-hook --project survivor-local" in missing.message
+        secrets.grant("survivor-local", "chat-hook", vm)
+        [granted] = preflight._secret_state(compute, version, vm)
+        assert granted.level == "ok", granted
+        [absent] = preflight._secret_state(compute, "projects/survivor-local/secrets/nope/versions/latest", vm)
+        assert absent.level == "error" and "does not exist" in absent.message
+
+
+def test_a_secret_bound_to_a_role_roles_get_cannot_read_is_a_warning_naming_it():
+    from survivor.operator import preflight
+
+    vm = "serviceAccount:vm@p.iam.gserviceaccount.com"
+    version = "projects/p/secrets/hook/versions/3"
+    [found] = preflight.secret_findings(version, vm, [{"role": "projects/p/roles/custom", "members": [vm]}])
+    assert found.level == "warning" and "roles.get could not read projects/p/roles/custom" in found.message
+    [unread] = preflight.secret_findings(version, vm, None, "403 secretmanager.secrets.getIamPolicy")
+    assert unread.level == "warning" and "could not read its IAM policy" in unread.message

@@ -43,6 +43,10 @@ ROLES: dict[str, tuple[str, int, tuple[str, ...]]] = {
     "roles/compute.viewer": ("Compute Viewer", 419, ("compute.instanceGroupManagers.get",
                                                      "compute.instanceTemplates.get") + _READ + _ADVICE),
     "roles/iam.serviceAccountUser": ("Service Account User", 5, ("iam.serviceAccounts.actAs",)),
+    # a notify: webhook kept in Secret Manager, read by the VM's account: "Secret Manager Secret Accessor
+    # (roles/secretmanager.secretAccessor) Allows accessing the payload of secrets": resourcemanager.projects.get,
+    # resourcemanager.projects.list, secretmanager.versions.access (https://cloud.google.com/iam/docs/roles-permissions/secretmanager)
+    "roles/secretmanager.secretAccessor": ("Secret Manager Secret Accessor", 3, ("secretmanager.versions.access",)),
 }
 
 #: role -> the permissions of it that survivor's VM uses (above)

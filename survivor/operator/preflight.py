@@ -90,6 +90,7 @@ class Target:
     deadline: bool = False  # the VM switches its group (the deadline policy) as well as leaving it
     placement_regions: tuple[str, ...] = ()  # placement.regions: where the job may run and read its buckets
     moves: bool = False  # placement: names another region or shape: the VM may move its group at boot
+    notify_secrets: tuple[str, ...] = ()  # the Secret Manager versions holding notify: webhooks' URLs
 
 
 def target_from_body(body: dict[str, Any]) -> Target:
@@ -117,7 +118,8 @@ def target_from_body(body: dict[str, Any]) -> Target:
                   external_ip=any(n.get("accessConfigs") for n in props.get("networkInterfaces") or []),
                   deadline=bool(spec and spec.deadline is not None),
                   placement_regions=tuple(spec.placement.regions) if spec and spec.placement else (),
-                  moves=bool(spec and spec.placement and len(spec.placement.regions) + len(spec.placement.shapes) > 1))
+                  moves=bool(spec and spec.placement and len(spec.placement.regions) + len(spec.placement.shapes) > 1),
+                  notify_secrets=tuple(dict.fromkeys(t.url for t in spec.notify if t.secret)) if spec else ())
 
 
 def bucket_of(job_dir: str | None) -> str | None:
@@ -210,6 +212,39 @@ _WHY = {"compute.instanceGroupManagers.update": "; without it a finished VM cann
                                          "move (placement:)",
         "compute.regions.get": "; without it the agent cannot read the next region's zones, so it never moves "
                                "(placement:)"}
+
+
+def secret_findings(version: str, member: str, bindings: list[dict] | None, error: str | None = None, *,
+                    exists: bool = True, role_permissions: dict[str, frozenset[str]] | None = None) -> list[Finding]:
+    """Pure: whether the IAM policy of the secret holding a `notify:` webhook's URL (`version`:
+    projects/P/secrets/S/versions/V) grants `member` (the VM's account) `secretmanager.versions.access`,
+    which the agent reads it with (survivor/cloud/secrets.py). `role_permissions`: each bound role's
+    permissions as IAM's `roles.get` lists them; `bindings` None: the policy could not be read
+    (`error`); `exists` False: no such secret. A webhook never costs training, so what is missing
+    is a warning; a secret that does not exist is an error (the spec names the wrong one)."""
+    from survivor.cloud.secrets import ACCESS_PERMISSION, ACCESSOR_ROLE
+
+    secret = version.rsplit("/versions/", 1)[0]
+    project, name = secret.split("/")[1], secret.rsplit("/", 1)[-1]
+    account = member.split(":", 1)[-1]
+    fix = (f"gcloud secrets add-iam-policy-binding {name} --project {project} --member={member} "
+           f"--role={ACCESSOR_ROLE}")
+    if not exists:
+        return [Finding("secret", f"notify: secret {secret} does not exist: create it (gcloud secrets create {name} "
+                                  f"--project {project}, then add the webhook's URL as a version) or fix the url")]
+    if bindings is None:
+        return [Finding("secret", f"notify: secret {secret}: could not read its IAM policy ({error}); make sure "
+                                  f"{account} has {ACCESSOR_ROLE} on it ({fix})", "warning")]
+    roles = [b.get("role", "") for b in bindings if member in (b.get("members") or [])]
+    known = role_permissions or {}
+    if ACCESS_PERMISSION in permissions.granted_by(roles, known):
+        return [Finding("secret", f"notify: secret {secret}: {account} has {ACCESS_PERMISSION}", "ok")]
+    unread = sorted({r for r in roles if r not in known})
+    also = f"; IAM's roles.get could not read {', '.join(unread)}, which may grant it" if unread else ""
+    return [Finding("secret", f"notify: secret {secret}: its IAM policy does not grant {account} {ACCESS_PERMISSION}, "
+                              f"so the VM cannot read the webhook's URL and its events are not told (a role on the "
+                              f"project may grant it; preflight reads the secret's policy only); grant it: {fix}"
+                    + also, "warning")]
 
 
 def quota_findings(region: str, gpu_type: str, count: int, spot: bool,
@@ -539,11 +574,35 @@ def _project_state(compute, member: str, needed: tuple[str, ...]) -> list[Findin
     return compute_iam_findings(compute.project, member, bindings, needed=needed, role_permissions=granted)
 
 
+def _secret_state(compute, version: str, member: str, *, secrets=None) -> list[Finding]:
+    """The IAM policy of a notify: URL's secret (Secret Manager `GetIamPolicy`, through
+    google-cloud-secret-manager over REST; at SURVIVOR_SECRET_MANAGER_ENDPOINT when a stand-in
+    answers), its bound roles read with IAM's `roles.get`, judged by `secret_findings`."""
+    from google.api_core import exceptions as gexc
+    from google.auth import exceptions as auth_errors
+
+    from survivor.cloud import secrets as secret_manager
+
+    resource = version.rsplit("/versions/", 1)[0]
+    try:
+        policy = (secrets or secret_manager.client()).get_iam_policy(request={"resource": resource}, timeout=20.0)
+    except gexc.NotFound:
+        return secret_findings(version, member, None, exists=False)
+    except (gexc.GoogleAPICallError, auth_errors.GoogleAuthError, OSError) as exc:
+        return secret_findings(version, member, None, getattr(exc, "message", None) or str(exc).splitlines()[0])
+    bindings = [{"role": b.role, "members": sorted(b.members)} for b in policy.bindings]
+    try:
+        granted = _role_permissions(compute, [b["role"] for b in bindings if member in b["members"]])
+    except ImportError:  # google-api-python-client: the operator extra
+        granted = {}
+    return secret_findings(version, member, bindings, role_permissions=granted)
+
+
 def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str | None = None,
           storage_check: Callable[..., list[Finding]] | None = None) -> list[Finding]:
     """Every finding for a template body, in the order bucket, IAM, location against placement.regions
     (job_dir, then data_dir), network, image,
-    GPU, quota, the VM's Compute permissions. `compute` is a survivor.cloud.compute.Compute; Compute
+    GPU, quota, the VM's Compute permissions, each notify: secret's accessor. `compute` is a survivor.cloud.compute.Compute; Compute
     failures become findings, not exceptions."""
     from survivor.cloud.compute import ComputeError
 
@@ -597,6 +656,8 @@ def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str
     if bucket and account != "default":  # on Google Cloud (a gs:// job dir): the VM's own calls
         needed = permissions.vm_permissions(deadline=target.deadline, moves=target.moves)
         out += _project_state(compute, f"serviceAccount:{account}", needed)
+        for version in target.notify_secrets:  # read by the VM's account (survivor/cloud/secrets.py)
+            out += _secret_state(compute, version, f"serviceAccount:{account}")
     return out
 
 
