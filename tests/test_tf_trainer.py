@@ -3,10 +3,13 @@
 import os
 import random
 import re
+import shutil
 
 import pytest
 
 from tests.tf_resume import assert_bitwise_equal, checkpoint_values, run_trainer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 pytestmark = pytest.mark.slow
 
@@ -117,47 +120,6 @@ def test_keras_fit_on_arrays_stops_at_train_steps_and_resumes_a_seeded_shuffle_e
     assert_bitwise_equal(a, b)
 
 
-GUIDE_LOOP = '''
-"""TensorFlow's checkpoint guide's manual loop (Adam, a Dense(5) net, the toy data), resumable."""
-import argparse
-
-from survivor.trainers.contract import StopRequest, report_progress, report_saved
-
-stop = StopRequest.install()
-import keras
-import tensorflow as tf
-
-from survivor.trainers.resume import ResumableCheckpoint
-
-parser = argparse.ArgumentParser()
-parser.add_argument("--job-dir", required=True)
-parser.add_argument("--train-steps", type=int, default=60)
-parser.add_argument("--checkpoint-steps", type=int, default=10)
-args, _ = parser.parse_known_args()
-tf.config.experimental.enable_op_determinism()
-keras.utils.set_random_seed(0)
-model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(5)])
-optimizer = keras.optimizers.Adam(0.1)
-ckpt = ResumableCheckpoint(args.job_dir, model=model, optimizer=optimizer)
-inputs = tf.range(10.0)[:, None]
-labels = inputs * 5.0 + tf.range(5.0)[None, :]
-for step in range(ckpt.step, args.train_steps):
-    x = tf.gather(inputs, [(step * 2) % 10, (step * 2 + 1) % 10])
-    y = tf.gather(labels, [(step * 2) % 10, (step * 2 + 1) % 10])
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf.abs(model(x) - y))
-    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
-    report_progress(step + 1)
-    if stop.requested:
-        ckpt.save()
-        report_saved(step + 1)
-        break
-    if (step + 1) % args.checkpoint_steps == 0:
-        ckpt.save()
-else:
-    if ckpt.manager.latest_checkpoint is None or not ckpt.manager.latest_checkpoint.endswith(f"-{ckpt.step}"):
-        ckpt.save()
-'''
 
 
 def test_the_checkpoint_guides_loop_with_resumable_checkpoint_resumes_adam_exactly(tmp_path, monkeypatch):
@@ -165,7 +127,7 @@ def test_the_checkpoint_guides_loop_with_resumable_checkpoint_resumes_adam_exact
     Adam's state silently, and numbers checkpoints by save count. Through ResumableCheckpoint the
     loop, SIGTERMed twice, ends bit for bit where an uninterrupted run does, Adam's moments included,
     with every checkpoint named by its step."""
-    (tmp_path / "guide_loop.py").write_text(GUIDE_LOOP)
+    shutil.copy(os.path.join(ROOT, "examples", "guide_loop.py"), tmp_path / "guide_loop.py")  # the docs' own
     monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     args = ["--train-steps", "60", "--checkpoint-steps", "1000"]
     straight = str(tmp_path / "straight")
