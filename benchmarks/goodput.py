@@ -104,7 +104,8 @@ def run_strategy(name: str, args, times: list[float], root: str, bucket: str) ->
                 break
     finally:
         vm.close()
-    executed = sum(1 for _ in open(steps_log))
+    # no log: the strategy was given up on before its trainer's first step, which executed nothing
+    executed = sum(1 for _ in open(steps_log)) if os.path.exists(steps_log) else 0
     attempts = journal.attempts()
     finished = journal.done() is not None
     committed = max((a.end_step or 0 for a in attempts), default=0)
