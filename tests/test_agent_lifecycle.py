@@ -401,3 +401,27 @@ def test_a_trainer_that_silently_starts_from_scratch_is_not_reported_as_losing_n
     assert second.steps_lost == saved - first + 1, second  # at least: the agent reads progress every 0.2 s
     assert any(line.get("message", "").startswith("the trainer started below the restored step")
                for line in vm.log_lines())
+
+
+def test_a_sigterm_before_the_trainer_starts_records_a_stop_that_lost_nothing(tmp_path, monkeypatch):
+    """A SIGTERM between the attempt's record and the notice watcher (here: while the deadline is
+    looked at) closes the attempt as stopped with 0 steps lost: nothing of it trained. Its loss
+    used to read as unknown, which a simulator run in CI caught."""
+    import signal
+
+    from survivor.agent import boot as agent
+
+    monkeypatch.delenv("GCE_METADATA_HOST", raising=False)
+    spec = tmp_path / "job.yaml"
+    spec.write_text(dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=5, on_finish="auto"))
+
+    def signalled(self, *args):
+        os.kill(os.getpid(), signal.SIGTERM)  # the agent's own handler turns it into the boot's end
+        raise AssertionError("the SIGTERM handler did not end the boot")
+
+    monkeypatch.setattr(agent.Boot, "_deadline", signalled)
+    code = agent.run(agent.AgentOptions(workdir=str(tmp_path / "work"), spec_file=str(spec), allow_root_trainer=True))
+    assert code == 0
+    attempt = journal_of(str(tmp_path / "jobdir")).attempts[-1]
+    assert attempt.outcome == "stopped" and "during boot" in attempt.reason
+    assert attempt.steps_lost == 0

@@ -43,7 +43,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from survivor import log as logs
 from survivor import retry
@@ -334,7 +334,8 @@ class Boot:
             # 9. how it ended
             return self._end(spec, identity, journal, lease, attempt, result)
         except BootInterrupted as exc:
-            self._close(journal, attempt, "stopped", f"{exc} during boot")
+            # before step 4 nothing of this attempt trained: nothing of it can be lost
+            self._close(journal, attempt, "stopped", f"{exc} during boot", steps_lost=0)
             raise
         except StorageError as exc:  # before the trainer started (after, `_train` tells it as a result)
             self._close(journal, attempt, "gave-up" if exc.lasting else "interrupted", f"the job dir failed: {exc}")
@@ -960,13 +961,13 @@ class Boot:
         log.warning("stopped during boot; nothing was training, so nothing to save", signal=name)
         return EXIT_OK
 
-    def _close(self, journal: Journal, attempt: Attempt, outcome: str, reason: str) -> None:
+    def _close(self, journal: Journal, attempt: Attempt, outcome: str, reason: str, **fields: Any) -> None:
         """Closes the attempt if nothing else did: an open one reads as a killed agent, which the
         crash-loop guard cannot count."""
         if attempt.outcome is not None:
             return
         try:
-            journal.end(attempt, outcome, reason=reason, timings=self.phase.seconds)
+            journal.end(attempt, outcome, reason=reason, timings=self.phase.seconds, **fields)
         except Exception as err:
             log.warning("could not record the attempt's end", error=str(err))
 
