@@ -139,7 +139,7 @@ def console(file=None):
     """The rich Console every command prints through (to `file`, else stdout). On a terminal it wraps
     at the terminal's width; into a pipe or a CI log it never wraps (rich would wrap at 80 columns,
     mid-path), so a line stays one line for grep. It never highlights: what commands print is data
-    (records, reasons, names), and rich's highlighting of a long line takes minutes (issue 38)."""
+    (records, reasons, names), and rich's highlighting of a long line takes minutes."""
     from rich.console import Console
 
     stream = file or sys.stdout

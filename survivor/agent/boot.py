@@ -506,7 +506,7 @@ class Boot:
             progress = read_progress(self.progress_file)
             if self._first_step is None and progress is not None:
                 self._first_step = progress
-                if restored is not None and progress < restored:  # issue 39: a loss is never reported as 0
+                if restored is not None and progress < restored:  # a loss is never reported as 0
                     log.warning("the trainer started below the restored step: it did not resume from the checkpoint "
                                 "in --job-dir, and what it trains again up to the restored step counts as lost "
                                 "(docs/trainer-contract.md)", first_step=progress, restored_step=restored)
@@ -846,7 +846,7 @@ class Boot:
             finisher.finish(identity, compute)
         except Exception as exc:
             if finisher.name == "leave-group" and is_permission_error(exc):
-                # DONE/FAILED is committed: a VM that cannot leave must not bill on (issue 26 item 3)
+                # DONE/FAILED is committed: a VM that cannot leave must not bill on
                 line = CANNOT_LEAVE.format(why=str(exc)[:300])
                 log.error(line, action=finisher.name)
                 self._guest("finish", line[:1000], force=True)

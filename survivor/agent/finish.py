@@ -185,7 +185,7 @@ def _project(identity: InstanceIdentity) -> str:
 def group_of(identity: InstanceIdentity) -> GroupRef | None:
     """Pure: the MIG that manages this VM (from `created-by`), or None, addressed in this VM's project
     by its id (the metadata server's `project/project-id`, as startup.sh does): `created-by` names
-    the project by its number (issue 26 item 8)."""
+    the project by its number."""
     group = parse_created_by(identity.created_by)
     if group is not None and identity.project:
         group = dataclasses.replace(group, project=identity.project)

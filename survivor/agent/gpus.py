@@ -48,7 +48,7 @@ def decide_gpu_count(requested: int | None, detected: int) -> int:
 def wait_for_gpus(expected: int, timeout: float, counter: Callable[[], int] = count_gpus, poll: float = 10.0,
                   stop: threading.Event | None = None) -> int:
     """Waits until `expected` GPUs are listed (the driver is installing), `timeout`, or `stop` is set
-    (a notice or SIGTERM: the VM is going, issue 25 item 4); returns the count."""
+    (a notice or SIGTERM: the VM is going); returns the count."""
     stop = stop or threading.Event()
     deadline = time.monotonic() + timeout
     count = counter()

@@ -59,8 +59,8 @@ def same_step(committed: frozenset | None, now: frozenset, *, committed_whole: b
       shards, files whose names hold the step) changed or went, the checkpoint unchanged: notes and
       metrics rewritten. Committed at the final sync, once the trainer is gone (a final evaluation
       written after the last save is kept); while it trains they wait for the next step's commit.
-    - "changes": a file of the step's checkpoint changed or went; the first commit stands (issue 24
-      item 7: a trainer that truncated a checkpoint after its rename).
+    - "changes": a file of the step's checkpoint changed or went; the first commit stands (a trainer
+      that truncated a checkpoint after its rename).
     """
     if committed is None or committed == now:
         return "changes"
@@ -138,7 +138,7 @@ class Mirror:
         as the restore's manifest gives it. A scan here instead races a trainer already running: on a
         loaded machine a fast trainer had written its last checkpoint before this scan, which then
         took it for the restored state, so nothing was ever committed and the job was DONE at step
-        None (issue 24 item 0). The scan stays for callers that start the mirror before the trainer."""
+        None. The scan stays for callers that start the mirror before the trainer."""
         self._fingerprint = restored if restored is not None else scan(self.local_root, self._checksums, self.naming).fingerprint()
         self._committed_whole = resumable([path for path, _, _ in self._fingerprint], self.committed_step,
                                           naming=self.naming)
@@ -208,7 +208,7 @@ class Mirror:
             return None  # notes rewritten between saves: they go with the next step's commit (or the final one)
         if verdict == "changes":
             # A trainer that rewrote or truncated its files after their rename: the first commit of
-            # the step stands; a second would replace it for good (issue 24 item 7).
+            # the step stands; a second would replace it for good.
             # docs/trainer-contract.md says what the agent can and cannot catch.
             if self._changed_step != snapshot.step:
                 log.warning("the files of a committed step changed after its commit; keeping the first commit "

@@ -51,7 +51,7 @@ G2_MEMORY_GB = {4: 16, 8: 32, 12: 48, 16: 64, 24: 96, 32: 128, 48: 192, 96: 384}
 #: SKUs priced otherwise than by the hour as listed: commitments, sole tenancy, custom types, and the
 #: Dynamic Workload Scheduler's, which the catalog lists as OnDemand too ("Nvidia Tesla A100 GPU
 #: attached to DWS Defined Duration VMs running in Americas", discounted up to 53%: flex-start),
-#: Calendar Mode and reservations (issue 26 item 10).
+#: Calendar Mode and reservations: none is the on-demand list price.
 NOT_LIST_PRICE = ("Commitment", "Sole Tenancy", "Custom", "DWS", "Calendar Mode", "Reserved")
 
 #: The catalog's name for each GPU type survivor knows, as SKU descriptions spell it.
@@ -299,7 +299,7 @@ def catalog_hourly(skus: list[Sku], region: str, machine: Machine) -> tuple[floa
 
 #: How the catalog spells flex-start's SKUs (docs/flex-start.md F9): "DWS Defined Duration A2 Core running
 #: in Americas", "Nvidia Tesla A100 GPU attached to DWS Defined Duration VMs running in Americas", listed
-#: with usageType OnDemand (issue 26 item 10 kept them out of the on-demand price).
+#: with usageType OnDemand; they are kept out of the on-demand price.
 FLEX_START_SKU = "DWS Defined Duration"
 
 

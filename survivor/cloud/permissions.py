@@ -71,7 +71,7 @@ ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
 #: .../setInstanceTemplate); pointing a group at a template uses it (`compute.instanceTemplates.useReadOnly`)
 #: and a template that runs as a service account needs `iam.serviceAccounts.actAs` on that account
 #: (https://cloud.google.com/iam/docs/service-account-permissions: "attaching a service account to a
-#: resource" needs actAs). These two are as issue 26 lists them from Google's Compute IAM reference;
+#: resource" needs actAs). These two are listed as Google's Compute IAM reference gives them;
 #: the search tool here did not return that page's text for them.
 LEAVE_GROUP = ("compute.instanceGroupManagers.update",)
 DEADLINE_SWITCH = ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update",
@@ -87,7 +87,7 @@ DEADLINE_SWITCH = ("compute.instanceGroupManagers.get", "compute.instanceGroupMa
 #: of the next region's zones (`compute.acceleratorTypes.list`), after reading that region's zones
 #: (`regions.get`: "Authorization requires the following IAM permission on the specified resource
 #: region: compute.regions.get", https://cloud.google.com/compute/docs/reference/rest/v1/regions/get;
-#: issue 41 item 6: without it a VM with the guide's custom role never moved).
+#: without it a VM with the guide's custom role never moved).
 BOOT_MOVE = DEADLINE_SWITCH + ("compute.instanceGroupManagers.create", "compute.instanceGroupManagers.delete",
                                "compute.acceleratorTypes.list", "compute.regions.get")
 

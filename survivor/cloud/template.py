@@ -96,8 +96,8 @@ class MachineOptions:
     preemption_notice: int | None = None  # seconds of warning before the soft off (Spot only)
     # the Deep Learning VM family on Ubuntu 24.04 (python3 3.12; survivor/cloud/runtimes.py has the
     # sources) in Google's supported table, with CUDA 12.9 and the 580 driver that the lock's CUDA 12.9
-    # wheels (TensorFlow 2.21's [and-cuda] pins) need without minor-version compatibility (issue 41
-    # item 3); 22.04's Python 3.10 is past its end of life (2026-10); other families stay admitted
+    # wheels (TensorFlow 2.21's [and-cuda] pins) need without minor-version compatibility;
+    # 22.04's Python 3.10 is past its end of life (2026-10); other families stay admitted
     # (compute.image_family) while Google boots them
     image_family: str = DEFAULT_IMAGE_FAMILY
     image_project: str = DLVM_PROJECT

@@ -27,7 +27,7 @@ from survivor.spec import SpecError
 def _sigterm_unwinds() -> None:
     """SIGTERM unwinds this command like Ctrl-C, so its `finally`s end every agent and trainer it
     started (they run in sessions of their own, which a signal to this process alone would leave
-    running, re-parented to init, issue 25 item 4)."""
+    running, re-parented to init)."""
     def interrupt(signum, frame):
         raise KeyboardInterrupt()
 

@@ -234,7 +234,7 @@ class DiskTier:
     def _snapshots(self) -> str:
         """`<disk>/snapshots`, created if missing; OSError if it (or the disk's root) is a link or
         not a directory: with the agent as root, following a link there and clearing what it points
-        at would delete whatever the link names (issue 24 item 8). Nothing there is followed."""
+        at would delete whatever the link names. Nothing there is followed."""
         path = os.path.join(self.root, "snapshots")
         for where in (self.root, path):
             try:
@@ -408,7 +408,7 @@ def _remove(path: str) -> None:
 def _digest_regular(folder: str, rel: str, chunk_size: int):
     """The digest and stat of the regular file `rel` under `folder`, opened without following a
     link in any part of the path and without blocking: OSError for a link, a FIFO, a device or a
-    directory (a FIFO left there would hang the boot for ever, issue 24 item 5)."""
+    directory (a FIFO left there would hang the boot for ever)."""
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         for part in rel.split("/")[:-1]:

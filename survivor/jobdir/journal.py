@@ -227,7 +227,7 @@ def snapshot_to_pass_over(attempts: list[Attempt]) -> str | None:
 
     When the newest ended attempt's trainer failed (exited by itself with an error code, not killed
     by a signal) before training a step past the snapshot it restored, that snapshot may be the trainer's trouble (a trainer that changed its
-    files after they were committed: issue 24 item 7), so the next start tries the snapshot before
+    files after they were committed), so the next start tries the snapshot before
     it. Once per streak of failures: if the streak fell back already, the trouble is the trainer's
     and the newest snapshot is restored again (the failures then count toward FAILED)."""
     ended = [a for a in sorted(attempts, key=lambda a: a.number) if a.ended is not None]

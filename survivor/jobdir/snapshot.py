@@ -125,7 +125,7 @@ def prefix_step(prefix: str, naming: re.Pattern | None = None) -> int | None:
 #: The default rule for a step in a file name: the whole number right after a checkpoint word
 #: (`ckpt`, `checkpoint`, after a separator or at the start), followed by nothing but extensions:
 #: `ckpt-1200.index`, `model.ckpt-1200.data-00000-of-00001`, `dummy-checkpoint-8.json`,
-#: `checkpoint_30.weights.h5`. Any other number is no step (issue 39): Keras's
+#: `checkpoint_30.weights.h5`. Any other number is no step (taken for one, it resumes nothing and hides the loss): Keras's
 #: `ckpt-07-0.7641.keras` (an epoch and a metric), `checkpoint.weights.h5`,
 #: `checkpoint-config-20261127.yaml` name none; a job whose files do should set `checkpoint_pattern`.
 DEFAULT_STEP_NAME = re.compile(r"(?:.*[-_.])?(?:ckpt|checkpoint)[-_]?(?P<step>\d+)(?:\.[A-Za-z0-9_-]+)*", re.I)

@@ -326,7 +326,7 @@ def _zeros(size: int) -> tuple[str, str]:
 def is_zero_chunk(chunk: "ChunkEntry") -> bool:
     """True for a chunk whose bytes are all zeros (its name is their SHA-256): a restore leaves it a
     hole in the file instead of writing it, so a sparse file is restored as sparse as it was
-    committed, and the boot disk's check counts only what is written (issue 24 item 14)."""
+    committed, and the boot disk's check counts only what is written."""
     return chunk.size > 0 and chunk.object.endswith("/" + _zeros(chunk.size)[0])
 
 
@@ -516,7 +516,7 @@ class CheckpointStore:
         its stored bytes are known to be the ones its name promises. A listed CRC32C (Cloud
         Storage's, of the bytes it holds) must be the chunk's; a chunk listed without one (a local
         job dir) is read back and its SHA-256, its name, checked once. Any other chunk is uploaded
-        again, over what is stored (issue 24: a damaged chunk reused by every later commit left no
+        again, over what is stored (a damaged chunk reused by every later commit left no
         snapshot restorable)."""
         known = self._listed()
         info = known.get(part.name)
@@ -677,7 +677,7 @@ class CheckpointStore:
         (one beyond `train_steps` keeps its blobs: restore skips it, but a raised `train_steps`
         would take it again). Returns (snapshots, blobs) deleted."""
         if not self._swept:  # what a killed agent's writes left (a local job dir's temporary copies), once:
-            # older than this store, so no write of this process; the lease keeps other writers out (issue 24 #11)
+            # older than this store, so no write of this process; the lease keeps other writers out
             self.storage.remove_temporaries(older_than=self._created)
             self._swept = True
         readable = [m for m in (self.load(n, bounded=False) for n in self.manifest_names()) if m is not None]
@@ -740,7 +740,7 @@ class CheckpointStore:
             for manifest in partial:  # no whole checkpoint verifies: the newest part of one is still the trainer's
                 if manifest.name == pass_over:
                     # a part of a checkpoint its trainer failed on: nothing whole is lost by a start over,
-                    # where restoring it again would fail every start until FAILED (issue 38)
+                    # where restoring it again would fail every start until FAILED
                     log.warning("passing over a commit that holds no whole checkpoint, which the trainer failed on "
                                 "at its last start", manifest=manifest.name, step=manifest.step)
                     abandoned.append(manifest.name)

@@ -458,7 +458,7 @@ class Simulator:
         try:
             while time.monotonic() < deadline:
                 died = self.stand_ins() if self.stand_ins is not None else ""
-                if died:  # 58 boots in 11 minutes failed against a dead fake-gcs-server before (issue 39)
+                if died:  # 58 boots in 11 minutes failed against a dead fake-gcs-server before this check
                     raise StandInDied(died)
                 self._apply_region_outages()
                 self._follow_trace()

@@ -50,7 +50,7 @@ a safety net of `2d` (d: a restart's overhead).
    decision (a Spot VM's boot, unless one trains now, and the work one preemption loses) is at most
    one restart. Spot training lowers the excess by (1 - ratio) per hour, so a job that has trained on
    Spot may still try it again after a stockout; each failed switch back costs an on-demand restart,
-   and a long outage ends the tries once they have used up what Spot saved (issue 27: a 12 h job
+   and a long outage ends the tries once they have used up what Spot saved (a 12 h job once
    went back to Spot 6 times in one outage and cost more than on-demand). Without prices (a machine
    outside the offline table) the rule is skipped.
 8. Flex-start (docs/flex-start.md), only with `fallback.flex_start: true`: where rule 3 would leave
@@ -221,7 +221,7 @@ class Decision:
     current: str
     reason: str
     slack_hours: float | None = None  # time left minus the work on on-demand and the margin
-    #: for flex-start: the run duration to ask for, the remaining work plus the margin (issue 41 item 1)
+    #: for flex-start: the run duration to ask for, the remaining work plus the margin, not a fixed week
     run_hours: float | None = None
 
     @property
@@ -368,7 +368,7 @@ def decide(measured: Measured, situation: Situation) -> Decision:
 
 def _time(text: str | None) -> _dt.datetime | None:
     # every record's time through the job dir's one parser: a time without a zone is UTC, so one
-    # record written without it cannot make the comparisons with `now` raise (issue 24, item 6);
+    # record written without it cannot make the comparisons with `now` raise;
     # one before EARLIEST (the ledger's bound) is no time of this job, and year 1 would take the
     # first start out of the calendar (OverflowError) once `now` minus the elapsed hours is taken
     at = parse_time(text) if isinstance(text, str) else None

@@ -210,7 +210,7 @@ def boot_choice(request: TemplateRequest, compute: Compute | None, say: Say = _s
                     or compute_section.get("image_project")):
                 # an image family the operator chose, by flag or in the spec (compute.image_family), is
                 # booted as given with the wheel staged: survivor's image is built on the default base
-                # only (issue 41 item 4: the spec's value used to be dropped here for survivor's family)
+                # only (the spec's value is honoured: a family the spec names is never replaced by survivor's)
                 return image.install_for(spec.job_dir, local) if compute is None else _staged(spec, local)
             family = image.family_name(image.install_for(spec.job_dir, local), image.tensorflow_version(local.lock),
                                        image.base_family(options))
@@ -284,7 +284,7 @@ def _build_image(compute: Compute, spec: JobSpec, options: MachineOptions, local
                  zone: str, say: Say) -> None:
     """Builds survivor's image for this install (image.make_image), saying its cost and time first."""
     say(build_notice(family, zone))
-    if not options.external_ip:  # the builder follows the job's choice (issue 41 item 5): say its route first
+    if not options.external_ip:  # the builder follows the job's choice (an organisation may forbid external IPs): say its route first
         for finding in preflight.package_route(compute, options.network, zone.rsplit("-", 1)[0]):
             say(f"  {finding}")
     install = image.stage_install(spec.job_dir, local)
@@ -998,7 +998,7 @@ def _switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, 
     # The record first: a switch is a recorded intention that any later look completes
     # (`complete_switch`), as a move is (placement.complete_moves). Recorded after the group changed, a
     # look cut between the two left a group on-demand that the records called Spot; cut before the
-    # group changed, it left the job behind its deadline on a stocked-out Spot template (issue 38).
+    # group changed, it left the job behind its deadline on a stocked-out Spot template.
     if storage is not None:
         record_switch(storage, switch)
     try:
@@ -1074,7 +1074,7 @@ def _apply_switch(compute: Compute, group: GroupRef, switch: Switch, *, base: st
 
 def _to_flex_start(compute: Compute, group: GroupRef, target: str, reason: str, *, run_hours: float | None,
                    say: Say) -> None:
-    """The switch to flex-start, ordered so that a refusal costs nothing (issue 41 item 1):
+    """The switch to flex-start, ordered so that a refusal costs nothing:
 
     1. repairs off (and a regional group's VMs in one zone): what a resize request needs (F11, F13);
     2. with no VM running, the group resized to none (a VM it is still trying to make would come

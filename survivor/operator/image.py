@@ -225,7 +225,7 @@ def family_name(install: Install, tf_version: str, base: str = BUILDER_IMAGE_FAM
     """Pure decision: survivor's image family for exactly this wheel, lock and requirements on the
     Deep Learning VM family `base` (a family name: [a-z]([-a-z0-9]*[a-z0-9])?, at most 63
     characters). The base is named (`base_tag`: CUDA, Ubuntu, driver) and in the digest, so a new
-    base (a new driver, issue 41 item 3) is a new family, which make-template then builds."""
+    base (a new driver) is a new family, which make-template then builds."""
     digest = hashlib.sha256(f"{install.wheel_sha256} {install.lock_sha256} {install.requirements_sha256} "
                             f"{base}".encode())
     return (f"survivor-{_dashed(__version__)}-tf-{_dashed(tf_version)}-{base_tag(base)}-"
@@ -247,7 +247,7 @@ def builder_body(name: str, zone: str, install: Install, *, machine_type: str = 
                  external_ip: bool = True, network: str = "global/networks/default") -> dict:
     """Pure decision: the `instances.insert` body of make-image's builder: a CPU VM of the Deep Learning
     VM family `base` whose startup script installs `install` (survivor-mode=build) and powers off.
-    It follows the job's external-IP choice (issue 41 item 5): without one (`external_ip=False`, an
+    It follows the job's external-IP choice: without one (`external_ip=False`, an
     organisation's constraints/compute.vmExternalIpAccess) it has no accessConfig and reaches the
     package index only through Cloud NAT or a mirror (preflight says so first)."""
     interface: dict = {"network": network}
@@ -393,7 +393,7 @@ def build_image(request: ImageRequest, connect: Callable, progress: Callable[[st
     compute = connect(project)
     if compute.image_from_family(project, family) is not None:
         return ImageOutcome(None, family)
-    if not options.external_ip:  # issue 41 item 5: whether the builder reaches the index, before it is made
+    if not options.external_ip:  # whether the builder reaches the index, before it is made
         from survivor.operator import preflight
 
         for finding in preflight.package_route(compute, options.network, request.zone.rsplit("-", 1)[0]):

@@ -678,7 +678,7 @@ def complete_moves(compute: Compute, group: GroupRef, storage: JobStorage, place
             wanted = template_for_shape(_template_of(source), shape)
             spot, mode = template_mode(wanted)
             # a group on flex-start gets its VM from a resize request, never from its size (a new group
-            # of the -flex-start template would make one outside any request, issue 41 item 9): it is
+            # of the -flex-start template would make one outside any request): it is
             # made on the Spot template, and the recorded switch to flex-start is carried out on it
             # below as any switch is (repairs off, the request accepted before a Spot VM goes, a
             # refusal on-demand in the same look: group.complete_switch)

@@ -37,7 +37,7 @@ template's REST body:
   account itself is not in the project's policy, so a missing permission is a warning, not a stop,
   except `compute.instanceGroupManagers.update` (leaving the group, the finish): a readable policy
   (and every role it binds readable) without it stops make-template and make-group, since a VM that cannot leave is repaired, boots,
-  sees DONE and powers off for ever (issue 41 item 2; `--skip-preflight` forces it).
+  sees DONE and powers off for ever (`--skip-preflight` forces it).
 
 The decisions are the pure `*_findings` functions; `check` does the calls.
 """
@@ -191,7 +191,7 @@ def compute_iam_findings(project: str, member: str, bindings: list[dict] | None,
     # repairs it ("If a VM fails or is deleted by an action not initiated by the MIG, then the MIG
     # automatically repairs the failed VM", https://cloud.google.com/compute/docs/instance-groups/about-repair)
     # and a billed GPU VM boots, sees DONE and powers off for ever: a readable policy without it stops
-    # make-group (issue 41 item 2); --skip-preflight forces it, and `survivor watch` then deletes the group
+    # make-group; --skip-preflight forces it, and `survivor watch` then deletes the group
     return [Finding("compute-iam", f"project {project}: {account} lacks {p} (grant {permissions.ROLE_FOR[p]}: gcloud "
                                    f"projects add-iam-policy-binding {project} --member={member} "
                                    f"--role={permissions.ROLE_FOR[p]}; a role granted on a folder, the organisation "
@@ -637,7 +637,7 @@ def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str
         out.append(Finding("compute", str(exc)))
     home = region or (zone.rsplit("-", 1)[0] if zone else None)
     # every region the job may run in: where it starts, then those of placement.regions a move may take
-    # it to (issue 41 item 6), whose shortfalls are warnings: the job starts without them
+    # it to, whose shortfalls are warnings: the job starts without them
     places = ([home] if home else []) + [r for r in target.placement_regions if r != home]
     vcpus: list[int | None] = []  # the machine's vCPUs, read once (machineTypes.get)
     for place in places:

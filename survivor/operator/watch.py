@@ -73,8 +73,8 @@ def over_group_to_delete(state: str | None, marker_time: _dt.datetime | None, ta
                          now: _dt.datetime, grace_seconds: float = FINISH_GRACE_SECONDS) -> bool:
     """Pure: whether a look deletes the group of a job that ended. A finished VM leaves its group
     (`deleteInstances`: the target size goes down); a group that still keeps a VM `grace_seconds`
-    after DONE or FAILED has one that could not (its account lacks compute.instanceGroupManagers.update,
-    issue 41 item 2), and the MIG repairs a VM that powered itself off ("If a VM fails or is deleted
+    after DONE or FAILED has one that could not (its account lacks compute.instanceGroupManagers.update),
+    and the MIG repairs a VM that powered itself off ("If a VM fails or is deleted
     by an action not initiated by the MIG, then the MIG automatically repairs the failed VM",
     https://cloud.google.com/compute/docs/instance-groups/about-repair): a billed GPU VM booting,
     seeing DONE and powering off, again and again. The look, run as the operator, ends that."""

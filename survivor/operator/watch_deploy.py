@@ -213,7 +213,7 @@ def undeploy(options: WatchDeployment, *, run_client=None, scheduler_client=None
 
 
 def end_schedule(project: str, region: str, job: str, *, scheduler_client=None) -> str:
-    """The deployed look ends itself once its job is DONE or FAILED (issue 41 item 2): its Scheduler
+    """The deployed look ends itself once its job is DONE or FAILED: its Scheduler
     job `survivor-watch-<job>` in `projects/P/locations/R` is deleted ("deleted", or "absent"), so
     nothing runs the Cloud Run job again. The Cloud Run job itself stays (it is running this very
     look, and costs nothing idle): `survivor watch JOB --undeploy` removes it. The look's service
