@@ -36,9 +36,9 @@ def main() -> int:
     parser.add_argument("--pid-namespaces", type=int, default=6,
                         help="a second agent of the VM in another pid namespace, one round each")
     parser.add_argument("--save-orders", type=int, default=10,
-                        help="jobs of a trainer saving state file first or last, an export after its end (issue 38)")
+                        help="jobs of a trainer saving state file first or last, an export after its end")
     parser.add_argument("--cuts", type=int, default=30,
-                        help="watches SIGKILLed at a random call of a move or a switch (issue 38)")
+                        help="watches SIGKILLed at a random call of a move or a switch")
     parser.add_argument("--fault-rate", type=float, default=0.05, help="share of storage requests that fail")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()

@@ -1,4 +1,4 @@
-"""Deadlines met and cost against on-demand, per policy, over seeded Spot traces (issue 17).
+"""Deadlines met and cost against on-demand, per policy, over seeded Spot traces.
 
     $ .venv/bin/python benchmarks/deadline.py [--traces 60] [--write]
 

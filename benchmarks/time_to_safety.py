@@ -16,7 +16,7 @@ call repeated in a warm process), so whatever the agent costs the trainer's save
 agent. The upload starts once that trainer has exited, with nothing beside it. Everything else
 (noticing, checksums, the upload's share of a busy machine, the manifest) is survivor's own part,
 also given in milliseconds.
-Targets (issue 16): within 1.15x of the parallel floor at 4 GB and up; the largest state safe inside 25 s stated.
+Targets: within 1.15x of the parallel floor at 4 GB and up; the largest state safe inside 25 s stated.
 
 Each agent run is paired with a floor measured beside it (in alternating order), and the ratio is
 taken per pair; the table gives the medians. fake-gcs-server's time for identical uploads drifts by
@@ -202,8 +202,8 @@ def measure(size_mb: int, root: str, bucket: str, repeat: int = 0) -> dict:
         agent = under_agent(size_mb, root, bucket, repeat)
     floor_total = agent["step_in_flight"] + raw["floor_write"] + raw["floor_upload"]
     parallel_total = agent["step_in_flight"] + raw["floor_write"] + raw["parallel_upload"]
-    # the overlapped floor: the save and the parallel upload at once, so the larger of the two (issue 28:
-    # survivor uploads the chunks of a checkpoint still being written, so its save and upload overlap)
+    # the overlapped floor: the save and the parallel upload at once, so the larger of the two
+    # (survivor uploads the chunks of a checkpoint still being written, so its save and upload overlap)
     overlapped_total = agent["step_in_flight"] + max(raw["floor_write"], raw["parallel_upload"])
     return {"size_mb": size_mb, **agent, **raw, "floor": floor_total, "ratio": agent["notice_to_safe"] / floor_total,
             "parallel_floor": parallel_total, "parallel_ratio": agent["notice_to_safe"] / parallel_total,

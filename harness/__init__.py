@@ -1,4 +1,4 @@
-"""Stand-ins only the tests and the benchmarks use, kept out of the installed package (issue 29 item 6).
+"""Stand-ins only the tests and the benchmarks use, kept out of the installed package.
 
 - `fault_proxy.FaultProxy`: a hostile network between the storage client and fake-gcs-server (429,
   503, resets, stalls, truncated bodies), and Cloud Storage IAM's 403s for a granted role;

@@ -24,7 +24,7 @@ a VM of their own):
   hard off, leave no temporary upload behind, and the next boot must restore the last commit.
 - **overlapped upload**: a job whose trainer writes 12 MiB of state on the notice at 12 MiB/s under a
   temporary name, in 1 MiB chunks (`SURVIVOR_CHUNK_MIB=1`), so that the agent uploads its whole chunks
-  while it is written and commits at its rename (issue 28). The agent, or the agent and the trainer,
+  while it is written and commits at its rename. The agent, or the agent and the trainer,
   is SIGKILLed at a random moment 0-1.8 s after the notice: before, during and after the overlapped
   upload, at the rename and at the commit. The next restore must be the newest commit seen before
   the kill or newer, every file intact.
@@ -216,7 +216,7 @@ DAMAGES: dict[str, Callable[[dict, bytes, int], bytes]] = {
     "a step beyond train_steps": lambda good, raw, step: _with(good),
     "a path leaving the job dir": lambda good, raw, step: _with_file(good, path="../../escaped.txt"),
     "a good manifest under a newer name": lambda good, raw, step: raw,
-    # files no directory can hold together (issue 24 item 1): refused when read, never a failed restore
+    # files no directory can hold together: refused when read, never a failed restore
     "a file inside a file": lambda good, raw, step: _with(
         good, files=[good["files"][0], {**good["files"][0], "path": good["files"][0]["path"] + "/x"}]),
     "one path twice": lambda good, raw, step: _with(
@@ -533,7 +533,7 @@ class _Rounds:
     def chunk_round(self) -> None:
         """A stored chunk of the newest snapshot damaged while the agent trains (flipped, truncated,
         emptied or another chunk's bytes): the agent's next commits must store it again, never reuse
-        it, so the newest commit after the damage restores (issue 24 item 2)."""
+        it, so the newest commit after the damage restores."""
         tally = self.result.tallies["damaged chunk"]
         since = Counter(self.proxy.count) if self.proxy else Counter()
         booted = self.boot_to_training(tally, "the boot of the damaged-chunk round did not train")
@@ -853,7 +853,7 @@ def _contract_breaker_rounds(rounds: int, rng: random.Random, seed: int, root: s
                              result: ChaosResult) -> None:
     """A trainer that breaks the write-then-rename contract (dummy --truncate-after-rename: each save
     renamed into place, then cut short 0.2 s later): SIGKILLed at random, every boot must train, every
-    restore must verify, and no step is ever committed twice (issue 24 item 7). Whether the first
+    restore must verify, and no step is ever committed twice. Whether the first
     commit of a step holds the whole file or the truncated one depends on when the mirror read it:
     the agent cannot tell (docs/trainer-contract.md)."""
     tally = result.tallies["contract breaker"]
@@ -893,8 +893,8 @@ def _state_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, py
                        result: ChaosResult) -> None:
     """A job with a state disk whose notice commits all go to the disk (an upload rate of 1 B/s);
     between boots its copy is made hostile: a FIFO for one of its files, a link at the disk's
-    `snapshots` to a directory that must survive, or a link for one of its files (issue 24 items 5
-    and 8). The next boot must train within its deadline, leave the link's target alone, and
+    `snapshots` to a directory that must survive, or a link for one of its files.
+    The next boot must train within its deadline, leave the link's target alone, and
     restore no older than the newest commit in the job dir."""
     tally = result.tallies["hostile state disk"]
     from survivor.jobdir.disk_tier import RATE_ENV
@@ -964,7 +964,7 @@ def _state_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, py
         result.skipped_snapshots += _skipped_snapshots(vm)
 
 
-#: A trainer survivor did not write, saving TensorFlow's layout in an order of its own (issue 38).
+#: A trainer survivor did not write, saving TensorFlow's layout in an order of its own.
 FOREIGN_TRAINER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "foreign_trainer.py")
 
 
@@ -975,7 +975,7 @@ def _save_order_rounds(rounds: int, rng: random.Random, seed: int, root: str, py
     (a SIGTERM that it saves on, or a SIGKILL of the agent, the trainer or both) and then booted to
     its end. The boot after the fault must restore the newest whole commit seen before it (never a
     partial one: its trainer would exit 3), the job must end DONE at its last step, and the final
-    commit must hold the export (issue 38 items 1 and 2). An agent that exits 1 is started again, up
+    commit must hold the export. An agent that exits 1 is started again, up
     to three times, as systemd's Restart=on-failure does: a job whose first save was cut before any
     checkpoint was whole restores that part, its trainer fails on it, and the next start passes it
     over for a start from scratch (`CheckpointStore.restore`)."""
@@ -1057,7 +1057,7 @@ def _cut_rounds(rounds: int, rng: random.Random, seed: int, root: str, result: C
     random Compute Engine call of a move (a stocked-out job that may move to another region) or of a
     switch (a job behind its deadline going on-demand); then capacity comes back and the next looks
     run, half the time two at once. Each job must end with one group, running one VM, where its
-    records say (issue 38 items 3-5)."""
+    records say."""
     import threading
 
     from harness import cuts

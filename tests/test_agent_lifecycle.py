@@ -366,7 +366,7 @@ def test_safe_means_committed_not_exited(reports_saved, tmp_path, instance_facto
 
 
 def test_an_agent_waiting_for_the_gpu_driver_ends_on_sigterm(tmp_path):
-    """Issue 25 item 4: an agent waiting up to 900 s for the driver the VM installs
+    """An agent waiting up to 900 s for the driver the VM installs
     (`install-nvidia-driver`) ignored SIGTERM; on a VM it would miss the preemption's."""
     import time
 
@@ -385,7 +385,7 @@ def test_an_agent_waiting_for_the_gpu_driver_ends_on_sigterm(tmp_path):
 
 
 def test_a_trainer_that_silently_starts_from_scratch_is_not_reported_as_losing_nothing(tmp_path, instance_factory):
-    """Issue 39: the second boot restores step S and its trainer starts at step 1 anyway (it resumes
+    """The second boot restores step S and its trainer starts at step 1 anyway (it resumes
     only from a multiple of a huge number). The steps it trains again count as lost, with the reason."""
     job_dir = str(tmp_path / "jobdir")
     vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=150, extra_args=["--resume-every", "1000000"]))

@@ -1,4 +1,4 @@
-"""Issue 27 at boot: a job whose region keeps preempting it moves when its next VM boots there, the
+"""A job whose region keeps preempting it moves when its next VM boots there, the
 agent deciding as the watch does (`placement.decide`) and moving as it does (`look_and_move`,
 by="agent"), before it takes the lease, so the new group's VM restores with one writer throughout."""
 
@@ -172,7 +172,7 @@ def test_a_vm_of_a_group_its_job_moved_away_from_leaves_it_without_training(comp
     assert not (tmp_path / "steps.log").exists()  # nothing trained in the old group
     assert Journal(storage).attempts() == [] and storage.read("survivor/LEASE") is None
     # and it carried out the records: a move cut after its record had no group where it went, and
-    # with no watch deployed the job had no VM at all (a hostile review of issue 38)
+    # with no watch deployed the job had no VM at all (a hostile review found it)
     assert (project, f"zones/{zone}", "job") not in compute_server.groups  # its group deleted, the VM with it
     moved_to = compute.get_group(placement.group_at(placement.GroupRef(project, "job", zone=zone),
                                                     "regions/us-central1"))

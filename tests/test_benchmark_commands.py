@@ -1,5 +1,5 @@
 """`benchmarks.commands` at its smallest: one counted round of every operator command against the
-stand-ins, the metadata address refusing at once, the plot into a scratch folder (issue 39 item 9)."""
+stand-ins, the metadata address refusing at once, the plot into a scratch folder."""
 
 from __future__ import annotations
 

@@ -257,7 +257,7 @@ def test_an_image_whose_python_has_no_ensurepip(apt_works, lock_held, install_fi
         metadata.stop()
     said = f"this image's python3 has no ensurepip (Debian/Ubuntu without python{version}-venv)"
     assert said in result.output, result.output
-    # issue 41 item 8: every apt-get waits for the dpkg lock that unattended-upgrades holds on a first boot
+    # every apt-get waits for the dpkg lock that unattended-upgrades holds on a first boot
     assert (tmp_path / "shims" / "apt-get.calls").read_text().startswith(
         f"-o DPkg::Lock::Timeout=600 install -y -q python{version}-venv")
     if apt_works:

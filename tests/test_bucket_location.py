@@ -1,4 +1,4 @@
-"""Issue 27: the job dir's and data dir's buckets against placement.regions. Which regions read and
+"""The job dir's and data dir's buckets against placement.regions. Which regions read and
 write a bucket across locations (survivor/cloud/locations.py, pure) and the warning `survivor preflight`
 states for it, read through the real google-cloud-storage client from fake-gcs-server behind
 survivor's bucket stand-in (fake-gcs-server itself reports one location for every bucket)."""
@@ -55,7 +55,7 @@ def test_the_fix_names_a_predefined_dual_region_when_one_holds_every_region():
 
 
 def test_a_dual_region_fix_says_its_writes_pay_replication_and_its_storage_costs_more():
-    """Issue 41 item 11: a dual-region spares the reads of a move, not the writes: each checkpoint is
+    """A dual-region spares the reads of a move, not the writes: each checkpoint is
     replicated to its second region, and its storage is billed in both."""
     for regions in (["us-east1", "us-central1"], ["us-east1", "us-west1"]):
         line = locations.crossing_finding("b", "job_dir", "US-EAST1", "region", regions)[1]

@@ -1,4 +1,4 @@
-"""A budget (issue 43): at it the job stops committed, its group kept at size 0, said in status;
+"""A budget: at it the job stops committed, its group kept at size 0, said in status;
 `survivor start --budget` raises it and the job resumes.
 
 The job runs in survivor's fake Compute Engine (survivor/local/compute_server.py): its template and

@@ -1,4 +1,4 @@
-"""Prices from Google's Cloud Billing Catalog (issue 17): the real google-cloud-billing client against
+"""Prices from Google's Cloud Billing Catalog: the real google-cloud-billing client against
 survivor's stand-in, the day's cache, the overrides, and the offline table as the fallback."""
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def test_the_vm_never_installs_the_catalog_client():
 
 
 def test_the_dws_defined_duration_gpu_sku_is_never_taken_for_the_on_demand_price():
-    """Issue 26 item 10: the catalog lists the flex-start GPU SKU as OnDemand too, and its description
+    """The catalog lists the flex-start GPU SKU as OnDemand too, and its description
     starts like the standard one's; listed first, it priced on-demand up to 53% low."""
     from survivor.cloud.catalog import Sku, catalog_hourly
 

@@ -1,4 +1,4 @@
-"""The step of a snapshot is known, never guessed from any number in any name (issue 39 item 1):
+"""The step of a snapshot is known, never guessed from any number in any name:
 TensorFlow's state file, the spec's `checkpoint_pattern`, or the number right after `ckpt` or
 `checkpoint`; any other file is content. A step beyond `train_steps` is refused, named, once."""
 

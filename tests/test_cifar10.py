@@ -116,7 +116,7 @@ def test_cifar10_through_the_agent_and_the_storage_emulator(data_dir, bucket, tm
     straight = str(tmp_path / "straight")
     run_trainer(CIFAR, straight, small_args(data_dir, steps=16))
     job_dir = f"gs://{bucket}/cifar10"
-    # with its SavedModel export, written after the last save (issue 38 item 1: it never reached the job dir)
+    # with its SavedModel export, written after the last save (it never reached the job dir)
     hparams = {"resnet-depth": 8, "train-batch-size": 16, "log-steps": 4, "dropout": 0.2, "eval-steps": 1}
     spec = {"job_dir": job_dir, "data_dir": data_dir, "train_steps": 16, "checkpoint_steps": 1000, "num_gpus": 2, "on_finish": "keep-alive",
             "sync_seconds": 0.5, "trainer": {"builtin": "cifar10"}, "hyperparameters": hparams}

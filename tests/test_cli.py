@@ -100,7 +100,7 @@ def test_status_skips_an_attempt_record_with_negative_counts_with_a_warning_nami
 
 @pytest.mark.parametrize("command", ["status", "report"])
 def test_a_local_job_dir_that_does_not_exist_is_one_line_and_exit_1(command, tmp_path, capsys):
-    """Issue 25 item 5: `status --job-dir /tmp/does-not-exist` said NOT STARTED with exit 0."""
+    """`status --job-dir /tmp/does-not-exist` said NOT STARTED with exit 0."""
     from survivor.commands import main as cli
 
     missing = str(tmp_path / "does-not-exist")

@@ -146,7 +146,7 @@ def test_regional_group(compute_server, capsys, tmp_path):
     group = compute_server.groups[(PROJECT, "regions/us-west1", "reg")]
     assert group["_members"][0][1].startswith("us-west1-")
     ref = parse_created_by(compute_server.instances[group["_members"][0]]["metadata"]["items"][-2]["value"])
-    # created-by names the project by its number, as Compute Engine writes it (issue 26 item 8)
+    # created-by names the project by its number, as Compute Engine writes it
     assert ref == GroupRef(PROJECT_NUMBER, "reg", region="us-west1")
 
 
@@ -345,7 +345,7 @@ def test_a_zone_without_the_gpu_is_reported_by_preflight_and_by_the_mig(compute_
 
 
 def test_an_organisation_policy_against_external_ips_names_the_flag_that_complies(compute_server, capsys, tmp_path):
-    """Issue 26 item 9: constraints/compute.vmExternalIpAccess refuses the VM (412 conditionNotMet in
+    """constraints/compute.vmExternalIpAccess refuses the VM (412 conditionNotMet in
     the group's errors); make-group says how to comply, and a template made with --no-external-ip runs."""
     compute_server.external_ip_denied.add(PROJECT)
     code, out, err = run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT)
@@ -421,7 +421,7 @@ def test_a_finished_agent_leaves_its_group_so_nothing_is_recreated(on_finish, co
 
 def test_a_finished_vm_that_cannot_leave_its_group_powers_off_and_again_when_recreated(compute_server, tmp_path,
                                                                                         capsys):
-    """Issue 26 item 3: the VM's account lacks compute.instanceGroupManagers.update (new
+    """The VM's account lacks compute.instanceGroupManagers.update (new
     organisations no longer grant the default account Editor): the agent cannot leave its group
     once DONE is written, and powered off instead of billing on; the group's recreation of it sees
     DONE and powers off again at once. One line says why, in the log and the guest attributes."""
@@ -453,7 +453,7 @@ def test_a_finished_vm_that_cannot_leave_its_group_powers_off_and_again_when_rec
 
 def test_survivor_watch_deletes_the_group_of_a_done_job_whose_vm_could_not_leave_it(compute_server, tmp_path,
                                                                                      capsys, monkeypatch):
-    """Issue 41 item 2, must show: forced past preflight, a DONE job's VM cannot leave its group and
+    """Forced past preflight, a DONE job's VM cannot leave its group and
     powers off; the group would repair it, and it would boot, see DONE and power off, billed, for
     ever. `survivor watch`, run as the operator, deletes the group, so no VM boots again after DONE."""
     from survivor.jobdir.journal import Journal
@@ -548,7 +548,7 @@ def test_a_job_that_keeps_failing_ends_failed_and_leaves_its_group(compute_serve
 
 
 def test_list_errors_order_is_not_trusted_and_old_errors_do_not_fail_a_new_request():
-    """Issue 26 item 7: listErrors takes no orderBy or filter and documents no order. The newest
+    """listErrors takes no orderBy or filter and documents no order. The newest
     error is found by its timestamp, and one from before the request (a past recreation, a first
     zone's stockout) does not make a group that is being created "failed"."""
     from survivor.cloud.compute import group_creation
@@ -579,7 +579,7 @@ def test_the_fake_lists_errors_oldest_first_and_survivor_sorts_them(compute_serv
 
 def test_make_template_again_on_an_unchanged_spec_is_unchanged_though_get_returns_it_normalized(
         compute_server, capsys, tmp_path):
-    """Issue 26 item 4: instanceTemplates.get returns full URLs, disk device names, modes, kinds and
+    """instanceTemplates.get returns full URLs, disk device names, modes, kinds and
     a metadata fingerprint survivor never sent; a rerun compares what survivor sets, as resources."""
     job = _job_file(tmp_path)
     assert run_cli(capsys, "make-template", "t", "--config", job, "--project", PROJECT)[0] == 0
@@ -609,7 +609,7 @@ def test_references_compare_as_resources_not_spellings():
 
 def test_a_first_zone_stockout_in_a_regional_group_that_then_tries_another_zone_is_not_failed(compute_server,
                                                                                               capsys, tmp_path):
-    """Issue 26 item 7: an ANY group's stockout in its first zone, listed during this very request, is
+    """An ANY group's stockout in its first zone, listed during this very request, is
     not why its VM is not running when the group is creating it in another zone."""
     assert run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT)[0] == 0
     compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone="us-west1-a")
@@ -654,7 +654,7 @@ def test_an_error_for_a_zone_the_group_left_does_not_fail_it():
 
 
 def test_status_and_report_read_the_job_dir_once_and_agree(compute_server, capsys, tmp_path, monkeypatch):
-    """Issue 29: one view of a job (jobdir/status.py read_job) for status and report: each command reads
+    """One view of a job (jobdir/status.py read_job) for status and report: each command reads
     the journal and the newest commit once, and both show the goodput of the same ledger."""
     from survivor.jobdir import journal as journal_module
     from survivor.jobdir import store as store_module

@@ -1,4 +1,4 @@
-"""Issue 44: `survivor dashboard`, a read-only web page of jobs, read through the one read `status`
+"""`survivor dashboard`, a read-only web page of jobs, read through the one read `status`
 and `report` use, refreshed by reading only what changed; tested with Flask's client here and in
 headless Chromium (the tests marked slow): the page's content, its timeline drawn (pixels of the
 causes' colours where the ledger puts them), its refresh when the job commits, and hostile records

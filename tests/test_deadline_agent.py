@@ -57,7 +57,7 @@ def test_a_boot_past_its_deadline_switches_its_group_to_on_demand_and_stops(comp
 
 
 def test_a_vm_whose_account_may_not_switch_its_group_records_why_and_trains_on(compute_server, tmp_path, capsys):
-    # issue 26 item 5: the VM's roles lack the switch's permissions (a new organisation's default account):
+    # the VM's roles lack the switch's permissions (a new organisation's default account):
     # the switch fails with the API's 403, is recorded with its reason for status and report, training goes on
     from survivor.commands.main import main
     from survivor.jobdir.switches import switch_failures

@@ -183,7 +183,7 @@ def test_assess_skips_record_times_no_job_can_have_and_never_raises(tmp_path):
 
 
 def test_a_switch_the_roles_refuse_shows_in_status_and_report(compute_server, tmp_path, capsys, monkeypatch):
-    """Issue 26 item 5: with the roles of the old docs the switch's setInstanceTemplate is refused;
+    """With the roles of the old docs the switch's setInstanceTemplate is refused;
     the refusal is recorded in the job dir and shown by status and report, not only logged."""
     from survivor.commands import main as cli
     from survivor.jobdir.switches import switch_failures
@@ -396,7 +396,7 @@ def test_survivor_watch_sends_a_stocked_out_a2_job_that_allows_it_to_flex_start(
 @pytest.mark.parametrize("cut", ["killed"])
 def test_a_flex_start_switch_cut_before_its_request_is_undone_at_the_next_look(compute_server, tmp_path, capsys,
                                                                               monkeypatch, cut):
-    """Issue 38 item 4: the switch pointed the group at its flex-start template and resized it to none,
+    """The switch pointed the group at its flex-start template and resized it to none,
     then its resize request was refused (403) or its look died before asking: no VM and no request,
     and nothing would bring one. Before: the next looks stayed on flex-start for flex_start_wait_hours
     with no VM. Now the next look goes on-demand, and the group gets its VM."""
@@ -431,7 +431,7 @@ def test_a_flex_start_switch_cut_before_its_request_is_undone_at_the_next_look(c
     assert vm["status"] == "RUNNING"
 
 
-# -- issue 41 item 1: a flex-start switch Google accepts, and a refusal that costs nothing ----------
+# -- a flex-start switch Google accepts, and a refusal that costs nothing ----------
 
 def test_a_refused_flex_start_request_goes_on_demand_within_one_look_and_the_job_keeps_a_vm(compute_server, tmp_path,
                                                                                            capsys, monkeypatch):

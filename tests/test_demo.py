@@ -104,7 +104,7 @@ def test_the_preemption_lines_name_the_planned_noticed_reached_and_saved_steps()
 
 
 def test_the_demo_runs_from_a_directory_that_holds_a_survivor_folder(tmp_path):
-    """Issue 25 item 3: from a clone's parent (a `survivor/` folder in the cwd) every child `python -m
+    """From a clone's parent (a `survivor/` folder in the cwd) every child `python -m
     survivor` imported that folder, a namespace package, and died on `cannot import name
     '__version__'`. The children now start in their own directories."""
     import os

@@ -1,4 +1,4 @@
-"""The local tier (issue 16): a job with `state_disk_gb` gets a disk its group keeps across the VM's
+"""The local tier: a job with `state_disk_gb` gets a disk its group keeps across the VM's
 recreation; a commit too large for the notice goes to that disk, and the next boot of the same
 instance commits it before it restores. A copy that does not verify, or a record naming another
 instance, is ignored with a warning, and the previous committed snapshot restores."""
@@ -58,7 +58,7 @@ def test_a_state_disk_job_gets_a_kept_disk_and_a_stateful_group_through_the_real
 
 def test_a_regional_group_with_a_state_disk_does_not_redistribute_and_the_fake_refuses_one_that_would(
         compute_server, capsys, tmp_path):
-    """Issue 26 item 1: make-group sent no updatePolicy, so the API's default PROACTIVE
+    """make-group sent no updatePolicy, so the API's default PROACTIVE
     redistribution made it refuse a stateful regional group."""
     spec_file = tmp_path / "job.yaml"
     spec_file.write_text(f"job_dir: {tmp_path}/j\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\nstate_disk_gb: 50\n")
@@ -362,7 +362,7 @@ def test_a_damaged_state_disk_copy_is_ignored_and_the_previous_commit_restores(t
     assert len(warnings) == 1 and pending_name(vm.name) in json.dumps(warnings[0])
 
 
-# -- issue 24: the state disk under a hostile trainer or a damaged job dir -------------------------
+# -- the state disk under a hostile trainer or a damaged job dir -------------------------
 
 
 def _preempted_with_a_pending_snapshot(tmp_path, instance_factory, **fields):
@@ -485,7 +485,7 @@ def loop_disk(tmp_path):
 
 
 def test_startup_sh_never_mounts_over_or_chowns_through_a_link_at_the_mount_point(loop_disk, tmp_path):
-    """Issue 24 item 4, in a sandbox as root: a link where the mount point belongs (the agent's user
+    """In a sandbox as root: a link where the mount point belongs (the agent's user
     could make one under /var/lib/survivor) is refused: nothing is mounted over its target and its
     owner does not change. The mount point now lies where only root writes."""
     precious = tmp_path / "precious"

@@ -1,5 +1,5 @@
 """README.md's and the guides' `survivor` lines, each run after exactly the install its document
-gives, in a clean venv (issue 25's must-show): a missing dependency of an extra, a console script
+gives, in a clean venv: a missing dependency of an extra, a console script
 that does not start, or a line that drifted from the code fails here, where the in-process walks
 (tests/test_operator_guide.py, tests/test_demo.py) run in the development venv with every extra.
 
@@ -96,7 +96,7 @@ def test_readmes_first_command_as_written_in_a_fresh_directory(tmp_path):
     assert "wrote 512 synthetic CIFAR-10 images" in text  # the ResNet on synthetic CIFAR-10, as README says
     assert not [line for line in said.splitlines() if tensorflow_startup_line(line)]  # TensorFlow's noise kept off
     assert "Traceback" not in said
-    # every other local try README shows inline runs after that one install (issue 39 items 5, 6)
+    # every other local try README shows inline runs after that one install
     tries = readme_local_tries()
     assert {argv[1] for argv in tries} >= {"simulate", "check-trainer"}, tries
     for folder in ("templates", "examples"):  # README runs from the checkout; the tries write where they run

@@ -1,4 +1,4 @@
-"""Every public module, class and function of survivor says what it is (issue 18): a newcomer learns
+"""Every public module, class and function of survivor says what it is: a newcomer learns
 a module from its first screen and a function from its first line."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The examples in the class and function docstrings of survivor/ and harness/ run, and show what they say.
 
-A module's own docstring opens with a sketch of its use (issue 18: a newcomer learns a module from its
+A module's own docstring opens with a sketch of its use (a newcomer learns a module from its
 first screen); it names a job dir, a bucket or a VM this test cannot have, so it is read, not run.
 Every example inside a class's or a function's docstring is run here and must hold.
 """
@@ -50,7 +50,7 @@ CASES = [(name, test.name) for name in _modules() for test in examples(name)]
 
 
 def test_there_are_examples_to_run():
-    assert len(CASES) >= 7, CASES  # issue 29's count when this test came
+    assert len(CASES) >= 7, CASES  # the count when this test came
 
 
 @pytest.mark.parametrize("module_name,test_name", CASES, ids=[case[1] for case in CASES])

@@ -66,7 +66,7 @@ def test_a_trainer_that_did_not_save_on_the_notice_is_said_in_the_attempts_reaso
 
 
 def test_a_trainer_that_exits_0_having_committed_nothing_fails_instead_of_done():
-    """Issue 39: a script that ignores --job-dir reached 'DONE, nothing committed' with no warning."""
+    """A script that ignores --job-dir reached 'DONE, nothing committed' with no warning."""
     ending = decide_ending(AttemptResult(trainer_code=0, committed_step=None, restored_step=None))
     assert ending.outcome == "failed" and ending.counts and not ending.done
     assert "--job-dir" in ending.reason
@@ -75,7 +75,7 @@ def test_a_trainer_that_exits_0_having_committed_nothing_fails_instead_of_done()
 
 
 def test_a_trainer_that_starts_below_its_restored_step_loses_what_it_trains_again():
-    """Issue 39: a silent start from scratch was reported as 0 steps lost."""
+    """A silent start from scratch was reported as 0 steps lost."""
     from survivor.agent.ending import attempt_steps_lost, retrained
 
     scratch = AttemptResult(trainer_code=0, restored_step=500, first_step=1, reached_step=800, committed_step=800)

@@ -1,4 +1,4 @@
-"""A new user's first hour (issue 39, its smaller items): each mistake is one line, at once."""
+"""A new user's first hour: each mistake is one line, at once."""
 
 import subprocess
 import sys

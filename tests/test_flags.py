@@ -1,4 +1,4 @@
-"""The flags several commands share are declared once (issue 29), in survivor/commands/flags.py."""
+"""The flags several commands share are declared once, in survivor/commands/flags.py."""
 
 from __future__ import annotations
 

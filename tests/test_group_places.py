@@ -1,4 +1,4 @@
-"""A job has one group, in one zone or one region (issue 39 item 7): `make-group` refuses a second
+"""A job has one group, in one zone or one region: `make-group` refuses a second
 group of the job's name elsewhere in the project, naming the first and the fix, and `delete` names
 every group that still uses the template it keeps. The real google-cloud-compute client against
 survivor's Compute fake, whose `instanceGroupManagers.aggregatedList` lists zonal and regional

@@ -1,6 +1,6 @@
 """`survivor --help` and every command's: each flag says what it is and its default; each command says
-what it does and shows an example of itself that parses (issue 39, item 10); a misspelled flag shows
-its own command's usage; a misspelled spec key gets a "did you mean" (issue 25, item 11)."""
+what it does and shows an example of itself that parses; a misspelled flag shows
+its own command's usage; a misspelled spec key gets a "did you mean"."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 38 items 6 and 7: records in the job dir are written by whoever can write to it, and every
+"""Records in the job dir are written by whoever can write to it, and every
 `survivor watch`, `status` and `report` reads them. Each field is read by one strict reader
 (survivor/jobdir/fields.py); a record with a field it refuses is skipped with one warning naming the
 object and the field, never a crash; a record pointing where the job cannot be does not stop its

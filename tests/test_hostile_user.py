@@ -1,4 +1,4 @@
-"""A careless or hostile user of `survivor agent` (issue 15, helper H2's pass), through the real
+"""A careless or hostile user of `survivor agent`, through the real
 agent process: a hyperparameter value that argparse would read as a flag (`--job-dir=/etc` sent the
 trainer's checkpoints to /etc and DONE was written with nothing committed) is refused with the spec,
 in one line, FAILED, exit 2."""

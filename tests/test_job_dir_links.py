@@ -1,4 +1,4 @@
-"""A local job dir's listing (issue 15, hostile user H2), through the real agent process: a link
+"""A local job dir's listing, through the real agent process: a link
 among the objects (dangling, or a loop) is not an object and never blocks a boot; a prefix that is a
 regular file where a directory belongs is a storage error before anything trains, never an empty
 listing that starts the job from scratch."""

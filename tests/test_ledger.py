@@ -1,4 +1,4 @@
-"""The goodput ledger (issue 17): a job's wall time split into productive training and badput by cause."""
+"""The goodput ledger: a job's wall time split into productive training and badput by cause."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The light install (issue 29 item 6): the agent and every operator command work without
+"""The light install: the agent and every operator command work without
 TensorFlow, which is an extra (`tensorflow`) that only the built-in trainers and the demo need; a
-command whose optional part is missing says, in one line, how to install it (issue 25 item 1)."""
+command whose optional part is missing says, in one line, how to install it."""
 
 import pathlib
 import subprocess

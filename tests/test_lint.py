@@ -1,5 +1,5 @@
 """The code passes ruff's pycodestyle, pyflakes and bugbear rules as pyproject.toml selects them
-(issue 29 item 7): an unused import, an unused variable, a closure over a loop variable or a bare
+: an unused import, an unused variable, a closure over a loop variable or a bare
 `except` fails the suite, not a reviewer's eye. Type checking (mypy) is tests/test_typecheck.py."""
 
 import os

@@ -185,7 +185,7 @@ def test_the_fake_refuses_an_image_of_a_disk_in_use_by_a_running_vm(compute_serv
     assert compute.image_from_family(PROJECT, "survivor-x")["name"] == "i1"
 
 
-# -- issue 41 items 3-5: the supported base, the spec's family, the job's external-IP choice -----------
+# -- the supported base, the spec's family, the job's external-IP choice -----------
 
 def test_the_default_template_boots_the_supported_cu129_580_family_and_survivors_image_names_its_base(
         compute_server, gcs_server, job, capsys):
@@ -243,7 +243,7 @@ def test_a_builder_under_the_external_ip_policy_has_no_access_config(compute_ser
 
 def test_make_image_says_the_builders_route_to_the_package_index_before_making_it(compute_server, gcs_server, job,
                                                                                    capsys):
-    """Issue 41 item 5: `survivor make-image` for a job without an external IP reads the region's Cloud
+    """`survivor make-image` for a job without an external IP reads the region's Cloud
     NAT gateways (routers.list) and says whether the builder can download, before instances.insert."""
     spec, _ = job
     with open(spec) as f:

@@ -140,7 +140,7 @@ class CommitsAfter(CheckpointStore):
 
 
 def test_the_final_sync_commits_the_trainers_last_checkpoint_though_its_first_tries_fail(tmp_path):
-    """Issue 24 item 0, deterministically: the trainer finished and saved step 8, and the final
+    """Deterministically: the trainer finished and saved step 8, and the final
     sync's first three commits found the snapshot changed. It used to give up after three (DONE was
     then written with nothing committed); it now tries again, and says what is left if it cannot."""
     from survivor.agent.ending import AttemptResult, decide_ending
@@ -165,7 +165,7 @@ def test_the_final_sync_commits_the_trainers_last_checkpoint_though_its_first_tr
 
 
 def test_a_checkpoint_written_before_the_mirror_starts_is_committed_not_taken_for_the_restore(tmp_path):
-    """Issue 24 item 0, the race itself: the agent launches the trainer, then starts the mirror, whose
+    """The race itself: the agent launches the trainer, then starts the mirror, whose
     first scan noted what was in the local job dir as 'restored, not new'. On a loaded machine a
     fast trainer (the recipe's, 40 steps in under a second) had already written its checkpoints and
     exited 0 by then: nothing differed from that scan, nothing was committed, and DONE was written at
@@ -236,7 +236,7 @@ def _tf_save(local, step, *, state_first, shards=1, keep_old=False):
 
 
 def test_files_added_to_a_committed_step_commit_it_again_whatever_their_order(tmp_path):
-    """Issue 38 item 2: a trainer that writes its state file before its shards. Each commit of a
+    """A trainer that writes its state file before its shards. Each commit of a
     step whose files are still arriving is taken again when they arrive; until its checkpoint is
     whole it never counts as the notice's save, never takes a rank in `keep` from the last whole
     checkpoint, and a restore takes the newest whole one first. Then any order, any shard count."""
@@ -280,7 +280,7 @@ def test_files_added_to_a_committed_step_commit_it_again_whatever_their_order(tm
 
 
 def test_notes_written_between_saves_commit_their_step_again_and_take_no_rank_in_keep(tmp_path):
-    """A file added beside a committed step commits the step again (issue 38: the built-in trainer's
+    """A file added beside a committed step commits the step again (the built-in trainer's
     export came after its last save and was never committed). The newer commit holds the older one
     whole and replaces it, so a trainer writing notes between saves never pushes an older step out."""
     from survivor.jobdir.snapshot import scan
@@ -301,7 +301,7 @@ def test_notes_written_between_saves_commit_their_step_again_and_take_no_rank_in
         assert mirror.uncommitted() is None
     assert [m.step for m in store.committed()] == [2, 1]  # step 1 still kept: keep=2 counts steps held whole
     assert {f.path for f in store.latest().files} >= {f"notes-{n}.txt" for n in range(4)}
-    # a note that changes in place is no superset: the commit stands (issue 24 item 7), said once
+    # a note that changes in place is no superset: the commit stands, said once
     (local / "notes-0.txt").write_text("rewritten")
     assert mirror.sync() is None and store.latest().step == 2
     assert scan(str(local)).step == 2
@@ -309,7 +309,7 @@ def test_notes_written_between_saves_commit_their_step_again_and_take_no_rank_in
 
 
 def test_an_export_written_after_the_final_save_is_committed_before_done(tmp_path):
-    """Issue 38 item 1: the trainer's last save is committed, then it writes its export and exits 0.
+    """The trainer's last save is committed, then it writes its export and exits 0.
     The final sync commits the export with the step; had it not, DONE is refused (the VM's disk,
     and the export on it, go with the VM)."""
     from survivor.agent.ending import AttemptResult, decide_ending
@@ -359,7 +359,7 @@ def _write(local, name, data=None):
 
 
 def test_a_save_caught_mid_way_whose_old_save_then_goes_is_committed_again_once_whole(tmp_path):
-    """A hostile review of issue 38: two data shards, then the index, no state file (as
+    """A hostile review's case: two data shards, then the index, no state file (as
     `tf.train.Checkpoint.write`), the previous save deleted after the new one. A round between the
     first shard and the rest committed the old save plus that shard as the new step; the finished save
     then no longer held the old files, counted as 'changed', and the partial commit stood for good:

@@ -1,4 +1,4 @@
-"""Issue 38, items 3 and 5: a move or a switch cut anywhere, or made by two looks at once.
+"""A move or a switch cut anywhere, or made by two looks at once.
 
 A move is a recorded intention that any later look completes (survivor/operator/placement.py
 `complete_moves`): the record first, then the new group, then the old one deleted, each step

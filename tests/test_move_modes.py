@@ -1,4 +1,4 @@
-"""Issue 41 item 9: a move keeps the job's mode. A group on flex-start gets its VM from a resize
+"""A move keeps the job's mode. A group on flex-start gets its VM from a resize
 request; a move used to make the new region's group from the `-flex-start` template at size one,
 a flex-start VM outside any request. Now the new group is made on the Spot template and the job's
 recorded switch to flex-start is carried out on it (repairs off, one zone, the request), and a

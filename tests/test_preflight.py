@@ -149,7 +149,7 @@ def test_preflight_names_each_problem_with_its_fix(compute_server, gcs_server, b
 
 def test_a_project_without_a_default_network_or_all_regions_gpu_quota_is_named(compute_server, bucket, bucket_iam,
                                                                                 capsys, tmp_path):
-    """Issue 26 item 9: a new project's GPUS_ALL_REGIONS is often 0, and an organisation's project may
+    """A new project's GPUS_ALL_REGIONS is often 0, and an organisation's project may
     have no `default` network: both stop the VM however much regional quota there is."""
     compute_server.networks[PROJECT] = set()
     compute_server.project_quotas[PROJECT] = {"GPUS_ALL_REGIONS": (0.0, 0.0)}
@@ -165,7 +165,7 @@ def test_a_project_without_a_default_network_or_all_regions_gpu_quota_is_named(c
 
 def test_an_organisation_policy_against_external_ips_is_read_before_anything_is_made(compute_server, bucket,
                                                                                     bucket_iam, capsys, tmp_path):
-    """Issue 26 item 9: Org Policy v2's getEffectivePolicy of compute.vmExternalIpAccess (the real
+    """Org Policy v2's getEffectivePolicy of compute.vmExternalIpAccess (the real
     client, REST, at the fake); deny-all stops preflight with the flag that complies."""
     compute_server.external_ip_denied.add(PROJECT)
     code, out, _ = run_cli(capsys, "preflight", "job", "--config", _job(tmp_path, f"gs://{bucket}/run"),
@@ -257,7 +257,7 @@ def test_findings_print_as_one_line_each():
     assert lines == ["error: a", "warning: b"]
 
 
-# -- the VM's own Compute permissions (issue 26 item 3) ------------------------------------------
+# -- the VM's own Compute permissions ------------------------------------------
 
 
 def test_the_project_policy_must_grant_the_vm_what_leaving_and_switching_its_group_need():
@@ -268,7 +268,7 @@ def test_the_project_policy_must_grant_the_vm_what_leaving_and_switching_its_gro
     assert ok.level == "ok"
     [line] = preflight.compute_iam_findings("p", member, [{"role": "roles/compute.viewer", "members": [member]}],
                                             role_permissions=read)
-    assert line.level == "error" and line.message.startswith(  # issue 41 item 2: the finish that loops
+    assert line.level == "error" and line.message.startswith(  # the finish that loops
         f"project p: {VM_ACCOUNT} lacks compute.instanceGroupManagers.update (grant roles/compute.instanceAdmin.v1: "
         f"gcloud projects add-iam-policy-binding p --member={member} --role=roles/compute.instanceAdmin.v1")
     assert "powers itself off" in line.message
@@ -282,7 +282,7 @@ def test_the_project_policy_must_grant_the_vm_what_leaving_and_switching_its_gro
 
 
 def test_a_role_iam_could_not_read_is_named_and_never_stops_the_job():
-    # issue 41 item 6: roles are read with roles.get; one that could not be read may grant the finish
+    # roles are read with roles.get; one that could not be read may grant the finish
     member = f"serviceAccount:{VM_ACCOUNT}"
     [line] = preflight.compute_iam_findings("p", member, [{"role": "roles/compute.instanceAdmin.v1",
                                                             "members": [member]}], role_permissions={})
@@ -291,14 +291,14 @@ def test_a_role_iam_could_not_read_is_named_and_never_stops_the_job():
 
 
 def test_a_job_that_can_move_needs_what_the_agents_move_at_boot_does():
-    # issue 27: the agent moves the job at boot (placement:): it makes and deletes groups and lists the
+    # the agent moves the job at boot (placement:): it makes and deletes groups and lists the
     # next region's accelerator types, which a switch alone does not
     member = f"serviceAccount:{VM_ACCOUNT}"
     assert permissions.vm_permissions(deadline=False, moves=False) == permissions.LEAVE_GROUP
     assert permissions.vm_permissions(deadline=True, moves=False) == permissions.DEADLINE_SWITCH
     needed = permissions.vm_permissions(deadline=False, moves=True)
     assert set(permissions.DEADLINE_SWITCH) < set(needed)
-    # issue 41 item 6: Compute Instance Admin (v1) lists accelerator types and reads regions (IAM's
+    # Compute Instance Admin (v1) lists accelerator types and reads regions (IAM's
     # roles.get says so; a hand table once said it did not); only actAs is missing
     [line] = preflight.compute_iam_findings("p", member, [{"role": "roles/compute.instanceAdmin.v1",
                                                             "members": [member]}], needed=needed,
@@ -360,7 +360,7 @@ def test_preflight_reads_the_project_policy_and_names_each_permission_the_vm_lac
     compute_server.set_project_policy(PROJECT, [{"role": "roles/compute.viewer", "members": [member]}])
     code, out, _ = run_cli(capsys, "preflight", "job", "--config", _job(tmp_path, f"gs://{bucket}/run"),
                            "--project", PROJECT, "--zone", "us-west1-b")
-    assert code != 0, out  # issue 41 item 2: a VM that cannot leave its group loops; a readable policy stops it
+    assert code != 0, out  # a VM that cannot leave its group loops; a readable policy stops it
     [line] = [line for line in out.splitlines() if line.startswith(f"error: project {PROJECT}")]
     assert "lacks compute.instanceGroupManagers.update (grant roles/compute.instanceAdmin.v1" in line
     assert "`survivor watch` then deletes the group" in line
@@ -394,7 +394,7 @@ def test_the_compute_fake_refuses_the_vms_calls_its_project_roles_do_not_grant(c
     assert compute_server.groups[(PROJECT, "zones/us-west1-b", "r")]["targetSize"] == 0
 
 
-# -- issue 41 item 2: a group whose VM cannot leave it is refused, not warned about -------------------
+# -- a group whose VM cannot leave it is refused, not warned about -------------------
 
 def test_make_group_refuses_a_group_whose_vm_account_cannot_leave_it(compute_server, bucket, bucket_iam, capsys,
                                                                       tmp_path):
@@ -415,7 +415,7 @@ def test_make_group_refuses_a_group_whose_vm_account_cannot_leave_it(compute_ser
 
 
 def test_a_move_needs_to_read_the_next_regions_zones(compute_server):
-    """Issue 41 item 6: the move at boot reads the next region (regions.get: compute.regions.get); a VM
+    """The move at boot reads the next region (regions.get: compute.regions.get); a VM
     account whose custom role lacks it was refused and never moved. BOOT_MOVE names it, so preflight does."""
     from survivor.cloud.compute import Compute, ComputeError
 
@@ -435,7 +435,7 @@ def test_a_move_needs_to_read_the_next_regions_zones(compute_server):
     assert Compute(PROJECT).region("us-central1")["zones"]
 
 
-# -- issue 41 item 6: predefined roles read with IAM's roles.get, no hand table -------------------------
+# -- predefined roles read with IAM's roles.get, no hand table -------------------------
 
 def test_preflight_reads_predefined_roles_with_roles_get_as_it_reads_custom_ones(compute_server, bucket, bucket_iam,
                                                                                  capsys, tmp_path):
@@ -467,7 +467,7 @@ def test_preflight_reads_predefined_roles_with_roles_get_as_it_reads_custom_ones
     assert line.startswith("warning:") and "could not read roles/compute.notInTheTable" in line
 
 
-# -- issue 41 item 6: every region of placement.regions: GPU and CPU quota, a subnet of the network ------
+# -- every region of placement.regions: GPU and CPU quota, a subnet of the network ------
 
 def test_each_placement_region_is_checked_for_gpu_and_cpu_quota_and_a_subnet(compute_server, bucket, bucket_iam,
                                                                             capsys, tmp_path):
@@ -512,7 +512,7 @@ def test_cpu_quota_uses_the_familys_metric_and_preemptible_cpus_for_spot():
     assert g2.level == "warning" and "no G2 metric to check" in g2.message
 
 
-# -- issue 41 item 5: without an external IP, a route to the package index (Cloud NAT) -----------------
+# -- without an external IP, a route to the package index (Cloud NAT) -----------------
 
 def test_without_an_external_ip_preflight_says_whether_cloud_nat_routes_to_the_package_index(
         compute_server, bucket, bucket_iam, capsys, tmp_path):

@@ -1,4 +1,4 @@
-"""`survivor report` (issue 17): goodput, badput by cause and cost beside on-demand, as Markdown, a
+"""`survivor report`: goodput, badput by cause and cost beside on-demand, as Markdown, a
 timeline PNG and JSON, for a job whose records the agent wrote; prices from the catalog stand-in."""
 
 from __future__ import annotations

@@ -101,7 +101,7 @@ def test_a_group_with_an_autoscaler_is_refused(compute_server):
         compute.request_resize(group, "r", count=1, run_seconds=DAY)
 
 
-# -- issue 41 item 1: what Google's documents and samples require of the group and the template -----
+# -- what Google's documents and samples require of the group and the template -----
 
 def test_a_group_that_repairs_its_vms_is_refused(compute_server):
     """F11: "you must not configure autoscaling and must turn off repairs" (about-resize-requests-mig)."""

@@ -1,5 +1,5 @@
-"""Committed work is never thrown away by a restore or a job dir that misbehaves (issue 15, items
-1-3, 8, 13), shown through real agent processes: only a snapshot that fails verification is skipped;
+"""Committed work is never thrown away by a restore or a job dir that misbehaves,
+shown through real agent processes: only a snapshot that fails verification is skipped;
 a restore that fails for any other reason ends the boot (exit 1) and the next boot resumes from the
 same snapshot; a damaged manifest or attempt record is skipped with a warning naming it; a full job
 dir during the final commit after a notice closes the attempt and leaves no temporary files."""
@@ -169,7 +169,7 @@ BAD_MANIFESTS = {
     "a negative step": lambda good: json.dumps({**good, "step": -5, "attempt": 9, "seq": 1}).encode(),
     "a step beyond train_steps": lambda good: json.dumps({**good, "step": 5000, "attempt": 9, "seq": 1}).encode(),
     # files that cannot exist together: a file and a file inside it (EEXIST/ENOTDIR at restore), and one
-    # path twice once normalised; every object they name is stored and verifies (issue 24, item 1)
+    # path twice once normalised; every object they name is stored and verifies
     "a file inside a file": lambda good: json.dumps(
         {**good, "step": 50, "attempt": 9, "seq": 1,
          "files": [good["files"][0], {**good["files"][0], "path": good["files"][0]["path"] + "/x"}]}).encode(),
@@ -324,7 +324,7 @@ def test_status_says_fresh_start_and_reads_past_damaged_objects(job_dir, tmp_pat
     assert summary["committed_step"] == 20 and summary["history"][0]["restored"] == "fresh start"
 
 
-# -- a trainer that broke the write-then-rename contract (issue 24, item 7) ------------------------------
+# -- a trainer that broke the write-then-rename contract ------------------------------
 
 STRICT_TRAINER = '''
 import argparse, json, os, sys, time

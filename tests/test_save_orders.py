@@ -1,5 +1,5 @@
 """Trainers that save in orders survivor did not choose: everything they write reaches the job dir
-before the VM goes or DONE is written (issue 38 items 1 and 2)."""
+before the VM goes or DONE is written."""
 
 import os
 import time

@@ -1,4 +1,4 @@
-"""docs/scaling-out.md, walked (issue 25: every command a guide names works after its install): every
+"""docs/scaling-out.md, walked (every command a guide names works after its install): every
 `survivor` line of its ```bash blocks, in the guide's order, run by the installed `survivor` console
 script as a subprocess, in a temp dir holding the guide's own job.yaml, against the stand-ins (the
 Vertex AI fake, the Cloud Logging fake, fake-gcs-server) named by their SURVIVOR_*_ENDPOINT and

@@ -1,4 +1,4 @@
-"""Issue 27, alternative machine shapes: a job may name other machines it can train on
+"""A job may name other machines it can train on
 (`placement.shapes`), and when its own shape has no capacity in any of its regions it moves to the
 next shape, resumes from its last commit and finishes DONE. The simulator plays the watch every
 0.3 s on a clock 60 times faster, so `move_after_minutes: 1` is a second here."""

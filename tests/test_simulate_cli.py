@@ -1,4 +1,4 @@
-"""`survivor simulate` used carelessly (issue 15, helper H2), through the real CLI process: an
+"""`survivor simulate` used carelessly, through the real CLI process: an
 existing --workdir that is not an earlier simulation's is never deleted (it was rmtree'd whole), a
 missing or unreadable config, a bad duration and a relative --workdir are one line each, never a
 traceback."""
@@ -79,7 +79,7 @@ def test_bad_capacity_trace_arguments_are_one_line(args, expected, tmp_path):
 
 @pytest.mark.slow
 def test_simulate_follows_capacity_traces_and_the_job_moves_to_its_next_region(tmp_path):
-    """Issue 27: `survivor simulate` replays published capacity traces: the trace standing for the
+    """`survivor simulate` replays published capacity traces: the trace standing for the
     job's first zone runs out 5 simulated minutes after --trace-start and stays out; the watch (a
     look a simulated minute) moves the job to its next region, where it finishes DONE."""
     spec = dummy_spec("jobdir", tmp_path, train_steps=600, checkpoint_steps=20, on_finish="auto")
@@ -121,7 +121,7 @@ def test_demo_never_deletes_a_workdir_that_is_not_an_earlier_demos(tmp_path):
 
 @pytest.mark.slow
 def test_the_shipped_example_simulates_in_about_a_minute_even_asking_for_gpus(tmp_path):
-    """Issue 25 item 2: the README's simulate line names a spec that ships (templates/simulate.yaml);
+    """The README's simulate line names a spec that ships (templates/simulate.yaml);
     a spec that asks for GPUs does not leave its simulated agents waiting 900 s for a driver, and
     the timeline shows while it runs."""
     import yaml
@@ -143,7 +143,7 @@ def test_the_shipped_example_simulates_in_about_a_minute_even_asking_for_gpus(tm
 
 @pytest.mark.slow
 def test_sigterm_to_simulate_ends_every_agent_and_trainer_it_started(tmp_path):
-    """Issue 25 item 4: the agents and trainers of a simulation run in sessions of their own; a
+    """The agents and trainers of a simulation run in sessions of their own; a
     SIGTERM to `survivor simulate` left them running, re-parented to init."""
     import signal
 
@@ -233,7 +233,7 @@ def _started_simulation(tmp_path) -> subprocess.Popen:
 
 
 def test_simulate_gcs_stops_with_one_line_when_its_storage_emulator_dies(tmp_path):
-    """Issue 39: 58 boots in 11 minutes against a dead fake-gcs-server, until the 2 h timeout."""
+    """58 boots in 11 minutes against a dead fake-gcs-server, until the 2 h timeout."""
     import signal
 
     sim = _started_simulation(tmp_path)
@@ -257,7 +257,7 @@ def test_ctrl_c_ends_simulate_gcs_at_once_with_130(tmp_path):
 
 
 def test_on_a_terminal_simulate_shows_its_timeline_once(tmp_path):
-    """Issue 39: the events went to stderr as they came, and the table at the end held them again."""
+    """The events went to stderr as they came, and the table at the end held them again."""
     import pty
 
     (tmp_path / "spec.yaml").write_text(dummy_spec("jobdir", tmp_path, train_steps=5, on_finish="auto"))

@@ -1,4 +1,4 @@
-"""What `survivor simulate` prints and plots says which step each number is (issue 25, items 6 and 7):
+"""What `survivor simulate` prints and plots says which step each number is:
 pure functions over a finished run's timeline and attempts, no process started."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Each job spec key is defined once (issue 29): survivor/spec.py `KEYS` holds its kind, default,
+"""Each job spec key is defined once: survivor/spec.py `KEYS` holds its kind, default,
 bounds, recipe attribute and doc line; the validator's limits, the recipe mapping, the docs' key
 table and the published JSON Schema (docs/job-spec.schema.json) are derived from it."""
 

@@ -1,4 +1,4 @@
-"""Issue 41 item 7: a job's state disks (`state_disk_gb`, `autoDelete: NEVER`) outlive its VMs, and
+"""A job's state disks (`state_disk_gb`, `autoDelete: NEVER`) outlive its VMs, and
 Google bills them until they are deleted. The template labels them with the job; `survivor delete`,
 the watch after the finish and a move across regions delete those no pending snapshot needs (and say
 why they keep one), and `status` and `report` list what is left with what it costs a month. Real

@@ -389,7 +389,7 @@ def test_a_file_digest_names_equal_chunks_alike_and_different_ones_apart(tmp_pat
     assert chunks[0].sha256 == chunks[1].sha256 != chunks[2].sha256
 
 
-# -- a damaged chunk is never reused (issue 24, item 2) ---------------------------------------------------
+# -- a damaged chunk is never reused ---------------------------------------------------
 
 
 @pytest.mark.parametrize("how", ["flipped", "truncated", "emptied", "another chunk's bytes"])
@@ -436,7 +436,7 @@ def test_a_chunk_damaged_while_the_agent_runs_is_stored_again_and_every_later_co
     """Through the real agent: its dummy trainer's state file repeats the same bytes after its first
     8 at every save, so each commit shares its chunks with the one before. A shared chunk is
     damaged in the job dir while the agent runs; the agent's next commits must not reuse it, and
-    the newest snapshot after the notice restores (issue 24, item 2: every later commit reused it,
+    the newest snapshot after the notice restores (every later commit reused it,
     and a later boot skipped them all)."""
     from tests.conftest import dummy_spec
 
@@ -465,7 +465,7 @@ def test_a_chunk_damaged_while_the_agent_runs_is_stored_again_and_every_later_co
 
 
 def test_temporary_uploads_a_killed_agent_left_are_collected_and_a_write_under_way_is_not(tmp_path):
-    """Issue 24 item 11: `.tmp-*` copies left in a local job dir by a SIGKILL (78 after 80 kills)
+    """`.tmp-*` copies left in a local job dir by a SIGKILL (78 after 80 kills)
     were never removed. Garbage collection removes those older than its store; a newer one (a write
     of this process under way) stays."""
     job_dir = str(tmp_path / "jobdir")
@@ -491,7 +491,7 @@ def test_temporary_uploads_a_killed_agent_left_are_collected_and_a_write_under_w
 
 
 def test_a_sparse_file_restores_sparse_on_a_disk_smaller_than_its_size(tmp_path):
-    """Issue 24 item 14: a sparse 1 GiB file commits as one deduplicated all-zero chunk, but its
+    """A sparse 1 GiB file commits as one deduplicated all-zero chunk, but its
     restore wrote 1 GiB of real blocks and the boot disk's check refused it (the job could end
     FAILED). All-zero chunks are left holes: it restores onto a 64 MiB disk, still sparse."""
     import subprocess

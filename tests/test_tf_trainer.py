@@ -103,7 +103,7 @@ def test_keras_fit_helper_saves_on_sigterm_and_resumes_mid_epoch_exactly(tmp_pat
 
 
 def test_keras_fit_on_arrays_stops_at_train_steps_and_resumes_a_seeded_shuffle_exactly(tmp_path):
-    """Issue 39 item 3: keras-io's `model.fit(x, y, batch_size, validation_split)`, through
+    """Keras-io's `model.fit(x, y, batch_size, validation_split)`, through
     fit_resumable: 70 steps of 29-batch epochs (a short last epoch: it trained 87 before), SIGTERMed
     mid-epoch twice; each epoch's shuffle is keyed by its number, so the resumed run is exact."""
     args = ["--train-steps", "70", "--arrays", "--checkpoint-steps", "1000"]
@@ -123,7 +123,7 @@ def test_keras_fit_on_arrays_stops_at_train_steps_and_resumes_a_seeded_shuffle_e
 
 
 def test_the_checkpoint_guides_loop_with_resumable_checkpoint_resumes_adam_exactly(tmp_path, monkeypatch):
-    """Issue 39 item 4: TensorFlow's guide restores before the Keras 3 optimizer is built, which drops
+    """TensorFlow's guide restores before the Keras 3 optimizer is built, which drops
     Adam's state silently, and numbers checkpoints by save count. Through ResumableCheckpoint the
     loop, SIGTERMed twice, ends bit for bit where an uninterrupted run does, Adam's moments included,
     with every checkpoint named by its step."""

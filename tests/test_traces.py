@@ -12,7 +12,7 @@ JOB = dict(overhead_hours=0.1, lost_hours=0.05, spot_price=0.3, on_demand_price=
 
 
 def test_a_preemption_mid_minute_waits_out_the_outage_after_it():
-    # the issue 27 repro: the outage starts at 3.4567 h, inside the minute [3.45, 3.4667) whose
+    # a replay that once skipped this outage: it starts at 3.4567 h, inside the minute [3.45, 3.4667) whose
     # start still had capacity; the VM must not come back before 5.4567 h
     run = replay(Trace(0, ((3.4567, 2.0),)), Job(hours=6, deadline_hours=12, **JOB), always(SPOT))
     # boot 0.1 h, train to 3.45 (3.35 h), lose at most 0.05, wait to 5.4567, boot 0.1, train the rest
@@ -74,7 +74,7 @@ def test_survivor_never_costs_more_than_on_demand_from_the_start_plus_one_restar
     assert over == []
 
 
-# -- the published traces' reader, given what is not a trace (issue 38 item 8) ------------------------
+# -- the published traces' reader, given what is not a trace ------------------------
 
 
 def _hostile(folder, kind: str) -> str:

@@ -1,4 +1,4 @@
-"""survivor/ passes mypy as pyproject.toml's [tool.mypy] configures it (issue 29 item 7): a None
+"""survivor/ passes mypy as pyproject.toml's [tool.mypy] configures it: a None
 where a value is needed, an argument of the wrong type or a name the annotation does not have
 fails the suite, not a reviewer's eye. Its cache is the worktree's .mypy_cache (gitignored)."""
 

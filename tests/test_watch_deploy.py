@@ -149,7 +149,7 @@ def test_a_job_that_may_move_is_deployed_with_its_job_dir(apis, compute_server, 
 
 def test_the_deployed_look_ends_its_own_schedule_once_the_job_is_done(apis, compute_server, monkeypatch, capsys,
                                                                       tmp_path):
-    """Issue 41 item 2: a look at a job that is DONE (or FAILED) deletes its own Cloud Scheduler job,
+    """A look at a job that is DONE (or FAILED) deletes its own Cloud Scheduler job,
     so Cloud Run is not run every 15 minutes for a job that ended; the Cloud Run job stays (--undeploy)."""
     from survivor.cloud.compute import Compute
     from survivor.cloud.template import MachineOptions, template_body
