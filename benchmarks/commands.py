@@ -19,7 +19,7 @@ logs, report, delete, beside `--help`; the job asks for a deadline with a differ
 machine, so its report prices two machines. With `--baseline`, every command runs once from each
 tree in turn (alternating which goes first), each tree on a job of its own; the pairwise ratio is
 what to read on a machine others share. A first round, not counted, builds each tree's wheel
-(make-template stages it) and warms the caches.
+(make-template stages it) and warms the caches (`--no-warm-up` counts it: the suite's smoke size).
 """
 
 from __future__ import annotations
@@ -177,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", help="another checkout of survivor (e.g. `git archive` of main, unpacked)")
     parser.add_argument("--rounds", type=int, default=5, help="counted rounds (default %(default)s)")
+    parser.add_argument("--no-warm-up", action="store_true",
+                        help="count the first round too (its wheel build and cold caches): the suite's smoke size")
     parser.add_argument("--metadata", choices=("silent", "refused"), default="silent",
                         help="google-auth's metadata address: never answers (a laptop) or refuses (default %(default)s)")
     parser.add_argument("--json", help="write every timing here")
@@ -204,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
                                      silent.address if silent else refused_address())
         results: dict[str, dict[str, list[float]]] = {tree: {} for tree in trees}
         exits: dict[str, dict[str, list[float]]] = {tree: {} for tree in trees}
-        for round_ in range(args.rounds + 1):
+        warm_up = 0 if args.no_warm_up else 1
+        for round_ in range(args.rounds + warm_up):
             order = list(trees) if round_ % 2 == 0 else list(reversed(trees))
             names = {tree: f"job{round_}{'ab'[i]}" for i, tree in enumerate(trees)}
             for tree in trees:
@@ -217,11 +220,11 @@ def main(argv: list[str] | None = None) -> int:
                     first, ended, code, out = timed(trees[tree], words, envs[tree], work)
                     if code != 0:
                         raise RuntimeError(f"{tree}: survivor {' '.join(words)} exited {code}:\n{out[-3000:]}")
-                    if round_ == 0:  # the warm-up: wheels built, caches filled
+                    if round_ < warm_up:  # the warm-up: wheels built, caches filled
                         continue
                     results[tree].setdefault(label, []).append(first)
                     exits[tree].setdefault(label, []).append(ended)
-            print(f"  round {round_}{' (warm-up)' if round_ == 0 else ''} done", file=sys.stderr, flush=True)
+            print(f"  round {round_}{' (warm-up)' if round_ < warm_up else ''} done", file=sys.stderr, flush=True)
     finally:
         iam.stop()
         gcs.stop()
