@@ -133,7 +133,9 @@ FLOOR_VENV_PACKAGES = ["pyyaml", "requests", "tenacity", "google-crc32c"]
 def floor_venv(floor_python, tmp_path_factory) -> str:
     venv = tmp_path_factory.mktemp("floor-venv")
     subprocess.run([floor_python, "-m", "venv", str(venv)], check=True, timeout=120)
-    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *FLOOR_VENV_PACKAGES],
+    # uv's pip, as CI installs: the same packages for the floor's Python, without pip's own start-up
+    pip = subprocess.run([sys.executable, "-m", "uv", "pip", "install", "-q", "--python", str(venv / "bin" / "python"),
+                          *FLOOR_VENV_PACKAGES],
                          capture_output=True, text=True, timeout=300)
     if pip.returncode != 0:
         pytest.skip(f"cannot install {FLOOR_VENV_PACKAGES} into a Python {FLOOR} venv here: {pip.stderr.strip()[-300:]}")
