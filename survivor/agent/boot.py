@@ -181,6 +181,29 @@ _ENDING_ERRORS = {
 }
 
 
+@dataclass
+class Run:
+    """One attempt's context, from its record (step 3) to its end (step 9): the job, this VM, the
+    job dir and its records, the lease and the attempt, and from step 4 the notice watcher. Every
+    step of the attempt reads what it needs from here rather than from a list of parameters."""
+
+    spec: JobSpec
+    identity: InstanceIdentity
+    storage: JobStorage
+    journal: Journal
+    lease: Lease
+    attempt: Attempt
+    watcher: NoticeWatcher | None = None  # step 4 starts it
+    early: TrainerProcess | None = None  # a built-in trainer started at its gate before the restore
+
+    @property
+    def notices(self) -> NoticeWatcher:
+        """The notice watcher, from step 4 on (the steps that train run only after it started)."""
+        if self.watcher is None:
+            raise RuntimeError("the notice watcher is started at step 4, before any step that trains")
+        return self.watcher
+
+
 def run(options: AgentOptions) -> int:
     """Runs one boot of the agent; returns the process exit code."""
     return Boot(options).run()
@@ -304,6 +327,7 @@ class Boot:
                  state: JobState, lease: Lease, early: TrainerProcess | None) -> int:
         """Steps 3-9: one attempt, recorded in the journal from its start to its end."""
         attempt = journal.begin(identity.name, booted=guest_booted(), zone=identity.zone)
+        run = Run(spec, identity, storage, journal, lease, attempt, early=early)
         self._job_name, self._attempt_number = spec.name, attempt.number
         if spec.notify:  # its threads tell events; nothing of this boot ever waits on them
             self.notifier = Notifier(spec.notify, storage=storage).start()
@@ -313,26 +337,26 @@ class Boot:
                 reason = f"{failed_in_a_row(spec.max_failed_attempts)} without progress" + (
                     f"; last: {last.reason}" if last and last.reason else "")
                 journal.end(attempt, "gave-up", reason=reason)
-                return self._give_up(spec, identity, journal, reason, attempts=attempt.number - 1)
+                return self._give_up(run, reason, attempts=attempt.number - 1)
 
             # 3b. a deadline: can the job still finish on this group's kind of VM? (operator/deadline.py)
-            switching = self._deadline(spec, identity, storage)
+            switching = self._deadline(run)
             if switching is not None:
                 journal.end(attempt, "stopped", reason=f"the group switches to {switching.to_mode}: {switching.reason}")
                 return EXIT_OK  # the group recreates this VM from the other template
 
             # 4. from here on a notice is heard (and one that came during start-up is not forgotten)
             self._booting = False
-            watcher = NoticeWatcher(self.metadata, sources=self._notice_sources(spec, identity, storage)).start()
+            run.watcher = NoticeWatcher(self.metadata, sources=self._notice_sources(run)).start()
             if self.options.early_signals:
-                watcher.fire("signal", self.options.early_signals[0])
+                run.watcher.fire("signal", self.options.early_signals[0])
             try:
-                result = self._train(spec, identity, storage, journal, attempt, lease, watcher, early)
+                result = self._train(run)
             finally:
-                watcher.stop()
+                run.watcher.stop()
 
             # 9. how it ended
-            return self._end(spec, identity, journal, lease, attempt, result)
+            return self._end(run, result)
         except BootInterrupted as exc:
             # before step 4 nothing of this attempt trained: nothing of it can be lost
             self._close(journal, attempt, "stopped", f"{exc} during boot", steps_lost=0)
@@ -345,18 +369,17 @@ class Boot:
             self._close(journal, attempt, "failed", f"the agent failed: {type(exc).__name__}: {str(exc)[:500]}")
             return EXIT_RETRY
 
-    def _train(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage, journal: Journal,
-               attempt: Attempt, lease: Lease, watcher: NoticeWatcher, early: TrainerProcess | None) -> AttemptResult:
+    def _train(self, run: Run) -> AttemptResult:
         """Steps 5-8: restore, launch the trainer, supervise it; what happened, as facts."""
         # 5. a built-in TensorFlow trainer that did not start at step 1 (its GPUs' driver was still
         # being installed) starts now, the driver awaited: it still overlaps the restore
-        if early is None and warm_start(spec.trainer):
-            early = self._start_early(spec, watcher)
+        if run.early is None and warm_start(run.spec.trainer):
+            run.early = self._start_early(run.spec, run.notices)
         try:
-            return self._restore_and_train(spec, identity, storage, journal, attempt, lease, watcher, early)
+            return self._restore_and_train(run)
         finally:
-            if early is not None:
-                early.kill()  # the boot ended before training, or after it (then a no-op)
+            if run.early is not None:
+                run.early.kill()  # the boot ended before training, or after it (then a no-op)
 
     def _start_first(self, spec: JobSpec) -> TrainerProcess | None:
         """Step 1b: a built-in TensorFlow trainer (`warm_start`) started at its gate, unless its GPUs
@@ -388,11 +411,10 @@ class Boot:
                           stop=watcher.noticed if watcher is not None else None, gated=gated,
                           detected_gpus=detected_gpus, trainer_user=self.options.trainer_user)
 
-    def _restore_and_train(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage, journal: Journal,
-                           attempt: Attempt, lease: Lease, watcher: NoticeWatcher,
-                           early: TrainerProcess | None) -> AttemptResult:
+    def _restore_and_train(self, run: Run) -> AttemptResult:
         """Steps 5-8 with the trainer started early, if it was: restore, open its gate (or launch it),
         supervise it."""
+        spec, identity, storage, attempt, lease = run.spec, run.identity, run.storage, run.attempt, run.lease
         self._guest("state", "restoring", force=True)
         store = CheckpointStore(storage, keep=spec.keep, writer=identity.name, max_step=spec.train_steps)
         disk = DiskTier(self.options.state_disk, storage, identity.name, identity.zone) if spec.state_disk_gb else None
@@ -400,32 +422,32 @@ class Boot:
             with self.phase.timed(Timing.STATE_DISK):
                 disk.recover(store, attempt.number, fence=lease.fence)
         try:
-            restored, baseline = self._restore(store, journal, attempt)
+            restored, baseline = self._restore(run, store)
             if disk is not None and disk.settle(store, restored, attempt.number, fence=lease.fence) is not None:
-                restored, baseline = self._restore(store, journal, attempt)  # the disk's snapshot, committed now
+                restored, baseline = self._restore(run, store)  # the disk's snapshot, committed now
         except RestoreFailed as exc:  # never a start from scratch over committed work
             if exc.local:  # the boot disk's reasons are the same on the next boot: they count
                 return AttemptResult(failure=f"restore failed: {exc}")
             log.error("restore failed; a later boot restores the same snapshot", reason=str(exc))
             return AttemptResult(interrupted=f"restore failed: {exc}")
-        if watcher.notice is not None:  # preempted while restoring: nothing new to save, nothing lost
-            return self._safe_after_notice(watcher.notice, AttemptResult(
+        if run.notices.notice is not None:  # preempted while restoring: nothing new to save, nothing lost
+            return self._safe_after_notice(run.notices.notice, AttemptResult(
                 restored_step=restored, reached_step=restored or 0, committed_step=restored))
 
         # 6. the trainer: through its gate if it started early, else now
         try:
-            if early is not None:
-                trainer = early
+            if run.early is not None:
+                trainer = run.early
                 trainer.open_gate()
             else:
-                trainer = self._launch(spec, watcher)
+                trainer = self._launch(spec, run.notices)
         except (DeliveryError, TrainerUserError, OSError) as exc:
             return AttemptResult(failure=f"cannot start the trainer: {exc}", restored_step=restored,
                                  committed_step=restored)
         self._guest("state", "training", force=True)
         self._guest("step", str(restored or 0), force=True)
         try:
-            return self._supervise(spec, store, storage, attempt, lease, watcher, trainer, restored, disk, baseline)
+            return self._supervise(run, store, trainer, restored, disk, baseline)
         except StorageError as exc:
             log.error("the job dir failed while training; systemd restarts the agent", error=str(exc))
             return AttemptResult(interrupted=f"the job dir failed: {exc}", restored_step=restored,
@@ -433,18 +455,18 @@ class Boot:
         finally:
             trainer.kill()  # whatever happened, nothing of this attempt's trainer outlives it
 
-    def _supervise(self, spec: JobSpec, store: CheckpointStore, storage: JobStorage, attempt: Attempt,
-                   lease: Lease, watcher: NoticeWatcher, trainer: TrainerProcess,
+    def _supervise(self, run: Run, store: CheckpointStore, trainer: TrainerProcess,
                    restored: int | None, disk: DiskTier | None, baseline: frozenset) -> AttemptResult:
         """Steps 7-8: mirror while it trains; on a notice, save; once the trainer is gone, the final commit.
         `baseline`: the restored files' fingerprint, from the restore's manifest (never a scan made
         while the trainer already writes)."""
+        spec, storage, attempt, lease, watcher = run.spec, run.storage, run.attempt, run.lease, run.notices
         mirror = Mirror(store, storage, local_job_dir(self.options.workdir), attempt.number, spec.sync_seconds,
                         restored, self._committed, fence=lease.fence, disk=disk,
                         naming=checkpoint_naming(spec.checkpoint_pattern) if spec.checkpoint_pattern else None,
                         ).start(restored=baseline)
         with self.phase.timed(Timing.TRAIN):
-            code = self._train_until_end(spec, trainer, mirror, watcher, lease, restored)
+            code = self._train_until_end(run, trainer, mirror, restored)
         if lease.lost.is_set():  # another agent writes now: stop at once, commit nothing more
             trainer.kill()
             mirror.stop()
@@ -492,11 +514,11 @@ class Boot:
         except StorageError as exc:
             log.warning("could not mark the earlier attempt's loss unknown", error=str(exc))
 
-    def _train_until_end(self, spec: JobSpec, trainer: TrainerProcess, mirror: Mirror, watcher: NoticeWatcher,
-                         lease: Lease, restored: int | None) -> int | None:
+    def _train_until_end(self, run: Run, trainer: TrainerProcess, mirror: Mirror, restored: int | None) -> int | None:
         """Step 7: waits until the trainer exits (returns its code), a notice comes or the lease is
         lost (returns None unless the trainer exited too); runs a maintenance notice's save meanwhile.
         Times the trainer's start to its first new step (`first_step`): the ledger's trainer start."""
+        spec, lease, watcher = run.spec, run.lease, run.notices
         maintenance: MaintenanceSave | None = None
         began = time.monotonic()
         while not lease.lost.is_set():
@@ -569,10 +591,10 @@ class Boot:
         self.phase.seconds[Timing.TRAINER_SAVE] = round(time.monotonic() - notice.monotonic, 3)
         return code, ignored
 
-    def _end(self, spec: JobSpec, identity: InstanceIdentity, journal: Journal, lease: Lease, attempt: Attempt,
-             result: AttemptResult) -> int:
+    def _end(self, run: Run, result: AttemptResult) -> int:
         """Step 9, the one ending path: records the attempt, then DONE, FAILED or nothing, as
         `decide_ending` says; returns the exit code."""
+        spec, journal, attempt = run.spec, run.journal, run.attempt
         ending = decide_ending(result)
         if ending.outcome in _ENDING_ERRORS:
             log.error(_ENDING_ERRORS[ending.outcome], reason=ending.reason)
@@ -584,14 +606,14 @@ class Boot:
                                 steps_lost=attempt_steps_lost(result),
                                 notice=result.notice_source, timings=self.phase.seconds)
             if ending.done:
-                return self._done(spec, identity, journal, lease, result.committed_step)
+                return self._done(run, result.committed_step)
             if result.notice_source == "budget":  # saved and committed: the job stops at its budget
-                return self._stopped_at_budget(spec, identity, journal, result.committed_step)
+                return self._stopped_at_budget(run, result.committed_step)
             if ending.counts:
                 attempts = journal.attempts()
                 if should_give_up(attempts, spec.max_failed_attempts):
                     why = f"{failed_in_a_row(spec.max_failed_attempts)} without progress; last: {ending.reason}"
-                    return self._give_up(spec, identity, journal, why, attempts=len(attempts))
+                    return self._give_up(run, why, attempts=len(attempts))
         except StorageError as exc:  # the log has it all; DONE not written means another boot
             log.warning("could not record the attempt's end", error=str(exc))
             return EXIT_RETRY if ending.done else ending.exit_code
@@ -600,7 +622,7 @@ class Boot:
 
     # -- the steps' parts -------------------------------------------------------------------------
 
-    def _deadline(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage):
+    def _deadline(self, run: Run):
         """Step 3b: the deadline policy at this boot (a VM is about to train: `running`). Logs the
         decision; when it says switch, asks the group to (this VM's service account needs
         compute.instanceGroupManagers.update) and returns the Switch; else None. Never fatal."""
@@ -608,6 +630,7 @@ class Boot:
         from survivor.jobdir import claims
         from survivor.operator import deadline, group
 
+        spec, identity, storage = run.spec, run.identity, run.storage
         if spec.deadline is None:
             return None
         try:
@@ -737,11 +760,11 @@ class Boot:
             self.metadata = None
         return InstanceIdentity(project=None, zone="local", name=socket.gethostname())
 
-    def _restore(self, store: CheckpointStore, journal: Journal,
-                 attempt: Attempt) -> tuple[int | None, frozenset[tuple[str, int, str]]]:
+    def _restore(self, run: Run, store: CheckpointStore) -> tuple[int | None, frozenset[tuple[str, int, str]]]:
         """Step 5: the newest committed snapshot that verifies, into the local job dir; returns its
         step (None: nothing committed, a start from scratch) and its files' fingerprint (path, size,
         CRC32C, as `Snapshot.fingerprint`). Raises RestoreFailed."""
+        journal, attempt = run.journal, run.attempt
         with self.phase.timed(Timing.RESTORE):
             # the last few attempts say whether the trainer failed on the newest snapshot (a streak is short)
             recent = [a for a in journal.attempts(newest=12) if a.number != attempt.number]
@@ -795,9 +818,9 @@ class Boot:
                 pass
         return notice.outcome
 
-    def _done(self, spec: JobSpec, identity: InstanceIdentity, journal: Journal, lease: Lease,
-              committed: int | None) -> int:
+    def _done(self, run: Run, committed: int | None) -> int:
         """Writes DONE with the job's summary (only while this agent holds the lease), then finishes."""
+        spec, identity, journal, lease = run.spec, run.identity, run.journal, run.lease
         state = journal.state()
         summary = {
             "step": committed,
@@ -816,19 +839,18 @@ class Boot:
             log.info("training finished; DONE written", **summary)
         else:
             log.warning("DONE was already written by another writer")
-        self._tell(lambda: self._done_event(spec, identity, journal))  # built in the notifier's thread
+        self._tell(lambda: self._done_event(run))  # built in the notifier's thread
         self._guest("state", "done", force=True)
         self._guest("step", str(committed or 0), force=True)
         return self._finish(spec, identity, "done")
 
-    def _give_up(self, spec: JobSpec, identity: InstanceIdentity, journal: Journal, reason: str,
-                 attempts: int) -> int:
+    def _give_up(self, run: Run, reason: str, attempts: int) -> int:
         """Writes FAILED (too many attempts in a row failed without progress), then finishes."""
         log.error("giving up", reason=reason)
-        journal.mark_failed(reason, attempts=attempts)
-        self._tell(job_events.failed(spec.name, reason=reason, committed_step=None, time=_now_text()))
+        run.journal.mark_failed(reason, attempts=attempts)
+        self._tell(job_events.failed(run.spec.name, reason=reason, committed_step=None, time=_now_text()))
         self._guest("state", "failed", force=True)
-        return self._finish(spec, identity, "failed")
+        return self._finish(run.spec, run.identity, "failed")
 
     def _finish(self, spec: JobSpec, identity: InstanceIdentity, why: str, on_error: int = EXIT_RETRY,
                 action: str | None = None) -> int:
@@ -859,15 +881,15 @@ class Boot:
 
     # -- the budget (survivor/agent/spending.py, survivor/operator/budget.py) -----------------------
 
-    def _notice_sources(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage) -> list:
+    def _notice_sources(self, run: Run) -> list:
         """Step 4's notice sources: the usual ones, and the budget's for a job with one."""
         from survivor.agent.notice import default_sources
 
         sources: list = default_sources(self.metadata)
-        if spec.budget is not None or self._budget_raised:
+        if run.spec.budget is not None or self._budget_raised:
             from survivor.agent.spending import BudgetSource
 
-            self._budget_source = BudgetSource(spec, storage, zone=identity.zone)
+            self._budget_source = BudgetSource(run.spec, run.storage, zone=run.identity.zone)
             sources.append(self._budget_source)
         return sources
 
@@ -896,13 +918,13 @@ class Boot:
         self._guest("state", "budget-stopped", force=True)
         return True
 
-    def _stopped_at_budget(self, spec: JobSpec, identity: InstanceIdentity, journal: Journal,
-                           committed: int | None) -> int:
+    def _stopped_at_budget(self, run: Run, committed: int | None) -> int:
         """The end of an attempt the budget stopped, its checkpoint committed: the stop recorded and
         told, and the VM leaves its group (kept at size 0 until `survivor start --budget`)."""
         from survivor.jobdir import spending
         from survivor.operator.budget import budget_standing
 
+        spec, identity, journal = run.spec, run.identity, run.journal
         try:
             standing = budget_standing(spec, journal.storage, zone=identity.zone)
             stopped = spending.mark_stopped(  # the committed step is this agent's to say, after its commit
@@ -940,13 +962,13 @@ class Boot:
                             if e.facts.get("attempt") != number])
         self._tell(lambda: [e for e in attempt_events(name, attempt, previous) if e.kind == "resumed"] or None)
 
-    def _done_event(self, spec: JobSpec, identity: InstanceIdentity, journal: Journal):
+    def _done_event(self, run: Run):
         """DONE's event with the job's figures and cost, as `survivor report` prices them (offline)."""
         from survivor.jobdir.status import read_job
         from survivor.operator.notices import priced_done
 
-        return priced_done(spec, read_job(journal.storage.url, storage=journal.storage, train_steps=spec.train_steps),
-                           zone=identity.zone)
+        return priced_done(run.spec, read_job(run.storage.url, storage=run.storage, train_steps=run.spec.train_steps),
+                           zone=run.identity.zone)
 
     # -- a boot that cannot go on -----------------------------------------------------------------
 
