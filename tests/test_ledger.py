@@ -178,3 +178,11 @@ def test_an_attempt_in_year_9999_or_with_an_endless_timing_is_skipped_not_an_ove
     endless = attempt(1, 0, 10, 100, "finished", end_step=10, reached=10, first_step=1e308, train=1e308)
     ledger = build_ledger([endless], now=T0 + _dt.timedelta(seconds=100), done_at=T0 + _dt.timedelta(seconds=100))
     assert ledger.wall_seconds == 100
+
+
+def test_the_cause_table_holds_every_typed_cause_once_in_its_order():
+    from typing import get_args
+
+    from survivor.jobdir.ledger import CAUSES, CauseName
+
+    assert CAUSES == get_args(CauseName)

@@ -21,3 +21,29 @@ def test_mypy_finds_nothing():
     findings = [line for line in done.stdout.splitlines() if ": error:" in line]
     clean = done.returncode == 0 and not findings
     assert clean, "\n".join(findings[:100]) or done.stdout[-4000:] + done.stderr[-2000:]
+
+
+MISSPELLED = '''
+from survivor.agent.notice import Notice
+from survivor.jobdir.journal import Attempt, Journal
+from survivor.jobdir.ledger import Span
+
+
+def close(journal: Journal, attempt: Attempt, span: Span, notice: Notice) -> bool:
+    journal.end(attempt, "preemted")
+    return attempt.outcome == "gaveup" or span.cause == "reworked" or notice.source == "sigterm"
+'''
+
+
+@pytest.mark.slow
+def test_a_misspelled_outcome_cause_or_notice_source_fails_mypy(tmp_path):
+    """The records' vocabulary is typed (Literal types, with `strict_equality`): each misspelling
+    below is a finding, where a plain string passed everything but the VM."""
+    snippet = tmp_path / "misspelled.py"
+    snippet.write_text(MISSPELLED)
+    mypy = os.path.join(os.path.dirname(sys.executable), "mypy")
+    done = subprocess.run([mypy, "--python-executable", sys.executable, str(snippet)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    findings = [line for line in done.stdout.splitlines() if ": error:" in line]
+    for word in ("preemted", "gaveup", "reworked", "sigterm"):
+        assert any(word in line for line in findings), (word, done.stdout[-3000:])

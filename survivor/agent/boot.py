@@ -61,7 +61,8 @@ from survivor.agent.trainer import (TrainerProcess, TrainerUserError, launch, lo
                                     read_progress, read_saved, save_signal, warm_start)
 from survivor.cloud.metadata import InstanceIdentity, MetadataClient, MetadataError
 from survivor.jobdir.disk_tier import DiskTier, state_disk_dir
-from survivor.jobdir.journal import Attempt, Journal, JobState, should_give_up, snapshot_to_pass_over, Timing
+from survivor.jobdir.journal import (Attempt, Journal, JobState, Outcome, should_give_up, snapshot_to_pass_over,
+                                     Timing)
 from survivor.jobdir.journal import now as _now_text
 from survivor.jobdir.lease import Holder, Lease, LeaseHeld, LeaseLost
 from survivor.jobdir.storage import JobStorage, StorageError, open_storage
@@ -807,7 +808,7 @@ class Boot:
                                    steps_lost=attempt_steps_lost(result), seconds=total, time=_now_text()))
         return dataclasses.replace(result, notice=self._classify(notice), notice_source=notice.source)
 
-    def _classify(self, notice: Notice) -> str:
+    def _classify(self, notice: Notice) -> Outcome:
         """The outcome a notice leads to. A SIGTERM that beat the metadata watcher to a preemption
         is still a preemption."""
         if notice.source == "signal" and self.metadata is not None:
@@ -983,7 +984,7 @@ class Boot:
         log.warning("stopped during boot; nothing was training, so nothing to save", signal=name)
         return EXIT_OK
 
-    def _close(self, journal: Journal, attempt: Attempt, outcome: str, reason: str, **fields: Any) -> None:
+    def _close(self, journal: Journal, attempt: Attempt, outcome: Outcome, reason: str, **fields: Any) -> None:
         """Closes the attempt if nothing else did: an open one reads as a killed agent, which the
         crash-loop guard cannot count."""
         if attempt.outcome is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from survivor.jobdir.journal import TRAINER_FAILED, steps_lost
+from survivor.jobdir.journal import TRAINER_FAILED, Outcome, steps_lost
 
 from survivor.jobdir.ledger import UNSAVED
 
@@ -67,7 +67,7 @@ class AttemptResult:
     """
 
     trainer_code: int | None = None
-    notice: str | None = None
+    notice: Outcome | None = None
     lease_lost: bool = False
     failure: str = ""
     interrupted: str = ""
@@ -96,7 +96,7 @@ class Ending:
         counts: a failure that counts toward `max_failed_attempts`: FAILED once too many in a row.
     """
 
-    outcome: str
+    outcome: Outcome
     exit_code: int
     reason: str = ""
     done: bool = False

@@ -34,24 +34,30 @@ import threading
 import time
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Literal, Protocol
 
 from survivor import log as logs
 from survivor import retry
-from survivor.cloud.metadata import WATCHED_KEYS, MetadataClient, notice_from_metadata
+from survivor.cloud.metadata import WATCHED_KEYS, MetadataClient, MetadataNotice, notice_from_metadata
+from survivor.jobdir.journal import Outcome
 
 log = logs.get("notice")
 
-#: What a notice source calls: fire(source, detail), source being "preempted", "signal", "maintenance" or
-#: "budget" (the job at its budget: survivor/agent/spending.py).
-Fire = Callable[[str, str], None]
+#: Where a notice came from: the metadata server's "preempted" or "maintenance", a SIGTERM/SIGINT
+#: ("signal"), or the job at its budget ("budget": survivor/agent/spending.py).
+Source = Literal[MetadataNotice, "signal", "budget"]
+#: The sources that stop the job rather than preempt it.
+STOPPING: tuple[Source, ...] = ("signal", "budget")
+
+#: What a notice source calls: fire(source, detail).
+Fire = Callable[[Source, str], None]
 
 
 @dataclass(frozen=True)
 class Notice:
     """The VM is going away: why, and when the agent heard (monotonic and wall clock)."""
 
-    source: str  # "preempted" | "signal" | "budget" (going now) | "maintenance" (going later: save, keep training)
+    source: Source  # "preempted" | "signal" | "budget" (going now) | "maintenance" (going later: save, keep training)
     detail: str
     monotonic: float
     wall: float
@@ -62,9 +68,9 @@ class Notice:
         return self.source != "maintenance"
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> Outcome:
         """The attempt outcome this notice leads to."""
-        return "stopped" if self.source in ("signal", "budget") else "preempted"
+        return "stopped" if self.source in STOPPING else "preempted"
 
 
 class NoticeSource(Protocol):
@@ -177,7 +183,7 @@ class NoticeWatcher:
         """The first notice that the VM goes now, or None yet."""
         return self._notice
 
-    def fire(self, source: str, detail: str) -> None:
+    def fire(self, source: Source, detail: str) -> None:
         """Records the notice (the first one wins) and wakes every waiter. A "maintenance" notice is
         queued for `take_maintenance()` and wakes no one."""
         if source == "maintenance":

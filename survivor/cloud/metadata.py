@@ -25,7 +25,7 @@ import json
 import os
 import socket
 import time
-from typing import Any, cast
+from typing import Any, Literal, cast
 from urllib.parse import urlencode
 
 from survivor import retry
@@ -257,7 +257,11 @@ class InstanceIdentity:
 WATCHED_KEYS = ("instance/preempted", "instance/maintenance-event")
 
 
-def notice_from_metadata(key: str, value: str) -> str | None:
+#: The notices the metadata server gives: a Spot preemption, or a maintenance event that will stop the VM.
+MetadataNotice = Literal["preempted", "maintenance"]
+
+
+def notice_from_metadata(key: str, value: str) -> MetadataNotice | None:
     """Pure decision: the notice source a metadata value means, or None for "keep training"."""
     value = value.strip().upper()
     if key == "instance/preempted" and value == "TRUE":

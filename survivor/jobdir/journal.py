@@ -18,7 +18,7 @@ import datetime as _dt
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from survivor import log as logs
 from survivor.jobdir.storage import JobStorage, PreconditionFailed, parse_json
@@ -35,7 +35,11 @@ log = logs.get("journal")
 #: `failed` means the trainer or setup failed (the boot disk too: it is the same on the next boot);
 #: `gave-up` wrote FAILED; `interrupted` means the job dir or the network failed, which the next
 #: boot may not meet (it neither counts toward giving up nor ends a streak).
-OUTCOMES = ("finished", "preempted", "stopped", "failed", "gave-up", "superseded", "interrupted")
+Outcome = Literal["finished", "preempted", "stopped", "failed", "gave-up", "superseded", "interrupted"]
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
+#: The outcomes that came with a notice (a preemption, a stop, the budget): what "steps lost per
+#: preemption" counts.
+NOTICED: tuple[Outcome, ...] = ("preempted", "stopped")
 
 #: The highest attempt number read: a record claiming more is not one survivor wrote.
 MAX_ATTEMPT = 10**9
@@ -77,7 +81,7 @@ class Attempt:
     started: str
     restored_step: int | None = None
     ended: str | None = None
-    outcome: str | None = None
+    outcome: Outcome | None = None
     reason: str = ""
     end_step: int | None = None  # the newest committed step when the attempt ended
     reached_step: int | None = None  # the furthest step the trainer reported
@@ -177,7 +181,7 @@ class JobState:
     @property
     def preemptions(self) -> int:
         """How many attempts ended on a notice (preempted or stopped)."""
-        return sum(1 for a in self.attempts if a.outcome in ("preempted", "stopped"))
+        return sum(1 for a in self.attempts if a.outcome in NOTICED)
 
     @property
     def steps_lost(self) -> int:
@@ -351,7 +355,7 @@ class Journal:
         """Rewrites an attempt's record (after restore, or at its end)."""
         self.storage.write(attempt.name, _dump(asdict(attempt)))
 
-    def end(self, attempt: Attempt, outcome: str, **fields: Any) -> None:
+    def end(self, attempt: Attempt, outcome: Outcome, **fields: Any) -> None:
         """Closes an attempt with its outcome and figures."""
         if outcome not in OUTCOMES:
             raise ValueError(f"unknown outcome {outcome!r}")

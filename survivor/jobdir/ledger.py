@@ -46,19 +46,24 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Literal, Sequence
 
 from survivor import log as logs
 from survivor.jobdir.fields import TIME_RANGE
-from survivor.jobdir.journal import Attempt, Timing
+from survivor.jobdir.journal import NOTICED, Attempt, Timing
 from survivor.jobdir.switches import MODES, Switch, parse_time, record_time
+
+#: The causes' names, in the order a timeline shows them (`TABLE`): a span's cause is one of them.
+CauseName = Literal["capacity", "vm_boot", "restore", "trainer_start", "productive", "rework", "checkpoint",
+                    "failed", "other"]
+
 
 @dataclass(frozen=True)
 class Cause:
     """One cause of a job's wall time: its name in records, what people read, its bucket in
     ml-goodput-measurement's `BadputType` (None: goodput) and its colour in the report's timeline."""
 
-    name: str
+    name: CauseName
     label: str
     google_term: str | None
     colour: str
@@ -81,7 +86,7 @@ TABLE = (
 #: A cause by its name.
 CAUSE = {cause.name: cause for cause in TABLE}
 #: The causes' names, in the table's order.
-CAUSES = tuple(CAUSE)
+CAUSES: tuple[CauseName, ...] = tuple(cause.name for cause in TABLE)
 
 #: How an attempt's reason begins when its trainer did not save on the notice (survivor/agent/ending.py
 #: writes it): its checkpoint stall was the agent waiting for a save that never came.
@@ -90,8 +95,6 @@ UNSAVED = "the trainer did not save on the notice"
 #: The provisioning modes; a job starts on Spot (survivor's groups start from a Spot template).
 SPOT, ON_DEMAND, FLEX_START = MODES
 
-#: Outcomes that came with a notice: the VM was taken, the attempt did not fail.
-NOTICE_OUTCOMES = ("preempted", "stopped")
 #: No record survivor wrote is dated before this: an earlier time is a VM clock that was never set
 #: (the records' reader refuses one: survivor/jobdir/fields.py).
 EARLIEST = TIME_RANGE[0]
@@ -107,7 +110,7 @@ class Span:
 
     start: _dt.datetime
     end: _dt.datetime
-    cause: str
+    cause: CauseName
     attempt: int = 0
 
     @property
@@ -140,7 +143,7 @@ class Ledger:
         """From the job's start to its end (or now)."""
         return (self.end - self.start).total_seconds()
 
-    def seconds_by_cause(self) -> dict[str, float]:
+    def seconds_by_cause(self) -> dict[CauseName, float]:
         """Seconds per cause, every cause present (0.0 when it never happened)."""
         out = dict.fromkeys(CAUSES, 0.0)
         for span in self.spans:
@@ -245,7 +248,7 @@ def build_ledger(attempts: list[Attempt], *, now: _dt.datetime, done_at: _dt.dat
     cursor = start
     spans: list[Span] = []
 
-    def add(until: _dt.datetime, cause: str, attempt: int) -> None:
+    def add(until: _dt.datetime, cause: CauseName, attempt: int) -> None:
         nonlocal cursor
         until = max(until, cursor)  # clocks of different VMs may disagree: never run backwards
         if until > cursor:
@@ -268,7 +271,7 @@ def build_ledger(attempts: list[Attempt], *, now: _dt.datetime, done_at: _dt.dat
         elif ended is None:  # killed without a record of its end: lost until the next boot
             ended = parse_time(following.booted) or parse_time(following.started) if following else done_at
             add(ended or cursor, "failed", attempt.number)
-        elif attempt.made_progress or attempt.outcome in NOTICE_OUTCOMES or attempt.outcome == "finished":
+        elif attempt.made_progress or attempt.outcome in NOTICED or attempt.outcome == "finished":
             _attempt_spans(attempt, ended, add, running=False)
         else:
             add(ended, "failed", attempt.number)
@@ -296,7 +299,7 @@ def _attempt_spans(attempt: Attempt, ended: _dt.datetime, add, *, running: bool)
     number = attempt.number
     cursor = record_time(attempt.started)  # `plausible` kept only attempts whose start parses
 
-    def phase(seconds: float, cause: str) -> None:
+    def phase(seconds: float, cause: CauseName) -> None:
         nonlocal cursor
         # compared before adding: a huge timing must stop at the attempt's end, not overflow the date
         left = (ended - cursor).total_seconds()

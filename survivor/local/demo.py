@@ -28,7 +28,7 @@ from typing import Callable
 
 import yaml
 
-from survivor.jobdir.journal import Journal, Timing
+from survivor.jobdir.journal import NOTICED, Journal, Timing
 from survivor.jobdir.storage import open_storage
 from survivor.spec import SpecError
 
@@ -279,7 +279,7 @@ def run(options: DemoOptions) -> bool:
                       str(a.steps_lost), a.outcome or "-", f"{t.get('restore', 0):.2f}s", f"{t.get('train', 0):.1f}s",
                       f"{t[Timing.NOTICE_TO_SAFE]:.2f}s" if Timing.NOTICE_TO_SAFE in t else "-")
     console.print(table)
-    preempted = [a for a in state.attempts if a.outcome in ("preempted", "stopped")]
+    preempted = [a for a in state.attempts if a.outcome in NOTICED]
     lost = [a.steps_lost or 0 for a in preempted]
     done = state.done or {}
     console.print(

@@ -42,8 +42,8 @@ from typing import IO, Callable
 import yaml
 
 from survivor.agent.ending import EXIT_BAD_SPEC
-from survivor.jobdir.journal import Attempt, Journal, JobState, Timing
-from survivor.jobdir.ledger import CAUSE, build_ledger
+from survivor.jobdir.journal import NOTICED, Attempt, Journal, JobState, Timing
+from survivor.jobdir.ledger import CAUSE, CauseName, build_ledger
 from survivor.jobdir.storage import open_storage
 from survivor.spec import MAX_SPEC_BYTES, SpecError
 
@@ -270,10 +270,10 @@ def _boot_over(run: Run, vm) -> None:
         run.strays[vm.boots] = strays
 
 
-def badput_by_boot(attempts: list[Attempt], now: _dt.datetime, done_at: _dt.datetime | None) -> dict[int, dict[str, float]]:
+def badput_by_boot(attempts: list[Attempt], now: _dt.datetime, done_at: _dt.datetime | None) -> dict[int, dict[CauseName, float]]:
     """Pure: each boot's seconds that were not productive training, by the ledger's causes."""
     ledger = build_ledger(attempts, now=now, done_at=done_at)
-    out: dict[int, dict[str, float]] = {}
+    out: dict[int, dict[CauseName, float]] = {}
     for span in ledger.spans:
         if span.attempt and span.cause != "productive" and span.seconds > 0:
             causes = out.setdefault(span.attempt, {})
@@ -291,7 +291,7 @@ def findings(run: Run, straight: Run | None, compared: "Comparison | None", step
     if run.timed_out:
         return [Finding("ends within --timeout", FAIL, f"the run had not ended after --timeout ({len(attempts)} "
                         "boots): nothing can be judged; give it more time, or fewer --steps")]
-    noticed = next((a for a in attempts if a.outcome in ("preempted", "stopped")), None)
+    noticed = next((a for a in attempts if a.outcome in NOTICED), None)
     after = [a for a in attempts if noticed is not None and a.number > noticed.number]
     contract = "docs/trainer-contract.md"
 
@@ -507,7 +507,7 @@ class Verdict:
     """What `run_check` found: the checks, each boot's badput, and the two runs."""
 
     findings: list[Finding]
-    badput: dict[int, dict[str, float]]
+    badput: dict[int, dict[CauseName, float]]
     preempted: Run
     straight: Run | None
     root: str

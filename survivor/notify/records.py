@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import datetime as _dt
 
-from survivor.jobdir.journal import Attempt, Timing
-from survivor.jobdir.ledger import NOTICE_OUTCOMES
+from survivor.jobdir.journal import NOTICED, Attempt, Timing
 from survivor.jobdir.status import JobView
 from survivor.jobdir.switches import parse_time
 from survivor.notify import events
@@ -47,7 +46,7 @@ def attempt_events(job: str, attempt: Attempt, previous: Attempt | None) -> list
         out.append(events.resumed(job, attempt=attempt.number, step=attempt.restored_step,
                                   without_vm_seconds=without_vm_seconds(previous, attempt), restore_seconds=restore,
                                   time=_shifted(attempt.started, restore or 0.0)))
-    if attempt.notice and attempt.outcome in NOTICE_OUTCOMES:
+    if attempt.notice and attempt.outcome in NOTICED:
         seconds = attempt.timings.get(Timing.NOTICE_TO_SAFE)
         out.append(events.notice(job, attempt=attempt.number, step=attempt.reached_step, source=attempt.notice,
                                  time=_shifted(attempt.ended, -(seconds or 0.0))))

@@ -43,8 +43,8 @@ from typing import Any
 from survivor.cloud import locations
 from survivor.cloud.catalog import Machine, Prices, hourly_prices
 from survivor.cloud.pricing import money
-from survivor.jobdir.journal import Attempt
-from survivor.jobdir.ledger import CAUSE, CAUSES, FLEX_START, ON_DEMAND, SPOT, UNSAVED, Ledger, parse_time
+from survivor.jobdir.journal import NOTICED, Attempt
+from survivor.jobdir.ledger import CAUSE, CAUSES, FLEX_START, CauseName, ON_DEMAND, SPOT, UNSAVED, Ledger, parse_time
 from survivor.jobdir.moves import Move
 from survivor.jobdir.status import JobView
 from survivor.jobdir.storage import JobStorage, open_storage
@@ -144,7 +144,7 @@ class JobReport:
     wall_hours: float
     vm_hours: float
     goodput: float | None
-    badput_seconds: dict[str, float]
+    badput_seconds: dict[CauseName, float]
     seconds_per_step: float | None
     prices: Prices | None
     cost_so_far: dict[str, float | None] = field(default_factory=dict)
@@ -491,7 +491,7 @@ def draw_timeline(report: JobReport, path: str) -> str:
         if ledger.modes.get(number) == ON_DEMAND:  # the same causes, but billed at the on-demand price
             top.broken_barh([(hours(start), (end - start).total_seconds() / 3600)], (0, 1), facecolors="none",
                             edgecolor="#54278f", hatch="//", linewidth=0)
-        if outcome in ("preempted", "stopped"):
+        if outcome in NOTICED:
             top.axvline(hours(end), color="#de2d26", linewidth=1.2, linestyle="--")
     for switch in ledger.switches:
         when = parse_time(switch.time)

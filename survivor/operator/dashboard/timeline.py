@@ -17,8 +17,8 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass
 
-from survivor.jobdir.journal import restored_text
-from survivor.jobdir.ledger import CAUSE, FLEX_START, NOTICE_OUTCOMES, ON_DEMAND, Ledger, parse_time
+from survivor.jobdir.journal import NOTICED, restored_text
+from survivor.jobdir.ledger import CAUSE, FLEX_START, ON_DEMAND, Ledger, parse_time
 from survivor.jobdir.status import JobView
 
 #: The drawing's width in its own units (the SVG's viewBox); the browser scales it to the page.
@@ -83,7 +83,7 @@ def _notice_times(ledger: Ledger) -> dict[int, _dt.datetime]:
     """Pure: for each boot that ended on a notice, when its checkpoint stall began (else its end)."""
     out = {}
     for number, _, end, outcome in ledger.boots:
-        if outcome in NOTICE_OUTCOMES:
+        if outcome in NOTICED:
             stall = next((s.start for s in ledger.spans if s.attempt == number and s.cause == "checkpoint"), None)
             out[number] = stall or end
     return out
