@@ -43,7 +43,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, Literal, cast
 
 from survivor import log as logs
 from survivor import retry
@@ -182,6 +182,11 @@ _ENDING_ERRORS = {
 }
 
 
+#: What the VM is doing, in its `state` guest attribute (`survivor status` shows it beside the VM).
+GuestState = Literal["restoring", "training", "saving", "stopped", "retrying", "done", "failed", "moved",
+                     "budget-stopped"]
+
+
 @dataclass
 class Run:
     """One attempt's context, from its record (step 3) to its end (step 9): the job, this VM, the
@@ -285,11 +290,11 @@ class Boot:
             return self._job_dir_refused(spec, identity, journal, exc)
         if state.done is not None:
             log.info("the job dir says DONE; not training again", step=state.done.get("step"))
-            self._guest("state", "done", force=True)
+            self._state("done")
             return self._finish(spec, identity, "done")
         if state.failed is not None:
             log.error("the job dir says FAILED; not training again", reason=state.failed.get("reason"))
-            self._guest("state", "failed", force=True)
+            self._state("failed")
             return self._finish(spec, identity, "failed")
         # 2a. a job stopped at its budget (or past it) waits for `survivor start --budget`, without a VM
         if self._at_budget(spec, identity, storage):
@@ -416,7 +421,7 @@ class Boot:
         """Steps 5-8 with the trainer started early, if it was: restore, open its gate (or launch it),
         supervise it."""
         spec, identity, storage, attempt, lease = run.spec, run.identity, run.storage, run.attempt, run.lease
-        self._guest("state", "restoring", force=True)
+        self._state("restoring")
         store = CheckpointStore(storage, keep=spec.keep, writer=identity.name, max_step=spec.train_steps)
         disk = DiskTier(self.options.state_disk, storage, identity.name, identity.zone) if spec.state_disk_gb else None
         if disk is not None:
@@ -445,7 +450,7 @@ class Boot:
         except (DeliveryError, TrainerUserError, OSError) as exc:
             return AttemptResult(failure=f"cannot start the trainer: {exc}", restored_step=restored,
                                  committed_step=restored)
-        self._guest("state", "training", force=True)
+        self._state("training")
         self._guest("step", str(restored or 0), force=True)
         try:
             return self._supervise(run, store, trainer, restored, disk, baseline)
@@ -541,12 +546,12 @@ class Boot:
                 return code
             warning = watcher.take_maintenance()
             if warning is not None and maintenance is None:
-                self._guest("state", "saving", force=True)
+                self._state("saving")
                 maintenance = MaintenanceSave(warning, mirror.committed_step, save_signal(spec.trainer),
                                               time.monotonic() + MAINTENANCE_SAVE_SECONDS)
             if maintenance is not None and maintenance.step(trainer, mirror, read_progress(self.progress_file)):
                 maintenance = None
-                self._guest("state", "training", force=True)
+                self._state("training")
         return None
 
     def _save_on_notice(self, notice: Notice, trainer: TrainerProcess, mirror: Mirror,
@@ -562,7 +567,7 @@ class Boot:
         ignored = None
         trainer.terminate()
         mirror.after_notice(deadline=budget.commit_deadline(notice.monotonic))
-        self._guest("state", "saving", force=True)
+        self._state("saving")
         deadline = budget.trainer_deadline(notice.monotonic)
         code, woken = None, None
         while code is None:
@@ -618,7 +623,7 @@ class Boot:
         except StorageError as exc:  # the log has it all; DONE not written means another boot
             log.warning("could not record the attempt's end", error=str(exc))
             return EXIT_RETRY if ending.done else ending.exit_code
-        self._guest("state", "stopped" if ending.exit_code == EXIT_OK else "retrying", force=True)
+        self._state("stopped" if ending.exit_code == EXIT_OK else "retrying")
         return ending.exit_code
 
     # -- the steps' parts -------------------------------------------------------------------------
@@ -694,7 +699,7 @@ class Boot:
                 return False
             log.warning(f"this boot moved the job and ends without training: {record.reason}",
                         from_place=record.from_place, to_place=record.to_place)
-            self._guest("state", "moved", force=True)
+            self._state("moved")
             return True
         except Exception as exc:  # the next boot decides again; training goes on meanwhile
             log.warning("placement at boot not acted on", error=f"{type(exc).__name__}: {exc}")
@@ -721,7 +726,7 @@ class Boot:
             return ""
         log.warning("the job's records moved its group away from this VM's: leaving it without training",
                     group_place=placement.place_of(ref), job_place=recorded[-1].to_place)
-        self._guest("state", "moved", force=True)
+        self._state("moved")
         # a move cut after its record (this VM's agent made it, and was preempted) has no group where
         # it went yet, and a job without a deployed watch would then have no VM at all: the records are
         # carried out first (`placement.complete_moves`: the new group made, this one deleted)
@@ -841,7 +846,7 @@ class Boot:
         else:
             log.warning("DONE was already written by another writer")
         self._tell(lambda: self._done_event(run))  # built in the notifier's thread
-        self._guest("state", "done", force=True)
+        self._state("done")
         self._guest("step", str(committed or 0), force=True)
         return self._finish(spec, identity, "done")
 
@@ -850,7 +855,7 @@ class Boot:
         log.error("giving up", reason=reason)
         run.journal.mark_failed(reason, attempts=attempts)
         self._tell(job_events.failed(run.spec.name, reason=reason, committed_step=None, time=_now_text()))
-        self._guest("state", "failed", force=True)
+        self._state("failed")
         return self._finish(run.spec, run.identity, "failed")
 
     def _finish(self, spec: JobSpec, identity: InstanceIdentity, why: str, on_error: int = EXIT_RETRY,
@@ -916,7 +921,7 @@ class Boot:
             return False
         log.warning("the job is stopped at its budget: not training; `survivor start JOB --budget USD` resumes it",
                     spent_usd=stopped.get("spent_usd"), budget_usd=stopped.get("budget_usd"), step=stopped.get("step"))
-        self._guest("state", "budget-stopped", force=True)
+        self._state("budget-stopped")
         return True
 
     def _stopped_at_budget(self, run: Run, committed: int | None) -> int:
@@ -940,7 +945,7 @@ class Boot:
         if spent is not None and budget is not None:
             self._tell(job_events.budget_stopped(spec.name, spent=spent, budget=budget, committed_step=committed,
                                                  time=str(stopped.get("time") or _now_text())))
-        self._guest("state", "budget-stopped", force=True)
+        self._state("budget-stopped")
         return self._finish(spec, identity, "budget", on_error=EXIT_OK, action="auto")
 
     # -- telling the job's webhooks (survivor/notify/) -----------------------------------------------
@@ -1037,7 +1042,7 @@ class Boot:
         reason = f"the job dir cannot be used: {exc}"
         log.error("giving up on this boot: " + reason, job_dir=spec.job_dir, object=exc.object,
                   permission=exc.permission, cause=exc.reason)
-        self._guest("state", "failed", force=True)
+        self._state("failed")
         self._guest("reason", reason[:2000], force=True)
         try:
             if journal is not None:
@@ -1046,6 +1051,10 @@ class Boot:
         except StorageError as err:
             log.warning("FAILED not written: the job dir refuses that too", error=str(err))
         return self._finish(spec, identity, "failed", on_error=EXIT_OK)
+
+    def _state(self, state: GuestState) -> None:
+        """Writes the VM's `state` guest attribute at once: what `survivor status` shows of this VM."""
+        self._guest("state", state, force=True)
 
     def _guest(self, key: str, value: str, force: bool = False) -> None:
         """Writes a guest attribute for `survivor status`; rare, never fatal."""
