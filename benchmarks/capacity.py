@@ -96,7 +96,7 @@ MACHINE_TYPE, GPU_TYPE, GPU_COUNT = "n1-standard-8", "nvidia-tesla-v100", 1
 @dataclass(frozen=True)
 class Constants:
     """The survivor row's constants (survivor/operator/move_bet.py, survivor/cloud/capacity.py): how
-    far ahead a move's gain counts (at most the training left), the uptime a place in Google's
+    far ahead a move's gain counts (at most the job's time left where it is), the uptime a place in Google's
     longest band is planned with, and the restore across locations a move costs."""
 
     horizon_hours: float = move_bet.HORIZON_HOURS
@@ -107,7 +107,7 @@ class Constants:
     @property
     def text(self) -> str:
         """The constants as the tables name them."""
-        horizon = "the training left" if self.horizon_hours == float("inf") else f"{self.horizon_hours:g} h"
+        horizon = "the job's time left here" if self.horizon_hours == float("inf") else f"{self.horizon_hours:g} h"
         return (f"horizon {horizon}, top-band uptime {self.top_band_uptime_hours:g} h, restore across locations "
                 f"{self.restore_hours:g} h, deadline hazard {'on' if self.deadline_hazard else 'off'}")
 

@@ -217,13 +217,16 @@ def test_with_capacity_data_an_outage_of_every_region_moves_nothing(tmp_path):
     assert run.finished_at == pytest.approx(8.0 + 0.2 + 2.25, abs=3 * TICK)  # back when east-1 is
 
 
-def test_with_capacity_data_the_move_is_weighed_over_the_training_left(east_out_at_2h):
-    # at 2.5 h east-1 is out and west-1 steady: with 0.05 h of training left a move (a 0.05 h restart
-    # and the 0.01 h restore across locations) cannot pay back; with hours left it does
+def test_with_capacity_data_even_a_short_remainder_leaves_a_region_that_is_out(east_out_at_2h):
+    # at 2.5 h east-1 is out and west-1 steady: 0.05 h of training left would wait in east-1 as
+    # long as its outage lasts, so the move (a 0.05 h restart and a 0.01 h restore) pays, as it
+    # does with hours left; a region with capacity is never left
     short = Placement(east_out_at_2h, 0.0, "east-1", "advice", hours_left=0.05)
-    assert short.candidates(2.5, 2.5 + TICK) == [] and short.moves == 0
+    assert short.candidates(2.5, 2.5 + TICK) == ["west-1a"] and short.moves == 1
     long = Placement(east_out_at_2h, 0.0, "east-1", "advice", hours_left=3.0)
     assert long.candidates(2.5, 2.5 + TICK) == ["west-1a"] and long.moves == 1
+    up = Placement(east_out_at_2h, 0.0, "east-1", "advice", hours_left=0.05)
+    assert up.candidates(1.5, 1.5 + TICK) and up.moves == 0
 
 
 def test_the_survivor_row_plans_with_the_training_left_and_its_places_hazard(east_out_at_2h):

@@ -32,9 +32,17 @@ def test_a_small_edge_does_not_pay_for_a_restart():
     assert bet.to is None  # 2 h x 0.02 = 0.04 h gained, less than a restart and a restore cost
 
 
-def test_with_little_training_left_even_a_better_place_does_not_pay():
-    assert weigh("a", {"a": FLAPPING_DOWN, "b": STEADY}, Costs(hours_left=10)).to == "b"
-    assert weigh("a", {"a": FLAPPING_DOWN, "b": STEADY}, Costs(hours_left=0.05)).to is None
+def test_with_little_training_left_a_place_that_finishes_it_about_as_soon_is_kept():
+    assert weigh("a", {"a": Outlook(0.98, 1.0), "b": STEADY}, Costs(hours_left=10)).to is None
+    assert weigh("a", {"a": Outlook(0.6, 1.0), "b": STEADY}, Costs(hours_left=10)).to == "b"
+    assert weigh("a", {"a": Outlook(0.6, 1.0), "b": STEADY}, Costs(hours_left=0.05)).to is None
+
+
+def test_with_little_training_left_a_place_out_of_capacity_is_still_left():
+    # a few minutes of training left where nothing runs would wait as long as the outage: the
+    # horizon is the job's time left here, not its work left
+    assert weigh("a", {"a": OUT, "b": STEADY}, Costs(hours_left=0.05)).to == "b"
+    assert weigh("a", {"a": FLAPPING_DOWN, "b": STEADY}, Costs(hours_left=0.05)).to == "b"
 
 
 def test_the_chance_the_target_has_nothing_either_is_priced():

@@ -8,10 +8,14 @@ more training time than it costs.
 A place's expected share of wall time with a training VM (`training_share`) is its obtainability
 (the chance the next creation there succeeds: docs/capacity-data.md C3) over one plus the restarts
 its preemptions cost per hour (its hazard, `Outlook.hazard_per_hour`, times a restart). Over the
-horizon the move can pay back in (the work left, at most `HORIZON_HOURS`), moving gains the
-difference of the two shares; it costs a restart on a new VM, the restore across locations (the
-checkpoint read from another region's bucket path), and, with the chance the target has nothing
-either (1 - its obtainability), one more look's wait before the next decision. The job moves to
+horizon the move can pay back in, moving gains the difference of the two shares: the horizon is
+how long the job would still run here, its work left at here's share, at most `HORIZON_HOURS` (a
+place's outlook says little beyond it). Here's share, not the work left alone: a job with a few
+minutes of training left in a place out of capacity would wait there as long as the outage lasts,
+and so gains a whole horizon by moving, while one in a place that finishes it about as soon gains
+next to nothing. A move costs a restart on a new VM, the restore across locations (the checkpoint
+read from another region's bucket path), and, with the chance the target has nothing either (1 -
+its obtainability), one more look's wait before the next decision. The job moves to
 the place with the largest expected gain less cost, when that is above zero; never on a timer:
 time without a VM enters only through what the data says of the place now.
 
@@ -72,12 +76,13 @@ def training_share(outlook: Outlook, restart_hours: float, top_band_hours: float
 def weigh(here: P, outlooks: Mapping[P, Outlook], costs: Costs, skip: frozenset = frozenset(),
           name: Callable[[P], str] = str) -> Bet:
     """Pure: the best move from `here` among the places of `outlooks` (not those in `skip`), or
-    staying: each target's gain (the horizon times its training share less here's) against the
-    move's cost (a restart, the restore across locations, the chance it has nothing times a look)."""
+    staying: each target's gain (the horizon, the job's time left here, times its training share
+    less here's) against the move's cost (a restart, the restore across locations, the chance it
+    has nothing times a look)."""
     if here not in outlooks:
         return Bet(None, 0.0, 0.0, "no capacity data for the place the job is in")
-    horizon = max(0.0, min(costs.horizon_hours, costs.hours_left))
     mine = training_share(outlooks[here], costs.restart_hours, costs.top_band_uptime_hours)
+    horizon = max(0.0, min(costs.horizon_hours, costs.hours_left / max(mine, 1e-9)))
     best: Bet | None = None
     target = here  # the place `best` moves to
     for place, outlook in outlooks.items():
