@@ -342,6 +342,10 @@ WEBHOOK = Policy("a webhook call", attempts=8, deadline=45.0, attempt_seconds=5.
 #: The Secret Manager read of a webhook's URL, in the notifier's thread too.
 SECRET_READ = Policy("a Secret Manager read", attempts=4, deadline=20.0, attempt_seconds=10.0, initial=0.5,
                      maximum=4.0, retry_on=is_transient)
+#: A CreateTimeSeries of the job's goodput from `survivor watch` (survivor/cloud/monitoring.py): retried
+#: only when certainly not written (a retry of a write that landed is refused as out of order).
+MONITORING_WRITE = Policy("a Cloud Monitoring write", attempts=4, deadline=20.0, attempt_seconds=10.0, initial=0.5,
+                          maximum=4.0)
 
 
 # -- the agent's own waits ---------------------------------------------------------------------------
@@ -379,7 +383,7 @@ def table() -> list[tuple[str, str, float]]:
     rows = []
     for p in (METADATA, SPEC_AT_BOOT, GUEST_ATTRIBUTE, NOTICE_WATCH, TRAINER_POLL,
               STORAGE_WRITE, ATTEMPT_END, STORAGE_UPLOAD, STORAGE_READ, STORAGE_DOWNLOAD, MOVE_STEP,
-              WEBHOOK, SECRET_READ, permission_wait(480.0)):
+              WEBHOOK, SECRET_READ, MONITORING_WRITE, permission_wait(480.0)):
         rows.append((p.what, describe(p), worst_case(p)))
     return rows
 

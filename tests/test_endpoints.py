@@ -11,7 +11,7 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 
 from survivor.agent import trainer_metadata
-from survivor.cloud import catalog, compute, endpoints, secrets, vertex
+from survivor.cloud import catalog, compute, endpoints, monitoring, secrets, vertex
 from survivor.operator import watch_deploy
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -27,7 +27,7 @@ def test_every_override_names_a_stand_in_that_exists_and_a_variable_of_its_own()
 def test_the_modules_variables_are_the_tables():
     assert {compute.ENDPOINT_ENV, catalog.ENDPOINT_ENV, vertex.ENDPOINT_ENV, vertex.LOGGING_ENDPOINT_ENV,
             watch_deploy.RUN_ENDPOINT_ENV, watch_deploy.SCHEDULER_ENDPOINT_ENV,
-            trainer_metadata.STS_ENDPOINT_ENV, secrets.ENDPOINT_ENV} == {o.env for o in endpoints.OVERRIDES}
+            trainer_metadata.STS_ENDPOINT_ENV, secrets.ENDPOINT_ENV, monitoring.ENDPOINT_ENV} == {o.env for o in endpoints.OVERRIDES}
 
 
 def test_a_given_endpoint_wins_over_the_variable_and_an_empty_one_is_googles(monkeypatch):

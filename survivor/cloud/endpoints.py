@@ -52,8 +52,12 @@ STS = Override("Security Token Service (the trainer's downscoped token)", "SURVI
 SECRET_MANAGER = Override("Secret Manager (a notify: webhook's URL)", "SURVIVOR_SECRET_MANAGER_ENDPOINT",
                          "survivor/local/secret_manager_server.py")
 
+#: `host:port`, not a URL: google-cloud-monitoring speaks gRPC only (survivor/cloud/monitoring.py)
+MONITORING = Override("Cloud Monitoring (the job's goodput, from `survivor watch --goodput-metrics`)",
+                      "SURVIVOR_MONITORING_ENDPOINT", "survivor/local/monitoring_server.py")
+
 #: Every override, for the docs and a test that each names a stand-in that exists.
-OVERRIDES = (COMPUTE, CATALOG, VERTEX, LOGGING, RUN, SCHEDULER, STS, SECRET_MANAGER)
+OVERRIDES = (COMPUTE, CATALOG, VERTEX, LOGGING, RUN, SCHEDULER, STS, SECRET_MANAGER, MONITORING)
 
 
 def client_kwargs(endpoint: str | None, *, transport: str | None = "rest", default: str | None = None,

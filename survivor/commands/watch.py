@@ -50,7 +50,7 @@ def _deployment(args: argparse.Namespace, project: str):
     return WatchDeployment(job=args.name, project=project, region=location, zone=args.zone,
                            group_region=args.region, service_account=args.service_account or "",
                            image=args.image, every_minutes=every_minutes(args.every or "15m"),
-                           job_dir=args.job_dir)
+                           job_dir=args.job_dir, goodput_metrics=args.goodput_metrics)
 
 
 def run_deploy(args: argparse.Namespace, group: GroupRef) -> int:
@@ -102,13 +102,18 @@ def run_watch(args: argparse.Namespace) -> int:
         if value and not args.deploy:
             raise SpecError([f"{flag} {value!r}: only with --deploy (what the deployed look runs as and from)"])
     group = JobAddress(args.name, args.project, args.zone, args.region).group()
+    if args.goodput_metrics and not (args.deploy or args.undeploy):  # a deployed look needs it in its image only
+        from survivor.extras import require
+
+        require("google.cloud.monitoring_v3", "operator", "survivor watch --goodput-metrics")
     if args.deploy or args.undeploy:
         return run_deploy(args, group)
     from survivor.operator.watch import JobOver
 
     compute = Compute(group.project)
     while True:
-        looked = watch_once(compute, group, job_dir=args.job_dir, check_every_hours=(every or 900) / 3600, say=print)
+        looked = watch_once(compute, group, job_dir=args.job_dir, check_every_hours=(every or 900) / 3600, say=print,
+                            goodput_metrics=args.goodput_metrics)
         if isinstance(looked, JobOver) and looked.waiting:  # ended, but a state disk is still attached
             print(f"job {args.name}: {looked.state}; the next look comes back for what is left ({looked.waiting})")
         elif isinstance(looked, JobOver):  # the job ended: nothing more to look at
@@ -144,6 +149,10 @@ def add_commands(sub) -> None:
     p.add_argument("--deployed-in", metavar="REGION",
                    help="set by --deploy: where this look's Cloud Scheduler job lives; the look deletes it once the "
                         "job is DONE or FAILED")
+    p.add_argument("--goodput-metrics", action="store_true",
+                   help="each look also writes the job's goodput, badput by cause, disruptions and elapsed time to "
+                        "Cloud Monitoring, as Google's goodput library writes them (docs/notifications.md); needs "
+                        "monitoring.timeSeries.create (roles/monitoring.metricWriter)")
     p.add_argument("--once", action="store_true",
                    help="look once even with --every (which then only tells the policy how often it is asked: "
                         "what the deployed job runs)")

@@ -123,8 +123,28 @@ def end_state_disks(compute: Compute, spec: JobSpec, storage, over: JobOver, *, 
     return replace(over, waiting=f"state disk {', '.join(attached)} still attached") if attached else over
 
 
+def publish_goodput(spec: JobSpec, storage, group: GroupRef, *, created: _dt.datetime | None = None,
+                    say: Say = _silent, metrics=None) -> int:
+    """The look's write of the job's goodput to Cloud Monitoring (survivor/operator/goodput_metrics.py),
+    in the group's project, at its zone (or region): the number of series written, 0 when Cloud
+    Monitoring refused or could not be reached, said in one line; the look goes on either way."""
+    from google.auth.exceptions import DefaultCredentialsError
+
+    from survivor.cloud.monitoring import MonitoringError
+    from survivor.operator import goodput_metrics
+
+    try:
+        written = goodput_metrics.publish(spec, storage, project=group.project, location=group.zone or group.region or "",
+                                          created=created, metrics=metrics)
+    except (MonitoringError, DefaultCredentialsError) as exc:
+        say(f"job {spec.name}: goodput not written to Cloud Monitoring ({exc})")
+        return 0
+    say(f"job {spec.name}: goodput written to Cloud Monitoring ({written} series, projects/{group.project})")
+    return written
+
+
 def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
-               check_every_hours: float | None = None, say: Say = _silent):
+               check_every_hours: float | None = None, say: Say = _silent, goodput_metrics: bool = False):
     """One look at a job with a deadline, from anywhere (`survivor watch`): the policy's decision for
     its group now, acted on (switch_group, by="watch"). Running while no VM does (a Spot stockout)
     is what it is for: the agent decides at every boot, and without a VM there is no boot.
@@ -132,6 +152,8 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
     leave it (`end_if_over`), and a JobOver is returned, which ends a deployed watch. A job at its
     budget is stopped (survivor/operator/budget.py `look`) and a BudgetStop returned: nothing else is
     decided for it, and a deployed watch goes on looking (for `survivor start --budget`).
+    With `goodput_metrics`, each look first writes the job's goodput to Cloud Monitoring
+    (`publish_goodput`), whatever it decides after.
     Returns the Decision (None: the spec has no deadline); RequestError for a missing group."""
     storage = open_storage(job_dir, project=group.project) if job_dir else None
     found = compute.get_group(group)
@@ -147,6 +169,8 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
         raise RequestError(f"group {group.name}: its template {_template_of(found)} carries no survivor-job spec")
     storage = storage or open_storage(spec.job_dir, project=group.project)
     here = group if compute.get_group(group) is not None else placement.current_group(storage, group)
+    if goodput_metrics:
+        publish_goodput(spec, storage, here, created=parse_time(found.get("creationTimestamp")), say=say)
     over = end_if_over(compute, here, storage, say=say)
     if over is not None:
         notices.tell_look(spec, storage, running=False)  # DONE or FAILED, if its agent could not tell it

@@ -56,6 +56,8 @@ class WatchDeployment:
         image: the container image with survivor in it (DEFAULT_IMAGE when None).
         every_minutes: the period of the look (the deadline policy's `check_every_hours`).
         job_dir: the job dir, when not the one in the group's template.
+        goodput_metrics: each look writes the job's goodput to Cloud Monitoring (`watch --goodput-metrics`;
+            the service account then needs monitoring.timeSeries.create).
     """
 
     job: str
@@ -67,6 +69,7 @@ class WatchDeployment:
     image: str | None = None
     every_minutes: int = 15
     job_dir: str | None = None
+    goodput_metrics: bool = False
 
     @property
     def name(self) -> str:
@@ -107,7 +110,8 @@ def watch_args(options: WatchDeployment) -> list[str]:
     # --deployed-in: where its Scheduler job lives, which the look deletes once the job ended (`end_schedule`)
     args = ["watch", options.job, "--project", options.project, *where, "--every", f"{options.every_minutes}m",
             "--once", "--deployed-in", options.region]
-    return args + (["--job-dir", options.job_dir] if options.job_dir else [])
+    return (args + (["--job-dir", options.job_dir] if options.job_dir else [])
+            + (["--goodput-metrics"] if options.goodput_metrics else []))
 
 
 def run_job_body(options: WatchDeployment) -> dict:
