@@ -11,7 +11,8 @@ by an environment variable. One table of the overrides, one way to turn an overr
     {'client_options': {'api_endpoint': 'us-central1-aiplatform.googleapis.com'}}
 
 Every client is made over REST (the stand-ins on 127.0.0.1 speak HTTP/JSON, and so does Google for
-each of these APIs); a stand-in gets `AnonymousCredentials`, since it checks none and a developer's
+each of these APIs), except Cloud Monitoring's, which has gRPC transports only: its override is a
+`host:port` its client reaches over an insecure gRPC channel (survivor/cloud/monitoring.py `client`); a stand-in gets `AnonymousCredentials`, since it checks none and a developer's
 machine may have none. The Compute fake also answers the IAM, Resource Manager and Org Policy calls
 preflight makes, so those follow `COMPUTE`'s override (survivor/operator/preflight.py). Google's
 endpoints get Application Default Credentials, looked for once per process (`application_default`).
