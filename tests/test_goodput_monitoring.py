@@ -319,3 +319,29 @@ def test_a_deployed_watch_carries_the_flag():
     assert watch_args(options)[-1] == "--goodput-metrics"
     assert "--goodput-metrics" not in watch_args(WatchDeployment(job="job", project=PROJECT, region="us-west1", zone=ZONE,
                                                                  service_account="sa@p.iam"))
+
+
+def test_deploying_the_watch_with_goodput_metrics_says_whether_its_account_may_write_them(compute_server, monkeypatch,
+                                                                                           capsys):
+    from survivor.commands.main import main
+    from survivor.local.run_server import RunServer
+    from survivor.local.scheduler_server import SchedulerServer
+    from survivor.operator import watch_deploy
+
+    account = "survivor-watch@survivor-local.iam.gserviceaccount.com"
+    base = ["watch", "job", "--project", PROJECT, "--zone", ZONE, "--deploy", "--service-account", account,
+            "--goodput-metrics"]
+    with RunServer() as run, SchedulerServer() as scheduler:
+        monkeypatch.setenv(watch_deploy.RUN_ENDPOINT_ENV, run.endpoint)
+        monkeypatch.setenv(watch_deploy.SCHEDULER_ENDPOINT_ENV, scheduler.endpoint)
+        compute_server.set_project_policy(PROJECT, [{"role": "roles/viewer", "members": [f"serviceAccount:{account}"]}])
+        assert main(base) == 0
+        out = capsys.readouterr().out
+        assert (f"warning: project {PROJECT}: {account} lacks monitoring.timeSeries.create (grant "
+                f"roles/monitoring.metricWriter") in out
+        [job] = run.jobs.values()
+        assert "--goodput-metrics" in json.dumps(job)
+        compute_server.set_project_policy(PROJECT, [{"role": "roles/monitoring.metricWriter",
+                                                     "members": [f"serviceAccount:{account}"]}])
+        assert main(base) == 0
+        assert f"ok: project {PROJECT}: {account} has monitoring.timeSeries.create" in capsys.readouterr().out

@@ -115,7 +115,9 @@ ROLE_FOR = {**{p: "roles/compute.instanceAdmin.v1" for p in _VM_COMPUTE | _GROUP
             "compute.acceleratorTypes.list": "roles/compute.viewer",
             "compute.regions.get": "roles/compute.viewer",
             **{p: "roles/compute.viewer" for p in CAPACITY_DATA},
-            "iam.serviceAccounts.actAs": "roles/iam.serviceAccountUser"}
+            "iam.serviceAccounts.actAs": "roles/iam.serviceAccountUser",
+            # a deployed `survivor watch --goodput-metrics`'s account (survivor/cloud/monitoring.py)
+            "monitoring.timeSeries.create": "roles/monitoring.metricWriter"}
 
 
 def vm_permissions(*, deadline: bool, moves: bool) -> tuple[str, ...]:

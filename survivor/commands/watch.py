@@ -83,6 +83,10 @@ def run_deploy(args: argparse.Namespace, group: GroupRef) -> int:
                 raise CommandError("--deploy needs --service-account: the identity the Cloud Run job runs as "
                                    "and whose OAuth token Cloud Scheduler sends (docs/deadline.md)")
             done = watch_deploy.deploy(options)
+            if options.goodput_metrics:  # the deployed account writes them: said before it is found out at a look
+                from survivor.operator.preflight import goodput_writer_state, report
+
+                report(goodput_writer_state(Compute(group.project), f"serviceAccount:{options.service_account}"), print)
     except GoogleAPICallError as exc:
         raise CommandError(f"watch {'--undeploy' if args.undeploy else '--deploy'} {options.name}: {exc.message}") from None
     for system, what in done.items():

@@ -45,7 +45,7 @@ The decisions are the pure `*_findings` functions; `check` does the calls.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from survivor.cloud import endpoints, locations, machines, permissions
@@ -572,6 +572,17 @@ def _project_state(compute, member: str, needed: tuple[str, ...]) -> list[Findin
     except ImportError:  # google-api-python-client: the operator extra
         granted = {}
     return compute_iam_findings(compute.project, member, bindings, needed=needed, role_permissions=granted)
+
+
+def goodput_writer_state(compute, member: str) -> list[Finding]:
+    """Whether `member` (a deployed watch's service account) may write the job's goodput to Cloud
+    Monitoring (`watch --goodput-metrics`): the project's IAM policy and its bound roles, read as for
+    the VM's account, judged for monitoring.timeSeries.create (roles/monitoring.metricWriter). Never
+    an error: without it only the metrics are missing, and each look says so."""
+    from survivor.cloud.monitoring import WRITE_PERMISSION
+
+    return [replace(f, check="monitoring-iam", level="warning" if f.level == "error" else f.level)
+            for f in _project_state(compute, member, (WRITE_PERMISSION,))]
 
 
 def _secret_state(compute, version: str, member: str, *, secrets=None) -> list[Finding]:
