@@ -345,3 +345,12 @@ def test_deploying_the_watch_with_goodput_metrics_says_whether_its_account_may_w
                                                      "members": [f"serviceAccount:{account}"]}])
         assert main(base) == 0
         assert f"ok: project {PROJECT}: {account} has monitoring.timeSeries.create" in capsys.readouterr().out
+
+
+def test_a_job_that_moved_keeps_writing_the_series_of_the_place_it_started():
+    from survivor.jobdir.moves import Move
+
+    moved = [Move(time="2026-03-01T13:00:00.000+00:00", from_place="zones/us-west1-b", to_place="zones/us-east4-c"),
+             Move(time="2026-03-01T14:00:00.000+00:00", from_place="zones/us-east4-c", to_place="regions/europe-west4")]
+    assert goodput_metrics.first_place(moved, "europe-west4") == "us-west1-b"
+    assert goodput_metrics.first_place([], "us-west1-b") == "us-west1-b"

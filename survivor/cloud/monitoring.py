@@ -50,8 +50,8 @@ is reached over an insecure gRPC channel, not over REST as the other stand-ins a
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 from survivor import retry
 from survivor.cloud import endpoints
@@ -113,7 +113,6 @@ class Series:
     labels: Mapping[str, str]
     resource: Mapping[str, str]
     value: float | int
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple:

@@ -13,7 +13,8 @@ TPU_INITIALIZATION, `restore` UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME, `trainer_sta
 `rework` WASTED_PROGRESS_FROM_DISRUPTION, `checkpoint` UNPRODUCTIVE_CHECKPOINT_SAVE_TIME, `failed` and
 `other` OTHER); `disruptions` the boots after the first (the library counts a restart as one
 interruption: src/goodput.py, `_number_of_interruptions`); `total_elapsed_time` the ledger's wall
-seconds. The values are cumulative, as the library's are: each look writes the job so far.
+seconds. The values are cumulative, as the library's are: each look writes the job so far. The labels
+stay those of the job's start (its first place, its spec's machine), so a move never splits a series.
 
 The watch writes them, not the VM: the watch already reads the job dir each look, runs while no VM
 does (a stockout is badput too), and keeps google-cloud-monitoring off the VM's install. A write
@@ -28,6 +29,7 @@ from survivor.cloud import monitoring
 from survivor.cloud.monitoring import (BADPUT_TIME, CUMULATIVE, DISRUPTIONS, GOODPUT_TIME, GOODPUT_TOTAL,
                                        TOTAL_ELAPSED_TIME, Series)
 from survivor.jobdir.ledger import CAUSE, TABLE, Ledger
+from survivor.jobdir.moves import Move
 from survivor.spec import JobSpec
 
 
@@ -60,6 +62,14 @@ def goodput_series(ledger: Ledger, *, job: str, location: str, accelerator: str,
     return out
 
 
+def first_place(moves: list[Move], location: str) -> str:
+    """Pure: the `location` label: where the job started (its first move's origin, `zones/Z` -> `Z`),
+    else `location` (where its group is). A move must not start new series: the dashboard sums each
+    workload's series (`sum by (workload_id)` over `last_over_time`), so an old place's last point
+    would be counted beside the new place's."""
+    return moves[0].from_place.split("/", 1)[-1] if moves else location
+
+
 def accelerator_of(spec: JobSpec) -> str:
     """The `accelerator_type` label for the job's machine (its spec's `compute:` section)."""
     compute = spec.extra.get("compute") or {}
@@ -75,6 +85,7 @@ def publish(spec: JobSpec, storage, *, project: str, location: str, metrics=None
 
     now = now or _dt.datetime.now(_dt.timezone.utc)
     view = read_job(spec.job_dir, storage=storage, now=now, created=created, train_steps=spec.train_steps)
-    series = goodput_series(view.ledger, job=spec.name, location=location, accelerator=accelerator_of(spec))
+    series = goodput_series(view.ledger, job=spec.name, location=first_place(view.moves, location),
+                            accelerator=accelerator_of(spec))
     monitoring.write(metrics or monitoring.client(), project, series, end=now)
     return len(series)
