@@ -354,3 +354,15 @@ def test_a_job_that_moved_keeps_writing_the_series_of_the_place_it_started():
              Move(time="2026-03-01T14:00:00.000+00:00", from_place="zones/us-east4-c", to_place="regions/europe-west4")]
     assert goodput_metrics.first_place(moved, "europe-west4") == "us-west1-b"
     assert goodput_metrics.first_place([], "us-west1-b") == "us-west1-b"
+
+
+def test_a_gauge_point_with_a_start_time_other_than_its_end_or_a_metric_it_has_no_descriptor_of_is_refused(stand_in):
+    server, client = stand_in
+    ranged = monitoring.time_series(series_of(GOODPUT_TIME)[0], at(0))
+    ranged.points[0].interval.start_time = at(-60)
+    with pytest.raises(gexc.InvalidArgument, match="start time of a GAUGE point must equal its end time"):
+        client.create_time_series(name=f"projects/{PROJECT}", time_series=[ranged])
+    other = Series(GOODPUT_TIME.replace("goodput_time", "goodput_seconds"), {}, monitoring.workload(ZONE, "job"), 1.0)
+    with pytest.raises(gexc.InvalidArgument, match='metric.type had an invalid value of ".*goodput_seconds"'):
+        create(client, [other], at(0))
+    assert server.series == {}
