@@ -38,9 +38,7 @@ import re
 import threading
 from concurrent import futures
 from dataclasses import dataclass
-
-import grpc
-from google.cloud import monitoring_v3
+from typing import Any
 
 from survivor.cloud.monitoring import (DESCRIPTORS, INT64, MAX_SERIES, MIN_SECONDS_APART, WORKLOAD, WORKLOAD_LABELS,
                                        WRITE_PERMISSION)
@@ -100,10 +98,26 @@ def _ranges(indices: list[int]) -> str:
     return ",".join(parts)
 
 
+#: gRPC and the Monitoring types, from the operator extra: imported by the first server (`_load`), so
+#: that this module imports with survivor's core packages alone, as every module does.
+grpc: Any = None
+monitoring_v3: Any = None
+
+
+def _load() -> None:
+    global grpc, monitoring_v3
+    if grpc is None:
+        import grpc as _grpc
+        from google.cloud import monitoring_v3 as _monitoring_v3
+
+        grpc, monitoring_v3 = _grpc, _monitoring_v3
+
+
 class MonitoringServer:
     """Holds the series written to it, by (project, metric type, metric labels, resource labels)."""
 
     def __init__(self, port: int = 0):
+        _load()
         self.series: dict[tuple, list[Point]] = {}
         self.requests: list[int] = []  # how many series each CreateTimeSeries held, accepted or not
         self.denied = False
