@@ -129,6 +129,9 @@ class LocalInstance:
             if reached is not None and reached >= step:
                 return reached
             if not self.running():
+                reached = self.progress()  # it may have reported the step as it exited, since the read above
+                if reached is not None and reached >= step:
+                    return reached
                 raise RuntimeError(f"the agent exited ({self.returncode}) before step {step}; see {self.log_path()}")
             time.sleep(0.02)
         raise TimeoutError(f"step {step} not reached in {timeout} s; see {self.log_path()}")
