@@ -1,4 +1,4 @@
-"""Issue 27's must-show: a job whose first region runs out of capacity mid-job moves to its next
+"""A job whose first region runs out of capacity mid-job moves to its next
 region, resumes from its last commit with nothing committed lost, and finishes DONE exactly once,
 with one writer throughout. The simulator plays the watch (Cloud Scheduler + Cloud Run) every
 0.3 s; its clock runs 60 times faster, so `move_after_minutes: 1` is a second here."""
@@ -94,7 +94,7 @@ def test_the_move_decision_at_its_edges(look, expected):
     (40, 14.5, False), (40, 15.5, True),  # at most MAX_ROUND_WAIT_MINUTES
 ])
 def test_the_wait_before_a_move_doubles_each_round_of_places_without_capacity(moves_without_vm, minutes, moves):
-    # issue 27: in a stockout of every region the job walked its list every look (5.59 moves a job in
+    # in a stockout of every region the job once walked its list every look (5.59 moves a job in
     # benchmarks/capacity.py, 102 in one 12 h job); a whole round found nothing, so the next waits longer
     rule = Placement(("us-west1", "us-central1", "us-east1"), move_after_minutes=1)
     look = placement.Look("regions/us-central1", idle_seconds=minutes * 60, capacity_errors=("QUOTA_EXCEEDED",),

@@ -1,4 +1,4 @@
-"""Notifications (issue 43): a job's events reach its webhooks, each in its own format, and never cost training.
+"""Notifications: a job's events reach its webhooks, each in its own format, and never cost training.
 
 The receivers are survivor/local/webhook_receivers.py on 127.0.0.1 (generic, Slack-shaped,
 Chat-shaped), each refusing what its real counterpart refuses; the jobs are real agent processes
