@@ -111,15 +111,15 @@ def _group_source(args: argparse.Namespace, name: str):
     from survivor.cloud.catalog import Machine
     from survivor.commands.group import connect
     from survivor.jobdir.switches import parse_time
-    from survivor.operator import group as jobs
+    from survivor.operator import group as groups
     from survivor.operator.dashboard.board import JobSource
     from survivor.operator.watch import group_spec
 
     if not (args.zone or args.region):
         raise CommandError(f"--group {name}: give --zone or --region")
-    group = jobs.JobAddress(name, project=args.project, zone=args.zone, region=args.region).group()
+    group = groups.JobAddress(name, project=args.project, zone=args.zone, region=args.region).group()
     compute = connect(group.project)
-    found = jobs.job_status(compute, group, read_job_dir=False)
+    found = groups.job_status(compute, group, read_job_dir=False)
     if found.get("group") is None:
         where = f"zone {group.zone}" if group.zone else f"region {group.region}"
         raise CommandError(f"--group {name}: no group {name} in {group.project}/{where}")

@@ -29,7 +29,7 @@ from survivor.commands import flags
 
 if TYPE_CHECKING:  # imported where a command uses them: `--help` and the parser need neither
     from survivor.cloud.compute import Compute
-    from survivor.operator import group as jobs
+    from survivor.operator import group as groups
 
 
 def _progress(message: str) -> None:
@@ -49,19 +49,19 @@ def connect(project: str) -> Compute:
     return Compute(project, progress=_progress)
 
 
-def _address(args: argparse.Namespace) -> jobs.JobAddress:
+def _address(args: argparse.Namespace) -> groups.JobAddress:
     """The job's group (or standalone instance) the arguments name."""
-    from survivor.operator import group as jobs
+    from survivor.operator import group as groups
 
-    return jobs.JobAddress(args.name, project=args.project, zone=args.zone, region=args.region,
+    return groups.JobAddress(args.name, project=args.project, zone=args.zone, region=args.region,
                            instance=getattr(args, "instance", None))
 
 
-def _template_request(args: argparse.Namespace) -> jobs.TemplateRequest:
+def _template_request(args: argparse.Namespace) -> groups.TemplateRequest:
     """The template the make-template (and preflight) flags describe."""
-    from survivor.operator import group as jobs
+    from survivor.operator import group as groups
 
-    return jobs.TemplateRequest(
+    return groups.TemplateRequest(
         name=args.name, config=args.config, project=args.project, machine_type=args.machine_type, gpu=args.gpu,
         spot=args.spot, image_family=args.image_family, image_project=args.image_project, disk_gb=args.disk_gb,
         service_account=args.service_account, cloud_platform_scope=args.cloud_platform_scope, zone=args.zone,
@@ -72,9 +72,9 @@ def _template_request(args: argparse.Namespace) -> jobs.TemplateRequest:
 def make_template(args: argparse.Namespace) -> int:
     """`survivor make-template NAME --config SPEC`: the job's instance template (--dry-run: its REST body)."""
     from survivor.cloud.template import pretty
-    from survivor.operator import group as jobs
+    from survivor.operator import group as groups
 
-    made = jobs.make_template(_template_request(args), None if args.dry_run else connect,
+    made = groups.make_template(_template_request(args), None if args.dry_run else connect,
                               skip_preflight=args.skip_preflight, say=_note)
     if made.state == "dry-run":
         print(pretty(made.body))
@@ -104,16 +104,16 @@ def make_image(args: argparse.Namespace) -> int:
 
 def make_group(args: argparse.Namespace) -> int:
     """`survivor make-group NAME --template T --zone Z`: the job's single-VM MIG, waited on until its VM runs."""
-    from survivor.operator import group as jobs
+    from survivor.operator import group as groups
 
     address = _address(args)
     group = address.group()
     if args.dry_run:
-        print(json.dumps(jobs.group_body(group, args.template), indent=2))
+        print(json.dumps(groups.group_body(group, args.template), indent=2))
         return 0
-    options = jobs.GroupOptions(template=args.template, skip_preflight=args.skip_preflight,
+    options = groups.GroupOptions(template=args.template, skip_preflight=args.skip_preflight,
                                 wait_seconds=args.wait_seconds, poll_seconds=args.poll_seconds)
-    made = jobs.make_group(connect(group.project), group, options, say=_note, progress=_progress)
+    made = groups.make_group(connect(group.project), group, options, say=_note, progress=_progress)
     if made.state == "stopped":
         print(f"group {args.name}: already exists, stopped (target size 0); `survivor start {args.name} "
               f"{address.flag}` starts it")
@@ -126,10 +126,10 @@ def make_group(args: argparse.Namespace) -> int:
 
 def preflight(args: argparse.Namespace) -> int:
     """`survivor preflight JOB --config ...`: every check, one line each; 1 when one blocks."""
-    from survivor.operator import group as jobs
+    from survivor.operator import group as groups
     from survivor.operator.preflight import report
 
-    return 0 if report(jobs.preflight_findings(_template_request(args), connect), print) else 1
+    return 0 if report(groups.preflight_findings(_template_request(args), connect), print) else 1
 
 
 #: The most of one field `status` shows: a screen's width. A field holds whatever was written to the
@@ -160,7 +160,7 @@ def _print_job_dir(summary: dict) -> None:
     console.print(f"[bold]{_shown(summary['job_dir'], 4096)}[/bold]: {_shown(summary['state'])}, {committed}, "
                   f"{summary['preemptions']} preemptions survived, {summary['steps_lost']} steps lost"
                   + ("" if summary.get("goodput") is None else f", goodput {100 * summary['goodput']:.0f}%"))
-    for line in pending_lines(summary):
+    for line in moves_and_waits_lines(summary):
         console.print(line)
     if summary["failed"]:
         console.print(f"[red]FAILED:[/red] {_shown(failed_reason(summary['failed']))}")
@@ -172,7 +172,7 @@ def _print_job_dir(summary: dict) -> None:
     console.print(table)
 
 
-def pending_lines(summary: dict) -> list[str]:
+def moves_and_waits_lines(summary: dict) -> list[str]:
     """One line per snapshot that waits on a state disk for its instance's next boot, then one per
     move of the job's group to another place (region, machine shape), then where it is now; each
     field `_shown` (cut to a screen's width, markup escaped)."""
@@ -190,7 +190,7 @@ def pending_lines(summary: dict) -> list[str]:
 
 
 def state_disk_lines(report: dict) -> list[str]:
-    """`jobs.job_status`'s state disks, one line each (where, size, cost a month, why it is there),
+    """`groups.job_status`'s state disks, one line each (where, size, cost a month, why it is there),
     and their total; or why they could not be listed. Each `_shown`."""
     from survivor.cloud.pricing import DISK_BASIS, money
 
@@ -204,7 +204,7 @@ def state_disk_lines(report: dict) -> list[str]:
 
 
 def _print_status(report: dict) -> None:
-    """Shows `jobs.job_status`'s report: the group, its VM, the job's progress, its cost, its last boots."""
+    """Shows `groups.job_status`'s report: the group, its VM, the job's progress, its cost, its last boots."""
     from rich.table import Table
 
     from survivor.jobdir.status import failed_reason
@@ -237,7 +237,7 @@ def _print_status(report: dict) -> None:
     console.print(f"  job {_shown(job['state'])}: {committed} of {_shown(job.get('train_steps', '?'))}, "
                   f"{job['preemptions']} preemptions survived, {job['steps_lost']} steps lost, "
                   f"{job['attempts']} boots")
-    for line in pending_lines(job):
+    for line in moves_and_waits_lines(job):
         console.print(f"  {line}")
     if job.get("failed"):
         console.print(f"  [red]FAILED[/red]: {_shown(failed_reason(job['failed']))}")
@@ -276,10 +276,10 @@ def status(args: argparse.Namespace) -> int:
         report = job_summary(read_job(args.job_dir))
         show: Callable[[dict], None] = _print_job_dir
     else:
-        from survivor.operator import group as jobs
+        from survivor.operator import group as groups
 
         group = _address(args).group()
-        report = jobs.job_status(connect(group.project), group, args.job_dir, spot_price=args.spot_price,
+        report = groups.job_status(connect(group.project), group, args.job_dir, spot_price=args.spot_price,
                                  on_demand_price=args.on_demand_price)
         show = _print_status
     if args.json:
@@ -301,7 +301,7 @@ def _readable_job_dir(job_dir: str) -> None:
 def report(args: argparse.Namespace) -> int:
     """`survivor report JOB` (or `--job-dir`): goodput, badput by cause, cost so far and projected beside
     on-demand; writes report.md, timeline.png and report.json into --out; `--json` prints the figures."""
-    from survivor.operator import group as jobs
+    from survivor.operator import group as groups
     from survivor.operator import report as reports
     from survivor.cloud.catalog import Machine
     from survivor.cloud.template import parse_gpu
@@ -313,7 +313,7 @@ def report(args: argparse.Namespace) -> int:
     job_dir = args.job_dir
     if args.name is not None:
         group = _address(args).group()
-        found = jobs.job_status(connect(group.project), group, args.job_dir, read_job_dir=False)
+        found = groups.job_status(connect(group.project), group, args.job_dir, read_job_dir=False)
         job_dir = job_dir or found.get("job_dir")
         machine = found.get("machine")
         if machine:
@@ -365,10 +365,10 @@ def report(args: argparse.Namespace) -> int:
 
 def stop(args: argparse.Namespace) -> int:
     """`survivor stop`: graceful; Compute Engine soft-offs the VM and the agent saves and commits first."""
-    from survivor.operator import group as jobs
+    from survivor.operator import group as groups
 
     address = _address(args)
-    jobs.stop(connect(address.resolved_project()), address)
+    groups.stop(connect(address.resolved_project()), address)
     if args.instance:
         print(f"instance {args.instance}: stopped (the agent saved on the way down)")
     else:
@@ -381,7 +381,7 @@ def start(args: argparse.Namespace) -> int:
     """`survivor start`: the group back to one VM (or the instance started); training resumes. A job
     stopped at its budget starts only with `--budget` above what it spent (survivor/operator/budget.py)."""
     from survivor.operator import budget
-    from survivor.operator import group as jobs
+    from survivor.operator import group as groups
 
     address = _address(args)
     compute = connect(address.resolved_project())
@@ -393,7 +393,7 @@ def start(args: argparse.Namespace) -> int:
             budget.start(compute, address.group(), usd, say=print)
         except budget.BudgetRefused as exc:
             raise CommandError(str(exc)) from None
-    jobs.start(compute, address)
+    groups.start(compute, address)
     if args.instance:
         print(f"instance {args.instance}: started")
     else:
@@ -403,10 +403,10 @@ def start(args: argparse.Namespace) -> int:
 
 def delete(args: argparse.Namespace) -> int:
     """`survivor delete`: the group, then the template. Never the job dir."""
-    from survivor.operator import group as jobs
+    from survivor.operator import group as groups
 
     group = _address(args).group()
-    jobs.delete(connect(group.project), group, args.template, say=print)
+    groups.delete(connect(group.project), group, args.template, say=print)
     print("the job dir is untouched")
     return 0
 
@@ -420,13 +420,13 @@ def logs(args: argparse.Namespace) -> int:
     if not args.name and not args.instance:
         raise CommandError("name the job (its MIG), an instance with --instance and --zone, or a Vertex AI custom "
                            "job with --vertex")
-    from survivor.operator import group as jobs
+    from survivor.operator import group as groups
 
     address = _address(args)
     compute = connect(address.resolved_project())
-    zone, name = jobs.serial_source(compute, address)
+    zone, name = groups.serial_source(compute, address)
     try:
-        for text in jobs.serial_output(compute, zone, name, follow=args.follow, interval=args.interval):
+        for text in groups.serial_output(compute, zone, name, follow=args.follow, interval=args.interval):
             sys.stdout.write(text)
             sys.stdout.flush()
     except KeyboardInterrupt:  # Ctrl-C is how an operator ends --follow
