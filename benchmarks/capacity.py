@@ -62,7 +62,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from survivor.cloud.capacity import TOP_BAND_UPTIME_HOURS, Outlook  # noqa: E402
 from survivor.local import capacity_advice  # noqa: E402
-from survivor.operator import move_bet, placement  # noqa: E402
+from survivor.operator import deadline as deadline_policy, move_bet, placement  # noqa: E402
 from survivor.local import traces  # noqa: E402
 from survivor.local.traces import TraceError, Zones, load, region_of  # noqa: E402  (the published format's reader)
 from survivor.spec import Placement as Rule  # noqa: E402
@@ -96,20 +96,24 @@ MACHINE_TYPE, GPU_TYPE, GPU_COUNT = "n1-standard-8", "nvidia-tesla-v100", 1
 @dataclass(frozen=True)
 class Constants:
     """The survivor row's constants (survivor/operator/move_bet.py, survivor/cloud/capacity.py): how
-    far ahead a move's gain counts (at most the job's time left where it is), the uptime a place in Google's
-    longest band is planned with, and the restore across locations a move costs."""
+    far ahead a move's gain counts (at most the job's time left where it is), the uptime a place in
+    Google's longest band is planned with, the restore across locations a move costs, whether the
+    deadline policy sizes Spot's slack with the place's hazard, and its cost cap's allowance in
+    restarts (survivor/operator/deadline.py rule 7)."""
 
     horizon_hours: float = move_bet.HORIZON_HOURS
     top_band_uptime_hours: float = TOP_BAND_UPTIME_HOURS
     restore_hours: float = move_bet.RESTORE_ACROSS_HOURS
     deadline_hazard: bool = True  # the deadline policy sizes Spot's slack with the place's hazard
+    cap_restarts: float = deadline_policy.COST_CAP_RESTARTS
 
     @property
     def text(self) -> str:
         """The constants as the tables name them."""
         horizon = "the job's time left here" if self.horizon_hours == float("inf") else f"{self.horizon_hours:g} h"
         return (f"horizon {horizon}, top-band uptime {self.top_band_uptime_hours:g} h, restore across locations "
-                f"{self.restore_hours:g} h, deadline hazard {'on' if self.deadline_hazard else 'off'}")
+                f"{self.restore_hours:g} h, deadline hazard {'on' if self.deadline_hazard else 'off'}, "
+                f"cost cap {self.cap_restarts:g} restarts")
 
     def costs(self, hours_left: float, restart_hours: float = RESTART_HOURS) -> move_bet.Costs:
         """The move's costs with these constants, for `hours_left` of training."""
@@ -118,8 +122,9 @@ class Constants:
 
 
 #: The constants tried on a trace set's first half (`fit`); the one chosen is replayed on its second.
-GRID = tuple(Constants(h, u, r, z) for h in (1.0, 2.0, float("inf")) for u in (2.0, 8.0) for r in (0.01, 0.1)
-             for z in (False, True))
+#: The cost cap's candidates come outermost, survivor's own default first: a tie keeps the default.
+GRID = tuple(Constants(h, u, r, z, c) for c in (deadline_policy.COST_CAP_RESTARTS, 1.0)
+             for h in (1.0, 2.0, float("inf")) for u in (2.0, 8.0) for r in (0.01, 0.1) for z in (False, True))
 
 
 @dataclass
@@ -287,7 +292,9 @@ def job_of(hours: float, deadline: float, restart: float, lost: float = LOST_HOU
 def planning(choose: traces.Policy, where: Placement, job: traces.Job) -> traces.Policy:
     """survivor with capacity data: at each decision the move plans with the training left (as the
     watch reads it from the job dir) and the deadline policy with the expected preemptions of the
-    place the group is in (`Situation.spot_hazard_per_hour`, the same outlook the move weighs)."""
+    place the group is in (`Situation.spot_hazard_per_hour`, the same outlook the move weighs), the
+    best obtainability of its allowed places (`Situation.spot_obtainability`: a switch back to Spot
+    goes wherever there is capacity) and the cost cap's allowance."""
     def decide(view: traces.View) -> str:
         m = view.measured
         where.hours_left = max(0.0, job.hours - m.steps_done / max(m.train_steps, 1) * job.hours)
@@ -296,7 +303,10 @@ def planning(choose: traces.Policy, where: Placement, job: traces.Job) -> traces
         # hazard is a running VM's only where Spot can be had
         hazard = (outlook.hazard_per_hour(where.bet.top_band_uptime_hours)
                   if outlook and outlook.obtainability >= capacity_advice.LOW else None)
-        return choose(replace(view, situation=replace(view.situation, spot_hazard_per_hour=hazard)))
+        best = max(o.obtainability for o in where.outlooks(view.t).values())
+        return choose(replace(view, situation=replace(view.situation, spot_hazard_per_hour=hazard,
+                                                      spot_obtainability=best,
+                                                      cost_cap_restarts=where.bet.cap_restarts)))
     return decide
 
 

@@ -34,7 +34,11 @@ a safety net of `2d` (d: a restart's overhead).
    `MAX_BACKOFF_HOURS`), so a long stockout does not recreate the group's VM every half hour. UP
    needs no such memory: its oracle knows when Spot can be had; survivor learns it from its own
    switches. A single failed try is cheap (a restart on on-demand, no Spot VM billed), cheaper than
-   holding on-demand longer, hence the back-off only from the second (docs/deadline.md).
+   holding on-demand longer, hence the back-off only from the second (docs/deadline.md). With
+   Compute Engine's capacity data (`Situation.spot_obtainability`), not while no place the group
+   may run Spot in has at least a medium obtainability (`OBTAINABLE`, Google's lowest "medium"
+   score): a try where Compute says nothing can be had spends a restart, and rule 7's allowance,
+   for nothing.
 5. No step rate measured yet: nothing to project. The job stays as it is, except that one whose
    group has had no VM training for longer than one restart (its boot, restore and trainer start:
    measured, else BOOT_HOURS twice) goes on-demand: a VM that was merely booting would be training by
@@ -42,14 +46,17 @@ a safety net of `2d` (d: a restart's overhead).
    progress line (UP's rule at zero progress); rule 4 brings it back once a rate is measured.
 6. Deadline passed: on-demand, the soonest finish; the reason says it was missed.
 7. Cost cap: a job never costs more than on-demand from its start would have (its training plus
-   one restart, at the on-demand price) plus one more restart. The policy keeps the excess, what
+   one restart, at the on-demand price) plus `COST_CAP_RESTARTS` (two) more restarts. Two, not one:
+   a job that went on-demand before Spot saved anything (a stockout at its start) has spent one
+   restart beyond its training at its on-demand boot, so with one it could never try Spot again;
+   two allow it one try (a Spot boot and, if that fails, the restart back). The policy keeps the excess, what
    the job has spent beyond its committed training in hours of on-demand (the ledger's VM hours
    per mode, Spot ones at the Spot/on-demand price ratio, less the committed work), low enough that
    on-demand from now, with its restart, still lands inside that bound: Spot (staying, waiting for
    capacity, or going back) only while the excess plus what a Spot choice can add before the next
    decision (a Spot VM's boot, unless one trains now, and the work one preemption loses) is at most
-   one restart. Spot training lowers the excess by (1 - ratio) per hour, so a job that has trained on
-   Spot may still try it again after a stockout; each failed switch back costs an on-demand restart,
+   `COST_CAP_RESTARTS` restarts. Spot training lowers the excess by (1 - ratio) per hour, so a job
+   that has trained on Spot may still try it again after a stockout; each failed switch back costs an on-demand restart,
    and a long outage ends the tries once they have used up what Spot saved (a 12 h job once
    went back to Spot 6 times in one outage and cost more than on-demand). Without prices (a machine
    outside the offline table) the rule is skipped.
@@ -92,6 +99,13 @@ PRIOR_HOURS = 2.0
 BACKOFF_AFTER = 2
 BACKOFF_HOURS = CHECK_EVERY_HOURS
 MAX_BACKOFF_HOURS = 4.0
+#: Rule 7's allowance: the restarts a job may cost beyond on-demand from its start. Two: one try of
+#: Spot after an on-demand start (tried against one on the first half of each trace set's time,
+#: docs/benchmarks.md "Capacity data"; one kept every such job on on-demand to its end).
+COST_CAP_RESTARTS = 2.0
+#: With capacity data, the obtainability at least one place must have for a switch back to Spot:
+#: Google's lowest "medium" score (docs/capacity-data.md C3: low 0.0-0.3, medium 0.4-0.6).
+OBTAINABLE = 0.4
 
 
 @dataclass(frozen=True)
@@ -195,6 +209,11 @@ class Situation:
     #: the expected preemptions per hour of a running Spot VM where the group is, from Compute
     #: Engine's capacity data (survivor/cloud/capacity.py `Outlook.hazard_per_hour`); None: no data
     spot_hazard_per_hour: float | None = None
+    #: the best obtainability (0-1) of a place the group may run Spot in, from the same data (rule 4
+    #: does not switch back below `OBTAINABLE`); None: no data, rule 4 as without it
+    spot_obtainability: float | None = None
+    #: rule 7's allowance in restarts beyond on-demand from the start (the benchmark fits it)
+    cost_cap_restarts: float = COST_CAP_RESTARTS
 
 
 def spot_restart_hours(work: float, measured: Measured, situation: Situation) -> float:
@@ -279,17 +298,19 @@ def spot_risk_hours(measured: Measured, situation: Situation) -> float:
 
 
 def over_budget(measured: Measured, situation: Situation) -> str | None:
-    """Pure: why Spot would risk costing more than on-demand from the start plus one restart (rule 7),
-    or None when it cannot (or nothing is priced)."""
+    """Pure: why Spot would risk costing more than on-demand from the start plus
+    `situation.cost_cap_restarts` restarts (rule 7), or None when it cannot (or nothing is priced)."""
     excess = excess_hours(measured)
     if excess is None:
         return None
     risk = spot_risk_hours(measured, situation)
-    if excess + risk <= measured.overhead_hours + 1e-9:
+    # on-demand from the start has one restart of excess; on-demand from now adds its own restart
+    allowance = situation.cost_cap_restarts * measured.overhead_hours
+    if excess + risk <= allowance + 1e-9:
         return None
     return (f"cost cap: {excess:.2f} h of on-demand spent beyond the committed training, and Spot may add "
-            f"{risk:.2f} h more; on-demand from now keeps the job within one {measured.overhead_hours:.2f} h "
-            "restart of on-demand from the start")
+            f"{risk:.2f} h more; on-demand from now keeps the job within {situation.cost_cap_restarts:g} "
+            f"restarts ({allowance:.2f} h) of on-demand from the start")
 
 
 def decide(measured: Measured, situation: Situation) -> Decision:
@@ -354,6 +375,10 @@ def decide(measured: Measured, situation: Situation) -> Decision:
         return to(SPOT, f"on track: {on_spot:.2f} h on Spot at {goodput:.0%} goodput, {left:.2f} h left", slack)
     hysteresis = hysteresis_hours(measured, situation)
     if situation.switch_back and left >= on_spot + hysteresis:
+        obtainable = situation.spot_obtainability
+        if obtainable is not None and obtainable < OBTAINABLE:
+            return to(stay, f"staying on {stay}: Compute Engine gives Spot an obtainability of {obtainable:.2f} "
+                            f"at best, below {OBTAINABLE:g}", slack)
         wait, since = backoff_hours(measured), measured.since_switch_hours
         if since is not None and since < wait:
             return to(stay, f"staying on {stay}: the last {measured.failed_switch_backs} switch(es) back to "
