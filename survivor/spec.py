@@ -34,6 +34,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from survivor.places import region_of_zone
+
 #: The instance attribute that holds a whole YAML/JSON job spec.
 SPEC_ATTRIBUTE = "survivor-job"
 
@@ -1129,7 +1131,7 @@ class _Validator:
             return None
         for region in regions:
             if not isinstance(region, str) or not re.fullmatch(r"[a-z]+-[a-z]+[0-9]+", region):
-                hint = (f"; {region} is a zone, its region is {region.rsplit('-', 1)[0]}"
+                hint = (f"; {region} is a zone, its region is {region_of_zone(region)}"
                         if isinstance(region, str) and re.fullmatch(r"[a-z]+-[a-z]+[0-9]+-[a-z]", region) else "")
                 self.problems.append(f"placement.regions: {_show(region)} is not a region (e.g. us-west1){hint}")
                 return None

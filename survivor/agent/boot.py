@@ -70,6 +70,7 @@ from survivor.jobdir.store import CheckpointStore, CommitStats, RestoreFailed
 from survivor.notify import events as job_events
 from survivor.notify.delivery import Notifier, Telling
 from survivor.spec import JobSpec, SpecError, checkpoint_naming
+from survivor.places import region_of_zone
 
 if TYPE_CHECKING:  # imported where used: the agent loads the Compute client only to finish or switch
     from survivor.cloud.compute import Compute
@@ -676,7 +677,7 @@ class Boot:
             now = _dt.datetime.now(_dt.timezone.utc)
             recorded = moves(storage)
             # the journal already read says whether a move is due: no Compute call on an ordinary boot
-            here = placement.region_of(f"zones/{identity.zone}")
+            here = region_of_zone(identity.zone)
             count = placement.preempted_in(state.attempts, here, now,
                                            moved=parse_time(recorded[-1].time) if recorded else None)
             if count < spec.placement.preemptions_per_hour:

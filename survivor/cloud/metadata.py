@@ -29,6 +29,7 @@ from typing import Any, Literal, cast
 from urllib.parse import urlencode
 
 from survivor import retry
+from survivor.places import region_of_zone
 
 DEFAULT_HOST = "metadata.google.internal"
 HOST_ENV = "GCE_METADATA_HOST"
@@ -245,7 +246,7 @@ class InstanceIdentity:
     @property
     def region(self) -> str:
         """The zone's region: `us-west1-b` -> `us-west1`."""
-        return self.zone.rsplit("-", 1)[0]
+        return region_of_zone(self.zone)
 
     def __repr__(self) -> str:
         return f"InstanceIdentity({self.project}/{self.zone}/{self.name}, created_by={self.created_by})"

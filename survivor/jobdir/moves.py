@@ -21,6 +21,7 @@ from typing import Collection
 from survivor.jobdir.fields import PLACE, PROSE, TIME, Number, Rule, read_fields
 from survivor.jobdir.storage import JobStorage
 from survivor.jobdir.switches import read_records, record_time, write_once
+from survivor.places import region_of
 
 MOVES = "survivor/moves/"
 #: How each field of a move's record is read (survivor/jobdir/fields.py; a field not named: SHORT text).
@@ -87,12 +88,6 @@ def moves(storage: JobStorage, regions: Collection[str] | None = None, shapes: i
 
     return sorted((move for _, move in read_records(storage, MOVES, parse, "move")),
                   key=lambda m: record_time(m.time))
-
-
-def region_of(place: str) -> str:
-    """Pure: `zones/us-west1-b` -> `us-west1`; `regions/us-west1` -> `us-west1`."""
-    kind, _, where = place.partition("/")
-    return where.rsplit("-", 1)[0] if kind == "zones" else where
 
 
 def current_place(recorded: list[Move], original: str) -> str:

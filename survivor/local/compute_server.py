@@ -79,6 +79,7 @@ from survivor.extras import require
 from survivor.local.capacity_advice import ADVICE_PERMISSIONS, AdviceServing
 from survivor.local.iam_roles import PREDEFINED_ROLES, role_resource
 from survivor.local.http import LocalService, QuietHandler, send_json
+from survivor.places import region_of_zone
 
 BASE = "/compute/v1/"
 PROJECT_NUMBER = "123456789012"
@@ -365,7 +366,7 @@ class ComputeServer(AdviceServing, LocalService):
 
     def zones_of(self, region: str) -> list[str]:
         """The region's zones: those of the accelerator table, else REGION-a, -b, -c..."""
-        known = sorted(z for z in self.accelerators if z.rsplit("-", 1)[0] == region)
+        known = sorted(z for z in self.accelerators if region_of_zone(z) == region)
         return known or [f"{region}-{c}" for c in "abcdefg"[: self.zones_per_region]]
 
     # -- failure injection ------------------------------------------------------------------------

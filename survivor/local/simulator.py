@@ -42,6 +42,7 @@ from survivor.local.compute_server import ComputeServer
 from survivor.local.instance import LocalInstance
 from survivor.local.traces import Trace, TraceError, Zones, from_hour, load, make_trace, zone_map
 from survivor.spec import JobSpec, SpecError, load_yaml
+from survivor.places import region_of_zone
 
 PROJECT = "survivor-local"
 ZONE = "us-west1-b"
@@ -313,7 +314,7 @@ class Simulator:
         now = self._outage_clock()
         if now is None:
             return False
-        return (any(region == zone.rsplit("-", 1)[0] and start <= now < end for region, start, end in self.region_outages)
+        return (any(region == region_of_zone(zone) and start <= now < end for region, start, end in self.region_outages)
                 or any(kind == machine_type and start <= now < end for kind, start, end in self.shape_outages)
                 or self.compute.trace_stockout(zone))
 
@@ -401,7 +402,7 @@ class Simulator:
         one of them once its agent trains."""
         if not self.preempting_regions:
             return True
-        return local.zone.rsplit("-", 1)[0] in self.preempting_regions and \
+        return region_of_zone(local.zone) in self.preempting_regions and \
             local.metadata.get("instance/guest-attributes").get("survivor", {}).get("state") == "training"
 
     def _running(self) -> LocalInstance | None:
@@ -734,7 +735,7 @@ def price(spec: dict, hours: float, options: SimulationOptions) -> pricing.Cost:
     from survivor.cloud.template import MachineOptions
 
     machine = MachineOptions.from_spec(JobSpec.from_mapping(spec))
-    region = options.region or (machine.zone or ZONE).rsplit("-", 1)[0]  # where the simulated VMs run
+    region = options.region or region_of_zone(machine.zone or ZONE)  # where the simulated VMs run
     prices = hourly_prices(Machine(machine.machine_type, machine.gpu_type, machine.gpu_count or 0), region,
                            online=options.online, spot_price=options.spot_price,
                            on_demand_price=options.on_demand_price)

@@ -40,6 +40,7 @@ from survivor.jobdir.storage import JobStorage, StorageError
 from survivor.jobdir.switches import (Switch, SwitchFailure, parse_time, record_switch, record_switch_failure,
                                       switches)
 from survivor.spec import FallbackSpec, JobSpec, SpecError
+from survivor.places import region_of_zone
 
 log = logs.get("group")
 
@@ -285,7 +286,7 @@ def _build_image(compute: Compute, spec: JobSpec, options: MachineOptions, local
     """Builds survivor's image for this install (image.make_image), saying its cost and time first."""
     say(build_notice(family, zone))
     if not options.external_ip:  # the builder follows the job's choice (an organisation may forbid external IPs): say its route first
-        for finding in preflight.package_route(compute, options.network, zone.rsplit("-", 1)[0]):
+        for finding in preflight.package_route(compute, options.network, region_of_zone(zone)):
             say(f"  {finding}")
     install = image.stage_install(spec.job_dir, local)
     image.make_image(compute, install, family, zone=zone, progress=lambda line: say(f"  {line}"),
@@ -710,7 +711,7 @@ def _report_options(machine: dict | None, group: GroupRef, spec: JobSpec | None,
     return report.ReportOptions(
         machine=Machine(machine["machine_type"], machine["gpu_type"], machine["gpu_count"]) if machine else None,
         fallback=Machine(fallback["machine_type"], fallback["gpu_type"], fallback["gpu_count"]) if fallback else None,
-        region=group.region or (group.zone or "").rsplit("-", 1)[0], train_steps=spec.train_steps if spec else None,
+        region=group.region or region_of_zone(group.zone or ""), train_steps=spec.train_steps if spec else None,
         spot_price=spot_price, on_demand_price=on_demand_price, online=False, created=parse_time(created))
 
 

@@ -40,6 +40,7 @@ from typing import Callable, Iterator
 
 from survivor import __version__
 from survivor.cloud.template import DEFAULT_IMAGE_FAMILY, DLVM_PROJECT, SCOPES, Install, startup_script
+from survivor.places import region_of_zone
 
 #: zip's earliest time: the wheel's bytes depend on the source only (honoured by setuptools' bdist_wheel)
 SOURCE_DATE_EPOCH = "315532800"
@@ -396,7 +397,7 @@ def build_image(request: ImageRequest, connect: Callable, progress: Callable[[st
     if not options.external_ip:  # whether the builder reaches the index, before it is made
         from survivor.operator import preflight
 
-        for finding in preflight.package_route(compute, options.network, request.zone.rsplit("-", 1)[0]):
+        for finding in preflight.package_route(compute, options.network, region_of_zone(request.zone)):
             progress(str(finding))
     install = stage_install(spec.job_dir, local)
     name = make_image(compute, install, family, zone=request.zone, progress=progress, deadline=request.deadline,

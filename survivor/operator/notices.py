@@ -30,6 +30,7 @@ from survivor.notify.delivery import Notifier
 from survivor.notify.events import Event
 from survivor.notify.records import done_event, job_events
 from survivor.spec import Budget, JobSpec, SpecError
+from survivor.places import is_zone, region_of_zone
 
 log = logs.get("notify")
 
@@ -48,10 +49,10 @@ def machine_of(spec: JobSpec) -> Machine | None:
     return Machine(options.machine_type, options.gpu_type, options.gpu_count or 0)
 
 
-def region_of(spec: JobSpec, zone: str | None) -> str:
+def job_region(spec: JobSpec, zone: str | None) -> str:
     """The region a job runs in: its VM's zone's, else its `compute.zone`'s, else us-central1."""
     zone = zone or str(spec.extra.get("compute", {}).get("zone") or "")
-    return zone.rsplit("-", 1)[0] if zone.count("-") >= 2 else "us-central1"
+    return region_of_zone(zone) if is_zone(zone) else "us-central1"
 
 
 def prices_for(spec: JobSpec, zone: str | None = None) -> Prices | None:
@@ -62,7 +63,7 @@ def prices_for(spec: JobSpec, zone: str | None = None) -> Prices | None:
     if machine is None:
         return None
     try:
-        return report_prices(ReportOptions(machine=machine, region=region_of(spec, zone), online=False))
+        return report_prices(ReportOptions(machine=machine, region=job_region(spec, zone), online=False))
     except Exception as exc:  # noqa: BLE001 - an event without a cost still tells
         log.info("no prices for the job's events", error=f"{type(exc).__name__}: {exc}")
         return None

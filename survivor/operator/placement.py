@@ -55,6 +55,7 @@ from survivor.jobdir.storage import JobStorage
 from survivor.operator import move_bet
 from survivor.jobdir.switches import parse_time
 from survivor.spec import JobSpec, Placement
+from survivor.places import region_of
 
 log = logs.get("placement")
 T = TypeVar("T")
@@ -103,12 +104,6 @@ class MoveDecision:
     def to(self) -> Place | None:
         """The place moved to; None when the job stays."""
         return Place(self.to_region, self.to_shape) if self.move and self.to_region else None
-
-
-def region_of(place: str) -> str:
-    """Pure: `zones/us-west1-b` -> `us-west1`; `regions/us-west1` -> `us-west1`."""
-    kind, _, where = place.partition("/")
-    return where.rsplit("-", 1)[0] if kind == "zones" else where
 
 
 def places(placement: Placement) -> tuple[Place, ...]:

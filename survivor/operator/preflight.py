@@ -50,6 +50,7 @@ from typing import Any, Callable
 
 from survivor.cloud import endpoints, locations, machines, permissions
 from survivor.jobdir.storage import PERMISSION_FOR
+from survivor.places import region_of_zone
 
 #: What the agent does in the job dir needs these (survivor/jobdir/storage.py), all object permissions.
 OBJECT_PERMISSIONS = tuple(sorted(set(PERMISSION_FOR.values())))
@@ -646,7 +647,7 @@ def check(body: dict[str, Any], compute, *, zone: str | None = None, region: str
                                   (image or {}).get("disk_size_gb"))
     except ComputeError as exc:
         out.append(Finding("compute", str(exc)))
-    home = region or (zone.rsplit("-", 1)[0] if zone else None)
+    home = region or (region_of_zone(zone) if zone else None)
     # every region the job may run in: where it starts, then those of placement.regions a move may take
     # it to, whose shortfalls are warnings: the job starts without them
     places = ([home] if home else []) + [r for r in target.placement_regions if r != home]

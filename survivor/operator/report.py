@@ -50,6 +50,7 @@ from survivor.jobdir.status import JobView
 from survivor.jobdir.storage import JobStorage, open_storage
 from survivor.jobdir.store import CheckpointStore
 from survivor.jobdir.switches import SwitchFailure
+from survivor.places import region_of
 
 #: The causes a job on an on-demand VM without disruptions still spends once, at its start.
 ONCE_PER_JOB = ("vm_boot", "restore", "trainer_start")
@@ -95,12 +96,6 @@ class MoveTransfer:
     restored: str | None
     bytes: int | None
     across: bool | None
-
-
-def region_of(place: str) -> str:
-    """Pure: `regions/R` -> R, `zones/Z` -> Z's region."""
-    name = place.rsplit("/", 1)[-1]
-    return name if place.startswith("regions/") else name.rsplit("-", 1)[0]
 
 
 def utc_text(text: str) -> str:

@@ -26,6 +26,7 @@ from survivor.cloud import pricing
 from survivor.cloud.compute import Compute, ComputeError, InUse, NotFound
 from survivor.cloud.template import STATE_DISK_LABEL
 from survivor.jobdir.disk_tier import PENDING, PendingSnapshot, pending_snapshots
+from survivor.places import region_of, region_of_zone
 
 log = logs.get("state-disks")
 
@@ -49,7 +50,7 @@ class StateDisk:
     @property
     def region(self) -> str:
         """The disk's region (its zone without the zone letter)."""
-        return self.zone.rsplit("-", 1)[0]
+        return region_of_zone(self.zone)
 
     @property
     def monthly_usd(self) -> float | None:
@@ -160,7 +161,6 @@ def clean_after_moves(compute: Compute, job: str, storage, regions: list[str] | 
     keeps its disks: a VM there reattaches them. Without a move recorded nothing is asked; a listing
     or a delete refused (a booting VM's account may lack compute.disks.*) is logged, never raised."""
     from survivor.jobdir.moves import moves
-    from survivor.operator.placement import region_of
 
     recorded = moves(storage, regions, shapes)
     if not recorded:
