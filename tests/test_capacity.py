@@ -278,3 +278,15 @@ def test_the_constants_are_chosen_on_the_first_half_only(tmp_path, monkeypatch):
     chosen, tried = capacity.fit(zones, 12.0, restart=0.2, grid=grid, jobs=((4.0, 8.0),))
     assert halves == ["first", "first"] and chosen in grid and len(tried) == 2
     assert all(row["jobs"] == 2 and row["deadlines_met"] == 2 for _, row in tried)  # one start from each home
+
+
+def test_a_replay_waits_out_every_short_outage_it_runs_into(tmp_path):
+    # one point (0.1 h) without capacity every hour: each one a running Spot VM meets preempts it,
+    # and no VM is made before the point ends (the replay must not skip an outage inside a minute)
+    write(tmp_path, "east-1a", ([1] * 9 + [0]) * 40)
+    zones = load(str(tmp_path))
+    where, run = replay(zones, "region", traces.always(traces.SPOT), lost=0.0)
+    outages = [h + 0.9 for h in range(40) if h + 0.9 < run.finished_at]
+    assert run.preemptions == len(outages)
+    assert run.finished_at >= 4.0 + 0.2 + len(outages) * (0.1 + 0.2) - 3 * TICK  # 5 outages: 5.7 h
+    assert run.spot_hours <= run.finished_at - len(outages) * 0.1 + TICK
