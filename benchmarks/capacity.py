@@ -1,4 +1,4 @@
-"""Capacity wherever it is: deadline and recovery policies replayed on real Spot availability traces (issue 27).
+"""Capacity wherever it is: deadline and recovery policies replayed on real Spot availability traces.
 
     $ .venv/bin/python -m benchmarks.capacity --traces benchmarks/traces/aws-02-15-2023 --json rows.json [--write]
 
@@ -74,7 +74,7 @@ JOBS = ((24.0, 48.0), (12.0, 18.0), (6.0, 9.0))
 #: Deep Learning VM's boot to its startup script (150 s, "The time without a VM", the goodput run's
 #: `--recreation-seconds`), survivor's image to the agent (1 s, "Boot to the first step"), the built-in
 #: trainer's start to its first step (about 10 s, "Per boot") and a restore of a few GB (about 20 s at
-#: the restore's measured rate): about 180 s. Issue 27's own figure, 0.2 h, is `--restart 0.2`.
+#: the restore's measured rate): about 180 s. The goal's own figure, 0.2 h, is `--restart 0.2`.
 RESTART_HOURS = 0.05
 #: Work a preemption loses: none, as survivor commits on the notice (a noticed preemption loses 0
 #: steps: the goodput and time-to-safety runs in docs/benchmarks.md). Given to every policy alike,
@@ -193,7 +193,7 @@ class Placement:
             self._fruitless += 1
             return up(self._zones(self.region))
         if self.rule == "advice":
-            # survivor with Compute Engine's capacity data (issue 40): the region's outlook is its best
+            # survivor with Compute Engine's capacity data: the region's outlook is its best
             # zone's advice.capacity scores as the Compute fake serves them from the traces' past
             # (survivor/local/capacity_advice.py); no history (an N1 VM with a V100 has none); the
             # move is survivor/operator/move_bet.py `weigh`, the function placement.decide calls
@@ -256,7 +256,7 @@ ALWAYS_ON_DEMAND = "always on-demand"
 #: name -> (the policy's maker, its placement rule)
 POLICIES: dict[str, tuple[Callable[[], traces.Policy], str]] = {
     "survivor": (traces.survivor_policy, "advice"),
-    "survivor, timer rule (before issue 40)": (traces.survivor_policy, "move"),
+    "survivor, timer rule (before capacity data)": (traces.survivor_policy, "move"),
     "survivor, one region": (traces.survivor_policy, "region"),
     "SkyPilot EAGER_NEXT_REGION, as 0.14.1 ships": (lambda: traces.always(traces.SPOT), "eager-shipped"),
     "SkyPilot EAGER_NEXT_REGION, as its docs describe": (lambda: traces.always(traces.SPOT), "eager"),
@@ -422,7 +422,7 @@ def table_by_kind(results: dict[str, list[Outcome]]) -> str:
 
 
 def must_show(results: dict[str, list[Outcome]]) -> list[str]:
-    """Issue 40's must-show points on these results, each one line saying whether it holds: survivor
+    """The must-show points of placement with capacity data on these results, each one line saying whether it holds: survivor
     meets every deadline; its mean cost is below every other policy that meets every deadline; its
     share of wall time with a training VM is at least survivor confined to one region's and uniform
     progress across regions'; its moves a job are at most twice the fewest of any multi-region row."""

@@ -169,7 +169,7 @@ def test_traces_too_short_for_any_job_are_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and "the shortest job replayed needs 18 h" in err and "Traceback" not in err
 
 
-# -- survivor with capacity data ("advice") and SkyPilot as 0.14.1 ships ("eager-shipped") (issue 40) --
+# -- survivor with capacity data ("advice") and SkyPilot as 0.14.1 ships ("eager-shipped") -----------
 
 
 def test_after_a_preemption_skypilot_as_shipped_relaunches_in_the_preempted_region_first(tmp_path):

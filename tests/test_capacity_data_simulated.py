@@ -1,4 +1,4 @@
-"""The simulator with Compute Engine's capacity data (issue 40): a region that flaps every 30
+"""The simulator with Compute Engine's capacity data: a region that flaps every 30
 minutes next to a steady one, and an outage of every region, each followed by the Compute fake from
 a trace and read by survivor's watch through the real AdviceClient."""
 

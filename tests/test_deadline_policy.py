@@ -199,7 +199,7 @@ def test_a_switch_back_that_finds_no_spot_is_not_already_behind_at_the_next_look
     assert hysteresis_hours(good, minute) == pytest.approx(2 * 0.1 + 0.05 + 1 / 60)
 
 
-# -- capacity data (issue 40): the expected preemptions where the job is size the slack Spot needs ------
+# -- capacity data: the expected preemptions where the job is size the slack Spot needs ------
 
 def test_a_place_that_preempts_often_needs_more_slack_on_spot_and_leaves_it_sooner():
     from survivor.operator.deadline import Measured, Situation, decide
