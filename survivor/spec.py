@@ -840,8 +840,10 @@ def _control_characters(value: str) -> bool:
 
 
 def _looks_secret(url: Any) -> bool:
-    """A webhook URL carries its credential (Slack's path, Chat's key and token): never shown whole."""
-    return isinstance(url, str) and url.startswith(("http://", "https://")) and len(url) > 40
+    """A webhook URL carries its credential (Slack's path, Chat's key and token, or a user:password
+    before its host): never shown whole."""
+    return isinstance(url, str) and url.startswith(("http://", "https://")) and (
+        len(url) > 40 or "@" in url.split("://", 1)[1].split("/", 1)[0])
 
 
 def notify_url_problem(url: Any) -> str | None:
@@ -854,6 +856,8 @@ def notify_url_problem(url: Any) -> str | None:
     url = url.strip()
     if SECRET_VERSION.fullmatch(url):
         return None
+    if "@" in url.split("://", 1)[-1].split("/", 1)[0]:
+        return expected + ", without a user:password before its host (keep such a URL in Secret Manager)"
     m = re.fullmatch(r"(https?)://([^/?#:@\s]+)(:[0-9]{1,5})?([/?#][^\s]*)?", url)
     if not m:
         return expected
@@ -1166,6 +1170,8 @@ class _Validator:
             if not isinstance(item, dict):
                 self.problems.append(f"{label} = {_show(item)}: expected a mapping with url (and format, on)")
                 continue
+            # YAML 1.1, which PyYAML reads, takes an unquoted `on:` key for the boolean true
+            item = {("on" if k is True and "on" not in item else k): v for k, v in item.items()}
             count = len(self.problems)
             for key in sorted(str(k) for k in item if k not in known):
                 close = did_you_mean(key, known)
@@ -1180,6 +1186,9 @@ class _Validator:
                 self.problems.append(f"{label}.format = {_show(fmt)}: expected one of {', '.join(NOTIFY_FORMATS)}")
             on = item.get("on", [])
             on = [on] if isinstance(on, str) else on
+            if "on" in item and on == []:
+                self.problems.append(f"{label}.on = []: expected at least one event; leave on: out to be told every "
+                                     "event")
             if not isinstance(on, list) or not all(isinstance(e, str) for e in on):
                 self.problems.append(f"{label}.on = {_show(on)}: expected a list of events among "
                                      f"{', '.join(NOTIFY_EVENTS)}")
@@ -1214,7 +1223,10 @@ class _Validator:
         usd, warn = value.get("usd"), value.get("warn_at", Budget.warn_at)
         ok = True
         if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not 0 < usd <= 1e9:
-            self.problems.append(f"budget.usd = {_show(usd)}: expected US dollars, more than 0")
+            hint = " (YAML reads 1e9 as text: write 1.0e9 or 1000000000)" if isinstance(usd, str) and re.fullmatch(
+                r"[0-9.]+[eE][-+]?[0-9]+", usd.strip()) else ""
+            self.problems.append(f"budget.usd = {_show(usd)}: expected US dollars, more than 0 and at most "
+                                 f"1000000000{hint}")
             ok = False
         if isinstance(warn, bool) or not isinstance(warn, (int, float)) or not 0 < warn < 1:
             self.problems.append(f"budget.warn_at = {_show(warn)}: expected a share between 0 and 1, e.g. 0.8")

@@ -350,3 +350,38 @@ def test_a_secret_bound_to_a_role_roles_get_cannot_read_is_a_warning_naming_it()
     assert found.level == "warning" and "roles.get could not read projects/p/roles/custom" in found.message
     [unread] = preflight.secret_findings(version, vm, None, "403 secretmanager.secrets.getIamPolicy")
     assert unread.level == "warning" and "could not read its IAM policy" in unread.message
+
+
+# -- what a hostile review of the spec's notify: and budget: keys found ------------------------------
+
+def _problems(text: str) -> list[str]:
+    try:
+        JobSpec.from_yaml(text)
+    except SpecError as exc:
+        return exc.problems
+    return []
+
+
+BASE = "job_dir: gs://bucket-1/j\ntrain_steps: 10\ntrainer: {builtin: dummy}\n"
+
+
+def test_the_docs_unquoted_on_filter_is_read_as_on_not_as_yamls_true():
+    spec = JobSpec.from_yaml(BASE + "notify:\n  - url: https://hooks.slack.com/services/T000/B000/XXXX\n"
+                                    "    format: slack\n    on: [safe, done]\n")
+    assert spec.notify[0].on == ("safe", "done")
+    assert "on:" in (pathlib.Path(__file__).parent.parent / "docs" / "notifications.md").read_text()
+
+
+def test_an_empty_on_filter_is_refused_rather_than_meaning_every_event():
+    problems = _problems(BASE + 'notify:\n  - {url: "https://hooks.example.com/x", "on": []}\n')
+    assert problems == ["notify[0].on = []: expected at least one event; leave on: out to be told every event"]
+
+
+def test_a_url_with_a_password_is_refused_saying_why_and_never_shown():
+    problems = _problems(BASE + "notify:\n  - url: https://user:p4ssw0rd@example.com/hook\n")
+    assert len(problems) == 1 and "p4ssw0rd" not in problems[0] and "user:password" in problems[0], problems
+
+
+def test_a_budget_out_of_range_says_its_range_and_an_exponent_read_as_text_says_so():
+    assert "at most 1000000000" in _problems(BASE + "budget: {usd: 99999999999}\n")[0]
+    assert "YAML reads 1e9 as text" in _problems(BASE + "budget: {usd: 1e9}\n")[0]
