@@ -44,15 +44,26 @@ SECTION = "## Boot to the first step: survivor's image vs the wheel path"
 
 
 def attributes(job_dir: str, steps_log: str, install) -> dict[str, str]:
-    spec = JobSpec.from_mapping({
-        "name": "boot-bench", "job_dir": job_dir, "train_steps": 20, "checkpoint_steps": 10, "grace_seconds": 5,
-        "sync_seconds": 0.3, "on_finish": "keep-alive", "trainer": {"builtin": "dummy"},
-        "hyperparameters": {"step-seconds": "0.02", "step-log": steps_log}})
+    spec = JobSpec.from_mapping(
+        {
+            "name": "boot-bench",
+            "job_dir": job_dir,
+            "train_steps": 20,
+            "checkpoint_steps": 10,
+            "grace_seconds": 5,
+            "sync_seconds": 0.3,
+            "on_finish": "keep-alive",
+            "trainer": {"builtin": "dummy"},
+            "hyperparameters": {"step-seconds": "0.02", "step-log": steps_log},
+        }
+    )
     body = template_body("boot-bench", spec, MachineOptions.from_spec(spec), install=install)
     return {item["key"]: item["value"] for item in body["properties"]["metadata"]["items"]}
 
 
-def one_boot(root: SandboxRoot, metadata: MetadataServer, env: dict[str, str], gcs_url: str, log_dir: str) -> tuple[float, float, str]:
+def one_boot(
+    root: SandboxRoot, metadata: MetadataServer, env: dict[str, str], gcs_url: str, log_dir: str
+) -> tuple[float, float, str]:
     """(script start -> first step, unit start -> first step, the script's output) for one boot."""
     steps_log = root.at(STEPS_LOG)
     shutil.rmtree(root.at("/var/lib/survivor"), ignore_errors=True)  # the agent's state: not on the image
@@ -64,8 +75,10 @@ def one_boot(root: SandboxRoot, metadata: MetadataServer, env: dict[str, str], g
     os.makedirs(os.path.dirname(steps_log))  # the trainer's (startup.sh made the user)
     os.chown(os.path.dirname(steps_log), pwd.getpwnam("survivor-trainer").pw_uid, -1)
     unit_started = time.monotonic()
-    agent = root.start_agent({"GCE_METADATA_HOST": metadata.host, "STORAGE_EMULATOR_HOST": gcs_url},
-                             os.path.join(log_dir, f"agent-{uuid.uuid4().hex[:6]}.log"))
+    agent = root.start_agent(
+        {"GCE_METADATA_HOST": metadata.host, "STORAGE_EMULATOR_HOST": gcs_url},
+        os.path.join(log_dir, f"agent-{uuid.uuid4().hex[:6]}.log"),
+    )
     try:
         while not os.path.exists(steps_log):
             if agent.poll() is not None:
@@ -102,8 +115,7 @@ def main() -> None:
         def metadata_for(root: SandboxRoot, install, name: str) -> MetadataServer:
             job_dir = f"gs://{bucket}/runs/{uuid.uuid4().hex[:8]}"
             staged = image.stage_install(job_dir, image.LocalInstall(wheel, lock)) if install else None
-            return MetadataServer(attributes=attributes(job_dir, root.at(STEPS_LOG), staged),
-                                  name=name).start()
+            return MetadataServer(attributes=attributes(job_dir, root.at(STEPS_LOG), staged), name=name).start()
 
         for _ in range(args.wheel_boots):  # each a fresh disk
             root = SandboxRoot.create()
@@ -141,11 +153,16 @@ def main() -> None:
         script = [r[0] for r in results[path]]
         unit = [r[1] for r in results[path]]
         rows.append([label, len(script), statistics.median(script), max(script), statistics.median(unit), max(unit)])
-    text = table("Boot to the first training step (seconds)",
-                 ["boot", "boots", "script start: median", "worst", "unit start: median", "worst"], rows)
+    text = table(
+        "Boot to the first training step (seconds)",
+        ["boot", "boots", "script start: median", "worst", "unit start: median", "worst"],
+        rows,
+    )
     speedup = rows[1][2] / rows[0][2]
-    summary = (f"Machine: {machine()}. The wheel path's pip install is from a local wheelhouse (no network); "
-               f"the image path reaches the first step {speedup:.1f}x sooner from the script's start.")
+    summary = (
+        f"Machine: {machine()}. The wheel path's pip install is from a local wheelhouse (no network); "
+        f"the image path reaches the first step {speedup:.1f}x sooner from the script's start."
+    )
     print(text)
     print(summary)
     if not args.no_doc:
@@ -155,23 +172,27 @@ def main() -> None:
 def write_section(text: str, summary: str) -> None:
     with open(DOC, encoding="utf-8") as f:
         doc = f.read()
-    intro = ("`sudo python -m benchmarks.boot` (the boot rehearsal of tests/test_boot_rehearsal.py, timed): "
-             "survivor/startup/startup.sh as root in a sandbox root against the metadata emulator and "
-             "fake-gcs-server, then the unit's ExecStart as systemd runs it (root), to the dummy trainer's first step "
-             "(as `survivor-trainer`). "
-             "The wheel path boots a fresh disk: it downloads the staged wheel and lock and pip installs them "
-             "(`--require-hashes`) into a new venv. The image path boots a disk that already holds the venv "
-             "(made by the script's build mode, as `survivor make-image` makes survivor's image) with the "
-             "metadata make-template gives such an image: nothing to install.")
-    after = (f"{summary} On a VM the wheel path also downloads the lock's wheels from the package index on "
-             "every fresh disk (gigabytes: TensorFlow's own wheel is 572 MB, and tensorflow[and-cuda] adds the "
-             "CUDA libraries), which is what the image removes. The unit-start column is the same work on both "
-             "paths (the agent and the trainer starting); the machine was shared with other test runs.")
+    intro = (
+        "`sudo python -m benchmarks.boot` (the boot rehearsal of tests/test_boot_rehearsal.py, timed): "
+        "survivor/startup/startup.sh as root in a sandbox root against the metadata emulator and "
+        "fake-gcs-server, then the unit's ExecStart as systemd runs it (root), to the dummy trainer's first step "
+        "(as `survivor-trainer`). "
+        "The wheel path boots a fresh disk: it downloads the staged wheel and lock and pip installs them "
+        "(`--require-hashes`) into a new venv. The image path boots a disk that already holds the venv "
+        "(made by the script's build mode, as `survivor make-image` makes survivor's image) with the "
+        "metadata make-template gives such an image: nothing to install."
+    )
+    after = (
+        f"{summary} On a VM the wheel path also downloads the lock's wheels from the package index on "
+        "every fresh disk (gigabytes: TensorFlow's own wheel is 572 MB, and tensorflow[and-cuda] adds the "
+        "CUDA libraries), which is what the image removes. The unit-start column is the same work on both "
+        "paths (the agent and the trainer starting); the machine was shared with other test runs."
+    )
     body = f"{SECTION}\n\n{textwrap.fill(intro, 100, break_on_hyphens=False)}\n\n{text}\n{textwrap.fill(after, 100, break_on_hyphens=False)}\n"
     if SECTION in doc:
         start = doc.index(SECTION)
         end = doc.find("\n## ", start + len(SECTION))
-        doc = doc[:start] + body + (doc[end + 1:] if end != -1 else "")
+        doc = doc[:start] + body + (doc[end + 1 :] if end != -1 else "")
     else:
         doc = doc.rstrip("\n") + "\n\n" + body
     with open(DOC, "w", encoding="utf-8") as f:

@@ -93,6 +93,8 @@ SKYPILOT_WINDOW_HOURS = 0.05
 LIMIT_FACTOR = 2.0
 #: The table's machine: the traces are of one V100 VM.
 MACHINE_TYPE, GPU_TYPE, GPU_COUNT = "n1-standard-8", "nvidia-tesla-v100", 1
+
+
 @dataclass(frozen=True)
 class Constants:
     """The survivor row's constants (survivor/operator/move_bet.py, survivor/cloud/capacity.py): how
@@ -111,20 +113,33 @@ class Constants:
     def text(self) -> str:
         """The constants as the tables name them."""
         horizon = "the job's time left here" if self.horizon_hours == float("inf") else f"{self.horizon_hours:g} h"
-        return (f"horizon {horizon}, top-band uptime {self.top_band_uptime_hours:g} h, restore across locations "
-                f"{self.restore_hours:g} h, deadline hazard {'on' if self.deadline_hazard else 'off'}, "
-                f"cost cap {self.cap_restarts:g} restarts")
+        return (
+            f"horizon {horizon}, top-band uptime {self.top_band_uptime_hours:g} h, restore across locations "
+            f"{self.restore_hours:g} h, deadline hazard {'on' if self.deadline_hazard else 'off'}, "
+            f"cost cap {self.cap_restarts:g} restarts"
+        )
 
     def costs(self, hours_left: float, restart_hours: float = RESTART_HOURS) -> move_bet.Costs:
         """The move's costs with these constants, for `hours_left` of training."""
-        return move_bet.Costs(hours_left=hours_left, restart_hours=restart_hours, restore_hours=self.restore_hours,
-                              horizon_hours=self.horizon_hours, top_band_uptime_hours=self.top_band_uptime_hours)
+        return move_bet.Costs(
+            hours_left=hours_left,
+            restart_hours=restart_hours,
+            restore_hours=self.restore_hours,
+            horizon_hours=self.horizon_hours,
+            top_band_uptime_hours=self.top_band_uptime_hours,
+        )
 
 
 #: The constants tried on a trace set's first half (`fit`); the one chosen is replayed on its second.
 #: The cost cap's candidates come outermost, survivor's own default first: a tie keeps the default.
-GRID = tuple(Constants(h, u, r, z, c) for c in (deadline_policy.COST_CAP_RESTARTS, 1.0)
-             for h in (1.0, 2.0, float("inf")) for u in (2.0, 8.0) for r in (0.01, 0.1) for z in (False, True))
+GRID = tuple(
+    Constants(h, u, r, z, c)
+    for c in (deadline_policy.COST_CAP_RESTARTS, 1.0)
+    for h in (1.0, 2.0, float("inf"))
+    for u in (2.0, 8.0)
+    for r in (0.01, 0.1)
+    for z in (False, True)
+)
 
 
 @dataclass
@@ -183,9 +198,12 @@ class Placement:
                 self._out_since = None
                 return here
             self._out_since = t0 if self._out_since is None else self._out_since
-            look = placement.Look(f"regions/{self.region}", idle_seconds=(t0 - self._out_since) * 3600,
-                                  capacity_errors=("ZONE_RESOURCE_POOL_EXHAUSTED",),
-                                  moves_without_vm=self._fruitless)
+            look = placement.Look(
+                f"regions/{self.region}",
+                idle_seconds=(t0 - self._out_since) * 3600,
+                capacity_errors=("ZONE_RESOURCE_POOL_EXHAUSTED",),
+                moves_without_vm=self._fruitless,
+            )
             decision = placement.decide(Rule(tuple(self.regions), move_after_minutes=self.move_after * 60), look)
             if not decision.move:
                 return []
@@ -224,8 +242,10 @@ class Placement:
         return {r: self._outlook(r, self.start + t) for r in self.regions}
 
     def _outlook(self, region: str, at: float) -> Outlook:
-        best = max((capacity_advice.scores(self.zones, z, at) for z in self._zones(region)),
-                   key=lambda sc: (sc.obtainability, sc.uptime_seconds))
+        best = max(
+            (capacity_advice.scores(self.zones, z, at) for z in self._zones(region)),
+            key=lambda sc: (sc.obtainability, sc.uptime_seconds),
+        )
         return Outlook(best.obtainability, best.uptime_seconds / 3600)
 
     def available_through(self, t0: float, t1: float) -> bool:
@@ -285,8 +305,15 @@ class Outcome:
 def job_of(hours: float, deadline: float, restart: float, lost: float = LOST_HOURS) -> traces.Job:
     """The replayed job: the table's machine and prices, `restart` hours a restart, `lost` hours of
     work lost to a preemption."""
-    return traces.Job(hours=hours, deadline_hours=deadline, overhead_hours=restart, lost_hours=lost,
-                      machine_type=MACHINE_TYPE, gpu_type=GPU_TYPE, gpu_count=GPU_COUNT)
+    return traces.Job(
+        hours=hours,
+        deadline_hours=deadline,
+        overhead_hours=restart,
+        lost_hours=lost,
+        machine_type=MACHINE_TYPE,
+        gpu_type=GPU_TYPE,
+        gpu_count=GPU_COUNT,
+    )
 
 
 def planning(choose: traces.Policy, where: Placement, job: traces.Job) -> traces.Policy:
@@ -295,49 +322,85 @@ def planning(choose: traces.Policy, where: Placement, job: traces.Job) -> traces
     place the group is in (`Situation.spot_hazard_per_hour`, the same outlook the move weighs), the
     best obtainability of its allowed places (`Situation.spot_obtainability`: a switch back to Spot
     goes wherever there is capacity) and the cost cap's allowance."""
+
     def decide(view: traces.View) -> str:
         m = view.measured
         where.hours_left = max(0.0, job.hours - m.steps_done / max(m.train_steps, 1) * job.hours)
         outlook = where.outlooks(view.t).get(where.region) if where.bet.deadline_hazard else None
         # a place out of capacity has the shortest uptime band (nothing runs there to last): its
         # hazard is a running VM's only where Spot can be had
-        hazard = (outlook.hazard_per_hour(where.bet.top_band_uptime_hours)
-                  if outlook and outlook.obtainability >= capacity_advice.LOW else None)
+        hazard = (
+            outlook.hazard_per_hour(where.bet.top_band_uptime_hours)
+            if outlook and outlook.obtainability >= capacity_advice.LOW
+            else None
+        )
         best = max(o.obtainability for o in where.outlooks(view.t).values())
-        return choose(replace(view, situation=replace(view.situation, spot_hazard_per_hour=hazard,
-                                                      spot_obtainability=best,
-                                                      cost_cap_restarts=where.bet.cap_restarts)))
+        return choose(
+            replace(
+                view,
+                situation=replace(
+                    view.situation,
+                    spot_hazard_per_hour=hazard,
+                    spot_obtainability=best,
+                    cost_cap_restarts=where.bet.cap_restarts,
+                ),
+            )
+        )
+
     return decide
 
 
-def replay_one(zones: Zones, name: str, job: traces.Job, start: float, home: str, base_cost: float,
-               bet: Constants = Constants()) -> Outcome:
+def replay_one(
+    zones: Zones, name: str, job: traces.Job, start: float, home: str, base_cost: float, bet: Constants = Constants()
+) -> Outcome:
     """Replays one job under one policy (`bet`: the survivor row's constants)."""
     make, rule = POLICIES[name]
     where = Placement(zones, start, home, rule, bet=bet, restart=job.overhead_hours)
     choose = planning(make(), where, job) if rule == "advice" else make()
-    run = traces.replay(where, job, choose, limit_factor=LIMIT_FACTOR, check_every_hours=CHECK_EVERY_HOURS,
-                        start_mode=traces.ON_DEMAND if name == ALWAYS_ON_DEMAND else traces.SPOT)
+    run = traces.replay(
+        where,
+        job,
+        choose,
+        limit_factor=LIMIT_FACTOR,
+        check_every_hours=CHECK_EVERY_HOURS,
+        start_mode=traces.ON_DEMAND if name == ALWAYS_ON_DEMAND else traces.SPOT,
+    )
     wall = run.finished_at if run.finished_at is not None else job.deadline_hours * LIMIT_FACTOR
-    return Outcome((job.hours, job.deadline_hours), home, start, run.met, run.training_hours / wall,
-                   min(run.committed_hours, job.hours) / wall, run.cost_usd / base_cost, where.moves)
+    return Outcome(
+        (job.hours, job.deadline_hours),
+        home,
+        start,
+        run.met,
+        run.training_hours / wall,
+        min(run.committed_hours, job.hours) / wall,
+        run.cost_usd / base_cost,
+        where.moves,
+    )
 
 
-def run(zones: Zones, every: float, restart: float = RESTART_HOURS,
-        jobs: tuple[tuple[float, float], ...] = JOBS, lost: float = LOST_HOURS,
-        half: str | None = None, bet: Constants = Constants(),
-        names: tuple[str, ...] = tuple(POLICIES)) -> dict[str, list[Outcome]]:
+def run(
+    zones: Zones,
+    every: float,
+    restart: float = RESTART_HOURS,
+    jobs: tuple[tuple[float, float], ...] = JOBS,
+    lost: float = LOST_HOURS,
+    half: str | None = None,
+    bet: Constants = Constants(),
+    names: tuple[str, ...] = tuple(POLICIES),
+) -> dict[str, list[Outcome]]:
     """The policies `names` on every job: each kind, from each region as home, at starts `every` hours
     apart (as many as fit the traces with the replay's limit); `half` "first" or "second": only jobs
     whose whole replay lies in that half of the traces' time; `bet`: the survivor row's constants."""
     out: dict[str, list[Outcome]] = {name: [] for name in names}
     for hours, deadline in jobs:
         job = job_of(hours, deadline, restart, lost)
-        base = traces.replay(traces.Trace(0, ()), job, traces.always(traces.ON_DEMAND),
-                             start_mode=traces.ON_DEMAND).cost_usd
+        base = traces.replay(
+            traces.Trace(0, ()), job, traces.always(traces.ON_DEMAND), start_mode=traces.ON_DEMAND
+        ).cost_usd
         starts = []
-        lo, hi = {None: (0.0, zones.hours), "first": (0.0, zones.hours / 2),
-                  "second": (zones.hours / 2, zones.hours)}[half]
+        lo, hi = {None: (0.0, zones.hours), "first": (0.0, zones.hours / 2), "second": (zones.hours / 2, zones.hours)}[
+            half
+        ]
         s = lo
         while s + deadline * LIMIT_FACTOR <= hi:
             starts.append(s)
@@ -349,9 +412,14 @@ def run(zones: Zones, every: float, restart: float = RESTART_HOURS,
     return out
 
 
-def fit(zones: Zones, every: float, restart: float = RESTART_HOURS, lost: float = LOST_HOURS,
-        grid: tuple[Constants, ...] = GRID, jobs: tuple[tuple[float, float], ...] = JOBS
-        ) -> tuple[Constants, list[tuple[Constants, dict]]]:
+def fit(
+    zones: Zones,
+    every: float,
+    restart: float = RESTART_HOURS,
+    lost: float = LOST_HOURS,
+    grid: tuple[Constants, ...] = GRID,
+    jobs: tuple[tuple[float, float], ...] = JOBS,
+) -> tuple[Constants, list[tuple[Constants, dict]]]:
     """The survivor row's constants chosen on the first half of the traces' time only: of `grid`,
     the one with every deadline met and the lowest mean cost (then the fewest moves, then the first
     of the grid); with each tried and its row."""
@@ -385,30 +453,42 @@ def rows(results: dict[str, list[Outcome]]) -> list[dict]:
     out = []
     for name, outcomes in results.items():
         costs = [o.cost for o in outcomes]
-        out.append({
-            "policy": name, "jobs": len(outcomes), "deadlines_met": sum(o.met for o in outcomes),
-            "vm_fraction": round(statistics.mean(o.vm_fraction for o in outcomes), 4),
-            "goodput": round(statistics.mean(o.goodput for o in outcomes), 4),
-            "mean_cost": round(statistics.mean(costs), 4), "worst_cost": round(max(costs), 4),
-            "moves_per_job": round(statistics.mean(o.moves for o in outcomes), 3)})
+        out.append(
+            {
+                "policy": name,
+                "jobs": len(outcomes),
+                "deadlines_met": sum(o.met for o in outcomes),
+                "vm_fraction": round(statistics.mean(o.vm_fraction for o in outcomes), 4),
+                "goodput": round(statistics.mean(o.goodput for o in outcomes), 4),
+                "mean_cost": round(statistics.mean(costs), 4),
+                "worst_cost": round(max(costs), 4),
+                "moves_per_job": round(statistics.mean(o.moves for o in outcomes), 3),
+            }
+        )
     return out
 
 
 def table(results: dict[str, list[Outcome]]) -> str:
     """The Markdown table of `rows`, and one line a job kind for survivor against the others."""
-    lines = ["| policy | jobs | deadlines met | mean cost | moves a job | worst cost | training VM | goodput |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| policy | jobs | deadlines met | mean cost | moves a job | worst cost | training VM | goodput |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows(results):
-        lines.append(f"| {r['policy']} | {r['jobs']} | {r['deadlines_met']} | {r['mean_cost']:.3f} | "
-                     f"{r['moves_per_job']:.2f} | {r['worst_cost']:.3f} | {r['vm_fraction']:.1%} | {r['goodput']:.1%} |")
+        lines.append(
+            f"| {r['policy']} | {r['jobs']} | {r['deadlines_met']} | {r['mean_cost']:.3f} | "
+            f"{r['moves_per_job']:.2f} | {r['worst_cost']:.3f} | {r['vm_fraction']:.1%} | {r['goodput']:.1%} |"
+        )
     return "\n".join(lines)
 
 
 def table_by_kind(results: dict[str, list[Outcome]]) -> str:
     """Mean cost (deadlines met) per job kind and policy."""
     kinds = sorted({o.kind for o in next(iter(results.values()))}, reverse=True)
-    lines = ["| policy | " + " | ".join(f"{h:g} h job, {d:g} h deadline" for h, d in kinds) + " |",
-             "|---|" + "---|" * len(kinds)]
+    lines = [
+        "| policy | " + " | ".join(f"{h:g} h job, {d:g} h deadline" for h, d in kinds) + " |",
+        "|---|" + "---|" * len(kinds),
+    ]
     for name, outcomes in results.items():
         cells = []
         for kind in kinds:
@@ -428,23 +508,34 @@ def must_show(results: dict[str, list[Outcome]]) -> list[str]:
     progress across regions'; its moves a job are at most twice the fewest of any multi-region row."""
     table = {r["policy"]: r for r in rows(results)}
     me = table["survivor"]
-    lines = [f"{'holds' if me['deadlines_met'] == me['jobs'] else 'FAILS'}: survivor meets every deadline "
-             f"({me['deadlines_met']}/{me['jobs']})"]
+    lines = [
+        f"{'holds' if me['deadlines_met'] == me['jobs'] else 'FAILS'}: survivor meets every deadline "
+        f"({me['deadlines_met']}/{me['jobs']})"
+    ]
     rivals = {n: r for n, r in table.items() if n != "survivor" and r["deadlines_met"] == r["jobs"]}
     cheaper = {n: r["mean_cost"] for n, r in rivals.items() if r["mean_cost"] <= me["mean_cost"]}
-    lines.append(f"{'FAILS' if cheaper else 'holds'}: survivor's mean cost {me['mean_cost']:.4f} below every other "
-                 "policy that meets every deadline" + (" (not below: " + ", ".join(
-                     f"{n} {c:.4f}" for n, c in cheaper.items()) + ")" if cheaper else ""))
+    lines.append(
+        f"{'FAILS' if cheaper else 'holds'}: survivor's mean cost {me['mean_cost']:.4f} below every other "
+        "policy that meets every deadline"
+        + (" (not below: " + ", ".join(f"{n} {c:.4f}" for n, c in cheaper.items()) + ")" if cheaper else "")
+    )
     shares = {n: table[n]["vm_fraction"] for n in ("survivor, one region", "uniform progress, multi-region")}
     below = {n: v for n, v in shares.items() if v > me["vm_fraction"]}
-    lines.append(f"{'FAILS' if below else 'holds'}: survivor's training VM {me['vm_fraction']:.1%} at least "
-                 + " and ".join(f"{n}'s {v:.1%}" for n, v in shares.items()))
-    multi = [r["moves_per_job"] for n, r in table.items() if n not in ("survivor", ALWAYS_ON_DEMAND)
-             and "one region" not in n]
+    lines.append(
+        f"{'FAILS' if below else 'holds'}: survivor's training VM {me['vm_fraction']:.1%} at least "
+        + " and ".join(f"{n}'s {v:.1%}" for n, v in shares.items())
+    )
+    multi = [
+        r["moves_per_job"]
+        for n, r in table.items()
+        if n not in ("survivor", ALWAYS_ON_DEMAND) and "one region" not in n
+    ]
     fewest = min(multi) if multi else 0.0
     ok = me["moves_per_job"] <= 2 * fewest + 1e-9
-    lines.append(f"{'holds' if ok else 'FAILS'}: survivor's {me['moves_per_job']:.2f} moves a job at most twice the "
-                 f"fewest of a multi-region row ({fewest:.2f})")
+    lines.append(
+        f"{'holds' if ok else 'FAILS'}: survivor's {me['moves_per_job']:.2f} moves a job at most twice the "
+        f"fewest of a multi-region row ({fewest:.2f})"
+    )
     return lines
 
 
@@ -459,11 +550,18 @@ def plot(results: dict[str, list[Outcome]], path: str, title: str) -> None:
     for i, outcomes in enumerate(results.values()):
         xs = [i + (j / len(outcomes) - 0.5) * 0.7 for j in range(len(outcomes))]
         ax.scatter([x for x, o in zip(xs, outcomes) if o.met], [o.cost for o in outcomes if o.met], s=4)
-        ax.scatter([x for x, o in zip(xs, outcomes) if not o.met], [o.cost for o in outcomes if not o.met], s=20,
-                   marker="x", color="red")
+        ax.scatter(
+            [x for x, o in zip(xs, outcomes) if not o.met],
+            [o.cost for o in outcomes if not o.met],
+            s=20,
+            marker="x",
+            color="red",
+        )
     ax.set_xticks(range(len(results)))
-    ax.set_xticklabels([n.replace(", ", ",\n").replace(" EAGER", "\nEAGER").replace(" FAILOVER", "\nFAILOVER")
-                        for n in results], fontsize=7)
+    ax.set_xticklabels(
+        [n.replace(", ", ",\n").replace(" EAGER", "\nEAGER").replace(" FAILOVER", "\nFAILOVER") for n in results],
+        fontsize=7,
+    )
     ax.set_ylabel("cost / always on-demand")
     ax.set_title(f"{title}: jobs of 6-24 h (red x: deadline missed)", fontsize=9)
     fig.tight_layout()
@@ -474,19 +572,34 @@ def plot(results: dict[str, list[Outcome]], path: str, title: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Runs the benchmark; prints the tables; writes the rows to --json; --write updates the plot."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--traces", required=True, nargs="+",
-                        help="a folder of <zone>_<anything>.json[.gz] traces; several: one a machine shape of "
-                             "the same job (a place is a shape in a region)")
+    parser.add_argument(
+        "--traces",
+        required=True,
+        nargs="+",
+        help="a folder of <zone>_<anything>.json[.gz] traces; several: one a machine shape of "
+        "the same job (a place is a shape in a region)",
+    )
     parser.add_argument("--json", required=True, help="where to write one row a policy")
     parser.add_argument("--every", type=float, default=24.0, help="hours between start times (default 24)")
-    parser.add_argument("--restart", type=float, default=RESTART_HOURS,
-                        help=f"hours a restart costs (default {RESTART_HOURS}, from the boot measurements)")
-    parser.add_argument("--lost", type=float, default=LOST_HOURS,
-                        help=f"hours of work a preemption loses (default {LOST_HOURS}: the notice commit)")
+    parser.add_argument(
+        "--restart",
+        type=float,
+        default=RESTART_HOURS,
+        help=f"hours a restart costs (default {RESTART_HOURS}, from the boot measurements)",
+    )
+    parser.add_argument(
+        "--lost",
+        type=float,
+        default=LOST_HOURS,
+        help=f"hours of work a preemption loses (default {LOST_HOURS}: the notice commit)",
+    )
     parser.add_argument("--write", action="store_true", help="also draw docs/benchmarks/capacity-NAME.png")
-    parser.add_argument("--half", choices=("first", "second"),
-                        help="only jobs inside that half of the traces' time; second: survivor's constants "
-                             "chosen on the first half (`fit`) first")
+    parser.add_argument(
+        "--half",
+        choices=("first", "second"),
+        help="only jobs inside that half of the traces' time; second: survivor's constants "
+        "chosen on the first half (`fit`) first",
+    )
     args = parser.parse_args(argv)
     try:
         zones = load(args.traces[0]) if len(args.traces) == 1 else load_shapes(args.traces)
@@ -495,23 +608,31 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     shortest = min(deadline for _, deadline in JOBS) * LIMIT_FACTOR
     if zones.hours / (2 if args.half else 1) < shortest:
-        print(f"error: --traces {args.traces}: {zones.hours:g} h of traces; the shortest job replayed needs "
-              f"{shortest:g} h (its deadline x {LIMIT_FACTOR:g})", file=sys.stderr)
+        print(
+            f"error: --traces {args.traces}: {zones.hours:g} h of traces; the shortest job replayed needs "
+            f"{shortest:g} h (its deadline x {LIMIT_FACTOR:g})",
+            file=sys.stderr,
+        )
         return 2
     if not args.every > 0 or not args.restart > 0 or not args.lost >= 0:
         print("error: --every and --restart must be above 0 and --lost at least 0 (hours)", file=sys.stderr)
         return 2
     shares = {r: zones.share([z for z in zones.capacity if region_of(z) == r]) for r in zones.regions}
-    print(f"{len(zones.capacity)} zones in {len(zones.regions)} regions, {zones.hours:.0f} h; Spot capacity "
-          "somewhere in the region " + ", ".join(f"{r} {s:.1%}" for r, s in shares.items())
-          + f"; anywhere {zones.share(list(zones.capacity)):.1%}")
+    print(
+        f"{len(zones.capacity)} zones in {len(zones.regions)} regions, {zones.hours:.0f} h; Spot capacity "
+        "somewhere in the region "
+        + ", ".join(f"{r} {s:.1%}" for r, s in shares.items())
+        + f"; anywhere {zones.share(list(zones.capacity)):.1%}"
+    )
     bet = Constants()
     if args.half == "second":
         bet, tried = fit(zones, args.every, args.restart, args.lost)
         print(f"survivor's constants chosen on the first half ({len(tried)} tried): {bet.text}")
         for tried_bet, row in sorted(tried, key=lambda t: t[1]["mean_cost"])[:5]:
-            print(f"  first half: mean cost {row['mean_cost']:.4f}, {row['deadlines_met']}/{row['jobs']} met, "
-                  f"{row['moves_per_job']:.2f} moves a job: {tried_bet.text}")
+            print(
+                f"  first half: mean cost {row['mean_cost']:.4f}, {row['deadlines_met']}/{row['jobs']} met, "
+                f"{row['moves_per_job']:.2f} moves a job: {tried_bet.text}"
+            )
     results = run(zones, args.every, args.restart, lost=args.lost, half=args.half, bet=bet)
     out = rows(results)
     out[0]["constants"] = bet.text

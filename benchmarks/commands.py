@@ -66,9 +66,22 @@ def commands(name: str, work: str) -> list[tuple[str, list[str]]]:
         ("start", ["start", name, *place]),
         ("logs", ["logs", name, *place]),
         ("report (2 machines)", ["report", name, *place, "--out", os.path.join(work, f"report-{name}")]),
-        ("report --job-dir", ["report", "--job-dir", f"gs://{BUCKET}/{name}", "--machine-type", "n1-standard-8",
-                              "--gpu", "nvidia-tesla-t4:1", "--region", "us-west1",
-                              "--out", os.path.join(work, f"report-dir-{name}")]),
+        (
+            "report --job-dir",
+            [
+                "report",
+                "--job-dir",
+                f"gs://{BUCKET}/{name}",
+                "--machine-type",
+                "n1-standard-8",
+                "--gpu",
+                "nvidia-tesla-t4:1",
+                "--region",
+                "us-west1",
+                "--out",
+                os.path.join(work, f"report-dir-{name}"),
+            ],
+        ),
         ("delete", ["delete", name, *place]),
     ]
 
@@ -106,11 +119,19 @@ def refused_address() -> str:
         return f"127.0.0.1:{s.getsockname()[1]}"
 
 
-def timed(tree: str, argv: list[str], env: dict[str, str], cwd: str, timeout: float = 300.0) -> tuple[float, float, int, str]:
+def timed(
+    tree: str, argv: list[str], env: dict[str, str], cwd: str, timeout: float = 300.0
+) -> tuple[float, float, int, str]:
     """(seconds to the first line, seconds to the exit, exit code, output) of `survivor argv` run from `tree`."""
     started = time.monotonic()
-    process = subprocess.Popen([sys.executable, "-m", "survivor", *argv], env={**env, "PYTHONPATH": tree}, cwd=cwd,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "survivor", *argv],
+        env={**env, "PYTHONPATH": tree},
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
     assert process.stdout is not None
     first = None
     out = []
@@ -126,11 +147,21 @@ def timed(tree: str, argv: list[str], env: dict[str, str], cwd: str, timeout: fl
 def environment(home: str, compute: str, storage: str, metadata: str) -> dict[str, str]:
     """The rehearsal's environment (docs/operator-guide.md), no credentials, google-auth's metadata
     address at `metadata`."""
-    keep = {k: v for k, v in os.environ.items()
-            if not k.startswith(("GOOGLE_", "GCE_", "CLOUDSDK_", "SURVIVOR_", "STORAGE_EMULATOR", "XDG_"))
-            and k not in ("NO_GCE_CHECK", "HOME")}
-    return {**keep, "HOME": home, "STORAGE_EMULATOR_HOST": storage, "SURVIVOR_COMPUTE_ENDPOINT": compute,
-            "GOOGLE_CLOUD_PROJECT": PROJECT, "GCE_METADATA_IP": metadata, "PYTHONUNBUFFERED": "1"}
+    keep = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GOOGLE_", "GCE_", "CLOUDSDK_", "SURVIVOR_", "STORAGE_EMULATOR", "XDG_"))
+        and k not in ("NO_GCE_CHECK", "HOME")
+    }
+    return {
+        **keep,
+        "HOME": home,
+        "STORAGE_EMULATOR_HOST": storage,
+        "SURVIVOR_COMPUTE_ENDPOINT": compute,
+        "GOOGLE_CLOUD_PROJECT": PROJECT,
+        "GCE_METADATA_IP": metadata,
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def spread(values: list[float]) -> str:
@@ -138,8 +169,9 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
-def plot(path: str, labels: list[str], first: dict[str, dict[str, list[float]]],
-         exits: dict[str, dict[str, list[float]]]) -> str | None:
+def plot(
+    path: str, labels: list[str], first: dict[str, dict[str, list[float]]], exits: dict[str, dict[str, list[float]]]
+) -> str | None:
     """Horizontal bars, per tree: each command's median time to its first line (solid, min-max as error
     bars) and to its exit (pale, behind)."""
     try:
@@ -154,8 +186,14 @@ def plot(path: str, labels: list[str], first: dict[str, dict[str, list[float]]],
     for i, tree in enumerate(first):
         ys = [y + i * height for y in range(len(labels))]
         color = f"C{i}"
-        ax.barh(ys, [statistics.median(exits[tree][label]) for label in labels], height, color=color, alpha=0.3,
-                label=f"{tree}: exit")
+        ax.barh(
+            ys,
+            [statistics.median(exits[tree][label]) for label in labels],
+            height,
+            color=color,
+            alpha=0.3,
+            label=f"{tree}: exit",
+        )
         medians = [statistics.median(first[tree][label]) for label in labels]
         low = [m - min(first[tree][label]) for m, label in zip(medians, labels)]
         high = [max(first[tree][label]) - m for m, label in zip(medians, labels)]
@@ -177,10 +215,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", help="another checkout of survivor (e.g. `git archive` of main, unpacked)")
     parser.add_argument("--rounds", type=int, default=5, help="counted rounds (default %(default)s)")
-    parser.add_argument("--no-warm-up", action="store_true",
-                        help="count the first round too (its wheel build and cold caches): the suite's smoke size")
-    parser.add_argument("--metadata", choices=("silent", "refused"), default="silent",
-                        help="google-auth's metadata address: never answers (a laptop) or refuses (default %(default)s)")
+    parser.add_argument(
+        "--no-warm-up",
+        action="store_true",
+        help="count the first round too (its wheel build and cold caches): the suite's smoke size",
+    )
+    parser.add_argument(
+        "--metadata",
+        choices=("silent", "refused"),
+        default="silent",
+        help="google-auth's metadata address: never answers (a laptop) or refuses (default %(default)s)",
+    )
     parser.add_argument("--json", help="write every timing here")
     parser.add_argument("--plot", default=os.path.join(PLOTS, "commands.png"), help="the plot (default %(default)s)")
     args = parser.parse_args(argv)
@@ -202,8 +247,9 @@ def main(argv: list[str] | None = None) -> int:
         for i, tree in enumerate(trees):
             homes[tree] = os.path.join(work, f"home-{i}")
             os.makedirs(homes[tree])
-            envs[tree] = environment(homes[tree], compute.endpoint, iam.endpoint,
-                                     silent.address if silent else refused_address())
+            envs[tree] = environment(
+                homes[tree], compute.endpoint, iam.endpoint, silent.address if silent else refused_address()
+            )
         results: dict[str, dict[str, list[float]]] = {tree: {} for tree in trees}
         exits: dict[str, dict[str, list[float]]] = {tree: {} for tree in trees}
         warm_up = 0 if args.no_warm_up else 1
@@ -236,23 +282,25 @@ def main(argv: list[str] | None = None) -> int:
 
     labels = list(results["this checkout"])
     header = ["command"] + [f"{tree}: first line" for tree in trees] + [f"{tree}: exit" for tree in trees]
-    rows = [[label] + [spread(results[tree][label]) for tree in trees] + [spread(exits[tree][label]) for tree in trees]
-            for label in labels]
+    rows = [
+        [label] + [spread(results[tree][label]) for tree in trees] + [spread(exits[tree][label]) for tree in trees]
+        for label in labels
+    ]
     if args.baseline:
         header.append("first line, this / baseline (pairwise)")
         for row, label in zip(rows, labels):
             ratios = [a / b for a, b in zip(results["this checkout"][label], results["baseline"][label])]
             row.append(spread(ratios))
-    print(f"machine: {machine()}; {args.rounds} rounds; metadata address {args.metadata}; "
-          f"seconds, median (min-max)\n")
+    print(f"machine: {machine()}; {args.rounds} rounds; metadata address {args.metadata}; seconds, median (min-max)\n")
     print(table("Operator commands: spawn to first line and to exit (s)", header, rows))
     drawn = plot(args.plot, labels, results, exits)
     if drawn:
         print(f"plot: {os.path.relpath(drawn, ROOT)}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": machine(), "metadata": args.metadata, "first_line": results, "exit": exits}, f,
-                      indent=1)
+            json.dump(
+                {"machine": machine(), "metadata": args.metadata, "first_line": results, "exit": exits}, f, indent=1
+            )
     return 0
 
 

@@ -77,8 +77,9 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def plot_bars(path: str, title: str, labels: list[str], series: dict[str, list[float]], ylabel: str,
-              stacked: bool = False) -> str | None:
+def plot_bars(
+    path: str, title: str, labels: list[str], series: dict[str, list[float]], ylabel: str, stacked: bool = False
+) -> str | None:
     try:
         import matplotlib
 
@@ -111,14 +112,19 @@ def parse_timing(text: str) -> dict[str, float]:
     line = next((row for row in text.splitlines() if "timing steps " in row), None)
     if line is None:
         raise ValueError("no timing line in the trainer's output")
-    words = line[line.index("timing steps "):].split()[1:]
+    words = line[line.index("timing steps ") :].split()[1:]
     values = {key: float(value) for key, value in zip(words[::2], words[1::2])}
     return {**values, "steps": int(values["steps"]), "saves": int(values["saves"])}
 
 
 def run(argv: list[str], env: dict | None = None, timeout: float = 1800) -> str:
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})})
+    out = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})},
+    )
     if out.returncode != 0:
         raise RuntimeError(f"{argv[:4]} exited {out.returncode}: {out.stdout[-2000:]}{out.stderr[-2000:]}")
     return out.stdout + out.stderr

@@ -65,14 +65,27 @@ def make_jobs(root: str, count: int, seed: int) -> dict[str, object]:
     for i in range(count):
         kind = rng.random()
         running, done = kind < 0.6, 0.6 <= kind < 0.9
-        specs.append((f"{root}/job-{i:03d}", random.Random(rng.random()), dict(
-            boots=rng.randint(4, 20), running=running, done=done, move=rng.random() < 0.3,
-            switch=rng.random() < 0.2)))
+        specs.append(
+            (
+                f"{root}/job-{i:03d}",
+                random.Random(rng.random()),
+                dict(
+                    boots=rng.randint(4, 20),
+                    running=running,
+                    done=done,
+                    move=rng.random() < 0.3,
+                    switch=rng.random() < 0.2,
+                ),
+            )
+        )
 
     def one(spec):
         url, job_rng, kw = spec
-        plan = plan_job(job_rng, end=now - _dt.timedelta(minutes=job_rng.uniform(0, 5) if kw["running"] else
-                                                            job_rng.uniform(10, 600)), **kw)
+        plan = plan_job(
+            job_rng,
+            end=now - _dt.timedelta(minutes=job_rng.uniform(0, 5) if kw["running"] else job_rng.uniform(10, 600)),
+            **kw,
+        )
         write_job(open_storage(url), plan)
         return url, plan
 
@@ -112,8 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         plans = make_jobs(root, args.jobs, args.seed)
         objects = sum(len(open_storage(url).list("survivor/")) for url in list(plans)[:20]) / min(20, len(plans))
-        print(f"{args.jobs} job dirs written in {time.perf_counter() - started:.0f} s, {objects:.0f} objects each "
-              f"under survivor/ (mean of 20)", flush=True)
+        print(
+            f"{args.jobs} job dirs written in {time.perf_counter() - started:.0f} s, {objects:.0f} objects each "
+            f"under survivor/ (mean of 20)",
+            flush=True,
+        )
         rows, figures = [], {}
         options = ReportOptions(machine=MACHINE, region="us-central1", online=False)
         loads = []
@@ -137,13 +153,14 @@ def main(argv: list[str] | None = None) -> int:
         after = []
         for repeat in range(args.repeats):
             now = _dt.datetime.now(_dt.timezone.utc)
-            for url in running[:args.commits]:
+            for url in running[: args.commits]:
                 plan = plans[url]
                 commit(open_storage(url), plan, plan.step + 100 * (repeat + 1), now)  # type: ignore[attr-defined]
             after.append(timed_get(client, board))
         seconds, calls = statistics.median(s for s, _ in after), after[-1][1]
-        rows.append([f"refresh after {args.commits} commits", seconds, calls["list"], calls["read"],
-                     calls["bytes"] // 1024])
+        rows.append(
+            [f"refresh after {args.commits} commits", seconds, calls["list"], calls["read"], calls["bytes"] // 1024]
+        )
         figures[f"{args.commits} commits"] = (seconds, calls)
 
         plain = []
@@ -154,21 +171,32 @@ def main(argv: list[str] | None = None) -> int:
                 read_job(url, storage=Counting(open_storage(url), counted))  # type: ignore[arg-type]
             plain.append((time.perf_counter() - started, counted))
         seconds, calls = statistics.median(s for s, _ in plain), plain[-1][1]
-        rows.append(["each job dir read as `status` reads one", seconds, calls["list"], calls["read"],
-                     calls["bytes"] // 1024])
+        rows.append(
+            ["each job dir read as `status` reads one", seconds, calls["list"], calls["read"], calls["bytes"] // 1024]
+        )
         figures["plain reads"] = (seconds, calls)
 
         where = "local disk" if args.local else "fake-gcs-server on 127.0.0.1"
-        print(table(f"The list page over {args.jobs} job dirs ({where}; {dict(states)}); median of {args.repeats}",
-                    ["GET /", "seconds", "listings", "objects read", "KiB read"], rows))
+        print(
+            table(
+                f"The list page over {args.jobs} job dirs ({where}; {dict(states)}); median of {args.repeats}",
+                ["GET /", "seconds", "listings", "objects read", "KiB read"],
+                rows,
+            )
+        )
         print(machine())
         labels = list(figures)
         suffix = "-local" if args.local else ""
-        path = plot_bars(os.path.join(PLOTS, f"dashboard{suffix}.png"),
-                         f"survivor dashboard: {args.jobs} job dirs ({where})", labels,
-                         {"seconds": [figures[k][0] for k in labels],
-                          "bucket calls / 1000": [(figures[k][1]["list"] + figures[k][1]["read"]) / 1000
-                                                  for k in labels]}, "seconds; thousands of calls")
+        path = plot_bars(
+            os.path.join(PLOTS, f"dashboard{suffix}.png"),
+            f"survivor dashboard: {args.jobs} job dirs ({where})",
+            labels,
+            {
+                "seconds": [figures[k][0] for k in labels],
+                "bucket calls / 1000": [(figures[k][1]["list"] + figures[k][1]["read"]) / 1000 for k in labels],
+            },
+            "seconds; thousands of calls",
+        )
         if path:
             print(f"plot: {path}")
     finally:

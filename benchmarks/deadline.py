@@ -66,13 +66,17 @@ def run(n: int, first: int = 0) -> dict[str, list]:
 
 def table(results: dict[str, list]) -> str:
     """The Markdown table: deadlines met, mean and worst cost against on-demand, switches."""
-    lines = ["| policy | deadlines met | mean cost vs on-demand | worst cost | mean switches |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| policy | deadlines met | mean cost vs on-demand | worst cost | mean switches |",
+        "|---|---|---|---|---|",
+    ]
     for name, rows in results.items():
         met = sum(1 for m, _, _ in rows if m)
         costs = [c for _, c, _ in rows]
-        lines.append(f"| {name} | {met}/{len(rows)} ({met / len(rows):.0%}) | {statistics.mean(costs):.4f} | "
-                     f"{max(costs):.3f} | {statistics.mean(r.switches for _, _, r in rows):.1f} |")
+        lines.append(
+            f"| {name} | {met}/{len(rows)} ({met / len(rows):.0%}) | {statistics.mean(costs):.4f} | "
+            f"{max(costs):.3f} | {statistics.mean(r.switches for _, _, r in rows):.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -87,13 +91,20 @@ def plot(results: dict[str, list], path: str) -> None:
     for i, rows in enumerate(results.values()):
         xs = [i + (j / len(rows) - 0.5) * 0.7 for j in range(len(rows))]
         ax.scatter([x for x, (m, _, _) in zip(xs, rows) if m], [c for m, c, _ in rows if m], s=8)
-        ax.scatter([x for x, (m, _, _) in zip(xs, rows) if not m], [c for m, c, _ in rows if not m], s=30,
-                   marker="x", color="red")
+        ax.scatter(
+            [x for x, (m, _, _) in zip(xs, rows) if not m],
+            [c for m, c, _ in rows if not m],
+            s=30,
+            marker="x",
+            color="red",
+        )
     ax.set_xticks(range(len(results)))
     ax.set_xticklabels([n.replace(" (", "\n(").replace(", ", ",\n") for n in results], fontsize=7)
     ax.set_ylabel("cost / always on-demand")
-    ax.set_title(f"{len(next(iter(results.values())))} seeded Spot traces, a {HOURS:g} h job, deadlines 1.2-2x "
-                 "(red x: deadline missed)")
+    ax.set_title(
+        f"{len(next(iter(results.values())))} seeded Spot traces, a {HOURS:g} h job, deadlines 1.2-2x "
+        "(red x: deadline missed)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -73,12 +73,32 @@ def run_strategy(name: str, args, times: list[float], root: str, bucket: str) ->
     slug = "".join(c if c.isalnum() else "-" for c in name.lower())[:30]
     job_dir = f"gs://{bucket}/{slug}"
     steps_log = os.path.join(root, f"{slug}-steps.log")
-    spec = {"job_dir": job_dir, "train_steps": args.steps, "checkpoint_steps": checkpoint_steps,
-            "grace_seconds": 25, "sync_seconds": 0.5, "on_finish": "keep-alive",
-            "trainer": {"argv": [sys.executable, "-m", "survivor.trainers.dummy", *flags,
-                                 "--step-seconds", str(args.step_seconds), "--save-seconds", str(save_seconds),
-                                 "--startup-seconds", str(args.startup_seconds), "--resume-every", str(resume_every),
-                                 "--step-log", steps_log]}}
+    spec = {
+        "job_dir": job_dir,
+        "train_steps": args.steps,
+        "checkpoint_steps": checkpoint_steps,
+        "grace_seconds": 25,
+        "sync_seconds": 0.5,
+        "on_finish": "keep-alive",
+        "trainer": {
+            "argv": [
+                sys.executable,
+                "-m",
+                "survivor.trainers.dummy",
+                *flags,
+                "--step-seconds",
+                str(args.step_seconds),
+                "--save-seconds",
+                str(save_seconds),
+                "--startup-seconds",
+                str(args.startup_seconds),
+                "--resume-every",
+                str(resume_every),
+                "--step-log",
+                steps_log,
+            ]
+        },
+    }
     vm = LocalInstance({"survivor-job": yaml.safe_dump(spec)}, os.path.join(root, slug), python=sys.executable)
     journal = Journal(open_storage(job_dir))
     wall, job_clock, pending = 0.0, 0.0, list(times)
@@ -112,23 +132,34 @@ def run_strategy(name: str, args, times: list[float], root: str, bucket: str) ->
     useful = (args.steps if finished else committed) * args.step_seconds
     saves = executed // checkpoint_steps
     restore = sum(a.timings.get(Timing.RESTORE, 0.0) for a in attempts)
-    startup = sum(a.timings.get(Timing.SPEC, 0.0) + a.timings.get(Timing.SETUP, 0.0) for a in attempts) + \
-        len(attempts) * args.startup_seconds
+    startup = (
+        sum(a.timings.get(Timing.SPEC, 0.0) + a.timings.get(Timing.SETUP, 0.0) for a in attempts)
+        + len(attempts) * args.startup_seconds
+    )
     return {
         "strategy": name if finished else f"{name} (did not finish: {committed}/{args.steps} steps)",
-        "goodput": useful / wall, "wall": wall, "boots": len(attempts),
+        "goodput": useful / wall,
+        "wall": wall,
+        "boots": len(attempts),
         "preemptions": sum(1 for a in attempts if a.outcome in ("preempted", "stopped")),
         "lost_steps": executed - (args.steps if finished else committed),
         "lost_per_preemption": [a.steps_lost for a in attempts if a.outcome in ("preempted", "stopped")],
-        "badput_startup": startup / wall, "badput_restore": restore / wall,
+        "badput_startup": startup / wall,
+        "badput_restore": restore / wall,
         "badput_stalls": saves * save_seconds / wall,
         "badput_lost": (executed - (args.steps if finished else committed)) * args.step_seconds / wall,
     }
 
 
 #: The schedule at real scale (seconds); --time-scale N divides every duration by N.
-REAL = {"step_seconds": 0.5, "save_seconds": 0.5, "startup_seconds": 5.0, "preempt_every": 300.0, "jitter": 50.0,
-        "hard_off": 30.0}
+REAL = {
+    "step_seconds": 0.5,
+    "save_seconds": 0.5,
+    "startup_seconds": 5.0,
+    "preempt_every": 300.0,
+    "jitter": 50.0,
+    "hard_off": 30.0,
+}
 
 
 def main() -> int:
@@ -138,17 +169,32 @@ def main() -> int:
         return own_code([a for a in sys.argv[1:] if a != "--own-code"])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2400)
-    parser.add_argument("--time-scale", type=float, default=10.0,
-                        help="divide every real-scale duration by this (1: real time; a run takes hours)")
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=10.0,
+        help="divide every real-scale duration by this (1: real time; a run takes hours)",
+    )
     parser.add_argument("--checkpoint-steps", type=int, default=200, help="periodic interval (100 s at real scale)")
     parser.add_argument("--epoch-steps", type=int, default=300)
-    parser.add_argument("--give-up-after", type=float, default=8.0,
-                        help="stop a strategy after this many times its useful time (reported as not finished)")
+    parser.add_argument(
+        "--give-up-after",
+        type=float,
+        default=8.0,
+        help="stop a strategy after this many times its useful time (reported as not finished)",
+    )
     for key, real in REAL.items():
-        parser.add_argument(f"--{key.replace('_', '-')}", type=float, default=None,
-                            help=f"{real} s at real scale, divided by --time-scale unless given")
-    parser.add_argument("--parallel", action="store_true",
-                        help="run the strategies at the same time (each on its own clock and schedule)")
+        parser.add_argument(
+            f"--{key.replace('_', '-')}",
+            type=float,
+            default=None,
+            help=f"{real} s at real scale, divided by --time-scale unless given",
+        )
+    parser.add_argument(
+        "--parallel",
+        action="store_true",
+        help="run the strategies at the same time (each on its own clock and schedule)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", help="run only strategies whose name contains this")
     args = parser.parse_args()
@@ -175,28 +221,66 @@ def main() -> int:
                 results = list(pool.map(one, names))
         else:
             results = [one(name) for name in names]
-    print(f"machine: {machine()}; {args.steps} steps of {args.step_seconds} s; preemption every "
-          f"{args.preempt_every}+-{args.jitter} s (seed {args.seed}); periodic save every {args.checkpoint_steps} "
-          f"steps; epoch {args.epoch_steps} steps; time scaled 1:{args.time_scale:g}"
-          f"{'; strategies run in parallel' if args.parallel else ''}\n")
-    rows = [[r["strategy"], f"{100 * r['goodput']:.1f}%", r["preemptions"], r["lost_steps"],
-             str(r["lost_per_preemption"]), f"{100 * r['badput_startup']:.1f}%", f"{100 * r['badput_restore']:.1f}%",
-             f"{100 * r['badput_stalls']:.1f}%", f"{100 * r['badput_lost']:.1f}%",
-             f"{100 * (1 - r['goodput'] - r['badput_startup'] - r['badput_restore'] - r['badput_stalls'] - r['badput_lost']):.1f}%"]
-            for r in results]
-    print(table("goodput under preemption", ["strategy", "goodput", "preemptions", "steps run again",
-                                              "lost per preemption", "start-up", "restore", "ckpt stalls",
-                                              "work lost", "other (process starts, notice to exit)"], rows))
-    plot = plot_bars(os.path.join(PLOTS, "goodput.png"), "goodput and badput under the same preemption schedule",
-                     [r["strategy"].split(" (")[0] + ("\n(" + r["strategy"].split(" (")[1] if " (" in r["strategy"] else "")
-                      for r in results],
-                     {"goodput": [r["goodput"] for r in results],
-                      "start-up": [r["badput_startup"] for r in results],
-                      "restore": [r["badput_restore"] for r in results],
-                      "ckpt stalls": [r["badput_stalls"] for r in results],
-                      "work lost": [r["badput_lost"] for r in results],
-                      "other": [1 - r["goodput"] - r["badput_startup"] - r["badput_restore"] - r["badput_stalls"]
-                                - r["badput_lost"] for r in results]}, "share of wall time", stacked=True)
+    print(
+        f"machine: {machine()}; {args.steps} steps of {args.step_seconds} s; preemption every "
+        f"{args.preempt_every}+-{args.jitter} s (seed {args.seed}); periodic save every {args.checkpoint_steps} "
+        f"steps; epoch {args.epoch_steps} steps; time scaled 1:{args.time_scale:g}"
+        f"{'; strategies run in parallel' if args.parallel else ''}\n"
+    )
+    rows = [
+        [
+            r["strategy"],
+            f"{100 * r['goodput']:.1f}%",
+            r["preemptions"],
+            r["lost_steps"],
+            str(r["lost_per_preemption"]),
+            f"{100 * r['badput_startup']:.1f}%",
+            f"{100 * r['badput_restore']:.1f}%",
+            f"{100 * r['badput_stalls']:.1f}%",
+            f"{100 * r['badput_lost']:.1f}%",
+            f"{100 * (1 - r['goodput'] - r['badput_startup'] - r['badput_restore'] - r['badput_stalls'] - r['badput_lost']):.1f}%",
+        ]
+        for r in results
+    ]
+    print(
+        table(
+            "goodput under preemption",
+            [
+                "strategy",
+                "goodput",
+                "preemptions",
+                "steps run again",
+                "lost per preemption",
+                "start-up",
+                "restore",
+                "ckpt stalls",
+                "work lost",
+                "other (process starts, notice to exit)",
+            ],
+            rows,
+        )
+    )
+    plot = plot_bars(
+        os.path.join(PLOTS, "goodput.png"),
+        "goodput and badput under the same preemption schedule",
+        [
+            r["strategy"].split(" (")[0] + ("\n(" + r["strategy"].split(" (")[1] if " (" in r["strategy"] else "")
+            for r in results
+        ],
+        {
+            "goodput": [r["goodput"] for r in results],
+            "start-up": [r["badput_startup"] for r in results],
+            "restore": [r["badput_restore"] for r in results],
+            "ckpt stalls": [r["badput_stalls"] for r in results],
+            "work lost": [r["badput_lost"] for r in results],
+            "other": [
+                1 - r["goodput"] - r["badput_startup"] - r["badput_restore"] - r["badput_stalls"] - r["badput_lost"]
+                for r in results
+            ],
+        },
+        "share of wall time",
+        stacked=True,
+    )
     if plot:
         print(f"plot: {plot}")
     return 0

@@ -125,8 +125,11 @@ def main() -> int:
     os.makedirs(local)
     job_dir = "gs://bench/large"
     store_root = os.path.join(root, "gcs") if args.backend == "filesystem" else None
-    print(f"machine: {machine()}; storage: fake-gcs-server ({args.backend} backend) on 127.0.0.1; "
-          f"chunks of {CHUNK_SIZE >> 20} MiB, {TRANSFERS} transfers at once\n", flush=True)
+    print(
+        f"machine: {machine()}; storage: fake-gcs-server ({args.backend} backend) on 127.0.0.1; "
+        f"chunks of {CHUNK_SIZE >> 20} MiB, {TRANSFERS} transfers at once\n",
+        flush=True,
+    )
     with StorageEmulator(log_dir=root, root=store_root) as gcs:
         gcs.create_bucket("bench")
         save(local, 1, size, frozen=0.9)
@@ -135,8 +138,10 @@ def main() -> int:
         manifest = CheckpointStore(open_storage(job_dir)).latest()
         pairs = []
         for i in range(args.repeats):
-            order = [("restore", lambda: restore_once(job_dir, os.path.join(root, "restored"))),
-                     ("floor", lambda: download_floor("bench", "large", manifest, os.path.join(root, "floor")))]
+            order = [
+                ("restore", lambda: restore_once(job_dir, os.path.join(root, "restored"))),
+                ("floor", lambda: download_floor("bench", "large", manifest, os.path.join(root, "floor"))),
+            ]
             pair = dict((name, run()) for name, run in (order if i % 2 == 0 else order[::-1]))
             shutil.rmtree(os.path.join(root, "restored"), ignore_errors=True)
             shutil.rmtree(os.path.join(root, "floor"), ignore_errors=True)
@@ -149,24 +154,68 @@ def main() -> int:
         print(f"periodic: {periodic}\nnotice: {notice}\n", flush=True)
 
     gb = args.size_mb / 1000
-    print(table(f"commit of {gb:g} GB by a fresh process (scan + commit, as the mirror does)",
-                ["state", "scan (s)", "upload + manifest (s)", "wall (s)", "chunks uploaded", "peak RSS (MiB)"],
-                [[f"{gb:g} GB", full["scan"], full["commit"], full["wall"], full["uploaded_chunks"],
-                  f"{full['peak_rss_mib']:.0f}"]]))
+    print(
+        table(
+            f"commit of {gb:g} GB by a fresh process (scan + commit, as the mirror does)",
+            ["state", "scan (s)", "upload + manifest (s)", "wall (s)", "chunks uploaded", "peak RSS (MiB)"],
+            [
+                [
+                    f"{gb:g} GB",
+                    full["scan"],
+                    full["commit"],
+                    full["wall"],
+                    full["uploaded_chunks"],
+                    f"{full['peak_rss_mib']:.0f}",
+                ]
+            ],
+        )
+    )
     ratios = [p["restore"] / p["floor"] for p in pairs]
-    print(table(f"restore of {gb:g} GB (s)",
-                ["state", "pairs", "restore (verified, swapped in)", "parallel download floor", "vs floor (median)",
-                 "range"],
-                [[f"{gb:g} GB", len(pairs), statistics.median(p["restore"] for p in pairs),
-                  statistics.median(p["floor"] for p in pairs), f"{statistics.median(ratios):.2f}x",
-                  f"{min(ratios):.2f}-{max(ratios):.2f}x"]]))
-    rows = [[name, f"{r['uploaded_bytes'] / 1e6:.0f}", f"{r['reused_bytes'] / 1e6:.0f}",
-             f"{100 * r['uploaded_bytes'] / size:.1f}%", r["commit"], f"{r['peak_rss_mib']:.0f}"]
-            for name, r in (("first commit (everything new)", full), ("periodic commit, 90% frozen", periodic),
-                            ("the commit after a notice, 90% frozen", notice))]
-    print(table(f"incremental commits of a {gb:g} GB state whose first 90% is frozen",
-                ["commit", "MB uploaded", "MB already stored", "of the state", "upload + manifest (s)",
-                 "peak RSS (MiB)"], rows))
+    print(
+        table(
+            f"restore of {gb:g} GB (s)",
+            [
+                "state",
+                "pairs",
+                "restore (verified, swapped in)",
+                "parallel download floor",
+                "vs floor (median)",
+                "range",
+            ],
+            [
+                [
+                    f"{gb:g} GB",
+                    len(pairs),
+                    statistics.median(p["restore"] for p in pairs),
+                    statistics.median(p["floor"] for p in pairs),
+                    f"{statistics.median(ratios):.2f}x",
+                    f"{min(ratios):.2f}-{max(ratios):.2f}x",
+                ]
+            ],
+        )
+    )
+    rows = [
+        [
+            name,
+            f"{r['uploaded_bytes'] / 1e6:.0f}",
+            f"{r['reused_bytes'] / 1e6:.0f}",
+            f"{100 * r['uploaded_bytes'] / size:.1f}%",
+            r["commit"],
+            f"{r['peak_rss_mib']:.0f}",
+        ]
+        for name, r in (
+            ("first commit (everything new)", full),
+            ("periodic commit, 90% frozen", periodic),
+            ("the commit after a notice, 90% frozen", notice),
+        )
+    ]
+    print(
+        table(
+            f"incremental commits of a {gb:g} GB state whose first 90% is frozen",
+            ["commit", "MB uploaded", "MB already stored", "of the state", "upload + manifest (s)", "peak RSS (MiB)"],
+            rows,
+        )
+    )
     return 0
 
 

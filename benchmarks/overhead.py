@@ -26,15 +26,41 @@ from benchmarks.common import PLOTS, agent_log_text, machine, parse_timing, plot
 
 
 def trainer_args(data_dir: str, steps: int, checkpoint_steps: int, depth: int = 8) -> list[str]:
-    return ["--data-dir", data_dir, "--train-steps", str(steps), "--num-gpus", "2", "--resnet-depth", str(depth),
-            "--train-batch-size", "32", "--checkpoint-steps", str(checkpoint_steps), "--log-steps", "50",
-            "--eval-steps", "1", "--no-export"]
+    return [
+        "--data-dir",
+        data_dir,
+        "--train-steps",
+        str(steps),
+        "--num-gpus",
+        "2",
+        "--resnet-depth",
+        str(depth),
+        "--train-batch-size",
+        "32",
+        "--checkpoint-steps",
+        str(checkpoint_steps),
+        "--log-steps",
+        "50",
+        "--eval-steps",
+        "1",
+        "--no-export",
+    ]
 
 
-def bare(data_dir: str, job_dir: str, steps: int, checkpoint_steps: int, extra: tuple[str, ...] = (),
-         depth: int = 8) -> dict:
-    out = run([sys.executable, "-m", "survivor.trainers.cifar10", "--job-dir", job_dir,
-               *trainer_args(data_dir, steps, checkpoint_steps, depth), *extra])
+def bare(
+    data_dir: str, job_dir: str, steps: int, checkpoint_steps: int, extra: tuple[str, ...] = (), depth: int = 8
+) -> dict:
+    out = run(
+        [
+            sys.executable,
+            "-m",
+            "survivor.trainers.cifar10",
+            "--job-dir",
+            job_dir,
+            *trainer_args(data_dir, steps, checkpoint_steps, depth),
+            *extra,
+        ]
+    )
     return parse_timing(out)
 
 
@@ -62,10 +88,22 @@ def progress_report_seconds(root: str, calls: int = 2000) -> float:
 def under_agent(data_dir: str, root: str, steps: int, checkpoint_steps: int) -> dict:
     from survivor.local.instance import LocalInstance
 
-    spec = {"job_dir": os.path.join(root, "jobdir"), "data_dir": data_dir, "train_steps": steps, "num_gpus": 2,
-            "on_finish": "keep-alive", "checkpoint_steps": checkpoint_steps, "trainer": {"builtin": "cifar10"},
-            "hyperparameters": {"resnet-depth": 8, "train-batch-size": 32, "log-steps": 50, "eval-steps": 1,
-                                "no-export": ""}}
+    spec = {
+        "job_dir": os.path.join(root, "jobdir"),
+        "data_dir": data_dir,
+        "train_steps": steps,
+        "num_gpus": 2,
+        "on_finish": "keep-alive",
+        "checkpoint_steps": checkpoint_steps,
+        "trainer": {"builtin": "cifar10"},
+        "hyperparameters": {
+            "resnet-depth": 8,
+            "train-batch-size": 32,
+            "log-steps": 50,
+            "eval-steps": 1,
+            "no-export": "",
+        },
+    }
     vm = LocalInstance({"survivor-job": yaml.safe_dump(spec)}, os.path.join(root, "vm"), python=sys.executable)
     try:
         started = time.monotonic()
@@ -110,49 +148,113 @@ def main() -> int:
     agent_cpu = []
     for i in range(args.repeats):  # alone first, then the agent first: drift on the machine falls on both
         if i % 2 == 0:
-            rates["alone"].append(bare(data_dir, os.path.join(root, f"bare{i}"), args.steps, 100000)["steps_per_second"])
+            rates["alone"].append(
+                bare(data_dir, os.path.join(root, f"bare{i}"), args.steps, 100000)["steps_per_second"]
+            )
         timing = under_agent(data_dir, os.path.join(root, f"agent{i}"), args.steps, 100000)
         rates["under the agent"].append(timing["steps_per_second"])
         if i % 2 == 1:
-            rates["alone"].append(bare(data_dir, os.path.join(root, f"bare{i}"), args.steps, 100000)["steps_per_second"])
-        agent_cpu.append((timing["agent_cpu_seconds"], timing["wall_seconds"],
-                          timing["training_cpu_seconds"], timing["training_seconds"]))
+            rates["alone"].append(
+                bare(data_dir, os.path.join(root, f"bare{i}"), args.steps, 100000)["steps_per_second"]
+            )
+        agent_cpu.append(
+            (
+                timing["agent_cpu_seconds"],
+                timing["wall_seconds"],
+                timing["training_cpu_seconds"],
+                timing["training_seconds"],
+            )
+        )
     alone, agent = statistics.median(rates["alone"]), statistics.median(rates["under the agent"])
     pairs = sorted(100 * (1 - a / b) for a, b in zip(rates["under the agent"], rates["alone"]))
     cores = os.cpu_count() or 1
     cpu_share = statistics.median(c / (w * cores) for c, w, _, _ in agent_cpu)
     training_share = statistics.median(c / (w * cores) for _, _, c, w in agent_cpu)
     stalls = {}
-    for mode, extra in (("off the step path (default)", ()), ("synchronous (--sync-checkpoints)", ("--sync-checkpoints",))):
+    for mode, extra in (
+        ("off the step path (default)", ()),
+        ("synchronous (--sync-checkpoints)", ("--sync-checkpoints",)),
+    ):
         stalls[mode] = statistics.median(
-            bare(data_dir, os.path.join(root, f"saves-{len(stalls)}-{i}"), args.stall_steps, 20, extra,
-                 depth=args.stall_depth)["median_save_seconds"] for i in range(args.stall_repeats))
+            bare(
+                data_dir,
+                os.path.join(root, f"saves-{len(stalls)}-{i}"),
+                args.stall_steps,
+                20,
+                extra,
+                depth=args.stall_depth,
+            )["median_save_seconds"]
+            for i in range(args.stall_repeats)
+        )
     report = progress_report_seconds(root)
-    rows = [["alone", alone, "-", "-"],
-            ["under the agent", agent, f"{statistics.median(pairs):+.2f}%", f"{pairs[0]:+.2f} .. {pairs[-1]:+.2f}%"]]
+    rows = [
+        ["alone", alone, "-", "-"],
+        ["under the agent", agent, f"{statistics.median(pairs):+.2f}%", f"{pairs[0]:+.2f} .. {pairs[-1]:+.2f}%"],
+    ]
     print(f"machine: {machine()}\n")
-    print(table(f"steps/s, CIFAR-10 ResNet-8, batch 32 on 2 logical CPU devices, {args.steps} steps, "
-                f"{args.repeats} alternating pairs",
-                ["run", "steps/s (median)", "agent overhead (median of pairs)", "range over the pairs"], rows))
-    print(table("the agent's own CPU time (its process alone, not the trainer)",
-                ["whole run: agent CPU s", "run s", f"share of the machine ({cores} cores)",
-                 "while the trainer steps: agent CPU s", "stepping s", "share of the machine"],
-                [[f"{c:.2f}", f"{w:.1f}", f"{100 * c / (w * cores):.2f}%", f"{tc:.3f}", f"{tw:.1f}",
-                  f"{100 * tc / (tw * cores):.3f}%"] for c, w, tc, tw in agent_cpu]
-                + [["median", "", f"{100 * cpu_share:.2f}%", "", "", f"{100 * training_share:.3f}%"]]))
-    print(table("what the agent can take from a CPU-bound trainer while it steps (the bound the target is read against)",
-                ["part", "share of the step time"],
-                [["the agent's CPU while the trainer steps (median above)", f"{100 * training_share:.3f}%"],
-                 [f"the trainer's progress report per step ({1e6 * report:.0f} us at {alone:.1f} steps/s)",
-                  f"{100 * report * alone:.3f}%"],
-                 ["together", f"{100 * (training_share + report * alone):.3f}%"]]))
+    print(
+        table(
+            f"steps/s, CIFAR-10 ResNet-8, batch 32 on 2 logical CPU devices, {args.steps} steps, "
+            f"{args.repeats} alternating pairs",
+            ["run", "steps/s (median)", "agent overhead (median of pairs)", "range over the pairs"],
+            rows,
+        )
+    )
+    print(
+        table(
+            "the agent's own CPU time (its process alone, not the trainer)",
+            [
+                "whole run: agent CPU s",
+                "run s",
+                f"share of the machine ({cores} cores)",
+                "while the trainer steps: agent CPU s",
+                "stepping s",
+                "share of the machine",
+            ],
+            [
+                [
+                    f"{c:.2f}",
+                    f"{w:.1f}",
+                    f"{100 * c / (w * cores):.2f}%",
+                    f"{tc:.3f}",
+                    f"{tw:.1f}",
+                    f"{100 * tc / (tw * cores):.3f}%",
+                ]
+                for c, w, tc, tw in agent_cpu
+            ]
+            + [["median", "", f"{100 * cpu_share:.2f}%", "", "", f"{100 * training_share:.3f}%"]],
+        )
+    )
+    print(
+        table(
+            "what the agent can take from a CPU-bound trainer while it steps (the bound the target is read against)",
+            ["part", "share of the step time"],
+            [
+                ["the agent's CPU while the trainer steps (median above)", f"{100 * training_share:.3f}%"],
+                [
+                    f"the trainer's progress report per step ({1e6 * report:.0f} us at {alone:.1f} steps/s)",
+                    f"{100 * report * alone:.3f}%",
+                ],
+                ["together", f"{100 * (training_share + report * alone):.3f}%"],
+            ],
+        )
+    )
     synchronous = stalls["synchronous (--sync-checkpoints)"]
-    print(table(f"stall per periodic checkpoint, CIFAR-10 ResNet-{args.stall_depth}, a save every 20 steps, "
-                f"median of {args.stall_repeats}",
-                ["writer", "step-path time per save, median (s)", "vs synchronous"],
-                [[mode, f"{value:.4f}", f"{100 * value / synchronous:.0f}%"] for mode, value in stalls.items()]))
-    plot = plot_bars(os.path.join(PLOTS, "overhead.png"), "steps/s alone vs under the agent",
-                     ["alone", "under the agent"], {"steps/s": [alone, agent]}, "steps/s")
+    print(
+        table(
+            f"stall per periodic checkpoint, CIFAR-10 ResNet-{args.stall_depth}, a save every 20 steps, "
+            f"median of {args.stall_repeats}",
+            ["writer", "step-path time per save, median (s)", "vs synchronous"],
+            [[mode, f"{value:.4f}", f"{100 * value / synchronous:.0f}%"] for mode, value in stalls.items()],
+        )
+    )
+    plot = plot_bars(
+        os.path.join(PLOTS, "overhead.png"),
+        "steps/s alone vs under the agent",
+        ["alone", "under the agent"],
+        {"steps/s": [alone, agent]},
+        "steps/s",
+    )
     if plot:
         print(f"plot: {plot}")
     return 0

@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
     if "--frozen" in argv:
         at = argv.index("--frozen")
         frozen = float(argv[at + 1])
-        argv = argv[:at] + argv[at + 2:]
+        argv = argv[:at] + argv[at + 2 :]
     dummy.save = lambda job_dir, step, padding=0: save(job_dir, step, padding, frozen)
     return dummy.main(argv)
 

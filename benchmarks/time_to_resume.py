@@ -52,8 +52,11 @@ def resume_under_agent(vm, job_dir: str) -> dict:
     boot_time = dt.datetime.fromisoformat(log[0]["time"])
     started_entry = next(e for e in log if e["message"] == "trainer started")
     to_trainer = (dt.datetime.fromisoformat(started_entry["time"]) - boot_time).total_seconds()
-    return {"total": first - started, "to_trainer": to_trainer,
-            **{k: attempt.timings.get(k, 0.0) for k in (Timing.SPEC, Timing.RESTORE, Timing.SETUP)}}
+    return {
+        "total": first - started,
+        "to_trainer": to_trainer,
+        **{k: attempt.timings.get(k, 0.0) for k in (Timing.SPEC, Timing.RESTORE, Timing.SETUP)},
+    }
 
 
 def _add_state(vm, job_dir: str, megabytes: int) -> None:
@@ -91,8 +94,12 @@ def cold_start(spec: dict, root: str, n: int) -> float:
     progress = os.path.join(root, f"cold-progress-{n}.json")
     argv = trainer_argv(job, python=sys.executable, job_dir=local, data_dir=job.data_dir, num_gpus=job.num_gpus or 0)
     started = time.perf_counter()
-    proc = subprocess.Popen(argv, env={**os.environ, "SURVIVOR_PROGRESS_FILE": progress, "PYTHONUNBUFFERED": "1"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        argv,
+        env={**os.environ, "SURVIVOR_PROGRESS_FILE": progress, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         return first_progress(progress, manifest.step if manifest else 0) - started
     finally:
@@ -104,8 +111,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--depth", type=int, default=20)
     parser.add_argument("--state-mb", type=int, default=0, help="random megabytes added to the state restored")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="resumes under the agent, each followed by a cold start of the trainer alone")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="resumes under the agent, each followed by a cold start of the trainer alone",
+    )
     args = parser.parse_args()
     from survivor.local.gcs import StorageEmulator
     from survivor.local.instance import LocalInstance
@@ -119,9 +130,16 @@ def main() -> int:
     with StorageEmulator(log_dir=root) as gcs:
         gcs.create_bucket("bench")
         job_dir = "gs://bench/resume"
-        spec = {"job_dir": job_dir, "data_dir": data_dir, "train_steps": 100000, "num_gpus": 2,
-                "on_finish": "keep-alive", "checkpoint_steps": 10, "trainer": {"builtin": "cifar10"},
-                "hyperparameters": hparams}
+        spec = {
+            "job_dir": job_dir,
+            "data_dir": data_dir,
+            "train_steps": 100000,
+            "num_gpus": 2,
+            "on_finish": "keep-alive",
+            "checkpoint_steps": 10,
+            "trainer": {"builtin": "cifar10"},
+            "hyperparameters": hparams,
+        }
         vm = LocalInstance({"survivor-job": yaml.safe_dump(spec)}, os.path.join(root, "vm"), python=sys.executable)
         try:
             vm.boot()
@@ -156,12 +174,19 @@ def main() -> int:
         ["agent overhead over the trainer's cold start (median of pairs)", statistics.median(overheads)],
         ["  range over the pairs", f"{overheads[0]:+.2f} .. {overheads[-1]:+.2f}"],
     ]
-    print(f"machine: {machine()}; CIFAR-10 ResNet-{args.depth} checkpoint"
-          f"{f' and {args.state_mb} MB more state' if args.state_mb else ''}, job dir in fake-gcs-server; "
-          f"medians of {args.repeats} resumes, each beside a cold start with the same argv\n")
+    print(
+        f"machine: {machine()}; CIFAR-10 ResNet-{args.depth} checkpoint"
+        f"{f' and {args.state_mb} MB more state' if args.state_mb else ''}, job dir in fake-gcs-server; "
+        f"medians of {args.repeats} resumes, each beside a cold start with the same argv\n"
+    )
     print(table("time to resume (s)", ["phase", "seconds"], rows))
-    plot = plot_bars(os.path.join(PLOTS, "time_to_resume.png"), "agent start to first step",
-                     ["agent", "trainer alone"], {"seconds": [agent_total, cold]}, "seconds")
+    plot = plot_bars(
+        os.path.join(PLOTS, "time_to_resume.png"),
+        "agent start to first step",
+        ["agent", "trainer alone"],
+        {"seconds": [agent_total, cold]},
+        "seconds",
+    )
     if plot:
         print(f"plot: {plot}")
     return 0

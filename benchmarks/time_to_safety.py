@@ -56,10 +56,18 @@ def under_agent(size_mb: int, root: str, bucket: str, repeat: int) -> dict:
     # grace grows with the state, so a slow large commit is measured rather than cut off (whether it fits
     # inside Spot's 30 s notice is read off the figure)
     grace = max(60, size_mb * 0.15)
-    spec = {"job_dir": job_dir, "train_steps": 10_000_000, "checkpoint_steps": 1_000_000, "grace_seconds": grace,
-            "on_finish": "keep-alive", "sync_seconds": 1.0,
-            "trainer": {"argv": dummy_argv(size_mb, timing_log)}}
-    vm = LocalInstance({"survivor-job": yaml.safe_dump(spec)}, os.path.join(root, f"vm{size_mb}-{repeat}"), python=sys.executable)
+    spec = {
+        "job_dir": job_dir,
+        "train_steps": 10_000_000,
+        "checkpoint_steps": 1_000_000,
+        "grace_seconds": grace,
+        "on_finish": "keep-alive",
+        "sync_seconds": 1.0,
+        "trainer": {"argv": dummy_argv(size_mb, timing_log)},
+    }
+    vm = LocalInstance(
+        {"survivor-job": yaml.safe_dump(spec)}, os.path.join(root, f"vm{size_mb}-{repeat}"), python=sys.executable
+    )
     try:
         vm.boot()
         vm.wait_for_step(20)
@@ -75,29 +83,58 @@ def under_agent(size_mb: int, root: str, bucket: str, repeat: int) -> dict:
     with open(timing_log, encoding="utf-8") as f:
         trainer = json.loads(f.readline())
     if Timing.NOTICE_TO_SAFE not in t:
-        raise RuntimeError(f"{size_mb} MB: the agent did not commit after the notice ({attempt.outcome}: {attempt.reason})")
-    return {"notice_to_safe": t[Timing.NOTICE_TO_SAFE], "step_in_flight": trainer["save_started"] - trainer["signal"],
-            "steps_lost": attempt.steps_lost}
+        raise RuntimeError(
+            f"{size_mb} MB: the agent did not commit after the notice ({attempt.outcome}: {attempt.reason})"
+        )
+    return {
+        "notice_to_safe": t[Timing.NOTICE_TO_SAFE],
+        "step_in_flight": trainer["save_started"] - trainer["signal"],
+        "steps_lost": attempt.steps_lost,
+    }
 
 
 def dummy_argv(size_mb: int, timing_log: str) -> list[str]:
     """The trainer both sides stop: 10 ms steps, `size_mb` of state saved on SIGTERM."""
     # by its path: the agent starts the trainer from its own work dir, where `benchmarks` is no package
-    return [sys.executable, os.path.join(ROOT, "benchmarks", "state_trainer.py"), "--on-sigterm", "save",
-            "--step-seconds", "0.01",
-            "--checkpoint-bytes", str(size_mb * 1_000_000), "--timing-log", timing_log]
+    return [
+        sys.executable,
+        os.path.join(ROOT, "benchmarks", "state_trainer.py"),
+        "--on-sigterm",
+        "save",
+        "--step-seconds",
+        "0.01",
+        "--checkpoint-bytes",
+        str(size_mb * 1_000_000),
+        "--timing-log",
+        timing_log,
+    ]
 
 
 def trainer_alone(size_mb: int, root: str, repeat: int | str) -> tuple[float, str]:
     """The same trainer without survivor, stopped the same way (SIGTERM while it steps). Returns how
     long its save took (its own log: save began -> files renamed into place) and its job dir."""
     job = os.path.join(root, f"alone{size_mb}-{repeat}")
-    timing_log, step_log = os.path.join(root, f"alone-timing{size_mb}-{repeat}.jsonl"), os.path.join(root, "alone-steps.log")
+    timing_log, step_log = (
+        os.path.join(root, f"alone-timing{size_mb}-{repeat}.jsonl"),
+        os.path.join(root, "alone-steps.log"),
+    )
     if os.path.exists(step_log):
         os.remove(step_log)
-    trainer = subprocess.Popen([*dummy_argv(size_mb, timing_log), "--job-dir", job, "--train-steps", "10000000",
-                                "--checkpoint-steps", "1000000", "--step-log", step_log],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    trainer = subprocess.Popen(
+        [
+            *dummy_argv(size_mb, timing_log),
+            "--job-dir",
+            job,
+            "--train-steps",
+            "10000000",
+            "--checkpoint-steps",
+            "1000000",
+            "--step-log",
+            step_log,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while _lines(step_log) < 20:
@@ -143,8 +180,9 @@ def floor(size_mb: int, root: str, bucket: str, repeat: int | str) -> dict:
     started = time.perf_counter()
     if size_mb <= STREAM_FLOOR_MAX_MB:
         with ThreadPoolExecutor(len(files)) as pool:
-            list(pool.map(lambda f: client_bucket.blob(f"{prefix}/{os.path.basename(f)}").upload_from_filename(f),
-                          files))
+            list(
+                pool.map(lambda f: client_bucket.blob(f"{prefix}/{os.path.basename(f)}").upload_from_filename(f), files)
+            )
     uploaded = time.perf_counter() if size_mb <= STREAM_FLOOR_MAX_MB else float("nan")
     _empty(f"gs://{bucket}/{prefix}")
     parallel = parallel_upload(client_bucket, files, f"{prefix}-parallel")
@@ -158,7 +196,9 @@ def ranges(files: list[str], chunk_size: int) -> list[tuple[str, int, int]]:
     out = []
     for path in files:
         size = os.path.getsize(path)
-        out += [(path, offset, min(chunk_size, size - offset)) for offset in range(0, size, chunk_size)] or [(path, 0, 0)]
+        out += [(path, offset, min(chunk_size, size - offset)) for offset in range(0, size, chunk_size)] or [
+            (path, 0, 0)
+        ]
     return out
 
 
@@ -176,7 +216,8 @@ def parallel_upload(client_bucket, files: list[str], prefix: str) -> float:
         finally:
             os.close(fd)
         client_bucket.blob(f"{prefix}/{os.path.basename(path)}.{offset}").upload_from_string(
-            data, content_type="application/octet-stream", checksum=None)
+            data, content_type="application/octet-stream", checksum=None
+        )
 
     started = time.perf_counter()
     with ThreadPoolExecutor(TRANSFERS) as pool:
@@ -205,10 +246,18 @@ def measure(size_mb: int, root: str, bucket: str, repeat: int = 0) -> dict:
     # the overlapped floor: the save and the parallel upload at once, so the larger of the two
     # (survivor uploads the chunks of a checkpoint still being written, so its save and upload overlap)
     overlapped_total = agent["step_in_flight"] + max(raw["floor_write"], raw["parallel_upload"])
-    return {"size_mb": size_mb, **agent, **raw, "floor": floor_total, "ratio": agent["notice_to_safe"] / floor_total,
-            "parallel_floor": parallel_total, "parallel_ratio": agent["notice_to_safe"] / parallel_total,
-            "overlapped_floor": overlapped_total, "overlapped_ratio": agent["notice_to_safe"] / overlapped_total,
-            "own_ms": (agent["notice_to_safe"] - parallel_total) * 1000}
+    return {
+        "size_mb": size_mb,
+        **agent,
+        **raw,
+        "floor": floor_total,
+        "ratio": agent["notice_to_safe"] / floor_total,
+        "parallel_floor": parallel_total,
+        "parallel_ratio": agent["notice_to_safe"] / parallel_total,
+        "overlapped_floor": overlapped_total,
+        "overlapped_ratio": agent["notice_to_safe"] / overlapped_total,
+        "own_ms": (agent["notice_to_safe"] - parallel_total) * 1000,
+    }
 
 
 def main() -> int:
@@ -216,8 +265,12 @@ def main() -> int:
     parser.add_argument("--sizes", default="10,100,1000", help="state sizes in MB")
     parser.add_argument("--repeats", type=int, default=15, help="pairs per size below 1 GB; medians are reported")
     parser.add_argument("--large-repeats", type=int, default=5, help="pairs per size of 1 GB and more")
-    parser.add_argument("--backend", choices=["memory", "filesystem"], default="memory",
-                        help="fake-gcs-server's backend; filesystem for 4 GB and more")
+    parser.add_argument(
+        "--backend",
+        choices=["memory", "filesystem"],
+        default="memory",
+        help="fake-gcs-server's backend; filesystem for 4 GB and more",
+    )
     args = parser.parse_args()
     from survivor.local.gcs import StorageEmulator
 
@@ -229,31 +282,83 @@ def main() -> int:
         for size in [int(s) for s in args.sizes.split(",")]:
             floor(size, root, "bench", "warm-up")  # not counted: the emulator's first upload of a size grows its heap
             runs = [measure(size, root, "bench", i) for i in range(args.repeats if size < 1000 else args.large_repeats)]
-            r = {key: statistics.median(run[key] for run in runs) if key != "steps_lost" else max(run[key] or 0 for run in runs)
-                 for key in runs[0]}
+            r = {
+                key: statistics.median(run[key] for run in runs)
+                if key != "steps_lost"
+                else max(run[key] or 0 for run in runs)
+                for key in runs[0]
+            }
             results.append(r)
             ratios = sorted(run["parallel_ratio"] for run in runs)
             worst = max(run["notice_to_safe"] for run in runs)
-            print(f"{size} MB: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()), flush=True)
+            print(
+                f"{size} MB: "
+                + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()),
+                flush=True,
+            )
             overlapped = sorted(run["overlapped_ratio"] for run in runs)
-            rows.append([f"{size} MB", len(runs), r["notice_to_safe"], r["step_in_flight"], r["floor_write"],
-                         r["floor"], f"{r['ratio']:.2f}x", r["parallel_floor"], f"{r['parallel_ratio']:.2f}x",
-                         f"{ratios[0]:.2f}-{ratios[-1]:.2f}x", r["overlapped_floor"], f"{r['overlapped_ratio']:.2f}x",
-                         f"{overlapped[0]:.2f}-{overlapped[-1]:.2f}x", f"{r['own_ms']:.0f}",
-                         worst, "yes" if worst < 25 else "NO", r["steps_lost"]])
-    print(f"machine: {machine()}; storage: fake-gcs-server ({args.backend} backend) on 127.0.0.1; "
-          f"medians over the pairs (steps lost: the worst; < 25 s: every run)\n")
-    print(table("notice -> committed manifest (s)",
-                ["state", "pairs", "notice->safe", "step in flight", "trainer's save alone",
-                 "floor: one stream a file", "vs it", "floor: parallel", "vs it (median of pairs)", "range",
-                 "floor: save and upload overlapped", "vs it", "range", "over the parallel floor (ms)",
-                 "worst notice->safe", "< 25 s", "steps lost"], rows))
-    plot = plot_bars(os.path.join(PLOTS, "time_to_safety.png"), "notice to committed checkpoint",
-                     [f"{r['size_mb']} MB" for r in results],
-                     {"survivor": [r["notice_to_safe"] for r in results],
-                      "floor: one stream a file": [r["floor"] for r in results],
-                      "floor: parallel": [r["parallel_floor"] for r in results],
-                      "floor: overlapped": [r["overlapped_floor"] for r in results]}, "seconds")
+            rows.append(
+                [
+                    f"{size} MB",
+                    len(runs),
+                    r["notice_to_safe"],
+                    r["step_in_flight"],
+                    r["floor_write"],
+                    r["floor"],
+                    f"{r['ratio']:.2f}x",
+                    r["parallel_floor"],
+                    f"{r['parallel_ratio']:.2f}x",
+                    f"{ratios[0]:.2f}-{ratios[-1]:.2f}x",
+                    r["overlapped_floor"],
+                    f"{r['overlapped_ratio']:.2f}x",
+                    f"{overlapped[0]:.2f}-{overlapped[-1]:.2f}x",
+                    f"{r['own_ms']:.0f}",
+                    worst,
+                    "yes" if worst < 25 else "NO",
+                    r["steps_lost"],
+                ]
+            )
+    print(
+        f"machine: {machine()}; storage: fake-gcs-server ({args.backend} backend) on 127.0.0.1; "
+        f"medians over the pairs (steps lost: the worst; < 25 s: every run)\n"
+    )
+    print(
+        table(
+            "notice -> committed manifest (s)",
+            [
+                "state",
+                "pairs",
+                "notice->safe",
+                "step in flight",
+                "trainer's save alone",
+                "floor: one stream a file",
+                "vs it",
+                "floor: parallel",
+                "vs it (median of pairs)",
+                "range",
+                "floor: save and upload overlapped",
+                "vs it",
+                "range",
+                "over the parallel floor (ms)",
+                "worst notice->safe",
+                "< 25 s",
+                "steps lost",
+            ],
+            rows,
+        )
+    )
+    plot = plot_bars(
+        os.path.join(PLOTS, "time_to_safety.png"),
+        "notice to committed checkpoint",
+        [f"{r['size_mb']} MB" for r in results],
+        {
+            "survivor": [r["notice_to_safe"] for r in results],
+            "floor: one stream a file": [r["floor"] for r in results],
+            "floor: parallel": [r["parallel_floor"] for r in results],
+            "floor: overlapped": [r["overlapped_floor"] for r in results],
+        },
+        "seconds",
+    )
     if plot:
         print(f"plot: {plot}")
     return 0

@@ -34,8 +34,9 @@ from benchmarks.common import ROOT, machine, table
 TRAINER_ARGS = {"mlp": [], "cifar10": ["--resnet-depth", "20", "--train-batch-size", "32", "--no-export"]}
 
 
-def first_step_seconds(tree: str, trainer: str, timeout: float = 120.0, gate_after: float | None = None,
-                       data_dir: str | None = None) -> float:
+def first_step_seconds(
+    tree: str, trainer: str, timeout: float = 120.0, gate_after: float | None = None, data_dir: str | None = None
+) -> float:
     """Seconds from spawning the trainer from source tree `tree` to its first reported step; with
     `gate_after`, from `go` at its start gate (that long after the spawn) to its first step."""
     from survivor.trainers.contract import START_GATE_ENV, START_GATE_GO, parse_progress
@@ -46,11 +47,26 @@ def first_step_seconds(tree: str, trainer: str, timeout: float = 120.0, gate_aft
         if gate_after is not None:
             env[START_GATE_ENV] = "stdin"
         started = time.monotonic()
-        process = subprocess.Popen([sys.executable, "-m", f"survivor.trainers.{trainer}", "--job-dir",
-                                    os.path.join(tmp, "job"), "--train-steps", "1000000", "--num-gpus", "2",
-                                    *(["--data-dir", data_dir] if data_dir else []), *TRAINER_ARGS[trainer]],
-                                   env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                   stdin=subprocess.PIPE if gate_after is not None else subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                f"survivor.trainers.{trainer}",
+                "--job-dir",
+                os.path.join(tmp, "job"),
+                "--train-steps",
+                "1000000",
+                "--num-gpus",
+                "2",
+                *(["--data-dir", data_dir] if data_dir else []),
+                *TRAINER_ARGS[trainer],
+            ],
+            env=env,
+            cwd=tmp,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if gate_after is not None else subprocess.DEVNULL,
+        )
         try:
             if gate_after is not None:
                 assert process.stdin is not None
@@ -85,8 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", required=True, help="another checkout of survivor (e.g. a clone of main)")
     parser.add_argument("--trainer", default="mlp", help="mlp or cifar10")
     parser.add_argument("--pairs", type=int, default=5)
-    parser.add_argument("--gate-after", type=float, default=None,
-                        help="start at the start gate and say go this many seconds after the spawn; time from go")
+    parser.add_argument(
+        "--gate-after",
+        type=float,
+        default=None,
+        help="start at the start gate and say go this many seconds after the spawn; time from go",
+    )
     args = parser.parse_args(argv)
     data = tempfile.TemporaryDirectory(prefix="bench-start-data-")
     if args.trainer == "cifar10":
@@ -99,17 +119,30 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.pairs):
         order = [(ROOT, this), (args.baseline, base)] if i % 2 == 0 else [(args.baseline, base), (ROOT, this)]
         for tree, out in order:
-            out.append(first_step_seconds(tree, args.trainer, gate_after=args.gate_after,
-                                          data_dir=data.name if args.trainer == "cifar10" else None))
+            out.append(
+                first_step_seconds(
+                    tree,
+                    args.trainer,
+                    gate_after=args.gate_after,
+                    data_dir=data.name if args.trainer == "cifar10" else None,
+                )
+            )
         ratios.append(this[-1] / base[-1])
         print(f"  pair {i + 1}: this {this[-1]:.2f} s, baseline {base[-1]:.2f} s", file=sys.stderr, flush=True)
     data.cleanup()
     what = f"go at the start gate ({args.gate_after:g} s after the spawn)" if args.gate_after is not None else "spawn"
     print(f"machine: {machine()}; {args.pairs} pairs, {args.trainer} on 2 logical CPU devices\n")
-    print(table(f"{args.trainer}: {what} to first step (s)", ["tree", "median", "min", "max"],
-                [["this checkout", f"{statistics.median(this):.2f}", f"{min(this):.2f}", f"{max(this):.2f}"],
-                 ["baseline", f"{statistics.median(base):.2f}", f"{min(base):.2f}", f"{max(base):.2f}"],
-                 ["ratio (pairwise)", f"{statistics.median(ratios):.2f}", f"{min(ratios):.2f}", f"{max(ratios):.2f}"]]))
+    print(
+        table(
+            f"{args.trainer}: {what} to first step (s)",
+            ["tree", "median", "min", "max"],
+            [
+                ["this checkout", f"{statistics.median(this):.2f}", f"{min(this):.2f}", f"{max(this):.2f}"],
+                ["baseline", f"{statistics.median(base):.2f}", f"{min(base):.2f}", f"{max(base):.2f}"],
+                ["ratio (pairwise)", f"{statistics.median(ratios):.2f}", f"{min(ratios):.2f}", f"{max(ratios):.2f}"],
+            ],
+        )
+    )
     return 0
 
 

@@ -34,16 +34,25 @@ rng = np.random.default_rng(0)
 x_train = rng.random((640, *input_shape), dtype=np.float32)
 y_train = keras.utils.to_categorical(rng.integers(0, num_classes, 640), num_classes)
 
-model = keras.Sequential([
-    keras.Input(shape=input_shape),
-    layers.Conv2D(32, kernel_size=(3, 3), activation="relu"),
-    layers.MaxPooling2D(pool_size=(2, 2)),
-    layers.Conv2D(64, kernel_size=(3, 3), activation="relu"),
-    layers.MaxPooling2D(pool_size=(2, 2)),
-    layers.Flatten(),
-    layers.Dropout(0.5),
-    layers.Dense(num_classes, activation="softmax"),
-])
+model = keras.Sequential(
+    [
+        keras.Input(shape=input_shape),
+        layers.Conv2D(32, kernel_size=(3, 3), activation="relu"),
+        layers.MaxPooling2D(pool_size=(2, 2)),
+        layers.Conv2D(64, kernel_size=(3, 3), activation="relu"),
+        layers.MaxPooling2D(pool_size=(2, 2)),
+        layers.Flatten(),
+        layers.Dropout(0.5),
+        layers.Dense(num_classes, activation="softmax"),
+    ]
+)
 model.compile(loss="categorical_crossentropy", optimizer="adam", metrics=["accuracy"])
-fit_resumable(model, (x_train, y_train), job_dir=args.job_dir, train_steps=args.train_steps,
-              batch_size=128, validation_split=0.1, stop=stop)
+fit_resumable(
+    model,
+    (x_train, y_train),
+    job_dir=args.job_dir,
+    train_steps=args.train_steps,
+    batch_size=128,
+    validation_split=0.1,
+    stop=stop,
+)

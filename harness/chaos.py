@@ -86,8 +86,19 @@ BOOT_DEADLINE = 90.0
 CHUNK_ROUND_COMMIT_WAIT = 30.0
 #: Far beyond any step the chaos jobs reach; a manifest may claim up to it.
 TRAIN_STEPS = 10_000_000
-CLASSES = ("kill", "damaged manifest", "damaged chunk", "full disk", "slow metadata", "overlapped upload",
-           "contract breaker", "hostile state disk", "pid namespace", "save orders", "cut moves and switches")
+CLASSES = (
+    "kill",
+    "damaged manifest",
+    "damaged chunk",
+    "full disk",
+    "slow metadata",
+    "overlapped upload",
+    "contract breaker",
+    "hostile state disk",
+    "pid namespace",
+    "save orders",
+    "cut moves and switches",
+)
 #: How a round starts an agent in a pid namespace of its own, as in a container on the VM (root only).
 UNSHARE_PID = ("unshare", "--pid", "--fork", "--mount-proc")
 
@@ -119,6 +130,7 @@ class Tally:
 @dataclass
 class ChaosResult:
     """What a chaos run found: each class's tallies, the faults injected and how long it took."""
+
     tallies: dict[str, Tally] = field(default_factory=lambda: {name: Tally() for name in CLASSES})
     skipped_snapshots: int = 0  # "skipping a snapshot that does not verify" in the agents' logs
     failed_marker: bool = False
@@ -201,9 +213,10 @@ DAMAGES: dict[str, Callable[[dict, bytes, int], bytes]] = {
     "truncated": lambda good, raw, step: raw[: max(1, len(raw) * (step % 9 + 1) // 10)],
     "infinite size": lambda good, raw, step: _with_file(good, size=0).replace(b'"size": 0', b'"size": Infinity', 1),
     "NaN step": lambda good, raw, step: _with(good, step=0).replace(b'"step": 0', b'"step": NaN', 1),
-    "a 400-digit size": lambda good, raw, step: _with_file(good, size=10 ** 400),
-    "nested 100000 deep": lambda good, raw, step: (b'{"format": 2, "step": %d, "attempt": 999999, "files": ' % step
-                                                   + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+    "a 400-digit size": lambda good, raw, step: _with_file(good, size=10**400),
+    "nested 100000 deep": lambda good, raw, step: (
+        b'{"format": 2, "step": %d, "attempt": 999999, "files": ' % step + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    ),
     "step as a string": lambda good, raw, step: _with(good, step=str(step)),
     "step as a float": lambda good, raw, step: _with(good, step=step + 0.5),
     "size as a boolean": lambda good, raw, step: _with_file(good, size=True),
@@ -218,28 +231,47 @@ DAMAGES: dict[str, Callable[[dict, bytes, int], bytes]] = {
     "a good manifest under a newer name": lambda good, raw, step: raw,
     # files no directory can hold together: refused when read, never a failed restore
     "a file inside a file": lambda good, raw, step: _with(
-        good, files=[good["files"][0], {**good["files"][0], "path": good["files"][0]["path"] + "/x"}]),
+        good, files=[good["files"][0], {**good["files"][0], "path": good["files"][0]["path"] + "/x"}]
+    ),
     "one path twice": lambda good, raw, step: _with(
-        good, files=[good["files"][0], {**good["files"][0], "path": "./" + good["files"][0]["path"]}]),
+        good, files=[good["files"][0], {**good["files"][0], "path": "./" + good["files"][0]["path"]}]
+    ),
 }
 
 
 def _placeholder(step: int) -> dict:
     """A manifest body for a job with no commit yet (its one chunk does not exist)."""
-    return {"format": 2, "step": step, "attempt": 1, "seq": 1, "created": "", "writer": "chaos",
-            "files": [{"path": "dummy-checkpoint-1.json", "size": 1, "crc32c": "AAAAAA==",
-                       "chunks": [{"offset": 0, "size": 1, "crc32c": "AAAAAA==",
-                                   "object": "survivor/blobs/chunks/" + "0" * 64}]}]}
+    return {
+        "format": 2,
+        "step": step,
+        "attempt": 1,
+        "seq": 1,
+        "created": "",
+        "writer": "chaos",
+        "files": [
+            {
+                "path": "dummy-checkpoint-1.json",
+                "size": 1,
+                "crc32c": "AAAAAA==",
+                "chunks": [
+                    {"offset": 0, "size": 1, "crc32c": "AAAAAA==", "object": "survivor/blobs/chunks/" + "0" * 64}
+                ],
+            }
+        ],
+    }
 
 
-def damaged_manifest(kind: str, good_raw: bytes | None, good_step: int, rng: random.Random,
-                     train_steps: int = TRAIN_STEPS) -> tuple[str, bytes]:
+def damaged_manifest(
+    kind: str, good_raw: bytes | None, good_step: int, rng: random.Random, train_steps: int = TRAIN_STEPS
+) -> tuple[str, bytes]:
     """Pure: (object name, body) of a damaged manifest of `kind` that sorts newer than the good one
     at `good_step` (stored as `good_raw`; None when nothing is committed yet)."""
     from survivor.jobdir.store import manifest_name
 
-    step = {"no files, a huge step": rng.choice([train_steps, 999_999_999]),
-            "a step beyond train_steps": train_steps + 1}.get(kind, good_step + rng.randint(1, 50))
+    step = {
+        "no files, a huge step": rng.choice([train_steps, 999_999_999]),
+        "a step beyond train_steps": train_steps + 1,
+    }.get(kind, good_step + rng.randint(1, 50))
     good = json.loads(good_raw) if good_raw else _placeholder(good_step)
     raw = good_raw or json.dumps(good).encode()
     if kind != "a good manifest under a newer name":
@@ -249,13 +281,15 @@ def damaged_manifest(kind: str, good_raw: bytes | None, good_step: int, rng: ran
     return manifest_name(step, 999_999, 1), DAMAGES[kind](good, raw, step)
 
 
-def judge_restore(damaged: str, good_step: int | None, restored_from: str | None, restored_step: int | None,
-                  trained: bool) -> str | None:
+def judge_restore(
+    damaged: str, good_step: int | None, restored_from: str | None, restored_step: int | None, trained: bool
+) -> str | None:
     """Pure: what the agent's restore past a `damaged` manifest was -- "corrupt" (it followed it:
     restored that name, or a step below 0 or above the newest good commit at `good_step`, which only
     the damaged one claims), "lost" (it trained from something older) or None."""
-    if restored_from == damaged or (restored_step is not None and (
-            restored_step < 0 or good_step is None or restored_step > good_step)):
+    if restored_from == damaged or (
+        restored_step is not None and (restored_step < 0 or good_step is None or restored_step > good_step)
+    ):
         return "corrupt"
     if trained and good_step is not None and (restored_step is None or restored_step < good_step):
         return "lost"
@@ -284,10 +318,29 @@ def agent_traceback(log_text: str) -> bool:
 def _spec(job_dir: str, python: str, **fields) -> str:
     # Killing the trainer is a failed attempt; chaos tests storage integrity, not the crash-loop
     # guard, so that guard is set out of reach.
-    spec = {"job_dir": job_dir, "train_steps": TRAIN_STEPS, "checkpoint_steps": 3, "keep": 2, "sync_seconds": 0.2,
-            "lease_seconds": 5, "on_finish": "keep-alive", "max_failed_attempts": 1_000_000,
-            "trainer": {"argv": [python, "-m", "survivor.trainers.dummy", "--on-sigterm", "save",
-                                 "--step-seconds", "0.01", "--checkpoint-bytes", "200000"]}}
+    spec = {
+        "job_dir": job_dir,
+        "train_steps": TRAIN_STEPS,
+        "checkpoint_steps": 3,
+        "keep": 2,
+        "sync_seconds": 0.2,
+        "lease_seconds": 5,
+        "on_finish": "keep-alive",
+        "max_failed_attempts": 1_000_000,
+        "trainer": {
+            "argv": [
+                python,
+                "-m",
+                "survivor.trainers.dummy",
+                "--on-sigterm",
+                "save",
+                "--step-seconds",
+                "0.01",
+                "--checkpoint-bytes",
+                "200000",
+            ]
+        },
+    }
     spec.update(fields)
     return yaml.safe_dump(spec)
 
@@ -295,8 +348,16 @@ def _spec(job_dir: str, python: str, **fields) -> str:
 class _Rounds:
     """The state the rounds share: the VM, the job dir as the harness sees it, the tallies."""
 
-    def __init__(self, vm: LocalInstance, job_dir: str, rng: random.Random, seed: int, result: ChaosResult,
-                 root: str, proxy: FaultProxy | None):
+    def __init__(
+        self,
+        vm: LocalInstance,
+        job_dir: str,
+        rng: random.Random,
+        seed: int,
+        result: ChaosResult,
+        root: str,
+        proxy: FaultProxy | None,
+    ):
         from survivor.jobdir.storage import open_storage
         from survivor.jobdir.store import CheckpointStore
 
@@ -371,8 +432,9 @@ class _Rounds:
         return None
 
     def problem(self, tally: Tally, what: str) -> None:
-        tally.problems.append(f"round {self.round} (seed {self.seed}, boot {self.vm.boots}, "
-                              f"log {self.vm.log_path()}): {what}")
+        tally.problems.append(
+            f"round {self.round} (seed {self.seed}, boot {self.vm.boots}, log {self.vm.log_path()}): {what}"
+        )
 
     def read_log(self) -> str:
         try:
@@ -411,8 +473,10 @@ class _Rounds:
             restored = self.store.restore(self.check)
         if before is not None and (restored is None or restored.step < before.step):
             tally.lost_commits += 1
-            self.problem(tally, f"{what}: restored {restored and restored.name}, older than {before.name}; "
-                                f"{self.why_not_restored()}")
+            self.problem(
+                tally,
+                f"{what}: restored {restored and restored.name}, older than {before.name}; {self.why_not_restored()}",
+            )
         if restored is not None:
             missing = sum(not os.path.exists(os.path.join(self.check, f.path)) for f in restored.files)
             if missing:
@@ -441,8 +505,7 @@ class _Rounds:
             return f"the store said {said or 'nothing'}, then {type(exc).__name__}: {exc}"
         finally:
             logger.removeHandler(catch)
-        return (f"listed {names}; the store said {said or 'nothing'}; restored again: "
-                f"{restored and restored.name}")
+        return f"listed {names}; the store said {said or 'nothing'}; restored again: {restored and restored.name}"
 
     def storage_faults(self, tally: Tally, since: Counter) -> None:
         if self.proxy is not None:
@@ -511,8 +574,9 @@ class _Rounds:
                 tally.hangs += 1
                 self.problem(tally, f"{kind} ({name}): no training and no exit {BOOT_DEADLINE:g} s after the boot")
             restored_from, restored_step = self.restored_by_agent()
-            verdict = judge_restore(name, good.step if good else None, restored_from, restored_step,
-                                    trained=state == "training")
+            verdict = judge_restore(
+                name, good.step if good else None, restored_from, restored_step, trained=state == "training"
+            )
             if verdict == "corrupt":
                 tally.corrupt_restores += 1
                 self.problem(tally, f"the agent restored the damaged manifest {name} ({kind})")
@@ -556,8 +620,15 @@ class _Rounds:
         data: bytes | None = None
         with contextlib.suppress(Exception):
             data = self.read(victim)
-            self.storage.write(victim, {"flipped": bytes([data[0] ^ 1]) + data[1:], "truncated": data[: len(data) // 2],
-                                        "emptied": b"", "another chunk's bytes": self.read(other)}[how])
+            self.storage.write(
+                victim,
+                {
+                    "flipped": bytes([data[0] ^ 1]) + data[1:],
+                    "truncated": data[: len(data) // 2],
+                    "emptied": b"",
+                    "another chunk's bytes": self.read(other),
+                }[how],
+            )
         tally.inputs += 1
         tally.faults[f"chunk {how}"] += 1
         # Read after the damage: the commit it names, and one under way now (its chunks verified before
@@ -604,11 +675,19 @@ class _Rounds:
                 self.problem(tally, f"the holder's boot did not train ({state})")
                 self.kill_vm()
                 return
-            other = LocalInstance(self.vm.metadata.get("instance/attributes"), os.path.join(self.root, f"vm-ns-{self.round}"),
-                                  name=self.vm.name, python=self.vm.python, env=self.vm.env,
-                                  agent_args=self.vm.agent_args, wrapper=() if holder_inside else UNSHARE_PID)
+            other = LocalInstance(
+                self.vm.metadata.get("instance/attributes"),
+                os.path.join(self.root, f"vm-ns-{self.round}"),
+                name=self.vm.name,
+                python=self.vm.python,
+                env=self.vm.env,
+                agent_args=self.vm.agent_args,
+                wrapper=() if holder_inside else UNSHARE_PID,
+            )
             tally.inputs += 1
-            tally.faults["the holder in a pid namespace" if holder_inside else "the second agent in a pid namespace"] += 1
+            tally.faults[
+                "the holder in a pid namespace" if holder_inside else "the second agent in a pid namespace"
+            ] += 1
             started = time.monotonic()
             try:
                 other.boot()
@@ -621,8 +700,11 @@ class _Rounds:
                 tally.slowest_seconds = max(tally.slowest_seconds, time.monotonic() - started)
                 if stolen or code == 0 or not self.vm.running():
                     tally.stolen_leases += 1
-                    self.problem(tally, f"the second agent (exit {code}) took the lease of a live holder: "
-                                        f"{held.get('agent')} in {held.get('pidns') or '?'}; see {other.log_path()}")
+                    self.problem(
+                        tally,
+                        f"the second agent (exit {code}) took the lease of a live holder: "
+                        f"{held.get('agent')} in {held.get('pidns') or '?'}; see {other.log_path()}",
+                    )
                 elif code is None:
                     tally.hangs += 1
                     self.problem(tally, f"the second agent still ran {BOOT_DEADLINE:g} s after its boot")
@@ -652,7 +734,9 @@ class _Rounds:
             # Once the agent has asked for its first dripped answer (a start-up under load can take longer
             # than any fixed sleep), and at a random moment of the drips or just after them.
             deadline = time.monotonic() + BOOT_DEADLINE
-            while self.vm.metadata.faults_left() == drips and time.monotonic() < deadline and self.vm.wait(0.05) is None:
+            while (
+                self.vm.metadata.faults_left() == drips and time.monotonic() < deadline and self.vm.wait(0.05) is None
+            ):
                 pass
             time.sleep(self.rng.uniform(0.0, drips * 2.0 + 1.0))
             before = self.store.latest()
@@ -671,8 +755,10 @@ class _Rounds:
             state = self.await_training(tally, booted)
             if state == "hung":
                 tally.hangs += 1
-                self.problem(tally, f"no training and no exit {BOOT_DEADLINE:g} s after a boot with {drips} "
-                                    f"dripped metadata answers")
+                self.problem(
+                    tally,
+                    f"no training and no exit {BOOT_DEADLINE:g} s after a boot with {drips} dripped metadata answers",
+                )
             time.sleep(self.rng.uniform(0.2, 1.5))
             before = self.store.latest()
             self.kill(tally, booted)
@@ -737,8 +823,7 @@ def _fill(fs: str, leave: int) -> str:
     return filler
 
 
-def _full_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, python: str,
-                      result: ChaosResult) -> None:
+def _full_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, python: str, result: ChaosResult) -> None:
     """A job on a local job dir; each round fills it, the boot disk or both, then preempts."""
     from survivor.jobdir.journal import ATTEMPTS, Attempt
 
@@ -749,8 +834,9 @@ def _full_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, pyt
             tally.skipped = "not run: mounting a tmpfs needs root"
             return
         job_dir = os.path.join(jobfs, "job")
-        vm = LocalInstance({"survivor-job": _spec(job_dir, python, grace_seconds=10)}, vm_root, python=python,
-                           name="survivor-full-1")
+        vm = LocalInstance(
+            {"survivor-job": _spec(job_dir, python, grace_seconds=10)}, vm_root, python=python, name="survivor-full-1"
+        )
         run = _Rounds(vm, job_dir, rng, seed, result, root, proxy=None)
         expected = None  # the commit the next boot must restore
         seen_leaks: set[str] = set()
@@ -779,9 +865,11 @@ def _full_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, pyt
                         break
                     time.sleep(0.1)
                 where = rng.choice(["job dir", "boot disk", "both"])
-                fillers = [_fill(fs, rng.randint(0, 300_000)) for fs, name in
-                           ((jobfs, "job dir"), (os.path.join(vm_root, "disk"), "boot disk"))
-                           if where in (name, "both")]
+                fillers = [
+                    _fill(fs, rng.randint(0, 300_000))
+                    for fs, name in ((jobfs, "job dir"), (os.path.join(vm_root, "disk"), "boot disk"))
+                    if where in (name, "both")
+                ]
                 tally.inputs += 1
                 tally.faults[f"full {where}"] += 1
                 expected = run.store.latest()
@@ -793,8 +881,13 @@ def _full_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, pyt
                     run.problem(tally, f"full {where}: the agent still ran {HARD_OFF:g} s after its SIGTERM")
                 elif code != 0:
                     run.problem(tally, f"full {where}: the agent exited {code} after the notice")
-                leaked = [path for path in (os.path.join(d, f) for d, _, files in os.walk(job_dir) for f in files
-                                            if f.startswith(".tmp-")) if path not in seen_leaks]
+                leaked = [
+                    path
+                    for path in (
+                        os.path.join(d, f) for d, _, files in os.walk(job_dir) for f in files if f.startswith(".tmp-")
+                    )
+                    if path not in seen_leaks
+                ]
                 seen_leaks.update(leaked)  # a leftover of an earlier round is not counted again
                 if leaked:
                     tally.leaked_temp_files += len(leaked)
@@ -824,11 +917,28 @@ def _overlap_rounds(rounds: int, rng: random.Random, seed: int, root: str, pytho
     with StorageEmulator(log_dir=root) as gcs:
         gcs.create_bucket("overlap")
         job_dir = "gs://overlap/job"
-        trainer = {"argv": [python, "-m", "survivor.trainers.dummy", "--on-sigterm", "save", "--step-seconds", "0.01",
-                            "--checkpoint-bytes", str(OVERLAP_STATE_BYTES), "--save-mib-per-second", "12"]}
-        vm = LocalInstance({"survivor-job": _spec(job_dir, python, checkpoint_steps=1_000_000, trainer=trainer)},
-                           os.path.join(root, "vm-overlap"), python=python, name="survivor-overlap-1",
-                           env={"STORAGE_EMULATOR_HOST": gcs.url, "SURVIVOR_CHUNK_MIB": "1"})
+        trainer = {
+            "argv": [
+                python,
+                "-m",
+                "survivor.trainers.dummy",
+                "--on-sigterm",
+                "save",
+                "--step-seconds",
+                "0.01",
+                "--checkpoint-bytes",
+                str(OVERLAP_STATE_BYTES),
+                "--save-mib-per-second",
+                "12",
+            ]
+        }
+        vm = LocalInstance(
+            {"survivor-job": _spec(job_dir, python, checkpoint_steps=1_000_000, trainer=trainer)},
+            os.path.join(root, "vm-overlap"),
+            python=python,
+            name="survivor-overlap-1",
+            env={"STORAGE_EMULATOR_HOST": gcs.url, "SURVIVOR_CHUNK_MIB": "1"},
+        )
         run = _Rounds(vm, job_dir, rng, seed, result, root, proxy=None)
         try:
             for _ in range(rounds):
@@ -849,8 +959,9 @@ def _overlap_rounds(rounds: int, rng: random.Random, seed: int, root: str, pytho
         result.skipped_snapshots += _skipped_snapshots(vm)
 
 
-def _contract_breaker_rounds(rounds: int, rng: random.Random, seed: int, root: str, python: str,
-                             result: ChaosResult) -> None:
+def _contract_breaker_rounds(
+    rounds: int, rng: random.Random, seed: int, root: str, python: str, result: ChaosResult
+) -> None:
     """A trainer that breaks the write-then-rename contract (dummy --truncate-after-rename: each save
     renamed into place, then cut short 0.2 s later): SIGKILLed at random, every boot must train, every
     restore must verify, and no step is ever committed twice. Whether the first
@@ -860,11 +971,25 @@ def _contract_breaker_rounds(rounds: int, rng: random.Random, seed: int, root: s
     with StorageEmulator(log_dir=root) as gcs:
         gcs.create_bucket("breaker")
         job_dir = "gs://breaker/job"
-        trainer = {"argv": [python, "-m", "survivor.trainers.dummy", "--on-sigterm", "save", "--step-seconds", "0.01",
-                            "--truncate-after-rename"]}
-        vm = LocalInstance({"survivor-job": _spec(job_dir, python, trainer=trainer)},
-                           os.path.join(root, "vm-breaker"), python=python, name="survivor-breaker-1",
-                           env={"STORAGE_EMULATOR_HOST": gcs.url})
+        trainer = {
+            "argv": [
+                python,
+                "-m",
+                "survivor.trainers.dummy",
+                "--on-sigterm",
+                "save",
+                "--step-seconds",
+                "0.01",
+                "--truncate-after-rename",
+            ]
+        }
+        vm = LocalInstance(
+            {"survivor-job": _spec(job_dir, python, trainer=trainer)},
+            os.path.join(root, "vm-breaker"),
+            python=python,
+            name="survivor-breaker-1",
+            env={"STORAGE_EMULATOR_HOST": gcs.url},
+        )
         run = _Rounds(vm, job_dir, rng, seed, result, root, proxy=None)
         try:
             for _ in range(rounds):
@@ -889,8 +1014,7 @@ def _contract_breaker_rounds(rounds: int, rng: random.Random, seed: int, root: s
         result.skipped_snapshots += _skipped_snapshots(vm)
 
 
-def _state_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, python: str,
-                       result: ChaosResult) -> None:
+def _state_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, python: str, result: ChaosResult) -> None:
     """A job with a state disk whose notice commits all go to the disk (an upload rate of 1 B/s);
     between boots its copy is made hostile: a FIFO for one of its files, a link at the disk's
     `snapshots` to a directory that must survive, or a link for one of its files.
@@ -902,9 +1026,14 @@ def _state_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, py
     with StorageEmulator(log_dir=root) as gcs:
         gcs.create_bucket("disk")
         job_dir = "gs://disk/job"
-        vm = LocalInstance({"survivor-job": _spec(job_dir, python, state_disk_gb=10)},
-                           os.path.join(root, "vm-disk"), python=python, name="survivor-disk-1", state_disk=True,
-                           env={"STORAGE_EMULATOR_HOST": gcs.url, RATE_ENV: "1"})
+        vm = LocalInstance(
+            {"survivor-job": _spec(job_dir, python, state_disk_gb=10)},
+            os.path.join(root, "vm-disk"),
+            python=python,
+            name="survivor-disk-1",
+            state_disk=True,
+            env={"STORAGE_EMULATOR_HOST": gcs.url, RATE_ENV: "1"},
+        )
         run = _Rounds(vm, job_dir, rng, seed, result, root, proxy=None)
         sentinel = os.path.join(root, "disk-sentinel")
         try:
@@ -925,8 +1054,11 @@ def _state_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, py
                 tally.faults[how] += 1
                 assert vm.state_disk is not None  # made with state_disk=True
                 snapshots = os.path.join(vm.state_disk, "snapshots")
-                copies = [os.path.join(d, f) for d, _, files in os.walk(snapshots) for f in files] \
-                    if os.path.isdir(snapshots) and not os.path.islink(snapshots) else []
+                copies = (
+                    [os.path.join(d, f) for d, _, files in os.walk(snapshots) for f in files]
+                    if os.path.isdir(snapshots) and not os.path.islink(snapshots)
+                    else []
+                )
                 if how == "fifo" and copies:
                     victim = rng.choice(copies)
                     os.remove(victim)
@@ -950,8 +1082,9 @@ def _state_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, py
                 if state != "training":
                     tally.hangs += state == "hung"
                     run.problem(tally, f"{how}: the next boot {state} instead of training")
-                if os.path.isdir(sentinel) and not (os.path.isfile(os.path.join(sentinel, "keep"))
-                                                    and os.path.isdir(os.path.join(sentinel, "7-1"))):
+                if os.path.isdir(sentinel) and not (
+                    os.path.isfile(os.path.join(sentinel, "keep")) and os.path.isdir(os.path.join(sentinel, "7-1"))
+                ):
                     tally.corrupt_restores += 1
                     run.problem(tally, f"{how}: the state disk's link target lost its files")
                 run.vm.kill()
@@ -968,8 +1101,7 @@ def _state_disk_rounds(rounds: int, rng: random.Random, seed: int, root: str, py
 FOREIGN_TRAINER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "foreign_trainer.py")
 
 
-def _save_order_rounds(rounds: int, rng: random.Random, seed: int, root: str, python: str,
-                       result: ChaosResult) -> None:
+def _save_order_rounds(rounds: int, rng: random.Random, seed: int, root: str, python: str, result: ChaosResult) -> None:
     """Jobs of a trainer that saves its state file before its shards or after them, half of them
     writing an export after their final save (`foreign_trainer.py`), each hurt once while it trains
     (a SIGTERM that it saves on, or a SIGKILL of the agent, the trainer or both) and then booted to
@@ -989,14 +1121,28 @@ def _save_order_rounds(rounds: int, rng: random.Random, seed: int, root: str, py
             order, export = rng.choice(["state-first", "shards-first", "no-state"]), rng.random() < 0.5
             shards = rng.choice([1, 1, 3])
             train_steps = rng.randint(150, 250)
-            argv = [python, FOREIGN_TRAINER, "--order", order, "--shards", str(shards),
-                    "--pause", str(rng.choice([0.0, 0.05, 0.2])),
-                    "--step-seconds", "0.01", "--step-log", os.path.join(root, f"orders-{index}.log")]
+            argv = [
+                python,
+                FOREIGN_TRAINER,
+                "--order",
+                order,
+                "--shards",
+                str(shards),
+                "--pause",
+                str(rng.choice([0.0, 0.05, 0.2])),
+                "--step-seconds",
+                "0.01",
+                "--step-log",
+                os.path.join(root, f"orders-{index}.log"),
+            ]
             trainer = {"argv": argv + (["--export"] if export else [])}
-            vm = LocalInstance({"survivor-job": _spec(job_dir, python, train_steps=train_steps, checkpoint_steps=20,
-                                                      trainer=trainer)},
-                               os.path.join(root, f"vm-orders-{index}"), python=python,
-                               name=f"survivor-orders-{index}", env={"STORAGE_EMULATOR_HOST": gcs.url})
+            vm = LocalInstance(
+                {"survivor-job": _spec(job_dir, python, train_steps=train_steps, checkpoint_steps=20, trainer=trainer)},
+                os.path.join(root, f"vm-orders-{index}"),
+                python=python,
+                name=f"survivor-orders-{index}",
+                env={"STORAGE_EMULATOR_HOST": gcs.url},
+            )
             run = _Rounds(vm, job_dir, rng, seed, result, root, proxy=None)
             run.store.max_step = train_steps
             try:
@@ -1034,19 +1180,28 @@ def _save_order_rounds(rounds: int, rng: random.Random, seed: int, root: str, py
                 attempt = state.attempts[-1] if state.attempts else None
                 if before is not None and (attempt is None or (attempt.restored_step or 0) < before.step):
                     tally.lost_commits += 1
-                    run.problem(tally, f"{order}: restored {attempt and attempt.restored_step}, older than the "
-                                       f"whole commit {before.name}")
+                    run.problem(
+                        tally,
+                        f"{order}: restored {attempt and attempt.restored_step}, older than the "
+                        f"whole commit {before.name}",
+                    )
                 if state.done is None or state.done.get("step") != train_steps:
                     tally.corrupt_restores += 1
-                    run.problem(tally, f"{order}: not DONE at step {train_steps} ({state.done}; last attempt "
-                                       f"{attempt and (attempt.outcome, attempt.reason)})")
+                    run.problem(
+                        tally,
+                        f"{order}: not DONE at step {train_steps} ({state.done}; last attempt "
+                        f"{attempt and (attempt.outcome, attempt.reason)})",
+                    )
                 run.check_restore(tally, before, f"{order}: after the fault and the job's end")
                 final = run.store.latest()
                 paths = {f.path for f in final.files} if final is not None else set()
                 if final is None or not final.resumable or (export and "export/saved_model.pb" not in paths):
                     tally.corrupt_restores += 1
-                    run.problem(tally, f"{order}: the final commit is not whole{' or lacks the export' if export else ''}:"
-                                       f" {sorted(paths)}")
+                    run.problem(
+                        tally,
+                        f"{order}: the final commit is not whole{' or lacks the export' if export else ''}:"
+                        f" {sorted(paths)}",
+                    )
                 run.count_tracebacks(tally)
             finally:
                 vm.close()
@@ -1068,8 +1223,10 @@ def _cut_rounds(rounds: int, rng: random.Random, seed: int, root: str, result: C
     from survivor.operator.watch import watch_once
 
     tally = result.tallies["cut moves and switches"]
-    points = {"move": cuts.move_cut_points(os.path.join(root, "cut-probe-move")),
-              "switch": cuts.switch_cut_points(os.path.join(root, "cut-probe-switch"))}
+    points = {
+        "move": cuts.move_cut_points(os.path.join(root, "cut-probe-move")),
+        "switch": cuts.switch_cut_points(os.path.join(root, "cut-probe-switch")),
+    }
     previous = os.environ.get("SURVIVOR_COMPUTE_ENDPOINT")
     for index in range(rounds):
         action = rng.choice(["move", "switch"])
@@ -1092,8 +1249,9 @@ def _cut_rounds(rounds: int, rng: random.Random, seed: int, root: str, result: C
                 cuts.groups_of(server)  # its MIG tries again, and gets its VM
             errors: list[BaseException] = []
 
-            def look(endpoint: str = server.endpoint, job_dir: str = spec.job_dir,
-                     failed: list[BaseException] = errors) -> None:
+            def look(
+                endpoint: str = server.endpoint, job_dir: str = spec.job_dir, failed: list[BaseException] = errors
+            ) -> None:
                 try:
                     watch_once(cuts.Compute(cuts.PROJECT, endpoint=endpoint), cuts.FIRST, job_dir=job_dir)
                 except BaseException as exc:  # noqa: BLE001 - counted below
@@ -1121,8 +1279,12 @@ def _cut_rounds(rounds: int, rng: random.Random, seed: int, root: str, result: C
             else:
                 group = Compute(cuts.PROJECT, endpoint=server.endpoint).get_group(cuts.FIRST) or {}
                 recorded = switches(storage)
-                right = (len(found) == 1 and [s for _, s in members] == ["RUNNING"] and len(recorded) == 1
-                         and str(group.get("instanceTemplate", "")).endswith("/" + recorded[-1].template))
+                right = (
+                    len(found) == 1
+                    and [s for _, s in members] == ["RUNNING"]
+                    and len(recorded) == 1
+                    and str(group.get("instanceTemplate", "")).endswith("/" + recorded[-1].template)
+                )
             if errors or not right:
                 tally.wrong_groups += 1
                 tally.problems.append(f"round {index} (seed {seed}): {where}: groups {found}, errors {errors}")
@@ -1137,10 +1299,24 @@ def _cut_rounds(rounds: int, rng: random.Random, seed: int, root: str, result: C
 # -- the run ---------------------------------------------------------------------------------------
 
 
-def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str = sys.executable, *,
-              manifests: int = 0, full_disks: int = 0, slow_metadata: int = 0, overlapped: int = 0,
-              damaged_chunks: int = 0, contract_breakers: int = 0, state_disks: int = 0,
-              pid_namespaces: int = 0, save_orders: int = 0, cuts: int = 0) -> ChaosResult:
+def run_chaos(
+    kills: int,
+    fault_rate: float,
+    seed: int,
+    root: str,
+    python: str = sys.executable,
+    *,
+    manifests: int = 0,
+    full_disks: int = 0,
+    slow_metadata: int = 0,
+    overlapped: int = 0,
+    damaged_chunks: int = 0,
+    contract_breakers: int = 0,
+    state_disks: int = 0,
+    pid_namespaces: int = 0,
+    save_orders: int = 0,
+    cuts: int = 0,
+) -> ChaosResult:
     """Runs the rounds, in a random order, against a fresh storage emulator under `root`."""
     from survivor.jobdir.journal import Journal
     from survivor.jobdir.storage import open_storage
@@ -1154,18 +1330,31 @@ def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str =
         proxy = FaultProxy(gcs.url, FaultPlan(rate=fault_rate, seed=seed, stall_seconds=0.3)).start()
         job_dir = "gs://chaos/job"
         # 64 KiB chunks: the dummy's state file repeats its bytes after the step, so commits share chunks
-        vm = LocalInstance({"survivor-job": _spec(job_dir, python)}, os.path.join(root, "vm"), python=python,
-                           env={"STORAGE_EMULATOR_HOST": proxy.url, "SURVIVOR_CHUNK_MIB": "0.0625"})
+        vm = LocalInstance(
+            {"survivor-job": _spec(job_dir, python)},
+            os.path.join(root, "vm"),
+            python=python,
+            env={"STORAGE_EMULATOR_HOST": proxy.url, "SURVIVOR_CHUNK_MIB": "0.0625"},
+        )
         run = _Rounds(vm, job_dir, rng, seed, result, root, proxy)
         if pid_namespaces and not _can_unshare_pid():
             result.tallies["pid namespace"].skipped = "not run: a new pid namespace needs root and unshare(1)"
             pid_namespaces = 0
-        schedule = (["kill"] * kills + ["damaged manifest"] * manifests + ["slow metadata"] * slow_metadata
-                    + ["damaged chunk"] * damaged_chunks + ["pid namespace"] * pid_namespaces)
+        schedule = (
+            ["kill"] * kills
+            + ["damaged manifest"] * manifests
+            + ["slow metadata"] * slow_metadata
+            + ["damaged chunk"] * damaged_chunks
+            + ["pid namespace"] * pid_namespaces
+        )
         rng.shuffle(schedule)
-        rounds = {"kill": run.kill_round, "damaged manifest": run.manifest_round,
-                  "slow metadata": run.slow_metadata_round, "damaged chunk": run.chunk_round,
-                  "pid namespace": run.pid_namespace_round}
+        rounds = {
+            "kill": run.kill_round,
+            "damaged manifest": run.manifest_round,
+            "slow metadata": run.slow_metadata_round,
+            "damaged chunk": run.chunk_round,
+            "pid namespace": run.pid_namespace_round,
+        }
         try:
             for kind in schedule:
                 rounds[kind]()
@@ -1193,17 +1382,40 @@ def run_chaos(kills: int, fault_rate: float, seed: int, root: str, python: str =
 
 def table(result: ChaosResult) -> tuple[list[str], list[list]]:
     """The figures per class, as a header and rows (benchmarks/chaos.py prints them)."""
-    header = ["fault class", "inputs tried", "faults injected", "corrupt restores", "lost commits", "hangs",
-              "tracebacks", "temp files left", "leases stolen", "jobs not one running group", "worst lost steps",
-              "slowest exit or boot (s)"]
+    header = [
+        "fault class",
+        "inputs tried",
+        "faults injected",
+        "corrupt restores",
+        "lost commits",
+        "hangs",
+        "tracebacks",
+        "temp files left",
+        "leases stolen",
+        "jobs not one running group",
+        "worst lost steps",
+        "slowest exit or boot (s)",
+    ]
     rows: list[list] = []
     for name, t in result.tallies.items():
         if t.skipped:
             rows.append([name, t.skipped, "", "", "", "", "", "", "", "", "", ""])
             continue
         faults = ", ".join(f"{k} {v}" for k, v in sorted(t.faults.items()))
-        rows.append([name, t.inputs, f"{sum(t.faults.values())} ({faults})" if faults else 0, t.corrupt_restores,
-                     t.lost_commits, t.hangs, t.tracebacks, t.leaked_temp_files, t.stolen_leases,
-                     t.wrong_groups, t.worst_lost_steps, round(t.slowest_seconds, 1)])
+        rows.append(
+            [
+                name,
+                t.inputs,
+                f"{sum(t.faults.values())} ({faults})" if faults else 0,
+                t.corrupt_restores,
+                t.lost_commits,
+                t.hangs,
+                t.tracebacks,
+                t.leaked_temp_files,
+                t.stolen_leases,
+                t.wrong_groups,
+                t.worst_lost_steps,
+                round(t.slowest_seconds, 1),
+            ]
+        )
     return header, rows
-

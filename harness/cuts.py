@@ -50,8 +50,10 @@ class KilledAt(Compute):
 def stocked_out_job(server: ComputeServer, tmp_path, extra: str = "") -> JobSpec:
     """A job in us-west1-b that may move to us-central1, its group made there 45 minutes ago and its
     VM refused by a stockout for 40: the next watch moves it."""
-    spec = JobSpec.from_yaml(f"job_dir: {tmp_path}/job\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
-                             "placement: {regions: [us-west1, us-central1], move_after_minutes: 30}\n" + extra)
+    spec = JobSpec.from_yaml(
+        f"job_dir: {tmp_path}/job\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
+        "placement: {regions: [us-west1, us-central1], move_after_minutes: 30}\n" + extra
+    )
     compute = Compute(PROJECT, endpoint=server.endpoint)
     compute.insert_template(template_body("job", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
     server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone=ZONE)
@@ -70,8 +72,9 @@ def groups_of(server: ComputeServer) -> dict[str, list[tuple[str, str]]]:
     found = {}
     for project, scope, name in list(server.groups):
         kind, where = scope.split("/")
-        ref = GroupRef(project, name, zone=where if kind == "zones" else None,
-                       region=where if kind == "regions" else None)
+        ref = GroupRef(
+            project, name, zone=where if kind == "zones" else None, region=where if kind == "regions" else None
+        )
         found[scope] = [(m["name"], m["status"]) for m in compute.managed_instances(ref)]
     return found
 
@@ -81,8 +84,10 @@ def deadline_job(server: ComputeServer, tmp_path) -> JobSpec:
     the next look switches it to on-demand."""
     from survivor.jobdir.journal import Journal
 
-    spec = JobSpec.from_yaml(f"job_dir: {tmp_path}/job\ntrain_steps: 1000\ntrainer: {{builtin: dummy}}\n"
-                             "deadline: 36h\ncompute: {machine_type: n1-standard-8, gpu: 'nvidia-tesla-t4:1'}\n")
+    spec = JobSpec.from_yaml(
+        f"job_dir: {tmp_path}/job\ntrain_steps: 1000\ntrainer: {{builtin: dummy}}\n"
+        "deadline: 36h\ncompute: {machine_type: n1-standard-8, gpu: 'nvidia-tesla-t4:1'}\n"
+    )
     compute = Compute(PROJECT, endpoint=server.endpoint)
     compute.insert_template(template_body("job", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
     server.fail_instance_creation(spot_only=True)
@@ -107,8 +112,12 @@ def cut_points(make_job, root, decided: str) -> tuple[int, int]:
         spec = make_job(probe, root)
         counter = KilledAt(PROJECT, endpoint=probe.endpoint)
         said: list[int] = []
-        watch_once(counter, FIRST, job_dir=spec.job_dir,
-                   say=lambda line: said.append(counter.calls) if decided in line else None)
+        watch_once(
+            counter,
+            FIRST,
+            job_dir=spec.job_dir,
+            say=lambda line: said.append(counter.calls) if decided in line else None,
+        )
         return said[0] + 1, counter.calls
     finally:
         probe.stop()

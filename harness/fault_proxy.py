@@ -48,9 +48,17 @@ ROLES: dict[str, frozenset[str]] = ROLE_PERMISSIONS
 #: The principal named in injected 403s.
 PRINCIPAL = "survivor-vm@survivor-local.iam.gserviceaccount.com"
 
+
 def _error_body(code: int, message: str, reason: str) -> bytes:
-    return json.dumps({"error": {"code": code, "message": message,
-                                 "errors": [{"message": message, "domain": "global", "reason": reason}]}}).encode()
+    return json.dumps(
+        {
+            "error": {
+                "code": code,
+                "message": message,
+                "errors": [{"message": message, "domain": "global", "reason": reason}],
+            }
+        }
+    ).encode()
 
 
 @dataclass
@@ -114,8 +122,9 @@ class FaultProxy(LocalService):
 
     thread_name = "fault-proxy"
 
-    def __init__(self, upstream: str, plan: FaultPlan | None = None, port: int = 0,
-                 granted: frozenset[str] | None = None):
+    def __init__(
+        self, upstream: str, plan: FaultPlan | None = None, port: int = 0, granted: frozenset[str] | None = None
+    ):
         self.upstream = upstream.rstrip("/")
         self.plan = plan or FaultPlan()
         self.count: Counter = Counter()
@@ -185,7 +194,9 @@ class FaultProxy(LocalService):
             def _forward(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
-                if len(body) < length:  # the client died mid-send: an incomplete message (RFC 9112 §6.3), never acted on
+                if (
+                    len(body) < length
+                ):  # the client died mid-send: an incomplete message (RFC 9112 §6.3), never acted on
                     self.close_connection = True
                     return
                 permission = required_permission(self.command, self.path)
@@ -196,7 +207,9 @@ class FaultProxy(LocalService):
                 if fault:
                     proxy.count[fault] += 1
                 if fault and fault.isdigit():
-                    message = b'{"error": {"code": %s, "message": "injected by survivor\'s fault proxy"}}' % fault.encode()
+                    message = (
+                        b'{"error": {"code": %s, "message": "injected by survivor\'s fault proxy"}}' % fault.encode()
+                    )
                     return self._reply(int(fault), message, {"Content-Type": "application/json"})
                 if fault == "reset":
                     self.connection.shutdown(socket.SHUT_RDWR)
@@ -204,12 +217,18 @@ class FaultProxy(LocalService):
                     return
                 if fault == "stall":
                     time.sleep(proxy.plan.stall_seconds)
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length", "connection")}
+                headers = {
+                    k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length", "connection")
+                }
                 url = proxy.upstream + self.path
-                answer = proxy._session.request(self.command, url, data=body, headers=headers, allow_redirects=False,
-                                                stream=False, timeout=60)
-                keep = {k: v for k, v in answer.headers.items()
-                        if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding")}
+                answer = proxy._session.request(
+                    self.command, url, data=body, headers=headers, allow_redirects=False, stream=False, timeout=60
+                )
+                keep = {
+                    k: v
+                    for k, v in answer.headers.items()
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding")
+                }
                 content = answer.content
                 if answer.status_code == 404:
                     content = proxy._not_found_body(self.path)
@@ -221,4 +240,3 @@ class FaultProxy(LocalService):
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
 
         return Handler
-

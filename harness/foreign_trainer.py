@@ -37,8 +37,10 @@ def save(job_dir: str, step: int, pause: float, order: str, shards: int = 1) -> 
     `tf.train.Checkpoint.write`, which keeps none), then the previous save deleted."""
     prefix = f"ckpt-{step}"
     state = ("checkpoint", f'model_checkpoint_path: "{prefix}"\nall_model_checkpoint_paths: "{prefix}"\n'.encode())
-    files = [(f"{prefix}.data-{i:05d}-of-{shards:05d}", step.to_bytes(8, "big") + os.urandom(4096))
-             for i in reversed(range(shards))]
+    files = [
+        (f"{prefix}.data-{i:05d}-of-{shards:05d}", step.to_bytes(8, "big") + os.urandom(4096))
+        for i in reversed(range(shards))
+    ]
     files.append((f"{prefix}.index", json.dumps({"step": step, "shards": shards}).encode()))
     ordered = {"state-first": [state, *files], "shards-first": [*files, state], "no-state": files}[order]
     for i, (name, data) in enumerate(ordered):

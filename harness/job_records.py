@@ -57,17 +57,33 @@ def _iso(t: _dt.datetime) -> str:
     return t.isoformat(timespec="milliseconds")
 
 
-def plan_job(rng: random.Random, *, end: _dt.datetime, boots: int = 8, running: bool = True, done: bool = False,
-             move: bool = False, switch: bool = False, steps_per_second: float = 2.0,
-             train_steps: int | None = None) -> JobPlan:
+def plan_job(
+    rng: random.Random,
+    *,
+    end: _dt.datetime,
+    boots: int = 8,
+    running: bool = True,
+    done: bool = False,
+    move: bool = False,
+    switch: bool = False,
+    steps_per_second: float = 2.0,
+    train_steps: int | None = None,
+) -> JobPlan:
     """Pure: a job of `boots` boots on Spot ending at `end`: each boot waits for capacity, boots,
     restores, trains 40-150 minutes committing every 10 minutes, and is preempted with its notice
     saved (a few steps lost); the last one runs on (`running`) or finishes (`done`). `move`: the
     group moved to another region before the middle boot; `switch`: to on-demand before the last."""
     spans = []
     for _ in range(boots):
-        spans.append((rng.uniform(60, 1200), 60 + rng.uniform(0, 30), rng.uniform(5, 30), rng.uniform(20, 40),
-                      rng.uniform(40, 150) * 60))
+        spans.append(
+            (
+                rng.uniform(60, 1200),
+                60 + rng.uniform(0, 30),
+                rng.uniform(5, 30),
+                rng.uniform(20, 40),
+                rng.uniform(40, 150) * 60,
+            )
+        )
     total = sum(wait + boot + restore + start + train + 10 for wait, boot, restore, start, train in spans)
     t = end - _dt.timedelta(seconds=total)
     attempts: list[Attempt] = []
@@ -78,13 +94,26 @@ def plan_job(rng: random.Random, *, end: _dt.datetime, boots: int = 8, running: 
     for number, (wait, boot, restore, start, train) in enumerate(spans, start=1):
         t += _dt.timedelta(seconds=wait)
         if move and number == boots // 2 + 1:
-            moves.append(Move(time=_iso(t - _dt.timedelta(seconds=wait / 2)), from_place="zones/us-west1-b",
-                              to_place="regions/us-central1", reason=f"no training VM for {wait / 60:.0f} min: "
-                              "ZONE_RESOURCE_POOL_EXHAUSTED", by="watch"))
+            moves.append(
+                Move(
+                    time=_iso(t - _dt.timedelta(seconds=wait / 2)),
+                    from_place="zones/us-west1-b",
+                    to_place="regions/us-central1",
+                    reason=f"no training VM for {wait / 60:.0f} min: ZONE_RESOURCE_POOL_EXHAUSTED",
+                    by="watch",
+                )
+            )
         if switch and number == boots:
-            switches.append(Switch(time=_iso(t - _dt.timedelta(seconds=wait / 3)), to_mode="on-demand",
-                                   from_mode="spot", reason="behind: at 61% Spot goodput the remaining training "
-                                   "needs more than the time left", by="watch", template="job-on-demand"))
+            switches.append(
+                Switch(
+                    time=_iso(t - _dt.timedelta(seconds=wait / 3)),
+                    to_mode="on-demand",
+                    from_mode="spot",
+                    reason="behind: at 61% Spot goodput the remaining training needs more than the time left",
+                    by="watch",
+                    template="job-on-demand",
+                )
+            )
         booted = t
         t += _dt.timedelta(seconds=boot)
         started = t
@@ -99,33 +128,63 @@ def plan_job(rng: random.Random, *, end: _dt.datetime, boots: int = 8, running: 
         every = 600.0
         n = int(trained // every)
         for k in range(1, n + 1):
-            commits.append((restored + int(k * every * steps_per_second), number,
-                            committed_at + _dt.timedelta(seconds=k * every)))
+            commits.append(
+                (restored + int(k * every * steps_per_second), number, committed_at + _dt.timedelta(seconds=k * every))
+            )
         if last and running:
-            attempts.append(Attempt(number, f"job-{number:04x}", _iso(started), restored_step=restored,
-                                    restored_from=restored_from, booted=_iso(booted),
-                                    zone="us-central1-a" if moves else "us-west1-b",
-                                    timings={Timing.RESTORE: restore, Timing.SETUP: start / 2,
-                                             Timing.FIRST_STEP: start / 2}))
+            attempts.append(
+                Attempt(
+                    number,
+                    f"job-{number:04x}",
+                    _iso(started),
+                    restored_step=restored,
+                    restored_from=restored_from,
+                    booted=_iso(booted),
+                    zone="us-central1-a" if moves else "us-west1-b",
+                    timings={Timing.RESTORE: restore, Timing.SETUP: start / 2, Timing.FIRST_STEP: start / 2},
+                )
+            )
             step = commits[-1][0] if commits else restored
             break
         lost = 0 if (last and done) else rng.randint(0, 3)
         end_step = reached - lost
         commits.append((end_step, number, committed_at + _dt.timedelta(seconds=trained + 5)))
         ended = started + _dt.timedelta(seconds=restore + start + trained + 10)
-        attempts.append(Attempt(number, f"job-{number:04x}", _iso(started), restored_step=restored,
-                                ended=_iso(ended), outcome="finished" if (last and done) else "preempted",
-                                end_step=end_step, reached_step=reached, steps_lost=lost,
-                                notice=None if (last and done) else "metadata",
-                                restored_from=restored_from, booted=_iso(booted),
-                                zone="us-central1-a" if moves else "us-west1-b",
-                                timings={Timing.RESTORE: restore, Timing.SETUP: start / 2, Timing.FIRST_STEP: start / 2,
-                                         Timing.TRAIN: trained + start / 2, Timing.TRAINER_SAVE: 4.0,
-                                         Timing.FINAL_COMMIT: 3.0}))
+        attempts.append(
+            Attempt(
+                number,
+                f"job-{number:04x}",
+                _iso(started),
+                restored_step=restored,
+                ended=_iso(ended),
+                outcome="finished" if (last and done) else "preempted",
+                end_step=end_step,
+                reached_step=reached,
+                steps_lost=lost,
+                notice=None if (last and done) else "metadata",
+                restored_from=restored_from,
+                booted=_iso(booted),
+                zone="us-central1-a" if moves else "us-west1-b",
+                timings={
+                    Timing.RESTORE: restore,
+                    Timing.SETUP: start / 2,
+                    Timing.FIRST_STEP: start / 2,
+                    Timing.TRAIN: trained + start / 2,
+                    Timing.TRAINER_SAVE: 4.0,
+                    Timing.FINAL_COMMIT: 3.0,
+                },
+            )
+        )
         step = end_step
         t = ended
-    return JobPlan(attempts, commits, moves, switches, done=t if done else None,
-                   train_steps=train_steps or (step if done else step * 2 + 1000))
+    return JobPlan(
+        attempts,
+        commits,
+        moves,
+        switches,
+        done=t if done else None,
+        train_steps=train_steps or (step if done else step * 2 + 1000),
+    )
 
 
 def manifest(plan: JobPlan, step: int, attempt: int, at: _dt.datetime, seq: int = 0) -> Manifest:
@@ -146,8 +205,9 @@ def manifest(plan: JobPlan, step: int, attempt: int, at: _dt.datetime, seq: int 
     return Manifest(step, attempt, seq, tuple(files), created=_iso(at), writer=f"job-{attempt:04x}")
 
 
-def commit(storage: JobStorage, plan: JobPlan, step: int, at: _dt.datetime, attempt: int | None = None,
-           collect: bool = True) -> Manifest:
+def commit(
+    storage: JobStorage, plan: JobPlan, step: int, at: _dt.datetime, attempt: int | None = None, collect: bool = True
+) -> Manifest:
     """Writes a commit as the agent's store does: its new chunks, then its manifest; then drops the
     commit that falls beyond `keep` (`collect`: as its garbage collection would). The plan learns it."""
     attempt = attempt or plan.attempts[-1].number
@@ -171,8 +231,8 @@ def write_job(storage: JobStorage, plan: JobPlan) -> None:
     switches, DONE."""
     for attempt in plan.attempts:
         storage.write(attempt.name, _dump(dataclasses.asdict(attempt)))
-    kept = plan.commits[-plan.keep:]
-    plan.commits = plan.commits[:-plan.keep] if len(plan.commits) > plan.keep else []
+    kept = plan.commits[-plan.keep :]
+    plan.commits = plan.commits[: -plan.keep] if len(plan.commits) > plan.keep else []
     for step, attempt_number, at in kept:
         commit(storage, plan, step, at, attempt_number, collect=False)
     for m in plan.moves:

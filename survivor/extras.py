@@ -33,5 +33,6 @@ def require(module: str, extra: str, purpose: str) -> None:
     except (ImportError, ValueError):
         found = False
     if not found:
-        raise MissingExtra(f"{purpose} needs the Python package {module!r}, which this install lacks: "
-                           f"{install_command(extra)}")
+        raise MissingExtra(
+            f"{purpose} needs the Python package {module!r}, which this install lacks: {install_command(extra)}"
+        )

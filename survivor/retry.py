@@ -63,9 +63,20 @@ def is_transient_storage(exc: BaseException) -> bool:
     from google.api_core import exceptions as gexc
     from google.cloud.storage.exceptions import DataCorruption
 
-    if isinstance(exc, (gexc.TooManyRequests, gexc.ServiceUnavailable, gexc.InternalServerError,
-                        gexc.BadGateway, gexc.GatewayTimeout, DataCorruption, http.client.IncompleteRead,
-                        requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError)):
+    if isinstance(
+        exc,
+        (
+            gexc.TooManyRequests,
+            gexc.ServiceUnavailable,
+            gexc.InternalServerError,
+            gexc.BadGateway,
+            gexc.GatewayTimeout,
+            DataCorruption,
+            http.client.IncompleteRead,
+            requests.exceptions.ChunkedEncodingError,
+            requests.exceptions.ContentDecodingError,
+        ),
+    ):
         return True
     return is_transient(exc)
 
@@ -78,8 +89,10 @@ def is_transient_compute(exc: BaseException) -> bool:
     from google.api_core import exceptions as gexc
 
     cause = exc.__cause__ if exc.__cause__ is not None else exc
-    return isinstance(cause, (gexc.TooManyRequests, gexc.InternalServerError, gexc.BadGateway,
-                              gexc.ServiceUnavailable, gexc.GatewayTimeout)) or is_transient(cause)
+    return isinstance(
+        cause,
+        (gexc.TooManyRequests, gexc.InternalServerError, gexc.BadGateway, gexc.ServiceUnavailable, gexc.GatewayTimeout),
+    ) or is_transient(cause)
 
 
 def any_exception(exc: BaseException) -> bool:
@@ -92,8 +105,13 @@ def _before_sleep(what: str) -> Callable[[tenacity.RetryCallState], None]:
 
     def say(state: tenacity.RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome is not None else None
-        log.warning("retrying", what=what, attempt=state.attempt_number,
-                    error=f"{type(error).__name__}: {error}" if error else "", wait=round(state.upcoming_sleep, 2))
+        log.warning(
+            "retrying",
+            what=what,
+            attempt=state.attempt_number,
+            error=f"{type(error).__name__}: {error}" if error else "",
+            wait=round(state.upcoming_sleep, 2),
+        )
 
     return say
 
@@ -131,8 +149,9 @@ class Policy:
     retry_on: Callable[[BaseException], bool] = field(default=is_transient, compare=False)
     total: float = math.inf
 
-    def retrying(self, *, retry_on: Callable[[BaseException], bool] | None = None,
-                 until: threading.Event | None = None) -> tenacity.Retrying:
+    def retrying(
+        self, *, retry_on: Callable[[BaseException], bool] | None = None, until: threading.Event | None = None
+    ) -> tenacity.Retrying:
         """A fresh tenacity loop of this policy. `retry_on` overrides what is retried (a caller's
         own error type, which this module cannot import); `until` ends the retries once set and
         cuts a sleep short (a watcher being stopped)."""
@@ -220,8 +239,15 @@ class StorageCall:
     @property
     def operation(self) -> Policy:
         """The retry of the whole operation, above the client's."""
-        return Policy(self.what, attempts=self.attempts, deadline=math.inf, attempt_seconds=self.client_seconds(),
-                      initial=self.initial, maximum=self.maximum, retry_on=is_transient_storage)
+        return Policy(
+            self.what,
+            attempts=self.attempts,
+            deadline=math.inf,
+            attempt_seconds=self.client_seconds(),
+            initial=self.initial,
+            maximum=self.maximum,
+            retry_on=is_transient_storage,
+        )
 
     def client_retry(self):
         """A fresh google-api-core `Retry` for one client call, logging each retry it makes."""
@@ -232,12 +258,22 @@ class StorageCall:
 
         def on_error(exc: Exception) -> None:  # called before the client's sleep, which it keeps to itself
             failures[0] += 1
-            log.warning("retrying", what=f"{self.what} (a request)", attempt=failures[0],
-                        error=f"{type(exc).__name__}: {exc}",
-                        wait_up_to=round(min(self.initial * 2 ** (failures[0] - 1), self.maximum), 2))
+            log.warning(
+                "retrying",
+                what=f"{self.what} (a request)",
+                attempt=failures[0],
+                error=f"{type(exc).__name__}: {exc}",
+                wait_up_to=round(min(self.initial * 2 ** (failures[0] - 1), self.maximum), 2),
+            )
 
-        return Retry(predicate=DEFAULT_RETRY._predicate, initial=self.initial, maximum=self.maximum,
-                     multiplier=2.0, timeout=self.window, on_error=on_error)
+        return Retry(
+            predicate=DEFAULT_RETRY._predicate,
+            initial=self.initial,
+            maximum=self.maximum,
+            multiplier=2.0,
+            timeout=self.window,
+            on_error=on_error,
+        )
 
     def client(self) -> dict[str, Any]:
         """The keyword arguments a google-cloud-storage call takes: `retry=` and `timeout=`."""
@@ -261,23 +297,42 @@ def worst_case(policy: Policy | StorageCall) -> float:
 #: Any metadata read: 5 s an attempt and 20 s a call, retries included (the client enforces both,
 #: cutting its last attempt at the call's deadline). The server answers 503 for under a second
 #: during maintenance events.
-METADATA = Policy("metadata server request", attempts=8, deadline=20.0, attempt_seconds=5.0,
-                  initial=0.1, maximum=2.0, total=20.0)
+METADATA = Policy(
+    "metadata server request", attempts=8, deadline=20.0, attempt_seconds=5.0, initial=0.1, maximum=2.0, total=20.0
+)
 
 #: The job spec read at boot, around whole metadata calls: a garbled or flavourless answer then is
 #: more likely a server still coming up than a wrong host (systemd restarts the agent after this).
-SPEC_AT_BOOT = Policy("the job spec from the metadata server", attempts=10, deadline=30.0,
-                      attempt_seconds=METADATA.worst_case(), initial=0.5, maximum=5.0)
+SPEC_AT_BOOT = Policy(
+    "the job spec from the metadata server",
+    attempts=10,
+    deadline=30.0,
+    attempt_seconds=METADATA.worst_case(),
+    initial=0.5,
+    maximum=5.0,
+)
 
 #: A guest-attribute write: the metadata client's loop cut at one attempt's time, since nothing
 #: waits on it.
-GUEST_ATTRIBUTE = Policy("a guest attribute write", attempts=METADATA.attempts, deadline=METADATA.deadline,
-                         attempt_seconds=METADATA.attempt_seconds, total=METADATA.attempt_seconds)
+GUEST_ATTRIBUTE = Policy(
+    "a guest attribute write",
+    attempts=METADATA.attempts,
+    deadline=METADATA.deadline,
+    attempt_seconds=METADATA.attempt_seconds,
+    total=METADATA.attempt_seconds,
+)
 
 #: The notice watcher's hanging GETs (`timeout_sec` 60 plus the guest agent's 10 s margin): retried
 #: for ever, since a watcher that gave up would miss the notice; only the agent's end stops it.
-NOTICE_WATCH = Policy("the notice watcher's hanging GET", attempts=math.inf, deadline=math.inf,
-                      attempt_seconds=70.0, initial=0.2, maximum=5.0, retry_on=any_exception)
+NOTICE_WATCH = Policy(
+    "the notice watcher's hanging GET",
+    attempts=math.inf,
+    deadline=math.inf,
+    attempt_seconds=70.0,
+    initial=0.2,
+    maximum=5.0,
+    retry_on=any_exception,
+)
 
 #: A multi-worker trainer's notice poll of one metadata key: one 1 s attempt, since TensorFlow asks
 #: again a second later (`survivor.trainers.preemption`).
@@ -307,18 +362,27 @@ STORAGE_WRITE = StorageCall("job dir write", connect=1.0, read=2.0, window=1.0)
 STORAGE_UPLOAD = StorageCall("job dir upload", connect=1.0, read=20.0, window=10.0)
 #: A small object read, a listing, a delete: at boot, in garbage collection, in `status`. A read
 #: whose bytes fail their checksum is read again.
-STORAGE_READ = StorageCall("job dir read, list or delete", connect=1.0, read=5.0, window=10.0, attempts=4, initial=0.2, maximum=2.0)
+STORAGE_READ = StorageCall(
+    "job dir read, list or delete", connect=1.0, read=5.0, window=10.0, attempts=4, initial=0.2, maximum=2.0
+)
 #: A checkpoint file downloaded by a restore: no grace budget to meet, so as patient as the
 #: restore's caller can wait; a corrupt download is fetched again.
-STORAGE_DOWNLOAD = StorageCall("job dir download", connect=2.0, read=10.0, window=20.0, attempts=2,
-                               initial=0.2, maximum=2.0)
+STORAGE_DOWNLOAD = StorageCall(
+    "job dir download", connect=2.0, read=10.0, window=20.0, attempts=2, initial=0.2, maximum=2.0
+)
 
 #: An attempt's end record (how it ended, its figures), written once its last commit is done, on
 #: the notice path too. A lost record loses no progress, but `status`, `report` and the goodput
 #: figures miss the attempt, so a failed write (one write's 1 s window) is tried twice more. After
 #: a notice it comes after the final commit: the hard off may cut it, never a commit.
-ATTEMPT_END = Policy("the attempt's end record", attempts=3, deadline=6.0,
-                     attempt_seconds=STORAGE_WRITE.worst_case(), initial=0.2, maximum=1.0)
+ATTEMPT_END = Policy(
+    "the attempt's end record",
+    attempts=3,
+    deadline=6.0,
+    attempt_seconds=STORAGE_WRITE.worst_case(),
+    initial=0.2,
+    maximum=1.0,
+)
 
 
 # -- Compute Engine ----------------------------------------------------------------------------------
@@ -327,8 +391,15 @@ ATTEMPT_END = Policy("the attempt's end record", attempts=3, deadline=6.0,
 #: it: each is idempotent (a group found is not made again, one gone is not deleted again), so a
 #: transient failure is tried again; a refusal is not, and the next look completes the move. An
 #: attempt waits on its operation up to the Compute client's deadline (600 s).
-MOVE_STEP = Policy("a step of a move (Compute Engine)", attempts=4, deadline=30.0, attempt_seconds=600.0,
-                   initial=1.0, maximum=8.0, retry_on=is_transient_compute)
+MOVE_STEP = Policy(
+    "a step of a move (Compute Engine)",
+    attempts=4,
+    deadline=30.0,
+    attempt_seconds=600.0,
+    initial=1.0,
+    maximum=8.0,
+    retry_on=is_transient_compute,
+)
 
 
 # -- notifications (survivor/notify/) ------------------------------------------------------------------
@@ -337,15 +408,30 @@ MOVE_STEP = Policy("a step of a move (Compute Engine)", attempts=4, deadline=30.
 #: connection failure, a timeout, 429 and 5xx (`WebhookError.transient`), none started 45 s after the
 #: first, so an event is delivered within 60 s of its time or given up (a later look sends it again).
 #: Run by the notifier's own threads: nothing of the agent waits on it.
-WEBHOOK = Policy("a webhook call", attempts=8, deadline=45.0, attempt_seconds=5.0, initial=0.5, maximum=8.0,
-                 retry_on=lambda exc: bool(getattr(exc, "transient", False)))
+WEBHOOK = Policy(
+    "a webhook call",
+    attempts=8,
+    deadline=45.0,
+    attempt_seconds=5.0,
+    initial=0.5,
+    maximum=8.0,
+    retry_on=lambda exc: bool(getattr(exc, "transient", False)),
+)
 #: The Secret Manager read of a webhook's URL, in the notifier's thread too.
-SECRET_READ = Policy("a Secret Manager read", attempts=4, deadline=20.0, attempt_seconds=10.0, initial=0.5,
-                     maximum=4.0, retry_on=is_transient)
+SECRET_READ = Policy(
+    "a Secret Manager read",
+    attempts=4,
+    deadline=20.0,
+    attempt_seconds=10.0,
+    initial=0.5,
+    maximum=4.0,
+    retry_on=is_transient,
+)
 #: A CreateTimeSeries of the job's goodput from `survivor watch` (survivor/cloud/monitoring.py): retried
 #: only when certainly not written (a retry of a write that landed is refused as out of order).
-MONITORING_WRITE = Policy("a Cloud Monitoring write", attempts=4, deadline=20.0, attempt_seconds=10.0, initial=0.5,
-                          maximum=4.0)
+MONITORING_WRITE = Policy(
+    "a Cloud Monitoring write", attempts=4, deadline=20.0, attempt_seconds=10.0, initial=0.5, maximum=4.0
+)
 
 
 # -- the agent's own waits ---------------------------------------------------------------------------
@@ -354,36 +440,79 @@ MONITORING_WRITE = Policy("a Cloud Monitoring write", attempts=4, deadline=20.0,
 def permission_wait(seconds: float) -> Policy:
     """A 403 retried for IAM's propagation time (`seconds`, 8 min by default): a role granted just
     before this boot is used once it arrives. Each attempt is a job-dir read."""
-    return Policy("a job dir that refuses this VM", attempts=math.inf, deadline=seconds,
-                  attempt_seconds=STORAGE_READ.worst_case(), initial=2.0, maximum=30.0)
+    return Policy(
+        "a job dir that refuses this VM",
+        attempts=math.inf,
+        deadline=seconds,
+        attempt_seconds=STORAGE_READ.worst_case(),
+        initial=2.0,
+        maximum=30.0,
+    )
 
 
-def policy(*, attempts: int, deadline: float, initial: float = 0.1, maximum: float = 2.0,
-           retry_on: Callable[[BaseException], bool] = is_transient, what: str = "a call") -> tenacity.Retrying:
+def policy(
+    *,
+    attempts: int,
+    deadline: float,
+    initial: float = 0.1,
+    maximum: float = 2.0,
+    retry_on: Callable[[BaseException], bool] = is_transient,
+    what: str = "a call",
+) -> tenacity.Retrying:
     """A one-off bounded, jittered exponential-backoff loop (tests; prefer a named policy above)."""
-    return Policy(what, attempts=attempts, deadline=deadline, attempt_seconds=0.0, initial=initial,
-                  maximum=maximum, retry_on=retry_on).retrying()
+    return Policy(
+        what,
+        attempts=attempts,
+        deadline=deadline,
+        attempt_seconds=0.0,
+        initial=initial,
+        maximum=maximum,
+        retry_on=retry_on,
+    ).retrying()
 
 
 # -- the budget ----------------------------------------------------------------------------------------
+
 
 def table() -> list[tuple[str, str, float]]:
     """(operation, policy, worst case in seconds) for every retried operation, as docs/reliability.md shows."""
 
     def describe(p: Policy | StorageCall) -> str:
         if isinstance(p, StorageCall):
-            return (f"client: requests for {p.window:g} s ({p.connect:g} s to connect, {p.read:g} s of silence), "
-                    f"backoff {p.initial:g}-{p.maximum:g} s; operation: {p.attempts} attempt(s)")
-        bounds = [f"{int(p.attempts)} attempt(s)" if math.isfinite(p.attempts) else "",
-                  f"none started after {p.deadline:g} s" if math.isfinite(p.deadline) else "",
-                  f"{p.total:g} s in all" if math.isfinite(p.total) else ""]
-        return "; ".join([", ".join(b for b in bounds if b) or "for ever", f"{p.attempt_seconds:g} s an attempt",
-                          f"backoff {p.initial:g}-{p.maximum:g} s"])
+            return (
+                f"client: requests for {p.window:g} s ({p.connect:g} s to connect, {p.read:g} s of silence), "
+                f"backoff {p.initial:g}-{p.maximum:g} s; operation: {p.attempts} attempt(s)"
+            )
+        bounds = [
+            f"{int(p.attempts)} attempt(s)" if math.isfinite(p.attempts) else "",
+            f"none started after {p.deadline:g} s" if math.isfinite(p.deadline) else "",
+            f"{p.total:g} s in all" if math.isfinite(p.total) else "",
+        ]
+        return "; ".join(
+            [
+                ", ".join(b for b in bounds if b) or "for ever",
+                f"{p.attempt_seconds:g} s an attempt",
+                f"backoff {p.initial:g}-{p.maximum:g} s",
+            ]
+        )
 
     rows = []
-    for p in (METADATA, SPEC_AT_BOOT, GUEST_ATTRIBUTE, NOTICE_WATCH, TRAINER_POLL,
-              STORAGE_WRITE, ATTEMPT_END, STORAGE_UPLOAD, STORAGE_READ, STORAGE_DOWNLOAD, MOVE_STEP,
-              WEBHOOK, SECRET_READ, MONITORING_WRITE, permission_wait(480.0)):
+    for p in (
+        METADATA,
+        SPEC_AT_BOOT,
+        GUEST_ATTRIBUTE,
+        NOTICE_WATCH,
+        TRAINER_POLL,
+        STORAGE_WRITE,
+        ATTEMPT_END,
+        STORAGE_UPLOAD,
+        STORAGE_READ,
+        STORAGE_DOWNLOAD,
+        MOVE_STEP,
+        WEBHOOK,
+        SECRET_READ,
+        MONITORING_WRITE,
+        permission_wait(480.0),
+    ):
         rows.append((p.what, describe(p), worst_case(p)))
     return rows
-

@@ -86,57 +86,147 @@ class Key:
 
 #: Every top-level key a job spec may hold, in the order the docs show them.
 KEYS: tuple[Key, ...] = (
-    Key("name", "string", "the job's name (its template's and group's); defaults to the job dir's last part",
-        flat="jobName"),
-    Key("job_dir", "location", "where checkpoints, attempts and markers live (`gs://BUCKET/PATH` or a local path)",
-        required=True, flat="jobDir"),
+    Key(
+        "name",
+        "string",
+        "the job's name (its template's and group's); defaults to the job dir's last part",
+        flat="jobName",
+    ),
+    Key(
+        "job_dir",
+        "location",
+        "where checkpoints, attempts and markers live (`gs://BUCKET/PATH` or a local path)",
+        required=True,
+        flat="jobDir",
+    ),
     Key("data_dir", "location", "passed to the trainer as `--data-dir`", flat="dataDir"),
     Key("train_steps", "integer", "total steps", required=True, bounds=(1, 10**12), flat="trainSteps"),
-    Key("checkpoint_steps", "integer", "periodic checkpoint interval, passed as `--checkpoint-steps` "
-        "(default: the trainer's)", bounds=(1, 10**12), flat="checkpointSteps"),
+    Key(
+        "checkpoint_steps",
+        "integer",
+        "periodic checkpoint interval, passed as `--checkpoint-steps` (default: the trainer's)",
+        bounds=(1, 10**12),
+        flat="checkpointSteps",
+    ),
     # the most GPUs a VM carries: a2-megagpu-16g (survivor/cloud/machines.py)
     Key("num_gpus", "gpus", "GPUs to use, or `all` (default: all the VM has)", bounds=(0, 16), flat="numGpus"),
-    Key("trainer", "section", "`{builtin: cifar10}`, `{module: pkg.task}` or `{argv: [...]}`; `git_url`/`git_ref`, "
-        "`package`, `save_signal`", required=True),
-    Key("hyperparameters", "mapping", "passed as `--kebab-case value` (an empty value is a bare flag); contract "
-        "flags and their prefixes are refused; secret-looking names are masked in logs"),
-    Key("on_finish", "enum", "what the VM does once the job is DONE or FAILED: `auto` leaves its group (or "
-        "stops a standalone VM)", default="auto", flat="onFinish", choices=("auto", "leave-group", "stop",
-                                                                        "delete", "keep-alive")),
-    Key("keep_alive", "string", "the recipe's `keepAlive`: `true` is `on_finish: keep-alive`", flat="keepAlive",
-        shown=False),
-    Key("user", "string", "run the trainer as this user when the agent runs as root (default: `survivor-trainer` on a "
+    Key(
+        "trainer",
+        "section",
+        "`{builtin: cifar10}`, `{module: pkg.task}` or `{argv: [...]}`; `git_url`/`git_ref`, `package`, `save_signal`",
+        required=True,
+    ),
+    Key(
+        "hyperparameters",
+        "mapping",
+        "passed as `--kebab-case value` (an empty value is a bare flag); contract "
+        "flags and their prefixes are refused; secret-looking names are masked in logs",
+    ),
+    Key(
+        "on_finish",
+        "enum",
+        "what the VM does once the job is DONE or FAILED: `auto` leaves its group (or stops a standalone VM)",
+        default="auto",
+        flat="onFinish",
+        choices=("auto", "leave-group", "stop", "delete", "keep-alive"),
+    ),
+    Key(
+        "keep_alive",
+        "string",
+        "the recipe's `keepAlive`: `true` is `on_finish: keep-alive`",
+        flat="keepAlive",
+        shown=False,
+    ),
+    Key(
+        "user",
+        "string",
+        "run the trainer as this user when the agent runs as root (default: `survivor-trainer` on a "
         "VM, whose unit passes `--trainer-user`; the agent closes the metadata server to this user too)",
-        flat="gceUser"),
-    Key("keep", "integer", "committed snapshots kept in the job dir", default=3, bounds=(1, 1000),
-        flat="keepCheckpoints"),
-    Key("grace_seconds", "number", "the notice-to-exit budget; 60% of it is the trainer's to save", default=25.0,
-        bounds=(1.0, 3600.0), flat="graceSeconds"),
-    Key("max_failed_attempts", "integer", "failed starts in a row before FAILED", default=3, bounds=(1, 10**9),
-        flat="maxFailedAttempts"),
-    Key("sync_seconds", "number", "how often new local checkpoints are committed", default=2.0,
-        bounds=(0.1, 3600.0)),
-    Key("checkpoint_pattern", "string", "the trainer's checkpoint file name with `{step}` where its step is and `*` "
+        flat="gceUser",
+    ),
+    Key(
+        "keep",
+        "integer",
+        "committed snapshots kept in the job dir",
+        default=3,
+        bounds=(1, 1000),
+        flat="keepCheckpoints",
+    ),
+    Key(
+        "grace_seconds",
+        "number",
+        "the notice-to-exit budget; 60% of it is the trainer's to save",
+        default=25.0,
+        bounds=(1.0, 3600.0),
+        flat="graceSeconds",
+    ),
+    Key(
+        "max_failed_attempts",
+        "integer",
+        "failed starts in a row before FAILED",
+        default=3,
+        bounds=(1, 10**9),
+        flat="maxFailedAttempts",
+    ),
+    Key("sync_seconds", "number", "how often new local checkpoints are committed", default=2.0, bounds=(0.1, 3600.0)),
+    Key(
+        "checkpoint_pattern",
+        "string",
+        "the trainer's checkpoint file name with `{step}` where its step is and `*` "
         "for anything else (`model-{step}-*.keras`); by default a step is the number right after `ckpt` or "
-        "`checkpoint` (`ckpt-1200.index`), or TensorFlow's `checkpoint` state file's"),
-    Key("lease_seconds", "number", "the single-writer lease: a second VM on the job dir waits this long (x2) "
-        "before taking over a silent holder", default=60.0, bounds=(1.0, 3600.0)),
+        "`checkpoint` (`ckpt-1200.index`), or TensorFlow's `checkpoint` state file's",
+    ),
+    Key(
+        "lease_seconds",
+        "number",
+        "the single-writer lease: a second VM on the job dir waits this long (x2) before taking over a silent holder",
+        default=60.0,
+        bounds=(1.0, 3600.0),
+    ),
     # a persistent disk holds 10 GB to 64 TB (https://cloud.google.com/compute/docs/disks)
-    Key("state_disk_gb", "integer", "a stateful persistent disk for a state too large to upload in the notice "
-        "(docs/large-state.md)", bounds=(10, 65536)),
-    Key("deadline", "string", "when the job must be done: an ISO 8601 time or hours after its first start "
-        "(`36h`); the policy switches to on-demand to meet it (docs/deadline.md)"),
-    Key("fallback", "section", "with a deadline: the on-demand machine (`machine_type`, `gpu`), `switch_back`, "
-        "and `flex_start` with its `flex_start_wait_hours` (docs/flex-start.md)"),
-    Key("placement", "section", "where the job may run: `regions`, alternative `shapes`, `move_after_minutes`, "
-        "`preemptions_per_hour` (docs/deadline.md)"),
-    Key("notify", "section", "a list of webhooks told the job's events: `url` (or a Secret Manager version "
+    Key(
+        "state_disk_gb",
+        "integer",
+        "a stateful persistent disk for a state too large to upload in the notice (docs/large-state.md)",
+        bounds=(10, 65536),
+    ),
+    Key(
+        "deadline",
+        "string",
+        "when the job must be done: an ISO 8601 time or hours after its first start "
+        "(`36h`); the policy switches to on-demand to meet it (docs/deadline.md)",
+    ),
+    Key(
+        "fallback",
+        "section",
+        "with a deadline: the on-demand machine (`machine_type`, `gpu`), `switch_back`, "
+        "and `flex_start` with its `flex_start_wait_hours` (docs/flex-start.md)",
+    ),
+    Key(
+        "placement",
+        "section",
+        "where the job may run: `regions`, alternative `shapes`, `move_after_minutes`, "
+        "`preemptions_per_hour` (docs/deadline.md)",
+    ),
+    Key(
+        "notify",
+        "section",
+        "a list of webhooks told the job's events: `url` (or a Secret Manager version "
         "`projects/P/secrets/S/versions/V` holding it), `format` (`generic`, `slack`, `chat`), `on` (events; default "
-        "all), `no_vm_minutes` (docs/notifications.md)"),
-    Key("budget", "section", "`usd`: what the job may cost as `survivor report` prices it, and `warn_at` (a share, "
-        "default 0.8); at the budget the job stops, committed (docs/notifications.md)"),
-    Key("compute", "section", "`project`, `zone`, `machine_type`, `gpu: TYPE:COUNT`, `spot`, `preemption_notice`, "
-        "`image_family`, `disk_gb`... (make-template's flags override)"),
+        "all), `no_vm_minutes` (docs/notifications.md)",
+    ),
+    Key(
+        "budget",
+        "section",
+        "`usd`: what the job may cost as `survivor report` prices it, and `warn_at` (a share, "
+        "default 0.8); at the budget the job stops, committed (docs/notifications.md)",
+    ),
+    Key(
+        "compute",
+        "section",
+        "`project`, `zone`, `machine_type`, `gpu: TYPE:COUNT`, `spot`, `preemption_notice`, "
+        "`image_family`, `disk_gb`... (make-template's flags override)",
+    ),
     Key("vertex", "section", "worker pools and Spot for `survivor submit` (docs/scaling-out.md)"),
     Key("trainingInput", "section", "a Cloud ML Engine `trainingInput` for `survivor submit`", shown=False),
     # the flat form's trainer keys (the recipe's attributes; a YAML spec writes `trainer:`)
@@ -184,17 +274,18 @@ class TrainerSpec:
         """The built-in trainer this is, by name or by module; None for the user's own."""
         if self.builtin:
             return self.builtin
-        return next((name for name, module in BUILTIN_TRAINERS.items() if self.module == module and not self.argv),
-                    None)
+        return next(
+            (name for name, module in BUILTIN_TRAINERS.items() if self.module == module and not self.argv), None
+        )
 
 
 @dataclass(frozen=True)
 class Deadline:
     """When the job must be done: a fixed time (`at`, aware UTC) or hours after its first start (`after_hours`).
 
-        >>> first_start = _dt.datetime(2026, 11, 24, 12, 0, tzinfo=_dt.timezone.utc)
-        >>> Deadline(after_hours=36.0).resolve(first_start).isoformat()
-        '2026-11-26T00:00:00+00:00'
+    >>> first_start = _dt.datetime(2026, 11, 24, 12, 0, tzinfo=_dt.timezone.utc)
+    >>> Deadline(after_hours=36.0).resolve(first_start).isoformat()
+    '2026-11-26T00:00:00+00:00'
     """
 
     at: _dt.datetime | None = None
@@ -277,13 +368,26 @@ class Placement:
 
 
 #: The events a `notify:` target may name in `on:` (survivor/notify/events.py builds each).
-NOTIFY_EVENTS = ("notice", "safe", "resumed", "done", "failed", "moved", "switched", "no_vm", "deadline_at_risk",
-                 "budget_warning", "budget_stopped")
+NOTIFY_EVENTS = (
+    "notice",
+    "safe",
+    "resumed",
+    "done",
+    "failed",
+    "moved",
+    "switched",
+    "no_vm",
+    "deadline_at_risk",
+    "budget_warning",
+    "budget_stopped",
+)
 #: A `notify:` target's payload formats (survivor/notify/formats.py).
 NOTIFY_FORMATS = ("generic", "slack", "chat")
 #: A Secret Manager secret version as a `notify:` URL: the webhook's URL is the secret's payload.
-SECRET_VERSION = re.compile(r"projects/([a-z0-9-]{1,63}|[0-9]{1,20})/secrets/[A-Za-z0-9_-]{1,255}/versions/"
-                            r"([1-9][0-9]{0,18}|latest)")
+SECRET_VERSION = re.compile(
+    r"projects/([a-z0-9-]{1,63}|[0-9]{1,20})/secrets/[A-Za-z0-9_-]{1,255}/versions/"
+    r"([1-9][0-9]{0,18}|latest)"
+)
 #: The most `notify:` targets a job may have (each is a thread of the agent's).
 MAX_NOTIFY_TARGETS = 10
 
@@ -454,16 +558,23 @@ class JobSpec:
         if self.deadline is not None:
             out["deadline"] = self.deadline.text
         if self.fallback is not None and self.fallback != FallbackSpec():
-            out["fallback"] = {k: v for k, v in (("machine_type", self.fallback.machine_type),
-                                                 ("gpu", self.fallback.gpu),
-                                                 ("switch_back", self.fallback.switch_back),
-                                                 ("flex_start", self.fallback.flex_start),
-                                                 ("flex_start_wait_hours", self.fallback.flex_start_wait_hours))
-                                 if v is not None}
+            out["fallback"] = {
+                k: v
+                for k, v in (
+                    ("machine_type", self.fallback.machine_type),
+                    ("gpu", self.fallback.gpu),
+                    ("switch_back", self.fallback.switch_back),
+                    ("flex_start", self.fallback.flex_start),
+                    ("flex_start_wait_hours", self.fallback.flex_start_wait_hours),
+                )
+                if v is not None
+            }
         if self.placement is not None:
-            out["placement"] = {"regions": list(self.placement.regions),
-                                "move_after_minutes": self.placement.move_after_minutes,
-                                "preemptions_per_hour": self.placement.preemptions_per_hour}
+            out["placement"] = {
+                "regions": list(self.placement.regions),
+                "move_after_minutes": self.placement.move_after_minutes,
+                "preemptions_per_hour": self.placement.preemptions_per_hour,
+            }
             if self.placement.shapes:
                 out["placement"]["shapes"] = [shape.to_mapping() for shape in self.placement.shapes]
         if self.notify:
@@ -481,7 +592,8 @@ class JobSpec:
         """The values of hyperparameters whose names look secret (`is_secret_name`) and the webhooks'
         URLs of `notify:`: masked in logs."""
         return tuple(value for name, value in self.hyperparameters if is_secret_name(name) and value) + tuple(
-            target.url for target in self.notify if not target.secret)  # a webhook's URL is its credential
+            target.url for target in self.notify if not target.secret
+        )  # a webhook's URL is its credential
 
 
 def checkpoint_naming(pattern: str) -> re.Pattern:
@@ -512,14 +624,18 @@ RECIPE_HYPERPARAMETERS = {"hparam1": "hyperparameter-1", "hparam2": "hyperparame
 #: Flat keys of the recipe that survivor reads but cannot honour as they are; each names the fix.
 UNSUPPORTED_FLAT_KEYS = {
     "trainerRepo": "a Cloud Source Repositories name, which survivor does not clone: set trainerGitPath to its "
-                   "git URL (https://source.developers.google.com/p/PROJECT/r/REPO) or to any other repository",
+    "git URL (https://source.developers.google.com/p/PROJECT/r/REPO) or to any other repository",
 }
 
 
 def is_hyperparameter_attribute(key: str) -> bool:
     """True for a flat attribute the trainer should receive: camelCase, not reserved, not ours."""
-    return (key not in RESERVED_ATTRIBUTES and key not in FLAT_KEYS and key not in UNSUPPORTED_FLAT_KEYS
-            and bool(_CAMEL.match(key)))
+    return (
+        key not in RESERVED_ATTRIBUTES
+        and key not in FLAT_KEYS
+        and key not in UNSUPPORTED_FLAT_KEYS
+        and bool(_CAMEL.match(key))
+    )
 
 
 def kebab(name: str) -> str:
@@ -794,8 +910,10 @@ def _bracket_depth(text: str) -> int:
     return peak
 
 
-_JOB_DIR_LINES = (re.compile(r"""^job_dir:[ \t]*(["']?)([^"'\s#]+)\1[ \t]*(?:#.*)?$""", re.M),
-                  re.compile(r'"job_dir"\s*:\s*"()([^"\\]+)"'))
+_JOB_DIR_LINES = (
+    re.compile(r"""^job_dir:[ \t]*(["']?)([^"'\s#]+)\1[ \t]*(?:#.*)?$""", re.M),
+    re.compile(r'"job_dir"\s*:\s*"()([^"\\]+)"'),
+)
 
 
 def _job_dir_line(text: str) -> str | None:
@@ -813,8 +931,13 @@ def _plain_job_dir(root: yaml.Node | None) -> str | None:
     if not isinstance(root, yaml.MappingNode):
         return None
     for key, value in root.value:
-        if (isinstance(key, yaml.ScalarNode) and key.value == "job_dir" and isinstance(value, yaml.ScalarNode)
-                and value.tag == "tag:yaml.org,2002:str" and not validate_uri(value.value.strip())):
+        if (
+            isinstance(key, yaml.ScalarNode)
+            and key.value == "job_dir"
+            and isinstance(value, yaml.ScalarNode)
+            and value.tag == "tag:yaml.org,2002:str"
+            and not validate_uri(value.value.strip())
+        ):
             return normalize_uri(value.value)
     return None
 
@@ -842,15 +965,20 @@ def _control_characters(value: str) -> bool:
 def _looks_secret(url: Any) -> bool:
     """A webhook URL carries its credential (Slack's path, Chat's key and token, or a user:password
     before its host): never shown whole."""
-    return isinstance(url, str) and url.startswith(("http://", "https://")) and (
-        len(url) > 40 or "@" in url.split("://", 1)[1].split("/", 1)[0])
+    return (
+        isinstance(url, str)
+        and url.startswith(("http://", "https://"))
+        and (len(url) > 40 or "@" in url.split("://", 1)[1].split("/", 1)[0])
+    )
 
 
 def notify_url_problem(url: Any) -> str | None:
     """Pure: what is wrong with a `notify:` URL, or None: an https:// URL, an http:// one to this
     machine only (a local receiver), or a Secret Manager version holding the URL."""
-    expected = ("an https:// webhook URL (http:// only to 127.0.0.1 or localhost) or a Secret Manager version "
-                "projects/PROJECT/secrets/NAME/versions/VERSION")
+    expected = (
+        "an https:// webhook URL (http:// only to 127.0.0.1 or localhost) or a Secret Manager version "
+        "projects/PROJECT/secrets/NAME/versions/VERSION"
+    )
     if not isinstance(url, str) or not url.strip() or len(url) > 4096 or _control_characters(url):
         return expected
     url = url.strip()
@@ -873,19 +1001,19 @@ def validate_uri(value: str) -> str | None:
     if _control_characters(value):
         return "a location without control characters"
     if value.startswith("gs://"):
-        rest = value[len("gs://"):]
+        rest = value[len("gs://") :]
         bucket = rest.split("/", 1)[0]
         if not bucket:
             return "a bucket name after gs://"
         if not _BUCKET.match(bucket) or ".." in bucket:
             return "a valid bucket name (3-63 of a-z 0-9 . _ -, starting and ending with a letter or digit)"
-        path = rest[len(bucket):].strip("/")
+        path = rest[len(bucket) :].strip("/")
         if any(part in (".", "..") for part in path.split("/") if path):
             return "a path without . or .. segments"
         return None
     if "://" in value:
         if value.startswith("file://"):
-            local = value[len("file://"):]
+            local = value[len("file://") :]
             if not local.startswith("/"):
                 return "file:// followed by an absolute path (file:///...)"
             return _local_path_problem(local)
@@ -908,7 +1036,7 @@ def normalize_uri(value: str) -> str:
     """A valid location without trailing slashes: `file:///data/run/` -> `file:///data/run`."""
     value = value.strip()
     if value.startswith("file://"):
-        return "file://" + value[len("file://"):].rstrip("/")
+        return "file://" + value[len("file://") :].rstrip("/")
     return value.rstrip("/")
 
 
@@ -1086,16 +1214,26 @@ class _Validator:
             self.problems.append("fallback: only means something with a deadline; add deadline: (e.g. 36h)")
         for key in sorted(str(k) for k in value if k not in keys):
             close = did_you_mean(key, keys)
-            self.problems.append(f"fallback.{key}: unknown key{f' ({close})' if close else ''}; expected "
-                                 + ", ".join(keys[:-1]) + " or " + keys[-1])
+            self.problems.append(
+                f"fallback.{key}: unknown key{f' ({close})' if close else ''}; expected "
+                + ", ".join(keys[:-1])
+                + " or "
+                + keys[-1]
+            )
         out = {}
         for key in ("machine_type", "gpu"):
             item = value.get(key)
-            if item is not None and (not isinstance(item, str)
-                                     or not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}(:[1-9][0-9]?)?", item)):
-                self.problems.append(f"fallback.{key} = {_show(item)}: expected "
-                                     + ("a machine type such as n1-standard-16" if key == "machine_type"
-                                        else "TYPE:COUNT such as nvidia-tesla-t4:1, or none"))
+            if item is not None and (
+                not isinstance(item, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}(:[1-9][0-9]?)?", item)
+            ):
+                self.problems.append(
+                    f"fallback.{key} = {_show(item)}: expected "
+                    + (
+                        "a machine type such as n1-standard-16"
+                        if key == "machine_type"
+                        else "TYPE:COUNT such as nvidia-tesla-t4:1, or none"
+                    )
+                )
                 item = None
             out[key] = item
         flags = {}
@@ -1107,11 +1245,18 @@ class _Validator:
             flags[key] = flag
         wait = value.get("flex_start_wait_hours", FLEX_START_WAIT_HOURS)
         if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= MAX_FLEX_START_WAIT_HOURS:
-            self.problems.append(f"fallback.flex_start_wait_hours = {_show(wait)}: expected hours from 0 to "
-                                 f"{MAX_FLEX_START_WAIT_HOURS:g}, the queue wait flex-start is planned with")
+            self.problems.append(
+                f"fallback.flex_start_wait_hours = {_show(wait)}: expected hours from 0 to "
+                f"{MAX_FLEX_START_WAIT_HOURS:g}, the queue wait flex-start is planned with"
+            )
             wait = FLEX_START_WAIT_HOURS
-        return FallbackSpec(machine_type=out["machine_type"], gpu=out["gpu"], switch_back=flags["switch_back"],
-                            flex_start=flags["flex_start"], flex_start_wait_hours=float(wait))
+        return FallbackSpec(
+            machine_type=out["machine_type"],
+            gpu=out["gpu"],
+            switch_back=flags["switch_back"],
+            flex_start=flags["flex_start"],
+            flex_start_wait_hours=float(wait),
+        )
 
     def placement(self) -> Placement | None:
         """`placement`: `regions` (a list of regions, the first where the job starts), `shapes` (other
@@ -1126,17 +1271,22 @@ class _Validator:
             return None
         for key in sorted(str(k) for k in value if k not in known):
             close = did_you_mean(key, known)
-            self.problems.append(f"placement.{key}: unknown key{f' ({close})' if close else ''}; expected "
-                                 f"{', '.join(known)}")
+            self.problems.append(
+                f"placement.{key}: unknown key{f' ({close})' if close else ''}; expected {', '.join(known)}"
+            )
         regions = value.get("regions")
         if not isinstance(regions, list) or not regions:
-            self.problems.append(f"placement.regions = {_show(regions)}: expected a list of regions, e.g. "
-                                 "[us-west1, us-central1]")
+            self.problems.append(
+                f"placement.regions = {_show(regions)}: expected a list of regions, e.g. [us-west1, us-central1]"
+            )
             return None
         for region in regions:
             if not isinstance(region, str) or not re.fullmatch(r"[a-z]+-[a-z]+[0-9]+", region):
-                hint = (f"; {region} is a zone, its region is {region_of_zone(region)}"
-                        if isinstance(region, str) and re.fullmatch(r"[a-z]+-[a-z]+[0-9]+-[a-z]", region) else "")
+                hint = (
+                    f"; {region} is a zone, its region is {region_of_zone(region)}"
+                    if isinstance(region, str) and re.fullmatch(r"[a-z]+-[a-z]+[0-9]+-[a-z]", region)
+                    else ""
+                )
                 self.problems.append(f"placement.regions: {_show(region)} is not a region (e.g. us-west1){hint}")
                 return None
         if len(set(regions)) != len(regions):
@@ -1157,8 +1307,9 @@ class _Validator:
         if value is None or value == []:
             return ()
         if not isinstance(value, list):
-            self._problem("notify", value, "a list of targets, e.g. [{url: https://hooks.slack.com/services/..., "
-                                           "format: slack}]")
+            self._problem(
+                "notify", value, "a list of targets, e.g. [{url: https://hooks.slack.com/services/..., format: slack}]"
+            )
             return ()
         if len(value) > MAX_NOTIFY_TARGETS:
             self.problems.append(f"notify: {len(value)} targets; expected at most {MAX_NOTIFY_TARGETS}")
@@ -1175,8 +1326,9 @@ class _Validator:
             count = len(self.problems)
             for key in sorted(str(k) for k in item if k not in known):
                 close = did_you_mean(key, known)
-                self.problems.append(f"{label}.{key}: unknown key{f' ({close})' if close else ''}; expected "
-                                     f"{', '.join(known)}")
+                self.problems.append(
+                    f"{label}.{key}: unknown key{f' ({close})' if close else ''}; expected {', '.join(known)}"
+                )
             url = item.get("url")
             wrong = notify_url_problem(url)
             if wrong:
@@ -1187,25 +1339,33 @@ class _Validator:
             on = item.get("on", [])
             on = [on] if isinstance(on, str) else on
             if "on" in item and on == []:
-                self.problems.append(f"{label}.on = []: expected at least one event; leave on: out to be told every "
-                                     "event")
+                self.problems.append(
+                    f"{label}.on = []: expected at least one event; leave on: out to be told every event"
+                )
             if not isinstance(on, list) or not all(isinstance(e, str) for e in on):
-                self.problems.append(f"{label}.on = {_show(on)}: expected a list of events among "
-                                     f"{', '.join(NOTIFY_EVENTS)}")
+                self.problems.append(
+                    f"{label}.on = {_show(on)}: expected a list of events among {', '.join(NOTIFY_EVENTS)}"
+                )
                 on = []
             for event in on:
                 if event not in NOTIFY_EVENTS:
                     close = did_you_mean(event, NOTIFY_EVENTS)
-                    self.problems.append(f"{label}.on: {_show(event)} is no event{f' ({close})' if close else ''}; "
-                                         f"expected among {', '.join(NOTIFY_EVENTS)}")
+                    self.problems.append(
+                        f"{label}.on: {_show(event)} is no event{f' ({close})' if close else ''}; "
+                        f"expected among {', '.join(NOTIFY_EVENTS)}"
+                    )
             minutes = item.get("no_vm_minutes", NotifyTarget.no_vm_minutes)
             low, high = PLACEMENT_RANGES["move_after_minutes"]
             if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not low <= minutes <= high:
-                self.problems.append(f"{label}.no_vm_minutes = {_show(minutes)}: expected a number from {low:g} "
-                                     f"to {high:g}")
+                self.problems.append(
+                    f"{label}.no_vm_minutes = {_show(minutes)}: expected a number from {low:g} to {high:g}"
+                )
             if len(self.problems) == count:
-                targets.append(NotifyTarget(url=str(url).strip(), format=str(fmt), on=tuple(dict.fromkeys(on)),
-                                            no_vm_minutes=float(minutes)))
+                targets.append(
+                    NotifyTarget(
+                        url=str(url).strip(), format=str(fmt), on=tuple(dict.fromkeys(on)), no_vm_minutes=float(minutes)
+                    )
+                )
         return tuple(targets)
 
     def budget(self) -> Budget | None:
@@ -1223,10 +1383,14 @@ class _Validator:
         usd, warn = value.get("usd"), value.get("warn_at", Budget.warn_at)
         ok = True
         if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not 0 < usd <= 1e9:
-            hint = " (YAML reads 1e9 as text: write 1.0e9 or 1000000000)" if isinstance(usd, str) and re.fullmatch(
-                r"[0-9.]+[eE][-+]?[0-9]+", usd.strip()) else ""
-            self.problems.append(f"budget.usd = {_show(usd)}: expected US dollars, more than 0 and at most "
-                                 f"1000000000{hint}")
+            hint = (
+                " (YAML reads 1e9 as text: write 1.0e9 or 1000000000)"
+                if isinstance(usd, str) and re.fullmatch(r"[0-9.]+[eE][-+]?[0-9]+", usd.strip())
+                else ""
+            )
+            self.problems.append(
+                f"budget.usd = {_show(usd)}: expected US dollars, more than 0 and at most 1000000000{hint}"
+            )
             ok = False
         if isinstance(warn, bool) or not isinstance(warn, (int, float)) or not 0 < warn < 1:
             self.problems.append(f"budget.warn_at = {_show(warn)}: expected a share between 0 and 1, e.g. 0.8")
@@ -1240,8 +1404,9 @@ class _Validator:
         if value is None or value == []:
             return ()
         if not isinstance(value, list):
-            self.problems.append(f"placement.shapes = {_show(value)}: expected a list of shapes, e.g. "
-                                 "[{machine_type: g2-standard-8}]")
+            self.problems.append(
+                f"placement.shapes = {_show(value)}: expected a list of shapes, e.g. [{{machine_type: g2-standard-8}}]"
+            )
             return ()
         if len(value) > MAX_SHAPES:
             self.problems.append(f"placement.shapes: {len(value)} shapes; expected at most {MAX_SHAPES}")
@@ -1255,15 +1420,18 @@ class _Validator:
                 continue
             for key in sorted(str(k) for k in item if k not in SHAPE_KEYS):
                 close = did_you_mean(key, SHAPE_KEYS)
-                self.problems.append(f"{label}.{key}: unknown key{f' ({close})' if close else ''}; expected "
-                                     "machine_type or gpu")
+                self.problems.append(
+                    f"{label}.{key}: unknown key{f' ({close})' if close else ''}; expected machine_type or gpu"
+                )
             keys = {}
             for key, pattern, expected in (
-                    ("machine_type", r"[a-z0-9][a-z0-9-]{0,62}", "a machine type such as g2-standard-8"),
-                    ("gpu", r"none|[a-z0-9][a-z0-9-]{0,62}:[1-9][0-9]?", "TYPE:COUNT such as nvidia-tesla-t4:1, or none")):
+                ("machine_type", r"[a-z0-9][a-z0-9-]{0,62}", "a machine type such as g2-standard-8"),
+                ("gpu", r"none|[a-z0-9][a-z0-9-]{0,62}:[1-9][0-9]?", "TYPE:COUNT such as nvidia-tesla-t4:1, or none"),
+            ):
                 field_value = item.get(key)
-                if field_value is not None and (not isinstance(field_value, str)
-                                                or not re.fullmatch(pattern, field_value)):
+                if field_value is not None and (
+                    not isinstance(field_value, str) or not re.fullmatch(pattern, field_value)
+                ):
                     self.problems.append(f"{label}.{key} = {_show(field_value)}: expected {expected}")
                     field_value = None
                 keys[key] = field_value
@@ -1321,11 +1489,16 @@ class _Validator:
             flag = kebab(name)
             taken = agent_flag_taken(name)
             if taken:
-                why = ("--help prints and exits 0, which reads as a finished job" if taken == "help" else
-                       f"the agent passes --{taken} itself" + ("" if taken == flag else
-                                                               f"; argparse reads --{flag} as --{taken}"))
-                self.problems.append(f"{label}: a hyperparameter may not be named like the trainer's contract "
-                                     f"flag --{taken} ({why}); rename it")
+                why = (
+                    "--help prints and exits 0, which reads as a finished job"
+                    if taken == "help"
+                    else f"the agent passes --{taken} itself"
+                    + ("" if taken == flag else f"; argparse reads --{flag} as --{taken}")
+                )
+                self.problems.append(
+                    f"{label}: a hyperparameter may not be named like the trainer's contract "
+                    f"flag --{taken} ({why}); rename it"
+                )
                 continue
             if flag in out:
                 self.problems.append(f"{label}: a second hyperparameter for the flag --{flag}")
@@ -1338,13 +1511,16 @@ class _Validator:
             except ValueError:  # an integer too long to print
                 text = None
             if text is None or len(text) > MAX_STRING or "\x00" in text:
-                self.problems.append(f"{label} = {shown}: expected a value of at most {MAX_STRING} characters "
-                                     "without NUL")
+                self.problems.append(
+                    f"{label} = {shown}: expected a value of at most {MAX_STRING} characters without NUL"
+                )
                 continue
             if text.startswith("-") and not _is_number(text):  # `--lr --job-dir=/etc` moved the checkpoints
-                self.problems.append(f"{label} = {shown}: a value starting with - is read as a flag by the "
-                                     "trainer's argparse (it could set --job-dir); expected a number or a value "
-                                     "not starting with -")
+                self.problems.append(
+                    f"{label} = {shown}: a value starting with - is read as a flag by the "
+                    "trainer's argparse (it could set --job-dir); expected a number or a value "
+                    "not starting with -"
+                )
                 continue
             out[flag] = text
         return tuple(out.items())
@@ -1376,8 +1552,10 @@ class _Validator:
             unknown = sorted({_show(k) if not isinstance(k, str) else k for k in value} - set(known))
             for key in unknown:
                 close = did_you_mean(key, known)
-                self.problems.append(f"trainer.{key}: unknown key{f' ({close})' if close else ''}; expected module, "
-                                     "argv, builtin, git_url, git_ref, package or save_signal")
+                self.problems.append(
+                    f"trainer.{key}: unknown key{f' ({close})' if close else ''}; expected module, "
+                    "argv, builtin, git_url, git_ref, package or save_signal"
+                )
             spec = TrainerSpec(
                 module=self._trainer_string(value, "module"),
                 argv=self._argv(value.get("argv")),
@@ -1389,18 +1567,23 @@ class _Validator:
             )
         chosen = [k for k in ("module", "argv", "builtin") if getattr(spec, k)]
         label = "trainerModule" if self.flat else "trainer"
-        refused = not self.flat and any(value.get(k) not in (None, "", [], {}) and not getattr(spec, k)
-                                        for k in ("module", "argv", "builtin"))
+        refused = not self.flat and any(
+            value.get(k) not in (None, "", [], {}) and not getattr(spec, k) for k in ("module", "argv", "builtin")
+        )
         if len(chosen) != 1 and not (refused and not chosen):  # a refused one has its own line
             self.problems.append(f"{label}: expected exactly one of module, argv, builtin; got {chosen or 'none'}")
         if spec.module and not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", spec.module):
             self.problems.append(f"{label}.module = {_show(spec.module)}: expected a dotted Python module name")
         if spec.builtin and spec.builtin not in BUILTIN_TRAINERS:
-            self.problems.append(f"{label}.builtin = {_show(spec.builtin)}: expected one of {', '.join(BUILTIN_TRAINERS)}")
+            self.problems.append(
+                f"{label}.builtin = {_show(spec.builtin)}: expected one of {', '.join(BUILTIN_TRAINERS)}"
+            )
         if spec.package:
             wrong = validate_uri(spec.package)
             if wrong or not re.search(r"\.(tar\.gz|whl|zip)$", spec.package):
-                self.problems.append(f"{label}.package = {_show(spec.package)}: expected a gs:// or absolute path to a .tar.gz, .zip or .whl")
+                self.problems.append(
+                    f"{label}.package = {_show(spec.package)}: expected a gs:// or absolute path to a .tar.gz, .zip or .whl"
+                )
         if spec.git_url and spec.git_url.startswith("-"):
             self.problems.append(f"{label}.git_url = {_show(spec.git_url)}: expected a repository URL or path")
         if spec.git_ref and spec.git_ref.startswith("-"):
@@ -1411,8 +1594,9 @@ class _Validator:
         """A YAML list of strings (numbers allowed: `[python, train.py, --lr, 0.1]`), program first."""
         if argv is None or argv == [] or argv == "":
             return ()
-        if (not isinstance(argv, list)
-                or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in argv)):
+        if not isinstance(argv, list) or not all(
+            isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in argv
+        ):
             self.problems.append(f"trainer.argv = {_show(argv)}: expected a list of strings (no shell command line)")
             return ()
         try:
@@ -1420,8 +1604,10 @@ class _Validator:
         except ValueError:  # an integer too long to print
             items = ("",)
         if not items[0] or any(len(a) > MAX_STRING or "\x00" in a for a in items):
-            self.problems.append(f"trainer.argv = {_show(argv)}: expected a program and arguments of at most "
-                                 f"{MAX_STRING} characters each, without NUL")
+            self.problems.append(
+                f"trainer.argv = {_show(argv)}: expected a program and arguments of at most "
+                f"{MAX_STRING} characters each, without NUL"
+            )
             return ()
         return items
 
@@ -1435,8 +1621,10 @@ class _Validator:
             self.problems.append(f"trainer.{key} = {_show(value)}: expected a string")
             return None
         if len(value) > MAX_STRING or _control_characters(value):
-            self.problems.append(f"trainer.{key} = {_show(value)}: expected a string of at most {MAX_STRING} "
-                                 "characters, no control characters")
+            self.problems.append(
+                f"trainer.{key} = {_show(value)}: expected a string of at most {MAX_STRING} "
+                "characters, no control characters"
+            )
             return None
         return value
 
@@ -1473,8 +1661,13 @@ class _Validator:
             return
         for key in sorted(set(self.data) - self.seen - _TOP_LEVEL - set(EXTRA_SECTIONS) - {"_unsupported"}):
             close = did_you_mean(key, _TOP_LEVEL | set(EXTRA_SECTIONS))
-            hint = (f" (write {FLAT_KEYS[key]})" if key in FLAT_KEYS else f" ({close})" if close
-                    else " (hyperparameters go under hyperparameters:)")
+            hint = (
+                f" (write {FLAT_KEYS[key]})"
+                if key in FLAT_KEYS
+                else f" ({close})"
+                if close
+                else " (hyperparameters go under hyperparameters:)"
+            )
             self.problems.append(f"{key}: unknown key{hint}")
 
 

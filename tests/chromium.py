@@ -60,10 +60,23 @@ class Chromium:
 
         profile = tempfile.mkdtemp(prefix="survivor-chromium-")
         process = subprocess.Popen(
-            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
-             "--no-first-run", "--disable-extensions", "--remote-debugging-port=0", f"--user-data-dir={profile}",
-             f"--window-size={width},{height}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                binary,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--hide-scrollbars",
+                "--no-first-run",
+                "--disable-extensions",
+                "--remote-debugging-port=0",
+                f"--user-data-dir={profile}",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         port_file = os.path.join(profile, "DevToolsActivePort")
         deadline = time.monotonic() + 30
         while not os.path.exists(port_file) or not open(port_file).read().strip():
@@ -72,13 +85,15 @@ class Chromium:
                 raise RuntimeError("chromium did not open its DevTools port")
             time.sleep(0.05)
         port = int(open(port_file).read().split()[0])
-        page = next(t for t in requests.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
-                    if t["type"] == "page")
+        page = next(
+            t for t in requests.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json() if t["type"] == "page"
+        )
         browser = cls(process, profile, connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=10))
         browser.call("Page.enable")
         browser.call("Runtime.enable")
-        browser.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
-                     mobile=False)
+        browser.call(
+            "Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False
+        )
         return browser
 
     def call(self, method: str, **params) -> dict:

@@ -101,13 +101,32 @@ def job_dir(request, tmp_path):
     return f"gs://{bucket}/runs/{uuid.uuid4().hex[:8]}"
 
 
-def dummy_spec(job_dir: str, tmp_path, *, train_steps: int = 60, on_sigterm: str = "save",
-               checkpoint_steps: int = 1000, step_seconds: float = 0.03, extra_args=(), **fields) -> str:
+def dummy_spec(
+    job_dir: str,
+    tmp_path,
+    *,
+    train_steps: int = 60,
+    on_sigterm: str = "save",
+    checkpoint_steps: int = 1000,
+    step_seconds: float = 0.03,
+    extra_args=(),
+    **fields,
+) -> str:
     """A job spec YAML running the dummy trainer, which logs every step it executes to steps.log."""
     import yaml
 
-    argv = [PYTHON, "-m", "survivor.trainers.dummy", "--on-sigterm", on_sigterm,
-            "--step-seconds", str(step_seconds), "--step-log", str(tmp_path / "steps.log"), *extra_args]
+    argv = [
+        PYTHON,
+        "-m",
+        "survivor.trainers.dummy",
+        "--on-sigterm",
+        on_sigterm,
+        "--step-seconds",
+        str(step_seconds),
+        "--step-log",
+        str(tmp_path / "steps.log"),
+        *extra_args,
+    ]
     spec = {
         "job_dir": job_dir,
         "train_steps": train_steps,

@@ -63,8 +63,9 @@ def test_a_trainer_that_ignores_sigterm_resumes_from_its_newest_file(job_dir, tm
     """The recipe's dummy trainer: writes a file every 5 steps and ignores SIGTERM."""
     # 160 steps: the 132 or more left (4 s) take longer than the trainer's share of the 2 s grace, so it is
     # killed, however late the notice comes on a loaded machine
-    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=160, on_sigterm="ignore",
-                                     checkpoint_steps=5, grace_seconds=2))
+    vm = instance_factory(
+        dummy_spec(job_dir, tmp_path, train_steps=160, on_sigterm="ignore", checkpoint_steps=5, grace_seconds=2)
+    )
     vm.boot()
     vm.wait_for_step(random.randint(12, 28))
     vm.set_preempted()
@@ -126,7 +127,9 @@ def test_an_invalid_spec_names_the_key_and_writes_failed(tmp_path, instance_fact
     from survivor.local.instance import LocalInstance
 
     job_dir = str(tmp_path / "jobdir")
-    vm = LocalInstance({"jobDir": job_dir, "trainSteps": "lots", "momentum": "0.9"}, str(tmp_path / "vm"), python=PYTHON)
+    vm = LocalInstance(
+        {"jobDir": job_dir, "trainSteps": "lots", "momentum": "0.9"}, str(tmp_path / "vm"), python=PYTHON
+    )
     try:
         vm.boot()
         assert vm.wait(60) == 2
@@ -201,8 +204,22 @@ def test_a_sigterm_after_the_boot_ended_leaves_the_agents_own_exit_code(tmp_path
     spec = tmp_path / "job.yaml"
     spec.write_text(dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=3, on_finish="auto"))
     env = {k: v for k, v in os.environ.items() if k != "GCE_METADATA_HOST"}
-    done = subprocess.run([PYTHON, "-c", FINISHED_THEN_TERM, "agent", "--config", str(spec), "--workdir",
-                           str(tmp_path / "work"), "--allow-root-trainer"], env=env, capture_output=True, timeout=120)
+    done = subprocess.run(
+        [
+            PYTHON,
+            "-c",
+            FINISHED_THEN_TERM,
+            "agent",
+            "--config",
+            str(spec),
+            "--workdir",
+            str(tmp_path / "work"),
+            "--allow-root-trainer",
+        ],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert journal_of(str(tmp_path / "jobdir")).done["step"] == 3
 
@@ -245,8 +262,9 @@ def wait_until(check, timeout, what):
     raise AssertionError(f"{what} within {timeout} s")
 
 
-def test_a_gpu_maintenance_notice_commits_once_training_goes_on_and_the_stop_saves_again(job_dir, tmp_path,
-                                                                                          instance_factory):
+def test_a_gpu_maintenance_notice_commits_once_training_goes_on_and_the_stop_saves_again(
+    job_dir, tmp_path, instance_factory
+):
     """TERMINATE_ON_HOST_MAINTENANCE comes an hour before a GPU VM's stop: commit now, keep training;
     the stop itself (SIGTERM) saves again; no step is lost, none is run twice."""
     import time
@@ -285,8 +303,9 @@ def test_a_gpu_maintenance_notice_commits_once_training_goes_on_and_the_stop_sav
     assert executed_steps(tmp_path) == list(range(1, 301))  # 0 steps lost, none run twice
 
 
-def test_a_maintenance_notice_without_a_save_signal_commits_the_newest_checkpoint_and_trains_on(job_dir, tmp_path,
-                                                                                                instance_factory):
+def test_a_maintenance_notice_without_a_save_signal_commits_the_newest_checkpoint_and_trains_on(
+    job_dir, tmp_path, instance_factory
+):
     """A trainer that declares no save signal never gets one (SIGUSR1 would end it)."""
     vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=150, checkpoint_steps=10, sync_seconds=30))
     vm.boot()
@@ -305,9 +324,17 @@ def test_the_builtin_tensorflow_loop_saves_on_a_maintenance_notice_and_trains_on
     import yaml
 
     job_dir = str(tmp_path / "jobdir")
-    spec = yaml.safe_dump({"job_dir": job_dir, "train_steps": 2000, "checkpoint_steps": 100000,
-                           "on_finish": "keep-alive", "sync_seconds": 0.5, "trainer": {"builtin": "mlp"},
-                           "hyperparameters": {"step-seconds": 0.02, "log-steps": 50}})
+    spec = yaml.safe_dump(
+        {
+            "job_dir": job_dir,
+            "train_steps": 2000,
+            "checkpoint_steps": 100000,
+            "on_finish": "keep-alive",
+            "sync_seconds": 0.5,
+            "trainer": {"builtin": "mlp"},
+            "hyperparameters": {"step-seconds": 0.02, "log-steps": 50},
+        }
+    )
     vm = instance_factory(spec)
     store = CheckpointStore(open_storage(job_dir))
     vm.boot()
@@ -332,8 +359,10 @@ def test_a_finish_action_without_compute_credentials_is_one_log_line_not_a_trace
     # says the finish action failed and exits with the retry code; before, the client's
     # DefaultCredentialsError escaped Boot._finish as a traceback.
     job_dir = str(tmp_path / "jobdir")
-    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=5, on_finish="stop"),
-                          env={"GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "none.json")})
+    vm = instance_factory(
+        dummy_spec(job_dir, tmp_path, train_steps=5, on_finish="stop"),
+        env={"GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "none.json")},
+    )
     vm.boot()
     assert vm.wait(90) == 1
     assert journal_of(job_dir).done is not None
@@ -399,8 +428,9 @@ def test_a_trainer_that_silently_starts_from_scratch_is_not_reported_as_losing_n
     first = int(re.search(r"first report was step (\d+), below the restored step (\d+)", second.reason).group(1))
     assert f"below the restored step {saved}" in second.reason and first < saved, second.reason
     assert second.steps_lost == saved - first + 1, second  # at least: the agent reads progress every 0.2 s
-    assert any(line.get("message", "").startswith("the trainer started below the restored step")
-               for line in vm.log_lines())
+    assert any(
+        line.get("message", "").startswith("the trainer started below the restored step") for line in vm.log_lines()
+    )
 
 
 def test_a_sigterm_before_the_trainer_starts_records_a_stop_that_lost_nothing(tmp_path, monkeypatch):

@@ -26,8 +26,14 @@ def ago(minutes: float) -> str:
 def preempted(number: int, zone: str | None, ended_minutes_ago: float, outcome: str = "preempted"):
     from survivor.jobdir.journal import Attempt
 
-    return Attempt(number=number, instance="sim-ab12", started=ago(ended_minutes_ago + 5),
-                   ended=ago(ended_minutes_ago), outcome=outcome, zone=zone)
+    return Attempt(
+        number=number,
+        instance="sim-ab12",
+        started=ago(ended_minutes_ago + 5),
+        ended=ago(ended_minutes_ago),
+        outcome=outcome,
+        zone=zone,
+    )
 
 
 ME = {"name": "sim-ab12", "zone": "us-west1-b", "status": "RUNNING"}
@@ -35,32 +41,54 @@ STOCKOUT = {"code": "ZONE_RESOURCE_POOL_EXHAUSTED", "timestamp": ago(50)}
 THREE_HERE = [preempted(1, "us-west1-b", 50), preempted(2, "us-west1-a", 30), preempted(3, "us-west1-b", 10)]
 
 
-@pytest.mark.parametrize("attempts, instances, errors, recorded, expected", [
-    # three preemptions in the last hour in us-west1 (two of its zones): the booting VM moves the job
-    (THREE_HERE, [ME], [], [], (3, False, (), True)),
-    # one was over an hour ago: two in the hour, it stays
-    ([preempted(1, "us-west1-b", 70)] + THREE_HERE[1:], [ME], [], [], (2, False, (), False)),
-    # one was in another region (the job's VM there before it came back): not this region's doing
-    ([preempted(1, "us-central1-c", 50)] + THREE_HERE[1:], [ME], [], [], (2, False, (), False)),
-    # an attempt that ended otherwise (stopped, failed) is no preemption
-    (THREE_HERE[:2] + [preempted(3, "us-west1-b", 10, outcome="stopped")], [ME], [], [], (2, False, (), False)),
-    # a record written before attempts kept their zone counts wherever the group is
-    ([preempted(1, None, 50)] + THREE_HERE[1:], [ME], [], [], (3, False, (), True)),
-    # preemptions before the job's last move are the old place's
-    (THREE_HERE, [ME], [], [Move(time=ago(40), from_place="regions/us-central1", to_place="zones/us-west1-b")],
-     (2, False, (), False)),
-    # another VM of the group trains: no move under it
-    (THREE_HERE, [ME, {"name": "sim-cd34", "zone": "us-west1-a", "status": "RUNNING"}], [], [],
-     (3, True, (), False)),
-    # the stockouts listed before this VM came do not count: this boot got capacity
-    (THREE_HERE[:1], [ME], [STOCKOUT], [], (1, False, (), False)),
-])
-def test_the_boots_look_counts_this_regions_preemptions_of_the_last_hour(attempts, instances, errors, recorded,
-                                                                       expected):
+@pytest.mark.parametrize(
+    "attempts, instances, errors, recorded, expected",
+    [
+        # three preemptions in the last hour in us-west1 (two of its zones): the booting VM moves the job
+        (THREE_HERE, [ME], [], [], (3, False, (), True)),
+        # one was over an hour ago: two in the hour, it stays
+        ([preempted(1, "us-west1-b", 70)] + THREE_HERE[1:], [ME], [], [], (2, False, (), False)),
+        # one was in another region (the job's VM there before it came back): not this region's doing
+        ([preempted(1, "us-central1-c", 50)] + THREE_HERE[1:], [ME], [], [], (2, False, (), False)),
+        # an attempt that ended otherwise (stopped, failed) is no preemption
+        (THREE_HERE[:2] + [preempted(3, "us-west1-b", 10, outcome="stopped")], [ME], [], [], (2, False, (), False)),
+        # a record written before attempts kept their zone counts wherever the group is
+        ([preempted(1, None, 50)] + THREE_HERE[1:], [ME], [], [], (3, False, (), True)),
+        # preemptions before the job's last move are the old place's
+        (
+            THREE_HERE,
+            [ME],
+            [],
+            [Move(time=ago(40), from_place="regions/us-central1", to_place="zones/us-west1-b")],
+            (2, False, (), False),
+        ),
+        # another VM of the group trains: no move under it
+        (
+            THREE_HERE,
+            [ME, {"name": "sim-cd34", "zone": "us-west1-a", "status": "RUNNING"}],
+            [],
+            [],
+            (3, True, (), False),
+        ),
+        # the stockouts listed before this VM came do not count: this boot got capacity
+        (THREE_HERE[:1], [ME], [STOCKOUT], [], (1, False, (), False)),
+    ],
+)
+def test_the_boots_look_counts_this_regions_preemptions_of_the_last_hour(
+    attempts, instances, errors, recorded, expected
+):
     rule = Placement(("us-west1", "us-central1"), move_after_minutes=30, preemptions_per_hour=3)
-    look = placement.look_from("zones/us-west1-b", instances=instances, attempts=attempts, errors=errors,
-                               created=NOW - _dt.timedelta(hours=3), recorded=recorded, pending=False, now=NOW,
-                               booting="sim-ab12")
+    look = placement.look_from(
+        "zones/us-west1-b",
+        instances=instances,
+        attempts=attempts,
+        errors=errors,
+        created=NOW - _dt.timedelta(hours=3),
+        recorded=recorded,
+        pending=False,
+        now=NOW,
+        booting="sim-ab12",
+    )
     count, running, codes, move = expected
     assert (look.preemptions_last_hour, look.running, look.capacity_errors) == (count, running, codes)
     decision = placement.decide(rule, look)
@@ -72,8 +100,16 @@ def test_the_boots_look_counts_this_regions_preemptions_of_the_last_hour(attempt
 
 def test_the_watchs_look_still_counts_its_vm_and_capacity_errors():
     """Without `booting` (the watch), a RUNNING VM is a training VM and listed stockouts count."""
-    look = placement.look_from("zones/us-west1-b", instances=[ME], attempts=[], errors=[STOCKOUT],
-                               created=NOW - _dt.timedelta(hours=3), recorded=[], pending=False, now=NOW)
+    look = placement.look_from(
+        "zones/us-west1-b",
+        instances=[ME],
+        attempts=[],
+        errors=[STOCKOUT],
+        created=NOW - _dt.timedelta(hours=3),
+        recorded=[],
+        pending=False,
+        now=NOW,
+    )
     assert look.running and look.capacity_errors == ("ZONE_RESOURCE_POOL_EXHAUSTED",)
 
 
@@ -99,14 +135,32 @@ def test_a_region_that_keeps_preempting_is_left_at_the_next_boot(tmp_path):
     trains, so a slow boot on a loaded machine changes the timing, not the story."""
     job_dir = str(tmp_path / "job")
     steps_log = tmp_path / "steps.log"
-    spec = yaml.safe_dump({
-        "job_dir": job_dir, "train_steps": 120, "checkpoint_steps": 10, "grace_seconds": 5, "sync_seconds": 0.3,
-        "trainer": {"argv": [PYTHON, "-m", "survivor.trainers.dummy", "--on-sigterm", "save", "--step-seconds",
-                             "0.03", "--step-log", str(steps_log)]},
-        "placement": {"regions": ["us-west1", "us-central1"], "preemptions_per_hour": 2},
-    })
-    sim = Simulator(spec, str(tmp_path / "sim"), preempt_every=1.0, preempting_regions=("us-west1",),
-                    recreate_delay=0.2, speed=1.0)
+    spec = yaml.safe_dump(
+        {
+            "job_dir": job_dir,
+            "train_steps": 120,
+            "checkpoint_steps": 10,
+            "grace_seconds": 5,
+            "sync_seconds": 0.3,
+            "trainer": {
+                "argv": [
+                    PYTHON,
+                    "-m",
+                    "survivor.trainers.dummy",
+                    "--on-sigterm",
+                    "save",
+                    "--step-seconds",
+                    "0.03",
+                    "--step-log",
+                    str(steps_log),
+                ]
+            },
+            "placement": {"regions": ["us-west1", "us-central1"], "preemptions_per_hour": 2},
+        }
+    )
+    sim = Simulator(
+        spec, str(tmp_path / "sim"), preempt_every=1.0, preempting_regions=("us-west1",), recreate_delay=0.2, speed=1.0
+    )
     result = sim.run(timeout=300)
     table = result.table()
     assert result.done is not None and result.done["step"] == 120, table
@@ -116,7 +170,10 @@ def test_a_region_that_keeps_preempting_is_left_at_the_next_boot(tmp_path):
     attempts = Journal(open_storage(job_dir)).attempts()
     # the moving boot recorded no attempt (it never took the lease): two preempted in us-west1, one finished
     assert [(a.outcome, (a.zone or "").rsplit("-", 1)[0]) for a in attempts] == [
-        ("preempted", "us-west1"), ("preempted", "us-west1"), ("finished", "us-central1")], table
+        ("preempted", "us-west1"),
+        ("preempted", "us-west1"),
+        ("finished", "us-central1"),
+    ], table
     assert all(a.steps_lost == 0 for a in attempts), table  # every preemption's work was committed
     assert attempts[1].restored_step == attempts[0].end_step and attempts[2].restored_step == attempts[1].end_step
     assert attempts[2].end_step == 120 and result.target_size == 0, table
@@ -148,20 +205,40 @@ def test_a_vm_of_a_group_its_job_moved_away_from_leaves_it_without_training(comp
 
     project, zone = "survivor-local", "us-west1-b"
 
-    spec_yaml = dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=30, on_finish="auto",
-                           placement={"regions": ["us-west1", "us-central1"]})
+    spec_yaml = dummy_spec(
+        str(tmp_path / "jobdir"),
+        tmp_path,
+        train_steps=30,
+        on_finish="auto",
+        placement={"regions": ["us-west1", "us-central1"]},
+    )
     spec = JobSpec.from_yaml(spec_yaml)
     compute = Compute(project, endpoint=compute_server.endpoint)
     compute.insert_template(template_body("job", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
     compute.create_group("job", "job", zone=zone, size=1)
     storage = open_storage(spec.job_dir)
-    record_move(storage, Move(time=_dt.datetime.now(_dt.timezone.utc).isoformat(), from_place=f"zones/{zone}",
-                              to_place="regions/us-central1", reason="a stockout", by="watch"))
+    record_move(
+        storage,
+        Move(
+            time=_dt.datetime.now(_dt.timezone.utc).isoformat(),
+            from_place=f"zones/{zone}",
+            to_place="regions/us-central1",
+            reason="a stockout",
+            by="watch",
+        ),
+    )
     group = compute_server.groups[(project, f"zones/{zone}", "job")]
     member = group["_members"][0]
     attributes = {i["key"]: i["value"] for i in compute_server.instances[member]["metadata"]["items"]}
-    vm = LocalInstance(attributes, str(tmp_path / "vm"), name=member[2], zone=zone, project=project,
-                       python=sys.executable, env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint})
+    vm = LocalInstance(
+        attributes,
+        str(tmp_path / "vm"),
+        name=member[2],
+        zone=zone,
+        project=project,
+        python=sys.executable,
+        env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint},
+    )
     try:
         vm.boot()
         assert vm.wait(120) == 0, open(vm.log_path()).read()[-3000:]
@@ -174,8 +251,9 @@ def test_a_vm_of_a_group_its_job_moved_away_from_leaves_it_without_training(comp
     # and it carried out the records: a move cut after its record had no group where it went, and
     # with no watch deployed the job had no VM at all (a hostile review found it)
     assert (project, f"zones/{zone}", "job") not in compute_server.groups  # its group deleted, the VM with it
-    moved_to = compute.get_group(placement.group_at(placement.GroupRef(project, "job", zone=zone),
-                                                    "regions/us-central1"))
+    moved_to = compute.get_group(
+        placement.group_at(placement.GroupRef(project, "job", zone=zone), "regions/us-central1")
+    )
     assert moved_to is not None and int(moved_to["targetSize"]) == 1
     assert "finish action failed" not in log
 
@@ -196,8 +274,16 @@ def test_a_vm_that_cannot_get_the_lease_after_its_job_moved_leaves_its_group(com
     from tests.conftest import dummy_spec
 
     project, zone = "survivor-local", "us-west1-b"
-    spec = JobSpec.from_yaml(dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=30, on_finish="auto",
-                                        lease_seconds=2, placement={"regions": ["us-west1", "us-central1"]}))
+    spec = JobSpec.from_yaml(
+        dummy_spec(
+            str(tmp_path / "jobdir"),
+            tmp_path,
+            train_steps=30,
+            on_finish="auto",
+            lease_seconds=2,
+            placement={"regions": ["us-west1", "us-central1"]},
+        )
+    )
     compute = Compute(project, endpoint=compute_server.endpoint)
     compute.insert_template(template_body("job", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
     compute.create_group("job", "job", zone=zone, size=1)
@@ -207,11 +293,28 @@ def test_a_vm_that_cannot_get_the_lease_after_its_job_moved_leaves_its_group(com
     group = compute_server.groups[(project, f"zones/{zone}", "job")]
     member = group["_members"][0]
     attributes = {i["key"]: i["value"] for i in compute_server.instances[member]["metadata"]["items"]}
-    vm = LocalInstance(attributes, str(tmp_path / "vm"), name=member[2], zone=zone, project=project,
-                       python=sys.executable, env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint})
-    moved = threading.Timer(1.0, lambda: record_move(storage, Move(
-        time=_dt.datetime.now(_dt.timezone.utc).isoformat(), from_place=f"zones/{zone}",
-        to_place="regions/us-central1", reason="a stockout", by="watch")))
+    vm = LocalInstance(
+        attributes,
+        str(tmp_path / "vm"),
+        name=member[2],
+        zone=zone,
+        project=project,
+        python=sys.executable,
+        env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint},
+    )
+    moved = threading.Timer(
+        1.0,
+        lambda: record_move(
+            storage,
+            Move(
+                time=_dt.datetime.now(_dt.timezone.utc).isoformat(),
+                from_place=f"zones/{zone}",
+                to_place="regions/us-central1",
+                reason="a stockout",
+                by="watch",
+            ),
+        ),
+    )
     try:
         vm.boot()
         vm.wait_for_message("job", timeout=60)
@@ -225,5 +328,6 @@ def test_a_vm_that_cannot_get_the_lease_after_its_job_moved_leaves_its_group(com
     assert "leaving it without training" in log and "not training: another agent holds" not in log, log[-3000:]
     assert not (tmp_path / "steps.log").exists()
     # the records carried out: its group deleted with it (or left), never idle in the old group
-    assert (project, f"zones/{zone}", "job") not in compute_server.groups or \
-        (group["targetSize"] == 0 and group["_members"] == [])
+    assert (project, f"zones/{zone}", "job") not in compute_server.groups or (
+        group["targetSize"] == 0 and group["_members"] == []
+    )

@@ -77,7 +77,8 @@ def drawn_edges() -> set[tuple[str, str]]:
 
 def test_the_map_names_only_parts_that_exist():
     existing = {p.stem for p in PACKAGE.glob("*.py") if not p.stem.startswith("__")} | {
-        p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+        p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()
+    }
     named = {name for edge in drawn_edges() for name in edge}
     assert named <= existing, sorted(named - existing)
 
@@ -99,7 +100,7 @@ def test_the_parts_import_each_other_in_one_direction():
 
     def visit(node: str) -> None:
         if node in path:
-            raise AssertionError("import cycle: " + " -> ".join(path[path.index(node):] + [node]))
+            raise AssertionError("import cycle: " + " -> ".join(path[path.index(node) :] + [node]))
         if node in done:
             return
         path.append(node)
@@ -115,16 +116,23 @@ def test_the_parts_import_each_other_in_one_direction():
 def test_the_product_never_imports_a_stand_in():
     # Only the local commands (demo, simulate, emulate) start stand-ins.
     allowed = {"survivor.commands.local"}
-    offending = [f"{module_name(p)} imports {m}" for p in source_files()
-                 if part_of(module_name(p)) != "local" and module_name(p) not in allowed
-                 for m in imports_of(p) if part_of(m) == "local"]
+    offending = [
+        f"{module_name(p)} imports {m}"
+        for p in source_files()
+        if part_of(module_name(p)) != "local" and module_name(p) not in allowed
+        for m in imports_of(p)
+        if part_of(m) == "local"
+    ]
     assert not offending, offending
 
 
 def test_stand_ins_use_only_public_names_of_the_product():
-    offending = [f"{module_name(p)} imports {m}" for p in sorted((PACKAGE / "local").glob("*.py"))
-                 for m in imports_of(p)
-                 if part_of(m) != "local" and any(piece.startswith("_") for piece in m.split(".")[1:])]
+    offending = [
+        f"{module_name(p)} imports {m}"
+        for p in sorted((PACKAGE / "local").glob("*.py"))
+        for m in imports_of(p)
+        if part_of(m) != "local" and any(piece.startswith("_") for piece in m.split(".")[1:])
+    ]
     assert not offending, offending
 
 
@@ -132,13 +140,23 @@ def test_the_trainer_side_imports_only_what_a_trainer_process_needs():
     # A trainer runs in its own process, often on Vertex AI without the agent: of the rest of
     # survivor it may use the metadata client and the shared vocabulary only.
     allowed = ("survivor.trainers", "survivor.cloud.metadata", "survivor.log", "survivor.retry")
-    offending = [f"{module_name(p)} imports {m}" for p in sorted((PACKAGE / "trainers").glob("*.py"))
-                 for m in imports_of(p) if not m.startswith(allowed)]
+    offending = [
+        f"{module_name(p)} imports {m}"
+        for p in sorted((PACKAGE / "trainers").glob("*.py"))
+        for m in imports_of(p)
+        if not m.startswith(allowed)
+    ]
     assert not offending, offending
 
 
 def test_the_shared_vocabulary_depends_on_nothing_else_of_survivor():
     for name in ("spec", "log", "retry", "extras", "places"):
-        others = {part_of(m) for m in imports_of(PACKAGE / f"{name}.py")} - {"spec", "log", "retry", "extras", "places",
-                                                                              None}
+        others = {part_of(m) for m in imports_of(PACKAGE / f"{name}.py")} - {
+            "spec",
+            "log",
+            "retry",
+            "extras",
+            "places",
+            None,
+        }
         assert not others, (name, others)

@@ -21,14 +21,56 @@ SMOKE = {
     "deadline": ["--traces", "2"],
     "large_state": ["--size-mb", "8", "--repeats", "1", "--backend", "memory"],
     "time_to_safety": ["--sizes", "1", "--repeats", "1"],
-    "goodput": ["--steps", "120", "--time-scale", "200", "--checkpoint-steps", "40", "--epoch-steps", "60",
-                "--give-up-after", "40"],  # a loaded machine's slow starts are no failure of the model
-    "chaos": ["--kills", "0", "--manifests", "1", "--full-disks", "0", "--slow-metadata", "0", "--overlapped", "0",
-              "--damaged-chunks", "0", "--contract-breakers", "0", "--state-disks", "0", "--pid-namespaces", "0",
-              "--save-orders", "0", "--cuts", "0"],  # every class at its size: tests/test_chaos.py
+    "goodput": [
+        "--steps",
+        "120",
+        "--time-scale",
+        "200",
+        "--checkpoint-steps",
+        "40",
+        "--epoch-steps",
+        "60",
+        "--give-up-after",
+        "40",
+    ],  # a loaded machine's slow starts are no failure of the model
+    "chaos": [
+        "--kills",
+        "0",
+        "--manifests",
+        "1",
+        "--full-disks",
+        "0",
+        "--slow-metadata",
+        "0",
+        "--overlapped",
+        "0",
+        "--damaged-chunks",
+        "0",
+        "--contract-breakers",
+        "0",
+        "--state-disks",
+        "0",
+        "--pid-namespaces",
+        "0",
+        "--save-orders",
+        "0",
+        "--cuts",
+        "0",
+    ],  # every class at its size: tests/test_chaos.py
     "capacity": ["--traces", "benchmarks/traces/aws-02-15-2023", "--every", "240"],
     "time_to_resume": ["--depth", "8", "--repeats", "1"],
-    "overhead": ["--steps", "20", "--repeats", "1", "--stall-depth", "8", "--stall-steps", "40", "--stall-repeats", "1"],
+    "overhead": [
+        "--steps",
+        "20",
+        "--repeats",
+        "1",
+        "--stall-depth",
+        "8",
+        "--stall-steps",
+        "40",
+        "--stall-repeats",
+        "1",
+    ],
     "trainer_start": ["--baseline", ROOT, "--pairs", "1"],
     "dashboard": ["--jobs", "6", "--commits", "2", "--repeats", "1"],
 }
@@ -41,24 +83,36 @@ def test_each_benchmark_runs_at_its_smoke_size(name, tmp_path):
     args = list(SMOKE[name])
     if name == "capacity":
         args += ["--json", str(tmp_path / "capacity.json")]
-    done = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=600, env={**os.environ, "SURVIVOR_BENCHMARK_PLOTS": str(tmp_path),
-                                                      "TF_CPP_MIN_LOG_LEVEL": "3"})
+    done = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{name}", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+        env={**os.environ, "SURVIVOR_BENCHMARK_PLOTS": str(tmp_path), "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     assert done.returncode == 0, f"benchmarks.{name}:\n{(done.stdout + done.stderr)[-3000:]}"
     assert "|---|" in done.stdout, done.stdout[-2000:]  # its table
     assert "docs/benchmarks/" not in done.stdout.replace(str(tmp_path), "")  # no published plot overwritten
 
 
 def test_a_failed_run_keeps_its_scratch_dir_and_says_where(tmp_path):
-    script = ("from benchmarks.common import scratch_dir\n"
-              "import os\nroot = scratch_dir('bench-fail-')\nopen(os.path.join(root, 'agent.log'), 'w').write('why')\n"
-              "print(root, flush=True)\nraise RuntimeError('the agent exited')\n")
+    script = (
+        "from benchmarks.common import scratch_dir\n"
+        "import os\nroot = scratch_dir('bench-fail-')\nopen(os.path.join(root, 'agent.log'), 'w').write('why')\n"
+        "print(root, flush=True)\nraise RuntimeError('the agent exited')\n"
+    )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=60)
     root = done.stdout.strip()
     assert done.returncode == 1 and os.path.exists(os.path.join(root, "agent.log")), done.stderr
     assert f"kept in {root}" in done.stderr
-    ok = subprocess.run([sys.executable, "-c", script.replace("raise RuntimeError('the agent exited')\n", "")],
-                        capture_output=True, text=True, cwd=ROOT, timeout=60)
+    ok = subprocess.run(
+        [sys.executable, "-c", script.replace("raise RuntimeError('the agent exited')\n", "")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert ok.returncode == 0 and not os.path.exists(ok.stdout.strip())
     import shutil
 

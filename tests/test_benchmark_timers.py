@@ -78,8 +78,15 @@ def test_time_to_resume_counts_to_the_first_step_past_the_commit_on_both_sides(t
     from survivor.local.instance import LocalInstance
 
     job_dir = str(tmp_path / "jobdir")
-    spec = yaml.safe_load(dummy_spec(job_dir, tmp_path, train_steps=100000, checkpoint_steps=5,
-                                     extra_args=["--startup-seconds", str(RESUME_STARTUP)]))
+    spec = yaml.safe_load(
+        dummy_spec(
+            job_dir,
+            tmp_path,
+            train_steps=100000,
+            checkpoint_steps=5,
+            extra_args=["--startup-seconds", str(RESUME_STARTUP)],
+        )
+    )
     vm = LocalInstance({"survivor-job": yaml.safe_dump(spec)}, str(tmp_path / "vm"), python=PYTHON)
     try:
         vm.boot()

@@ -40,12 +40,19 @@ def install_files():
 
 
 def spec_for(job_dir: str, steps_log: str, train_steps: int = 30) -> JobSpec:
-    return JobSpec.from_mapping({
-        "name": "rehearsal", "job_dir": job_dir, "train_steps": train_steps, "checkpoint_steps": 10,
-        "grace_seconds": 5, "sync_seconds": 0.3, "on_finish": "keep-alive",
-        "trainer": {"builtin": "dummy"},
-        "hyperparameters": {"step-seconds": "0.02", "step-log": steps_log},
-    })
+    return JobSpec.from_mapping(
+        {
+            "name": "rehearsal",
+            "job_dir": job_dir,
+            "train_steps": train_steps,
+            "checkpoint_steps": 10,
+            "grace_seconds": 5,
+            "sync_seconds": 0.3,
+            "on_finish": "keep-alive",
+            "trainer": {"builtin": "dummy"},
+            "hyperparameters": {"step-seconds": "0.02", "step-log": steps_log},
+        }
+    )
 
 
 def vm_attributes(spec: JobSpec, install) -> dict[str, str]:
@@ -74,7 +81,8 @@ def sandbox():
 
 
 def test_a_fresh_disk_installs_from_the_bucket_and_the_units_own_exec_start_trains_to_done(
-        install_files, gcs_server, bucket, sandbox, tmp_path):
+    install_files, gcs_server, bucket, sandbox, tmp_path
+):
     from survivor.jobdir.journal import Journal
     from survivor.jobdir.storage import open_storage
 
@@ -84,8 +92,9 @@ def test_a_fresh_disk_installs_from_the_bucket_and_the_units_own_exec_start_trai
     root = sandbox()
     steps_log = root.at("/var/log/rehearsal/steps.log")  # where only the trainer's user may write
     spec = spec_for(job_dir, steps_log)
-    metadata = MetadataServer(attributes=vm_attributes(spec, install), name="rehearsal-a1b2", zone=ZONE,
-                              project=PROJECT).start()
+    metadata = MetadataServer(
+        attributes=vm_attributes(spec, install), name="rehearsal-a1b2", zone=ZONE, project=PROJECT
+    ).start()
     env = {**pip_env, "STORAGE_EMULATOR_HOST": gcs_server.url}
     try:
         first = root.run_startup(metadata.host, env=env)
@@ -94,8 +103,13 @@ def test_a_fresh_disk_installs_from_the_bucket_and_the_units_own_exec_start_trai
         assert "no running systemd here" in first.output
         assert os.path.exists(root.at("/opt/survivor/venv/bin/survivor"))
         assert open(root.at("/opt/survivor/installed")).read().split() == [
-            f"wheel={install.wheel_sha256}", f"lock={install.lock_sha256}", "requirements=none"]
-        shipped = open(os.path.join(os.path.dirname(os.path.dirname(image.__file__)), "startup", "survivor-agent.service")).read()
+            f"wheel={install.wheel_sha256}",
+            f"lock={install.lock_sha256}",
+            "requirements=none",
+        ]
+        shipped = open(
+            os.path.join(os.path.dirname(os.path.dirname(image.__file__)), "startup", "survivor-agent.service")
+        ).read()
         assert root.unit_text() == shipped
         verified = root.verify_unit()
         assert verified.returncode == 0 and verified.stdout + verified.stderr == "", verified.stderr
@@ -104,8 +118,9 @@ def test_a_fresh_disk_installs_from_the_bucket_and_the_units_own_exec_start_trai
         trainer_uid = user_uid("survivor-trainer")  # startup.sh made the user
         os.makedirs(os.path.dirname(steps_log))
         os.chown(os.path.dirname(steps_log), trainer_uid, -1)
-        agent = root.start_agent({"GCE_METADATA_HOST": metadata.host, "STORAGE_EMULATOR_HOST": gcs_server.url},
-                                 str(tmp_path / "agent.log"))
+        agent = root.start_agent(
+            {"GCE_METADATA_HOST": metadata.host, "STORAGE_EMULATOR_HOST": gcs_server.url}, str(tmp_path / "agent.log")
+        )
         assert agent.wait(timeout=120) == 0, (tmp_path / "agent.log").read_text()[-3000:]
         assert Journal(open_storage(job_dir)).done() is not None
         assert os.stat(steps_log).st_uid == trainer_uid  # the trainer ran as survivor-trainer
@@ -146,7 +161,8 @@ def user_uid(name: str) -> int:
 
 
 def test_a_broken_wheel_is_reported_and_after_three_fresh_disks_the_vm_leaves_its_group(
-        install_files, gcs_server, bucket, sandbox, tmp_path, compute_server):
+    install_files, gcs_server, bucket, sandbox, tmp_path, compute_server
+):
     from survivor.cloud.compute import Compute
 
     _, lock, pip_env = install_files
@@ -189,8 +205,12 @@ def test_an_unreachable_bucket_is_reported_where_it_can_be(install_files, gcs_se
     wheel, lock, pip_env = install_files
     job_dir = f"gs://{bucket}/runs/{uuid.uuid4().hex[:8]}"
     install = image.stage_install(job_dir, image.LocalInstall(wheel, lock))
-    metadata = MetadataServer(attributes=vm_attributes(spec_for(job_dir, "/dev/null"), install),
-                              name="rehearsal-c3d4", zone=ZONE, project=PROJECT).start()
+    metadata = MetadataServer(
+        attributes=vm_attributes(spec_for(job_dir, "/dev/null"), install),
+        name="rehearsal-c3d4",
+        zone=ZONE,
+        project=PROJECT,
+    ).start()
     root = sandbox()
     started = time.monotonic()
     try:
@@ -226,8 +246,12 @@ if [[ "$1 $2" == "-m venv" && ! -e {marker} ]]; then
 fi
 exec {real} "$@"
 """)
-    held = ('[[ "$*" == *"DPkg::Lock::Timeout="* ]] || { echo "E: Could not get lock /var/lib/dpkg/lock-frontend. '
-            'It is held by process 1234 (unattended-upgr)"; exit 100; }' if lock_held else "")
+    held = (
+        '[[ "$*" == *"DPkg::Lock::Timeout="* ]] || { echo "E: Could not get lock /var/lib/dpkg/lock-frontend. '
+        'It is held by process 1234 (unattended-upgr)"; exit 100; }'
+        if lock_held
+        else ""
+    )
     (shims / "apt-get").write_text(f"""#!/bin/bash
 echo "$*" >> {shims}/apt-get.calls
 {held}
@@ -241,13 +265,18 @@ exit 0
 
 
 @pytest.mark.parametrize("apt_works,lock_held", [(True, False), (False, False), (True, True)])
-def test_an_image_whose_python_has_no_ensurepip(apt_works, lock_held, install_files, gcs_server, bucket, sandbox,
-                                                tmp_path):
+def test_an_image_whose_python_has_no_ensurepip(
+    apt_works, lock_held, install_files, gcs_server, bucket, sandbox, tmp_path
+):
     wheel, lock, pip_env = install_files
     job_dir = f"gs://{bucket}/runs/{uuid.uuid4().hex[:8]}"
     install = image.stage_install(job_dir, image.LocalInstall(wheel, lock))
-    metadata = MetadataServer(attributes=vm_attributes(spec_for(job_dir, "/dev/null"), install),
-                              name="rehearsal-e5f6", zone=ZONE, project=PROJECT).start()
+    metadata = MetadataServer(
+        attributes=vm_attributes(spec_for(job_dir, "/dev/null"), install),
+        name="rehearsal-e5f6",
+        zone=ZONE,
+        project=PROJECT,
+    ).start()
     path = debian_image_without_venv(tmp_path / "shims", apt_works, lock_held)
     version = "%d.%d" % sys.version_info[:2]
     root = sandbox()
@@ -258,13 +287,18 @@ def test_an_image_whose_python_has_no_ensurepip(apt_works, lock_held, install_fi
     said = f"this image's python3 has no ensurepip (Debian/Ubuntu without python{version}-venv)"
     assert said in result.output, result.output
     # every apt-get waits for the dpkg lock that unattended-upgrades holds on a first boot
-    assert (tmp_path / "shims" / "apt-get.calls").read_text().startswith(
-        f"-o DPkg::Lock::Timeout=600 install -y -q python{version}-venv")
+    assert (
+        (tmp_path / "shims" / "apt-get.calls")
+        .read_text()
+        .startswith(f"-o DPkg::Lock::Timeout=600 install -y -q python{version}-venv")
+    )
     if apt_works:
         assert result.returncode == 0, result.output
         assert f"installed python{version}-venv; the venv is made" in result.output
         assert os.path.exists(root.at("/opt/survivor/venv/bin/survivor"))
     else:
         assert result.returncode == 1, result.output
-        assert (f"FAILED: python3 -m venv needs python{version}-venv, and apt-get could not install it: "
-                f"E: Unable to locate package python{version}-venv") in result.output
+        assert (
+            f"FAILED: python3 -m venv needs python{version}-venv, and apt-get could not install it: "
+            f"E: Unable to locate package python{version}-venv"
+        ) in result.output

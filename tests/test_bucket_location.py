@@ -25,8 +25,9 @@ def test_a_region_bucket_is_read_across_locations_from_every_other_region():
     assert locations.crossing_regions("US-WEST1", "region", ["us-west1"]) == ()
     level, line = locations.crossing_finding("ckpt", "job_dir", "US-WEST1", "region", ["us-west1", "us-central1"])
     assert level == "warning"
-    assert line.startswith("bucket ckpt (job_dir) is in US-WEST1 (region): a job in us-central1 reads and writes it "
-                           "across locations")
+    assert line.startswith(
+        "bucket ckpt (job_dir) is in US-WEST1 (region): a job in us-central1 reads and writes it across locations"
+    )
     assert "us-west1 and" in line and line.endswith("or accept the data transfer")
 
 
@@ -41,8 +42,12 @@ def test_a_dual_region_holds_its_two_regions_predefined_or_configured():
     assert locations.crossing_regions("NAM4", "dual-region", ["us-central1", "us-east1"]) == ()
     assert locations.crossing_finding("b", "job_dir", "NAM4", "dual-region", ["us-east1", "us-central1"])[0] == "ok"
     assert locations.crossing_regions("NAM4", "dual-region", ["us-central1", "us-west1"]) == ("us-west1",)
-    assert locations.crossing_regions("US", "dual-region", ["us-west1", "us-east4"],
-                                      data_locations=["US-WEST1", "US-EAST4"]) == ()
+    assert (
+        locations.crossing_regions(
+            "US", "dual-region", ["us-west1", "us-east4"], data_locations=["US-WEST1", "US-EAST4"]
+        )
+        == ()
+    )
 
 
 def test_the_fix_names_a_predefined_dual_region_when_one_holds_every_region():
@@ -95,8 +100,10 @@ def data_bucket(gcs_server):
 
 def _preflight(capsys, tmp_path, bucket, data_bucket, placement: str) -> list[str]:
     path = tmp_path / "job.yaml"
-    path.write_text(f"job_dir: gs://{bucket}/run\ndata_dir: gs://{data_bucket}/data\ntrain_steps: 1\n"
-                    f"trainer: {{builtin: dummy}}\n{placement}")
+    path.write_text(
+        f"job_dir: gs://{bucket}/run\ndata_dir: gs://{data_bucket}/data\ntrain_steps: 1\n"
+        f"trainer: {{builtin: dummy}}\n{placement}"
+    )
     code = cli.main(["preflight", "job", "--config", str(path), "--project", PROJECT, "--zone", "us-west1-b"])
     out = capsys.readouterr().out
     assert code == 0, out  # a location is a warning, never a stop
@@ -116,22 +123,26 @@ def test_fake_gcs_server_reports_one_location_for_every_bucket(bucket, bucket_ia
     assert (found.location, found.location_type) == ("US", "multi-region")
 
 
-def test_preflight_warns_of_the_regions_that_reach_a_bucket_across_locations(compute_server, bucket, data_bucket,
-                                                                            bucket_iam, capsys, tmp_path):
+def test_preflight_warns_of_the_regions_that_reach_a_bucket_across_locations(
+    compute_server, bucket, data_bucket, bucket_iam, capsys, tmp_path
+):
     bucket_iam.set_location(bucket, "US-WEST1", "region")
     bucket_iam.set_location(data_bucket, "NAM4", "dual-region")
-    lines = _preflight(capsys, tmp_path, bucket, data_bucket,
-                       "placement:\n  regions: [us-west1, us-central1]\n")
+    lines = _preflight(capsys, tmp_path, bucket, data_bucket, "placement:\n  regions: [us-west1, us-central1]\n")
     found = [line for line in lines if "(job_dir) is in" in line or "(data_dir) is in" in line]
-    assert found[0].startswith(f"warning: bucket {bucket} (job_dir) is in US-WEST1 (region): a job in us-central1 "
-                               "reads and writes it across locations")
-    assert found[1].startswith(f"warning: bucket {data_bucket} (data_dir) is in NAM4 (dual-region): a job in us-west1 "
-                               "reads and writes it")
+    assert found[0].startswith(
+        f"warning: bucket {bucket} (job_dir) is in US-WEST1 (region): a job in us-central1 "
+        "reads and writes it across locations"
+    )
+    assert found[1].startswith(
+        f"warning: bucket {data_bucket} (data_dir) is in NAM4 (dual-region): a job in us-west1 reads and writes it"
+    )
     assert len(found) == 2
 
 
 def test_preflight_finds_a_bucket_holding_every_region_fine_and_says_nothing_without_placement(
-        compute_server, bucket, data_bucket, bucket_iam, capsys, tmp_path):
+    compute_server, bucket, data_bucket, bucket_iam, capsys, tmp_path
+):
     bucket_iam.set_location(bucket, "US-CENTRAL1", "region")
     bucket_iam.set_location(data_bucket, "NAM4", "dual-region")
     lines = _preflight(capsys, tmp_path, bucket, data_bucket, "placement:\n  regions: [us-central1]\n")
@@ -145,8 +156,10 @@ def test_preflight_warns_of_a_multi_region_bucket(compute_server, bucket, data_b
     bucket_iam.set_location(bucket, "US", "multi-region")
     bucket_iam.set_location(data_bucket, "US", "multi-region")
     lines = _preflight(capsys, tmp_path, bucket, data_bucket, "placement:\n  regions: [us-west1, us-central1]\n")
-    assert (f"warning: bucket {bucket} (job_dir) is in US (multi-region): a job in us-west1, us-central1 reads and "
-            "writes it across locations (reads from a multi-region are charged from every region)") in "\n".join(lines)
+    assert (
+        f"warning: bucket {bucket} (job_dir) is in US (multi-region): a job in us-west1, us-central1 reads and "
+        "writes it across locations (reads from a multi-region are charged from every region)"
+    ) in "\n".join(lines)
 
 
 # -- report: the bytes a move's restore read across locations --------------------------------------
@@ -157,17 +170,22 @@ def test_each_move_is_matched_with_the_restore_after_it():
     from survivor.jobdir.moves import Move
     from survivor.operator.report import move_transfers, transfer_line
 
-    moves = [Move(time="2026-11-24T10:00:00+00:00", from_place="zones/us-west1-b", to_place="regions/us-central1"),
-             Move(time="2026-11-24T12:00:00+00:00", from_place="regions/us-central1", to_place="zones/us-west1-a")]
-    attempts = [Attempt(1, "vm-a", "2026-11-24T09:00:00+00:00", restored_from=""),
-                Attempt(2, "vm-b", "2026-11-24T10:05:00+00:00", restored_step=50, restored_from="snap-50"),
-                Attempt(3, "vm-c", "2026-11-24T12:07:00+00:00", restored_step=90, restored_from="snap-90")]
-    first, second = move_transfers(moves, attempts, {"snap-50": 3 * 2 ** 30}, ("us-central1",))
-    assert (first.region, first.restored, first.bytes, first.across) == ("us-central1", "snap-50", 3 * 2 ** 30, True)
+    moves = [
+        Move(time="2026-11-24T10:00:00+00:00", from_place="zones/us-west1-b", to_place="regions/us-central1"),
+        Move(time="2026-11-24T12:00:00+00:00", from_place="regions/us-central1", to_place="zones/us-west1-a"),
+    ]
+    attempts = [
+        Attempt(1, "vm-a", "2026-11-24T09:00:00+00:00", restored_from=""),
+        Attempt(2, "vm-b", "2026-11-24T10:05:00+00:00", restored_step=50, restored_from="snap-50"),
+        Attempt(3, "vm-c", "2026-11-24T12:07:00+00:00", restored_step=90, restored_from="snap-90"),
+    ]
+    first, second = move_transfers(moves, attempts, {"snap-50": 3 * 2**30}, ("us-central1",))
+    assert (first.region, first.restored, first.bytes, first.across) == ("us-central1", "snap-50", 3 * 2**30, True)
     assert (second.region, second.restored, second.bytes, second.across) == ("us-west1", "snap-90", None, False)
     assert transfer_line(first, "US-WEST1 (region)").startswith(
         "to us-central1: the restore read 3.00 GiB (3221225472 bytes) from the job dir's bucket (US-WEST1 (region)) "
-        "across locations: data transfer between locations, not priced here")
+        "across locations: data transfer between locations, not priced here"
+    )
     assert "size is not known" in transfer_line(second) and "within its location" in transfer_line(second)
     [unknown] = move_transfers(moves[:1], attempts, {"snap-50": 10}, None)
     assert transfer_line(unknown).endswith("whether across locations is not known")
@@ -190,19 +208,43 @@ def test_report_states_the_bytes_a_move_restored_across_locations(bucket, bucket
     local.mkdir()
     (local / "dummy-checkpoint-50.json").write_bytes(b"x" * 300_000)
     manifest = CheckpointStore(storage).commit(str(local), scan(str(local)), 1).manifest
-    for attempt in (Attempt(1, "vm-a", "2026-11-24T09:00:00+00:00", restored_from="", ended="2026-11-24T09:30:00+00:00",
-                            outcome="preempted", end_step=50),
-                    Attempt(2, "vm-b", "2026-11-24T10:05:00+00:00", restored_step=50, restored_from=manifest.name)):
+    for attempt in (
+        Attempt(
+            1,
+            "vm-a",
+            "2026-11-24T09:00:00+00:00",
+            restored_from="",
+            ended="2026-11-24T09:30:00+00:00",
+            outcome="preempted",
+            end_step=50,
+        ),
+        Attempt(2, "vm-b", "2026-11-24T10:05:00+00:00", restored_step=50, restored_from=manifest.name),
+    ):
         storage.write(attempt.name, _dump(asdict(attempt)))
-    record_move(storage, Move(time="2026-11-24T10:00:00+00:00", from_place="zones/us-west1-b",
-                              to_place="regions/us-central1", reason="stockout", by="watch"))
+    record_move(
+        storage,
+        Move(
+            time="2026-11-24T10:00:00+00:00",
+            from_place="zones/us-west1-b",
+            to_place="regions/us-central1",
+            reason="stockout",
+            by="watch",
+        ),
+    )
     assert cli.main(["report", "--job-dir", job_dir, "--out", str(tmp_path / "out"), "--offline"]) == 0
     md = (tmp_path / "out" / "report.md").read_text()
-    assert (f"- to us-central1: the restore read 0.00 GiB ({manifest.size} bytes) from the job dir's bucket "
-            "(US-WEST1 (region)) across locations: data transfer between locations, not priced here") in md
+    assert (
+        f"- to us-central1: the restore read 0.00 GiB ({manifest.size} bytes) from the job dir's bucket "
+        "(US-WEST1 (region)) across locations: data transfer between locations, not priced here"
+    ) in md
     assert manifest.size >= 300_000
     capsys.readouterr()
     assert cli.main(["report", "--job-dir", job_dir, "--out", str(tmp_path / "o2"), "--offline", "--json"]) == 0
     [transfer] = json.loads(capsys.readouterr().out)["transfers"]
-    assert transfer == {"time": "2026-11-24T10:00:00+00:00", "region": "us-central1", "restored": manifest.name,
-                        "bytes": manifest.size, "across": True}
+    assert transfer == {
+        "time": "2026-11-24T10:00:00+00:00",
+        "region": "us-central1",
+        "restored": manifest.name,
+        "bytes": manifest.size,
+        "across": True,
+    }

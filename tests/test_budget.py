@@ -32,6 +32,7 @@ PROJECT, ZONE = "survivor-local", "us-west1-b"
 
 # -- the pure parts ---------------------------------------------------------------------------------
 
+
 def test_the_budget_raised_wins_over_the_specs():
     assert spending.budget_usd(250.0, None) == 250.0
     assert spending.budget_usd(250.0, {"usd": 400}) == 400.0
@@ -59,6 +60,7 @@ def test_a_record_that_does_not_parse_is_no_stop(tmp_path):
 
 # -- a job in a group ---------------------------------------------------------------------------------
 
+
 class Group:
     """The fake's group as Compute Engine runs it: each VM it creates boots a LocalInstance; a VM it
     deletes is soft-offed (SIGTERM), then killed 30 s later."""
@@ -82,9 +84,14 @@ class Group:
             vm = self.pending.pop(0)
             attributes = {i["key"]: i["value"] for i in vm["metadata"]["items"]}
             local = self.vms.get(vm["name"]) or LocalInstance(
-                attributes, str(self.root / vm["name"]), name=vm["name"], zone=ZONE, project=PROJECT,
-                python=sys.executable, env={"SURVIVOR_COMPUTE_ENDPOINT": self.server.endpoint,
-                                            "SURVIVOR_BUDGET_CHECK_SECONDS": "0.3"})
+                attributes,
+                str(self.root / vm["name"]),
+                name=vm["name"],
+                zone=ZONE,
+                project=PROJECT,
+                python=sys.executable,
+                env={"SURVIVOR_COMPUTE_ENDPOINT": self.server.endpoint, "SURVIVOR_BUDGET_CHECK_SECONDS": "0.3"},
+            )
             self.vms[vm["name"]] = local
             local.boot(wipe=True)
 
@@ -99,8 +106,10 @@ class Group:
             if self.size() == 0 and not self.pending and not any(v.running() for v in self.vms.values()):
                 return
             time.sleep(0.05)
-        raise AssertionError(f"the group still had size {self.size()} after {timeout} s: "
-                             + "".join(open(v.log_path()).read()[-2000:] for v in self.vms.values()))
+        raise AssertionError(
+            f"the group still had size {self.size()} after {timeout} s: "
+            + "".join(open(v.log_path()).read()[-2000:] for v in self.vms.values())
+        )
 
     def close(self) -> None:
         for local in self.vms.values():
@@ -109,19 +118,28 @@ class Group:
 
 @pytest.mark.slow
 def test_a_job_past_its_budget_stops_committed_and_resumes_with_start_after_the_budget_is_raised(
-        compute_server, tmp_path, monkeypatch, capsys):
+    compute_server, tmp_path, monkeypatch, capsys
+):
     from survivor.cloud.compute import Compute
     from survivor.cloud.template import MachineOptions, template_body
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no cached catalog: the offline table's prices
-    base = JobSpec.from_yaml(dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=400,
-                                        compute={"machine_type": "a2-highgpu-1g"}))
+    base = JobSpec.from_yaml(
+        dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=400, compute={"machine_type": "a2-highgpu-1g"})
+    )
     prices = prices_for(base)
     assert prices is not None and prices.spot is not None
     per_second = prices.spot / 3600
     usd = round(per_second * 8, 6)  # 8 s of the VM: the job is stopped well before its 400 steps (12 s)
-    spec_yaml = dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=400, checkpoint_steps=20, on_finish="auto",
-                           compute={"machine_type": "a2-highgpu-1g"}, budget={"usd": usd})
+    spec_yaml = dummy_spec(
+        str(tmp_path / "jobdir"),
+        tmp_path,
+        train_steps=400,
+        checkpoint_steps=20,
+        on_finish="auto",
+        compute={"machine_type": "a2-highgpu-1g"},
+        budget={"usd": usd},
+    )
     spec = JobSpec.from_yaml(spec_yaml)
     compute = Compute(PROJECT, endpoint=compute_server.endpoint)
     compute.insert_template(template_body("job", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
@@ -176,8 +194,9 @@ def test_the_watch_stops_a_job_past_its_budget_that_has_no_vm(compute_server, tm
     from survivor.jobdir.journal import Journal as J
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    spec = JobSpec.from_yaml(dummy_spec(str(tmp_path / "jobdir"), tmp_path, compute={"machine_type": "a2-highgpu-1g"},
-                                        budget={"usd": 0.01}))
+    spec = JobSpec.from_yaml(
+        dummy_spec(str(tmp_path / "jobdir"), tmp_path, compute={"machine_type": "a2-highgpu-1g"}, budget={"usd": 0.01})
+    )
     compute = Compute(PROJECT, endpoint=compute_server.endpoint)
     compute.insert_template(template_body("job", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
     compute.create_group("job", "job", zone=ZONE, size=1)
@@ -187,8 +206,7 @@ def test_the_watch_stops_a_job_past_its_budget_that_has_no_vm(compute_server, tm
     attempt = journal.begin("job-vm", booted=hour_ago, zone=ZONE)
     journal.end(attempt, "preempted", end_step=20, reached_step=20, steps_lost=0, notice="preempted")
     said: list[str] = []
-    found = budgets.look(compute, GroupRef(PROJECT, "job", zone=ZONE), spec, storage, running=False,
-                         say=said.append)
+    found = budgets.look(compute, GroupRef(PROJECT, "job", zone=ZONE), spec, storage, running=False, say=said.append)
     assert found is not None and found.resized and (found.stopped or {})["by"] == "watch"
     assert int((compute.get_group(GroupRef(PROJECT, "job", zone=ZONE)) or {})["targetSize"]) == 0
     assert "stopped at its budget" in said[0] and "resized to 0" in said[0]

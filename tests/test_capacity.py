@@ -95,8 +95,16 @@ def test_the_rows_name_every_policy_with_the_published_keys(east_out_at_2h, tmp_
     results = capacity.run(east_out_at_2h, every=24.0, jobs=((4.0, 8.0),), restart=0.2)
     rows = capacity.rows(results)
     assert [r["policy"] for r in rows] == list(capacity.POLICIES) and rows[0]["policy"] == "survivor"
-    assert set(rows[0]) == {"policy", "jobs", "deadlines_met", "vm_fraction", "goodput", "mean_cost", "worst_cost",
-                            "moves_per_job"}
+    assert set(rows[0]) == {
+        "policy",
+        "jobs",
+        "deadlines_met",
+        "vm_fraction",
+        "goodput",
+        "mean_cost",
+        "worst_cost",
+        "moves_per_job",
+    }
     on_demand = rows[-1]
     assert (on_demand["jobs"], on_demand["mean_cost"], on_demand["worst_cost"]) == (2, 1.0, 1.0)  # a start per region
     assert on_demand["vm_fraction"] == pytest.approx(4 / 4.2, abs=0.01)
@@ -128,8 +136,12 @@ def test_after_a_preemption_eager_leaves_the_region_and_the_others_stay_in_its_o
     for rule in ("eager", "failover", "move", "anywhere"):
         where, run = replay(zones, rule, traces.always(traces.SPOT))
         landed[rule] = (where.zone, where.moves, run.preemptions)
-    assert landed == {"eager": ("west-1a", 1, 1), "failover": ("east-1b", 0, 1), "move": ("east-1b", 0, 1),
-                      "anywhere": ("east-1b", 0, 1)}
+    assert landed == {
+        "eager": ("west-1a", 1, 1),
+        "failover": ("east-1b", 0, 1),
+        "move": ("east-1b", 0, 1),
+        "anywhere": ("east-1b", 0, 1),
+    }
 
 
 def test_survivors_move_follows_its_built_rule_without_an_oracle(tmp_path):
@@ -252,8 +264,7 @@ def test_four_machine_shapes_of_one_region_are_four_places_of_one_job(tmp_path):
     for shape, points in (("k80_1", [1] * 200), ("v100_8", [0] * 200)):
         folder = tmp_path / f"aws-10-26-2022-{shape}"
         folder.mkdir()
-        (folder / f"us-west-2a_{shape}.json").write_text(json.dumps({"metadata": {"gap_seconds": GAP},
-                                                                     "data": points}))
+        (folder / f"us-west-2a_{shape}.json").write_text(json.dumps({"metadata": {"gap_seconds": GAP}, "data": points}))
     zones = capacity.load_shapes([str(tmp_path / "aws-10-26-2022-k80_1"), str(tmp_path / "aws-10-26-2022-v100_8")])
     assert zones.regions == ["k80_1:us-west-2", "v100_8:us-west-2"]
     # a job whose own shape (v100_8) never has capacity moves to the other shape at its first look

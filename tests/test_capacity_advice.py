@@ -16,30 +16,36 @@ PROJECT = "survivor-local"
 
 
 def write_trace(folder, zone: str, gap_seconds: float, points: list) -> None:
-    (folder / f"{zone}_v100_1.json").write_text(json.dumps({"metadata": {"gap_seconds": gap_seconds},
-                                                            "data": points}))
+    (folder / f"{zone}_v100_1.json").write_text(json.dumps({"metadata": {"gap_seconds": gap_seconds}, "data": points}))
 
 
 def _client(server) -> compute_v1.AdviceClient:
-    return compute_v1.AdviceClient(credentials=AnonymousCredentials(),
-                                   client_options={"api_endpoint": server.endpoint}, transport="rest")
+    return compute_v1.AdviceClient(
+        credentials=AnonymousCredentials(), client_options={"api_endpoint": server.endpoint}, transport="rest"
+    )
 
 
-def _capacity(client, region: str, zones=(), machine="n1-standard-8", gpu=("nvidia-tesla-v100", 1), size=1,
-              model="SPOT"):
+def _capacity(
+    client, region: str, zones=(), machine="n1-standard-8", gpu=("nvidia-tesla-v100", 1), size=1, model="SPOT"
+):
     selection = {"machineTypes": [machine]}
     if gpu:
         selection["guestAccelerators"] = [{"acceleratorType": gpu[0], "acceleratorCount": gpu[1]}]
-    body = {"instanceProperties": {"scheduling": {"provisioningModel": model}}, "size": size,
-            "instanceFlexibilityPolicy": {"instanceSelections": {"job": selection}},
-            "distributionPolicy": {"targetShape": "ANY_SINGLE_ZONE", "zones": [{"zone": f"zones/{z}"} for z in zones]}}
+    body = {
+        "instanceProperties": {"scheduling": {"provisioningModel": model}},
+        "size": size,
+        "instanceFlexibilityPolicy": {"instanceSelections": {"job": selection}},
+        "distributionPolicy": {"targetShape": "ANY_SINGLE_ZONE", "zones": [{"zone": f"zones/{z}"} for z in zones]},
+    }
     request = compute_v1.CapacityAdviceRequest.from_json(json.dumps(body))
     return client.capacity(project=PROJECT, region=region, capacity_advice_request_resource=request)
 
 
 def _history(client, region: str, machine="g2-standard-8", location=None, model="SPOT", gpu=None):
-    body: dict = {"instanceProperties": {"machineType": machine, "scheduling": {"provisioningModel": model}},
-            "types": ["PREEMPTION", "PRICE"]}
+    body: dict = {
+        "instanceProperties": {"machineType": machine, "scheduling": {"provisioningModel": model}},
+        "types": ["PREEMPTION", "PRICE"],
+    }
     if gpu:
         body["instanceProperties"]["guestAccelerators"] = [{"acceleratorType": gpu, "acceleratorCount": 1}]
     if location:
@@ -49,6 +55,7 @@ def _history(client, region: str, machine="g2-standard-8", location=None, model=
 
 
 # -- the figures from a trace's past --------------------------------------------------------------
+
 
 def test_scores_see_the_past_and_present_never_the_future(tmp_path):
     # 10-minute points: capacity for an hour, out for 30 minutes, back for good
@@ -83,6 +90,7 @@ def test_preemption_history_counts_the_capacity_losses_of_each_past_day(tmp_path
 
 # -- through the real client -------------------------------------------------------------------------
 
+
 def test_the_real_advice_client_reads_scores_that_follow_the_trace(compute_server, tmp_path):
     write_trace(tmp_path, "us-west1-b", 600, [1] * 6 + [0] * 6 + [1] * 6)
     write_trace(tmp_path, "us-west1-a", 600, [0] * 18)
@@ -116,15 +124,21 @@ def test_history_for_a_zone_and_a_region_with_the_spot_list_price(compute_server
     assert price.list_price.currency_code == "USD" and price.list_price.units == 0 and price.list_price.nanos > 0
 
 
-@pytest.mark.parametrize("call, words", [
-    (lambda c: _history(c, "us-west1", model="STANDARD"), "must be set to SPOT"),
-    (lambda c: _history(c, "us-west1", machine="n1-standard-8", gpu="nvidia-tesla-t4"), "N1 machine types with GPUs"),
-    (lambda c: _history(c, "us-west1", machine="custom-8-32768"), "custom machine types"),
-    (lambda c: _history(c, "us-west1", location="zones/us-central1-a"), "is not in region us-west1"),
-    (lambda c: _capacity(c, "us-west1", machine="ct5lp-hightpu-4t", gpu=None), "TPUs"),
-    (lambda c: _capacity(c, "us-west1", zones=("us-central1-a",)), "is not in region us-west1"),
-    (lambda c: _capacity(c, "us-west1", size=0), "resource.size"),
-])
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        (lambda c: _history(c, "us-west1", model="STANDARD"), "must be set to SPOT"),
+        (
+            lambda c: _history(c, "us-west1", machine="n1-standard-8", gpu="nvidia-tesla-t4"),
+            "N1 machine types with GPUs",
+        ),
+        (lambda c: _history(c, "us-west1", machine="custom-8-32768"), "custom machine types"),
+        (lambda c: _history(c, "us-west1", location="zones/us-central1-a"), "is not in region us-west1"),
+        (lambda c: _capacity(c, "us-west1", machine="ct5lp-hightpu-4t", gpu=None), "TPUs"),
+        (lambda c: _capacity(c, "us-west1", zones=("us-central1-a",)), "is not in region us-west1"),
+        (lambda c: _capacity(c, "us-west1", size=0), "resource.size"),
+    ],
+)
 def test_the_fake_refuses_what_the_api_refuses(compute_server, call, words):
     with pytest.raises(gexc.BadRequest, match=words):
         call(_client(compute_server))
@@ -147,13 +161,23 @@ def test_preflight_reads_the_capacity_data_and_only_warns_when_it_cannot(compute
     from survivor.cloud.compute import Compute
     from survivor.operator.preflight import Target, capacity_data_findings
 
-    target = Target("n1-standard-8", "nvidia-tesla-v100", 1, spot=True, image_project=None, image_family=None,
-                    service_account="default", job_dir=None, moves=True)
+    target = Target(
+        "n1-standard-8",
+        "nvidia-tesla-v100",
+        1,
+        spot=True,
+        image_project=None,
+        image_family=None,
+        service_account="default",
+        job_dir=None,
+        moves=True,
+    )
     compute = Compute(PROJECT, endpoint=compute_server.endpoint)
     found = capacity_data_findings(compute, target, ["us-west1", "us-central1"])
     assert [(f.level, f.message) for f in found] == [
         ("ok", "capacity data in us-west1: Spot obtainability 1.00, estimated uptime 60 min"),
-        ("ok", "capacity data in us-central1: Spot obtainability 1.00, estimated uptime 60 min")]
+        ("ok", "capacity data in us-central1: Spot obtainability 1.00, estimated uptime 60 min"),
+    ]
     account = "serviceAccount:runner@p.iam.gserviceaccount.com"
     compute_server.caller = account
     compute_server.set_project_policy(PROJECT, [{"role": "roles/compute.instanceAdmin.v1", "members": [account]}])

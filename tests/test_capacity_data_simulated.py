@@ -18,11 +18,19 @@ def _trace(folder, zone: str, points: list) -> None:
 
 
 def _spec(job_dir: str, steps: int) -> str:
-    return yaml.safe_dump({
-        "job_dir": job_dir, "train_steps": steps, "checkpoint_steps": 10, "grace_seconds": 5, "sync_seconds": 0.3,
-        "trainer": {"argv": [PYTHON, "-m", "survivor.trainers.dummy", "--on-sigterm", "save", "--step-seconds",
-                             "0.03"]},
-        "placement": {"regions": ["us-west1", "us-central1"], "move_after_minutes": 1}})
+    return yaml.safe_dump(
+        {
+            "job_dir": job_dir,
+            "train_steps": steps,
+            "checkpoint_steps": 10,
+            "grace_seconds": 5,
+            "sync_seconds": 0.3,
+            "trainer": {
+                "argv": [PYTHON, "-m", "survivor.trainers.dummy", "--on-sigterm", "save", "--step-seconds", "0.03"]
+            },
+            "placement": {"regions": ["us-west1", "us-central1"], "move_after_minutes": 1},
+        }
+    )
 
 
 @pytest.mark.slow
@@ -35,8 +43,16 @@ def test_a_job_in_a_region_that_flaps_every_half_hour_moves_once_to_the_steady_o
     for zone in ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"):
         _trace(traces, zone, [1] * 240)
     job_dir = str(tmp_path / "job")
-    sim = Simulator(_spec(job_dir, 400), str(tmp_path / "sim"), preempt_every=1e9, recreate_delay=0.2,
-                    speed=600.0, capacity=load(str(traces)), outages_from_first_commit=True, watch_every=0.3)
+    sim = Simulator(
+        _spec(job_dir, 400),
+        str(tmp_path / "sim"),
+        preempt_every=1e9,
+        recreate_delay=0.2,
+        speed=600.0,
+        capacity=load(str(traces)),
+        outages_from_first_commit=True,
+        watch_every=0.3,
+    )
     result = sim.run(timeout=300)
     table = result.table()
     assert result.done is not None and result.done["step"] == 400, table
@@ -55,8 +71,16 @@ def test_when_the_data_says_no_region_has_capacity_the_job_does_not_move(tmp_pat
     for zone in ("us-west1-a", "us-west1-b", "us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"):
         _trace(traces, zone, out_then_back)
     job_dir = str(tmp_path / "job")
-    sim = Simulator(_spec(job_dir, 300), str(tmp_path / "sim"), preempt_every=1e9, recreate_delay=0.2,
-                    speed=600.0, capacity=load(str(traces)), outages_from_first_commit=True, watch_every=0.3)
+    sim = Simulator(
+        _spec(job_dir, 300),
+        str(tmp_path / "sim"),
+        preempt_every=1e9,
+        recreate_delay=0.2,
+        speed=600.0,
+        capacity=load(str(traces)),
+        outages_from_first_commit=True,
+        watch_every=0.3,
+    )
     result = sim.run(timeout=300)
     table = result.table()
     assert result.done is not None and result.done["step"] == 300, table

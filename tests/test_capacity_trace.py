@@ -16,16 +16,21 @@ PROJECT = "survivor-local"
 
 def write_trace(folder, zone: str, gap_seconds: float, points: list) -> None:
     """One zone's trace as github.com/skypilot-org/spot-traces publishes it."""
-    (folder / f"{zone}_v100_1.json").write_text(json.dumps({"metadata": {"gap_seconds": gap_seconds},
-                                                            "data": points}))
+    (folder / f"{zone}_v100_1.json").write_text(json.dumps({"metadata": {"gap_seconds": gap_seconds}, "data": points}))
 
 
-@pytest.mark.parametrize("hours, zone, out", [
-    (0.0, "us-west1-b", False), (0.17, "us-west1-b", True), (0.5, "us-west1-b", True),
-    (0.67, "us-west1-b", False),  # the outage's last point ended at 40 min
-    (9.0, "us-west1-b", False),  # past the trace: nothing recorded, no outage
-    (0.5, "us-west1-a", False), (0.5, "asia-south9-a", False),  # capacity all along; a zone not traced
-])
+@pytest.mark.parametrize(
+    "hours, zone, out",
+    [
+        (0.0, "us-west1-b", False),
+        (0.17, "us-west1-b", True),
+        (0.5, "us-west1-b", True),
+        (0.67, "us-west1-b", False),  # the outage's last point ended at 40 min
+        (9.0, "us-west1-b", False),  # past the trace: nothing recorded, no outage
+        (0.5, "us-west1-a", False),
+        (0.5, "asia-south9-a", False),  # capacity all along; a zone not traced
+    ],
+)
 def test_a_traced_zone_is_out_exactly_at_its_points_without_capacity(tmp_path, hours, zone, out):
     write_trace(tmp_path, "us-west1-b", 600, [1, 0, 0, 0, 1])
     write_trace(tmp_path, "us-west1-a", 600, [1, 1, 1, 1, 1])
@@ -48,8 +53,9 @@ def test_the_fake_refuses_spot_vms_in_a_zone_during_its_traced_outage_and_takes_
     compute = Compute(PROJECT)
     spec = JobSpec.from_yaml("job_dir: /tmp/x\ntrain_steps: 1\ntrainer: {builtin: dummy}\n")
     compute.insert_template(template_body("spot", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
-    compute.insert_template(template_body("standard", spec, MachineOptions.from_spec(spec, spot=False),
-                                          script="#!/bin/bash\n"))
+    compute.insert_template(
+        template_body("standard", spec, MachineOptions.from_spec(spec, spot=False), script="#!/bin/bash\n")
+    )
     assert [vm["status"] for vm in _group(compute, "before", "spot", "us-west1-b")] == ["RUNNING"]
 
     now[0] = 115.0  # trace minute 15: us-west1-b is out
@@ -70,8 +76,9 @@ def test_the_fake_refuses_spot_vms_in_a_zone_during_its_traced_outage_and_takes_
     now[0] = 135.0  # minute 35: still out, and the group keeps trying at each look
     assert compute.managed_instances(GroupRef(PROJECT, "during", zone="us-west1-b"))[0]["status"] != "RUNNING"
     now[0] = 141.0  # minute 41: capacity again; the group's next look creates its VM
-    assert [vm["status"] for vm in compute.managed_instances(GroupRef(PROJECT, "during", zone="us-west1-b"))] == \
-        ["RUNNING"]
+    assert [vm["status"] for vm in compute.managed_instances(GroupRef(PROJECT, "during", zone="us-west1-b"))] == [
+        "RUNNING"
+    ]
 
 
 def test_a_published_traces_aws_zones_map_to_the_fakes(compute_server):
@@ -96,13 +103,27 @@ def test_a_simulated_job_is_preempted_and_waits_while_its_zone_has_no_capacity_i
     traces.mkdir()
     write_trace(traces, "us-west1-b", 60, [1] * 4 + [0] * 10 + [1])
     job_dir = str(tmp_path / "job")
-    spec = yaml.safe_dump({
-        "job_dir": job_dir, "train_steps": 300, "checkpoint_steps": 10, "grace_seconds": 5, "sync_seconds": 0.3,
-        "trainer": {"argv": [PYTHON, "-m", "survivor.trainers.dummy", "--on-sigterm", "save", "--step-seconds",
-                             "0.03"]},
-    })
-    sim = Simulator(spec, str(tmp_path / "sim"), preempt_every=1e9, recreate_delay=0.2, speed=60.0,
-                    capacity=load(str(traces)), outages_from_first_commit=True)
+    spec = yaml.safe_dump(
+        {
+            "job_dir": job_dir,
+            "train_steps": 300,
+            "checkpoint_steps": 10,
+            "grace_seconds": 5,
+            "sync_seconds": 0.3,
+            "trainer": {
+                "argv": [PYTHON, "-m", "survivor.trainers.dummy", "--on-sigterm", "save", "--step-seconds", "0.03"]
+            },
+        }
+    )
+    sim = Simulator(
+        spec,
+        str(tmp_path / "sim"),
+        preempt_every=1e9,
+        recreate_delay=0.2,
+        speed=60.0,
+        capacity=load(str(traces)),
+        outages_from_first_commit=True,
+    )
     result = sim.run(timeout=240)
     table = result.table()
     assert result.done is not None and result.done["step"] == 300, table
@@ -136,14 +157,44 @@ def test_emulate_compute_follows_capacity_traces_from_the_command_line(tmp_path,
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    bad = subprocess.run([PYTHON, "-m", "survivor", "emulate", "compute", "--port", str(port), "--capacity-traces",
-                          str(tmp_path), "--trace-zone", "us-east-1b=us-west1-b"], capture_output=True, text=True,
-                         timeout=60)
+    bad = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "survivor",
+            "emulate",
+            "compute",
+            "--port",
+            str(port),
+            "--capacity-traces",
+            str(tmp_path),
+            "--trace-zone",
+            "us-east-1b=us-west1-b",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode != 0 and "the traces have no zone us-east-1b" in bad.stderr, bad.stderr
     assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
-    server = subprocess.Popen([PYTHON, "-m", "survivor", "emulate", "compute", "--port", str(port),
-                               "--capacity-traces", str(tmp_path), "--trace-zone", "us-east-1a=us-west1-b"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [
+            PYTHON,
+            "-m",
+            "survivor",
+            "emulate",
+            "compute",
+            "--port",
+            str(port),
+            "--capacity-traces",
+            str(tmp_path),
+            "--trace-zone",
+            "us-east-1a=us-west1-b",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = server.stdout.readline()
         assert "Compute fake on" in line, line + server.stderr.read()

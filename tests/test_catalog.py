@@ -34,8 +34,9 @@ def test_the_real_client_pages_through_the_stand_ins_compute_engine_skus(stand_i
 
 
 def test_a_machine_is_priced_from_its_vcpu_ram_gpu_and_disk_skus(stand_in):
-    prices = hourly_prices(Machine("n1-standard-8", "nvidia-tesla-t4", 1, disk_gb=100, disk_type="pd-balanced"),
-                           "us-central1", today=DAY)
+    prices = hourly_prices(
+        Machine("n1-standard-8", "nvidia-tesla-t4", 1, disk_gb=100, disk_type="pd-balanced"), "us-central1", today=DAY
+    )
     disk = 0.10 * 100 / 730
     assert prices.on_demand == pytest.approx(8 * 0.031611 + 30 * 0.004237 + 0.35 + disk, abs=1e-6)
     assert prices.spot == pytest.approx(8 * 0.00698 + 30 * 0.000936 + 0.14 + disk, abs=1e-6)
@@ -67,8 +68,9 @@ def test_without_the_catalog_the_offline_table_is_used_and_said(monkeypatch, tmp
 
 
 def test_prices_given_on_the_command_line_replace_the_catalogs(stand_in):
-    both = hourly_prices(Machine("n1-standard-8", None, 0), "us-central1", today=DAY, spot_price=0.1,
-                         on_demand_price=0.5)
+    both = hourly_prices(
+        Machine("n1-standard-8", None, 0), "us-central1", today=DAY, spot_price=0.1, on_demand_price=0.5
+    )
     assert (both.on_demand, both.spot) == (0.5, 0.1) and stand_in.requests == []
     one = hourly_prices(Machine("n1-standard-8", None, 0), "us-central1", today=DAY, spot_price=0.1)
     assert one.spot == 0.1 and one.on_demand == pytest.approx(8 * 0.031611 + 30 * 0.004237)
@@ -93,16 +95,28 @@ def test_the_dws_defined_duration_gpu_sku_is_never_taken_for_the_on_demand_price
     def sku(description, group, usage, unit, usd):
         return Sku(description, "Compute", group, usage, ("us-central1",), unit, usd)
 
-    skus = [sku("Nvidia Tesla A100 GPU attached to DWS Defined Duration VMs running in Americas", "GPU", "OnDemand",
-                "h", 1.38),
-            sku("DWS Defined Duration A2 Core running in Americas", "CPU", "OnDemand", "h", 0.015),
-            sku("Nvidia Tesla A100 GPU running in Americas", "GPU", "OnDemand", "h", 2.93),
-            sku("Nvidia Tesla A100 GPU attached to Spot Preemptible VMs running in Americas", "GPU", "Preemptible",
-                "h", 1.17),
-            sku("A2 Instance Core running in Americas", "CPU", "OnDemand", "h", 0.031611),
-            sku("A2 Instance Ram running in Americas", "RAM", "OnDemand", "GiBy.h", 0.004237),
-            sku("Spot Preemptible A2 Instance Core running in Americas", "CPU", "Preemptible", "h", 0.0095),
-            sku("Spot Preemptible A2 Instance Ram running in Americas", "RAM", "Preemptible", "GiBy.h", 0.0013)]
+    skus = [
+        sku(
+            "Nvidia Tesla A100 GPU attached to DWS Defined Duration VMs running in Americas",
+            "GPU",
+            "OnDemand",
+            "h",
+            1.38,
+        ),
+        sku("DWS Defined Duration A2 Core running in Americas", "CPU", "OnDemand", "h", 0.015),
+        sku("Nvidia Tesla A100 GPU running in Americas", "GPU", "OnDemand", "h", 2.93),
+        sku(
+            "Nvidia Tesla A100 GPU attached to Spot Preemptible VMs running in Americas",
+            "GPU",
+            "Preemptible",
+            "h",
+            1.17,
+        ),
+        sku("A2 Instance Core running in Americas", "CPU", "OnDemand", "h", 0.031611),
+        sku("A2 Instance Ram running in Americas", "RAM", "OnDemand", "GiBy.h", 0.004237),
+        sku("Spot Preemptible A2 Instance Core running in Americas", "CPU", "Preemptible", "h", 0.0095),
+        sku("Spot Preemptible A2 Instance Ram running in Americas", "RAM", "Preemptible", "GiBy.h", 0.0013),
+    ]
     on_demand, spot = catalog_hourly(skus, "us-central1", Machine("a2-highgpu-1g", None, 0))
     assert on_demand == pytest.approx(12 * 0.031611 + 85 * 0.004237 + 2.93, abs=1e-6)
     assert spot == pytest.approx(12 * 0.0095 + 85 * 0.0013 + 1.17, abs=1e-6)

@@ -9,12 +9,33 @@ import random
 
 import pytest
 
-from harness.chaos import DAMAGES, TRAIN_STEPS, _placeholder, agent_traceback, damaged_manifest, judge_restore, run_chaos
+from harness.chaos import (
+    DAMAGES,
+    TRAIN_STEPS,
+    _placeholder,
+    agent_traceback,
+    damaged_manifest,
+    judge_restore,
+    run_chaos,
+)
 from survivor.jobdir.store import CheckpointStore, ChunkEntry, FileEntry, Manifest, ManifestError, _order
 
-GOOD = Manifest(step=120, attempt=4, seq=2, created="t", writer="w", parent="",
-                files=(FileEntry("dummy-checkpoint-120.json", 30, "AAAAAA==",
-                                 (ChunkEntry(0, 30, "AAAAAA==", "survivor/blobs/chunks/" + "1" * 64),)),))
+GOOD = Manifest(
+    step=120,
+    attempt=4,
+    seq=2,
+    created="t",
+    writer="w",
+    parent="",
+    files=(
+        FileEntry(
+            "dummy-checkpoint-120.json",
+            30,
+            "AAAAAA==",
+            (ChunkEntry(0, 30, "AAAAAA==", "survivor/blobs/chunks/" + "1" * 64),),
+        ),
+    ),
+)
 
 
 @pytest.mark.usefixtures("gc_off")  # parses 100,000-deep JSON in this process
@@ -22,8 +43,7 @@ GOOD = Manifest(step=120, attempt=4, seq=2, created="t", writer="w", parent="",
 @pytest.mark.parametrize("good", [GOOD, None], ids=["after a commit", "before any commit"])
 def test_each_damaged_manifest_sorts_newest_and_is_refused_for_its_own_damage(kind, good):
     store = CheckpointStore(storage=None, max_step=TRAIN_STEPS)  # the agent's: bounded by train_steps
-    name, body = damaged_manifest(kind, good.to_json() if good else None, good.step if good else 0,
-                                  random.Random(kind))
+    name, body = damaged_manifest(kind, good.to_json() if good else None, good.step if good else 0, random.Random(kind))
     assert _order(name) > _order(GOOD.name if good else "survivor/snapshots/000000000000-000000-0000.json")
     with pytest.raises(ManifestError) as refused:
         store.parse(name, body)
@@ -62,8 +82,9 @@ def test_a_restore_judged_a_loss_says_what_it_saw(tmp_path):
     storage = open_storage(job_dir)
     good = CheckpointStore(storage).commit(str(local), scan(str(local)), attempt=1).manifest
     storage.write(good.name, good.to_json().replace(b'"format": 2', b'"format": 1'))
-    rounds = _Rounds(vm=None, job_dir=job_dir, rng=random.Random(1), seed=1, result=None, root=str(tmp_path),
-                     proxy=None)
+    rounds = _Rounds(
+        vm=None, job_dir=job_dir, rng=random.Random(1), seed=1, result=None, root=str(tmp_path), proxy=None
+    )
     said = rounds.why_not_restored()
     assert f"listed ['{good.name}']" in said and f"{good.name}: ignoring a manifest" in said, said
     assert "format 1" in said and said.endswith("restored again: None"), said
@@ -71,8 +92,13 @@ def test_a_restore_judged_a_loss_says_what_it_saw(tmp_path):
 
 def test_only_the_agents_own_traceback_counts():
     trainer = json.dumps({"severity": "INFO", "message": "Traceback (most recent call last):", "source": "trainer"})
-    agent = json.dumps({"severity": "ERROR", "message": "the boot failed unexpectedly",
-                        "exception": "Traceback (most recent call last):\n  ..."})
+    agent = json.dumps(
+        {
+            "severity": "ERROR",
+            "message": "the boot failed unexpectedly",
+            "exception": "Traceback (most recent call last):\n  ...",
+        }
+    )
     assert not agent_traceback(trainer + "\n" + json.dumps({"message": "committed"}))
     assert agent_traceback(trainer + "\n" + agent)
     assert agent_traceback("Traceback (most recent call last):\n  File ...\nOverflowError")  # before logging
@@ -80,11 +106,30 @@ def test_only_the_agents_own_traceback_counts():
 
 @pytest.mark.slow
 def test_damaged_manifests_full_disks_and_a_slow_metadata_server_lose_nothing_and_hang_nothing(tmp_path):
-    result = run_chaos(kills=2, fault_rate=0.05, seed=random.randrange(1 << 20), root=str(tmp_path / "chaos"),
-                       manifests=6, full_disks=2, slow_metadata=3, overlapped=3, damaged_chunks=2,
-                       contract_breakers=2, state_disks=2, pid_namespaces=1, save_orders=3, cuts=4)
-    print(json.dumps({name: {"inputs": t.inputs, "faults": dict(t.faults), "slowest": t.slowest_seconds,
-                             "skipped": t.skipped} for name, t in result.tallies.items()}))
+    result = run_chaos(
+        kills=2,
+        fault_rate=0.05,
+        seed=random.randrange(1 << 20),
+        root=str(tmp_path / "chaos"),
+        manifests=6,
+        full_disks=2,
+        slow_metadata=3,
+        overlapped=3,
+        damaged_chunks=2,
+        contract_breakers=2,
+        state_disks=2,
+        pid_namespaces=1,
+        save_orders=3,
+        cuts=4,
+    )
+    print(
+        json.dumps(
+            {
+                name: {"inputs": t.inputs, "faults": dict(t.faults), "slowest": t.slowest_seconds, "skipped": t.skipped}
+                for name, t in result.tallies.items()
+            }
+        )
+    )
     assert result.problems == [], "every problem, one a line:\n" + "\n".join(result.problems)
     tallies = result.tallies
     assert (tallies["damaged manifest"].inputs, tallies["slow metadata"].inputs) == (6, 3)

@@ -15,16 +15,25 @@ from survivor.jobdir.store import CheckpointStore
 from survivor.spec import JobSpec, SpecError, checkpoint_naming
 
 
-@pytest.mark.parametrize("name, step", [
-    ("ckpt-1200.index", 1200), ("ckpt-1200.data-00000-of-00001", 1200), ("model.ckpt-500.meta", 500),
-    ("dummy-checkpoint-8.json", 8), ("checkpoint_30.weights.h5", 30), ("Checkpoint-4.pt", 4),
-    ("sub/dir/ckpt-9.index", 9),
-    # what users' code writes that names no step
-    ("ckpt-07-0.7641.keras", None),  # Keras ModelCheckpoint("ckpt-{epoch:02d}-{val_accuracy:.4f}.keras")
-    ("checkpoint.weights.h5", None),  # Keras's docs' ModelCheckpoint file: "h5" is no step
-    ("checkpoint-config-20261127.yaml", None), ("hparams-v2.json", None), ("mycheckpoint5.json", None),
-    ("weights.05-0.32.hdf5", None),
-])
+@pytest.mark.parametrize(
+    "name, step",
+    [
+        ("ckpt-1200.index", 1200),
+        ("ckpt-1200.data-00000-of-00001", 1200),
+        ("model.ckpt-500.meta", 500),
+        ("dummy-checkpoint-8.json", 8),
+        ("checkpoint_30.weights.h5", 30),
+        ("Checkpoint-4.pt", 4),
+        ("sub/dir/ckpt-9.index", 9),
+        # what users' code writes that names no step
+        ("ckpt-07-0.7641.keras", None),  # Keras ModelCheckpoint("ckpt-{epoch:02d}-{val_accuracy:.4f}.keras")
+        ("checkpoint.weights.h5", None),  # Keras's docs' ModelCheckpoint file: "h5" is no step
+        ("checkpoint-config-20261127.yaml", None),
+        ("hparams-v2.json", None),
+        ("mycheckpoint5.json", None),
+        ("weights.05-0.32.hdf5", None),
+    ],
+)
 def test_the_default_rule_takes_only_the_number_right_after_a_checkpoint_word(name, step):
     assert step_in_name(name) == step
 
@@ -35,13 +44,15 @@ def test_a_spec_pattern_says_where_the_step_is_and_nothing_else_counts():
     assert step_in_name("ckpt-1200.index", naming) is None  # the pattern replaces the default rule
     nested = checkpoint_naming("runs/*/ckpt-{step}.h5")
     assert step_in_name("runs/a/ckpt-12.h5", nested) == 12 and step_in_name("runs/a/b/ckpt-12.h5", nested) is None
-    step, chosen = decide_files_and_step(["model-0350-0.7641.keras", "model-0400-0.8.keras", "config-2026.yaml"],
-                                         None, naming)
+    step, chosen = decide_files_and_step(
+        ["model-0350-0.7641.keras", "model-0400-0.8.keras", "config-2026.yaml"], None, naming
+    )
     assert step == 400 and "config-2026.yaml" in chosen
     for bad in ("model.keras", "{step}-{step}.h5"):
         with pytest.raises(SpecError, match=r"checkpoint_pattern = .*`\{step\}` exactly once"):
-            JobSpec.from_mapping({"job_dir": "/j", "train_steps": 5, "trainer": {"builtin": "cifar10"},
-                                  "checkpoint_pattern": bad})
+            JobSpec.from_mapping(
+                {"job_dir": "/j", "train_steps": 5, "trainer": {"builtin": "cifar10"}, "checkpoint_pattern": bad}
+            )
 
 
 def test_files_whose_names_hold_no_step_are_content_of_the_snapshot_not_its_step():
@@ -55,8 +66,20 @@ def _mirror(tmp_path, max_step, naming=None):
     local.mkdir(exist_ok=True)
     storage = open_storage(str(tmp_path / "jobdir"))
     store = CheckpointStore(storage, max_step=max_step)
-    return local, store, Mirror(store, storage, str(local), attempt=1, interval=3600, committed_step=None,
-                                on_commit=lambda stats: None, naming=naming).start(restored=frozenset())
+    return (
+        local,
+        store,
+        Mirror(
+            store,
+            storage,
+            str(local),
+            attempt=1,
+            interval=3600,
+            committed_step=None,
+            on_commit=lambda stats: None,
+            naming=naming,
+        ).start(restored=frozenset()),
+    )
 
 
 def test_a_keras_checkpoint_is_committed_at_the_step_its_pattern_gives(tmp_path):
@@ -90,8 +113,9 @@ def test_a_step_beyond_train_steps_is_refused_naming_the_file_and_the_finish_fai
     said = [r.getMessage() for r in caplog.records if "beyond train_steps" in r.getMessage()]
     assert len(said) == 1 and "ckpt-7641.keras names step 7641" in said[0], said
     assert [m.step for m in store.committed()] == [100]
-    ending = decide_ending(AttemptResult(trainer_code=0, committed_step=100, refused=mirror.refused,
-                                         uncommitted_step=mirror.uncommitted()))
+    ending = decide_ending(
+        AttemptResult(trainer_code=0, committed_step=100, refused=mirror.refused, uncommitted_step=mirror.uncommitted())
+    )
     assert ending.outcome == "failed" and ending.counts and "ckpt-7641.keras" in ending.reason
     os.remove(local / "ckpt-7641.keras")  # the file gone, the refusal goes with it
     assert mirror.sync() is None and mirror.refused == "" and scan(str(local)).step == 100

@@ -17,9 +17,27 @@ CIFAR = "survivor.trainers.cifar10"
 
 
 def small_args(data_dir, steps=24):
-    return ["--data-dir", data_dir, "--train-steps", str(steps), "--num-gpus", "2", "--resnet-depth", "8",
-            "--train-batch-size", "16", "--checkpoint-steps", "1000", "--log-steps", "4", "--dropout", "0.2",
-            "--eval-steps", "1", "--no-export"]
+    return [
+        "--data-dir",
+        data_dir,
+        "--train-steps",
+        str(steps),
+        "--num-gpus",
+        "2",
+        "--resnet-depth",
+        "8",
+        "--train-batch-size",
+        "16",
+        "--checkpoint-steps",
+        "1000",
+        "--log-steps",
+        "4",
+        "--dropout",
+        "0.2",
+        "--eval-steps",
+        "1",
+        "--no-export",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +52,13 @@ def data_dir(tmp_path_factory):
 def fake_archive(path, per_batch=6):
     """A tiny cifar-10-python.tar.gz with the official structure (CHW rows, b'data'/b'labels')."""
     with tarfile.open(path, "w:gz") as tar:
-        for i, name in enumerate(["data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch"]):
+        for i, name in enumerate(
+            ["data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch"]
+        ):
             data = np.arange(per_batch * 3072, dtype=np.int64).reshape(per_batch, 3072) % 251
-            payload = pickle.dumps({b"data": data.astype(np.uint8), b"labels": [(i + j) % 10 for j in range(per_batch)]})
+            payload = pickle.dumps(
+                {b"data": data.astype(np.uint8), b"labels": [(i + j) % 10 for j in range(per_batch)]}
+            )
             info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
             info.size = len(payload)
             tar.addfile(info, io.BytesIO(payload))
@@ -63,8 +85,9 @@ def test_survivor_data_synthetic_command(tmp_path):
     import subprocess
 
     survivor = os.path.join(os.path.dirname(sys.executable), "survivor")
-    out = subprocess.run([survivor, "data", "cifar10", "--synthetic", "64", "--out", str(tmp_path / "d")],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [survivor, "data", "cifar10", "--synthetic", "64", "--out", str(tmp_path / "d")], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
     assert "train.tfrecords: 64" in out.stdout
     assert sorted(os.listdir(tmp_path / "d")) == ["eval.tfrecords", "train.tfrecords", "validation.tfrecords"]
@@ -81,7 +104,9 @@ def test_three_sigterms_at_random_steps_resume_bit_for_bit(data_dir, tmp_path):
     run_trainer(CIFAR, resumed, small_args(data_dir))
     a, b = checkpoint_values(straight), checkpoint_values(resumed)
     assert int(b["step/.ATTRIBUTES/VARIABLE_VALUE"]) == 24
-    assert any("seed_generator_state" in name for name in b) and any("momentum" in name or name.startswith("optimizer/") for name in b)
+    assert any("seed_generator_state" in name for name in b) and any(
+        "momentum" in name or name.startswith("optimizer/") for name in b
+    )
     assert_bitwise_equal(a, b)
 
 
@@ -118,8 +143,17 @@ def test_cifar10_through_the_agent_and_the_storage_emulator(data_dir, bucket, tm
     job_dir = f"gs://{bucket}/cifar10"
     # with its SavedModel export, written after the last save (it never reached the job dir)
     hparams = {"resnet-depth": 8, "train-batch-size": 16, "log-steps": 4, "dropout": 0.2, "eval-steps": 1}
-    spec = {"job_dir": job_dir, "data_dir": data_dir, "train_steps": 16, "checkpoint_steps": 1000, "num_gpus": 2, "on_finish": "keep-alive",
-            "sync_seconds": 0.5, "trainer": {"builtin": "cifar10"}, "hyperparameters": hparams}
+    spec = {
+        "job_dir": job_dir,
+        "data_dir": data_dir,
+        "train_steps": 16,
+        "checkpoint_steps": 1000,
+        "num_gpus": 2,
+        "on_finish": "keep-alive",
+        "sync_seconds": 0.5,
+        "trainer": {"builtin": "cifar10"},
+        "hyperparameters": hparams,
+    }
     vm = instance_factory(yaml.safe_dump(spec))
     vm.boot()
     stop = random.randint(3, 12)

@@ -20,8 +20,11 @@ def test_emulate_metadata_serves_the_spec_and_flips_preempted(tmp_path):
     spec = tmp_path / "job.yaml"
     spec.write_text("job_dir: /tmp/x\ntrain_steps: 3\ntrainer: {builtin: dummy}\n")
     port = free_port()
-    proc = subprocess.Popen([SURVIVOR, "emulate", "metadata", "--port", str(port), "--config", str(spec),
-                             "--attribute", "momentum=0.9"], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [SURVIVOR, "emulate", "metadata", "--port", str(port), "--config", str(spec), "--attribute", "momentum=0.9"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert f"GCE_METADATA_HOST=127.0.0.1:{port}" in proc.stdout.readline()
         base = f"http://127.0.0.1:{port}/computeMetadata/v1/instance/"
@@ -55,8 +58,12 @@ def test_data_from_a_missing_or_damaged_archive_is_one_line(tmp_path):
     garbage = tmp_path / "cifar-10-python.tar.gz"
     garbage.write_bytes(b"not a tar file")
     for archive in (tmp_path / "missing.tar.gz", garbage):
-        done = subprocess.run([SURVIVOR, "data", "cifar10", "--from", str(archive), "--out", str(tmp_path / "out")],
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [SURVIVOR, "data", "cifar10", "--from", str(archive), "--out", str(tmp_path / "out")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 1
         assert "Traceback" not in done.stderr
         assert done.stderr.startswith(f"error: {archive}:") and len(done.stderr.strip().splitlines()) == 1
@@ -65,8 +72,9 @@ def test_data_from_a_missing_or_damaged_archive_is_one_line(tmp_path):
 def test_status_of_a_cloud_storage_job_dir_without_credentials_is_one_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "STORAGE_EMULATOR_HOST"}
     env["GOOGLE_APPLICATION_CREDENTIALS"] = str(tmp_path / "none.json")
-    done = subprocess.run([SURVIVOR, "status", "--job-dir", "gs://some-bucket/job"], capture_output=True, text=True,
-                          env=env, timeout=120)
+    done = subprocess.run(
+        [SURVIVOR, "status", "--job-dir", "gs://some-bucket/job"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith("error: gs://some-bucket/job:") and "credentials" in done.stderr
@@ -89,9 +97,21 @@ def test_status_skips_an_attempt_record_with_negative_counts_with_a_warning_nami
     journal = Journal(storage)
     good = journal.begin("vm-a")
     journal.end(good, "preempted", end_step=30, reached_step=31, steps_lost=1)
-    storage.write("survivor/attempts/000002.json", json.dumps(
-        {"number": 2, "instance": "vm-b", "started": "2026-01-01T00:00:00+00:00", "ended": "2026-01-01T01:00:00+00:00",
-         "outcome": "preempted", "end_step": 40, "reached_step": 40, "steps_lost": -10**18}).encode())
+    storage.write(
+        "survivor/attempts/000002.json",
+        json.dumps(
+            {
+                "number": 2,
+                "instance": "vm-b",
+                "started": "2026-01-01T00:00:00+00:00",
+                "ended": "2026-01-01T01:00:00+00:00",
+                "outcome": "preempted",
+                "end_step": 40,
+                "reached_step": 40,
+                "steps_lost": -(10**18),
+            }
+        ).encode(),
+    )
     assert cli.main(["status", "--job-dir", job_dir]) == 0
     out = capsys.readouterr().out
     assert "-1000000000000000000" not in out and "1 steps lost" in out, out

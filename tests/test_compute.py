@@ -40,14 +40,23 @@ def test_dry_run_body_for_the_recipe_validates_and_carries_everything(capsys, sc
     items = {i["key"]: i["value"] for i in props["metadata"]["items"]}
     spec = JobSpec.from_yaml(items["survivor-job"])
     assert spec == JobSpec.from_file(RECIPE)
-    assert dict(spec.hyperparameters) == {"momentum": "0.9", "weight-decay": "0.0002", "learning-rate": "0.1",
-                                          "batch-norm-decay": "0.997", "batch-norm-epsilon": "1e-05",
-                                          "train-batch-size": "128"}
+    assert dict(spec.hyperparameters) == {
+        "momentum": "0.9",
+        "weight-decay": "0.0002",
+        "learning-rate": "0.1",
+        "batch-norm-decay": "0.997",
+        "batch-norm-epsilon": "1e-05",
+        "train-batch-size": "128",
+    }
     assert items["startup-script"] == open(os.path.join(ROOT, "startup", "startup.sh")).read()
     assert items["enable-guest-attributes"] == "TRUE" and items["install-nvidia-driver"] == "True"
     assert props["guestAccelerators"] == [{"acceleratorType": "nvidia-tesla-t4", "acceleratorCount": 4}]
-    assert props["scheduling"] == {"onHostMaintenance": "TERMINATE", "provisioningModel": "SPOT",
-                                   "instanceTerminationAction": "STOP", "automaticRestart": False}
+    assert props["scheduling"] == {
+        "onHostMaintenance": "TERMINATE",
+        "provisioningModel": "SPOT",
+        "instanceTerminationAction": "STOP",
+        "automaticRestart": False,
+    }
     scopes = props["serviceAccounts"][0]["scopes"]
     assert "https://www.googleapis.com/auth/compute" in scopes
     assert "https://www.googleapis.com/auth/devstorage.read_write" in scopes
@@ -58,8 +67,11 @@ def test_dry_run_body_for_the_recipe_validates_and_carries_everything(capsys, sc
 def test_on_demand_gpu_vms_terminate_on_maintenance_and_restart():
     spec = JobSpec.from_file(RECIPE)
     body = template_body("t", spec, MachineOptions.from_spec(spec, spot=False), script="#!/bin/bash\n")
-    assert body["properties"]["scheduling"] == {"onHostMaintenance": "TERMINATE", "provisioningModel": "STANDARD",
-                                                "automaticRestart": True}
+    assert body["properties"]["scheduling"] == {
+        "onHostMaintenance": "TERMINATE",
+        "provisioningModel": "STANDARD",
+        "automaticRestart": True,
+    }
 
 
 def test_the_schema_catches_a_misspelt_field_and_a_bad_enum(schema):
@@ -72,8 +84,10 @@ def test_the_schema_catches_a_misspelt_field_and_a_bad_enum(schema):
 def test_the_fake_rejects_a_bad_body_sent_by_the_real_client(compute_server):
     import requests
 
-    answer = requests.post(f"{compute_server.endpoint}/compute/v1/projects/p/global/instanceTemplates",
-                           json={"name": "t", "properties": {"machineTyp": "n1-standard-4"}})
+    answer = requests.post(
+        f"{compute_server.endpoint}/compute/v1/projects/p/global/instanceTemplates",
+        json={"name": "t", "properties": {"machineTyp": "n1-standard-4"}},
+    )
     assert answer.status_code == 400 and "unknown field 'machineTyp'" in answer.json()["error"]["message"]
     answer = requests.post(f"{compute_server.endpoint}/compute/v1/projects/p/zones/z/instanceGroupManagers/g/resize")
     assert answer.status_code == 400 and "size" in answer.json()["error"]["message"]
@@ -81,8 +95,11 @@ def test_the_fake_rejects_a_bad_body_sent_by_the_real_client(compute_server):
 
 def test_make_template_creates_then_is_unchanged_then_refuses_a_different_body(compute_server, capsys, tmp_path):
     # the recipe's job with a local job dir: nothing to stage in a bucket
-    recipe = open(RECIPE).read().replace("job_dir: gs://my-project-cifar-10-checkpoints/cifar10",
-                                         f"job_dir: {tmp_path / 'jobdir'}")
+    recipe = (
+        open(RECIPE)
+        .read()
+        .replace("job_dir: gs://my-project-cifar-10-checkpoints/cifar10", f"job_dir: {tmp_path / 'jobdir'}")
+    )
     (tmp_path / "cifar10.yaml").write_text(recipe)
     args = ["make-template", "cifar10", "--config", str(tmp_path / "cifar10.yaml"), "--project", PROJECT]
     assert run_cli(capsys, *args)[0] == 0
@@ -97,10 +114,15 @@ def test_make_template_creates_then_is_unchanged_then_refuses_a_different_body(c
 
 def test_group_lifecycle_status_stop_start_delete(compute_server, capsys, tmp_path):
     spec_file = tmp_path / "job.yaml"
-    spec_file.write_text(f"name: demo\njob_dir: {tmp_path / 'jobdir'}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
-                         "compute: {machine_type: n1-standard-8, gpu: 'nvidia-tesla-t4:1'}\n")
+    spec_file.write_text(
+        f"name: demo\njob_dir: {tmp_path / 'jobdir'}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
+        "compute: {machine_type: n1-standard-8, gpu: 'nvidia-tesla-t4:1'}\n"
+    )
     assert run_cli(capsys, "make-template", "demo", "--config", str(spec_file), "--project", PROJECT)[0] == 0
-    assert run_cli(capsys, "make-group", "demo", "--template", "demo", "--zone", "us-west1-b", "--project", PROJECT)[0] == 0
+    assert (
+        run_cli(capsys, "make-group", "demo", "--template", "demo", "--zone", "us-west1-b", "--project", PROJECT)[0]
+        == 0
+    )
     group = compute_server.groups[(PROJECT, "zones/us-west1-b", "demo")]
     assert group["targetSize"] == 1 and len(group["_members"]) == 1
 
@@ -142,7 +164,9 @@ def test_regional_group(compute_server, capsys, tmp_path):
     spec_file = tmp_path / "job.yaml"
     spec_file.write_text(f"job_dir: {tmp_path}/j\ntrain_steps: 1\ntrainer: {{builtin: dummy}}\n")
     run_cli(capsys, "make-template", "reg", "--config", str(spec_file), "--project", PROJECT)
-    assert run_cli(capsys, "make-group", "reg", "--template", "reg", "--region", "us-west1", "--project", PROJECT)[0] == 0
+    assert (
+        run_cli(capsys, "make-group", "reg", "--template", "reg", "--region", "us-west1", "--project", PROJECT)[0] == 0
+    )
     group = compute_server.groups[(PROJECT, "regions/us-west1", "reg")]
     assert group["_members"][0][1].startswith("us-west1-")
     ref = parse_created_by(compute_server.instances[group["_members"][0]]["metadata"]["items"][-2]["value"])
@@ -154,19 +178,36 @@ def test_leaving_the_group_addresses_it_by_the_project_id_not_created_bys_number
     from survivor.agent.finish import LeaveGroup, choose_finisher
     from survivor.cloud.metadata import InstanceIdentity
 
-    identity = InstanceIdentity("my-project", "us-west1-b", "vm-1",
-                                created_by=f"projects/{PROJECT_NUMBER}/zones/us-west1-b/instanceGroupManagers/g")
+    identity = InstanceIdentity(
+        "my-project",
+        "us-west1-b",
+        "vm-1",
+        created_by=f"projects/{PROJECT_NUMBER}/zones/us-west1-b/instanceGroupManagers/g",
+    )
     finisher = choose_finisher("auto", identity)
     assert isinstance(finisher, LeaveGroup) and finisher.group == GroupRef("my-project", "g", zone="us-west1-b")
 
 
-@pytest.mark.parametrize("failure, expected", [
-    (dict(operation_error="ZONE_RESOURCE_POOL_EXHAUSTED"), "has no capacity for this machine and GPU type right now (a stockout). Try another zone"),
-    (dict(operation_error="QUOTA_EXCEEDED"), "a quota is exceeded. Ask for more in the console"),
-    (dict(http=403, message="Required 'compute.instanceGroupManagers.create' permission for 'projects/survivor-local'"),
-     "permission denied (Required 'compute.instanceGroupManagers.create' permission"),
-])
-def test_stockout_quota_and_permission_errors_are_one_actionable_sentence(compute_server, capsys, tmp_path, failure, expected):
+@pytest.mark.parametrize(
+    "failure, expected",
+    [
+        (
+            dict(operation_error="ZONE_RESOURCE_POOL_EXHAUSTED"),
+            "has no capacity for this machine and GPU type right now (a stockout). Try another zone",
+        ),
+        (dict(operation_error="QUOTA_EXCEEDED"), "a quota is exceeded. Ask for more in the console"),
+        (
+            dict(
+                http=403,
+                message="Required 'compute.instanceGroupManagers.create' permission for 'projects/survivor-local'",
+            ),
+            "permission denied (Required 'compute.instanceGroupManagers.create' permission",
+        ),
+    ],
+)
+def test_stockout_quota_and_permission_errors_are_one_actionable_sentence(
+    compute_server, capsys, tmp_path, failure, expected
+):
     spec_file = tmp_path / "job.yaml"
     spec_file.write_text(f"job_dir: {tmp_path}/j\ntrain_steps: 1\ntrainer: {{builtin: dummy}}\n")
     run_cli(capsys, "make-template", "t", "--config", str(spec_file), "--project", PROJECT)
@@ -183,8 +224,11 @@ def test_a_permission_error_is_its_own_kind_and_a_403_elsewhere_in_a_message_is_
     from survivor.cloud.compute import PermissionDenied
 
     compute = Compute(PROJECT)
-    compute_server.fail("compute.instanceTemplates.get", http=403,
-                        message="Required 'compute.instanceTemplates.get' permission for 'projects/survivor-local'")
+    compute_server.fail(
+        "compute.instanceTemplates.get",
+        http=403,
+        message="Required 'compute.instanceTemplates.get' permission for 'projects/survivor-local'",
+    )
     with pytest.raises(PermissionDenied) as refused:
         compute.get_template("t")
     assert is_permission_error(refused.value)
@@ -209,9 +253,14 @@ def test_operations_are_waited_on_with_the_custom_endpoint(compute_server):
 
 
 def _raw_template(name: str, machine: str, scheduling: dict, accelerators: list | None = None) -> dict:
-    props = {"machineType": machine, "scheduling": scheduling,
-             "disks": [{"boot": True, "initializeParams": {"sourceImage": "projects/debian-cloud/global/images/family/debian-12"}}],
-             "networkInterfaces": [{"network": "global/networks/default"}]}
+    props = {
+        "machineType": machine,
+        "scheduling": scheduling,
+        "disks": [
+            {"boot": True, "initializeParams": {"sourceImage": "projects/debian-cloud/global/images/family/debian-12"}}
+        ],
+        "networkInterfaces": [{"network": "global/networks/default"}],
+    }
     if accelerators:
         props["guestAccelerators"] = accelerators
     return {"name": name, "properties": props}
@@ -220,29 +269,74 @@ def _raw_template(name: str, machine: str, scheduling: dict, accelerators: list 
 T4 = [{"acceleratorType": "nvidia-tesla-t4", "acceleratorCount": 4}]
 
 
-@pytest.mark.parametrize("machine, scheduling, accelerators, wording", [
-    ("g2-standard-4", {"provisioningModel": "STANDARD"}, None,
-     "Instances with guest accelerators do not support live migration."),
-    ("n1-standard-16", {"onHostMaintenance": "MIGRATE"}, T4,
-     "Instances with guest accelerators do not support live migration."),
-    ("g2-standard-8", {"onHostMaintenance": "TERMINATE"}, T4,
-     "[g2-standard-8, nvidia-tesla-t4] features are not compatible for creating instance."),
-    ("a2-highgpu-1g", {"onHostMaintenance": "TERMINATE"}, [{"acceleratorType": "nvidia-tesla-a100", "acceleratorCount": 1}],
-     "[a2-highgpu-1g, nvidia-tesla-a100] features are not compatible for creating instance."),
-    ("n1-standard-16", {"onHostMaintenance": "TERMINATE"}, [{"acceleratorType": "nvidia-tesla-t4", "acceleratorCount": 3}],
-     "Invalid value for field 'resource.properties.guestAccelerators[0].acceleratorCount': '3'."),
-    ("n1-standard-96", {"onHostMaintenance": "TERMINATE"}, [{"acceleratorType": "nvidia-tesla-t4", "acceleratorCount": 1}],
-     "1 nvidia-tesla-t4 accelerators allow at most 48 vCPUs"),
-    ("n1-standard-8", {"provisioningModel": "SPOT", "instanceTerminationAction": "STOP", "automaticRestart": True}, None,
-     "Invalid value for field 'resource.properties.scheduling.provisioningModel': 'SPOT'. Scheduling must have"),
-    ("n1-standard-8", {"preemptible": True, "automaticRestart": True}, None,
-     "Scheduling must have preemptible be false when AutomaticRestart is true."),
-    ("n1-standard-8", {"provisioningModel": "SPOT", "preemptionNoticeDuration": {"seconds": "30"}}, None,
-     "Invalid value for field 'resource.properties.scheduling.preemptionNoticeDuration': '30s'. Supported values: 120s."),
-    ("n1-standard-8", {"provisioningModel": "STANDARD", "preemptionNoticeDuration": {"seconds": "120"}}, None,
-     "A preemption notice duration can be set for Spot VMs only."),
-])
-def test_the_fake_refuses_each_compute_rule_in_the_apis_words(compute_server, machine, scheduling, accelerators, wording):
+@pytest.mark.parametrize(
+    "machine, scheduling, accelerators, wording",
+    [
+        (
+            "g2-standard-4",
+            {"provisioningModel": "STANDARD"},
+            None,
+            "Instances with guest accelerators do not support live migration.",
+        ),
+        (
+            "n1-standard-16",
+            {"onHostMaintenance": "MIGRATE"},
+            T4,
+            "Instances with guest accelerators do not support live migration.",
+        ),
+        (
+            "g2-standard-8",
+            {"onHostMaintenance": "TERMINATE"},
+            T4,
+            "[g2-standard-8, nvidia-tesla-t4] features are not compatible for creating instance.",
+        ),
+        (
+            "a2-highgpu-1g",
+            {"onHostMaintenance": "TERMINATE"},
+            [{"acceleratorType": "nvidia-tesla-a100", "acceleratorCount": 1}],
+            "[a2-highgpu-1g, nvidia-tesla-a100] features are not compatible for creating instance.",
+        ),
+        (
+            "n1-standard-16",
+            {"onHostMaintenance": "TERMINATE"},
+            [{"acceleratorType": "nvidia-tesla-t4", "acceleratorCount": 3}],
+            "Invalid value for field 'resource.properties.guestAccelerators[0].acceleratorCount': '3'.",
+        ),
+        (
+            "n1-standard-96",
+            {"onHostMaintenance": "TERMINATE"},
+            [{"acceleratorType": "nvidia-tesla-t4", "acceleratorCount": 1}],
+            "1 nvidia-tesla-t4 accelerators allow at most 48 vCPUs",
+        ),
+        (
+            "n1-standard-8",
+            {"provisioningModel": "SPOT", "instanceTerminationAction": "STOP", "automaticRestart": True},
+            None,
+            "Invalid value for field 'resource.properties.scheduling.provisioningModel': 'SPOT'. Scheduling must have",
+        ),
+        (
+            "n1-standard-8",
+            {"preemptible": True, "automaticRestart": True},
+            None,
+            "Scheduling must have preemptible be false when AutomaticRestart is true.",
+        ),
+        (
+            "n1-standard-8",
+            {"provisioningModel": "SPOT", "preemptionNoticeDuration": {"seconds": "30"}},
+            None,
+            "Invalid value for field 'resource.properties.scheduling.preemptionNoticeDuration': '30s'. Supported values: 120s.",
+        ),
+        (
+            "n1-standard-8",
+            {"provisioningModel": "STANDARD", "preemptionNoticeDuration": {"seconds": "120"}},
+            None,
+            "A preemption notice duration can be set for Spot VMs only.",
+        ),
+    ],
+)
+def test_the_fake_refuses_each_compute_rule_in_the_apis_words(
+    compute_server, machine, scheduling, accelerators, wording
+):
     compute = Compute(PROJECT)
     with pytest.raises(ComputeError) as err:
         compute.insert_template(_raw_template("bad", machine, scheduling, accelerators))
@@ -263,8 +357,13 @@ def test_the_fake_holds_instances_insert_to_the_same_rules(compute_server):
 
 def test_the_fake_takes_what_the_rules_allow(compute_server):
     compute = Compute(PROJECT)
-    compute.insert_template(_raw_template("g2", "g2-standard-8", {"provisioningModel": "SPOT", "automaticRestart": False,
-                                                                 "preemptionNoticeDuration": {"seconds": "120"}}))
+    compute.insert_template(
+        _raw_template(
+            "g2",
+            "g2-standard-8",
+            {"provisioningModel": "SPOT", "automaticRestart": False, "preemptionNoticeDuration": {"seconds": "120"}},
+        )
+    )
     compute.insert_template(_raw_template("n1", "n1-standard-16", {"onHostMaintenance": "TERMINATE"}, T4))
     assert {(PROJECT, "g2"), (PROJECT, "n1")} <= set(compute_server.templates)
 
@@ -276,17 +375,42 @@ def _job_file(tmp_path, compute_section: str = "") -> str:
 
 
 def test_make_template_refuses_a_contradiction_before_any_call(compute_server, capsys, tmp_path):
-    code, _, err = run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT,
-                           "--machine-type", "g2-standard-8", "--gpu", "nvidia-tesla-t4:4")
+    code, _, err = run_cli(
+        capsys,
+        "make-template",
+        "t",
+        "--config",
+        _job_file(tmp_path),
+        "--project",
+        PROJECT,
+        "--machine-type",
+        "g2-standard-8",
+        "--gpu",
+        "nvidia-tesla-t4:4",
+    )
     assert code == 2
-    assert err.strip() == ("error: compute.gpu nvidia-tesla-t4:4 with machine_type g2-standard-8: g2 machines carry "
-                           "their own GPUs (g2-standard-8: 1 x nvidia-l4); drop compute.gpu (or --gpu none)")
+    assert err.strip() == (
+        "error: compute.gpu nvidia-tesla-t4:4 with machine_type g2-standard-8: g2 machines carry "
+        "their own GPUs (g2-standard-8: 1 x nvidia-l4); drop compute.gpu (or --gpu none)"
+    )
     assert compute_server.requests == []
 
 
 def test_make_template_on_demand_g2_passes_the_fake(compute_server, capsys, tmp_path):
-    code, _, err = run_cli(capsys, "make-template", "g2", "--config", _job_file(tmp_path), "--project", PROJECT,
-                           "--machine-type", "g2-standard-8", "--gpu", "none", "--on-demand")
+    code, _, err = run_cli(
+        capsys,
+        "make-template",
+        "g2",
+        "--config",
+        _job_file(tmp_path),
+        "--project",
+        PROJECT,
+        "--machine-type",
+        "g2-standard-8",
+        "--gpu",
+        "none",
+        "--on-demand",
+    )
     assert code == 0, err
     props = compute_server.templates[(PROJECT, "g2")]["properties"]
     assert props["scheduling"]["onHostMaintenance"] == "TERMINATE" and "guestAccelerators" not in props
@@ -296,17 +420,36 @@ def test_make_template_on_demand_g2_passes_the_fake(compute_server, capsys, tmp_
     assert (machine["gpu_type"], machine["gpu_count"]) == ("nvidia-l4", 1)  # carried, not attached
 
 
-@pytest.mark.parametrize("code, expected", [
-    ("ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "us-west1-b has no capacity for this machine and GPU type right now (a stockout)"),
-    ("QUOTA_EXCEEDED", "a quota is exceeded"),
-    ("PERMISSIONS_ERROR", "permission denied. A MIG creates its VMs as the Google APIs service agent"),
-])
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        (
+            "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+            "us-west1-b has no capacity for this machine and GPU type right now (a stockout)",
+        ),
+        ("QUOTA_EXCEEDED", "a quota is exceeded"),
+        ("PERMISSIONS_ERROR", "permission denied. A MIG creates its VMs as the Google APIs service agent"),
+    ],
+)
 def test_make_group_reports_the_migs_creation_error_not_created(compute_server, capsys, tmp_path, code, expected):
     assert run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT)[0] == 0
     message = "Required 'compute.images.useReadOnly' permission for 'projects/x'" if code == "PERMISSIONS_ERROR" else ""
     compute_server.fail_instance_creation(code, message=message)
-    out_code, out, err = run_cli(capsys, "make-group", "g", "--template", "t", "--zone", "us-west1-b",
-                                 "--project", PROJECT, "--wait-seconds", "5", "--poll-seconds", "0.1")
+    out_code, out, err = run_cli(
+        capsys,
+        "make-group",
+        "g",
+        "--template",
+        "t",
+        "--zone",
+        "us-west1-b",
+        "--project",
+        PROJECT,
+        "--wait-seconds",
+        "5",
+        "--poll-seconds",
+        "0.1",
+    )
     assert out_code == 1
     assert "created" not in out
     [line] = [line for line in err.splitlines() if line.startswith("error:")]
@@ -339,9 +482,25 @@ def test_a_zone_without_the_gpu_is_reported_by_preflight_and_by_the_mig(compute_
     code, _, err = run_cli(capsys, "make-group", "g", "--template", "t", "--zone", "us-west1-c", "--project", PROJECT)
     assert code == 1 and "error: zone us-west1-c does not offer nvidia-tesla-t4 x 1" in err
     assert (PROJECT, "zones/us-west1-c", "g") not in compute_server.groups
-    code, _, err = run_cli(capsys, "make-group", "g", "--template", "t", "--zone", "us-west1-c", "--project", PROJECT,
-                           "--skip-preflight", "--poll-seconds", "0.1")
-    assert code == 1 and "us-west1-c does not offer this GPU" in err and "acceleratorTypes/nvidia-tesla-t4' was not found" in err
+    code, _, err = run_cli(
+        capsys,
+        "make-group",
+        "g",
+        "--template",
+        "t",
+        "--zone",
+        "us-west1-c",
+        "--project",
+        PROJECT,
+        "--skip-preflight",
+        "--poll-seconds",
+        "0.1",
+    )
+    assert (
+        code == 1
+        and "us-west1-c does not offer this GPU" in err
+        and "acceleratorTypes/nvidia-tesla-t4' was not found" in err
+    )
 
 
 def test_an_organisation_policy_against_external_ips_names_the_flag_that_complies(compute_server, capsys, tmp_path):
@@ -350,20 +509,45 @@ def test_an_organisation_policy_against_external_ips_names_the_flag_that_complie
     compute_server.external_ip_denied.add(PROJECT)
     code, out, err = run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT)
     assert code == 1 and "denies every VM of survivor-local an external IP" in out + err  # preflight says it first
-    assert run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT,
-                   "--skip-preflight")[0] == 0
-    code, _, err = run_cli(capsys, "make-group", "g", "--template", "t", "--zone", "us-west1-b", "--project", PROJECT,
-                           "--wait-seconds", "2", "--poll-seconds", "0.1", "--skip-preflight")
+    assert (
+        run_cli(
+            capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT, "--skip-preflight"
+        )[0]
+        == 0
+    )
+    code, _, err = run_cli(
+        capsys,
+        "make-group",
+        "g",
+        "--template",
+        "t",
+        "--zone",
+        "us-west1-b",
+        "--project",
+        PROJECT,
+        "--wait-seconds",
+        "2",
+        "--poll-seconds",
+        "0.1",
+        "--skip-preflight",
+    )
     assert code == 1, err
     [line] = [line for line in err.splitlines() if line.startswith("error:")]
-    assert "an organisation policy (constraints/compute.vmExternalIpAccess) forbids the VM an external IP. Make the " \
-           "template with --no-external-ip" in line
+    assert (
+        "an organisation policy (constraints/compute.vmExternalIpAccess) forbids the VM an external IP. Make the "
+        "template with --no-external-ip" in line
+    )
     assert "Constraint constraints/compute.vmExternalIpAccess violated for project" in line  # the API's own words
     assert run_cli(capsys, "delete", "g", "--zone", "us-west1-b", "--project", PROJECT, "--template", "keep-it")[0] == 0
-    assert run_cli(capsys, "make-template", "t2", "--config", _job_file(tmp_path), "--project", PROJECT,
-                   "--no-external-ip")[0] == 0
-    code, out, err = run_cli(capsys, "make-group", "g2", "--template", "t2", "--zone", "us-west1-b", "--project",
-                             PROJECT)
+    assert (
+        run_cli(
+            capsys, "make-template", "t2", "--config", _job_file(tmp_path), "--project", PROJECT, "--no-external-ip"
+        )[0]
+        == 0
+    )
+    code, out, err = run_cli(
+        capsys, "make-group", "g2", "--template", "t2", "--zone", "us-west1-b", "--project", PROJECT
+    )
     assert code == 0 and "its VM is RUNNING in us-west1-b" in out, err
 
 
@@ -373,8 +557,10 @@ def test_a_regional_group_gets_shape_any_over_the_zones_that_offer_the_gpu(compu
     code, out, err = run_cli(capsys, "make-group", "g", "--template", "t", "--region", "us-west1", "--project", PROJECT)
     assert code == 0, err
     group = compute_server.groups[(PROJECT, "regions/us-west1", "g")]
-    assert group["distributionPolicy"] == {"targetShape": "ANY", "zones": [
-        {"zone": f"projects/{PROJECT}/zones/us-west1-a"}, {"zone": f"projects/{PROJECT}/zones/us-west1-b"}]}
+    assert group["distributionPolicy"] == {
+        "targetShape": "ANY",
+        "zones": [{"zone": f"projects/{PROJECT}/zones/us-west1-a"}, {"zone": f"projects/{PROJECT}/zones/us-west1-b"}],
+    }
     assert "RUNNING in us-west1-b" in out  # a stockout in -a: shape ANY places the VM where there is room
 
 
@@ -395,9 +581,15 @@ def agent_in_a_group(name: str, spec_yaml: str, compute_server, tmp_path, capsys
     assert run_cli(capsys, "make-group", name, "--template", name, "--zone", "us-west1-b", "--project", PROJECT)[0] == 0
     group = compute_server.groups[(PROJECT, "zones/us-west1-b", name)]
     member = group["_members"][0]
-    vm = LocalInstance(_instance_attributes(compute_server.instances[member]), str(tmp_path / "vm"),
-                       name=member[2], zone=member[1], project=PROJECT, python=sys.executable,
-                       env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint})
+    vm = LocalInstance(
+        _instance_attributes(compute_server.instances[member]),
+        str(tmp_path / "vm"),
+        name=member[2],
+        zone=member[1],
+        project=PROJECT,
+        python=sys.executable,
+        env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint},
+    )
     return group, member, vm
 
 
@@ -419,8 +611,9 @@ def test_a_finished_agent_leaves_its_group_so_nothing_is_recreated(on_finish, co
         assert group["targetSize"] == 1 and compute_server.instances[member]["status"] == "RUNNING"
 
 
-def test_a_finished_vm_that_cannot_leave_its_group_powers_off_and_again_when_recreated(compute_server, tmp_path,
-                                                                                        capsys):
+def test_a_finished_vm_that_cannot_leave_its_group_powers_off_and_again_when_recreated(
+    compute_server, tmp_path, capsys
+):
     """The VM's account lacks compute.instanceGroupManagers.update (new
     organisations no longer grant the default account Editor): the agent cannot leave its group
     once DONE is written, and powered off instead of billing on; the group's recreation of it sees
@@ -429,8 +622,10 @@ def test_a_finished_vm_that_cannot_leave_its_group_powers_off_and_again_when_rec
     from survivor.jobdir.storage import open_storage
     from tests.conftest import dummy_spec
 
-    denied = ("Required 'compute.instanceGroupManagers.update' permission for "
-              f"'projects/{PROJECT}/zones/us-west1-b/instanceGroupManagers/nope'")
+    denied = (
+        "Required 'compute.instanceGroupManagers.update' permission for "
+        f"'projects/{PROJECT}/zones/us-west1-b/instanceGroupManagers/nope'"
+    )
     compute_server.fail("compute.instanceGroupManagers.deleteInstances", http=403, message=denied, times=2)
     job_dir = str(tmp_path / "jobdir")
     spec_yaml = dummy_spec(job_dir, tmp_path, train_steps=15, on_finish="auto")
@@ -440,7 +635,9 @@ def test_a_finished_vm_that_cannot_leave_its_group_powers_off_and_again_when_rec
         assert vm.wait(120) == 0, open(vm.log_path()).read()[-2000:]
         assert vm.powered_off() and Journal(open_storage(job_dir)).done() is not None
         log = open(vm.log_path()).read()
-        assert "this VM's service account cannot leave its group" in log and "compute.instanceGroupManagers.update" in log
+        assert (
+            "this VM's service account cannot leave its group" in log and "compute.instanceGroupManagers.update" in log
+        )
         guest = vm.metadata.get("instance/guest-attributes")["survivor"]
         assert guest["finish"].startswith("this VM's service account cannot leave its group")
         vm.boot(wipe=True)  # the group recreates it: DONE is there, so it powers off at once
@@ -451,8 +648,9 @@ def test_a_finished_vm_that_cannot_leave_its_group_powers_off_and_again_when_rec
     assert group["targetSize"] == 1  # it could not leave: the group still has it, stopped by its own OS
 
 
-def test_survivor_watch_deletes_the_group_of_a_done_job_whose_vm_could_not_leave_it(compute_server, tmp_path,
-                                                                                     capsys, monkeypatch):
+def test_survivor_watch_deletes_the_group_of_a_done_job_whose_vm_could_not_leave_it(
+    compute_server, tmp_path, capsys, monkeypatch
+):
     """Forced past preflight, a DONE job's VM cannot leave its group and
     powers off; the group would repair it, and it would boot, see DONE and power off, billed, for
     ever. `survivor watch`, run as the operator, deletes the group, so no VM boots again after DONE."""
@@ -461,8 +659,10 @@ def test_survivor_watch_deletes_the_group_of_a_done_job_whose_vm_could_not_leave
     from survivor.operator import watch
     from tests.conftest import dummy_spec
 
-    denied = ("Required 'compute.instanceGroupManagers.update' permission for "
-              f"'projects/{PROJECT}/zones/us-west1-b/instanceGroupManagers/nope'")
+    denied = (
+        "Required 'compute.instanceGroupManagers.update' permission for "
+        f"'projects/{PROJECT}/zones/us-west1-b/instanceGroupManagers/nope'"
+    )
     compute_server.fail("compute.instanceGroupManagers.deleteInstances", http=403, message=denied, times=5)
     job_dir = str(tmp_path / "jobdir")
     spec_yaml = dummy_spec(job_dir, tmp_path, train_steps=15, on_finish="auto")
@@ -504,9 +704,15 @@ def test_a_standalone_agent_stops_its_instance(compute_server, tmp_path):
     from tests.conftest import dummy_spec
 
     compute_server.add_instance(PROJECT, "us-west1-b", "solo")
-    vm = LocalInstance({"survivor-job": dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=10, on_finish="auto")},
-                       str(tmp_path / "vm"), name="solo", zone="us-west1-b", project=PROJECT, python=sys.executable,
-                       env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint})
+    vm = LocalInstance(
+        {"survivor-job": dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=10, on_finish="auto")},
+        str(tmp_path / "vm"),
+        name="solo",
+        zone="us-west1-b",
+        project=PROJECT,
+        python=sys.executable,
+        env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint},
+    )
     try:
         vm.boot()
         assert vm.wait(120) == 0
@@ -553,10 +759,20 @@ def test_list_errors_order_is_not_trusted_and_old_errors_do_not_fail_a_new_reque
     zone's stockout) does not make a group that is being created "failed"."""
     from survivor.cloud.compute import group_creation
 
-    old = {"code": "ZONE_RESOURCE_POOL_EXHAUSTED", "message": "old", "action": "CREATING",
-           "instance": "projects/p/zones/us-west1-a/instances/g-1", "timestamp": "2026-11-24T08:00:00+00:00"}
-    new = {"code": "QUOTA_EXCEEDED", "message": "new", "action": "CREATING",
-           "instance": "projects/p/zones/us-west1-b/instances/g-1", "timestamp": "2026-11-24T10:00:00+00:00"}
+    old = {
+        "code": "ZONE_RESOURCE_POOL_EXHAUSTED",
+        "message": "old",
+        "action": "CREATING",
+        "instance": "projects/p/zones/us-west1-a/instances/g-1",
+        "timestamp": "2026-11-24T08:00:00+00:00",
+    }
+    new = {
+        "code": "QUOTA_EXCEEDED",
+        "message": "new",
+        "action": "CREATING",
+        "instance": "projects/p/zones/us-west1-b/instances/g-1",
+        "timestamp": "2026-11-24T10:00:00+00:00",
+    }
     creating = [{"name": "g-1", "zone": "us-west1-b", "status": None, "errors": []}]
     assert group_creation(creating, [old, new]) == ("failed", "us-west1-b", [("QUOTA_EXCEEDED", "new")])
     assert group_creation(creating, [new, old]) == ("failed", "us-west1-b", [("QUOTA_EXCEEDED", "new")])
@@ -578,7 +794,8 @@ def test_the_fake_lists_errors_oldest_first_and_survivor_sorts_them(compute_serv
 
 
 def test_make_template_again_on_an_unchanged_spec_is_unchanged_though_get_returns_it_normalized(
-        compute_server, capsys, tmp_path):
+    compute_server, capsys, tmp_path
+):
     """instanceTemplates.get returns full URLs, disk device names, modes, kinds and
     a metadata fingerprint survivor never sent; a rerun compares what survivor sets, as resources."""
     job = _job_file(tmp_path)
@@ -589,8 +806,10 @@ def test_make_template_again_on_an_unchanged_spec_is_unchanged_though_get_return
     code, out, err = run_cli(capsys, "make-template", "t", "--config", job, "--project", PROJECT)
     assert code == 0 and "unchanged" in out + err, out + err
     code, out, err = run_cli(capsys, "make-template", "t", "--config", job, "--project", PROJECT, "--no-external-ip")
-    assert code == 1 and "already exists with a different body (differs in: " \
-                         "properties.networkInterfaces[0].accessConfigs)" in err, err
+    assert (
+        code == 1
+        and "already exists with a different body (differs in: properties.networkInterfaces[0].accessConfigs)" in err
+    ), err
     code, out, err = run_cli(capsys, "make-template", "t", "--config", job, "--project", PROJECT, "--disk-gb", "300")
     assert code == 1 and "properties.disks[0].initializeParams.diskSizeGb" in err, err
 
@@ -599,34 +818,71 @@ def test_references_compare_as_resources_not_spellings():
     from survivor.cloud.template import body_differences
 
     sent = {"properties": {"networkInterfaces": [{"network": "global/networks/default"}]}}
-    got = {"properties": {"networkInterfaces": [{"network": "https://www.googleapis.com/compute/v1/projects/p/global/"
-                                                            "networks/default", "name": "nic0", "kind": "x"}]}}
+    got = {
+        "properties": {
+            "networkInterfaces": [
+                {
+                    "network": "https://www.googleapis.com/compute/v1/projects/p/global/networks/default",
+                    "name": "nic0",
+                    "kind": "x",
+                }
+            ]
+        }
+    }
     assert body_differences(got, sent, project="p") == []
     assert body_differences(got, sent, project="q") == ["properties.networkInterfaces[0].network"]
     got["properties"]["networkInterfaces"][0]["accessConfigs"] = [{"type": "ONE_TO_ONE_NAT"}]
     assert body_differences(got, sent, project="p") == ["properties.networkInterfaces[0].accessConfigs"]
 
 
-def test_a_first_zone_stockout_in_a_regional_group_that_then_tries_another_zone_is_not_failed(compute_server,
-                                                                                              capsys, tmp_path):
+def test_a_first_zone_stockout_in_a_regional_group_that_then_tries_another_zone_is_not_failed(
+    compute_server, capsys, tmp_path
+):
     """An ANY group's stockout in its first zone, listed during this very request, is
     not why its VM is not running when the group is creating it in another zone."""
     assert run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT)[0] == 0
     compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone="us-west1-a")
     compute_server.hold_instance_creation(tries=3)  # -b takes a few looks to provision the VM
-    code, out, err = run_cli(capsys, "make-group", "g", "--template", "t", "--region", "us-west1", "--project", PROJECT,
-                             "--wait-seconds", "5", "--poll-seconds", "0.1")
+    code, out, err = run_cli(
+        capsys,
+        "make-group",
+        "g",
+        "--template",
+        "t",
+        "--region",
+        "us-west1",
+        "--project",
+        PROJECT,
+        "--wait-seconds",
+        "5",
+        "--poll-seconds",
+        "0.1",
+    )
     assert code == 0 and "RUNNING in us-west1-b" in out, err
     assert [e["code"] for e in Compute(PROJECT).group_errors(GroupRef(PROJECT, "g", region="us-west1"))] == [
-        "ZONE_RESOURCE_POOL_EXHAUSTED"]  # -a's stockout is listed all the same
+        "ZONE_RESOURCE_POOL_EXHAUSTED"
+    ]  # -a's stockout is listed all the same
 
 
-def test_a_rerun_of_make_group_on_a_group_recreating_its_vm_is_not_failed_by_an_old_error(compute_server, capsys,
-                                                                                          tmp_path):
+def test_a_rerun_of_make_group_on_a_group_recreating_its_vm_is_not_failed_by_an_old_error(
+    compute_server, capsys, tmp_path
+):
     assert run_cli(capsys, "make-template", "t", "--config", _job_file(tmp_path), "--project", PROJECT)[0] == 0
     compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", times=1)
-    args = ["make-group", "g", "--template", "t", "--zone", "us-west1-b", "--project", PROJECT,
-            "--wait-seconds", "5", "--poll-seconds", "0.1"]
+    args = [
+        "make-group",
+        "g",
+        "--template",
+        "t",
+        "--zone",
+        "us-west1-b",
+        "--project",
+        PROJECT,
+        "--wait-seconds",
+        "5",
+        "--poll-seconds",
+        "0.1",
+    ]
     assert run_cli(capsys, *args)[0] == 0  # a stockout, then the VM ran
     [old] = compute_server.groups[(PROJECT, "zones/us-west1-b", "g")]["_errors"]
     old["timestamp"] = "2026-11-24T08:00:00.000-08:00"  # that was hours ago; the fake keeps it
@@ -643,10 +899,20 @@ def test_an_error_for_a_zone_the_group_left_does_not_fail_it():
     from survivor.cloud.compute import group_creation
 
     creating = [{"name": "g-1", "zone": "us-west1-b", "status": "", "errors": []}]
-    left = {"code": "ZONE_RESOURCE_POOL_EXHAUSTED", "message": "a", "action": "CREATING",
-            "instance": "projects/p/zones/us-west1-a/instances/g-1", "timestamp": "2026-11-24T10:00:00+00:00"}
-    here = dict(left, instance="projects/p/zones/us-west1-b/instances/g-1", code="QUOTA_EXCEEDED", message="b",
-                timestamp="2026-11-24T09:59:00+00:00")
+    left = {
+        "code": "ZONE_RESOURCE_POOL_EXHAUSTED",
+        "message": "a",
+        "action": "CREATING",
+        "instance": "projects/p/zones/us-west1-a/instances/g-1",
+        "timestamp": "2026-11-24T10:00:00+00:00",
+    }
+    here = dict(
+        left,
+        instance="projects/p/zones/us-west1-b/instances/g-1",
+        code="QUOTA_EXCEEDED",
+        message="b",
+        timestamp="2026-11-24T09:59:00+00:00",
+    )
     since = "2026-11-24T09:00:00+00:00"
     assert group_creation(creating, [left], since=since) == ("waiting", "us-west1-b", [])
     assert group_creation(creating, [left, here], since=since) == ("failed", "us-west1-b", [("QUOTA_EXCEEDED", "b")])
@@ -662,11 +928,27 @@ def test_status_and_report_read_the_job_dir_once_and_agree(compute_server, capsy
     from survivor.jobdir.storage import open_storage
 
     spec_file = tmp_path / "job.yaml"
-    spec_file.write_text(f"name: once\njob_dir: {tmp_path / 'jobdir'}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
-                         "compute: {machine_type: n1-standard-8, gpu: 'nvidia-tesla-t4:1'}\n")
+    spec_file.write_text(
+        f"name: once\njob_dir: {tmp_path / 'jobdir'}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
+        "compute: {machine_type: n1-standard-8, gpu: 'nvidia-tesla-t4:1'}\n"
+    )
     assert run_cli(capsys, "make-template", "once", "--config", str(spec_file), "--project", PROJECT)[0] == 0
-    assert run_cli(capsys, "make-group", "once", "--template", "once", "--zone", "us-west1-b", "--project", PROJECT,
-                   "--wait-seconds", "0")[0] == 0
+    assert (
+        run_cli(
+            capsys,
+            "make-group",
+            "once",
+            "--template",
+            "once",
+            "--zone",
+            "us-west1-b",
+            "--project",
+            PROJECT,
+            "--wait-seconds",
+            "0",
+        )[0]
+        == 0
+    )
     journal = Journal(open_storage(str(tmp_path / "jobdir")))
     attempt = journal.begin("once-x")
     journal.end(attempt, "preempted", end_step=40, reached_step=40, steps_lost=0)

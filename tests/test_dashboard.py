@@ -42,18 +42,25 @@ def simulated(job_dir: str, seed: int = 4, **kw):
 
 
 def source(job_dir: str, plan, name: str = "cifar10") -> JobSource:
-    return JobSource(job_dir, name=name, exact=True, options=ReportOptions(
-        machine=MACHINE, region="us-central1", train_steps=plan.train_steps, online=False))
+    return JobSource(
+        job_dir,
+        name=name,
+        exact=True,
+        options=ReportOptions(machine=MACHINE, region="us-central1", train_steps=plan.train_steps, online=False),
+    )
 
 
 # -- reading only what changed ------------------------------------------------------------------
+
 
 def test_a_refresh_lists_once_and_reads_only_the_records_that_changed(tmp_path):
     job_dir = str(tmp_path / "job")
     plan = simulated(job_dir)
     job = RefreshingJob(open_storage(job_dir))
     first = job.read()
-    records = len(plan.attempts) + 3 + len(plan.moves) + len(plan.switches)  # attempts, 3 manifests kept, moves, switches
+    records = (
+        len(plan.attempts) + 3 + len(plan.moves) + len(plan.switches)
+    )  # attempts, 3 manifests kept, moves, switches
     assert (job.calls["list"], job.calls["read"]) == (1, records)
     job.read()
     assert (job.calls["list"], job.calls["read"]) == (2, records), "nothing changed: nothing read"
@@ -67,8 +74,12 @@ def test_the_view_a_refresh_reads_through_refuses_every_write(tmp_path):
     job_dir = str(tmp_path / "job")
     simulated(job_dir)
     view = RefreshingJob(open_storage(job_dir)).read().storage
-    for attempt in (lambda: view.write("survivor/DONE", b"{}"), lambda: view.delete(["survivor/LEASE"]),
-                    lambda: view.upload([]), lambda: view.download([])):
+    for attempt in (
+        lambda: view.write("survivor/DONE", b"{}"),
+        lambda: view.delete(["survivor/LEASE"]),
+        lambda: view.upload([]),
+        lambda: view.download([]),
+    ):
         with pytest.raises(ReadOnly):
             attempt()
     assert not os.path.exists(os.path.join(job_dir, "survivor", "DONE"))
@@ -82,10 +93,14 @@ def test_a_card_holds_what_status_and_report_say_of_the_same_job_dir(tmp_path):
     [card] = Board([source(job_dir, plan)], clock=lambda: fixed).cards()
     view = read_job(job_dir, train_steps=plan.train_steps, now=fixed, commits=True)
     assert card.summary == job_summary(view)
-    made = build_report(view, ReportOptions(machine=MACHINE, region="us-central1", train_steps=plan.train_steps,
-                                            online=False))
-    assert (card.report.goodput, card.report.cost_so_far, card.report.cost_projected) == \
-        (made.goodput, made.cost_so_far, made.cost_projected)
+    made = build_report(
+        view, ReportOptions(machine=MACHINE, region="us-central1", train_steps=plan.train_steps, online=False)
+    )
+    assert (card.report.goodput, card.report.cost_so_far, card.report.cost_projected) == (
+        made.goodput,
+        made.cost_so_far,
+        made.cost_projected,
+    )
     assert (card.state, card.step, card.train_steps) == ("RUNNING", plan.step, plan.train_steps)
     kinds = {e.kind for e in card.events}
     assert {"boot", "notice", "commit", "move", "switch", "ended"} <= kinds
@@ -136,8 +151,10 @@ def test_the_command_refuses_a_missing_job_dir_and_creates_nothing(tmp_path, cap
 
 # -- hostile records ------------------------------------------------------------------------------
 
-PAYLOAD = ('<script>window.__pwned = 1; document.title = "PWNED"</script>'
-           '<img src=x onerror="window.__pwned = 2"><svg onload="window.__pwned = 3"></svg>"\'&')
+PAYLOAD = (
+    '<script>window.__pwned = 1; document.title = "PWNED"</script>'
+    '<img src=x onerror="window.__pwned = 2"><svg onload="window.__pwned = 3"></svg>"\'&'
+)
 
 
 def hostile_job(job_dir: str) -> None:
@@ -148,25 +165,48 @@ def hostile_job(job_dir: str) -> None:
     storage = open_storage(job_dir)
     at = (now() - _dt.timedelta(hours=1)).isoformat()
     last = plan.attempts[-1].number
-    storage.write(f"survivor/attempts/{last + 1:06d}.json", json.dumps(
-        {"number": last + 1, "instance": PAYLOAD, "started": at, "ended": at, "outcome": "failed",
-         "reason": PAYLOAD, "notice": PAYLOAD, "zone": PAYLOAD}).encode())
-    storage.write(f"survivor/attempts/{last + 2:06d}.json", json.dumps(
-        {"number": last + 2, "instance": "x", "started": at, "outcome": PAYLOAD}).encode())
-    storage.write(f"survivor/attempts/{last + 3:06d}.json", json.dumps(
-        {"number": last + 3, "instance": "x", "started": at, "ended": "2001-01-01T00:00:00+00:00"}).encode())
+    storage.write(
+        f"survivor/attempts/{last + 1:06d}.json",
+        json.dumps(
+            {
+                "number": last + 1,
+                "instance": PAYLOAD,
+                "started": at,
+                "ended": at,
+                "outcome": "failed",
+                "reason": PAYLOAD,
+                "notice": PAYLOAD,
+                "zone": PAYLOAD,
+            }
+        ).encode(),
+    )
+    storage.write(
+        f"survivor/attempts/{last + 2:06d}.json",
+        json.dumps({"number": last + 2, "instance": "x", "started": at, "outcome": PAYLOAD}).encode(),
+    )
+    storage.write(
+        f"survivor/attempts/{last + 3:06d}.json",
+        json.dumps({"number": last + 3, "instance": "x", "started": at, "ended": "2001-01-01T00:00:00+00:00"}).encode(),
+    )
     good_move = {"time": at, "from_place": "zones/us-west1-b", "to_place": "regions/us-central1"}
-    storage.write("survivor/moves/hostile.json", json.dumps(
-        {**good_move, "reason": PAYLOAD, "by": PAYLOAD[:190], "machine": PAYLOAD[:190]}).encode())
+    storage.write(
+        "survivor/moves/hostile.json",
+        json.dumps({**good_move, "reason": PAYLOAD, "by": PAYLOAD[:190], "machine": PAYLOAD[:190]}).encode(),
+    )
     storage.write("survivor/moves/shape.json", json.dumps({**good_move, "shape": "²", "reason": PAYLOAD}).encode())
     storage.write("survivor/moves/place.json", json.dumps({**good_move, "to_place": PAYLOAD}).encode())
     good_switch = {"time": at, "to_mode": "on-demand", "from_mode": "spot"}
-    storage.write("survivor/switches/hostile.json", json.dumps(
-        {**good_switch, "reason": PAYLOAD, "by": PAYLOAD[:190]}).encode())
-    storage.write("survivor/switches/year-one.json", json.dumps(
-        {**good_switch, "time": "0001-01-01T00:00:00+01:00", "reason": PAYLOAD}).encode())
-    storage.write("survivor/switch-failures/hostile.json", json.dumps(
-        {**good_switch, "error": PAYLOAD, "by": PAYLOAD[:190], "reason": PAYLOAD}).encode())
+    storage.write(
+        "survivor/switches/hostile.json", json.dumps({**good_switch, "reason": PAYLOAD, "by": PAYLOAD[:190]}).encode()
+    )
+    storage.write(
+        "survivor/switches/year-one.json",
+        json.dumps({**good_switch, "time": "0001-01-01T00:00:00+01:00", "reason": PAYLOAD}).encode(),
+    )
+    storage.write(
+        "survivor/switch-failures/hostile.json",
+        json.dumps({**good_switch, "error": PAYLOAD, "by": PAYLOAD[:190], "reason": PAYLOAD}).encode(),
+    )
     storage.write("survivor/snapshots/999999999999-000001-0000.json", PAYLOAD.encode())
     storage.write("survivor/FAILED", PAYLOAD.encode())
 
@@ -184,13 +224,19 @@ def test_hostile_records_render_escaped_with_each_damaged_record_one_line(tmp_pa
         assert "Traceback" not in html
     job_page = client.get("/job/0").get_data(as_text=True)
     assert "Damaged records" in job_page
-    for damaged in ("survivor/moves/shape.json: shape", "survivor/moves/place.json: to_place",
-                    "survivor/switches/year-one.json: time", "000009.json", "must not be followed"):
+    for damaged in (
+        "survivor/moves/shape.json: shape",
+        "survivor/moves/place.json: to_place",
+        "survivor/switches/year-one.json: time",
+        "000009.json",
+        "must not be followed",
+    ):
         assert damaged in job_page, damaged
     assert "damaged:" in client.get("/").get_data(as_text=True)  # the list page: one line for the job
 
 
 # -- in a real browser ----------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def chromium():
@@ -220,7 +266,7 @@ def served():
 
 
 def rgb(hex_colour: str) -> tuple[int, int, int]:
-    return tuple(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))  # type: ignore[return-value]
+    return tuple(int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))  # type: ignore[return-value]
 
 
 def near(pixel, colour: str, tolerance: int = 12) -> bool:
@@ -236,7 +282,8 @@ def keep_screenshot(png: bytes, name: str) -> None:
 
 @pytest.mark.slow
 def test_in_chromium_the_job_page_shows_its_story_and_draws_each_cause_where_the_ledger_puts_it(
-        tmp_path, chromium, served):
+    tmp_path, chromium, served
+):
     from PIL import Image
 
     from survivor.jobdir.ledger import CAUSE, parse_time
@@ -247,9 +294,12 @@ def test_in_chromium_the_job_page_shows_its_story_and_draws_each_cause_where_the
     other = simulated(str(tmp_path / "jobs" / "mlp"), seed=11)
     from survivor.spec import JobSpec
 
-    spec = JobSpec.from_yaml(f"job_dir: {job_dir}\ntrain_steps: {plan.train_steps}\ntrainer: {{builtin: dummy}}\n"
-                             "deadline: 30h\n")
-    base = served(Board([replace(source(job_dir, plan), spec=spec), source(str(tmp_path / "jobs" / "mlp"), other, "mlp")]))
+    spec = JobSpec.from_yaml(
+        f"job_dir: {job_dir}\ntrain_steps: {plan.train_steps}\ntrainer: {{builtin: dummy}}\ndeadline: 30h\n"
+    )
+    base = served(
+        Board([replace(source(job_dir, plan), spec=spec), source(str(tmp_path / "jobs" / "mlp"), other, "mlp")])
+    )
 
     chromium.open(base + "/")
     listing = chromium.text()
@@ -259,16 +309,28 @@ def test_in_chromium_the_job_page_shows_its_story_and_draws_each_cause_where_the
 
     chromium.open(base + "/job/0")
     text = chromium.text()
-    for expected in ("cifar10", "RUNNING", f"{plan.step} of {plan.train_steps}", "Where the time went",
-                     "waiting for capacity", "productive training", "move zones/us-west1-b → regions/us-central1",
-                     "switch spot → on-demand", "preempted", "projected (on on-demand)", "notice to boot 5",
-                     "Spot goodput"):  # the deadline policy's verdict
+    for expected in (
+        "cifar10",
+        "RUNNING",
+        f"{plan.step} of {plan.train_steps}",
+        "Where the time went",
+        "waiting for capacity",
+        "productive training",
+        "move zones/us-west1-b → regions/us-central1",
+        "switch spot → on-demand",
+        "preempted",
+        "projected (on on-demand)",
+        "notice to boot 5",
+        "Spot goodput",
+    ):  # the deadline policy's verdict
         assert expected in text, (expected, text[:3000])
     png = chromium.screenshot()
     keep_screenshot(png, "dashboard.png")
     shot = Image.open(io.BytesIO(png)).convert("RGB")
-    box = chromium.evaluate("(() => { const r = document.getElementById('timeline').getBoundingClientRect();"
-                            " return [r.left, r.top, r.width, r.height]; })()")
+    box = chromium.evaluate(
+        "(() => { const r = document.getElementById('timeline').getBoundingClientRect();"
+        " return [r.left, r.top, r.width, r.height]; })()"
+    )
     left, top, width, height = box
     assert top + height < shot.height, "the timeline is in the first screen"
 

@@ -27,16 +27,25 @@ def test_a_boot_past_its_deadline_switches_its_group_to_on_demand_and_stops(comp
     spec_yaml = dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=50) + "deadline: '2020-01-01T00:00:00Z'\n"
     spec = JobSpec.from_yaml(spec_yaml)
     if earlier_switch:
-        open_storage(spec.job_dir).write("survivor/switches/20190601T000000-spot.json", json.dumps(
-            {"time": earlier_switch, "to_mode": "spot", "from_mode": "on-demand", "by": "watch"}).encode())
+        open_storage(spec.job_dir).write(
+            "survivor/switches/20190601T000000-spot.json",
+            json.dumps({"time": earlier_switch, "to_mode": "spot", "from_mode": "on-demand", "by": "watch"}).encode(),
+        )
     compute = Compute(PROJECT, endpoint=compute_server.endpoint)
     compute.insert_template(template_body("dl", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
     compute.create_group("dl", "dl", zone=ZONE, size=1)
     member = compute_server.groups[(PROJECT, f"zones/{ZONE}", "dl")]["_members"][0]
     attributes = {i["key"]: i["value"] for i in compute_server.instances[member]["metadata"]["items"]}
     assert "created-by" in attributes  # how the agent finds its group
-    vm = LocalInstance(attributes, str(tmp_path / "vm"), name=member[2], zone=ZONE, project=PROJECT,
-                       python=sys.executable, env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint})
+    vm = LocalInstance(
+        attributes,
+        str(tmp_path / "vm"),
+        name=member[2],
+        zone=ZONE,
+        project=PROJECT,
+        python=sys.executable,
+        env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint},
+    )
     try:
         vm.boot()
         assert vm.wait(120) == 0, open(vm.log_path()).read()[-3000:]
@@ -73,8 +82,15 @@ def test_a_vm_whose_account_may_not_switch_its_group_records_why_and_trains_on(c
     account = f"serviceAccount:{DEFAULT_ACCOUNT}"
     compute_server.set_project_policy(PROJECT, [{"role": "roles/storage.objectUser", "members": [account]}])
     compute_server.caller = account
-    vm = LocalInstance(attributes, str(tmp_path / "vm"), name=member[2], zone=ZONE, project=PROJECT,
-                       python=sys.executable, env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint})
+    vm = LocalInstance(
+        attributes,
+        str(tmp_path / "vm"),
+        name=member[2],
+        zone=ZONE,
+        project=PROJECT,
+        python=sys.executable,
+        env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint},
+    )
     try:
         vm.boot()
         vm.wait(120)

@@ -6,13 +6,30 @@ import datetime as dt
 import pytest
 
 from survivor.operator import deadline
-from survivor.operator.deadline import (ON_DEMAND, SPOT, Measured, Situation, backoff_hours, decide,
-                                     failed_switch_backs, measure, spot_goodput)
+from survivor.operator.deadline import (
+    ON_DEMAND,
+    SPOT,
+    Measured,
+    Situation,
+    backoff_hours,
+    decide,
+    failed_switch_backs,
+    measure,
+    spot_goodput,
+)
 from survivor.jobdir.journal import Attempt
 from survivor.jobdir.switches import Switch
 
-GOOD = Measured(steps_done=500, train_steps=1000, step_rate=100.0, overhead_hours=0.1, lost_hours=0.05,
-                spot_productive_hours=8.0, spot_wall_hours=8.0, elapsed_hours=8.0)
+GOOD = Measured(
+    steps_done=500,
+    train_steps=1000,
+    step_rate=100.0,
+    overhead_hours=0.1,
+    lost_hours=0.05,
+    spot_productive_hours=8.0,
+    spot_wall_hours=8.0,
+    elapsed_hours=8.0,
+)
 # on on-demand with room to go back to Spot by the hysteresis rule
 SLACK = Situation(hours_left=5.0 / spot_goodput(GOOD, 20.0) + 1.0, window_hours=20.0, mode=ON_DEMAND)
 
@@ -46,16 +63,23 @@ def t(hours):
 
 
 def test_failed_switch_backs_count_spot_stints_without_a_trained_step_in_a_row_from_the_records():
-    trained = Attempt(1, "vm-a", t(0), restored_step=None, ended=t(1), outcome="preempted", end_step=100,
-                      reached_step=100)
-    on_demand = Attempt(2, "vm-b", t(1.5), restored_step=100, ended=t(2.0), outcome="stopped", end_step=150,
-                        reached_step=150)
-    switches = [Switch(t(1.2), "on-demand", "spot"), Switch(t(2.0), "spot", "on-demand"),
-                Switch(t(2.3), "on-demand", "spot"), Switch(t(2.6), "spot", "on-demand"),
-                Switch(t(2.9), "on-demand", "spot")]
+    trained = Attempt(
+        1, "vm-a", t(0), restored_step=None, ended=t(1), outcome="preempted", end_step=100, reached_step=100
+    )
+    on_demand = Attempt(
+        2, "vm-b", t(1.5), restored_step=100, ended=t(2.0), outcome="stopped", end_step=150, reached_step=150
+    )
+    switches = [
+        Switch(t(1.2), "on-demand", "spot"),
+        Switch(t(2.0), "spot", "on-demand"),
+        Switch(t(2.3), "on-demand", "spot"),
+        Switch(t(2.6), "spot", "on-demand"),
+        Switch(t(2.9), "on-demand", "spot"),
+    ]
     assert failed_switch_backs([trained, on_demand], switches) == 2  # both tries at Spot: nothing trained
-    spot_trained = Attempt(3, "vm-c", t(2.05), restored_step=150, ended=t(2.2), outcome="preempted",
-                           end_step=160, reached_step=160)
+    spot_trained = Attempt(
+        3, "vm-c", t(2.05), restored_step=150, ended=t(2.2), outcome="preempted", end_step=160, reached_step=160
+    )
     assert failed_switch_backs([trained, on_demand, spot_trained], switches) == 1  # the first try trained
     measured = measure([trained, on_demand], switches, 1000, now=dt.datetime.fromisoformat(t(3.0)))
     assert measured.failed_switch_backs == 2 and measured.since_switch_hours == pytest.approx(0.1)

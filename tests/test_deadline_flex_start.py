@@ -5,23 +5,43 @@ import datetime as dt
 
 import pytest
 
-from survivor.operator.deadline import (FLEX_START, ON_DEMAND, SPOT, FlexStart, Measured, Situation, decide, flex_start,
-                                     margin_hours, measure, spot_goodput)
+from survivor.operator.deadline import (
+    FLEX_START,
+    ON_DEMAND,
+    SPOT,
+    FlexStart,
+    Measured,
+    Situation,
+    decide,
+    flex_start,
+    margin_hours,
+    measure,
+    spot_goodput,
+)
 from survivor.jobdir.journal import Attempt
 from survivor.jobdir.switches import Switch
 from survivor.spec import JobSpec
 
 # 500 of 1000 steps done at 100 steps/h: 5 h of work; a 0.5 h margin; Spot idle (a stockout) and behind
 # its goodput line below 20 h left.
-BEHIND = Measured(steps_done=500, train_steps=1000, step_rate=100.0, overhead_hours=0.1, lost_hours=0.05,
-                  spot_productive_hours=5.0, spot_wall_hours=20.0, elapsed_hours=20.0)
+BEHIND = Measured(
+    steps_done=500,
+    train_steps=1000,
+    step_rate=100.0,
+    overhead_hours=0.1,
+    lost_hours=0.05,
+    spot_productive_hours=5.0,
+    spot_wall_hours=20.0,
+    elapsed_hours=20.0,
+)
 GOOD = FlexStart(allowed=True, unsupported="", wait_hours=2.0, price_ratio=0.55)
 WORK, MARGIN = 5.0, 0.5
 
 
 def idle_on_spot(left, flex, mode=SPOT, running=False):
-    return Situation(hours_left=left, window_hours=40.0, mode=mode, running=running, check_every_hours=0.25,
-                     flex_start=flex)
+    return Situation(
+        hours_left=left, window_hours=40.0, mode=mode, running=running, check_every_hours=0.25, flex_start=flex
+    )
 
 
 def test_the_setting_is_behind_the_spot_line_with_slack_for_on_demand():
@@ -29,21 +49,33 @@ def test_the_setting_is_behind_the_spot_line_with_slack_for_on_demand():
     assert WORK / spot_goodput(BEHIND, 40.0) == pytest.approx(20.0)
 
 
-@pytest.mark.parametrize("case, flex, left, expected, why", [
-    ("no flex_start in the spec", None, 10.0, ON_DEMAND, "behind"),
-    ("the spec says flex_start: false", FlexStart(allowed=False, price_ratio=0.55), 10.0, ON_DEMAND, "behind"),
-    ("the machine cannot run flex-start", FlexStart(allowed=True, unsupported="machine_type n1-standard-8: no",
-                                                    price_ratio=0.55), 10.0, ON_DEMAND, "n1-standard-8"),
-    ("flex-start's price is unknown", FlexStart(allowed=True, price_ratio=None), 10.0, ON_DEMAND, "not known"),
-    ("flex-start is no cheaper", FlexStart(allowed=True, price_ratio=1.0), 10.0, ON_DEMAND, "not known"),
-    ("the deadline is too near for the queue", GOOD, WORK + MARGIN + 2.0 - 0.01, ON_DEMAND, "queue"),
-    ("the queue just fits", GOOD, WORK + MARGIN + 2.0, FLEX_START, "fits with a 2.00 h queue"),
-    ("otherwise", GOOD, 10.0, FLEX_START, "flex-start at 55% of the on-demand price"),
-    ("no queue assumed", FlexStart(allowed=True, wait_hours=0.0, price_ratio=0.55), WORK + MARGIN, FLEX_START,
-     "fits"),
-])
-def test_leaving_spot_picks_flex_start_only_when_allowed_supported_cheaper_and_in_time(case, flex, left, expected,
-                                                                                      why):
+@pytest.mark.parametrize(
+    "case, flex, left, expected, why",
+    [
+        ("no flex_start in the spec", None, 10.0, ON_DEMAND, "behind"),
+        ("the spec says flex_start: false", FlexStart(allowed=False, price_ratio=0.55), 10.0, ON_DEMAND, "behind"),
+        (
+            "the machine cannot run flex-start",
+            FlexStart(allowed=True, unsupported="machine_type n1-standard-8: no", price_ratio=0.55),
+            10.0,
+            ON_DEMAND,
+            "n1-standard-8",
+        ),
+        ("flex-start's price is unknown", FlexStart(allowed=True, price_ratio=None), 10.0, ON_DEMAND, "not known"),
+        ("flex-start is no cheaper", FlexStart(allowed=True, price_ratio=1.0), 10.0, ON_DEMAND, "not known"),
+        ("the deadline is too near for the queue", GOOD, WORK + MARGIN + 2.0 - 0.01, ON_DEMAND, "queue"),
+        ("the queue just fits", GOOD, WORK + MARGIN + 2.0, FLEX_START, "fits with a 2.00 h queue"),
+        ("otherwise", GOOD, 10.0, FLEX_START, "flex-start at 55% of the on-demand price"),
+        (
+            "no queue assumed",
+            FlexStart(allowed=True, wait_hours=0.0, price_ratio=0.55),
+            WORK + MARGIN,
+            FLEX_START,
+            "fits",
+        ),
+    ],
+)
+def test_leaving_spot_picks_flex_start_only_when_allowed_supported_cheaper_and_in_time(case, flex, left, expected, why):
     decision = decide(BEHIND, idle_on_spot(left, flex))
     assert (decision.mode, decision.switch) == (expected, True), case
     assert decision.reason.startswith("behind") and why in decision.reason, decision.reason
@@ -86,31 +118,57 @@ def test_flex_start_goes_back_to_spot_like_on_demand_once_there_is_slack():
 SPEC = {"job_dir": "gs://bucket-a/j", "train_steps": 10, "trainer": {"module": "m"}, "deadline": "10h"}
 
 
-@pytest.mark.parametrize("compute, fallback, expected", [
-    ({"machine_type": "a2-highgpu-1g", "gpu": "none"}, {"flex_start": True},
-     FlexStart(allowed=True, unsupported="", wait_hours=2.0, price_ratio=pytest.approx(2.02 / 3.67))),
-    ({"machine_type": "a2-highgpu-1g", "gpu": "none"}, {}, None),
-    ({"machine_type": "g2-standard-8", "gpu": "none"}, {"flex_start": True, "flex_start_wait_hours": 1},
-     FlexStart(allowed=True, unsupported="", wait_hours=1.0, price_ratio=None)),  # not in the offline table
-])
+@pytest.mark.parametrize(
+    "compute, fallback, expected",
+    [
+        (
+            {"machine_type": "a2-highgpu-1g", "gpu": "none"},
+            {"flex_start": True},
+            FlexStart(allowed=True, unsupported="", wait_hours=2.0, price_ratio=pytest.approx(2.02 / 3.67)),
+        ),
+        ({"machine_type": "a2-highgpu-1g", "gpu": "none"}, {}, None),
+        (
+            {"machine_type": "g2-standard-8", "gpu": "none"},
+            {"flex_start": True, "flex_start_wait_hours": 1},
+            FlexStart(allowed=True, unsupported="", wait_hours=1.0, price_ratio=None),
+        ),  # not in the offline table
+    ],
+)
 def test_flex_start_reads_the_spec_the_machine_rule_and_the_offline_prices(compute, fallback, expected):
     spec = JobSpec.from_mapping({**SPEC, "compute": compute, "fallback": fallback})
     assert flex_start(spec) == expected
 
 
 def test_an_n1_fallback_is_unsupported_with_the_machine_named():
-    spec = JobSpec.from_mapping({**SPEC, "compute": {"machine_type": "n1-standard-8", "gpu": "nvidia-tesla-t4:1"},
-                                 "fallback": {"flex_start": True}})
+    spec = JobSpec.from_mapping(
+        {
+            **SPEC,
+            "compute": {"machine_type": "n1-standard-8", "gpu": "nvidia-tesla-t4:1"},
+            "fallback": {"flex_start": True},
+        }
+    )
     found = flex_start(spec)
     assert found.allowed and "n1-standard-8" in found.unsupported
 
 
 def test_measure_prices_flex_start_hours_at_their_own_ratio():
     t = lambda h: (dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc) + dt.timedelta(hours=h)).isoformat()  # noqa: E731
-    attempts = [Attempt(1, "vm-a", t(0), restored_step=None, ended=t(2.0), outcome="preempted", end_step=200,
-                        reached_step=200, timings={}),
-                Attempt(2, "vm-b", t(3), restored_step=200, ended=t(4.0), outcome="done", end_step=300,
-                        reached_step=300, timings={})]
+    attempts = [
+        Attempt(
+            1,
+            "vm-a",
+            t(0),
+            restored_step=None,
+            ended=t(2.0),
+            outcome="preempted",
+            end_step=200,
+            reached_step=200,
+            timings={},
+        ),
+        Attempt(
+            2, "vm-b", t(3), restored_step=200, ended=t(4.0), outcome="done", end_step=300, reached_step=300, timings={}
+        ),
+    ]
     switches = [Switch(t(2.5), FLEX_START, SPOT, "behind", "watch")]
     now = dt.datetime.fromisoformat(t(5))
     # 2 h of Spot at 0.3, 1 h of flex-start at 0.55 of the on-demand price
@@ -129,8 +187,12 @@ def test_a_failed_request_goes_on_demand_at_once_and_says_why():
     running = Situation(**{**failed.__dict__, "running": True})  # a VM that came anyway trains on
     assert decide(BEHIND, running).mode == FLEX_START
     assert flex_start_failure([]) is None
-    older = {"name": "a", "creationTimestamp": "2026-11-25T01:00:00Z", "state": "FAILED",
-             "status": {"error": {"errors": [{"code": "OLD", "message": "gone"}]}}}
+    older = {
+        "name": "a",
+        "creationTimestamp": "2026-11-25T01:00:00Z",
+        "state": "FAILED",
+        "status": {"error": {"errors": [{"code": "OLD", "message": "gone"}]}},
+    }
     newer = {"name": "b", "creationTimestamp": "2026-11-25T02:00:00Z", "state": "ACCEPTED"}
     assert flex_start_failure([older, newer]) is None  # only the newest request counts
     assert flex_start_failure([older]) == "resize request a: OLD: gone"
@@ -143,12 +205,24 @@ def test_a_queued_request_says_how_long_it_waited_and_what_its_last_attempt_met(
     now = dt.datetime(2026, 11, 25, 3, 30, tzinfo=dt.timezone.utc)
     queued = {"name": "b", "creationTimestamp": "2026-11-25T02:00:00Z", "state": "ACCEPTED"}
     assert flex_start_queue([queued], now) == "resize request b: ACCEPTED, queued 1.50 h; no VM yet, nothing failed"
-    retrying = {**queued, "status": {"lastAttempt": {"error": {"errors": [
-        {"code": "ZONE_RESOURCE_POOL_EXHAUSTED", "message": "no a2"}, {"code": "QUOTA_EXCEEDED"}]}}}}
-    assert flex_start_queue([retrying], now) == ("resize request b: ACCEPTED, queued 1.50 h; its last attempt: "
-                                                 "ZONE_RESOURCE_POOL_EXHAUSTED: no a2; QUOTA_EXCEEDED (Compute tries again)")
-    assert flex_start_queue([{"name": "c", "state": "CREATING"}], now) == \
-        "resize request c: CREATING; no VM yet, nothing failed"  # no creation time: no wait given
+    retrying = {
+        **queued,
+        "status": {
+            "lastAttempt": {
+                "error": {
+                    "errors": [{"code": "ZONE_RESOURCE_POOL_EXHAUSTED", "message": "no a2"}, {"code": "QUOTA_EXCEEDED"}]
+                }
+            }
+        },
+    }
+    assert flex_start_queue([retrying], now) == (
+        "resize request b: ACCEPTED, queued 1.50 h; its last attempt: "
+        "ZONE_RESOURCE_POOL_EXHAUSTED: no a2; QUOTA_EXCEEDED (Compute tries again)"
+    )
+    assert (
+        flex_start_queue([{"name": "c", "state": "CREATING"}], now)
+        == "resize request c: CREATING; no VM yet, nothing failed"
+    )  # no creation time: no wait given
     for final in ("SUCCEEDED", "FAILED", "CANCELLED"):  # only an active request is queued
         assert flex_start_queue([{**retrying, "state": final}], now) is None
     older_active = {**retrying, "name": "a", "creationTimestamp": "2026-11-25T01:00:00Z"}

@@ -5,8 +5,20 @@ from dataclasses import replace
 
 import pytest
 
-from survivor.operator.deadline import (ON_DEMAND, SPOT, Measured, Situation, decide, hysteresis_hours, margin_hours,
-                                     measure, mode_at, price_ratio, spot_goodput, spot_hours)
+from survivor.operator.deadline import (
+    ON_DEMAND,
+    SPOT,
+    Measured,
+    Situation,
+    decide,
+    hysteresis_hours,
+    margin_hours,
+    measure,
+    mode_at,
+    price_ratio,
+    spot_goodput,
+    spot_hours,
+)
 from survivor.jobdir.journal import Attempt
 from survivor.jobdir.switches import Switch
 
@@ -57,8 +69,15 @@ def test_a_training_spot_vm_keeps_training_while_there_is_slack():
 
 
 def test_an_idle_spot_group_goes_on_demand_when_behind_the_goodput_line():
-    bad = Measured(**{**M.__dict__, "steps_done": 500, "spot_productive_hours": 5.0, "spot_wall_hours": 20.0,
-                      "elapsed_hours": 20.0})
+    bad = Measured(
+        **{
+            **M.__dict__,
+            "steps_done": 500,
+            "spot_productive_hours": 5.0,
+            "spot_wall_hours": 20.0,
+            "elapsed_hours": 20.0,
+        }
+    )
     goodput = spot_goodput(bad, 40.0)
     assert goodput == pytest.approx(max((5 + 0.25 * 2) / 22, 10 / 40))
     line = 5.0 / goodput
@@ -68,8 +87,9 @@ def test_an_idle_spot_group_goes_on_demand_when_behind_the_goodput_line():
 
 
 def test_on_demand_goes_back_to_spot_only_with_the_hysteresis_and_when_allowed():
-    good = Measured(**{**M.__dict__, "steps_done": 500, "spot_productive_hours": 8.0, "spot_wall_hours": 8.0,
-                       "elapsed_hours": 8.0})
+    good = Measured(
+        **{**M.__dict__, "steps_done": 500, "spot_productive_hours": 8.0, "spot_wall_hours": 8.0, "elapsed_hours": 8.0}
+    )
     hysteresis = 2 * 0.1 + 0.05 + 0.25  # two restarts, one lost interval, one check period
     line = 5.0 / spot_goodput(good, 20.0)
     assert decide(good, at(line + hysteresis, mode=ON_DEMAND)).mode == SPOT
@@ -91,10 +111,30 @@ def t(hours):
 
 def test_measure_reads_rate_spot_time_overhead_and_lost_work_from_the_records():
     attempts = [
-        Attempt(1, "vm-a", t(0), restored_step=None, ended=t(2.1), outcome="preempted", end_step=200,
-                reached_step=210, steps_lost=10, timings={"restore": 180.0, "setup": 180.0}),
-        Attempt(2, "vm-b", t(3), restored_step=200, ended=t(4.1), outcome="preempted", end_step=300,
-                reached_step=300, steps_lost=0, timings={"restore": 180.0, "setup": 180.0}),
+        Attempt(
+            1,
+            "vm-a",
+            t(0),
+            restored_step=None,
+            ended=t(2.1),
+            outcome="preempted",
+            end_step=200,
+            reached_step=210,
+            steps_lost=10,
+            timings={"restore": 180.0, "setup": 180.0},
+        ),
+        Attempt(
+            2,
+            "vm-b",
+            t(3),
+            restored_step=200,
+            ended=t(4.1),
+            outcome="preempted",
+            end_step=300,
+            reached_step=300,
+            steps_lost=0,
+            timings={"restore": 180.0, "setup": 180.0},
+        ),
     ]
     switches = [Switch(t(2.5), "on-demand", "spot", "behind", "watch")]
     measured = measure(attempts, switches, 1000, now=dt.datetime.fromisoformat(t(5)))
@@ -111,10 +151,28 @@ def test_measure_reads_rate_spot_time_overhead_and_lost_work_from_the_records():
 
 def test_measure_prices_what_was_spent_from_the_ledgers_vm_time_per_mode():
     attempts = [
-        Attempt(1, "vm-a", t(0), restored_step=None, ended=t(2.0), outcome="preempted", end_step=200,
-                reached_step=200, timings={}),
-        Attempt(2, "vm-b", t(3), restored_step=200, ended=t(4.0), outcome="preempted", end_step=300,
-                reached_step=300, timings={}),
+        Attempt(
+            1,
+            "vm-a",
+            t(0),
+            restored_step=None,
+            ended=t(2.0),
+            outcome="preempted",
+            end_step=200,
+            reached_step=200,
+            timings={},
+        ),
+        Attempt(
+            2,
+            "vm-b",
+            t(3),
+            restored_step=200,
+            ended=t(4.0),
+            outcome="preempted",
+            end_step=300,
+            reached_step=300,
+            timings={},
+        ),
     ]
     switches = [Switch(t(2.5), "on-demand", "spot", "behind", "watch")]
     now = dt.datetime.fromisoformat(t(5))
@@ -177,8 +235,13 @@ def test_the_safety_net_comes_before_the_cap():
 def test_price_ratio_is_the_spot_machine_over_the_on_demand_fallback_from_the_table():
     from survivor.spec import JobSpec
 
-    base = {"job_dir": "gs://bucket-a/j", "train_steps": 10, "trainer": {"module": "m"}, "deadline": "10h",
-            "compute": {"machine_type": "n1-standard-8", "gpu": "nvidia-tesla-t4:1"}}
+    base = {
+        "job_dir": "gs://bucket-a/j",
+        "train_steps": 10,
+        "trainer": {"module": "m"},
+        "deadline": "10h",
+        "compute": {"machine_type": "n1-standard-8", "gpu": "nvidia-tesla-t4:1"},
+    }
     assert price_ratio(JobSpec.from_mapping(base)) == pytest.approx((0.08 + 0.14) / (0.38 + 0.35))
     bigger = JobSpec.from_mapping({**base, "fallback": {"machine_type": "n1-standard-16"}})
     assert price_ratio(bigger) == pytest.approx((0.08 + 0.14) / (0.76 + 0.35))
@@ -189,8 +252,9 @@ def test_price_ratio_is_the_spot_machine_over_the_on_demand_fallback_from_the_ta
 def test_a_switch_back_that_finds_no_spot_is_not_already_behind_at_the_next_look():
     """The hysteresis covers one check period: idle on Spot for one look after going back, the job is
     still on the line's right side, so a stockout does not flap the group every period."""
-    good = Measured(**{**M.__dict__, "steps_done": 500, "spot_productive_hours": 8.0, "spot_wall_hours": 8.0,
-                       "elapsed_hours": 8.0})
+    good = Measured(
+        **{**M.__dict__, "steps_done": 500, "spot_productive_hours": 8.0, "spot_wall_hours": 8.0, "elapsed_hours": 8.0}
+    )
     line = 5.0 / spot_goodput(good, 20.0)
     back = line + hysteresis_hours(good, S)
     assert decide(good, at(back, mode=ON_DEMAND)).mode == SPOT
@@ -201,11 +265,21 @@ def test_a_switch_back_that_finds_no_spot_is_not_already_behind_at_the_next_look
 
 # -- capacity data: the expected preemptions where the job is size the slack Spot needs ------
 
+
 def test_a_place_that_preempts_often_needs_more_slack_on_spot_and_leaves_it_sooner():
     from survivor.operator.deadline import Measured, Situation, decide
 
-    measured = Measured(steps_done=0, train_steps=600, step_rate=100.0, overhead_hours=0.1, spent_hours=0.0,
-                        spot_price_ratio=0.3, elapsed_hours=0.5, spot_wall_hours=0.5, spot_productive_hours=0.5)
+    measured = Measured(
+        steps_done=0,
+        train_steps=600,
+        step_rate=100.0,
+        overhead_hours=0.1,
+        spent_hours=0.0,
+        spot_price_ratio=0.3,
+        elapsed_hours=0.5,
+        spot_wall_hours=0.5,
+        spot_productive_hours=0.5,
+    )
     calm = Situation(hours_left=9.0, window_hours=9.5, mode="spot", running=False, spot_hazard_per_hour=0.05)
     stormy = Situation(hours_left=9.0, window_hours=9.5, mode="spot", running=False, spot_hazard_per_hour=4.0)
     assert decide(measured, calm).mode == "spot"
@@ -215,8 +289,9 @@ def test_a_place_that_preempts_often_needs_more_slack_on_spot_and_leaves_it_soon
 def test_spot_whose_restarts_cost_more_than_on_demand_is_left():
     from survivor.operator.deadline import Measured, Situation, decide, spot_dearer
 
-    measured = Measured(steps_done=0, train_steps=100, step_rate=100.0, overhead_hours=0.1, spent_hours=0.0,
-                        spot_price_ratio=0.5)
+    measured = Measured(
+        steps_done=0, train_steps=100, step_rate=100.0, overhead_hours=0.1, spent_hours=0.0, spot_price_ratio=0.5
+    )
     hostile = Situation(hours_left=50.0, window_hours=50.0, mode="on-demand", running=True, spot_hazard_per_hour=12.0)
     assert spot_dearer(measured, hostile) and decide(measured, hostile).mode == "on-demand"
     assert not spot_dearer(measured, Situation(hours_left=50.0, window_hours=50.0))  # no data: never

@@ -20,8 +20,10 @@ ZONE = "us-west1-b"
 
 
 def job(tmp_path, extra=""):
-    return JobSpec.from_yaml(f"job_dir: {tmp_path}/job\ntrain_steps: 1000\ntrainer: {{builtin: dummy}}\n"
-                             f"deadline: 36h\ncompute: {{machine_type: n1-standard-8, gpu: 'nvidia-tesla-t4:1'}}\n{extra}")
+    return JobSpec.from_yaml(
+        f"job_dir: {tmp_path}/job\ntrain_steps: 1000\ntrainer: {{builtin: dummy}}\n"
+        f"deadline: 36h\ncompute: {{machine_type: n1-standard-8, gpu: 'nvidia-tesla-t4:1'}}\n{extra}"
+    )
 
 
 def spot_group(compute_server, spec):
@@ -34,6 +36,7 @@ def spot_group(compute_server, spec):
 def preempted_attempt(storage, started_hours_ago: float, ended_hours_ago: float) -> None:
     """The journal's one attempt: it trained 100 of 1000 steps and was preempted, its start and end
     the given hours ago."""
+
     def hours_ago(hours):
         return (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=hours)).isoformat()
 
@@ -50,10 +53,14 @@ def test_the_on_demand_template_is_the_same_shape_standard_without_spot_terminat
     spot = template_body("cifar", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n")
     body = on_demand_template_body(spot)
     assert body["name"] == "cifar" + ON_DEMAND_SUFFIX
-    assert body["properties"]["scheduling"] == {"onHostMaintenance": "TERMINATE", "provisioningModel": "STANDARD",
-                                                "automaticRestart": True}
+    assert body["properties"]["scheduling"] == {
+        "onHostMaintenance": "TERMINATE",
+        "provisioningModel": "STANDARD",
+        "automaticRestart": True,
+    }
     assert {k: v for k, v in body["properties"].items() if k != "scheduling"} == {
-        k: v for k, v in spot["properties"].items() if k != "scheduling"}
+        k: v for k, v in spot["properties"].items() if k != "scheduling"
+    }
     other = on_demand_template_body(spot, FallbackSpec(machine_type="n1-standard-16", gpu="nvidia-tesla-v100:2"))
     assert other["properties"]["machineType"] == "n1-standard-16"
     assert other["properties"]["guestAccelerators"] == [{"acceleratorType": "nvidia-tesla-v100", "acceleratorCount": 2}]
@@ -73,7 +80,8 @@ def test_a_spot_stockout_switches_the_group_to_on_demand_and_back_with_records(c
     assert compute.get_group(group)["instanceTemplate"].endswith("/instanceTemplates/cifar-on-demand")
     methods = [m for m, _, _ in compute_server.requests]
     assert methods.index("compute.instanceGroupManagers.setInstanceTemplate") < methods.index(
-        "compute.instanceGroupManagers.recreateInstances")
+        "compute.instanceGroupManagers.recreateInstances"
+    )
     members = compute.managed_instances(group)
     assert [(m["name"], m["status"]) for m in members] == [(first_vm, "RUNNING")]  # recreated, on-demand
     vm = compute.get_instance(ZONE, first_vm)
@@ -85,8 +93,10 @@ def test_a_spot_stockout_switches_the_group_to_on_demand_and_back_with_records(c
     assert (back.to_mode, back.template) == (SPOT, "cifar")
     assert compute.get_instance(ZONE, first_vm)["scheduling"]["provisioningModel"] == "SPOT"
     recorded = switches(storage)
-    assert [(s.to_mode, s.reason, s.by) for s in recorded] == [(ON_DEMAND, "behind: test", "watch"),
-                                                               (SPOT, "slack again: test", "agent")]
+    assert [(s.to_mode, s.reason, s.by) for s in recorded] == [
+        (ON_DEMAND, "behind: test", "watch"),
+        (SPOT, "slack again: test", "agent"),
+    ]
 
 
 def test_assess_reads_the_job_dir_and_the_group_mode_from_the_records(tmp_path):
@@ -100,13 +110,21 @@ def test_assess_reads_the_job_dir_and_the_group_mode_from_the_records(tmp_path):
     later = now + dt.timedelta(hours=35.9)
     decision = assess(spec, storage, later, running=False)
     assert decision.mode == ON_DEMAND and decision.current == SPOT
-    assert assess(JobSpec.from_yaml(f"job_dir: {tmp_path}/job\ntrain_steps: 10\ntrainer: {{builtin: dummy}}\n"),
-                  storage, later, running=False) is None
+    assert (
+        assess(
+            JobSpec.from_yaml(f"job_dir: {tmp_path}/job\ntrain_steps: 10\ntrainer: {{builtin: dummy}}\n"),
+            storage,
+            later,
+            running=False,
+        )
+        is None
+    )
 
 
 @pytest.mark.parametrize("zone", [dt.timezone.utc, None], ids=["utc-times", "times-without-zone"])
-def test_survivor_watch_switches_a_stocked_out_spot_group_past_its_margin(compute_server, tmp_path, capsys,
-                                                                           monkeypatch, zone):
+def test_survivor_watch_switches_a_stocked_out_spot_group_past_its_margin(
+    compute_server, tmp_path, capsys, monkeypatch, zone
+):
     from survivor.commands import main as cli
 
     def hours_ago(hours):  # a record's time; one without a zone is UTC
@@ -118,8 +136,10 @@ def test_survivor_watch_switches_a_stocked_out_spot_group_past_its_margin(comput
     storage = open_storage(spec.job_dir)
     preempted_attempt(storage, 35, 34)  # an hour ago it trained 100 of 1000 steps, then was preempted
     if zone is None:  # a switch back to Spot before that attempt, written without a zone
-        storage.write("survivor/switches/0-spot.json", json.dumps({"time": hours_ago(35.5), "to_mode": SPOT,
-                                                                    "from_mode": ON_DEMAND, "by": "watch"}).encode())
+        storage.write(
+            "survivor/switches/0-spot.json",
+            json.dumps({"time": hours_ago(35.5), "to_mode": SPOT, "from_mode": ON_DEMAND, "by": "watch"}).encode(),
+        )
     compute_server.fail_instance_creation(spot_only=True)
     compute.recreate_instances(group, [(m["zone"], m["name"]) for m in compute.managed_instances(group)])
     assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0
@@ -143,15 +163,43 @@ def test_after_a_switch_a_fallback_of_another_shape_is_priced_as_that_machine(co
     write_job(spec.job_dir)
     storage = open_storage(spec.job_dir)
     switch_group(compute, group, ON_DEMAND, "behind: test", by="watch", storage=storage)
-    record_switch(storage, Switch(time=(T0 + dt.timedelta(seconds=1200)).isoformat(), to_mode=ON_DEMAND,
-                                  from_mode=SPOT, reason="behind: test", by="watch", template="cifar-on-demand"))
+    record_switch(
+        storage,
+        Switch(
+            time=(T0 + dt.timedelta(seconds=1200)).isoformat(),
+            to_mode=ON_DEMAND,
+            from_mode=SPOT,
+            reason="behind: test",
+            by="watch",
+            template="cifar-on-demand",
+        ),
+    )
     found = job_status(compute, group)
     assert (found["machine"]["machine_type"], found["machine"]["spot"]) == ("n1-standard-8", True)
-    assert found["fallback_machine"] == {"machine_type": "n1-standard-16", "gpu_type": "nvidia-tesla-v100",
-                                         "gpu_count": 2, "spot": False}
+    assert found["fallback_machine"] == {
+        "machine_type": "n1-standard-16",
+        "gpu_type": "nvidia-tesla-v100",
+        "gpu_count": 2,
+        "spot": False,
+    }
 
-    assert main(["report", "cifar", "--zone", ZONE, "--project", PROJECT, "--offline", "--json",
-                 "--out", str(tmp_path / "out")]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "cifar",
+                "--zone",
+                ZONE,
+                "--project",
+                PROJECT,
+                "--offline",
+                "--json",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     prices = data["prices"]
     assert prices["fallback_on_demand"] > prices["on_demand"] > prices["spot"] > 0
@@ -160,7 +208,9 @@ def test_after_a_switch_a_fallback_of_another_shape_is_priced_as_that_machine(co
     assert on_demand_hours > 0
     assert data["cost_by_mode"]["on-demand"] == pytest.approx(on_demand_hours * prices["fallback_on_demand"], abs=1e-3)
     # the comparison stays the same job on the Spot template's machine, on-demand
-    assert data["cost_so_far"]["on_demand"] < data["cost_so_far"]["job"] + on_demand_hours * prices["fallback_on_demand"]
+    assert (
+        data["cost_so_far"]["on_demand"] < data["cost_so_far"]["job"] + on_demand_hours * prices["fallback_on_demand"]
+    )
     assert "fallback machine" in (tmp_path / "out" / "report.md").read_text()
 
 
@@ -170,11 +220,23 @@ def test_assess_skips_record_times_no_job_can_have_and_never_raises(tmp_path):
     spec = job(tmp_path)
     storage = open_storage(spec.job_dir)
     now = dt.datetime.now(dt.timezone.utc)
-    storage.write("survivor/attempts/000001.json", json.dumps(
-        {"number": 1, "instance": "x", "started": "0001-01-01T00:00:00+14:00", "ended": "0001-01-01T01:00:00+14:00",
-         "end_step": 5, "reached_step": 5}).encode())
-    storage.write("survivor/switches/0-on-demand.json", json.dumps(
-        {"time": "0001-01-01T00:00:00+14:00", "to_mode": ON_DEMAND}).encode())
+    storage.write(
+        "survivor/attempts/000001.json",
+        json.dumps(
+            {
+                "number": 1,
+                "instance": "x",
+                "started": "0001-01-01T00:00:00+14:00",
+                "ended": "0001-01-01T01:00:00+14:00",
+                "end_step": 5,
+                "reached_step": 5,
+            }
+        ).encode(),
+    )
+    storage.write(
+        "survivor/switches/0-on-demand.json",
+        json.dumps({"time": "0001-01-01T00:00:00+14:00", "to_mode": ON_DEMAND}).encode(),
+    )
     decision = assess(spec, storage, now, running=False)
     assert decision.current == SPOT and decision.reason.startswith("no step rate")
     naive = (now - dt.timedelta(hours=1)).replace(tzinfo=None).isoformat()
@@ -190,18 +252,25 @@ def test_a_switch_the_roles_refuse_shows_in_status_and_report(compute_server, tm
 
     spec = job(tmp_path)
     compute, group, storage = stocked_out(compute_server, spec, monkeypatch, 35, 34)
-    denied = f"Required 'compute.instanceGroupManagers.update' permission for 'projects/{PROJECT}/zones/{ZONE}/" \
-             "instanceGroupManagers/cifar'"
+    denied = (
+        f"Required 'compute.instanceGroupManagers.update' permission for 'projects/{PROJECT}/zones/{ZONE}/"
+        "instanceGroupManagers/cifar'"
+    )
     compute_server.fail("compute.instanceGroupManagers.setInstanceTemplate", http=403, message=denied)
     assert cli.main(["watch", "cifar", "--zone", ZONE]) == 1
     err = capsys.readouterr().err
     assert "permission denied" in err and "Traceback" not in err
     [failure] = switch_failures(storage)
-    assert (failure.to_mode, failure.by) == (ON_DEMAND, "watch") and "compute.instanceGroupManagers.update" in failure.error
+    assert (failure.to_mode, failure.by) == (
+        ON_DEMAND,
+        "watch",
+    ) and "compute.instanceGroupManagers.update" in failure.error
     assert switches(storage) == []  # never counted as a switch
     assert cli.main(["status", "--job-dir", spec.job_dir]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "a switch to on-demand decided" in out and "(watch) failed: " in out and "instanceGroupManagers.update" in out
+    assert (
+        "a switch to on-demand decided" in out and "(watch) failed: " in out and "instanceGroupManagers.update" in out
+    )
     assert cli.main(["report", "--job-dir", spec.job_dir, "--out", str(tmp_path / "r"), "--offline"]) == 0
     md = (tmp_path / "r" / "report.md").read_text()
     assert "Switches decided but refused by Compute Engine" in md and "| on-demand | watch |" in md
@@ -209,10 +278,13 @@ def test_a_switch_the_roles_refuse_shows_in_status_and_report(compute_server, tm
 
 # -- flex-start (docs/flex-start.md): a twin template, then a resize request -----------------------
 
+
 def a2_job(tmp_path):
-    return JobSpec.from_yaml(f"job_dir: {tmp_path}/job\ntrain_steps: 1000\ntrainer: {{builtin: dummy}}\n"
-                             "deadline: 36h\ncompute: {machine_type: a2-highgpu-1g, gpu: none}\n"
-                             "fallback: {flex_start: true}\n")
+    return JobSpec.from_yaml(
+        f"job_dir: {tmp_path}/job\ntrain_steps: 1000\ntrainer: {{builtin: dummy}}\n"
+        "deadline: 36h\ncompute: {machine_type: a2-highgpu-1g, gpu: none}\n"
+        "fallback: {flex_start: true}\n"
+    )
 
 
 def test_the_flex_start_template_is_the_same_shape_with_flex_start_scheduling(tmp_path):
@@ -222,18 +294,25 @@ def test_the_flex_start_template_is_the_same_shape_with_flex_start_scheduling(tm
     spot = template_body("cifar", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n")
     body = flex_start_template_body(spot, spec.fallback)
     assert body["name"] == "cifar" + FLEX_START_SUFFIX
-    assert body["properties"]["scheduling"] == {"provisioningModel": "FLEX_START", "instanceTerminationAction": "DELETE",
-                                                "onHostMaintenance": "TERMINATE", "automaticRestart": False}
+    assert body["properties"]["scheduling"] == {
+        "provisioningModel": "FLEX_START",
+        "instanceTerminationAction": "DELETE",
+        "onHostMaintenance": "TERMINATE",
+        "automaticRestart": False,
+    }
     # F12: Google's resize-request templates consume no reservation
     assert body["properties"]["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
     assert {k: v for k, v in body["properties"].items() if k not in ("scheduling", "reservationAffinity")} == {
-        k: v for k, v in spot["properties"].items() if k != "scheduling"}
+        k: v for k, v in spot["properties"].items() if k != "scheduling"
+    }
     assert [template_mode(n) for n in ("cifar", "cifar-on-demand", "cifar-flex-start")] == [
-        ("cifar", SPOT), ("cifar", ON_DEMAND), ("cifar", "flex-start")]
+        ("cifar", SPOT),
+        ("cifar", ON_DEMAND),
+        ("cifar", "flex-start"),
+    ]
 
 
-def test_a_switch_to_flex_start_queues_a_resize_request_whose_vm_comes_when_there_is_capacity(compute_server,
-                                                                                             tmp_path):
+def test_a_switch_to_flex_start_queues_a_resize_request_whose_vm_comes_when_there_is_capacity(compute_server, tmp_path):
     from survivor.operator.deadline import FLEX_START
 
     spec = a2_job(tmp_path)
@@ -270,8 +349,9 @@ def test_leaving_a_queued_flex_start_request_cancels_it_and_gives_the_group_its_
     compute_server.flex_start_capacity = False
     switch_group(compute, group, FLEX_START, "behind: test", by="watch", storage=storage)
 
-    switch = switch_group(compute, group, ON_DEMAND, "the flex-start request has waited 2.00 h", by="watch",
-                          storage=storage)
+    switch = switch_group(
+        compute, group, ON_DEMAND, "the flex-start request has waited 2.00 h", by="watch", storage=storage
+    )
     assert (switch.from_mode, switch.to_mode, switch.template) == (FLEX_START, ON_DEMAND, "cifar-on-demand")
     [request] = compute.resize_requests_of(group)
     assert request["state"] == "CANCELLED"
@@ -300,8 +380,9 @@ def stocked_out_a2_job(compute_server, tmp_path, monkeypatch):
     return stocked_out(compute_server, a2_job(tmp_path), monkeypatch, 10, 9)
 
 
-def test_a_failed_flex_start_request_sends_the_job_to_on_demand_at_the_next_look(compute_server, tmp_path, capsys,
-                                                                                 monkeypatch):
+def test_a_failed_flex_start_request_sends_the_job_to_on_demand_at_the_next_look(
+    compute_server, tmp_path, capsys, monkeypatch
+):
     """The resize request ends FAILED (its final status.error says why): the flex-start VM will not come,
     so the next look goes on-demand at once instead of waiting out flex_start_wait_hours."""
     from survivor.commands import main as cli
@@ -312,14 +393,17 @@ def test_a_failed_flex_start_request_sends_the_job_to_on_demand_at_the_next_look
     assert "spot -> flex-start" in capsys.readouterr().out  # the switch saw its request ACCEPTED
     assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0  # the request fails at this look
     out = capsys.readouterr().out
-    assert ("flex-start -> on-demand: the flex-start request failed (resize request survivor-" in out
-            and "ZONE_RESOURCE_POOL_EXHAUSTED: no a2-highgpu-1g capacity in us-central1-a); on-demand" in out), out
+    assert (
+        "flex-start -> on-demand: the flex-start request failed (resize request survivor-" in out
+        and "ZONE_RESOURCE_POOL_EXHAUSTED: no a2-highgpu-1g capacity in us-central1-a); on-demand" in out
+    ), out
     assert [s.to_mode for s in switches(storage)] == ["flex-start", "on-demand"]
     assert compute.get_group(group)["instanceTemplate"].endswith("/cifar-on-demand")
 
 
-def test_status_and_watch_show_a_queued_flex_start_request_and_its_last_attempt(compute_server, tmp_path, capsys,
-                                                                                 monkeypatch):
+def test_status_and_watch_show_a_queued_flex_start_request_and_its_last_attempt(
+    compute_server, tmp_path, capsys, monkeypatch
+):
     """While DWS has no capacity the request stays ACCEPTED and its status.lastAttempt says why; the
     operator reads both in `survivor status` and `survivor watch`. Provisioned, the line goes."""
     import json as _json
@@ -335,9 +419,14 @@ def test_status_and_watch_show_a_queued_flex_start_request_and_its_last_attempt(
     assert "resize request survivor-" in out and "queued" in out, out
     assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0  # tried: the switch stands, the line says why
     out = capsys.readouterr().out
-    assert "group cifar: flex-start resize request survivor-" in out and (
-        ": ACCEPTED, queued 0.00 h; its last attempt: ZONE_RESOURCE_POOL_EXHAUSTED: no a2-highgpu-1g in "
-        "us-central1-a (Compute tries again)") in out, out
+    assert (
+        "group cifar: flex-start resize request survivor-" in out
+        and (
+            ": ACCEPTED, queued 0.00 h; its last attempt: ZONE_RESOURCE_POOL_EXHAUSTED: no a2-highgpu-1g in "
+            "us-central1-a (Compute tries again)"
+        )
+        in out
+    ), out
     assert cli.main(["status", "cifar", "--zone", ZONE]) == 0
     out = capsys.readouterr().out
     assert "flex-start resize request survivor-" in out and "its last attempt: ZONE_RESOURCE_POOL_EXHAUSTED" in out
@@ -368,8 +457,10 @@ def test_when_the_flex_start_run_is_over_the_next_look_goes_on_demand(compute_se
     assert compute.managed_instances(group) == [] and compute.get_group(group)["targetSize"] == 0
     assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0
     out = capsys.readouterr().out
-    assert (f"flex-start -> on-demand: the flex-start VM's run is over (resize request {request['name']} "
-            "succeeded and the group has no VM left); on-demand") in out, out
+    assert (
+        f"flex-start -> on-demand: the flex-start VM's run is over (resize request {request['name']} "
+        "succeeded and the group has no VM left); on-demand"
+    ) in out, out
     assert [s.to_mode for s in switches(storage)] == ["flex-start", "on-demand"]
     found = compute.get_group(group)
     assert found["instanceTemplate"].endswith("/cifar-on-demand") and found["targetSize"] == 1
@@ -377,8 +468,9 @@ def test_when_the_flex_start_run_is_over_the_next_look_goes_on_demand(compute_se
     assert compute_server.instances[(PROJECT, ZONE, again["name"])]["scheduling"]["provisioningModel"] == "STANDARD"
 
 
-def test_survivor_watch_sends_a_stocked_out_a2_job_that_allows_it_to_flex_start(compute_server, tmp_path, capsys,
-                                                                              monkeypatch):
+def test_survivor_watch_sends_a_stocked_out_a2_job_that_allows_it_to_flex_start(
+    compute_server, tmp_path, capsys, monkeypatch
+):
     """The stocked-out a2 job (above) goes to flex-start; its request is provisioned when there is capacity."""
     from survivor.commands import main as cli
 
@@ -394,8 +486,9 @@ def test_survivor_watch_sends_a_stocked_out_a2_job_that_allows_it_to_flex_start(
 
 
 @pytest.mark.parametrize("cut", ["killed"])
-def test_a_flex_start_switch_cut_before_its_request_is_undone_at_the_next_look(compute_server, tmp_path, capsys,
-                                                                              monkeypatch, cut):
+def test_a_flex_start_switch_cut_before_its_request_is_undone_at_the_next_look(
+    compute_server, tmp_path, capsys, monkeypatch, cut
+):
     """The switch pointed the group at its flex-start template and resized it to none,
     then its resize request was refused (403) or its look died before asking: no VM and no request,
     and nothing would bring one. Before: the next looks stayed on flex-start for flex_start_wait_hours
@@ -405,10 +498,14 @@ def test_a_flex_start_switch_cut_before_its_request_is_undone_at_the_next_look(c
 
     compute, group, storage = stocked_out_a2_job(compute_server, tmp_path, monkeypatch)
     if cut == "refused":
-        compute_server.fail("compute.instanceGroupManagerResizeRequests.insert", http=403,
-                            message="Required 'compute.instanceGroupManagers.update' permission")
+        compute_server.fail(
+            "compute.instanceGroupManagerResizeRequests.insert",
+            http=403,
+            message="Required 'compute.instanceGroupManagers.update' permission",
+        )
         assert cli.main(["watch", "cifar", "--zone", ZONE]) != 0
     else:
+
         class Killed(BaseException):
             pass
 
@@ -433,15 +530,20 @@ def test_a_flex_start_switch_cut_before_its_request_is_undone_at_the_next_look(c
 
 # -- a flex-start switch Google accepts, and a refusal that costs nothing ----------
 
-def test_a_refused_flex_start_request_goes_on_demand_within_one_look_and_the_job_keeps_a_vm(compute_server, tmp_path,
-                                                                                           capsys, monkeypatch):
+
+def test_a_refused_flex_start_request_goes_on_demand_within_one_look_and_the_job_keeps_a_vm(
+    compute_server, tmp_path, capsys, monkeypatch
+):
     """Must show: the request is refused (a 403 here); the same look goes on-demand, so the job is never
     left with neither a VM nor a request (before, it sat at size 0 with no request until the next look)."""
     from survivor.commands import main as cli
 
     compute, group, storage = stocked_out_a2_job(compute_server, tmp_path, monkeypatch)
-    compute_server.fail("compute.instanceGroupManagerResizeRequests.insert", http=403,
-                        message="Required 'compute.instanceGroupManagers.update' permission")
+    compute_server.fail(
+        "compute.instanceGroupManagerResizeRequests.insert",
+        http=403,
+        message="Required 'compute.instanceGroupManagers.update' permission",
+    )
     assert cli.main(["watch", "cifar", "--zone", ZONE]) == 0
     out = capsys.readouterr().out
     assert "flex-start refused (" in out and "on-demand instead" in out, out
@@ -464,11 +566,15 @@ def test_a_spot_vm_that_trains_goes_only_once_the_request_is_accepted(compute_se
     [spot] = compute.managed_instances(group)
     compute_server.flex_start_capacity = False
     said: list[str] = []
-    switch_group(compute, group, FLEX_START, "behind: test", by="watch", storage=storage, say=said.append,
-                 run_hours=3.0)
-    inserted = [i for i, r in enumerate(compute_server.requests)
-                if r[0] == "compute.instanceGroupManagerResizeRequests.insert"]
-    let_go = [i for i, r in enumerate(compute_server.requests) if r[0] == "compute.instanceGroupManagers.deleteInstances"]
+    switch_group(
+        compute, group, FLEX_START, "behind: test", by="watch", storage=storage, say=said.append, run_hours=3.0
+    )
+    inserted = [
+        i for i, r in enumerate(compute_server.requests) if r[0] == "compute.instanceGroupManagerResizeRequests.insert"
+    ]
+    let_go = [
+        i for i, r in enumerate(compute_server.requests) if r[0] == "compute.instanceGroupManagers.deleteInstances"
+    ]
     assert inserted and let_go and inserted[0] < let_go[0], said
     [request] = compute.resize_requests_of(group)
     assert request["state"] == "ACCEPTED" and request["requestedRunDuration"]["seconds"] == str(3 * 3600)
@@ -498,8 +604,13 @@ def test_a_regional_group_on_flex_start_puts_its_vm_in_one_zone_and_back(compute
     spec = a2_job(tmp_path)
     compute = Compute(PROJECT, endpoint=compute_server.endpoint)
     compute.insert_template(template_body("cifar", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
-    compute.create_group("cifar", "cifar", region="us-central1", size=1,
-                         distribution=distribution_policy(PROJECT, ["us-central1-a", "us-central1-b"]))
+    compute.create_group(
+        "cifar",
+        "cifar",
+        region="us-central1",
+        size=1,
+        distribution=distribution_policy(PROJECT, ["us-central1-a", "us-central1-b"]),
+    )
     group = GroupRef(PROJECT, "cifar", region="us-central1")
     storage = open_storage(spec.job_dir)
     switch_group(compute, group, FLEX_START, "behind: test", by="watch", storage=storage)

@@ -31,8 +31,11 @@ TENSORFLOW_STARTUP = [
 
 
 def test_tensorflows_startup_lines_are_kept_off_the_demos_screen_unless_verbose():
-    survivor_lines = ["wrote 512 synthetic CIFAR-10 images to /tmp/d", "error: /tmp/d: No space left on device",
-                      "  preempting at step 12: preempted=TRUE, SIGTERM, hard off in 30 s"]
+    survivor_lines = [
+        "wrote 512 synthetic CIFAR-10 images to /tmp/d",
+        "error: /tmp/d: No space left on device",
+        "  preempting at step 12: preempted=TRUE, SIGTERM, hard off in 30 s",
+    ]
     assert all(tensorflow_startup_line(line) for line in TENSORFLOW_STARTUP)
     assert not any(tensorflow_startup_line(line) for line in survivor_lines)
     assert shown_lines(TENSORFLOW_STARTUP + survivor_lines) == survivor_lines
@@ -46,18 +49,35 @@ def test_the_demos_data_step_starts_no_tensorflow_and_keeps_its_output_in_its_lo
     log = tmp_path / "data.log"
     assert write_demo_data(str(tmp_path / "data"), str(log), show=shown.append) == 0
     kept = log.read_text()
-    assert kept.startswith("train.tfrecords: 512 ") and not any(tensorflow_startup_line(line)
-                                                                for line in kept.splitlines()), kept
+    assert kept.startswith("train.tfrecords: 512 ") and not any(
+        tensorflow_startup_line(line) for line in kept.splitlines()
+    ), kept
     assert shown == []  # the summary line is the demo's to say
     assert (tmp_path / "data" / "train.tfrecords").exists()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("extra", [["--trainer", "dummy", "--steps", "80"], ["--trainer", "dummy", "--steps", "80", "--gcs"]])
+@pytest.mark.parametrize(
+    "extra", [["--trainer", "dummy", "--steps", "80"], ["--trainer", "dummy", "--steps", "80", "--gcs"]]
+)
 def test_demo_trains_gets_preempted_resumes_and_finishes(extra, tmp_path):
-    out = subprocess.run([SURVIVOR, "demo", "--preemptions", "2", "--seed", "3", "--no-progress",
-                          "--workdir", str(tmp_path / "demo"), *extra],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            SURVIVOR,
+            "demo",
+            "--preemptions",
+            "2",
+            "--seed",
+            "3",
+            "--no-progress",
+            "--workdir",
+            str(tmp_path / "demo"),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     text = " ".join(out.stdout.split())
     assert "DONE at step 80 of 80" in text
@@ -73,7 +93,10 @@ def test_the_bar_says_tensorflow_is_starting_instead_of_sitting_at_zero():
 
     # boot 1, the agent up, the trainer importing TensorFlow: nothing reported yet
     assert progress_view(1, None, {"state": "training", "step": "0"}, "TensorFlow", False) == (
-        0, "boot 1: starting TensorFlow", False)
+        0,
+        "boot 1: starting TensorFlow",
+        False,
+    )
     assert progress_view(1, 3, {"state": "training", "step": "0"}, "TensorFlow", False) == (3, "boot 1", True)
 
 
@@ -87,8 +110,15 @@ def test_a_later_boot_shows_the_step_it_resumes_from_not_zero():
     lagging = {"state": "stopped", "step": "0"}  # the guest's step is sent at most so often: it may lag
     assert progress_view(2, None, lagging, "TensorFlow", False, saved=20) == (20, "boot 2: restoring step 20", False)
     restored = {"state": "training", "step": "20"}
-    assert progress_view(2, None, restored, "TensorFlow", False) == (20, "boot 2: restored step 20, starting TensorFlow", False)
-    assert progress_view(2, 20, restored, "TensorFlow", False)[:2] == (20, "boot 2: restored step 20, starting TensorFlow")
+    assert progress_view(2, None, restored, "TensorFlow", False) == (
+        20,
+        "boot 2: restored step 20, starting TensorFlow",
+        False,
+    )
+    assert progress_view(2, 20, restored, "TensorFlow", False)[:2] == (
+        20,
+        "boot 2: restored step 20, starting TensorFlow",
+    )
     assert progress_view(2, 21, restored, "TensorFlow", False) == (21, "boot 2", True)
     # once training, a commit that catches up with the trainer does not make it "starting" again
     assert progress_view(2, 25, {"state": "training", "step": "25"}, "TensorFlow", True) == (25, "boot 2", True)
@@ -98,9 +128,11 @@ def test_the_preemption_lines_name_the_planned_noticed_reached_and_saved_steps()
     from survivor.local.demo import ended_line, notice_line
 
     assert notice_line(1, planned=9, noticed=10) == (
-        "  boot 1: planned preemption at step 9; the trainer is at step 10: preempted=TRUE, SIGTERM, hard off in 30 s")
+        "  boot 1: planned preemption at step 9; the trainer is at step 10: preempted=TRUE, SIGTERM, hard off in 30 s"
+    )
     assert ended_line(1, 0, reached=11, saved=11) == (
-        "  boot 1 ended (agent exit 0): the trainer reached step 11 and saved step 11; the MIG recreates the VM")
+        "  boot 1 ended (agent exit 0): the trainer reached step 11 and saved step 11; the MIG recreates the VM"
+    )
 
 
 def test_the_demo_runs_from_a_directory_that_holds_a_survivor_folder(tmp_path):
@@ -113,8 +145,12 @@ def test_the_demo_runs_from_a_directory_that_holds_a_survivor_folder(tmp_path):
 
     (tmp_path / "survivor").mkdir()
     entry = os.path.join(os.path.dirname(sys.executable), "survivor")
-    done = subprocess.run([entry, "demo", "--trainer", "dummy", "--steps", "40", "--no-progress",
-                           "--workdir", str(tmp_path / "demo")], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path)
+    done = subprocess.run(
+        [entry, "demo", "--trainer", "dummy", "--steps", "40", "--no-progress", "--workdir", str(tmp_path / "demo")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "DONE at step 40 of 40" in done.stdout

@@ -17,8 +17,17 @@ from survivor.cloud.compute import Compute, ComputeError, GroupRef
 from survivor.operator.group import stateful_policy
 from survivor.cloud.template import STATE_DISK_DEVICE, MachineOptions, template_body
 from survivor.commands import main as cli
-from survivor.jobdir.disk_tier import (MARKER, PENDING, RATE_ENV, STATE_DISK_DIR, DiskTier, PendingFile,
-                                       PendingSnapshot, fits, pending_name)
+from survivor.jobdir.disk_tier import (
+    MARKER,
+    PENDING,
+    RATE_ENV,
+    STATE_DISK_DIR,
+    DiskTier,
+    PendingFile,
+    PendingSnapshot,
+    fits,
+    pending_name,
+)
 from survivor.jobdir.journal import Journal
 from survivor.jobdir.status import job_summary, read_job
 from survivor.jobdir.storage import crc32c_of_bytes, open_storage
@@ -31,20 +40,39 @@ ZONE = "us-west1-b"
 
 
 def _spec(tmp_path, **fields) -> JobSpec:
-    return JobSpec.from_mapping({"job_dir": str(tmp_path / "j"), "train_steps": 10, "trainer": {"builtin": "dummy"},
-                                 **fields})
+    return JobSpec.from_mapping(
+        {"job_dir": str(tmp_path / "j"), "train_steps": 10, "trainer": {"builtin": "dummy"}, **fields}
+    )
 
 
 # -- the template and the group -------------------------------------------------------------------
 
 
-def test_a_state_disk_job_gets_a_kept_disk_and_a_stateful_group_through_the_real_client(compute_server, capsys,
-                                                                                         tmp_path):
+def test_a_state_disk_job_gets_a_kept_disk_and_a_stateful_group_through_the_real_client(
+    compute_server, capsys, tmp_path
+):
     spec_file = tmp_path / "job.yaml"
     spec_file.write_text(f"job_dir: {tmp_path}/j\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\nstate_disk_gb: 50\n")
     assert cli.main(["make-template", "t", "--config", str(spec_file), "--project", PROJECT]) == 0
-    assert cli.main(["make-group", "g", "--template", "t", "--zone", ZONE, "--project", PROJECT,
-                     "--wait-seconds", "5", "--poll-seconds", "0.1"]) == 0, capsys.readouterr().err
+    assert (
+        cli.main(
+            [
+                "make-group",
+                "g",
+                "--template",
+                "t",
+                "--zone",
+                ZONE,
+                "--project",
+                PROJECT,
+                "--wait-seconds",
+                "5",
+                "--poll-seconds",
+                "0.1",
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
     compute = Compute(PROJECT)
     disks = compute.get_template("t")["properties"]["disks"]
     assert len(disks) == 2 and disks[0]["boot"] is True
@@ -57,16 +85,35 @@ def test_a_state_disk_job_gets_a_kept_disk_and_a_stateful_group_through_the_real
 
 
 def test_a_regional_group_with_a_state_disk_does_not_redistribute_and_the_fake_refuses_one_that_would(
-        compute_server, capsys, tmp_path):
+    compute_server, capsys, tmp_path
+):
     """make-group sent no updatePolicy, so the API's default PROACTIVE
     redistribution made it refuse a stateful regional group."""
     spec_file = tmp_path / "job.yaml"
     spec_file.write_text(f"job_dir: {tmp_path}/j\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\nstate_disk_gb: 50\n")
     assert cli.main(["make-template", "t", "--config", str(spec_file), "--project", PROJECT]) == 0
-    assert cli.main(["make-group", "g", "--template", "t", "--region", "us-west1", "--project", PROJECT,
-                     "--wait-seconds", "5", "--poll-seconds", "0.1"]) == 0, capsys.readouterr().err
-    [sent] = [body for method, _, body in compute_server.requests
-              if method == "compute.regionInstanceGroupManagers.insert"]
+    assert (
+        cli.main(
+            [
+                "make-group",
+                "g",
+                "--template",
+                "t",
+                "--region",
+                "us-west1",
+                "--project",
+                PROJECT,
+                "--wait-seconds",
+                "5",
+                "--poll-seconds",
+                "0.1",
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
+    [sent] = [
+        body for method, _, body in compute_server.requests if method == "compute.regionInstanceGroupManagers.insert"
+    ]
     assert sent["updatePolicy"] == {"instanceRedistributionType": "NONE"} and sent["statefulPolicy"]
     compute = Compute(PROJECT)
     body = {**sent, "name": "h", "baseInstanceName": "h"}
@@ -74,8 +121,13 @@ def test_a_regional_group_with_a_state_disk_does_not_redistribute_and_the_fake_r
     from google.api_core.exceptions import BadRequest
 
     with pytest.raises(BadRequest, match="Stateful regional IGMs cannot use proactive instance redistribution"):
-        compute.region_groups.insert(project=PROJECT, region="us-west1", instance_group_manager_resource=(
-            compute.v1.InstanceGroupManager.from_json(json.dumps(body), ignore_unknown_fields=True)))
+        compute.region_groups.insert(
+            project=PROJECT,
+            region="us-west1",
+            instance_group_manager_resource=(
+                compute.v1.InstanceGroupManager.from_json(json.dumps(body), ignore_unknown_fields=True)
+            ),
+        )
 
 
 def test_a_job_without_a_state_disk_has_one_disk_and_a_stateless_group(tmp_path):
@@ -88,14 +140,18 @@ def test_the_fake_refuses_a_stateful_disk_the_template_does_not_have(compute_ser
     compute = Compute(PROJECT)
     compute.insert_template(template_body("t", _spec(tmp_path), MachineOptions(gpu_type=None, gpu_count=0)))
     with pytest.raises(ComputeError, match="survivor-state"):
-        compute.create_group("g", "t", zone=ZONE,
-                             stateful={"preservedState": {"disks": {STATE_DISK_DEVICE: {"autoDelete": "NEVER"}}}})
+        compute.create_group(
+            "g", "t", zone=ZONE, stateful={"preservedState": {"disks": {STATE_DISK_DEVICE: {"autoDelete": "NEVER"}}}}
+        )
 
 
 def test_a_state_disk_needs_spot_vms_that_stop(tmp_path):
     with pytest.raises(SpecError, match="state_disk_gb 20: needs termination_action STOP, not DELETE"):
-        template_body("t", _spec(tmp_path, state_disk_gb=20),
-                      MachineOptions(gpu_type=None, gpu_count=0, termination_action="DELETE"))
+        template_body(
+            "t",
+            _spec(tmp_path, state_disk_gb=20),
+            MachineOptions(gpu_type=None, gpu_count=0, termination_action="DELETE"),
+        )
 
 
 @pytest.mark.parametrize("value", [5, "big", True, 10**6])
@@ -110,8 +166,14 @@ def test_state_disk_gb_is_a_whole_number_of_gb_a_persistent_disk_can_hold(tmp_pa
 
 
 def _record(**changes) -> PendingSnapshot:
-    fields = dict(step=7, attempt=2, instance="vm-1", zone=ZONE,
-                  files=(PendingFile("ckpt-7.data", 3, crc32c_of_bytes(b"abc")),), created="now")
+    fields = dict(
+        step=7,
+        attempt=2,
+        instance="vm-1",
+        zone=ZONE,
+        files=(PendingFile("ckpt-7.data", 3, crc32c_of_bytes(b"abc")),),
+        created="now",
+    )
     fields.update(changes)
     return PendingSnapshot(**fields)
 
@@ -123,12 +185,19 @@ def test_a_pending_record_round_trips_and_says_its_tier():
     assert PendingSnapshot.from_json(record.to_json()) == record
 
 
-@pytest.mark.parametrize("change", [
-    {"tier": "gcs"}, {"extra": 1}, {"step": -1}, {"step": True}, {"files": []},
-    {"files": [{"path": "../x", "size": 1, "crc32c": "AAAAAA=="}]},
-    {"files": [{"path": "x", "size": 1, "crc32c": "AAAAAA==", "object": "y"}]},
-    {"files": [{"path": 3, "size": 1, "crc32c": "AAAAAA=="}]},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"tier": "gcs"},
+        {"extra": 1},
+        {"step": -1},
+        {"step": True},
+        {"files": []},
+        {"files": [{"path": "../x", "size": 1, "crc32c": "AAAAAA=="}]},
+        {"files": [{"path": "x", "size": 1, "crc32c": "AAAAAA==", "object": "y"}]},
+        {"files": [{"path": 3, "size": 1, "crc32c": "AAAAAA=="}]},
+    ],
+)
 def test_a_pending_record_is_parsed_strictly(change):
     raw = json.loads(_record().to_json())
     raw.update(change)
@@ -164,8 +233,16 @@ def _noticed_save(tmp_path, max_step: int, mounted: bool):
         open(os.path.join(disk_root, MARKER), "w").close()
     storage = open_storage(str(tmp_path / "jobdir"))
     store = CheckpointStore(storage, max_step=max_step)
-    mirror = Mirror(store, storage, local, attempt=1, interval=3600, committed_step=None, on_commit=lambda s: None,
-                    disk=DiskTier(disk_root, storage, "vm-1", ZONE)).start()
+    mirror = Mirror(
+        store,
+        storage,
+        local,
+        attempt=1,
+        interval=3600,
+        committed_step=None,
+        on_commit=lambda s: None,
+        disk=DiskTier(disk_root, storage, "vm-1", ZONE),
+    ).start()
     mirror.after_notice(deadline=time.monotonic() + 5)
     _checkpoint(local, 9)
     mirror.final_sync()
@@ -256,7 +333,9 @@ def test_status_shows_a_snapshot_waiting_on_a_state_disk_until_its_boot_commits_
     assert any(PENDING + "vm-bad.json" in r.getMessage() for r in caplog.records)
     assert cli.main(["status", "--job-dir", str(tmp_path / "jobdir")]) == 0
     assert "step 9 waits on the state disk of vm-1 (us-west1-b)" in capsys.readouterr().out
-    assert DiskTier(disk_root, storage, "vm-1", ZONE).recover(CheckpointStore(storage), attempt=2) == 9  # beside a bad one
+    assert (
+        DiskTier(disk_root, storage, "vm-1", ZONE).recover(CheckpointStore(storage), attempt=2) == 9
+    )  # beside a bad one
     assert job_summary(read_job(str(tmp_path / "jobdir")))["pending"] == []
 
 
@@ -316,7 +395,8 @@ def _journal(job_dir):
 
 
 def test_preempted_with_too_little_time_the_state_disk_keeps_the_checkpoint_and_the_next_boot_loses_no_step(
-        job_dir, tmp_path, instance_factory):
+    job_dir, tmp_path, instance_factory
+):
     spec = dummy_spec(job_dir, tmp_path, train_steps=STEPS, checkpoint_steps=5, state_disk_gb=10)
     vm = instance_factory(spec, state_disk=True, env={RATE_ENV: "1"})
     vm.boot()
@@ -381,8 +461,7 @@ def _preempted_with_a_pending_snapshot(tmp_path, instance_factory, **fields):
     return vm, job_dir, record, previous
 
 
-def test_a_pending_snapshot_is_not_obsolete_against_a_newer_manifest_that_does_not_verify(tmp_path,
-                                                                                        instance_factory):
+def test_a_pending_snapshot_is_not_obsolete_against_a_newer_manifest_that_does_not_verify(tmp_path, instance_factory):
     """Item 3: a newer manifest that parses but names a chunk that is not stored used to make the
     pending record 'obsolete': record and copy deleted, an older commit restored. Only a snapshot
     that verifies makes it obsolete; here the disk's snapshot is committed and restored."""
@@ -456,12 +535,20 @@ def _run_mount_state_disk(root: str) -> subprocess.CompletedProcess:
     from survivor.cloud.template import startup_script
 
     script = startup_script()
-    function = script[script.index("mount_state_disk() {"):]
-    function = function[:function.index("\n}\n") + 3]
-    program = "\n".join([
-        "set -uo pipefail", f"ROOT={shlex.quote(root)}", "log() { echo \"$*\"; }", "guest_attribute() { :; }",
-        'readonly STATE_DEVICE="${ROOT}/dev/disk/by-id/google-survivor-state"',
-        f'readonly STATE_DIR="${{ROOT}}{STATE_DISK_DIR}"', function, "mount_state_disk"])
+    function = script[script.index("mount_state_disk() {") :]
+    function = function[: function.index("\n}\n") + 3]
+    program = "\n".join(
+        [
+            "set -uo pipefail",
+            f"ROOT={shlex.quote(root)}",
+            'log() { echo "$*"; }',
+            "guest_attribute() { :; }",
+            'readonly STATE_DEVICE="${ROOT}/dev/disk/by-id/google-survivor-state"',
+            f'readonly STATE_DIR="${{ROOT}}{STATE_DISK_DIR}"',
+            function,
+            "mount_state_disk",
+        ]
+    )
     return subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=120)
 
 

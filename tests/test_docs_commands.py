@@ -56,7 +56,7 @@ def as_run_here(command: str, venv: pathlib.Path) -> list[list[str]]:
         argv = []
         for word in shlex.split(part):
             if word == ".venv" or word.startswith(".venv/"):
-                word = str(venv) + word[len(".venv"):]
+                word = str(venv) + word[len(".venv") :]
             elif word == "." or word.startswith(".["):
                 word = str(ROOT) + word[1:]
             argv.append(word)
@@ -76,8 +76,17 @@ def pip_install(venv: pathlib.Path, install: str) -> None:
     (what CI's own install uses): the same requirements of the same extras resolved from the same
     index, in seconds of CPU where pip took 25-60 for each install (what is checked here is the
     extra's dependencies and the console script, not pip)."""
-    argv = [sys.executable, "-m", "uv", "pip", "install", "-q", "--python", str(venv / "bin" / "python"),
-            *as_run_here(install, venv)[0]]
+    argv = [
+        sys.executable,
+        "-m",
+        "uv",
+        "pip",
+        "install",
+        "-q",
+        "--python",
+        str(venv / "bin" / "python"),
+        *as_run_here(install, venv)[0],
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stderr[-3000:]}"
 
@@ -139,8 +148,11 @@ def readme_cloud_lines() -> list[Line]:
     commands it stands for (delete last: it removes what the others act on)."""
     text = README.read_text()
     section = text.split("## On Google Cloud", 1)[1]
-    lines = [line for line in guide_lines("## On Google Cloud\n" + section.split("\n## ", 1)[0])
-             if line.argv[0] == "survivor"]
+    lines = [
+        line
+        for line in guide_lines("## On Google Cloud\n" + section.split("\n## ", 1)[0])
+        if line.argv[0] == "survivor"
+    ]
     out = []
     for line in lines:
         if "|" in line.argv[1]:
@@ -191,7 +203,10 @@ def run_after_the_guide(run: Runner, tmp_path: pathlib.Path) -> None:
 
 @pytest.mark.slow
 def test_a_core_install_then_readme_the_operator_guide_costs_and_scaling_out_after_their_own_installs(
-        tmp_path, monkeypatch, stand_ins):  # noqa: F811
+    tmp_path,
+    monkeypatch,
+    stand_ins,  # noqa: F811
+):
     """One venv, each install adding to the one before (each a superset of it, so the venv is what
     that install alone makes): survivor without extras, held to the light install's promises
     (tests/test_light_install.py); README's operator install, then the operator guide, README's cloud
@@ -205,8 +220,11 @@ def test_a_core_install_then_readme_the_operator_guide_costs_and_scaling_out_aft
     check_a_core_install(venv, tmp_path)
     pip_install(venv, install)
     bin_dir = venv / "bin"
-    has_tensorflow = subprocess.run([str(bin_dir / "python"), "-c", "import importlib.util as u; "
-                                     "print(u.find_spec('tensorflow') is not None)"], capture_output=True, text=True)
+    has_tensorflow = subprocess.run(
+        [str(bin_dir / "python"), "-c", "import importlib.util as u; print(u.find_spec('tensorflow') is not None)"],
+        capture_output=True,
+        text=True,
+    )
     assert has_tensorflow.stdout.strip() == "False"  # the operator's install: TensorFlow is not needed there
     work = tmp_path / "work"
     work.mkdir()

@@ -17,7 +17,9 @@ def undocumented(path: pathlib.Path, root: pathlib.Path = PACKAGE.parent) -> lis
 
     def walk(body: list[ast.stmt], prefix: str) -> None:
         for node in body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith(
+                "_"
+            ):
                 if not (ast.get_docstring(node) or "").strip():
                     missing.append(f"{where}:{node.lineno}: {prefix}{node.name}")
                 if isinstance(node, ast.ClassDef):
@@ -34,5 +36,7 @@ def test_every_public_module_class_and_function_has_a_docstring():
 
 def test_the_check_finds_a_missing_docstring(tmp_path):
     sample = tmp_path / "sample.py"
-    sample.write_text('"""A module."""\n\ndef shown():\n    return 1\n\nclass Kind:\n    """A kind."""\n\n    def act(self):\n        """Acts."""\n\n    def idle(self):\n        pass\n')
+    sample.write_text(
+        '"""A module."""\n\ndef shown():\n    return 1\n\nclass Kind:\n    """A kind."""\n\n    def act(self):\n        """Acts."""\n\n    def idle(self):\n        pass\n'
+    )
     assert undocumented(sample, tmp_path) == ["sample.py:3: shown", "sample.py:12: Kind.idle"]

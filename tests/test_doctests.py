@@ -65,7 +65,8 @@ def test_the_example_holds(module_name, test_name):
 def test_a_wrong_example_fails_and_a_module_sketch_is_not_run(tmp_path, monkeypatch):
     (tmp_path / "sample_doctests.py").write_text(
         '"""A module.\n\n    >>> undefined_name()\n"""\n\n\ndef double(x):\n    """Twice x.\n\n'
-        '        >>> double(2)\n        5\n    """\n    return 2 * x\n')
+        '        >>> double(2)\n        5\n    """\n    return 2 * x\n'
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     found = examples("sample_doctests")
     assert [t.name for t in found] == ["sample_doctests.double"]

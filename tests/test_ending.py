@@ -11,8 +11,9 @@ def test_a_trainer_that_exits_0_without_a_notice_is_done():
 
 def test_a_trainer_that_fails_is_a_counted_failure_that_says_its_last_words():
     ending = decide_ending(AttemptResult(trainer_code=3, last_words="ValueError: bad lr"))
-    assert ending == Ending("failed", EXIT_RETRY, reason="the trainer exited with code 3: ValueError: bad lr",
-                            counts=True)
+    assert ending == Ending(
+        "failed", EXIT_RETRY, reason="the trainer exited with code 3: ValueError: bad lr", counts=True
+    )
     assert decide_ending(AttemptResult(trainer_code=-9)).reason == "the trainer exited with code -9"
 
 
@@ -24,7 +25,9 @@ def test_a_notice_wins_over_the_trainers_own_exit(code, notice):
 
 
 def test_a_final_commit_that_failed_after_a_notice_is_recorded_and_the_vm_goes():
-    ending = decide_ending(AttemptResult(trainer_code=0, notice="preempted", commit_failure="the final commit failed: x"))
+    ending = decide_ending(
+        AttemptResult(trainer_code=0, notice="preempted", commit_failure="the final commit failed: x")
+    )
     assert ending == Ending("preempted", EXIT_OK, reason="the final commit failed: x")
 
 
@@ -35,16 +38,21 @@ def test_a_final_commit_that_failed_without_a_notice_needs_another_boot_and_does
 
 
 def test_a_lost_lease_is_superseded_whatever_else_happened():
-    for result in [AttemptResult(lease_lost=True), AttemptResult(lease_lost=True, trainer_code=0),
-                   AttemptResult(lease_lost=True, notice="preempted", commit_failure="x")]:
+    for result in [
+        AttemptResult(lease_lost=True),
+        AttemptResult(lease_lost=True, trainer_code=0),
+        AttemptResult(lease_lost=True, notice="preempted", commit_failure="x"),
+    ]:
         assert decide_ending(result) == Ending("superseded", EXIT_RETRY, reason="the lease was taken over")
 
 
 def test_a_setup_failure_counts_and_an_interruption_does_not():
     assert decide_ending(AttemptResult(failure="cannot start the trainer: no such user")) == Ending(
-        "failed", EXIT_RETRY, reason="cannot start the trainer: no such user", counts=True)
+        "failed", EXIT_RETRY, reason="cannot start the trainer: no such user", counts=True
+    )
     assert decide_ending(AttemptResult(interrupted="restore failed: 503")) == Ending(
-        "interrupted", EXIT_RETRY, reason="restore failed: 503")
+        "interrupted", EXIT_RETRY, reason="restore failed: 503"
+    )
 
 
 def test_a_failure_before_training_ends_the_attempt_even_when_a_notice_came_too():
@@ -53,15 +61,28 @@ def test_a_failure_before_training_ends_the_attempt_even_when_a_notice_came_too(
 
 
 def test_a_trainer_that_did_not_save_on_the_notice_is_said_in_the_attempts_reason():
-    ignored = decide_ending(AttemptResult(trainer_code=-9, notice="preempted", ignored_notice_seconds=12.0,
-                                          reached_step=562, committed_step=550))
+    ignored = decide_ending(
+        AttemptResult(
+            trainer_code=-9, notice="preempted", ignored_notice_seconds=12.0, reached_step=562, committed_step=550
+        )
+    )
     assert ignored.outcome == "preempted" and ignored.exit_code == EXIT_OK and not ignored.counts
-    assert ignored.reason == ("the trainer did not save on the notice: still running 12.0 s after SIGTERM, "
-                              "killed; its last checkpoint (step 550) stands (the contract: on SIGTERM save to "
-                              "--job-dir and exit 0, docs/trainer-contract.md)")
-    both = decide_ending(AttemptResult(trainer_code=-9, notice="preempted", ignored_notice_seconds=12.0,
-                                       commit_failure="the final commit failed: 503"))
-    assert both.reason.startswith("the trainer did not save on the notice") and both.reason.endswith("; the final commit failed: 503")
+    assert ignored.reason == (
+        "the trainer did not save on the notice: still running 12.0 s after SIGTERM, "
+        "killed; its last checkpoint (step 550) stands (the contract: on SIGTERM save to "
+        "--job-dir and exit 0, docs/trainer-contract.md)"
+    )
+    both = decide_ending(
+        AttemptResult(
+            trainer_code=-9,
+            notice="preempted",
+            ignored_notice_seconds=12.0,
+            commit_failure="the final commit failed: 503",
+        )
+    )
+    assert both.reason.startswith("the trainer did not save on the notice") and both.reason.endswith(
+        "; the final commit failed: 503"
+    )
     assert decide_ending(AttemptResult(trainer_code=0, notice="preempted")).reason == ""
 
 
@@ -86,5 +107,7 @@ def test_a_trainer_that_starts_below_its_restored_step_loses_what_it_trains_agai
     assert retrained(resumed) == 0 and attempt_steps_lost(resumed) == 0 and decide_ending(resumed).reason == ""
     # preempted while still below the restored step: what it trained again, and nothing beyond
     early = AttemptResult(notice="preempted", restored_step=500, first_step=1, reached_step=120, committed_step=500)
-    assert attempt_steps_lost(early) == 120 and "trained at least 120 committed steps again" in decide_ending(early).reason
+    assert (
+        attempt_steps_lost(early) == 120 and "trained at least 120 committed steps again" in decide_ending(early).reason
+    )
     assert attempt_steps_lost(AttemptResult(restored_step=500)) is None  # no report, no figure

@@ -25,9 +25,17 @@ def test_every_override_names_a_stand_in_that_exists_and_a_variable_of_its_own()
 
 
 def test_the_modules_variables_are_the_tables():
-    assert {compute.ENDPOINT_ENV, catalog.ENDPOINT_ENV, vertex.ENDPOINT_ENV, vertex.LOGGING_ENDPOINT_ENV,
-            watch_deploy.RUN_ENDPOINT_ENV, watch_deploy.SCHEDULER_ENDPOINT_ENV,
-            trainer_metadata.STS_ENDPOINT_ENV, secrets.ENDPOINT_ENV, monitoring.ENDPOINT_ENV} == {o.env for o in endpoints.OVERRIDES}
+    assert {
+        compute.ENDPOINT_ENV,
+        catalog.ENDPOINT_ENV,
+        vertex.ENDPOINT_ENV,
+        vertex.LOGGING_ENDPOINT_ENV,
+        watch_deploy.RUN_ENDPOINT_ENV,
+        watch_deploy.SCHEDULER_ENDPOINT_ENV,
+        trainer_metadata.STS_ENDPOINT_ENV,
+        secrets.ENDPOINT_ENV,
+        monitoring.ENDPOINT_ENV,
+    } == {o.env for o in endpoints.OVERRIDES}
 
 
 def test_a_given_endpoint_wins_over_the_variable_and_an_empty_one_is_googles(monkeypatch):
@@ -45,7 +53,10 @@ def test_a_stand_in_gets_anonymous_credentials_and_google_keeps_the_callers():
     mine = object()
     assert endpoints.client_kwargs(None, credentials=mine) == {"transport": "rest", "credentials": mine}
     regional = endpoints.client_kwargs(None, default="europe-west4-aiplatform.googleapis.com")
-    assert regional == {"transport": "rest", "client_options": {"api_endpoint": "europe-west4-aiplatform.googleapis.com"}}
+    assert regional == {
+        "transport": "rest",
+        "client_options": {"api_endpoint": "europe-west4-aiplatform.googleapis.com"},
+    }
 
 
 def test_the_compute_client_is_built_at_the_variables_endpoint(monkeypatch):
@@ -62,8 +73,13 @@ def no_credentials(monkeypatch, tmp_path):
     process's lookup forgotten before and after."""
     import socket
 
-    for name in ("GOOGLE_APPLICATION_CREDENTIALS", "CLOUDSDK_CONFIG", "SURVIVOR_COMPUTE_ENDPOINT",
-                 "SURVIVOR_CATALOG_ENDPOINT", "GCE_METADATA_HOST"):
+    for name in (
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "CLOUDSDK_CONFIG",
+        "SURVIVOR_COMPUTE_ENDPOINT",
+        "SURVIVOR_CATALOG_ENDPOINT",
+        "GCE_METADATA_HOST",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     with socket.socket() as s:
@@ -77,8 +93,16 @@ def no_credentials(monkeypatch, tmp_path):
 def _user_login(tmp_path) -> str:
     """What `gcloud auth application-default login` leaves: an authorized_user file (never used to call)."""
     path = tmp_path / "adc.json"
-    path.write_text(json.dumps({"type": "authorized_user", "client_id": "id.apps.googleusercontent.com",
-                                "client_secret": "secret", "refresh_token": "refresh"}))
+    path.write_text(
+        json.dumps(
+            {
+                "type": "authorized_user",
+                "client_id": "id.apps.googleusercontent.com",
+                "client_secret": "secret",
+                "refresh_token": "refresh",
+            }
+        )
+    )
     return str(path)
 
 
@@ -87,12 +111,25 @@ def _service_account_key(tmp_path) -> str:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
 
-    pem = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    pem = (
+        rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        .private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        .decode()
+    )
     path = tmp_path / "key.json"
-    path.write_text(json.dumps({"type": "service_account", "project_id": "p", "private_key_id": "1",
-                                "private_key": pem, "client_email": "sa@p.iam.gserviceaccount.com",
-                                "client_id": "1", "token_uri": "https://oauth2.googleapis.com/token"}))
+    path.write_text(
+        json.dumps(
+            {
+                "type": "service_account",
+                "project_id": "p",
+                "private_key_id": "1",
+                "private_key": pem,
+                "client_email": "sa@p.iam.gserviceaccount.com",
+                "client_id": "1",
+                "token_uri": "https://oauth2.googleapis.com/token",
+            }
+        )
+    )
     return str(path)
 
 

@@ -102,13 +102,22 @@ def test_the_agent_rides_out_a_metadata_server_that_answers_503s_and_garbage(tmp
     assert first.outcome == "preempted" and first.steps_lost <= 1
 
 
-def test_an_attempts_end_record_outlives_a_second_long_outage(gcs_server, bucket, tmp_path, instance_factory,
-                                                                monkeypatch):
+def test_an_attempts_end_record_outlives_a_second_long_outage(
+    gcs_server, bucket, tmp_path, instance_factory, monkeypatch
+):
     """A notice's save is committed, then every write of the attempt's record fails for 1.5 s: one
     write's window is 1 s, so the record (how the attempt ended, for status, report and goodput) is
     written by the retry of the whole write, not lost. This lost the record once in a loaded CI run."""
-    plan = FaultPlan(rate=1.0, kinds=("503",), paths=r"^/upload/", bodies=r'"name": "[^"]*survivor/attempts/', outage_seconds=1.5,
-                     outage_requests=2, limit=1, enabled=False)
+    plan = FaultPlan(
+        rate=1.0,
+        kinds=("503",),
+        paths=r"^/upload/",
+        bodies=r'"name": "[^"]*survivor/attempts/',
+        outage_seconds=1.5,
+        outage_requests=2,
+        limit=1,
+        enabled=False,
+    )
     proxy = FaultProxy(gcs_server.url, plan).start()
     try:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
@@ -138,8 +147,10 @@ def test_a_request_sent_before_its_client_dies_still_lands_and_the_proxy_settles
     try:
         host, port = proxy.url.removeprefix("http://").split(":")
         body = b"late"
-        whole = (f"POST /upload/storage/v1/b/{bucket}/o?uploadType=media&name=late HTTP/1.1\r\nHost: {host}\r\n"
-                 f"Content-Type: application/octet-stream\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+        whole = (
+            f"POST /upload/storage/v1/b/{bucket}/o?uploadType=media&name=late HTTP/1.1\r\nHost: {host}\r\n"
+            f"Content-Type: application/octet-stream\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
         half = whole.replace(b"name=late", b"name=half").replace(b"Content-Length: 4", b"Content-Length: 400")
         for request in (whole, half):
             with socket.create_connection((host, int(port))) as sock:  # sent, then the sender dies

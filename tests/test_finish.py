@@ -21,10 +21,16 @@ def test_inside_a_mig_every_ending_but_keep_alive_leaves_the_group(on_finish, cr
     assert isinstance(finisher, LeaveGroup) and finisher.group.name == "cifar10-managed"
 
 
-@pytest.mark.parametrize("on_finish, expected", [
-    ("auto", StopInstance), ("leave-group", StopInstance), ("stop", StopInstance), ("delete", DeleteInstance),
-    ("keep-alive", KeepAlive),
-])
+@pytest.mark.parametrize(
+    "on_finish, expected",
+    [
+        ("auto", StopInstance),
+        ("leave-group", StopInstance),
+        ("stop", StopInstance),
+        ("delete", DeleteInstance),
+        ("keep-alive", KeepAlive),
+    ],
+)
 def test_a_standalone_vm_does_what_on_finish_says(on_finish, expected):
     assert type(choose_finisher(on_finish, identity())) is expected
 

@@ -14,21 +14,40 @@ SHARED = ("--project", "--region", "--job-dir", "--spot-price", "--on-demand-pri
 
 
 def test_shared_flags_are_declared_only_in_flags_py():
-    declared = {path.name: re.findall(r'add_argument\(\s*"(--[a-z-]+)"', path.read_text())
-                for path in COMMANDS.glob("*.py")}
+    declared = {
+        path.name: re.findall(r'add_argument\(\s*"(--[a-z-]+)"', path.read_text()) for path in COMMANDS.glob("*.py")
+    }
     elsewhere = {name: sorted(set(found) & set(SHARED)) for name, found in declared.items() if name != "flags.py"}
     assert not any(elsewhere.values()), elsewhere
     flags_py = (COMMANDS / "flags.py").read_text()
     assert all(f'"{flag}"' in flags_py for flag in SHARED)
 
 
-@pytest.mark.parametrize("command", ["status", "report", "stop", "start", "delete", "logs", "make-group", "watch",
-                                     "make-template", "preflight", "submit"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "status",
+        "report",
+        "stop",
+        "start",
+        "delete",
+        "logs",
+        "make-group",
+        "watch",
+        "make-template",
+        "preflight",
+        "submit",
+    ],
+)
 def test_every_operator_command_takes_the_shared_project_flag(command):
     parser = build_parser()
-    rest = {"watch": ["job", "--zone", "us-west1-b"], "make-template": ["t", "--config", "job.yaml"],
-            "preflight": ["t", "--config", "job.yaml"], "submit": ["--config", "job.yaml"],
-            "make-group": ["job", "--template", "t"]}.get(command, ["job"])
+    rest = {
+        "watch": ["job", "--zone", "us-west1-b"],
+        "make-template": ["t", "--config", "job.yaml"],
+        "preflight": ["t", "--config", "job.yaml"],
+        "submit": ["--config", "job.yaml"],
+        "make-group": ["job", "--template", "t"],
+    }.get(command, ["job"])
     args = parser.parse_args([command, *rest, "--project", "my-project"])
     assert args.project == "my-project"
 

@@ -18,8 +18,15 @@ from google.cloud import monitoring_v3
 from google.cloud.monitoring_v3.services.metric_service.transports import MetricServiceGrpcTransport
 
 from survivor.cloud import monitoring
-from survivor.cloud.monitoring import (BADPUT_TIME, DISRUPTIONS, GOODPUT_TIME, MAX_SERIES, TOTAL_ELAPSED_TIME, WORKLOAD,
-                                       Series)
+from survivor.cloud.monitoring import (
+    BADPUT_TIME,
+    DISRUPTIONS,
+    GOODPUT_TIME,
+    MAX_SERIES,
+    TOTAL_ELAPSED_TIME,
+    WORKLOAD,
+    Series,
+)
 from survivor.jobdir.ledger import CAUSE, build_ledger
 from survivor.jobdir.storage import open_storage
 from survivor.local.monitoring_server import DUPLICATE, FREQUENT, ORDER, MonitoringServer, parse_filter
@@ -33,10 +40,22 @@ PROJECT, ZONE = "survivor-local", "us-west1-b"
 DASHBOARD = pathlib.Path(__file__).resolve().parent / "goodput_dashboard" / "goodput_dashboard.json"
 DONE = T0 + _dt.timedelta(seconds=1710)
 #: ml-goodput-measurement's `BadputType` names (ml_goodput_measurement/src/goodput_utils.py, 57092cf).
-BADPUT_TYPES = {"TPU_INITIALIZATION", "TRAINING_PREP", "PROGRAM_STARTUP", "DATA_LOADING_SYNC", "DATA_LOADING_ASYNC",
-                "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME", "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME",
-                "WASTED_PROGRESS_FROM_DISRUPTION", "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION", "CUSTOM_BADPUT_EVENTS",
-                "OTHER", "ELASTIC_SLICE_DOWN", "ELASTIC_SCALE_UP", "ELASTIC_REINITIALIZATION"}
+BADPUT_TYPES = {
+    "TPU_INITIALIZATION",
+    "TRAINING_PREP",
+    "PROGRAM_STARTUP",
+    "DATA_LOADING_SYNC",
+    "DATA_LOADING_ASYNC",
+    "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME",
+    "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME",
+    "WASTED_PROGRESS_FROM_DISRUPTION",
+    "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION",
+    "CUSTOM_BADPUT_EVENTS",
+    "OTHER",
+    "ELASTIC_SLICE_DOWN",
+    "ELASTIC_SCALE_UP",
+    "ELASTIC_REINITIALIZATION",
+}
 
 
 @pytest.fixture
@@ -51,8 +70,9 @@ def stand_in():
 @pytest.fixture
 def job(tmp_path):
     """The ledger tests' simulated job (four boots, a preemption, a failure, a kill, DONE at 1710 s) in a job dir."""
-    spec = JobSpec.from_yaml(dummy_spec(str(tmp_path / "jobdir"), tmp_path, compute={"machine_type": "g2-standard-8",
-                                                                                       "gpu": "nvidia-l4:1"}))
+    spec = JobSpec.from_yaml(
+        dummy_spec(str(tmp_path / "jobdir"), tmp_path, compute={"machine_type": "g2-standard-8", "gpu": "nvidia-l4:1"})
+    )
     write_job(spec.job_dir)
     return spec
 
@@ -60,10 +80,15 @@ def job(tmp_path):
 def series_of(metric: str, n: int = 1, **labels) -> list[Series]:
     """`n` distinct series of `metric` (replica ids 0..n-1) with the labels the library gives it."""
     base = {GOODPUT_TIME: {"goodput_source": "TOTAL"}, BADPUT_TIME: {"badput_source": "OTHER"}}.get(
-        metric, {"window_type": "cumulative"})
+        metric, {"window_type": "cumulative"}
+    )
     value = 1 if metric == DISRUPTIONS else 1.0
-    return [Series(metric, {**base, "accelerator_type": "NVIDIA-L4", **labels}, monitoring.workload(ZONE, "job", str(i)),
-                   value) for i in range(n)]
+    return [
+        Series(
+            metric, {**base, "accelerator_type": "NVIDIA-L4", **labels}, monitoring.workload(ZONE, "job", str(i)), value
+        )
+        for i in range(n)
+    ]
 
 
 def at(seconds: float) -> _dt.datetime:
@@ -72,6 +97,7 @@ def at(seconds: float) -> _dt.datetime:
 
 # -- what survivor writes ----------------------------------------------------------------------------
 
+
 def test_each_badput_source_survivor_writes_is_a_badput_type_of_the_library_and_they_sum_to_the_badput():
     ledger = build_ledger(simulated_job(), now=DONE, done_at=DONE)
     by_source = goodput_metrics.badput_by_source(ledger)
@@ -79,8 +105,10 @@ def test_each_badput_source_survivor_writes_is_a_badput_type_of_the_library_and_
     assert sum(by_source.values()) == pytest.approx(ledger.wall_seconds - ledger.productive_seconds)
     assert by_source["OTHER"] == pytest.approx(ledger.seconds_by_cause()["failed"] + ledger.seconds_by_cause()["other"])
     assert by_source["INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION"] == pytest.approx(ledger.seconds_by_cause()["capacity"])
-    assert {CAUSE[c].google_term for c in ("restore", "checkpoint")} == {"UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME",
-                                                                        "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME"}
+    assert {CAUSE[c].google_term for c in ("restore", "checkpoint")} == {
+        "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME",
+        "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME",
+    }
 
 
 def test_the_accelerator_label_is_the_librarys_name_for_a2_and_a3_else_the_gpu_type():
@@ -99,6 +127,7 @@ def test_a_request_never_holds_more_than_200_series_or_one_series_twice():
 
 # -- the stand-in accepts survivor's writes ----------------------------------------------------------
 
+
 def test_a_jobs_goodput_is_written_as_the_librarys_series_and_a_second_look_adds_only_newer_points(job, stand_in):
     server, client = stand_in
     storage = open_storage(job.job_dir)
@@ -106,7 +135,9 @@ def test_a_jobs_goodput_is_written_as_the_librarys_series_and_a_second_look_adds
     ledger = build_ledger(simulated_job(), now=DONE, done_at=DONE)
     resource = {"location": ZONE, "workload_id": job.name, "replica_id": "0"}
     [goodput] = server.points(GOODPUT_TIME, PROJECT)
-    assert goodput.labels == {"goodput_source": "TOTAL", "accelerator_type": "NVIDIA-L4"} and goodput.resource == resource
+    assert (
+        goodput.labels == {"goodput_source": "TOTAL", "accelerator_type": "NVIDIA-L4"} and goodput.resource == resource
+    )
     assert goodput.value == pytest.approx(ledger.productive_seconds, abs=1e-3)
     badput = {p.labels["badput_source"]: p.value for p in server.points(BADPUT_TIME)}
     assert badput == pytest.approx(goodput_metrics.badput_by_source(ledger), abs=1e-3)
@@ -134,6 +165,7 @@ def test_write_splits_more_than_200_series_into_requests_the_api_takes(stand_in)
 
 
 # -- the stand-in refuses what the API refuses -------------------------------------------------------
+
 
 def create(client, series: list[Series], end: _dt.datetime):
     """One CreateTimeSeries with `series` as they are (no splitting), each with one point at `end`."""
@@ -178,7 +210,9 @@ def test_an_unknown_label_a_missing_resource_label_or_another_value_type_is_refu
     good = series_of(BADPUT_TIME)[0]
     with pytest.raises(gexc.InvalidArgument) as refused:
         create(client, [unknown, partial, good], at(0))
-    assert 'metric.labels had an invalid value of "job_name": Unrecognized metric label.: timeSeries[0]' in str(refused.value)
+    assert 'metric.labels had an invalid value of "job_name": Unrecognized metric label.: timeSeries[0]' in str(
+        refused.value
+    )
     assert 'resource.labels had an invalid value of "replica_id"' in str(refused.value)
     assert [p.labels for p in server.points(BADPUT_TIME)] == [good.labels]
     as_double = monitoring.time_series(series_of(DISRUPTIONS)[0], at(0))
@@ -196,12 +230,14 @@ def test_an_account_without_metric_writer_is_refused_naming_the_permission_and_t
     server, client = stand_in
     server.denied = True
     said: list[str] = []
-    written = publish_goodput(job, open_storage(job.job_dir), GroupRef(PROJECT, job.name, zone=ZONE), say=said.append,
-                              metrics=client)
+    written = publish_goodput(
+        job, open_storage(job.job_dir), GroupRef(PROJECT, job.name, zone=ZONE), say=said.append, metrics=client
+    )
     assert written == 0 and "monitoring.timeSeries.create" in said[0] and "goodput not written" in said[0]
 
 
 # -- Google's goodput dashboard finds survivor's series ----------------------------------------------
+
 
 def dashboard_queries() -> tuple[list[dict], list[str]]:
     """The dashboard's Monitoring queries (`timeSeriesFilter`: filter, aggregation) and its PromQL."""
@@ -257,8 +293,12 @@ def test_googles_goodput_dashboard_queries_find_survivors_series(job, stand_in):
     selected = 0
     for query in promql:
         # each `by (labels)` groups the selector it is applied to: those labels must be on its series
-        grouping = {m.start(2): {label.strip() for label in m.group(1).split(",")} for m in re.finditer(
-            r"by\s*\(([^)]*)\)\s*\((?:\s*\(|\s*last_over_time\s*\()*\s*(compute_googleapis_com:\w+)", query)}
+        grouping = {
+            m.start(2): {label.strip() for label in m.group(1).split(",")}
+            for m in re.finditer(
+                r"by\s*\(([^)]*)\)\s*\((?:\s*\(|\s*last_over_time\s*\()*\s*(compute_googleapis_com:\w+)", query
+            )
+        }
         assert len(grouping) == len(re.findall(r"\bby\s*\(", query)), query  # every grouping read
         for selector in re.finditer(r"(compute_googleapis_com:\w+)(\{[^}]*\})?", query):
             name, matchers = selector.group(1), selector.group(2) or ""
@@ -267,8 +307,9 @@ def test_googles_goodput_dashboard_queries_find_survivors_series(job, stand_in):
             wanted = dict(re.findall(r'(\w+)="([^"]*)"', matchers))
             assert wanted.pop("monitored_resource", WORKLOAD) == WORKLOAD
             found = listed(f'metric.type="{names[name]}" resource.type="{WORKLOAD}"')
-            found = [s for s in found if all({**s.metric.labels, **s.resource.labels}.get(k) == v
-                                             for k, v in wanted.items())]
+            found = [
+                s for s in found if all({**s.metric.labels, **s.resource.labels}.get(k) == v for k, v in wanted.items())
+            ]
             assert found, query
             assert all(grouped <= {*s.metric.labels, *s.resource.labels} for s in found), (grouped, query)
             selected += 1
@@ -276,19 +317,32 @@ def test_googles_goodput_dashboard_queries_find_survivors_series(job, stand_in):
 
 
 def test_the_stand_in_reads_the_dashboards_filter_form_and_refuses_one_it_cannot_read(stand_in):
-    assert parse_filter('metric.type="compute.googleapis.com/workload/badput_time" resource.type="compute.googleapis.com/Workload"') == {
-        "metric.type": BADPUT_TIME, "resource.type": WORKLOAD}
-    assert parse_filter(f'metric.type="{GOODPUT_TIME}" AND resource.labels.workload_id="job"')["resource.label.workload_id"] == "job"
+    assert parse_filter(
+        'metric.type="compute.googleapis.com/workload/badput_time" resource.type="compute.googleapis.com/Workload"'
+    ) == {"metric.type": BADPUT_TIME, "resource.type": WORKLOAD}
+    assert (
+        parse_filter(f'metric.type="{GOODPUT_TIME}" AND resource.labels.workload_id="job"')[
+            "resource.label.workload_id"
+        ]
+        == "job"
+    )
     server, client = stand_in
     with pytest.raises(gexc.InvalidArgument, match="cannot read the filter"):
-        list(client.list_time_series(name=f"projects/{PROJECT}", filter=f'metric.type = starts_with("{GOODPUT_TIME}")',
-                                     interval=monitoring_v3.TimeInterval(end_time=at(0))))
+        list(
+            client.list_time_series(
+                name=f"projects/{PROJECT}",
+                filter=f'metric.type = starts_with("{GOODPUT_TIME}")',
+                interval=monitoring_v3.TimeInterval(end_time=at(0)),
+            )
+        )
 
 
 # -- survivor watch ----------------------------------------------------------------------------------
 
-def test_watch_with_goodput_metrics_writes_the_job_in_its_groups_project_each_look(compute_server, stand_in, tmp_path,
-                                                                                    monkeypatch):
+
+def test_watch_with_goodput_metrics_writes_the_job_in_its_groups_project_each_look(
+    compute_server, stand_in, tmp_path, monkeypatch
+):
     from survivor.cloud.compute import Compute, GroupRef
     from survivor.cloud.template import MachineOptions, template_body
     from survivor.operator.watch import watch_once
@@ -314,35 +368,51 @@ def test_watch_with_goodput_metrics_writes_the_job_in_its_groups_project_each_lo
 def test_a_deployed_watch_carries_the_flag():
     from survivor.operator.watch_deploy import WatchDeployment, watch_args
 
-    options = WatchDeployment(job="job", project=PROJECT, region="us-west1", zone=ZONE, service_account="sa@p.iam",
-                              goodput_metrics=True)
+    options = WatchDeployment(
+        job="job", project=PROJECT, region="us-west1", zone=ZONE, service_account="sa@p.iam", goodput_metrics=True
+    )
     assert watch_args(options)[-1] == "--goodput-metrics"
-    assert "--goodput-metrics" not in watch_args(WatchDeployment(job="job", project=PROJECT, region="us-west1", zone=ZONE,
-                                                                 service_account="sa@p.iam"))
+    assert "--goodput-metrics" not in watch_args(
+        WatchDeployment(job="job", project=PROJECT, region="us-west1", zone=ZONE, service_account="sa@p.iam")
+    )
 
 
-def test_deploying_the_watch_with_goodput_metrics_says_whether_its_account_may_write_them(compute_server, monkeypatch,
-                                                                                           capsys):
+def test_deploying_the_watch_with_goodput_metrics_says_whether_its_account_may_write_them(
+    compute_server, monkeypatch, capsys
+):
     from survivor.commands.main import main
     from survivor.local.run_server import RunServer
     from survivor.local.scheduler_server import SchedulerServer
     from survivor.operator import watch_deploy
 
     account = "survivor-watch@survivor-local.iam.gserviceaccount.com"
-    base = ["watch", "job", "--project", PROJECT, "--zone", ZONE, "--deploy", "--service-account", account,
-            "--goodput-metrics"]
+    base = [
+        "watch",
+        "job",
+        "--project",
+        PROJECT,
+        "--zone",
+        ZONE,
+        "--deploy",
+        "--service-account",
+        account,
+        "--goodput-metrics",
+    ]
     with RunServer() as run, SchedulerServer() as scheduler:
         monkeypatch.setenv(watch_deploy.RUN_ENDPOINT_ENV, run.endpoint)
         monkeypatch.setenv(watch_deploy.SCHEDULER_ENDPOINT_ENV, scheduler.endpoint)
         compute_server.set_project_policy(PROJECT, [{"role": "roles/viewer", "members": [f"serviceAccount:{account}"]}])
         assert main(base) == 0
         out = capsys.readouterr().out
-        assert (f"warning: project {PROJECT}: {account} lacks monitoring.timeSeries.create (grant "
-                f"roles/monitoring.metricWriter") in out
+        assert (
+            f"warning: project {PROJECT}: {account} lacks monitoring.timeSeries.create (grant "
+            f"roles/monitoring.metricWriter"
+        ) in out
         [job] = run.jobs.values()
         assert "--goodput-metrics" in json.dumps(job)
-        compute_server.set_project_policy(PROJECT, [{"role": "roles/monitoring.metricWriter",
-                                                     "members": [f"serviceAccount:{account}"]}])
+        compute_server.set_project_policy(
+            PROJECT, [{"role": "roles/monitoring.metricWriter", "members": [f"serviceAccount:{account}"]}]
+        )
         assert main(base) == 0
         assert f"ok: project {PROJECT}: {account} has monitoring.timeSeries.create" in capsys.readouterr().out
 
@@ -350,8 +420,10 @@ def test_deploying_the_watch_with_goodput_metrics_says_whether_its_account_may_w
 def test_a_job_that_moved_keeps_writing_the_series_of_the_place_it_started():
     from survivor.jobdir.moves import Move
 
-    moved = [Move(time="2026-03-01T13:00:00.000+00:00", from_place="zones/us-west1-b", to_place="zones/us-east4-c"),
-             Move(time="2026-03-01T14:00:00.000+00:00", from_place="zones/us-east4-c", to_place="regions/europe-west4")]
+    moved = [
+        Move(time="2026-03-01T13:00:00.000+00:00", from_place="zones/us-west1-b", to_place="zones/us-east4-c"),
+        Move(time="2026-03-01T14:00:00.000+00:00", from_place="zones/us-east4-c", to_place="regions/europe-west4"),
+    ]
     assert goodput_metrics.first_place(moved, "europe-west4") == "us-west1-b"
     assert goodput_metrics.first_place([], "us-west1-b") == "us-west1-b"
 

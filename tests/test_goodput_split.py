@@ -8,8 +8,18 @@ import pytest
 from benchmarks.peers.run import Boot, Row, badput, with_recreation
 
 
-def boot(started: float, first_step: int, steps: int, step_time: float, *, restore: float, startup: float,
-         stall_after: int | None = None, stall: float = 0.0, exit_after: float = 0.0) -> Boot:
+def boot(
+    started: float,
+    first_step: int,
+    steps: int,
+    step_time: float,
+    *,
+    restore: float,
+    startup: float,
+    stall_after: int | None = None,
+    stall: float = 0.0,
+    exit_after: float = 0.0,
+) -> Boot:
     """A boot that starts up, restores, then reports `steps` steps from `first_step`, with one save stall."""
     b = Boot(started=started, restore=restore)
     t = started + startup + restore + step_time  # the first report comes one step after start-up and restore

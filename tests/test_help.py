@@ -49,7 +49,9 @@ def test_every_flag_of_every_command_has_a_help_line_with_its_default():
 def examples(parser: argparse.ArgumentParser) -> list[str]:
     """Pure: the example command lines of a parser's --help (`flags.command`'s epilog), comments and a
     trailing `&` left out."""
-    lines = (parser.epilog or "").split("examples:\n", 1)[-1].splitlines() if "examples:\n" in (parser.epilog or "") else []
+    lines = (
+        (parser.epilog or "").split("examples:\n", 1)[-1].splitlines() if "examples:\n" in (parser.epilog or "") else []
+    )
     return [line.split("  #", 1)[0].strip().rstrip("&").strip() for line in lines if line.strip()]
 
 
@@ -78,7 +80,7 @@ def test_the_walk_finds_a_command_without_an_example():
     parser = argparse.ArgumentParser(prog="survivor")
     sub = parser.add_subparsers()
     sub.add_parser("stop", description="Resizes the group to 0.", epilog="examples:\n  survivor start cifar10\n")
-    (line, stop), = list(commands(parser))[1:]
+    ((line, stop),) = list(commands(parser))[1:]
     assert line == "survivor stop" and examples(stop) == ["survivor start cifar10"]
 
 

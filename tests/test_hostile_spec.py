@@ -21,8 +21,13 @@ from tests.conftest import PYTHON, dummy_spec
 
 UNIT = os.path.join(os.path.dirname(os.path.dirname(agent.__file__)), "startup", "survivor-agent.service")
 
-BOMB = "\n".join(['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
-                 + [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 10)]) + "\n"
+BOMB = (
+    "\n".join(
+        ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+        + [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 10)]
+    )
+    + "\n"
+)
 
 
 def _edit(spec: dict, **changes) -> str:
@@ -38,32 +43,51 @@ def _edit(spec: dict, **changes) -> str:
 YAML_CASES = {
     "argv-a-number": (lambda s: _edit(s, argv=5), "trainer.argv = 5: expected a list of strings"),
     "argv-a-mapping": (lambda s: _edit(s, argv={"python": "train.py"}), "trainer.argv = {'python': 'train.py'}"),
-    "thousands-of-digits": (lambda s: _edit(s).replace("train_steps: 60", "train_steps: " + "9" * 5000),
-                            "refused: a number of 5000 characters"),
+    "thousands-of-digits": (
+        lambda s: _edit(s).replace("train_steps: 60", "train_steps: " + "9" * 5000),
+        "refused: a number of 5000 characters",
+    ),
     "digits-as-a-string": (lambda s: _edit(s, train_steps="9" * 5000), "train_steps = '9999"),
     "a-huge-float": (lambda s: _edit(s, train_steps=1e300), "train_steps = 1e+300: expected a whole number <= 1e+12"),
-    "alias-bomb": (lambda s: BOMB + _edit(s) + "hyperparameters: {z: *l9}\n",
-                   "refused: more than 100000 values once its aliases are expanded"),
+    "alias-bomb": (
+        lambda s: BOMB + _edit(s) + "hyperparameters: {z: *l9}\n",
+        "refused: more than 100000 values once its aliases are expanded",
+    ),
     "self-referring-alias": (lambda s: _edit(s) + "hyperparameters: {z: &a [*a]}\n", "an alias that refers to itself"),
-    "nesting-10000-deep": (lambda s: _edit(s) + "hyperparameters: {z: " + "[" * 10000 + "]" * 10000 + "}\n",
-                           "nested deeper than 64 levels"),
-    "grace-inf": (lambda s: _edit(s).replace("grace_seconds: 5", "grace_seconds: .inf"),
-                  "grace_seconds = inf: expected a finite number <= 3600"),
-    "sync-nan": (lambda s: _edit(s).replace("sync_seconds: 0.3", "sync_seconds: .nan"),
-                 "sync_seconds = nan: expected a number >= 0.1"),
+    "nesting-10000-deep": (
+        lambda s: _edit(s) + "hyperparameters: {z: " + "[" * 10000 + "]" * 10000 + "}\n",
+        "nested deeper than 64 levels",
+    ),
+    "grace-inf": (
+        lambda s: _edit(s).replace("grace_seconds: 5", "grace_seconds: .inf"),
+        "grace_seconds = inf: expected a finite number <= 3600",
+    ),
+    "sync-nan": (
+        lambda s: _edit(s).replace("sync_seconds: 0.3", "sync_seconds: .nan"),
+        "sync_seconds = nan: expected a number >= 0.1",
+    ),
     "lease-1e400": (lambda s: _edit(s, lease_seconds="1e400"), "lease_seconds = '1e400': expected a finite number"),
-    "grace-a-week": (lambda s: _edit(s, grace_seconds=604800), "grace_seconds = 604800: expected a finite number <= 3600"),
+    "grace-a-week": (
+        lambda s: _edit(s, grace_seconds=604800),
+        "grace_seconds = 604800: expected a finite number <= 3600",
+    ),
     "keys-not-strings": (lambda s: _edit(s) + "1: one\n2.5: two\nbogus: three\n", "bogus: unknown key"),
     "user-with-nul": (lambda s: _edit(s, user="bob\x00"), "user = 'bob\\x00'"),
     "hparam-value-with-nul": (lambda s: _edit(s, hyperparameters={"lr": "0.1\x00"}), "hyperparameters.lr = '0.1\\x00'"),
-    "hparam-named-job-dir": (lambda s: _edit(s, hyperparameters={"job-dir": "/tmp/elsewhere"}),
-                             "hyperparameters.job-dir: a hyperparameter may not be named like the trainer's contract flag --job-dir"),
+    "hparam-named-job-dir": (
+        lambda s: _edit(s, hyperparameters={"job-dir": "/tmp/elsewhere"}),
+        "hyperparameters.job-dir: a hyperparameter may not be named like the trainer's contract flag --job-dir",
+    ),
     "hparam-job_dir-underscored": (lambda s: _edit(s, hyperparameters={"job_dir": "/tmp/elsewhere"}), "flag --job-dir"),
-    "hparam-a-prefix-of-train-steps": (lambda s: _edit(s, hyperparameters={"train": 1}),
-                                       "argparse reads --train as --train-steps"),
+    "hparam-a-prefix-of-train-steps": (
+        lambda s: _edit(s, hyperparameters={"train": 1}),
+        "argparse reads --train as --train-steps",
+    ),
     "hparam-named-help": (lambda s: _edit(s, hyperparameters={"help": ""}), "--help prints and exits 0"),
-    "a-secret-in-a-bad-value": (lambda s: _edit(s, hyperparameters={"api-key": ["sk-live-0123456789"]}),
-                                "hyperparameters.api-key = '***': expected a single value"),
+    "a-secret-in-a-bad-value": (
+        lambda s: _edit(s, hyperparameters={"api-key": ["sk-live-0123456789"]}),
+        "hyperparameters.api-key = '***': expected a single value",
+    ),
 }
 
 #: Specs whose job dir itself is refused: no FAILED can be written, the rest is the same.
@@ -124,14 +148,24 @@ def test_a_job_dir_survivor_may_not_use_is_one_line_and_exit_2(case, tmp_path, m
     assert not os.path.exists(tmp_path / "steps.log")
 
 
-@pytest.mark.parametrize("attributes, expected", [
-    ({"trainSteps": "9" * 5000}, "trainSteps = '9999"),
-    ({"trainSteps": "100", "graceSeconds": "inf"}, "graceSeconds = 'inf': expected a finite number <= 3600"),
-    ({"trainSteps": "100", "graceSeconds": "nan"}, "graceSeconds = 'nan': expected a number >= 1"),
-    ({"trainSteps": "100", "job": "/tmp/elsewhere"}, "job: a hyperparameter may not be named like the trainer's contract flag --job-dir"),
-    ({"trainSteps": "100", "help": "x"}, "help: a hyperparameter may not be named like the trainer's contract flag --help"),
-    ({"trainSteps": "100", "gceUser": "bob\x00"}, "gceUser = 'bob\\x00'"),
-], ids=["digits", "grace-inf", "grace-nan", "hparam-job", "hparam-help", "user-nul"])
+@pytest.mark.parametrize(
+    "attributes, expected",
+    [
+        ({"trainSteps": "9" * 5000}, "trainSteps = '9999"),
+        ({"trainSteps": "100", "graceSeconds": "inf"}, "graceSeconds = 'inf': expected a finite number <= 3600"),
+        ({"trainSteps": "100", "graceSeconds": "nan"}, "graceSeconds = 'nan': expected a number >= 1"),
+        (
+            {"trainSteps": "100", "job": "/tmp/elsewhere"},
+            "job: a hyperparameter may not be named like the trainer's contract flag --job-dir",
+        ),
+        (
+            {"trainSteps": "100", "help": "x"},
+            "help: a hyperparameter may not be named like the trainer's contract flag --help",
+        ),
+        ({"trainSteps": "100", "gceUser": "bob\x00"}, "gceUser = 'bob\\x00'"),
+    ],
+    ids=["digits", "grace-inf", "grace-nan", "hparam-job", "hparam-help", "user-nul"],
+)
 def test_a_hostile_flat_spec_is_one_line_failed_and_exit_2(attributes, expected, tmp_path):
     job_dir = str(tmp_path / "jobdir")
     vm, _ = _boot_bad_spec({"jobDir": job_dir, **attributes}, str(tmp_path / "vm"))
@@ -156,8 +190,9 @@ def test_a_secret_hyperparameter_never_reaches_the_log(tmp_path, instance_factor
     it forwards) show *** instead."""
     secret = "sk-live-0123456789abcdef"
     job_dir = str(tmp_path / "jobdir")
-    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=5,
-                                     hyperparameters={"api-key": secret, "learning-rate": 0.1}))
+    vm = instance_factory(
+        dummy_spec(job_dir, tmp_path, train_steps=5, hyperparameters={"api-key": secret, "learning-rate": 0.1})
+    )
     vm.boot()
     assert vm.wait(60) == 0
     raw = open(vm.log_path(), encoding="utf-8").read()
@@ -170,29 +205,62 @@ def test_a_secret_hyperparameter_never_reaches_the_log(tmp_path, instance_factor
 
 # -- the pure decisions ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, flag", [
-    ("job-dir", "job-dir"), ("job_dir", "job-dir"), ("jobDir", "job-dir"), ("JOB-DIR", "job-dir"), ("job", "job-dir"),
-    ("j", "job-dir"), ("data", "data-dir"), ("train-steps", "train-steps"), ("trainSteps", "train-steps"),
-    ("num-gpus", "num-gpus"), ("num", "num-gpus"), ("checkpoint-steps", "checkpoint-steps"), ("checkpoint", "checkpoint-steps"),
-    ("help", "help"), ("h", "help"), ("hel", "help"),
-    ("learning-rate", None), ("job-dirs", None), ("jobs", None), ("momentum", None), ("data-dir-2", None), ("hparam1", None),
-])
+
+@pytest.mark.parametrize(
+    "name, flag",
+    [
+        ("job-dir", "job-dir"),
+        ("job_dir", "job-dir"),
+        ("jobDir", "job-dir"),
+        ("JOB-DIR", "job-dir"),
+        ("job", "job-dir"),
+        ("j", "job-dir"),
+        ("data", "data-dir"),
+        ("train-steps", "train-steps"),
+        ("trainSteps", "train-steps"),
+        ("num-gpus", "num-gpus"),
+        ("num", "num-gpus"),
+        ("checkpoint-steps", "checkpoint-steps"),
+        ("checkpoint", "checkpoint-steps"),
+        ("help", "help"),
+        ("h", "help"),
+        ("hel", "help"),
+        ("learning-rate", None),
+        ("job-dirs", None),
+        ("jobs", None),
+        ("momentum", None),
+        ("data-dir-2", None),
+        ("hparam1", None),
+    ],
+)
 def test_a_hyperparameter_may_not_set_the_agents_own_flags(name, flag):
     assert agent_flag_taken(name) == flag
 
 
-@pytest.mark.parametrize("name, secret", [
-    ("api-key", True), ("apiKey", True), ("hf_token", True), ("db-password", True), ("client_secret", True),
-    ("gcp-credentials", True), ("learning-rate", False), ("momentum", False), ("keep-prob", False),
-])
+@pytest.mark.parametrize(
+    "name, secret",
+    [
+        ("api-key", True),
+        ("apiKey", True),
+        ("hf_token", True),
+        ("db-password", True),
+        ("client_secret", True),
+        ("gcp-credentials", True),
+        ("learning-rate", False),
+        ("momentum", False),
+        ("keep-prob", False),
+    ],
+)
 def test_names_that_look_secret(name, secret):
     assert is_secret_name(name) is secret
 
 
 def test_two_hyperparameters_for_one_flag_are_refused():
     with pytest.raises(SpecError) as err:
-        JobSpec.from_yaml("job_dir: /tmp/x\ntrain_steps: 3\ntrainer: {builtin: dummy}\n"
-                          "hyperparameters: {learning_rate: 1, learning-rate: 2}\n")
+        JobSpec.from_yaml(
+            "job_dir: /tmp/x\ntrain_steps: 3\ntrainer: {builtin: dummy}\n"
+            "hyperparameters: {learning_rate: 1, learning-rate: 2}\n"
+        )
     assert err.value.problems == ["hyperparameters.learning-rate: a second hyperparameter for the flag --learning-rate"]
 
 
@@ -221,11 +289,52 @@ def test_random_values_in_every_key_give_a_spec_or_one_line_errors_never_a_crash
     import random
 
     rng = random.Random(15)
-    values = [None, True, 0, -1, 10**13, 1.5, float("inf"), float("nan"), "", " ", "x" * 300, "\x00", "/", "file:///",
-              "gs://", "9" * 50, [], [1, "a"], {}, {"a": {"b": [1]}}, "2001-12-14", "all", "SIGUSR1", "-rf"]
-    keys = ["job_dir", "data_dir", "train_steps", "checkpoint_steps", "num_gpus", "trainer", "hyperparameters",
-            "on_finish", "keep_alive", "user", "keep", "grace_seconds", "max_failed_attempts", "sync_seconds",
-            "lease_seconds", "name", "compute", "bogus"]
+    values = [
+        None,
+        True,
+        0,
+        -1,
+        10**13,
+        1.5,
+        float("inf"),
+        float("nan"),
+        "",
+        " ",
+        "x" * 300,
+        "\x00",
+        "/",
+        "file:///",
+        "gs://",
+        "9" * 50,
+        [],
+        [1, "a"],
+        {},
+        {"a": {"b": [1]}},
+        "2001-12-14",
+        "all",
+        "SIGUSR1",
+        "-rf",
+    ]
+    keys = [
+        "job_dir",
+        "data_dir",
+        "train_steps",
+        "checkpoint_steps",
+        "num_gpus",
+        "trainer",
+        "hyperparameters",
+        "on_finish",
+        "keep_alive",
+        "user",
+        "keep",
+        "grace_seconds",
+        "max_failed_attempts",
+        "sync_seconds",
+        "lease_seconds",
+        "name",
+        "compute",
+        "bogus",
+    ]
     trainer_keys = ["module", "argv", "builtin", "git_url", "git_ref", "package", "save_signal"]
     for _ in range(3000):
         data = {"job_dir": "/tmp/x", "train_steps": 3, "trainer": {"builtin": "dummy"}}

@@ -58,7 +58,10 @@ def test_every_refused_call_is_a_storage_error_naming_the_object_and_the_permiss
     proxy.granted = frozenset()
     calls = {
         "storage.objects.get": [lambda: storage.read("a"), lambda: storage.download([("a", str(tmp_path / "a"))])],
-        "storage.objects.create": [lambda: storage.write("b", b"2"), lambda: storage.upload([(str(tmp_path / "f"), "f")])],
+        "storage.objects.create": [
+            lambda: storage.write("b", b"2"),
+            lambda: storage.upload([(str(tmp_path / "f"), "f")]),
+        ],
         "storage.objects.list": [lambda: storage.list("")],
         "storage.objects.delete": [lambda: storage.delete(["a"])],
     }
@@ -88,24 +91,29 @@ def test_a_missing_bucket_is_told_from_a_missing_object_by_the_object_calls_own_
 def test_the_agent_trains_to_done_with_object_admin_only(iam, tmp_path, instance_factory):
     proxy, bucket = iam
     job_dir = f"gs://{bucket}/object-admin"
-    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=30, checkpoint_steps=10),
-                          env={"STORAGE_EMULATOR_HOST": proxy.url})
+    vm = instance_factory(
+        dummy_spec(job_dir, tmp_path, train_steps=30, checkpoint_steps=10), env={"STORAGE_EMULATOR_HOST": proxy.url}
+    )
     vm.boot()
     assert vm.wait(120) == 0, open(vm.log_path()).read()[-3000:]
     assert Journal(open_storage(job_dir)).state().done["step"] == 30
     assert proxy.denied == []  # not one bucket-metadata call, from survivor or from the client library
 
 
-def test_without_object_permissions_the_agent_says_why_and_leaves_its_mig_without_a_restart(iam, tmp_path,
-                                                                                            monkeypatch):
+def test_without_object_permissions_the_agent_says_why_and_leaves_its_mig_without_a_restart(iam, tmp_path, monkeypatch):
     from survivor.local.simulator import Simulator
 
     proxy, bucket = iam
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.upstream)  # the simulator's own reads: every permission
     proxy.granted = ROLES["roles/storage.legacyBucketReader"]  # bucket metadata and listing, no object reads
     job_dir = f"gs://{bucket}/refused"
-    sim = Simulator(dummy_spec(job_dir, tmp_path, on_finish="auto"), str(tmp_path / "sim"), preempt_every=10_000,
-                    python=PYTHON, env={"STORAGE_EMULATOR_HOST": proxy.url, "SURVIVOR_PERMISSION_WAIT_SECONDS": "8"})
+    sim = Simulator(
+        dummy_spec(job_dir, tmp_path, on_finish="auto"),
+        str(tmp_path / "sim"),
+        preempt_every=10_000,
+        python=PYTHON,
+        env={"STORAGE_EMULATOR_HOST": proxy.url, "SURVIVOR_PERMISSION_WAIT_SECONDS": "8"},
+    )
     result = sim.run(timeout=90)
     boots = [e for e in result.events if e.kind == "boot"]
     assert len(boots) == 1, result.table()  # exit 0: systemd does not restart it, let alone in a burst
@@ -126,8 +134,9 @@ def test_failed_is_written_to_a_job_dir_that_takes_writes_but_refuses_reads(iam,
     proxy, bucket = iam
     proxy.granted = ROLES["roles/storage.objectCreator"]
     job_dir = f"gs://{bucket}/creator-only"
-    vm = instance_factory(dummy_spec(job_dir, tmp_path), env={"STORAGE_EMULATOR_HOST": proxy.url,
-                                                             "SURVIVOR_PERMISSION_WAIT_SECONDS": "2"})
+    vm = instance_factory(
+        dummy_spec(job_dir, tmp_path), env={"STORAGE_EMULATOR_HOST": proxy.url, "SURVIVOR_PERMISSION_WAIT_SECONDS": "2"}
+    )
     vm.boot()
     assert vm.wait(60) == 0, open(vm.log_path()).read()[-3000:]
     proxy.granted = None  # read here with every permission
@@ -142,8 +151,10 @@ def test_a_role_granted_while_the_agent_waits_is_used(iam, tmp_path, instance_fa
     proxy, bucket = iam
     proxy.granted = frozenset()
     job_dir = f"gs://{bucket}/granted-late"
-    vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=20),
-                          env={"STORAGE_EMULATOR_HOST": proxy.url, "SURVIVOR_PERMISSION_WAIT_SECONDS": "60"})
+    vm = instance_factory(
+        dummy_spec(job_dir, tmp_path, train_steps=20),
+        env={"STORAGE_EMULATOR_HOST": proxy.url, "SURVIVOR_PERMISSION_WAIT_SECONDS": "60"},
+    )
     vm.boot()
     threading.Timer(3.0, lambda: setattr(proxy, "granted", OBJECT_ADMIN)).start()  # IAM catching up
     assert vm.wait(120) == 0, open(vm.log_path()).read()[-3000:]

@@ -20,7 +20,12 @@ def test_three_failures_without_progress_give_up():
 
 
 def test_progress_ends_the_streak():
-    attempts = [attempt(1, 0, "failed"), attempt(2, 0, "failed", end=50), attempt(3, 50, "failed"), attempt(4, 50, "failed")]
+    attempts = [
+        attempt(1, 0, "failed"),
+        attempt(2, 0, "failed", end=50),
+        attempt(3, 50, "failed"),
+        attempt(4, 50, "failed"),
+    ]
     assert failed_streak(attempts) == 2
 
 
@@ -66,20 +71,47 @@ def record(**fields) -> bytes:
 
 
 @pytest.mark.usefixtures("gc_off")  # parses 100,000-deep JSON in this process
-@pytest.mark.parametrize("data", [
-    b'{"number": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", b'{"number": NaN, "instance": "x", "started": "t"}',
-    b"[]", b"7", b"\xff", b'{"number": 1, "instance": "x", "sta',
-    record(number="1"), record(number=1.0), record(number=True), record(number=0), record(number=10**12),
-    record(instance=None), record(started=5), record(outcome=["failed"]), record(outcome="exploded"),
-    record(restored_step="10"), record(restored_step=float("1e300")), record(end_step=1 << 70), record(reason=None),
-    record(timings=[1]), record(timings={"restore": "fast"}), record(timings={"restore": True}),
-    b'{"number": 1, "instance": "x", "started": "t", "timings": {"restore": Infinity}}',
-    json.dumps({"instance": "vm", "started": "t"}).encode(), record(restored_from=3),
-    # counts and steps no agent writes: negative, beyond any job's train_steps, more lost than reached
-    record(steps_lost=-10**18), record(restored_step=-1), record(end_step=-5), record(reached_step=-1),
-    record(reached_step=10**13), record(steps_lost=10**13), record(reached_step=5, steps_lost=6),
-    record(timings={"restore": -1.0}), record(timings={"train": 1e13}),
-], ids=lambda d: d[:40].decode(errors="replace"))
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"number": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b'{"number": NaN, "instance": "x", "started": "t"}',
+        b"[]",
+        b"7",
+        b"\xff",
+        b'{"number": 1, "instance": "x", "sta',
+        record(number="1"),
+        record(number=1.0),
+        record(number=True),
+        record(number=0),
+        record(number=10**12),
+        record(instance=None),
+        record(started=5),
+        record(outcome=["failed"]),
+        record(outcome="exploded"),
+        record(restored_step="10"),
+        record(restored_step=float("1e300")),
+        record(end_step=1 << 70),
+        record(reason=None),
+        record(timings=[1]),
+        record(timings={"restore": "fast"}),
+        record(timings={"restore": True}),
+        b'{"number": 1, "instance": "x", "started": "t", "timings": {"restore": Infinity}}',
+        json.dumps({"instance": "vm", "started": "t"}).encode(),
+        record(restored_from=3),
+        # counts and steps no agent writes: negative, beyond any job's train_steps, more lost than reached
+        record(steps_lost=-(10**18)),
+        record(restored_step=-1),
+        record(end_step=-5),
+        record(reached_step=-1),
+        record(reached_step=10**13),
+        record(steps_lost=10**13),
+        record(reached_step=5, steps_lost=6),
+        record(timings={"restore": -1.0}),
+        record(timings={"train": 1e13}),
+    ],
+    ids=lambda d: d[:40].decode(errors="replace"),
+)
 def test_a_record_that_is_not_the_exact_schema_is_refused(data):
     with pytest.raises(ValueError):
         Attempt.from_json(data)
@@ -88,9 +120,21 @@ def test_a_record_that_is_not_the_exact_schema_is_refused(data):
 def test_a_record_round_trips():
     from dataclasses import asdict
 
-    full = Attempt(number=3, instance="vm", started="t", restored_step=10, ended="u", outcome="preempted",
-                   reason="", end_step=20, reached_step=21, steps_lost=1, notice="metadata",
-                   timings={"restore": 0.5}, restored_from="survivor/snapshots/x.json")
+    full = Attempt(
+        number=3,
+        instance="vm",
+        started="t",
+        restored_step=10,
+        ended="u",
+        outcome="preempted",
+        reason="",
+        end_step=20,
+        reached_step=21,
+        steps_lost=1,
+        notice="metadata",
+        timings={"restore": 0.5},
+        restored_from="survivor/snapshots/x.json",
+    )
     assert Attempt.from_json(json.dumps(asdict(full)).encode()) == full
     assert Attempt.from_json(record(future_field=1)).number == 1  # a newer agent's extra keys are ignored
 
@@ -143,10 +187,20 @@ def test_a_marker_that_is_not_a_plain_object_still_counts(job_dir, data):
 def test_a_snapshot_the_trainer_failed_on_is_passed_over_once_and_that_failure_is_not_counted():
     from survivor.jobdir.journal import Attempt, failed_streak, snapshot_to_pass_over
 
-    def attempt(n, restored_from, restored_step, outcome="failed", reason="the trainer exited with code 1: boom",
-                end_step=None):
-        return Attempt(n, "vm", "t", restored_step=restored_step, ended="t", outcome=outcome, reason=reason,
-                       end_step=end_step if end_step is not None else restored_step, restored_from=restored_from)
+    def attempt(
+        n, restored_from, restored_step, outcome="failed", reason="the trainer exited with code 1: boom", end_step=None
+    ):
+        return Attempt(
+            n,
+            "vm",
+            "t",
+            restored_step=restored_step,
+            ended="t",
+            outcome=outcome,
+            reason=reason,
+            end_step=end_step if end_step is not None else restored_step,
+            restored_from=restored_from,
+        )
 
     first = attempt(1, "s/20", 20)
     assert snapshot_to_pass_over([first]) == "s/20"

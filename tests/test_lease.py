@@ -9,9 +9,20 @@ import time
 import pytest
 
 from survivor.jobdir.journal import Journal
-from survivor.jobdir.lease import (LEASE, Holder, Lease, LeaseHeld, LeaseLost, agent_running, decide_takeover,
-                                   fence_needs_renewal, parse_lease, process_identity, read_boot_id,
-                                   read_pid_namespace)
+from survivor.jobdir.lease import (
+    LEASE,
+    Holder,
+    Lease,
+    LeaseHeld,
+    LeaseLost,
+    agent_running,
+    decide_takeover,
+    fence_needs_renewal,
+    parse_lease,
+    process_identity,
+    read_boot_id,
+    read_pid_namespace,
+)
 from survivor.jobdir.storage import StorageError, open_storage
 from survivor.jobdir.store import CheckpointStore
 from tests.conftest import dummy_spec
@@ -21,39 +32,80 @@ ME = Holder("me", "boot-2", "us-west1-b", "4242:100", "pid:[4026531836]")
 HERE = "pid:[4026531836]"  # ME's pid namespace
 
 
-@pytest.mark.parametrize("current, unchanged_for, running, expected", [
-    (None, 0, True, "take"),
-    ({"instance": "vm-a", "zone": "us-west1-b", "boot": "1", "agent": "7:1"}, 0, True, "wait"),
-    ({"instance": "vm-a", "zone": "us-west1-b", "boot": "1", "agent": "7:1"}, 61, True, "take"),
-    ({"instance": "vm-a", "boot": "1", "released": True}, 0, True, "take"),
-    # this very agent
-    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4242:100", "pidns": HERE}, 0, True, "hold"),
-    # the same pid and start time with no namespace said: maybe another namespace's process
-    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4242:100"}, 0, True, "wait"),
-    # this VM in an earlier kernel boot (rebooted, or recreated by its MIG): over, taken at once
-    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-1", "agent": "4242:100"}, 0, True, "take"),
-    # this boot, an agent that no longer runs (systemd restarted us): taken at once
-    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90", "pidns": HERE}, 0, False, "take"),
-    # this boot, an agent that still runs (an operator's `survivor agent` beside the unit's): wait
-    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90", "pidns": HERE}, 0, True, "wait"),
-    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90", "pidns": HERE}, 61, True, "take"),
-    # this boot, an agent in another pid namespace (a container on the VM, or the VM seen from one):
-    # its pid means nothing here, so not seeing it running says nothing: alive until the ttl
-    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90", "pidns": "pid:[4026532178]"},
-     0, False, "wait"),
-    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90", "pidns": "pid:[4026532178]"},
-     61, False, "take"),
-    # the same pid and start time in another namespace is another process, not this agent
-    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4242:100", "pidns": "pid:[4026532178]"},
-     0, False, "wait"),
-    # a lease that does not say its namespace (an older survivor's): its pid cannot be judged either
-    ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90"}, 0, False, "wait"),
-    # the same name in another zone is another VM: wait
-    ({"instance": "me", "zone": "europe-west4-a", "boot": "boot-1", "agent": "4242:100"}, 0, False, "wait"),
-    # a lease from before zones and boots were recorded names no boot: wait for the ttl
-    ({"instance": "me", "boot": "1234:ab12cd34"}, 0, False, "wait"),
-    ({"instance": "me", "zone": "us-west1-b", "boot": "", "agent": ""}, 0, False, "wait"),
-])
+@pytest.mark.parametrize(
+    "current, unchanged_for, running, expected",
+    [
+        (None, 0, True, "take"),
+        ({"instance": "vm-a", "zone": "us-west1-b", "boot": "1", "agent": "7:1"}, 0, True, "wait"),
+        ({"instance": "vm-a", "zone": "us-west1-b", "boot": "1", "agent": "7:1"}, 61, True, "take"),
+        ({"instance": "vm-a", "boot": "1", "released": True}, 0, True, "take"),
+        # this very agent
+        (
+            {"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4242:100", "pidns": HERE},
+            0,
+            True,
+            "hold",
+        ),
+        # the same pid and start time with no namespace said: maybe another namespace's process
+        ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4242:100"}, 0, True, "wait"),
+        # this VM in an earlier kernel boot (rebooted, or recreated by its MIG): over, taken at once
+        ({"instance": "me", "zone": "us-west1-b", "boot": "boot-1", "agent": "4242:100"}, 0, True, "take"),
+        # this boot, an agent that no longer runs (systemd restarted us): taken at once
+        (
+            {"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90", "pidns": HERE},
+            0,
+            False,
+            "take",
+        ),
+        # this boot, an agent that still runs (an operator's `survivor agent` beside the unit's): wait
+        (
+            {"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90", "pidns": HERE},
+            0,
+            True,
+            "wait",
+        ),
+        (
+            {"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90", "pidns": HERE},
+            61,
+            True,
+            "take",
+        ),
+        # this boot, an agent in another pid namespace (a container on the VM, or the VM seen from one):
+        # its pid means nothing here, so not seeing it running says nothing: alive until the ttl
+        (
+            {"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90", "pidns": "pid:[4026532178]"},
+            0,
+            False,
+            "wait",
+        ),
+        (
+            {"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90", "pidns": "pid:[4026532178]"},
+            61,
+            False,
+            "take",
+        ),
+        # the same pid and start time in another namespace is another process, not this agent
+        (
+            {
+                "instance": "me",
+                "zone": "us-west1-b",
+                "boot": "boot-2",
+                "agent": "4242:100",
+                "pidns": "pid:[4026532178]",
+            },
+            0,
+            False,
+            "wait",
+        ),
+        # a lease that does not say its namespace (an older survivor's): its pid cannot be judged either
+        ({"instance": "me", "zone": "us-west1-b", "boot": "boot-2", "agent": "4100:90"}, 0, False, "wait"),
+        # the same name in another zone is another VM: wait
+        ({"instance": "me", "zone": "europe-west4-a", "boot": "boot-1", "agent": "4242:100"}, 0, False, "wait"),
+        # a lease from before zones and boots were recorded names no boot: wait for the ttl
+        ({"instance": "me", "boot": "1234:ab12cd34"}, 0, False, "wait"),
+        ({"instance": "me", "zone": "us-west1-b", "boot": "", "agent": ""}, 0, False, "wait"),
+    ],
+)
 def test_takeover_decision(current, unchanged_for, running, expected):
     assert decide_takeover(current, ME, unchanged_for, ttl=60, holder_running=running) == expected
 
@@ -64,15 +116,33 @@ def test_an_unreadable_lease_is_an_unknown_holder_that_goes_stale():
 
 
 @pytest.mark.usefixtures("gc_off")  # parses 100,000-deep JSON in this process
-@pytest.mark.parametrize("data", [b"", b"\xff\xfe garbage", b"[1, 2]", b"42", b"null", b'"vm-a"',
-                                  b'{"instance": 5}', b'{"instance": "vm-a", "boot": ["x"]}', b"[" * 100000])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\xff\xfe garbage",
+        b"[1, 2]",
+        b"42",
+        b"null",
+        b'"vm-a"',
+        b'{"instance": 5}',
+        b'{"instance": "vm-a", "boot": ["x"]}',
+        b"[" * 100000,
+    ],
+)
 def test_a_lease_object_that_does_not_parse_has_no_holder(data):
     assert parse_lease(data) is None
 
 
 def test_a_lease_object_parses_into_strings():
     assert parse_lease(b'{"instance": "vm-a", "zone": "z", "boot": "b", "agent": "1:2", "renewed": 1.5}') == {
-        "instance": "vm-a", "zone": "z", "boot": "b", "agent": "1:2", "pidns": "", "released": False}
+        "instance": "vm-a",
+        "zone": "z",
+        "boot": "b",
+        "agent": "1:2",
+        "pidns": "",
+        "released": False,
+    }
     assert parse_lease(b'{"instance": "vm-a", "pidns": "pid:[1]"}')["pidns"] == "pid:[1]"
     assert parse_lease(b'{"instance": "vm-a", "pidns": 1}') is None
     assert parse_lease(b'{"instance": "vm-a", "released": true}')["released"] is True
@@ -249,19 +319,34 @@ def test_an_agent_whose_lease_is_taken_over_commits_nothing_more(job_dir, tmp_pa
 def _can_unshare_pid() -> bool:
     """Whether this host lets a test start a process in a new pid namespace (root, unshare(1))."""
     try:
-        return subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True,
-                              timeout=10).returncode == 0
+        return (
+            subprocess.run(
+                ["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, timeout=10
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
 
 
-@pytest.mark.parametrize("zones, pid_namespace", [
-    (("us-west1-b", "europe-west4-a"), False), (("us-west1-b", "us-west1-b"), False),
-    pytest.param(("us-west1-b", "us-west1-b"), True, marks=pytest.mark.skipif(
-        not _can_unshare_pid(), reason="no new pid namespace here (needs root and unshare)")),
-], ids=["same-name-other-zone", "operator-agent-beside-the-units", "agent-in-another-pid-namespace"])
-def test_a_second_live_agent_under_the_same_instance_name_never_takes_the_job(zones, pid_namespace, tmp_path,
-                                                                              instance_factory):
+@pytest.mark.parametrize(
+    "zones, pid_namespace",
+    [
+        (("us-west1-b", "europe-west4-a"), False),
+        (("us-west1-b", "us-west1-b"), False),
+        pytest.param(
+            ("us-west1-b", "us-west1-b"),
+            True,
+            marks=pytest.mark.skipif(
+                not _can_unshare_pid(), reason="no new pid namespace here (needs root and unshare)"
+            ),
+        ),
+    ],
+    ids=["same-name-other-zone", "operator-agent-beside-the-units", "agent-in-another-pid-namespace"],
+)
+def test_a_second_live_agent_under_the_same_instance_name_never_takes_the_job(
+    zones, pid_namespace, tmp_path, instance_factory
+):
     """Two VMs of one name in different zones, an operator's `survivor agent` on the VM while the
     unit's runs (same name, zone and kernel boot), or one in a container on the VM (its own pid
     namespace: the holder's pid is not visible there): the second waits for a stale lease and stops
@@ -270,8 +355,12 @@ def test_a_second_live_agent_under_the_same_instance_name_never_takes_the_job(zo
     storage = open_storage(job_dir)
     spec = dummy_spec(job_dir, tmp_path, train_steps=1500, checkpoint_steps=5, lease_seconds=4)  # as above
     first = instance_factory(spec, name="vm-a", zone=zones[0])
-    second = instance_factory(spec, name="vm-a", zone=zones[1],
-                              wrapper=("unshare", "--pid", "--fork", "--mount-proc") if pid_namespace else ())
+    second = instance_factory(
+        spec,
+        name="vm-a",
+        zone=zones[1],
+        wrapper=("unshare", "--pid", "--fork", "--mount-proc") if pid_namespace else (),
+    )
     first.boot()
     first.wait_for_step(10)
     lease_before = json.loads(storage.read(LEASE).data)
@@ -291,8 +380,9 @@ def test_a_second_live_agent_under_the_same_instance_name_never_takes_the_job(zo
         time.sleep(0.1)
     first.preempt()
     assert [a.instance for a in Journal(storage).attempts()] == ["vm-a"]
-    assert not any(line["message"] == "another agent took over this job; stopped without committing"
-                   for line in first.log_lines())
+    assert not any(
+        line["message"] == "another agent took over this job; stopped without committing" for line in first.log_lines()
+    )
 
 
 def test_the_agent_systemd_restarts_takes_its_dead_predecessors_lease_at_once(tmp_path, instance_factory):
@@ -311,8 +401,11 @@ def test_the_agent_systemd_restarts_takes_its_dead_predecessors_lease_at_once(tm
     vm.kill()
 
 
-@pytest.mark.parametrize("data", [b"[1, 2]", b"\xff\xfe not json", b'{"instance": 5}', b"null"],
-                         ids=["a-list", "not-utf8", "instance-a-number", "null"])
+@pytest.mark.parametrize(
+    "data",
+    [b"[1, 2]", b"\xff\xfe not json", b'{"instance": 5}', b"null"],
+    ids=["a-list", "not-utf8", "instance-a-number", "null"],
+)
 def test_an_unparseable_lease_object_is_an_unknown_holder_never_a_crash(data, tmp_path, instance_factory):
     job_dir = str(tmp_path / "jobdir")
     storage = open_storage(job_dir)

@@ -19,13 +19,23 @@ def at(seconds: float) -> str:
     return (T0 + _dt.timedelta(seconds=seconds)).isoformat(timespec="milliseconds")
 
 
-def attempt(number, booted, started, ended, outcome, *, restored=None, end_step=None, reached=None, lost=None,
-            **timings) -> Attempt:
+def attempt(
+    number, booted, started, ended, outcome, *, restored=None, end_step=None, reached=None, lost=None, **timings
+) -> Attempt:
     """An attempt record as the agent writes it, times in seconds after T0."""
-    return Attempt(number=number, instance=f"vm-{number}", booted=None if booted is None else at(booted),
-                   started=at(started), ended=None if ended is None else at(ended), outcome=outcome,
-                   restored_step=restored, end_step=end_step, reached_step=reached, steps_lost=lost,
-                   timings=timings)
+    return Attempt(
+        number=number,
+        instance=f"vm-{number}",
+        booted=None if booted is None else at(booted),
+        started=at(started),
+        ended=None if ended is None else at(ended),
+        outcome=outcome,
+        restored_step=restored,
+        end_step=end_step,
+        reached_step=reached,
+        steps_lost=lost,
+        timings=timings,
+    )
 
 
 def simulated_job() -> list[Attempt]:
@@ -33,14 +43,42 @@ def simulated_job() -> list[Attempt]:
     a killed agent, and a finish."""
     return [
         # boot 1: 60 s boot, restore 5, trainer start 10+20, 600 s trained (100 steps, 20 lost), save 4 + commit 3
-        attempt(1, 0, 60, 60 + 5 + 30 + 600 + 7 + 2, "preempted", end_step=80, reached=100, lost=20,
-                restore=5.0, setup=10.0, first_step=20.0, train=620.0, trainer_save=4.0, final_commit=3.0),
+        attempt(
+            1,
+            0,
+            60,
+            60 + 5 + 30 + 600 + 7 + 2,
+            "preempted",
+            end_step=80,
+            reached=100,
+            lost=20,
+            restore=5.0,
+            setup=10.0,
+            first_step=20.0,
+            train=620.0,
+            trainer_save=4.0,
+            final_commit=3.0,
+        ),
         # 300 s waiting for capacity; boot 2 fails at once (a bad disk), no progress
         attempt(2, 984, 1030, 1050, "failed", restored=80, end_step=80, restore=5.0),
         # boot 3 killed without a record of its end; boot 4 starts 100 s later
         attempt(3, 1100, 1140, None, None, restored=80),
-        attempt(4, 1240, 1280, 1280 + 4 + 18 + 400 + 2 + 1, "finished", restored=80, end_step=200, reached=200,
-                lost=0, restore=4.0, setup=8.0, first_step=10.0, train=410.0, final_commit=2.0),
+        attempt(
+            4,
+            1240,
+            1280,
+            1280 + 4 + 18 + 400 + 2 + 1,
+            "finished",
+            restored=80,
+            end_step=200,
+            reached=200,
+            lost=0,
+            restore=4.0,
+            setup=8.0,
+            first_step=10.0,
+            train=410.0,
+            final_commit=2.0,
+        ),
     ]
 
 
@@ -57,8 +95,9 @@ def test_the_ledgers_sums_equal_the_wall_time_of_a_simulated_job():
 
 
 def test_each_badput_cause_appears_when_caused():
-    by_cause = build_ledger(simulated_job(), now=T0 + _dt.timedelta(hours=1),
-                            done_at=T0 + _dt.timedelta(seconds=1710)).seconds_by_cause()
+    by_cause = build_ledger(
+        simulated_job(), now=T0 + _dt.timedelta(hours=1), done_at=T0 + _dt.timedelta(seconds=1710)
+    ).seconds_by_cause()
     assert by_cause["capacity"] == pytest.approx((984 - 704) + (1100 - 1050))  # preemption to boot, failure to boot
     assert by_cause["vm_boot"] == pytest.approx(60 + 46 + 40 + 40)  # kernel boot to the agent's record
     assert by_cause["restore"] == pytest.approx(5 + 4)
@@ -76,9 +115,27 @@ def test_each_badput_cause_appears_when_caused():
 
 def test_a_job_without_disruptions_has_no_disruption_badput():
     done = T0 + _dt.timedelta(seconds=700)
-    ledger = build_ledger([attempt(1, 0, 50, 690, "finished", end_step=100, reached=100, lost=0, restore=0.5,
-                                   setup=5.0, first_step=10.0, train=620.0, final_commit=2.0)],
-                          now=done, done_at=done)
+    ledger = build_ledger(
+        [
+            attempt(
+                1,
+                0,
+                50,
+                690,
+                "finished",
+                end_step=100,
+                reached=100,
+                lost=0,
+                restore=0.5,
+                setup=5.0,
+                first_step=10.0,
+                train=620.0,
+                final_commit=2.0,
+            )
+        ],
+        now=done,
+        done_at=done,
+    )
     by_cause = ledger.seconds_by_cause()
     assert by_cause["capacity"] == by_cause["rework"] == by_cause["failed"] == 0.0
     assert ledger.goodput == pytest.approx(610 / 700)
@@ -99,8 +156,17 @@ def test_a_running_attempt_counts_as_productive_after_its_measured_start():
 
 
 def test_records_without_a_boot_time_still_parse_and_count_their_wait_as_capacity():
-    old = json.dumps({"number": 1, "instance": "vm", "started": at(10), "ended": at(20), "outcome": "finished",
-                      "end_step": 5, "timings": {"train": 9.0}}).encode()
+    old = json.dumps(
+        {
+            "number": 1,
+            "instance": "vm",
+            "started": at(10),
+            "ended": at(20),
+            "outcome": "finished",
+            "end_step": 5,
+            "timings": {"train": 9.0},
+        }
+    ).encode()
     record = Attempt.from_json(old)
     assert record.booted is None
     ledger = build_ledger([record], now=T0, done_at=T0 + _dt.timedelta(seconds=20), created=T0)
@@ -132,12 +198,19 @@ def test_a_boot_runs_in_the_mode_of_the_last_switch_before_it_booted():
     assert ledger.modes == {1: "spot", 2: "spot", 3: "spot", 4: "on-demand"}
     assert ledger.mode == "on-demand"
     by_mode = ledger.vm_seconds_by_mode()
-    assert by_mode == {"spot": pytest.approx(704 + 66 + 140), "on-demand": pytest.approx(1705 - 1240),
-                       "flex-start": 0.0}
+    assert by_mode == {
+        "spot": pytest.approx(704 + 66 + 140),
+        "on-demand": pytest.approx(1705 - 1240),
+        "flex-start": 0.0,
+    }
     assert sum(by_mode.values()) == pytest.approx(ledger.vm_seconds)
     back = Switch(time=at(1500), to_mode="spot", from_mode="on-demand")
     assert [mode_at([switch, back], T0 + _dt.timedelta(seconds=s)) for s in (0, 1200, 1499, 1500)] == [
-        "spot", "on-demand", "on-demand", "spot"]
+        "spot",
+        "on-demand",
+        "on-demand",
+        "spot",
+    ]
     assert build_ledger(simulated_job(), now=done, done_at=done).vm_seconds_by_mode()["on-demand"] == 0.0
 
 
@@ -163,16 +236,22 @@ def test_an_attempt_that_ends_before_it_starts_is_skipped_with_a_warning_naming_
 
 
 def test_an_attempt_before_2000_is_skipped_with_a_warning():
-    unset_clock = Attempt(number=1, instance="vm-1", started="1970-01-01T00:00:10+00:00",
-                          ended="1970-01-01T00:10:00+00:00", outcome="finished")
+    unset_clock = Attempt(
+        number=1,
+        instance="vm-1",
+        started="1970-01-01T00:00:10+00:00",
+        ended="1970-01-01T00:10:00+00:00",
+        outcome="finished",
+    )
     ledger = build_ledger([unset_clock], now=T0, done_at=T0)
     assert ledger.boots == [] and ledger.goodput is None
 
 
 def test_an_attempt_in_year_9999_or_with_an_endless_timing_is_skipped_not_an_overflow(caplog):
     far = "9999-12-31T23:59:59+00:00"
-    future = Attempt(number=1, instance="vm-1", booted=far, started=far, ended=far, outcome="finished",
-                     timings={"train": 100.0})
+    future = Attempt(
+        number=1, instance="vm-1", booted=far, started=far, ended=far, outcome="finished", timings={"train": 100.0}
+    )
     ledger = build_ledger([future], now=T0, done_at=T0)
     assert ledger.boots == [] and "survivor/attempts/000001.json" in caplog.text
     endless = attempt(1, 0, 10, 100, "finished", end_step=10, reached=10, first_step=1e308, train=1e308)

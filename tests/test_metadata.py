@@ -14,7 +14,12 @@ def test_reads_identity_and_attributes(metadata_server):
     metadata_server.set("instance/attributes/created-by", "projects/1/zones/us-west1-b/instanceGroupManagers/g")
     md = MetadataClient(metadata_server.host)
     who = md.identity()
-    assert (who.project, who.zone, who.name, who.region) == ("survivor-local", "us-west1-b", "survivor-local-1", "us-west1")
+    assert (who.project, who.zone, who.name, who.region) == (
+        "survivor-local",
+        "us-west1-b",
+        "survivor-local-1",
+        "us-west1",
+    )
     assert who.created_by.endswith("instanceGroupManagers/g")
     assert md.attributes()["survivor-job"] == "job_dir: /x"
 
@@ -109,11 +114,19 @@ def test_a_server_that_drips_bytes_is_cut_off_at_the_calls_deadline(metadata_ser
     from survivor import retry
 
     metadata_server.fault("drip", count=1000, interval=0.3)
-    md = MetadataClient(metadata_server.host, timeout=1.0, deadline=2.0, wait_margin=1.0,
-                        retrying=lambda: retry.policy(attempts=10, deadline=60, initial=0.05, maximum=0.1))
-    calls = [(lambda: md.get("instance/name"), 2.0), (lambda: md.attributes(), 2.0),
-             (lambda: md.put_guest_attribute("survivor", "state", "training"), 1.0),  # one attempt, nothing waits on it
-             (lambda: md.wait_for_change("instance/preempted", "NONE", timeout_sec=1), 2.0)]  # timeout_sec + margin
+    md = MetadataClient(
+        metadata_server.host,
+        timeout=1.0,
+        deadline=2.0,
+        wait_margin=1.0,
+        retrying=lambda: retry.policy(attempts=10, deadline=60, initial=0.05, maximum=0.1),
+    )
+    calls = [
+        (lambda: md.get("instance/name"), 2.0),
+        (lambda: md.attributes(), 2.0),
+        (lambda: md.put_guest_attribute("survivor", "state", "training"), 1.0),  # one attempt, nothing waits on it
+        (lambda: md.wait_for_change("instance/preempted", "NONE", timeout_sec=1), 2.0),
+    ]  # timeout_sec + margin
     for call, limit in calls:
         started = time.monotonic()
         with pytest.raises(MetadataError, match="no complete answer in time"):

@@ -21,8 +21,9 @@ def test_after_a_notice_the_mirror_commits_a_checkpoint_the_moment_it_appears(tm
         steps.append(stats.manifest.step)
         committed.set()
 
-    mirror = Mirror(CheckpointStore(storage), storage, local, attempt=1, interval=3600, committed_step=None,
-                    on_commit=on_commit).start()
+    mirror = Mirror(
+        CheckpointStore(storage), storage, local, attempt=1, interval=3600, committed_step=None, on_commit=on_commit
+    ).start()
     try:
         mirror.after_notice()
         assert mirror.interval == POLL_AFTER_NOTICE
@@ -50,8 +51,9 @@ def test_after_a_notice_the_mirror_commits_and_leaves_garbage_collection_to_the_
     storage = open_storage(str(tmp_path / "jobdir"))
     store = CountedGarbage(storage)
     committed = threading.Event()
-    mirror = Mirror(store, storage, local, attempt=1, interval=3600, committed_step=None,
-                    on_commit=lambda stats: committed.set()).start()
+    mirror = Mirror(
+        store, storage, local, attempt=1, interval=3600, committed_step=None, on_commit=lambda stats: committed.set()
+    ).start()
     try:
         mirror.after_notice()
         (tmp_path / "job" / ".dummy-checkpoint-7.json.tmp").write_text('{"step": 7}')  # as the contract says
@@ -89,21 +91,23 @@ def test_after_a_notice_chunks_of_a_checkpoint_still_being_written_upload_before
     storage = open_storage(str(tmp_path / "jobdir"))
     store = CheckpointStore(storage, chunk_size=chunk)
     commits = []
-    mirror = Mirror(store, storage, str(local), attempt=1, interval=3600, committed_step=None,
-                    on_commit=commits.append).start()
+    mirror = Mirror(
+        store, storage, str(local), attempt=1, interval=3600, committed_step=None, on_commit=commits.append
+    ).start()
     body = os.urandom(3 * chunk + 1000)
     temporary, final = local / "dummy-checkpoint-9.bin.tmp", local / "dummy-checkpoint-9.bin"
     try:
         mirror.after_notice()
         with open(temporary, "wb") as f:
-            f.write(b"\0" * 64 + body[64:3 * chunk])  # three whole chunks, the header not written yet
+            f.write(b"\0" * 64 + body[64 : 3 * chunk])  # three whole chunks, the header not written yet
             f.flush()
             # all three whole chunks up before the header is rewritten: one read after the rewrite
             # would change which chunks the commit sends (a loaded machine's timing, not the product's)
-            assert _wait_for(lambda: len(storage.list("survivor/blobs/chunks/")) >= 3), \
+            assert _wait_for(lambda: len(storage.list("survivor/blobs/chunks/")) >= 3), (
                 "the chunks of the file being written were not uploaded before its rename"
+            )
             assert not storage.list("survivor/snapshots/"), "nothing is committed before the rename"
-            f.write(body[3 * chunk:])
+            f.write(body[3 * chunk :])
             f.seek(0)
             f.write(body[:64])  # the header, written last
         os.replace(temporary, final)
@@ -149,14 +153,28 @@ def test_the_final_sync_commits_the_trainers_last_checkpoint_though_its_first_tr
     local.mkdir()
     (local / "dummy-checkpoint-8.json").write_text('{"step": 8}')
     storage = open_storage(str(tmp_path / "jobdir"))
-    mirror = Mirror(CommitsAfter(storage, failures=3), storage, str(local), attempt=1, interval=3600,
-                    committed_step=None, on_commit=lambda stats: None)
+    mirror = Mirror(
+        CommitsAfter(storage, failures=3),
+        storage,
+        str(local),
+        attempt=1,
+        interval=3600,
+        committed_step=None,
+        on_commit=lambda stats: None,
+    )
     mirror._thread.start()  # as start() does, without its first scan (which would take step 8 as restored)
     mirror.final_sync(pause=0.01)
     assert mirror.committed_step == 8 and mirror.uncommitted() is None
 
-    stuck = Mirror(CommitsAfter(storage, failures=100), storage, str(local), attempt=2, interval=3600,
-                   committed_step=None, on_commit=lambda stats: None)
+    stuck = Mirror(
+        CommitsAfter(storage, failures=100),
+        storage,
+        str(local),
+        attempt=2,
+        interval=3600,
+        committed_step=None,
+        on_commit=lambda stats: None,
+    )
     stuck._thread.start()
     stuck.final_sync(pause=0.01)
     assert stuck.committed_step is None and stuck.uncommitted() == 8
@@ -174,13 +192,27 @@ def test_a_checkpoint_written_before_the_mirror_starts_is_committed_not_taken_fo
     local.mkdir()
     (local / "dummy-checkpoint-8.json").write_text('{"step": 8}')  # written before the mirror started
     storage = open_storage(str(tmp_path / "jobdir"))
-    raced = Mirror(CheckpointStore(storage), storage, str(local), attempt=1, interval=3600, committed_step=None,
-                   on_commit=lambda stats: None).start()  # the old way: a scan of what is there now
+    raced = Mirror(
+        CheckpointStore(storage),
+        storage,
+        str(local),
+        attempt=1,
+        interval=3600,
+        committed_step=None,
+        on_commit=lambda stats: None,
+    ).start()  # the old way: a scan of what is there now
     raced.final_sync(pause=0.01)
     assert raced.committed_step is None and raced.uncommitted() == 8  # the race, reproduced
 
-    fixed = Mirror(CheckpointStore(storage), storage, str(local), attempt=2, interval=3600, committed_step=None,
-                   on_commit=lambda stats: None).start(restored=frozenset())  # nothing was restored
+    fixed = Mirror(
+        CheckpointStore(storage),
+        storage,
+        str(local),
+        attempt=2,
+        interval=3600,
+        committed_step=None,
+        on_commit=lambda stats: None,
+    ).start(restored=frozenset())  # nothing was restored
     fixed.final_sync(pause=0.01)
     assert fixed.committed_step == 8 and fixed.uncommitted() is None
 
@@ -197,8 +229,9 @@ def test_the_state_file_tensorflow_writes_after_a_first_save_commits_its_step_ag
     storage = open_storage(str(tmp_path / "jobdir"))
     store = CheckpointStore(storage)
     commits = []
-    mirror = Mirror(store, storage, str(local), attempt=1, interval=3600, committed_step=None,
-                    on_commit=commits.append).start(restored=frozenset())  # rounds hourly: the test syncs
+    mirror = Mirror(
+        store, storage, str(local), attempt=1, interval=3600, committed_step=None, on_commit=commits.append
+    ).start(restored=frozenset())  # rounds hourly: the test syncs
     (local / "ckpt-31.index").write_bytes(b"index")
     (local / "ckpt-31.data-00000-of-00001").write_bytes(b"weights" * 100)
     assert mirror.sync(collect=False).manifest.step == 31
@@ -249,8 +282,9 @@ def test_files_added_to_a_committed_step_commit_it_again_whatever_their_order(tm
             local.mkdir(parents=True)
             storage = open_storage(str(root / "jobdir"))
             store = CheckpointStore(storage, keep=1)
-            mirror = Mirror(store, storage, str(local), attempt=1, interval=3600, committed_step=None,
-                            on_commit=lambda stats: None).start(restored=frozenset())
+            mirror = Mirror(
+                store, storage, str(local), attempt=1, interval=3600, committed_step=None, on_commit=lambda stats: None
+            ).start(restored=frozenset())
             mirror.after_notice()
             mirror.stop()  # no background round between the test's own: each sync below is the notice's poll
             for step in (10, 20):
@@ -289,8 +323,9 @@ def test_notes_written_between_saves_commit_their_step_again_and_take_no_rank_in
     local.mkdir()
     storage = open_storage(str(tmp_path / "jobdir"))
     store = CheckpointStore(storage, keep=2)
-    mirror = Mirror(store, storage, str(local), attempt=1, interval=3600, committed_step=None,
-                    on_commit=lambda stats: None).start(restored=frozenset())
+    mirror = Mirror(
+        store, storage, str(local), attempt=1, interval=3600, committed_step=None, on_commit=lambda stats: None
+    ).start(restored=frozenset())
     for step in (1, 2):
         list(_tf_save(local, step, state_first=False, keep_old=True))
         assert mirror.sync().manifest.step == step
@@ -341,8 +376,9 @@ def test_a_part_of_a_checkpoint_its_trainer_failed_on_is_passed_over_for_a_start
     store = CheckpointStore(storage)
     save = _tf_save(local, 20, state_first=True)
     next(save), next(save)  # the state file and the data shard; the index never came
-    mirror = Mirror(store, storage, str(local), attempt=1, interval=3600, committed_step=None,
-                    on_commit=lambda stats: None).start(restored=frozenset())
+    mirror = Mirror(
+        store, storage, str(local), attempt=1, interval=3600, committed_step=None, on_commit=lambda stats: None
+    ).start(restored=frozenset())
     partial = mirror.sync().manifest
     mirror.stop()
     assert not partial.resumable
@@ -369,14 +405,21 @@ def test_a_save_caught_mid_way_whose_old_save_then_goes_is_committed_again_once_
         local.mkdir()
         storage = open_storage(str(tmp_path / f"jobdir-{state}"))
         store = CheckpointStore(storage, keep=1)
-        mirror = Mirror(store, storage, str(local), attempt=1, interval=3600, committed_step=None,
-                        on_commit=lambda stats: None).start(restored=frozenset())
+        mirror = Mirror(
+            store, storage, str(local), attempt=1, interval=3600, committed_step=None, on_commit=lambda stats: None
+        ).start(restored=frozenset())
 
         def save(step, previous, mid=None, local=local, state=state):
             if state:
                 listed = [s for s in (previous, step) if s]
-                _write(local, "checkpoint", (f'model_checkpoint_path: "ckpt-{step}"\n' + "".join(
-                    f'all_model_checkpoint_paths: "ckpt-{s}"\n' for s in listed)).encode())
+                _write(
+                    local,
+                    "checkpoint",
+                    (
+                        f'model_checkpoint_path: "ckpt-{step}"\n'
+                        + "".join(f'all_model_checkpoint_paths: "ckpt-{s}"\n' for s in listed)
+                    ).encode(),
+                )
             _write(local, f"ckpt-{step}.data-00001-of-00002")
             if mid:
                 mid()
@@ -415,8 +458,9 @@ def test_notes_rewritten_after_the_final_save_are_committed_before_done_not_betw
     restored = tmp_path / "restored"
     assert store.restore(str(restored)).step == 10
     assert (restored / "metrics.json").read_bytes() == b'{"acc": 0.99, "final": true}'
-    torn = Mirror(store, storage, str(local), attempt=2, interval=3600, committed_step=10,
-                  on_commit=lambda stats: None).start(restored=scan_fingerprint(local))
+    torn = Mirror(
+        store, storage, str(local), attempt=2, interval=3600, committed_step=10, on_commit=lambda stats: None
+    ).start(restored=scan_fingerprint(local))
     (local / "ckpt-10.data-00000-of-00001").write_bytes(b"torn")  # a checkpoint file changed in place
     torn.final_sync(pause=0.01)
     assert store.latest().seq == restored_seq(store) and torn.uncommitted() is None
@@ -455,5 +499,11 @@ def _fresh_mirror(tmp_path):
     local.mkdir()
     storage = open_storage(str(tmp_path / "jobdir"))
     store = CheckpointStore(storage)
-    return local, storage, store, Mirror(store, storage, str(local), attempt=1, interval=3600, committed_step=None,
-                                         on_commit=lambda stats: None).start(restored=frozenset())
+    return (
+        local,
+        storage,
+        store,
+        Mirror(
+            store, storage, str(local), attempt=1, interval=3600, committed_step=None, on_commit=lambda stats: None
+        ).start(restored=frozenset()),
+    )

@@ -65,13 +65,19 @@ def test_history_makes_a_place_that_keeps_preempting_worse():
     assert stormy.hazard_per_hour() > calm.hazard_per_hour()
 
 
-@pytest.mark.parametrize("advice, history, expected", [
-    ({"recommendations": [{"scores": {"obtainability": 0.8, "estimatedUptime": "600s"}}]},
-     {"preemptionHistory": [{"preemptionRate": 0.2}, {"preemptionRate": 0.4}]}, Outlook(0.8, 600 / 3600, 0.3)),
-    ({"recommendations": [{"scores": {"obtainability": 0.8}}]}, None, Outlook(0.8, 1 / 60, None)),
-    ({"recommendations": []}, None, None),
-    (None, None, None),
-])
+@pytest.mark.parametrize(
+    "advice, history, expected",
+    [
+        (
+            {"recommendations": [{"scores": {"obtainability": 0.8, "estimatedUptime": "600s"}}]},
+            {"preemptionHistory": [{"preemptionRate": 0.2}, {"preemptionRate": 0.4}]},
+            Outlook(0.8, 600 / 3600, 0.3),
+        ),
+        ({"recommendations": [{"scores": {"obtainability": 0.8}}]}, None, Outlook(0.8, 1 / 60, None)),
+        ({"recommendations": []}, None, None),
+        (None, None, None),
+    ],
+)
 def test_an_outlook_is_read_from_the_two_answers(advice, history, expected):
     found = outlook_from(advice, history)
     assert found == expected or (found and expected and abs(found.preemption_rate - expected.preemption_rate) < 1e-9)
@@ -80,5 +86,8 @@ def test_an_outlook_is_read_from_the_two_answers(advice, history, expected):
 def test_an_n1_machine_with_a_gpu_asks_for_no_history():
     advice, history = request_bodies("n1-standard-8", "nvidia-tesla-v100", 1)
     assert history is None
-    assert advice["instanceFlexibilityPolicy"]["instanceSelections"]["job"]["guestAccelerators"][0]["acceleratorCount"] == 1
+    assert (
+        advice["instanceFlexibilityPolicy"]["instanceSelections"]["job"]["guestAccelerators"][0]["acceleratorCount"]
+        == 1
+    )
     assert request_bodies("g2-standard-8", None, 0)[1]["instanceProperties"]["machineType"] == "g2-standard-8"

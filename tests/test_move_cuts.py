@@ -35,13 +35,17 @@ def test_a_move_cut_at_any_compute_call_is_finished_by_the_next_watch(tmp_path, 
         spec = stocked_out_job(probe, tmp_path / "probe")
         counter = KilledAt(PROJECT, endpoint=probe.endpoint)
         decided: list[int] = []
-        watch_once(counter, FIRST, job_dir=spec.job_dir,
-                   say=lambda line: decided.append(counter.calls) if ": move to " in line else None)
+        watch_once(
+            counter,
+            FIRST,
+            job_dir=spec.job_dir,
+            say=lambda line: decided.append(counter.calls) if ": move to " in line else None,
+        )
         assert [m.to_place for m in moves(open_storage(spec.job_dir))] == ["regions/us-central1"]
         first, total = decided[0] + 1, counter.calls
     finally:
         probe.stop()
-    assert total - first >= 15, counter.names[first - 1:]  # templates, zones, the record, the groups
+    assert total - first >= 15, counter.names[first - 1 :]  # templates, zones, the record, the groups
     for at in range(first, total + 1):
         run = tmp_path / str(at)
         server = ComputeServer().start()
@@ -73,8 +77,12 @@ def test_a_delete_that_fails_or_is_refused_is_finished_by_a_later_look(compute_s
     said and left, and the next look, with the permission again, deletes it."""
     spec = stocked_out_job(compute_server, tmp_path)
     compute = Compute(PROJECT, endpoint=compute_server.endpoint)
-    compute_server.fail("compute.instanceGroupManagers.delete", http=status, times=2 if status == 503 else 1,
-                        message="Required 'compute.instanceGroupManagers.delete' permission" if status == 403 else "")
+    compute_server.fail(
+        "compute.instanceGroupManagers.delete",
+        http=status,
+        times=2 if status == 503 else 1,
+        message="Required 'compute.instanceGroupManagers.delete' permission" if status == 403 else "",
+    )
     said: list[str] = []
     watch_once(compute, FIRST, job_dir=spec.job_dir, say=said.append)
     assert [m.to_place for m in moves(open_storage(spec.job_dir))] == ["regions/us-central1"]
@@ -128,8 +136,13 @@ def test_two_watches_at_once_switch_or_move_the_job_once(compute_server, tmp_pat
         look.join(120)
     assert not errors, errors
     storage = open_storage(spec.job_dir)
-    assert sum("another look switched or moved it first" in line or "another look moved or switched it first" in line
-               for line in said) == 1, said
+    assert (
+        sum(
+            "another look switched or moved it first" in line or "another look moved or switched it first" in line
+            for line in said
+        )
+        == 1
+    ), said
     methods = [method for method, _, _ in compute_server.requests]
     if action == "switch":
         assert [s.to_mode for s in switches(storage)] == ["on-demand"], said
@@ -137,7 +150,6 @@ def test_two_watches_at_once_switch_or_move_the_job_once(compute_server, tmp_pat
     else:
         assert [m.to_place for m in moves(storage)] == ["regions/us-central1"], said
         assert list(groups_of(compute_server)) == ["regions/us-central1"], said
-
 
 
 def test_a_switch_cut_at_any_compute_call_is_finished_by_the_next_look(tmp_path, monkeypatch):
@@ -159,20 +171,31 @@ def test_a_switch_cut_at_any_compute_call_is_finished_by_the_next_look(tmp_path,
                 watch_once(killed, FIRST, job_dir=spec.job_dir)
             # the next two looks at once (overlapping scheduled runs): both finish the same switch; one
             # found the template made by the other (a 409) and withdrew the record, in the chaos run
-            looks = [threading.Thread(target=watch_once, args=(Compute(PROJECT, endpoint=server.endpoint), FIRST),
-                                      kwargs={"job_dir": spec.job_dir}) for _ in range(2)]
+            looks = [
+                threading.Thread(
+                    target=watch_once,
+                    args=(Compute(PROJECT, endpoint=server.endpoint), FIRST),
+                    kwargs={"job_dir": spec.job_dir},
+                )
+                for _ in range(2)
+            ]
             for look in looks:
                 look.start()
             for look in looks:
                 look.join(60)
             where = f"killed before call {at} ({killed.names[-1]})"
             found = groups_of(server)
-            assert list(found) == [f"zones/{ZONE}"] and [s for _, s in found[f"zones/{ZONE}"]] == ["RUNNING"], \
-                (where, found)
+            assert list(found) == [f"zones/{ZONE}"] and [s for _, s in found[f"zones/{ZONE}"]] == ["RUNNING"], (
+                where,
+                found,
+            )
             template = Compute(PROJECT, endpoint=server.endpoint).get_group(FIRST)["instanceTemplate"]
             recorded = switches(open_storage(spec.job_dir))
-            assert [s.to_mode for s in recorded] == ["on-demand"] and template.endswith("/job-on-demand"), \
-                (where, recorded, template)
+            assert [s.to_mode for s in recorded] == ["on-demand"] and template.endswith("/job-on-demand"), (
+                where,
+                recorded,
+                template,
+            )
         finally:
             server.stop()
 
@@ -187,9 +210,11 @@ def test_a_late_job_whose_move_is_refused_switches_in_the_same_look(compute_serv
     from survivor.jobdir.journal import Journal
     from survivor.spec import JobSpec
 
-    spec = JobSpec.from_yaml(f"job_dir: {tmp_path}/job\ntrain_steps: 1000\ntrainer: {{builtin: dummy}}\n"
-                             "deadline: 36h\ncompute: {machine_type: n1-standard-8}\n"
-                             "placement: {regions: [us-west1, us-central1], move_after_minutes: 30}\n")
+    spec = JobSpec.from_yaml(
+        f"job_dir: {tmp_path}/job\ntrain_steps: 1000\ntrainer: {{builtin: dummy}}\n"
+        "deadline: 36h\ncompute: {machine_type: n1-standard-8}\n"
+        "placement: {regions: [us-west1, us-central1], move_after_minutes: 30}\n"
+    )
     compute = Compute(PROJECT, endpoint=compute_server.endpoint)
     compute.insert_template(template_body("job", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
     compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", spot_only=True)
@@ -206,8 +231,12 @@ def test_a_late_job_whose_move_is_refused_switches_in_the_same_look(compute_serv
     journal.end(attempt, "preempted", end_step=100, reached_step=100)
     attempt.ended = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=34)).isoformat()
     journal.update(attempt)
-    compute_server.fail("compute.regionInstanceGroupManagers.insert", http=403, times=5,
-                        message="Constraint constraints/gcp.resourceLocations violated for us-central1")
+    compute_server.fail(
+        "compute.regionInstanceGroupManagers.insert",
+        http=403,
+        times=5,
+        message="Constraint constraints/gcp.resourceLocations violated for us-central1",
+    )
     said: list[str] = []
     watch_once(compute, FIRST, job_dir=spec.job_dir, say=said.append)
     assert [s.to_mode for s in switches(open_storage(spec.job_dir))] == ["on-demand"], said

@@ -35,13 +35,21 @@ def test_no_cluster_is_one_machine():
 
 
 def test_tf_config_with_chief_and_workers():
-    env = {"TF_CONFIG": json.dumps({"cluster": {"chief": ["a:1"], "worker": ["b:1", "c:1"], "ps": ["d:1"]},
-                                    "task": {"type": "worker", "index": 1}})}
+    env = {
+        "TF_CONFIG": json.dumps(
+            {
+                "cluster": {"chief": ["a:1"], "worker": ["b:1", "c:1"], "ps": ["d:1"]},
+                "task": {"type": "worker", "index": 1},
+            }
+        )
+    }
     cluster = cluster_from_env(env)
     assert (cluster.task_type, cluster.task_index, cluster.workers) == ("worker", 1, 3)
     assert cluster.multi_worker and not cluster.is_chief and cluster.worker_id == 2
-    assert cluster.tf_config == {"cluster": {"chief": ["a:1"], "worker": ["b:1", "c:1"]},
-                                 "task": {"type": "worker", "index": 1}}  # parameter servers left out
+    assert cluster.tf_config == {
+        "cluster": {"chief": ["a:1"], "worker": ["b:1", "c:1"]},
+        "task": {"type": "worker", "index": 1},
+    }  # parameter servers left out
 
 
 def test_worker_zero_is_chief_without_a_chief():
@@ -50,10 +58,15 @@ def test_worker_zero_is_chief_without_a_chief():
 
 
 def test_vertex_cluster_spec_pools_and_legacy_master():
-    spec = {"cluster": {"workerpool0": ["cmle-training-workerpool0-ab-0:2222"],
-                        "workerpool1": ["cmle-training-workerpool1-ab-0:2222", "cmle-training-workerpool1-ab-1:2222"],
-                        "workerpool2": ["cmle-training-workerpool2-ab-0:2222"]},
-            "environment": "cloud", "task": {"type": "workerpool1", "index": 0}}
+    spec = {
+        "cluster": {
+            "workerpool0": ["cmle-training-workerpool0-ab-0:2222"],
+            "workerpool1": ["cmle-training-workerpool1-ab-0:2222", "cmle-training-workerpool1-ab-1:2222"],
+            "workerpool2": ["cmle-training-workerpool2-ab-0:2222"],
+        },
+        "environment": "cloud",
+        "task": {"type": "workerpool1", "index": 0},
+    }
     cluster = cluster_from_env({"CLUSTER_SPEC": json.dumps(spec)})
     assert cluster.source == "CLUSTER_SPEC"
     assert sorted(cluster.hosts) == ["chief", "worker"] and cluster.task_type == "worker" and cluster.worker_id == 1
@@ -67,20 +80,25 @@ def test_vertex_cluster_spec_pools_and_legacy_master():
 def test_tf_config_wins_over_cluster_spec():
     tf_config = {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}}
     spec = {"cluster": {"workerpool0": ["x:1"]}, "task": {"type": "workerpool0", "index": 0}}
-    assert cluster_from_env({"TF_CONFIG": json.dumps(tf_config), "CLUSTER_SPEC": json.dumps(spec)}).source == "TF_CONFIG"
+    assert (
+        cluster_from_env({"TF_CONFIG": json.dumps(tf_config), "CLUSTER_SPEC": json.dumps(spec)}).source == "TF_CONFIG"
+    )
 
 
-@pytest.mark.parametrize("text, says", [
-    ("{not json", "TF_CONFIG is not JSON"),
-    ('["a"]', "expected a JSON object"),
-    ('{"cluster": ["a:1"], "task": {"type": "worker"}}', "expected an object of role -> host list"),
-    ('{"cluster": {"worker": "a:1"}, "task": {"type": "worker", "index": 0}}', "cluster.worker = 'a:1'"),
-    ('{"cluster": {"worker": ["a:1"]}}', "'task' object"),
-    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "boss", "index": 0}}', "task type 'boss'"),
-    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}}', "worker:3 is not in the cluster"),
-    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": "x"}}', "task.index = 'x'"),
-    ('{"cluster": {"chief": ["a:1", "b:1"]}, "task": {"type": "chief", "index": 0}}', "2 chiefs"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("{not json", "TF_CONFIG is not JSON"),
+        ('["a"]', "expected a JSON object"),
+        ('{"cluster": ["a:1"], "task": {"type": "worker"}}', "expected an object of role -> host list"),
+        ('{"cluster": {"worker": "a:1"}, "task": {"type": "worker", "index": 0}}', "cluster.worker = 'a:1'"),
+        ('{"cluster": {"worker": ["a:1"]}}', "'task' object"),
+        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "boss", "index": 0}}', "task type 'boss'"),
+        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}}', "worker:3 is not in the cluster"),
+        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": "x"}}', "task.index = 'x'"),
+        ('{"cluster": {"chief": ["a:1", "b:1"]}, "task": {"type": "chief", "index": 0}}', "2 chiefs"),
+    ],
+)
 def test_bad_cluster_descriptions_name_the_problem(text, says):
     with pytest.raises(ClusterError) as caught:
         cluster_from_env({"TF_CONFIG": text})
@@ -124,19 +142,38 @@ def test_notice_poll_without_a_metadata_server_watches_sigterm_only(capsys):
 class Workers:
     """`count` trainer processes forming one TF_CONFIG cluster on 127.0.0.1."""
 
-    def __init__(self, tmp_path, job_dir: str, args: list[str], *, count: int = 2,
-                 metadata_hosts: dict[int, str] | None = None, module: str = "survivor.trainers.mlp"):
+    def __init__(
+        self,
+        tmp_path,
+        job_dir: str,
+        args: list[str],
+        *,
+        count: int = 2,
+        metadata_hosts: dict[int, str] | None = None,
+        module: str = "survivor.trainers.mlp",
+    ):
         hosts = [f"127.0.0.1:{p}" for p in free_ports(count)]
         self.progress = [str(tmp_path / f"progress-{i}-{time.monotonic_ns()}.json") for i in range(count)]
         self.procs = []
         unreachable = f"127.0.0.1:{free_port()}"
         for i in range(count):
             tf_config = {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": i}}
-            env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "SURVIVOR_PROGRESS_FILE": self.progress[i],
-                   "TF_CPP_MIN_LOG_LEVEL": "3", "GCE_METADATA_HOST": (metadata_hosts or {}).get(i, unreachable)}
+            env = {
+                **os.environ,
+                "TF_CONFIG": json.dumps(tf_config),
+                "SURVIVOR_PROGRESS_FILE": self.progress[i],
+                "TF_CPP_MIN_LOG_LEVEL": "3",
+                "GCE_METADATA_HOST": (metadata_hosts or {}).get(i, unreachable),
+            }
             env.pop("GCE_METADATA_IP", None)  # TensorFlow's own on-GCP probe must not find the emulator
-            self.procs.append(subprocess.Popen([sys.executable, "-m", module, "--job-dir", job_dir, *args], env=env,
-                                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+            self.procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", module, "--job-dir", job_dir, *args],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                )
+            )
 
     def step(self, i: int) -> int:
         try:
@@ -204,11 +241,20 @@ def test_two_workers_one_preempted_resume_exactly(tmp_path):
 
 
 def test_parameter_server_task_exits_at_once_saying_why(tmp_path):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
-           "TF_CONFIG": json.dumps({"cluster": {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]},
-                                    "task": {"type": "ps", "index": 0}})}
-    done = subprocess.run([sys.executable, "-m", "survivor.trainers.mlp", "--job-dir", str(tmp_path / "j"),
-                           "--train-steps", "5"], env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        "TF_CONFIG": json.dumps(
+            {"cluster": {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "task": {"type": "ps", "index": 0}}
+        ),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "survivor.trainers.mlp", "--job-dir", str(tmp_path / "j"), "--train-steps", "5"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and "task ps:0 has nothing to do" in done.stdout
     assert not (tmp_path / "j").exists()
 
@@ -219,9 +265,25 @@ def test_cifar10_resnet_on_two_workers_saves_and_exports_once(tmp_path):
 
     synthetic(64, str(tmp_path / "data"), seed=0)
     job = tmp_path / "job" / "checkpoints"
-    outcomes = Workers(tmp_path, str(job), ["--train-steps", "6", "--checkpoint-steps", "3", "--resnet-depth", "8",
-                                            "--train-batch-size", "16", "--data-dir", str(tmp_path / "data"),
-                                            "--eval-steps", "2"], module="survivor.trainers.cifar10").finish()
+    outcomes = Workers(
+        tmp_path,
+        str(job),
+        [
+            "--train-steps",
+            "6",
+            "--checkpoint-steps",
+            "3",
+            "--resnet-depth",
+            "8",
+            "--train-batch-size",
+            "16",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--eval-steps",
+            "2",
+        ],
+        module="survivor.trainers.cifar10",
+    ).finish()
     assert [code for code, _ in outcomes] == [0, 0], outcomes
     assert "exported a SavedModel" in outcomes[0][1] and "exported" not in outcomes[1][1]
     # Keras 3 keeps batch-norm moving statistics per replica (unsynchronised): the chief's are the

@@ -12,13 +12,16 @@ from survivor.agent.notice import NoticeWatcher
 from survivor.cloud.metadata import notice_from_metadata
 
 
-@pytest.mark.parametrize("key, value, expected", [
-    ("instance/preempted", "TRUE", "preempted"),
-    ("instance/preempted", "FALSE", None),
-    ("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", "maintenance"),
-    ("instance/maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE", None),
-    ("instance/maintenance-event", "NONE", None),
-])
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [
+        ("instance/preempted", "TRUE", "preempted"),
+        ("instance/preempted", "FALSE", None),
+        ("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", "maintenance"),
+        ("instance/maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE", None),
+        ("instance/maintenance-event", "NONE", None),
+    ],
+)
 def test_what_a_metadata_value_means(key, value, expected):
     assert notice_from_metadata(key, value) == expected
 

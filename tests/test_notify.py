@@ -40,8 +40,9 @@ def every_kind() -> list[events.Event]:
         events.notice("j", attempt=1, step=40, source="preempted", time=T0),
         events.safe("j", attempt=1, committed_step=40, steps_lost=0, seconds=2.5, time=T0),
         events.resumed("j", attempt=2, step=40, without_vm_seconds=95.0, restore_seconds=1.5, time=T0),
-        events.done("j", steps=100, wall_seconds=3600.0, goodput=0.8, preemptions=3, cost=1.2, on_demand_cost=3.4,
-                    time=T0),
+        events.done(
+            "j", steps=100, wall_seconds=3600.0, goodput=0.8, preemptions=3, cost=1.2, on_demand_cost=3.4, time=T0
+        ),
         events.failed("j", reason="3 attempts in a row failed <!channel> & more", committed_step=40, time=T0),
         events.moved("j", from_place="zones/us-west1-b", to_place="regions/us-central1", why="stockout", time=T0),
         events.switched("j", from_mode="spot", to_mode="on-demand", why="3.1 h left", time=T0),
@@ -53,6 +54,7 @@ def every_kind() -> list[events.Event]:
 
 
 # -- formats and the spec ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("event", every_kind(), ids=lambda e: e.kind)
 def test_every_event_is_valid_in_each_format(event):
@@ -81,9 +83,20 @@ def test_a_chat_message_id_is_what_chat_accepts_and_stable_per_event():
 def test_a_bad_target_is_one_line_naming_it():
     base = {"job_dir": "/tmp/j", "train_steps": 10, "trainer": {"builtin": "dummy"}}
     with pytest.raises(SpecError) as bad:
-        JobSpec.from_mapping({**base, "notify": [{"url": "http://example.com/hook"},
-                                                 {"url": "https://hooks.slack.com/services/T/B/" + "x" * 40,
-                                                  "format": "teams", "on": ["donee"], "colour": "red"}]})
+        JobSpec.from_mapping(
+            {
+                **base,
+                "notify": [
+                    {"url": "http://example.com/hook"},
+                    {
+                        "url": "https://hooks.slack.com/services/T/B/" + "x" * 40,
+                        "format": "teams",
+                        "on": ["donee"],
+                        "colour": "red",
+                    },
+                ],
+            }
+        )
     assert bad.value.problems == [
         "notify[0].url = 'http://example.com/hook': expected an https:// webhook URL (http:// only to 127.0.0.1 or "
         "localhost) or a Secret Manager version projects/PROJECT/secrets/NAME/versions/VERSION",
@@ -92,20 +105,28 @@ def test_a_bad_target_is_one_line_naming_it():
         "notify[1].on: 'donee' is no event (did you mean done?); expected among notice, safe, resumed, done, "
         "failed, moved, switched, no_vm, deadline_at_risk, budget_warning, budget_stopped",
     ]
-    spec = JobSpec.from_mapping({**base, "notify": [{"url": "projects/p/secrets/hook/versions/latest",
-                                                     "format": "chat", "on": "done"}]})
+    spec = JobSpec.from_mapping(
+        {**base, "notify": [{"url": "projects/p/secrets/hook/versions/latest", "format": "chat", "on": "done"}]}
+    )
     assert spec.notify[0].secret and spec.notify[0].wants("done") and not spec.notify[0].wants("safe")
     assert JobSpec.from_mapping(spec.to_mapping()) == spec
 
 
 def test_a_webhook_url_is_masked_in_the_agents_logs():
     url = "https://hooks.slack.com/services/T0/B0/secret-token"
-    spec = JobSpec.from_mapping({"job_dir": "/tmp/j", "train_steps": 10, "trainer": {"builtin": "dummy"},
-                                 "notify": [{"url": url, "format": "slack"}]})
+    spec = JobSpec.from_mapping(
+        {
+            "job_dir": "/tmp/j",
+            "train_steps": 10,
+            "trainer": {"builtin": "dummy"},
+            "notify": [{"url": url, "format": "slack"}],
+        }
+    )
     assert url in spec.secret_values()
 
 
 # -- delivery ---------------------------------------------------------------------------------------
+
 
 def test_an_event_told_once_is_not_told_again_by_a_later_look(tmp_path):
     storage = open_storage(str(tmp_path / "jobdir"))
@@ -123,7 +144,9 @@ def test_an_event_told_once_is_not_told_again_by_a_later_look(tmp_path):
 
 def test_a_dead_webhook_delays_no_other_and_tell_returns_at_once(tmp_path):
     with Receivers() as receivers, WebhookReceiver("generic", "hang") as hang, WebhookReceiver("slack", "fail") as fail:
-        targets = [NotifyTarget(hang.url), NotifyTarget(fail.url, "slack")] + [NotifyTarget(**t) for t in receivers.targets]
+        targets = [NotifyTarget(hang.url), NotifyTarget(fail.url, "slack")] + [
+            NotifyTarget(**t) for t in receivers.targets
+        ]
         notifier = Notifier(targets, storage=open_storage(str(tmp_path / "jobdir"))).start()
         started = time.monotonic()
         for event in every_kind():
@@ -142,6 +165,7 @@ def test_a_dead_webhook_delays_no_other_and_tell_returns_at_once(tmp_path):
 
 
 # -- the agent and the watch, end to end --------------------------------------------------------------
+
 
 def _event_id(receiver: WebhookReceiver, call) -> str:
     if receiver.fmt == "generic":
@@ -175,7 +199,8 @@ def _preempt_at(vm, step: int) -> float:
 
 @pytest.mark.slow
 def test_every_event_of_a_job_preempted_three_times_moved_switched_and_done_reaches_each_receiver_in_order(
-        tmp_path, instance_factory):
+    tmp_path, instance_factory
+):
     job_dir = str(tmp_path / "jobdir")
     storage = open_storage(job_dir)
     with Receivers() as receivers:
@@ -188,23 +213,51 @@ def test_every_event_of_a_job_preempted_three_times_moved_switched_and_done_reac
 
         vm.boot(wipe=True)
         _preempt_at(vm, 25)
-        record_move(storage, Move(time=now(), from_place="zones/us-west1-b", to_place="regions/us-central1",
-                                  reason="no training VM for 31 min: ZONE_RESOURCE_POOL_EXHAUSTED", by="watch"))
+        record_move(
+            storage,
+            Move(
+                time=now(),
+                from_place="zones/us-west1-b",
+                to_place="regions/us-central1",
+                reason="no training VM for 31 min: ZONE_RESOURCE_POOL_EXHAUSTED",
+                by="watch",
+            ),
+        )
         look()
         vm.boot(wipe=True)
         _preempt_at(vm, 60)
         vm.boot(wipe=True)
         _preempt_at(vm, 95)
-        record_switch(storage, Switch(time=now(), to_mode="on-demand", from_mode="spot", by="watch",
-                                      reason="3.1 h left, 2.9 h of work on on-demand plus 0.4 h margin",
-                                      template="jobdir-on-demand"))
+        record_switch(
+            storage,
+            Switch(
+                time=now(),
+                to_mode="on-demand",
+                from_mode="spot",
+                by="watch",
+                reason="3.1 h left, 2.9 h of work on on-demand plus 0.4 h margin",
+                template="jobdir-on-demand",
+            ),
+        )
         look()
         vm.boot(wipe=True)
         assert vm.wait(60) == 0
         look()  # the watch's look at a DONE job
         deadline = time.monotonic() + 20
-        expected = ["notice", "safe", "moved", "resumed", "notice", "safe", "resumed", "notice", "safe", "switched",
-                    "resumed", "done"]
+        expected = [
+            "notice",
+            "safe",
+            "moved",
+            "resumed",
+            "notice",
+            "safe",
+            "resumed",
+            "notice",
+            "safe",
+            "switched",
+            "resumed",
+            "done",
+        ]
         while time.monotonic() < deadline and any(len(_first_copies(r)) < len(expected) for r in receivers.all()):
             time.sleep(0.1)
 
@@ -215,8 +268,9 @@ def test_every_event_of_a_job_preempted_three_times_moved_switched_and_done_reac
             got = _first_copies(receiver)
             assert [_kind_of(i) for i, _ in got] == expected, (receiver.fmt, [i for i, _ in got])
             for event_id, call in got:
-                happened = parse_time(re.sub(r".*/", "", event_id)) if _kind_of(event_id) in ("moved", "switched") \
-                    else None
+                happened = (
+                    parse_time(re.sub(r".*/", "", event_id)) if _kind_of(event_id) in ("moved", "switched") else None
+                )
                 if receiver.fmt == "generic":
                     jsonschema.validate(call.body, SCHEMA)
                     happened = parse_time(call.body["time"])
@@ -241,9 +295,13 @@ def _notice_to_exit(tmp_path, instance_factory, name: str, notify) -> tuple[floa
 
 @pytest.mark.slow
 def test_a_webhook_that_hangs_or_answers_500_costs_no_step_and_no_second_between_the_notice_and_the_exit(
-        tmp_path, instance_factory):
-    with WebhookReceiver("generic", "hang") as hang, WebhookReceiver("slack", "fail") as fail, \
-            WebhookReceiver("chat", "hang") as chat:
+    tmp_path, instance_factory
+):
+    with (
+        WebhookReceiver("generic", "hang") as hang,
+        WebhookReceiver("slack", "fail") as fail,
+        WebhookReceiver("chat", "hang") as chat,
+    ):
         targets = [{"url": hang.url}, {"url": fail.url, "format": "slack"}, {"url": chat.url, "format": "chat"}]
         runs = {}
         for round_ in range(2):  # alternated, so a machine that slows down meanwhile slows both
@@ -255,8 +313,10 @@ def test_a_webhook_that_hangs_or_answers_500_costs_no_step_and_no_second_between
             assert attempt.outcome == "preempted" and attempt.steps_lost == 0, (name, attempt)
     best = {name: min(seconds for seconds, _ in measured) for name, measured in runs.items()}
     safe = {name: min(a.timings["notice_to_safe"] for _, a in measured) for name, measured in runs.items()}
-    print(f"notice to exit, best of 2: none {best['none']:.2f} s, dead webhooks {best['dead']:.2f} s; "
-          f"notice to safe: {safe['none']:.2f} s / {safe['dead']:.2f} s")
+    print(
+        f"notice to exit, best of 2: none {best['none']:.2f} s, dead webhooks {best['dead']:.2f} s; "
+        f"notice to safe: {safe['none']:.2f} s / {safe['dead']:.2f} s"
+    )
     assert best["dead"] <= best["none"] + 0.5
     assert safe["dead"] <= safe["none"] + 0.5
 
@@ -267,11 +327,29 @@ def test_records_give_the_agents_events_their_ids():
     from survivor.jobdir.ledger import build_ledger
     from survivor.jobdir.status import JobView
 
-    a1 = Attempt(1, "vm", T0, restored_from="", ended="2026-11-30T10:10:00.000+00:00", outcome="preempted",
-                 end_step=40, reached_step=40, steps_lost=0, notice="preempted", timings={"notice_to_safe": 2.5},
-                 booted=T0)
-    a2 = Attempt(2, "vm", "2026-11-30T10:12:00.000+00:00", restored_step=40, restored_from="m",
-                 booted="2026-11-30T10:11:30.000+00:00", timings={"restore": 1.5})
+    a1 = Attempt(
+        1,
+        "vm",
+        T0,
+        restored_from="",
+        ended="2026-11-30T10:10:00.000+00:00",
+        outcome="preempted",
+        end_step=40,
+        reached_step=40,
+        steps_lost=0,
+        notice="preempted",
+        timings={"notice_to_safe": 2.5},
+        booted=T0,
+    )
+    a2 = Attempt(
+        2,
+        "vm",
+        "2026-11-30T10:12:00.000+00:00",
+        restored_step=40,
+        restored_from="m",
+        booted="2026-11-30T10:11:30.000+00:00",
+        timings={"restore": 1.5},
+    )
     when = _dt.datetime(2026, 11, 30, 10, 20, tzinfo=_dt.timezone.utc)
     view = JobView("/j", JobState(None, None, [a1, a2]), None, [], [], [], [], build_ledger([a1, a2], now=when))
     told = job_events("j", view)
@@ -311,6 +389,7 @@ def test_a_webhook_kept_in_secret_manager_is_read_by_the_vms_account_and_told(tm
 
 # -- preflight: the VM's account may read a webhook kept in Secret Manager ------------------------------
 
+
 def test_preflight_checks_the_vms_account_is_a_secret_accessor_of_each_notify_secret(compute_server, monkeypatch):
     """The secret's IAM policy read with the real client's REST transport (the stand-in serves
     GetIamPolicy), each bound role with IAM's roles.get (the Compute fake serves it)."""
@@ -324,15 +403,23 @@ def test_preflight_checks_the_vms_account_is_a_secret_accessor_of_each_notify_se
     with SecretManagerServer() as secrets:
         monkeypatch.setenv("SURVIVOR_SECRET_MANAGER_ENDPOINT", secrets.endpoint)
         version = secrets.add("survivor-local", "chat-hook", b"https://chat.googleapis.com/v1/spaces/X/messages")
-        spec = JobSpec.from_mapping({"job_dir": "gs://bucket-1/j", "train_steps": 10, "trainer": {"builtin": "dummy"},
-                                     "notify": [{"url": version, "format": "chat"},
-                                                {"url": "https://hooks.example.com/x"}]})
+        spec = JobSpec.from_mapping(
+            {
+                "job_dir": "gs://bucket-1/j",
+                "train_steps": 10,
+                "trainer": {"builtin": "dummy"},
+                "notify": [{"url": version, "format": "chat"}, {"url": "https://hooks.example.com/x"}],
+            }
+        )
         body = template_body("job", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n")
         assert preflight.target_from_body(body).notify_secrets == (version,)
 
         [missing] = preflight._secret_state(compute, version, vm)
-        assert missing.level == "warning" and "does not grant vm@survivor-local.iam.gserviceaccount.com " \
-            "secretmanager.versions.access" in missing.message
+        assert (
+            missing.level == "warning"
+            and "does not grant vm@survivor-local.iam.gserviceaccount.com secretmanager.versions.access"
+            in missing.message
+        )
         assert "gcloud secrets add-iam-policy-binding chat-hook --project survivor-local" in missing.message
         secrets.grant("survivor-local", "chat-hook", vm)
         [granted] = preflight._secret_state(compute, version, vm)
@@ -354,6 +441,7 @@ def test_a_secret_bound_to_a_role_roles_get_cannot_read_is_a_warning_naming_it()
 
 # -- what a hostile review of the spec's notify: and budget: keys found ------------------------------
 
+
 def _problems(text: str) -> list[str]:
     try:
         JobSpec.from_yaml(text)
@@ -366,8 +454,10 @@ BASE = "job_dir: gs://bucket-1/j\ntrain_steps: 10\ntrainer: {builtin: dummy}\n"
 
 
 def test_the_docs_unquoted_on_filter_is_read_as_on_not_as_yamls_true():
-    spec = JobSpec.from_yaml(BASE + "notify:\n  - url: https://hooks.slack.com/services/T000/B000/XXXX\n"
-                                    "    format: slack\n    on: [safe, done]\n")
+    spec = JobSpec.from_yaml(
+        BASE + "notify:\n  - url: https://hooks.slack.com/services/T000/B000/XXXX\n"
+        "    format: slack\n    on: [safe, done]\n"
+    )
     assert spec.notify[0].on == ("safe", "done")
     assert "on:" in (pathlib.Path(__file__).parent.parent / "docs" / "notifications.md").read_text()
 

@@ -103,8 +103,14 @@ def survivor_lines() -> list[Line]:
 
 def test_the_guide_has_commands_in_every_part_a_new_operator_walks_through():
     sections = {line.section for line in survivor_lines()}
-    for part in ("Rehearse it on your machine first", "Before anything is spent: `survivor preflight`", "1. Data",
-                 "3. Template and group", "4. Watch it", "5. Stop, start, finish, delete"):
+    for part in (
+        "Rehearse it on your machine first",
+        "Before anything is spent: `survivor preflight`",
+        "1. Data",
+        "3. Template and group",
+        "4. Watch it",
+        "5. Stop, start, finish, delete",
+    ):
         assert part in sections, f"no survivor command under '{part}' of the guide"
 
 
@@ -124,8 +130,9 @@ def tiny_cifar_archive(path: pathlib.Path) -> None:
     rng = np.random.default_rng(0)
     with tarfile.open(path, "w:gz") as tar:
         for batch in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-            data = pickle.dumps({b"data": rng.integers(0, 255, size=(4, 3072), dtype=np.uint8),
-                                 b"labels": [0, 1, 2, 3]})
+            data = pickle.dumps(
+                {b"data": rng.integers(0, 255, size=(4, 3072), dtype=np.uint8), b"labels": [0, 1, 2, 3]}
+            )
             info = tarfile.TarInfo(f"cifar-10-batches-py/{batch}")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -137,8 +144,12 @@ class StandIn:
     def __init__(self, argv: list[str], python: str = sys.executable):
         from survivor.local.http import free_port
 
-        self.process = subprocess.Popen([python, "-m", "survivor", *argv[1:], "--port", str(free_port())],
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.process = subprocess.Popen(
+            [python, "-m", "survivor", *argv[1:], "--port", str(free_port())],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         self.output = self.process.stdout.readline()  # the line with the export, once it serves
         found = re.search(r"export (\w+)=(\S+)", self.output)
         if found is None:
@@ -194,8 +205,13 @@ def installed(bin_dir: pathlib.Path) -> Runner:
     walk does here, so the venv's imports are paid once, not once a line."""
     started = subprocess.run([str(bin_dir / "survivor"), "--help"], capture_output=True, text=True, timeout=120)
     assert started.returncode == 0, started.stderr[-2000:]
-    driver = subprocess.Popen([str(bin_dir / "python"), "-c", _DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, cwd=os.getcwd())
+    driver = subprocess.Popen(
+        [str(bin_dir / "python"), "-c", _DRIVER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=os.getcwd(),
+    )
 
     def runner(argv: list[str]) -> tuple[int, str, str]:
         driver.stdin.write(json.dumps([argv, dict(os.environ), os.getcwd()]) + "\n")
@@ -212,7 +228,7 @@ def installed(bin_dir: pathlib.Path) -> Runner:
 def guide_example(after: str) -> list[str]:
     """The lines of the first untyped ``` block after the sentence containing `after`."""
     text = GUIDE.read_text()
-    block = text[text.index(after):].split("```\n", 2)[1]
+    block = text[text.index(after) :].split("```\n", 2)[1]
     return block.strip().splitlines()
 
 
@@ -248,8 +264,12 @@ def walk(runner: Runner, python: str, tmp_path: pathlib.Path, monkeypatch, then=
     for variable in ("SURVIVOR_COMPUTE_ENDPOINT", "STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT"):
         monkeypatch.delenv(variable, raising=False)
     # the rehearsal's `export` lines say which project (its endpoints come from what the stand-ins print)
-    exports = dict(word.split("=", 1) for line in guide_lines(GUIDE.read_text()) if line.argv[0] == "export"
-                   for word in line.argv[1:])
+    exports = dict(
+        word.split("=", 1)
+        for line in guide_lines(GUIDE.read_text())
+        if line.argv[0] == "export"
+        for word in line.argv[1:]
+    )
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", exports["GOOGLE_CLOUD_PROJECT"])
     shutil.copy(ROOT / "templates" / "cifar10-4gpu.yaml", "my-job.yaml")  # section 2: copy it, set your buckets
     tiny_cifar_archive(tmp_path / "cifar-10-python.tar.gz")
@@ -293,8 +313,9 @@ def check_line(run: Runner, line: Line, words: list[str], tmp_path: pathlib.Path
         code, out, err = run(words + ["--poll-seconds", "0.2"])  # the default looks every 15 s
         assert code == 0, err
         # make-template, earlier in the guide, built it already; a guide read in another order builds it here
-        assert re.search(r"already built for this wheel and lock|image survivor-\S+: created in family survivor-",
-                         out), out
+        assert re.search(
+            r"already built for this wheel and lock|image survivor-\S+: created in family survivor-", out
+        ), out
         return
     job_vms = job_instances(compute, "cifar10") if command == "delete" else []
     code, out, err = run(words)
@@ -313,8 +334,11 @@ def check_line(run: Runner, line: Line, words: list[str], tmp_path: pathlib.Path
         assert "ok: bucket my-project-cifar-10-data exists" in out
     elif command == "data":
         assert out.startswith("train.tfrecords: 16 validation.tfrecords: 4 eval.tfrecords: 4"), out
-        assert sorted(os.listdir(tmp_path / "cifar-10-data")) == ["eval.tfrecords", "train.tfrecords",
-                                                                   "validation.tfrecords"]
+        assert sorted(os.listdir(tmp_path / "cifar-10-data")) == [
+            "eval.tfrecords",
+            "train.tfrecords",
+            "validation.tfrecords",
+        ]
     elif command == "make-template" and "--dry-run" in words:
         body = json.loads(out)
         assert body["name"] == words[1] and body["properties"]["scheduling"]["provisioningModel"] == "SPOT"
@@ -328,8 +352,20 @@ def check_line(run: Runner, line: Line, words: list[str], tmp_path: pathlib.Path
         promised = promised.group(1)
         assert out.strip() == promised
         # the guide's stockout example, from the zone the rehearsal stocked out
-        code, _, err = run(["make-group", "stocked", "--template", "cifar10", "--zone", "us-west1-a",
-                                    "--wait-seconds", "3", "--poll-seconds", "0.2"])
+        code, _, err = run(
+            [
+                "make-group",
+                "stocked",
+                "--template",
+                "cifar10",
+                "--zone",
+                "us-west1-a",
+                "--wait-seconds",
+                "3",
+                "--poll-seconds",
+                "0.2",
+            ]
+        )
         assert code == 1
         example = guide_example("or the group reports why it cannot create it")
         said = err.replace("us-west1-a", "us-west1-b").replace("stocked", "cifar10")
@@ -355,8 +391,12 @@ def check_line(run: Runner, line: Line, words: list[str], tmp_path: pathlib.Path
     elif command == "status" and "--json" in words:
         report = json.loads(out)
         assert report["group"]["target_size"] == 1 and report["instances"][0]["status"] == "RUNNING"
-        assert report["machine"] == {"machine_type": "n1-standard-16", "gpu_type": "nvidia-tesla-t4", "gpu_count": 4,
-                                     "spot": True}
+        assert report["machine"] == {
+            "machine_type": "n1-standard-16",
+            "gpu_type": "nvidia-tesla-t4",
+            "gpu_count": 4,
+            "spot": True,
+        }
         assert report["job"]["state"] == "NOT STARTED"  # the fake's VM runs no agent
     elif command == "status" and "--job-dir" in words:
         assert "NOT STARTED" in out
@@ -394,20 +434,36 @@ def spec_file(tmp_path: pathlib.Path, text: str | None = None) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("flags, expected", [
-    (["--machine-type", "g2-standard-8", "--gpu", "nvidia-tesla-t4:4"],
-     "compute.gpu nvidia-tesla-t4:4 with machine_type g2-standard-8: g2 machines carry their own GPUs"),
-    (["--machine-type", "a2-highgpu-1g", "--gpu", "none"],
-     "num_gpus 4 with machine_type a2-highgpu-1g: it carries 1 x nvidia-tesla-a100; use machine_type a2-highgpu-4g"),
-    (["--preemption-notice", "30"], "compute.preemption_notice 30: Compute Engine accepts 120 seconds only"),
-    (["--machine-type", "n1-standrd-16"], "machine_type n1-standrd-16: not an N1 machine type (n1-standard-{1,2,4,"),
-    (["--machine-type", "n1-standard-17"], "machine_type n1-standard-17: not an N1 machine type"),
-    (["--disk-gb", "-5"], "compute.disk_gb -5: expected a whole number of GB >= 10"),
-    (["--zone", "us-west1"], "--zone us-west1: not a zone; a zone is a region and a letter, e.g. us-west1-b; "
-                             "for the whole region use --region us-west1"),
-    (["--region", "us-west1-b"], "--region us-west1-b: not a region (e.g. us-west1); for that one zone use --zone us-west1-b"),
-    (["--gpu", "nvidia-tesla-t4"], "gpu = 'nvidia-tesla-t4': expected TYPE:COUNT"),
-])
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (
+            ["--machine-type", "g2-standard-8", "--gpu", "nvidia-tesla-t4:4"],
+            "compute.gpu nvidia-tesla-t4:4 with machine_type g2-standard-8: g2 machines carry their own GPUs",
+        ),
+        (
+            ["--machine-type", "a2-highgpu-1g", "--gpu", "none"],
+            "num_gpus 4 with machine_type a2-highgpu-1g: it carries 1 x nvidia-tesla-a100; use machine_type a2-highgpu-4g",
+        ),
+        (["--preemption-notice", "30"], "compute.preemption_notice 30: Compute Engine accepts 120 seconds only"),
+        (
+            ["--machine-type", "n1-standrd-16"],
+            "machine_type n1-standrd-16: not an N1 machine type (n1-standard-{1,2,4,",
+        ),
+        (["--machine-type", "n1-standard-17"], "machine_type n1-standard-17: not an N1 machine type"),
+        (["--disk-gb", "-5"], "compute.disk_gb -5: expected a whole number of GB >= 10"),
+        (
+            ["--zone", "us-west1"],
+            "--zone us-west1: not a zone; a zone is a region and a letter, e.g. us-west1-b; "
+            "for the whole region use --region us-west1",
+        ),
+        (
+            ["--region", "us-west1-b"],
+            "--region us-west1-b: not a region (e.g. us-west1); for that one zone use --zone us-west1-b",
+        ),
+        (["--gpu", "nvidia-tesla-t4"], "gpu = 'nvidia-tesla-t4': expected TYPE:COUNT"),
+    ],
+)
 def test_a_contradictory_or_malformed_template_request_is_one_line_naming_it(flags, expected, tmp_path, capsys):
     code, out, err = run(capsys, ["make-template", "cifar10", "--config", spec_file(tmp_path), "--dry-run", *flags])
     assert code == 2 and out == ""
@@ -417,18 +473,37 @@ def test_a_contradictory_or_malformed_template_request_is_one_line_naming_it(fla
 
 def test_n1_standard_1_takes_four_t4s(tmp_path, capsys):
     # no vCPU floor for a T4 (https://cloud.google.com/compute/docs/gpus): not refused, as the API would not
-    code, out, err = run(capsys, ["make-template", "small", "--config", spec_file(tmp_path), "--dry-run",
-                                  "--machine-type", "n1-standard-1", "--gpu", "nvidia-tesla-t4:4"])
+    code, out, err = run(
+        capsys,
+        [
+            "make-template",
+            "small",
+            "--config",
+            spec_file(tmp_path),
+            "--dry-run",
+            "--machine-type",
+            "n1-standard-1",
+            "--gpu",
+            "nvidia-tesla-t4:4",
+        ],
+    )
     assert code == 0, err
-    assert json.loads(out)["properties"]["guestAccelerators"] == [{"acceleratorType": "nvidia-tesla-t4",
-                                                                   "acceleratorCount": 4}]
+    assert json.loads(out)["properties"]["guestAccelerators"] == [
+        {"acceleratorType": "nvidia-tesla-t4", "acceleratorCount": 4}
+    ]
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("MyJob", "template 'MyJob': Compute Engine names are lower-case letters, digits and hyphens, starting with a "
-              "letter, at most 63 characters; e.g. myjob"),
-    ("9lives", "template '9lives': Compute Engine names are"),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        (
+            "MyJob",
+            "template 'MyJob': Compute Engine names are lower-case letters, digits and hyphens, starting with a "
+            "letter, at most 63 characters; e.g. myjob",
+        ),
+        ("9lives", "template '9lives': Compute Engine names are"),
+    ],
+)
 def test_a_name_compute_engine_refuses_is_refused_before_any_call(name, expected, tmp_path, capsys):
     code, out, err = run(capsys, ["make-template", name, "--config", spec_file(tmp_path), "--dry-run"])
     assert code == 2 and out == "" and err.startswith(f"error: {expected}") and len(err.splitlines()) == 1, err
@@ -440,15 +515,19 @@ def test_a_job_name_longer_than_a_migs_base_instance_name_is_refused(capsys, mon
     assert code == 1 and "at most 58 characters" in err
 
 
-@pytest.mark.parametrize("text, expected", [
-    (None, "nosuch.yaml: cannot read the job spec (No such file or directory)"),
-    ("job_dir: gs://b/x\ntrain_stpes: 10\ntrainer: {builtin: dummy}\n", "train_stpes: unknown key"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (None, "nosuch.yaml: cannot read the job spec (No such file or directory)"),
+        ("job_dir: gs://b/x\ntrain_stpes: 10\ntrainer: {builtin: dummy}\n", "train_stpes: unknown key"),
+    ],
+)
 def test_a_spec_that_is_missing_or_misspelt_is_one_line_per_problem(text, expected, tmp_path, capsys):
     path = "nosuch.yaml" if text is None else spec_file(tmp_path, text)
     code, _, err = run(capsys, ["make-template", "t", "--config", path, "--dry-run"])
-    assert code == 2 and any(line == f"error: {expected}" or line.startswith(f"error: {expected}")
-                             for line in err.splitlines()), err
+    assert code == 2 and any(
+        line == f"error: {expected}" or line.startswith(f"error: {expected}") for line in err.splitlines()
+    ), err
     assert "Traceback" not in err
 
 
@@ -457,19 +536,30 @@ def test_the_fake_refuses_a_name_the_api_refuses_in_the_apis_words(compute_serve
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import compute_v1
 
-    client = compute_v1.InstanceTemplatesClient(credentials=AnonymousCredentials(),
-                                                client_options={"api_endpoint": compute_server.endpoint})
-    template = compute_v1.InstanceTemplate(name="MyJob", properties=compute_v1.InstanceProperties(machine_type="e2-small"))
+    client = compute_v1.InstanceTemplatesClient(
+        credentials=AnonymousCredentials(), client_options={"api_endpoint": compute_server.endpoint}
+    )
+    template = compute_v1.InstanceTemplate(
+        name="MyJob", properties=compute_v1.InstanceProperties(machine_type="e2-small")
+    )
     with pytest.raises(gexc.BadRequest) as caught:
         client.insert(project=PROJECT, instance_template_resource=template)
-    assert ("Invalid value for field 'resource.name': 'MyJob'. Must be a match of regex "
-            "'(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)'") in caught.value.message
+    assert (
+        "Invalid value for field 'resource.name': 'MyJob'. Must be a match of regex "
+        "'(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)'"
+    ) in caught.value.message
 
 
-@pytest.mark.parametrize("argv", [["status", "j", "--zone", "us-west1-b"],
-                                  ["make-group", "j", "--template", "t", "--zone", "us-west1-b"],
-                                  ["preflight", "j", "--config", "SPEC", "--zone", "us-west1-b"],
-                                  ["stop", "j", "--zone", "us-west1-b"]], ids=lambda argv: argv[0])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status", "j", "--zone", "us-west1-b"],
+        ["make-group", "j", "--template", "t", "--zone", "us-west1-b"],
+        ["preflight", "j", "--config", "SPEC", "--zone", "us-west1-b"],
+        ["stop", "j", "--zone", "us-west1-b"],
+    ],
+    ids=lambda argv: argv[0],
+)
 def test_without_credentials_every_command_says_how_to_get_them(argv, tmp_path, capsys, monkeypatch):
     """One command a test: google-auth pings the metadata server about 3 s before it says there are
     no credentials, so four commands in one test would wait 12 s on one worker."""
@@ -482,9 +572,11 @@ def test_without_credentials_every_command_says_how_to_get_them(argv, tmp_path, 
     argv = [spec_file(tmp_path) if word == "SPEC" else word for word in argv]
     code, _, err = run(capsys, argv)
     assert code == 1, (argv, err)
-    assert err.strip().splitlines()[-1] == ("error: no Google Cloud credentials: run `gcloud auth application-default "
-                                            "login` (on a VM: give it a service account with the compute scope), or "
-                                            "point SURVIVOR_COMPUTE_ENDPOINT at survivor's Compute fake"), (argv, err)
+    assert err.strip().splitlines()[-1] == (
+        "error: no Google Cloud credentials: run `gcloud auth application-default "
+        "login` (on a VM: give it a service account with the compute scope), or "
+        "point SURVIVOR_COMPUTE_ENDPOINT at survivor's Compute fake"
+    ), (argv, err)
 
 
 def test_a_rerun_of_make_group_reports_its_vm_instead_of_already_exists(compute_server, tmp_path, capsys, monkeypatch):
@@ -494,16 +586,21 @@ def test_a_rerun_of_make_group_reports_its_vm_instead_of_already_exists(compute_
     compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone="us-west1-a")
     wait = ["--wait-seconds", "1", "--poll-seconds", "0.1"]
     assert run(capsys, ["make-group", "g", "--template", "t", "--zone", "us-west1-a", *wait])[0] == 1
-    code, out, err = run(capsys, ["make-group", "g", "--template", "t", "--zone", "us-west1-a", *wait])  # after a Ctrl-C
+    code, out, err = run(
+        capsys, ["make-group", "g", "--template", "t", "--zone", "us-west1-a", *wait]
+    )  # after a Ctrl-C
     assert code == 1 and out == "" and "has no capacity for this machine and GPU type right now (a stockout)" in err
     code, _, err = run(capsys, ["make-group", "g", "--template", "other", "--zone", "us-west1-a"])
-    assert code == 1 and err.strip() == ("error: group g: already exists with template t, not other; delete it first "
-                                         "(`survivor delete g --zone us-west1-a --template t`) or use another name")
+    assert code == 1 and err.strip() == (
+        "error: group g: already exists with template t, not other; delete it first "
+        "(`survivor delete g --zone us-west1-a --template t`) or use another name"
+    )
     code, out, _ = run(capsys, ["stop", "g", "--zone", "us-west1-a"])
     assert code == 0 and "`survivor start g --zone us-west1-a` resumes" in out
     code, out, _ = run(capsys, ["make-group", "g", "--template", "t", "--zone", "us-west1-a"])
-    assert code == 0 and out.strip() == ("group g: already exists, stopped (target size 0); "
-                                         "`survivor start g --zone us-west1-a` starts it")
+    assert code == 0 and out.strip() == (
+        "group g: already exists, stopped (target size 0); `survivor start g --zone us-west1-a` starts it"
+    )
 
 
 def test_an_instance_needs_its_zone_in_one_line(capsys, monkeypatch, compute_server):
@@ -518,18 +615,29 @@ def test_an_instance_needs_its_zone_in_one_line(capsys, monkeypatch, compute_ser
     assert code == 0 and "vm-1 booted" in out
 
 
-def test_preflight_checks_the_data_bucket_and_the_boot_disk_against_the_image(compute_server, gcs_server, tmp_path,
-                                                                              capsys, monkeypatch):
+def test_preflight_checks_the_data_bucket_and_the_boot_disk_against_the_image(
+    compute_server, gcs_server, tmp_path, capsys, monkeypatch
+):
     from survivor.local.bucket_iam import BucketIam
     from survivor.local.compute_server import PROJECT_NUMBER
 
     gcs_server.create_bucket("guide-ckpt")
     with BucketIam(upstream=gcs_server.url, project=PROJECT) as iam:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", iam.endpoint)
-        iam.set_bindings("guide-ckpt", [{"role": "roles/storage.objectUser",
-                                         "members": [f"serviceAccount:{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"]}])
-        job = spec_file(tmp_path, "job_dir: gs://guide-ckpt/run\ndata_dir: gs://guide-no-data\ntrain_steps: 1\n"
-                                  "trainer: {builtin: dummy}\ncompute: {disk_gb: 30}\n")
+        iam.set_bindings(
+            "guide-ckpt",
+            [
+                {
+                    "role": "roles/storage.objectUser",
+                    "members": [f"serviceAccount:{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"],
+                }
+            ],
+        )
+        job = spec_file(
+            tmp_path,
+            "job_dir: gs://guide-ckpt/run\ndata_dir: gs://guide-no-data\ntrain_steps: 1\n"
+            "trainer: {builtin: dummy}\ncompute: {disk_gb: 30}\n",
+        )
         code, out, _ = run(capsys, ["preflight", "j", "--config", job, "--project", PROJECT, "--zone", "us-west1-b"])
     assert code == 1
     errors = [line for line in out.splitlines() if line.startswith("error:")]
@@ -542,10 +650,16 @@ def test_preflight_checks_the_data_bucket_and_the_boot_disk_against_the_image(co
 
 
 def test_the_emulators_refuse_bad_flags_in_one_line():
-    for argv, expected in ((["compute", "--quota", "bogus"], "error: --quota 'bogus': expected REGION:METRIC=LIMIT"),
-                           (["storage", "--grant", "b"], "error: --grant 'b': expected BUCKET=ROLE")):
-        done = subprocess.run([sys.executable, "-m", "survivor", "emulate", *argv, "--port", "0"],
-                              capture_output=True, text=True, timeout=60)
+    for argv, expected in (
+        (["compute", "--quota", "bogus"], "error: --quota 'bogus': expected REGION:METRIC=LIMIT"),
+        (["storage", "--grant", "b"], "error: --grant 'b': expected BUCKET=ROLE"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "survivor", "emulate", *argv, "--port", "0"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 1 and done.stderr.strip().startswith(expected), done.stderr
 
 
@@ -568,8 +682,9 @@ def builders_play(compute_server, monkeypatch, job_dir: str, outcomes: list[str]
     monkeypatch.setattr(compute_server, "_instances_insert", insert_and_build)
 
 
-def test_make_image_after_a_failed_build_or_an_interrupted_one_builds_afresh(compute_server, gcs_server, bucket,
-                                                                             tmp_path, capsys, monkeypatch):
+def test_make_image_after_a_failed_build_or_an_interrupted_one_builds_afresh(
+    compute_server, gcs_server, bucket, tmp_path, capsys, monkeypatch
+):
     job_dir = f"gs://{bucket}/img"
     job = spec_file(tmp_path, f"job_dir: {job_dir}\ntrain_steps: 1\ntrainer: {{builtin: dummy}}\n")
     image_cmd = ["make-image", "--config", job, "--project", PROJECT, "--zone", "us-west1-b", "--poll-seconds", "0.05"]
@@ -600,7 +715,10 @@ def test_a_changed_job_names_what_changed_and_a_stuck_vm_says_why(compute_server
     assert run(capsys, ["make-group", "g", "--template", "t", "--zone", "us-west1-a", "--wait-seconds", "0"])[0] == 0
     code, out, _ = run(capsys, ["status", "g", "--zone", "us-west1-a"])
     flat = " ".join(out.split())
-    assert code == 0 and "not created yet (CREATING); the group's last attempt failed: ZONE_RESOURCE_POOL_EXHAUSTED" in flat
+    assert (
+        code == 0
+        and "not created yet (CREATING); the group's last attempt failed: ZONE_RESOURCE_POOL_EXHAUSTED" in flat
+    )
     assert "nothing committed of 1" in flat
     code, _, err = run(capsys, ["logs", "g", "--zone", "us-west1-a"])
     assert code == 1 and len(err.splitlines()) == 1
@@ -614,7 +732,14 @@ def test_the_guides_spec_defaults_and_its_bad_spec_example_are_what_survivor_doe
     spec = JobSpec.from_yaml("job_dir: gs://bkt/x\ntrain_steps: 1\ntrainer: {builtin: dummy}\n")
     rows = re.findall(r"^\| `(\w+)` \| [^|]+ \| `?([\w.]+)`? \|$", text, re.M)
     defaults = {key: value for key, value in rows if re.fullmatch(r"\d+(\.\d+)?|auto", value)}
-    assert set(defaults) >= {"keep", "grace_seconds", "max_failed_attempts", "sync_seconds", "lease_seconds", "on_finish"}
+    assert set(defaults) >= {
+        "keep",
+        "grace_seconds",
+        "max_failed_attempts",
+        "sync_seconds",
+        "lease_seconds",
+        "on_finish",
+    }
     for key, value in defaults.items():
         assert str(getattr(spec, key)).removesuffix(".0") == value, f"the guide's default for {key}: {value}"
     example = re.search(r"one line per problem:\s+`(error: (\w+) = '(\w+)': [^`]+)`", text)
@@ -628,5 +753,7 @@ def test_the_guides_spec_defaults_and_its_bad_spec_example_are_what_survivor_doe
 def test_a_region_as_the_specs_zone_is_named_as_the_spec_key(tmp_path, capsys):
     text = (ROOT / "templates" / "cifar10-4gpu.yaml").read_text() + "  zone: us-west1\n"
     code, _, err = run(capsys, ["preflight", "c", "--config", spec_file(tmp_path, text)])
-    assert code == 2 and err.strip() == ("error: compute.zone us-west1: not a zone; a zone is a region and a letter, "
-                                         "e.g. us-west1-b; for the whole region use compute.region us-west1")
+    assert code == 2 and err.strip() == (
+        "error: compute.zone us-west1: not a zone; a zone is a region and a letter, "
+        "e.g. us-west1-b; for the whole region use compute.region us-west1"
+    )

@@ -28,9 +28,16 @@ def test_the_roles_as_google_lists_them():
     # the two copies disagreed here: legacyBucketReader reads bucket metadata; admin has bucket permissions
     assert ROLE_PERMISSIONS["roles/storage.legacyBucketReader"] == {"storage.buckets.get", "storage.objects.list"}
     assert {"storage.buckets.get", "storage.buckets.create", "storage.objects.get"} <= ROLE_PERMISSIONS[
-        "roles/storage.admin"]
-    for role in ("roles/storage.objectAdmin", "roles/storage.objectUser", "roles/storage.objectViewer",
-                 "roles/storage.objectCreator", "roles/storage.legacyObjectOwner", "roles/storage.legacyObjectReader"):
+        "roles/storage.admin"
+    ]
+    for role in (
+        "roles/storage.objectAdmin",
+        "roles/storage.objectUser",
+        "roles/storage.objectViewer",
+        "roles/storage.objectCreator",
+        "roles/storage.legacyObjectOwner",
+        "roles/storage.legacyObjectReader",
+    ):
         assert not any(p.startswith("storage.buckets.") for p in ROLE_PERMISSIONS[role]), role
     assert "storage.objects.get" not in ROLE_PERMISSIONS["roles/storage.legacyBucketWriter"]
     assert set(PERMISSION_FOR.values()) <= ROLE_PERMISSIONS["roles/storage.objectUser"]  # the role the guide names
@@ -39,9 +46,15 @@ def test_the_roles_as_google_lists_them():
 
 def test_roles_granted_together_add_up_and_an_unknown_role_grants_nothing():
     assert granted_by(["roles/storage.objectCreator", "roles/storage.objectViewer", "roles/custom.x"]) == {
-        "storage.objects.create", "storage.objects.get", "storage.objects.list"}
+        "storage.objects.create",
+        "storage.objects.get",
+        "storage.objects.list",
+    }
     assert granted_by([]) == frozenset()
-    reader_and_legacy = [{"role": "roles/storage.legacyObjectReader", "members": [MEMBER]},
-                         {"role": "roles/storage.legacyBucketWriter", "members": [MEMBER]}]
-    assert [f.level for f in preflight.iam_findings("b", MEMBER, reader_and_legacy,
-                                                    needed=preflight.DATA_PERMISSIONS)] == ["ok"]
+    reader_and_legacy = [
+        {"role": "roles/storage.legacyObjectReader", "members": [MEMBER]},
+        {"role": "roles/storage.legacyBucketWriter", "members": [MEMBER]},
+    ]
+    assert [
+        f.level for f in preflight.iam_findings("b", MEMBER, reader_and_legacy, needed=preflight.DATA_PERMISSIONS)
+    ] == ["ok"]

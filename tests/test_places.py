@@ -5,15 +5,18 @@ import pytest
 from survivor.places import is_zone, region_of, region_of_zone
 
 
-@pytest.mark.parametrize("place, region", [
-    ("zones/us-west1-b", "us-west1"),
-    ("regions/us-west1", "us-west1"),
-    ("us-central1-a", "us-central1"),
-    ("europe-west4", "europe-west4"),
-    ("https://www.googleapis.com/compute/v1/projects/p/zones/asia-east1-c", "asia-east1"),
-    ("projects/p/regions/us-east4", "us-east4"),
-    ("zones/me-central2-a/", "me-central2"),
-])
+@pytest.mark.parametrize(
+    "place, region",
+    [
+        ("zones/us-west1-b", "us-west1"),
+        ("regions/us-west1", "us-west1"),
+        ("us-central1-a", "us-central1"),
+        ("europe-west4", "europe-west4"),
+        ("https://www.googleapis.com/compute/v1/projects/p/zones/asia-east1-c", "asia-east1"),
+        ("projects/p/regions/us-east4", "us-east4"),
+        ("zones/me-central2-a/", "me-central2"),
+    ],
+)
 def test_the_region_of_a_place(place, region):
     assert region_of(place) == region
 

@@ -41,7 +41,9 @@ def test_a_machine_the_table_lacks_costs_what_was_given_and_nothing_else(tmp_pat
     unknown = offline("n2-standard-8")
     assert (unknown.spot, unknown.on_demand) == (None, None)
     given = offline("n2-standard-8", on_demand_price=0.4)
-    assert (given.on_demand, given.spot) == (0.4, None) and given.basis.startswith("on-demand given on the command line")
+    assert (given.on_demand, given.spot) == (0.4, None) and given.basis.startswith(
+        "on-demand given on the command line"
+    )
 
 
 @pytest.mark.parametrize("text", ["0", "-1", "free", "nan", "inf"])
@@ -54,8 +56,10 @@ def test_a_price_that_is_not_usd_per_hour_is_refused_in_one_line(text, capsys):
 
 def job_with_one_boot(compute_server, capsys, tmp_path, machine: str, gpu: str) -> None:
     spec_file = tmp_path / "job.yaml"
-    spec_file.write_text(f"name: demo\njob_dir: {tmp_path / 'jobdir'}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
-                         f"compute: {{machine_type: {machine}, gpu: '{gpu}'}}\n")
+    spec_file.write_text(
+        f"name: demo\njob_dir: {tmp_path / 'jobdir'}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
+        f"compute: {{machine_type: {machine}, gpu: '{gpu}'}}\n"
+    )
     assert cli.main(["make-template", "demo", "--config", str(spec_file), "--project", PROJECT]) == 0
     assert cli.main(["make-group", "demo", "--template", "demo", "--zone", "us-west1-b", "--project", PROJECT]) == 0
     from survivor.jobdir.journal import Journal
@@ -79,7 +83,10 @@ def test_status_prices_the_job_at_the_given_rates(compute_server, capsys, tmp_pa
     assert given["basis"] == "Spot and on-demand given on the command line"
     assert cli.main(["status", *where, "--spot-price", "0.31", "--on-demand-price", "1.1"]) == 0
     printed = " ".join(capsys.readouterr().out.split())
-    assert f"${given['so_far']:.2f} so far on Spot" in printed and "Spot and on-demand given on the command line" in printed
+    assert (
+        f"${given['so_far']:.2f} so far on Spot" in printed
+        and "Spot and on-demand given on the command line" in printed
+    )
     assert printed.count("so far") == 1  # one cost figure, the ledger's
 
 
@@ -102,8 +109,17 @@ def test_prices_without_a_job_name_are_refused(capsys, tmp_path):
     assert "name the job too" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("value,text", [(-0.0013, "-$0.0013"), (0.0013, "$0.0013"), (-1234.5, "-$1,234.50"),
-                                        (2.5, "$2.50"), (0.0, "$0.0000"), (None, "unknown")])
+@pytest.mark.parametrize(
+    "value,text",
+    [
+        (-0.0013, "-$0.0013"),
+        (0.0013, "$0.0013"),
+        (-1234.5, "-$1,234.50"),
+        (2.5, "$2.50"),
+        (0.0, "$0.0000"),
+        (None, "unknown"),
+    ],
+)
 def test_money_is_written_as_people_write_it(value, text):
     assert pricing.money(value) == text
 
@@ -123,8 +139,10 @@ def test_a_catalog_without_credentials_is_two_words_not_the_exceptions_sentence(
 
     from survivor.cloud.catalog import catalog_reason
 
-    sentence = ("Your default credentials were not found. To set up Application Default Credentials, see "
-                "https://cloud.google.com/docs/authentication/external/set-up-adc for more information.")
+    sentence = (
+        "Your default credentials were not found. To set up Application Default Credentials, see "
+        "https://cloud.google.com/docs/authentication/external/set-up-adc for more information."
+    )
     assert catalog_reason(google.auth.exceptions.DefaultCredentialsError(sentence)) == "no credentials"
     assert catalog_reason(api_exceptions.PermissionDenied("billing API off")) == "permission denied"
     assert catalog_reason(ConnectionRefusedError(111, "Connection refused")) == "no network"

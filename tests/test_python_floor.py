@@ -40,13 +40,16 @@ def dotted(version: tuple[int, int]) -> str:
 
 # -- (a) the image table ------------------------------------------------------------------------------
 
+
 def test_requires_python_admits_every_image_in_the_table_and_is_the_floor_the_code_states():
     spec = requires_python()
     pythons = {f.family: f.python for f in runtimes.VM_IMAGE_FAMILIES.values()}
     pythons.update({i.uri: i.python for i in runtimes.VERTEX_TRAINING_IMAGES})
     refused = {where: dotted(py) for where, py in pythons.items() if not spec.contains(dotted(py))}
     assert not refused, f"requires-python {spec} refuses the Python of {refused}"
-    assert spec.contains(FLOOR) and not spec.contains("{}.{}".format(runtimes.PYTHON_FLOOR[0], runtimes.PYTHON_FLOOR[1] - 1))
+    assert spec.contains(FLOOR) and not spec.contains(
+        "{}.{}".format(runtimes.PYTHON_FLOOR[0], runtimes.PYTHON_FLOOR[1] - 1)
+    )
     assert min(pythons.values()) == runtimes.PYTHON_FLOOR, "the floor is the oldest Python of the table"
 
 
@@ -57,8 +60,10 @@ def test_the_image_the_template_boots_is_in_the_table():
 def test_vertex_names_only_images_of_the_table_and_never_a_literal_of_its_own():
     assert "vertex-ai/training/tf-" not in inspect.getsource(vertex), "image URIs belong in survivor/cloud/runtimes.py"
     spec = JobSpec.from_yaml("job_dir: gs://b-1/x\ntrain_steps: 1\ntrainer: {builtin: mlp}\n")
-    pools = [vertex.Pool("chief", "n1-standard-8", 1, "NVIDIA_TESLA_T4", 1),
-             vertex.Pool("parameter server", "n1-standard-4", 1)]
+    pools = [
+        vertex.Pool("chief", "n1-standard-8", 1, "NVIDIA_TESLA_T4", 1),
+        vertex.Pool("parameter server", "n1-standard-4", 1),
+    ]
     for day in (dt.date(2025, 1, 1), dt.date(2025, 7, 1)):
         body = vertex.custom_job_body(spec, pools, package_uri="gs://b-1/survivor_train-0.1.0.tar.gz", today=day)
         named = [p["pythonPackageSpec"]["executorImageUri"] for p in body["jobSpec"]["workerPoolSpecs"]]
@@ -68,11 +73,25 @@ def test_vertex_names_only_images_of_the_table_and_never_a_literal_of_its_own():
 
 # -- (b) a static check against the floor --------------------------------------------------------------
 
+
 def vermin(*paths: str) -> subprocess.CompletedProcess:
     # vermin has no __main__ module: call its console entry point, with this interpreter
-    return subprocess.run([sys.executable, "-c", "import sys, vermin; sys.argv[0] = 'vermin'; sys.exit(vermin.main())",
-                           f"-t={FLOOR}-", "--violations", "--eval-annotations",
-                           "--no-tips", *paths], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, vermin; sys.argv[0] = 'vermin'; sys.exit(vermin.main())",
+            f"-t={FLOOR}-",
+            "--violations",
+            "--eval-annotations",
+            "--no-tips",
+            *paths,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
 
 
 def test_no_syntax_or_stdlib_newer_than_the_floor_in_survivor():
@@ -80,14 +99,17 @@ def test_no_syntax_or_stdlib_newer_than_the_floor_in_survivor():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("construct", [
-    "import tomllib",
-    "from typing import Self",
-    "import datetime\nnow = datetime.datetime.now(datetime.UTC)",
-    "from enum import StrEnum",
-    "try:\n    pass\nexcept* ValueError:\n    pass",
-    "raise ExceptionGroup('two', [ValueError(), KeyError()])",
-])
+@pytest.mark.parametrize(
+    "construct",
+    [
+        "import tomllib",
+        "from typing import Self",
+        "import datetime\nnow = datetime.datetime.now(datetime.UTC)",
+        "from enum import StrEnum",
+        "try:\n    pass\nexcept* ValueError:\n    pass",
+        "raise ExceptionGroup('two', [ValueError(), KeyError()])",
+    ],
+)
 def test_the_static_check_refuses_a_construct_of_311(tmp_path, construct):
     (tmp_path / "newer.py").write_text(construct + "\n")
     result = vermin(str(tmp_path / "newer.py"))
@@ -95,6 +117,7 @@ def test_the_static_check_refuses_a_construct_of_311(tmp_path, construct):
 
 
 # -- (c) a real interpreter of the floor's version -----------------------------------------------------
+
 
 def floor_interpreter() -> str | None:
     """A CPython of exactly the floor's version: $SURVIVOR_FLOOR_PYTHON, pyenv's, or one on PATH."""
@@ -117,8 +140,10 @@ def floor_python() -> str:
 
 
 def test_every_module_compiles_under_the_floor(floor_python, tmp_path):
-    code = ("import compileall, sys; "
-            "sys.exit(0 if compileall.compile_dir('survivor', quiet=1, force=True, legacy=True, ddir='x') else 1)")
+    code = (
+        "import compileall, sys; "
+        "sys.exit(0 if compileall.compile_dir('survivor', quiet=1, force=True, legacy=True, ddir='x') else 1)"
+    )
     # compile into a copy, so the floor's .pyc files do not land in the work tree
     subprocess.run(["cp", "-r", str(ROOT / "survivor"), str(tmp_path / "survivor")], check=True)
     result = subprocess.run([floor_python, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
@@ -134,11 +159,26 @@ def floor_venv(floor_python, tmp_path_factory) -> str:
     venv = tmp_path_factory.mktemp("floor-venv")
     subprocess.run([floor_python, "-m", "venv", str(venv)], check=True, timeout=120)
     # uv's pip, as CI installs: the same packages for the floor's Python, without pip's own start-up
-    pip = subprocess.run([sys.executable, "-m", "uv", "pip", "install", "-q", "--python", str(venv / "bin" / "python"),
-                          *FLOOR_VENV_PACKAGES],
-                         capture_output=True, text=True, timeout=300)
+    pip = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "uv",
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(venv / "bin" / "python"),
+            *FLOOR_VENV_PACKAGES,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if pip.returncode != 0:
-        pytest.skip(f"cannot install {FLOOR_VENV_PACKAGES} into a Python {FLOOR} venv here: {pip.stderr.strip()[-300:]}")
+        pytest.skip(
+            f"cannot install {FLOOR_VENV_PACKAGES} into a Python {FLOOR} venv here: {pip.stderr.strip()[-300:]}"
+        )
     return str(venv / "bin" / "python")
 
 
@@ -161,11 +201,19 @@ sys.exit(1 if failed else 0)
 @pytest.mark.slow  # a fresh venv of the floor's Python and a pip install into it
 def test_every_module_imports_and_the_cli_starts_under_the_floor(floor_venv):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
-    version = subprocess.run([floor_venv, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                             capture_output=True, text=True, env=env, check=True).stdout.strip()
+    version = subprocess.run(
+        [floor_venv, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout.strip()
     assert version == FLOOR
-    result = subprocess.run([floor_venv, "-c", IMPORT_ALL], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    result = subprocess.run(
+        [floor_venv, "-c", IMPORT_ALL], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300
+    )
     assert result.returncode == 0, result.stdout + result.stderr
-    cli = subprocess.run([floor_venv, "-m", "survivor", "--version"], cwd=ROOT, capture_output=True, text=True,
-                         env=env, timeout=120)
+    cli = subprocess.run(
+        [floor_venv, "-m", "survivor", "--version"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120
+    )
     assert cli.returncode == 0 and cli.stdout.strip(), cli.stderr

@@ -28,7 +28,11 @@ def recipe_repository(tmp_path) -> str:
     repo = tmp_path / "trainer-repo"
     shutil.copytree(os.path.join(RECIPE, "wrapper"), repo / "wrapper")
     git = ["git", "-C", str(repo), "-c", "user.name=recipe", "-c", "user.email=recipe@example.com"]
-    for argv in (["git", "init", "--quiet", str(repo)], git + ["add", "."], git + ["commit", "--quiet", "-m", "recipe"]):
+    for argv in (
+        ["git", "init", "--quiet", str(repo)],
+        git + ["add", "."],
+        git + ["commit", "--quiet", "-m", "recipe"],
+    ):
         subprocess.run(argv, check=True, capture_output=True)
     return str(repo)
 
@@ -41,8 +45,17 @@ def test_the_vendored_trainer_is_the_recipes_byte_for_byte():
 def test_every_key_the_recipes_startup_script_reads_means_something_to_survivor():
     with open(os.path.join(RECIPE, "gce", "startup.sh"), encoding="utf-8") as f:
         keys = re.findall(r"instance/attributes/(\w+)", f.read())
-    assert keys == ["gceUser", "trainerRepo", "trainerModule", "jobDir", "trainSteps", "checkpointSteps",
-                    "hparam1", "hparam2", "keepAlive"]
+    assert keys == [
+        "gceUser",
+        "trainerRepo",
+        "trainerModule",
+        "jobDir",
+        "trainSteps",
+        "checkpointSteps",
+        "hparam1",
+        "hparam2",
+        "keepAlive",
+    ]
     for key in keys:
         assert key in FLAT_KEYS or key in RECIPE_HYPERPARAMETERS or key in UNSUPPORTED_FLAT_KEYS, key
 
@@ -51,9 +64,16 @@ def test_the_recipes_unchanged_trainer_finishes_done_on_the_recipes_flat_keys(jo
     # the dummy startup script's keys; its trainerRepo (a Cloud Source Repository) becomes the
     # tf-estimator startup script's trainerGitPath; gceUser is left out (the test runs as root, and
     # the local instance lets the trainer run as the agent's user); no numGpus, as in the recipe
-    attributes = {"trainerGitPath": recipe_repository(tmp_path), "trainerModule": "wrapper.train",
-                  "jobDir": job_dir, "trainSteps": "40", "checkpointSteps": "5", "hparam1": "3",
-                  "hparam2": "0.5", "keepAlive": "true"}
+    attributes = {
+        "trainerGitPath": recipe_repository(tmp_path),
+        "trainerModule": "wrapper.train",
+        "jobDir": job_dir,
+        "trainSteps": "40",
+        "checkpointSteps": "5",
+        "hparam1": "3",
+        "hparam2": "0.5",
+        "keepAlive": "true",
+    }
     vm = LocalInstance(attributes, str(tmp_path / "vm"), python=PYTHON)
     try:
         vm.boot()
@@ -64,8 +84,13 @@ def test_the_recipes_unchanged_trainer_finishes_done_on_the_recipes_flat_keys(jo
     started = next(line for line in lines if line["message"] == "trainer started")
     argv = started["argv"].split()
     assert argv[1:3] == ["-m", "wrapper.train"] and "--num-gpus" not in argv
-    assert [a for a in argv if a.startswith("--")] == ["--job-dir", "--train-steps", "--checkpoint-steps",
-                                                       "--hyperparameter-1", "--hyperparameter-2"]
+    assert [a for a in argv if a.startswith("--")] == [
+        "--job-dir",
+        "--train-steps",
+        "--checkpoint-steps",
+        "--hyperparameter-1",
+        "--hyperparameter-2",
+    ]
     state = Journal(open_storage(job_dir)).state()
     # the recipe numbers its checkpoints by index: 0..7 every 5 steps, then a last one, 8
     assert state.done is not None and state.done["step"] == 8

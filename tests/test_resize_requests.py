@@ -15,11 +15,21 @@ def template(name: str, machine: str = "a2-highgpu-1g", model: str = "FLEX_START
     scheduling = {"provisioningModel": model, "onHostMaintenance": "TERMINATE", "automaticRestart": False}
     if model == "FLEX_START":
         scheduling["instanceTerminationAction"] = "DELETE"  # docs/flex-start.md F8
-    return {"name": name, "properties": {
-        "machineType": machine, "scheduling": scheduling,
-        "reservationAffinity": {"consumeReservationType": "NO_RESERVATION"},  # docs/flex-start.md F12
-        "disks": [{"boot": True, "initializeParams": {"sourceImage": "projects/debian-cloud/global/images/family/debian-12"}}],
-        "networkInterfaces": [{"network": "global/networks/default"}]}}
+    return {
+        "name": name,
+        "properties": {
+            "machineType": machine,
+            "scheduling": scheduling,
+            "reservationAffinity": {"consumeReservationType": "NO_RESERVATION"},  # docs/flex-start.md F12
+            "disks": [
+                {
+                    "boot": True,
+                    "initializeParams": {"sourceImage": "projects/debian-cloud/global/images/family/debian-12"},
+                }
+            ],
+            "networkInterfaces": [{"network": "global/networks/default"}],
+        },
+    }
 
 
 def group_of(compute: Compute, name: str, body: dict, *, region: str | None = None) -> GroupRef:
@@ -27,8 +37,9 @@ def group_of(compute: Compute, name: str, body: dict, *, region: str | None = No
     resize request is what creates its VMs."""
     compute.insert_template(body)
     if region:
-        compute.create_group(name, body["name"], region=region, size=0, repairs=False,
-                             distribution={"targetShape": "ANY_SINGLE_ZONE"})
+        compute.create_group(
+            name, body["name"], region=region, size=0, repairs=False, distribution={"targetShape": "ANY_SINGLE_ZONE"}
+        )
         return GroupRef(PROJECT, name, region=region)
     compute.create_group(name, body["name"], zone=ZONE, size=0, repairs=False)
     return GroupRef(PROJECT, name, zone=ZONE)
@@ -81,10 +92,13 @@ def test_a_run_duration_outside_ten_minutes_to_seven_days_is_refused(compute_ser
         assert compute.resize_request(group, "r") is None
 
 
-@pytest.mark.parametrize("body, wording", [
-    (template("spot-t", model="SPOT"), "provisioningModel FLEX_START; spot-t uses SPOT"),
-    (template("n1-t", machine="n1-standard-8"), "flex-start runs only accelerator-optimized machines"),
-])
+@pytest.mark.parametrize(
+    "body, wording",
+    [
+        (template("spot-t", model="SPOT"), "provisioningModel FLEX_START; spot-t uses SPOT"),
+        (template("n1-t", machine="n1-standard-8"), "flex-start runs only accelerator-optimized machines"),
+    ],
+)
 def test_a_template_that_is_not_flex_start_capable_is_refused(compute_server, body, wording):
     compute = Compute(PROJECT)
     group = group_of(compute, "flex", body)
@@ -102,6 +116,7 @@ def test_a_group_with_an_autoscaler_is_refused(compute_server):
 
 
 # -- what Google's documents and samples require of the group and the template -----
+
 
 def test_a_group_that_repairs_its_vms_is_refused(compute_server):
     """F11: "you must not configure autoscaling and must turn off repairs" (about-resize-requests-mig)."""
@@ -131,8 +146,9 @@ def test_a_regional_group_not_in_a_single_zone_is_refused(compute_server):
     """F13: the regional example puts the group's VMs in one zone (targetShape ANY_SINGLE_ZONE)."""
     compute = Compute(PROJECT)
     compute.insert_template(template("flex-t"))
-    compute.create_group("flex", "flex-t", region="us-central1", size=0, repairs=False,
-                         distribution={"targetShape": "ANY"})
+    compute.create_group(
+        "flex", "flex-t", region="us-central1", size=0, repairs=False, distribution={"targetShape": "ANY"}
+    )
     group = GroupRef(PROJECT, "flex", region="us-central1")
     with pytest.raises(ComputeError, match="ANY_SINGLE_ZONE"):
         compute.request_resize(group, "r", count=1, run_seconds=DAY)

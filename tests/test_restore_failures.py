@@ -64,7 +64,8 @@ def no_traceback(vm):
 
 
 def test_a_boot_disk_too_small_for_the_snapshot_ends_the_boot_and_the_next_boot_resumes_from_it(
-        job_dir, tmp_path, instance_factory):
+    job_dir, tmp_path, instance_factory
+):
     name = commit_snapshot(job_dir, tmp_path, 20, data_bytes=3 << 20)
     vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=40, checkpoint_steps=10))
     with small_disk(os.path.join(vm.root, "disk"), "1m"):
@@ -104,7 +105,8 @@ def test_a_read_only_boot_disk_ends_the_boot_with_the_reason(tmp_path, instance_
 
 @pytest.mark.parametrize("status", ["400", pytest.param("503", marks=pytest.mark.slow)])
 def test_a_snapshot_that_cannot_be_downloaded_ends_the_boot_instead_of_starting_over(
-        status, gcs_server, bucket, tmp_path, instance_factory, monkeypatch):
+    status, gcs_server, bucket, tmp_path, instance_factory, monkeypatch
+):
     from harness.fault_proxy import FaultPlan, FaultProxy
 
     job_dir = f"gs://{bucket}/undownloadable"
@@ -148,37 +150,69 @@ BAD_MANIFESTS = {
     "NaN step": lambda good: b'{"format": 2, "step": NaN, "attempt": 9, "seq": 1, "files": []}',
     # the whole-file format of a store never released: every blob it names is stored and verifies
     "format 1": lambda good: json.dumps(
-        {**good, "format": 1, "step": 50, "attempt": 9, "seq": 1,
-         "files": [{k: v for k, v in f.items() if k != "chunks"} | {"object": f["chunks"][0]["object"]}
-                   for f in good["files"]]}).encode(),
-    "infinite size": lambda good: json.dumps({**good, "step": 50, "attempt": 9, "seq": 1}).replace(
-        f'"size": {good["files"][0]["size"]}', '"size": Infinity', 1).encode(),
+        {
+            **good,
+            "format": 1,
+            "step": 50,
+            "attempt": 9,
+            "seq": 1,
+            "files": [
+                {k: v for k, v in f.items() if k != "chunks"} | {"object": f["chunks"][0]["object"]}
+                for f in good["files"]
+            ],
+        }
+    ).encode(),
+    "infinite size": lambda good: (
+        json.dumps({**good, "step": 50, "attempt": 9, "seq": 1})
+        .replace(f'"size": {good["files"][0]["size"]}', '"size": Infinity', 1)
+        .encode()
+    ),
     "nested 100000 deep": lambda good: b'{"step": 50, "files": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
     "files is a number": lambda good: json.dumps({**good, "step": 50, "attempt": 9, "seq": 1, "files": 7}).encode(),
     "a path that is an object": lambda good: json.dumps(
-        {**good, "step": 50, "attempt": 9, "seq": 1,
-         "files": [{**good["files"][0], "path": {"a": 1}}]}).encode(),
+        {**good, "step": 50, "attempt": 9, "seq": 1, "files": [{**good["files"][0], "path": {"a": 1}}]}
+    ).encode(),
     "step as a string": lambda good: json.dumps({**good, "step": "50", "attempt": 9, "seq": 1}).encode(),
     "step as a float": lambda good: json.dumps({**good, "step": 50.5, "attempt": 9, "seq": 1}).encode(),
     "size as a boolean": lambda good: json.dumps(
-        {**good, "step": 50, "attempt": 9, "seq": 1, "files": [{**good["files"][0], "size": True}]}).encode(),
+        {**good, "step": 50, "attempt": 9, "seq": 1, "files": [{**good["files"][0], "size": True}]}
+    ).encode(),
     "a list, not an object": lambda good: b"[1, 2, 3]",
     "not UTF-8": lambda good: b"\xff\xfe\x00garbage",
     "empty, with a huge step": lambda good: json.dumps(
-        {**good, "step": 999_999_999, "attempt": 9, "seq": 1, "files": []}).encode(),
+        {**good, "step": 999_999_999, "attempt": 9, "seq": 1, "files": []}
+    ).encode(),
     "a negative step": lambda good: json.dumps({**good, "step": -5, "attempt": 9, "seq": 1}).encode(),
     "a step beyond train_steps": lambda good: json.dumps({**good, "step": 5000, "attempt": 9, "seq": 1}).encode(),
     # files that cannot exist together: a file and a file inside it (EEXIST/ENOTDIR at restore), and one
     # path twice once normalised; every object they name is stored and verifies
     "a file inside a file": lambda good: json.dumps(
-        {**good, "step": 50, "attempt": 9, "seq": 1,
-         "files": [good["files"][0], {**good["files"][0], "path": good["files"][0]["path"] + "/x"}]}).encode(),
+        {
+            **good,
+            "step": 50,
+            "attempt": 9,
+            "seq": 1,
+            "files": [good["files"][0], {**good["files"][0], "path": good["files"][0]["path"] + "/x"}],
+        }
+    ).encode(),
     "a directory that is also a file": lambda good: json.dumps(
-        {**good, "step": 50, "attempt": 9, "seq": 1,
-         "files": [{**good["files"][0], "path": "d/x"}, {**good["files"][0], "path": "d"}]}).encode(),
+        {
+            **good,
+            "step": 50,
+            "attempt": 9,
+            "seq": 1,
+            "files": [{**good["files"][0], "path": "d/x"}, {**good["files"][0], "path": "d"}],
+        }
+    ).encode(),
     "one path twice": lambda good: json.dumps(
-        {**good, "step": 50, "attempt": 9, "seq": 1,
-         "files": [{**good["files"][0], "path": "d/x"}, {**good["files"][0], "path": "d/./x"}]}).encode(),
+        {
+            **good,
+            "step": 50,
+            "attempt": 9,
+            "seq": 1,
+            "files": [{**good["files"][0], "path": "d/x"}, {**good["files"][0], "path": "d/./x"}],
+        }
+    ).encode(),
 }
 
 
@@ -194,8 +228,7 @@ def _stored_name(body: bytes) -> str:
 
 @pytest.mark.usefixtures("gc_off")  # parses 100,000-deep JSON in this process
 @pytest.mark.parametrize("kind", list(BAD_MANIFESTS))
-def test_a_manifest_that_fails_verification_is_skipped_for_the_previous_one(kind, job_dir, tmp_path,
-                                                                             instance_factory):
+def test_a_manifest_that_fails_verification_is_skipped_for_the_previous_one(kind, job_dir, tmp_path, instance_factory):
     commit_snapshot(job_dir, tmp_path, 20)
     body = BAD_MANIFESTS[kind](_files_of(job_dir))
     bad = _stored_name(body)
@@ -218,11 +251,20 @@ def test_a_manifest_that_fails_verification_is_skipped_for_the_previous_one(kind
 
 
 def test_a_full_job_dir_during_the_final_commit_after_a_notice_closes_the_attempt_and_leaks_nothing(
-        tmp_path, instance_factory):
+    tmp_path, instance_factory
+):
     with small_disk(tmp_path / "jobfs", "8m") as fs:
         job_dir = os.path.join(fs, "job")
-        vm = instance_factory(dummy_spec(job_dir, tmp_path, train_steps=400, checkpoint_steps=10, keep=2,
-                                         extra_args=["--checkpoint-bytes", "400000"]))
+        vm = instance_factory(
+            dummy_spec(
+                job_dir,
+                tmp_path,
+                train_steps=400,
+                checkpoint_steps=10,
+                keep=2,
+                extra_args=["--checkpoint-bytes", "400000"],
+            )
+        )
         vm.boot()
         vm.wait_for_step(25)
         store = CheckpointStore(open_storage(job_dir))
@@ -312,13 +354,19 @@ def test_status_says_fresh_start_and_reads_past_damaged_objects(job_dir, tmp_pat
     storage = open_storage(job_dir)
     storage.write(manifest_name(90, 9, 1), b'{"step": 90, "files": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
     storage.write("survivor/attempts/000005.json", b'{"number": Infinity}')
-    done = subprocess.run([PYTHON, "-m", "survivor", "status", "--job-dir", job_dir], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "COLUMNS": "200"})
+    done = subprocess.run(
+        [PYTHON, "-m", "survivor", "status", "--job-dir", job_dir],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "fresh start" in done.stdout
     assert "None" not in done.stdout and "Traceback" not in done.stderr
-    as_json = subprocess.run([PYTHON, "-m", "survivor", "status", "--job-dir", job_dir, "--json"],
-                             capture_output=True, text=True, timeout=60)
+    as_json = subprocess.run(
+        [PYTHON, "-m", "survivor", "status", "--job-dir", job_dir, "--json"], capture_output=True, text=True, timeout=60
+    )
     assert as_json.returncode == 0, as_json.stderr[-2000:]
     summary = json.loads(as_json.stdout)
     assert summary["committed_step"] == 20 and summary["history"][0]["restored"] == "fresh start"
@@ -326,7 +374,7 @@ def test_status_says_fresh_start_and_reads_past_damaged_objects(job_dir, tmp_pat
 
 # -- a trainer that broke the write-then-rename contract ------------------------------
 
-STRICT_TRAINER = '''
+STRICT_TRAINER = """
 import argparse, json, os, sys, time
 from survivor.trainers.contract import StopRequest, report_progress, report_saved
 p = argparse.ArgumentParser()
@@ -355,7 +403,7 @@ for step in range(start + 1, args.train_steps + 1):
         save(step)
     if stop.requested:
         save(step); report_saved(step); break
-'''
+"""
 
 
 def _strict_spec(job_dir, tmp_path, train_steps, *extra):
@@ -363,13 +411,20 @@ def _strict_spec(job_dir, tmp_path, train_steps, *extra):
 
     script = tmp_path / "strict_trainer.py"
     script.write_text(STRICT_TRAINER)
-    return yaml.safe_dump({"job_dir": job_dir, "train_steps": train_steps, "checkpoint_steps": 10,
-                           "sync_seconds": 0.2, "grace_seconds": 5, "on_finish": "keep-alive",
-                           "trainer": {"argv": [PYTHON, str(script), *extra]}})
+    return yaml.safe_dump(
+        {
+            "job_dir": job_dir,
+            "train_steps": train_steps,
+            "checkpoint_steps": 10,
+            "sync_seconds": 0.2,
+            "grace_seconds": 5,
+            "on_finish": "keep-alive",
+            "trainer": {"argv": [PYTHON, str(script), *extra]},
+        }
+    )
 
 
-def test_a_snapshot_the_trainer_fails_on_is_passed_over_once_and_the_job_trains_on(job_dir, tmp_path,
-                                                                                    instance_factory):
+def test_a_snapshot_the_trainer_fails_on_is_passed_over_once_and_the_job_trains_on(job_dir, tmp_path, instance_factory):
     """The newest committed snapshot holds a checkpoint the trainer cannot read (a trainer that
     truncated its file after the rename, committed before the mirror could tell): the first boot's
     trainer fails on it; the next boot passes over it for the snapshot before, and the job finishes
@@ -393,8 +448,7 @@ def test_a_snapshot_the_trainer_fails_on_is_passed_over_once_and_the_job_trains_
     assert [line for line in messages(vm, "WARNING") if "passing over" in line["message"]]
 
 
-def test_a_trainer_that_truncates_its_checkpoint_after_the_rename_never_replaces_its_commit(tmp_path,
-                                                                                            instance_factory):
+def test_a_trainer_that_truncates_its_checkpoint_after_the_rename_never_replaces_its_commit(tmp_path, instance_factory):
     """Each save is renamed into place and then truncated: the mirror commits the step while it is
     whole and never commits the same step again once its files changed; every later boot resumes."""
     job_dir = str(tmp_path / "jobdir")

@@ -80,8 +80,9 @@ def test_an_upload_outwaits_a_slow_answer_rather_than_lose_the_commit():
     the notice (the attempt then stays open, and the next boot counts it as killed)."""
     assert retry.STORAGE_UPLOAD.read >= 10 * retry.STORAGE_WRITE.read / 2
     assert retry.STORAGE_UPLOAD.window >= retry.STORAGE_UPLOAD.read / 2
-    assert final_commit_worst_case() == pytest.approx(retry.worst_case(retry.STORAGE_UPLOAD)
-                                                      + retry.worst_case(retry.STORAGE_WRITE))
+    assert final_commit_worst_case() == pytest.approx(
+        retry.worst_case(retry.STORAGE_UPLOAD) + retry.worst_case(retry.STORAGE_WRITE)
+    )
 
 
 def test_the_docs_table_lists_every_policy_with_its_worst_case():
@@ -148,8 +149,9 @@ def test_a_policy_stops_and_wakes_when_told():
     threading.Timer(0.2, stop.set).start()
     started = time.monotonic()
     with pytest.raises(ConnectionError):
-        for attempt in retry.Policy("x", attempts=math.inf, deadline=math.inf, attempt_seconds=0.0,
-                                    initial=5.0, maximum=5.0).retrying(until=stop):
+        for attempt in retry.Policy(
+            "x", attempts=math.inf, deadline=math.inf, attempt_seconds=0.0, initial=5.0, maximum=5.0
+        ).retrying(until=stop):
             with attempt:
                 raise ConnectionError("down")
     assert time.monotonic() - started < 2.0  # the 5 s sleep was cut short

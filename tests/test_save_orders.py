@@ -24,18 +24,38 @@ def _wait_for_steps(tmp_path, count, vm, timeout=60.0):
     raise TimeoutError(f"{count} steps not reached; see {vm.log_path()}")
 
 
-def test_a_trainer_that_writes_its_state_file_before_its_shards_resumes_after_a_sigterm(job_dir, tmp_path,
-                                                                                        instance_factory):
+def test_a_trainer_that_writes_its_state_file_before_its_shards_resumes_after_a_sigterm(
+    job_dir, tmp_path, instance_factory
+):
     """Its every save's first commit holds the state file alone; the shards, arriving 0.3 s and 0.6 s
     later, commit the step again. The notice is safe only once the whole save is committed, and the
     next boot, on a fresh disk, resumes where the SIGTERM left it and finishes."""
     train_steps = 400
-    spec = yaml.safe_dump({
-        "job_dir": job_dir, "train_steps": train_steps, "checkpoint_steps": 20, "grace_seconds": 20,
-        "sync_seconds": 0.2, "on_finish": "keep-alive", "keep": 1,
-        "trainer": {"argv": [PYTHON, FOREIGN, "--order", "state-first", "--step-log", str(tmp_path / "steps.log"), "--pause", "0.3",
-                             "--step-seconds", "0.01"]},
-    })
+    spec = yaml.safe_dump(
+        {
+            "job_dir": job_dir,
+            "train_steps": train_steps,
+            "checkpoint_steps": 20,
+            "grace_seconds": 20,
+            "sync_seconds": 0.2,
+            "on_finish": "keep-alive",
+            "keep": 1,
+            "trainer": {
+                "argv": [
+                    PYTHON,
+                    FOREIGN,
+                    "--order",
+                    "state-first",
+                    "--step-log",
+                    str(tmp_path / "steps.log"),
+                    "--pause",
+                    "0.3",
+                    "--step-seconds",
+                    "0.01",
+                ]
+            },
+        }
+    )
     vm = instance_factory(spec)
     vm.boot()
     _wait_for_steps(tmp_path, 70, vm)  # three periodic saves, each committed with its state file alone first

@@ -27,9 +27,10 @@ import yaml
 from tests.test_operator_guide import Line, guide_lines, quoted
 
 # found, not imported: the clients take a second to import in every test process that collects this file
-pytestmark = pytest.mark.skipif(not all(importlib.util.find_spec(m) for m in ("google.cloud.aiplatform_v1",
-                                                                                "google.cloud.logging")),
-                                reason="the vertex extra is not installed")
+pytestmark = pytest.mark.skipif(
+    not all(importlib.util.find_spec(m) for m in ("google.cloud.aiplatform_v1", "google.cloud.logging")),
+    reason="the vertex extra is not installed",
+)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "scaling-out.md"
@@ -71,11 +72,19 @@ def as_run(line: Line, job: str | None) -> list[str]:
     return words
 
 
-def run(argv: list[str], cwd: pathlib.Path, env: dict[str, str], *, python: list[str] | None = None,
-        survivor: str = SURVIVOR, timeout: float = 120) -> tuple[int, str, str]:
+def run(
+    argv: list[str],
+    cwd: pathlib.Path,
+    env: dict[str, str],
+    *,
+    python: list[str] | None = None,
+    survivor: str = SURVIVOR,
+    timeout: float = 120,
+) -> tuple[int, str, str]:
     """`survivor ARGV` (or `python` + ARGV) in `cwd` with `env`: its exit code, stdout and stderr."""
-    done = subprocess.run((python or [survivor]) + argv, capture_output=True, text=True, cwd=cwd, env=env,
-                          timeout=timeout)
+    done = subprocess.run(
+        (python or [survivor]) + argv, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
+    )
     return done.returncode, done.stdout, done.stderr
 
 
@@ -119,10 +128,17 @@ def stand_ins(tmp_path):
 
     vertex, logging = VertexServer().start(), LoggingServer().start()
     storage = StorageEmulator().start()
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT", "GOOGLE_APPLICATION_CREDENTIALS")}
-    env.update(SURVIVOR_VERTEX_ENDPOINT=vertex.endpoint, SURVIVOR_LOGGING_ENDPOINT=logging.endpoint,
-               STORAGE_EMULATOR_HOST=storage.url, PYTHONUNBUFFERED="1")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT", "GOOGLE_APPLICATION_CREDENTIALS")
+    }
+    env.update(
+        SURVIVOR_VERTEX_ENDPOINT=vertex.endpoint,
+        SURVIVOR_LOGGING_ENDPOINT=logging.endpoint,
+        STORAGE_EMULATOR_HOST=storage.url,
+        PYTHONUNBUFFERED="1",
+    )
     try:
         yield vertex, logging, storage, env
     finally:
@@ -133,9 +149,22 @@ def stand_ins(tmp_path):
 
 def real_checkpoints(where: pathlib.Path, steps: int) -> None:
     """What a built-in trainer writes in its --job-dir: the mlp trainer, run for `steps`."""
-    done = subprocess.run([sys.executable, "-m", "survivor.trainers.mlp", "--job-dir", str(where),
-                           "--train-steps", str(steps), "--checkpoint-steps", str(steps)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "survivor.trainers.mlp",
+            "--job-dir",
+            str(where),
+            "--train-steps",
+            str(steps),
+            "--checkpoint-steps",
+            str(steps),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -143,8 +172,10 @@ def upload(storage, local: pathlib.Path, url: str) -> None:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage as gcs
 
-    bucket_name, _, prefix = url[len("gs://"):].partition("/")
-    client = gcs.Client(project="test", credentials=AnonymousCredentials(), client_options={"api_endpoint": storage.url})
+    bucket_name, _, prefix = url[len("gs://") :].partition("/")
+    client = gcs.Client(
+        project="test", credentials=AnonymousCredentials(), client_options={"api_endpoint": storage.url}
+    )
     bucket = client.bucket(bucket_name)
     for path in sorted(p for p in local.rglob("*") if p.is_file()):
         bucket.blob(f"{prefix}/{path.relative_to(local)}".lstrip("/")).upload_from_filename(str(path))
@@ -158,7 +189,7 @@ def walk(stand_ins, tmp_path: pathlib.Path, survivor: str = SURVIVOR) -> list[st
     (tmp_path / "job.yaml").write_text(spec_text)
     spec = yaml.safe_load(spec_text)
     section = spec["vertex"]
-    bucket = spec["job_dir"][len("gs://"):].split("/")[0]
+    bucket = spec["job_dir"][len("gs://") :].split("/")[0]
     storage.create_bucket(bucket)
     lines = survivor_lines()
     # "copied to the bucket": the sdist each --package line names (its bytes are Vertex's business)
@@ -179,10 +210,21 @@ def walk(stand_ins, tmp_path: pathlib.Path, survivor: str = SURVIVOR) -> list[st
             real_checkpoints(tmp_path / "checkpoints", 20)
             upload(storage, tmp_path / "checkpoints", f"{spec['job_dir']}/checkpoints")
             job_id = job.rsplit("/", 1)[1]
-            logging.add(section["project"], job_id, "workerpool0-0", "worker 0 of 3 (chief:0, chief)",
-                        timestamp="2026-11-22T00:00:05Z")
-            logging.add(section["project"], job_id, "workerpool1-1", "step 20/5000 loss 2.1", severity="WARNING",
-                        timestamp="2026-11-22T00:00:07Z")
+            logging.add(
+                section["project"],
+                job_id,
+                "workerpool0-0",
+                "worker 0 of 3 (chief:0, chief)",
+                timestamp="2026-11-22T00:00:05Z",
+            )
+            logging.add(
+                section["project"],
+                job_id,
+                "workerpool1-1",
+                "step 20/5000 loss 2.1",
+                severity="WARNING",
+                timestamp="2026-11-22T00:00:07Z",
+            )
             trained = True
         sent_before = len(vertex.requests)
         code, out, err = run(words, tmp_path, env, survivor=survivor)
@@ -201,8 +243,11 @@ def walk(stand_ins, tmp_path: pathlib.Path, survivor: str = SURVIVOR) -> list[st
             assert body["jobSpec"]["scheduling"] == {"restartJobOnWorkerRestart": True, "strategy": "SPOT"}
             assert body["jobSpec"]["baseOutputDirectory"] == {"outputUriPrefix": spec["job_dir"]}
         elif command == "submit":
-            found = re.fullmatch(r"submitted (projects/(\S+)/locations/(\S+)/customJobs/\d+)\n"
-                                 r"watch it: survivor status --vertex \1 --job-dir (\S+)\n", out)
+            found = re.fullmatch(
+                r"submitted (projects/(\S+)/locations/(\S+)/customJobs/\d+)\n"
+                r"watch it: survivor status --vertex \1 --job-dir (\S+)\n",
+                out,
+            )
             assert found, out
             job = found.group(1)
             assert found.groups()[1:] == (section["project"], section["region"], spec["job_dir"])
@@ -212,7 +257,8 @@ def walk(stand_ins, tmp_path: pathlib.Path, survivor: str = SURVIVOR) -> list[st
             elif "--package" in words:  # the command line's package wins over the spec's container image
                 assert all("containerSpec" not in p for p in sent), sent
                 assert {p["pythonPackageSpec"]["executorImageUri"] for p in sent} == {
-                    words[words.index("--executor-image") + 1]}
+                    words[words.index("--executor-image") + 1]
+                }
                 assert {p["pythonPackageSpec"]["packageUris"][0] for p in sent} == {words[words.index("--package") + 1]}
         elif command == "status":
             state, rest = out.splitlines()[0].split(" (", 1)
@@ -226,8 +272,10 @@ def walk(stand_ins, tmp_path: pathlib.Path, survivor: str = SURVIVOR) -> list[st
         elif command == "logs":
             promised = re.search(r"prints `(TIMESTAMP workerpoolN-I SEVERITY: text)`", guide_prose())
             assert promised, "the guide no longer says what logs --vertex prints"
-            assert out.splitlines() == ["2026-11-22T00:00:05Z workerpool0-0 INFO: worker 0 of 3 (chief:0, chief)",
-                                        "2026-11-22T00:00:07Z workerpool1-1 WARNING: step 20/5000 loss 2.1"], out
+            assert out.splitlines() == [
+                "2026-11-22T00:00:05Z workerpool0-0 INFO: worker 0 of 3 (chief:0, chief)",
+                "2026-11-22T00:00:07Z workerpool1-1 WARNING: step 20/5000 loss 2.1",
+            ], out
         ran.append(line.text)
     assert ran == [line.text for line in lines] and trained
     assert {"submit", "status", "logs"} <= {line.argv[1] for line in lines}
@@ -268,10 +316,18 @@ def test_each_guide_command_given_a_newcomers_mistake_says_so_in_one_line(stand_
     spec_text = guide_job_spec()
     spec = yaml.safe_load(spec_text)
     (tmp_path / "job.yaml").write_text(spec_text)
-    storage.create_bucket(spec["job_dir"][len("gs://"):].split("/")[0])
+    storage.create_bucket(spec["job_dir"][len("gs://") :].split("/")[0])
     (tmp_path / "nobucket.yaml").write_text(spec_text.replace(spec["job_dir"], "gs://no-such-bucket/mnist"))
-    lines = {(line.argv[1], "--dry-run" in line.argv, "--package" in line.argv, "--container-image" in line.argv,
-              "--follow" in line.argv): line for line in survivor_lines()}
+    lines = {
+        (
+            line.argv[1],
+            "--dry-run" in line.argv,
+            "--package" in line.argv,
+            "--container-image" in line.argv,
+            "--follow" in line.argv,
+        ): line
+        for line in survivor_lines()
+    }
     dry_run = as_run(lines["submit", True, False, False, False], None)
     create = as_run(lines["submit", False, False, False, False], None)
     container = as_run(lines["submit", False, False, True, False], None)
@@ -280,16 +336,29 @@ def test_each_guide_command_given_a_newcomers_mistake_says_so_in_one_line(stand_
 
     # a zone for the region
     code, out, err = run(dry_run + ["--region", "us-central1-b"], tmp_path, env)
-    one_error_line(code, out, err, "--region us-central1-b: a zone, not a region; Vertex AI runs custom jobs in a "
-                                   "region: us-central1")
+    one_error_line(
+        code,
+        out,
+        err,
+        "--region us-central1-b: a zone, not a region; Vertex AI runs custom jobs in a region: us-central1",
+    )
     # a job dir in a bucket not created yet
     code, out, err = run([w if w != "job.yaml" else "nobucket.yaml" for w in create], tmp_path, env)
-    one_error_line(code, out, err, "job_dir gs://no-such-bucket/mnist: the bucket gs://no-such-bucket does not exist: "
-                                   "create it (gcloud storage buckets create gs://no-such-bucket --location REGION)")
+    one_error_line(
+        code,
+        out,
+        err,
+        "job_dir gs://no-such-bucket/mnist: the bucket gs://no-such-bucket does not exist: "
+        "create it (gcloud storage buckets create gs://no-such-bucket --location REGION)",
+    )
     # the operator install without the vertex extra
     code, out, err = run(container, tmp_path, env, python=without_extra)
-    one_error_line(code, out, err, "needs the Python package 'google.cloud.aiplatform_v1', which this install lacks: "
-                                   "pip install -e '.[vertex]'")
+    one_error_line(
+        code,
+        out,
+        err,
+        "needs the Python package 'google.cloud.aiplatform_v1', which this install lacks: pip install -e '.[vertex]'",
+    )
     # the sdist not uploaded
     code, out, err = run(package, tmp_path, env)
     name = package[package.index("--package") + 1]
@@ -309,8 +378,9 @@ def test_each_guide_command_given_a_newcomers_mistake_says_so_in_one_line(stand_
     # a misspelt region in the job's name
     logs = as_run(lines["logs", False, False, False, True], job)
     code, out, err = run([w.replace("/us-central1/", "/us-central/") for w in logs], tmp_path, env)
-    one_error_line(code, out, err, "location us-central: not a region; Vertex AI runs custom jobs in a region, "
-                                   "e.g. us-central1")
+    one_error_line(
+        code, out, err, "location us-central: not a region; Vertex AI runs custom jobs in a region, e.g. us-central1"
+    )
     # a job that is not there
     code, out, err = run([w.replace(job.rsplit("/", 1)[1], "404") for w in logs], tmp_path, env)
     one_error_line(code, out, err, "customJobs/404 not found")
@@ -325,8 +395,7 @@ def test_the_command_lines_way_of_running_the_trainer_wins_over_the_specs(tmp_pa
     (tmp_path / "job.yaml").write_text(guide_job_spec())
     config = str(tmp_path / "job.yaml")
     image = "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-99.py311:latest"
-    body = prepare(SubmitRequest(config, package="gs://b/survivor_train-0.1.0.tar.gz",
-                                 executor_images=(image,))).body
+    body = prepare(SubmitRequest(config, package="gs://b/survivor_train-0.1.0.tar.gz", executor_images=(image,))).body
     assert {p["pythonPackageSpec"]["executorImageUri"] for p in body["jobSpec"]["workerPoolSpecs"]} == {image}
     body = prepare(SubmitRequest(config)).body  # nothing on the command line: the spec's image
     assert all("containerSpec" in p for p in body["jobSpec"]["workerPoolSpecs"])
@@ -340,18 +409,25 @@ def test_the_seeds_training_input_the_guide_shows_becomes_the_pools_and_notes_it
     (tmp_path / "config.yaml").write_text(block.group(1))
     (tmp_path / "job.yaml").write_text(guide_job_spec())
     env = {k: v for k, v in os.environ.items() if not k.startswith("SURVIVOR_")}
-    code, out, err = run(["submit", "--config", "job.yaml", "--training-input", "config.yaml", "--dry-run"],
-                         tmp_path, env)
+    code, out, err = run(
+        ["submit", "--config", "job.yaml", "--training-input", "config.yaml", "--dry-run"], tmp_path, env
+    )
     assert code == 0, err
     pools = [(p["machineSpec"], p["replicaCount"]) for p in json.loads(out)["jobSpec"]["workerPoolSpecs"]]
     # "becomes a chief and 9 workers on `n1-standard-8` with one GPU each, and 3 parameter servers on `n1-standard-4`"
-    said = re.search(r"becomes a chief and (\d+) workers on `([\w-]+)` with one GPU each, and (\d+) parameter "
-                     r"servers on `([\w-]+)`", guide_prose())
+    said = re.search(
+        r"becomes a chief and (\d+) workers on `([\w-]+)` with one GPU each, and (\d+) parameter "
+        r"servers on `([\w-]+)`",
+        guide_prose(),
+    )
     assert said, "the guide no longer says what the seed's config becomes"
     workers, worker_type, servers, server_type = said.groups()
     t4 = {"acceleratorType": "NVIDIA_TESLA_T4", "acceleratorCount": 1}
-    assert pools == [({"machineType": worker_type, **t4}, "1"), ({"machineType": worker_type, **t4}, workers),
-                     ({"machineType": server_type}, servers)]
+    assert pools == [
+        ({"machineType": worker_type, **t4}, "1"),
+        ({"machineType": worker_type, **t4}, workers),
+        ({"machineType": server_type}, servers),
+    ]
     # "the K80 is retired on Vertex AI (a T4 stands in); TF 1.12 cannot be kept"
     notes = [line for line in err.splitlines() if line.startswith("note: ")]
     assert len(notes) == len(err.splitlines()), err

@@ -18,8 +18,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def simulate(*args, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "-m", "survivor", "simulate", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=240)
+    return subprocess.run(
+        [PYTHON, "-m", "survivor", "simulate", *args], cwd=cwd, capture_output=True, text=True, timeout=240
+    )
 
 
 def test_an_existing_directory_that_is_not_a_simulation_is_never_deleted(tmp_path):
@@ -33,16 +34,21 @@ def test_an_existing_directory_that_is_not_a_simulation_is_never_deleted(tmp_pat
     assert "Traceback" not in run.stderr and str(precious) in run.stderr and len(run.stderr.splitlines()) == 1
 
 
-@pytest.mark.parametrize("args, expected", [
-    (("--config", "nope.yaml"), "nope.yaml"),
-    (("--config", "."), "."),
-    (("--config", "spec.yaml", "--preempt-every", "banana"), "--preempt-every"),
-    (("--config", "spec.yaml", "--preempt-every", "0"), "--preempt-every"),
-    (("--config", "bad.yaml"), "train_steps"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (("--config", "nope.yaml"), "nope.yaml"),
+        (("--config", "."), "."),
+        (("--config", "spec.yaml", "--preempt-every", "banana"), "--preempt-every"),
+        (("--config", "spec.yaml", "--preempt-every", "0"), "--preempt-every"),
+        (("--config", "bad.yaml"), "train_steps"),
+    ],
+)
 def test_bad_arguments_are_one_line(args, expected, tmp_path):
     (tmp_path / "spec.yaml").write_text(dummy_spec("jobdir", tmp_path, train_steps=5))
-    (tmp_path / "bad.yaml").write_text(dummy_spec("jobdir", tmp_path, train_steps=5).replace("train_steps: 5", "train_steps: lots"))
+    (tmp_path / "bad.yaml").write_text(
+        dummy_spec("jobdir", tmp_path, train_steps=5).replace("train_steps: 5", "train_steps: lots")
+    )
     run = simulate(*args, "--workdir", "sim", cwd=tmp_path)
     assert run.returncode == 2, run.stdout + run.stderr
     assert "Traceback" not in run.stderr and expected in run.stderr, run.stderr
@@ -57,16 +63,31 @@ def write_trace(folder, zone: str, points: list) -> None:
     (folder / f"{zone}_v100_1.json").write_text(json.dumps({"metadata": {"gap_seconds": 60}, "data": points}))
 
 
-@pytest.mark.parametrize("args, expected", [
-    (("--capacity-traces", "nowhere"), "traces folder nowhere: cannot list it"),
-    (("--capacity-traces", "traces", "--trace-zone", "us-east-1a"), "expected TRACE_ZONE=ZONE"),
-    (("--capacity-traces", "traces", "--trace-zone", "eu-west-9z=us-west1-b"), "the traces have no zone eu-west-9z"),
-    (("--capacity-traces", "traces", "--trace-zone", "us-east-1a=us-west1-b", "--trace-zone", "us-east-1a=us-west1-c"),
-     "us-east-1a is mapped twice"),
-    (("--capacity-traces", "traces", "--trace-start", "3h"), "--trace-start 3h: expected 0 or more and before"),
-    (("--capacity-traces", "traces", "--trace-start", "soon"), "--trace-start 'soon'"),
-    (("--watch-every", "0"), "--watch-every"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (("--capacity-traces", "nowhere"), "traces folder nowhere: cannot list it"),
+        (("--capacity-traces", "traces", "--trace-zone", "us-east-1a"), "expected TRACE_ZONE=ZONE"),
+        (
+            ("--capacity-traces", "traces", "--trace-zone", "eu-west-9z=us-west1-b"),
+            "the traces have no zone eu-west-9z",
+        ),
+        (
+            (
+                "--capacity-traces",
+                "traces",
+                "--trace-zone",
+                "us-east-1a=us-west1-b",
+                "--trace-zone",
+                "us-east-1a=us-west1-c",
+            ),
+            "us-east-1a is mapped twice",
+        ),
+        (("--capacity-traces", "traces", "--trace-start", "3h"), "--trace-start 3h: expected 0 or more and before"),
+        (("--capacity-traces", "traces", "--trace-start", "soon"), "--trace-start 'soon'"),
+        (("--watch-every", "0"), "--watch-every"),
+    ],
+)
 def test_bad_capacity_trace_arguments_are_one_line(args, expected, tmp_path):
     (tmp_path / "spec.yaml").write_text(dummy_spec("jobdir", tmp_path, train_steps=5))
     write_trace(tmp_path / "traces", "us-east-1a", [1] * 60)  # one hour
@@ -86,9 +107,21 @@ def test_simulate_follows_capacity_traces_and_the_job_moves_to_its_next_region(t
     spec += "placement: {regions: [us-west1, us-central1], move_after_minutes: 1}\n"
     (tmp_path / "spec.yaml").write_text(spec)
     write_trace(tmp_path / "traces", "us-east-1a", [0] * 30 + [1] * 5 + [0] * 600)
-    run = simulate("--config", "spec.yaml", "--workdir", "sim", "--capacity-traces", "traces",
-                   "--trace-zone", "us-east-1a=us-west1-b", "--trace-start", "30m", "--timeout", "150",
-                   cwd=tmp_path)
+    run = simulate(
+        "--config",
+        "spec.yaml",
+        "--workdir",
+        "sim",
+        "--capacity-traces",
+        "traces",
+        "--trace-zone",
+        "us-east-1a=us-west1-b",
+        "--trace-start",
+        "30m",
+        "--timeout",
+        "150",
+        cwd=tmp_path,
+    )
     said = run.stdout + run.stderr
     assert run.returncode == 0, said[-3000:]
     assert '"done": true' in run.stdout
@@ -101,8 +134,9 @@ def test_simulate_follows_capacity_traces_and_the_job_moves_to_its_next_region(t
 def test_a_relative_workdir_and_job_dir_run_to_done_and_a_rerun_replaces_the_simulation(tmp_path):
     (tmp_path / "spec.yaml").write_text(dummy_spec("jobdir", tmp_path, train_steps=20, on_finish="auto"))
     for _ in range(2):  # the second run deletes the first one's simulation: it is marked as one
-        run = simulate("--config", "spec.yaml", "--workdir", "sim", "--preempt-every", "1h", "--timeout", "120",
-                       cwd=tmp_path)
+        run = simulate(
+            "--config", "spec.yaml", "--workdir", "sim", "--preempt-every", "1h", "--timeout", "120", cwd=tmp_path
+        )
         assert run.returncode == 0, run.stdout + run.stderr[-3000:]
         assert '"done": true' in run.stdout
     assert (tmp_path / "sim" / "jobdir" / "survivor" / "DONE").exists()
@@ -112,8 +146,13 @@ def test_demo_never_deletes_a_workdir_that_is_not_an_earlier_demos(tmp_path):
     precious = tmp_path / "my-project"
     precious.mkdir()
     (precious / "thesis.tex").write_text("years of work")
-    run = subprocess.run([PYTHON, "-m", "survivor", "demo", "--trainer", "dummy", "--workdir", str(precious)],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    run = subprocess.run(
+        [PYTHON, "-m", "survivor", "demo", "--trainer", "dummy", "--workdir", str(precious)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert run.returncode == 2, run.stdout + run.stderr
     assert (precious / "thesis.tex").read_text() == "years of work"
     assert "Traceback" not in run.stderr and str(precious) in run.stderr
@@ -132,9 +171,27 @@ def test_the_shipped_example_simulates_in_about_a_minute_even_asking_for_gpus(tm
     config = tmp_path / "gpus.yaml"
     config.write_text(yaml.safe_dump(spec))
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "survivor", "simulate", "--config", str(config), "--preempt-every",
-                           "15s", "--max-preemptions", "1", "--workdir", str(tmp_path / "sim"), "--offline"],
-                          capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "survivor",
+            "simulate",
+            "--config",
+            str(config),
+            "--preempt-every",
+            "15s",
+            "--max-preemptions",
+            "1",
+            "--workdir",
+            str(tmp_path / "sim"),
+            "--offline",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert time.monotonic() - started < 120
     assert "a simulated VM has none and installs no driver" in done.stderr
@@ -155,8 +212,13 @@ def test_sigterm_to_simulate_ends_every_agent_and_trainer_it_started(tmp_path):
     config.write_text(yaml.safe_dump(spec))
     workdir = tmp_path / "sim"
     entry = os.path.join(os.path.dirname(sys.executable), "survivor")
-    process = subprocess.Popen([entry, "simulate", "--config", str(config), "--workdir", str(workdir), "--offline"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    process = subprocess.Popen(
+        [entry, "simulate", "--config", str(config), "--workdir", str(workdir), "--offline"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
     try:
         for line in process.stderr:  # the timeline as it happens
             if " boot " in line:
@@ -220,10 +282,27 @@ def _started_simulation(tmp_path) -> subprocess.Popen:
     # a suite started in the background by a shell without job control (`bash .ci/run &`) ignores
     # SIGINT, a child inherits an ignored signal (signal(7)), and Python then installs no
     # KeyboardInterrupt for it: the simulation a terminal's Ctrl-C reaches has the default
-    sim = subprocess.Popen([PYTHON, "-m", "survivor", "simulate", "--config", "spec.yaml", "--workdir", "sim",
-                            "--gcs", "--offline", "--timeout", "10m"], cwd=tmp_path, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True,
-                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    sim = subprocess.Popen(
+        [
+            PYTHON,
+            "-m",
+            "survivor",
+            "simulate",
+            "--config",
+            "spec.yaml",
+            "--workdir",
+            "sim",
+            "--gcs",
+            "--offline",
+            "--timeout",
+            "10m",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (tmp_path / "steps.log").exists():
         assert sim.poll() is None, sim.communicate()
@@ -262,9 +341,25 @@ def test_on_a_terminal_simulate_shows_its_timeline_once(tmp_path):
 
     (tmp_path / "spec.yaml").write_text(dummy_spec("jobdir", tmp_path, train_steps=5, on_finish="auto"))
     parent, child = pty.openpty()
-    sim = subprocess.Popen([PYTHON, "-m", "survivor", "simulate", "--config", "spec.yaml", "--workdir", "sim",
-                            "--offline", "--max-preemptions", "0"], cwd=tmp_path, stdout=child, stderr=child,
-                           stdin=subprocess.DEVNULL)
+    sim = subprocess.Popen(
+        [
+            PYTHON,
+            "-m",
+            "survivor",
+            "simulate",
+            "--config",
+            "spec.yaml",
+            "--workdir",
+            "sim",
+            "--offline",
+            "--max-preemptions",
+            "0",
+        ],
+        cwd=tmp_path,
+        stdout=child,
+        stderr=child,
+        stdin=subprocess.DEVNULL,
+    )
     os.close(child)
     shown = b""
     while True:

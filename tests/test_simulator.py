@@ -17,11 +17,27 @@ pytestmark = pytest.mark.slow
 
 def sim_spec(job_dir, tmp_path, train_steps, checkpoint_bytes=3_000_000, step_seconds=0.03, **extra):
     spec = {
-        "job_dir": job_dir, "train_steps": train_steps, "checkpoint_steps": 1000, "sync_seconds": 0.3,
-        "grace_seconds": 8, "on_finish": "auto",
-        "trainer": {"argv": [sys.executable, "-m", "survivor.trainers.dummy", "--on-sigterm", "save",
-                             "--step-seconds", str(step_seconds), "--checkpoint-bytes", str(checkpoint_bytes),
-                             "--step-log", str(tmp_path / "steps.log")]},
+        "job_dir": job_dir,
+        "train_steps": train_steps,
+        "checkpoint_steps": 1000,
+        "sync_seconds": 0.3,
+        "grace_seconds": 8,
+        "on_finish": "auto",
+        "trainer": {
+            "argv": [
+                sys.executable,
+                "-m",
+                "survivor.trainers.dummy",
+                "--on-sigterm",
+                "save",
+                "--step-seconds",
+                str(step_seconds),
+                "--checkpoint-bytes",
+                str(checkpoint_bytes),
+                "--step-log",
+                str(tmp_path / "steps.log"),
+            ]
+        },
     }
     spec.update(extra)
     return yaml.safe_dump(spec)
@@ -33,9 +49,17 @@ def _times(lines, message):
 
 def test_preempted_many_times_at_random_moments_including_upload_and_restore(bucket, tmp_path):
     train_steps = 300
-    sim = Simulator(sim_spec(f"gs://{bucket}/sim", tmp_path, train_steps), str(tmp_path / "sim"),
-                    preempt_every=1.5, jitter=0.5, hard_off_after=10, recreate_delay=0.2, max_preemptions=7,
-                    seed=random.randrange(1000), preempt_during_restore=1)
+    sim = Simulator(
+        sim_spec(f"gs://{bucket}/sim", tmp_path, train_steps),
+        str(tmp_path / "sim"),
+        preempt_every=1.5,
+        jitter=0.5,
+        hard_off_after=10,
+        recreate_delay=0.2,
+        max_preemptions=7,
+        seed=random.randrange(1000),
+        preempt_during_restore=1,
+    )
     result = sim.run(timeout=300)
     print(result.table())
     assert result.preemptions >= 5
@@ -50,8 +74,11 @@ def test_preempted_many_times_at_random_moments_including_upload_and_restore(buc
     # every step of the final lineage ran; the only extra steps are those lost to preemptions
     lost = len(steps) - train_steps
     assert lost >= 0
-    assert lost <= sum((a.reached_step or 0) - (a.end_step or 0) for a in result.attempts if a.outcome) + \
-        sum(1 for a in result.attempts if a.outcome is None) * 50
+    assert (
+        lost
+        <= sum((a.reached_step or 0) - (a.end_step or 0) for a in result.attempts if a.outcome)
+        + sum(1 for a in result.attempts if a.outcome is None) * 50
+    )
 
     # at least one notice arrived while a checkpoint was being uploaded
     during_upload = 0
@@ -59,8 +86,11 @@ def test_preempted_many_times_at_random_moments_including_upload_and_restore(buc
     for boot in range(1, vm.boots + 1):
         lines = vm.log_lines(boot)
         notices = _times(lines, "notice: the VM is going away")
-        commits = [(dt.datetime.fromisoformat(line["time"]), line["upload_seconds"] + line["manifest_seconds"])
-                   for line in lines if line["message"] == "committed"]
+        commits = [
+            (dt.datetime.fromisoformat(line["time"]), line["upload_seconds"] + line["manifest_seconds"])
+            for line in lines
+            if line["message"] == "committed"
+        ]
         for n in notices:
             during_upload += any(end - dt.timedelta(seconds=took) <= n <= end for end, took in commits)
     restore_preemptions = [e for e in result.events if e.kind == "notice"]
@@ -74,8 +104,11 @@ def test_chaos_twenty_random_kill_points_lose_no_committed_checkpoint(tmp_path):
     from harness.chaos import run_chaos
 
     result = run_chaos(kills=20, fault_rate=0.05, seed=random.randrange(1 << 20), root=str(tmp_path / "chaos"))
-    print(json.dumps({"kills": result.kills, "worst_case_lost_steps": result.worst_lost_steps,
-                      "faults": dict(result.faults)}))
+    print(
+        json.dumps(
+            {"kills": result.kills, "worst_case_lost_steps": result.worst_lost_steps, "faults": dict(result.faults)}
+        )
+    )
     assert result.kills == 20
     assert result.corrupt_restores == 0
     assert result.lost_commits == 0
@@ -94,8 +127,12 @@ def test_operator_stop_saves_and_start_resumes_on_a_new_instance(tmp_path, capsy
     from survivor.jobdir.storage import open_storage
 
     job_dir = str(tmp_path / "jobdir")
-    sim = Simulator(sim_spec(job_dir, tmp_path, 400, checkpoint_bytes=0, lease_seconds=60), str(tmp_path / "sim"),
-                    preempt_every=1e9, hard_off_after=10)
+    sim = Simulator(
+        sim_spec(job_dir, tmp_path, 400, checkpoint_bytes=0, lease_seconds=60),
+        str(tmp_path / "sim"),
+        preempt_every=1e9,
+        hard_off_after=10,
+    )
     os.environ["SURVIVOR_COMPUTE_ENDPOINT"] = sim.compute.endpoint
     try:
         sim._template_and_group()

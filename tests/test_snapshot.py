@@ -24,6 +24,7 @@ def append(path, data):
 def no_full_reads(monkeypatch):
     def refuse(path):
         raise AssertionError(f"{path} was read whole; its checksum should have been kept from the scans")
+
     monkeypatch.setattr(snapshot, "digest_file", refuse)
 
 
@@ -103,7 +104,6 @@ def test_a_writer_that_rewrites_read_bytes_is_caught_at_the_commit_and_read_afre
         assert crc32c_of_bytes(f.read()) == true_crc
 
 
-
 class CountedLists:
     """The job dir's own storage, counting its listings."""
 
@@ -124,14 +124,20 @@ def test_a_started_mirror_commits_without_listing_the_store_first(job_dir, tmp_p
     local = str(tmp_path / "job")
     os.makedirs(local)
     storage = CountedLists(open_storage(job_dir))
-    mirror = Mirror(CheckpointStore(storage), storage, local, attempt=1, interval=60, committed_step=None,
-                    on_commit=lambda stats: None).start()
+    mirror = Mirror(
+        CheckpointStore(storage),
+        storage,
+        local,
+        attempt=1,
+        interval=60,
+        committed_step=None,
+        on_commit=lambda stats: None,
+    ).start()
     mirror.stop()
     assert storage.lists == 1
     append(os.path.join(local, "dummy-checkpoint-3.json"), b"{}")
     assert mirror.sync(collect=False).manifest.step == 3
     assert storage.lists == 1, "the commit listed the store again"
-
 
 
 def test_a_local_job_dir_swapped_for_a_link_mid_run_is_not_scanned_and_said_once(job_dir, tmp_path, caplog):
@@ -141,8 +147,15 @@ def test_a_local_job_dir_swapped_for_a_link_mid_run_is_not_scanned_and_said_once
     os.makedirs(local)
     append(os.path.join(elsewhere, "dummy-checkpoint-7.json"), b"{}")
     storage = open_storage(job_dir)
-    mirror = Mirror(CheckpointStore(storage), storage, local, attempt=1, interval=60, committed_step=None,
-                    on_commit=lambda stats: None).start()
+    mirror = Mirror(
+        CheckpointStore(storage),
+        storage,
+        local,
+        attempt=1,
+        interval=60,
+        committed_step=None,
+        on_commit=lambda stats: None,
+    ).start()
     mirror.stop()
     os.rmdir(local)
     os.symlink(elsewhere, local)

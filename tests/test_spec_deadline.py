@@ -21,9 +21,11 @@ def problems(extra: str) -> list[str]:
 
 def test_a_deadline_is_a_time_with_its_zone_or_a_duration_from_the_first_start():
     assert spec("deadline: 2026-12-01T18:00:00Z").deadline == Deadline(
-        at=dt.datetime(2026, 12, 1, 18, tzinfo=dt.timezone.utc))
-    assert spec("deadline: '2026-12-01T18:00:00+02:00'").deadline.at == dt.datetime(2026, 12, 1, 16,
-                                                                                    tzinfo=dt.timezone.utc)
+        at=dt.datetime(2026, 12, 1, 18, tzinfo=dt.timezone.utc)
+    )
+    assert spec("deadline: '2026-12-01T18:00:00+02:00'").deadline.at == dt.datetime(
+        2026, 12, 1, 16, tzinfo=dt.timezone.utc
+    )
     assert spec("deadline: 36h").deadline == Deadline(after_hours=36.0)
     assert spec("deadline: 90m").deadline == Deadline(after_hours=1.5)
     assert spec("deadline: 2d").deadline == Deadline(after_hours=48.0)
@@ -34,7 +36,9 @@ def test_a_deadline_is_a_time_with_its_zone_or_a_duration_from_the_first_start()
 def test_a_deadline_brings_the_same_shape_on_demand_fallback_by_default():
     assert spec("deadline: 36h").fallback == FallbackSpec(machine_type=None, gpu=None, switch_back=True)
     assert spec("").deadline is None and spec("").fallback is None
-    chosen = spec("deadline: 36h\nfallback: {machine_type: n1-standard-8, gpu: 'nvidia-tesla-t4:1', switch_back: false}")
+    chosen = spec(
+        "deadline: 36h\nfallback: {machine_type: n1-standard-8, gpu: 'nvidia-tesla-t4:1', switch_back: false}"
+    )
     assert chosen.fallback == FallbackSpec("n1-standard-8", "nvidia-tesla-t4:1", False)
 
 
@@ -54,7 +58,8 @@ def test_bad_fallbacks_are_one_line_each():
     ]
     assert problems("deadline: 36h\nfallback: on-demand") == [
         "fallback = 'on-demand': expected a mapping with machine_type, gpu, switch_back, flex_start or "
-        "flex_start_wait_hours"]
+        "flex_start_wait_hours"
+    ]
 
 
 def test_deadline_and_fallback_round_trip_through_the_metadata_attribute():
@@ -64,12 +69,18 @@ def test_deadline_and_fallback_round_trip_through_the_metadata_attribute():
     assert JobSpec.from_yaml(spec("deadline: 36h").to_yaml()).deadline == Deadline(after_hours=36.0)
 
 
-@pytest.mark.parametrize("fallback, named", [
-    ("{machine_type: n1-fakest-99}", "fallback.machine_type n1-fakest-99"),
-    ("{gpu: 'nvidia-tesla-zz99:1'}", "fallback.gpu nvidia-tesla-zz99:1"),
-    ("{machine_type: e2-standard-4}", "fallback.gpu nvidia-tesla-t4:1 with fallback.machine_type e2-standard-4"),
-    ("{machine_type: a2-highgpu-1g, gpu: 'nvidia-tesla-t4:3'}", "fallback.gpu nvidia-tesla-t4:3 with fallback.machine_type a2-highgpu-1g"),
-])
+@pytest.mark.parametrize(
+    "fallback, named",
+    [
+        ("{machine_type: n1-fakest-99}", "fallback.machine_type n1-fakest-99"),
+        ("{gpu: 'nvidia-tesla-zz99:1'}", "fallback.gpu nvidia-tesla-zz99:1"),
+        ("{machine_type: e2-standard-4}", "fallback.gpu nvidia-tesla-t4:1 with fallback.machine_type e2-standard-4"),
+        (
+            "{machine_type: a2-highgpu-1g, gpu: 'nvidia-tesla-t4:3'}",
+            "fallback.gpu nvidia-tesla-t4:3 with fallback.machine_type a2-highgpu-1g",
+        ),
+    ],
+)
 def test_a_fallback_machine_compute_engine_would_refuse_is_one_line_naming_it(fallback, named):
     from survivor.cloud.template import MachineOptions, machine_problems
 
@@ -96,8 +107,10 @@ def test_flex_start_is_off_unless_the_fallback_allows_it_and_a_bad_value_is_one_
     assert (allowed.flex_start, allowed.flex_start_wait_hours) == (True, 0.5)
     assert spec("deadline: 36h\nfallback: {flex_start: true}").fallback.flex_start_wait_hours == 2.0
     assert problems("deadline: 36h\nfallback: {flex_start: sometimes}") == [
-        "fallback.flex_start = 'sometimes': expected true or false"]
+        "fallback.flex_start = 'sometimes': expected true or false"
+    ]
     assert problems("deadline: 36h\nfallback: {flex_start: true, flex_start_wait_hours: 200}") == [
-        "fallback.flex_start_wait_hours = 200: expected hours from 0 to 168, the queue wait flex-start is planned with"]
+        "fallback.flex_start_wait_hours = 200: expected hours from 0 to 168, the queue wait flex-start is planned with"
+    ]
     again = spec("deadline: 36h\nfallback: {flex_start: true, flex_start_wait_hours: 3}")
     assert JobSpec.from_mapping(again.to_mapping()).fallback == again.fallback

@@ -20,8 +20,10 @@ EXAMPLES = sorted((ROOT / "templates").glob("*.yaml"))
 
 
 def test_the_published_schema_is_the_derived_one():
-    assert json.loads(SCHEMA.read_text()) == json_schema(), "run: python -c 'import json; from survivor.spec " \
+    assert json.loads(SCHEMA.read_text()) == json_schema(), (
+        "run: python -c 'import json; from survivor.spec "
         "import json_schema; print(json.dumps(json_schema(), indent=2))' > docs/job-spec.schema.json"
+    )
     jsonschema.Draft202012Validator.check_schema(json_schema())
 
 
@@ -46,13 +48,16 @@ def test_every_shipped_spec_passes_the_schema_and_the_validator(path):
     JobSpec.from_mapping(data)
 
 
-@pytest.mark.parametrize("change, problem", [
-    ({"trian_steps": 3}, "trian_steps: unknown key"),
-    ({"keep": 0}, "keep = 0"),
-    ({"grace_seconds": 7200}, "grace_seconds = 7200"),
-    ({"num_gpus": 17}, "num_gpus = 17"),
-    ({"on_finish": "explode"}, "on_finish = 'explode'"),
-])
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        ({"trian_steps": 3}, "trian_steps: unknown key"),
+        ({"keep": 0}, "keep = 0"),
+        ({"grace_seconds": 7200}, "grace_seconds = 7200"),
+        ({"num_gpus": 17}, "num_gpus = 17"),
+        ({"on_finish": "explode"}, "on_finish = 'explode'"),
+    ],
+)
 def test_the_schema_and_the_validator_refuse_the_same_mistakes(change, problem):
     data = {"job_dir": "/tmp/j", "train_steps": 3, "trainer": {"builtin": "dummy"}, **change}
     with pytest.raises(jsonschema.ValidationError):

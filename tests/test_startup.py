@@ -30,8 +30,9 @@ GOOD = {
 
 
 def test_startup_script_is_shellcheck_clean():
-    result = subprocess.run([os.path.join(os.path.dirname(sys.executable), "shellcheck"), STARTUP],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "shellcheck"), STARTUP], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout
 
 
@@ -51,8 +52,11 @@ def test_the_unit_has_one_copy_and_sends_the_agent_to_the_serial_console_and_the
 def test_the_wheel_carries_the_startup_script_the_unit_and_the_lock():
     with zipfile.ZipFile(image.build_wheel()) as wheel:
         names = set(wheel.namelist())
-        assert {"survivor/startup/startup.sh", "survivor/startup/survivor-agent.service",
-                "survivor/startup/vm-lock.txt"} <= names
+        assert {
+            "survivor/startup/startup.sh",
+            "survivor/startup/survivor-agent.service",
+            "survivor/startup/vm-lock.txt",
+        } <= names
         metadata = wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "Name: survivor-train" in metadata and "Requires-Python: >=3.10" in metadata
 
@@ -79,8 +83,9 @@ def test_the_vm_lock_pins_every_dependency_with_hashes_for_every_python_from_3_1
     # universal from the floor: the default image's 3.12 (Ubuntu 24.04) and 22.04's 3.10 both install it
     assert "--universal" in text and "--python-version 3.10" in text and "--extra gpu" in text
     assert "--generate-hashes" in text
-    entries = re.findall(r"^([a-z0-9][a-z0-9._-]*)==(\S+)(?: ;[^\\\n]*)?((?:\s*\\\n\s+--hash=sha256:[0-9a-f]{64})+)",
-                         text, re.M)
+    entries = re.findall(
+        r"^([a-z0-9][a-z0-9._-]*)==(\S+)(?: ;[^\\\n]*)?((?:\s*\\\n\s+--hash=sha256:[0-9a-f]{64})+)", text, re.M
+    )
     pinned = {name for name, _, _ in entries}
     assert len(entries) == len(re.findall(r"^[a-z0-9][a-z0-9._-]*==", text, re.M))  # every pin has hashes
     wanted = set()
@@ -113,15 +118,18 @@ def boot(tmp_path, attributes: dict[str, str], **env: str):
     return root, result, guest.get("survivor", {})
 
 
-@pytest.mark.parametrize("key, value", [
-    ("survivor-wheel", "gs://bucket/x/survivor_train-0.1.0-py3-none-any.whl; reboot"),
-    ("survivor-wheel", "file:///etc/passwd/survivor_train-0.1.0-py3-none-any.whl"),
-    ("survivor-wheel", "gs://bucket/x/other-1.0-py3-none-any.whl"),
-    ("survivor-wheel-sha256", "$(touch /tmp/pwned)"),
-    ("survivor-lock", "gs://bucket/lock.txt`touch /tmp/pwned`"),
-    ("survivor-lock-sha256", "abc"),
-    ("survivor-mode", "build; touch /tmp/pwned"),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("survivor-wheel", "gs://bucket/x/survivor_train-0.1.0-py3-none-any.whl; reboot"),
+        ("survivor-wheel", "file:///etc/passwd/survivor_train-0.1.0-py3-none-any.whl"),
+        ("survivor-wheel", "gs://bucket/x/other-1.0-py3-none-any.whl"),
+        ("survivor-wheel-sha256", "$(touch /tmp/pwned)"),
+        ("survivor-lock", "gs://bucket/lock.txt`touch /tmp/pwned`"),
+        ("survivor-lock-sha256", "abc"),
+        ("survivor-mode", "build; touch /tmp/pwned"),
+    ],
+)
 def test_a_hostile_metadata_value_is_refused_and_reported_before_anything_runs(tmp_path, key, value):
     root, result, guest = boot(tmp_path, {**GOOD, key: value})
     assert result.returncode == 1, result.output
@@ -152,8 +160,11 @@ def test_a_staged_file_that_differs_from_its_sha256_is_refused_before_pip(tmp_pa
 
     job_dir = f"gs://{bucket}/run"
     open_storage(job_dir).write("survivor/install/x/survivor_train-0.1.0-py3-none-any.whl", b"swapped bytes")
-    attributes = {**GOOD, "survivor-wheel": f"{job_dir}/survivor/install/x/survivor_train-0.1.0-py3-none-any.whl",
-                  "survivor-job-dir": job_dir}
+    attributes = {
+        **GOOD,
+        "survivor-wheel": f"{job_dir}/survivor/install/x/survivor_train-0.1.0-py3-none-any.whl",
+        "survivor-job-dir": job_dir,
+    }
     root, result, guest = boot(tmp_path, attributes, STORAGE_EMULATOR_HOST=gcs_server.url)
     assert result.returncode == 1
     assert f"not the {SHA} make-template recorded" in guest["install-error"]
@@ -186,16 +197,27 @@ echo "nobody: $(setpriv --reuid=nobody --regid=nogroup --clear-groups /usr/bin/p
 kill "${server}"
 """
 #: startup.sh's own function, read out of the script
-STARTUP_CLOSES = ["bash", "-c", "readonly METADATA_IP=169.254.169.254; "
-                  "eval \"$(sed -n '/^conceal_metadata() {/,/^}/p' \"$0\")\"; conceal_metadata nobody", STARTUP]
+STARTUP_CLOSES = [
+    "bash",
+    "-c",
+    "readonly METADATA_IP=169.254.169.254; "
+    'eval "$(sed -n \'/^conceal_metadata() {/,/^}/p\' "$0")"; conceal_metadata nobody',
+    STARTUP,
+]
 #: the agent's, for a spec's own user (trainer.close_metadata_server)
-AGENT_CLOSES = [sys.executable, "-c", "import pwd; from survivor.agent.metadata_firewall import close_to; "
-                "close_to(pwd.getpwnam('nobody').pw_uid)"]
+AGENT_CLOSES = [
+    sys.executable,
+    "-c",
+    "import pwd; from survivor.agent.metadata_firewall import close_to; close_to(pwd.getpwnam('nobody').pw_uid)",
+]
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not os.access("/usr/bin/python3", os.X_OK)
-                    or not all(shutil.which(t) for t in ("iptables", "unshare", "setpriv", "ip")),
-                    reason="needs root, iptables, unshare, setpriv, ip and /usr/bin/python3: a network namespace of its own")
+@pytest.mark.skipif(
+    os.geteuid() != 0
+    or not os.access("/usr/bin/python3", os.X_OK)
+    or not all(shutil.which(t) for t in ("iptables", "unshare", "setpriv", "ip")),
+    reason="needs root, iptables, unshare, setpriv, ip and /usr/bin/python3: a network namespace of its own",
+)
 @pytest.mark.parametrize("closes", [STARTUP_CLOSES, AGENT_CLOSES], ids=["startup.sh", "agent"])
 def test_the_trainers_user_gets_no_answer_from_the_metadata_server(tmp_path, closes):
     """The rule, for real, in a network namespace of its own (the host's firewall is not touched)
@@ -204,8 +226,9 @@ def test_the_trainers_user_gets_no_answer_from_the_metadata_server(tmp_path, clo
     added once however often it runs."""
     script = tmp_path / "try.sh"
     script.write_text(FIREWALL_TRY)
-    done = subprocess.run(["unshare", "--net", "bash", str(script), *closes], capture_output=True, text=True,
-                          timeout=60, cwd=ROOT)
+    done = subprocess.run(
+        ["unshare", "--net", "bash", str(script), *closes], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert ["rules: 1", "root: 200", "nobody: ConnectionRefusedError"] == lines, done.stdout + done.stderr
@@ -228,8 +251,9 @@ def test_the_agent_adds_the_same_rule_as_startup_sh():
 
     text = open(STARTUP).read()
     words = re.search(r"local rule=\((.*?)\)\n", text, re.S).group(1).split()
-    substituted = [w.replace('"${METADATA_IP}/32"', f"{METADATA_IP}/32").replace('"${uid}"', "1234").strip('"')
-                   for w in words]
+    substituted = [
+        w.replace('"${METADATA_IP}/32"', f"{METADATA_IP}/32").replace('"${uid}"', "1234").strip('"') for w in words
+    ]
     assert substituted == rule(1234)
     assert f"readonly METADATA_IP={METADATA_IP}" in text
 

@@ -25,11 +25,29 @@ GROUP = GroupRef(PROJECT, "g", zone=ZONE)
 
 def _job(tmp_path, capsys, name: str = "g", zone: str = ZONE) -> Compute:
     spec_file = tmp_path / "job.yaml"
-    spec_file.write_text(f"name: {name}\njob_dir: {tmp_path}/j\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
-                         "state_disk_gb: 50\n")
+    spec_file.write_text(
+        f"name: {name}\njob_dir: {tmp_path}/j\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\nstate_disk_gb: 50\n"
+    )
     assert cli.main(["make-template", name, "--config", str(spec_file), "--project", PROJECT]) == 0
-    assert cli.main(["make-group", name, "--template", name, "--zone", zone, "--project", PROJECT,
-                     "--wait-seconds", "5", "--poll-seconds", "0.1"]) == 0, capsys.readouterr().err
+    assert (
+        cli.main(
+            [
+                "make-group",
+                name,
+                "--template",
+                name,
+                "--zone",
+                zone,
+                "--project",
+                PROJECT,
+                "--wait-seconds",
+                "5",
+                "--poll-seconds",
+                "0.1",
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
     capsys.readouterr()
     return Compute(PROJECT)
 
@@ -69,7 +87,8 @@ def test_delete_deletes_the_state_disk_once_nothing_waits_on_it(compute_server, 
 
 
 def test_delete_keeps_a_state_disk_a_pending_snapshot_needs_and_status_and_report_show_its_cost(
-        compute_server, capsys, tmp_path):
+    compute_server, capsys, tmp_path
+):
     _job(tmp_path, capsys)
     _pending(tmp_path)
     assert cli.main(["delete", "g", "--zone", ZONE, "--project", PROJECT]) == 0
@@ -81,12 +100,29 @@ def test_delete_keeps_a_state_disk_a_pending_snapshot_needs_and_status_and_repor
     out = capsys.readouterr().out
     assert "state disk g-" in out and "$5.00 a month: step 9 waits on it" in out
     assert "state disks left: $5.00 a month" in out
-    assert cli.main(["status", "g", "--zone", ZONE, "--project", PROJECT, "--job-dir", str(tmp_path / "j"),
-                     "--json"]) == 0
+    assert (
+        cli.main(["status", "g", "--zone", ZONE, "--project", PROJECT, "--job-dir", str(tmp_path / "j"), "--json"]) == 0
+    )
     [disk] = json.loads(capsys.readouterr().out)["state_disks"]
     assert (disk["monthly_usd"], disk["size_gb"], disk["attached_to"]) == (5.0, 50, [])
-    assert cli.main(["report", "g", "--zone", ZONE, "--project", PROJECT, "--job-dir", str(tmp_path / "j"),
-                     "--offline", "--out", str(tmp_path / "r")]) == 0
+    assert (
+        cli.main(
+            [
+                "report",
+                "g",
+                "--zone",
+                ZONE,
+                "--project",
+                PROJECT,
+                "--job-dir",
+                str(tmp_path / "j"),
+                "--offline",
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "## State disks left" in out and "$5.00 a month" in out
     assert "## State disks left" in (tmp_path / "r" / "report.md").read_text()
@@ -114,14 +150,23 @@ def test_the_watch_comes_back_while_a_finished_jobs_state_disk_is_attached(compu
 
 @pytest.mark.parametrize("waits", [False, True])
 def test_a_move_deletes_the_state_disk_of_the_region_it_left_unless_a_snapshot_waits_on_it(
-        compute_server, capsys, tmp_path, waits):
+    compute_server, capsys, tmp_path, waits
+):
     compute = Compute(PROJECT)
     compute_server.add_disk(PROJECT, ZONE, "g-abcd-survivor-state", size_gb=50, labels={STATE_DISK_LABEL: "g"})
     compute_server.add_disk(PROJECT, "us-east1-b", "g-efgh-survivor-state", size_gb=50, labels={STATE_DISK_LABEL: "g"})
     compute_server.add_disk(PROJECT, ZONE, "other-job-disk", size_gb=50, labels={STATE_DISK_LABEL: "other"})
     storage = open_storage(str(tmp_path / "j"))
-    record_move(storage, Move(time="2026-11-01T00:00:00+00:00", from_place=f"zones/{ZONE}",
-                              to_place="regions/us-east1", reason="a stockout", by="watch"))
+    record_move(
+        storage,
+        Move(
+            time="2026-11-01T00:00:00+00:00",
+            from_place=f"zones/{ZONE}",
+            to_place="regions/us-east1",
+            reason="a stockout",
+            by="watch",
+        ),
+    )
     if waits:
         _pending(tmp_path)
     lines: list[str] = []

@@ -14,8 +14,17 @@ import pytest
 from survivor.jobdir.snapshot import decide_files_and_step, parse_tf_state, scan
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.chunks import CHUNKS
-from survivor.jobdir.store import (BLOBS, CheckpointStore, ChunkEntry, FileEntry, Manifest, ManifestError, RestoreFailed,
-                            check_relative_path, snapshots_to_delete)
+from survivor.jobdir.store import (
+    BLOBS,
+    CheckpointStore,
+    ChunkEntry,
+    FileEntry,
+    Manifest,
+    ManifestError,
+    RestoreFailed,
+    check_relative_path,
+    snapshots_to_delete,
+)
 
 
 def write(root, name, data):
@@ -44,7 +53,10 @@ def test_commit_then_restore_round_trips(job_dir, tmp_path):
     target = str(tmp_path / "restored")
     manifest = store.restore(target)
     assert manifest.step == 10
-    assert open(os.path.join(target, "sub/model.bin"), "rb").read() == open(os.path.join(local, "sub/model.bin"), "rb").read()
+    assert (
+        open(os.path.join(target, "sub/model.bin"), "rb").read()
+        == open(os.path.join(local, "sub/model.bin"), "rb").read()
+    )
 
 
 def test_unchanged_files_are_not_uploaded_again(job_dir, tmp_path):
@@ -105,9 +117,18 @@ def test_restore_never_follows_a_manifest_with_dotdot_paths(job_dir, tmp_path):
     local = str(tmp_path / "job")
     commit_step(store, local, 10)
     evil = {
-        "format": 2, "step": 99, "attempt": 9, "seq": 1,
-        "files": [{"path": "../../escaped.txt", "size": 2, "crc32c": "AAAAAA==",
-                   "chunks": [{"offset": 0, "size": 2, "crc32c": "AAAAAA==", "object": f"{CHUNKS}x"}]}],
+        "format": 2,
+        "step": 99,
+        "attempt": 9,
+        "seq": 1,
+        "files": [
+            {
+                "path": "../../escaped.txt",
+                "size": 2,
+                "crc32c": "AAAAAA==",
+                "chunks": [{"offset": 0, "size": 2, "crc32c": "AAAAAA==", "object": f"{CHUNKS}x"}],
+            }
+        ],
     }
     storage.write("survivor/snapshots/000000000099-000009-0001.json", json.dumps(evil).encode())
     with pytest.raises(ManifestError, match="escaped"):
@@ -140,15 +161,33 @@ def test_nothing_committed_restores_an_empty_dir(job_dir, tmp_path):
 
 
 def test_tf_layout_takes_only_checkpoints_the_state_file_lists():
-    state = 'model_checkpoint_path: "ckpt-3"\nall_model_checkpoint_paths: "ckpt-2"\nall_model_checkpoint_paths: "ckpt-3"\n'
+    state = (
+        'model_checkpoint_path: "ckpt-3"\nall_model_checkpoint_paths: "ckpt-2"\nall_model_checkpoint_paths: "ckpt-3"\n'
+    )
     assert parse_tf_state(state) == ("ckpt-3", ["ckpt-2", "ckpt-3"])
-    paths = ["checkpoint", "ckpt-2.index", "ckpt-2.data-00000-of-00001", "ckpt-3.index",
-             "ckpt-3.data-00000-of-00001", "ckpt-4.index", "ckpt-4_temp/part-00000-of-00001.index",
-             "checkpoint.tmp1234", "train/events.out.tfevents.1.host", "hparams.json", ".hidden"]
+    paths = [
+        "checkpoint",
+        "ckpt-2.index",
+        "ckpt-2.data-00000-of-00001",
+        "ckpt-3.index",
+        "ckpt-3.data-00000-of-00001",
+        "ckpt-4.index",
+        "ckpt-4_temp/part-00000-of-00001.index",
+        "checkpoint.tmp1234",
+        "train/events.out.tfevents.1.host",
+        "hparams.json",
+        ".hidden",
+    ]
     step, chosen = decide_files_and_step(paths, state)
     assert step == 3
-    assert chosen == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index", "ckpt-3.data-00000-of-00001",
-                      "ckpt-3.index", "hparams.json"]
+    assert chosen == [
+        "checkpoint",
+        "ckpt-2.data-00000-of-00001",
+        "ckpt-2.index",
+        "ckpt-3.data-00000-of-00001",
+        "ckpt-3.index",
+        "hparams.json",
+    ]
 
 
 def test_numbered_layout_takes_the_highest_number():
@@ -213,6 +252,7 @@ def fence_log(calls: list, fail: bool = False):
         calls.append(time.monotonic())
         if fail:
             raise RuntimeError("lease lost")
+
     return fence
 
 
@@ -283,25 +323,56 @@ def chunk(**fields) -> dict:
 
 
 @pytest.mark.usefixtures("gc_off")  # parses 100,000-deep JSON in this process
-@pytest.mark.parametrize("data", [
-    b'{"step": NaN, "attempt": 1, "files": []}',
-    body().replace(b'"size": 12', b'"size": Infinity'),
-    body().replace(b'"step": 20', b'"step": -Infinity'),
-    b'{"step": 1, "files": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
-    b'{"step": 1, "attempt": ' + b"9" * 5000 + b', "files": []}',
-    b"[1, 2]", b"null", b"\xff\xfe{", b"",
-    body(files=7), body(files={"a": 1}), body(files=[5]), body(files=[]),
-    body(step="20"), body(step=20.0), body(step=True), body(step=None), body(step=-1), body(step=1 << 70),
-    body(attempt="1"), body(seq=1.5), body(created=["x"]), body(writer=7), body(parent=3), body(abandoned="x"),
-    body(format=1), body(format="2"), body(format=2.0), body(format=True), body(format=None),
-    json.dumps({k: v for k, v in GOOD.items() if k != "format"}).encode(),
-    body(files=[entry(path={"a": 1})]), body(files=[entry(size="12")]), body(files=[entry(size=-1)]),
-    body(files=[entry(size=False)]), body(files=[entry(crc32c=7)]), body(files=[entry(crc32c="not base64!")]),
-    body(files=[entry(crc32c="AAAA")]), body(files=[chunk(object=7)]), body(files=[chunk(object="survivor/LEASE")]),
-    body(files=[chunk(object=f"{CHUNKS}../LEASE")]), body(files=[entry(path="../x")]),
-    body(files=[entry(object=GOOD_CHUNK["object"])]),  # a whole-file blob beside its chunks
-    body(files=[GOOD_ENTRY, GOOD_ENTRY]),
-], ids=lambda d: d[:40].decode(errors="replace"))
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"step": NaN, "attempt": 1, "files": []}',
+        body().replace(b'"size": 12', b'"size": Infinity'),
+        body().replace(b'"step": 20', b'"step": -Infinity'),
+        b'{"step": 1, "files": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b'{"step": 1, "attempt": ' + b"9" * 5000 + b', "files": []}',
+        b"[1, 2]",
+        b"null",
+        b"\xff\xfe{",
+        b"",
+        body(files=7),
+        body(files={"a": 1}),
+        body(files=[5]),
+        body(files=[]),
+        body(step="20"),
+        body(step=20.0),
+        body(step=True),
+        body(step=None),
+        body(step=-1),
+        body(step=1 << 70),
+        body(attempt="1"),
+        body(seq=1.5),
+        body(created=["x"]),
+        body(writer=7),
+        body(parent=3),
+        body(abandoned="x"),
+        body(format=1),
+        body(format="2"),
+        body(format=2.0),
+        body(format=True),
+        body(format=None),
+        json.dumps({k: v for k, v in GOOD.items() if k != "format"}).encode(),
+        body(files=[entry(path={"a": 1})]),
+        body(files=[entry(size="12")]),
+        body(files=[entry(size=-1)]),
+        body(files=[entry(size=False)]),
+        body(files=[entry(crc32c=7)]),
+        body(files=[entry(crc32c="not base64!")]),
+        body(files=[entry(crc32c="AAAA")]),
+        body(files=[chunk(object=7)]),
+        body(files=[chunk(object="survivor/LEASE")]),
+        body(files=[chunk(object=f"{CHUNKS}../LEASE")]),
+        body(files=[entry(path="../x")]),
+        body(files=[entry(object=GOOD_CHUNK["object"])]),  # a whole-file blob beside its chunks
+        body(files=[GOOD_ENTRY, GOOD_ENTRY]),
+    ],
+    ids=lambda d: d[:40].decode(errors="replace"),
+)
 def test_a_manifest_that_is_not_the_exact_schema_is_refused(data):
     assert Manifest.from_json(body()).step == 20  # each case differs from a good manifest by its damage alone
     with pytest.raises(ManifestError):
@@ -309,8 +380,9 @@ def test_a_manifest_that_is_not_the_exact_schema_is_refused(data):
 
 
 def test_a_manifest_round_trips_with_its_lineage_and_ignores_unknown_keys():
-    manifest = Manifest.from_json(body(parent="survivor/snapshots/a.json", abandoned=["survivor/snapshots/b.json"],
-                                       note="from a newer survivor"))
+    manifest = Manifest.from_json(
+        body(parent="survivor/snapshots/a.json", abandoned=["survivor/snapshots/b.json"], note="from a newer survivor")
+    )
     assert manifest.step == 20 and manifest.parent == "survivor/snapshots/a.json"
     assert Manifest.from_json(manifest.to_json()) == manifest
     assert Manifest.from_json(body()).parent is None  # written before lineage was kept
@@ -344,8 +416,12 @@ def test_a_manifest_larger_than_any_real_one_is_not_read(job_dir, tmp_path, monk
 
 
 def test_manifest_names_sort_by_number_not_text():
-    names = ["survivor/snapshots/000000000020-000001-0001.json", "survivor/snapshots/1000000000000-000001-0001.json",
-             "survivor/snapshots/000000000020-000002-0001.json", "survivor/snapshots/junk.json"]
+    names = [
+        "survivor/snapshots/000000000020-000001-0001.json",
+        "survivor/snapshots/1000000000000-000001-0001.json",
+        "survivor/snapshots/000000000020-000002-0001.json",
+        "survivor/snapshots/junk.json",
+    ]
     from survivor.jobdir.store import _order
 
     assert sorted(names, key=_order, reverse=True) == [names[1], names[2], names[0], names[3]]
@@ -355,8 +431,14 @@ def test_manifest_names_sort_by_number_not_text():
 
 
 def snap(step, parent=None, abandoned=(), attempt=1):
-    return Manifest(step, attempt, 1, (FileEntry(f"f{step}", 1, "AAAAAA==", (ChunkEntry(0, 1, "AAAAAA==", f"{CHUNKS}f{step}"),)),),
-                    parent=parent, abandoned=tuple(abandoned))
+    return Manifest(
+        step,
+        attempt,
+        1,
+        (FileEntry(f"f{step}", 1, "AAAAAA==", (ChunkEntry(0, 1, "AAAAAA==", f"{CHUNKS}f{step}"),)),),
+        parent=parent,
+        abandoned=tuple(abandoned),
+    )
 
 
 def names(manifests):
@@ -369,7 +451,7 @@ def newest_first(*manifests):
 
 def test_one_lineage_keeps_the_newest_keep():
     a = snap(10, parent="")
-    b, = [snap(20, parent=a.name)]
+    (b,) = [snap(20, parent=a.name)]
     c = snap(30, parent=b.name)
     d = snap(40, parent=c.name)
     assert names(snapshots_to_delete(newest_first(a, b, c, d), keep=2)) == [20, 10]
@@ -537,7 +619,11 @@ def test_a_layout_no_directory_can_hold_is_refused_when_the_manifest_is_read():
     from survivor.jobdir.store import ManifestError, check_layout
 
     check_layout(["ckpt-1.index", "train/events", "train/sub/events", "a/b", "ab"])  # fine together
-    for paths, why in ((["F", "F/x"], "lies inside 'F'"), (["d/x/y", "d"], "lies inside 'd'"),
-                       (["a/b", "a/./b"], "listed twice"), (["a/b", "a//b"], "listed twice")):
+    for paths, why in (
+        (["F", "F/x"], "lies inside 'F'"),
+        (["d/x/y", "d"], "lies inside 'd'"),
+        (["a/b", "a/./b"], "listed twice"),
+        (["a/b", "a//b"], "listed twice"),
+    ):
         with pytest.raises(ManifestError, match=why):
             check_layout(paths)

@@ -142,8 +142,7 @@ def damage(storage, name, how):
         storage.delete([name])
     else:
         data = storage.read(name).data
-        storage.write(name, {"flipped": bytes([data[0] ^ 1]) + data[1:], "short": data[:-1],
-                             "long": data + b"x"}[how])
+        storage.write(name, {"flipped": bytes([data[0] ^ 1]) + data[1:], "short": data[:-1], "long": data + b"x"}[how])
 
 
 def two_snapshots(job_dir, tmp_path):
@@ -202,7 +201,7 @@ def test_a_chunk_written_in_one_pass_is_checksummed_as_written_and_one_rewound_a
         one_pass = _FileWindow(fd, 1000, 1000)
         stream = one_pass.buffered()
         for at in range(0, 1000, 300):
-            stream.write(chunk[at:at + 300])
+            stream.write(chunk[at : at + 300])
         stream.flush()
         one_pass.finish()
         late.close()  # the failed attempt's buffer, flushed when it is collected: dropped
@@ -271,8 +270,7 @@ def test_a_sigkill_mid_commit_of_a_chunked_snapshot_never_leaves_a_visible_parti
 # -- manifests of the whole-file format, which only a store never released wrote -------------------------
 
 
-def test_a_manifest_of_whole_file_blobs_is_refused_by_name_and_the_previous_commit_restores(job_dir, tmp_path,
-                                                                                              caplog):
+def test_a_manifest_of_whole_file_blobs_is_refused_by_name_and_the_previous_commit_restores(job_dir, tmp_path, caplog):
     storage = open_storage(job_dir)
     store = CheckpointStore(storage, chunk_size=SMALL)
     local, body = str(tmp_path / "job"), os.urandom(300_000)
@@ -280,8 +278,15 @@ def test_a_manifest_of_whole_file_blobs_is_refused_by_name_and_the_previous_comm
     good = commit(store, local, 4).manifest
     name = f"{BLOBS}model.data.{base64.b64decode(crc32c_of_bytes(body)).hex()}.300000"
     storage.upload([(os.path.join(local, "model.data"), name)])
-    old = {"format": 1, "step": 5, "attempt": 1, "seq": 1, "created": "", "writer": "survivor 0.x",
-           "files": [{"path": "model.data", "size": 300_000, "crc32c": crc32c_of_bytes(body), "object": name}]}
+    old = {
+        "format": 1,
+        "step": 5,
+        "attempt": 1,
+        "seq": 1,
+        "created": "",
+        "writer": "survivor 0.x",
+        "files": [{"path": "model.data", "size": 300_000, "crc32c": crc32c_of_bytes(body), "object": name}],
+    }
     whole = "survivor/snapshots/000000000005-000001-0001.json"
     storage.write(whole, json.dumps(old).encode())
     restored = str(tmp_path / "r")
@@ -303,8 +308,9 @@ GOOD_FILE = {"path": "model.data", "size": 12, "crc32c": "AAAAAA==", "chunks": [
 
 def chunked(files=None, **chunk) -> bytes:
     entry = {**GOOD_FILE, "chunks": [{**GOOD_CHUNK, **chunk}]} if files is None else files
-    return json.dumps({"format": 2, "step": 20, "attempt": 1, "seq": 1, "files": [entry] if files is None
-                       else files}).encode()
+    return json.dumps(
+        {"format": 2, "step": 20, "attempt": 1, "seq": 1, "files": [entry] if files is None else files}
+    ).encode()
 
 
 def test_a_chunked_manifest_round_trips():
@@ -313,19 +319,31 @@ def test_a_chunked_manifest_round_trips():
     assert Manifest.from_json(manifest.to_json()) == manifest
 
 
-@pytest.mark.parametrize("data", [
-    chunked(offset=1), chunked(size=0), chunked(size=13), chunked(size="12"), chunked(offset=-1),
-    chunked(crc32c="AAAA"), chunked(crc32c=7), chunked(object=f"{BLOBS}model.data.0.12"),
-    chunked(object=f"{CHUNKS}../../LEASE"), chunked(object=None),
-    chunked(files=[{**GOOD_FILE, "chunks": [GOOD_CHUNK, {**GOOD_CHUNK, "offset": 12}]}]),  # longer than the file
-    chunked(files=[{**GOOD_FILE, "chunks": [{**GOOD_CHUNK, "size": 6}, {**GOOD_CHUNK, "offset": 7, "size": 5}]}]),
-    chunked(files=[{**GOOD_FILE, "chunks": [{**GOOD_CHUNK, "size": 6}, {**GOOD_CHUNK, "offset": 5, "size": 7}]}]),
-    chunked(files=[{**GOOD_FILE, "chunks": "all of them"}]), chunked(files=[{**GOOD_FILE, "chunks": [5]}]),
-    chunked(files=[{k: v for k, v in GOOD_FILE.items() if k != "chunks"}]),
-    chunked(files=[{**GOOD_FILE, "object": f"{BLOBS}model.data.0.12"}]),  # both ways at once
-    chunked(files=[{**GOOD_FILE, "size": 0, "chunks": [GOOD_CHUNK]}]),
-    json.dumps({"format": 3, "step": 1, "attempt": 1, "files": [GOOD_FILE]}).encode(),
-], ids=lambda d: d[60:120].decode(errors="replace"))
+@pytest.mark.parametrize(
+    "data",
+    [
+        chunked(offset=1),
+        chunked(size=0),
+        chunked(size=13),
+        chunked(size="12"),
+        chunked(offset=-1),
+        chunked(crc32c="AAAA"),
+        chunked(crc32c=7),
+        chunked(object=f"{BLOBS}model.data.0.12"),
+        chunked(object=f"{CHUNKS}../../LEASE"),
+        chunked(object=None),
+        chunked(files=[{**GOOD_FILE, "chunks": [GOOD_CHUNK, {**GOOD_CHUNK, "offset": 12}]}]),  # longer than the file
+        chunked(files=[{**GOOD_FILE, "chunks": [{**GOOD_CHUNK, "size": 6}, {**GOOD_CHUNK, "offset": 7, "size": 5}]}]),
+        chunked(files=[{**GOOD_FILE, "chunks": [{**GOOD_CHUNK, "size": 6}, {**GOOD_CHUNK, "offset": 5, "size": 7}]}]),
+        chunked(files=[{**GOOD_FILE, "chunks": "all of them"}]),
+        chunked(files=[{**GOOD_FILE, "chunks": [5]}]),
+        chunked(files=[{k: v for k, v in GOOD_FILE.items() if k != "chunks"}]),
+        chunked(files=[{**GOOD_FILE, "object": f"{BLOBS}model.data.0.12"}]),  # both ways at once
+        chunked(files=[{**GOOD_FILE, "size": 0, "chunks": [GOOD_CHUNK]}]),
+        json.dumps({"format": 3, "step": 1, "attempt": 1, "files": [GOOD_FILE]}).encode(),
+    ],
+    ids=lambda d: d[60:120].decode(errors="replace"),
+)
 def test_a_chunked_manifest_that_is_not_the_exact_schema_is_refused(data):
     with pytest.raises(ManifestError):
         Manifest.from_json(data)
@@ -370,14 +388,17 @@ def test_a_files_crc32c_is_its_chunks_combined():
             at = 0
             while at < size:  # fed in pieces that do not line up with the chunks
                 step = rng.randint(1, 5000)
-                digester.update(data[at:at + step])
+                digester.update(data[at : at + step])
                 at += step
             digest = digester.digest()
             assert digest.crc32c == crc32c_of_bytes(data) == combine_crc32c(digest.chunks)
-            assert b"".join(data[c.offset:c.offset + c.size] for c in digest.chunks) == data
+            assert b"".join(data[c.offset : c.offset + c.size] for c in digest.chunks) == data
     a, b = b"hello, ", b"world"
-    combined = crc32c_combine(int.from_bytes(base64.b64decode(crc32c_of_bytes(a)), "big"),
-                              int.from_bytes(base64.b64decode(crc32c_of_bytes(b)), "big"), len(b))
+    combined = crc32c_combine(
+        int.from_bytes(base64.b64decode(crc32c_of_bytes(a)), "big"),
+        int.from_bytes(base64.b64decode(crc32c_of_bytes(b)), "big"),
+        len(b),
+    )
     assert base64.b64encode(combined.to_bytes(4, "big")).decode() == crc32c_of_bytes(a + b)
 
 
@@ -409,8 +430,15 @@ def test_a_damaged_shared_chunk_is_stored_again_by_the_next_commit(job_dir, tmp_
     newest = commit(store, local, 20).manifest
     victim, other = (c.object for c in data_entry(newest).chunks[1:3])
     data = storage.read(victim).data
-    storage.write(victim, {"flipped": bytes([data[0] ^ 1]) + data[1:], "truncated": data[:-100], "emptied": b"",
-                           "another chunk's bytes": storage.read(other).data}[how])
+    storage.write(
+        victim,
+        {
+            "flipped": bytes([data[0] ^ 1]) + data[1:],
+            "truncated": data[:-100],
+            "emptied": b"",
+            "another chunk's bytes": storage.read(other).data,
+        }[how],
+    )
     if when == "before this store listed it":
         store = CheckpointStore(storage, chunk_size=SMALL)  # a later boot's agent
     body = shared + os.urandom(SMALL)
@@ -431,8 +459,9 @@ def test_a_damaged_shared_chunk_is_stored_again_by_the_next_commit(job_dir, tmp_
     assert read(os.path.join(restored, "model.data")) == body
 
 
-def test_a_chunk_damaged_while_the_agent_runs_is_stored_again_and_every_later_commit_restores(job_dir, tmp_path,
-                                                                                               instance_factory):
+def test_a_chunk_damaged_while_the_agent_runs_is_stored_again_and_every_later_commit_restores(
+    job_dir, tmp_path, instance_factory
+):
     """Through the real agent: its dummy trainer's state file repeats the same bytes after its first
     8 at every save, so each commit shares its chunks with the one before. A shared chunk is
     damaged in the job dir while the agent runs; the agent's next commits must not reuse it, and
@@ -440,8 +469,14 @@ def test_a_chunk_damaged_while_the_agent_runs_is_stored_again_and_every_later_co
     and a later boot skipped them all)."""
     from tests.conftest import dummy_spec
 
-    spec = dummy_spec(job_dir, tmp_path, train_steps=100_000, checkpoint_steps=5, step_seconds=0.02,
-                      extra_args=["--checkpoint-bytes", str(6 * SMALL)])
+    spec = dummy_spec(
+        job_dir,
+        tmp_path,
+        train_steps=100_000,
+        checkpoint_steps=5,
+        step_seconds=0.02,
+        extra_args=["--checkpoint-bytes", str(6 * SMALL)],
+    )
     vm = instance_factory(spec, env={"SURVIVOR_CHUNK_MIB": str(SMALL / (1 << 20))})
     storage = open_storage(job_dir)
     probe = CheckpointStore(storage, chunk_size=SMALL)
@@ -460,8 +495,9 @@ def test_a_chunk_damaged_while_the_agent_runs_is_stored_again_and_every_later_co
     newest = probe.latest()
     assert newest.step >= damaged.step + 15
     restored = CheckpointStore(storage, chunk_size=SMALL).restore(str(tmp_path / "r"))
-    assert restored is not None and restored.name == newest.name, \
+    assert restored is not None and restored.name == newest.name, (
         f"restored {restored and restored.name}, not the newest commit {newest.name}"
+    )
 
 
 def test_temporary_uploads_a_killed_agent_left_are_collected_and_a_write_under_way_is_not(tmp_path):

@@ -61,13 +61,20 @@ def test_through_the_agent_and_the_storage_emulator(uninterrupted, bucket, tmp_p
     from survivor.jobdir.store import CheckpointStore
 
     job_dir = f"gs://{bucket}/mlp"
-    spec = yaml.safe_dump({
-        "job_dir": job_dir, "train_steps": 40, "checkpoint_steps": 1000, "num_gpus": 2, "on_finish": "keep-alive", "sync_seconds": 0.5,
-        "trainer": {"argv": [sys.executable, "-m", MLP]},
-        # paced (no hyperparameter of the checkpoint's): on a loaded machine the test's own polling could
-        # be starved past the step it preempts at, and a trainer done in a second then finished first
-        "hyperparameters": {"log-steps": 5, "dropout": 0.3, "step-seconds": 0.1},
-    })
+    spec = yaml.safe_dump(
+        {
+            "job_dir": job_dir,
+            "train_steps": 40,
+            "checkpoint_steps": 1000,
+            "num_gpus": 2,
+            "on_finish": "keep-alive",
+            "sync_seconds": 0.5,
+            "trainer": {"argv": [sys.executable, "-m", MLP]},
+            # paced (no hyperparameter of the checkpoint's): on a loaded machine the test's own polling could
+            # be starved past the step it preempts at, and a trainer done in a second then finished first
+            "hyperparameters": {"log-steps": 5, "dropout": 0.3, "step-seconds": 0.1},
+        }
+    )
     vm = instance_factory(spec)
     vm.boot()
     for stop in sorted(random.sample(range(3, 37), 2)):
@@ -103,7 +110,6 @@ def test_keras_fit_helper_saves_on_sigterm_and_resumes_mid_epoch_exactly(tmp_pat
     assert_bitwise_equal(a, b)
 
 
-
 def test_keras_fit_on_arrays_stops_at_train_steps_and_resumes_a_seeded_shuffle_exactly(tmp_path):
     """Keras-io's `model.fit(x, y, batch_size, validation_split)`, through
     fit_resumable: 70 steps of 29-batch epochs (a short last epoch: it trained 87 before), SIGTERMed
@@ -120,8 +126,6 @@ def test_keras_fit_on_arrays_stops_at_train_steps_and_resumes_a_seeded_shuffle_e
     a, b = checkpoint_values(straight), checkpoint_values(resumed)
     assert int(a["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"]) == 70  # exactly train_steps
     assert_bitwise_equal(a, b)
-
-
 
 
 def test_the_checkpoint_guides_loop_with_resumable_checkpoint_resumes_adam_exactly(tmp_path, monkeypatch):

@@ -29,8 +29,10 @@ def test_records_are_framed_as_tensorflows_writer_frames_them(tf, tmp_path):
 @pytest.mark.parametrize("label", [0, 9, 2**40, -3])
 def test_an_example_parses_with_tensorflow_to_what_was_written(tf, label):
     image = np.arange(3072, dtype=np.uint8).tobytes()
-    parsed = tf.io.parse_single_example(tfrecord.example({"image": image, "label": label}), {
-        "image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)})
+    parsed = tf.io.parse_single_example(
+        tfrecord.example({"image": image, "label": label}),
+        {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)},
+    )
     assert parsed["image"].numpy() == image and int(parsed["label"]) == label
     # and TensorFlow's own proto reads it the same
     proto = tf.train.Example.FromString(tfrecord.example({"image": image, "label": label}))

@@ -31,8 +31,14 @@ def test_no_spot_vm_is_billed_or_created_inside_an_outage():
 @pytest.mark.parametrize("seed", range(40))
 def test_always_spot_waits_out_every_outage_that_starts_before_its_finish(seed):
     rng = random.Random(seed)
-    trace = make_trace(seed, 60, rng.choice([0.1, 0.4, 0.8]), rng.choice([0.5, 0.8, 1.0]), rng.choice([0.5, 2.0]),
-                       start_in_stockout=False)
+    trace = make_trace(
+        seed,
+        60,
+        rng.choice([0.1, 0.4, 0.8]),
+        rng.choice([0.5, 0.8, 1.0]),
+        rng.choice([0.5, 2.0]),
+        start_in_stockout=False,
+    )
     run = replay(trace, Job(hours=8, deadline_hours=15, **JOB), always(SPOT))
     assert run.finished_at is not None
     # while an outage lasts no Spot VM exists, so nothing trains: the wall time holds the training,
@@ -95,16 +101,23 @@ def _hostile(folder, kind: str) -> str:
     elif kind == "directory":
         path.mkdir()
     else:
-        gap, data = {"infinity": ("Infinity", "[1, 0]"), "nan": ("NaN", "[1, 0]"), "1e999": ("1e999", "[1, 0]"),
-                     "zero-gap": ("0", "[1, 0]"), "string-data": ("600", '"1111"'),
-                     "huge-point": ("600", "[1" + "0" * 400 + "]")}[kind]
+        gap, data = {
+            "infinity": ("Infinity", "[1, 0]"),
+            "nan": ("NaN", "[1, 0]"),
+            "1e999": ("1e999", "[1, 0]"),
+            "zero-gap": ("0", "[1, 0]"),
+            "string-data": ("600", '"1111"'),
+            "huge-point": ("600", "[1" + "0" * 400 + "]"),
+        }[kind]
         path.write_text(f'{{"metadata": {{"gap_seconds": {gap}}}, "data": {data}}}')
         json.loads(path.read_text())  # each is JSON Python reads: the reader must refuse it itself
     return str(path)
 
 
-@pytest.mark.parametrize("kind", ["deep", "fifo", "dev-zero", "directory", "infinity", "nan", "1e999", "zero-gap",
-                                  "string-data", "huge-point"])
+@pytest.mark.parametrize(
+    "kind",
+    ["deep", "fifo", "dev-zero", "directory", "infinity", "nan", "1e999", "zero-gap", "string-data", "huge-point"],
+)
 def test_what_is_named_like_a_trace_but_is_none_is_one_line_and_exit_1(tmp_path, kind):
     """`survivor emulate compute --capacity-traces`: a 100,000-deep JSON was a traceback, a FIFO or
     /dev/zero hung the reader, `gap_seconds: Infinity` was taken. Each is one line naming the file,
@@ -114,8 +127,12 @@ def test_what_is_named_like_a_trace_but_is_none_is_one_line_and_exit_1(tmp_path,
     from tests.conftest import PYTHON
 
     path = _hostile(tmp_path / "traces", kind)
-    done = subprocess.run([PYTHON, "-m", "survivor", "emulate", "compute", "--port", "0", "--capacity-traces",
-                           str(tmp_path / "traces")], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [PYTHON, "-m", "survivor", "emulate", "compute", "--port", "0", "--capacity-traces", str(tmp_path / "traces")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1, done.stderr[-2000:]
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr[-2000:]
     assert done.stderr.startswith(f"error: {path}: "), done.stderr

@@ -14,7 +14,8 @@ SUFFIXES = {".py", ".md", ".sh", ".txt", ".toml", ".yaml", ".html", ".js", ".css
 def test_no_tracker_numbers_in_the_code_or_the_docs():
     found = []
     paths = [ROOT / "README.md", ROOT / "pyproject.toml"] + [
-        p for place in PLACES for p in (ROOT / place).rglob("*") if p.suffix in SUFFIXES and p.is_file()]
+        p for place in PLACES for p in (ROOT / place).rglob("*") if p.suffix in SUFFIXES and p.is_file()
+    ]
     for path in paths:
         if path == pathlib.Path(__file__).resolve():
             continue

@@ -19,8 +19,7 @@ from survivor.agent.delivery import git_plan
 from survivor.jobdir.snapshot import scan
 from survivor.jobdir.storage import LocalStorage, crc32c_of_file
 from survivor.jobdir.store import CheckpointStore
-from survivor.agent.trainer import (MAX_LINE_BYTES, OutputLines, give_to, read_progress, session_members,
-                                      write_pid_file)
+from survivor.agent.trainer import MAX_LINE_BYTES, OutputLines, give_to, read_progress, session_members, write_pid_file
 from survivor.trainers.contract import progress_record
 
 SYSTEM_PYTHON = "/usr/bin/python3"  # one an unprivileged user can execute (this venv may live under /root)
@@ -42,16 +41,27 @@ def agent(base: str, workdir: str, spec: dict, *, stdout=None, name: str = "spec
     spec_file = os.path.join(base, f"{name}.yaml")
     with open(spec_file, "w") as f:
         json.dump({"on_finish": "keep-alive", **spec}, f)
-    args = [sys.executable, "-m", "survivor", "agent", "--workdir", workdir, "--config", spec_file,
-            "--log-format", "json"]
+    args = [
+        sys.executable,
+        "-m",
+        "survivor",
+        "agent",
+        "--workdir",
+        workdir,
+        "--config",
+        spec_file,
+        "--log-format",
+        "json",
+    ]
     if os.geteuid() == 0 and "user" not in spec:
         args.append("--allow-root-trainer")
     env = {k: v for k, v in os.environ.items() if k != "GCE_METADATA_HOST"}
     if os.environ.get("SURVIVOR_AGENT_SOURCE"):  # an older commit's tree: shows these tests fail without the fix
         env["PYTHONPATH"] = os.environ["SURVIVOR_AGENT_SOURCE"]
     # cwd: not the checkout, so PYTHONPATH decides which survivor runs
-    return subprocess.Popen(args, cwd=base, env=env, stdout=stdout or subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL)
+    return subprocess.Popen(
+        args, cwd=base, env=env, stdout=stdout or subprocess.DEVNULL, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+    )
 
 
 def run_agent(base: str, workdir: str, spec: dict, timeout: float = 120, **kw) -> tuple[int, str]:
@@ -127,8 +137,13 @@ def test_links_a_trainer_plants_never_give_it_roots_files(base):
     os.chmod(marks, 0o777)
     planter = script(base, "planter.py", PLANTER)
     job_dir, workdir = os.path.join(base, "jobdir"), os.path.join(base, "work")
-    spec = {"job_dir": job_dir, "train_steps": 8, "user": "nobody", "sync_seconds": 0.2,
-            "trainer": {"argv": [SYSTEM_PYTHON, planter, victim, secret, marks]}}
+    spec = {
+        "job_dir": job_dir,
+        "train_steps": 8,
+        "user": "nobody",
+        "sync_seconds": 0.2,
+        "trainer": {"argv": [SYSTEM_PYTHON, planter, victim, secret, marks]},
+    }
 
     first, _ = run_agent(base, workdir, spec)
     assert first == 1  # the planter failed on purpose: the next boot uses the same work dir
@@ -174,9 +189,16 @@ def test_a_blob_that_is_a_link_in_a_local_job_dir_is_never_restored(base):
     os.chmod(marks, 0o777)
     reader = script(base, "reader.py", PLANTER)
     open(os.path.join(marks, "boot-0"), "w").close()  # straight to the reading boot
-    code, log = run_agent(base, os.path.join(base, "work"), {
-        "job_dir": job_dir, "train_steps": 8, "user": "nobody",
-        "trainer": {"argv": [SYSTEM_PYTHON, reader, secret, secret, marks]}})
+    code, log = run_agent(
+        base,
+        os.path.join(base, "work"),
+        {
+            "job_dir": job_dir,
+            "train_steps": 8,
+            "user": "nobody",
+            "trainer": {"argv": [SYSTEM_PYTHON, reader, secret, secret, marks]},
+        },
+    )
     assert code == 0, log[-2000:]
     assert "skipping a snapshot that does not verify" in log
     assert '"step": 1' in log.split("restored", 1)[1][:300]
@@ -188,7 +210,10 @@ def test_a_fifo_or_link_in_the_job_dir_never_hangs_or_leaks_through_the_agent(ba
     commits the real checkpoint and finishes; neither is opened."""
     outside = tmp_path / "outside-the-job-dir"
     outside.write_text("not the trainer's\n")
-    trainer = script(base, "fifo.py", f"""
+    trainer = script(
+        base,
+        "fifo.py",
+        f"""
 import os, sys
 job = sys.argv[sys.argv.index("--job-dir") + 1]
 os.makedirs(job, exist_ok=True)
@@ -197,11 +222,15 @@ os.mkfifo(os.path.join(job, ".ckpt-9.tmp"))
 os.mkfifo(os.path.join(job, "events.out.tfevents.fifo"))
 os.symlink({str(outside)!r}, os.path.join(job, "dummy-checkpoint-9.json"))
 open(os.path.join(job, "dummy-checkpoint-5.json"), "w").write("5")
-""")
+""",
+    )
     job_dir = os.path.join(base, "jobdir")
-    code, log = run_agent(base, os.path.join(base, "work"), {
-        "job_dir": job_dir, "train_steps": 5, "sync_seconds": 0.2,
-        "trainer": {"argv": [sys.executable, trainer]}}, timeout=60)
+    code, log = run_agent(
+        base,
+        os.path.join(base, "work"),
+        {"job_dir": job_dir, "train_steps": 5, "sync_seconds": 0.2, "trainer": {"argv": [sys.executable, trainer]}},
+        timeout=60,
+    )
     assert code == 0, log[-2000:]
     assert done(job_dir)["step"] == 5
     manifests = [m for m in CheckpointStore(LocalStorage(job_dir)).committed()]
@@ -225,7 +254,10 @@ def _peak_rss_mb(pid: int) -> float | None:
 def test_output_without_line_ends_keeps_the_agents_memory_bounded(base):
     """200 MB with no line end (a progress bar gone wrong): the agent's peak memory stays where a
     quiet trainer's is, not three times the output."""
-    trainer = script(base, "flood.py", """
+    trainer = script(
+        base,
+        "flood.py",
+        """
 import os, sys, time
 block = b"x" * (1 << 20)
 for _ in range(200):
@@ -233,10 +265,14 @@ for _ in range(200):
 job = sys.argv[sys.argv.index("--job-dir") + 1]
 open(os.path.join(job, "dummy-checkpoint-1.json"), "w").write("1")
 time.sleep(1.0)  # the agent's peak is read while it still runs
-""")
+""",
+    )
     job_dir = os.path.join(base, "jobdir")
-    proc = agent(base, os.path.join(base, "work"), {"job_dir": job_dir, "train_steps": 1,
-                                                    "trainer": {"argv": [sys.executable, trainer]}})
+    proc = agent(
+        base,
+        os.path.join(base, "work"),
+        {"job_dir": job_dir, "train_steps": 1, "trainer": {"argv": [sys.executable, trainer]}},
+    )
     peak = 0.0
     deadline = time.monotonic() + 180
     while proc.poll() is None and time.monotonic() < deadline:
@@ -250,7 +286,10 @@ time.sleep(1.0)  # the agent's peak is read while it still runs
 
 
 def test_a_progress_bar_is_forwarded_one_redraw_per_log_line(base):
-    trainer = script(base, "bar.py", """
+    trainer = script(
+        base,
+        "bar.py",
+        """
 import os, sys
 for pct in (10, 50, 100):
     sys.stdout.write("\\rloading %d%%" % pct)
@@ -258,9 +297,13 @@ for pct in (10, 50, 100):
 sys.stdout.write("\\n" + "y" * 20000 + "\\n")
 job = sys.argv[sys.argv.index("--job-dir") + 1]
 open(os.path.join(job, "dummy-checkpoint-1.json"), "w").write("1")
-""")
-    code, log = run_agent(base, os.path.join(base, "work"), {
-        "job_dir": os.path.join(base, "jobdir"), "train_steps": 1, "trainer": {"argv": [sys.executable, trainer]}})
+""",
+    )
+    code, log = run_agent(
+        base,
+        os.path.join(base, "work"),
+        {"job_dir": os.path.join(base, "jobdir"), "train_steps": 1, "trainer": {"argv": [sys.executable, trainer]}},
+    )
     assert code == 0
     messages = [json.loads(line).get("message", "") for line in log.splitlines() if line.startswith("{")]
     assert [m for m in messages if m.startswith("loading")] == ["loading 10%", "loading 50%", "loading 100%"]
@@ -317,8 +360,16 @@ def test_nothing_a_trainer_started_outlives_it(base, ending):
     job_dir = os.path.join(base, "jobdir")
     workdir = os.path.join(base, "work")
     mode = "wait-for-notice" if ending == "notice" else "finish"
-    proc = agent(base, workdir, {"job_dir": job_dir, "train_steps": 1, "sync_seconds": 0.2,
-                                 "trainer": {"argv": [sys.executable, spawner, marks, mode]}})
+    proc = agent(
+        base,
+        workdir,
+        {
+            "job_dir": job_dir,
+            "train_steps": 1,
+            "sync_seconds": 0.2,
+            "trainer": {"argv": [sys.executable, spawner, marks, mode]},
+        },
+    )
     pids = []
     try:
         deadline = time.monotonic() + 60
@@ -357,18 +408,30 @@ def test_nothing_a_trainer_started_outlives_it(base, ending):
 
 
 def _git(*args, cwd):
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        env={
+            **os.environ,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        },
+    )
 
 
 def _repo(path: str, name: str) -> str:
     os.makedirs(os.path.join(path, "mytrainer"))
     with open(os.path.join(path, "mytrainer", "__main__.py"), "w") as f:
-        f.write("import os, sys\n"
-                f"print('trainer from repository {name}', flush=True)\n"
-                "job = sys.argv[sys.argv.index('--job-dir') + 1]\n"
-                "open(os.path.join(job, 'dummy-checkpoint-1.json'), 'w').write('1')\n")
+        f.write(
+            "import os, sys\n"
+            f"print('trainer from repository {name}', flush=True)\n"
+            "job = sys.argv[sys.argv.index('--job-dir') + 1]\n"
+            "open(os.path.join(job, 'dummy-checkpoint-1.json'), 'w').write('1')\n"
+        )
     _git("init", "-q", "-b", "main", cwd=path)
     _git("add", ".", cwd=path)
     _git("commit", "-qm", name, cwd=path)
@@ -385,8 +448,12 @@ def test_a_changed_git_url_is_followed_by_the_next_boot(base, ref):
     logs = []
     for n, url in enumerate([first, second]):
         trainer = {"module": "mytrainer", "git_url": url, **({"git_ref": ref} if ref else {})}
-        code, log = run_agent(base, workdir, {"job_dir": os.path.join(base, f"jobdir-{n}"), "train_steps": 1,
-                                              "trainer": trainer}, name=f"spec-{n}")
+        code, log = run_agent(
+            base,
+            workdir,
+            {"job_dir": os.path.join(base, f"jobdir-{n}"), "train_steps": 1, "trainer": trainer},
+            name=f"spec-{n}",
+        )
         assert code == 0, log[-2000:]
         logs.append(log)
     assert "trainer from repository first" in logs[0]
@@ -425,8 +492,10 @@ def test_git_plan_updates_only_a_checkout_of_the_same_url():
     assert not same.fresh and same.commands[0][-1] == "origin"
     moved = git_plan("https://h/new.git", "v2", "/w/src", origin="https://h/old.git")
     assert moved.fresh and moved.commands[0] == ["git", "clone", "--quiet", "--", "https://h/new.git", "/w/src"]
-    assert moved.commands[1:] == [["git", "-C", "/w/src", "checkout", "--quiet", "--detach", "v2"],
-                                  ["git", "-C", "/w/src", "reset", "--quiet", "--hard", "v2"]]
+    assert moved.commands[1:] == [
+        ["git", "-C", "/w/src", "checkout", "--quiet", "--detach", "v2"],
+        ["git", "-C", "/w/src", "reset", "--quiet", "--hard", "v2"],
+    ]
     assert git_plan("-u", None, "/w/src", origin=None).commands[0][3:5] == ["--", "-u"]
 
 
@@ -467,8 +536,9 @@ def test_give_to_chowns_links_not_their_targets(tmp_path):
     give_to("nobody", str(tree))
     nobody = pwd.getpwnam("nobody").pw_uid
     assert os.stat(target).st_uid == 0 and os.stat(tmp_path).st_uid == 0
-    assert {os.lstat(p).st_uid for p in [tree, tree / "sub", tree / "sub" / "ckpt", tree / "link", tree / "dirlink"]} \
-        == {nobody}
+    assert {
+        os.lstat(p).st_uid for p in [tree, tree / "sub", tree / "sub" / "ckpt", tree / "link", tree / "dirlink"]
+    } == {nobody}
 
 
 def test_a_trainers_file_is_opened_through_no_link_it_could_have_made(tmp_path):
@@ -530,8 +600,7 @@ def read_by_uploads(monkeypatch) -> list[bytes]:
 
 
 @pytest.mark.parametrize("swapped", ["the file", "its directory"])
-def test_a_checkpoint_swapped_for_a_link_after_the_scan_is_never_read_by_the_commit(tmp_path, swapped,
-                                                                                    read_by_uploads):
+def test_a_checkpoint_swapped_for_a_link_after_the_scan_is_never_read_by_the_commit(tmp_path, swapped, read_by_uploads):
     """The trainer swaps a scanned file (or the directory holding it) for a link to a file of the
     same name and size that only root may read: the commit does not read through it (it used to
     read the target and upload it, then delete it on the checksum), and commits nothing."""
@@ -660,7 +729,8 @@ def test_a_trainer_gets_no_token_of_the_vm_and_reads_only_its_data_bucket(base, 
     from google.cloud import storage
 
     storage.Client(project="p", credentials=AnonymousCredentials()).bucket(data_bucket).blob(
-        "train/shard-0").upload_from_string(b"the trainer's data")
+        "train/shard-0"
+    ).upload_from_string(b"the trainer's data")
     probe = script(base, "probe.py", PROBE)
     with StsServer() as sts, BucketIam(upstream=gcs_server.url, sts=sts) as iam:
         env = {"STORAGE_EMULATOR_HOST": iam.endpoint, "SURVIVOR_STS_ENDPOINT": sts.endpoint}
@@ -669,9 +739,20 @@ def test_a_trainer_gets_no_token_of_the_vm_and_reads_only_its_data_bucket(base, 
         vm = LocalInstance({}, os.path.join(base, "vm"), python=sys.executable, metadata_firewall=("nobody",), env=env)
         try:
             argv = [SYSTEM_PYTHON, probe, sysconfig.get_paths()["purelib"], vm.metadata.host, job_bucket]
-            vm.metadata.set("instance/attributes/survivor-job", json.dumps({
-                "job_dir": f"gs://{job_bucket}/run", "data_dir": f"gs://{data_bucket}/train", "train_steps": 1,
-                "user": "nobody", "on_finish": "keep-alive", "sync_seconds": 0.2, "trainer": {"argv": argv}}))
+            vm.metadata.set(
+                "instance/attributes/survivor-job",
+                json.dumps(
+                    {
+                        "job_dir": f"gs://{job_bucket}/run",
+                        "data_dir": f"gs://{data_bucket}/train",
+                        "train_steps": 1,
+                        "user": "nobody",
+                        "on_finish": "keep-alive",
+                        "sync_seconds": 0.2,
+                        "trainer": {"argv": argv},
+                    }
+                ),
+            )
             vm.boot()
             code = vm.wait(120)
             lines = vm.log_lines()
@@ -679,19 +760,25 @@ def test_a_trainer_gets_no_token_of_the_vm_and_reads_only_its_data_bucket(base, 
             vm.close()
         refused = list(iam.refused)
     assert code == 0, open(vm.log_path()).read()[-3000:]
-    probes = [json.loads(line["message"][len("PROBE "):]) for line in lines
-              if line.get("message", "").startswith("PROBE ")]
+    probes = [
+        json.loads(line["message"][len("PROBE ") :]) for line in lines if line.get("message", "").startswith("PROBE ")
+    ]
     assert len(probes) == 1, [line.get("message") for line in lines][-30:]
     report = probes[0]
     assert report["env_names_the_vm"] == [] and report["metadata_host"] != vm.metadata.host
     assert report["vm_token"] is None and vm.metadata.refused >= 1  # (a) no token of the VM's
     assert report["credentials"] == "google.auth.compute_engine.credentials.Credentials"  # found as on GCE
     assert report["read"] == "the trainer's data" and report["listed"] == ["train/shard-0"]  # (b)
-    assert {k: report[k] for k in ("write_data", "delete_data", "read_job_dir", "read_job_object", "bucket_get")} \
-        == dict.fromkeys(("write_data", "delete_data", "read_job_dir", "read_job_object", "bucket_get"), 403)  # (c)
+    assert {
+        k: report[k] for k in ("write_data", "delete_data", "read_job_dir", "read_job_object", "bucket_get")
+    } == dict.fromkeys(("write_data", "delete_data", "read_job_dir", "read_job_object", "bucket_get"), 403)  # (c)
     assert sorted({permission for _, _, permission in refused}) == [
-        "storage.buckets.get", "storage.objects.create", "storage.objects.delete", "storage.objects.get",
-        "storage.objects.list"]
+        "storage.buckets.get",
+        "storage.objects.create",
+        "storage.objects.delete",
+        "storage.objects.get",
+        "storage.objects.list",
+    ]
     assert sts.issued >= 1
 
 
@@ -725,22 +812,33 @@ def test_the_trainers_metadata_server_hands_out_only_a_downscoped_data_token():
     token_path = "/computeMetadata/v1/instance/service-accounts/default/token"
     with StsServer() as sts, MetadataServer() as vm:
         vm.set("instance/preempted", "TRUE")
-        served = TrainerMetadataServer("data", project="p", notices=MetadataClient(vm.host), source=_VmToken(),
-                                       sts_endpoint=sts.endpoint).start()
+        served = TrainerMetadataServer(
+            "data", project="p", notices=MetadataClient(vm.host), source=_VmToken(), sts_endpoint=sts.endpoint
+        ).start()
         try:
             status, body = _ask(served.host, token_path)
-            assert status == 200 and json.loads(body)["token_type"] == "Bearer" and json.loads(body)["expires_in"] > 3000
+            assert (
+                status == 200 and json.loads(body)["token_type"] == "Bearer" and json.loads(body)["expires_in"] > 3000
+            )
             assert sts.boundary_of(json.loads(body)["access_token"]) == [
-                {"availableResource": "//storage.googleapis.com/projects/_/buckets/data",
-                 "availablePermissions": [f"inRole:{READ_ROLE}"]}]
+                {
+                    "availableResource": "//storage.googleapis.com/projects/_/buckets/data",
+                    "availablePermissions": [f"inRole:{READ_ROLE}"],
+                }
+            ]
             assert _ask(served.host, "/")[0] == 200  # google-auth's ping
-            info = json.loads(_ask(served.host, "/computeMetadata/v1/instance/service-accounts/default/?recursive=true")[1])
+            info = json.loads(
+                _ask(served.host, "/computeMetadata/v1/instance/service-accounts/default/?recursive=true")[1]
+            )
             assert info["email"] == "vm@p.iam.gserviceaccount.com"
             assert _ask(served.host, "/computeMetadata/v1/project/project-id") == (200, "p")
             assert _ask(served.host, "/computeMetadata/v1/instance/preempted") == (200, "TRUE")
-            for path in ("/computeMetadata/v1/instance/attributes/", "/computeMetadata/v1/instance/name",
-                         "/computeMetadata/v1/instance/service-accounts/default/identity?audience=x",
-                         "/computeMetadata/v1/instance/service-accounts/other/token"):
+            for path in (
+                "/computeMetadata/v1/instance/attributes/",
+                "/computeMetadata/v1/instance/name",
+                "/computeMetadata/v1/instance/service-accounts/default/identity?audience=x",
+                "/computeMetadata/v1/instance/service-accounts/other/token",
+            ):
                 assert _ask(served.host, path)[0] == 404, path
             assert _ask(served.host, token_path, **{"Metadata-Flavor": "nope"})[0] == 403
             assert _ask(served.host, token_path, **{"X-Forwarded-For": "10.0.0.1"})[0] == 403
@@ -756,13 +854,20 @@ def test_the_trainers_metadata_server_hands_out_only_a_downscoped_data_token():
 def test_the_sts_stand_in_refuses_what_the_security_token_service_refuses():
     from survivor.local.sts_server import ACCESS_TOKEN_TYPE, GRANT_TYPE, StsServer
 
-    rule = {"availableResource": "//storage.googleapis.com/projects/_/buckets/b",
-            "availablePermissions": ["inRole:roles/storage.objectViewer"]}
+    rule = {
+        "availableResource": "//storage.googleapis.com/projects/_/buckets/b",
+        "availablePermissions": ["inRole:roles/storage.objectViewer"],
+    }
 
     def form(rules=(rule,), **fields) -> dict[str, str]:
-        return {"grant_type": GRANT_TYPE, "requested_token_type": ACCESS_TOKEN_TYPE, "subject_token": "vm-token",
-                "subject_token_type": ACCESS_TOKEN_TYPE,
-                "options": json.dumps({"accessBoundary": {"accessBoundaryRules": list(rules)}}), **fields}
+        return {
+            "grant_type": GRANT_TYPE,
+            "requested_token_type": ACCESS_TOKEN_TYPE,
+            "subject_token": "vm-token",
+            "subject_token_type": ACCESS_TOKEN_TYPE,
+            "options": json.dumps({"accessBoundary": {"accessBoundaryRules": list(rules)}}),
+            **fields,
+        }
 
     sts = StsServer()
     status, answer = sts.exchange(form(), authorized=False)
@@ -772,9 +877,16 @@ def test_the_sts_stand_in_refuses_what_the_security_token_service_refuses():
     payload = token.split(".")[1]
     widened = token.replace(payload, payload[:-2] + ("AA" if payload[-2:] != "AA" else "BB"))
     assert sts.boundary_of(widened) is None and StsServer().boundary_of(token) is None  # no forgery, no other issuer
-    refused = [form(rules=[rule] * 11), form(rules=[]), form(rules=[{**rule, "availablePermissions": ["storage.objects.get"]}]),
-               form(rules=[{**rule, "availabilityCondition": {"expression": "true"}}]), form(grant_type="password"),
-               form(subject_token=token), form(options=""), form(subject_token_type="urn:ietf:params:oauth:token-type:jwt")]
+    refused = [
+        form(rules=[rule] * 11),
+        form(rules=[]),
+        form(rules=[{**rule, "availablePermissions": ["storage.objects.get"]}]),
+        form(rules=[{**rule, "availabilityCondition": {"expression": "true"}}]),
+        form(grant_type="password"),
+        form(subject_token=token),
+        form(options=""),
+        form(subject_token_type="urn:ietf:params:oauth:token-type:jwt"),
+    ]
     for fields in refused:
         assert sts.exchange(fields, authorized=False)[0] == 400, fields
     assert sts.exchange(form(), authorized=True)[0] == 400  # "do not send the Authorization HTTP header"
@@ -783,22 +895,27 @@ def test_the_sts_stand_in_refuses_what_the_security_token_service_refuses():
 def test_a_bounded_token_may_only_read_its_bucket():
     from survivor.local.bucket_iam import boundary_denies
 
-    rules = [{"availableResource": "//storage.googleapis.com/projects/_/buckets/data",
-              "availablePermissions": ["inRole:roles/storage.objectViewer"]}]
+    rules = [
+        {
+            "availableResource": "//storage.googleapis.com/projects/_/buckets/data",
+            "availablePermissions": ["inRole:roles/storage.objectViewer"],
+        }
+    ]
     assert boundary_denies(rules, "GET", "/download/storage/v1/b/data/o/train%2Fx?alt=media") is None
     assert boundary_denies(rules, "GET", "/storage/v1/b/data/o?prefix=train") is None
     assert boundary_denies(rules, "GET", "/storage/v1/b/data/o/train%2Fx") is None
     for method, path, permission in [
-            ("POST", "/upload/storage/v1/b/data/o?uploadType=multipart", "storage.objects.create"),
-            ("PUT", "/upload/storage/v1/b/data/o?uploadType=resumable&upload_id=1", "storage.objects.create"),
-            ("DELETE", "/storage/v1/b/data/o/x", "storage.objects.delete"),
-            ("PATCH", "/storage/v1/b/data/o/x", "storage.objects.update"),
-            ("POST", "/storage/v1/b/data/o/x/rewriteTo/b/jobs/o/y", "storage.objects.create"),
-            ("GET", "/storage/v1/b/data", "storage.buckets.get"),
-            ("GET", "/storage/v1/b?project=p", "storage.buckets.list"),
-            ("GET", "/storage/v1/b/jobs/o", "storage.objects.list"),
-            ("GET", "/download/storage/v1/b/jobs/o/x?alt=media", "storage.objects.get"),
-            ("GET", "/data/x", "storage.objects.get")]:  # not a JSON API path: refused too
+        ("POST", "/upload/storage/v1/b/data/o?uploadType=multipart", "storage.objects.create"),
+        ("PUT", "/upload/storage/v1/b/data/o?uploadType=resumable&upload_id=1", "storage.objects.create"),
+        ("DELETE", "/storage/v1/b/data/o/x", "storage.objects.delete"),
+        ("PATCH", "/storage/v1/b/data/o/x", "storage.objects.update"),
+        ("POST", "/storage/v1/b/data/o/x/rewriteTo/b/jobs/o/y", "storage.objects.create"),
+        ("GET", "/storage/v1/b/data", "storage.buckets.get"),
+        ("GET", "/storage/v1/b?project=p", "storage.buckets.list"),
+        ("GET", "/storage/v1/b/jobs/o", "storage.objects.list"),
+        ("GET", "/download/storage/v1/b/jobs/o/x?alt=media", "storage.objects.get"),
+        ("GET", "/data/x", "storage.objects.get"),
+    ]:  # not a JSON API path: refused too
         assert boundary_denies(rules, method, path) == permission, (method, path)
 
 
@@ -818,8 +935,9 @@ def test_the_metadata_emulator_closed_to_a_user_answers_that_user_nothing():
 def test_the_trainers_environment_names_only_its_own_metadata_server():
     from survivor.agent.trainer_metadata import metadata_env
 
-    env = metadata_env({"GCE_METADATA_HOST": "127.0.0.1:1", "GCE_METADATA_ROOT": "127.0.0.1:1", "PATH": "/bin"},
-                       "127.0.0.1:2")
+    env = metadata_env(
+        {"GCE_METADATA_HOST": "127.0.0.1:1", "GCE_METADATA_ROOT": "127.0.0.1:1", "PATH": "/bin"}, "127.0.0.1:2"
+    )
     assert env == {"GCE_METADATA_HOST": "127.0.0.1:2", "GCE_METADATA_IP": "127.0.0.1:2", "PATH": "/bin"}
 
 

@@ -17,45 +17,83 @@ from survivor.agent.delivery import deliver, git_plan
 from survivor.agent.gpus import decide_gpu_count, parse_nvidia_smi_list
 from survivor.spec import JobSpec, TrainerSpec
 from survivor.spec import BUILTIN_FLAGS, BUILTIN_TRAINERS
-from survivor.agent.trainer import (TrainerProcess, TrainerUserError, decide_user, read_progress, read_record,
-                                    read_saved, save_signal)
+from survivor.agent.trainer import (
+    TrainerProcess,
+    TrainerUserError,
+    decide_user,
+    read_progress,
+    read_record,
+    read_saved,
+    save_signal,
+)
 from survivor.spec import trainer_argv
-from survivor.trainers.contract import (PROGRESS_RECORD_BYTES, parse_progress, parse_record, progress_record,
-                                       report_progress, report_saved)
+from survivor.trainers.contract import (
+    PROGRESS_RECORD_BYTES,
+    parse_progress,
+    parse_record,
+    progress_record,
+    report_progress,
+    report_saved,
+)
 
 
 def spec(**trainer):
-    return JobSpec.from_mapping({
-        "job_dir": "gs://bucket-1/run", "data_dir": "gs://bucket-1/data", "train_steps": 1000,
-        "checkpoint_steps": 100, "trainer": trainer or {"builtin": "cifar10"},
-        "hyperparameters": {"momentum": 0.9, "batchNormEpsilon": "1e-05", "use_nesterov": True, "no-export": None},
-    })
+    return JobSpec.from_mapping(
+        {
+            "job_dir": "gs://bucket-1/run",
+            "data_dir": "gs://bucket-1/data",
+            "train_steps": 1000,
+            "checkpoint_steps": 100,
+            "trainer": trainer or {"builtin": "cifar10"},
+            "hyperparameters": {"momentum": 0.9, "batchNormEpsilon": "1e-05", "use_nesterov": True, "no-export": None},
+        }
+    )
 
 
 def test_argv_carries_the_contract_flags_and_kebab_case_hyperparameters():
-    argv = trainer_argv(spec(), python="/venv/bin/python", job_dir="/var/lib/survivor/job",
-                        data_dir="gs://bucket-1/data", num_gpus=4)
+    argv = trainer_argv(
+        spec(), python="/venv/bin/python", job_dir="/var/lib/survivor/job", data_dir="gs://bucket-1/data", num_gpus=4
+    )
     assert argv == [
-        "/venv/bin/python", "-m", "survivor.trainers.cifar10",
-        "--job-dir", "/var/lib/survivor/job", "--data-dir", "gs://bucket-1/data",
-        "--train-steps", "1000", "--num-gpus", "4", "--checkpoint-steps", "100",
-        "--momentum", "0.9", "--batch-norm-epsilon", "1e-05", "--use-nesterov", "true", "--no-export",
+        "/venv/bin/python",
+        "-m",
+        "survivor.trainers.cifar10",
+        "--job-dir",
+        "/var/lib/survivor/job",
+        "--data-dir",
+        "gs://bucket-1/data",
+        "--train-steps",
+        "1000",
+        "--num-gpus",
+        "4",
+        "--checkpoint-steps",
+        "100",
+        "--momentum",
+        "0.9",
+        "--batch-norm-epsilon",
+        "1e-05",
+        "--use-nesterov",
+        "true",
+        "--no-export",
     ]
 
 
 def test_a_metadata_value_stays_one_argument_never_a_shell_word():
-    hostile = JobSpec.from_metadata({"jobDir": "gs://bucket-1/x", "trainSteps": "5",
-                                     "optimizer": "adam; rm -rf / #", "note": "$(reboot)"})
+    hostile = JobSpec.from_metadata(
+        {"jobDir": "gs://bucket-1/x", "trainSteps": "5", "optimizer": "adam; rm -rf / #", "note": "$(reboot)"}
+    )
     argv = trainer_argv(hostile, python="python", job_dir="/j", data_dir=None, num_gpus=0)
     assert "adam; rm -rf / #" in argv and "$(reboot)" in argv
-    out = subprocess.run([sys.executable, "-c", "import sys; print(sys.argv[1:])", *argv[3:]],
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys; print(sys.argv[1:])", *argv[3:]], capture_output=True, text=True
+    ).stdout
     assert "'adam; rm -rf / #'" in out and "'$(reboot)'" in out
 
 
 def test_argv_trainers_keep_their_own_arguments_first():
-    argv = trainer_argv(spec(argv=["/opt/bin/train", "--model", "big"]), python="python", job_dir="/j",
-                        data_dir=None, num_gpus=0)
+    argv = trainer_argv(
+        spec(argv=["/opt/bin/train", "--model", "big"]), python="python", job_dir="/j", data_dir=None, num_gpus=0
+    )
     assert argv[:3] == ["/opt/bin/train", "--model", "big"] and argv[3:5] == ["--job-dir", "/j"]
 
 
@@ -66,16 +104,31 @@ def flags(argv):
 def test_a_flag_the_spec_does_not_name_is_never_invented():
     """The recipe's own trainer (wrapper/train.py) exits 2 on any flag it does not know: --num-gpus
     goes only to a trainer the spec gives num_gpus, or to a built-in one, which declares it."""
-    recipe = JobSpec.from_metadata({"jobDir": "gs://bucket-1/x", "trainSteps": "50", "checkpointSteps": "5",
-                                    "trainerModule": "wrapper.train", "hparam1": "3", "hparam2": "0.5"})
+    recipe = JobSpec.from_metadata(
+        {
+            "jobDir": "gs://bucket-1/x",
+            "trainSteps": "50",
+            "checkpointSteps": "5",
+            "trainerModule": "wrapper.train",
+            "hparam1": "3",
+            "hparam2": "0.5",
+        }
+    )
     argv = trainer_argv(recipe, python="python", job_dir="/j", data_dir=recipe.data_dir, num_gpus=0)
-    assert flags(argv) == ["--job-dir", "--train-steps", "--checkpoint-steps", "--hyperparameter-1",
-                           "--hyperparameter-2"]
-    named = JobSpec.from_metadata({"jobDir": "gs://bucket-1/x", "trainSteps": "50", "numGpus": "all",
-                                   "trainerModule": "my.trainer"})
+    assert flags(argv) == [
+        "--job-dir",
+        "--train-steps",
+        "--checkpoint-steps",
+        "--hyperparameter-1",
+        "--hyperparameter-2",
+    ]
+    named = JobSpec.from_metadata(
+        {"jobDir": "gs://bucket-1/x", "trainSteps": "50", "numGpus": "all", "trainerModule": "my.trainer"}
+    )
     assert "--num-gpus" in flags(trainer_argv(named, python="python", job_dir="/j", data_dir=None, num_gpus=2))
-    builtin_by_module = JobSpec.from_mapping({"job_dir": "/x", "train_steps": 5,
-                                              "trainer": {"module": "survivor.trainers.mlp"}})
+    builtin_by_module = JobSpec.from_mapping(
+        {"job_dir": "/x", "train_steps": 5, "trainer": {"module": "survivor.trainers.mlp"}}
+    )
     argv = trainer_argv(builtin_by_module, python="python", job_dir="/j", data_dir=None, num_gpus=2)
     assert argv[argv.index("--num-gpus") + 1] == "2"
     own = spec(argv=["/opt/bin/train"])
@@ -85,14 +138,21 @@ def test_a_flag_the_spec_does_not_name_is_never_invented():
 @pytest.mark.parametrize("name", sorted(BUILTIN_TRAINERS))
 def test_each_builtin_trainer_accepts_the_flags_it_declares(name):
     """BUILTIN_FLAGS is a promise the agent acts on: each built-in trainer's parser takes every flag."""
-    helped = subprocess.run([sys.executable, "-m", BUILTIN_TRAINERS[name], "--help"], capture_output=True, text=True,
-                            timeout=120)
+    helped = subprocess.run(
+        [sys.executable, "-m", BUILTIN_TRAINERS[name], "--help"], capture_output=True, text=True, timeout=120
+    )
     assert helped.returncode == 0, helped.stderr[-500:]
     for flag in BUILTIN_FLAGS:
         assert flag in helped.stdout, f"{name} does not take {flag}"
-    argv = trainer_argv(JobSpec.from_mapping({"job_dir": "/x", "train_steps": 5, "checkpoint_steps": 2,
-                                              "data_dir": "/d", "trainer": {"builtin": name}}),
-                        python="python", job_dir="/j", data_dir="/d", num_gpus=0)
+    argv = trainer_argv(
+        JobSpec.from_mapping(
+            {"job_dir": "/x", "train_steps": 5, "checkpoint_steps": 2, "data_dir": "/d", "trainer": {"builtin": name}}
+        ),
+        python="python",
+        job_dir="/j",
+        data_dir="/d",
+        num_gpus=0,
+    )
     assert set(flags(argv)) == BUILTIN_FLAGS
 
 
@@ -104,8 +164,21 @@ def test_the_save_signal_goes_only_to_a_trainer_that_declares_one():
 
 def test_the_dummy_trainer_saves_on_its_save_signal_and_keeps_training(tmp_path):
     job = tmp_path / "job"
-    argv = [sys.executable, "-m", "survivor.trainers.dummy", "--job-dir", str(job), "--train-steps", "100000",
-            "--checkpoint-steps", "100000", "--step-seconds", "0.01", "--on-sigterm", "save"]
+    argv = [
+        sys.executable,
+        "-m",
+        "survivor.trainers.dummy",
+        "--job-dir",
+        str(job),
+        "--train-steps",
+        "100000",
+        "--checkpoint-steps",
+        "100000",
+        "--step-seconds",
+        "0.01",
+        "--on-sigterm",
+        "save",
+    ]
     progress = tmp_path / "progress"
     proc = TrainerProcess.start(argv, env={**os.environ, "SURVIVOR_PROGRESS_FILE": str(progress)})
     try:
@@ -118,7 +191,9 @@ def test_the_dummy_trainer_saves_on_its_save_signal_and_keeps_training(tmp_path)
         saved = [int(p.name.split("-")[-1].split(".")[0]) for p in job.glob("dummy-checkpoint-*.json")]
         assert len(saved) == 1
         deadline = time.monotonic() + 10  # still training: steps past the save (a starved trainer takes longer)
-        while (read_progress(str(progress)) or 0) <= saved[0] + 5 and proc.poll() is None and time.monotonic() < deadline:
+        while (
+            (read_progress(str(progress)) or 0) <= saved[0] + 5 and proc.poll() is None and time.monotonic() < deadline
+        ):
             time.sleep(0.02)
         assert proc.poll() is None and read_progress(str(progress)) > saved[0] + 5
     finally:
@@ -126,22 +201,28 @@ def test_the_dummy_trainer_saves_on_its_save_signal_and_keeps_training(tmp_path)
         assert proc.wait(10) == 0
 
 
-@pytest.mark.parametrize("euid, requested, allow_root, expected", [
-    (0, "trainer", False, "trainer"),
-    (1000, "trainer", False, None),  # not root: cannot switch, runs as the agent's own user
-    (1000, None, False, None),
-    (0, None, True, None),
-])
+@pytest.mark.parametrize(
+    "euid, requested, allow_root, expected",
+    [
+        (0, "trainer", False, "trainer"),
+        (1000, "trainer", False, None),  # not root: cannot switch, runs as the agent's own user
+        (1000, None, False, None),
+        (0, None, True, None),
+    ],
+)
 def test_decide_user(euid, requested, allow_root, expected):
     assert decide_user(euid, requested, allow_root) == expected
 
 
-@pytest.mark.parametrize("euid, requested, allow_root, expected", [
-    (0, None, False, "survivor-trainer"),  # the VM's unit: a root agent, a spec without gceUser
-    (0, None, True, "survivor-trainer"),
-    (0, "bob", False, "bob"),  # the spec's own user still wins (the agent closes the metadata server to it)
-    (1000, None, False, None),  # not root: cannot switch
-])
+@pytest.mark.parametrize(
+    "euid, requested, allow_root, expected",
+    [
+        (0, None, False, "survivor-trainer"),  # the VM's unit: a root agent, a spec without gceUser
+        (0, None, True, "survivor-trainer"),
+        (0, "bob", False, "bob"),  # the spec's own user still wins (the agent closes the metadata server to it)
+        (1000, None, False, None),  # not root: cannot switch
+    ],
+)
 def test_a_root_agent_runs_the_trainer_as_the_units_trainer_user(euid, requested, allow_root, expected):
     assert decide_user(euid, requested, allow_root, default="survivor-trainer") == expected
 
@@ -195,9 +276,19 @@ def test_git_commands_put_a_separator_before_the_url():
 
 
 def _git(*args, cwd):
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        env={
+            **os.environ,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        },
+    )
 
 
 def test_trainer_code_from_git_is_cloned_then_updated_on_the_next_boot(tmp_path):
@@ -242,8 +333,12 @@ def test_a_packaged_trainer_is_fetched_and_installed_like_cloud_ml_engine_packag
 
     url = f"gs://{bucket}/packages/pkgtrainer-0.1-py3-none-any.whl"
     delivered = deliver(TrainerSpec(module="pkgtrainer.task", package=url), str(tmp_path / "work"), fetch=fetch)
-    out = subprocess.run([sys.executable, "-m", "pkgtrainer.task", "--job-dir", "/j"], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": delivered.pythonpath[0]}).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "pkgtrainer.task", "--job-dir", "/j"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": delivered.pythonpath[0]},
+    ).stdout
     assert out.strip() == "packaged trainer ['--job-dir', '/j']"
 
 
@@ -259,12 +354,16 @@ def test_an_agent_running_as_root_runs_the_trainer_as_the_named_user(request):
     base = tempfile.mkdtemp(prefix="survivor-user-", dir="/tmp")  # not tmp_path: "nobody" must reach it
     request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
     os.chmod(base, 0o755)
-    probe = ("import os, sys; d = sys.argv[sys.argv.index('--job-dir') + 1]; "
-             "open(os.path.join(d, 'ckpt-1.txt'), 'w').write(str(os.getuid()))")
+    probe = (
+        "import os, sys; d = sys.argv[sys.argv.index('--job-dir') + 1]; "
+        "open(os.path.join(d, 'ckpt-1.txt'), 'w').write(str(os.getuid()))"
+    )
     spec_file = os.path.join(base, "spec.yaml")
     with open(spec_file, "w") as f:
-        f.write(f"job_dir: {base}/jobdir\ntrain_steps: 1\non_finish: keep-alive\nuser: nobody\n"
-                f"trainer: {{argv: [{SYSTEM_PYTHON}, -c, \"{probe}\"]}}\n")
+        f.write(
+            f"job_dir: {base}/jobdir\ntrain_steps: 1\non_finish: keep-alive\nuser: nobody\n"
+            f'trainer: {{argv: [{SYSTEM_PYTHON}, -c, "{probe}"]}}\n'
+        )
     code = agent.run(agent.AgentOptions(workdir=os.path.join(base, "work"), spec_file=spec_file))
     assert code == 0
     written = open(os.path.join(base, "work", "job", "ckpt-1.txt")).read()
@@ -273,8 +372,9 @@ def test_an_agent_running_as_root_runs_the_trainer_as_the_named_user(request):
 
 
 def test_wait_sees_an_exit_during_the_wait_and_times_out_on_a_running_trainer():
-    quick = TrainerProcess.start([sys.executable, "-c", "import time; time.sleep(0.3); raise SystemExit(7)"],
-                                 env=dict(os.environ))
+    quick = TrainerProcess.start(
+        [sys.executable, "-c", "import time; time.sleep(0.3); raise SystemExit(7)"], env=dict(os.environ)
+    )
     assert quick.wait(timeout=0.01) is None  # still running
     assert quick.wait(timeout=30) == 7  # exits while we wait: its code, not a timeout
     assert quick.wait(timeout=0) == 7  # and stays exited
@@ -305,7 +405,7 @@ def test_progress_is_rewritten_in_place_and_a_half_written_record_is_refused(tmp
     assert parse_progress(b'{"step": -1000000000000000000}') is None
     assert parse_progress(b'{"step": 1000000000001}') is None
     path = str(tmp_path / "absurd.json")
-    report_progress(-10**18, path)
+    report_progress(-(10**18), path)
     assert read_progress(path) is None  # what the agent reads, and would record as reached
 
 
@@ -325,9 +425,17 @@ def test_a_save_reported_on_notice_is_read_only_while_nothing_trained_since(tmp_
 
 def test_a_reader_racing_the_writer_never_sees_a_wrong_step(tmp_path):
     path = str(tmp_path / "progress.json")
-    writer = subprocess.Popen([sys.executable, "-c", (
-        "import sys\nfrom survivor.trainers.contract import report_progress\n"
-        "for step in range(1, 200001):\n    report_progress(step, sys.argv[1])\n"), path])
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys\nfrom survivor.trainers.contract import report_progress\n"
+                "for step in range(1, 200001):\n    report_progress(step, sys.argv[1])\n"
+            ),
+            path,
+        ]
+    )
     seen = []
     while writer.poll() is None:
         step = read_progress(path)

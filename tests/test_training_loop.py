@@ -26,12 +26,14 @@ def test_a_local_job_dir_with_other_hyperparameters_is_refused_before_tensorflow
     job = tmp_path / "job"
     job.mkdir()
     (job / HPARAMS_FILE).write_text(json.dumps({"seed": 7}))
-    probe = ("import sys\n"
-             f"from survivor.trainers.{trainer} import main\n"
-             "try:\n"
-             f"    main(['--job-dir', {str(job)!r}, '--train-steps', '5', '--data-dir', {str(tmp_path)!r}])\n"
-             "except SystemExit as exc:\n"
-             "    print('exit', exc.code, 'tensorflow' in sys.modules)\n")
+    probe = (
+        "import sys\n"
+        f"from survivor.trainers.{trainer} import main\n"
+        "try:\n"
+        f"    main(['--job-dir', {str(job)!r}, '--train-steps', '5', '--data-dir', {str(tmp_path)!r}])\n"
+        "except SystemExit as exc:\n"
+        "    print('exit', exc.code, 'tensorflow' in sys.modules)\n"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "exit 2 False", out.stdout + out.stderr
     assert out.stderr.startswith("error: refusing to resume with other hyperparameters"), out.stderr
@@ -60,17 +62,33 @@ def test_the_trainers_import_tensorflow_without_the_packages_no_trainer_uses():
     (both are in this venv); the built-in trainers' import leaves them out, then lets them in."""
     from survivor.trainers.loop import NOT_FOR_TRAINING
 
-    code = ("import sys; from survivor.trainers.loop import import_tensorflow, NOT_FOR_TRAINING; import_tensorflow(); "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & set(NOT_FOR_TRAINING)), 'keras' in sys.modules); "
-            "import matplotlib, googleapiclient; print('later imports work')")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    code = (
+        "import sys; from survivor.trainers.loop import import_tensorflow, NOT_FOR_TRAINING; import_tensorflow(); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & set(NOT_FOR_TRAINING)), 'keras' in sys.modules); "
+        "import matplotlib, googleapiclient; print('later imports work')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == ["[] True", "later imports work"], done.stdout
     assert set(NOT_FOR_TRAINING) == {"matplotlib", "googleapiclient"}
-    without = subprocess.run([sys.executable, "-c", "import sys, keras; print(sorted({m.split('.')[0] for m in "
-                              "sys.modules} & {'matplotlib', 'googleapiclient'}))"], capture_output=True, text=True,
-                             timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    without = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, keras; print(sorted({m.split('.')[0] for m in "
+            "sys.modules} & {'matplotlib', 'googleapiclient'}))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     assert without.stdout.strip() == "['googleapiclient', 'matplotlib']"  # what the block saves, still true
 
 

@@ -16,14 +16,15 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 @pytest.mark.slow
 def test_mypy_finds_nothing():
     mypy = os.path.join(os.path.dirname(sys.executable), "mypy")
-    done = subprocess.run([mypy, "--python-executable", sys.executable], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [mypy, "--python-executable", sys.executable], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     findings = [line for line in done.stdout.splitlines() if ": error:" in line]
     clean = done.returncode == 0 and not findings
     assert clean, "\n".join(findings[:100]) or done.stdout[-4000:] + done.stderr[-2000:]
 
 
-MISSPELLED = '''
+MISSPELLED = """
 from survivor.agent.notice import Notice
 from survivor.jobdir.journal import Attempt, Journal
 from survivor.jobdir.ledger import Span
@@ -32,7 +33,7 @@ from survivor.jobdir.ledger import Span
 def close(journal: Journal, attempt: Attempt, span: Span, notice: Notice) -> bool:
     journal.end(attempt, "preemted")
     return attempt.outcome == "gaveup" or span.cause == "reworked" or notice.source == "sigterm"
-'''
+"""
 
 
 @pytest.mark.slow
@@ -42,8 +43,13 @@ def test_a_misspelled_outcome_cause_or_notice_source_fails_mypy(tmp_path):
     snippet = tmp_path / "misspelled.py"
     snippet.write_text(MISSPELLED)
     mypy = os.path.join(os.path.dirname(sys.executable), "mypy")
-    done = subprocess.run([mypy, "--python-executable", sys.executable, str(snippet)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [mypy, "--python-executable", sys.executable, str(snippet)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     findings = [line for line in done.stdout.splitlines() if ": error:" in line]
     for word in ("preemted", "gaveup", "reworked", "sigterm"):
         assert any(word in line for line in findings), (word, done.stdout[-3000:])

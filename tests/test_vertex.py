@@ -12,8 +12,9 @@ from survivor.spec import JobSpec, SpecError
 from survivor.cloud.vertex import Pool, custom_job_body, prebuilt_image, submit, translate_training_input
 
 # found, not imported: the client takes a second to import in every test process that collects this file
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("google.cloud.aiplatform_v1") is None,
-                                reason="the vertex extra is not installed")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("google.cloud.aiplatform_v1") is None, reason="the vertex extra is not installed"
+)
 
 SPEC = """
 name: mnist-dist
@@ -32,13 +33,22 @@ vertex:
 
 def test_the_seed_multiworker_config_translates_and_says_what_it_cannot_keep():
     # seeds/000: scaleTier CUSTOM, standard_gpu master + 9 workers, 3 standard parameter servers, TF 1.12
-    pools, notes = translate_training_input({"runtimeVersion": "1.12", "scaleTier": "CUSTOM",
-                                             "masterType": "standard_gpu", "workerCount": 9,
-                                             "workerType": "standard_gpu", "parameterServerCount": 3,
-                                             "parameterServerType": "standard"})
-    assert pools == [Pool("chief", "n1-standard-8", 1, "NVIDIA_TESLA_T4", 1),
-                     Pool("worker", "n1-standard-8", 9, "NVIDIA_TESLA_T4", 1),
-                     Pool("parameter server", "n1-standard-4", 3, None, 0)]
+    pools, notes = translate_training_input(
+        {
+            "runtimeVersion": "1.12",
+            "scaleTier": "CUSTOM",
+            "masterType": "standard_gpu",
+            "workerCount": 9,
+            "workerType": "standard_gpu",
+            "parameterServerCount": 3,
+            "parameterServerType": "standard",
+        }
+    )
+    assert pools == [
+        Pool("chief", "n1-standard-8", 1, "NVIDIA_TESLA_T4", 1),
+        Pool("worker", "n1-standard-8", 9, "NVIDIA_TESLA_T4", 1),
+        Pool("parameter server", "n1-standard-4", 3, None, 0),
+    ]
     assert any("NVIDIA_TESLA_K80 is retired" in n for n in notes)
     assert any("runtimeVersion 1.12" in n and "cannot be kept" in n for n in notes)
 
@@ -71,8 +81,11 @@ def test_dry_run_prints_the_custom_job(tmp_path, capsys):
     body = json.loads(capsys.readouterr().out)
     pools = body["jobSpec"]["workerPoolSpecs"]
     assert [p["replicaCount"] for p in pools] == ["1", "2"]
-    assert pools[0]["machineSpec"] == {"machineType": "n1-standard-8", "acceleratorType": "NVIDIA_TESLA_T4",
-                                       "acceleratorCount": 1}
+    assert pools[0]["machineSpec"] == {
+        "machineType": "n1-standard-8",
+        "acceleratorType": "NVIDIA_TESLA_T4",
+        "acceleratorCount": 1,
+    }
     container = pools[0]["containerSpec"]
     assert container["imageUri"] == IMAGE and container["command"] == ["python3", "-m", "trainer.task"]
     assert container["args"][:2] == ["--job-dir", "gs://my-project-ml/mnist/checkpoints"]
@@ -83,9 +96,11 @@ def test_dry_run_prints_the_custom_job(tmp_path, capsys):
 
 def test_each_pool_gets_the_image_and_gpu_count_of_its_own_machine():
     spec = JobSpec.from_yaml(BUILTIN)
-    pools = [Pool("chief", "n1-standard-8", 1, "NVIDIA_TESLA_T4", 2),
-             Pool("worker", "n1-standard-8", 2, "NVIDIA_TESLA_T4", 2),
-             Pool("parameter server", "n1-standard-4", 3)]
+    pools = [
+        Pool("chief", "n1-standard-8", 1, "NVIDIA_TESLA_T4", 2),
+        Pool("worker", "n1-standard-8", 2, "NVIDIA_TESLA_T4", 2),
+        Pool("parameter server", "n1-standard-4", 3),
+    ]
     body = custom_job_body(spec, pools, package_uri=SDIST, today=SUPPORTED_DAY)
     chief, worker, server = body["jobSpec"]["workerPoolSpecs"]
     for gpu_pool in (chief, worker):
@@ -121,11 +136,16 @@ def test_a_builtin_trainer_runs_from_survivor_trains_own_sdist():
     with pytest.raises(SpecError, match="survivor's own sdist"):
         custom_job_body(spec, [Pool("chief", "n1-standard-8", 1)], today=SUPPORTED_DAY)
     with pytest.raises(SpecError, match="survivor's distribution is survivor-train"):
-        custom_job_body(spec, [Pool("chief", "n1-standard-8", 1)], package_uri="gs://b-1/survivor-0.1.0.tar.gz",
-                        today=SUPPORTED_DAY)
+        custom_job_body(
+            spec, [Pool("chief", "n1-standard-8", 1)], package_uri="gs://b-1/survivor-0.1.0.tar.gz", today=SUPPORTED_DAY
+        )
     with pytest.raises(SpecError, match="from Cloud Storage"):
-        custom_job_body(spec, [Pool("chief", "n1-standard-8", 1)], package_uri="dist/survivor_train-0.1.0.tar.gz",
-                        today=SUPPORTED_DAY)
+        custom_job_body(
+            spec,
+            [Pool("chief", "n1-standard-8", 1)],
+            package_uri="dist/survivor_train-0.1.0.tar.gz",
+            today=SUPPORTED_DAY,
+        )
     body = custom_job_body(spec, [Pool("chief", "n1-standard-8", 1)], package_uri=SDIST, today=SUPPORTED_DAY)
     assert body["jobSpec"]["workerPoolSpecs"][0]["pythonPackageSpec"]["pythonModule"] == "survivor.trainers.cifar10"
 
@@ -134,25 +154,32 @@ def test_a_hand_chosen_executor_image_must_carry_a_python_the_package_installs_o
     spec = JobSpec.from_yaml(BUILTIN)
     pools = [Pool("chief", "n1-standard-8", 1, "NVIDIA_TESLA_T4", 1), Pool("parameter server", "n1-standard-4", 1)]
     training = "us-docker.pkg.dev/vertex-ai/training"
-    for image, why in ((f"{training}/tf-gpu.2-11:latest", "no .pyXYZ tag"),  # the table's Python 3.7 row
-                       (f"{training}/tf-gpu.2-99.py39:latest", "Python 3.9"),
-                       (f"{training}/tf-gpu.2-17.py310:latest", "end of availability|ended its availability"),
-                       ("gcr.io/p/trainer:1", "custom images go in --container-image"),
-                       (f"{training}/tf-gpu.2-99.py311", "expected a prebuilt training image")):
+    for image, why in (
+        (f"{training}/tf-gpu.2-11:latest", "no .pyXYZ tag"),  # the table's Python 3.7 row
+        (f"{training}/tf-gpu.2-99.py39:latest", "Python 3.9"),
+        (f"{training}/tf-gpu.2-17.py310:latest", "end of availability|ended its availability"),
+        ("gcr.io/p/trainer:1", "custom images go in --container-image"),
+        (f"{training}/tf-gpu.2-99.py311", "expected a prebuilt training image"),
+    ):
         with pytest.raises(SpecError, match=why):
             custom_job_body(spec, pools, package_uri=SDIST, executor_images=[image], today=TODAY)
     # images newer than survivor's table (hypothetical names): the -gpu. one serves GPU pools, the -cpu. one the rest
-    newer = [f"{training}/tf-gpu.2-99.py311:latest", "europe-docker.pkg.dev/vertex-ai/training/tf-cpu.2-99.py311:latest"]
-    chief, server = custom_job_body(spec, pools, package_uri=SDIST, executor_images=newer,
-                                    today=TODAY)["jobSpec"]["workerPoolSpecs"]
+    newer = [
+        f"{training}/tf-gpu.2-99.py311:latest",
+        "europe-docker.pkg.dev/vertex-ai/training/tf-cpu.2-99.py311:latest",
+    ]
+    chief, server = custom_job_body(spec, pools, package_uri=SDIST, executor_images=newer, today=TODAY)["jobSpec"][
+        "workerPoolSpecs"
+    ]
     assert chief["pythonPackageSpec"]["executorImageUri"] == newer[0]
     assert server["pythonPackageSpec"]["executorImageUri"] == newer[1]
 
 
 def test_a_builtin_trainer_in_a_container_runs_its_module():
     spec = JobSpec.from_yaml(BUILTIN)
-    (pool,) = custom_job_body(spec, [Pool("chief", "n1-standard-4", 1)], container_image=IMAGE,
-                              today=TODAY)["jobSpec"]["workerPoolSpecs"]
+    (pool,) = custom_job_body(spec, [Pool("chief", "n1-standard-4", 1)], container_image=IMAGE, today=TODAY)["jobSpec"][
+        "workerPoolSpecs"
+    ]
     assert pool["containerSpec"]["command"] == ["python3", "-m", "survivor.trainers.cifar10"]
     assert pool["containerSpec"]["args"][:2] == ["--job-dir", "gs://b-1/x/checkpoints"]
     assert "--num-gpus" in pool["containerSpec"]["args"] and "pythonPackageSpec" not in pool
@@ -178,8 +205,19 @@ def vertex_server(monkeypatch, gcs_server):
 def test_submit_with_the_real_client_and_the_legacy_config_then_status(vertex_server, tmp_path, capsys):
     (tmp_path / "job.yaml").write_text(SPEC)
     (tmp_path / "config.yaml").write_text("trainingInput:\n  scaleTier: STANDARD_1\n")
-    code = cli.main(["submit", "--config", str(tmp_path / "job.yaml"), "--training-input", str(tmp_path / "config.yaml"),
-                     "--project", "my-project", "--container-image", IMAGE])
+    code = cli.main(
+        [
+            "submit",
+            "--config",
+            str(tmp_path / "job.yaml"),
+            "--training-input",
+            str(tmp_path / "config.yaml"),
+            "--project",
+            "my-project",
+            "--container-image",
+            IMAGE,
+        ]
+    )
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "note: scaleTier STANDARD_1" in out.err
@@ -201,8 +239,14 @@ def test_the_real_client_sends_each_pool_its_own_image_and_args(monkeypatch):
     monkeypatch.setenv("SURVIVOR_VERTEX_ENDPOINT", server.endpoint)
     try:
         spec = JobSpec.from_yaml(BUILTIN)
-        pools, _ = translate_training_input({"scaleTier": "CUSTOM", "masterType": "standard_gpu",
-                                             "parameterServerCount": 2, "parameterServerType": "standard"})
+        pools, _ = translate_training_input(
+            {
+                "scaleTier": "CUSTOM",
+                "masterType": "standard_gpu",
+                "parameterServerCount": 2,
+                "parameterServerType": "standard",
+            }
+        )
         created = submit(custom_job_body(spec, pools, package_uri=SDIST, today=SUPPORTED_DAY), "p", "us-central1")
         assert created["name"].startswith("projects/p/locations/us-central1/customJobs/")
         sent = server.requests[-1][2]["jobSpec"]["workerPoolSpecs"]
@@ -220,8 +264,9 @@ def test_the_fake_refuses_an_image_past_its_end_of_availability_through_the_real
     server = VertexServer(today=TODAY).start()
     monkeypatch.setenv("SURVIVOR_VERTEX_ENDPOINT", server.endpoint)
     try:
-        body = custom_job_body(JobSpec.from_yaml(BUILTIN), [Pool("chief", "n1-standard-4", 1)], package_uri=SDIST,
-                               today=SUPPORTED_DAY)  # built while 2.17 was supported, sent after it was withdrawn
+        body = custom_job_body(
+            JobSpec.from_yaml(BUILTIN), [Pool("chief", "n1-standard-4", 1)], package_uri=SDIST, today=SUPPORTED_DAY
+        )  # built while 2.17 was supported, sent after it was withdrawn
         with pytest.raises(Exception, match="tf-cpu.2-17.py310:latest' reached its end of availability on 2026-07-11"):
             submit(body, "p", "us-central1")
         assert not server.jobs
@@ -235,8 +280,10 @@ def test_the_fake_refuses_an_image_past_its_end_of_availability_through_the_real
 def test_a_body_the_api_would_reject_fails_at_the_fake(vertex_server):
     import requests
 
-    answer = requests.post(f"{vertex_server.endpoint}/v1/projects/p/locations/r/customJobs",
-                           json={"displayName": "x", "jobSpec": {"workerPoolSpecz": []}})
+    answer = requests.post(
+        f"{vertex_server.endpoint}/v1/projects/p/locations/r/customJobs",
+        json={"displayName": "x", "jobSpec": {"workerPoolSpecz": []}},
+    )
     assert answer.status_code == 400 and "workerPoolSpecz" in answer.json()["error"]["message"]
 
 
@@ -252,24 +299,31 @@ def logging_server(monkeypatch):
 
 def submitted_job(vertex_server, tmp_path) -> str:
     (tmp_path / "job.yaml").write_text(SPEC)
-    assert cli.main(["submit", "--config", str(tmp_path / "job.yaml"), "--project", "my-project",
-                     "--container-image", IMAGE]) == 0
+    assert (
+        cli.main(
+            ["submit", "--config", str(tmp_path / "job.yaml"), "--project", "my-project", "--container-image", IMAGE]
+        )
+        == 0
+    )
     return next(iter(vertex_server.jobs))
 
 
-def test_logs_of_a_vertex_job_come_from_cloud_logging_through_the_real_client(vertex_server, logging_server,
-                                                                              tmp_path, capsys):
+def test_logs_of_a_vertex_job_come_from_cloud_logging_through_the_real_client(
+    vertex_server, logging_server, tmp_path, capsys
+):
     name = submitted_job(vertex_server, tmp_path)
     job_id = name.rsplit("/", 1)[1]
-    logging_server.add("my-project", job_id, "workerpool0-0", "worker 0 of 2 (chief:0, chief)",
-                       timestamp="2026-11-22T00:00:05Z")
+    logging_server.add(
+        "my-project", job_id, "workerpool0-0", "worker 0 of 2 (chief:0, chief)", timestamp="2026-11-22T00:00:05Z"
+    )
     logging_server.add("my-project", job_id, "workerpool1-0", "step 10/5000 loss 2.1", timestamp="2026-11-22T00:00:07Z")
     logging_server.add("my-project", "999", "workerpool0-0", "another job's line", timestamp="2026-11-22T00:00:06Z")
     logging_server.add("other-project", job_id, "workerpool0-0", "another project's line")
     logging_server.max_page = 2  # the lines come in three pages
     for i in range(3):
-        logging_server.add("my-project", job_id, "workerpool0-0", f"line {i}", severity="WARNING",
-                           timestamp=f"2026-11-22T00:01:0{i}Z")
+        logging_server.add(
+            "my-project", job_id, "workerpool0-0", f"line {i}", severity="WARNING", timestamp=f"2026-11-22T00:01:0{i}Z"
+        )
     capsys.readouterr()
     assert cli.main(["logs", "--vertex", name]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -279,7 +333,9 @@ def test_logs_of_a_vertex_job_come_from_cloud_logging_through_the_real_client(ve
     assert len(logging_server.requests) == 3 and logging_server.requests[-1]["pageToken"] == "4"
     sent = logging_server.requests[-1]
     assert sent["resourceNames"] == ["projects/my-project"]
-    assert f'resource.labels.job_id="{job_id}"' in sent["filter"] and 'timestamp>="2026-11-22T00:00:00' in sent["filter"]
+    assert (
+        f'resource.labels.job_id="{job_id}"' in sent["filter"] and 'timestamp>="2026-11-22T00:00:00' in sent["filter"]
+    )
 
 
 def test_following_a_vertex_job_prints_each_line_once_until_it_ends(vertex_server, logging_server, tmp_path, capsys):
@@ -307,28 +363,38 @@ def test_logs_of_a_malformed_or_missing_job_say_what_is_wrong(vertex_server, log
 def test_the_fake_refuses_filters_it_does_not_understand(logging_server):
     import requests
 
-    answer = requests.post(f"{logging_server.endpoint}/v2/entries:list",
-                           json={"resourceNames": ["projects/p"], "filter": 'resource.type:"ml_job"'})
+    answer = requests.post(
+        f"{logging_server.endpoint}/v2/entries:list",
+        json={"resourceNames": ["projects/p"], "filter": 'resource.type:"ml_job"'},
+    )
     assert answer.status_code == 400 and "unsupported filter clause" in answer.json()["error"]["message"]
 
 
 def test_the_checkpoint_state_file_names_the_newest_checkpoint_and_its_step():
     from survivor.operator.vertex_job import newest_checkpoint
 
-    written = 'model_checkpoint_path: "ckpt-20"\nall_model_checkpoint_paths: "ckpt-10"\n' \
-              'all_model_checkpoint_paths: "ckpt-20"\n'  # what tf.train.CheckpointManager writes
+    written = (
+        'model_checkpoint_path: "ckpt-20"\nall_model_checkpoint_paths: "ckpt-10"\n'
+        'all_model_checkpoint_paths: "ckpt-20"\n'
+    )  # what tf.train.CheckpointManager writes
     assert newest_checkpoint(written) == ("ckpt-20", 20)
     assert newest_checkpoint('model_checkpoint_path: "gs://b/x/checkpoints/model.ckpt-7"\n') == ("model.ckpt-7", 7)
     assert newest_checkpoint('model_checkpoint_path: "final"\n') == ("final", None)
     assert newest_checkpoint("") is None
 
 
-@pytest.mark.parametrize("region, expected", [
-    ("us-central1", None),
-    ("us-central1-a", "--region us-central1-a: a zone, not a region; Vertex AI runs custom jobs in a region: us-central1"),
-    ("us-central", "--region us-central: not a region; Vertex AI runs custom jobs in a region, e.g. us-central1"),
-    ("global", "--region global: not a region"),
-])
+@pytest.mark.parametrize(
+    "region, expected",
+    [
+        ("us-central1", None),
+        (
+            "us-central1-a",
+            "--region us-central1-a: a zone, not a region; Vertex AI runs custom jobs in a region: us-central1",
+        ),
+        ("us-central", "--region us-central: not a region; Vertex AI runs custom jobs in a region, e.g. us-central1"),
+        ("global", "--region global: not a region"),
+    ],
+)
 def test_a_custom_job_runs_in_a_region_never_a_zone_or_global(region, expected):
     from survivor.cloud.vertex import region_problems
 
@@ -342,8 +408,9 @@ def test_a_package_on_the_command_line_wins_over_the_specs_container_image(tmp_p
     (tmp_path / "job.yaml").write_text(BUILTIN + f"vertex: {{container_image: {IMAGE}}}\n")
     config = str(tmp_path / "job.yaml")
     image = "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-99.py311:latest"
-    (pool,) = prepare(SubmitRequest(config, package=SDIST, executor_images=(image,)),
-                      today=TODAY).body["jobSpec"]["workerPoolSpecs"]
+    (pool,) = prepare(SubmitRequest(config, package=SDIST, executor_images=(image,)), today=TODAY).body["jobSpec"][
+        "workerPoolSpecs"
+    ]
     assert pool["pythonPackageSpec"]["executorImageUri"] == image and "containerSpec" not in pool
     (pool,) = prepare(SubmitRequest(config), today=TODAY).body["jobSpec"]["workerPoolSpecs"]
     assert pool["containerSpec"]["imageUri"] == IMAGE  # nothing on the command line: the spec's image

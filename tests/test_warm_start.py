@@ -16,19 +16,30 @@ from survivor.trainers.contract import START_GATE_ENV
 from survivor.trainers.loop import HPARAMS_FILE
 from tests.test_restore_failures import commit_snapshot, small_disk
 
-GATE = ("import os, sys; from survivor.trainers.contract import wait_at_start_gate, START_GATE_ENV; "
-        "print(wait_at_start_gate(), START_GATE_ENV in os.environ)")
+GATE = (
+    "import os, sys; from survivor.trainers.contract import wait_at_start_gate, START_GATE_ENV; "
+    "print(wait_at_start_gate(), START_GATE_ENV in os.environ)"
+)
 
 
-@pytest.mark.parametrize("env, given, said", [
-    ({}, b"", "True False"),  # no gate: goes on at once
-    ({START_GATE_ENV: "stdin"}, b"go\n", "True False"),  # restored: goes on (and no child inherits the gate)
-    ({START_GATE_ENV: "stdin"}, b"", "False False"),  # the boot ended first: end of input
-    ({START_GATE_ENV: "stdin"}, b"g", "False False"),  # half a word is no go
-], ids=["no-gate", "go", "end-of-input", "half-a-word"])
+@pytest.mark.parametrize(
+    "env, given, said",
+    [
+        ({}, b"", "True False"),  # no gate: goes on at once
+        ({START_GATE_ENV: "stdin"}, b"go\n", "True False"),  # restored: goes on (and no child inherits the gate)
+        ({START_GATE_ENV: "stdin"}, b"", "False False"),  # the boot ended first: end of input
+        ({START_GATE_ENV: "stdin"}, b"g", "False False"),  # half a word is no go
+    ],
+    ids=["no-gate", "go", "end-of-input", "half-a-word"],
+)
 def test_the_start_gate_lets_a_trainer_on_only_at_go(env, given, said):
-    done = subprocess.run([sys.executable, "-c", GATE], input=given, capture_output=True, timeout=60,
-                          env={k: v for k, v in {**os.environ, **env}.items() if k != START_GATE_ENV or env})
+    done = subprocess.run(
+        [sys.executable, "-c", GATE],
+        input=given,
+        capture_output=True,
+        timeout=60,
+        env={k: v for k, v in {**os.environ, **env}.items() if k != START_GATE_ENV or env},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.decode().strip() == said
 
@@ -54,8 +65,9 @@ def _alive(pid):
 
 
 @pytest.mark.slow
-def test_a_boot_that_ends_before_training_ends_the_early_trainer_before_it_reads_the_job_dir(tmp_path,
-                                                                                            instance_factory):
+def test_a_boot_that_ends_before_training_ends_the_early_trainer_before_it_reads_the_job_dir(
+    tmp_path, instance_factory
+):
     """The restore fails (a boot disk too small for the snapshot): the trainer started at its gate
     is ended with the boot, and never passed the gate (it writes its hyperparameters first thing)."""
     job_dir = str(tmp_path / "jobdir")
@@ -73,9 +85,16 @@ def test_a_boot_that_ends_before_training_ends_the_early_trainer_before_it_reads
 @pytest.mark.slow
 def test_the_mlp_trainer_starts_before_the_restore_and_resumes_from_it(tmp_path, instance_factory):
     job_dir = str(tmp_path / "jobdir")
-    spec = yaml.safe_dump({"job_dir": job_dir, "train_steps": 2000, "checkpoint_steps": 100000,
-                           "on_finish": "keep-alive", "trainer": {"builtin": "mlp"},
-                           "hyperparameters": {"step-seconds": 0.02, "log-steps": 50}})
+    spec = yaml.safe_dump(
+        {
+            "job_dir": job_dir,
+            "train_steps": 2000,
+            "checkpoint_steps": 100000,
+            "on_finish": "keep-alive",
+            "trainer": {"builtin": "mlp"},
+            "hyperparameters": {"step-seconds": 0.02, "log-steps": 50},
+        }
+    )
     vm = instance_factory(spec)
     vm.boot()  # trains, and is preempted with a notice: it commits its step
     vm.wait_for_step(30, timeout=240)
@@ -110,7 +129,9 @@ with open(os.path.join(sys.argv[1], "ckpt-1"), "w") as f:  # a save into the res
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK), reason="needs root and a system python3")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK), reason="needs root and a system python3"
+)
 def test_the_gate_hands_the_restored_job_dir_and_the_state_dir_to_the_trainers_user_before_it_opens():
     """On a VM the agent is root and the trainer another user: what the restore wrote after the
     trainer started is the agent's until `open_gate` gives it over, and so is the state dir (the
@@ -128,8 +149,9 @@ def test_the_gate_hands_the_restored_job_dir_and_the_state_dir_to_the_trainers_u
     os.makedirs(state_dir(str(base)))
     (pathlib.Path(state_dir(str(base))) / "progress").write_text("last boot's")
     env = {**os.environ, START_GATE_ENV: "stdin", "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
-    trainer = TrainerProcess.start([SYSTEM_PYTHON, "-c", AFTER_THE_GATE, str(job_dir)], env=env, user="nobody",
-                                   gated=True)
+    trainer = TrainerProcess.start(
+        [SYSTEM_PYTHON, "-c", AFTER_THE_GATE, str(job_dir)], env=env, user="nobody", gated=True
+    )
     trainer.workdir = str(base)
     try:
         assert os.stat(job_dir).st_uid == 0 and os.listdir(state_dir(str(base))) == ["progress"]  # not yet
@@ -154,19 +176,40 @@ def test_the_gated_trainer_runs_its_step_before_the_gate_and_trains_as_if_it_had
     from tests.tf_resume import assert_bitwise_equal, checkpoint_values, run_trainer
 
     job_dir = tmp_path / "job"
-    env = {**os.environ, START_GATE_ENV: "stdin", "SURVIVOR_PROGRESS_FILE": str(tmp_path / "progress"),
-           "TF_CPP_MIN_LOG_LEVEL": "3"}
-    trainer = subprocess.Popen([sys.executable, "-m", "survivor.trainers.mlp", "--job-dir", str(job_dir),
-                                "--train-steps", "6", "--num-gpus", "2", "--log-steps", "3"],
-                               env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    env = {
+        **os.environ,
+        START_GATE_ENV: "stdin",
+        "SURVIVOR_PROGRESS_FILE": str(tmp_path / "progress"),
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+    }
+    trainer = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "survivor.trainers.mlp",
+            "--job-dir",
+            str(job_dir),
+            "--train-steps",
+            "6",
+            "--num-gpus",
+            "2",
+            "--log-steps",
+            "3",
+        ],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         before = []
         for line in trainer.stdout:
             before.append(line.decode())
             if line.startswith(b"ready at the start gate"):
                 break
-        assert before and before[-1].startswith("ready at the start gate (model built, step traced and run once)"), \
+        assert before and before[-1].startswith("ready at the start gate (model built, step traced and run once)"), (
             before[-5:]
+        )
         assert not job_dir.exists()  # not even created
         trainer.stdin.write(b"go\n")
         trainer.stdin.close()
@@ -182,14 +225,16 @@ def test_the_gated_trainer_runs_its_step_before_the_gate_and_trains_as_if_it_had
     assert_bitwise_equal(checkpoint_values(ungated), checkpoint_values(str(job_dir)))
 
 
-def test_the_trainer_starts_before_the_job_dir_is_read_and_a_finished_job_ends_it_untouched(tmp_path,
-                                                                                          instance_factory):
+def test_the_trainer_starts_before_the_job_dir_is_read_and_a_finished_job_ends_it_untouched(tmp_path, instance_factory):
     """Step 1b: the gated trainer starts as soon as the spec is read, before the job dir, the lease
     and the journal; a job the journal says is DONE ends it at its gate, its dirs never handed over."""
     job_dir = str(tmp_path / "jobdir")
     Journal(open_storage(job_dir)).mark_done({"step": 40})
-    vm = instance_factory(yaml.safe_dump({"job_dir": job_dir, "train_steps": 40, "on_finish": "keep-alive",
-                                          "trainer": {"builtin": "mlp"}}))
+    vm = instance_factory(
+        yaml.safe_dump(
+            {"job_dir": job_dir, "train_steps": 40, "on_finish": "keep-alive", "trainer": {"builtin": "mlp"}}
+        )
+    )
     vm.boot()
     assert vm.wait(60) == 0, open(vm.log_path()).read()[-3000:]
     messages = [line["message"] for line in vm.log_lines()]
@@ -206,8 +251,9 @@ def test_a_trainer_whose_gpu_driver_is_being_installed_starts_once_the_job_is_he
 
     job_dir = str(tmp_path / "jobdir")
     spec = yaml.safe_dump({"job_dir": job_dir, "train_steps": 40, "num_gpus": 2, "trainer": {"builtin": "mlp"}})
-    vm = LocalInstance({"survivor-job": spec, "install-nvidia-driver": "True"}, str(tmp_path / "vm"),
-                       python=sys.executable)
+    vm = LocalInstance(
+        {"survivor-job": spec, "install-nvidia-driver": "True"}, str(tmp_path / "vm"), python=sys.executable
+    )
     try:
         vm.boot()
         vm.wait_for_message("waiting for the GPU driver")

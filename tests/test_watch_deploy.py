@@ -22,25 +22,54 @@ def apis():
 
 
 def options(**extra):
-    return WatchDeployment(**{"job": "cifar10", "project": "survivor-local", "region": "us-west1",
-                              "zone": "us-west1-b", "service_account": ACCOUNT, **extra})
+    return WatchDeployment(
+        **{
+            "job": "cifar10",
+            "project": "survivor-local",
+            "region": "us-west1",
+            "zone": "us-west1-b",
+            "service_account": ACCOUNT,
+            **extra,
+        }
+    )
 
 
 def test_deploy_creates_a_cloud_run_job_running_one_watch_and_a_scheduler_job_calling_its_run(apis):
     run, scheduler, (run_client, scheduler_client) = apis
-    done = deploy(options(image="us-docker.pkg.dev/p/survivor/survivor:1"), run_client=run_client,
-                  scheduler_client=scheduler_client)
+    done = deploy(
+        options(image="us-docker.pkg.dev/p/survivor/survivor:1"),
+        run_client=run_client,
+        scheduler_client=scheduler_client,
+    )
     assert done == {"run": "created", "scheduler": "created"}
     task = run.jobs[NAME]["template"]["template"]
-    assert task["containers"] == [{"image": "us-docker.pkg.dev/p/survivor/survivor:1", "command": ["survivor"],
-                                   "args": ["watch", "cifar10", "--project", "survivor-local", "--zone",
-                                            "us-west1-b", "--every", "15m", "--once", "--deployed-in", "us-west1"]}]
+    assert task["containers"] == [
+        {
+            "image": "us-docker.pkg.dev/p/survivor/survivor:1",
+            "command": ["survivor"],
+            "args": [
+                "watch",
+                "cifar10",
+                "--project",
+                "survivor-local",
+                "--zone",
+                "us-west1-b",
+                "--every",
+                "15m",
+                "--once",
+                "--deployed-in",
+                "us-west1",
+            ],
+        }
+    ]
     assert task["serviceAccount"] == ACCOUNT and task["maxRetries"] == 0
     job = scheduler.jobs[NAME]
     assert job["schedule"] == "*/15 * * * *"
     assert job["httpTarget"] == {
-        "uri": f"https://run.googleapis.com/v2/{NAME}:run", "httpMethod": scheduler_v1.HttpMethod.POST,  # enums travel as integers
-        "oauthToken": {"serviceAccountEmail": ACCOUNT, "scope": "https://www.googleapis.com/auth/cloud-platform"}}
+        "uri": f"https://run.googleapis.com/v2/{NAME}:run",
+        "httpMethod": scheduler_v1.HttpMethod.POST,  # enums travel as integers
+        "oauthToken": {"serviceAccountEmail": ACCOUNT, "scope": "https://www.googleapis.com/auth/cloud-platform"},
+    }
     # what Scheduler does at each tick reaches the Cloud Run job's run method
     assert scheduler.fire(NAME, run.endpoint).status_code == 200
     assert [e["job"] for e in run.executions] == ["survivor-watch-cifar10"]
@@ -62,26 +91,33 @@ def test_undeploy_removes_both_and_is_harmless_twice(apis):
     run, scheduler, (run_client, scheduler_client) = apis
     deploy(options(), run_client=run_client, scheduler_client=scheduler_client)
     assert undeploy(options(), run_client=run_client, scheduler_client=scheduler_client) == {
-        "scheduler": "deleted", "run": "deleted"}
+        "scheduler": "deleted",
+        "run": "deleted",
+    }
     assert run.jobs == {} and scheduler.jobs == {}
     assert undeploy(options(), run_client=run_client, scheduler_client=scheduler_client) == {
-        "scheduler": "absent", "run": "absent"}
+        "scheduler": "absent",
+        "run": "absent",
+    }
 
 
 def test_the_default_image_and_refusals_before_any_call():
     body = watch_deploy.run_job_body(options())
     assert body["template"]["template"]["containers"][0]["image"].startswith(
-        "us-west1-docker.pkg.dev/survivor-local/survivor/survivor:")
+        "us-west1-docker.pkg.dev/survivor-local/survivor/survivor:"
+    )
     assert watch_deploy.cron(120) == "0 */2 * * *"
     with pytest.raises(SpecError, match="exactly one of --zone"):
         deploy(options(group_region="us-west1"))
     assert options(service_account="nobody", every_minutes=90).problems() == [
         "--every 90m: 1-59 minutes, or whole hours dividing a day",
-        "--service-account 'nobody': expected a service account's email"]
+        "--service-account 'nobody': expected a service account's email",
+    ]
 
 
-def test_the_command_deploys_and_undeploys_through_the_endpoints_in_the_environment(apis, compute_server,
-                                                                                    monkeypatch, capsys):
+def test_the_command_deploys_and_undeploys_through_the_endpoints_in_the_environment(
+    apis, compute_server, monkeypatch, capsys
+):
     from survivor.commands.main import main
 
     run, scheduler, _ = apis
@@ -105,8 +141,10 @@ def test_the_vm_never_installs_or_imports_the_deploy_clients():
     lock = open(os.path.join(os.path.dirname(watch_deploy.__file__), "..", "startup", "vm-lock.txt")).read()
     assert "google-cloud-run" not in lock and "google-cloud-scheduler" not in lock
     # the agent's whole import graph, and this module itself, load without them
-    code = ("import sys; import survivor.agent.boot, survivor.operator.watch_deploy, survivor.commands.watch; "
-            "print(sorted(m for m in sys.modules if m.startswith(('google.cloud.run', 'google.cloud.scheduler'))))")
+    code = (
+        "import sys; import survivor.agent.boot, survivor.operator.watch_deploy, survivor.commands.watch; "
+        "print(sorted(m for m in sys.modules if m.startswith(('google.cloud.run', 'google.cloud.scheduler'))))"
+    )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
 
 
@@ -123,13 +161,24 @@ def test_a_job_that_may_move_is_deployed_with_its_job_dir(apis, compute_server, 
     monkeypatch.setenv(watch_deploy.RUN_ENDPOINT_ENV, run.endpoint)
     monkeypatch.setenv(watch_deploy.SCHEDULER_ENDPOINT_ENV, scheduler.endpoint)
     job_dir = str(tmp_path / "job")
-    spec = JobSpec.from_yaml(f"job_dir: {job_dir}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
-                             "placement: {regions: [us-west1, us-central1]}\n")
+    spec = JobSpec.from_yaml(
+        f"job_dir: {job_dir}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
+        "placement: {regions: [us-west1, us-central1]}\n"
+    )
     compute = Compute("survivor-local", endpoint=compute_server.endpoint)
     compute.insert_template(template_body("cifar10", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n"))
     compute.create_group("cifar10", "cifar10", zone="us-west1-b", size=0)
-    base = ["watch", "cifar10", "--project", "survivor-local", "--zone", "us-west1-b", "--deploy",
-            "--service-account", ACCOUNT]
+    base = [
+        "watch",
+        "cifar10",
+        "--project",
+        "survivor-local",
+        "--zone",
+        "us-west1-b",
+        "--deploy",
+        "--service-account",
+        ACCOUNT,
+    ]
 
     def args():
         return run.jobs[NAME]["template"]["template"]["containers"][0]["args"]
@@ -142,13 +191,31 @@ def test_a_job_that_may_move_is_deployed_with_its_job_dir(apis, compute_server, 
     staying = JobSpec.from_yaml(f"job_dir: {job_dir}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n")
     compute.insert_template(template_body("stays", staying, MachineOptions.from_spec(staying), script="#!/bin/bash\n"))
     compute.create_group("stays", "stays", zone="us-west1-b", size=0)
-    assert main(["watch", "stays", "--project", "survivor-local", "--zone", "us-west1-b", "--deploy",
-                 "--service-account", ACCOUNT]) == 0
-    assert "--job-dir" not in run.jobs[f"{PARENT}/jobs/survivor-watch-stays"]["template"]["template"]["containers"][0]["args"]
+    assert (
+        main(
+            [
+                "watch",
+                "stays",
+                "--project",
+                "survivor-local",
+                "--zone",
+                "us-west1-b",
+                "--deploy",
+                "--service-account",
+                ACCOUNT,
+            ]
+        )
+        == 0
+    )
+    assert (
+        "--job-dir"
+        not in run.jobs[f"{PARENT}/jobs/survivor-watch-stays"]["template"]["template"]["containers"][0]["args"]
+    )
 
 
-def test_the_deployed_look_ends_its_own_schedule_once_the_job_is_done(apis, compute_server, monkeypatch, capsys,
-                                                                      tmp_path):
+def test_the_deployed_look_ends_its_own_schedule_once_the_job_is_done(
+    apis, compute_server, monkeypatch, capsys, tmp_path
+):
     """A look at a job that is DONE (or FAILED) deletes its own Cloud Scheduler job,
     so Cloud Run is not run every 15 minutes for a job that ended; the Cloud Run job stays (--undeploy)."""
     from survivor.cloud.compute import Compute

@@ -18,8 +18,12 @@ def run_trainer(module: str, job_dir: str, args: list[str], *, stop_at: int | No
     if os.path.exists(progress):
         os.remove(progress)
     env = {**os.environ, "SURVIVOR_PROGRESS_FILE": progress, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    proc = subprocess.Popen([sys.executable, "-m", module, "--job-dir", job_dir, *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, "--job-dir", job_dir, *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + timeout
     if stop_at is not None:
         while time.monotonic() < deadline and proc.poll() is None:
@@ -45,8 +49,11 @@ def checkpoint_values(directory: str) -> dict[str, np.ndarray]:
     assert path, f"no checkpoint in {directory}"
     reader = tf.train.load_checkpoint(path)
     dtypes = reader.get_variable_to_dtype_map()
-    return {name: reader.get_tensor(name) for name, dtype in dtypes.items()
-            if dtype not in (tf.variant, tf.resource) and "save_counter" not in name}
+    return {
+        name: reader.get_tensor(name)
+        for name, dtype in dtypes.items()
+        if dtype not in (tf.variant, tf.resource) and "save_counter" not in name
+    }
 
 
 def assert_bitwise_equal(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:

@@ -36,8 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     strategy = workload.strategy()
     with strategy.scope():
         model, optimizer = workload.model_and_optimizer()
-        model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      jit_compile=False)
+        model.compile(
+            optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False
+        )
     model.build((None, workload.HPARAMS["features"]))  # BackupAndRestore needs a built model
     spe = args.steps_per_epoch
 
@@ -64,12 +65,19 @@ def main(argv: list[str] | None = None) -> int:
             if not self.end:
                 RestoreClock.started = time.perf_counter()
             else:
-                workload.note(restore=time.perf_counter() - RestoreClock.started,
-                              initial_epoch=int(getattr(self.model, "_initial_epoch", None) or 0))
+                workload.note(
+                    restore=time.perf_counter() - RestoreClock.started,
+                    initial_epoch=int(getattr(self.model, "_initial_epoch", None) or 0),
+                )
 
     backup = keras.callbacks.BackupAndRestore(backup_dir=args.backup_dir, save_freq=save_freq)
-    model.fit(workload.dataset(), epochs=args.train_steps // spe, steps_per_epoch=spe, verbose=0,
-              callbacks=[RestoreClock(False), Steps(), backup, RestoreClock(True)])
+    model.fit(
+        workload.dataset(),
+        epochs=args.train_steps // spe,
+        steps_per_epoch=spe,
+        verbose=0,
+        callbacks=[RestoreClock(False), Steps(), backup, RestoreClock(True)],
+    )
     return 0
 
 

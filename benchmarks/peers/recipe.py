@@ -27,7 +27,9 @@ import time
 
 from benchmarks.peers import workload
 
-RECIPE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests", "recipe")
+RECIPE_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests", "recipe"
+)
 
 
 class ModelState(dict):
@@ -38,8 +40,10 @@ class ModelState(dict):
         self._model, self._optimizer = model, optimizer
 
     def items(self):
-        return [("model", [v.numpy().tolist() for v in self._model.variables]),
-                ("optimizer", [v.numpy().tolist() for v in self._optimizer.variables])]
+        return [
+            ("model", [v.numpy().tolist() for v in self._model.variables]),
+            ("optimizer", [v.numpy().tolist() for v in self._optimizer.variables]),
+        ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,8 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     def trainer_initializer(hyperparameters):
         strategy = workload.strategy()
         with strategy.scope():
-            model, optimizer = workload.model_and_optimizer(hyperparameters["hyperparameter_1"],
-                                                            hyperparameters["hyperparameter_2"])
+            model, optimizer = workload.model_and_optimizer(
+                hyperparameters["hyperparameter_1"], hyperparameters["hyperparameter_2"]
+            )
             optimizer.build(model.trainable_variables)
         started = time.perf_counter()
         path, index = recipe.latest_checkpoint(recipe.get_checkpoints(args.job_dir))
@@ -86,8 +91,13 @@ def main(argv: list[str] | None = None) -> int:
 
         return _trainer
 
-    recipe.runner(trainer_initializer, args.job_dir, args.train_steps, args.checkpoint_steps,
-                  {"hyperparameter_1": args.hyperparameter_1, "hyperparameter_2": args.hyperparameter_2})
+    recipe.runner(
+        trainer_initializer,
+        args.job_dir,
+        args.train_steps,
+        args.checkpoint_steps,
+        {"hyperparameter_1": args.hyperparameter_1, "hyperparameter_2": args.hyperparameter_2},
+    )
     return 0
 
 

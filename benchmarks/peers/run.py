@@ -61,38 +61,108 @@ def _py(module: str) -> list[str]:
 
 
 ROWS = [
-    Row("survivor", "own code: `survivor agent`, built-in mlp trainer, job dir in fake-gcs-server", None,
-        lambda s, start, a: s % a.checkpoint_steps == 0),
-    Row("Keras BackupAndRestore (epoch)", "own code: keras.callbacks.BackupAndRestore(save_freq=\"epoch\"), model.fit",
-        lambda disk, a: _py("benchmarks.peers.keras_backup") + [
-            "--backup-dir", os.path.join(disk, "backup"), "--train-steps", str(a.train_steps),
-            "--steps-per-epoch", str(a.epoch_steps), "--save-freq", "epoch", "--step-seconds", str(a.step_seconds)],
-        lambda s, start, a: s % a.epoch_steps == 0),
-    Row("Keras BackupAndRestore (save_freq=N)", "own code: keras.callbacks.BackupAndRestore(save_freq=N), model.fit",
-        lambda disk, a: _py("benchmarks.peers.keras_backup") + [
-            "--backup-dir", os.path.join(disk, "backup"), "--train-steps", str(a.train_steps),
-            "--steps-per-epoch", str(a.epoch_steps), "--save-freq", str(a.checkpoint_steps),
-            "--step-seconds", str(a.step_seconds)],
-        lambda s, start, a: (s - start) % a.checkpoint_steps == 0),  # its batch counter restarts with the process
-    Row("PreemptionCheckpointHandler (GCE default)",
+    Row(
+        "survivor",
+        "own code: `survivor agent`, built-in mlp trainer, job dir in fake-gcs-server",
+        None,
+        lambda s, start, a: s % a.checkpoint_steps == 0,
+    ),
+    Row(
+        "Keras BackupAndRestore (epoch)",
+        'own code: keras.callbacks.BackupAndRestore(save_freq="epoch"), model.fit',
+        lambda disk, a: (
+            _py("benchmarks.peers.keras_backup")
+            + [
+                "--backup-dir",
+                os.path.join(disk, "backup"),
+                "--train-steps",
+                str(a.train_steps),
+                "--steps-per-epoch",
+                str(a.epoch_steps),
+                "--save-freq",
+                "epoch",
+                "--step-seconds",
+                str(a.step_seconds),
+            ]
+        ),
+        lambda s, start, a: s % a.epoch_steps == 0,
+    ),
+    Row(
+        "Keras BackupAndRestore (save_freq=N)",
+        "own code: keras.callbacks.BackupAndRestore(save_freq=N), model.fit",
+        lambda disk, a: (
+            _py("benchmarks.peers.keras_backup")
+            + [
+                "--backup-dir",
+                os.path.join(disk, "backup"),
+                "--train-steps",
+                str(a.train_steps),
+                "--steps-per-epoch",
+                str(a.epoch_steps),
+                "--save-freq",
+                str(a.checkpoint_steps),
+                "--step-seconds",
+                str(a.step_seconds),
+            ]
+        ),
+        lambda s, start, a: (s - start) % a.checkpoint_steps == 0,
+    ),  # its batch counter restarts with the process
+    Row(
+        "PreemptionCheckpointHandler (GCE default)",
         "own code: tf.distribute.experimental.PreemptionCheckpointHandler, GCE GPU config (platform forced: no GPU here)",
-        lambda disk, a: _py("benchmarks.peers.tf_handler") + [
-            "--checkpoint-dir", os.path.join(disk, "ckpt"), "--train-steps", str(a.train_steps),
-            "--checkpoint-steps", str(a.checkpoint_steps), "--watch", "gce", "--step-seconds", str(a.step_seconds)],
-        lambda s, start, a: s % a.checkpoint_steps == 0),
-    Row("PreemptionCheckpointHandler (+ instance/preempted)",
+        lambda disk, a: (
+            _py("benchmarks.peers.tf_handler")
+            + [
+                "--checkpoint-dir",
+                os.path.join(disk, "ckpt"),
+                "--train-steps",
+                str(a.train_steps),
+                "--checkpoint-steps",
+                str(a.checkpoint_steps),
+                "--watch",
+                "gce",
+                "--step-seconds",
+                str(a.step_seconds),
+            ]
+        ),
+        lambda s, start, a: s % a.checkpoint_steps == 0,
+    ),
+    Row(
+        "PreemptionCheckpointHandler (+ instance/preempted)",
         "own code: the same, TerminationConfig watcher also reads instance/preempted",
-        lambda disk, a: _py("benchmarks.peers.tf_handler") + [
-            "--checkpoint-dir", os.path.join(disk, "ckpt"), "--train-steps", str(a.train_steps),
-            "--checkpoint-steps", str(a.checkpoint_steps), "--watch", "gce+preempted",
-            "--step-seconds", str(a.step_seconds)],
-        lambda s, start, a: s % a.checkpoint_steps == 0),
-    Row("recipe", "own code: the recipe's runner() unchanged; its startup.sh modelled (restart = the same boot)",
-        lambda disk, a: _py("benchmarks.peers.recipe") + [
-            f"--job-dir={os.path.join(disk, 'job')}", f"--train-steps={a.train_steps}",
-            f"--checkpoint-steps={a.checkpoint_steps}", "--hyperparameter-1=64", "--hyperparameter-2=0.05",
-            f"--step-seconds={a.step_seconds}"],
-        lambda s, start, a: s % a.checkpoint_steps == 0),
+        lambda disk, a: (
+            _py("benchmarks.peers.tf_handler")
+            + [
+                "--checkpoint-dir",
+                os.path.join(disk, "ckpt"),
+                "--train-steps",
+                str(a.train_steps),
+                "--checkpoint-steps",
+                str(a.checkpoint_steps),
+                "--watch",
+                "gce+preempted",
+                "--step-seconds",
+                str(a.step_seconds),
+            ]
+        ),
+        lambda s, start, a: s % a.checkpoint_steps == 0,
+    ),
+    Row(
+        "recipe",
+        "own code: the recipe's runner() unchanged; its startup.sh modelled (restart = the same boot)",
+        lambda disk, a: (
+            _py("benchmarks.peers.recipe")
+            + [
+                f"--job-dir={os.path.join(disk, 'job')}",
+                f"--train-steps={a.train_steps}",
+                f"--checkpoint-steps={a.checkpoint_steps}",
+                "--hyperparameter-1=64",
+                "--hyperparameter-2=0.05",
+                f"--step-seconds={a.step_seconds}",
+            ]
+        ),
+        lambda s, start, a: s % a.checkpoint_steps == 0,
+    ),
 ]
 
 
@@ -116,12 +186,25 @@ class PeerVM:
         self.metadata.set("instance/maintenance-event", "NONE")
         self.progress_file = os.path.join(self.root, f"progress-{self.boots}")
         self.notes_file = os.path.join(self.root, f"notes-{self.boots}")
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1",
-               "GCE_METADATA_IP": self.metadata.host,  # what failure_handling_util reads for the host
-               "SURVIVOR_PROGRESS_FILE": self.progress_file, "BENCH_NOTES": self.notes_file}
+        env = {
+            **os.environ,
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "PYTHONPATH": ROOT,
+            "PYTHONUNBUFFERED": "1",
+            "GCE_METADATA_IP": self.metadata.host,  # what failure_handling_util reads for the host
+            "SURVIVOR_PROGRESS_FILE": self.progress_file,
+            "BENCH_NOTES": self.notes_file,
+        }
         self.log = open(os.path.join(self.root, f"boot-{self.boots}.log"), "wb")
-        self.process = subprocess.Popen(self.argv, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        self.process = subprocess.Popen(
+            self.argv,
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -176,12 +259,19 @@ class SurvivorVM:
         from survivor.local.instance import LocalInstance
         from survivor.agent.trainer import progress_path
 
-        spec = {"job_dir": job_dir, "train_steps": args.train_steps, "checkpoint_steps": args.checkpoint_steps,
-                "num_gpus": 2, "on_finish": "keep-alive", "trainer": {"builtin": "mlp"},
-                "hyperparameters": {"step-seconds": args.step_seconds, "log-steps": 500}}
+        spec = {
+            "job_dir": job_dir,
+            "train_steps": args.train_steps,
+            "checkpoint_steps": args.checkpoint_steps,
+            "num_gpus": 2,
+            "on_finish": "keep-alive",
+            "trainer": {"builtin": "mlp"},
+            "hyperparameters": {"step-seconds": args.step_seconds, "log-steps": 500},
+        }
         self.job_dir = job_dir
-        self.vm = LocalInstance({"survivor-job": yaml.safe_dump(spec)}, root, python=sys.executable,
-                                env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+        self.vm = LocalInstance(
+            {"survivor-job": yaml.safe_dump(spec)}, root, python=sys.executable, env={"TF_CPP_MIN_LOG_LEVEL": "2"}
+        )
         self._progress = lambda: progress_path(self.vm.workdir)
 
     def boot(self) -> None:
@@ -248,8 +338,11 @@ def run_row(row: Row, args, times: list[float], root: str, bucket: str) -> dict:
     """Boots the row's VM through the preemptions in `times`; returns its boots and the step it resumes from."""
     slug = "".join(c if c.isalnum() else "-" for c in row.name.lower())[:40]
     vm_root = os.path.join(root, slug)
-    vm = SurvivorVM(vm_root, args, f"gs://{bucket}/{slug}") if row.argv is None else \
-        PeerVM(vm_root, row.argv(os.path.join(vm_root, "persistent-disk"), args))
+    vm = (
+        SurvivorVM(vm_root, args, f"gs://{bucket}/{slug}")
+        if row.argv is None
+        else PeerVM(vm_root, row.argv(os.path.join(vm_root, "persistent-disk"), args))
+    )
     boots: list[Boot] = []
     clock = 0.0
     try:
@@ -277,9 +370,12 @@ def run_row(row: Row, args, times: list[float], root: str, bucket: str) -> dict:
             boot.restore = vm.restore_seconds(number)
             boot.agent = vm.agent_seconds(number, boot.wall_started)
             boots.append(boot)
-            print(f"  {row.name}: boot {number} steps {boots[-1].samples[0][1] - 1 if boot.samples else '?'}"
-                  f"..{boot.samples[-1][1] if boot.samples else '?'}, {boot.ended - boot.started:.1f} s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  {row.name}: boot {number} steps {boots[-1].samples[0][1] - 1 if boot.samples else '?'}"
+                f"..{boot.samples[-1][1] if boot.samples else '?'}, {boot.ended - boot.started:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
         probe = Boot(time.perf_counter())  # the boot after the window: where does the job resume?
         vm.boot()
         while not probe.samples and vm.running() and time.perf_counter() - probe.started < 600:
@@ -322,14 +418,31 @@ def badput(result: dict, args) -> dict:
         executed += boot.samples[-1][1] - (first_step - 1)
         rerun_per.append(boot.samples[-1][1] - starts[i + 1])
     rerun = executed - kept
-    shares = {"goodput": kept * step / wall, "startup": startup / wall, "restore": restore / wall,
-              "stalls": stalls / wall, "rerun": rerun * step / wall}
+    shares = {
+        "goodput": kept * step / wall,
+        "startup": startup / wall,
+        "restore": restore / wall,
+        "stalls": stalls / wall,
+        "rerun": rerun * step / wall,
+    }
     shares["other"] = 1 - sum(shares.values())
     notice_to_exit = [b.ended - b.notice for b in boots if b.notice is not None]
-    return {"name": row.name, "ran_as": row.ran_as, "step": step, "wall": wall, "kept": kept, "executed": executed,
-            "rerun_per": rerun_per, "notice_to_exit": statistics.median(notice_to_exit), "boots": len(boots),
-            "startup_per_boot": startup / len(boots), "agent_per_boot": statistics.mean(
-                [b.agent for b in boots]) if all(b.agent is not None for b in boots) else None, **shares}
+    return {
+        "name": row.name,
+        "ran_as": row.ran_as,
+        "step": step,
+        "wall": wall,
+        "kept": kept,
+        "executed": executed,
+        "rerun_per": rerun_per,
+        "notice_to_exit": statistics.median(notice_to_exit),
+        "boots": len(boots),
+        "startup_per_boot": startup / len(boots),
+        "agent_per_boot": statistics.mean([b.agent for b in boots])
+        if all(b.agent is not None for b in boots)
+        else None,
+        **shares,
+    }
 
 
 #: A Spot VM's time without a VM after a preemption, the same for every row: a MIG recreates a VM in
@@ -360,20 +473,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=float, default=300.0, help="mean seconds between preemptions")
     parser.add_argument("--jitter", type=float, default=50.0, help="+- seconds around --every")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--notice-lead", type=float, default=0.05,
-                        help="seconds from preempted=TRUE to the soft off's SIGTERM (Spot without a notice duration)")
+    parser.add_argument(
+        "--notice-lead",
+        type=float,
+        default=0.05,
+        help="seconds from preempted=TRUE to the soft off's SIGTERM (Spot without a notice duration)",
+    )
     parser.add_argument("--hard-off", type=float, default=30.0, help="seconds from SIGTERM to SIGKILL")
-    parser.add_argument("--step-seconds", type=float, default=0.05,
-                        help="pause after each step, standing in for a bigger model (survivor.trainers.mlp's flag)")
-    parser.add_argument("--checkpoint-steps", type=int, default=1800,
-                        help="periodic save interval (survivor, the recipe, the handler's backups, Keras save_freq=N)")
+    parser.add_argument(
+        "--step-seconds",
+        type=float,
+        default=0.05,
+        help="pause after each step, standing in for a bigger model (survivor.trainers.mlp's flag)",
+    )
+    parser.add_argument(
+        "--checkpoint-steps",
+        type=int,
+        default=1800,
+        help="periodic save interval (survivor, the recipe, the handler's backups, Keras save_freq=N)",
+    )
     parser.add_argument("--epoch-steps", type=int, default=2700, help="steps per epoch for model.fit")
     parser.add_argument("--train-steps", type=int, default=10_000_000, help="more than any window reaches")
     parser.add_argument("--only", help="run only rows whose name contains this")
-    parser.add_argument("--recreation-seconds", type=float, default=RECREATION_SECONDS,
-                        help="time without a VM per preemption in the second table (default: %(default)s s, see "
-                             "RECREATION_SECONDS)")
-    parser.add_argument("--smoke", action="store_true", help="1 preemption after 60+-10 s per row, saves every 300 steps")
+    parser.add_argument(
+        "--recreation-seconds",
+        type=float,
+        default=RECREATION_SECONDS,
+        help="time without a VM per preemption in the second table (default: %(default)s s, see RECREATION_SECONDS)",
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="1 preemption after 60+-10 s per row, saves every 300 steps"
+    )
     parser.add_argument("--plot", default=os.path.join(PLOTS, "goodput-own-code.png"))
     args = parser.parse_args(argv)
     if args.smoke:
@@ -393,39 +523,98 @@ def main(argv: list[str] | None = None) -> int:
             results.append(badput(run_row(row, args, times, root, "bench"), args))
             r = results[-1]
             print(f"  {row.name}: goodput {100 * r['goodput']:.1f}%", file=sys.stderr, flush=True)
-    print(f"{started}; machine: {machine()}; rows one after another, each through the same {args.preemptions} "
-          f"preemption(s) at {', '.join(f'{t:.0f}' for t in times)} s of its own clock (seed {args.seed}, every "
-          f"{args.every:g}+-{args.jitter:g} s), preempted=TRUE then SIGTERM {args.notice_lead:g} s later and SIGKILL "
-          f"{args.hard_off:g} s after that, restarted at once; mlp on 2 logical CPU devices with a {args.step_seconds:g} s "
-          f"step pause; periodic saves every {args.checkpoint_steps} steps, epochs of {args.epoch_steps} steps\n")
+    print(
+        f"{started}; machine: {machine()}; rows one after another, each through the same {args.preemptions} "
+        f"preemption(s) at {', '.join(f'{t:.0f}' for t in times)} s of its own clock (seed {args.seed}, every "
+        f"{args.every:g}+-{args.jitter:g} s), preempted=TRUE then SIGTERM {args.notice_lead:g} s later and SIGKILL "
+        f"{args.hard_off:g} s after that, restarted at once; mlp on 2 logical CPU devices with a {args.step_seconds:g} s "
+        f"step pause; periodic saves every {args.checkpoint_steps} steps, epochs of {args.epoch_steps} steps\n"
+    )
     pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
-    print(table("goodput under preemption, each alternative as its own code",
-                ["row", "goodput", "start-up", "restore", "ckpt stalls", "work re-run", "other (notice to exit, jitter)",
-                 "steps re-run per preemption", "step (ms)", "notice to exit (s)", "ran as"],
-                [[r["name"], pct(r["goodput"]), pct(r["startup"]), pct(r["restore"]), pct(r["stalls"]), pct(r["rerun"]),
-                  pct(r["other"]), str(r["rerun_per"]), f"{1000 * r['step']:.1f}", f"{r['notice_to_exit']:.2f}",
-                  r["ran_as"]] for r in results]))
+    print(
+        table(
+            "goodput under preemption, each alternative as its own code",
+            [
+                "row",
+                "goodput",
+                "start-up",
+                "restore",
+                "ckpt stalls",
+                "work re-run",
+                "other (notice to exit, jitter)",
+                "steps re-run per preemption",
+                "step (ms)",
+                "notice to exit (s)",
+                "ran as",
+            ],
+            [
+                [
+                    r["name"],
+                    pct(r["goodput"]),
+                    pct(r["startup"]),
+                    pct(r["restore"]),
+                    pct(r["stalls"]),
+                    pct(r["rerun"]),
+                    pct(r["other"]),
+                    str(r["rerun_per"]),
+                    f"{1000 * r['step']:.1f}",
+                    f"{r['notice_to_exit']:.2f}",
+                    r["ran_as"],
+                ]
+                for r in results
+            ],
+        )
+    )
     recreated = [with_recreation(r, args.preemptions, args.recreation_seconds) for r in results]
-    print(table(f"the same runs as a real Spot job sees them: {args.recreation_seconds:g} s without a VM per "
-                f"preemption (a MIG's recreation and a VM's boot), the same for every row",
-                ["row", "goodput", "no VM", "start-up", "restore", "ckpt stalls", "work re-run", "other"],
-                [[r["name"], pct(r["goodput"]), pct(r["no_vm"]), pct(r["startup"]), pct(r["restore"]),
-                  pct(r["stalls"]), pct(r["rerun"]), pct(r["other"])] for r in recreated]))
+    print(
+        table(
+            f"the same runs as a real Spot job sees them: {args.recreation_seconds:g} s without a VM per "
+            f"preemption (a MIG's recreation and a VM's boot), the same for every row",
+            ["row", "goodput", "no VM", "start-up", "restore", "ckpt stalls", "work re-run", "other"],
+            [
+                [
+                    r["name"],
+                    pct(r["goodput"]),
+                    pct(r["no_vm"]),
+                    pct(r["startup"]),
+                    pct(r["restore"]),
+                    pct(r["stalls"]),
+                    pct(r["rerun"]),
+                    pct(r["other"]),
+                ]
+                for r in recreated
+            ],
+        )
+    )
     for r in results:
         if r["agent_per_boot"] is not None:
-            print(f"{r['name']}: start-up {r['startup_per_boot']:.2f} s a boot, of which {r['agent_per_boot']:.2f} s from "
-                  f"the boot to the agent's `trainer started` and the rest the trainer's own start to its first step; "
-                  f"restore {r['restore'] * r['wall'] / r['boots']:.2f} s a boot; notice to exit {r['notice_to_exit']:.2f} s")
+            print(
+                f"{r['name']}: start-up {r['startup_per_boot']:.2f} s a boot, of which {r['agent_per_boot']:.2f} s from "
+                f"the boot to the agent's `trainer started` and the rest the trainer's own start to its first step; "
+                f"restore {r['restore'] * r['wall'] / r['boots']:.2f} s a boot; notice to exit {r['notice_to_exit']:.2f} s"
+            )
         else:
-            print(f"{r['name']}: start-up {r['startup_per_boot']:.2f} s a boot; restore "
-                  f"{r['restore'] * r['wall'] / r['boots']:.2f} s a boot; notice to exit {r['notice_to_exit']:.2f} s")
+            print(
+                f"{r['name']}: start-up {r['startup_per_boot']:.2f} s a boot; restore "
+                f"{r['restore'] * r['wall'] / r['boots']:.2f} s a boot; notice to exit {r['notice_to_exit']:.2f} s"
+            )
     labels = [textwrap.fill(r["name"], 16) for r in results]
-    plot = plot_bars(args.plot, f"goodput and badput, each alternative as its own code ({args.preemptions} preemption(s) "
-                     f"every ~{args.every / 60:g} min, real time)", labels,
-                     {"goodput": [r["goodput"] for r in results], "start-up": [r["startup"] for r in results],
-                      "restore": [r["restore"] for r in results], "ckpt stalls": [r["stalls"] for r in results],
-                      "work re-run": [r["rerun"] for r in results], "other": [r["other"] for r in results]},
-                     "share of wall time", stacked=True)
+    plot = plot_bars(
+        args.plot,
+        f"goodput and badput, each alternative as its own code ({args.preemptions} preemption(s) "
+        f"every ~{args.every / 60:g} min, real time)",
+        labels,
+        {
+            "goodput": [r["goodput"] for r in results],
+            "start-up": [r["startup"] for r in results],
+            "restore": [r["restore"] for r in results],
+            "ckpt stalls": [r["stalls"] for r in results],
+            "work re-run": [r["rerun"] for r in results],
+            "other": [r["other"] for r in results],
+        },
+        "share of wall time",
+        stacked=True,
+    )
     if plot:
         print(f"plot: {plot}")
     return 0

@@ -56,16 +56,20 @@ def main(argv: list[str] | None = None) -> int:
     manager = tf.train.CheckpointManager(checkpoint, args.checkpoint_dir, max_to_keep=3)
     config = None
     if args.watch == "gce+preempted":
+
         def watcher() -> bool:
-            return (util.termination_watcher_function_gce()
-                    or util.request_compute_metadata("instance/preempted") == "TRUE")
+            return (
+                util.termination_watcher_function_gce() or util.request_compute_metadata("instance/preempted") == "TRUE"
+            )
 
         config = tf.distribute.experimental.TerminationConfig(termination_watcher_fn=watcher)
     started = time.perf_counter()
     handler = tf.distribute.experimental.PreemptionCheckpointHandler(
-        strategy.cluster_resolver, manager, termination_config=config)
-    workload.note(restore=time.perf_counter() - started, initial_step=int(step.numpy()),
-                  platform=str(util.detect_platform()))
+        strategy.cluster_resolver, manager, termination_config=config
+    )
+    workload.note(
+        restore=time.perf_counter() - started, initial_step=int(step.numpy()), platform=str(util.detect_platform())
+    )
     train_step = workload.custom_step(strategy, model, optimizer)
     iterator = iter(strategy.experimental_distribute_dataset(workload.dataset()))
     current = int(step.numpy())

@@ -19,8 +19,16 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 #: survivor.trainers.mlp's defaults (its argparse flags), which the survivor row runs with.
-HPARAMS = {"learning_rate": 0.05, "momentum": 0.9, "hidden_units": 64, "dropout": 0.2, "train_batch_size": 32,
-           "examples": 4096, "features": 32, "seed": 0}
+HPARAMS = {
+    "learning_rate": 0.05,
+    "momentum": 0.9,
+    "hidden_units": 64,
+    "dropout": 0.2,
+    "train_batch_size": 32,
+    "examples": 4096,
+    "features": 32,
+    "seed": 0,
+}
 REPLICAS = 2
 
 
@@ -45,9 +53,12 @@ def dataset():
     x = tf.random.stateless_normal([h["examples"], h["features"]], seed=[seed, 1])
     w = tf.random.stateless_normal([h["features"], 4], seed=[seed, 2])
     y = tf.argmax(tf.matmul(x, w) + 0.3 * tf.random.stateless_normal([h["examples"], 4], seed=[seed, 3]), -1)
-    return (tf.data.Dataset.from_tensor_slices((x, y))
-            .shuffle(h["examples"], seed=seed, reshuffle_each_iteration=True)
-            .repeat().batch(batch, drop_remainder=True))
+    return (
+        tf.data.Dataset.from_tensor_slices((x, y))
+        .shuffle(h["examples"], seed=seed, reshuffle_each_iteration=True)
+        .repeat()
+        .batch(batch, drop_remainder=True)
+    )
 
 
 def model_and_optimizer(hidden_units: int | None = None, learning_rate: float | None = None):
@@ -55,14 +66,17 @@ def model_and_optimizer(hidden_units: int | None = None, learning_rate: float | 
     import keras
 
     h = HPARAMS
-    model = keras.Sequential([
-        keras.Input((h["features"],)),
-        keras.layers.Dense(hidden_units or h["hidden_units"]),
-        keras.layers.BatchNormalization(),
-        keras.layers.ReLU(),
-        keras.layers.Dropout(h["dropout"], seed=h["seed"]),
-        keras.layers.Dense(4),
-    ], name="mlp")
+    model = keras.Sequential(
+        [
+            keras.Input((h["features"],)),
+            keras.layers.Dense(hidden_units or h["hidden_units"]),
+            keras.layers.BatchNormalization(),
+            keras.layers.ReLU(),
+            keras.layers.Dropout(h["dropout"], seed=h["seed"]),
+            keras.layers.Dense(4),
+        ],
+        name="mlp",
+    )
     return model, keras.optimizers.SGD(learning_rate or h["learning_rate"], momentum=h["momentum"])
 
 

@@ -49,20 +49,43 @@ from survivor import log as logs
 from survivor import retry
 from survivor.agent.budget import NoticeBudget
 from survivor.agent.delivery import DeliveryError
-from survivor.agent.ending import (EXIT_BAD_SPEC, EXIT_OK, EXIT_RETRY, AttemptResult, attempt_steps_lost,
-                                   decide_ending, failed_in_a_row, resumed_beyond, saved_and_committed)
-from survivor.agent.finish import (CANNOT_LEAVE, ComputeActions, KeepAlive, choose_finisher, is_permission_error,
-                                   power_off)
+from survivor.agent.ending import (
+    EXIT_BAD_SPEC,
+    EXIT_OK,
+    EXIT_RETRY,
+    AttemptResult,
+    attempt_steps_lost,
+    decide_ending,
+    failed_in_a_row,
+    resumed_beyond,
+    saved_and_committed,
+)
+from survivor.agent.finish import (
+    CANNOT_LEAVE,
+    ComputeActions,
+    KeepAlive,
+    choose_finisher,
+    is_permission_error,
+    power_off,
+)
 from survivor.agent.gpus import count_gpus, driver_pending
 from survivor.agent.maintenance import MAINTENANCE_SAVE_SECONDS, MaintenanceSave
 from survivor.agent.mirror import Mirror
 from survivor.agent.notice import Notice, NoticeWatcher
-from survivor.agent.trainer import (TrainerProcess, TrainerUserError, launch, local_job_dir, progress_path,
-                                    read_progress, read_saved, save_signal, warm_start)
+from survivor.agent.trainer import (
+    TrainerProcess,
+    TrainerUserError,
+    launch,
+    local_job_dir,
+    progress_path,
+    read_progress,
+    read_saved,
+    save_signal,
+    warm_start,
+)
 from survivor.cloud.metadata import InstanceIdentity, MetadataClient, MetadataError
 from survivor.jobdir.disk_tier import DiskTier, state_disk_dir
-from survivor.jobdir.journal import (Attempt, Journal, JobState, Outcome, should_give_up, snapshot_to_pass_over,
-                                     Timing)
+from survivor.jobdir.journal import Attempt, Journal, JobState, Outcome, should_give_up, snapshot_to_pass_over, Timing
 from survivor.jobdir.journal import now as _now_text
 from survivor.jobdir.lease import Holder, Lease, LeaseHeld, LeaseLost
 from survivor.jobdir.storage import JobStorage, StorageError, open_storage
@@ -184,8 +207,9 @@ _ENDING_ERRORS = {
 
 
 #: What the VM is doing, in its `state` guest attribute (`survivor status` shows it beside the VM).
-GuestState = Literal["restoring", "training", "saving", "stopped", "retrying", "done", "failed", "moved",
-                     "budget-stopped"]
+GuestState = Literal[
+    "restoring", "training", "saving", "stopped", "retrying", "done", "failed", "moved", "budget-stopped"
+]
 
 
 @dataclass
@@ -243,8 +267,11 @@ class Boot:
             return self._stopped_during_boot(self.options.early_signals[0])
         self._booting = True
         on_main = threading.current_thread() is threading.main_thread()
-        previous = {sig: signal.signal(sig, self._interrupt_boot) for sig in (signal.SIGTERM, signal.SIGINT)} \
-            if on_main else {}
+        previous = (
+            {sig: signal.signal(sig, self._interrupt_boot) for sig in (signal.SIGTERM, signal.SIGINT)}
+            if on_main
+            else {}
+        )
         try:
             if self.options.early_signals:  # came between the check above and the handler
                 raise BootInterrupted(self.options.early_signals[0])
@@ -330,8 +357,16 @@ class Boot:
         finally:
             lease.release()
 
-    def _attempt(self, spec: JobSpec, identity: InstanceIdentity, storage: JobStorage, journal: Journal,
-                 state: JobState, lease: Lease, early: TrainerProcess | None) -> int:
+    def _attempt(
+        self,
+        spec: JobSpec,
+        identity: InstanceIdentity,
+        storage: JobStorage,
+        journal: Journal,
+        state: JobState,
+        lease: Lease,
+        early: TrainerProcess | None,
+    ) -> int:
         """Steps 3-9: one attempt, recorded in the journal from its start to its end."""
         attempt = journal.begin(identity.name, booted=guest_booted(), zone=identity.zone)
         run = Run(spec, identity, storage, journal, lease, attempt, early=early)
@@ -342,7 +377,8 @@ class Boot:
             if should_give_up(state.attempts, spec.max_failed_attempts):  # a crash loop ends here
                 last = next((a for a in reversed(state.attempts) if a.outcome == "failed"), None)
                 reason = f"{failed_in_a_row(spec.max_failed_attempts)} without progress" + (
-                    f"; last: {last.reason}" if last and last.reason else "")
+                    f"; last: {last.reason}" if last and last.reason else ""
+                )
                 journal.end(attempt, "gave-up", reason=reason)
                 return self._give_up(run, reason, attempts=attempt.number - 1)
 
@@ -398,8 +434,9 @@ class Boot:
             return None
         return self._start_early(spec, detected_gpus=detected)
 
-    def _start_early(self, spec: JobSpec, watcher: NoticeWatcher | None = None,
-                     detected_gpus: int | None = None) -> TrainerProcess | None:
+    def _start_early(
+        self, spec: JobSpec, watcher: NoticeWatcher | None = None, detected_gpus: int | None = None
+    ) -> TrainerProcess | None:
         """The trainer, started at its start gate before the restore; None if it cannot start now
         (the launch after the restore then says why, as for any trainer)."""
         try:
@@ -407,16 +444,24 @@ class Boot:
         except (DeliveryError, TrainerUserError, OSError):
             return None
 
-    def _launch(self, spec: JobSpec, watcher: NoticeWatcher | None, gated: bool = False,
-                detected_gpus: int | None = None) -> TrainerProcess:
+    def _launch(
+        self, spec: JobSpec, watcher: NoticeWatcher | None, gated: bool = False, detected_gpus: int | None = None
+    ) -> TrainerProcess:
         """`trainer.launch` with this boot's options, timed as the setup (a GPU wait ends on a notice
         the watcher heard; before it listens, a SIGTERM ends the boot)."""
         with self.phase.timed(Timing.SETUP):
-            return launch(spec, self.options.workdir, python=self.options.python,
-                          allow_root=self.options.allow_root_trainer, metadata=self.metadata,
-                          gpu_wait_seconds=self.options.gpu_wait_seconds,
-                          stop=watcher.noticed if watcher is not None else None, gated=gated,
-                          detected_gpus=detected_gpus, trainer_user=self.options.trainer_user)
+            return launch(
+                spec,
+                self.options.workdir,
+                python=self.options.python,
+                allow_root=self.options.allow_root_trainer,
+                metadata=self.metadata,
+                gpu_wait_seconds=self.options.gpu_wait_seconds,
+                stop=watcher.noticed if watcher is not None else None,
+                gated=gated,
+                detected_gpus=detected_gpus,
+                trainer_user=self.options.trainer_user,
+            )
 
     def _restore_and_train(self, run: Run) -> AttemptResult:
         """Steps 5-8 with the trainer started early, if it was: restore, open its gate (or launch it),
@@ -438,8 +483,10 @@ class Boot:
             log.error("restore failed; a later boot restores the same snapshot", reason=str(exc))
             return AttemptResult(interrupted=f"restore failed: {exc}")
         if run.notices.notice is not None:  # preempted while restoring: nothing new to save, nothing lost
-            return self._safe_after_notice(run.notices.notice, AttemptResult(
-                restored_step=restored, reached_step=restored or 0, committed_step=restored))
+            return self._safe_after_notice(
+                run.notices.notice,
+                AttemptResult(restored_step=restored, reached_step=restored or 0, committed_step=restored),
+            )
 
         # 6. the trainer: through its gate if it started early, else now
         try:
@@ -449,29 +496,46 @@ class Boot:
             else:
                 trainer = self._launch(spec, run.notices)
         except (DeliveryError, TrainerUserError, OSError) as exc:
-            return AttemptResult(failure=f"cannot start the trainer: {exc}", restored_step=restored,
-                                 committed_step=restored)
+            return AttemptResult(
+                failure=f"cannot start the trainer: {exc}", restored_step=restored, committed_step=restored
+            )
         self._state("training")
         self._guest("step", str(restored or 0), force=True)
         try:
             return self._supervise(run, store, trainer, restored, disk, baseline)
         except StorageError as exc:
             log.error("the job dir failed while training; systemd restarts the agent", error=str(exc))
-            return AttemptResult(interrupted=f"the job dir failed: {exc}", restored_step=restored,
-                                 reached_step=self._reached(restored))
+            return AttemptResult(
+                interrupted=f"the job dir failed: {exc}", restored_step=restored, reached_step=self._reached(restored)
+            )
         finally:
             trainer.kill()  # whatever happened, nothing of this attempt's trainer outlives it
 
-    def _supervise(self, run: Run, store: CheckpointStore, trainer: TrainerProcess,
-                   restored: int | None, disk: DiskTier | None, baseline: frozenset) -> AttemptResult:
+    def _supervise(
+        self,
+        run: Run,
+        store: CheckpointStore,
+        trainer: TrainerProcess,
+        restored: int | None,
+        disk: DiskTier | None,
+        baseline: frozenset,
+    ) -> AttemptResult:
         """Steps 7-8: mirror while it trains; on a notice, save; once the trainer is gone, the final commit.
         `baseline`: the restored files' fingerprint, from the restore's manifest (never a scan made
         while the trainer already writes)."""
         spec, storage, attempt, lease, watcher = run.spec, run.storage, run.attempt, run.lease, run.notices
-        mirror = Mirror(store, storage, local_job_dir(self.options.workdir), attempt.number, spec.sync_seconds,
-                        restored, self._committed, fence=lease.fence, disk=disk,
-                        naming=checkpoint_naming(spec.checkpoint_pattern) if spec.checkpoint_pattern else None,
-                        ).start(restored=baseline)
+        mirror = Mirror(
+            store,
+            storage,
+            local_job_dir(self.options.workdir),
+            attempt.number,
+            spec.sync_seconds,
+            restored,
+            self._committed,
+            fence=lease.fence,
+            disk=disk,
+            naming=checkpoint_naming(spec.checkpoint_pattern) if spec.checkpoint_pattern else None,
+        ).start(restored=baseline)
         with self.phase.timed(Timing.TRAIN):
             code = self._train_until_end(run, trainer, mirror, restored)
         if lease.lost.is_set():  # another agent writes now: stop at once, commit nothing more
@@ -491,17 +555,27 @@ class Boot:
             return AttemptResult(lease_lost=True, restored_step=restored, committed_step=mirror.committed_step)
         except StorageError as exc:  # the last commit stands; say what was lost and why
             commit_failure = f"the final commit failed: {exc}"
-            log.error("the final commit failed; the last commit stands", error=str(exc), object=exc.object,
-                      committed_step=mirror.committed_step)
+            log.error(
+                "the final commit failed; the last commit stands",
+                error=str(exc),
+                object=exc.object,
+                committed_step=mirror.committed_step,
+            )
         if mirror.misnumbered and self._first_step is not None and resumed_beyond(restored, self._first_step):
             self._loss_unknown_before(Journal(storage), attempt.number, restored, mirror.misnumbered)
-        result = AttemptResult(trainer_code=code, commit_failure=commit_failure, last_words=trainer.last_words(),
-                               ignored_notice_seconds=ignored,
-                               restored_step=restored, reached_step=self._reached(restored),
-                               committed_step=mirror.committed_step,
-                               uncommitted_step=None if commit_failure else mirror.uncommitted(),
-                               refused=mirror.refused, misnumbered=mirror.misnumbered,
-                               first_step=self._first_step)
+        result = AttemptResult(
+            trainer_code=code,
+            commit_failure=commit_failure,
+            last_words=trainer.last_words(),
+            ignored_notice_seconds=ignored,
+            restored_step=restored,
+            reached_step=self._reached(restored),
+            committed_step=mirror.committed_step,
+            uncommitted_step=None if commit_failure else mirror.uncommitted(),
+            refused=mirror.refused,
+            misnumbered=mirror.misnumbered,
+            first_step=self._first_step,
+        )
         if watcher.notice is not None:  # one that came while the trainer exited by itself counts too
             result = self._safe_after_notice(watcher.notice, result)
         mirror.tidy()  # after the checkpoint is safe: never on the way to it
@@ -536,9 +610,13 @@ class Boot:
             if self._first_step is None and progress is not None:
                 self._first_step = progress
                 if restored is not None and progress < restored:  # a loss is never reported as 0
-                    log.warning("the trainer started below the restored step: it did not resume from the checkpoint "
-                                "in --job-dir, and what it trains again up to the restored step counts as lost "
-                                "(docs/trainer-contract.md)", first_step=progress, restored_step=restored)
+                    log.warning(
+                        "the trainer started below the restored step: it did not resume from the checkpoint "
+                        "in --job-dir, and what it trains again up to the restored step counts as lost "
+                        "(docs/trainer-contract.md)",
+                        first_step=progress,
+                        restored_step=restored,
+                    )
                 elif restored is not None and resumed_beyond(restored, progress):
                     mirror.note_misnumbered(progress, restored)
             if Timing.FIRST_STEP not in self.phase.seconds and (progress or 0) > (restored or 0):
@@ -548,15 +626,20 @@ class Boot:
             warning = watcher.take_maintenance()
             if warning is not None and maintenance is None:
                 self._state("saving")
-                maintenance = MaintenanceSave(warning, mirror.committed_step, save_signal(spec.trainer),
-                                              time.monotonic() + MAINTENANCE_SAVE_SECONDS)
+                maintenance = MaintenanceSave(
+                    warning,
+                    mirror.committed_step,
+                    save_signal(spec.trainer),
+                    time.monotonic() + MAINTENANCE_SAVE_SECONDS,
+                )
             if maintenance is not None and maintenance.step(trainer, mirror, read_progress(self.progress_file)):
                 maintenance = None
                 self._state("training")
         return None
 
-    def _save_on_notice(self, notice: Notice, trainer: TrainerProcess, mirror: Mirror,
-                        budget: NoticeBudget) -> tuple[int | None, float | None]:
+    def _save_on_notice(
+        self, notice: Notice, trainer: TrainerProcess, mirror: Mirror, budget: NoticeBudget
+    ) -> tuple[int | None, float | None]:
         """Step 8: SIGTERM the trainer and wait for its save, its share of the grace budget at most
         (the rest is the final commit's); meanwhile the mirror commits what it writes. Safe means
         committed, not exited: once the checkpoint the trainer reports saved after the notice
@@ -583,15 +666,21 @@ class Boot:
                 woken = reported
             saved = saved_and_committed(reported, mirror.committed_after_notice)
             if saved is not None:
-                log.info("the checkpoint saved on the notice is committed; ending the trainer", step=saved,
-                         seconds=round(time.monotonic() - notice.monotonic, 3))
+                log.info(
+                    "the checkpoint saved on the notice is committed; ending the trainer",
+                    step=saved,
+                    seconds=round(time.monotonic() - notice.monotonic, 3),
+                )
                 trainer.kill()
                 code = trainer.wait(timeout=5)
                 break
             if left <= 0:
                 ignored = round(time.monotonic() - notice.monotonic, 2)
-                log.warning("the trainer did not save on the notice: it did not exit in time after SIGTERM; keeping "
-                            "its newest completed checkpoint", waited=ignored)
+                log.warning(
+                    "the trainer did not save on the notice: it did not exit in time after SIGTERM; keeping "
+                    "its newest completed checkpoint",
+                    waited=ignored,
+                )
                 trainer.kill()
                 code = trainer.wait(timeout=5)
                 break
@@ -608,10 +697,16 @@ class Boot:
         try:
             for tried in retry.ATTEMPT_END.retrying(retry_on=_passing_storage_error):
                 with tried:
-                    journal.end(attempt, ending.outcome, reason=ending.reason, end_step=result.committed_step,
-                                reached_step=result.reached_step,
-                                steps_lost=attempt_steps_lost(result),
-                                notice=result.notice_source, timings=self.phase.seconds)
+                    journal.end(
+                        attempt,
+                        ending.outcome,
+                        reason=ending.reason,
+                        end_step=result.committed_step,
+                        reached_step=result.reached_step,
+                        steps_lost=attempt_steps_lost(result),
+                        notice=result.notice_source,
+                        timings=self.phase.seconds,
+                    )
             if ending.done:
                 return self._done(run, result.committed_step)
             if result.notice_source == "budget":  # saved and committed: the job stops at its budget
@@ -645,16 +740,29 @@ class Boot:
             decision = deadline.assess(spec, storage, _dt.datetime.now(_dt.timezone.utc), running=True)
             if decision is None:  # no deadline: returned above already
                 return None
-            log.info("deadline", mode=decision.mode, switch=decision.switch, reason=decision.reason,
-                     slack_hours=decision.slack_hours)
+            log.info(
+                "deadline",
+                mode=decision.mode,
+                switch=decision.switch,
+                reason=decision.reason,
+                slack_hours=decision.slack_hours,
+            )
             ref = group_of(identity)
             if not decision.switch or ref is None or self.metadata is None:
                 return None
             factory = self.options.compute_factory or _default_compute
             # switching needs the whole client, not only the finish actions a test's factory may stand in for
             compute = cast("Compute", factory(identity))
-            return group.switch_group(compute, ref, decision.mode, decision.reason, by="agent",
-                                      storage=storage, seen=seen, run_hours=decision.run_hours)
+            return group.switch_group(
+                compute,
+                ref,
+                decision.mode,
+                decision.reason,
+                by="agent",
+                storage=storage,
+                seen=seen,
+                run_hours=decision.run_hours,
+            )
         except Exception as exc:  # the watch decides again; training goes on meanwhile
             log.warning("deadline decision not acted on", error=f"{type(exc).__name__}: {exc}")
             return None
@@ -678,8 +786,9 @@ class Boot:
             recorded = moves(storage)
             # the journal already read says whether a move is due: no Compute call on an ordinary boot
             here = region_of_zone(identity.zone)
-            count = placement.preempted_in(state.attempts, here, now,
-                                           moved=parse_time(recorded[-1].time) if recorded else None)
+            count = placement.preempted_in(
+                state.attempts, here, now, moved=parse_time(recorded[-1].time) if recorded else None
+            )
             if count < spec.placement.preemptions_per_hour:
                 return False
             compute = (self.options.compute_factory or _default_compute)(identity)
@@ -689,8 +798,16 @@ class Boot:
             self._booting = False  # the move's delete of this VM's group stops it: the move finishes first
             try:
                 # a move needs the whole client, not only the finish actions a test's factory may stand in for
-                record = placement.look_and_move(cast("Compute", compute), ref, spec, storage, by="agent", now=now,
-                                                 booting=identity.name, say=said.append)
+                record = placement.look_and_move(
+                    cast("Compute", compute),
+                    ref,
+                    spec,
+                    storage,
+                    by="agent",
+                    now=now,
+                    booting=identity.name,
+                    say=said.append,
+                )
             finally:
                 self._booting = True
             if record is None and self.options.early_signals:  # stopped meanwhile, for another reason
@@ -698,8 +815,11 @@ class Boot:
             if record is None:
                 log.info("placement at boot: the job stays; training here", look=" / ".join(said))
                 return False
-            log.warning(f"this boot moved the job and ends without training: {record.reason}",
-                        from_place=record.from_place, to_place=record.to_place)
+            log.warning(
+                f"this boot moved the job and ends without training: {record.reason}",
+                from_place=record.from_place,
+                to_place=record.to_place,
+            )
             self._state("moved")
             return True
         except Exception as exc:  # the next boot decides again; training goes on meanwhile
@@ -725,8 +845,11 @@ class Boot:
             return ""
         if not placement.left_behind(recorded, ref):
             return ""
-        log.warning("the job's records moved its group away from this VM's: leaving it without training",
-                    group_place=placement.place_of(ref), job_place=recorded[-1].to_place)
+        log.warning(
+            "the job's records moved its group away from this VM's: leaving it without training",
+            group_place=placement.place_of(ref),
+            job_place=recorded[-1].to_place,
+        )
         self._state("moved")
         # a move cut after its record (this VM's agent made it, and was preempted) has no group where
         # it went yet, and a job without a deployed watch would then have no VM at all: the records are
@@ -734,8 +857,9 @@ class Boot:
         try:
             compute = (self.options.compute_factory or _default_compute)(identity)
             if compute is not None:
-                placement.complete_moves(cast("Compute", compute), ref, storage, spec.placement,
-                                         say=lambda line: log.info(line))
+                placement.complete_moves(
+                    cast("Compute", compute), ref, storage, spec.placement, say=lambda line: log.info(line)
+                )
                 if cast("Compute", compute).get_group(ref) is None:
                     log.info("this VM's group was deleted with the move: the VM goes with it")
                     return "gone"
@@ -781,16 +905,28 @@ class Boot:
         attempt.timings = dict(self.phase.seconds)  # a running attempt's ledger knows its restore
         journal.update(attempt)
         self._tell_restored(journal.storage, attempt, recent[-1] if recent else None)
-        log.info("restored" if manifest else "no committed snapshot; starting from scratch",
-                 step=attempt.restored_step, files=len(manifest.files) if manifest else 0,
-                 bytes=manifest.size if manifest else 0, seconds=self.phase.seconds.get(Timing.RESTORE))
-        return attempt.restored_step, frozenset((f.path, f.size, f.crc32c) for f in (manifest.files if manifest else ()))
+        log.info(
+            "restored" if manifest else "no committed snapshot; starting from scratch",
+            step=attempt.restored_step,
+            files=len(manifest.files) if manifest else 0,
+            bytes=manifest.size if manifest else 0,
+            seconds=self.phase.seconds.get(Timing.RESTORE),
+        )
+        return attempt.restored_step, frozenset(
+            (f.path, f.size, f.crc32c) for f in (manifest.files if manifest else ())
+        )
 
     def _committed(self, stats: CommitStats) -> None:
         """The mirror's report of each commit: a log line, and the step for `survivor status`."""
-        log.info("committed", step=stats.manifest.step, files=len(stats.manifest.files),
-                 uploaded_files=stats.uploaded_files, uploaded_bytes=stats.uploaded_bytes,
-                 upload_seconds=round(stats.upload_seconds, 3), manifest_seconds=round(stats.manifest_seconds, 3))
+        log.info(
+            "committed",
+            step=stats.manifest.step,
+            files=len(stats.manifest.files),
+            uploaded_files=stats.uploaded_files,
+            uploaded_bytes=stats.uploaded_bytes,
+            upload_seconds=round(stats.upload_seconds, 3),
+            manifest_seconds=round(stats.manifest_seconds, 3),
+        )
         self._guest("step", str(stats.manifest.step))
 
     def _reached(self, restored: int | None) -> int:
@@ -803,15 +939,36 @@ class Boot:
         """`result` with the notice's outcome, once its checkpoint is as safe as it gets; logs how long that took."""
         total = round(time.monotonic() - notice.monotonic, 3)
         self.phase.seconds[Timing.NOTICE_TO_SAFE] = total
-        log.info("safe after notice", source=notice.source, committed_step=result.committed_step,
-                 reached_step=result.reached_step, steps_lost=attempt_steps_lost(result),
-                 seconds=total, **{f"{k}_seconds": v for k, v in self.phase.seconds.items()})
+        log.info(
+            "safe after notice",
+            source=notice.source,
+            committed_step=result.committed_step,
+            reached_step=result.reached_step,
+            steps_lost=attempt_steps_lost(result),
+            seconds=total,
+            **{f"{k}_seconds": v for k, v in self.phase.seconds.items()},
+        )
         # told only now, with the commit done: a webhook is never on the way to it (a queue put each)
         noticed_at = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(seconds=total)
-        self._tell(job_events.notice(self._job_name, attempt=self._attempt_number, step=result.reached_step,
-                                     source=notice.source, time=noticed_at.isoformat(timespec="milliseconds")))
-        self._tell(job_events.safe(self._job_name, attempt=self._attempt_number, committed_step=result.committed_step,
-                                   steps_lost=attempt_steps_lost(result), seconds=total, time=_now_text()))
+        self._tell(
+            job_events.notice(
+                self._job_name,
+                attempt=self._attempt_number,
+                step=result.reached_step,
+                source=notice.source,
+                time=noticed_at.isoformat(timespec="milliseconds"),
+            )
+        )
+        self._tell(
+            job_events.safe(
+                self._job_name,
+                attempt=self._attempt_number,
+                committed_step=result.committed_step,
+                steps_lost=attempt_steps_lost(result),
+                seconds=total,
+                time=_now_text(),
+            )
+        )
         return dataclasses.replace(result, notice=self._classify(notice), notice_source=notice.source)
 
     def _classify(self, notice: Notice) -> Outcome:
@@ -859,8 +1016,9 @@ class Boot:
         self._state("failed")
         return self._finish(run.spec, run.identity, "failed")
 
-    def _finish(self, spec: JobSpec, identity: InstanceIdentity, why: str, on_error: int = EXIT_RETRY,
-                action: str | None = None) -> int:
+    def _finish(
+        self, spec: JobSpec, identity: InstanceIdentity, why: str, on_error: int = EXIT_RETRY, action: str | None = None
+    ) -> int:
         """The spec's finish action (leave the MIG, stop, delete, keep alive), or `action`; `on_error`
         if it fails."""
         finisher = choose_finisher(action or spec.on_finish, identity)
@@ -915,13 +1073,21 @@ class Boot:
             if standing.stopped is None and not standing.over:
                 return False
             stopped = standing.stopped or spending.mark_stopped(
-                storage, spent=standing.spent or 0.0, budget=standing.budget or 0.0, step=standing.committed_step,
-                by="agent")
+                storage,
+                spent=standing.spent or 0.0,
+                budget=standing.budget or 0.0,
+                step=standing.committed_step,
+                by="agent",
+            )
         except Exception as exc:  # noqa: BLE001 - the budget source checks again while training
             log.warning("the budget not checked at boot", error=f"{type(exc).__name__}: {exc}"[:300])
             return False
-        log.warning("the job is stopped at its budget: not training; `survivor start JOB --budget USD` resumes it",
-                    spent_usd=stopped.get("spent_usd"), budget_usd=stopped.get("budget_usd"), step=stopped.get("step"))
+        log.warning(
+            "the job is stopped at its budget: not training; `survivor start JOB --budget USD` resumes it",
+            spent_usd=stopped.get("spent_usd"),
+            budget_usd=stopped.get("budget_usd"),
+            step=stopped.get("step"),
+        )
         self._state("budget-stopped")
         return True
 
@@ -935,17 +1101,33 @@ class Boot:
         try:
             standing = budget_standing(spec, journal.storage, zone=identity.zone)
             stopped = spending.mark_stopped(  # the committed step is this agent's to say, after its commit
-                journal.storage, spent=standing.spent or 0.0, budget=standing.budget or 0.0, step=committed,
-                by="agent", replace=True)
+                journal.storage,
+                spent=standing.spent or 0.0,
+                budget=standing.budget or 0.0,
+                step=committed,
+                by="agent",
+                replace=True,
+            )
         except Exception as exc:  # noqa: BLE001 - the watch records it; the VM still leaves
             log.warning("the budget's stop not recorded", error=f"{type(exc).__name__}: {exc}"[:300])
             stopped = {"spent_usd": None, "budget_usd": None}
         spent, budget = spending.usd_of(stopped, "spent_usd"), spending.usd_of(stopped, "budget_usd")
-        log.warning("stopped at the budget, committed; `survivor start JOB --budget USD` resumes it",
-                    committed_step=committed, spent_usd=spent, budget_usd=budget)
+        log.warning(
+            "stopped at the budget, committed; `survivor start JOB --budget USD` resumes it",
+            committed_step=committed,
+            spent_usd=spent,
+            budget_usd=budget,
+        )
         if spent is not None and budget is not None:
-            self._tell(job_events.budget_stopped(spec.name, spent=spent, budget=budget, committed_step=committed,
-                                                 time=str(stopped.get("time") or _now_text())))
+            self._tell(
+                job_events.budget_stopped(
+                    spec.name,
+                    spent=spent,
+                    budget=budget,
+                    committed_step=committed,
+                    time=str(stopped.get("time") or _now_text()),
+                )
+            )
         self._state("budget-stopped")
         return self._finish(spec, identity, "budget", on_error=EXIT_OK, action="auto")
 
@@ -965,8 +1147,11 @@ class Boot:
         from survivor.notify.records import attempt_events, job_events as recorded
 
         name, number = self._job_name, attempt.number
-        self._tell(lambda: [e for e in recorded(name, read_job(storage.url, storage=storage))
-                            if e.facts.get("attempt") != number])
+        self._tell(
+            lambda: [
+                e for e in recorded(name, read_job(storage.url, storage=storage)) if e.facts.get("attempt") != number
+            ]
+        )
         self._tell(lambda: [e for e in attempt_events(name, attempt, previous) if e.kind == "resumed"] or None)
 
     def _done_event(self, run: Run):
@@ -974,8 +1159,11 @@ class Boot:
         from survivor.jobdir.status import read_job
         from survivor.operator.notices import priced_done
 
-        return priced_done(run.spec, read_job(run.storage.url, storage=run.storage, train_steps=run.spec.train_steps),
-                           zone=run.identity.zone)
+        return priced_done(
+            run.spec,
+            read_job(run.storage.url, storage=run.storage, train_steps=run.spec.train_steps),
+            zone=run.identity.zone,
+        )
 
     # -- a boot that cannot go on -----------------------------------------------------------------
 
@@ -1018,21 +1206,26 @@ class Boot:
         just before this boot), anything else is raised at once."""
         started = time.monotonic()
         for attempt in retry.permission_wait(self.options.permission_wait_seconds).retrying(
-                retry_on=lambda exc: isinstance(exc, StorageError) and exc.forbidden):
+            retry_on=lambda exc: isinstance(exc, StorageError) and exc.forbidden
+        ):
             with attempt:
                 try:
                     return call()
                 except StorageError as exc:
                     if exc.forbidden:
-                        log.warning("the job dir refuses this VM; waiting in case a role was just granted",
-                                    object=exc.object, permission=exc.permission,
-                                    waited=round(time.monotonic() - started, 1),
-                                    wait_limit=self.options.permission_wait_seconds)
+                        log.warning(
+                            "the job dir refuses this VM; waiting in case a role was just granted",
+                            object=exc.object,
+                            permission=exc.permission,
+                            waited=round(time.monotonic() - started, 1),
+                            wait_limit=self.options.permission_wait_seconds,
+                        )
                     raise
         raise AssertionError("unreachable: the policy re-raises")
 
-    def _job_dir_refused(self, spec: JobSpec, identity: InstanceIdentity, journal: Journal | None,
-                         exc: StorageError) -> int:
+    def _job_dir_refused(
+        self, spec: JobSpec, identity: InstanceIdentity, journal: Journal | None, exc: StorageError
+    ) -> int:
         """A missing permission or bucket: no restart cures it. Say so wherever it can be read
         (this log, the guest attributes, FAILED in the job dir if it takes writes) and finish as
         FAILED: exit 0 whatever happens, so systemd never restarts the agent in a burst. Anything
@@ -1041,8 +1234,13 @@ class Boot:
             log.error("cannot use the job dir", job_dir=spec.job_dir, error=str(exc))
             return EXIT_RETRY
         reason = f"the job dir cannot be used: {exc}"
-        log.error("giving up on this boot: " + reason, job_dir=spec.job_dir, object=exc.object,
-                  permission=exc.permission, cause=exc.reason)
+        log.error(
+            "giving up on this boot: " + reason,
+            job_dir=spec.job_dir,
+            object=exc.object,
+            permission=exc.permission,
+            cause=exc.reason,
+        )
         self._state("failed")
         self._guest("reason", reason[:2000], force=True)
         try:

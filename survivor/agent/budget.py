@@ -61,8 +61,7 @@ class NoticeBudget:
 def final_commit_worst_case() -> float:
     """The final commit after a notice, failing at every step: the uploads and the lease's fence
     run side by side (`CheckpointStore.commit`), then the manifest write."""
-    return (max(retry.STORAGE_UPLOAD.worst_case(), retry.STORAGE_WRITE.worst_case())
-            + retry.STORAGE_WRITE.worst_case())
+    return max(retry.STORAGE_UPLOAD.worst_case(), retry.STORAGE_WRITE.worst_case()) + retry.STORAGE_WRITE.worst_case()
 
 
 def final_commit_writes_worst_case() -> float:

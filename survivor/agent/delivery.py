@@ -105,8 +105,12 @@ def checkout_origin(checkout: str) -> str | None:
     """The URL an existing checkout fetches from, or None when it cannot be trusted or read."""
     if not (_own_dir(checkout) and _own_dir(os.path.join(checkout, ".git"))):
         return None
-    result = subprocess.run(["git", "-C", checkout, "config", "--get", "remote.origin.url"],
-                            capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        ["git", "-C", checkout, "config", "--get", "remote.origin.url"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     return result.stdout.strip() if result.returncode == 0 and result.stdout.strip() else None
 
 
@@ -146,8 +150,10 @@ def deliver(trainer: TrainerSpec, workdir: str, fetch=fetch_package) -> Delivere
             if exc.reason != NOT_FOUND:
                 raise
             raise DeliveryError(f"the trainer package is not there: {exc}") from exc
-        _run([sys.executable, "-m", "pip", "install", "--quiet", "--upgrade", "--target", target, "--", local],
-             "installing the trainer package")
+        _run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--upgrade", "--target", target, "--", local],
+            "installing the trainer package",
+        )
         log.info("trainer package installed", package=trainer.package)
         delivered.pythonpath.append(target)
     return delivered

@@ -119,24 +119,44 @@ def decide_ending(result: AttemptResult) -> Ending:
     if result.failure:
         return Ending("failed", EXIT_RETRY, reason=result.failure, counts=True)
     if result.notice is not None:
-        return Ending(result.notice, EXIT_OK, reason="; ".join(
-            r for r in (unsaved(result), result.commit_failure, retrained_reason(result), result.misnumbered) if r))
+        return Ending(
+            result.notice,
+            EXIT_OK,
+            reason="; ".join(
+                r for r in (unsaved(result), result.commit_failure, retrained_reason(result), result.misnumbered) if r
+            ),
+        )
     if result.commit_failure:
         return Ending("interrupted", EXIT_RETRY, reason=result.commit_failure)
     if result.trainer_code == 0 and result.refused:
         return Ending("failed", EXIT_RETRY, reason=f"the trainer finished, but {result.refused}", counts=True)
     if result.trainer_code == 0 and result.uncommitted_step is not None:
-        return Ending("interrupted", EXIT_RETRY, reason=(
-            f"the trainer finished, but what it left at step {result.uncommitted_step} is not all committed "
-            f"(newest commit: {'none' if result.committed_step is None else f'step {result.committed_step}'}); "
-            "not DONE: the next start resumes from the newest commit"))
+        return Ending(
+            "interrupted",
+            EXIT_RETRY,
+            reason=(
+                f"the trainer finished, but what it left at step {result.uncommitted_step} is not all committed "
+                f"(newest commit: {'none' if result.committed_step is None else f'step {result.committed_step}'}); "
+                "not DONE: the next start resumes from the newest commit"
+            ),
+        )
     if result.trainer_code == 0 and result.committed_step is None and result.restored_step is None:
-        return Ending("failed", EXIT_RETRY, counts=True, reason=(
-            "the trainer exited 0 having written no checkpoint to --job-dir (nothing is committed): it must save "
-            "there, or name its files so that they hold a step (docs/trainer-contract.md); not DONE"))
+        return Ending(
+            "failed",
+            EXIT_RETRY,
+            counts=True,
+            reason=(
+                "the trainer exited 0 having written no checkpoint to --job-dir (nothing is committed): it must save "
+                "there, or name its files so that they hold a step (docs/trainer-contract.md); not DONE"
+            ),
+        )
     if result.trainer_code == 0:
-        return Ending("finished", EXIT_OK, reason="; ".join(
-            r for r in (retrained_reason(result), result.misnumbered) if r), done=True)
+        return Ending(
+            "finished",
+            EXIT_OK,
+            reason="; ".join(r for r in (retrained_reason(result), result.misnumbered) if r),
+            done=True,
+        )
     last = f": {result.last_words}" if result.last_words else ""
     return Ending("failed", EXIT_RETRY, reason=f"{TRAINER_FAILED} {result.trainer_code}{last}", counts=True)
 
@@ -185,9 +205,11 @@ def retrained_reason(result: AttemptResult) -> str:
     lost = retrained(result)
     if not lost:
         return ""
-    return (f"the trainer's first report was step {result.first_step}, below the restored step "
-            f"{result.restored_step}: it did not resume from the checkpoint in --job-dir and trained at least "
-            f"{lost} committed steps again (docs/trainer-contract.md)")
+    return (
+        f"the trainer's first report was step {result.first_step}, below the restored step "
+        f"{result.restored_step}: it did not resume from the checkpoint in --job-dir and trained at least "
+        f"{lost} committed steps again (docs/trainer-contract.md)"
+    )
 
 
 def attempt_steps_lost(result: AttemptResult) -> int | None:
@@ -225,7 +247,11 @@ def unsaved(result: AttemptResult) -> str:
     did not save on it ("" when it exited by itself)."""
     if result.ignored_notice_seconds is None:
         return ""
-    kept = "nothing it wrote" if result.committed_step is None else f"its last checkpoint (step {result.committed_step})"
-    return (f"{UNSAVED}: still running {result.ignored_notice_seconds:.1f} s after "
-            f"SIGTERM, killed; {kept} stands (the contract: on SIGTERM save to --job-dir and exit 0, "
-            "docs/trainer-contract.md)")
+    kept = (
+        "nothing it wrote" if result.committed_step is None else f"its last checkpoint (step {result.committed_step})"
+    )
+    return (
+        f"{UNSAVED}: still running {result.ignored_notice_seconds:.1f} s after "
+        f"SIGTERM, killed; {kept} stands (the contract: on SIGTERM save to --job-dir and exit 0, "
+        "docs/trainer-contract.md)"
+    )

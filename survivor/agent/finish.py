@@ -56,9 +56,11 @@ def parse_created_by(url: str | None) -> GroupRef | None:
 #: Set by a LocalInstance: the stand-in "VM" powers off by this file appearing (its kernel is the host's).
 POWER_OFF_ENV = "SURVIVOR_POWER_OFF_FILE"
 #: The one line a VM that cannot leave its group says (log, guest attribute `finish`, status).
-CANNOT_LEAVE = ("this VM's service account cannot leave its group ({why}): powering the VM off so a "
-                "finished job stops billing; if the group recreates it, that VM sees the job ended and "
-                "powers off at once. Grant the VM's account roles/compute.instanceAdmin.v1 (docs/operator-guide.md)")
+CANNOT_LEAVE = (
+    "this VM's service account cannot leave its group ({why}): powering the VM off so a "
+    "finished job stops billing; if the group recreates it, that VM sees the job ended and "
+    "powers off at once. Grant the VM's account roles/compute.instanceAdmin.v1 (docs/operator-guide.md)"
+)
 
 
 def is_permission_error(error: Exception) -> bool:
@@ -198,8 +200,11 @@ def choose_finisher(on_finish: str, identity: InstanceIdentity) -> Finisher:
     if on_finish == "keep-alive":
         return KeepAlive()
     if group is not None and on_finish in ("stop", "delete"):
-        log.info(f"on_finish is {on_finish}, but this instance is in a MIG, which would recreate it: leaving the "
-                 "group instead", group=group.name)
+        log.info(
+            f"on_finish is {on_finish}, but this instance is in a MIG, which would recreate it: leaving the "
+            "group instead",
+            group=group.name,
+        )
         return LeaveGroup(group)
     if on_finish == "delete":
         return DeleteInstance()

@@ -40,13 +40,20 @@ def decide_gpu_count(requested: int | None, detected: int) -> int:
     if requested is None:
         return detected
     if detected and requested > detected:
-        log.warning("the spec asks for more GPUs than the VM has; using all it has", requested=requested, detected=detected)
+        log.warning(
+            "the spec asks for more GPUs than the VM has; using all it has", requested=requested, detected=detected
+        )
         return detected
     return requested
 
 
-def wait_for_gpus(expected: int, timeout: float, counter: Callable[[], int] = count_gpus, poll: float = 10.0,
-                  stop: threading.Event | None = None) -> int:
+def wait_for_gpus(
+    expected: int,
+    timeout: float,
+    counter: Callable[[], int] = count_gpus,
+    poll: float = 10.0,
+    stop: threading.Event | None = None,
+) -> int:
     """Waits until `expected` GPUs are listed (the driver is installing), `timeout`, or `stop` is set
     (a notice or SIGTERM: the VM is going); returns the count."""
     stop = stop or threading.Event()
@@ -61,8 +68,13 @@ def wait_for_gpus(expected: int, timeout: float, counter: Callable[[], int] = co
     return count
 
 
-def gpus_for(requested: int | None, metadata: MetadataClient | None, wait_seconds: float,
-             stop: threading.Event | None = None, detected: int | None = None) -> int:
+def gpus_for(
+    requested: int | None,
+    metadata: MetadataClient | None,
+    wait_seconds: float,
+    stop: threading.Event | None = None,
+    detected: int | None = None,
+) -> int:
     """The number of GPUs the trainer gets on this VM: the spec's count (`requested`, None for all)
     against what `nvidia-smi` lists (`detected`, when the caller has just counted), after waiting up
     to `wait_seconds` for the driver when the VM installs it on this boot (the

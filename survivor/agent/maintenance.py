@@ -58,24 +58,36 @@ class MaintenanceSave:
             except Exception as exc:  # the mirror's own rounds try again; training goes on regardless
                 log.warning("maintenance notice: committing failed; the mirror tries again", error=str(exc))
                 return True
-            log.info("maintenance notice: the trainer has no save signal; its newest checkpoint is committed, "
-                     "training goes on", committed_step=mirror.committed_step)
+            log.info(
+                "maintenance notice: the trainer has no save signal; its newest checkpoint is committed, "
+                "training goes on",
+                committed_step=mirror.committed_step,
+            )
             return True
         if not self.signalled:
             if reported is None:
                 return time.monotonic() > self.deadline
             trainer.request_save(self.sig)
             self.signalled = True
-            log.info("maintenance notice: asked the trainer for a checkpoint; training goes on",
-                     signal=signal.Signals(self.sig).name, step=reported)
-        if mirror.committed_step is not None and (self.committed_before is None
-                                                  or mirror.committed_step > self.committed_before):
-            log.info("maintenance notice: checkpoint committed; training goes on", step=mirror.committed_step,
-                     seconds=round(time.monotonic() - self.notice.monotonic, 3))
+            log.info(
+                "maintenance notice: asked the trainer for a checkpoint; training goes on",
+                signal=signal.Signals(self.sig).name,
+                step=reported,
+            )
+        if mirror.committed_step is not None and (
+            self.committed_before is None or mirror.committed_step > self.committed_before
+        ):
+            log.info(
+                "maintenance notice: checkpoint committed; training goes on",
+                step=mirror.committed_step,
+                seconds=round(time.monotonic() - self.notice.monotonic, 3),
+            )
             return True
         if time.monotonic() > self.deadline:
-            log.warning("maintenance notice: no new checkpoint in time; the last commit stands",
-                        committed_step=mirror.committed_step)
+            log.warning(
+                "maintenance notice: no new checkpoint in time; the last commit stands",
+                committed_step=mirror.committed_step,
+            )
             return True
         mirror.wake()
         return False

@@ -31,8 +31,25 @@ class FirewallError(Exception):
 def rule(uid: int) -> list[str]:
     """Pure: the rule, as the words after `iptables -w -C` or `-I`, that resets `uid`'s TCP
     connections to the metadata server (startup.sh's `conceal_metadata` builds the same words)."""
-    return ["OUTPUT", "-d", f"{METADATA_IP}/32", "-p", "tcp", "-m", "multiport", "--dports", "80,443",
-            "-m", "owner", "--uid-owner", str(uid), "-j", "REJECT", "--reject-with", "tcp-reset"]
+    return [
+        "OUTPUT",
+        "-d",
+        f"{METADATA_IP}/32",
+        "-p",
+        "tcp",
+        "-m",
+        "multiport",
+        "--dports",
+        "80,443",
+        "-m",
+        "owner",
+        "--uid-owner",
+        str(uid),
+        "-j",
+        "REJECT",
+        "--reject-with",
+        "tcp-reset",
+    ]
 
 
 def close_to(uid: int) -> None:
@@ -51,7 +68,8 @@ def close_to(uid: int) -> None:
 
 def _iptables(iptables: str, action: str, uid: int) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run([iptables, "-w", action, *rule(uid)], capture_output=True, text=True,
-                              timeout=IPTABLES_SECONDS, check=False)
+        return subprocess.run(
+            [iptables, "-w", action, *rule(uid)], capture_output=True, text=True, timeout=IPTABLES_SECONDS, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise FirewallError(f"iptables {action}: {exc}") from None

@@ -41,8 +41,14 @@ log = logs.get("mirror")
 POLL_AFTER_NOTICE = 0.1
 
 
-def same_step(committed: frozenset | None, now: frozenset, *, committed_whole: bool = True, step: int | None = None,
-              naming: re.Pattern | None = None) -> str:
+def same_step(
+    committed: frozenset | None,
+    now: frozenset,
+    *,
+    committed_whole: bool = True,
+    step: int | None = None,
+    naming: re.Pattern | None = None,
+) -> str:
     """Pure: what a new snapshot `now` of the committed step (`committed`: its fingerprint) is.
 
     - "amends": every file of the commit unchanged, and files added. It commits the step again and
@@ -91,10 +97,19 @@ class Mirror:
             `spec.checkpoint_naming` compiles it); None: the default rule (`snapshot.step_in_name`).
     """
 
-    def __init__(self, store: CheckpointStore, storage: JobStorage, local_root: str, attempt: int,
-                 interval: float, committed_step: int | None, on_commit: Callable[[CommitStats], None],
-                 fence: Callable[[], None] | None = None, disk: DiskTier | None = None,
-                 naming: re.Pattern | None = None):
+    def __init__(
+        self,
+        store: CheckpointStore,
+        storage: JobStorage,
+        local_root: str,
+        attempt: int,
+        interval: float,
+        committed_step: int | None,
+        on_commit: Callable[[CommitStats], None],
+        fence: Callable[[], None] | None = None,
+        disk: DiskTier | None = None,
+        naming: re.Pattern | None = None,
+    ):
         self.store = store
         self.storage = storage
         self.local_root = local_root
@@ -139,9 +154,12 @@ class Mirror:
         loaded machine a fast trainer had written its last checkpoint before this scan, which then
         took it for the restored state, so nothing was ever committed and the job was DONE at step
         None. The scan stays for callers that start the mirror before the trainer."""
-        self._fingerprint = restored if restored is not None else scan(self.local_root, self._checksums, self.naming).fingerprint()
-        self._committed_whole = resumable([path for path, _, _ in self._fingerprint], self.committed_step,
-                                          naming=self.naming)
+        self._fingerprint = (
+            restored if restored is not None else scan(self.local_root, self._checksums, self.naming).fingerprint()
+        )
+        self._committed_whole = resumable(
+            [path for path, _, _ in self._fingerprint], self.committed_step, naming=self.naming
+        )
         try:
             self.store.known_blobs()  # listed now, so the commit after a notice goes straight to its upload
         except Exception as exc:  # the first commit lists them instead
@@ -184,16 +202,22 @@ class Mirror:
         if snapshot.step is None or not snapshot.files:
             self._say_if_linked()
             if snapshot.files:
-                self._say_once("no step", "the trainer's files name no step, so nothing is committed: set "
-                               "checkpoint_pattern in the job spec (`model-{step}-*.keras`), or number checkpoints "
-                               "ckpt-STEP", file=snapshot.files[0].path)
+                self._say_once(
+                    "no step",
+                    "the trainer's files name no step, so nothing is committed: set "
+                    "checkpoint_pattern in the job spec (`model-{step}-*.keras`), or number checkpoints "
+                    "ckpt-STEP",
+                    file=snapshot.files[0].path,
+                )
             return None
         if self.store.max_step is not None and snapshot.step > self.store.max_step:
             # A manifest beyond train_steps is one no restore follows (store.Manifest.from_json): it
             # would stand in the job dir as a commit while the next boot started from scratch.
-            self.refused = (f"{snapshot.named_by or 'a file'} names step {snapshot.step}, beyond train_steps "
-                            f"({self.store.max_step}): not committed; set checkpoint_pattern in the job spec to "
-                            "say where the step is in its name")
+            self.refused = (
+                f"{snapshot.named_by or 'a file'} names step {snapshot.step}, beyond train_steps "
+                f"({self.store.max_step}): not committed; set checkpoint_pattern in the job spec to "
+                "say where the step is in its name"
+            )
             self._say_once(f"beyond {snapshot.step}", self.refused, file=snapshot.named_by, step=snapshot.step)
             return None
         self.refused = ""  # the file went (the step of a snapshot is the highest any of its names holds)
@@ -202,8 +226,17 @@ class Mirror:
         fingerprint = snapshot.fingerprint()
         if fingerprint == self._fingerprint:
             return None
-        verdict = same_step(self._fingerprint, fingerprint, committed_whole=self._committed_whole,
-                            step=snapshot.step, naming=self.naming) if snapshot.step == self.committed_step else None
+        verdict = (
+            same_step(
+                self._fingerprint,
+                fingerprint,
+                committed_whole=self._committed_whole,
+                step=snapshot.step,
+                naming=self.naming,
+            )
+            if snapshot.step == self.committed_step
+            else None
+        )
         if verdict == "content" and not self._final:
             return None  # notes rewritten between saves: they go with the next step's commit (or the final one)
         if verdict == "changes":
@@ -211,9 +244,12 @@ class Mirror:
             # the step stands; a second would replace it for good.
             # docs/trainer-contract.md says what the agent can and cannot catch.
             if self._changed_step != snapshot.step:
-                log.warning("the files of a committed step changed after its commit; keeping the first commit "
-                            "(a trainer writes a checkpoint under a temporary name, renames it, and never "
-                            "changes it after)", step=snapshot.step)
+                log.warning(
+                    "the files of a committed step changed after its commit; keeping the first commit "
+                    "(a trainer writes a checkpoint under a temporary name, renames it, and never "
+                    "changes it after)",
+                    step=snapshot.step,
+                )
                 self._changed_step = snapshot.step
             return None
         if self._to_disk(snapshot):
@@ -243,8 +279,11 @@ class Mirror:
         uploads the chunks it has finished so far (`CheckpointStore.preupload`), so that the commit
         at its rename sends only what is left, and the upload overlaps the save instead of following
         it. A failure only leaves those chunks to the commit."""
-        parts = [Part(path, c.offset, c.size, chunk_object(c), c.crc32c)
-                 for path, c in self._checksums.growing_chunks() if c.size == self.store.chunk_size]
+        parts = [
+            Part(path, c.offset, c.size, chunk_object(c), c.crc32c)
+            for path, c in self._checksums.growing_chunks()
+            if c.size == self.store.chunk_size
+        ]
         if not parts:
             return
         try:
@@ -265,8 +304,10 @@ class Mirror:
         if self.store.max_step is not None and snapshot.step >= self.store.max_step:
             return False
         known = self.store.known_blobs()
-        new_bytes = sum(sum(c.size for c in f.chunks if chunk_object(c) not in known) if f.chunks else f.size
-                        for f in snapshot.files)
+        new_bytes = sum(
+            sum(c.size for c in f.chunks if chunk_object(c) not in known) if f.chunks else f.size
+            for f in snapshot.files
+        )
         rate, left = self.rate.bytes_per_second(), self._deadline - time.monotonic()
         if fits(new_bytes, rate, left) or not self.disk.available():
             return False
@@ -280,10 +321,15 @@ class Mirror:
         except OSError as exc:  # the disk failed: Cloud Storage it is, as far as it gets
             log.warning("could not save to the state disk; committing to the job dir", error=str(exc))
             return False
-        log.warning("the commit cannot finish before the VM goes: saved to the state disk; the next boot of "
-                    "this instance commits it", step=snapshot.step, new_bytes=new_bytes,
-                    bytes_per_second=round(rate), seconds_left=round(left, 3),
-                    save_seconds=round(time.monotonic() - started, 3))
+        log.warning(
+            "the commit cannot finish before the VM goes: saved to the state disk; the next boot of "
+            "this instance commits it",
+            step=snapshot.step,
+            new_bytes=new_bytes,
+            bytes_per_second=round(rate),
+            seconds_left=round(left, 3),
+            save_seconds=round(time.monotonic() - started, 3),
+        )
         return True
 
     def tidy(self) -> None:
@@ -341,25 +387,37 @@ class Mirror:
         `CheckpointManager.save()` numbers them by default, is never the save the agent waits for."""
         named = step_now(self.local_root, self.naming)
         if named is not None and named != reported:
-            self.misnumbered = (f"the trainer reported saving step {reported} as a checkpoint numbered {named}: the "
-                                "commits' steps are not its steps, so the steps lost are unknown")
-            self._say_once("numbered", f"the trainer reports saving step {reported}, but its newest checkpoint's "
-                           f"number is {named}: number checkpoints by step (TensorFlow's "
-                           "CheckpointManager.save(checkpoint_number=step)) or set checkpoint_pattern; until then the "
-                           "agent cannot tell the save is committed and waits for the trainer to exit",
-                           reported=reported, named=named)
+            self.misnumbered = (
+                f"the trainer reported saving step {reported} as a checkpoint numbered {named}: the "
+                "commits' steps are not its steps, so the steps lost are unknown"
+            )
+            self._say_once(
+                "numbered",
+                f"the trainer reports saving step {reported}, but its newest checkpoint's "
+                f"number is {named}: number checkpoints by step (TensorFlow's "
+                "CheckpointManager.save(checkpoint_number=step)) or set checkpoint_pattern; until then the "
+                "agent cannot tell the save is committed and waits for the trainer to exit",
+                reported=reported,
+                named=named,
+            )
 
     def note_misnumbered(self, first_step: int, restored_step: int) -> None:
         """The trainer resumed at `first_step`, far past the `restored_step` its commit's name gave
         (`ending.resumed_beyond`): the names number something else than steps (an epoch, a save
         count), so this attempt's steps lost are unknown; said once, with the fix."""
-        self.misnumbered = (f"the trainer resumed at step {first_step} from a checkpoint numbered {restored_step}: "
-                            "the commits' steps are not its steps, so the steps lost are unknown")
-        self._say_once("numbered", f"the trainer resumed at step {first_step} from the checkpoint numbered "
-                       f"{restored_step}: its checkpoints are numbered by something else than the step (an epoch, "
-                       "a save count); name them by step (ckpt-<step>; CheckpointManager.save(checkpoint_number="
-                       "step)) or set checkpoint_pattern; until then the steps lost are unknown",
-                       first_step=first_step, restored_step=restored_step)
+        self.misnumbered = (
+            f"the trainer resumed at step {first_step} from a checkpoint numbered {restored_step}: "
+            "the commits' steps are not its steps, so the steps lost are unknown"
+        )
+        self._say_once(
+            "numbered",
+            f"the trainer resumed at step {first_step} from the checkpoint numbered "
+            f"{restored_step}: its checkpoints are numbered by something else than the step (an epoch, "
+            "a save count); name them by step (ckpt-<step>; CheckpointManager.save(checkpoint_number="
+            "step)) or set checkpoint_pattern; until then the steps lost are unknown",
+            first_step=first_step,
+            restored_step=restored_step,
+        )
 
     def _say_once(self, what: str, message: str, **fields) -> None:
         """A warning said once an attempt (`what` keys it, and its log line's `said` field names
@@ -372,8 +430,12 @@ class Mirror:
         """One warning, the first time the scan finds the local job dir replaced by a link (the scan
         refuses it: nothing through it is committed)."""
         if os.path.islink(self.local_root):
-            self._say_once("linked", f"the local job dir {self.local_root} is a link; not following it: nothing "
-                           "written through it is committed", path=self.local_root)
+            self._say_once(
+                "linked",
+                f"the local job dir {self.local_root} is a link; not following it: nothing "
+                "written through it is committed",
+                path=self.local_root,
+            )
 
     def stop(self) -> None:
         """Stops the background rounds (one under way finishes first)."""
@@ -410,8 +472,16 @@ class Mirror:
             return None
         if self.committed_step is not None and snapshot.step < self.committed_step:
             return None
-        if snapshot.step == self.committed_step and same_step(
-                self._fingerprint, snapshot.fingerprint(), committed_whole=self._committed_whole, step=snapshot.step,
-                naming=self.naming) == "changes":
+        if (
+            snapshot.step == self.committed_step
+            and same_step(
+                self._fingerprint,
+                snapshot.fingerprint(),
+                committed_whole=self._committed_whole,
+                step=snapshot.step,
+                naming=self.naming,
+            )
+            == "changes"
+        ):
             return None
         return snapshot.step

@@ -151,8 +151,9 @@ class Signals:
         self._previous.clear()
 
 
-def default_sources(metadata: MetadataClient | None, *, keys=WATCHED_KEYS, timeout_sec: int = 60,
-                    handle_signals: bool = True) -> list[NoticeSource]:
+def default_sources(
+    metadata: MetadataClient | None, *, keys=WATCHED_KEYS, timeout_sec: int = 60, handle_signals: bool = True
+) -> list[NoticeSource]:
     """The agent's notice sources: SIGTERM/SIGINT, and each watched metadata key when there is a
     metadata server."""
     sources: list[NoticeSource] = [Signals()] if handle_signals else []
@@ -168,11 +169,21 @@ class NoticeWatcher:
     `sources` replaces `default_sources(metadata, keys=..., timeout_sec=..., handle_signals=...)`.
     """
 
-    def __init__(self, metadata: MetadataClient | None, *, keys=WATCHED_KEYS, timeout_sec: int = 60,
-                 handle_signals: bool = True, sources: list[NoticeSource] | None = None):
+    def __init__(
+        self,
+        metadata: MetadataClient | None,
+        *,
+        keys=WATCHED_KEYS,
+        timeout_sec: int = 60,
+        handle_signals: bool = True,
+        sources: list[NoticeSource] | None = None,
+    ):
         self.metadata = metadata
-        self.sources = sources if sources is not None else default_sources(
-            metadata, keys=keys, timeout_sec=timeout_sec, handle_signals=handle_signals)
+        self.sources = (
+            sources
+            if sources is not None
+            else default_sources(metadata, keys=keys, timeout_sec=timeout_sec, handle_signals=handle_signals)
+        )
         self._event = threading.Event()
         self._lock = threading.Lock()
         self._notice: Notice | None = None

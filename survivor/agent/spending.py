@@ -86,8 +86,11 @@ class BudgetSource:
                 continue
             self.standing = standing
             if standing.stopped is not None or standing.over:
-                fire("budget", f"${standing.spent or 0:.4f} spent of ${standing.budget or 0:g}"
-                     + (f" (recorded by the {standing.stopped.get('by')})" if standing.stopped else ""))
+                fire(
+                    "budget",
+                    f"${standing.spent or 0:.4f} spent of ${standing.budget or 0:g}"
+                    + (f" (recorded by the {standing.stopped.get('by')})" if standing.stopped else ""),
+                )
                 return
             now = time.monotonic()
             rate = None

@@ -72,9 +72,19 @@ def warm_start(trainer: TrainerSpec) -> bool:
     return trainer.builtin_name in BUILTIN_WARM_START
 
 
-def launch(spec: JobSpec, workdir: str, *, python: str, allow_root: bool, metadata: MetadataClient | None,
-           gpu_wait_seconds: float, stop: threading.Event | None = None, gated: bool = False,
-           detected_gpus: int | None = None, trainer_user: str | None = None) -> "TrainerProcess":
+def launch(
+    spec: JobSpec,
+    workdir: str,
+    *,
+    python: str,
+    allow_root: bool,
+    metadata: MetadataClient | None,
+    gpu_wait_seconds: float,
+    stop: threading.Event | None = None,
+    gated: bool = False,
+    detected_gpus: int | None = None,
+    trainer_user: str | None = None,
+) -> "TrainerProcess":
     """Starts the spec's trainer on this VM, on the local job dir under `workdir`; returns it running.
     `gated`: the job dir is not restored yet; the trainer waits at the start gate until
     `TrainerProcess.open_gate` (only for a trainer that has one: `warm_start`). `detected_gpus`: what
@@ -93,8 +103,7 @@ def launch(spec: JobSpec, workdir: str, *, python: str, allow_root: bool, metada
         close_metadata_server(user, metadata)
     claim_workdir(workdir)  # the agent's alone: the trainer gets only what is below
     delivered = deliver(spec.trainer, workdir)
-    argv = trainer_argv(spec, python=python, job_dir=local_job_dir(workdir), data_dir=spec.data_dir,
-                        num_gpus=num_gpus)
+    argv = trainer_argv(spec, python=python, job_dir=local_job_dir(workdir), data_dir=spec.data_dir, num_gpus=num_gpus)
     env = trainer_env(progress_path(workdir), delivered.pythonpath)
     if gated:  # started before this agent holds the job: its dirs are handed over at the gate
         env[START_GATE_ENV] = "stdin"
@@ -414,8 +423,15 @@ class TrainerProcess:
         self._pump.start()
 
     @classmethod
-    def start(cls, argv: Sequence[str], *, env: dict[str, str], cwd: str | None = None,
-              user: str | None = None, gated: bool = False) -> "TrainerProcess":
+    def start(
+        cls,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str],
+        cwd: str | None = None,
+        user: str | None = None,
+        gated: bool = False,
+    ) -> "TrainerProcess":
         """Starts the trainer from an argv list (no shell), optionally as `user`; `gated`: its stdin
         is the start gate (contract.wait_at_start_gate), else it has none."""
         kwargs: dict = {}
@@ -436,8 +452,13 @@ class TrainerProcess:
             start_new_session=True,
             **kwargs,
         )
-        log.info("trainer started", pid=popen.pid, argv=" ".join(argv), user=user or "",
-                 **({"waits_for": "the restore"} if gated else {}))
+        log.info(
+            "trainer started",
+            pid=popen.pid,
+            argv=" ".join(argv),
+            user=user or "",
+            **({"waits_for": "the restore"} if gated else {}),
+        )
         return cls(popen, argv, user)
 
     def open_gate(self) -> None:

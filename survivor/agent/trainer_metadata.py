@@ -65,12 +65,12 @@ _READ_ONLY_SCOPE = "https://www.googleapis.com/auth/devstorage.read_only"
 def data_bucket(data_dir: str | None) -> str | None:
     """Pure: the bucket of a `gs://BUCKET/...` data dir, else None (no token for the trainer).
 
-        >>> data_bucket("gs://my-data/cifar10"), data_bucket("/mnt/data"), data_bucket(None)
-        ('my-data', None, None)
+    >>> data_bucket("gs://my-data/cifar10"), data_bucket("/mnt/data"), data_bucket(None)
+    ('my-data', None, None)
     """
     if not data_dir or not data_dir.startswith("gs://"):
         return None
-    return data_dir[len("gs://"):].split("/", 1)[0] or None
+    return data_dir[len("gs://") :].split("/", 1)[0] or None
 
 
 def access_boundary(bucket: str) -> Any:
@@ -79,7 +79,8 @@ def access_boundary(bucket: str) -> Any:
 
     rule = downscoped.AccessBoundaryRule(
         available_resource=f"//storage.googleapis.com/projects/_/buckets/{bucket}",
-        available_permissions=[f"inRole:{READ_ROLE}"])
+        available_permissions=[f"inRole:{READ_ROLE}"],
+    )
     return downscoped.CredentialAccessBoundary(rules=[rule])
 
 
@@ -89,8 +90,7 @@ def downscoped_credentials(source: Any, bucket: str, sts_endpoint: str | None = 
     from google.auth import downscoped
     from google.oauth2 import sts
 
-    credentials = downscoped.Credentials(source_credentials=source,
-                                         credential_access_boundary=access_boundary(bucket))
+    credentials = downscoped.Credentials(source_credentials=source, credential_access_boundary=access_boundary(bucket))
     endpoint = endpoints.STS.endpoint(sts_endpoint)
     if endpoint:  # google-auth builds its STS URL from the universe domain alone: no setting to change it
         credentials._sts_client = sts.Client(endpoint.rstrip("/") + "/v1/token")
@@ -162,8 +162,15 @@ class TrainerMetadataServer:
     """The trainer's metadata server on 127.0.0.1 (a port of its own); `bucket` None: no token.
     `notices`: the agent's client of the VM's metadata server, for the notice keys."""
 
-    def __init__(self, bucket: str | None, *, project: str | None = None, notices: MetadataClient | None = None,
-                 source: Any = None, sts_endpoint: str | None = None):
+    def __init__(
+        self,
+        bucket: str | None,
+        *,
+        project: str | None = None,
+        notices: MetadataClient | None = None,
+        source: Any = None,
+        sts_endpoint: str | None = None,
+    ):
         self.token = DataToken(bucket, source, sts_endpoint) if bucket else None
         self.project = project
         self.notices = notices
@@ -178,8 +185,9 @@ class TrainerMetadataServer:
 
     def start(self) -> "TrainerMetadataServer":
         """Serves from a daemon thread; returns self."""
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name="trainer-metadata", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="trainer-metadata", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -206,15 +214,18 @@ class TrainerMetadataServer:
                 return 503, "text/plain", "the metadata server did not answer"
         if self.token is None or not (path == _ACCOUNT or path.startswith(_ACCOUNT + "/")):
             return 404, "text/plain", "not found"
-        leaf = path[len(_ACCOUNT):].strip("/")
+        leaf = path[len(_ACCOUNT) :].strip("/")
         if leaf == "token":
             try:
                 token, seconds = self.token.get()
             except TokenUnavailable as exc:
                 log.warning("no token for the trainer now", error=str(exc))
                 return 503, "text/plain", "the token is not available now"
-            return 200, "application/json", json.dumps(
-                {"access_token": token, "expires_in": seconds, "token_type": "Bearer"})
+            return (
+                200,
+                "application/json",
+                json.dumps({"access_token": token, "expires_in": seconds, "token_type": "Bearer"}),
+            )
         info = {"aliases": ["default"], "email": self.token.email, "scopes": [_READ_ONLY_SCOPE]}
         if leaf == "" and (query.get("recursive") == "true" or query.get("alt") == "json"):
             return 200, "application/json", json.dumps(info)
@@ -249,13 +260,15 @@ class TrainerMetadataServer:
             def do_GET(self) -> None:
                 url = urlsplit(self.path)
                 if self.headers.get("Metadata-Flavor") != "Google" or self.headers.get("X-Forwarded-For"):
-                    return self._send(403, "text/plain", "Missing required header: Metadata-Flavor, or a proxied request")
+                    return self._send(
+                        403, "text/plain", "Missing required header: Metadata-Flavor, or a proxied request"
+                    )
                 if url.path == "/":  # google-auth's ping
                     return self._send(200, "application/text", "computeMetadata/\n")
                 if not url.path.startswith(_PREFIX):
                     return self._send(404, "text/plain", "not found")
                 query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-                self._send(*server.answer(url.path[len(_PREFIX):], query))
+                self._send(*server.answer(url.path[len(_PREFIX) :], query))
 
             def _refuse(self) -> None:
                 self._send(405, "text/plain", "only GET")

@@ -71,20 +71,26 @@ def outlook_from(advice: dict | None, history: dict | None) -> Outlook | None:
     uptime = duration_hours(scores.get("estimatedUptime", ""))
     rates = [r.get("preemptionRate") for r in ((history or {}).get("preemptionHistory") or [])]
     rates = [float(r) for r in rates if isinstance(r, (int, float))][-HISTORY_DAYS_USED:]
-    return Outlook(obtainability=min(1.0, max(0.0, float(scores["obtainability"]))),
-                   uptime_hours=uptime if uptime is not None else 1 / 60,
-                   preemption_rate=sum(rates) / len(rates) if rates else None)
+    return Outlook(
+        obtainability=min(1.0, max(0.0, float(scores["obtainability"]))),
+        uptime_hours=uptime if uptime is not None else 1 / 60,
+        preemption_rate=sum(rates) / len(rates) if rates else None,
+    )
 
 
 def has_history(machine_type: str, gpu_type: str | None) -> bool:
     """Pure: whether Compute Engine keeps preemption history for the machine (H5: not N1 with GPUs
     attached, custom machine types or TPUs)."""
-    return not ((machine_type.startswith("n1-") and gpu_type) or "custom" in machine_type
-                or re.match(r"^(ct[0-9]|tpu)", machine_type))
+    return not (
+        (machine_type.startswith("n1-") and gpu_type)
+        or "custom" in machine_type
+        or re.match(r"^(ct[0-9]|tpu)", machine_type)
+    )
 
 
-def request_bodies(machine_type: str, gpu_type: str | None, gpu_count: int,
-                   zone: str | None = None) -> tuple[dict, dict | None]:
+def request_bodies(
+    machine_type: str, gpu_type: str | None, gpu_count: int, zone: str | None = None
+) -> tuple[dict, dict | None]:
     """Pure: the `advice.capacity` body for one Spot VM of the machine anywhere in the region (in
     `zone` only, for a zonal group), and the `advice.capacityHistory` body (None for a machine
     without history, H5)."""
@@ -94,13 +100,18 @@ def request_bodies(machine_type: str, gpu_type: str | None, gpu_count: int,
     distribution: dict = {"targetShape": "ANY_SINGLE_ZONE"}
     if zone:
         distribution["zones"] = [{"zone": f"zones/{zone}"}]
-    advice = {"instanceProperties": {"scheduling": {"provisioningModel": "SPOT"}}, "size": 1,
-              "instanceFlexibilityPolicy": {"instanceSelections": {"job": selection}},
-              "distributionPolicy": distribution}
+    advice = {
+        "instanceProperties": {"scheduling": {"provisioningModel": "SPOT"}},
+        "size": 1,
+        "instanceFlexibilityPolicy": {"instanceSelections": {"job": selection}},
+        "distributionPolicy": distribution,
+    }
     history = None
     if has_history(machine_type, gpu_type):
-        history = {"instanceProperties": {"machineType": machine_type, "scheduling": {"provisioningModel": "SPOT"}},
-                   "types": ["PREEMPTION"]}
+        history = {
+            "instanceProperties": {"machineType": machine_type, "scheduling": {"provisioningModel": "SPOT"}},
+            "types": ["PREEMPTION"],
+        }
         if zone:
             history["locationPolicy"] = {"location": f"zones/{zone}"}
     return advice, history
@@ -125,9 +136,13 @@ class Fallback:
 FALLBACK = Fallback()
 
 
-def read_outlooks(ask_advice: Callable[[str, dict], dict], ask_history: Callable[[str, dict], dict],
-                  places: list[tuple[str, tuple[str, str | None, int], str | None]], *,
-                  fallback: Fallback = FALLBACK) -> dict[int, Outlook]:
+def read_outlooks(
+    ask_advice: Callable[[str, dict], dict],
+    ask_history: Callable[[str, dict], dict],
+    places: list[tuple[str, tuple[str, str | None, int], str | None]],
+    *,
+    fallback: Fallback = FALLBACK,
+) -> dict[int, Outlook]:
     """The outlook of each place (region, (machine type, GPU type, GPU count), zone or None) by its index in
     `places`, asked with `ask_advice(region, body)` / `ask_history(region, body)` (a `Compute`'s
     `capacity_advice` / `capacity_history`); a place whose advice fails is left out (said once);

@@ -64,8 +64,11 @@ GPU_NAMES = {
     "nvidia-tesla-a100": "Nvidia Tesla A100",
 }
 #: The SKU description of each persistent disk type's capacity.
-DISK_NAMES = {"pd-standard": "Storage PD Capacity", "pd-balanced": "Balanced PD Capacity",
-              "pd-ssd": "SSD backed PD Capacity"}
+DISK_NAMES = {
+    "pd-standard": "Storage PD Capacity",
+    "pd-balanced": "Balanced PD Capacity",
+    "pd-ssd": "SSD backed PD Capacity",
+}
 
 
 class CatalogUnavailable(Exception):
@@ -138,12 +141,15 @@ def sku_from_message(message: Any) -> Sku | None:
         return None
     prices = [t.get("unit_price") or t.get("unitPrice") or {} for t in tiers]
     price = next((p for p in prices if _usd(p) > 0), prices[-1])  # past a free first tier, if any
-    return Sku(description=raw.get("description", ""),
-               resource_family=category.get("resource_family") or category.get("resourceFamily") or "",
-               resource_group=category.get("resource_group") or category.get("resourceGroup") or "",
-               usage_type=category.get("usage_type") or category.get("usageType") or "",
-               regions=tuple(raw.get("service_regions") or raw.get("serviceRegions") or ()),
-               unit=expression.get("usage_unit") or expression.get("usageUnit") or "", usd=_usd(price))
+    return Sku(
+        description=raw.get("description", ""),
+        resource_family=category.get("resource_family") or category.get("resourceFamily") or "",
+        resource_group=category.get("resource_group") or category.get("resourceGroup") or "",
+        usage_type=category.get("usage_type") or category.get("usageType") or "",
+        regions=tuple(raw.get("service_regions") or raw.get("serviceRegions") or ()),
+        unit=expression.get("usage_unit") or expression.get("usageUnit") or "",
+        usd=_usd(price),
+    )
 
 
 def _usd(money: dict) -> float:
@@ -168,8 +174,9 @@ def fetch_skus(catalog_client=None, timeout: float = 60.0) -> list[Sku]:
         from google.api_core import exceptions as api_exceptions
         from google.cloud import billing_v1  # noqa: F401 (client() imports it: the demo's install has none)
     except ImportError as exc:  # the operator extra is not installed
-        raise CatalogUnavailable(f"google-cloud-billing is not installed ({exc}); {install_command('operator')}") \
-            from None
+        raise CatalogUnavailable(
+            f"google-cloud-billing is not installed ({exc}); {install_command('operator')}"
+        ) from None
     try:
         catalog_client = catalog_client or client()
         pages = catalog_client.list_skus(parent=COMPUTE_SERVICE, timeout=timeout)
@@ -190,11 +197,19 @@ def catalog_reason(exc: BaseException) -> str:
         return "no credentials"
     if isinstance(exc, google.auth.exceptions.GoogleAuthError):
         return "credentials refused"
-    if isinstance(exc, (api_exceptions.PermissionDenied, api_exceptions.Forbidden, api_exceptions.Unauthenticated,
-                        api_exceptions.Unauthorized)):
+    if isinstance(
+        exc,
+        (
+            api_exceptions.PermissionDenied,
+            api_exceptions.Forbidden,
+            api_exceptions.Unauthenticated,
+            api_exceptions.Unauthorized,
+        ),
+    ):
         return "permission denied"
-    if isinstance(exc, (OSError, api_exceptions.ServiceUnavailable, api_exceptions.RetryError,
-                        api_exceptions.DeadlineExceeded)):
+    if isinstance(
+        exc, (OSError, api_exceptions.ServiceUnavailable, api_exceptions.RetryError, api_exceptions.DeadlineExceeded)
+    ):
         return "no network"
     return type(exc).__name__
 
@@ -273,17 +288,30 @@ def catalog_hourly(skus: list[Sku], region: str, machine: Machine) -> tuple[floa
         return None
     out = []
     for usage in ("OnDemand", "Preemptible"):
-        here = [s for s in skus if region in s.regions and s.usage_type == usage
-                and not any(word in s.description for word in NOT_LIST_PRICE)]
-        core = _one(here, lambda s: s.unit == "h" and re.search(rf"\b{fam} (Predefined )?Instance Core\b", s.description))
-        ram = _one(here, lambda s: s.unit == "GiBy.h" and re.search(rf"\b{fam} (Predefined )?Instance Ram\b", s.description))
+        here = [
+            s
+            for s in skus
+            if region in s.regions
+            and s.usage_type == usage
+            and not any(word in s.description for word in NOT_LIST_PRICE)
+        ]
+        core = _one(
+            here, lambda s: s.unit == "h" and re.search(rf"\b{fam} (Predefined )?Instance Core\b", s.description)
+        )
+        ram = _one(
+            here, lambda s: s.unit == "GiBy.h" and re.search(rf"\b{fam} (Predefined )?Instance Ram\b", s.description)
+        )
         if core is None or ram is None:
             return None
         total = core.usd * size[0] + ram.usd * size[1]
         if gpu_count:  # built in (a2, g2) or attached, GPUs are SKUs of their own
             name = GPU_NAMES.get(gpu_type or "")
-            gpu = _one(here, lambda s, name=name: s.resource_group == "GPU" and name is not None
-                       and s.description.startswith(name + " GPU"))
+            gpu = _one(
+                here,
+                lambda s, name=name: (
+                    s.resource_group == "GPU" and name is not None and s.description.startswith(name + " GPU")
+                ),
+            )
             if gpu is None:
                 return None
             total += gpu.usd * gpu_count
@@ -313,16 +341,25 @@ def catalog_flex_start(skus: list[Sku], region: str, machine: Machine) -> float 
         return None
     here = [s for s in skus if region in s.regions and s.usage_type == "OnDemand"]
     dws = [s for s in here if FLEX_START_SKU in s.description]
-    core = _one(dws, lambda s: s.unit == "h" and re.search(rf"^{FLEX_START_SKU} {fam} (Instance )?Core\b", s.description))
-    ram = _one(dws, lambda s: s.unit == "GiBy.h" and re.search(rf"^{FLEX_START_SKU} {fam} (Instance )?Ram\b",
-                                                                 s.description))
+    core = _one(
+        dws, lambda s: s.unit == "h" and re.search(rf"^{FLEX_START_SKU} {fam} (Instance )?Core\b", s.description)
+    )
+    ram = _one(
+        dws, lambda s: s.unit == "GiBy.h" and re.search(rf"^{FLEX_START_SKU} {fam} (Instance )?Ram\b", s.description)
+    )
     if core is None or ram is None:
         return None
     total = core.usd * size[0] + ram.usd * size[1]
     if gpu_count:
         name = GPU_NAMES.get(gpu_type or "")
-        gpu = _one(dws, lambda s: s.resource_group == "GPU" and name is not None
-                   and s.description.startswith(f"{name} GPU attached to {FLEX_START_SKU} VMs"))
+        gpu = _one(
+            dws,
+            lambda s: (
+                s.resource_group == "GPU"
+                and name is not None
+                and s.description.startswith(f"{name} GPU attached to {FLEX_START_SKU} VMs")
+            ),
+        )
         if gpu is None:
             return None
         total += gpu.usd * gpu_count
@@ -339,9 +376,16 @@ def _one(skus: list[Sku], match) -> Sku | None:
     return next((s for s in skus if match(s)), None)
 
 
-def hourly_prices(machine: Machine, region: str, *, today: _dt.date | None = None, online: bool = True,
-                  spot_price: float | None = None, on_demand_price: float | None = None,
-                  catalog_client=None) -> Prices:
+def hourly_prices(
+    machine: Machine,
+    region: str,
+    *,
+    today: _dt.date | None = None,
+    online: bool = True,
+    spot_price: float | None = None,
+    on_demand_price: float | None = None,
+    catalog_client=None,
+) -> Prices:
     """USD per hour of `machine` in `region`, on-demand and Spot: the overrides given, else the catalog
     (today's cache, or fetched now when `online`), else survivor's offline table; `basis` says which."""
     today = today or _dt.date.today()

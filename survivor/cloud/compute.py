@@ -65,16 +65,20 @@ def explain(exc: Exception, what: str) -> ComputeError:
     message = re.sub(r"^(GET|POST|PUT|PATCH|DELETE) \S+: ", "", getattr(exc, "message", None) or str(exc))
     if isinstance(exc, gexc.NotFound):
         return NotFound(f"{what}: not found ({message})")
-    if isinstance(exc, gexc.Forbidden) and ("accessNotConfigured" in str(exc) or "has not been used in project" in message
-                                            or "SERVICE_DISABLED" in str(exc)):
+    if isinstance(exc, gexc.Forbidden) and (
+        "accessNotConfigured" in str(exc) or "has not been used in project" in message or "SERVICE_DISABLED" in str(exc)
+    ):
         # a project that has not enabled the API: 403 accessNotConfigured, "Compute Engine API has not been
         # used in project N before or it is disabled" (hashicorp/terraform#19912)
-        return ComputeError(f"{what}: the Compute Engine API is not enabled in this project: gcloud services enable "
-                            "compute.googleapis.com --project PROJECT (then wait a few minutes)")
+        return ComputeError(
+            f"{what}: the Compute Engine API is not enabled in this project: gcloud services enable "
+            "compute.googleapis.com --project PROJECT (then wait a few minutes)"
+        )
     if isinstance(exc, gexc.Conflict):
         return ComputeError(f"{what}: it already exists ({message})")
     if isinstance(exc, gexc.BadRequest) and any(
-            (e or {}).get("reason") == "resourceInUseByAnotherResource" for e in getattr(exc, "errors", None) or []):
+        (e or {}).get("reason") == "resourceInUseByAnotherResource" for e in getattr(exc, "errors", None) or []
+    ):
         return InUse(f"{what}: {message}")
     if isinstance(exc, (gexc.Forbidden, gexc.Unauthorized)):
         return PermissionDenied(
@@ -120,8 +124,9 @@ def explain_operation_errors(errors: list[tuple[str, str]], what: str, where: st
     return ComputeError(f"{what}: the operation failed. [{detail}]")
 
 
-def group_creation(instances: list[dict], errors: list[dict],
-                   since: str | None = None) -> tuple[str, str, list[tuple[str, str]]]:
+def group_creation(
+    instances: list[dict], errors: list[dict], since: str | None = None
+) -> tuple[str, str, list[tuple[str, str]]]:
     """Pure decision: how far a new single-VM group got, from `managed_instances` and `group_errors`.
 
     ("running", zone, []) once its VM is RUNNING; ("failed", zone, errors) when its creation failed (the
@@ -138,11 +143,17 @@ def group_creation(instances: list[dict], errors: list[dict],
             return "failed", instance["zone"], instance["errors"]
     after = _when(since)
     members = {(instance["zone"], instance.get("name")) for instance in instances}
-    creating = [e for e in errors if e.get("action") in ("CREATING", "CREATING_WITHOUT_RETRIES", "RECREATING")
-                and (after is None or (_when(e.get("timestamp")) or after) >= after)
-                and (not instances or _zone_and_name(e.get("instance")) in members)]
+    creating = [
+        e
+        for e in errors
+        if e.get("action") in ("CREATING", "CREATING_WITHOUT_RETRIES", "RECREATING")
+        and (after is None or (_when(e.get("timestamp")) or after) >= after)
+        and (not instances or _zone_and_name(e.get("instance")) in members)
+    ]
     if creating:
-        newest = max(creating, key=lambda e: _when(e.get("timestamp")) or _dt.datetime.min.replace(tzinfo=_dt.timezone.utc))
+        newest = max(
+            creating, key=lambda e: _when(e.get("timestamp")) or _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
+        )
         return "failed", _zone_and_name(newest.get("instance"))[0], [(newest["code"], newest["message"])]
     zone = instances[0]["zone"] if instances else ""
     return "waiting", zone, []
@@ -195,12 +206,15 @@ def name_problems(what: str, name: str, *, max_length: int = 63) -> list[str]:
     suggestion = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:max_length].rstrip("-")
     if suggestion and not suggestion[0].isalpha():
         suggestion = "job-" + suggestion
-    return [f"{what} {name!r}: Compute Engine names are lower-case letters, digits and hyphens, starting with a "
-            f"letter, at most {max_length} characters" + (f"; e.g. {suggestion[:max_length]}" if suggestion else "")]
+    return [
+        f"{what} {name!r}: Compute Engine names are lower-case letters, digits and hyphens, starting with a "
+        f"letter, at most {max_length} characters" + (f"; e.g. {suggestion[:max_length]}" if suggestion else "")
+    ]
 
 
-def location_problems(zone: str | None, region: str | None, *, regional: bool = True,
-                      keys: tuple[str, str] = ("--zone", "--region")) -> list[str]:
+def location_problems(
+    zone: str | None, region: str | None, *, regional: bool = True, keys: tuple[str, str] = ("--zone", "--region")
+) -> list[str]:
     """Pure decision: a zone that is a region (or the reverse), one line each with the fix.
     `regional`: the command also takes a region (make-group, preflight), so suggest it; `keys`: how
     the zone and the region were given (flags, or compute.zone/compute.region in the spec)."""
@@ -208,8 +222,11 @@ def location_problems(zone: str | None, region: str | None, *, regional: bool = 
     zone_key, region_key = keys
     if zone and not ZONE_NAME.fullmatch(zone):
         hint = f"; for the whole region use {region_key} {zone}" if REGION_NAME.fullmatch(zone) and regional else ""
-        out.append(f"{zone_key} {zone}: not a zone; a zone is a region and a letter, e.g. {zone.rstrip('-')}-b" + hint
-                   if REGION_NAME.fullmatch(zone) else f"{zone_key} {zone}: not a zone (e.g. us-west1-b)")
+        out.append(
+            f"{zone_key} {zone}: not a zone; a zone is a region and a letter, e.g. {zone.rstrip('-')}-b" + hint
+            if REGION_NAME.fullmatch(zone)
+            else f"{zone_key} {zone}: not a zone (e.g. us-west1-b)"
+        )
     if region and not REGION_NAME.fullmatch(region):
         hint = f"; for that one zone use {zone_key} {region}" if ZONE_NAME.fullmatch(region) else ""
         out.append(f"{region_key} {region}: not a region (e.g. us-west1){hint}")
@@ -221,8 +238,12 @@ PROJECT_HINT = "project: give --project, compute.project in the spec, or set GOO
 
 def find_project(given: str | None, spec: JobSpec | None = None) -> str | None:
     """The project: as given, else the spec's compute.project, else $GOOGLE_CLOUD_PROJECT (or gcloud's)."""
-    return (given or (spec.extra.get("compute", {}).get("project") if spec else None)
-            or os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("CLOUDSDK_CORE_PROJECT"))
+    return (
+        given
+        or (spec.extra.get("compute", {}).get("project") if spec else None)
+        or os.environ.get("GOOGLE_CLOUD_PROJECT")
+        or os.environ.get("CLOUDSDK_CORE_PROJECT")
+    )
 
 
 def spec_project(given: str | None, spec: JobSpec) -> str:
@@ -247,8 +268,14 @@ def group_scope(group: GroupRef) -> tuple[str, str]:
 class Compute:
     """The Compute Engine calls survivor makes, for one project."""
 
-    def __init__(self, project: str, endpoint: str | None = None, credentials=None, deadline: float = 600.0,
-                 progress: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        project: str,
+        endpoint: str | None = None,
+        credentials=None,
+        deadline: float = 600.0,
+        progress: Callable[[str], None] | None = None,
+    ):
         from google.cloud import compute_v1
 
         self.project = project
@@ -307,8 +334,10 @@ class Compute:
         started = time.monotonic()
         while op.status != done:
             if time.monotonic() > deadline:
-                raise ComputeError(f"{what}: still not done after {self.deadline:.0f} s (operation {name}); "
-                                   "check it with gcloud compute operations describe")
+                raise ComputeError(
+                    f"{what}: still not done after {self.deadline:.0f} s (operation {name}); "
+                    "check it with gcloud compute operations describe"
+                )
             if self.progress:
                 self.progress(f"{what}: waiting ({time.monotonic() - started:.0f} s)")
             if op.zone:
@@ -343,16 +372,26 @@ class Compute:
         JSON (`recommendations[].scores`, `.shards`). ComputeError (PermissionDenied for a 403) on
         failure; one call, no retry: the caller falls back to deciding without it."""
         request = self.v1.CapacityAdviceRequest.from_json(json.dumps(body), ignore_unknown_fields=False)
-        found = self._call(f"capacity advice for {region}", f"region {region}", lambda: self.advice.capacity(
-            project=self.project, region=region, capacity_advice_request_resource=request), wait=False)
+        found = self._call(
+            f"capacity advice for {region}",
+            f"region {region}",
+            lambda: self.advice.capacity(project=self.project, region=region, capacity_advice_request_resource=request),
+            wait=False,
+        )
         return json.loads(self.v1.CapacityAdviceResponse.to_json(found))
 
     def capacity_history(self, region: str, body: dict) -> dict:
         """`advice.capacityHistory` in `region` for a CapacityHistoryRequest REST body: the response
         as REST JSON (`preemptionHistory`, `priceHistory`). ComputeError on failure, as above."""
         request = self.v1.CapacityHistoryRequest.from_json(json.dumps(body), ignore_unknown_fields=False)
-        found = self._call(f"capacity history for {region}", f"region {region}", lambda: self.advice.capacity_history(
-            project=self.project, region=region, capacity_history_request_resource=request), wait=False)
+        found = self._call(
+            f"capacity history for {region}",
+            f"region {region}",
+            lambda: self.advice.capacity_history(
+                project=self.project, region=region, capacity_history_request_resource=request
+            ),
+            wait=False,
+        )
         return json.loads(self.v1.CapacityHistoryResponse.to_json(found))
 
     # -- templates --------------------------------------------------------------------------------
@@ -364,7 +403,12 @@ class Compute:
     def get_template(self, name: str) -> dict | None:
         """The template's REST body, or None."""
         try:
-            template = self._call(f"template {name}", "global", lambda: self.templates.get(project=self.project, instance_template=name), wait=False)
+            template = self._call(
+                f"template {name}",
+                "global",
+                lambda: self.templates.get(project=self.project, instance_template=name),
+                wait=False,
+            )
         except NotFound:
             return None
         return json.loads(self.v1.InstanceTemplate.to_json(template))
@@ -372,29 +416,47 @@ class Compute:
     def insert_template(self, body: dict) -> None:
         """Creates the template `body` (REST form) and waits for the operation."""
         message = self.template_message(body)
-        self._call(f"creating template {body['name']}", "global",
-                   lambda: self.templates.insert(project=self.project, instance_template_resource=message))
+        self._call(
+            f"creating template {body['name']}",
+            "global",
+            lambda: self.templates.insert(project=self.project, instance_template_resource=message),
+        )
 
     def delete_template(self, name: str) -> None:
         """Deletes the template `name` and waits for the operation."""
-        self._call(f"deleting template {name}", "global",
-                   lambda: self.templates.delete(project=self.project, instance_template=name))
+        self._call(
+            f"deleting template {name}",
+            "global",
+            lambda: self.templates.delete(project=self.project, instance_template=name),
+        )
 
     # -- managed instance groups ------------------------------------------------------------------
 
-    def create_group(self, name: str, template: str, *, zone: str | None = None, region: str | None = None,
-                     size: int = 1, distribution: dict | None = None, stateful: dict | None = None,
-                     repairs: bool = True) -> None:
+    def create_group(
+        self,
+        name: str,
+        template: str,
+        *,
+        zone: str | None = None,
+        region: str | None = None,
+        size: int = 1,
+        distribution: dict | None = None,
+        stateful: dict | None = None,
+        repairs: bool = True,
+    ) -> None:
         """A MIG of `size` from `template`; `distribution` is a regional MIG's distributionPolicy and
         `stateful` its statefulPolicy (REST forms); `repairs=False` turns its repairs off
         (`instanceLifecyclePolicy.defaultActionOnFailure: DO_NOTHING`, as a resize request needs)."""
         body = self.v1.InstanceGroupManager(
-            name=name, base_instance_name=name, target_size=size,
+            name=name,
+            base_instance_name=name,
+            target_size=size,
             instance_template=f"projects/{self.project}/global/instanceTemplates/{template}",
         )
         if not repairs:
             body.instance_lifecycle_policy = self.v1.InstanceGroupManagerInstanceLifecyclePolicy(
-                default_action_on_failure="DO_NOTHING")
+                default_action_on_failure="DO_NOTHING"
+            )
         if stateful:
             body.stateful_policy = self.v1.StatefulPolicy.from_json(json.dumps(stateful))
             if region:  # zonal disks: no proactive redistribution ("Configuring stateful MIGs", limitations)
@@ -402,19 +464,31 @@ class Compute:
         if distribution:
             body.distribution_policy = self.v1.DistributionPolicy.from_json(json.dumps(distribution))
         if zone:
-            self._call(f"creating group {name}", f"zone {zone}", lambda: self.groups.insert(
-                project=self.project, zone=zone, instance_group_manager_resource=body))
+            self._call(
+                f"creating group {name}",
+                f"zone {zone}",
+                lambda: self.groups.insert(project=self.project, zone=zone, instance_group_manager_resource=body),
+            )
         else:
-            self._call(f"creating group {name}", f"region {region}", lambda: self.region_groups.insert(
-                project=self.project, region=region, instance_group_manager_resource=body))
+            self._call(
+                f"creating group {name}",
+                f"region {region}",
+                lambda: self.region_groups.insert(
+                    project=self.project, region=region, instance_group_manager_resource=body
+                ),
+            )
 
     def get_group(self, group: GroupRef) -> dict | None:
         """The group's REST body, or None when it does not exist."""
         kind, where = group_scope(group)
         client = self.groups if kind == "zone" else self.region_groups
         try:
-            found = self._call(f"group {group.name}", where, lambda: client.get(
-                project=group.project, instance_group_manager=group.name, **_scope(kind, where)), wait=False)
+            found = self._call(
+                f"group {group.name}",
+                where,
+                lambda: client.get(project=group.project, instance_group_manager=group.name, **_scope(kind, where)),
+                wait=False,
+            )
         except NotFound:
             return None
         return json.loads(self.v1.InstanceGroupManager.to_json(found))
@@ -426,8 +500,12 @@ class Compute:
         regional groups from it too: google-cloud-sdk lib/surface/compute/instance_groups/managed/list.py,
         `aggregation_service=instanceGroupManagers`; forseti-security/forseti-security#507). A scope
         without groups carries only a warning."""
-        pages = self._call("listing the project's groups", "every zone and region",
-                           lambda: self.groups.aggregated_list(project=self.project), wait=False)
+        pages = self._call(
+            "listing the project's groups",
+            "every zone and region",
+            lambda: self.groups.aggregated_list(project=self.project),
+            wait=False,
+        )
         found = []
         try:
             for scope, listed in pages:
@@ -443,15 +521,23 @@ class Compute:
         """Sets the group's target size (0 stops its VM gracefully, 1 starts one) and waits."""
         kind, where = group_scope(group)
         client = self.groups if kind == "zone" else self.region_groups
-        self._call(f"resizing group {group.name} to {size}", f"{kind} {where}", lambda: client.resize(
-            project=group.project, instance_group_manager=group.name, size=size, **_scope(kind, where)))
+        self._call(
+            f"resizing group {group.name} to {size}",
+            f"{kind} {where}",
+            lambda: client.resize(
+                project=group.project, instance_group_manager=group.name, size=size, **_scope(kind, where)
+            ),
+        )
 
     def delete_group(self, group: GroupRef) -> None:
         """Deletes the group (and so its VM) and waits for the operation."""
         kind, where = group_scope(group)
         client = self.groups if kind == "zone" else self.region_groups
-        self._call(f"deleting group {group.name}", f"{kind} {where}", lambda: client.delete(
-            project=group.project, instance_group_manager=group.name, **_scope(kind, where)))
+        self._call(
+            f"deleting group {group.name}",
+            f"{kind} {where}",
+            lambda: client.delete(project=group.project, instance_group_manager=group.name, **_scope(kind, where)),
+        )
 
     def patch_group(self, group: GroupRef, patch: dict) -> None:
         """`instanceGroupManagers.patch` (JSON merge patch) of the group with `patch` (REST form: e.g.
@@ -459,9 +545,16 @@ class Compute:
         kind, where = group_scope(group)
         body = self.v1.InstanceGroupManager.from_json(json.dumps(patch))
         client = self.groups if kind == "zone" else self.region_groups
-        self._call(f"changing group {group.name}", f"{kind} {where}", lambda: client.patch(
-            project=group.project, instance_group_manager=group.name, instance_group_manager_resource=body,
-            **_scope(kind, where)))
+        self._call(
+            f"changing group {group.name}",
+            f"{kind} {where}",
+            lambda: client.patch(
+                project=group.project,
+                instance_group_manager=group.name,
+                instance_group_manager_resource=body,
+                **_scope(kind, where),
+            ),
+        )
 
     def set_group_template(self, group: GroupRef, template: str) -> None:
         """`setInstanceTemplate`: the template the group creates its instances from from now on; waits.
@@ -473,15 +566,28 @@ class Compute:
         url = f"projects/{group.project}/global/instanceTemplates/{template}"
         if kind == "zone":
             body = self.v1.InstanceGroupManagersSetInstanceTemplateRequest(instance_template=url)
-            self._call(f"setting the template of {group.name}", f"zone {where}", lambda: self.groups.set_instance_template(
-                project=group.project, zone=where, instance_group_manager=group.name,
-                instance_group_managers_set_instance_template_request_resource=body))
+            self._call(
+                f"setting the template of {group.name}",
+                f"zone {where}",
+                lambda: self.groups.set_instance_template(
+                    project=group.project,
+                    zone=where,
+                    instance_group_manager=group.name,
+                    instance_group_managers_set_instance_template_request_resource=body,
+                ),
+            )
         else:
             body = self.v1.RegionInstanceGroupManagersSetTemplateRequest(instance_template=url)
-            self._call(f"setting the template of {group.name}", f"region {where}",
-                       lambda: self.region_groups.set_instance_template(
-                           project=group.project, region=where, instance_group_manager=group.name,
-                           region_instance_group_managers_set_template_request_resource=body))
+            self._call(
+                f"setting the template of {group.name}",
+                f"region {where}",
+                lambda: self.region_groups.set_instance_template(
+                    project=group.project,
+                    region=where,
+                    instance_group_manager=group.name,
+                    region_instance_group_managers_set_template_request_resource=body,
+                ),
+            )
 
     def recreate_instances(self, group: GroupRef, instances: list[tuple[str, str]]) -> None:
         """`recreateInstances` of (zone, name) members: each is deleted (a graceful stop: the agent
@@ -490,15 +596,28 @@ class Compute:
         refs = [f"zones/{zone}/instances/{name}" for zone, name in instances]
         if kind == "zone":
             body = self.v1.InstanceGroupManagersRecreateInstancesRequest(instances=refs)
-            self._call(f"recreating the instances of {group.name}", f"zone {where}", lambda: self.groups.recreate_instances(
-                project=group.project, zone=where, instance_group_manager=group.name,
-                instance_group_managers_recreate_instances_request_resource=body))
+            self._call(
+                f"recreating the instances of {group.name}",
+                f"zone {where}",
+                lambda: self.groups.recreate_instances(
+                    project=group.project,
+                    zone=where,
+                    instance_group_manager=group.name,
+                    instance_group_managers_recreate_instances_request_resource=body,
+                ),
+            )
         else:
             body = self.v1.RegionInstanceGroupManagersRecreateRequest(instances=refs)
-            self._call(f"recreating the instances of {group.name}", f"region {where}",
-                       lambda: self.region_groups.recreate_instances(
-                           project=group.project, region=where, instance_group_manager=group.name,
-                           region_instance_group_managers_recreate_request_resource=body))
+            self._call(
+                f"recreating the instances of {group.name}",
+                f"region {where}",
+                lambda: self.region_groups.recreate_instances(
+                    project=group.project,
+                    region=where,
+                    instance_group_manager=group.name,
+                    region_instance_group_managers_recreate_request_resource=body,
+                ),
+            )
 
     # -- resize requests (flex-start: docs/flex-start.md) -------------------------------------------
 
@@ -508,26 +627,44 @@ class Compute:
         insert, not for the VMs (`resize_request` tells the state: CREATING, ACCEPTED, SUCCEEDED...)."""
         kind, where = group_scope(group)
         body = self.v1.InstanceGroupManagerResizeRequest(
-            name=name, resize_by=count, requested_run_duration=self.v1.Duration(seconds=int(run_seconds)))
+            name=name, resize_by=count, requested_run_duration=self.v1.Duration(seconds=int(run_seconds))
+        )
         if kind == "zone":
-            self._call(f"requesting {count} flex-start VM(s) for {group.name}", f"zone {where}",
-                       lambda: self.resize_requests.insert(project=group.project, zone=where,
-                                                           instance_group_manager=group.name,
-                                                           instance_group_manager_resize_request_resource=body))
+            self._call(
+                f"requesting {count} flex-start VM(s) for {group.name}",
+                f"zone {where}",
+                lambda: self.resize_requests.insert(
+                    project=group.project,
+                    zone=where,
+                    instance_group_manager=group.name,
+                    instance_group_manager_resize_request_resource=body,
+                ),
+            )
         else:
-            self._call(f"requesting {count} flex-start VM(s) for {group.name}", f"region {where}",
-                       lambda: self.region_resize_requests.insert(
-                           project=group.project, region=where, instance_group_manager=group.name,
-                           instance_group_manager_resize_request_resource=body))
+            self._call(
+                f"requesting {count} flex-start VM(s) for {group.name}",
+                f"region {where}",
+                lambda: self.region_resize_requests.insert(
+                    project=group.project,
+                    region=where,
+                    instance_group_manager=group.name,
+                    instance_group_manager_resize_request_resource=body,
+                ),
+            )
 
     def resize_request(self, group: GroupRef, name: str) -> dict | None:
         """The resize request's REST body (its `state` above all), or None when there is none."""
         kind, where = group_scope(group)
         client = self.resize_requests if kind == "zone" else self.region_resize_requests
         try:
-            found = self._call(f"resize request {name} of {group.name}", where, lambda: client.get(
-                project=group.project, instance_group_manager=group.name, resize_request=name, **_scope(kind, where)),
-                wait=False)
+            found = self._call(
+                f"resize request {name} of {group.name}",
+                where,
+                lambda: client.get(
+                    project=group.project, instance_group_manager=group.name, resize_request=name, **_scope(kind, where)
+                ),
+                wait=False,
+            )
         except NotFound:
             return None
         return json.loads(self.v1.InstanceGroupManagerResizeRequest.to_json(found))
@@ -536,30 +673,52 @@ class Compute:
         """Every resize request of the group (REST bodies; the client pages through them)."""
         kind, where = group_scope(group)
         client = self.resize_requests if kind == "zone" else self.region_resize_requests
-        pages = self._call(f"resize requests of {group.name}", where, lambda: client.list(
-            project=group.project, instance_group_manager=group.name, **_scope(kind, where)), wait=False)
+        pages = self._call(
+            f"resize requests of {group.name}",
+            where,
+            lambda: client.list(project=group.project, instance_group_manager=group.name, **_scope(kind, where)),
+            wait=False,
+        )
         return [json.loads(self.v1.InstanceGroupManagerResizeRequest.to_json(r)) for r in pages]
 
     def cancel_resize_request(self, group: GroupRef, name: str) -> None:
         """Cancels a request still queued (ACCEPTED) and waits; the API refuses any other."""
         kind, where = group_scope(group)
         client = self.resize_requests if kind == "zone" else self.region_resize_requests
-        self._call(f"cancelling resize request {name} of {group.name}", f"{kind} {where}", lambda: client.cancel(
-            project=group.project, instance_group_manager=group.name, resize_request=name, **_scope(kind, where)))
+        self._call(
+            f"cancelling resize request {name} of {group.name}",
+            f"{kind} {where}",
+            lambda: client.cancel(
+                project=group.project, instance_group_manager=group.name, resize_request=name, **_scope(kind, where)
+            ),
+        )
 
     def managed_instances(self, group: GroupRef) -> list[dict]:
         """The group's instances: name, zone, status, current action."""
         kind, where = group_scope(group)
         client = self.groups if kind == "zone" else self.region_groups
-        pager = self._call(f"listing the instances of {group.name}", where, lambda: client.list_managed_instances(
-            project=group.project, instance_group_manager=group.name, **_scope(kind, where)), wait=False)
+        pager = self._call(
+            f"listing the instances of {group.name}",
+            where,
+            lambda: client.list_managed_instances(
+                project=group.project, instance_group_manager=group.name, **_scope(kind, where)
+            ),
+            wait=False,
+        )
         out = []
         for item in pager:
             parts = item.instance.split("/")
             errors = [(e.code, e.message) for e in item.last_attempt.errors.errors] if item.last_attempt else []
-            out.append({"name": parts[-1], "zone": parts[parts.index("zones") + 1] if "zones" in parts else "",
-                        "status": item.instance_status, "action": item.current_action, "errors": errors,
-                        "template": (item.version.instance_template or "").rsplit("/", 1)[-1]})
+            out.append(
+                {
+                    "name": parts[-1],
+                    "zone": parts[parts.index("zones") + 1] if "zones" in parts else "",
+                    "status": item.instance_status,
+                    "action": item.current_action,
+                    "errors": errors,
+                    "template": (item.version.instance_template or "").rsplit("/", 1)[-1],
+                }
+            )
         return out
 
     def group_errors(self, group: GroupRef) -> list[dict]:
@@ -568,11 +727,22 @@ class Compute:
         code, message, action, instance, timestamp."""
         kind, where = group_scope(group)
         client = self.groups if kind == "zone" else self.region_groups
-        pager = self._call(f"listing the errors of {group.name}", where, lambda: client.list_errors(
-            project=group.project, instance_group_manager=group.name, **_scope(kind, where)), wait=False)
-        errors = [{"code": item.error.code, "message": item.error.message, "timestamp": item.timestamp,
-                   "action": item.instance_action_details.action, "instance": item.instance_action_details.instance}
-                  for item in pager]
+        pager = self._call(
+            f"listing the errors of {group.name}",
+            where,
+            lambda: client.list_errors(project=group.project, instance_group_manager=group.name, **_scope(kind, where)),
+            wait=False,
+        )
+        errors = [
+            {
+                "code": item.error.code,
+                "message": item.error.message,
+                "timestamp": item.timestamp,
+                "action": item.instance_action_details.action,
+                "instance": item.instance_action_details.instance,
+            }
+            for item in pager
+        ]
         oldest = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
         return sorted(errors, key=lambda e: _when(e["timestamp"]) or oldest, reverse=True)
 
@@ -582,57 +752,95 @@ class Compute:
         ref = f"zones/{zone}/instances/{instance}"
         if kind == "zone":
             request = self.v1.InstanceGroupManagersDeleteInstancesRequest(instances=[ref])
-            self._call(f"leaving group {group.name}", f"zone {where}", lambda: self.groups.delete_instances(
-                project=group.project, zone=where, instance_group_manager=group.name,
-                instance_group_managers_delete_instances_request_resource=request))
+            self._call(
+                f"leaving group {group.name}",
+                f"zone {where}",
+                lambda: self.groups.delete_instances(
+                    project=group.project,
+                    zone=where,
+                    instance_group_manager=group.name,
+                    instance_group_managers_delete_instances_request_resource=request,
+                ),
+            )
         else:
             request = self.v1.RegionInstanceGroupManagersDeleteInstancesRequest(instances=[ref])
-            self._call(f"leaving group {group.name}", f"region {where}", lambda: self.region_groups.delete_instances(
-                project=group.project, region=where, instance_group_manager=group.name,
-                region_instance_group_managers_delete_instances_request_resource=request))
+            self._call(
+                f"leaving group {group.name}",
+                f"region {where}",
+                lambda: self.region_groups.delete_instances(
+                    project=group.project,
+                    region=where,
+                    instance_group_manager=group.name,
+                    region_instance_group_managers_delete_instances_request_resource=request,
+                ),
+            )
 
     # -- what preflight reads ---------------------------------------------------------------------
 
     def region(self, region: str) -> dict:
         """`regions.get`: the region's zones (names) and quotas ({metric: (limit, usage)})."""
-        found = self._call(f"region {region}", f"region {region}", lambda: self.regions.get(
-            project=self.project, region=region), wait=False)
-        return {"zones": [z.rsplit("/", 1)[-1] for z in found.zones],
-                "quotas": {q.metric: (q.limit, q.usage) for q in found.quotas}}
+        found = self._call(
+            f"region {region}",
+            f"region {region}",
+            lambda: self.regions.get(project=self.project, region=region),
+            wait=False,
+        )
+        return {
+            "zones": [z.rsplit("/", 1)[-1] for z in found.zones],
+            "quotas": {q.metric: (q.limit, q.usage) for q in found.quotas},
+        }
 
     def zone_accelerators(self, zone: str) -> dict[str, int]:
         """The GPU types a zone offers: name -> maximumCardsPerInstance (`acceleratorTypes.list`)."""
-        pager = self._call(f"accelerator types of {zone}", f"zone {zone}", lambda: self.accelerator_types.list(
-            project=self.project, zone=zone), wait=False)
+        pager = self._call(
+            f"accelerator types of {zone}",
+            f"zone {zone}",
+            lambda: self.accelerator_types.list(project=self.project, zone=zone),
+            wait=False,
+        )
         return {item.name: item.maximum_cards_per_instance for item in pager}
 
     def image_from_family(self, project: str, family: str) -> dict | None:
         """The newest image of a family (`images.getFromFamily`), or None when there is none."""
         try:
-            found = self._call(f"image family {project}/{family}", "global", lambda: self.images.get_from_family(
-                project=project, family=family), wait=False)
+            found = self._call(
+                f"image family {project}/{family}",
+                "global",
+                lambda: self.images.get_from_family(project=project, family=family),
+                wait=False,
+            )
         except NotFound:
             return None
-        return {"name": found.name, "self_link": found.self_link, "status": found.status,
-                "disk_size_gb": int(found.disk_size_gb or 0)}
+        return {
+            "name": found.name,
+            "self_link": found.self_link,
+            "status": found.status,
+            "disk_size_gb": int(found.disk_size_gb or 0),
+        }
 
     def insert_image(self, body: dict) -> None:
         """`images.insert` (e.g. from a builder's `sourceDisk`); waits for the operation."""
         message = self.v1.Image.from_json(json.dumps(body), ignore_unknown_fields=False)
-        self._call(f"creating image {body['name']}", "global",
-                   lambda: self.images.insert(project=self.project, image_resource=message))
+        self._call(
+            f"creating image {body['name']}",
+            "global",
+            lambda: self.images.insert(project=self.project, image_resource=message),
+        )
 
     def project_quotas(self) -> dict[str, tuple[float, float]]:
         """The project's global quotas from `projects.get` ({metric: (limit, usage)}), GPUS_ALL_REGIONS among them."""
-        found = self._call(f"project {self.project}", "global", lambda: self.projects.get(project=self.project), wait=False)
+        found = self._call(
+            f"project {self.project}", "global", lambda: self.projects.get(project=self.project), wait=False
+        )
         return {q.metric: (q.limit, q.usage) for q in found.quotas}
 
     def network_exists(self, network: str) -> bool:
         """Whether the VPC network (a name, or `global/networks/NAME`) exists (`networks.get`)."""
         name = network.rsplit("/", 1)[-1]
         try:
-            self._call(f"network {name}", "global", lambda: self.networks.get(project=self.project, network=name),
-                       wait=False)
+            self._call(
+                f"network {name}", "global", lambda: self.networks.get(project=self.project, network=name), wait=False
+            )
         except NotFound:
             return False
         return True
@@ -640,36 +848,63 @@ class Compute:
     def subnets(self, region: str) -> list[dict]:
         """The project's subnets in `region` (`subnetworks.list`): name, network (name), and whether
         Private Google Access is on."""
-        pager = self._call(f"subnets of {region}", f"region {region}", lambda: self.subnetworks.list(
-            project=self.project, region=region), wait=False)
-        return [{"name": s.name, "network": s.network.rsplit("/", 1)[-1],
-                 "private_google_access": bool(s.private_ip_google_access)} for s in pager]
+        pager = self._call(
+            f"subnets of {region}",
+            f"region {region}",
+            lambda: self.subnetworks.list(project=self.project, region=region),
+            wait=False,
+        )
+        return [
+            {
+                "name": s.name,
+                "network": s.network.rsplit("/", 1)[-1],
+                "private_google_access": bool(s.private_ip_google_access),
+            }
+            for s in pager
+        ]
 
     def nat_gateways(self, region: str) -> list[dict]:
         """The Cloud NAT gateways of the Cloud Routers in `region` (`routers.list`, each router's `nats`):
         network (name), which subnets they serve (`sourceSubnetworkIpRangesToNat`) and, for
         LIST_OF_SUBNETWORKS, the subnets' names."""
-        pager = self._call(f"routers of {region}", f"region {region}", lambda: self.routers.list(
-            project=self.project, region=region), wait=False)
-        return [{"router": r.name, "network": r.network.rsplit("/", 1)[-1], "name": n.name,
-                 "ranges": n.source_subnetwork_ip_ranges_to_nat,
-                 "subnets": [x.name.rsplit("/", 1)[-1] for x in n.subnetworks]}
-                for r in pager for n in r.nats]
+        pager = self._call(
+            f"routers of {region}",
+            f"region {region}",
+            lambda: self.routers.list(project=self.project, region=region),
+            wait=False,
+        )
+        return [
+            {
+                "router": r.name,
+                "network": r.network.rsplit("/", 1)[-1],
+                "name": n.name,
+                "ranges": n.source_subnetwork_ip_ranges_to_nat,
+                "subnets": [x.name.rsplit("/", 1)[-1] for x in n.subnetworks],
+            }
+            for r in pager
+            for n in r.nats
+        ]
 
     def machine_vcpus(self, zone: str, machine_type: str) -> int | None:
         """The vCPUs of a machine type in a zone (`machineTypes.get`: `guestCpus`), None when the zone
         has no such type."""
         name = machine_type.rsplit("/", 1)[-1]
         try:
-            found = self._call(f"machine type {name}", f"zone {zone}", lambda: self.machine_types.get(
-                project=self.project, zone=zone, machine_type=name), wait=False)
+            found = self._call(
+                f"machine type {name}",
+                f"zone {zone}",
+                lambda: self.machine_types.get(project=self.project, zone=zone, machine_type=name),
+                wait=False,
+            )
         except NotFound:
             return None
         return int(found.guest_cpus)
 
     def default_service_account(self) -> str:
         """The project's Compute Engine default service account (`projects.get`)."""
-        found = self._call(f"project {self.project}", "global", lambda: self.projects.get(project=self.project), wait=False)
+        found = self._call(
+            f"project {self.project}", "global", lambda: self.projects.get(project=self.project), wait=False
+        )
         return found.default_service_account
 
     # -- instances --------------------------------------------------------------------------------
@@ -677,32 +912,48 @@ class Compute:
     def insert_instance(self, zone: str, body: dict) -> None:
         """`instances.insert` of a standalone VM (e.g. make-image's builder); waits for the operation."""
         message = self.v1.Instance.from_json(json.dumps(body), ignore_unknown_fields=False)
-        self._call(f"creating instance {body['name']}", f"zone {zone}",
-                   lambda: self.instances.insert(project=self.project, zone=zone, instance_resource=message))
+        self._call(
+            f"creating instance {body['name']}",
+            f"zone {zone}",
+            lambda: self.instances.insert(project=self.project, zone=zone, instance_resource=message),
+        )
 
     def get_instance(self, zone: str, name: str) -> dict | None:
         """The instance's REST body, or None when it does not exist."""
         try:
-            found = self._call(f"instance {name}", f"zone {zone}", lambda: self.instances.get(
-                project=self.project, zone=zone, instance=name), wait=False)
+            found = self._call(
+                f"instance {name}",
+                f"zone {zone}",
+                lambda: self.instances.get(project=self.project, zone=zone, instance=name),
+                wait=False,
+            )
         except NotFound:
             return None
         return json.loads(self.v1.Instance.to_json(found))
 
     def stop_instance(self, project: str, zone: str, instance: str) -> None:
         """Stops the instance (ACPI soft off: the agent saves first) and waits."""
-        self._call(f"stopping {instance}", f"zone {zone}", lambda: self.instances.stop(
-            project=project, zone=zone, instance=instance))
+        self._call(
+            f"stopping {instance}",
+            f"zone {zone}",
+            lambda: self.instances.stop(project=project, zone=zone, instance=instance),
+        )
 
     def start_instance(self, zone: str, instance: str) -> None:
         """Starts the stopped instance and waits."""
-        self._call(f"starting {instance}", f"zone {zone}", lambda: self.instances.start(
-            project=self.project, zone=zone, instance=instance))
+        self._call(
+            f"starting {instance}",
+            f"zone {zone}",
+            lambda: self.instances.start(project=self.project, zone=zone, instance=instance),
+        )
 
     def delete_instance(self, project: str, zone: str, instance: str) -> None:
         """Deletes the instance and waits."""
-        self._call(f"deleting {instance}", f"zone {zone}", lambda: self.instances.delete(
-            project=project, zone=zone, instance=instance))
+        self._call(
+            f"deleting {instance}",
+            f"zone {zone}",
+            lambda: self.instances.delete(project=project, zone=zone, instance=instance),
+        )
 
     def labelled_disks(self, key: str, value: str) -> list[dict]:
         """Every disk of the project, in any zone, whose label `key` is `value`: one `disks.aggregatedList`
@@ -710,39 +961,67 @@ class Compute:
         nested fields to filter based on resource labels", the Compute v1 discovery document). Each as a
         dict: name, zone, size_gb, disk_type, users (the instances it is attached to), labels."""
         what = f"listing the disks labelled {key}={value}"
-        pages = self._call(what, "every zone", lambda: self.disks.aggregated_list(
-            request=self.v1.AggregatedListDisksRequest(project=self.project, filter=f"labels.{key} = {value}")),
-            wait=False)
+        pages = self._call(
+            what,
+            "every zone",
+            lambda: self.disks.aggregated_list(
+                request=self.v1.AggregatedListDisksRequest(project=self.project, filter=f"labels.{key} = {value}")
+            ),
+            wait=False,
+        )
         found = []
         try:
             for scope, listed in pages:
                 for disk in listed.disks:
-                    found.append({"name": disk.name, "zone": (disk.zone or scope).rsplit("/", 1)[-1],
-                                  "size_gb": int(disk.size_gb or 0), "disk_type": (disk.type_ or "").rsplit("/", 1)[-1],
-                                  "users": [u.split("/compute/v1/", 1)[-1] for u in disk.users],
-                                  "labels": dict(disk.labels)})
+                    found.append(
+                        {
+                            "name": disk.name,
+                            "zone": (disk.zone or scope).rsplit("/", 1)[-1],
+                            "size_gb": int(disk.size_gb or 0),
+                            "disk_type": (disk.type_ or "").rsplit("/", 1)[-1],
+                            "users": [u.split("/compute/v1/", 1)[-1] for u in disk.users],
+                            "labels": dict(disk.labels),
+                        }
+                    )
         except Exception as exc:  # a later page's request failed
             raise explain(exc, what) from exc
         return found
 
     def delete_disk(self, zone: str, name: str) -> None:
         """Deletes a disk and waits; InUse while an instance still has it attached."""
-        self._call(f"deleting disk {name}", f"zone {zone}", lambda: self.disks.delete(
-            project=self.project, zone=zone, disk=name))
+        self._call(
+            f"deleting disk {name}",
+            f"zone {zone}",
+            lambda: self.disks.delete(project=self.project, zone=zone, disk=name),
+        )
 
     def serial_output(self, zone: str, instance: str, start: int = 0) -> tuple[str, int]:
         """The instance's serial port output from byte `start`, and the offset to ask for next."""
-        out = self._call(f"serial port of {instance}", f"zone {zone}", lambda: self.instances.get_serial_port_output(
-            request=self.v1.GetSerialPortOutputInstanceRequest(project=self.project, zone=zone, instance=instance,
-                                                               start=start)), wait=False)
+        out = self._call(
+            f"serial port of {instance}",
+            f"zone {zone}",
+            lambda: self.instances.get_serial_port_output(
+                request=self.v1.GetSerialPortOutputInstanceRequest(
+                    project=self.project, zone=zone, instance=instance, start=start
+                )
+            ),
+            wait=False,
+        )
         return out.contents, int(out.next_ or 0)
 
     def guest_attributes(self, zone: str, instance: str, namespace: str = "survivor") -> dict[str, str]:
         """The guest attributes the agent wrote under `namespace` (empty when there are none yet)."""
         try:
-            out = self._call(f"guest attributes of {instance}", f"zone {zone}", lambda: self.instances.get_guest_attributes(
-                request=self.v1.GetGuestAttributesInstanceRequest(project=self.project, zone=zone, instance=instance,
-                                                                  query_path=f"{namespace}/")), wait=False)
+            out = self._call(
+                f"guest attributes of {instance}",
+                f"zone {zone}",
+                lambda: self.instances.get_guest_attributes(
+                    request=self.v1.GetGuestAttributesInstanceRequest(
+                        project=self.project, zone=zone, instance=instance, query_path=f"{namespace}/"
+                    )
+                ),
+                wait=False,
+            )
         except NotFound:
             return {}
         return {item.key: item.value for item in out.query_value.items}

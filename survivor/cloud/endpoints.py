@@ -40,29 +40,43 @@ class Override:
         return given or os.environ.get(self.env) or None
 
 
-COMPUTE = Override("Compute Engine v1 (and preflight's IAM reads)", "SURVIVOR_COMPUTE_ENDPOINT",
-                   "survivor/local/compute_server.py")
+COMPUTE = Override(
+    "Compute Engine v1 (and preflight's IAM reads)", "SURVIVOR_COMPUTE_ENDPOINT", "survivor/local/compute_server.py"
+)
 CATALOG = Override("Cloud Billing Catalog", "SURVIVOR_CATALOG_ENDPOINT", "survivor/local/catalog_server.py")
 VERTEX = Override("Vertex AI (JobService)", "SURVIVOR_VERTEX_ENDPOINT", "survivor/local/vertex_server.py")
 LOGGING = Override("Cloud Logging", "SURVIVOR_LOGGING_ENDPOINT", "survivor/local/logging_server.py")
 RUN = Override("Cloud Run Admin v2", "SURVIVOR_RUN_ENDPOINT", "survivor/local/run_server.py")
 SCHEDULER = Override("Cloud Scheduler", "SURVIVOR_SCHEDULER_ENDPOINT", "survivor/local/scheduler_server.py")
-STS = Override("Security Token Service (the trainer's downscoped token)", "SURVIVOR_STS_ENDPOINT",
-               "survivor/local/sts_server.py")
+STS = Override(
+    "Security Token Service (the trainer's downscoped token)", "SURVIVOR_STS_ENDPOINT", "survivor/local/sts_server.py"
+)
 
-SECRET_MANAGER = Override("Secret Manager (a notify: webhook's URL)", "SURVIVOR_SECRET_MANAGER_ENDPOINT",
-                         "survivor/local/secret_manager_server.py")
+SECRET_MANAGER = Override(
+    "Secret Manager (a notify: webhook's URL)",
+    "SURVIVOR_SECRET_MANAGER_ENDPOINT",
+    "survivor/local/secret_manager_server.py",
+)
 
 #: `host:port`, not a URL: google-cloud-monitoring speaks gRPC only (survivor/cloud/monitoring.py)
-MONITORING = Override("Cloud Monitoring (the job's goodput, from `survivor watch --goodput-metrics`)",
-                      "SURVIVOR_MONITORING_ENDPOINT", "survivor/local/monitoring_server.py")
+MONITORING = Override(
+    "Cloud Monitoring (the job's goodput, from `survivor watch --goodput-metrics`)",
+    "SURVIVOR_MONITORING_ENDPOINT",
+    "survivor/local/monitoring_server.py",
+)
 
 #: Every override, for the docs and a test that each names a stand-in that exists.
 OVERRIDES = (COMPUTE, CATALOG, VERTEX, LOGGING, RUN, SCHEDULER, STS, SECRET_MANAGER, MONITORING)
 
 
-def client_kwargs(endpoint: str | None, *, transport: str | None = "rest", default: str | None = None,
-                  credentials: Any = None, scopes: Sequence[str] | None = None) -> dict[str, Any]:
+def client_kwargs(
+    endpoint: str | None,
+    *,
+    transport: str | None = "rest",
+    default: str | None = None,
+    credentials: Any = None,
+    scopes: Sequence[str] | None = None,
+) -> dict[str, Any]:
     """Keyword arguments for a google-cloud client: at `endpoint` with anonymous credentials when
     it is a stand-in's, else at `default` (an API's regional endpoint) or the library's own, with
     `credentials` (None: Application Default Credentials). `transport=None` leaves the argument out

@@ -35,8 +35,9 @@ LOCATIONS_DOC = "https://cloud.google.com/storage/docs/locations"
 PRICING_DOC = "https://cloud.google.com/storage/pricing"
 
 
-def held_regions(location: str, location_type: str | None,
-                 data_locations: tuple[str, ...] | list[str] = ()) -> frozenset[str] | None:
+def held_regions(
+    location: str, location_type: str | None, data_locations: tuple[str, ...] | list[str] = ()
+) -> frozenset[str] | None:
     """Pure: the regions from which the bucket is read without a data transfer fee (lower case);
     empty for a multi-region (its reads are always charged); None when survivor cannot tell (an
     unknown predefined dual-region, an unknown location type)."""
@@ -51,8 +52,12 @@ def held_regions(location: str, location_type: str | None,
     return None
 
 
-def crossing_regions(location: str, location_type: str | None, regions: tuple[str, ...] | list[str],
-                     data_locations: tuple[str, ...] | list[str] = ()) -> tuple[str, ...] | None:
+def crossing_regions(
+    location: str,
+    location_type: str | None,
+    regions: tuple[str, ...] | list[str],
+    data_locations: tuple[str, ...] | list[str] = (),
+) -> tuple[str, ...] | None:
     """Pure: which of the job's `regions` (placement.regions, in order) would read and write the
     bucket across locations, paying data transfer; None when survivor cannot tell."""
     held = held_regions(location, location_type, data_locations)
@@ -67,9 +72,14 @@ def dual_region_for(regions: tuple[str, ...] | list[str]) -> str | None:
     return next((name for name, pair in sorted(DUAL_REGIONS.items()) if wanted <= set(pair)), None)
 
 
-def crossing_finding(bucket: str, key: str, location: str, location_type: str | None,
-                     regions: tuple[str, ...] | list[str],
-                     data_locations: tuple[str, ...] | list[str] = ()) -> tuple[str, str]:
+def crossing_finding(
+    bucket: str,
+    key: str,
+    location: str,
+    location_type: str | None,
+    regions: tuple[str, ...] | list[str],
+    data_locations: tuple[str, ...] | list[str] = (),
+) -> tuple[str, str]:
     """Pure: (level, one line) for the bucket of `key` (job_dir, data_dir) against the job's
     placement regions: "ok" when every region reads it within its location, else "warning" naming
     the bucket, its location, the regions that pay data transfer and the fix."""
@@ -78,8 +88,11 @@ def crossing_finding(bucket: str, key: str, location: str, location_type: str | 
         where = f"{location.upper()} (dual-region of {', '.join(r.lower() for r in data_locations)})"
     crossing = crossing_regions(location, location_type, regions, data_locations)
     if crossing is None:
-        return ("warning", f"bucket {bucket} ({key}) is in {where}, whose regions survivor does not know: check "
-                           f"that it holds {', '.join(regions)} ({LOCATIONS_DOC}), or a job there pays data transfer")
+        return (
+            "warning",
+            f"bucket {bucket} ({key}) is in {where}, whose regions survivor does not know: check "
+            f"that it holds {', '.join(regions)} ({LOCATIONS_DOC}), or a job there pays data transfer",
+        )
     if not crossing:
         return ("ok", f"bucket {bucket} ({key}) is in {where}, which holds every placement region")
     named = dual_region_for(regions)
@@ -90,15 +103,25 @@ def crossing_finding(bucket: str, key: str, location: str, location_type: str | 
     elif len(regions) == 2:
         fix = f"a dual-region bucket holding {' and '.join(regions)}, if Cloud Storage pairs them ({LOCATIONS_DOC})"
     else:
-        fix = ("a dual-region bucket with placement.regions cut to its two regions (no dual-region holds more, "
-               "and a multi-region's reads are always charged)")
+        fix = (
+            "a dual-region bucket with placement.regions cut to its two regions (no dual-region holds more, "
+            "and a multi-region's reads are always charged)"
+        )
     if "dual-region" in fix:
         # a dual-region's writes pay replication to its second region and its storage is billed in both
         # (https://cloud.google.com/storage/pricing, docs/bucket-location.md): checkpoints are writes
-        fix += (" (whose every write, each checkpoint included, pays inter-region replication, and whose storage "
-                "costs about twice a region's)")
-    why = ("reads from a multi-region are charged from every region" if (location_type or "").lower() ==
-           "multi-region" else f"outside {location.upper()}")
-    return ("warning", f"bucket {bucket} ({key}) is in {where}: a job in {', '.join(crossing)} reads and writes it "
-                       f"across locations ({why}) and pays data transfer per GiB ({PRICING_DOC}); use {fix}, "
-                       "or accept the data transfer")
+        fix += (
+            " (whose every write, each checkpoint included, pays inter-region replication, and whose storage "
+            "costs about twice a region's)"
+        )
+    why = (
+        "reads from a multi-region are charged from every region"
+        if (location_type or "").lower() == "multi-region"
+        else f"outside {location.upper()}"
+    )
+    return (
+        "warning",
+        f"bucket {bucket} ({key}) is in {where}: a job in {', '.join(crossing)} reads and writes it "
+        f"across locations ({why}) and pays data transfer per GiB ({PRICING_DOC}); use {fix}, "
+        "or accept the data transfer",
+    )

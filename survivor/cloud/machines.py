@@ -79,8 +79,11 @@ N1_GPUS: dict[str, dict[int, tuple[int, int]]] = {
 # https://cloud.google.com/compute/docs/general-purpose-machines (N1 tables: n1-standard-1 to -96,
 # n1-highmem-2 to -96, n1-highcpu-2 to -96, in powers of two and 96)
 N1_MEMORY_PER_VCPU = {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9}
-N1_VCPUS = {"standard": (1, 2, 4, 8, 16, 32, 64, 96), "highmem": (2, 4, 8, 16, 32, 64, 96),
-            "highcpu": (2, 4, 8, 16, 32, 64, 96)}
+N1_VCPUS = {
+    "standard": (1, 2, 4, 8, 16, 32, 64, 96),
+    "highmem": (2, 4, 8, 16, 32, 64, 96),
+    "highcpu": (2, 4, 8, 16, 32, 64, 96),
+}
 
 PREEMPTION_NOTICE_SECONDS = (120,)
 
@@ -160,8 +163,10 @@ def flex_start_problem(machine_type: str, gpu_type: str | None = None, gpu_count
     if fam in FLEX_START_FAMILIES:
         return None
     gpus = f" with {gpu_count} x {gpu_type}" if gpu_type and gpu_count else ""
-    return (f"machine_type {machine_type.rsplit('/', 1)[-1]}{gpus}: flex-start runs only accelerator-optimized "
-            f"machines but A4X and G4 ({', '.join(f + '-*' for f in FLEX_START_FAMILIES)})")
+    return (
+        f"machine_type {machine_type.rsplit('/', 1)[-1]}{gpus}: flex-start runs only accelerator-optimized "
+        f"machines but A4X and G4 ({', '.join(f + '-*' for f in FLEX_START_FAMILIES)})"
+    )
 
 
 def run_duration_problem(seconds: float) -> str | None:
@@ -193,90 +198,140 @@ def _shape_with(gpu_type: str, count: int) -> str | None:
 # -- what an operator asked for --------------------------------------------------------------------
 
 
-def choice_problems(machine_type: str, gpu_type: str | None, gpu_count: int, *, gpu_explicit: bool = True,
-                    num_gpus: int | None = None, spot: bool = True, preemption_notice: int | None = None,
-                    termination_action: str = "STOP") -> list[str]:
+def choice_problems(
+    machine_type: str,
+    gpu_type: str | None,
+    gpu_count: int,
+    *,
+    gpu_explicit: bool = True,
+    num_gpus: int | None = None,
+    spot: bool = True,
+    preemption_notice: int | None = None,
+    termination_action: str = "STOP",
+) -> list[str]:
     """Pure decision: one line per contradiction between the job's machine options, naming both
     fields and the fix. Empty when the request is one Compute Engine accepts."""
     out: list[str] = []
     gpu = f"{gpu_type}:{gpu_count}" if gpu_type else "none"
     built_in = built_in_gpus(machine_type)
     predefined = re.fullmatch(r"n1-([a-z]+)-(\d+)", machine_type.rsplit("/", 1)[-1])
-    if (family(machine_type) == "n1" and predefined and predefined.group(1) not in ("megamem", "ultramem")  # M1's
-            and int(predefined.group(2)) not in N1_VCPUS.get(predefined.group(1), ())):
+    if (
+        family(machine_type) == "n1"
+        and predefined
+        and predefined.group(1) not in ("megamem", "ultramem")  # M1's
+        and int(predefined.group(2)) not in N1_VCPUS.get(predefined.group(1), ())
+    ):
         kinds = "; ".join(f"n1-{kind}-{{{','.join(map(str, counts))}}}" for kind, counts in N1_VCPUS.items())
         return [f"machine_type {machine_type}: not an N1 machine type ({kinds}; or custom-CPUS-MEMORY_MB)"]
     if carries_gpus(machine_type):
         fam = family(machine_type)
         carried = f"{machine_type}: {built_in[1]} x {built_in[0]}" if built_in else f"{fam} machines"
         if gpu_explicit and gpu_type and (gpu_type, gpu_count) != built_in:
-            out.append(f"compute.gpu {gpu} with machine_type {machine_type}: {fam} machines carry their own GPUs "
-                       f"({carried}); drop compute.gpu (or --gpu none)")
+            out.append(
+                f"compute.gpu {gpu} with machine_type {machine_type}: {fam} machines carry their own GPUs "
+                f"({carried}); drop compute.gpu (or --gpu none)"
+            )
         if built_in and num_gpus is not None and num_gpus > built_in[1]:
             bigger = _shape_with(built_in[0], num_gpus)
-            out.append(f"num_gpus {num_gpus} with machine_type {machine_type}: it carries {built_in[1]} x {built_in[0]}; "
-                       + (f"use machine_type {bigger} or num_gpus {built_in[1]}" if bigger else f"set num_gpus {built_in[1]}"))
+            out.append(
+                f"num_gpus {num_gpus} with machine_type {machine_type}: it carries {built_in[1]} x {built_in[0]}; "
+                + (f"use machine_type {bigger} or num_gpus {built_in[1]}" if bigger else f"set num_gpus {built_in[1]}")
+            )
     elif gpu_type and gpu_count:
         shape = n1_shape(machine_type)
         home = {"nvidia-l4": "g2", "nvidia-tesla-a100": "a2", "nvidia-a100-80gb": "a2", "nvidia-h100-80gb": "a3"}
         if gpu_type not in N1_GPUS:
             if gpu_type in home:
                 count_shape = _shape_with(gpu_type, gpu_count)
-                out.append(f"compute.gpu {gpu} with machine_type {machine_type}: {gpu_type} comes only built into "
-                           f"{home[gpu_type]} machines; use machine_type {count_shape or home[gpu_type] + '-...'} "
-                           "and drop compute.gpu")
+                out.append(
+                    f"compute.gpu {gpu} with machine_type {machine_type}: {gpu_type} comes only built into "
+                    f"{home[gpu_type]} machines; use machine_type {count_shape or home[gpu_type] + '-...'} "
+                    "and drop compute.gpu"
+                )
             else:
-                out.append(f"compute.gpu {gpu}: unknown GPU type for machine_type {machine_type}; N1 machines take "
-                           f"{', '.join(N1_GPUS)}")
+                out.append(
+                    f"compute.gpu {gpu}: unknown GPU type for machine_type {machine_type}; N1 machines take "
+                    f"{', '.join(N1_GPUS)}"
+                )
         elif family(machine_type) != "n1" or shape is None:
-            out.append(f"compute.gpu {gpu} with machine_type {machine_type}: GPUs attach only to N1 machines "
-                       f"(n1-standard-*, n1-highmem-*, n1-highcpu-*); use e.g. machine_type n1-standard-16")
+            out.append(
+                f"compute.gpu {gpu} with machine_type {machine_type}: GPUs attach only to N1 machines "
+                f"(n1-standard-*, n1-highmem-*, n1-highcpu-*); use e.g. machine_type n1-standard-16"
+            )
         elif gpu_count not in N1_GPUS[gpu_type]:
-            out.append(f"compute.gpu {gpu} with machine_type {machine_type}: {gpu_type} attaches in counts "
-                       f"{_n1_offer(gpu_type)}; pick one of those counts")
+            out.append(
+                f"compute.gpu {gpu} with machine_type {machine_type}: {gpu_type} attaches in counts "
+                f"{_n1_offer(gpu_type)}; pick one of those counts"
+            )
         else:
             vcpus, memory = shape
             max_cpus, max_memory = N1_GPUS[gpu_type][gpu_count]
             if vcpus > max_cpus or memory > max_memory:
                 fits = [n for n, (c, m) in N1_GPUS[gpu_type].items() if c >= vcpus and m >= memory]
-                out.append(f"compute.gpu {gpu} with machine_type {machine_type}: {gpu_count} x {gpu_type} allows up to "
-                           f"{max_cpus} vCPUs and {max_memory} GB ({machine_type} has {vcpus} and {memory:g}); "
-                           + (f"use {fits[0]} GPUs or a smaller machine_type" if fits else "use a smaller machine_type"))
+                out.append(
+                    f"compute.gpu {gpu} with machine_type {machine_type}: {gpu_count} x {gpu_type} allows up to "
+                    f"{max_cpus} vCPUs and {max_memory} GB ({machine_type} has {vcpus} and {memory:g}); "
+                    + (f"use {fits[0]} GPUs or a smaller machine_type" if fits else "use a smaller machine_type")
+                )
         if num_gpus is not None and num_gpus > gpu_count:
-            out.append(f"num_gpus {num_gpus} with compute.gpu {gpu}: the trainer would ask for more GPUs than the VM "
-                       f"has; set compute.gpu {gpu_type}:{num_gpus} or num_gpus {gpu_count}")
+            out.append(
+                f"num_gpus {num_gpus} with compute.gpu {gpu}: the trainer would ask for more GPUs than the VM "
+                f"has; set compute.gpu {gpu_type}:{num_gpus} or num_gpus {gpu_count}"
+            )
     elif num_gpus and not gpu_type:
-        out.append(f"num_gpus {num_gpus} with compute.gpu none on machine_type {machine_type}: the VM has no GPU; "
-                   "set compute.gpu TYPE:COUNT or num_gpus 0")
+        out.append(
+            f"num_gpus {num_gpus} with compute.gpu none on machine_type {machine_type}: the VM has no GPU; "
+            "set compute.gpu TYPE:COUNT or num_gpus 0"
+        )
     if preemption_notice:
         if not spot:
-            out.append(f"compute.preemption_notice {preemption_notice} with compute.spot false: the notice exists for "
-                       "Spot VMs only; drop compute.preemption_notice")
+            out.append(
+                f"compute.preemption_notice {preemption_notice} with compute.spot false: the notice exists for "
+                "Spot VMs only; drop compute.preemption_notice"
+            )
         elif preemption_notice not in PREEMPTION_NOTICE_SECONDS:
-            out.append(f"compute.preemption_notice {preemption_notice}: Compute Engine accepts "
-                       f"{' or '.join(map(str, PREEMPTION_NOTICE_SECONDS))} seconds only; set 120 or drop it "
-                       "(without it the notice and the shutdown arrive together)")
+            out.append(
+                f"compute.preemption_notice {preemption_notice}: Compute Engine accepts "
+                f"{' or '.join(map(str, PREEMPTION_NOTICE_SECONDS))} seconds only; set 120 or drop it "
+                "(without it the notice and the shutdown arrive together)"
+            )
     if spot and termination_action not in TERMINATION_ACTIONS:
-        out.append(f"compute.termination_action {termination_action!r} with compute.spot true: Spot VMs stop or are "
-                   f"deleted on preemption; set {' or '.join(TERMINATION_ACTIONS)}")
+        out.append(
+            f"compute.termination_action {termination_action!r} with compute.spot true: Spot VMs stop or are "
+            f"deleted on preemption; set {' or '.join(TERMINATION_ACTIONS)}"
+        )
     return out
 
 
-def scheduling(machine_type: str, gpu_type: str | None, gpu_count: int, *, spot: bool,
-               termination_action: str = "STOP", preemption_notice: int | None = None) -> dict[str, Any]:
+def scheduling(
+    machine_type: str,
+    gpu_type: str | None,
+    gpu_count: int,
+    *,
+    spot: bool,
+    termination_action: str = "STOP",
+    preemption_notice: int | None = None,
+) -> dict[str, Any]:
     """Pure decision: the `scheduling` block for these choices (valid when `choice_problems` is empty).
 
     Every GPU VM terminates on host maintenance; Spot VMs are never restarted automatically;
     `preemptionNoticeDuration` appears only when asked for."""
     gpu = has_gpus(machine_type, gpu_type, gpu_count)
     if spot:
-        out: dict[str, Any] = {"onHostMaintenance": "TERMINATE", "provisioningModel": "SPOT",
-                               "instanceTerminationAction": termination_action, "automaticRestart": False}
+        out: dict[str, Any] = {
+            "onHostMaintenance": "TERMINATE",
+            "provisioningModel": "SPOT",
+            "instanceTerminationAction": termination_action,
+            "automaticRestart": False,
+        }
         if preemption_notice:
             out["preemptionNoticeDuration"] = {"seconds": str(int(preemption_notice))}
         return out
-    return {"onHostMaintenance": "TERMINATE" if gpu else "MIGRATE", "provisioningModel": "STANDARD",
-            "automaticRestart": True}
+    return {
+        "onHostMaintenance": "TERMINATE" if gpu else "MIGRATE",
+        "provisioningModel": "STANDARD",
+        "automaticRestart": True,
+    }
 
 
 # -- what a REST body says (the fake's check) ------------------------------------------------------
@@ -316,45 +371,77 @@ def property_violations(properties: dict[str, Any], where: str = "resource.prope
         # creating instance."), skypilot-org/skypilot#212 (nvidia-tesla-a100 on n1-highmem-8). Whether the
         # API takes a list matching an a2/g2's own GPUs was not found: survivor never sends one.
         if carries_gpus(machine) or kind not in N1_GPUS or shape is None:
-            out.append(Violation(("machineType", f"guestAccelerators[{i}]"),
-                                 f"[{machine}, {kind}] features are not compatible for creating instance."))
+            out.append(
+                Violation(
+                    ("machineType", f"guestAccelerators[{i}]"),
+                    f"[{machine}, {kind}] features are not compatible for creating instance.",
+                )
+            )
         elif count not in N1_GPUS[kind]:
-            out.append(Violation((f"guestAccelerators[{i}].acceleratorCount", "machineType"),
-                                 f"Invalid value for field '{where}.guestAccelerators[{i}].acceleratorCount': '{count}'. "
-                                 f"{kind} can be attached in counts of {sorted(N1_GPUS[kind])} only."))
+            out.append(
+                Violation(
+                    (f"guestAccelerators[{i}].acceleratorCount", "machineType"),
+                    f"Invalid value for field '{where}.guestAccelerators[{i}].acceleratorCount': '{count}'. "
+                    f"{kind} can be attached in counts of {sorted(N1_GPUS[kind])} only.",
+                )
+            )
         else:
             max_cpus, max_memory = N1_GPUS[kind][count]
             if shape[0] > max_cpus or shape[1] > max_memory:
-                out.append(Violation((f"guestAccelerators[{i}].acceleratorCount", "machineType"),
-                                     f"Invalid value for field '{where}.machineType': '{machine}'. {count} {kind} "
-                                     f"accelerators allow at most {max_cpus} vCPUs and {max_memory} GB of memory."))
+                out.append(
+                    Violation(
+                        (f"guestAccelerators[{i}].acceleratorCount", "machineType"),
+                        f"Invalid value for field '{where}.machineType': '{machine}'. {count} {kind} "
+                        f"accelerators allow at most {max_cpus} vCPUs and {max_memory} GB of memory.",
+                    )
+                )
     gpu = carries_gpus(machine) or any(int(a.get("acceleratorCount") or 0) for a in accelerators)
     # The default is MIGRATE for standard VMs, TERMINATE for preemptible/Spot (discovery document).
     maintenance = sched.get("onHostMaintenance") or ("TERMINATE" if spot or preemptible else "MIGRATE")
     if gpu and maintenance == "MIGRATE":
-        out.append(Violation(("scheduling.onHostMaintenance", "guestAccelerators" if accelerators else "machineType"),
-                             "Instances with guest accelerators do not support live migration."))
+        out.append(
+            Violation(
+                ("scheduling.onHostMaintenance", "guestAccelerators" if accelerators else "machineType"),
+                "Instances with guest accelerators do not support live migration.",
+            )
+        )
     if (spot or preemptible) and sched.get("automaticRestart") is True:
         # hashicorp/terraform#15055 (instance template, preemptible); the SPOT form follows it.
         field = "preemptible" if preemptible else "provisioningModel"
         value = "true" if preemptible else "SPOT"
-        out.append(Violation((f"scheduling.{field}", "scheduling.automaticRestart"),
-                             f"Invalid value for field '{where}.scheduling.{field}': '{value}'. Scheduling must have "
-                             f"{'preemptible be false' if preemptible else 'provisioningModel be STANDARD'} when "
-                             "AutomaticRestart is true."))
+        out.append(
+            Violation(
+                (f"scheduling.{field}", "scheduling.automaticRestart"),
+                f"Invalid value for field '{where}.scheduling.{field}': '{value}'. Scheduling must have "
+                f"{'preemptible be false' if preemptible else 'provisioningModel be STANDARD'} when "
+                "AutomaticRestart is true.",
+            )
+        )
     if preemptible and sched.get("provisioningModel") == "STANDARD":
         # skypilot-org/skypilot#3235
-        out.append(Violation(("scheduling.provisioningModel", "scheduling.preemptible"),
-                             f"Invalid value for field '{where}.scheduling.provisioningModel': 'STANDARD'. For "
-                             "preemptible, only allowed provisioning_model value is SPOT"))
+        out.append(
+            Violation(
+                ("scheduling.provisioningModel", "scheduling.preemptible"),
+                f"Invalid value for field '{where}.scheduling.provisioningModel': 'STANDARD'. For "
+                "preemptible, only allowed provisioning_model value is SPOT",
+            )
+        )
     notice = _seconds(sched.get("preemptionNoticeDuration"))
     if notice is not None:
         if not spot:
-            out.append(Violation(("scheduling.preemptionNoticeDuration", "scheduling.provisioningModel"),
-                                 f"Invalid value for field '{where}.scheduling.preemptionNoticeDuration': "
-                                 f"'{notice:g}s'. A preemption notice duration can be set for Spot VMs only."))
+            out.append(
+                Violation(
+                    ("scheduling.preemptionNoticeDuration", "scheduling.provisioningModel"),
+                    f"Invalid value for field '{where}.scheduling.preemptionNoticeDuration': "
+                    f"'{notice:g}s'. A preemption notice duration can be set for Spot VMs only.",
+                )
+            )
         elif notice not in PREEMPTION_NOTICE_SECONDS:
-            out.append(Violation(("scheduling.preemptionNoticeDuration", "scheduling.provisioningModel"),
-                                 f"Invalid value for field '{where}.scheduling.preemptionNoticeDuration': "
-                                 f"'{notice:g}s'. Supported values: {', '.join(f'{s}s' for s in PREEMPTION_NOTICE_SECONDS)}."))
+            out.append(
+                Violation(
+                    ("scheduling.preemptionNoticeDuration", "scheduling.provisioningModel"),
+                    f"Invalid value for field '{where}.scheduling.preemptionNoticeDuration': "
+                    f"'{notice:g}s'. Supported values: {', '.join(f'{s}s' for s in PREEMPTION_NOTICE_SECONDS)}.",
+                )
+            )
     return out

@@ -116,8 +116,14 @@ class MetadataClient:
 
     WAIT_MARGIN = 10.0
 
-    def __init__(self, host: str | None = None, timeout: float = retry.METADATA.attempt_seconds,
-                 retrying=retry.metadata, deadline: float = retry.METADATA.total, wait_margin: float = WAIT_MARGIN):
+    def __init__(
+        self,
+        host: str | None = None,
+        timeout: float = retry.METADATA.attempt_seconds,
+        retrying=retry.metadata,
+        deadline: float = retry.METADATA.total,
+        wait_margin: float = WAIT_MARGIN,
+    ):
         self.host = host or metadata_host()
         self.wait_margin = wait_margin
         self.retrying = retrying
@@ -125,8 +131,7 @@ class MetadataClient:
         self.timeout = timeout
         self.deadline = deadline
 
-    def _request(self, method: str, path: str, *, params=None, data=None, timeout=None,
-                 deadline=None) -> Answer:
+    def _request(self, method: str, path: str, *, params=None, data=None, timeout=None, deadline=None) -> Answer:
         url = self.base + path.lstrip("/") + (f"?{urlencode(params)}" if params else "")
         per_attempt = timeout or self.timeout
         total = deadline if deadline is not None else max(self.deadline, per_attempt)
@@ -149,7 +154,9 @@ class MetadataClient:
         except (OSError, http.client.HTTPException) as exc:
             raise MetadataError(url, f"cannot connect ({type(exc).__name__}: {exc})") from exc
         if answer.headers.get("Metadata-Flavor") != "Google":
-            raise MetadataError(url, "the answer lacks the header Metadata-Flavor: Google; this is not a metadata server")
+            raise MetadataError(
+                url, "the answer lacks the header Metadata-Flavor: Google; this is not a metadata server"
+            )
         if answer.status == 404:
             raise MetadataNotFound(url, "no such key (HTTP 404)")
         if answer.status >= 400:
@@ -164,10 +171,11 @@ class MetadataClient:
         host, _, port = self.host.partition(":")
         conn = http.client.HTTPConnection(host, int(port) if port else 80, timeout=seconds)
         # http.client only calls response_class(sock, method=...): a partial of the class does as well
-        conn.response_class = cast("type[http.client.HTTPResponse]",
-                                   functools.partial(_DeadlineResponse, deadline=deadline))
+        conn.response_class = cast(
+            "type[http.client.HTTPResponse]", functools.partial(_DeadlineResponse, deadline=deadline)
+        )
         try:
-            conn.request(method, url[len(f"http://{self.host}"):], body=data, headers=FLAVOR)
+            conn.request(method, url[len(f"http://{self.host}") :], body=data, headers=FLAVOR)
             response = conn.getresponse()
             body = response.read(MAX_ANSWER + 1)
             if len(body) > MAX_ANSWER:
@@ -217,8 +225,7 @@ class MetadataClient:
     def put_guest_attribute(self, namespace: str, key: str, value: str) -> None:
         """Writes a guest attribute that `instances.getGuestAttributes` shows from outside. Keep rare:
         one attempt's time at most, since nothing waits on it."""
-        self._request("PUT", f"instance/guest-attributes/{namespace}/{key}", data=value.encode(),
-                      deadline=self.timeout)
+        self._request("PUT", f"instance/guest-attributes/{namespace}/{key}", data=value.encode(), deadline=self.timeout)
 
     def identity(self) -> "InstanceIdentity":
         """Returns who this VM is: project, zone, name, and the MIG that created it, if any."""

@@ -81,12 +81,15 @@ class Descriptor:
 
 
 #: The four metrics survivor writes, as the library writes them (`cluster_name`: its optional label).
-DESCRIPTORS = {d.type: d for d in (
-    Descriptor(GOODPUT_TIME, DOUBLE, ("goodput_source", "accelerator_type", "cluster_name")),
-    Descriptor(BADPUT_TIME, DOUBLE, ("badput_source", "accelerator_type", "cluster_name")),
-    Descriptor(DISRUPTIONS, INT64, ("accelerator_type", "window_type", "cluster_name")),
-    Descriptor(TOTAL_ELAPSED_TIME, DOUBLE, ("accelerator_type", "window_type", "cluster_name")),
-)}
+DESCRIPTORS = {
+    d.type: d
+    for d in (
+        Descriptor(GOODPUT_TIME, DOUBLE, ("goodput_source", "accelerator_type", "cluster_name")),
+        Descriptor(BADPUT_TIME, DOUBLE, ("badput_source", "accelerator_type", "cluster_name")),
+        Descriptor(DISRUPTIONS, INT64, ("accelerator_type", "window_type", "cluster_name")),
+        Descriptor(TOTAL_ELAPSED_TIME, DOUBLE, ("accelerator_type", "window_type", "cluster_name")),
+    )
+}
 #: The library's `GoodputType.TOTAL` and `MonitoringWindowType.CUMULATIVE` (src/goodput_utils.py).
 GOODPUT_TOTAL = "TOTAL"
 CUMULATIVE = "cumulative"
@@ -101,8 +104,13 @@ WRITER_ROLE = "roles/monitoring.metricWriter"
 
 #: The library's machine-type prefixes -> accelerator names, GPU rows only (src/goodput_utils.py
 #: MACHINE_TYPE_TO_ACCELERATOR_TYPE_MAPPING; first match wins, as in `get_accelerator_type`).
-MACHINE_ACCELERATORS = (("a3-edgegpu", "NVIDIA-H100"), ("a3-highgpu", "NVIDIA-H100"), ("a3-megagpu", "NVIDIA-H100"),
-                        ("a3-ultragpu", "NVIDIA-H200"), ("a2", "NVIDIA-A100"))
+MACHINE_ACCELERATORS = (
+    ("a3-edgegpu", "NVIDIA-H100"),
+    ("a3-highgpu", "NVIDIA-H100"),
+    ("a3-megagpu", "NVIDIA-H100"),
+    ("a3-ultragpu", "NVIDIA-H200"),
+    ("a2", "NVIDIA-A100"),
+)
 
 
 @dataclass(frozen=True)
@@ -170,8 +178,12 @@ def time_series(one: Series, end: _dt.datetime):
     series.resource.labels.update(dict(one.resource))
     seconds = int(end.timestamp())
     nanos = int(round((end.timestamp() - seconds) * 1e9)) % 1_000_000_000
-    series.points.append(monitoring_v3.Point(interval=monitoring_v3.TimeInterval(end_time={"seconds": seconds, "nanos": nanos}),
-                                             value=monitoring_v3.TypedValue(**value)))
+    series.points.append(
+        monitoring_v3.Point(
+            interval=monitoring_v3.TimeInterval(end_time={"seconds": seconds, "nanos": nanos}),
+            value=monitoring_v3.TypedValue(**value),
+        )
+    )
     return series
 
 
@@ -197,8 +209,12 @@ def client(endpoint: str | None = None):
         import grpc
 
         host = address.split("://", 1)[-1]
-        return monitoring_v3.MetricServiceClient(transport=MetricServiceGrpcTransport(channel=grpc.insecure_channel(host)))
-    return monitoring_v3.MetricServiceClient(credentials=endpoints.application_default(MetricServiceGrpcTransport.AUTH_SCOPES))
+        return monitoring_v3.MetricServiceClient(
+            transport=MetricServiceGrpcTransport(channel=grpc.insecure_channel(host))
+        )
+    return monitoring_v3.MetricServiceClient(
+        credentials=endpoints.application_default(MetricServiceGrpcTransport.AUTH_SCOPES)
+    )
 
 
 def write(metrics, project: str, series: Sequence[Series], *, end: _dt.datetime) -> int:
@@ -215,6 +231,8 @@ def write(metrics, project: str, series: Sequence[Series], *, end: _dt.datetime)
                 with attempt:
                     metrics.create_time_series(name=f"projects/{project}", time_series=body, timeout=10.0)
         except gexc.GoogleAPICallError as exc:
-            raise MonitoringError(f"CreateTimeSeries in projects/{project} (request {number} of {len(requests)}, "
-                                  f"{len(body)} series): {exc.message}") from None
+            raise MonitoringError(
+                f"CreateTimeSeries in projects/{project} (request {number} of {len(requests)}, "
+                f"{len(body)} series): {exc.message}"
+            ) from None
     return len(requests)

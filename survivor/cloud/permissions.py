@@ -47,14 +47,17 @@ def _buckets(*names: str) -> list[str]:
 ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
     "roles/storage.admin": frozenset(
         _objects(*_OBJECT_USE, "getIamPolicy", "setIamPolicy", "setRetention", "overrideUnlockedRetention")
-        + _buckets(*_BUCKET_ADMIN)),
+        + _buckets(*_BUCKET_ADMIN)
+    ),
     "roles/storage.objectAdmin": frozenset(
-        _objects(*_OBJECT_USE, "getIamPolicy", "setIamPolicy", "setRetention", "overrideUnlockedRetention")),
+        _objects(*_OBJECT_USE, "getIamPolicy", "setIamPolicy", "setRetention", "overrideUnlockedRetention")
+    ),
     "roles/storage.objectUser": frozenset(_objects(*_OBJECT_USE)),
     "roles/storage.objectViewer": frozenset(_objects("get", "list")),
     "roles/storage.objectCreator": frozenset(_objects("create")),
     "roles/storage.legacyBucketOwner": frozenset(
-        _buckets("get", "update", "getIamPolicy", "setIamPolicy") + _objects("list", "create", "delete")),
+        _buckets("get", "update", "getIamPolicy", "setIamPolicy") + _objects("list", "create", "delete")
+    ),
     "roles/storage.legacyBucketWriter": frozenset(_buckets("get") + _objects("list", "create", "delete")),
     "roles/storage.legacyBucketReader": frozenset(_buckets("get") + _objects("list")),
     "roles/storage.legacyObjectOwner": frozenset(_objects("get", "update", "getIamPolicy", "setIamPolicy")),
@@ -74,9 +77,14 @@ ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
 #: resource" needs actAs). These two are listed as Google's Compute IAM reference gives them;
 #: the search tool here did not return that page's text for them.
 LEAVE_GROUP = ("compute.instanceGroupManagers.update",)
-DEADLINE_SWITCH = ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update",
-                   "compute.instanceTemplates.get", "compute.instanceTemplates.useReadOnly",
-                   "compute.instanceTemplates.create", "iam.serviceAccounts.actAs")
+DEADLINE_SWITCH = (
+    "compute.instanceGroupManagers.get",
+    "compute.instanceGroupManagers.update",
+    "compute.instanceTemplates.get",
+    "compute.instanceTemplates.useReadOnly",
+    "compute.instanceTemplates.create",
+    "iam.serviceAccounts.actAs",
+)
 
 #: A job with `placement:` (more than one place) also moves its group, from the agent at boot
 #: (survivor/operator/placement.py `look_and_move`): it makes the group in the next region
@@ -88,8 +96,12 @@ DEADLINE_SWITCH = ("compute.instanceGroupManagers.get", "compute.instanceGroupMa
 #: (`regions.get`: "Authorization requires the following IAM permission on the specified resource
 #: region: compute.regions.get", https://cloud.google.com/compute/docs/reference/rest/v1/regions/get;
 #: without it a VM with the guide's custom role never moved).
-BOOT_MOVE = DEADLINE_SWITCH + ("compute.instanceGroupManagers.create", "compute.instanceGroupManagers.delete",
-                               "compute.acceleratorTypes.list", "compute.regions.get")
+BOOT_MOVE = DEADLINE_SWITCH + (
+    "compute.instanceGroupManagers.create",
+    "compute.instanceGroupManagers.delete",
+    "compute.acceleratorTypes.list",
+    "compute.regions.get",
+)
 
 #: Compute Engine's capacity data (docs/capacity-data.md): `advice.capacity` needs
 #: `compute.advice.capacity`, `advice.capacityHistory` needs `compute.advice.capacityHistory` (each
@@ -111,13 +123,15 @@ _GROUPS = frozenset({"compute.instanceGroupManagers.create", "compute.instanceGr
 #: configured to run as a service account, you must also grant the roles/iam.serviceAccountUser
 #: role", https://cloud.google.com/iam/docs/roles-permissions/compute); Compute Viewer holds the
 #: reads (accelerator types, regions, capacity data).
-ROLE_FOR = {**{p: "roles/compute.instanceAdmin.v1" for p in _VM_COMPUTE | _GROUPS},
-            "compute.acceleratorTypes.list": "roles/compute.viewer",
-            "compute.regions.get": "roles/compute.viewer",
-            **{p: "roles/compute.viewer" for p in CAPACITY_DATA},
-            "iam.serviceAccounts.actAs": "roles/iam.serviceAccountUser",
-            # a deployed `survivor watch --goodput-metrics`'s account (survivor/cloud/monitoring.py)
-            "monitoring.timeSeries.create": "roles/monitoring.metricWriter"}
+ROLE_FOR = {
+    **{p: "roles/compute.instanceAdmin.v1" for p in _VM_COMPUTE | _GROUPS},
+    "compute.acceleratorTypes.list": "roles/compute.viewer",
+    "compute.regions.get": "roles/compute.viewer",
+    **{p: "roles/compute.viewer" for p in CAPACITY_DATA},
+    "iam.serviceAccounts.actAs": "roles/iam.serviceAccountUser",
+    # a deployed `survivor watch --goodput-metrics`'s account (survivor/cloud/monitoring.py)
+    "monitoring.timeSeries.create": "roles/monitoring.metricWriter",
+}
 
 
 def vm_permissions(*, deadline: bool, moves: bool) -> tuple[str, ...]:

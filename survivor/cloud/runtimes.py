@@ -33,7 +33,8 @@ class VmImageFamily:
 # (24.04: 3.12). The agent's venv is made with that python3 (startup/startup.sh: `python3 -m venv`).
 _DLVM = "deeplearning-platform-release"
 VM_IMAGE_FAMILIES: dict[str, VmImageFamily] = {
-    f.family: f for f in (
+    f.family: f
+    for f in (
         VmImageFamily("common-cu128-ubuntu-2204-nvidia-570", _DLVM, "Ubuntu 22.04", (3, 10)),
         VmImageFamily("common-cu129-ubuntu-2204-nvidia-580", _DLVM, "Ubuntu 22.04", (3, 10)),
         VmImageFamily("common-cu128-ubuntu-2404-nvidia-570", _DLVM, "Ubuntu 24.04", (3, 12)),
@@ -70,14 +71,38 @@ class VertexImage:
 # carry no `.pyXYZ` tag and are left out: the floor refuses them.
 _TRAINING = "us-docker.pkg.dev/vertex-ai/training"
 VERTEX_TRAINING_IMAGES: tuple[VertexImage, ...] = (
-    VertexImage(f"{_TRAINING}/tf-cpu.2-17.py310:latest", "tensorflow 2.17", "cpu", (3, 10),
-                _dt.date(2025, 7, 11), _dt.date(2026, 7, 11)),
-    VertexImage(f"{_TRAINING}/tf-gpu.2-17.py310:latest", "tensorflow 2.17", "gpu", (3, 10),
-                _dt.date(2025, 7, 11), _dt.date(2026, 7, 11)),
-    VertexImage(f"{_TRAINING}/tf-cpu.2-16.py310:latest", "tensorflow 2.16", "cpu", (3, 10),
-                _dt.date(2025, 6, 28), _dt.date(2026, 6, 28)),
-    VertexImage(f"{_TRAINING}/tf-gpu.2-16.py310:latest", "tensorflow 2.16", "gpu", (3, 10),
-                _dt.date(2025, 6, 28), _dt.date(2026, 6, 28)),
+    VertexImage(
+        f"{_TRAINING}/tf-cpu.2-17.py310:latest",
+        "tensorflow 2.17",
+        "cpu",
+        (3, 10),
+        _dt.date(2025, 7, 11),
+        _dt.date(2026, 7, 11),
+    ),
+    VertexImage(
+        f"{_TRAINING}/tf-gpu.2-17.py310:latest",
+        "tensorflow 2.17",
+        "gpu",
+        (3, 10),
+        _dt.date(2025, 7, 11),
+        _dt.date(2026, 7, 11),
+    ),
+    VertexImage(
+        f"{_TRAINING}/tf-cpu.2-16.py310:latest",
+        "tensorflow 2.16",
+        "cpu",
+        (3, 10),
+        _dt.date(2025, 6, 28),
+        _dt.date(2026, 6, 28),
+    ),
+    VertexImage(
+        f"{_TRAINING}/tf-gpu.2-16.py310:latest",
+        "tensorflow 2.16",
+        "gpu",
+        (3, 10),
+        _dt.date(2025, 6, 28),
+        _dt.date(2026, 6, 28),
+    ),
 )
 #: The Artifact Registry hosts Google serves each prebuilt image from (same table).
 VERTEX_IMAGE_HOSTS = ("us-docker.pkg.dev", "europe-docker.pkg.dev", "asia-docker.pkg.dev")

@@ -36,15 +36,26 @@ class SecretError(Exception):
 def _transient(exc: BaseException) -> bool:
     from google.api_core import exceptions as gexc
 
-    return isinstance(exc, (gexc.TooManyRequests, gexc.ServiceUnavailable, gexc.InternalServerError,
-                            gexc.BadGateway, gexc.GatewayTimeout, gexc.DeadlineExceeded)) or retry.is_transient(exc)
+    return isinstance(
+        exc,
+        (
+            gexc.TooManyRequests,
+            gexc.ServiceUnavailable,
+            gexc.InternalServerError,
+            gexc.BadGateway,
+            gexc.GatewayTimeout,
+            gexc.DeadlineExceeded,
+        ),
+    ) or retry.is_transient(exc)
 
 
 def client(endpoint: str | None = None):
     """A SecretManagerServiceClient over REST, at `endpoint` or SURVIVOR_SECRET_MANAGER_ENDPOINT or Google's."""
     from google.cloud import secretmanager
 
-    return secretmanager.SecretManagerServiceClient(**endpoints.client_kwargs(endpoints.SECRET_MANAGER.endpoint(endpoint)))
+    return secretmanager.SecretManagerServiceClient(
+        **endpoints.client_kwargs(endpoints.SECRET_MANAGER.endpoint(endpoint))
+    )
 
 
 def access_secret(name: str, *, secrets=None) -> str:
@@ -59,8 +70,10 @@ def access_secret(name: str, *, secrets=None) -> str:
             with attempt:
                 answer = secrets.access_secret_version(request={"name": name}, timeout=10.0)
     except (gexc.PermissionDenied, gexc.Forbidden) as exc:
-        raise SecretError(f"{name}: permission denied: the reader needs {ACCESS_PERMISSION} ({ACCESSOR_ROLE}) "
-                          f"on the secret ({exc.message})") from None
+        raise SecretError(
+            f"{name}: permission denied: the reader needs {ACCESS_PERMISSION} ({ACCESSOR_ROLE}) "
+            f"on the secret ({exc.message})"
+        ) from None
     except gexc.NotFound as exc:
         raise SecretError(f"{name}: no such secret version ({exc.message})") from None
     except gexc.GoogleAPICallError as exc:

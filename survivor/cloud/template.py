@@ -74,10 +74,15 @@ class Install:
 
     def items(self) -> list[dict[str, str]]:
         """The metadata items startup/startup.sh reads."""
-        pairs = [("survivor-wheel", self.wheel), ("survivor-wheel-sha256", self.wheel_sha256),
-                 ("survivor-lock", self.lock), ("survivor-lock-sha256", self.lock_sha256),
-                 ("survivor-requirements", self.requirements), ("survivor-requirements-sha256", self.requirements_sha256),
-                 ("survivor-job-dir", self.job_dir)]
+        pairs = [
+            ("survivor-wheel", self.wheel),
+            ("survivor-wheel-sha256", self.wheel_sha256),
+            ("survivor-lock", self.lock),
+            ("survivor-lock-sha256", self.lock_sha256),
+            ("survivor-requirements", self.requirements),
+            ("survivor-requirements-sha256", self.requirements_sha256),
+            ("survivor-job-dir", self.job_dir),
+        ]
         return [{"key": key, "value": value} for key, value in pairs if value]
 
 
@@ -124,7 +129,9 @@ class MachineOptions:
             section["gpu_type"], section["gpu_count"] = parse_gpu(str(section.pop("gpu")))
         unknown = sorted(set(section) - known)
         if unknown:
-            raise SpecError([f"compute.{key}: unknown key; expected one of {', '.join(sorted(known))}" for key in unknown])
+            raise SpecError(
+                [f"compute.{key}: unknown key; expected one of {', '.join(sorted(known))}" for key in unknown]
+            )
         values = {**section, **{k: v for k, v in overrides.items() if v is not None}}
         options = cls(**values)
         options.gpu_explicit = "gpu_type" in values
@@ -163,17 +170,31 @@ def machine_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
     if not isinstance(options.external_ip, bool):
         problems.append(f"compute.external_ip {options.external_ip!r}: expected true or false")
     if isinstance(options.disk_gb, bool) or not isinstance(options.disk_gb, int) or options.disk_gb < MIN_DISK_GB:
-        problems.append(f"compute.disk_gb {options.disk_gb!r}: expected a whole number of GB >= {MIN_DISK_GB} (and at "
-                        "least the boot image's size, which survivor preflight checks)")
+        problems.append(
+            f"compute.disk_gb {options.disk_gb!r}: expected a whole number of GB >= {MIN_DISK_GB} (and at "
+            "least the boot image's size, which survivor preflight checks)"
+        )
     if spec.state_disk_gb and options.spot and options.termination_action != "STOP":
         # the group's recreation of a stopped VM is the documented case that keeps a stateful disk
         # (docs/large-state.md, "The local tier")
-        problems.append(f"state_disk_gb {spec.state_disk_gb}: needs termination_action STOP, not "
-                        f"{options.termination_action}")
-    return problems + machines.choice_problems(
-        options.machine_type, options.gpu_type, options.gpu_count or 0, gpu_explicit=options.gpu_explicit,
-        num_gpus=spec.num_gpus, spot=options.spot, preemption_notice=options.preemption_notice,
-        termination_action=options.termination_action) + fallback_problems(spec, options) + shape_problems(spec, options)
+        problems.append(
+            f"state_disk_gb {spec.state_disk_gb}: needs termination_action STOP, not {options.termination_action}"
+        )
+    return (
+        problems
+        + machines.choice_problems(
+            options.machine_type,
+            options.gpu_type,
+            options.gpu_count or 0,
+            gpu_explicit=options.gpu_explicit,
+            num_gpus=spec.num_gpus,
+            spot=options.spot,
+            preemption_notice=options.preemption_notice,
+            termination_action=options.termination_action,
+        )
+        + fallback_problems(spec, options)
+        + shape_problems(spec, options)
+    )
 
 
 def shape_options(spec: JobSpec, options: MachineOptions, shape: Shape) -> MachineOptions:
@@ -181,8 +202,13 @@ def shape_options(spec: JobSpec, options: MachineOptions, shape: Shape) -> Machi
     the machine keys read from the shape exactly as `from_spec` reads them from `compute:` (an N1
     type without `gpu` gets compute's default GPU; a2/a3/g2 carry theirs). SpecError for a bad `gpu`."""
     machine = MachineOptions.from_spec(dataclasses.replace(spec, extra={"compute": shape.to_mapping()}))
-    return dataclasses.replace(options, machine_type=machine.machine_type, gpu_type=machine.gpu_type,
-                               gpu_count=machine.gpu_count, gpu_explicit=machine.gpu_explicit)
+    return dataclasses.replace(
+        options,
+        machine_type=machine.machine_type,
+        gpu_type=machine.gpu_type,
+        gpu_count=machine.gpu_count,
+        gpu_explicit=machine.gpu_explicit,
+    )
 
 
 def shape_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
@@ -197,16 +223,30 @@ def shape_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
         except SpecError as exc:
             out += [f"{label}: {problem}" for problem in exc.problems]
             continue
-        problems = machines.choice_problems(machine.machine_type, machine.gpu_type, machine.gpu_count or 0,
-                                            gpu_explicit=machine.gpu_explicit, num_gpus=spec.num_gpus,
-                                            spot=machine.spot)
-        out += [f"{label}: {problem}".replace("compute.gpu", f"{label}.gpu")
-                .replace("machine_type", f"{label}.machine_type") for problem in problems]
+        problems = machines.choice_problems(
+            machine.machine_type,
+            machine.gpu_type,
+            machine.gpu_count or 0,
+            gpu_explicit=machine.gpu_explicit,
+            num_gpus=spec.num_gpus,
+            spot=machine.spot,
+        )
+        out += [
+            f"{label}: {problem}".replace("compute.gpu", f"{label}.gpu").replace(
+                "machine_type", f"{label}.machine_type"
+            )
+            for problem in problems
+        ]
         if (machine.machine_type, machine.gpu_type, machine.gpu_count) == (
-                options.machine_type, options.gpu_type, options.gpu_count):
-            out.append(f"{label}: the same machine as compute: ({machine.machine_type}"
-                       + (f" with {machine.gpu_type}:{machine.gpu_count}" if machine.gpu_type else "")
-                       + "); name another machine or drop the shape")
+            options.machine_type,
+            options.gpu_type,
+            options.gpu_count,
+        ):
+            out.append(
+                f"{label}: the same machine as compute: ({machine.machine_type}"
+                + (f" with {machine.gpu_type}:{machine.gpu_count}" if machine.gpu_type else "")
+                + "); name another machine or drop the shape"
+            )
     return out
 
 
@@ -216,8 +256,10 @@ def deadline_warning(spec: JobSpec, now: datetime.datetime) -> str | None:
     deadline = spec.deadline
     if deadline is None or deadline.at is None or deadline.at > now:
         return None
-    return (f"warning: deadline {deadline.text} is already past: the deadline policy will find the job late "
-            "at its first look")
+    return (
+        f"warning: deadline {deadline.text} is already past: the deadline policy will find the job late "
+        "at its first look"
+    )
 
 
 def fallback_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
@@ -235,19 +277,24 @@ def fallback_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
         except SpecError:
             return [f"fallback.gpu = {fallback.gpu!r}: expected TYPE:COUNT, e.g. nvidia-tesla-t4:1, or none"]
     problems = machines.choice_problems(machine_type, gpu_type, gpu_count, num_gpus=spec.num_gpus, spot=False)
-    return [f"fallback: {problem}".replace("compute.gpu", "fallback.gpu").replace("machine_type", "fallback.machine_type")
-            for problem in problems]
+    return [
+        f"fallback: {problem}".replace("compute.gpu", "fallback.gpu").replace("machine_type", "fallback.machine_type")
+        for problem in problems
+    ]
 
 
 def startup_script() -> str:
     """The VM startup script shipped in survivor's package (survivor/startup/startup.sh)."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "startup", "startup.sh")  # package data
+    path = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "startup", "startup.sh"
+    )  # package data
     with open(path, encoding="utf-8") as f:
         return f.read()
 
 
-def template_body(name: str, spec: JobSpec, options: MachineOptions, script: str | None = None,
-                  install: Install | None = None) -> dict[str, Any]:
+def template_body(
+    name: str, spec: JobSpec, options: MachineOptions, script: str | None = None, install: Install | None = None
+) -> dict[str, Any]:
     """The REST body of `instanceTemplates.insert` for this job. `install`: what the startup script
     installs (the wheel path); None for survivor's own image, which holds it already."""
     problems = machine_problems(spec, options)
@@ -256,9 +303,14 @@ def template_body(name: str, spec: JobSpec, options: MachineOptions, script: str
     # a2/a3/g2 carry their GPUs: nothing is attached to them (survivor/cloud/machines.py)
     attached = 0 if machines.carries_gpus(options.machine_type) else (options.gpu_count or 0 if options.gpu_type else 0)
     gpus = machines.gpus_of(options.machine_type, options.gpu_type, attached)[1]
-    scheduling = machines.scheduling(options.machine_type, options.gpu_type, attached, spot=options.spot,
-                                     termination_action=options.termination_action,
-                                     preemption_notice=options.preemption_notice)
+    scheduling = machines.scheduling(
+        options.machine_type,
+        options.gpu_type,
+        attached,
+        spot=options.spot,
+        termination_action=options.termination_action,
+        preemption_notice=options.preemption_notice,
+    )
     items = [
         {"key": "survivor-job", "value": dumps_json(spec)},
         {"key": "startup-script", "value": script if script is not None else startup_script()},
@@ -271,21 +323,27 @@ def template_body(name: str, spec: JobSpec, options: MachineOptions, script: str
     # survivor's images are Deep Learning VM disks too: the driver installs on the first boot with a GPU
     if (options.image_project == DLVM_PROJECT or options.image_family.startswith(IMAGE_FAMILY_PREFIX)) and gpus:
         items.append({"key": "install-nvidia-driver", "value": "True"})
-    scopes = [SCOPES["cloud-platform"]] if options.cloud_platform_scope else [
-        SCOPES["storage"], SCOPES["compute"], SCOPES["logging"], SCOPES["monitoring"]]
+    scopes = (
+        [SCOPES["cloud-platform"]]
+        if options.cloud_platform_scope
+        else [SCOPES["storage"], SCOPES["compute"], SCOPES["logging"], SCOPES["monitoring"]]
+    )
     properties: dict[str, Any] = {
         "machineType": options.machine_type,
         "scheduling": scheduling,
-        "disks": [{
-            "boot": True,
-            "autoDelete": True,
-            "type": "PERSISTENT",
-            "initializeParams": {
-                "sourceImage": f"projects/{options.image_project}/global/images/family/{options.image_family}",
-                "diskSizeGb": str(options.disk_gb),
-                "diskType": options.disk_type,
-            },
-        }] + state_disk(spec, options),
+        "disks": [
+            {
+                "boot": True,
+                "autoDelete": True,
+                "type": "PERSISTENT",
+                "initializeParams": {
+                    "sourceImage": f"projects/{options.image_project}/global/images/family/{options.image_family}",
+                    "diskSizeGb": str(options.disk_gb),
+                    "diskType": options.disk_type,
+                },
+            }
+        ]
+        + state_disk(spec, options),
         "metadata": {"items": items},
         "serviceAccounts": [{"email": options.service_account, "scopes": scopes}],
         "networkInterfaces": [network_interface(options)],
@@ -306,9 +364,18 @@ def state_disk(spec: JobSpec, options: MachineOptions) -> list[dict[str, Any]]:
     labelled `STATE_DISK_LABEL: <job name>` so that what is left of it can be found and deleted."""
     if not spec.state_disk_gb:
         return []
-    return [{"deviceName": STATE_DISK_DEVICE, "autoDelete": False, "type": "PERSISTENT",
-             "initializeParams": {"diskSizeGb": str(spec.state_disk_gb), "diskType": options.disk_type,
-                                  "labels": {STATE_DISK_LABEL: spec.name}}}]
+    return [
+        {
+            "deviceName": STATE_DISK_DEVICE,
+            "autoDelete": False,
+            "type": "PERSISTENT",
+            "initializeParams": {
+                "diskSizeGb": str(spec.state_disk_gb),
+                "diskType": options.disk_type,
+                "labels": {STATE_DISK_LABEL: spec.name},
+            },
+        }
+    ]
 
 
 #: What instanceTemplates.get adds to the body survivor sent (`gcloud compute instance-templates
@@ -316,12 +383,34 @@ def state_disk(spec: JobSpec, options: MachineOptions) -> list[dict[str, Any]]:
 #: persistent-disk-N, index, kind, mode READ_WRITE; metadata's fingerprint and kind; an interface's
 #: kind, name nic0, fingerprint, stackType, subnetwork; an accessConfig's kind, networkTier PREMIUM,
 #: natIP; scheduling's defaults): a key survivor does not set that the server filled in is no difference.
-SERVER_FILLED = frozenset({
-    "id", "kind", "selfLink", "creationTimestamp", "fingerprint", "deviceName", "index", "mode", "networkTier",
-    "natIP", "stackType", "subnetwork", "canIpForward", "reservationAffinity", "shieldedInstanceConfig",
-    "confidentialInstanceConfig", "interface", "guestOsFeatures", "licenses", "automaticRestart",
-    "onHostMaintenance", "preemptible", "description@properties", "name@networkInterfaces",
-})
+SERVER_FILLED = frozenset(
+    {
+        "id",
+        "kind",
+        "selfLink",
+        "creationTimestamp",
+        "fingerprint",
+        "deviceName",
+        "index",
+        "mode",
+        "networkTier",
+        "natIP",
+        "stackType",
+        "subnetwork",
+        "canIpForward",
+        "reservationAffinity",
+        "shieldedInstanceConfig",
+        "confidentialInstanceConfig",
+        "interface",
+        "guestOsFeatures",
+        "licenses",
+        "automaticRestart",
+        "onHostMaintenance",
+        "preemptible",
+        "description@properties",
+        "name@networkInterfaces",
+    }
+)
 #: The API returns resource references as full URLs (https://www.googleapis.com/compute/v1/projects/P/
 #: global/networks/default) where survivor sends partial ones (global/networks/default).
 _URL_PREFIX = re.compile(r"^https?://[^/]+/compute/(?:v1|beta|alpha)/")
@@ -334,12 +423,13 @@ def _reference(value: Any, project: str | None) -> Any:
         return value
     value = _URL_PREFIX.sub("", value)
     if project and value.startswith(f"projects/{project}/"):
-        value = value[len(f"projects/{project}/"):]
+        value = value[len(f"projects/{project}/") :]
     return value
 
 
-def body_differences(existing: Any, wanted: Any, prefix: str = "", *,
-                     project: str | None = None, parent: str = "") -> list[str]:
+def body_differences(
+    existing: Any, wanted: Any, prefix: str = "", *, project: str | None = None, parent: str = ""
+) -> list[str]:
     """Pure decision: the dotted paths where a template as `instanceTemplates.get` returns it differs
     from the body survivor would send: what the server fills in (`SERVER_FILLED`) is no difference,
     and references compare as resources, not as spellings of a URL."""
@@ -348,8 +438,9 @@ def body_differences(existing: Any, wanted: Any, prefix: str = "", *,
         for key in sorted(set(existing) | set(wanted)):
             if key not in wanted and (key in SERVER_FILLED or f"{key}@{parent}" in SERVER_FILLED):
                 continue
-            out += body_differences(existing.get(key), wanted.get(key), f"{prefix}.{key}" if prefix else key,
-                                    project=project, parent=key)
+            out += body_differences(
+                existing.get(key), wanted.get(key), f"{prefix}.{key}" if prefix else key, project=project, parent=key
+            )
     elif isinstance(existing, list) and isinstance(wanted, list) and len(existing) == len(wanted):
         for i, (a, b) in enumerate(zip(existing, wanted)):
             out += body_differences(a, b, f"{prefix}[{i}]", project=project, parent=parent)

@@ -91,17 +91,28 @@ def translate_training_input(training_input: dict[str, Any]) -> tuple[list[Pool]
     if tier == "CUSTOM":
         master = training_input.get("masterType", "standard")
         workers, worker_type = int(training_input.get("workerCount", 0)), training_input.get("workerType")
-        servers, server_type = int(training_input.get("parameterServerCount", 0)), training_input.get("parameterServerType")
+        servers, server_type = (
+            int(training_input.get("parameterServerCount", 0)),
+            training_input.get("parameterServerType"),
+        )
     elif tier in SCALE_TIERS:
         master, workers, worker_type, servers, server_type = SCALE_TIERS[tier]
-        notes.append(f"scaleTier {tier} became its machines: master {master}, {workers} workers, {servers} parameter servers")
+        notes.append(
+            f"scaleTier {tier} became its machines: master {master}, {workers} workers, {servers} parameter servers"
+        )
     else:
-        raise SpecError([f"trainingInput.scaleTier = {tier!r}: expected BASIC, BASIC_GPU, STANDARD_1, PREMIUM_1 or CUSTOM"])
+        raise SpecError(
+            [f"trainingInput.scaleTier = {tier!r}: expected BASIC, BASIC_GPU, STANDARD_1, PREMIUM_1 or CUSTOM"]
+        )
 
     def pool(role: str, legacy: str | None, replicas: int) -> Pool:
         if legacy not in LEGACY_MACHINES:
-            raise SpecError([f"trainingInput: machine type {legacy!r} for the {role}: expected one of "
-                             + ", ".join(sorted(LEGACY_MACHINES))])
+            raise SpecError(
+                [
+                    f"trainingInput: machine type {legacy!r} for the {role}: expected one of "
+                    + ", ".join(sorted(LEGACY_MACHINES))
+                ]
+            )
         machine, gpu, count = LEGACY_MACHINES[legacy]
         if gpu in RETIRED_GPUS:
             notes.append(f"{role} {legacy}: {gpu} is retired on Vertex AI; using {RETIRED_GPUS[gpu]}")
@@ -114,9 +125,11 @@ def translate_training_input(training_input: dict[str, Any]) -> tuple[list[Pool]
     if servers:
         pools.append(pool("parameter server", server_type or "standard", servers))
     if "runtimeVersion" in training_input:
-        notes.append(f"runtimeVersion {training_input['runtimeVersion']} (TensorFlow 1.x) cannot be kept: the job "
-                     "runs on a TensorFlow 2 image; parameter servers need a trainer written for "
-                     "ParameterServerStrategy, the built-in ones use (MultiWorker)MirroredStrategy")
+        notes.append(
+            f"runtimeVersion {training_input['runtimeVersion']} (TensorFlow 1.x) cannot be kept: the job "
+            "runs on a TensorFlow 2 image; parameter servers need a trainer written for "
+            "ParameterServerStrategy, the built-in ones use (MultiWorker)MirroredStrategy"
+        )
     for key in ("pythonVersion", "region", "jobDir", "args", "packageUris", "pythonModule"):
         if key in training_input:
             notes.append(f"trainingInput.{key} is set from the job spec and the command line instead")
@@ -127,13 +140,18 @@ def pools_from_spec(spec: JobSpec) -> list[Pool]:
     """Pools from the spec's `vertex:` section (default: one chief like the single VM's)."""
     section = spec.extra.get("vertex", {})
     pools = []
-    for role, key, default_count in (("chief", "chief", 1), ("worker", "workers", 0),
-                                     ("parameter server", "parameter_servers", 0)):
+    for role, key, default_count in (
+        ("chief", "chief", 1),
+        ("worker", "workers", 0),
+        ("parameter server", "parameter_servers", 0),
+    ):
         entry = section.get(key)
         if entry is None and role == "chief":
             compute = spec.extra.get("compute", {})
-            entry = {"machine_type": compute.get("machine_type", "n1-standard-16"),
-                     "accelerator": compute.get("gpu", f"nvidia-tesla-t4:{spec.num_gpus or 1}")}
+            entry = {
+                "machine_type": compute.get("machine_type", "n1-standard-16"),
+                "accelerator": compute.get("gpu", f"nvidia-tesla-t4:{spec.num_gpus or 1}"),
+            }
         if not entry:
             continue
         count = int(entry.get("count", default_count if role != "chief" else 1))
@@ -155,8 +173,10 @@ def region_problems(region: str, key: str) -> list[str]:
         return []
     if ZONE_NAME.fullmatch(region):
         return [f"{key} {region}: a zone, not a region; Vertex AI runs custom jobs in a region: {region[:-2]}"]
-    return [f"{key} {region}: not a region; Vertex AI runs custom jobs in a region, e.g. us-central1 "
-            "(https://cloud.google.com/vertex-ai/docs/general/locations)"]
+    return [
+        f"{key} {region}: not a region; Vertex AI runs custom jobs in a region, e.g. us-central1 "
+        "(https://cloud.google.com/vertex-ai/docs/general/locations)"
+    ]
 
 
 def _fmt(day: _dt.date) -> str:
@@ -169,17 +189,21 @@ def prebuilt_image(accelerator: str, day: _dt.date) -> str:
 
     Raises SpecError, naming the newest such image and the day its support ended, when there is none.
     """
-    rows = [r for r in runtimes.VERTEX_TRAINING_IMAGES
-            if r.accelerator == accelerator and r.python >= runtimes.PYTHON_FLOOR]
+    rows = [
+        r for r in runtimes.VERTEX_TRAINING_IMAGES if r.accelerator == accelerator and r.python >= runtimes.PYTHON_FLOOR
+    ]
     current = [r for r in rows if r.supported_on(day)]
     if current:
         return max(current, key=lambda r: (r.end_of_support, r.uri)).uri
     newest = max(rows, key=lambda r: r.end_of_support)
-    raise SpecError([
-        f"vertex: no TensorFlow {accelerator.upper()} prebuilt training image is supported on {_fmt(day)} by "
-        f"Google's table (the newest, {newest.uri}, lost support on {_fmt(newest.end_of_support)} and "
-        f"availability on {_fmt(newest.end_of_availability)}): give --container-image, an image with "
-        "survivor-train installed, or --executor-image, a prebuilt image newer than survivor's table"])
+    raise SpecError(
+        [
+            f"vertex: no TensorFlow {accelerator.upper()} prebuilt training image is supported on {_fmt(day)} by "
+            f"Google's table (the newest, {newest.uri}, lost support on {_fmt(newest.end_of_support)} and "
+            f"availability on {_fmt(newest.end_of_availability)}): give --container-image, an image with "
+            "survivor-train installed, or --executor-image, a prebuilt image newer than survivor's table"
+        ]
+    )
 
 
 _PY_TAG = re.compile(r"\.py(\d)(\d+)(?::|$)")
@@ -193,19 +217,35 @@ def check_executor_image(uri: str, day: _dt.date) -> str:
     """
     known = {r.uri.split("/", 1)[1]: r for r in runtimes.VERTEX_TRAINING_IMAGES}
     host, _, rest = uri.partition("/")
-    if host not in runtimes.VERTEX_IMAGE_HOSTS or not rest.startswith("vertex-ai/training/") or not uri.endswith(":latest"):
-        raise SpecError([f"--executor-image = {uri!r}: expected a prebuilt training image, "
-                         "e.g. us-docker.pkg.dev/vertex-ai/training/NAME.pyXYZ:latest (custom images go in --container-image)"])
+    if (
+        host not in runtimes.VERTEX_IMAGE_HOSTS
+        or not rest.startswith("vertex-ai/training/")
+        or not uri.endswith(":latest")
+    ):
+        raise SpecError(
+            [
+                f"--executor-image = {uri!r}: expected a prebuilt training image, "
+                "e.g. us-docker.pkg.dev/vertex-ai/training/NAME.pyXYZ:latest (custom images go in --container-image)"
+            ]
+        )
     tag = _PY_TAG.search(uri)
     python = (int(tag.group(1)), int(tag.group(2))) if tag else None
     if python is None or python < runtimes.PYTHON_FLOOR:
         shown = f"Python {python[0]}.{python[1]}" if python else "no .pyXYZ tag (Python 3.7 or 3.8)"
-        raise SpecError([f"--executor-image = {uri!r}: {shown}; survivor-train needs Python "
-                         f"{runtimes.PYTHON_FLOOR[0]}.{runtimes.PYTHON_FLOOR[1]} or newer"])
+        raise SpecError(
+            [
+                f"--executor-image = {uri!r}: {shown}; survivor-train needs Python "
+                f"{runtimes.PYTHON_FLOOR[0]}.{runtimes.PYTHON_FLOOR[1]} or newer"
+            ]
+        )
     row = known.get(rest)
     if row is not None and not row.available_on(day):
-        raise SpecError([f"--executor-image = {uri!r}: Google's table ended its availability on "
-                         f"{_fmt(row.end_of_availability)}; give --container-image instead"])
+        raise SpecError(
+            [
+                f"--executor-image = {uri!r}: Google's table ended its availability on "
+                f"{_fmt(row.end_of_availability)}; give --container-image instead"
+            ]
+        )
     return uri
 
 
@@ -220,20 +260,37 @@ def check_survivor_package(uri: str) -> str:
     """
     name = uri.rstrip("/").rsplit("/", 1)[-1]
     if not uri.startswith("gs://"):
-        raise SpecError([f"--package = {uri!r}: Vertex AI installs packages from Cloud Storage: expected gs://.../{name}"])
+        raise SpecError(
+            [f"--package = {uri!r}: Vertex AI installs packages from Cloud Storage: expected gs://.../{name}"]
+        )
     if _OTHER_SURVIVOR.match(name):
-        raise SpecError([f"--package = {uri!r}: survivor's distribution is survivor-train; upload "
-                         "dist/survivor_train-VERSION.tar.gz (python -m build --sdist), not a 'survivor-' package"])
+        raise SpecError(
+            [
+                f"--package = {uri!r}: survivor's distribution is survivor-train; upload "
+                "dist/survivor_train-VERSION.tar.gz (python -m build --sdist), not a 'survivor-' package"
+            ]
+        )
     if not (name.startswith(("survivor_train-", "survivor-train-")) and name.endswith((".tar.gz", ".whl"))):
-        raise SpecError([f"--package = {uri!r}: a builtin trainer runs from survivor-train's sdist, "
-                         "gs://.../survivor_train-VERSION.tar.gz (python -m build --sdist)"])
+        raise SpecError(
+            [
+                f"--package = {uri!r}: a builtin trainer runs from survivor-train's sdist, "
+                "gs://.../survivor_train-VERSION.tar.gz (python -m build --sdist)"
+            ]
+        )
     return uri
 
 
-def custom_job_body(spec: JobSpec, pools: list[Pool], *, display_name: str | None = None,
-                    package_uri: str | None = None, container_image: str | None = None,
-                    executor_images: list[str] | tuple[str, ...] = (), spot: bool = False,
-                    today: _dt.date | None = None) -> dict[str, Any]:
+def custom_job_body(
+    spec: JobSpec,
+    pools: list[Pool],
+    *,
+    display_name: str | None = None,
+    package_uri: str | None = None,
+    container_image: str | None = None,
+    executor_images: list[str] | tuple[str, ...] = (),
+    spot: bool = False,
+    today: _dt.date | None = None,
+) -> dict[str, Any]:
     """The CustomJob REST body (enums by name; the client sends them as numbers).
 
     Each pool's image and trainer args follow its own machine: GPUs -> the GPU image and its GPU count.
@@ -251,8 +308,12 @@ def custom_job_body(spec: JobSpec, pools: list[Pool], *, display_name: str | Non
     if not use_container:
         package = package_uri or trainer.package
         if not package:
-            raise SpecError(["vertex: the trainer's code must be in the bucket: set trainer.package (a gs:// "
-                             "sdist), or --package with survivor's own sdist for a builtin trainer"])
+            raise SpecError(
+                [
+                    "vertex: the trainer's code must be in the bucket: set trainer.package (a gs:// "
+                    "sdist), or --package with survivor's own sdist for a builtin trainer"
+                ]
+            )
         if trainer.builtin:
             check_survivor_package(package)
         chosen = {}
@@ -264,7 +325,7 @@ def custom_job_body(spec: JobSpec, pools: list[Pool], *, display_name: str | Non
     for pool in pools:
         gpus = pool.accelerator_count if pool.accelerator else 0
         argv = trainer_argv(spec, python="python3", job_dir=checkpoints, data_dir=spec.data_dir, num_gpus=gpus)
-        args = argv[len(trainer.argv):] if trainer.argv else argv[3:]
+        args = argv[len(trainer.argv) :] if trainer.argv else argv[3:]
         machine: dict[str, Any] = {"machineType": pool.machine_type}
         if pool.accelerator:
             machine.update(acceleratorType=pool.accelerator, acceleratorCount=pool.accelerator_count)
@@ -275,8 +336,12 @@ def custom_job_body(spec: JobSpec, pools: list[Pool], *, display_name: str | Non
         else:
             kind = "gpu" if gpus else "cpu"
             image = chosen.get(kind) or prebuilt_image(kind, day)
-            entry["pythonPackageSpec"] = {"executorImageUri": image, "packageUris": [package],
-                                          "pythonModule": module, "args": args}
+            entry["pythonPackageSpec"] = {
+                "executorImageUri": image,
+                "packageUris": [package],
+                "pythonModule": module,
+                "args": args,
+            }
         pool_specs.append(entry)
     body: dict[str, Any] = {
         "displayName": display_name or spec.name,
@@ -360,13 +425,22 @@ def prepare(request: SubmitRequest, today: _dt.date | None = None) -> Submission
     # runs a Python package even when the spec names a container image
     by_package = bool(request.package or request.executor_images)
     container = request.container_image or (None if by_package else section.get("container_image"))
-    body = custom_job_body(spec, pools, package_uri=request.package or section.get("package"),
-                           container_image=container,
-                           executor_images=request.executor_images or section.get("executor_images") or (),
-                           spot=request.spot if request.spot is not None else bool(section.get("spot", False)),
-                           today=today)
-    return Submission(body, request.project or section.get("project") or os.environ.get("GOOGLE_CLOUD_PROJECT"),
-                      region, spec.job_dir, tuple(notes))
+    body = custom_job_body(
+        spec,
+        pools,
+        package_uri=request.package or section.get("package"),
+        container_image=container,
+        executor_images=request.executor_images or section.get("executor_images") or (),
+        spot=request.spot if request.spot is not None else bool(section.get("spot", False)),
+        today=today,
+    )
+    return Submission(
+        body,
+        request.project or section.get("project") or os.environ.get("GOOGLE_CLOUD_PROJECT"),
+        region,
+        spec.job_dir,
+        tuple(notes),
+    )
 
 
 def _aiplatform():
@@ -380,8 +454,9 @@ def _aiplatform():
 def client(region: str):
     """A JobServiceClient over REST for `region` (or the local fake named by SURVIVOR_VERTEX_ENDPOINT)."""
     aiplatform_v1 = _aiplatform()
-    return aiplatform_v1.JobServiceClient(**endpoints.client_kwargs(
-        endpoints.VERTEX.endpoint(), default=f"{region}-aiplatform.googleapis.com"))
+    return aiplatform_v1.JobServiceClient(
+        **endpoints.client_kwargs(endpoints.VERTEX.endpoint(), default=f"{region}-aiplatform.googleapis.com")
+    )
 
 
 def submit(body: dict[str, Any], project: str, region: str) -> dict[str, Any]:
@@ -436,8 +511,12 @@ def job_parts(name: str) -> tuple[str, str, str]:
     """`projects/P/locations/R/customJobs/ID` -> (P, R, ID)."""
     parts = name.strip("/").split("/")
     if len(parts) != 6 or parts[0] != "projects" or parts[2] != "locations" or parts[4] != "customJobs":
-        raise SpecError([f"custom job {name!r}: expected projects/PROJECT/locations/REGION/customJobs/ID "
-                         "(as survivor submit prints it)"])
+        raise SpecError(
+            [
+                f"custom job {name!r}: expected projects/PROJECT/locations/REGION/customJobs/ID "
+                "(as survivor submit prints it)"
+            ]
+        )
     problems = region_problems(parts[3], f"custom job {name}: location")
     if problems:
         raise SpecError(problems)
@@ -455,8 +534,9 @@ def logging_client(project: str):
     require("google.cloud.logging", "vertex", "a Vertex AI job's logs (google-cloud-logging)")
     from google.cloud import logging as cloud_logging
 
-    return cloud_logging.Client(project=project, _use_grpc=False,
-                                **endpoints.client_kwargs(endpoints.LOGGING.endpoint(), transport=None))
+    return cloud_logging.Client(
+        project=project, _use_grpc=False, **endpoints.client_kwargs(endpoints.LOGGING.endpoint(), transport=None)
+    )
 
 
 def job_logs(job_name: str, since: str, client=None) -> list[LogLine]:
@@ -470,14 +550,25 @@ def job_logs(job_name: str, since: str, client=None) -> list[LogLine]:
 def _log_lines(client, project: str, job_name: str, since: str) -> list[LogLine]:
     """job_logs' reading of Cloud Logging's entries (each page is a call)."""
     lines = []
-    for entry in client.list_entries(resource_names=[f"projects/{project}"], filter_=log_filter(job_name, since),
-                                     order_by="timestamp asc", page_size=1000):
+    for entry in client.list_entries(
+        resource_names=[f"projects/{project}"],
+        filter_=log_filter(job_name, since),
+        order_by="timestamp asc",
+        page_size=1000,
+    ):
         labels = (entry.resource.labels if entry.resource else None) or {}
         payload = entry.payload
         text = payload if isinstance(payload, str) else (payload or {}).get("message", json.dumps(payload))
         stamp = entry.timestamp.isoformat().replace("+00:00", "Z") if entry.timestamp else since
-        lines.append(LogLine(stamp, labels.get("task_name", "?"), entry.severity or "DEFAULT", text.rstrip("\n"),
-                             entry.insert_id or ""))
+        lines.append(
+            LogLine(
+                stamp,
+                labels.get("task_name", "?"),
+                entry.severity or "DEFAULT",
+                text.rstrip("\n"),
+                entry.insert_id or "",
+            )
+        )
     return lines
 
 

@@ -46,8 +46,15 @@ def _library_errors() -> tuple[tuple[type[SpecError], ...], tuple[type[BaseExcep
 
     from survivor.extras import MissingExtra
 
-    return (SpecError,), (ComputeError, StorageError, ImageError, VertexError, CommandError, DefaultCredentialsError,
-                          MissingExtra)
+    return (SpecError,), (
+        ComputeError,
+        StorageError,
+        ImageError,
+        VertexError,
+        CommandError,
+        DefaultCredentialsError,
+        MissingExtra,
+    )
 
 
 def exit_code(exc: BaseException, write: Callable[[str], None], *, daemon: bool = False) -> int | None:

@@ -46,9 +46,13 @@ def command(sub, name: str, *, help: str, description: str, examples: Sequence[s
     <BLANKLINE>
     """
     paragraphs = [textwrap.fill(" ".join(part.split()), DESCRIPTION_WIDTH) for part in description.split("\n\n")]
-    return sub.add_parser(name, help=help, description="\n\n".join(paragraphs),
-                          epilog="examples:\n" + "".join(f"  {line}\n" for line in examples),
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    return sub.add_parser(
+        name,
+        help=help,
+        description="\n\n".join(paragraphs),
+        epilog="examples:\n" + "".join(f"  {line}\n" for line in examples),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 def positive(text: str) -> int:
@@ -67,8 +71,9 @@ def project(p, help: str = PROJECT_HELP, default: str | None = None) -> None:
     p.add_argument("--project", default=default, help=help)
 
 
-def place(p, required: bool = False, zone_help: str = "the zonal MIG's zone",
-          region_help: str = "the regional MIG's region") -> None:
+def place(
+    p, required: bool = False, zone_help: str = "the zonal MIG's zone", region_help: str = "the regional MIG's region"
+) -> None:
     """--zone or --region: where the job's group is (a zonal or a regional managed instance group).
     Required: exactly one of them."""
     where = p.add_mutually_exclusive_group(required=True) if required else p
@@ -81,8 +86,13 @@ def region(p, help: str) -> None:
     p.add_argument("--region", help=help)
 
 
-def where(p, instance: bool = False, name_optional: bool = False, name_help: str = "the job's name (its MIG and template)",
-          region_help: str = "the regional MIG's region") -> None:
+def where(
+    p,
+    instance: bool = False,
+    name_optional: bool = False,
+    name_help: str = "the job's name (its MIG and template)",
+    region_help: str = "the regional MIG's region",
+) -> None:
     """The flags that name a job's group (or a standalone instance): NAME, --project, --zone, --region."""
     p.add_argument("name", nargs="?" if name_optional else None, help=name_help)
     project(p)
@@ -110,5 +120,9 @@ def prices(p, instead_of: str) -> None:
     """--spot-price and --on-demand-price: the whole VM's prices in USD per hour, given instead of
     `instead_of`."""
     for flag, side in (("--spot-price", "Spot"), ("--on-demand-price", "on-demand")):
-        p.add_argument(flag, type=_price, metavar="USD_PER_HOUR",
-                       help=f"the {side} price of the whole VM with its GPUs, instead of {instead_of}")
+        p.add_argument(
+            flag,
+            type=_price,
+            metavar="USD_PER_HOUR",
+            help=f"the {side} price of the whole VM with its GPUs, instead of {instead_of}",
+        )

@@ -53,8 +53,9 @@ def _address(args: argparse.Namespace) -> groups.JobAddress:
     """The job's group (or standalone instance) the arguments name."""
     from survivor.operator import group as groups
 
-    return groups.JobAddress(args.name, project=args.project, zone=args.zone, region=args.region,
-                           instance=getattr(args, "instance", None))
+    return groups.JobAddress(
+        args.name, project=args.project, zone=args.zone, region=args.region, instance=getattr(args, "instance", None)
+    )
 
 
 def _template_request(args: argparse.Namespace) -> groups.TemplateRequest:
@@ -62,11 +63,24 @@ def _template_request(args: argparse.Namespace) -> groups.TemplateRequest:
     from survivor.operator import group as groups
 
     return groups.TemplateRequest(
-        name=args.name, config=args.config, project=args.project, machine_type=args.machine_type, gpu=args.gpu,
-        spot=args.spot, image_family=args.image_family, image_project=args.image_project, disk_gb=args.disk_gb,
-        service_account=args.service_account, cloud_platform_scope=args.cloud_platform_scope, zone=args.zone,
-        region=args.region, preemption_notice=args.preemption_notice, survivor_wheel=args.survivor_wheel,
-        external_ip=getattr(args, "external_ip", None), install=getattr(args, "install", "image"))
+        name=args.name,
+        config=args.config,
+        project=args.project,
+        machine_type=args.machine_type,
+        gpu=args.gpu,
+        spot=args.spot,
+        image_family=args.image_family,
+        image_project=args.image_project,
+        disk_gb=args.disk_gb,
+        service_account=args.service_account,
+        cloud_platform_scope=args.cloud_platform_scope,
+        zone=args.zone,
+        region=args.region,
+        preemption_notice=args.preemption_notice,
+        survivor_wheel=args.survivor_wheel,
+        external_ip=getattr(args, "external_ip", None),
+        install=getattr(args, "install", "image"),
+    )
 
 
 def make_template(args: argparse.Namespace) -> int:
@@ -74,8 +88,9 @@ def make_template(args: argparse.Namespace) -> int:
     from survivor.cloud.template import pretty
     from survivor.operator import group as groups
 
-    made = groups.make_template(_template_request(args), None if args.dry_run else connect,
-                              skip_preflight=args.skip_preflight, say=_note)
+    made = groups.make_template(
+        _template_request(args), None if args.dry_run else connect, skip_preflight=args.skip_preflight, say=_note
+    )
     if made.state == "dry-run":
         print(pretty(made.body))
     elif made.state == "unchanged":
@@ -90,10 +105,17 @@ def make_image(args: argparse.Namespace) -> int:
     requirements, so that make-template's VMs boot into training installing nothing."""
     from survivor.operator import image
 
-    request = image.ImageRequest(config=args.config, zone=args.zone, project=args.project,
-                                 survivor_wheel=args.survivor_wheel, machine_type=args.machine_type,
-                                 disk_gb=args.disk_gb, deadline=args.deadline, poll_seconds=args.poll_seconds,
-                                 keep_builder=args.keep_builder)
+    request = image.ImageRequest(
+        config=args.config,
+        zone=args.zone,
+        project=args.project,
+        survivor_wheel=args.survivor_wheel,
+        machine_type=args.machine_type,
+        disk_gb=args.disk_gb,
+        deadline=args.deadline,
+        poll_seconds=args.poll_seconds,
+        keep_builder=args.keep_builder,
+    )
     made = image.build_image(request, connect, progress=_progress)
     if made.image is None:
         print(f"image family {made.family}: already built for this wheel and lock; nothing to do")
@@ -111,12 +133,18 @@ def make_group(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(json.dumps(groups.group_body(group, args.template), indent=2))
         return 0
-    options = groups.GroupOptions(template=args.template, skip_preflight=args.skip_preflight,
-                                wait_seconds=args.wait_seconds, poll_seconds=args.poll_seconds)
+    options = groups.GroupOptions(
+        template=args.template,
+        skip_preflight=args.skip_preflight,
+        wait_seconds=args.wait_seconds,
+        poll_seconds=args.poll_seconds,
+    )
     made = groups.make_group(connect(group.project), group, options, say=_note, progress=_progress)
     if made.state == "stopped":
-        print(f"group {args.name}: already exists, stopped (target size 0); `survivor start {args.name} "
-              f"{address.flag}` starts it")
+        print(
+            f"group {args.name}: already exists, stopped (target size 0); `survivor start {args.name} "
+            f"{address.flag}` starts it"
+        )
     elif made.state == "running":
         print(f"group {args.name}: {made.done} ({address.place}); its VM is RUNNING in {made.zone}")
     else:
@@ -155,20 +183,30 @@ def _print_job_dir(summary: dict) -> None:
     from survivor.log import console as make_console
 
     console = make_console()
-    committed = "nothing committed" if summary["committed_step"] is None else f"committed step {summary['committed_step']}"
+    committed = (
+        "nothing committed" if summary["committed_step"] is None else f"committed step {summary['committed_step']}"
+    )
     # the job dir is the operator's own argument, shown whole (a path: PATH_MAX), as a later command needs it
-    console.print(f"[bold]{_shown(summary['job_dir'], 4096)}[/bold]: {_shown(summary['state'])}, {committed}, "
-                  f"{summary['preemptions']} preemptions survived, {summary['steps_lost']} steps lost"
-                  + ("" if summary.get("goodput") is None else f", goodput {100 * summary['goodput']:.0f}%"))
+    console.print(
+        f"[bold]{_shown(summary['job_dir'], 4096)}[/bold]: {_shown(summary['state'])}, {committed}, "
+        f"{summary['preemptions']} preemptions survived, {summary['steps_lost']} steps lost"
+        + ("" if summary.get("goodput") is None else f", goodput {100 * summary['goodput']:.0f}%")
+    )
     for line in moves_and_waits_lines(summary):
         console.print(line)
     if summary["failed"]:
         console.print(f"[red]FAILED:[/red] {_shown(failed_reason(summary['failed']))}")
     table = Table("attempt", "instance", "restored", "ended at", "outcome", "lost", "reason")
     for row in summary["history"]:
-        table.add_row(_shown(row["attempt"]), _shown(row["instance"]), _shown(row["restored"]),
-                      _shown(row["end_step"]), _shown(row["outcome"]), _shown(row["steps_lost"]),
-                      _shown(row["reason"]))
+        table.add_row(
+            _shown(row["attempt"]),
+            _shown(row["instance"]),
+            _shown(row["restored"]),
+            _shown(row["end_step"]),
+            _shown(row["outcome"]),
+            _shown(row["steps_lost"]),
+            _shown(row["reason"]),
+        )
     console.print(table)
 
 
@@ -177,16 +215,26 @@ def moves_and_waits_lines(summary: dict) -> list[str]:
     move of the job's group to another place (region, machine shape), then where it is now; each
     field `_shown` (cut to a screen's width, markup escaped)."""
     moved = summary.get("moves") or []
-    return [f"step {_shown(p['step'])} waits on the state disk of {_shown(p['instance'])} ({_shown(p['zone'])}), "
-            f"{p['bytes'] / 1e6:.0f} MB: its next boot commits it" for p in summary.get("pending") or []] + [
-        f"moved {_shown(m['time'][:19])} from {_shown(m['from'])} to {_shown(m['to'])}"
-        + (f", shape {_shown(m['shape'])}" if m.get("shape") else "")
-        + f" ({_shown(m['by'])}): {_shown(m['reason'])}"
-        + (" (a state-disk snapshot left behind)" if m.get("lost_pending") else "")
-        for m in moved] + [
-        f"now at {_shown(m['to'])} on {_shown(m['shape'])}" for m in moved[-1:] if m.get("shape")] + [
-        f"a switch to {_shown(f['to_mode'])} decided {_shown(f['time'][:19])} ({_shown(f['by'])}) failed: "
-        f"{_shown(f['error'])}" for f in (summary.get("failed_switches") or [])[-3:]]
+    return (
+        [
+            f"step {_shown(p['step'])} waits on the state disk of {_shown(p['instance'])} ({_shown(p['zone'])}), "
+            f"{p['bytes'] / 1e6:.0f} MB: its next boot commits it"
+            for p in summary.get("pending") or []
+        ]
+        + [
+            f"moved {_shown(m['time'][:19])} from {_shown(m['from'])} to {_shown(m['to'])}"
+            + (f", shape {_shown(m['shape'])}" if m.get("shape") else "")
+            + f" ({_shown(m['by'])}): {_shown(m['reason'])}"
+            + (" (a state-disk snapshot left behind)" if m.get("lost_pending") else "")
+            for m in moved
+        ]
+        + [f"now at {_shown(m['to'])} on {_shown(m['shape'])}" for m in moved[-1:] if m.get("shape")]
+        + [
+            f"a switch to {_shown(f['to_mode'])} decided {_shown(f['time'][:19])} ({_shown(f['by'])}) failed: "
+            f"{_shown(f['error'])}"
+            for f in (summary.get("failed_switches") or [])[-3:]
+        ]
+    )
 
 
 def state_disk_lines(report: dict) -> list[str]:
@@ -212,18 +260,24 @@ def _print_status(report: dict) -> None:
 
     console = make_console()
     g = report.get("group")
-    console.print(f"[bold]{_shown(report['name'])}[/bold] in {_shown(report['project'])}/"
-                  f"{_shown(report['zone'] or report['region'])}: "
-                  + (f"group target size {_shown(g['target_size'])}, template {_shown(g['template'])}" if g
-                     else "no group"))
+    console.print(
+        f"[bold]{_shown(report['name'])}[/bold] in {_shown(report['project'])}/"
+        f"{_shown(report['zone'] or report['region'])}: "
+        + (f"group target size {_shown(g['target_size'])}, template {_shown(g['template'])}" if g else "no group")
+    )
     for instance in report.get("instances", []):
         guest = instance.get("guest") or {}
-        state = _shown(instance["status"]) if instance["status"] else \
-            f"not created yet ({_shown(instance.get('action') or 'CREATING')})"
+        state = (
+            _shown(instance["status"])
+            if instance["status"]
+            else f"not created yet ({_shown(instance.get('action') or 'CREATING')})"
+        )
         errors = "; ".join(f"{_shown(code)}: {_shown(message)}" for code, message in instance.get("errors") or [])
-        console.print(f"  instance {_shown(instance['name'])} ({_shown(instance['zone'])}): {state}"
-                      + (f", agent {_shown(guest.get('state'))} at step {_shown(guest.get('step'))}" if guest else "")
-                      + (f"; the group's last attempt failed: {errors}" if errors and not instance["status"] else ""))
+        console.print(
+            f"  instance {_shown(instance['name'])} ({_shown(instance['zone'])}): {state}"
+            + (f", agent {_shown(guest.get('state'))} at step {_shown(guest.get('step'))}" if guest else "")
+            + (f"; the group's last attempt failed: {errors}" if errors and not instance["status"] else "")
+        )
         if guest.get("finish"):  # it could not leave its group and powered itself off
             console.print(f"    {_shown(guest['finish'])}")
     if report.get("resize_request"):  # a flex-start group: its request queued, or why it failed
@@ -234,9 +288,11 @@ def _print_status(report: dict) -> None:
     if not job:
         return
     committed = "nothing committed" if job["committed_step"] is None else f"committed step {job['committed_step']}"
-    console.print(f"  job {_shown(job['state'])}: {committed} of {_shown(job.get('train_steps', '?'))}, "
-                  f"{job['preemptions']} preemptions survived, {job['steps_lost']} steps lost, "
-                  f"{job['attempts']} boots")
+    console.print(
+        f"  job {_shown(job['state'])}: {committed} of {_shown(job.get('train_steps', '?'))}, "
+        f"{job['preemptions']} preemptions survived, {job['steps_lost']} steps lost, "
+        f"{job['attempts']} boots"
+    )
     for line in moves_and_waits_lines(job):
         console.print(f"  {line}")
     if job.get("failed"):
@@ -245,15 +301,22 @@ def _print_status(report: dict) -> None:
         from survivor.operator.budget import stop_line
 
         where = f"--zone {report['zone']}" if report.get("zone") else f"--region {report.get('region')}"
-        console.print(f"  [yellow]{_shown(stop_line(report['name'], job['budget_stopped'], where), 2 * SCREEN_CHARS)}"
-                      f"[/yellow]")
+        console.print(
+            f"  [yellow]{_shown(stop_line(report['name'], job['budget_stopped'], where), 2 * SCREEN_CHARS)}[/yellow]"
+        )
     if report.get("goodput_line"):
         console.print(f"  {_shown(report['goodput_line'], 2 * SCREEN_CHARS)}")
     table = Table("boot", "instance", "from", "saved", "outcome", "lost", "reason")
     for row in job["history"][-10:]:
-        table.add_row(_shown(row["attempt"]), _shown(row["instance"]), _shown(row["restored"]),
-                      _shown(row["end_step"]), _shown(row["outcome"]), _shown(row["steps_lost"]),
-                      _shown(row["reason"], 60))
+        table.add_row(
+            _shown(row["attempt"]),
+            _shown(row["instance"]),
+            _shown(row["restored"]),
+            _shown(row["end_step"]),
+            _shown(row["outcome"]),
+            _shown(row["steps_lost"]),
+            _shown(row["reason"], 60),
+        )
     console.print(table)
 
 
@@ -268,8 +331,9 @@ def status(args: argparse.Namespace) -> int:
         if not args.job_dir:
             raise CommandError("give a job name (with --zone or --region), or --job-dir")
         if args.spot_price or args.on_demand_price:
-            raise CommandError("--spot-price/--on-demand-price: name the job too, so its machine and compute hours "
-                               "are known")
+            raise CommandError(
+                "--spot-price/--on-demand-price: name the job too, so its machine and compute hours are known"
+            )
         from survivor.jobdir.status import job_summary, read_job
 
         _readable_job_dir(args.job_dir)
@@ -279,8 +343,13 @@ def status(args: argparse.Namespace) -> int:
         from survivor.operator import group as groups
 
         group = _address(args).group()
-        report = groups.job_status(connect(group.project), group, args.job_dir, spot_price=args.spot_price,
-                                 on_demand_price=args.on_demand_price)
+        report = groups.job_status(
+            connect(group.project),
+            group,
+            args.job_dir,
+            spot_price=args.spot_price,
+            on_demand_price=args.on_demand_price,
+        )
         show = _print_status
     if args.json:
         print(json.dumps(report, indent=2, default=str))
@@ -292,7 +361,7 @@ def status(args: argparse.Namespace) -> int:
 def _readable_job_dir(job_dir: str) -> None:
     """CommandError unless a local job dir (a path or file://) exists as a directory: a command that
     only reads never creates one, and a mistyped path is not a job that has not started."""
-    local = job_dir[len("file://"):] if job_dir.startswith("file://") else job_dir
+    local = job_dir[len("file://") :] if job_dir.startswith("file://") else job_dir
     if not job_dir.startswith("gs://") and not os.path.isdir(local):
         why = "not a directory" if os.path.exists(local) else "no such directory"
         raise CommandError(f"job dir {job_dir}: {why}")
@@ -308,8 +377,9 @@ def report(args: argparse.Namespace) -> int:
     from survivor.jobdir.status import read_job
     from survivor.jobdir.switches import parse_time
 
-    options = reports.ReportOptions(spot_price=args.spot_price, on_demand_price=args.on_demand_price,
-                                    online=not args.offline)
+    options = reports.ReportOptions(
+        spot_price=args.spot_price, on_demand_price=args.on_demand_price, online=not args.offline
+    )
     job_dir = args.job_dir
     if args.name is not None:
         group = _address(args).group()
@@ -329,8 +399,10 @@ def report(args: argparse.Namespace) -> int:
         raise CommandError("give a job name (with --zone or --region), or --job-dir")
     if not job_dir and args.name is not None and found.get("group") is None:
         where = f"zone {group.zone}" if group.zone else f"region {group.region}"
-        raise CommandError(f"job {args.name}: no group {args.name} in {group.project}/{where} (deleted, or "
-                           f"another zone or region?); for a deleted job's report give --job-dir")
+        raise CommandError(
+            f"job {args.name}: no group {args.name} in {group.project}/{where} (deleted, or "
+            f"another zone or region?); for a deleted job's report give --job-dir"
+        )
     if not job_dir:
         raise CommandError(f"job {args.name}: its template names no job dir; give --job-dir")
     if args.machine_type:
@@ -352,9 +424,23 @@ def report(args: argparse.Namespace) -> int:
         with open(md, "a", encoding="utf-8") as f:
             f.write("\n" + section)
     if args.json:
-        print(json.dumps({**made.to_json(), **({"state_disks": found.get("state_disks") or [],
-                                                 "state_disks_monthly_usd": found.get("state_disks_monthly_usd")}
-                                                if args.name is not None else {})}, indent=2, default=str))
+        print(
+            json.dumps(
+                {
+                    **made.to_json(),
+                    **(
+                        {
+                            "state_disks": found.get("state_disks") or [],
+                            "state_disks_monthly_usd": found.get("state_disks_monthly_usd"),
+                        }
+                        if args.name is not None
+                        else {}
+                    ),
+                },
+                indent=2,
+                default=str,
+            )
+        )
     else:
         print(reports.markdown(made, png))
         if section:
@@ -372,8 +458,10 @@ def stop(args: argparse.Namespace) -> int:
     if args.instance:
         print(f"instance {args.instance}: stopped (the agent saved on the way down)")
     else:
-        print(f"group {args.name}: resized to 0; the agent saves and commits before its VM goes. "
-              f"`survivor start {args.name} {address.flag}` resumes from that checkpoint.")
+        print(
+            f"group {args.name}: resized to 0; the agent saves and commits before its VM goes. "
+            f"`survivor start {args.name} {address.flag}` resumes from that checkpoint."
+        )
     return 0
 
 
@@ -418,8 +506,9 @@ def logs(args: argparse.Namespace) -> int:
 
         return vertex.logs(args)
     if not args.name and not args.instance:
-        raise CommandError("name the job (its MIG), an instance with --instance and --zone, or a Vertex AI custom "
-                           "job with --vertex")
+        raise CommandError(
+            "name the job (its MIG), an instance with --instance and --zone, or a Vertex AI custom job with --vertex"
+        )
     from survivor.operator import group as groups
 
     address = _address(args)
@@ -446,83 +535,145 @@ def _template_flags(p) -> None:
     p.add_argument("name", help="the template's name (make-group's --template)")
     p.add_argument("--config", required=True, help="the job spec YAML")
     flags.project(p)
-    p.add_argument("--machine-type", help=f"the VM's machine type (default: the spec's compute.machine_type, "
-                                          f"else {MachineOptions.machine_type})")
-    p.add_argument("--gpu", help=f"TYPE:COUNT, e.g. nvidia-tesla-t4:4, or none (default: the spec's compute.gpu, "
-                                 f"else {MachineOptions.gpu_type} times num_gpus on an N1 machine)")
+    p.add_argument(
+        "--machine-type",
+        help=f"the VM's machine type (default: the spec's compute.machine_type, else {MachineOptions.machine_type})",
+    )
+    p.add_argument(
+        "--gpu",
+        help=f"TYPE:COUNT, e.g. nvidia-tesla-t4:4, or none (default: the spec's compute.gpu, "
+        f"else {MachineOptions.gpu_type} times num_gpus on an N1 machine)",
+    )
     spot = p.add_mutually_exclusive_group()
     spot.add_argument("--spot", dest="spot", action="store_true", default=None, help="Spot VM (default)")
     spot.add_argument("--on-demand", dest="spot", action="store_false", help="standard (on-demand) VM (default: Spot)")
-    p.add_argument("--image-family", help=f"the boot image's family (default: the spec's compute.image_family, "
-                                          f"else {MachineOptions.image_family})")
-    p.add_argument("--image-project", help=f"the project of that family (default: the spec's compute.image_project, "
-                                           f"else {MachineOptions.image_project})")
-    p.add_argument("--disk-gb", type=int, help=f"the boot disk's size in GB (default: the spec's compute.disk_gb, "
-                                               f"else {MachineOptions.disk_gb})")
-    p.add_argument("--service-account", help=f"the VM's service account (default: the spec's "
-                                             f"compute.service_account, else {MachineOptions.service_account}: "
-                                             "Compute Engine's default)")
-    p.add_argument("--cloud-platform-scope", action="store_true", help="the whole cloud-platform scope instead of storage+compute")
-    flags.place(p, zone_help="the zone the group will run in, for the GPU and quota checks (default: the spec's "
-                             "compute.zone; give it or --region)",
-                region_help="the region a regional group will run in (default: the spec's compute.region)")
-    p.add_argument("--preemption-notice", type=int, metavar="SECONDS", help="Spot: ask for this much notice before the soft off")
-    p.add_argument("--no-external-ip", dest="external_ip", action="store_false", default=None,
-                   help="no external IP on the VM (an organisation policy may forbid one): it reaches Cloud Storage "
-                        "through Private Google Access on its subnet; survivor's image installs nothing else")
-    p.add_argument("--survivor-wheel", help="stage this local survivor_train-*.whl instead of building one "
-                                            "from the checkout")
+    p.add_argument(
+        "--image-family",
+        help=f"the boot image's family (default: the spec's compute.image_family, else {MachineOptions.image_family})",
+    )
+    p.add_argument(
+        "--image-project",
+        help=f"the project of that family (default: the spec's compute.image_project, "
+        f"else {MachineOptions.image_project})",
+    )
+    p.add_argument(
+        "--disk-gb",
+        type=int,
+        help=f"the boot disk's size in GB (default: the spec's compute.disk_gb, else {MachineOptions.disk_gb})",
+    )
+    p.add_argument(
+        "--service-account",
+        help=f"the VM's service account (default: the spec's "
+        f"compute.service_account, else {MachineOptions.service_account}: "
+        "Compute Engine's default)",
+    )
+    p.add_argument(
+        "--cloud-platform-scope", action="store_true", help="the whole cloud-platform scope instead of storage+compute"
+    )
+    flags.place(
+        p,
+        zone_help="the zone the group will run in, for the GPU and quota checks (default: the spec's "
+        "compute.zone; give it or --region)",
+        region_help="the region a regional group will run in (default: the spec's compute.region)",
+    )
+    p.add_argument(
+        "--preemption-notice", type=int, metavar="SECONDS", help="Spot: ask for this much notice before the soft off"
+    )
+    p.add_argument(
+        "--no-external-ip",
+        dest="external_ip",
+        action="store_false",
+        default=None,
+        help="no external IP on the VM (an organisation policy may forbid one): it reaches Cloud Storage "
+        "through Private Google Access on its subnet; survivor's image installs nothing else",
+    )
+    p.add_argument(
+        "--survivor-wheel", help="stage this local survivor_train-*.whl instead of building one from the checkout"
+    )
 
 
 def _add_template_commands(sub) -> None:
     """make-template, make-image and preflight: what a job boots from."""
     p = flags.command(
-        sub, "make-template", help="create the instance template for a job spec",
+        sub,
+        "make-template",
+        help="create the instance template for a job spec",
         description="Turns the job spec and these flags into the job's instance template: a Spot VM (unless "
-                    "--on-demand) that boots survivor's image for this install, built first when it is missing "
-                    "(its cost and time said before), or with --install wheel stages survivor's wheel and lock in "
-                    "the job dir's bucket. Runs preflight's checks first. A rerun of the same request says "
-                    "`unchanged`.",
-        examples=["survivor make-template cifar10 --config job.yaml --zone us-west1-b --project my-project",
-                  "survivor make-template cifar10 --config job.yaml --zone us-west1-b --dry-run   "
-                  "# the REST body; nothing sent",
-                  "survivor make-template cifar10 --config job.yaml --zone us-west1-b --install wheel"])
+        "--on-demand) that boots survivor's image for this install, built first when it is missing "
+        "(its cost and time said before), or with --install wheel stages survivor's wheel and lock in "
+        "the job dir's bucket. Runs preflight's checks first. A rerun of the same request says "
+        "`unchanged`.",
+        examples=[
+            "survivor make-template cifar10 --config job.yaml --zone us-west1-b --project my-project",
+            "survivor make-template cifar10 --config job.yaml --zone us-west1-b --dry-run   "
+            "# the REST body; nothing sent",
+            "survivor make-template cifar10 --config job.yaml --zone us-west1-b --install wheel",
+        ],
+    )
     _template_flags(p)
-    p.add_argument("--install", choices=("image", "wheel"), default="image",
-                   help="image (default): boot survivor's image for this install, built once if missing, so a "
-                        "recreated VM installs nothing; wheel: stage the wheel and lock, installed on every fresh "
-                        "boot disk (~3.5 GB)")
+    p.add_argument(
+        "--install",
+        choices=("image", "wheel"),
+        default="image",
+        help="image (default): boot survivor's image for this install, built once if missing, so a "
+        "recreated VM installs nothing; wheel: stage the wheel and lock, installed on every fresh "
+        "boot disk (~3.5 GB)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the exact REST body; call nothing")
-    p.add_argument("--skip-preflight", action="store_true", help="create it even if `survivor preflight` finds problems")
+    p.add_argument(
+        "--skip-preflight", action="store_true", help="create it even if `survivor preflight` finds problems"
+    )
     p.set_defaults(func=make_template)
 
     p = flags.command(
-        sub, "make-image", help="bake survivor, its lock and the trainer's requirements into an image that "
-                                "make-template then boots (boots install nothing)",
+        sub,
+        "make-image",
+        help="bake survivor, its lock and the trainer's requirements into an image that "
+        "make-template then boots (boots install nothing)",
         description="Builds survivor's boot image for this wheel, its lock and the trainer's requirements: a "
-                    "builder VM in --zone installs them and powers off, and the image is made from its disk "
-                    "(10-20 minutes). make-template then boots it, so a VM its group recreates installs nothing. "
-                    "An image family already built for this install is left as it is.",
-        examples=["survivor make-image --config job.yaml --zone us-west1-b --project my-project"])
+        "builder VM in --zone installs them and powers off, and the image is made from its disk "
+        "(10-20 minutes). make-template then boots it, so a VM its group recreates installs nothing. "
+        "An image family already built for this install is left as it is.",
+        examples=["survivor make-image --config job.yaml --zone us-west1-b --project my-project"],
+    )
     p.add_argument("--config", required=True, help="the job spec YAML (its job dir stages the wheel and lock)")
     flags.project(p)
     p.add_argument("--zone", required=True, help="where the builder VM runs")
     p.add_argument("--survivor-wheel", help="a local survivor_train-*.whl instead of building one from the checkout")
-    p.add_argument("--machine-type", default="n1-standard-8", help="the builder's machine type (no GPU needed; default %(default)s)")
-    p.add_argument("--disk-gb", type=int, default=100, help="the builder's (and so the image's) disk size in GB (default %(default)s)")
-    p.add_argument("--deadline", type=float, default=3600.0, help="give up on the builder after this many seconds (default %(default)g)")
-    p.add_argument("--poll-seconds", type=float, default=15.0, help="how often to look at the builder (default %(default)g s)")
+    p.add_argument(
+        "--machine-type",
+        default="n1-standard-8",
+        help="the builder's machine type (no GPU needed; default %(default)s)",
+    )
+    p.add_argument(
+        "--disk-gb",
+        type=int,
+        default=100,
+        help="the builder's (and so the image's) disk size in GB (default %(default)s)",
+    )
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=3600.0,
+        help="give up on the builder after this many seconds (default %(default)g)",
+    )
+    p.add_argument(
+        "--poll-seconds", type=float, default=15.0, help="how often to look at the builder (default %(default)g s)"
+    )
     p.add_argument("--keep-builder", action="store_true", help="leave the builder VM for inspection")
     p.set_defaults(func=make_image)
 
     p = flags.command(
-        sub, "preflight", help="check bucket, IAM, image, GPU offer and quota for a job; change nothing",
+        sub,
+        "preflight",
+        help="check bucket, IAM, image, GPU offer and quota for a job; change nothing",
         description="Takes make-template's flags and checks, before anything is spent, what the template would "
-                    "need: the job dir's bucket and its IAM policy for the VM's service account, the image family, "
-                    "the GPU in the zone and the regional quota, and the project's IAM policy for what the VM "
-                    "itself does (leaving its group, the deadline's switch). One line per check; exit 1 when one "
-                    "blocks. Changes nothing.",
-        examples=["survivor preflight cifar10 --config job.yaml --zone us-west1-b --project my-project"])
+        "need: the job dir's bucket and its IAM policy for the VM's service account, the image family, "
+        "the GPU in the zone and the regional quota, and the project's IAM policy for what the VM "
+        "itself does (leaving its group, the deadline's switch). One line per check; exit 1 when one "
+        "blocks. Changes nothing.",
+        examples=["survivor preflight cifar10 --config job.yaml --zone us-west1-b --project my-project"],
+    )
     _template_flags(p)
     p.set_defaults(func=preflight)
 
@@ -530,47 +681,84 @@ def _add_template_commands(sub) -> None:
 def _add_group_commands(sub) -> None:
     """make-group, stop, start and delete: the job's group."""
     p = flags.command(
-        sub, "make-group", help="create the job's single-instance managed instance group",
+        sub,
+        "make-group",
+        help="create the job's single-instance managed instance group",
         description="Creates the job's managed instance group of one VM from its template: zonal with --zone, or "
-                    "regional with --region (its VM in any zone of the region that offers the GPU). Waits until "
-                    "the VM is RUNNING or the group says why it cannot start it (a stockout, a quota, a "
-                    "permission). A job has one group: a group of its name in another zone or region is refused.",
-        examples=["survivor make-group cifar10 --template cifar10 --zone us-west1-b",
-                  "survivor make-group cifar10 --template cifar10 --region us-west1 --wait-seconds 0   "
-                  "# do not wait for its VM"])
+        "regional with --region (its VM in any zone of the region that offers the GPU). Waits until "
+        "the VM is RUNNING or the group says why it cannot start it (a stockout, a quota, a "
+        "permission). A job has one group: a group of its name in another zone or region is refused.",
+        examples=[
+            "survivor make-group cifar10 --template cifar10 --zone us-west1-b",
+            "survivor make-group cifar10 --template cifar10 --region us-west1 --wait-seconds 0   "
+            "# do not wait for its VM",
+        ],
+    )
     flags.where(p)
-    p.add_argument("--template", required=True, help="the instance template the group's VM boots from (make-template's NAME)")
+    p.add_argument(
+        "--template", required=True, help="the instance template the group's VM boots from (make-template's NAME)"
+    )
     p.add_argument("--dry-run", action="store_true", help="print the exact REST body; call nothing")
-    p.add_argument("--skip-preflight", action="store_true", help="create it even if `survivor preflight` finds problems")
-    p.add_argument("--wait-seconds", type=float, default=300.0,
-                   help="wait this long for the VM to be RUNNING or for the group's error (0: do not wait; "
-                        "default %(default)g s)")
-    p.add_argument("--poll-seconds", type=float, default=5.0, help="how often to look while waiting (default %(default)g s)")
+    p.add_argument(
+        "--skip-preflight", action="store_true", help="create it even if `survivor preflight` finds problems"
+    )
+    p.add_argument(
+        "--wait-seconds",
+        type=float,
+        default=300.0,
+        help="wait this long for the VM to be RUNNING or for the group's error (0: do not wait; default %(default)g s)",
+    )
+    p.add_argument(
+        "--poll-seconds", type=float, default=5.0, help="how often to look while waiting (default %(default)g s)"
+    )
     p.set_defaults(func=make_group)
 
     for name, func, text, description in (
-            ("stop", stop, "stop training gracefully (the agent saves first): MIG resize to 0",
-             "Resizes the job's group to 0 (or stops the standalone --instance). Compute Engine soft-offs the VM, "
-             "and its agent saves and commits a checkpoint before it goes; `survivor start` resumes from it."),
-            ("start", start, "start training again: MIG resize to 1",
-             "Resizes the job's group back to 1 (or starts the standalone --instance); its VM resumes from the "
-             "newest committed checkpoint.")):
-        p = flags.command(sub, name, help=text, description=description,
-                          examples=[f"survivor {name} cifar10 --zone us-west1-b",
-                                    f"survivor {name} cifar10 --instance cifar10-x1z2 --zone us-west1-b"])
+        (
+            "stop",
+            stop,
+            "stop training gracefully (the agent saves first): MIG resize to 0",
+            "Resizes the job's group to 0 (or stops the standalone --instance). Compute Engine soft-offs the VM, "
+            "and its agent saves and commits a checkpoint before it goes; `survivor start` resumes from it.",
+        ),
+        (
+            "start",
+            start,
+            "start training again: MIG resize to 1",
+            "Resizes the job's group back to 1 (or starts the standalone --instance); its VM resumes from the "
+            "newest committed checkpoint.",
+        ),
+    ):
+        p = flags.command(
+            sub,
+            name,
+            help=text,
+            description=description,
+            examples=[
+                f"survivor {name} cifar10 --zone us-west1-b",
+                f"survivor {name} cifar10 --instance cifar10-x1z2 --zone us-west1-b",
+            ],
+        )
         flags.where(p, instance=True)
         if name == "start":
-            p.add_argument("--budget", type=float, metavar="USD",
-                           help="the job's budget from now on, in USD as `survivor report` prices it: a job "
-                                "stopped at its budget resumes only with one above what it spent")
+            p.add_argument(
+                "--budget",
+                type=float,
+                metavar="USD",
+                help="the job's budget from now on, in USD as `survivor report` prices it: a job "
+                "stopped at its budget resumes only with one above what it spent",
+            )
         p.set_defaults(func=func)
 
     p = flags.command(
-        sub, "delete", help="delete the job's MIG and template (never the job dir)",
+        sub,
+        "delete",
+        help="delete the job's MIG and template (never the job dir)",
         description="Deletes the job's group, then its template (--template when it has another name); a "
-                    "template another group still uses is kept, and that group named. Never the job dir: its "
-                    "checkpoints and records stay.",
-        examples=["survivor delete cifar10 --zone us-west1-b"])
+        "template another group still uses is kept, and that group named. Never the job dir: its "
+        "checkpoints and records stay.",
+        examples=["survivor delete cifar10 --zone us-west1-b"],
+    )
     flags.where(p)
     p.add_argument("--template", help="template name when it is not the job's name")
     p.set_defaults(func=delete)
@@ -579,13 +767,18 @@ def _add_group_commands(sub) -> None:
 def _add_reading_commands(sub) -> None:
     """status, report and logs: what a job is doing and what it cost."""
     p = flags.command(
-        sub, "status", help="MIG, instance, progress, preemptions, lost work and cost of a job",
+        sub,
+        "status",
+        help="MIG, instance, progress, preemptions, lost work and cost of a job",
         description="Shows the job's group, its VM and what its agent reports, the committed step, the "
-                    "preemptions survived, the steps lost, the cost so far and the last boots. With --job-dir "
-                    "alone, what the job dir says (a deleted job's too); with --vertex, a Vertex AI custom job.",
-        examples=["survivor status cifar10 --zone us-west1-b",
-                  "survivor status --job-dir gs://my-project-cifar-10-checkpoints/cifar10 --json",
-                  "survivor status --vertex projects/P/locations/us-central1/customJobs/ID --job-dir gs://BUCKET/run"])
+        "preemptions survived, the steps lost, the cost so far and the last boots. With --job-dir "
+        "alone, what the job dir says (a deleted job's too); with --vertex, a Vertex AI custom job.",
+        examples=[
+            "survivor status cifar10 --zone us-west1-b",
+            "survivor status --job-dir gs://my-project-cifar-10-checkpoints/cifar10 --json",
+            "survivor status --vertex projects/P/locations/us-central1/customJobs/ID --job-dir gs://BUCKET/run",
+        ],
+    )
     flags.where(p, name_optional=True, name_help="the job's name (omit with --job-dir alone for the job dir only)")
     flags.job_dir(p)
     p.add_argument("--vertex", metavar="CUSTOM_JOB", help="a Vertex AI custom job's name (from survivor submit)")
@@ -594,38 +787,57 @@ def _add_reading_commands(sub) -> None:
     p.set_defaults(func=status)
 
     p = flags.command(
-        sub, "report", help="a job's goodput, badput by cause and cost beside on-demand: Markdown, a timeline PNG "
-                            "and JSON",
+        sub,
+        "report",
+        help="a job's goodput, badput by cause and cost beside on-demand: Markdown, a timeline PNG and JSON",
         description="Goodput, badput by cause, and the cost so far and projected beside on-demand, from the job "
-                    "dir's records and the Cloud Billing Catalog's prices (else cached ones, else survivor's "
-                    "offline table). Writes report.md, timeline.png and report.json into --out and prints the "
-                    "Markdown.",
-        examples=["survivor report cifar10 --zone us-west1-b",
-                  "survivor report --job-dir gs://my-project-cifar-10-checkpoints/cifar10 --machine-type "
-                  "n1-standard-8 --gpu nvidia-tesla-t4:1 --region us-west1 --offline"])
-    flags.where(p, name_optional=True, name_help="the job's name (omit with --job-dir)",
-                region_help="the regional MIG's region; with --job-dir, where the prices are read")
+        "dir's records and the Cloud Billing Catalog's prices (else cached ones, else survivor's "
+        "offline table). Writes report.md, timeline.png and report.json into --out and prints the "
+        "Markdown.",
+        examples=[
+            "survivor report cifar10 --zone us-west1-b",
+            "survivor report --job-dir gs://my-project-cifar-10-checkpoints/cifar10 --machine-type "
+            "n1-standard-8 --gpu nvidia-tesla-t4:1 --region us-west1 --offline",
+        ],
+    )
+    flags.where(
+        p,
+        name_optional=True,
+        name_help="the job's name (omit with --job-dir)",
+        region_help="the regional MIG's region; with --job-dir, where the prices are read",
+    )
     flags.job_dir(p)
     p.add_argument("--machine-type", help="with --job-dir: the VM's machine type, for its prices")
     p.add_argument("--gpu", help="with --machine-type: TYPE:COUNT, e.g. nvidia-tesla-t4:1")
     p.add_argument("--train-steps", type=int, help="with --job-dir: the job's steps, for the projection")
     flags.prices(p, "the Cloud Billing Catalog's")
-    p.add_argument("--offline", action="store_true", help="do not read the Cloud Billing Catalog: cached prices or "
-                                                          "the offline table")
-    p.add_argument("--out", help="the directory for report.md, timeline.png, report.json "
-                                 "(default: ./survivor-report-NAME)")
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="do not read the Cloud Billing Catalog: cached prices or the offline table",
+    )
+    p.add_argument(
+        "--out", help="the directory for report.md, timeline.png, report.json (default: ./survivor-report-NAME)"
+    )
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=report)
 
     p = flags.command(
-        sub, "logs", help="the job instance's serial port output, or a Vertex AI job's logs",
+        sub,
+        "logs",
+        help="the job instance's serial port output, or a Vertex AI job's logs",
         description="Prints the serial port output of the job's VM (its startup script and the agent's "
-                    "journal); --follow keeps printing until Ctrl-C. With --vertex, a Vertex AI custom job's "
-                    "replicas' logs from Cloud Logging.",
-        examples=["survivor logs cifar10 --zone us-west1-b --follow",
-                  "survivor logs --vertex projects/P/locations/us-central1/customJobs/ID"])
+        "journal); --follow keeps printing until Ctrl-C. With --vertex, a Vertex AI custom job's "
+        "replicas' logs from Cloud Logging.",
+        examples=[
+            "survivor logs cifar10 --zone us-west1-b --follow",
+            "survivor logs --vertex projects/P/locations/us-central1/customJobs/ID",
+        ],
+    )
     flags.where(p, instance=True, name_optional=True)
     p.add_argument("--vertex", metavar="CUSTOM_JOB", help="a Vertex AI custom job's name: its replicas' logs")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new output until interrupted")
-    p.add_argument("--interval", type=float, default=5.0, help="with --follow: seconds between reads (default %(default)g)")
+    p.add_argument(
+        "--interval", type=float, default=5.0, help="with --follow: seconds between reads (default %(default)g)"
+    )
     p.set_defaults(func=logs)

@@ -24,9 +24,16 @@ def submit(args: argparse.Namespace) -> int:
     """`survivor submit`: sends the custom job (prints it with --dry-run), then says how to watch it."""
     from survivor.operator import vertex_job  # here, not at the top: the parser (`--help`) needs no job dir
 
-    request = vertex.SubmitRequest(config=args.config, training_input=args.training_input, project=args.project,
-                                   region=args.region, package=args.package, container_image=args.container_image,
-                                   executor_images=tuple(args.executor_image or ()), spot=args.spot)
+    request = vertex.SubmitRequest(
+        config=args.config,
+        training_input=args.training_input,
+        project=args.project,
+        region=args.region,
+        package=args.package,
+        container_image=args.container_image,
+        executor_images=tuple(args.executor_image or ()),
+        spot=args.spot,
+    )
     submission = vertex.prepare(request)
     for note in submission.notes:
         print(f"note: {note}", file=sys.stderr)
@@ -77,22 +84,34 @@ def logs(args: argparse.Namespace) -> int:
 def add_commands(sub) -> None:
     """Adds `survivor submit` to the command line's subparsers (status and logs take --vertex: group.py)."""
     p = flags.command(
-        sub, "submit", help="run the job on Vertex AI custom jobs (many workers, managed restarts)",
+        sub,
+        "submit",
+        help="run the job on Vertex AI custom jobs (many workers, managed restarts)",
         description="Sends the job spec to Vertex AI as a custom job: the same trainer, on one or many workers "
-                    "(a Cloud ML Engine trainingInput config translated with --training-input), resumed from "
-                    "--job-dir by the same contract. Prints how to follow it (survivor status --vertex, "
-                    "survivor logs --vertex).",
-        examples=["survivor submit --config job.yaml --region us-central1 --dry-run   # the request; nothing sent",
-                  "survivor submit --config job.yaml --training-input config.yaml --package "
-                  "gs://BUCKET/survivor_train-0.1.0.tar.gz"])
+        "(a Cloud ML Engine trainingInput config translated with --training-input), resumed from "
+        "--job-dir by the same contract. Prints how to follow it (survivor status --vertex, "
+        "survivor logs --vertex).",
+        examples=[
+            "survivor submit --config job.yaml --region us-central1 --dry-run   # the request; nothing sent",
+            "survivor submit --config job.yaml --training-input config.yaml --package "
+            "gs://BUCKET/survivor_train-0.1.0.tar.gz",
+        ],
+    )
     p.add_argument("--config", required=True, help="the job spec YAML")
     p.add_argument("--training-input", help="a Cloud ML Engine config.yaml (trainingInput: scaleTier, masterType...)")
     flags.project(p, help="Google Cloud project (default: the spec's vertex.project, else $GOOGLE_CLOUD_PROJECT)")
     flags.region(p, help="Vertex region (default: vertex.region or us-central1)")
-    p.add_argument("--package", help="gs:// sdist holding the trainer (survivor_train-VERSION.tar.gz for a builtin trainer)")
+    p.add_argument(
+        "--package", help="gs:// sdist holding the trainer (survivor_train-VERSION.tar.gz for a builtin trainer)"
+    )
     p.add_argument("--container-image", help="run this image instead of a Python package")
-    p.add_argument("--executor-image", action="append", default=None, metavar="URI",
-                   help="a prebuilt training image newer than survivor's table (once for -cpu., once for -gpu.)")
+    p.add_argument(
+        "--executor-image",
+        action="append",
+        default=None,
+        metavar="URI",
+        help="a prebuilt training image newer than survivor's table (once for -cpu., once for -gpu.)",
+    )
     p.add_argument("--spot", action="store_true", default=None, help="Spot VMs for every worker pool")
     p.add_argument("--dry-run", action="store_true", help="print the request; send nothing")
     p.set_defaults(func=submit)

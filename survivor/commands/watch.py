@@ -47,10 +47,18 @@ def _deployment(args: argparse.Namespace, project: str):
     from survivor.operator.watch_deploy import WatchDeployment
 
     location = args.location or args.region or args.zone.rsplit("-", 1)[0]
-    return WatchDeployment(job=args.name, project=project, region=location, zone=args.zone,
-                           group_region=args.region, service_account=args.service_account or "",
-                           image=args.image, every_minutes=every_minutes(args.every or "15m"),
-                           job_dir=args.job_dir, goodput_metrics=args.goodput_metrics)
+    return WatchDeployment(
+        job=args.name,
+        project=project,
+        region=location,
+        zone=args.zone,
+        group_region=args.region,
+        service_account=args.service_account or "",
+        image=args.image,
+        every_minutes=every_minutes(args.every or "15m"),
+        job_dir=args.job_dir,
+        goodput_metrics=args.goodput_metrics,
+    )
 
 
 def run_deploy(args: argparse.Namespace, group: GroupRef) -> int:
@@ -80,15 +88,19 @@ def run_deploy(args: argparse.Namespace, group: GroupRef) -> int:
             done = watch_deploy.undeploy(options)
         else:
             if not args.service_account:
-                raise CommandError("--deploy needs --service-account: the identity the Cloud Run job runs as "
-                                   "and whose OAuth token Cloud Scheduler sends (docs/deadline.md)")
+                raise CommandError(
+                    "--deploy needs --service-account: the identity the Cloud Run job runs as "
+                    "and whose OAuth token Cloud Scheduler sends (docs/deadline.md)"
+                )
             done = watch_deploy.deploy(options)
             if options.goodput_metrics:  # the deployed account writes them: said before it is found out at a look
                 from survivor.operator.preflight import goodput_writer_state, report
 
                 report(goodput_writer_state(Compute(group.project), f"serviceAccount:{options.service_account}"), print)
     except GoogleAPICallError as exc:
-        raise CommandError(f"watch {'--undeploy' if args.undeploy else '--deploy'} {options.name}: {exc.message}") from None
+        raise CommandError(
+            f"watch {'--undeploy' if args.undeploy else '--deploy'} {options.name}: {exc.message}"
+        ) from None
     for system, what in done.items():
         label = "Cloud Run job" if system == "run" else "Cloud Scheduler job"
         print(f"{label} {options.parent}/jobs/{options.name}: {what}")
@@ -116,8 +128,14 @@ def run_watch(args: argparse.Namespace) -> int:
 
     compute = Compute(group.project)
     while True:
-        looked = watch_once(compute, group, job_dir=args.job_dir, check_every_hours=(every or 900) / 3600, say=print,
-                            goodput_metrics=args.goodput_metrics)
+        looked = watch_once(
+            compute,
+            group,
+            job_dir=args.job_dir,
+            check_every_hours=(every or 900) / 3600,
+            say=print,
+            goodput_metrics=args.goodput_metrics,
+        )
         if isinstance(looked, JobOver) and looked.waiting:  # ended, but a state disk is still attached
             print(f"job {args.name}: {looked.state}; the next look comes back for what is left ({looked.waiting})")
         elif isinstance(looked, JobOver):  # the job ended: nothing more to look at
@@ -125,9 +143,11 @@ def run_watch(args: argparse.Namespace) -> int:
                 from survivor.operator.watch_deploy import end_schedule
 
                 done = end_schedule(group.project, args.deployed_in, args.name)
-                print(f"Cloud Scheduler job projects/{group.project}/locations/{args.deployed_in}/jobs/"
-                      f"survivor-watch-{args.name}: {done} (the job is {looked.state}; `survivor watch "
-                      f"{args.name} --undeploy` removes the Cloud Run job)")
+                print(
+                    f"Cloud Scheduler job projects/{group.project}/locations/{args.deployed_in}/jobs/"
+                    f"survivor-watch-{args.name}: {done} (the job is {looked.state}; `survivor watch "
+                    f"{args.name} --undeploy` removes the Cloud Run job)"
+                )
             return 0
         if not every or args.once:
             return 0
@@ -137,36 +157,56 @@ def run_watch(args: argparse.Namespace) -> int:
 def add_commands(sub) -> None:
     """Adds `watch` to the command line's subparsers."""
     p = flags.command(
-        sub, "watch", help="decide Spot or on-demand for a job with a deadline (while no VM may run)",
+        sub,
+        "watch",
+        help="decide Spot or on-demand for a job with a deadline (while no VM may run)",
         description="Looks at a job with a deadline: or placement: from outside its VM (during a Spot stockout "
-                    "no VM boots to decide) and switches its group to on-demand, or moves it, when the policy "
-                    "says so. Once, every --every in the foreground, or deployed on Google Cloud with --deploy (a "
-                    "Cloud Run job run by Cloud Scheduler; never an always-on VM).",
-        examples=["survivor watch cifar10 --zone us-west1-b                 # one look",
-                  "survivor watch cifar10 --zone us-west1-b --every 15m     # keep looking",
-                  "survivor watch cifar10 --zone us-west1-b --deploy --service-account SA_EMAIL"])
+        "no VM boots to decide) and switches its group to on-demand, or moves it, when the policy "
+        "says so. Once, every --every in the foreground, or deployed on Google Cloud with --deploy (a "
+        "Cloud Run job run by Cloud Scheduler; never an always-on VM).",
+        examples=[
+            "survivor watch cifar10 --zone us-west1-b                 # one look",
+            "survivor watch cifar10 --zone us-west1-b --every 15m     # keep looking",
+            "survivor watch cifar10 --zone us-west1-b --deploy --service-account SA_EMAIL",
+        ],
+    )
     p.add_argument("name", help="the job's name (its group's)")
     flags.project(p, help="Google Cloud project (default: $GOOGLE_CLOUD_PROJECT)")
     flags.place(p, required=True)
     flags.job_dir(p, help="the job dir (default: the one in the group's template)")
     p.add_argument("--every", help="look again this often (15m, 1h); default: look once")
-    p.add_argument("--deployed-in", metavar="REGION",
-                   help="set by --deploy: where this look's Cloud Scheduler job lives; the look deletes it once the "
-                        "job is DONE or FAILED")
-    p.add_argument("--goodput-metrics", action="store_true",
-                   help="each look also writes the job's goodput, badput by cause, disruptions and elapsed time to "
-                        "Cloud Monitoring, as Google's goodput library writes them (docs/notifications.md); needs "
-                        "monitoring.timeSeries.create (roles/monitoring.metricWriter)")
-    p.add_argument("--once", action="store_true",
-                   help="look once even with --every (which then only tells the policy how often it is asked: "
-                        "what the deployed job runs)")
+    p.add_argument(
+        "--deployed-in",
+        metavar="REGION",
+        help="set by --deploy: where this look's Cloud Scheduler job lives; the look deletes it once the "
+        "job is DONE or FAILED",
+    )
+    p.add_argument(
+        "--goodput-metrics",
+        action="store_true",
+        help="each look also writes the job's goodput, badput by cause, disruptions and elapsed time to "
+        "Cloud Monitoring, as Google's goodput library writes them (docs/notifications.md); needs "
+        "monitoring.timeSeries.create (roles/monitoring.metricWriter)",
+    )
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="look once even with --every (which then only tells the policy how often it is asked: "
+        "what the deployed job runs)",
+    )
     deploy = p.add_mutually_exclusive_group()
-    deploy.add_argument("--deploy", action="store_true",
-                        help="run the look on Google Cloud: a Cloud Run job triggered by Cloud Scheduler every "
-                             "--every (default 15m); again to update")
+    deploy.add_argument(
+        "--deploy",
+        action="store_true",
+        help="run the look on Google Cloud: a Cloud Run job triggered by Cloud Scheduler every "
+        "--every (default 15m); again to update",
+    )
     deploy.add_argument("--undeploy", action="store_true", help="remove the Cloud Run and Cloud Scheduler jobs")
-    p.add_argument("--image", help="with --deploy: the container image with survivor (default: "
-                                   "REGION-docker.pkg.dev/PROJECT/survivor/survivor:VERSION, docs/deadline.md)")
+    p.add_argument(
+        "--image",
+        help="with --deploy: the container image with survivor (default: "
+        "REGION-docker.pkg.dev/PROJECT/survivor/survivor:VERSION, docs/deadline.md)",
+    )
     p.add_argument("--service-account", help="with --deploy: the service account both jobs use")
     p.add_argument("--location", help="with --deploy: the region of the two jobs (default: the group's)")
     p.set_defaults(func=run_watch)

@@ -124,8 +124,9 @@ class Digester:
         return FileDigest(self.offset, combine_crc32c(chunks), tuple(chunks))
 
     def _current(self, crc, sha) -> ChunkDigest:
-        return ChunkDigest(self._start, self.offset - self._start, base64.b64encode(crc.digest()).decode(),
-                           sha.hexdigest())
+        return ChunkDigest(
+            self._start, self.offset - self._start, base64.b64encode(crc.digest()).decode(), sha.hexdigest()
+        )
 
 
 def digest_file(path: str, chunk_size: int = CHUNK_SIZE) -> FileDigest:
@@ -140,9 +141,11 @@ def digest_file(path: str, chunk_size: int = CHUNK_SIZE) -> FileDigest:
 def fits(digest: FileDigest, chunk_size: int) -> bool:
     """True if `digest`'s chunks cover its file, cut at every `chunk_size` bytes (a scan made with
     another chunk size does not)."""
-    return (sum(c.size for c in digest.chunks) == digest.size
-            and all(c.size == chunk_size for c in digest.chunks[:-1])
-            and (not digest.chunks or 0 < digest.chunks[-1].size <= chunk_size))
+    return (
+        sum(c.size for c in digest.chunks) == digest.size
+        and all(c.size == chunk_size for c in digest.chunks[:-1])
+        and (not digest.chunks or 0 < digest.chunks[-1].size <= chunk_size)
+    )
 
 
 # -- CRC32C of a whole from its parts ----------------------------------------------------------------

@@ -107,8 +107,11 @@ def _records(storage: JobStorage) -> Iterator[tuple[str, PendingSnapshot]]:
         try:
             record = PendingSnapshot.from_json(blob.data)
         except ManifestError as exc:
-            log.warning(f"ignoring a pending disk-tier record that must not be followed, {info.name}: {exc}",
-                        record=info.name, reason=str(exc))
+            log.warning(
+                f"ignoring a pending disk-tier record that must not be followed, {info.name}: {exc}",
+                record=info.name,
+                reason=str(exc),
+            )
             continue
         yield info.name, record
 
@@ -167,11 +170,20 @@ class PendingSnapshot:
 
     def to_json(self) -> bytes:
         """The record as stored in the job dir."""
-        return json.dumps({
-            "format": FORMAT, "tier": TIER, "disk": DEVICE, "instance": self.instance, "zone": self.zone,
-            "step": self.step, "attempt": self.attempt, "created": self.created,
-            "files": [{"path": f.path, "size": f.size, "crc32c": f.crc32c} for f in self.files],
-        }, indent=1).encode()
+        return json.dumps(
+            {
+                "format": FORMAT,
+                "tier": TIER,
+                "disk": DEVICE,
+                "instance": self.instance,
+                "zone": self.zone,
+                "step": self.step,
+                "attempt": self.attempt,
+                "created": self.created,
+                "files": [{"path": f.path, "size": f.size, "crc32c": f.crc32c} for f in self.files],
+            },
+            indent=1,
+        ).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> "PendingSnapshot":
@@ -184,8 +196,10 @@ class PendingSnapshot:
         if not isinstance(raw, dict) or set(raw) != keys:
             raise ManifestError(f"expected exactly the fields {sorted(keys)}")
         if (raw["format"], raw["tier"], raw["disk"]) != (FORMAT, TIER, DEVICE):
-            raise ManifestError(f"format {raw['format']!r}, tier {raw['tier']!r}, disk {raw['disk']!r}: "
-                                f"expected {FORMAT}, {TIER!r}, {DEVICE!r}")
+            raise ManifestError(
+                f"format {raw['format']!r}, tier {raw['tier']!r}, disk {raw['disk']!r}: "
+                f"expected {FORMAT}, {TIER!r}, {DEVICE!r}"
+            )
         for key in ("instance", "zone", "created"):
             if not isinstance(raw[key], str) or len(raw[key]) > 256:
                 raise ManifestError(f"{key}: expected a string")
@@ -264,9 +278,14 @@ class DiskTier:
         recorded then), OSError if the disk fails, StorageError if the record cannot be written."""
         if snapshot.step is None:
             raise ValueError("a snapshot without a step cannot be saved")
-        record = PendingSnapshot(snapshot.step, attempt, self.instance, self.zone,
-                                 tuple(PendingFile(f.path, f.size, f.crc32c) for f in snapshot.files),
-                                 _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+        record = PendingSnapshot(
+            snapshot.step,
+            attempt,
+            self.instance,
+            self.zone,
+            tuple(PendingFile(f.path, f.size, f.crc32c) for f in snapshot.files),
+            _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        )
         final = self._dir(record.dirname)
         partial = self._dir(f".{record.dirname}.partial")
         _remove(partial)
@@ -294,26 +313,40 @@ class DiskTier:
         recovered = None
         for name, record in records:
             if store.max_step is not None and record.step > store.max_step:  # restore would refuse its commit
-                log.warning("ignoring a pending disk-tier snapshot beyond train_steps", record=name,
-                            step=record.step, train_steps=store.max_step)
+                log.warning(
+                    "ignoring a pending disk-tier snapshot beyond train_steps",
+                    record=name,
+                    step=record.step,
+                    train_steps=store.max_step,
+                )
                 continue
             if record.step <= committed:
                 # obsolete only against a snapshot that verifies: `settle` decides once the restore has
                 # said which one does (a newer manifest may parse and still fail)
                 continue
             if (record.instance, record.zone) != (self.instance, self.zone):
-                log.warning("ignoring a pending disk-tier snapshot: it is on another instance's disk", record=name,
-                            step=record.step, instance=record.instance, zone=record.zone)
+                log.warning(
+                    "ignoring a pending disk-tier snapshot: it is on another instance's disk",
+                    record=name,
+                    step=record.step,
+                    instance=record.instance,
+                    zone=record.zone,
+                )
                 continue
             if not self._mounted(MOUNT_WAIT_SECONDS):  # a copy not yet reachable is not a damaged one
-                log.warning("ignoring a pending disk-tier snapshot for now: the state disk is not mounted",
-                            record=name, step=record.step, disk=self.root)
+                log.warning(
+                    "ignoring a pending disk-tier snapshot for now: the state disk is not mounted",
+                    record=name,
+                    step=record.step,
+                    disk=self.root,
+                )
                 continue
             recovered = self._commit(store, name, record, attempt, fence) or recovered
         return recovered
 
-    def settle(self, store: CheckpointStore, restored: int | None, attempt: int,
-               fence: Callable[[], None] | None = None) -> int | None:
+    def settle(
+        self, store: CheckpointStore, restored: int | None, attempt: int, fence: Callable[[], None] | None = None
+    ) -> int | None:
         """After the restore: deletes the pending records no newer than the snapshot it restored (a
         verified one), and commits this disk's records that are newer (the commits above them did
         not verify) as `recover` does. Returns the step committed, or None; the caller restores
@@ -324,12 +357,20 @@ class DiskTier:
             if store.max_step is not None and record.step > store.max_step:
                 continue
             if record.step <= newest:
-                log.info("a pending disk-tier snapshot is obsolete; deleting its record", record=name,
-                         step=record.step, restored_step=restored)
+                log.info(
+                    "a pending disk-tier snapshot is obsolete; deleting its record",
+                    record=name,
+                    step=record.step,
+                    restored_step=restored,
+                )
                 self._forget(name, record)
             elif (record.instance, record.zone) == (self.instance, self.zone) and self.available():
-                log.warning("a pending disk-tier snapshot is newer than every commit that verifies; committing it",
-                            record=name, step=record.step, restored_step=restored)
+                log.warning(
+                    "a pending disk-tier snapshot is newer than every commit that verifies; committing it",
+                    record=name,
+                    step=record.step,
+                    restored_step=restored,
+                )
                 recovered = self._commit(store, name, record, attempt, fence) or recovered
         return recovered
 
@@ -342,13 +383,18 @@ class DiskTier:
             time.sleep(1.0)
         return True
 
-    def _commit(self, store: CheckpointStore, name: str, record: PendingSnapshot, attempt: int,
-                fence: Callable[[], None] | None) -> int | None:
+    def _commit(
+        self, store: CheckpointStore, name: str, record: PendingSnapshot, attempt: int, fence: Callable[[], None] | None
+    ) -> int | None:
         try:
             folder = self._dir(record.dirname)
         except OSError as exc:
-            log.warning("ignoring a pending disk-tier snapshot: its folder on the state disk cannot be used",
-                        record=name, step=record.step, reason=str(exc))
+            log.warning(
+                "ignoring a pending disk-tier snapshot: its folder on the state disk cannot be used",
+                record=name,
+                step=record.step,
+                reason=str(exc),
+            )
             return None
         files, problem = [], None
         for f in record.files:
@@ -362,19 +408,32 @@ class DiskTier:
                 break
             files.append(LocalFile(f.path, f.size, st.st_mtime_ns, f.crc32c, digest.chunks))
         if problem is not None:
-            log.warning("ignoring a pending disk-tier snapshot that does not verify; the previous commit restores",
-                        record=name, step=record.step, reason=problem)
+            log.warning(
+                "ignoring a pending disk-tier snapshot that does not verify; the previous commit restores",
+                record=name,
+                step=record.step,
+                reason=problem,
+            )
             self._forget(name, record)
             return None
         try:
             stats = store.commit(folder, Snapshot(record.step, tuple(files)), attempt, fence=fence)
         except SnapshotChanged as exc:
-            log.warning("ignoring a pending disk-tier snapshot whose copy changed while it was committed",
-                        record=name, step=record.step, reason=str(exc))
+            log.warning(
+                "ignoring a pending disk-tier snapshot whose copy changed while it was committed",
+                record=name,
+                step=record.step,
+                reason=str(exc),
+            )
             return None
-        log.info("committed the state disk's snapshot", record=name, step=record.step,
-                 manifest=stats.manifest.name, uploaded_bytes=stats.uploaded_bytes,
-                 upload_seconds=round(stats.upload_seconds, 3))
+        log.info(
+            "committed the state disk's snapshot",
+            record=name,
+            step=record.step,
+            manifest=stats.manifest.name,
+            uploaded_bytes=stats.uploaded_bytes,
+            upload_seconds=round(stats.upload_seconds, 3),
+        )
         self._forget(name, record)
         return record.step
 

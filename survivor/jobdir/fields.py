@@ -122,8 +122,9 @@ def read_field(key: str, value: object, rule: Rule) -> str:
     if isinstance(rule, Time):
         when = parse_time(value)
         if when is None or not TIME_RANGE[0] <= when < TIME_RANGE[1]:
-            raise ValueError(f"{key}: {value!r} is not an ISO 8601 time from {TIME_RANGE[0].year} to "
-                             f"{TIME_RANGE[1].year}")
+            raise ValueError(
+                f"{key}: {value!r} is not an ISO 8601 time from {TIME_RANGE[0].year} to {TIME_RANGE[1].year}"
+            )
         return value
     if isinstance(rule, Place):
         kind, _, where = value.partition("/")
@@ -135,8 +136,9 @@ def read_field(key: str, value: object, rule: Rule) -> str:
     return value
 
 
-def read_fields(data: bytes, keys: Iterable[str], rules: Mapping[str, Rule],
-                required: Iterable[str] = ()) -> dict[str, str]:
+def read_fields(
+    data: bytes, keys: Iterable[str], rules: Mapping[str, Rule], required: Iterable[str] = ()
+) -> dict[str, str]:
     """Each of `keys` a JSON object holds, read by its rule in `rules` (SHORT text when it has none);
     a key absent, null or "" is left out. ValueError, naming the field, when the data is not a JSON
     object, a `required` key is missing or a field breaks its rule."""

@@ -132,8 +132,9 @@ class Attempt:
             if raw.get(key) is not None and not 0 <= raw[key] <= MAX_STEP:
                 raise ValueError(f"{key}: {raw[key]} is out of range (0 to {MAX_STEP})")
         if raw.get("steps_lost") is not None and raw["steps_lost"] > (raw.get("reached_step") or 0):
-            raise ValueError(f"steps_lost: {raw['steps_lost']} is more than the {raw.get('reached_step') or 0} "
-                             "steps reached")
+            raise ValueError(
+                f"steps_lost: {raw['steps_lost']} is more than the {raw.get('reached_step') or 0} steps reached"
+            )
         timings = raw.get("timings", {})
         if not all(isinstance(k, str) and _has_type(v, "a number") for k, v in timings.items()):
             raise ValueError("timings: expected names and seconds")
@@ -144,11 +145,21 @@ class Attempt:
 
 #: Each record field's JSON type (optional ones may also be null).
 _FIELD_TYPES = {
-    "number": "a whole number", "instance": "a string", "started": "a string",
-    "restored_step": "a whole number or null", "ended": "a string or null", "outcome": "a string or null",
-    "reason": "a string", "end_step": "a whole number or null", "reached_step": "a whole number or null",
-    "steps_lost": "a whole number or null", "notice": "a string or null", "timings": "an object",
-    "restored_from": "a string or null", "booted": "a string or null", "zone": "a string or null",
+    "number": "a whole number",
+    "instance": "a string",
+    "started": "a string",
+    "restored_step": "a whole number or null",
+    "ended": "a string or null",
+    "outcome": "a string or null",
+    "reason": "a string",
+    "end_step": "a whole number or null",
+    "reached_step": "a whole number or null",
+    "steps_lost": "a whole number or null",
+    "notice": "a string or null",
+    "timings": "an object",
+    "restored_from": "a string or null",
+    "booted": "a string or null",
+    "zone": "a string or null",
 }
 
 
@@ -158,8 +169,12 @@ def _has_type(value: Any, kind: str) -> bool:
     if kind.startswith("a whole number"):
         return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= 1 << 62
     if kind == "a number":
-        return (isinstance(value, (int, float)) and not isinstance(value, bool)
-                and math.isfinite(value) and abs(value) <= 1 << 62)
+        return (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and abs(value) <= 1 << 62
+        )
     if kind.startswith("a string"):
         return isinstance(value, str)
     return isinstance(value, dict)
@@ -221,9 +236,14 @@ TRAINER_FAILED = "the trainer exited with code"
 def fell_back(failed: Attempt, following: Attempt) -> bool:
     """Pure: did `following` pass over the snapshot `failed`'s trainer failed on, for an older one?
     That failure counted against the snapshot, not toward FAILED."""
-    return (failed.outcome == "failed" and failed.reason.startswith(TRAINER_FAILED) and bool(failed.restored_from)
-            and following.restored_from is not None and following.restored_from != failed.restored_from
-            and (following.restored_step or 0) <= (failed.restored_step or 0))
+    return (
+        failed.outcome == "failed"
+        and failed.reason.startswith(TRAINER_FAILED)
+        and bool(failed.restored_from)
+        and following.restored_from is not None
+        and following.restored_from != failed.restored_from
+        and (following.restored_step or 0) <= (failed.restored_step or 0)
+    )
 
 
 def snapshot_to_pass_over(attempts: list[Attempt]) -> str | None:
@@ -238,10 +258,14 @@ def snapshot_to_pass_over(attempts: list[Attempt]) -> str | None:
     if not ended:
         return None
     last = ended[-1]
-    if last.outcome != "failed" or last.made_progress or not last.reason.startswith(TRAINER_FAILED) \
-            or not last.restored_from:
+    if (
+        last.outcome != "failed"
+        or last.made_progress
+        or not last.reason.startswith(TRAINER_FAILED)
+        or not last.restored_from
+    ):
         return None
-    code = last.reason[len(TRAINER_FAILED):].split(":", 1)[0].strip()
+    code = last.reason[len(TRAINER_FAILED) :].split(":", 1)[0].strip()
     if not code.isdigit() or int(code) == 0:  # killed by a signal (a SIGKILL, the OOM killer): not the snapshot's doing
         return None
     if last.reached_step is not None and last.restored_step is not None and last.reached_step > last.restored_step:
@@ -314,8 +338,9 @@ class Journal:
         for info in listed[-newest:] if newest else listed:
             if info.size > MAX_RECORD_BYTES:
                 reason = f"{info.size} bytes, more than any record"
-                log.warning(f"ignoring an unreadable attempt record {info.name}: {reason}", record=info.name,
-                            reason=reason)
+                log.warning(
+                    f"ignoring an unreadable attempt record {info.name}: {reason}", record=info.name, reason=reason
+                )
                 continue
             blob = self.storage.read(info.name)
             if blob is None:
@@ -325,8 +350,9 @@ class Journal:
                 if attempt.name != info.name:
                     raise ValueError(f"it says attempt {attempt.number}, which is not its name")
             except ValueError as exc:
-                log.warning(f"ignoring an unreadable attempt record {info.name}: {exc}", record=info.name,
-                            reason=str(exc))
+                log.warning(
+                    f"ignoring an unreadable attempt record {info.name}: {exc}", record=info.name, reason=str(exc)
+                )
                 continue
             out.append(attempt)
         return sorted(out, key=lambda a: a.number)
@@ -335,16 +361,18 @@ class Journal:
         """DONE, FAILED and every attempt, read in one go."""
         return JobState(self.done(), self.failed(), self.attempts())
 
-    def begin(self, instance: str, restored_step: int | None = None, booted: str | None = None,
-              zone: str | None = None) -> Attempt:
+    def begin(
+        self, instance: str, restored_step: int | None = None, booted: str | None = None, zone: str | None = None
+    ) -> Attempt:
         """Records a new attempt with the next free number (a conditional create, so never a clash;
         an unreadable record still holds its number); `booted`: when the guest's kernel booted;
         `zone`: the VM's."""
         existing = self.attempts()
         number = (existing[-1].number if existing else 0) + 1
         while True:
-            attempt = Attempt(number=number, instance=instance, started=now(), restored_step=restored_step,
-                              booted=booted, zone=zone)
+            attempt = Attempt(
+                number=number, instance=instance, started=now(), restored_step=restored_step, booted=booted, zone=zone
+            )
             try:
                 self.storage.write(attempt.name, _dump(asdict(attempt)), if_generation_match=0)
                 return attempt

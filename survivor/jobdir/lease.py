@@ -88,8 +88,13 @@ class Holder:
 
     def fields(self) -> dict[str, str]:
         """The holder as the lease object's string fields."""
-        return {"instance": self.instance, "zone": self.zone, "boot": self.boot, "agent": self.agent,
-                "pidns": self.pidns}
+        return {
+            "instance": self.instance,
+            "zone": self.zone,
+            "boot": self.boot,
+            "agent": self.agent,
+            "pidns": self.pidns,
+        }
 
     def to_json(self) -> bytes:
         """The lease object's bytes: the fields and when this renewal was written."""
@@ -116,7 +121,7 @@ def read_pid_namespace(path: str = PID_NS) -> str:
 
 
 def process_identity(pid: int) -> str:
-    """"pid:start time" of a live process (field 22 of /proc/PID/stat, clock ticks since boot,
+    """ "pid:start time" of a live process (field 22 of /proc/PID/stat, clock ticks since boot,
     proc(5)), or "" when it has exited (a zombie included) or cannot be read."""
     stat = _proc_stat(pid)
     return f"{pid}:{stat[1]}" if stat and stat[0] not in ("Z", "X") else ""
@@ -129,7 +134,7 @@ def _proc_stat(pid: int) -> tuple[str, str] | None:
             stat = f.read(4096)
     except OSError:
         return None
-    fields = stat[stat.rfind(b")") + 2:].split()  # the command name may hold spaces and parentheses
+    fields = stat[stat.rfind(b")") + 2 :].split()  # the command name may hold spaces and parentheses
     if len(fields) <= 19 or not fields[19].isdigit():
         return None
     return fields[0].decode("ascii", "replace"), fields[19].decode()
@@ -172,8 +177,15 @@ def parse_lease(data: bytes) -> dict[str, Any] | None:
     return out
 
 
-def decide_takeover(current: dict | None, me: Holder, unchanged_for: float, ttl: float, *,
-                    readable: bool = True, holder_running: bool = True) -> str:
+def decide_takeover(
+    current: dict | None,
+    me: Holder,
+    unchanged_for: float,
+    ttl: float,
+    *,
+    readable: bool = True,
+    holder_running: bool = True,
+) -> str:
     """Pure decision on seeing the lease: "take" it, "wait" for it to go stale, or "hold" (it is ours).
 
     `current` is `parse_lease`'s answer (None and `readable`: no lease; not `readable`: a lease
@@ -228,21 +240,35 @@ class Lease:
             current = parse_lease(blob.data) if blob is not None else None
             if blob is not None:
                 if current is None:
-                    log.warning("the lease object does not parse; treating it as held by an unknown agent",
-                                object=LEASE, bytes=len(blob.data))
+                    log.warning(
+                        "the lease object does not parse; treating it as held by an unknown agent",
+                        object=LEASE,
+                        bytes=len(blob.data),
+                    )
                 if blob.generation != seen_generation:
                     seen_generation, seen_since = blob.generation, time.monotonic()
             # the holder's pid is looked up only where it names a process: this kernel boot and pid namespace
-            visible = (current is not None and bool(self.holder.boot) and current.get("boot") == self.holder.boot
-                       and bool(self.holder.pidns) and current.get("pidns") == self.holder.pidns)
-            decision = decide_takeover(current, self.holder, time.monotonic() - seen_since, self.ttl,
-                                       readable=blob is None or current is not None,
-                                       holder_running=current is None or not visible or agent_running(current.get("agent", "")))
+            visible = (
+                current is not None
+                and bool(self.holder.boot)
+                and current.get("boot") == self.holder.boot
+                and bool(self.holder.pidns)
+                and current.get("pidns") == self.holder.pidns
+            )
+            decision = decide_takeover(
+                current,
+                self.holder,
+                time.monotonic() - seen_since,
+                self.ttl,
+                readable=blob is None or current is not None,
+                holder_running=current is None or not visible or agent_running(current.get("agent", "")),
+            )
             if decision in ("take", "hold"):
                 started = time.monotonic()
                 try:
                     self.generation = self.storage.write(
-                        LEASE, self.holder.to_json(), if_generation_match=blob.generation if blob else 0)
+                        LEASE, self.holder.to_json(), if_generation_match=blob.generation if blob else 0
+                    )
                 except PreconditionFailed:
                     continue  # someone else moved first; look again
                 self.renewed_at = started
@@ -267,8 +293,9 @@ class Lease:
                 self.renewed_at = started
             except PreconditionFailed:
                 if self._adopt_own_write():
-                    self.generation = self.storage.write(LEASE, self.holder.to_json(),
-                                                         if_generation_match=self.generation)
+                    self.generation = self.storage.write(
+                        LEASE, self.holder.to_json(), if_generation_match=self.generation
+                    )
                     self.renewed_at = started
                     return
                 self.lost.set()
@@ -308,6 +335,7 @@ class Lease:
 
     def start_renewing(self) -> "Lease":
         """Renews the lease every ttl/4 from a background thread; sets `lost` if it was taken over. Returns self."""
+
         def loop() -> None:
             while not self._stop.wait(self.ttl / 4):
                 try:

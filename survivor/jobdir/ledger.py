@@ -54,8 +54,9 @@ from survivor.jobdir.journal import NOTICED, Attempt, Timing
 from survivor.jobdir.switches import MODES, Switch, parse_time, record_time
 
 #: The causes' names, in the order a timeline shows them (`TABLE`): a span's cause is one of them.
-CauseName = Literal["capacity", "vm_boot", "restore", "trainer_start", "productive", "rework", "checkpoint",
-                    "failed", "other"]
+CauseName = Literal[
+    "capacity", "vm_boot", "restore", "trainer_start", "productive", "rework", "checkpoint", "failed", "other"
+]
 
 
 @dataclass(frozen=True)
@@ -222,8 +223,14 @@ def plausible(attempts: list[Attempt], latest: _dt.datetime) -> list[Attempt]:
     return out
 
 
-def build_ledger(attempts: list[Attempt], *, now: _dt.datetime, done_at: _dt.datetime | None = None,
-                 created: _dt.datetime | None = None, switches: Sequence[Switch] = ()) -> Ledger:
+def build_ledger(
+    attempts: list[Attempt],
+    *,
+    now: _dt.datetime,
+    done_at: _dt.datetime | None = None,
+    created: _dt.datetime | None = None,
+    switches: Sequence[Switch] = (),
+) -> Ledger:
     """Pure: the ledger of a job from its attempt records.
 
     Args:
@@ -279,8 +286,14 @@ def build_ledger(attempts: list[Attempt], *, now: _dt.datetime, done_at: _dt.dat
             ledger.unsaved.append(attempt.number)
         if attempt.made_progress:
             ledger.productive_steps += (attempt.end_step or 0) - (attempt.restored_step or 0)
-        ledger.boots.append((attempt.number, vm_from, max(cursor, vm_from), attempt.outcome or
-                             ("running" if ledger.running else "killed")))
+        ledger.boots.append(
+            (
+                attempt.number,
+                vm_from,
+                max(cursor, vm_from),
+                attempt.outcome or ("running" if ledger.running else "killed"),
+            )
+        )
 
     last = ordered[-1] if ordered else None
     if done_at is not None:

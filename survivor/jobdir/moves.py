@@ -26,8 +26,13 @@ from survivor.places import region_of
 MOVES = "survivor/moves/"
 #: How each field of a move's record is read (survivor/jobdir/fields.py; a field not named: SHORT text).
 #: A shape is a number of `placement.shapes` (survivor/spec.py allows far fewer than 100).
-MOVE_FIELDS: dict[str, Rule] = {"time": TIME, "from_place": PLACE, "to_place": PLACE, "reason": PROSE,
-                                "shape": Number(0, 99)}
+MOVE_FIELDS: dict[str, Rule] = {
+    "time": TIME,
+    "from_place": PLACE,
+    "to_place": PLACE,
+    "reason": PROSE,
+    "shape": Number(0, 99),
+}
 
 
 @dataclass(frozen=True)
@@ -56,8 +61,9 @@ class Move:
     def from_json(cls, data: bytes) -> "Move":
         """Parses a record, each field by its rule in MOVE_FIELDS; ValueError naming the field unless
         it has a time and both places and every field it has reads."""
-        return cls(**read_fields(data, cls.__dataclass_fields__, MOVE_FIELDS,
-                                 required=("time", "from_place", "to_place")))
+        return cls(
+            **read_fields(data, cls.__dataclass_fields__, MOVE_FIELDS, required=("time", "from_place", "to_place"))
+        )
 
 
 def record_move(storage: JobStorage, move: Move) -> bool:
@@ -86,8 +92,7 @@ def moves(storage: JobStorage, regions: Collection[str] | None = None, shapes: i
             raise ValueError(f"shape: {move.shape} is none of the spec's {shapes + 1} shapes")
         return move
 
-    return sorted((move for _, move in read_records(storage, MOVES, parse, "move")),
-                  key=lambda m: record_time(m.time))
+    return sorted((move for _, move in read_records(storage, MOVES, parse, "move")), key=lambda m: record_time(m.time))
 
 
 def current_place(recorded: list[Move], original: str) -> str:

@@ -124,8 +124,9 @@ class RefreshingJob:
         self.calls: Counter = Counter()
         self._bodies: dict[str, Blob] = {}
 
-    def read(self, *, now: _dt.datetime | None = None, train_steps: int | None = None,
-             created: _dt.datetime | None = None) -> Reading:
+    def read(
+        self, *, now: _dt.datetime | None = None, train_steps: int | None = None, created: _dt.datetime | None = None
+    ) -> Reading:
         """Lists the job dir once and reads it through `status.read_job` (arguments as there)."""
         listing = {info.name: info for info in self.storage.list(RECORDS)}
         self.calls["list"] += 1
@@ -133,8 +134,9 @@ class RefreshingJob:
             del self._bodies[gone]
         view = ListedStorage(self.storage, listing, self._bodies, self.calls)
         with noted_warnings() as notes:
-            job = read_job(self.storage.url, storage=view, now=now, train_steps=train_steps, created=created,
-                           commits=True)
+            job = read_job(
+                self.storage.url, storage=view, now=now, train_steps=train_steps, created=created, commits=True
+            )
         return Reading(job, notes, view)
 
 

@@ -148,8 +148,9 @@ def step_in_name(rel_path: str, naming: re.Pattern | None = None) -> int | None:
     return int(found.group("step")) if found else None
 
 
-def decide_files_and_step(paths: list[str], tf_state: str | None,
-                          naming: re.Pattern | None = None) -> tuple[int | None, list[str]]:
+def decide_files_and_step(
+    paths: list[str], tf_state: str | None, naming: re.Pattern | None = None
+) -> tuple[int | None, list[str]]:
     """Pure decision: which relative paths make up the snapshot, and its step.
 
     `tf_state` is the text of a top-level `checkpoint` state file, if any: its newest prefix is the
@@ -171,8 +172,9 @@ def decide_files_and_step(paths: list[str], tf_state: str | None,
     return (max(numbered) if numbered else None), sorted(candidates)
 
 
-def resumable(paths: Iterable[str], step: int | None, tf_state: str | None = None,
-              naming: re.Pattern | None = None) -> bool:
+def resumable(
+    paths: Iterable[str], step: int | None, tf_state: str | None = None, naming: re.Pattern | None = None
+) -> bool:
     """Pure: whether a snapshot of these relative `paths` at `step` holds a checkpoint of that step
     a trainer can resume from, as far as its file names tell.
 
@@ -214,8 +216,11 @@ def checkpoint_files(paths: set[str], step: int, naming: re.Pattern | None = Non
     out = set()
     for path in paths:
         shard = TF_SHARD.match(os.path.basename(path))
-        if path == TF_STATE_FILE or step_in_name(path, naming) == step or (
-                shard and prefix_step(shard.group("prefix"), naming) == step):
+        if (
+            path == TF_STATE_FILE
+            or step_in_name(path, naming) == step
+            or (shard and prefix_step(shard.group("prefix"), naming) == step)
+        ):
             out.add(path)
     return out
 
@@ -394,8 +399,11 @@ def _scan_once(root: str, checksums: Checksums, naming: re.Pattern | None) -> Sn
     if sorted(_listing(root, None)) != sorted(paths):
         return None
     checksums.end_scan()
-    named_by = TF_STATE_FILE if tf_state is not None else next(
-        (f.path for f in files if step is not None and step_in_name(f.path, naming) == step), "")
+    named_by = (
+        TF_STATE_FILE
+        if tf_state is not None
+        else next((f.path for f in files if step is not None and step_in_name(f.path, naming) == step), "")
+    )
     return Snapshot(step, tuple(files), named_by, naming)
 
 

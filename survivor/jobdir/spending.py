@@ -85,8 +85,9 @@ def read_stopped(storage: JobStorage) -> dict[str, Any] | None:
     return _read(storage, STOPPED)
 
 
-def mark_stopped(storage: JobStorage, *, spent: float, budget: float, step: int | None, by: str,
-                 replace: bool = False) -> dict[str, Any]:
+def mark_stopped(
+    storage: JobStorage, *, spent: float, budget: float, step: int | None, by: str, replace: bool = False
+) -> dict[str, Any]:
     """Records that the job stopped at its budget; returns the record that stands. A record already
     there stands (the first names the stop), unless `replace`: the agent's, written once its final
     commit is done, names the step committed."""

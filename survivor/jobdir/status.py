@@ -55,8 +55,15 @@ class JobView:
         return "WAITING" if self.state.attempts else "NOT STARTED"
 
 
-def read_job(job_dir: str, *, train_steps: int | None = None, storage: JobStorage | None = None,
-             now: _dt.datetime | None = None, created: _dt.datetime | None = None, commits: bool = False) -> JobView:
+def read_job(
+    job_dir: str,
+    *,
+    train_steps: int | None = None,
+    storage: JobStorage | None = None,
+    now: _dt.datetime | None = None,
+    created: _dt.datetime | None = None,
+    commits: bool = False,
+) -> JobView:
     """Reads the job dir once: its journal, newest commit, pending snapshots, moves and switches.
 
     Args:
@@ -74,14 +81,28 @@ def read_job(job_dir: str, *, train_steps: int | None = None, storage: JobStorag
     state = Journal(storage).state()
     switches = recorded_switches(storage, latest=now + CLOCK_SLACK)
     marker = state.done or state.failed
-    ledger = build_ledger(state.attempts, now=now, done_at=parse_time(marker.get("time")) if marker else None,
-                          created=created, switches=switches)
+    ledger = build_ledger(
+        state.attempts,
+        now=now,
+        done_at=parse_time(marker.get("time")) if marker else None,
+        created=created,
+        switches=switches,
+    )
     store = CheckpointStore(storage, max_step=train_steps)
     committed = tuple(store.committed()) if commits else ()
     latest = (committed[0] if committed else None) if commits else store.latest()
-    return JobView(job_dir=job_dir, state=state, latest=latest, pending=pending_snapshots(storage),
-                   moves=recorded_moves(storage), switches=switches, switch_failures=switch_failures(storage),
-                   ledger=ledger, commits=committed, budget_stopped=read_stopped(storage))
+    return JobView(
+        job_dir=job_dir,
+        state=state,
+        latest=latest,
+        pending=pending_snapshots(storage),
+        moves=recorded_moves(storage),
+        switches=switches,
+        switch_failures=switch_failures(storage),
+        ledger=ledger,
+        commits=committed,
+        budget_stopped=read_stopped(storage),
+    )
 
 
 def job_summary(job: JobView) -> dict[str, Any]:
@@ -101,16 +122,34 @@ def job_summary(job: JobView) -> dict[str, Any]:
         # the job's goodput so far by the ledger (survivor/jobdir/ledger.py); None before any wall time
         "goodput": None if goodput is None else round(goodput, 4),
         # snapshots on a state disk that its instance's next boot commits (an obsolete one is not shown)
-        "pending": [{"step": r.step, "instance": r.instance, "zone": r.zone, "created": r.created,
-                     "bytes": sum(f.size for f in r.files)}
-                    for r in job.pending if r.step > committed],
+        "pending": [
+            {
+                "step": r.step,
+                "instance": r.instance,
+                "zone": r.zone,
+                "created": r.created,
+                "bytes": sum(f.size for f in r.files),
+            }
+            for r in job.pending
+            if r.step > committed
+        ],
         "done": state.done,
         "failed": state.failed,
         # stopped at its budget: `survivor start --budget` resumes it (survivor/jobdir/spending.py)
         "budget_stopped": job.budget_stopped,
         # where the group went for capacity (survivor/operator/placement.py), oldest first
-        "moves": [{"time": m.time, "from": m.from_place, "to": m.to_place, "reason": m.reason, "by": m.by,
-                   "lost_pending": bool(m.lost_pending), "shape": m.machine} for m in job.moves],
+        "moves": [
+            {
+                "time": m.time,
+                "from": m.from_place,
+                "to": m.to_place,
+                "reason": m.reason,
+                "by": m.by,
+                "lost_pending": bool(m.lost_pending),
+                "shape": m.machine,
+            }
+            for m in job.moves
+        ],
         # switches the deadline policy decided and Compute Engine refused (a missing permission)
         "failed_switches": [asdict(f) for f in job.switch_failures],
         "history": [

@@ -364,7 +364,7 @@ def open_storage(url: str, project: str | None = None, client=None) -> JobStorag
     if url.startswith("gs://"):
         return GcsStorage(url, project=project, client=client)
     if url.startswith("file://"):
-        return LocalStorage(url[len("file://"):])
+        return LocalStorage(url[len("file://") :])
     return LocalStorage(url)
 
 
@@ -390,7 +390,7 @@ def job_dirs(url: str, project: str | None = None, client=None) -> list[str]:
         if f"{under}{RECORDS_DIR}/" in folders:
             return [url.rstrip("/")]
         return [f"gs://{bucket_name}/{folder.rstrip('/')}" for folder in folders]
-    root = url[len("file://"):] if url.startswith("file://") else url
+    root = url[len("file://") :] if url.startswith("file://") else url
     if os.path.isdir(os.path.join(root, RECORDS_DIR)):
         return [root]
     try:
@@ -402,7 +402,7 @@ def job_dirs(url: str, project: str | None = None, client=None) -> list[str]:
 
 def split_gs_url(url: str) -> tuple[str, str]:
     """`gs://bucket/a/b` -> (`bucket`, `a/b`)."""
-    rest = url[len("gs://"):]
+    rest = url[len("gs://") :]
     bucket, _, prefix = rest.partition("/")
     return bucket, prefix.strip("/")
 
@@ -448,12 +448,17 @@ class LocalStorage:
     def _error(self, exc: OSError, call: str, name: str) -> StorageError:
         where = os.path.join(self.root, name)
         if isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            return StorageError(f"{where}: {call}: permission denied ({exc.strerror}); the agent's user needs "
-                                "read-write access to the job dir", object=where, reason=FORBIDDEN,
-                                permission="read-write access")
+            return StorageError(
+                f"{where}: {call}: permission denied ({exc.strerror}); the agent's user needs "
+                "read-write access to the job dir",
+                object=where,
+                reason=FORBIDDEN,
+                permission="read-write access",
+            )
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return StorageError(f"{where}: {call}: no space left on the job dir's file system ({exc.strerror})",
-                                object=where)
+            return StorageError(
+                f"{where}: {call}: no space left on the job dir's file system ({exc.strerror})", object=where
+            )
         return StorageError(f"{where}: {call}: {exc.strerror or exc}", object=where)
 
     def read(self, name: str) -> Blob | None:
@@ -564,6 +569,7 @@ class LocalStorage:
 
     def upload(self, pairs: builtins.list[tuple[str, str]]) -> builtins.list[ObjectInfo]:
         """Copies each local file into the job dir atomically, in parallel; returns the stored copies' size and CRC32C."""
+
         def one(pair: tuple[str, str]) -> ObjectInfo:
             local, name = pair
             try:
@@ -573,8 +579,9 @@ class LocalStorage:
             except FileNotFoundError:  # a local file that went away (the trainer pruned it)
                 if not os.path.exists(local):
                     raise
-                raise self._error(FileNotFoundError(errno.ENOENT, "a directory of the job dir went away"),
-                                  "uploading", name) from None
+                raise self._error(
+                    FileNotFoundError(errno.ENOENT, "a directory of the job dir went away"), "uploading", name
+                ) from None
             except OSError as exc:
                 raise self._error(exc, "uploading", name) from exc
 
@@ -747,9 +754,11 @@ class GcsStorage:
                 try:
                     client = gcs.Client(project=project)
                 except DefaultCredentialsError as exc:  # off a VM with no `gcloud auth application-default login`
-                    raise StorageError(f"{url}: no Google credentials ({exc}); run `gcloud auth application-default "
-                                       "login`, or set STORAGE_EMULATOR_HOST for the stand-in",
-                                       object=url) from exc
+                    raise StorageError(
+                        f"{url}: no Google credentials ({exc}); run `gcloud auth application-default "
+                        "login`, or set STORAGE_EMULATOR_HOST for the stand-in",
+                        object=url,
+                    ) from exc
         self.client = client
         # No request: the bucket's metadata needs storage.buckets.get, which the object roles the
         # agent needs do not grant; a missing bucket shows in the object calls' own 404s instead.
@@ -761,7 +770,7 @@ class GcsStorage:
         return f"{self.prefix}/{name}" if self.prefix else name
 
     def _relative(self, object_name: str) -> str:
-        return object_name[len(self.prefix) + 1:] if self.prefix else object_name
+        return object_name[len(self.prefix) + 1 :] if self.prefix else object_name
 
     def _url(self, name: str) -> str:
         return f"gs://{self.bucket_name}/{self._object(name)}" if name else f"gs://{self.bucket_name}/{self.prefix}"
@@ -771,8 +780,9 @@ class GcsStorage:
         that went away (the trainer pruned it) is passed through: that is not the bucket's doing."""
         from google.api_core import exceptions as gexc
 
-        if isinstance(exc, (StorageError, PreconditionFailed, FileNotFoundError, IsADirectoryError, NotADirectoryError,
-                            Refused)):
+        if isinstance(
+            exc, (StorageError, PreconditionFailed, FileNotFoundError, IsADirectoryError, NotADirectoryError, Refused)
+        ):
             return exc
         if isinstance(exc, OSError) and exc.errno in _LOCAL_ERRNOS:
             return exc  # the boot disk's problem (full, read-only), not the bucket's: the caller decides
@@ -783,13 +793,19 @@ class GcsStorage:
             return StorageError(
                 f"{url}: {call}: permission denied, {permission} is missing: grant the VM's service account "
                 f"Storage Object User (roles/storage.objectUser) on gs://{self.bucket_name} ({exc.message})",
-                object=url, reason=FORBIDDEN, permission=permission)
+                object=url,
+                reason=FORBIDDEN,
+                permission=permission,
+            )
         if isinstance(exc, gexc.NotFound):
             # only a read or a download can miss an object; a write, list or upload that gets a 404
             # has no bucket to go to
             if bucket_missing(exc.message) or call in ("write", "list", "upload"):
-                return StorageError(f"gs://{self.bucket_name}: the bucket does not exist ({call} {url})",
-                                    object=url, reason=BUCKET_MISSING)
+                return StorageError(
+                    f"gs://{self.bucket_name}: the bucket does not exist ({call} {url})",
+                    object=url,
+                    reason=BUCKET_MISSING,
+                )
             return StorageError(f"{url}: {call}: no such object", object=url, reason=NOT_FOUND)
         detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
         return StorageError(f"{url}: {call}: {detail}", object=url)
@@ -821,8 +837,9 @@ class GcsStorage:
             for attempt in retry.STORAGE_WRITE:
                 with attempt:
                     # retried even though conditional: a retry that finds its own bytes is recognised below
-                    blob.upload_from_string(data, if_generation_match=if_generation_match, checksum="crc32c",
-                                            **retry.STORAGE_WRITE.client())
+                    blob.upload_from_string(
+                        data, if_generation_match=if_generation_match, checksum="crc32c", **retry.STORAGE_WRITE.client()
+                    )
         except gexc.PreconditionFailed as exc:
             # A retried write whose first try landed (the answer was lost) now fails its own
             # precondition: if the object holds exactly our bytes, the write is ours.
@@ -837,13 +854,16 @@ class GcsStorage:
     def list(self, prefix: str) -> list[ObjectInfo]:
         """Every object under `prefix` with its size and the CRC32C the server stored."""
         try:
-            blobs = list(self.client.list_blobs(self.bucket_name, prefix=self._object(prefix),
-                                               **retry.STORAGE_READ.client()))
+            blobs = list(
+                self.client.list_blobs(self.bucket_name, prefix=self._object(prefix), **retry.STORAGE_READ.client())
+            )
         except Exception as exc:
             raise self._translate(exc, "list", prefix) from exc
         return sorted(
-            (ObjectInfo(self._relative(b.name), int(b.size or 0), b.crc32c or "", int(b.generation or 0))
-             for b in blobs),
+            (
+                ObjectInfo(self._relative(b.name), int(b.size or 0), b.crc32c or "", int(b.generation or 0))
+                for b in blobs
+            ),
             key=lambda o: o.name,
         )
 
@@ -869,6 +889,7 @@ class GcsStorage:
 
     def upload(self, pairs: builtins.list[tuple[str, str]]) -> builtins.list[ObjectInfo]:
         """Uploads each local file to its object on the job dir's transfer pool; returns what the server stored."""
+
         def one(pair: tuple[str, str]) -> ObjectInfo:
             local, name = pair
             blob = self.bucket.blob(self._object(name))
@@ -879,9 +900,13 @@ class GcsStorage:
                         # given so the client does not guess one (its first guess reads /etc/mime.types,
                         # ~10 ms that would land on an emergency commit)
                         with open_file(local) as f:  # a trainer's file (an event file): never through a link
-                            blob.upload_from_file(f, size=os.fstat(f.fileno()).st_size,
-                                                  content_type="application/octet-stream",
-                                                  checksum="crc32c", **retry.STORAGE_UPLOAD.client())
+                            blob.upload_from_file(
+                                f,
+                                size=os.fstat(f.fileno()).st_size,
+                                content_type="application/octet-stream",
+                                checksum="crc32c",
+                                **retry.STORAGE_UPLOAD.client(),
+                            )
             except Exception as exc:
                 raise self._translate(exc, "upload", name) from exc
             # the crc32c the server stored, which is what a later restore will verify against
@@ -891,6 +916,7 @@ class GcsStorage:
 
     def download(self, pairs: builtins.list[tuple[str, str]]) -> None:
         """Downloads each object to its local file in parallel, the client checking its CRC32C."""
+
         def one(pair: tuple[str, str]) -> None:
             name, local = pair
             os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
@@ -917,8 +943,13 @@ class GcsStorage:
             try:
                 for attempt in retry.STORAGE_UPLOAD:
                     with attempt, _FileRange(part.local, part.offset, part.size) as source:
-                        blob.upload_from_file(source, size=part.size, content_type="application/octet-stream",
-                                              checksum="crc32c", **retry.STORAGE_UPLOAD.client())
+                        blob.upload_from_file(
+                            source,
+                            size=part.size,
+                            content_type="application/octet-stream",
+                            checksum="crc32c",
+                            **retry.STORAGE_UPLOAD.client(),
+                        )
             except Exception as exc:
                 raise self._translate(exc, "upload", part.name) from exc
             return ObjectInfo(part.name, int(blob.size or 0), blob.crc32c or "", int(blob.generation or 0))
@@ -960,4 +991,3 @@ class GcsStorage:
         futures = [self._transfers.submit(one, item) for item in items]
         wait(futures)
         return [future.result() for future in futures]
-

@@ -46,8 +46,17 @@ from typing import Callable, TypeGuard
 from survivor import log as logs
 from survivor.jobdir.chunks import CHUNK_SIZE, CHUNKS, FileDigest, chunk_object, combine_crc32c, digest_file, fits
 from survivor.jobdir.snapshot import LocalFile, Snapshot, resumable
-from survivor.jobdir.storage import (NOT_FOUND, JobStorage, ObjectInfo, Part, PreconditionFailed, StorageError,
-                                     crc32c_of_bytes, crc32c_of_range, parse_json)
+from survivor.jobdir.storage import (
+    NOT_FOUND,
+    JobStorage,
+    ObjectInfo,
+    Part,
+    PreconditionFailed,
+    StorageError,
+    crc32c_of_bytes,
+    crc32c_of_range,
+    parse_json,
+)
 from survivor.jobdir.trainer_files import Refused, open_regular
 
 SNAPSHOTS = "survivor/snapshots/"
@@ -104,8 +113,7 @@ class FileEntry:
 
     def to_json(self) -> dict:
         """The entry as its manifest's JSON holds it."""
-        return {"path": self.path, "size": self.size, "crc32c": self.crc32c,
-                "chunks": [vars(c) for c in self.chunks]}
+        return {"path": self.path, "size": self.size, "crc32c": self.crc32c, "chunks": [vars(c) for c in self.chunks]}
 
 
 @dataclass(frozen=True)
@@ -259,12 +267,19 @@ def _file_entry(item, index: int) -> FileEntry:
             raise ManifestError(f"{at}: expected an object, got {type(chunk).__name__}")
         offset, length = _integer(chunk, "offset", required=True), _integer(chunk, "size", required=True)
         if offset != end or length == 0:
-            raise ManifestError(f"{at}: {length} bytes at offset {offset}; chunks cover a file in order, "
-                                f"the next one at {end}")
+            raise ManifestError(
+                f"{at}: {length} bytes at offset {offset}; chunks cover a file in order, the next one at {end}"
+            )
         if not isinstance(chunk.get("crc32c"), str) or not isinstance(chunk.get("object"), str):
             raise ManifestError(f"{at}: crc32c and object are strings")
-        entries.append(ChunkEntry(offset, length, _crc32c(chunk["crc32c"], f"{at}.crc32c"),
-                                  _object(chunk["object"], CHUNKS, f"{at}.object")))
+        entries.append(
+            ChunkEntry(
+                offset,
+                length,
+                _crc32c(chunk["crc32c"], f"{at}.crc32c"),
+                _object(chunk["object"], CHUNKS, f"{at}.object"),
+            )
+        )
         end += length
     if end != size:
         raise ManifestError(f"{where}: its chunks hold {end} bytes, the file {size}")
@@ -350,8 +365,10 @@ def check_layout(paths: list[str]) -> None:
         parent = posixpath.dirname(normal)
         while parent:
             if parent in seen:
-                raise ManifestError(f"files[{index}]: {paths[index]!r} lies inside {paths[seen[parent]]!r}, "
-                                    f"which is listed as a file: the two cannot both exist")
+                raise ManifestError(
+                    f"files[{index}]: {paths[index]!r} lies inside {paths[seen[parent]]!r}, "
+                    f"which is listed as a file: the two cannot both exist"
+                )
             parent = posixpath.dirname(parent)
 
 
@@ -400,10 +417,15 @@ def snapshots_to_delete(valid_newest_first: list[Manifest], keep: int) -> list[M
     by_name = {m.name: m for m in valid_newest_first}
     lineages = {m.name: lineage(m, by_name, valid_newest_first) for m in valid_newest_first}
     abandoned = {name for m in valid_newest_first for name in m.abandoned}
-    superseded = {s.name for s in valid_newest_first for t in valid_newest_first
-                  if t.step > s.step and s.name in lineages[t.name]}
-    replaced = {s.name for i, t in enumerate(valid_newest_first) for s in valid_newest_first[i + 1:]
-                if s.step == t.step and (set(s.files) <= set(t.files) or (t.resumable and not s.resumable))}
+    superseded = {
+        s.name for s in valid_newest_first for t in valid_newest_first if t.step > s.step and s.name in lineages[t.name]
+    }
+    replaced = {
+        s.name
+        for i, t in enumerate(valid_newest_first)
+        for s in valid_newest_first[i + 1 :]
+        if s.step == t.step and (set(s.files) <= set(t.files) or (t.resumable and not s.resumable))
+    }
     ranked = [m for m in valid_newest_first if m.name not in abandoned and m.name not in replaced]
     kept = {m.name for m in ranked[:keep]}
     kept |= {m.name for m in ranked if m.name not in superseded}
@@ -434,8 +456,14 @@ class CheckpointStore:
     commits cut files (a snapshot scanned with another size is digested again; restore reads any).
     """
 
-    def __init__(self, storage: JobStorage, keep: int = 3, writer: str = "", max_step: int | None = None,
-                 chunk_size: int = CHUNK_SIZE):
+    def __init__(
+        self,
+        storage: JobStorage,
+        keep: int = 3,
+        writer: str = "",
+        max_step: int | None = None,
+        chunk_size: int = CHUNK_SIZE,
+    ):
         self.storage = storage
         self.keep = keep
         self.writer = writer
@@ -466,16 +494,20 @@ class CheckpointStore:
         `bounded`: its step may not exceed `max_step`."""
         manifest = Manifest.from_json(data, max_step=self.max_step if bounded else None)
         if posixpath.basename(manifest.name) != posixpath.basename(name):
-            raise ManifestError(f"it says step {manifest.step}, attempt {manifest.attempt}, seq {manifest.seq}, "
-                                f"which is not its name")
+            raise ManifestError(
+                f"it says step {manifest.step}, attempt {manifest.attempt}, seq {manifest.seq}, which is not its name"
+            )
         return manifest
 
     def load(self, name: str, bounded: bool = True) -> Manifest | None:
         """Reads one manifest; None (with a warning naming it) if it is gone or fails verification."""
         size = self._sizes.get(name, 0)
         if size > MAX_MANIFEST_BYTES:
-            log.warning("ignoring a manifest that must not be followed", manifest=name,
-                        reason=f"{size} bytes, more than any manifest ({MAX_MANIFEST_BYTES})")
+            log.warning(
+                "ignoring a manifest that must not be followed",
+                manifest=name,
+                reason=f"{size} bytes, more than any manifest ({MAX_MANIFEST_BYTES})",
+            )
             return None
         blob = self.storage.read(name)
         if blob is None:
@@ -525,8 +557,11 @@ class CheckpointStore:
         if info.crc32c:
             return info.crc32c == part.crc32c
         blob = self.storage.read(part.name)
-        if blob is None or len(blob.data) != part.size or \
-                hashlib.sha256(blob.data).hexdigest() != part.name.rsplit("/", 1)[-1]:
+        if (
+            blob is None
+            or len(blob.data) != part.size
+            or hashlib.sha256(blob.data).hexdigest() != part.name.rsplit("/", 1)[-1]
+        ):
             log.warning("a stored chunk does not hold the bytes its name says; sending it again", object=part.name)
             known.pop(part.name, None)
             return False
@@ -541,14 +576,19 @@ class CheckpointStore:
         stored = {o.name: o for o in self.storage.list(CHUNKS)}
         for part in reused:
             now, then = stored.get(part.name), known.get(part.name)
-            if now is not None and now.size == part.size and (not now.crc32c or now.crc32c == part.crc32c) and \
-                    (then is None or not then.generation or not now.generation or now.generation == then.generation):
+            if (
+                now is not None
+                and now.size == part.size
+                and (not now.crc32c or now.crc32c == part.crc32c)
+                and (then is None or not then.generation or not now.generation or now.generation == then.generation)
+            ):
                 continue
             known.pop(part.name, None)
             raise SnapshotChanged(f"stored chunk {part.name} changed since it was verified (the commit sends it again)")
 
-    def commit(self, local_root: str, snapshot: Snapshot, attempt: int,
-               fence: Callable[[], None] | None = None) -> CommitStats:
+    def commit(
+        self, local_root: str, snapshot: Snapshot, attempt: int, fence: Callable[[], None] | None = None
+    ) -> CommitStats:
         """Uploads the snapshot's new chunks in parallel, then writes its manifest: the commit point.
 
         A chunk already stored is not sent again; the file's bytes at its range are checked against
@@ -589,8 +629,9 @@ class CheckpointStore:
             errors = [error for side in beside if (error := side.join()) is not None]
         changed = self._keep_stored(list(todo.values()), stored_infos)
         if changed is not None:
-            raise SnapshotChanged(f"{os.path.relpath(changed.local, local_root)} changed since it was read "
-                                  f"(at offset {changed.offset})")
+            raise SnapshotChanged(
+                f"{os.path.relpath(changed.local, local_root)} changed since it was read (at offset {changed.offset})"
+            )
         uploaded = time.monotonic()
         if errors:
             raise errors[0]
@@ -716,16 +757,21 @@ class CheckpointStore:
             # write the work dir swapped it) is not followed: the link goes, the restore makes a
             # real dir, and the boot trains on (it is no failure of the job).
             if os.path.islink(local_root):
-                log.warning(f"the local job dir {local_root} is a link (to {_link_target(local_root)}); "
-                            "not following it: removing the link and restoring into a directory",
-                            path=local_root)
+                log.warning(
+                    f"the local job dir {local_root} is a link (to {_link_target(local_root)}); "
+                    "not following it: removing the link and restoring into a directory",
+                    path=local_root,
+                )
             _clear(local_root)
             names = self.manifest_names()
             partial: list[Manifest] = []  # commits of a save still arriving: tried after every whole one
             for name in names:
                 if name == pass_over and name != names[-1]:  # never the only one left: that is a start over
-                    log.warning("passing over the snapshot the trainer failed on at its last start; restoring the "
-                                "one before it", manifest=name)
+                    log.warning(
+                        "passing over the snapshot the trainer failed on at its last start; restoring the "
+                        "one before it",
+                        manifest=name,
+                    )
                     abandoned.append(name)
                     continue
                 manifest = self.load(name)
@@ -741,8 +787,12 @@ class CheckpointStore:
                 if manifest.name == pass_over:
                     # a part of a checkpoint its trainer failed on: nothing whole is lost by a start over,
                     # where restoring it again would fail every start until FAILED
-                    log.warning("passing over a commit that holds no whole checkpoint, which the trainer failed on "
-                                "at its last start", manifest=manifest.name, step=manifest.step)
+                    log.warning(
+                        "passing over a commit that holds no whole checkpoint, which the trainer failed on "
+                        "at its last start",
+                        manifest=manifest.name,
+                        step=manifest.step,
+                    )
                     abandoned.append(manifest.name)
                     continue
                 if self._restore_one(manifest, staging, local_root, abandoned, passed_over=[]):
@@ -754,8 +804,9 @@ class CheckpointStore:
         self._parent, self._abandoned = "", tuple(abandoned)
         return None
 
-    def _restore_one(self, manifest: Manifest, staging: str, local_root: str, abandoned: list[str],
-                     passed_over: list[Manifest]) -> bool:
+    def _restore_one(
+        self, manifest: Manifest, staging: str, local_root: str, abandoned: list[str], passed_over: list[Manifest]
+    ) -> bool:
         """Fetches and verifies one snapshot; on success moves it into `local_root` and sets the
         lineage the next commit continues (the newer commits `passed_over`, which hold no whole
         checkpoint, abandoned with it), else adds it to `abandoned`. Returns whether it restored."""
@@ -763,15 +814,20 @@ class CheckpointStore:
         os.makedirs(staging)
         problem = self._fetch_and_verify(manifest, staging)
         if problem:
-            log.warning("skipping a snapshot that does not verify", manifest=manifest.name, step=manifest.step,
-                        reason=problem)
+            log.warning(
+                "skipping a snapshot that does not verify", manifest=manifest.name, step=manifest.step, reason=problem
+            )
             abandoned.append(manifest.name)
             return False
         os.replace(staging, local_root)
         for newer in passed_over:
-            log.warning("passing over a commit that holds no whole checkpoint (taken while its save was still "
-                        "arriving); restoring the newest one that does", manifest=newer.name, step=newer.step,
-                        restoring=manifest.name)
+            log.warning(
+                "passing over a commit that holds no whole checkpoint (taken while its save was still "
+                "arriving); restoring the newest one that does",
+                manifest=newer.name,
+                step=newer.step,
+                restoring=manifest.name,
+            )
         self._parent = manifest.name
         self._abandoned = tuple(abandoned) + tuple(m.name for m in passed_over)
         return True
@@ -786,27 +842,37 @@ class CheckpointStore:
         free = shutil.disk_usage(staging).free
         needed = sum(c.size for f in manifest.files for c in f.chunks if not is_zero_chunk(c))
         if needed > free:
-            raise RestoreFailed(f"snapshot {manifest.name} (step {manifest.step}) needs {needed} bytes; "
-                                f"the boot disk has {free} free at {staging}", local=True)
+            raise RestoreFailed(
+                f"snapshot {manifest.name} (step {manifest.step}) needs {needed} bytes; "
+                f"the boot disk has {free} free at {staging}",
+                local=True,
+            )
         parts = []
         try:
-            for entry, local in zip(manifest.files, locals_):  # each chunk written in place, into a file of its full size
+            for entry, local in zip(
+                manifest.files, locals_
+            ):  # each chunk written in place, into a file of its full size
                 os.makedirs(os.path.dirname(local), exist_ok=True)
                 with open(local, "wb") as f:
                     f.truncate(entry.size)  # a hole: an all-zero chunk is left as one (a sparse file stays sparse)
-                parts += [Part(local, c.offset, c.size, c.object, c.crc32c) for c in entry.chunks
-                          if not is_zero_chunk(c)]
+                parts += [
+                    Part(local, c.offset, c.size, c.object, c.crc32c) for c in entry.chunks if not is_zero_chunk(c)
+                ]
             written = self.storage.download_parts(parts) if parts else []
         except StorageError as exc:
             if exc.reason == NOT_FOUND:  # an object the manifest names is gone: this snapshot is unusable
                 return f"download failed: {exc}"
             if exc.lasting:  # no permission, no bucket: every snapshot would "fail"; starting over is wrong
                 raise
-            raise RestoreFailed(f"snapshot {manifest.name} (step {manifest.step}) could not be downloaded: {exc}",
-                                local=False) from exc
+            raise RestoreFailed(
+                f"snapshot {manifest.name} (step {manifest.step}) could not be downloaded: {exc}", local=False
+            ) from exc
         except OSError as exc:  # the boot disk's side of the download
-            raise RestoreFailed(f"snapshot {manifest.name} (step {manifest.step}) could not be written to the "
-                                f"boot disk: {_os_reason(exc)}", local=True) from exc
+            raise RestoreFailed(
+                f"snapshot {manifest.name} (step {manifest.step}) could not be written to the "
+                f"boot disk: {_os_reason(exc)}",
+                local=True,
+            ) from exc
         landed = {(p.local, p.offset): info for p, info in zip(parts, written)}
         for entry, local in zip(manifest.files, locals_):
             for c in entry.chunks:
@@ -816,8 +882,10 @@ class CheckpointStore:
                 if info.size != c.size:
                     return f"{entry.path}: chunk at offset {c.offset} is {info.size} bytes, {c.size} in the manifest"
                 if info.crc32c != c.crc32c:
-                    return (f"{entry.path}: chunk at offset {c.offset}: crc32c {info.crc32c} != {c.crc32c} in the "
-                            f"manifest (corrupted)")
+                    return (
+                        f"{entry.path}: chunk at offset {c.offset}: crc32c {info.crc32c} != {c.crc32c} in the "
+                        f"manifest (corrupted)"
+                    )
             try:
                 size = os.path.getsize(local)
             except OSError:
@@ -861,8 +929,10 @@ def _check_unchanged(parts: list[Part]) -> None:
         except Refused as exc:
             raise SnapshotChanged(f"{part.local}: {exc.strerror}") from None
         try:
-            if os.fstat(fd).st_size < part.offset + part.size or \
-                    crc32c_of_range(fd, part.offset, part.size) != part.crc32c:
+            if (
+                os.fstat(fd).st_size < part.offset + part.size
+                or crc32c_of_range(fd, part.offset, part.size) != part.crc32c
+            ):
                 raise SnapshotChanged(f"{part.local} changed since it was read (at offset {part.offset})")
         finally:
             os.close(fd)

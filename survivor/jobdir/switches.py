@@ -34,8 +34,14 @@ log = logs.get("switches")
 
 #: How each field of a switch's record (and a failed switch's) is read (survivor/jobdir/fields.py; a
 #: field not named: SHORT text). A template is a Compute Engine name (fields.NAME).
-SWITCH_FIELDS: dict[str, Rule] = {"time": TIME, "to_mode": Choice(MODES), "from_mode": Choice(MODES),
-                                  "reason": PROSE, "error": PROSE, "template": Name()}
+SWITCH_FIELDS: dict[str, Rule] = {
+    "time": TIME,
+    "to_mode": Choice(MODES),
+    "from_mode": Choice(MODES),
+    "reason": PROSE,
+    "error": PROSE,
+    "template": Name(),
+}
 
 
 @dataclass(frozen=True)
@@ -121,8 +127,10 @@ def record_switch_failure(storage: JobStorage, failure: SwitchFailure) -> bool:
 
 def switch_failures(storage: JobStorage) -> list[SwitchFailure]:
     """Every failed switch recorded, oldest first."""
-    return sorted((f for _, f in read_records(storage, FAILED_SWITCHES, SwitchFailure.from_json, "failed switch")),
-                  key=lambda f: record_time(f.time))
+    return sorted(
+        (f for _, f in read_records(storage, FAILED_SWITCHES, SwitchFailure.from_json, "failed switch")),
+        key=lambda f: record_time(f.time),
+    )
 
 
 def record_switch(storage: JobStorage, switch: Switch) -> bool:
@@ -138,8 +146,11 @@ def switches(storage: JobStorage, latest: _dt.datetime | None = None) -> list[Sw
     for name, switch in read_records(storage, SWITCHES, Switch.from_json, "switch"):
         when = parse_time(switch.time)
         if latest is not None and when is not None and when > latest:
-            log.warning(f"ignoring the switch record {name}: dated {switch.time}, in the future",
-                        record=name, reason="dated in the future")
+            log.warning(
+                f"ignoring the switch record {name}: dated {switch.time}, in the future",
+                record=name,
+                reason="dated in the future",
+            )
             continue
         out.append(switch)
     return sorted(out, key=lambda s: record_time(s.time))  # a time, whatever its zone; from_json parsed each

@@ -68,8 +68,9 @@ def _open(name: str, flags: int, dir_fd: int, path: str) -> int:
         return os.open(name, flags, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # a link met with O_NOFOLLOW, or a file where a dir was
-            raise Refused(exc.errno, "a link another user could have made (not followed), or not a directory",
-                          path) from None
+            raise Refused(
+                exc.errno, "a link another user could have made (not followed), or not a directory", path
+            ) from None
         raise
 
 

@@ -86,11 +86,33 @@ def machine_lock(cache_dir: str) -> str:
     os.makedirs(wheelhouse, exist_ok=True)
     missing = [pin for pin in pins if not _wheel_for(wheelhouse, *pin.split("=="))]
     if missing:  # the package index can fail for a moment (seen once in a suite run): retried, then raised
-        for attempt in retry.Policy("pip download of the rehearsal's wheelhouse", attempts=3, deadline=120.0,
-                                    attempt_seconds=300.0, initial=5.0, maximum=20.0, retry_on=_pip_failed):
+        for attempt in retry.Policy(
+            "pip download of the rehearsal's wheelhouse",
+            attempts=3,
+            deadline=120.0,
+            attempt_seconds=300.0,
+            initial=5.0,
+            maximum=20.0,
+            retry_on=_pip_failed,
+        ):
             with attempt:
-                subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary",
-                                ":all:", "--disable-pip-version-check", "--dest", wheelhouse, *missing], check=True)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "pip",
+                        "download",
+                        "--quiet",
+                        "--no-deps",
+                        "--only-binary",
+                        ":all:",
+                        "--disable-pip-version-check",
+                        "--dest",
+                        wheelhouse,
+                        *missing,
+                    ],
+                    check=True,
+                )
     lines = [f"# this machine's closure of survivor-train ({sys.version.split()[0]}), for the boot rehearsal"]
     for pin in pins:
         name, version = pin.split("==")
@@ -119,8 +141,12 @@ def _pip_failed(exc: BaseException) -> bool:
 
 def wheelhouse_env(cache_dir: str) -> dict[str, str]:
     """pip's own environment variables: the local wheelhouse only, and no machine-wide pip config."""
-    return {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1",
-            "PIP_FIND_LINKS": os.path.join(cache_dir, "wheelhouse"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    return {
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": os.path.join(cache_dir, "wheelhouse"),
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
 
 
 def default_cache_dir() -> str:
@@ -159,10 +185,17 @@ class SandboxRoot:
 
     def run_startup(self, metadata_host: str, env: dict[str, str] | None = None, timeout: float = 600.0) -> Boot:
         """Runs startup.sh as Compute Engine would (root, every boot), with its paths under this root."""
-        environment = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
-                       "SURVIVOR_ROOT": self.path, "GCE_METADATA_HOST": metadata_host, **(env or {})}
+        environment = {
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": "/root",
+            "SURVIVOR_ROOT": self.path,
+            "GCE_METADATA_HOST": metadata_host,
+            **(env or {}),
+        }
         started = time.monotonic()
-        result = subprocess.run(["/bin/bash", STARTUP], env=environment, capture_output=True, text=True, timeout=timeout)
+        result = subprocess.run(
+            ["/bin/bash", STARTUP], env=environment, capture_output=True, text=True, timeout=timeout
+        )
         return Boot(result.returncode, result.stdout + result.stderr, time.monotonic() - started)
 
     def unit_text(self) -> str:
@@ -203,9 +236,17 @@ class SandboxRoot:
         environment = {"PATH": SERVICE_PATH, "HOME": account.pw_dir, "USER": user, key: value, **env}
         log = open(log_path, "ab")
         try:
-            return subprocess.Popen(self.exec_start(), cwd=self._mapped(self.unit_value("WorkingDirectory")),
-                                    env=environment, user=account.pw_uid, group=account.pw_gid, extra_groups=[],
-                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            return subprocess.Popen(
+                self.exec_start(),
+                cwd=self._mapped(self.unit_value("WorkingDirectory")),
+                env=environment,
+                user=account.pw_uid,
+                group=account.pw_gid,
+                extra_groups=[],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         finally:
             log.close()
 
@@ -215,8 +256,9 @@ class SandboxRoot:
         units = self.at("/usr/lib/systemd/system")
         if not os.path.isdir(units):
             shutil.copytree("/usr/lib/systemd/system", units, symlinks=True)
-        return subprocess.run(["systemd-analyze", "verify", f"--root={self.path}", "/" + UNIT],
-                              capture_output=True, text=True)
+        return subprocess.run(
+            ["systemd-analyze", "verify", f"--root={self.path}", "/" + UNIT], capture_output=True, text=True
+        )
 
     def remove(self) -> None:
         """Deletes the sandbox root and everything the boot put in it."""

@@ -69,7 +69,9 @@ def required_permission(method: str, path: str) -> str | None:
     if not rest:
         return {"GET": "storage.buckets.get", "DELETE": "storage.buckets.delete"}.get(method, "storage.buckets.update")
     if rest in ("/o", "/o/"):
-        return "storage.objects.list" if method == "GET" and not path.startswith("/upload/") else "storage.objects.create"
+        return (
+            "storage.objects.list" if method == "GET" and not path.startswith("/upload/") else "storage.objects.create"
+        )
     if rest.endswith(("/compose",)) or "/rewriteTo/" in rest or "/copyTo/" in rest:
         return "storage.objects.create"
     if path.startswith("/upload/"):
@@ -81,10 +83,19 @@ def forbidden_body(permission: str, principal: str) -> bytes:
     """Cloud Storage's 403 for a missing permission, in its words ("... does not have
     storage.objects.get access to the Google Cloud Storage object.", googleapis/java-storage#1372)."""
     what = "bucket" if permission.startswith("storage.buckets.") else "object"
-    message = (f"{principal} does not have {permission} access to the Google Cloud Storage {what}. "
-               f"Permission '{permission}' denied on resource (or it may not exist).")
-    return json.dumps({"error": {"code": 403, "message": message,
-                                 "errors": [{"message": message, "domain": "global", "reason": "forbidden"}]}}).encode()
+    message = (
+        f"{principal} does not have {permission} access to the Google Cloud Storage {what}. "
+        f"Permission '{permission}' denied on resource (or it may not exist)."
+    )
+    return json.dumps(
+        {
+            "error": {
+                "code": 403,
+                "message": message,
+                "errors": [{"message": message, "domain": "global", "reason": "forbidden"}],
+            }
+        }
+    ).encode()
 
 
 def boundary_denies(rules: list[dict], method: str, path: str) -> str | None:
@@ -108,8 +119,10 @@ def boundary_denies(rules: list[dict], method: str, path: str) -> str | None:
 
 def default_bindings(project: str) -> list[dict]:
     """The bindings Cloud Storage gives a new bucket: the project's owners and editors own it, its viewers read it."""
-    return [{"role": "roles/storage.legacyBucketOwner", "members": [f"projectEditor:{project}", f"projectOwner:{project}"]},
-            {"role": "roles/storage.legacyBucketReader", "members": [f"projectViewer:{project}"]}]
+    return [
+        {"role": "roles/storage.legacyBucketOwner", "members": [f"projectEditor:{project}", f"projectOwner:{project}"]},
+        {"role": "roles/storage.legacyBucketReader", "members": [f"projectViewer:{project}"]},
+    ]
 
 
 class BucketIam(LocalService):
@@ -134,19 +147,30 @@ class BucketIam(LocalService):
         """Replaces a bucket's policy bindings (as setIamPolicy would), with a new etag."""
         with self.lock:
             self._changes[bucket] = self._changes.get(bucket, 1) + 1
-            self.policies[bucket] = {"kind": "storage#policy", "resourceId": f"projects/_/buckets/{bucket}",
-                                     "version": 1, "etag": f"CA{self._changes[bucket]}", "bindings": bindings}
+            self.policies[bucket] = {
+                "kind": "storage#policy",
+                "resourceId": f"projects/_/buckets/{bucket}",
+                "version": 1,
+                "etag": f"CA{self._changes[bucket]}",
+                "bindings": bindings,
+            }
 
     def policy(self, bucket: str) -> dict:
         """A copy of a bucket's IAM policy as getIamPolicy returns it; a bucket never set has the default bindings."""
         with self.lock:
             if bucket not in self.policies:
-                self.policies[bucket] = {"kind": "storage#policy", "resourceId": f"projects/_/buckets/{bucket}",
-                                         "version": 1, "etag": "CA1", "bindings": default_bindings(self.project)}
+                self.policies[bucket] = {
+                    "kind": "storage#policy",
+                    "resourceId": f"projects/_/buckets/{bucket}",
+                    "version": 1,
+                    "etag": "CA1",
+                    "bindings": default_bindings(self.project),
+                }
             return json.loads(json.dumps(self.policies[bucket]))
 
-    def set_location(self, bucket: str, location: str, location_type: str,
-                     data_locations: tuple[str, ...] = ()) -> None:
+    def set_location(
+        self, bucket: str, location: str, location_type: str, data_locations: tuple[str, ...] = ()
+    ) -> None:
         """What the bucket's `buckets.get` reports as its location: `location` (e.g. US-WEST1, NAM4, US),
         `locationType` (region, dual-region, multi-region) and, for a configurable dual-region, its
         `customPlacementConfig.dataLocations`."""
@@ -164,9 +188,17 @@ class BucketIam(LocalService):
 
         class Handler(QuietHandler):
             def _forward(self, body: bytes) -> None:
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length", "connection")}
-                answer = stand_in._session.request(self.command, stand_in.upstream + self.path, data=body,
-                                                   headers=headers, allow_redirects=False, timeout=120)
+                headers = {
+                    k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length", "connection")
+                }
+                answer = stand_in._session.request(
+                    self.command,
+                    stand_in.upstream + self.path,
+                    data=body,
+                    headers=headers,
+                    allow_redirects=False,
+                    timeout=120,
+                )
                 content = answer.content
                 self.send_response(answer.status_code)
                 for key, value in answer.headers.items():
@@ -187,8 +219,17 @@ class BucketIam(LocalService):
                 rules = stand_in.sts.boundary_of(token)
                 if rules is None:
                     message = "Invalid Credentials"
-                    send_json(self, 401, {"error": {"code": 401, "message": message,
-                                                    "errors": [{"message": message, "reason": "authError"}]}})
+                    send_json(
+                        self,
+                        401,
+                        {
+                            "error": {
+                                "code": 401,
+                                "message": message,
+                                "errors": [{"message": message, "reason": "authError"}],
+                            }
+                        },
+                    )
                     return True
                 denied = boundary_denies(rules, self.command, self.path)
                 if denied is None:
@@ -222,8 +263,17 @@ class BucketIam(LocalService):
                 bucket = m.group(1)
                 if not stand_in._bucket_exists(bucket):
                     message = "The specified bucket does not exist."
-                    return send_json(self, 404, {"error": {"code": 404, "message": message,
-                                                           "errors": [{"message": message, "reason": "notFound"}]}})
+                    return send_json(
+                        self,
+                        404,
+                        {
+                            "error": {
+                                "code": 404,
+                                "message": message,
+                                "errors": [{"message": message, "reason": "notFound"}],
+                            }
+                        },
+                    )
                 if m.group(2):  # testPermissions: the caller owns every fake bucket
                     asked = parse_qs(url.query).get("permissions", [])
                     return send_json(self, 200, {"kind": "storage#testIamPermissionsResponse", "permissions": asked})
@@ -269,12 +319,17 @@ def serve_forever(port: int, *, project: str, buckets: Sequence[str] = (), grant
                 raise SystemExit(f"error: --bucket {bucket!r}: {exc.message}") from None
         for bucket, role in parsed:
             if bucket not in buckets and not iam._bucket_exists(bucket):
-                raise SystemExit(f"error: --grant {bucket}={role}: bucket {bucket} does not exist; add --bucket {bucket}")
+                raise SystemExit(
+                    f"error: --grant {bucket}={role}: bucket {bucket} does not exist; add --bucket {bucket}"
+                )
             bindings = iam.policy(bucket)["bindings"]
             bindings.append({"role": role, "members": [account]})
             iam.set_bindings(bucket, bindings)
-        print(f"Cloud Storage emulator on {iam.endpoint} (fake-gcs-server, bucket IAM in front; buckets: "
-              f"{', '.join(buckets) or 'none'}); export STORAGE_EMULATOR_HOST={iam.endpoint}", flush=True)
+        print(
+            f"Cloud Storage emulator on {iam.endpoint} (fake-gcs-server, bucket IAM in front; buckets: "
+            f"{', '.join(buckets) or 'none'}); export STORAGE_EMULATOR_HOST={iam.endpoint}",
+            flush=True,
+        )
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

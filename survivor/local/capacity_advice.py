@@ -77,7 +77,7 @@ def _points(zones: traces.Zones, zone: str, first: float, last: float) -> list[b
     series = zones.capacity[zone]
     lo = max(0, int(first // zones.gap_hours))
     hi = min(len(series) - 1, int(last // zones.gap_hours))
-    return list(series[lo:hi + 1]) if hi >= lo else []
+    return list(series[lo : hi + 1]) if hi >= lo else []
 
 
 def scores(zones: traces.Zones, zone: str, at_hours: float) -> Scores:
@@ -106,8 +106,9 @@ def scores(zones: traces.Zones, zone: str, at_hours: float) -> Scores:
     return Scores(obtainable, band)
 
 
-def preemption_history(zones: traces.Zones, zone_list: Iterable[str], at_hours: float,
-                       days: int = HISTORY_DAYS) -> list[tuple[float, float, float]]:
+def preemption_history(
+    zones: traces.Zones, zone_list: Iterable[str], at_hours: float, days: int = HISTORY_DAYS
+) -> list[tuple[float, float, float]]:
     """Pure: (start hour, end hour, preemption rate) a trace day for the zones together, the last
     `days` days up to `at_hours` (the day in progress ends at `at_hours`); only days the trace
     has begun."""
@@ -141,8 +142,10 @@ def rate_to_hazard(rate: float) -> float:
 # -- the fake's two methods ---------------------------------------------------------------------
 
 #: The IAM permission each method needs (docs/capacity-data.md, C1 and H1).
-ADVICE_PERMISSIONS = {"compute.advice.capacity": "compute.advice.capacity",
-                      "compute.advice.capacityHistory": "compute.advice.capacityHistory"}
+ADVICE_PERMISSIONS = {
+    "compute.advice.capacity": "compute.advice.capacity",
+    "compute.advice.capacityHistory": "compute.advice.capacityHistory",
+}
 _TPU = re.compile(r"^(ct[0-9]|tpu)")
 
 
@@ -188,9 +191,13 @@ class AdviceServing:
         if wanted and any(k not in offered for k in wanted):  # as `_creation_error` refuses the VM
             return Scores(0.0, UPTIME_BANDS[-1])
         for failure in getattr(self, "creation_failures", []):
-            if (failure["code"].startswith("ZONE_RESOURCE_POOL_EXHAUSTED") and failure["zone"] in (None, zone)
-                    and failure["remaining"] != 0 and failure.get("machine_type") in (None, machine)
-                    and failure.get("accelerator") in (None, *wanted)):
+            if (
+                failure["code"].startswith("ZONE_RESOURCE_POOL_EXHAUSTED")
+                and failure["zone"] in (None, zone)
+                and failure["remaining"] != 0
+                and failure.get("machine_type") in (None, machine)
+                and failure.get("accelerator") in (None, *wanted)
+            ):
                 return Scores(0.0, UPTIME_BANDS[-1])
         found = self._trace_now()
         if found is None:
@@ -202,34 +209,51 @@ class AdviceServing:
         from survivor.local.compute_server import HttpError
 
         region = params["region"]
-        selections = ((body.get("instanceFlexibilityPolicy") or {}).get("instanceSelections") or {})
+        selections = (body.get("instanceFlexibilityPolicy") or {}).get("instanceSelections") or {}
         machines = [(key, m, sel) for key, sel in sorted(selections.items()) for m in (sel.get("machineTypes") or [])]
         if not machines:
-            raise HttpError(400, "Invalid value for field 'resource.instanceFlexibilityPolicy.instanceSelections': "
-                                 "at least one instance selection with a machine type is required.")
+            raise HttpError(
+                400,
+                "Invalid value for field 'resource.instanceFlexibilityPolicy.instanceSelections': "
+                "at least one instance selection with a machine type is required.",
+            )
         if any(_TPU.match(m) for _, m, _ in machines):
             raise HttpError(400, "advice.capacity cannot view the availability of TPUs.")
         size = int(body.get("size") or 0)
         if size < 1:
             raise HttpError(400, "Invalid value for field 'resource.size': must be at least 1.")
         model = ((body.get("instanceProperties") or {}).get("scheduling") or {}).get("provisioningModel") or "SPOT"
-        asked = [z.get("zone", "").rsplit("/", 1)[-1] for z in (body.get("distributionPolicy") or {}).get("zones") or []]
+        asked = [
+            z.get("zone", "").rsplit("/", 1)[-1] for z in (body.get("distributionPolicy") or {}).get("zones") or []
+        ]
         outside = [z for z in asked if z.rsplit("-", 1)[0] != region]
         if outside:
-            raise HttpError(400, f"Invalid value for field 'resource.distributionPolicy.zones': zone {outside[0]} "
-                                 f"is not in region {region}.")
+            raise HttpError(
+                400,
+                f"Invalid value for field 'resource.distributionPolicy.zones': zone {outside[0]} "
+                f"is not in region {region}.",
+            )
         zones = asked or self.zones_of(region)
         machine = machines[0][1]
-        gpus = tuple(str(a.get("acceleratorType", "")).rsplit("/", 1)[-1]
-                     for a in machines[0][2].get("guestAccelerators") or [])
+        gpus = tuple(
+            str(a.get("acceleratorType", "")).rsplit("/", 1)[-1] for a in machines[0][2].get("guestAccelerators") or []
+        )
         per_zone = {z: self._zone_scores(z, machine, gpus) if model == "SPOT" else Scores(1.0, 0) for z in zones}
         best = max(zones, key=lambda z: (per_zone[z].obtainability, per_zone[z].uptime_seconds, z))
         chosen = per_zone[best]
         scores_out: dict[str, Any] = {"obtainability": chosen.obtainability}
         if model == "SPOT":
             scores_out["estimatedUptime"] = _duration(chosen.uptime_seconds)
-        return {"recommendations": [{"scores": scores_out, "shards": [
-            {"zone": best, "machineType": machines[0][1], "instanceCount": size, "provisioningModel": model}]}]}
+        return {
+            "recommendations": [
+                {
+                    "scores": scores_out,
+                    "shards": [
+                        {"zone": best, "machineType": machines[0][1], "instanceCount": size, "provisioningModel": model}
+                    ],
+                }
+            ]
+        }
 
     def _advice_capacityHistory(self, params, query, body):
         from survivor.cloud import pricing
@@ -240,25 +264,41 @@ class AdviceServing:
         machine = props.get("machineType") or ""
         model = (props.get("scheduling") or {}).get("provisioningModel")
         if model != "SPOT":
-            raise HttpError(400, "Invalid value for field 'resource.instanceProperties.scheduling.provisioningModel': "
-                                 f"'{model}'. This field must be set to SPOT.")
+            raise HttpError(
+                400,
+                "Invalid value for field 'resource.instanceProperties.scheduling.provisioningModel': "
+                f"'{model}'. This field must be set to SPOT.",
+            )
         if not machine:
-            raise HttpError(400, "Invalid value for field 'resource.instanceProperties.machineType': a machine type "
-                                 "is required.")
-        if machine.startswith("custom-") or "-custom-" in machine or _TPU.match(machine) or (
-                machine.startswith("n1-") and props.get("guestAccelerators")):
-            raise HttpError(400, f"Capacity history is not available for machine type {machine} with this "
-                                 "configuration: N1 machine types with GPUs attached, custom machine types and TPUs "
-                                 "have no preemption or price history.")
+            raise HttpError(
+                400, "Invalid value for field 'resource.instanceProperties.machineType': a machine type is required."
+            )
+        if (
+            machine.startswith("custom-")
+            or "-custom-" in machine
+            or _TPU.match(machine)
+            or (machine.startswith("n1-") and props.get("guestAccelerators"))
+        ):
+            raise HttpError(
+                400,
+                f"Capacity history is not available for machine type {machine} with this "
+                "configuration: N1 machine types with GPUs attached, custom machine types and TPUs "
+                "have no preemption or price history.",
+            )
         location = ((body.get("locationPolicy") or {}).get("location") or "").rstrip("/")
         where = location.rsplit("/", 1)[-1]
         if location and where.rsplit("-", 1)[0] != region and where != region:
-            raise HttpError(400, f"Invalid value for field 'resource.locationPolicy.location': '{location}' is not "
-                                 f"in region {region}.")
+            raise HttpError(
+                400,
+                f"Invalid value for field 'resource.locationPolicy.location': '{location}' is not in region {region}.",
+            )
         zonal = bool(location) and where != region
         types = body.get("types") or ["PREEMPTION", "PRICE"]
-        url = ("https://www.googleapis.com/compute/v1/projects/" + project
-               + (f"/zones/{where}" if zonal else f"/regions/{region}"))
+        url = (
+            "https://www.googleapis.com/compute/v1/projects/"
+            + project
+            + (f"/zones/{where}" if zonal else f"/regions/{region}")
+        )
         out: dict[str, Any] = {"machineType": machine, "location": url}
         found = self._trace_now()
         if "PREEMPTION" in types:
@@ -269,17 +309,33 @@ class AdviceServing:
                 trace, named, at = found
                 records = preemption_history(trace, [named[z] for z in zones if z in named], at)
             out["preemptionHistory"] = [
-                {"interval": {"startTime": _time(self.trace_epoch, s), "endTime": _time(self.trace_epoch, e)},
-                 "preemptionRate": r} for s, e, r in records]
+                {
+                    "interval": {"startTime": _time(self.trace_epoch, s), "endTime": _time(self.trace_epoch, e)},
+                    "preemptionRate": r,
+                }
+                for s, e, r in records
+            ]
         if "PRICE" in types and not zonal:
             gpu = (props.get("guestAccelerators") or [{}])[0]
-            prices = pricing.hourly(machine, (gpu.get("acceleratorType") or "").rsplit("/", 1)[-1] or None,
-                                    int(gpu.get("acceleratorCount") or 0))
+            prices = pricing.hourly(
+                machine,
+                (gpu.get("acceleratorType") or "").rsplit("/", 1)[-1] or None,
+                int(gpu.get("acceleratorCount") or 0),
+            )
             if prices:
                 spot = prices[1]
                 at = found[2] if found else 0.0
-                out["priceHistory"] = [{"interval": {"startTime": _time(self.trace_epoch, at - 365 * 24),
-                                                     "endTime": _time(self.trace_epoch, at)},
-                                        "listPrice": {"currencyCode": "USD", "units": str(int(spot)),
-                                                      "nanos": int(round((spot - int(spot)) * 1e9))}}]
+                out["priceHistory"] = [
+                    {
+                        "interval": {
+                            "startTime": _time(self.trace_epoch, at - 365 * 24),
+                            "endTime": _time(self.trace_epoch, at),
+                        },
+                        "listPrice": {
+                            "currencyCode": "USD",
+                            "units": str(int(spot)),
+                            "nanos": int(round((spot - int(spot)) * 1e9)),
+                        },
+                    }
+                ]
         return out

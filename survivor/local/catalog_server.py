@@ -30,8 +30,22 @@ REGIONS = ["us-central1", "us-west1", "us-east1"]
 ROWS = [
     ("N1 Predefined Instance Core running in Americas", "Compute", "N1Standard", "OnDemand", "h", 0.031611),
     ("N1 Predefined Instance Ram running in Americas", "Compute", "N1Standard", "OnDemand", "GiBy.h", 0.004237),
-    ("Spot Preemptible N1 Predefined Instance Core running in Americas", "Compute", "N1Standard", "Preemptible", "h", 0.00698),
-    ("Spot Preemptible N1 Predefined Instance Ram running in Americas", "Compute", "N1Standard", "Preemptible", "GiBy.h", 0.000936),
+    (
+        "Spot Preemptible N1 Predefined Instance Core running in Americas",
+        "Compute",
+        "N1Standard",
+        "Preemptible",
+        "h",
+        0.00698,
+    ),
+    (
+        "Spot Preemptible N1 Predefined Instance Ram running in Americas",
+        "Compute",
+        "N1Standard",
+        "Preemptible",
+        "GiBy.h",
+        0.000936,
+    ),
     ("Commitment v1: N1 Predefined Instance Core in Americas for 1 Year", "Compute", "CPU", "Commit1Yr", "h", 0.019915),
     ("Sole Tenancy Instance Core running in Americas", "Compute", "CPU", "OnDemand", "h", 0.034773),
     ("G2 Instance Core running in Americas", "Compute", "CPU", "OnDemand", "h", 0.02492),
@@ -43,18 +57,52 @@ ROWS = [
     ("Spot Preemptible A2 Instance Core running in Americas", "Compute", "CPU", "Preemptible", "h", 0.012644),
     ("Spot Preemptible A2 Instance Ram running in Americas", "Compute", "RAM", "Preemptible", "GiBy.h", 0.001695),
     ("Nvidia Tesla T4 GPU running in Americas", "Compute", "GPU", "OnDemand", "h", 0.35),
-    ("Nvidia Tesla T4 GPU attached to Spot Preemptible VMs running in Americas", "Compute", "GPU", "Preemptible", "h", 0.14),
+    (
+        "Nvidia Tesla T4 GPU attached to Spot Preemptible VMs running in Americas",
+        "Compute",
+        "GPU",
+        "Preemptible",
+        "h",
+        0.14,
+    ),
     ("Nvidia Tesla V100 GPU running in Americas", "Compute", "GPU", "OnDemand", "h", 2.48),
-    ("Nvidia Tesla V100 GPU attached to Spot Preemptible VMs running in Americas", "Compute", "GPU", "Preemptible", "h", 0.992),
+    (
+        "Nvidia Tesla V100 GPU attached to Spot Preemptible VMs running in Americas",
+        "Compute",
+        "GPU",
+        "Preemptible",
+        "h",
+        0.992,
+    ),
     ("Nvidia L4 GPU running in Americas", "Compute", "GPU", "OnDemand", "h", 0.5599),
-    ("Nvidia L4 GPU attached to Spot Preemptible VMs running in Americas", "Compute", "GPU", "Preemptible", "h", 0.2240),
+    (
+        "Nvidia L4 GPU attached to Spot Preemptible VMs running in Americas",
+        "Compute",
+        "GPU",
+        "Preemptible",
+        "h",
+        0.2240,
+    ),
     ("Nvidia Tesla A100 GPU running in Americas", "Compute", "GPU", "OnDemand", "h", 2.933908),
-    ("Nvidia Tesla A100 GPU attached to Spot Preemptible VMs running in Americas", "Compute", "GPU", "Preemptible", "h", 1.173563),
+    (
+        "Nvidia Tesla A100 GPU attached to Spot Preemptible VMs running in Americas",
+        "Compute",
+        "GPU",
+        "Preemptible",
+        "h",
+        1.173563,
+    ),
     # flex-start (docs/flex-start.md F9): listed as OnDemand; a2-highgpu-1g at $2.02/h as recorded 2026-08-02
     ("DWS Defined Duration A2 Core running in Americas", "Compute", "CPU", "OnDemand", "h", 0.01739),
     ("DWS Defined Duration A2 Ram running in Americas", "Compute", "RAM", "OnDemand", "GiBy.h", 0.00233),
-    ("Nvidia Tesla A100 GPU attached to DWS Defined Duration VMs running in Americas", "Compute", "GPU", "OnDemand",
-     "h", 1.61365),
+    (
+        "Nvidia Tesla A100 GPU attached to DWS Defined Duration VMs running in Americas",
+        "Compute",
+        "GPU",
+        "OnDemand",
+        "h",
+        1.61365,
+    ),
     ("Storage PD Capacity", "Storage", "PDStandard", "OnDemand", "GiBy.mo", 0.04),
     ("Balanced PD Capacity", "Storage", "SSD", "OnDemand", "GiBy.mo", 0.10),
     ("SSD backed PD Capacity", "Storage", "SSD", "OnDemand", "GiBy.mo", 0.17),
@@ -66,15 +114,36 @@ def sku(index: int, description: str, family: str, group: str, usage: str, unit:
     sku_id = f"{0xA000 + index:04X}-{0xB000 + index:04X}-{0xC000 + index:04X}"
     units, nanos = int(usd), round((usd - int(usd)) * 1e9)
     return {
-        "name": f"services/{SERVICE_ID}/skus/{sku_id}", "skuId": sku_id, "description": description,
-        "category": {"serviceDisplayName": "Compute Engine", "resourceFamily": family, "resourceGroup": group,
-                     "usageType": usage},
-        "serviceRegions": REGIONS, "serviceProviderName": "Google",
-        "pricingInfo": [{"summary": "", "effectiveTime": "2026-03-01T08:00:00Z", "currencyConversionRate": 1,
-                         "pricingExpression": {"usageUnit": unit, "displayQuantity": 1, "baseUnitConversionFactor": 1,
-                                               "tieredRates": [{"startUsageAmount": 0, "unitPrice": {
-                                                   "currencyCode": "USD", "units": str(units), "nanos": nanos}}]},
-                         "aggregationInfo": {"aggregationLevel": "ACCOUNT", "aggregationInterval": "DAILY"}}],
+        "name": f"services/{SERVICE_ID}/skus/{sku_id}",
+        "skuId": sku_id,
+        "description": description,
+        "category": {
+            "serviceDisplayName": "Compute Engine",
+            "resourceFamily": family,
+            "resourceGroup": group,
+            "usageType": usage,
+        },
+        "serviceRegions": REGIONS,
+        "serviceProviderName": "Google",
+        "pricingInfo": [
+            {
+                "summary": "",
+                "effectiveTime": "2026-03-01T08:00:00Z",
+                "currencyConversionRate": 1,
+                "pricingExpression": {
+                    "usageUnit": unit,
+                    "displayQuantity": 1,
+                    "baseUnitConversionFactor": 1,
+                    "tieredRates": [
+                        {
+                            "startUsageAmount": 0,
+                            "unitPrice": {"currencyCode": "USD", "units": str(units), "nanos": nanos},
+                        }
+                    ],
+                },
+                "aggregationInfo": {"aggregationLevel": "ACCOUNT", "aggregationInterval": "DAILY"},
+            }
+        ],
         "geoTaxonomy": {"type": "MULTI_REGIONAL", "regions": REGIONS},
     }
 
@@ -99,19 +168,31 @@ class CatalogServer(LocalService):
                 query = {k: v[-1] for k, v in parse_qs(url.query).items()}
                 server.requests.append(url.path)
                 if url.path == "/v1/services":
-                    send_json(self, 200, {"services": [{"name": f"services/{SERVICE_ID}", "serviceId": SERVICE_ID,
-                                                        "displayName": "Compute Engine",
-                                                        "businessEntityName": "businessEntities/GCP"}]})
+                    send_json(
+                        self,
+                        200,
+                        {
+                            "services": [
+                                {
+                                    "name": f"services/{SERVICE_ID}",
+                                    "serviceId": SERVICE_ID,
+                                    "displayName": "Compute Engine",
+                                    "businessEntityName": "businessEntities/GCP",
+                                }
+                            ]
+                        },
+                    )
                 elif url.path == f"/v1/services/{SERVICE_ID}/skus":
                     start = int(query.get("pageToken") or 0)
                     size = min(int(query.get("pageSize") or server.page_size), server.page_size)
-                    page = server.skus[start:start + size]
+                    page = server.skus[start : start + size]
                     body: dict[str, Any] = {"skus": page}
                     if start + size < len(server.skus):
                         body["nextPageToken"] = str(start + size)
                     send_json(self, 200, body)
                 else:
-                    send_json(self, 404, {"error": {"code": 404, "message": f"{url.path} not found",
-                                                    "status": "NOT_FOUND"}})
+                    send_json(
+                        self, 404, {"error": {"code": 404, "message": f"{url.path} not found", "status": "NOT_FOUND"}}
+                    )
 
         return Handler

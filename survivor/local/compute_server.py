@@ -89,34 +89,47 @@ DEFAULT_ACCOUNT = f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
 #: requires the following IAM permission": deleteInstances and setInstanceTemplate ask for
 #: compute.instanceGroupManagers.update; survivor/cloud/permissions.py has the sources).
 METHOD_PERMISSIONS = {
-    **{f"compute.{kind}.{verb}": "compute.instanceGroupManagers.update"
-       for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
-       for verb in ("deleteInstances", "setInstanceTemplate", "recreateInstances", "resize", "patch")},
-    **{f"compute.{kind}.{verb}": "compute.instanceGroupManagers.get"
-       for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
-       for verb in ("get", "listManagedInstances", "listErrors")},
+    **{
+        f"compute.{kind}.{verb}": "compute.instanceGroupManagers.update"
+        for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
+        for verb in ("deleteInstances", "setInstanceTemplate", "recreateInstances", "resize", "patch")
+    },
+    **{
+        f"compute.{kind}.{verb}": "compute.instanceGroupManagers.get"
+        for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
+        for verb in ("get", "listManagedInstances", "listErrors")
+    },
     "compute.instanceTemplates.get": "compute.instanceTemplates.get",
     # the move at boot (permissions.BOOT_MOVE): a group made in the next region, the old one deleted,
     # the next region's accelerator types listed
-    **{f"compute.{kind}.insert": "compute.instanceGroupManagers.create"
-       for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")},
-    **{f"compute.{kind}.delete": "compute.instanceGroupManagers.delete"
-       for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")},
+    **{
+        f"compute.{kind}.insert": "compute.instanceGroupManagers.create"
+        for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
+    },
+    **{
+        f"compute.{kind}.delete": "compute.instanceGroupManagers.delete"
+        for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
+    },
     "compute.acceleratorTypes.list": "compute.acceleratorTypes.list",
     "compute.regions.get": "compute.regions.get",  # the move reads the next region's zones (BOOT_MOVE)
     "compute.instanceTemplates.insert": "compute.instanceTemplates.create",
     # resize requests: "Authorization requires ... compute.instanceGroupManagers.update" (insert's REST
     # reference, https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagerResizeRequests/insert);
     # reading them is taken to need .get, as reading the group does (an assumption)
-    **{f"compute.{kind}.{verb}": "compute.instanceGroupManagers.update"
-       for kind in ("instanceGroupManagerResizeRequests", "regionInstanceGroupManagerResizeRequests")
-       for verb in ("insert", "cancel", "delete")},
-    **{f"compute.{kind}.{verb}": "compute.instanceGroupManagers.get"
-       for kind in ("instanceGroupManagerResizeRequests", "regionInstanceGroupManagerResizeRequests")
-       for verb in ("get", "list")},
+    **{
+        f"compute.{kind}.{verb}": "compute.instanceGroupManagers.update"
+        for kind in ("instanceGroupManagerResizeRequests", "regionInstanceGroupManagerResizeRequests")
+        for verb in ("insert", "cancel", "delete")
+    },
+    **{
+        f"compute.{kind}.{verb}": "compute.instanceGroupManagers.get"
+        for kind in ("instanceGroupManagerResizeRequests", "regionInstanceGroupManagerResizeRequests")
+        for verb in ("get", "list")
+    },
     # capacity data (survivor/local/capacity_advice.py, docs/capacity-data.md)
     **ADVICE_PERMISSIONS,
 }
+
 
 def guest_cpus(machine_type: str) -> int | None:
     """The vCPUs `machineTypes.get` reports as `guestCpus`: the number a predefined shape's name ends in
@@ -138,14 +151,29 @@ def guest_cpus(machine_type: str) -> int | None:
 # every GPU; us-west1-c has no T4). Tests change `server.accelerators` for their own cases.
 ACCELERATORS: dict[str, dict[str, int]] = {
     "us-west1-a": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-tesla-p100": 4, "nvidia-l4": 8},
-    "us-west1-b": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-tesla-p100": 4, "nvidia-l4": 8,
-                   "nvidia-tesla-a100": 16},
+    "us-west1-b": {
+        "nvidia-tesla-t4": 4,
+        "nvidia-tesla-v100": 8,
+        "nvidia-tesla-p100": 4,
+        "nvidia-l4": 8,
+        "nvidia-tesla-a100": 16,
+    },
     "us-west1-c": {"nvidia-l4": 8},
-    "us-central1-a": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-tesla-p4": 4, "nvidia-l4": 8,
-                      "nvidia-tesla-a100": 16},
+    "us-central1-a": {
+        "nvidia-tesla-t4": 4,
+        "nvidia-tesla-v100": 8,
+        "nvidia-tesla-p4": 4,
+        "nvidia-l4": 8,
+        "nvidia-tesla-a100": 16,
+    },
     "us-central1-b": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-l4": 8, "nvidia-tesla-a100": 16},
-    "us-central1-c": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-tesla-p4": 4, "nvidia-l4": 8,
-                      "nvidia-tesla-a100": 16},
+    "us-central1-c": {
+        "nvidia-tesla-t4": 4,
+        "nvidia-tesla-v100": 8,
+        "nvidia-tesla-p4": 4,
+        "nvidia-l4": 8,
+        "nvidia-tesla-a100": 16,
+    },
     "us-central1-f": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-tesla-a100": 16},
     "europe-west4-a": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-l4": 8, "nvidia-tesla-a100": 16},
     "europe-west4-b": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-tesla-p100": 4, "nvidia-tesla-a100": 16},
@@ -153,9 +181,11 @@ ACCELERATORS: dict[str, dict[str, int]] = {
 }
 DEFAULT_GPU_QUOTA = 8.0  # per regional GPU metric unless a test sets another with set_quota
 DEFAULT_CPU_QUOTA = 512.0  # per regional vCPU metric (CPUS, N2_CPUS...), likewise
-DEFAULT_IMAGE_FAMILIES = [("deeplearning-platform-release", "common-cu129-ubuntu-2404-nvidia-580"),
-                          ("deeplearning-platform-release", "common-cu128-ubuntu-2404-nvidia-570"),
-                          ("deeplearning-platform-release", "common-cu128-ubuntu-2204-nvidia-570")]
+DEFAULT_IMAGE_FAMILIES = [
+    ("deeplearning-platform-release", "common-cu129-ubuntu-2404-nvidia-580"),
+    ("deeplearning-platform-release", "common-cu128-ubuntu-2404-nvidia-570"),
+    ("deeplearning-platform-release", "common-cu128-ubuntu-2204-nvidia-570"),
+]
 
 
 class SchemaError(ValueError):
@@ -205,7 +235,9 @@ class Validator:
         elif kind == "string":
             fmt = schema.get("format")
             if fmt in ("int64", "uint64"):
-                if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and re.fullmatch(r"-?\d+", value))):
+                if isinstance(value, bool) or not (
+                    isinstance(value, int) or (isinstance(value, str) and re.fullmatch(r"-?\d+", value))
+                ):
                     raise SchemaError(f"{where}: expected an {fmt} (a string of digits), got {value!r}")
                 return
             if not isinstance(value, str):
@@ -215,11 +247,14 @@ class Validator:
             if "pattern" in schema and not re.fullmatch(schema["pattern"], value):
                 # the API's words (DefangLabs/defang#1665: "Invalid value for field 'resource.name': '...'.
                 # Must be a match of regex '(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)'")
-                field = "resource" + where[where.index("."):] if "." in where else where
-                raise PatternError(f"Invalid value for field '{field}': '{value}'. Must be a match of regex "
-                                   f"'(?:{schema['pattern']})'")
+                field = "resource" + where[where.index(".") :] if "." in where else where
+                raise PatternError(
+                    f"Invalid value for field '{field}': '{value}'. Must be a match of regex '(?:{schema['pattern']})'"
+                )
         elif kind == "integer":
-            if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and re.fullmatch(r"-?\d+", value))):
+            if isinstance(value, bool) or not (
+                isinstance(value, int) or (isinstance(value, str) and re.fullmatch(r"-?\d+", value))
+            ):
                 raise SchemaError(f"{where}: expected an integer, got {value!r}")
         elif kind == "number":
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -231,6 +266,7 @@ class Validator:
 
 class HttpError(Exception):
     """An error the fake answers with: HTTP status, message and Google's error reason."""
+
     def __init__(self, status: int, message: str, reason: str = "invalid"):
         super().__init__(message)
         self.status = status
@@ -260,9 +296,11 @@ class ComputeServer(AdviceServing, LocalService):
         doc = discovery()
         self.validator = Validator(doc["schemas"])
         #: the regional vCPU metrics regions.get reports: CPUS and each family's (Quota.metric, not committed ones)
-        self.cpu_metrics = sorted(m for m in doc["schemas"]["Quota"]["properties"]["metric"]["enum"]
-                                  if m.endswith("_CPUS") and not m.startswith(("COMMITTED_", "PREEMPTIBLE_"))
-                                  and m != "CPUS_ALL_REGIONS") + ["CPUS"]
+        self.cpu_metrics = sorted(
+            m
+            for m in doc["schemas"]["Quota"]["properties"]["metric"]["enum"]
+            if m.endswith("_CPUS") and not m.startswith(("COMMITTED_", "PREEMPTIBLE_")) and m != "CPUS_ALL_REGIONS"
+        ) + ["CPUS"]
         self.routes = self._routes(doc)
         self.zones_per_region = zones_per_region
         self.lock = threading.RLock()
@@ -332,9 +370,16 @@ class ComputeServer(AdviceServing, LocalService):
             name = f"{family}-v20261101"
             # diskSizeGb: the smallest boot disk made from it; 50 GB as in the API's answer quoted by
             # BasedHardware/omi#7155 ("Requested disk size cannot be smaller than the image size (50 GB)")
-            image = {"kind": "compute#image", "id": str(next(self._ids)), "name": name, "family": family,
-                     "status": "READY", "creationTimestamp": _now(), "diskSizeGb": "50",
-                     "selfLink": f"{self.endpoint}{BASE}projects/{project}/global/images/{name}"}
+            image = {
+                "kind": "compute#image",
+                "id": str(next(self._ids)),
+                "name": name,
+                "family": family,
+                "status": "READY",
+                "creationTimestamp": _now(),
+                "diskSizeGb": "50",
+                "selfLink": f"{self.endpoint}{BASE}projects/{project}/global/images/{name}",
+            }
             self.images[(project, family)] = image
             return image
 
@@ -347,8 +392,9 @@ class ComputeServer(AdviceServing, LocalService):
     def project_policy(self, project: str) -> list[dict]:
         """The project's IAM policy bindings (by default: the default service account is Editor)."""
         with self.lock:
-            return self.project_policies.get(project, [{"role": "roles/editor",
-                                                        "members": [f"serviceAccount:{DEFAULT_ACCOUNT}"]}])
+            return self.project_policies.get(
+                project, [{"role": "roles/editor", "members": [f"serviceAccount:{DEFAULT_ACCOUNT}"]}]
+            )
 
     def _check_permission(self, method_id: str, path: str) -> None:
         """A 403 in the API's words when `caller` lacks the permission `method_id` needs."""
@@ -361,8 +407,9 @@ class ComputeServer(AdviceServing, LocalService):
         if needed in permissions.granted_by(roles, {**PREDEFINED_ROLES, **custom}):
             return
         resource = re.match(r"projects/[^/]+/(?:(?:zones|regions)/[^/]+/|global/)?[A-Za-z]+/[^/]+", path)
-        raise HttpError(403, f"Required '{needed}' permission for '{resource.group(0) if resource else path}'",
-                        "forbidden")
+        raise HttpError(
+            403, f"Required '{needed}' permission for '{resource.group(0) if resource else path}'", "forbidden"
+        )
 
     def zones_of(self, region: str) -> list[str]:
         """The region's zones: those of the accelerator table, else REGION-a, -b, -c..."""
@@ -371,26 +418,49 @@ class ComputeServer(AdviceServing, LocalService):
 
     # -- failure injection ------------------------------------------------------------------------
 
-    def fail(self, method: str, *, http: int | None = None, message: str = "", operation_error: str | None = None,
-             times: int = 1) -> None:
+    def fail(
+        self,
+        method: str,
+        *,
+        http: int | None = None,
+        message: str = "",
+        operation_error: str | None = None,
+        times: int = 1,
+    ) -> None:
         """Makes the next `times` calls of `method` (e.g. `compute.instanceGroupManagers.insert`) fail:
         with an HTTP status, or with a DONE operation carrying `operation_error` (a stockout, a quota)."""
         kind = ("http", (http, message)) if http else ("operation", (operation_error, message))
         with self.lock:
             self.failures.setdefault(method, []).extend([kind] * times)
 
-    def fail_instance_creation(self, code: str = "ZONE_RESOURCE_POOL_EXHAUSTED", *, message: str = "",
-                               zone: str | None = None, times: int | None = None, spot_only: bool = False,
-                               machine_type: str | None = None, accelerator: str | None = None) -> None:
+    def fail_instance_creation(
+        self,
+        code: str = "ZONE_RESOURCE_POOL_EXHAUSTED",
+        *,
+        message: str = "",
+        zone: str | None = None,
+        times: int | None = None,
+        spot_only: bool = False,
+        machine_type: str | None = None,
+        accelerator: str | None = None,
+    ) -> None:
         """Makes a MIG's attempts to create an instance (in `zone`, or any; of a Spot template only
         with `spot_only`; of that `machine_type`, or with that `accelerator` type, attached or built
         in, only when given: one shape out of stock while another has capacity) fail with `code` --
         a stockout, QUOTA_EXCEEDED, a permission error -- `times` times (None: until cleared). The
         group's operations still succeed; the failure shows in listManagedInstances and listErrors."""
         with self.lock:
-            self.creation_failures.append({"code": code, "message": message, "zone": zone, "remaining": times,
-                                           "spot_only": spot_only, "machine_type": machine_type,
-                                           "accelerator": accelerator})
+            self.creation_failures.append(
+                {
+                    "code": code,
+                    "message": message,
+                    "zone": zone,
+                    "remaining": times,
+                    "spot_only": spot_only,
+                    "machine_type": machine_type,
+                    "accelerator": accelerator,
+                }
+            )
 
     def hold_instance_creation(self, tries: int) -> None:
         """The next `tries` creations that would succeed leave the VM still being created instead: the
@@ -399,8 +469,14 @@ class ComputeServer(AdviceServing, LocalService):
         with self.lock:
             self.creation_holds = tries
 
-    def follow_capacity(self, trace: Any, *, speed: float = 1.0, zones: dict[str, str] | None = None,
-                        clock: Callable[[], float] = time.monotonic) -> None:
+    def follow_capacity(
+        self,
+        trace: Any,
+        *,
+        speed: float = 1.0,
+        zones: dict[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         """Makes a MIG's creation of a Spot VM in a zone fail with ZONE_RESOURCE_POOL_EXHAUSTED (in the
         words `fail_instance_creation` gives a stockout) while `trace` (a `traces.Zones`, as `load`
         reads the published Can't Be Late traces) has no capacity in that zone: from now, `speed`
@@ -409,8 +485,13 @@ class ComputeServer(AdviceServing, LocalService):
         name, and any time past its end, has capacity. On-demand VMs are never refused: the traces
         are of Spot capacity (benchmarks/capacity.py assumes on-demand capacity, as Can't Be Late does)."""
         with self.lock:
-            self.capacity_trace = (trace, float(speed), {(zones or {}).get(z, z): z for z in trace.capacity},
-                                   clock, clock())
+            self.capacity_trace = (
+                trace,
+                float(speed),
+                {(zones or {}).get(z, z): z for z in trace.capacity},
+                clock,
+                clock(),
+            )
 
     def trace_stockout(self, zone: str) -> bool:
         """True when `follow_capacity`'s trace has no capacity in `zone` now."""
@@ -460,14 +541,26 @@ class ComputeServer(AdviceServing, LocalService):
 
     def handle(self, http_method: str, raw_path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
         """Validates a request against its discovery method and the API's rules, then serves it: (status, body)."""
-        path = raw_path[len(BASE):]
+        path = raw_path[len(BASE) :]
         method, params = self.match(http_method, path)
         known = method.get("parameters", {})
         for name, value in query.items():
-            if name in ("alt", "prettyPrint", "$alt", "key", "fields", "quotaUser", "userIp", "access_token", "callback"):
+            if name in (
+                "alt",
+                "prettyPrint",
+                "$alt",
+                "key",
+                "fields",
+                "quotaUser",
+                "userIp",
+                "access_token",
+                "callback",
+            ):
                 continue
             if name not in known:
-                raise HttpError(400, f"Invalid JSON payload received. Unknown name {name!r}: Cannot bind query parameter.")
+                raise HttpError(
+                    400, f"Invalid JSON payload received. Unknown name {name!r}: Cannot bind query parameter."
+                )
             enum = known[name].get("enum")
             if enum and value not in enum:
                 raise HttpError(400, f"Invalid value for {name}: {value!r} is not one of {enum}")
@@ -490,11 +583,15 @@ class ComputeServer(AdviceServing, LocalService):
         project = params.get("project")
         if project in self.api_disabled:
             # the API's answer to a project that has not enabled it (terraform#19912, midl-dev/tezos-on-gke#34)
-            raise HttpError(403, f"Compute Engine API has not been used in project {PROJECT_NUMBER} before or it is "
-                                 f"disabled. Enable it by visiting https://console.developers.google.com/apis/api/"
-                                 f"compute.googleapis.com/overview?project={PROJECT_NUMBER} then retry. If you enabled "
-                                 "this API recently, wait a few minutes for the action to propagate to our systems and "
-                                 "retry.", "accessNotConfigured")
+            raise HttpError(
+                403,
+                f"Compute Engine API has not been used in project {PROJECT_NUMBER} before or it is "
+                f"disabled. Enable it by visiting https://console.developers.google.com/apis/api/"
+                f"compute.googleapis.com/overview?project={PROJECT_NUMBER} then retry. If you enabled "
+                "this API recently, wait a few minutes for the action to propagate to our systems and "
+                "retry.",
+                "accessNotConfigured",
+            )
         self._check_permission(method["id"], path)
         failure = self._take_failure(method["id"])
         if failure and failure[0] == "http":
@@ -505,7 +602,12 @@ class ComputeServer(AdviceServing, LocalService):
             raise HttpError(501, f"{method['id']} is not implemented by survivor's Compute fake")
         with self.lock:
             result = handler(params, query, body)
-            if failure and failure[0] == "operation" and isinstance(result, dict) and result.get("kind") == "compute#operation":
+            if (
+                failure
+                and failure[0] == "operation"
+                and isinstance(result, dict)
+                and result.get("kind") == "compute#operation"
+            ):
                 code, message = failure[1]
                 result["error"] = {"errors": [{"code": code, "message": message or _default_message(code, params)}]}
                 result["status"] = "DONE"
@@ -515,7 +617,9 @@ class ComputeServer(AdviceServing, LocalService):
 
     # -- operations -------------------------------------------------------------------------------
 
-    def _operation(self, params: dict, kind: str, target: str, scope: str, undo: Callable[[], object] | None = None) -> dict:
+    def _operation(
+        self, params: dict, kind: str, target: str, scope: str, undo: Callable[[], object] | None = None
+    ) -> dict:
         name = f"operation-{next(self._ids)}-{''.join(random.choices(string.hexdigits.lower(), k=8))}"
         project = params["project"]
         op = {
@@ -569,23 +673,41 @@ class ComputeServer(AdviceServing, LocalService):
     def _instanceTemplates_insert(self, params, query, body):
         key = (params["project"], body.get("name", ""))
         if not key[1]:
-            raise HttpError(400, "Invalid value for field 'resource.name': ''. Must be a match of regex '[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?'")
+            raise HttpError(
+                400,
+                "Invalid value for field 'resource.name': ''. Must be a match of regex '[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?'",
+            )
         if key in self.templates:
-            raise HttpError(409, f"The resource 'projects/{key[0]}/global/instanceTemplates/{key[1]}' already exists", "alreadyExists")
+            raise HttpError(
+                409,
+                f"The resource 'projects/{key[0]}/global/instanceTemplates/{key[1]}' already exists",
+                "alreadyExists",
+            )
         violations = machines.property_violations(body.get("properties") or {})
         if violations:
             raise HttpError(400, violations[0].message, "badRequest")
         stored = _template_as_returned(json.loads(json.dumps(body)), key[0])
-        stored.update(kind="compute#instanceTemplate", id=str(next(self._ids)), creationTimestamp=_now(),
-                      selfLink=self._template_url(*key))
+        stored.update(
+            kind="compute#instanceTemplate",
+            id=str(next(self._ids)),
+            creationTimestamp=_now(),
+            selfLink=self._template_url(*key),
+        )
         self.templates[key] = stored
-        return self._operation(params, "insert", f"projects/{key[0]}/global/instanceTemplates/{key[1]}", "global",
-                               undo=lambda: self.templates.pop(key, None))
+        return self._operation(
+            params,
+            "insert",
+            f"projects/{key[0]}/global/instanceTemplates/{key[1]}",
+            "global",
+            undo=lambda: self.templates.pop(key, None),
+        )
 
     def _instanceTemplates_get(self, params, query, body):
         key = (params["project"], params["instanceTemplate"])
         if key not in self.templates:
-            raise HttpError(404, f"The resource 'projects/{key[0]}/global/instanceTemplates/{key[1]}' was not found", "notFound")
+            raise HttpError(
+                404, f"The resource 'projects/{key[0]}/global/instanceTemplates/{key[1]}' was not found", "notFound"
+            )
         return self.templates[key]
 
     def _instanceTemplates_list(self, params, query, body):
@@ -595,14 +717,20 @@ class ComputeServer(AdviceServing, LocalService):
     def _instanceTemplates_delete(self, params, query, body):
         key = (params["project"], params["instanceTemplate"])
         if key not in self.templates:
-            raise HttpError(404, f"The resource 'projects/{key[0]}/global/instanceTemplates/{key[1]}' was not found", "notFound")
+            raise HttpError(
+                404, f"The resource 'projects/{key[0]}/global/instanceTemplates/{key[1]}' was not found", "notFound"
+            )
         in_use = [g for g in self.groups.values() if _tail(g["instanceTemplate"]) == key[1] and g["_project"] == key[0]]
         if in_use:
             # full resource paths, the first user only: the API's 400 as terraform-google-modules/
             # terraform-google-vm#45 (a regional group) and hashicorp/terraform-provider-google#1601 (a zonal one) quote it
-            raise HttpError(400, f"The instance_template resource 'projects/{key[0]}/global/instanceTemplates/{key[1]}' "
-                                 f"is already being used by 'projects/{key[0]}/{in_use[0]['_scope']}/instanceGroupManagers/"
-                                 f"{in_use[0]['name']}'", "resourceInUseByAnotherResource")
+            raise HttpError(
+                400,
+                f"The instance_template resource 'projects/{key[0]}/global/instanceTemplates/{key[1]}' "
+                f"is already being used by 'projects/{key[0]}/{in_use[0]['_scope']}/instanceGroupManagers/"
+                f"{in_use[0]['name']}'",
+                "resourceInUseByAnotherResource",
+            )
         del self.templates[key]
         return self._operation(params, "delete", f"projects/{key[0]}/global/instanceTemplates/{key[1]}", "global")
 
@@ -615,7 +743,11 @@ class ComputeServer(AdviceServing, LocalService):
         key = (params["project"], self._scope(params), params["instanceGroupManager"])
         group = self.groups.get(key)
         if group is None:
-            raise HttpError(404, f"The resource 'projects/{key[0]}/{key[1]}/instanceGroupManagers/{key[2]}' was not found", "notFound")
+            raise HttpError(
+                404,
+                f"The resource 'projects/{key[0]}/{key[1]}/instanceGroupManagers/{key[2]}' was not found",
+                "notFound",
+            )
         return group
 
     def _group_zones(self, group: dict) -> list[str]:
@@ -631,36 +763,65 @@ class ComputeServer(AdviceServing, LocalService):
             for i, z in enumerate((body.get("distributionPolicy") or {}).get("zones", [])):
                 if _tail(z.get("zone", "")) not in self.zones_of(params["region"]):
                     # gcloudrig/gcloudrig#75
-                    raise HttpError(400, f"Invalid value for field 'resource.distributionPolicy.zones[{i}].zone': "
-                                         f"'{z.get('zone')}'. Zone ({_tail(z.get('zone', ''))}) must be a valid zone in "
-                                         f"region {params['region']}.", "invalid")
+                    raise HttpError(
+                        400,
+                        f"Invalid value for field 'resource.distributionPolicy.zones[{i}].zone': "
+                        f"'{z.get('zone')}'. Zone ({_tail(z.get('zone', ''))}) must be a valid zone in "
+                        f"region {params['region']}.",
+                        "invalid",
+                    )
         if key in self.groups:
-            raise HttpError(409, f"The resource 'projects/{project}/{scope}/instanceGroupManagers/{name}' already exists", "alreadyExists")
+            raise HttpError(
+                409,
+                f"The resource 'projects/{project}/{scope}/instanceGroupManagers/{name}' already exists",
+                "alreadyExists",
+            )
         template = _tail(body.get("instanceTemplate", ""))
         if (project, template) not in self.templates:
-            raise HttpError(404, f"The resource 'projects/{project}/global/instanceTemplates/{template}' was not found", "notFound")
+            raise HttpError(
+                404, f"The resource 'projects/{project}/global/instanceTemplates/{template}' was not found", "notFound"
+            )
         # A stateful disk is named by its device name, "the device name of a disk in the instance
         # template" (https://cloud.google.com/compute/docs/instance-groups/configuring-stateful-disks-in-migs);
         # a key naming no disk of the template preserves nothing, so a typo fails here as a 400.
-        devices = {d.get("deviceName") for d in (self.templates[(project, template)].get("properties") or {}).get("disks", [])}
+        devices = {
+            d.get("deviceName") for d in (self.templates[(project, template)].get("properties") or {}).get("disks", [])
+        }
         for device in ((body.get("statefulPolicy") or {}).get("preservedState") or {}).get("disks", {}):
             if device not in devices:
-                raise HttpError(400, f"Invalid value for field 'resource.statefulPolicy.preservedState.disks': "
-                                     f"'{device}'. Stateful disk device name must match a disk in instance template "
-                                     f"'{template}'.", "invalid")
+                raise HttpError(
+                    400,
+                    f"Invalid value for field 'resource.statefulPolicy.preservedState.disks': "
+                    f"'{device}'. Stateful disk device name must match a disk in instance template "
+                    f"'{template}'.",
+                    "invalid",
+                )
         # A regional group with a stateful policy must not redistribute its VMs across zones: its disks
         # are zonal ("Configuring stateful MIGs", limitations, https://cloud.google.com/compute/docs/
         # instance-groups/configuring-stateful-migs; gcloud forces NONE on create and otherwise reports
         # this error). The API's default instanceRedistributionType is PROACTIVE.
         redistribution = (body.get("updatePolicy") or {}).get("instanceRedistributionType") or "PROACTIVE"
         if scope.startswith("regions/") and body.get("statefulPolicy") and redistribution != "NONE":
-            raise HttpError(400, "Invalid value for field 'resource.updatePolicy.instanceRedistributionType': "
-                                 f"'{redistribution}'. Stateful regional IGMs cannot use proactive instance "
-                                 "redistribution.", "invalid")
+            raise HttpError(
+                400,
+                "Invalid value for field 'resource.updatePolicy.instanceRedistributionType': "
+                f"'{redistribution}'. Stateful regional IGMs cannot use proactive instance "
+                "redistribution.",
+                "invalid",
+            )
         group = json.loads(json.dumps(body))
-        group.update(kind="compute#instanceGroupManager", id=str(next(self._ids)), creationTimestamp=_now(),
-                     selfLink=f"{self.endpoint}{BASE}projects/{project}/{scope}/instanceGroupManagers/{name}",
-                     _project=project, _scope=scope, _members=[], _pending={}, _errors=[], status={"isStable": True})
+        group.update(
+            kind="compute#instanceGroupManager",
+            id=str(next(self._ids)),
+            creationTimestamp=_now(),
+            selfLink=f"{self.endpoint}{BASE}projects/{project}/{scope}/instanceGroupManagers/{name}",
+            _project=project,
+            _scope=scope,
+            _members=[],
+            _pending={},
+            _errors=[],
+            status={"isStable": True},
+        )
         group["targetSize"] = int(body.get("targetSize", 0))
         group.setdefault("baseInstanceName", name)
         if scope.startswith("zones/"):
@@ -669,8 +830,13 @@ class ComputeServer(AdviceServing, LocalService):
             group["region"] = f"{self.endpoint}{BASE}projects/{project}/{scope}"
         self.groups[key] = group
         self._reconcile(group)
-        return self._operation(params, "insert", f"projects/{project}/{scope}/instanceGroupManagers/{name}", scope,
-                               undo=lambda: self._drop_group(key))
+        return self._operation(
+            params,
+            "insert",
+            f"projects/{project}/{scope}/instanceGroupManagers/{name}",
+            scope,
+            undo=lambda: self._drop_group(key),
+        )
 
     _regionInstanceGroupManagers_insert = _instanceGroupManagers_insert
 
@@ -696,8 +862,12 @@ class ComputeServer(AdviceServing, LocalService):
         group = self._group(params)
         zones = (body.get("distributionPolicy") or {}).get("zones")
         if zones is not None and zones != (group.get("distributionPolicy") or {}).get("zones"):
-            raise HttpError(400, "Invalid value for field 'resource.distributionPolicy.zones': the zones of a "
-                                 "regional managed instance group cannot be changed.", "invalid")
+            raise HttpError(
+                400,
+                "Invalid value for field 'resource.distributionPolicy.zones': the zones of a "
+                "regional managed instance group cannot be changed.",
+                "invalid",
+            )
 
         def merge(into: dict, patch: dict) -> None:
             for key, value in patch.items():
@@ -708,10 +878,17 @@ class ComputeServer(AdviceServing, LocalService):
                 else:
                     into[key] = json.loads(json.dumps(value))
 
-        merge(group, {k: v for k, v in body.items()
-                      if k in ("instanceLifecyclePolicy", "distributionPolicy", "updatePolicy", "description")})
-        return self._operation(params, "compute.instanceGroupManagers.patch", group["selfLink"].split(BASE, 1)[1],
-                               group["_scope"])
+        merge(
+            group,
+            {
+                k: v
+                for k, v in body.items()
+                if k in ("instanceLifecyclePolicy", "distributionPolicy", "updatePolicy", "description")
+            },
+        )
+        return self._operation(
+            params, "compute.instanceGroupManagers.patch", group["selfLink"].split(BASE, 1)[1], group["_scope"]
+        )
 
     _regionInstanceGroupManagers_patch = _instanceGroupManagers_patch
 
@@ -729,7 +906,9 @@ class ComputeServer(AdviceServing, LocalService):
         list.py, `aggregation_service=instanceGroupManagers`), as forseti-security/forseti-security#507
         found in the API explorer. One page: no nextPageToken (the fake's projects hold few groups)."""
         project = params["project"]
-        scopes = {f"zones/{z}" for z in self.accelerators} | {f"regions/{z.rsplit('-', 1)[0]}" for z in self.accelerators}
+        scopes = {f"zones/{z}" for z in self.accelerators} | {
+            f"regions/{z.rsplit('-', 1)[0]}" for z in self.accelerators
+        }
         found: dict[str, list[dict]] = {}
         for (p, scope, _), group in sorted(self.groups.items()):
             if p == project:
@@ -739,11 +918,19 @@ class ComputeServer(AdviceServing, LocalService):
             if scope in found:
                 items[scope] = {"instanceGroupManagers": found[scope]}
             else:
-                items[scope] = {"warning": {"code": "NO_RESULTS_ON_PAGE",
-                                            "message": f"There are no results for scope '{scope}' on this page.",
-                                            "data": [{"key": "scope", "value": scope}]}}
-        return {"kind": "compute#instanceGroupManagerAggregatedList", "id": f"projects/{project}/aggregated/instanceGroupManagers",
-                "items": items, "selfLink": f"{self.endpoint}{BASE}projects/{project}/aggregated/instanceGroupManagers"}
+                items[scope] = {
+                    "warning": {
+                        "code": "NO_RESULTS_ON_PAGE",
+                        "message": f"There are no results for scope '{scope}' on this page.",
+                        "data": [{"key": "scope", "value": scope}],
+                    }
+                }
+        return {
+            "kind": "compute#instanceGroupManagerAggregatedList",
+            "id": f"projects/{project}/aggregated/instanceGroupManagers",
+            "items": items,
+            "selfLink": f"{self.endpoint}{BASE}projects/{project}/aggregated/instanceGroupManagers",
+        }
 
     def _instanceGroupManagers_delete(self, params, query, body):
         group = self._group(params)
@@ -760,7 +947,9 @@ class ComputeServer(AdviceServing, LocalService):
             raise HttpError(400, "Invalid value for field 'size': must be >= 0")
         group["targetSize"] = size
         self._reconcile(group)
-        return self._operation(params, "compute.instanceGroupManagers.resize", group["selfLink"].split(BASE, 1)[1], group["_scope"])
+        return self._operation(
+            params, "compute.instanceGroupManagers.resize", group["selfLink"].split(BASE, 1)[1], group["_scope"]
+        )
 
     _regionInstanceGroupManagers_resize = _instanceGroupManagers_resize
 
@@ -780,12 +969,18 @@ class ComputeServer(AdviceServing, LocalService):
         with self.lock:
             group = self.groups[(project, scope, name)]
             over = group.setdefault("_runs_over", set())  # the requests whose run already ended
-            ending = [r for r in group.get("_resize_requests", {}).values()
-                      if r["state"] == "SUCCEEDED" and r["name"] not in over]
+            ending = [
+                r
+                for r in group.get("_resize_requests", {}).values()
+                if r["state"] == "SUCCEEDED" and r["name"] not in over
+            ]
             over.update(r["name"] for r in ending)
             ran = sum(int(r["resizeBy"]) for r in ending)
-            flex = [m for m in list(group["_members"])
-                    if ((self.instances.get(m) or {}).get("scheduling") or {}).get("provisioningModel") == "FLEX_START"]
+            flex = [
+                m
+                for m in list(group["_members"])
+                if ((self.instances.get(m) or {}).get("scheduling") or {}).get("provisioningModel") == "FLEX_START"
+            ]
             ended = flex[:ran]
             for member in ended:
                 group["_members"].remove(member)
@@ -796,8 +991,11 @@ class ComputeServer(AdviceServing, LocalService):
     def _resize_request(self, group: dict, name: str) -> dict:
         found = group.setdefault("_resize_requests", {}).get(name)
         if found is None:
-            raise HttpError(404, f"The resource '{group['selfLink'].split(BASE, 1)[1]}/resizeRequests/{name}' was not "
-                                 "found", "notFound")
+            raise HttpError(
+                404,
+                f"The resource '{group['selfLink'].split(BASE, 1)[1]}/resizeRequests/{name}' was not found",
+                "notFound",
+            )
         return found
 
     def _advance(self, group: dict, request: dict) -> None:
@@ -831,8 +1029,9 @@ class ComputeServer(AdviceServing, LocalService):
         if name in requests:
             raise HttpError(409, f"The resource '{where}/resizeRequests/{name}' already exists", "alreadyExists")
         if "resizeBy" in body and body.get("instances"):  # F7, the discovery document's words
-            raise HttpError(400, "Invalid value for field 'resource.instances': resizeBy and instances cannot be "
-                                 "used together.")
+            raise HttpError(
+                400, "Invalid value for field 'resource.instances': resizeBy and instances cannot be used together."
+            )
         count = int(body.get("resizeBy") or len(body.get("instances") or []))
         if count <= 0:
             raise HttpError(400, f"Invalid value for field 'resource.resizeBy': '{count}'. Must be greater than 0.")
@@ -843,23 +1042,33 @@ class ComputeServer(AdviceServing, LocalService):
             raise HttpError(400, f"Invalid value for field 'resource.requestedRunDuration': '{seconds}s'. {problem}.")
         # A2 (an assumption, by analogy with a plain resize of an autoscaled group): no autoscaler
         if (group.get("status") or {}).get("autoscaler"):
-            raise HttpError(412, "Resize requests are not allowed for managed instance groups with an autoscaler. "
-                                 "Remove the autoscaler or set autoscaling policy mode to OFF.", "conditionNotMet")
+            raise HttpError(
+                412,
+                "Resize requests are not allowed for managed instance groups with an autoscaler. "
+                "Remove the autoscaler or set autoscaling policy mode to OFF.",
+                "conditionNotMet",
+            )
         # "To use a resize request in the MIG, you must not configure autoscaling and must turn off
         # repairs" (https://cloud.google.com/compute/docs/instance-groups/about-resize-requests-mig,
         # limitations for the MIG; every Google sample sets it, terraform-google-modules/
         # terraform-docs-samples compute/resize_request_basic/main.tf); docs/flex-start.md F11
         repairs = (group.get("instanceLifecyclePolicy") or {}).get("defaultActionOnFailure") or "REPAIR"
         if repairs != "DO_NOTHING":
-            raise HttpError(400, f"Invalid value for field 'resource': resize requests need repairs turned off in the "
-                                 f"managed instance group {group['name']} (instanceLifecyclePolicy."
-                                 f"defaultActionOnFailure DO_NOTHING); it is {repairs}.")
+            raise HttpError(
+                400,
+                f"Invalid value for field 'resource': resize requests need repairs turned off in the "
+                f"managed instance group {group['name']} (instanceLifecyclePolicy."
+                f"defaultActionOnFailure DO_NOTHING); it is {repairs}.",
+            )
         # the regional example puts every VM of the request in one zone (docs/flex-start.md F13)
         shape = (group.get("distributionPolicy") or {}).get("targetShape") or "EVEN"
         if group["_scope"].startswith("regions/") and shape != "ANY_SINGLE_ZONE":
-            raise HttpError(400, f"Invalid value for field 'resource': resize requests in a regional managed instance "
-                                 f"group need distributionPolicy.targetShape ANY_SINGLE_ZONE; {group['name']} has "
-                                 f"{shape}.")
+            raise HttpError(
+                400,
+                f"Invalid value for field 'resource': resize requests in a regional managed instance "
+                f"group need distributionPolicy.targetShape ANY_SINGLE_ZONE; {group['name']} has "
+                f"{shape}.",
+            )
         template = self.templates.get((group["_project"], _tail(group["instanceTemplate"])), {})
         properties = template.get("properties") or {}
         # every flex-start and resize-request template of Google's consumes no reservation
@@ -867,31 +1076,45 @@ class ComputeServer(AdviceServing, LocalService):
         # docs/flex-start.md F12)
         affinity = (properties.get("reservationAffinity") or {}).get("consumeReservationType") or "ANY_RESERVATION"
         if affinity != "NO_RESERVATION":
-            raise HttpError(400, f"Invalid value for field 'resource': the instance template "
-                                 f"{_tail(group['instanceTemplate'])} of a resize request must set "
-                                 f"reservationAffinity.consumeReservationType NO_RESERVATION; it is {affinity}.")
+            raise HttpError(
+                400,
+                f"Invalid value for field 'resource': the instance template "
+                f"{_tail(group['instanceTemplate'])} of a resize request must set "
+                f"reservationAffinity.consumeReservationType NO_RESERVATION; it is {affinity}.",
+            )
         model = (properties.get("scheduling") or {}).get("provisioningModel") or "STANDARD"
         if model != "FLEX_START":  # A3 (an assumption: F8 requires it, no source shows the API's text)
-            raise HttpError(400, f"Invalid value for field 'resource': resize requests need the group's instance "
-                                 f"template to use provisioningModel FLEX_START; {_tail(group['instanceTemplate'])} "
-                                 f"uses {model}.")
+            raise HttpError(
+                400,
+                f"Invalid value for field 'resource': resize requests need the group's instance "
+                f"template to use provisioningModel FLEX_START; {_tail(group['instanceTemplate'])} "
+                f"uses {model}.",
+            )
         accel = (properties.get("guestAccelerators") or [{}])[0]
-        unsupported = machines.flex_start_problem(str(properties.get("machineType") or ""),
-                                                  _tail(str(accel.get("acceleratorType") or "")) or None,
-                                                  int(accel.get("acceleratorCount") or 0))
+        unsupported = machines.flex_start_problem(
+            str(properties.get("machineType") or ""),
+            _tail(str(accel.get("acceleratorType") or "")) or None,
+            int(accel.get("acceleratorCount") or 0),
+        )
         if unsupported:  # F2
             raise HttpError(400, f"Invalid value for field 'resource': {unsupported}.")
         request = json.loads(json.dumps(body))
-        request.update(kind="compute#instanceGroupManagerResizeRequest", id=str(next(self._ids)),
-                       creationTimestamp=_now(), state="CREATING", resizeBy=count,
-                       selfLink=f"{self.endpoint}{BASE}{where}/resizeRequests/{name}")
+        request.update(
+            kind="compute#instanceGroupManagerResizeRequest",
+            id=str(next(self._ids)),
+            creationTimestamp=_now(),
+            state="CREATING",
+            resizeBy=count,
+            selfLink=f"{self.endpoint}{BASE}{where}/resizeRequests/{name}",
+        )
         if group["_scope"].startswith("zones/"):
             request["zone"] = group["zone"]
         else:
             request["region"] = group["region"]
         requests[name] = request
-        return self._operation(params, "insert", f"{where}/resizeRequests/{name}", group["_scope"],
-                               undo=lambda: requests.pop(name, None))
+        return self._operation(
+            params, "insert", f"{where}/resizeRequests/{name}", group["_scope"], undo=lambda: requests.pop(name, None)
+        )
 
     def _instanceGroupManagerResizeRequests_get(self, params, query, body):
         group = self._group(params)
@@ -904,15 +1127,21 @@ class ComputeServer(AdviceServing, LocalService):
         items = list(group.setdefault("_resize_requests", {}).values())
         for request in items:
             self._advance(group, request)
-        return {"kind": "compute#instanceGroupManagerResizeRequestList", "items": [dict(r) for r in items],
-                "selfLink": f"{group['selfLink']}/resizeRequests"}
+        return {
+            "kind": "compute#instanceGroupManagerResizeRequestList",
+            "items": [dict(r) for r in items],
+            "selfLink": f"{group['selfLink']}/resizeRequests",
+        }
 
     def _instanceGroupManagerResizeRequests_cancel(self, params, query, body):
         group = self._group(params)
         request = self._resize_request(group, params["resizeRequest"])
         if request["state"] not in ("CREATING", "ACCEPTED"):  # F6: "only possible for requests that are accepted"
-            raise HttpError(400, f"The resize request '{request['name']}' is in state {request['state']} and cannot "
-                                 "be cancelled; only a request accepted in the queue can.")
+            raise HttpError(
+                400,
+                f"The resize request '{request['name']}' is in state {request['state']} and cannot "
+                "be cancelled; only a request accepted in the queue can.",
+            )
         request["state"] = "CANCELLED"
         request["status"] = {}  # a final state: the last attempt's errors are cleared
         return self._operation(params, "cancel", request["selfLink"].split(BASE, 1)[1], group["_scope"])
@@ -921,8 +1150,10 @@ class ComputeServer(AdviceServing, LocalService):
         group = self._group(params)
         request = self._resize_request(group, params["resizeRequest"])
         if request["state"] in ("CREATING", "ACCEPTED"):  # F6: "Deletes the specified, inactive resize request"
-            raise HttpError(400, f"The resize request '{request['name']}' is active ({request['state']}); cancel it "
-                                 "before deleting it.")
+            raise HttpError(
+                400,
+                f"The resize request '{request['name']}' is active ({request['state']}); cancel it before deleting it.",
+            )
         del group["_resize_requests"][request["name"]]
         return self._operation(params, "delete", request["selfLink"].split(BASE, 1)[1], group["_scope"])
 
@@ -947,8 +1178,12 @@ class ComputeServer(AdviceServing, LocalService):
             group["_members"].remove(member)
             self._delete_instance(member, by_group=True)
             group["targetSize"] = max(0, group["targetSize"] - 1)
-        return self._operation(params, "compute.instanceGroupManagers.deleteInstances",
-                               group["selfLink"].split(BASE, 1)[1], group["_scope"])
+        return self._operation(
+            params,
+            "compute.instanceGroupManagers.deleteInstances",
+            group["selfLink"].split(BASE, 1)[1],
+            group["_scope"],
+        )
 
     _regionInstanceGroupManagers_deleteInstances = _instanceGroupManagers_deleteInstances
 
@@ -957,11 +1192,18 @@ class ComputeServer(AdviceServing, LocalService):
         group = self._group(params)
         name = _tail(body.get("instanceTemplate", ""))
         if (group["_project"], name) not in self.templates:
-            raise HttpError(404, f"The resource 'projects/{group['_project']}/global/instanceTemplates/{name}' was "
-                                 "not found", "notFound")
+            raise HttpError(
+                404,
+                f"The resource 'projects/{group['_project']}/global/instanceTemplates/{name}' was not found",
+                "notFound",
+            )
         group["instanceTemplate"] = self._template_url(group["_project"], name)
-        return self._operation(params, "compute.instanceGroupManagers.setInstanceTemplate",
-                               group["selfLink"].split(BASE, 1)[1], group["_scope"])
+        return self._operation(
+            params,
+            "compute.instanceGroupManagers.setInstanceTemplate",
+            group["selfLink"].split(BASE, 1)[1],
+            group["_scope"],
+        )
 
     _regionInstanceGroupManagers_setInstanceTemplate = _instanceGroupManagers_setInstanceTemplate
 
@@ -977,8 +1219,12 @@ class ComputeServer(AdviceServing, LocalService):
             self._delete_instance(member, by_group=True)
             group["_pending"].pop(member, None)
             self._try_create(member, group, template)
-        return self._operation(params, "compute.instanceGroupManagers.recreateInstances",
-                               group["selfLink"].split(BASE, 1)[1], group["_scope"])
+        return self._operation(
+            params,
+            "compute.instanceGroupManagers.recreateInstances",
+            group["selfLink"].split(BASE, 1)[1],
+            group["_scope"],
+        )
 
     _regionInstanceGroupManagers_recreateInstances = _instanceGroupManagers_recreateInstances
 
@@ -991,12 +1237,24 @@ class ComputeServer(AdviceServing, LocalService):
             version = {"instanceTemplate": group["instanceTemplate"]}
             if vm is not None:  # the template it was made from ("version": the VM's, not the group's)
                 version = {"instanceTemplate": vm.get("_template") or group["instanceTemplate"]}
-                out.append({"instance": vm["selfLink"], "id": vm["id"], "name": vm["name"], "instanceStatus": vm["status"],
-                            "currentAction": "NONE", "version": version})
+                out.append(
+                    {
+                        "instance": vm["selfLink"],
+                        "id": vm["id"],
+                        "name": vm["name"],
+                        "instanceStatus": vm["status"],
+                        "currentAction": "NONE",
+                        "version": version,
+                    }
+                )
             elif member in group["_pending"]:
                 # not created yet: no status, no id; the group keeps trying (currentAction CREATING)
-                item = {"instance": self._instance_url(member), "name": member[2], "currentAction": "CREATING",
-                        "version": version}
+                item = {
+                    "instance": self._instance_url(member),
+                    "name": member[2],
+                    "currentAction": "CREATING",
+                    "version": version,
+                }
                 if group["_pending"][member]:  # a VM still being provisioned has no failed attempt
                     item["lastAttempt"] = {"errors": {"errors": group["_pending"][member]}}
                 out.append(item)
@@ -1028,8 +1286,10 @@ class ComputeServer(AdviceServing, LocalService):
         for kind, _count in wanted:
             if kind not in self.accelerators.get(zone, {}):
                 # fastai/course-v3#430 (the code is not shown there)
-                return {"code": "RESOURCE_NOT_FOUND",
-                        "message": f"The resource 'projects/{project}/zones/{zone}/acceleratorTypes/{kind}' was not found"}
+                return {
+                    "code": "RESOURCE_NOT_FOUND",
+                    "message": f"The resource 'projects/{project}/zones/{zone}/acceleratorTypes/{kind}' was not found",
+                }
         denied = self._external_ip_violation(project, zone, member[2], properties)
         if denied:
             return {"code": "CONDITION_NOT_MET", "message": denied}
@@ -1051,8 +1311,10 @@ class ComputeServer(AdviceServing, LocalService):
             if not message and code.startswith("ZONE_RESOURCE_POOL_EXHAUSTED"):
                 gpus = f" with {wanted[0][1]} {wanted[0][0]} accelerator(s)" if wanted else ""
                 # the localized message of ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS, google/go-tpm-tools#578
-                message = (f"A {machine} VM instance{gpus} is currently unavailable in the {zone} zone. Consider "
-                           "trying your request in another zone which has capacity to accommodate your request.")
+                message = (
+                    f"A {machine} VM instance{gpus} is currently unavailable in the {zone} zone. Consider "
+                    "trying your request in another zone which has capacity to accommodate your request."
+                )
             return {"code": code, "message": message or _default_message(code, {"project": project, "zone": zone})}
         return None
 
@@ -1066,8 +1328,10 @@ class ComputeServer(AdviceServing, LocalService):
             return None
         if not any(nic.get("accessConfigs") for nic in properties.get("networkInterfaces") or []):
             return None
-        return (f"Constraint constraints/compute.vmExternalIpAccess violated for project {PROJECT_NUMBER}. Add instance "
-                f"projects/{project}/zones/{zone}/instances/{name} to the constraint to use external IP with it.")
+        return (
+            f"Constraint constraints/compute.vmExternalIpAccess violated for project {PROJECT_NUMBER}. Add instance "
+            f"projects/{project}/zones/{zone}/instances/{name} to the constraint to use external IP with it."
+        )
 
     def _retry_pending(self, group: dict) -> None:
         """Time passes: the group tries again to create the members it could not."""
@@ -1119,11 +1383,17 @@ class ComputeServer(AdviceServing, LocalService):
         group["_pending"][member] = [first_error]
 
     def _record_error(self, group: dict, member: tuple[str, str, str], error: dict) -> None:
-        group["_errors"].append({
-            "error": dict(error), "timestamp": _now(),
-            "instanceActionDetails": {"action": "CREATING", "instance": self._instance_url(member),
-                                      "version": {"instanceTemplate": group["instanceTemplate"]}},
-        })
+        group["_errors"].append(
+            {
+                "error": dict(error),
+                "timestamp": _now(),
+                "instanceActionDetails": {
+                    "action": "CREATING",
+                    "instance": self._instance_url(member),
+                    "version": {"instanceTemplate": group["instanceTemplate"]},
+                },
+            }
+        )
 
     # -- instances --------------------------------------------------------------------------------
 
@@ -1135,9 +1405,13 @@ class ComputeServer(AdviceServing, LocalService):
         # created-by names the project by its number, as Compute Engine writes it (`projects/NUMBER/zones/
         # ZONE/instanceGroupManagers/NAME`, https://cloud.google.com/compute/docs/instance-groups/
         # working-with-managed-instances): an API call built from it names no project this fake knows
-        created_by = group["selfLink"].split(BASE, 1)[1].replace(f"projects/{project}/", f"projects/{PROJECT_NUMBER}/", 1)
-        items += [{"key": "created-by", "value": created_by},
-                  {"key": "instance-template", "value": template.get("selfLink", "").split(BASE, 1)[-1]}]
+        created_by = (
+            group["selfLink"].split(BASE, 1)[1].replace(f"projects/{project}/", f"projects/{PROJECT_NUMBER}/", 1)
+        )
+        items += [
+            {"key": "created-by", "value": created_by},
+            {"key": "instance-template", "value": template.get("selfLink", "").split(BASE, 1)[-1]},
+        ]
         vm = {
             "kind": "compute#instance",
             "id": str(next(self._ids)),
@@ -1183,18 +1457,31 @@ class ComputeServer(AdviceServing, LocalService):
             found = self.disks.get(key)
             if found is None:
                 found = self.disks[key] = {
-                    "kind": "compute#disk", "id": str(next(self._ids)), "name": disk_name,
+                    "kind": "compute#disk",
+                    "id": str(next(self._ids)),
+                    "name": disk_name,
                     "zone": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}",
                     "sizeGb": str(params.get("diskSizeGb") or "500"),
                     "type": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}/diskTypes/"
-                            f"{_tail(params.get('diskType') or 'pd-standard')}",
-                    "labels": dict(params.get("labels") or {}), "status": "READY", "users": [],
-                    "creationTimestamp": _now(), "selfLink": url,
+                    f"{_tail(params.get('diskType') or 'pd-standard')}",
+                    "labels": dict(params.get("labels") or {}),
+                    "status": "READY",
+                    "users": [],
+                    "creationTimestamp": _now(),
+                    "selfLink": url,
                 }
             found["users"] = [instance_url]
             found["lastAttachTimestamp"] = _now()
-            attached.append({"deviceName": device, "source": url, "boot": False, "type": "PERSISTENT",
-                             "autoDelete": bool(disk.get("autoDelete", False)), "mode": "READ_WRITE"})
+            attached.append(
+                {
+                    "deviceName": device,
+                    "source": url,
+                    "boot": False,
+                    "type": "PERSISTENT",
+                    "autoDelete": bool(disk.get("autoDelete", False)),
+                    "mode": "READ_WRITE",
+                }
+            )
         return attached
 
     def _release_disks(self, vm: dict) -> None:
@@ -1216,7 +1503,9 @@ class ComputeServer(AdviceServing, LocalService):
         key = (params["project"], params["zone"], params["disk"])
         found = self.disks.get(key)
         if found is None:
-            raise HttpError(404, f"The resource 'projects/{key[0]}/zones/{key[1]}/disks/{key[2]}' was not found", "notFound")
+            raise HttpError(
+                404, f"The resource 'projects/{key[0]}/zones/{key[1]}/disks/{key[2]}' was not found", "notFound"
+            )
         return key, found
 
     def _disks_get(self, params, query, body):
@@ -1229,8 +1518,12 @@ class ComputeServer(AdviceServing, LocalService):
         quoting the API's answer)."""
         key, found = self._disk(params)
         if found["users"]:
-            raise HttpError(400, f"The disk resource 'projects/{key[0]}/zones/{key[1]}/disks/{key[2]}' is already "
-                                 f"being used by '{found['users'][0].split(BASE, 1)[-1]}'", "resourceInUseByAnotherResource")
+            raise HttpError(
+                400,
+                f"The disk resource 'projects/{key[0]}/zones/{key[1]}/disks/{key[2]}' is already "
+                f"being used by '{found['users'][0].split(BASE, 1)[-1]}'",
+                "resourceInUseByAnotherResource",
+            )
         del self.disks[key]
         return self._operation(params, "delete", f"projects/{key[0]}/zones/{key[1]}/disks/{key[2]}", f"zones/{key[1]}")
 
@@ -1241,29 +1534,52 @@ class ComputeServer(AdviceServing, LocalService):
         project, wanted = params["project"], query.get("filter", "").strip()
         match = re.fullmatch(r'\(?\s*labels\.([a-z0-9_-]+)\s*(?:(=)\s*"?([a-z0-9_-]*)"?|:\s*\*)\s*\)?', wanted)
         if wanted and not match:
-            raise HttpError(400, f"Invalid value for field 'filter': {wanted!r} (survivor's Compute fake reads "
-                                 "labels.KEY = VALUE only)")
+            raise HttpError(
+                400,
+                f"Invalid value for field 'filter': {wanted!r} (survivor's Compute fake reads labels.KEY = VALUE only)",
+            )
         items: dict[str, dict] = {}
         for (p, zone, _), disk in sorted(self.disks.items()):
             labels = disk.get("labels") or {}
-            if p != project or (match and (match.group(1) not in labels
-                                           or (match.group(2) and labels[match.group(1)] != match.group(3)))):
+            if p != project or (
+                match
+                and (match.group(1) not in labels or (match.group(2) and labels[match.group(1)] != match.group(3)))
+            ):
                 continue
             items.setdefault(f"zones/{zone}", {"disks": []})["disks"].append(disk)
-        return {"kind": "compute#diskAggregatedList", "id": f"projects/{project}/aggregated/disks", "items": items,
-                "selfLink": f"{self.endpoint}{BASE}projects/{project}/aggregated/disks"}
+        return {
+            "kind": "compute#diskAggregatedList",
+            "id": f"projects/{project}/aggregated/disks",
+            "items": items,
+            "selfLink": f"{self.endpoint}{BASE}projects/{project}/aggregated/disks",
+        }
 
-    def add_disk(self, project: str, zone: str, name: str, *, size_gb: int = 100, disk_type: str = "pd-balanced",
-                 labels: dict[str, str] | None = None) -> dict:
+    def add_disk(
+        self,
+        project: str,
+        zone: str,
+        name: str,
+        *,
+        size_gb: int = 100,
+        disk_type: str = "pd-balanced",
+        labels: dict[str, str] | None = None,
+    ) -> dict:
         """Seeds a detached disk, as one a VM deleted outside this fake left behind."""
         with self.lock:
             url = f"{self.endpoint}{BASE}projects/{project}/zones/{zone}/disks/{name}"
             self.disks[(project, zone, name)] = {
-                "kind": "compute#disk", "id": str(next(self._ids)), "name": name,
-                "zone": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}", "sizeGb": str(size_gb),
+                "kind": "compute#disk",
+                "id": str(next(self._ids)),
+                "name": name,
+                "zone": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}",
+                "sizeGb": str(size_gb),
                 "type": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}/diskTypes/{disk_type}",
-                "labels": dict(labels or {}), "status": "READY", "users": [], "creationTimestamp": _now(),
-                "selfLink": url}
+                "labels": dict(labels or {}),
+                "status": "READY",
+                "users": [],
+                "creationTimestamp": _now(),
+                "selfLink": url,
+            }
             return self.disks[(project, zone, name)]
 
     def _delete_instance(self, member: tuple[str, str, str], by_group: bool) -> None:
@@ -1289,7 +1605,11 @@ class ComputeServer(AdviceServing, LocalService):
         member = (params["project"], params["zone"], params["instance"])
         vm = self.instances.get(member)
         if vm is None:
-            raise HttpError(404, f"The resource 'projects/{member[0]}/zones/{member[1]}/instances/{member[2]}' was not found", "notFound")
+            raise HttpError(
+                404,
+                f"The resource 'projects/{member[0]}/zones/{member[1]}/instances/{member[2]}' was not found",
+                "notFound",
+            )
         return member, vm
 
     def _public_instance(self, vm: dict) -> dict:
@@ -1330,14 +1650,21 @@ class ComputeServer(AdviceServing, LocalService):
         _, vm = self._instance(params)
         start = int(query.get("start", "0") or 0)
         contents = vm["_serial"][start:]
-        return {"kind": "compute#serialPortOutput", "contents": contents, "start": str(start),
-                "next": str(start + len(contents))}
+        return {
+            "kind": "compute#serialPortOutput",
+            "contents": contents,
+            "start": str(start),
+            "next": str(start + len(contents)),
+        }
 
     def _instances_getGuestAttributes(self, params, query, body):
         _, vm = self._instance(params)
         prefix = query.get("queryPath", "")
-        items = [{"namespace": ns, "key": k, "value": v} for (ns, k), v in sorted(vm["_guest"].items())
-                 if f"{ns}/{k}".startswith(prefix)]
+        items = [
+            {"namespace": ns, "key": k, "value": v}
+            for (ns, k), v in sorted(vm["_guest"].items())
+            if f"{ns}/{k}".startswith(prefix)
+        ]
         return {"kind": "compute#guestAttributes", "queryPath": prefix, "queryValue": {"items": items}}
 
     def _instances_insert(self, params, query, body):
@@ -1345,9 +1672,14 @@ class ComputeServer(AdviceServing, LocalService):
         initializeParams.diskName says otherwise, and goes with it when autoDelete is set."""
         project, zone, name = params["project"], params["zone"], body.get("name", "")
         if not re.fullmatch(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?", name):
-            raise HttpError(400, f"Invalid value for field 'resource.name': '{name}'. Must be a match of regex '[a-z](?:[-a-z0-9]{{0,61}}[a-z0-9])?'")
+            raise HttpError(
+                400,
+                f"Invalid value for field 'resource.name': '{name}'. Must be a match of regex '[a-z](?:[-a-z0-9]{{0,61}}[a-z0-9])?'",
+            )
         if (project, zone, name) in self.instances:
-            raise HttpError(409, f"The resource 'projects/{project}/zones/{zone}/instances/{name}' already exists", "alreadyExists")
+            raise HttpError(
+                409, f"The resource 'projects/{project}/zones/{zone}/instances/{name}' already exists", "alreadyExists"
+            )
         violations = machines.property_violations(body, where="resource")
         if violations:
             raise HttpError(400, violations[0].message, "badRequest")
@@ -1356,13 +1688,27 @@ class ComputeServer(AdviceServing, LocalService):
             raise HttpError(412, denied, "conditionNotMet")
         boot = [d for d in body.get("disks", []) if d.get("boot")]
         if len(boot) != 1 or not (boot[0].get("initializeParams") or {}).get("sourceImage"):
-            raise HttpError(400, "Invalid value for field 'resource.disks': a boot disk with initializeParams.sourceImage is required")
-        vm = self.add_instance(project, zone, name, {i["key"]: i.get("value", "") for i in (body.get("metadata") or {}).get("items", [])})
-        vm.update(machineType=body.get("machineType", ""), scheduling=body.get("scheduling", {}),
-                  guestAccelerators=body.get("guestAccelerators", []), labels=body.get("labels", {}))
-        vm["disks"] = [{"boot": True, "autoDelete": bool(boot[0].get("autoDelete", True)),
-                        "source": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}/disks/"
-                                  f"{boot[0]['initializeParams'].get('diskName') or name}"}]
+            raise HttpError(
+                400,
+                "Invalid value for field 'resource.disks': a boot disk with initializeParams.sourceImage is required",
+            )
+        vm = self.add_instance(
+            project, zone, name, {i["key"]: i.get("value", "") for i in (body.get("metadata") or {}).get("items", [])}
+        )
+        vm.update(
+            machineType=body.get("machineType", ""),
+            scheduling=body.get("scheduling", {}),
+            guestAccelerators=body.get("guestAccelerators", []),
+            labels=body.get("labels", {}),
+        )
+        vm["disks"] = [
+            {
+                "boot": True,
+                "autoDelete": bool(boot[0].get("autoDelete", True)),
+                "source": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}/disks/"
+                f"{boot[0]['initializeParams'].get('diskName') or name}",
+            }
+        ]
         operation = self._operation(params, "insert", vm["selfLink"].split(BASE, 1)[1], f"zones/{zone}")
         if self.play_builders and _items(vm).get("survivor-mode") == "build":
             threading.Thread(target=self._play_builder, args=((project, zone, name),), daemon=True).start()
@@ -1382,8 +1728,10 @@ class ComputeServer(AdviceServing, LocalService):
             return
         stamp = time.strftime("%Y%m%dT%H%M%S000000000", time.gmtime())
         try:
-            open_storage(job_dir).write(f"survivor/boots/{stamp}-{key[2]}-built.json",
-                                        json.dumps({"outcome": "built", "reason": "the compute fake's builder"}).encode())
+            open_storage(job_dir).write(
+                f"survivor/boots/{stamp}-{key[2]}-built.json",
+                json.dumps({"outcome": "built", "reason": "the compute fake's builder"}).encode(),
+            )
         except Exception as exc:  # the builder powers off without a record, as a real one whose bucket failed
             print(f"compute fake: builder {key[2]} could not record its outcome: {exc}", file=sys.stderr)
         else:
@@ -1408,23 +1756,45 @@ class ComputeServer(AdviceServing, LocalService):
         "If forceCreate is set to true, proceeds even if the disk is attached to a running instance")."""
         project, name, family = params["project"], body.get("name", ""), body.get("family", "")
         if any(i["name"] == name for (p, _), i in self.images.items() if p == project):
-            raise HttpError(409, f"The resource 'projects/{project}/global/images/{name}' already exists", "alreadyExists")
+            raise HttpError(
+                409, f"The resource 'projects/{project}/global/images/{name}' already exists", "alreadyExists"
+            )
         source = body.get("sourceDisk", "")
         m = re.search(r"zones/([^/]+)/disks/([^/]+)$", source)
         if not m:
             raise HttpError(400, f"Invalid value for field 'resource.sourceDisk': '{source}'")
-        users = [vm for (p, z, _), vm in self.instances.items() if p == project and z == m.group(1)
-                 and any(_tail(d.get("source", "")) == m.group(2) for d in vm.get("disks", []))]
+        users = [
+            vm
+            for (p, z, _), vm in self.instances.items()
+            if p == project
+            and z == m.group(1)
+            and any(_tail(d.get("source", "")) == m.group(2) for d in vm.get("disks", []))
+        ]
         if not users:
-            raise HttpError(404, f"The resource 'projects/{project}/zones/{m.group(1)}/disks/{m.group(2)}' was not found", "notFound")
+            raise HttpError(
+                404,
+                f"The resource 'projects/{project}/zones/{m.group(1)}/disks/{m.group(2)}' was not found",
+                "notFound",
+            )
         if users[0]["status"] == "RUNNING" and query.get("forceCreate") != "true":
-            raise HttpError(400, f"The disk resource 'projects/{project}/zones/{m.group(1)}/disks/{m.group(2)}' is already "
-                                 f"being used by 'projects/{project}/zones/{m.group(1)}/instances/{users[0]['name']}'",
-                            "resourceInUseByAnotherResource")
-        image = {"kind": "compute#image", "id": str(next(self._ids)), "name": name, "family": family, "status": "READY",
-                 "sourceDisk": f"{self.endpoint}{BASE}projects/{project}/zones/{m.group(1)}/disks/{m.group(2)}",
-                 "labels": body.get("labels", {}), "description": body.get("description", ""), "creationTimestamp": _now(),
-                 "selfLink": f"{self.endpoint}{BASE}projects/{project}/global/images/{name}"}
+            raise HttpError(
+                400,
+                f"The disk resource 'projects/{project}/zones/{m.group(1)}/disks/{m.group(2)}' is already "
+                f"being used by 'projects/{project}/zones/{m.group(1)}/instances/{users[0]['name']}'",
+                "resourceInUseByAnotherResource",
+            )
+        image = {
+            "kind": "compute#image",
+            "id": str(next(self._ids)),
+            "name": name,
+            "family": family,
+            "status": "READY",
+            "sourceDisk": f"{self.endpoint}{BASE}projects/{project}/zones/{m.group(1)}/disks/{m.group(2)}",
+            "labels": body.get("labels", {}),
+            "description": body.get("description", ""),
+            "creationTimestamp": _now(),
+            "selfLink": f"{self.endpoint}{BASE}projects/{project}/global/images/{name}",
+        }
         self.images[(project, family or "#" + name)] = image
         return self._operation(params, "insert", f"projects/{project}/global/images/{name}", "global")
 
@@ -1432,12 +1802,17 @@ class ComputeServer(AdviceServing, LocalService):
         """A standalone instance (not in a MIG), as `gcloud compute instances create` would make."""
         with self.lock:
             vm = {
-                "kind": "compute#instance", "id": str(next(self._ids)), "name": name, "status": "RUNNING",
+                "kind": "compute#instance",
+                "id": str(next(self._ids)),
+                "name": name,
+                "status": "RUNNING",
                 "zone": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}",
                 "metadata": {"items": [{"key": k, "value": v} for k, v in (metadata or {}).items()]},
                 "creationTimestamp": _now(),
                 "selfLink": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}/instances/{name}",
-                "_group": None, "_serial": f"survivor compute fake: {name} booted\n", "_guest": {},
+                "_group": None,
+                "_serial": f"survivor compute fake: {name} booted\n",
+                "_guest": {},
             }
             self.instances[(project, zone, name)] = vm
             return vm
@@ -1447,28 +1822,40 @@ class ComputeServer(AdviceServing, LocalService):
         with self.lock:
             self.instances[(project, zone, name)]["_guest"][(namespace, key)] = value
 
-
     # -- what preflight reads -----------------------------------------------------------------------
 
     def _regions_get(self, params, query, body):
         project, region = params["project"], params["region"]
         zones = self.zones_of(region)
-        quotas = {m: (DEFAULT_GPU_QUOTA, 0.0) for m in set(machines.GPU_QUOTA_METRICS.values())
-                  | {f"PREEMPTIBLE_{m}" for m in machines.GPU_QUOTA_METRICS.values()}}
+        quotas = {
+            m: (DEFAULT_GPU_QUOTA, 0.0)
+            for m in set(machines.GPU_QUOTA_METRICS.values())
+            | {f"PREEMPTIBLE_{m}" for m in machines.GPU_QUOTA_METRICS.values()}
+        }
         # vCPUs: CPUS and each family's own metric of the discovery document's Quota.metric enum;
         # PREEMPTIBLE_CPUS at 0, as a project that never asked for it reports it
         quotas.update({m: (DEFAULT_CPU_QUOTA, 0.0) for m in self.cpu_metrics})
         quotas["PREEMPTIBLE_CPUS"] = (0.0, 0.0)
         quotas.update(self.quotas.get((project, region), {}))
-        return {"kind": "compute#region", "id": str(abs(hash(region)) % 10**15), "name": region, "status": "UP",
-                "selfLink": f"{self.endpoint}{BASE}projects/{project}/regions/{region}",
-                "zones": [f"{self.endpoint}{BASE}projects/{project}/zones/{z}" for z in zones],
-                "quotas": [{"metric": m, "limit": limit, "usage": usage} for m, (limit, usage) in sorted(quotas.items())]}
+        return {
+            "kind": "compute#region",
+            "id": str(abs(hash(region)) % 10**15),
+            "name": region,
+            "status": "UP",
+            "selfLink": f"{self.endpoint}{BASE}projects/{project}/regions/{region}",
+            "zones": [f"{self.endpoint}{BASE}projects/{project}/zones/{z}" for z in zones],
+            "quotas": [{"metric": m, "limit": limit, "usage": usage} for m, (limit, usage) in sorted(quotas.items())],
+        }
 
     def _accelerator(self, project: str, zone: str, kind: str, cards: int) -> dict:
-        return {"kind": "compute#acceleratorType", "name": kind, "description": kind.replace("-", " ").title(),
-                "maximumCardsPerInstance": cards, "zone": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}",
-                "selfLink": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}/acceleratorTypes/{kind}"}
+        return {
+            "kind": "compute#acceleratorType",
+            "name": kind,
+            "description": kind.replace("-", " ").title(),
+            "maximumCardsPerInstance": cards,
+            "zone": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}",
+            "selfLink": f"{self.endpoint}{BASE}projects/{project}/zones/{zone}/acceleratorTypes/{kind}",
+        }
 
     def _acceleratorTypes_list(self, params, query, body):
         project, zone = params["project"], params["zone"]
@@ -1479,49 +1866,80 @@ class ComputeServer(AdviceServing, LocalService):
         project, zone, kind = params["project"], params["zone"], params["acceleratorType"]
         cards = self.accelerators.get(zone, {}).get(kind)
         if cards is None:
-            raise HttpError(404, f"The resource 'projects/{project}/zones/{zone}/acceleratorTypes/{kind}' was not found", "notFound")
+            raise HttpError(
+                404, f"The resource 'projects/{project}/zones/{zone}/acceleratorTypes/{kind}' was not found", "notFound"
+            )
         return self._accelerator(project, zone, kind, cards)
 
     def _images_getFromFamily(self, params, query, body):
         image = self.images.get((params["project"], params["family"]))
         if image is None:
-            raise HttpError(404, f"The resource 'projects/{params['project']}/global/images/family/{params['family']}' "
-                                 "was not found", "notFound")
+            raise HttpError(
+                404,
+                f"The resource 'projects/{params['project']}/global/images/family/{params['family']}' was not found",
+                "notFound",
+            )
         return image
 
     def _projects_get(self, params, query, body):
         # the project's global quotas, GPUS_ALL_REGIONS among them (projects.get: "Global quota limits
         # are present", google.cloud.compute_v1.types.Project)
         quotas = {"GPUS_ALL_REGIONS": (DEFAULT_GPU_QUOTA, 0.0), **self.project_quotas.get(params["project"], {})}
-        return {"kind": "compute#project", "name": params["project"], "id": PROJECT_NUMBER,
-                "defaultServiceAccount": DEFAULT_ACCOUNT,
-                "quotas": [{"metric": m, "limit": limit, "usage": usage} for m, (limit, usage) in sorted(quotas.items())],
-                "selfLink": f"{self.endpoint}{BASE}projects/{params['project']}"}
+        return {
+            "kind": "compute#project",
+            "name": params["project"],
+            "id": PROJECT_NUMBER,
+            "defaultServiceAccount": DEFAULT_ACCOUNT,
+            "quotas": [{"metric": m, "limit": limit, "usage": usage} for m, (limit, usage) in sorted(quotas.items())],
+            "selfLink": f"{self.endpoint}{BASE}projects/{params['project']}",
+        }
 
     def _networks_get(self, params, query, body):
         project, name = params["project"], params["network"]
         if name not in self.networks.get(project, {"default"}):
             raise HttpError(404, f"The resource 'projects/{project}/global/networks/{name}' was not found", "notFound")
-        return {"kind": "compute#network", "name": name, "id": str(abs(hash((project, name))) % 10**15),
-                "autoCreateSubnetworks": (project, name) not in self.custom_subnets,
-                "selfLink": f"{self.endpoint}{BASE}projects/{project}/global/networks/{name}"}
+        return {
+            "kind": "compute#network",
+            "name": name,
+            "id": str(abs(hash((project, name))) % 10**15),
+            "autoCreateSubnetworks": (project, name) not in self.custom_subnets,
+            "selfLink": f"{self.endpoint}{BASE}projects/{project}/global/networks/{name}",
+        }
 
-    def add_nat(self, project: str, region: str, network: str = "default", *, router: str = "nat-router",
-                subnets: Sequence[str] = ()) -> None:
+    def add_nat(
+        self,
+        project: str,
+        region: str,
+        network: str = "default",
+        *,
+        router: str = "nat-router",
+        subnets: Sequence[str] = (),
+    ) -> None:
         """A Cloud Router in `region` of `network` with a Cloud NAT gateway: for every subnet, or for the
         named subnets only (LIST_OF_SUBNETWORKS)."""
         base = f"{self.endpoint}{BASE}projects/{project}"
-        nat: dict[str, Any] = {"name": f"{router}-nat", "natIpAllocateOption": "AUTO_ONLY",
-                               "sourceSubnetworkIpRangesToNat": "ALL_SUBNETWORKS_ALL_IP_RANGES"}
+        nat: dict[str, Any] = {
+            "name": f"{router}-nat",
+            "natIpAllocateOption": "AUTO_ONLY",
+            "sourceSubnetworkIpRangesToNat": "ALL_SUBNETWORKS_ALL_IP_RANGES",
+        }
         if subnets:
             nat["sourceSubnetworkIpRangesToNat"] = "LIST_OF_SUBNETWORKS"
-            nat["subnetworks"] = [{"name": f"{base}/regions/{region}/subnetworks/{s}",
-                                   "sourceIpRangesToNat": ["ALL_IP_RANGES"]} for s in subnets]
+            nat["subnetworks"] = [
+                {"name": f"{base}/regions/{region}/subnetworks/{s}", "sourceIpRangesToNat": ["ALL_IP_RANGES"]}
+                for s in subnets
+            ]
         with self.lock:
-            self.routers.setdefault((project, region), []).append({
-                "kind": "compute#router", "name": router, "region": f"{base}/regions/{region}",
-                "network": f"{base}/global/networks/{network}", "nats": [nat],
-                "selfLink": f"{base}/regions/{region}/routers/{router}"})
+            self.routers.setdefault((project, region), []).append(
+                {
+                    "kind": "compute#router",
+                    "name": router,
+                    "region": f"{base}/regions/{region}",
+                    "network": f"{base}/global/networks/{network}",
+                    "nats": [nat],
+                    "selfLink": f"{base}/regions/{region}/routers/{router}",
+                }
+            )
 
     def _subnetworks_list(self, params, query, body):
         # a VM's interface draws its address from a subnet of its own region ("When you create an instance,
@@ -1529,11 +1947,19 @@ class ComputeServer(AdviceServing, LocalService):
         # has one, named as the network, in every region
         project, region = params["project"], params["region"]
         base = f"{self.endpoint}{BASE}projects/{project}"
-        items = [{"kind": "compute#subnetwork", "name": network, "region": f"{base}/regions/{region}",
-                  "network": f"{base}/global/networks/{network}", "ipCidrRange": "10.128.0.0/20",
-                  "privateIpGoogleAccess": False, "selfLink": f"{base}/regions/{region}/subnetworks/{network}"}
-                 for network in sorted(self.networks.get(project, {"default"}))
-                 if region in self.custom_subnets.get((project, network), {region})]
+        items = [
+            {
+                "kind": "compute#subnetwork",
+                "name": network,
+                "region": f"{base}/regions/{region}",
+                "network": f"{base}/global/networks/{network}",
+                "ipCidrRange": "10.128.0.0/20",
+                "privateIpGoogleAccess": False,
+                "selfLink": f"{base}/regions/{region}/subnetworks/{network}",
+            }
+            for network in sorted(self.networks.get(project, {"default"}))
+            if region in self.custom_subnets.get((project, network), {region})
+        ]
         return {"kind": "compute#subnetworkList", "items": items}
 
     def _routers_list(self, params, query, body):
@@ -1545,10 +1971,18 @@ class ComputeServer(AdviceServing, LocalService):
         name = params["machineType"]
         cpus = guest_cpus(name)
         if cpus is None:
-            raise HttpError(404, f"The resource 'projects/{params['project']}/zones/{params['zone']}/machineTypes/"
-                                 f"{name}' was not found", "notFound")
-        return {"kind": "compute#machineType", "name": name, "guestCpus": cpus, "zone": params["zone"],
-                "selfLink": f"{self.endpoint}{BASE}projects/{params['project']}/zones/{params['zone']}/machineTypes/{name}"}
+            raise HttpError(
+                404,
+                f"The resource 'projects/{params['project']}/zones/{params['zone']}/machineTypes/{name}' was not found",
+                "notFound",
+            )
+        return {
+            "kind": "compute#machineType",
+            "name": name,
+            "guestCpus": cpus,
+            "zone": params["zone"],
+            "selfLink": f"{self.endpoint}{BASE}projects/{params['project']}/zones/{params['zone']}/machineTypes/{name}",
+        }
 
     # -- HTTP -------------------------------------------------------------------------------------
 
@@ -1565,16 +1999,24 @@ class ComputeServer(AdviceServing, LocalService):
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
                 try:
-                    org = re.fullmatch(r"/v2/projects/([^/]+)/policies/compute\.vmExternalIpAccess:getEffectivePolicy",
-                                       url.path)
+                    org = re.fullmatch(
+                        r"/v2/projects/([^/]+)/policies/compute\.vmExternalIpAccess:getEffectivePolicy", url.path
+                    )
                     if org and verb == "GET":  # Org Policy v2, as the real client's REST transport asks
                         rule = {"denyAll": True} if org.group(1) in server.external_ip_denied else {"allowAll": True}
-                        return self._send(200, {"name": f"projects/{org.group(1)}/policies/compute.vmExternalIpAccess",
-                                                "spec": {"rules": [rule]}})
+                        return self._send(
+                            200,
+                            {
+                                "name": f"projects/{org.group(1)}/policies/compute.vmExternalIpAccess",
+                                "spec": {"rules": [rule]},
+                            },
+                        )
                     policy = re.fullmatch(r"/v3/projects/([^/:]+):getIamPolicy", url.path)
                     if policy and verb == "POST":  # Resource Manager v3, as the real client's REST transport asks
-                        return self._send(200, {"version": 3, "etag": "BwYAAAAAAAA=",
-                                                "bindings": server.project_policy(policy.group(1))})
+                        return self._send(
+                            200,
+                            {"version": 3, "etag": "BwYAAAAAAAA=", "bindings": server.project_policy(policy.group(1))},
+                        )
                     predefined = re.fullmatch(r"/v1/(roles/[^/]+)", url.path)
                     if predefined and verb == "GET":  # IAM v1 roles.get of a predefined role ("roles/R")
                         if (found := role_resource(predefined.group(1))) is None:
@@ -1584,8 +2026,15 @@ class ComputeServer(AdviceServing, LocalService):
                     if role and verb == "GET":  # IAM v1 roles.get, for custom roles
                         if role.group(1) not in server.custom_roles:
                             raise HttpError(404, f"The role named {role.group(1)} was not found.", "notFound")
-                        return self._send(200, {"name": role.group(1), "stage": "GA", "etag": "BwYAAAAAAAA=",
-                                                "includedPermissions": server.custom_roles[role.group(1)]})
+                        return self._send(
+                            200,
+                            {
+                                "name": role.group(1),
+                                "stage": "GA",
+                                "etag": "BwYAAAAAAAA=",
+                                "includedPermissions": server.custom_roles[role.group(1)],
+                            },
+                        )
                     if not url.path.startswith(BASE):
                         raise HttpError(404, f"not found: {url.path}", "notFound")
                     try:
@@ -1595,8 +2044,13 @@ class ComputeServer(AdviceServing, LocalService):
                     status, payload = server.handle(verb, url.path, query, body)
                 except HttpError as exc:
                     status = exc.status
-                    payload = {"error": {"code": exc.status, "message": exc.message,
-                                         "errors": [{"message": exc.message, "domain": "global", "reason": exc.reason}]}}
+                    payload = {
+                        "error": {
+                            "code": exc.status,
+                            "message": exc.message,
+                            "errors": [{"message": exc.message, "domain": "global", "reason": exc.reason}],
+                        }
+                    }
                 self._send(status, payload)
 
             def do_GET(self):
@@ -1649,17 +2103,29 @@ def _template_as_returned(body: dict, project: str) -> dict:
 def _default_message(code: str, params: dict) -> str:
     zone = params.get("zone") or params.get("region") or "the zone"
     if code.startswith("ZONE_RESOURCE_POOL_EXHAUSTED"):
-        return (f"The zone 'projects/{params.get('project')}/zones/{zone}' does not have enough resources available "
-                "to fulfill the request. Try a different zone, or try again later.")
+        return (
+            f"The zone 'projects/{params.get('project')}/zones/{zone}' does not have enough resources available "
+            "to fulfill the request. Try a different zone, or try again later."
+        )
     if code == "QUOTA_EXCEEDED":
         return f"Quota 'PREEMPTIBLE_NVIDIA_T4_GPUS' exceeded. Limit: 0.0 in region {zone.rsplit('-', 1)[0]}."
     return code
 
 
-def serve_forever(port: int, *, project: str, stockouts: Sequence[str] = (), quotas: Sequence[str] = (),
-                  image_families: Sequence[str] = (), deny_external_ip: bool = False, no_default_network: bool = False,
-                  api_disabled: bool = False, capacity: Any = None, capacity_zones: dict[str, str] | None = None,
-                  speed: float = 1.0) -> None:
+def serve_forever(
+    port: int,
+    *,
+    project: str,
+    stockouts: Sequence[str] = (),
+    quotas: Sequence[str] = (),
+    image_families: Sequence[str] = (),
+    deny_external_ip: bool = False,
+    no_default_network: bool = False,
+    api_disabled: bool = False,
+    capacity: Any = None,
+    capacity_zones: dict[str, str] | None = None,
+    speed: float = 1.0,
+) -> None:
     """Runs the fake in the foreground (for `survivor emulate compute`), seeded from the command line.
     `capacity`: Spot capacity traces (`traces.Zones`) to follow from now, `speed` trace seconds a real
     second, `capacity_zones` the fake's zone for a trace's zone (`follow_capacity`).
@@ -1681,8 +2147,9 @@ def serve_forever(port: int, *, project: str, stockouts: Sequence[str] = (), quo
             if not (region and metric):
                 raise ValueError(item)
         except ValueError:
-            raise SystemExit(f"error: --quota {item!r}: expected REGION:METRIC=LIMIT, e.g. "
-                             "us-west1:PREEMPTIBLE_NVIDIA_T4_GPUS=0") from None
+            raise SystemExit(
+                f"error: --quota {item!r}: expected REGION:METRIC=LIMIT, e.g. us-west1:PREEMPTIBLE_NVIDIA_T4_GPUS=0"
+            ) from None
     for item in image_families:
         owner, _, family = item.partition("/")
         if not (owner and family):
@@ -1700,9 +2167,11 @@ def serve_forever(port: int, *, project: str, stockouts: Sequence[str] = (), quo
         server.follow_capacity(capacity, speed=speed, zones=capacity_zones)
     server.start()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill` ends it like Ctrl-C
-    print(f"Compute fake on {server.endpoint} (project {project}: default service account "
-          f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com); export SURVIVOR_COMPUTE_ENDPOINT={server.endpoint}",
-          flush=True)
+    print(
+        f"Compute fake on {server.endpoint} (project {project}: default service account "
+        f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com); export SURVIVOR_COMPUTE_ENDPOINT={server.endpoint}",
+        flush=True,
+    )
     try:
         while True:
             time.sleep(3600)

@@ -44,7 +44,8 @@ _TF_STARTUP = re.compile(
     r"^(?:[IWE]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ \S+\.cc:\d+\]"
     r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] \S+\.cc:\d+\]"
     r"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
-    r"|To enable the following instructions: .*rebuild TensorFlow with the appropriate compiler flags\.)")
+    r"|To enable the following instructions: .*rebuild TensorFlow with the appropriate compiler flags\.)"
+)
 
 
 def tensorflow_startup_line(line: str) -> bool:
@@ -58,8 +59,7 @@ def shown_lines(lines: list[str], verbose: bool = False) -> list[str]:
     return list(lines) if verbose else [line for line in lines if not tensorflow_startup_line(line)]
 
 
-def write_demo_data(data_dir: str, log_path: str, *, verbose: bool = False,
-                    show: Callable[[str], None] = print) -> int:
+def write_demo_data(data_dir: str, log_path: str, *, verbose: bool = False, show: Callable[[str], None] = print) -> int:
     """Writes the cifar10 demo's synthetic images with `survivor data cifar10` in a child process;
     returns its exit code. Its output goes whole to `log_path`, and to `show` as `shown_lines` has it
     (all of it when the child fails), less its summary line, which the demo says in its own words.
@@ -68,10 +68,27 @@ def write_demo_data(data_dir: str, log_path: str, *, verbose: bool = False,
     that prints anything else.
     """
     data_dir = os.path.abspath(data_dir)
-    done = subprocess.run([sys.executable, "-m", "survivor", "data", "cifar10", "--synthetic", str(DEMO_IMAGES),
-                           "--out", data_dir, "--seed", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          stdin=subprocess.DEVNULL, text=True, errors="replace",
-                          cwd=os.path.dirname(data_dir))  # never a cwd with a `survivor/` folder: see LocalInstance
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "survivor",
+            "data",
+            "cifar10",
+            "--synthetic",
+            str(DEMO_IMAGES),
+            "--out",
+            data_dir,
+            "--seed",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+        cwd=os.path.dirname(data_dir),
+    )  # never a cwd with a `survivor/` folder: see LocalInstance
     with open(log_path, "w", encoding="utf-8") as log:
         log.write(done.stdout)
     for line in shown_lines(done.stdout.splitlines(), verbose or done.returncode != 0):
@@ -99,19 +116,31 @@ def demo_spec(trainer: str, job_dir: str, train_steps: int, python: str, data_di
         "on_finish": "keep-alive",
     }
     if trainer == "mlp":
-        spec.update(trainer={"builtin": "mlp"}, checkpoint_steps=100,
-                    hyperparameters={"learning-rate": 0.05, "log-steps": 25, "step-seconds": 0.02})
+        spec.update(
+            trainer={"builtin": "mlp"},
+            checkpoint_steps=100,
+            hyperparameters={"learning-rate": 0.05, "log-steps": 25, "step-seconds": 0.02},
+        )
     elif trainer == "cifar10":
-        spec.update(trainer={"builtin": "cifar10"}, checkpoint_steps=20, data_dir=data_dir,
-                    hyperparameters={"resnet-depth": 8, "train-batch-size": 32, "log-steps": 5, "eval-steps": 2})
+        spec.update(
+            trainer={"builtin": "cifar10"},
+            checkpoint_steps=20,
+            data_dir=data_dir,
+            hyperparameters={"resnet-depth": 8, "train-batch-size": 32, "log-steps": 5, "eval-steps": 2},
+        )
     else:
-        spec.update(trainer={"argv": [python, "-m", "survivor.trainers.dummy", "--on-sigterm", "save",
-                                      "--step-seconds", "0.03"]}, checkpoint_steps=25)
+        spec.update(
+            trainer={
+                "argv": [python, "-m", "survivor.trainers.dummy", "--on-sigterm", "save", "--step-seconds", "0.03"]
+            },
+            checkpoint_steps=25,
+        )
     return spec
 
 
-def progress_view(boot: int, reached: int | None, guest: dict, starting: str, trained: bool,
-                  saved: int | None = None) -> tuple[int, str, bool]:
+def progress_view(
+    boot: int, reached: int | None, guest: dict, starting: str, trained: bool, saved: int | None = None
+) -> tuple[int, str, bool]:
     """Pure decision: what the progress bar shows, as (step, description, trained).
 
     `reached` is the step the trainer reported on this boot (None until it reports); `guest` the
@@ -136,14 +165,18 @@ def progress_view(boot: int, reached: int | None, guest: dict, starting: str, tr
 
 def notice_line(boot: int, planned: int, noticed: int) -> str:
     """Pure: the line a preemption starts with: the step it was planned at and the step the trainer is at."""
-    return (f"  boot {boot}: planned preemption at step {planned}; the trainer is at step {noticed}: "
-            "preempted=TRUE, SIGTERM, hard off in 30 s")
+    return (
+        f"  boot {boot}: planned preemption at step {planned}; the trainer is at step {noticed}: "
+        "preempted=TRUE, SIGTERM, hard off in 30 s"
+    )
 
 
 def ended_line(boot: int, code: int | None, reached: int | None, saved: int | None) -> str:
     """Pure: the line a preempted boot ends with: the furthest step its trainer reached and the step it saved."""
-    return (f"  boot {boot} ended (agent exit {code}): the trainer reached step {reached} and saved step {saved}; "
-            "the MIG recreates the VM")
+    return (
+        f"  boot {boot} ended (agent exit {code}): the trainer reached step {reached} and saved step {saved}; "
+        "the MIG recreates the VM"
+    )
 
 
 @dataclass(frozen=True)
@@ -202,8 +235,12 @@ def run(options: DemoOptions) -> bool:
     if options.trainer == "cifar10":
         data_dir = os.path.join(root, "cifar-10-data")
         log_path = os.path.join(root, "data.log")
-        code: int | None = write_demo_data(data_dir, log_path, verbose=options.verbose,
-                                           show=lambda line: console.print(line, markup=False, highlight=False))
+        code: int | None = write_demo_data(
+            data_dir,
+            log_path,
+            verbose=options.verbose,
+            show=lambda line: console.print(line, markup=False, highlight=False),
+        )
         if code != 0:
             console.print(f"[red]writing the demo's images failed (exit {code}); see {log_path}[/red]")
             return False
@@ -218,19 +255,28 @@ def run(options: DemoOptions) -> bool:
     else:
         job_dir = os.path.join(root, "jobdir")
     spec = demo_spec(options.trainer, job_dir, steps, sys.executable, data_dir)
-    console.print(f"[bold]survivor demo[/bold]: {options.trainer} trainer, {steps} steps on 2 logical devices, "
-                  f"job dir {job_dir}")
+    console.print(
+        f"[bold]survivor demo[/bold]: {options.trainer} trainer, {steps} steps on 2 logical devices, job dir {job_dir}"
+    )
     console.print(f"preemptions planned at steps {schedule} (seed {seed}); files under {root}")
 
-    vm = LocalInstance({"survivor-job": yaml.safe_dump(spec)}, os.path.join(root, "vm"),
-                       name="survivor-demo-1", python=sys.executable)
+    vm = LocalInstance(
+        {"survivor-job": yaml.safe_dump(spec)}, os.path.join(root, "vm"), name="survivor-demo-1", python=sys.executable
+    )
     started = time.monotonic()
     pending = list(schedule)
     starting = "the trainer" if options.trainer == "dummy" else "TensorFlow"
     trained, saved = False, None
     try:
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), console=console, disable=not options.progress, transient=False) as bar:
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=console,
+            disable=not options.progress,
+            transient=False,
+        ) as bar:
             task = bar.add_task(f"boot 1: starting {starting}", total=steps)
             vm.boot()
             while True:
@@ -269,15 +315,25 @@ def run(options: DemoOptions) -> bool:
         if emulator:
             emulator.stop()
 
-    table = Table(title="attempts (restored: the step a boot resumed from; reached: the furthest its trainer got; "
-                        "saved: the step committed when it ended; safe in: notice to committed checkpoint)")
+    table = Table(
+        title="attempts (restored: the step a boot resumed from; reached: the furthest its trainer got; "
+        "saved: the step committed when it ended; safe in: notice to committed checkpoint)"
+    )
     for column in ("boot", "restored", "reached", "saved", "lost", "outcome", "restore", "train", "safe in"):
         table.add_column(column, justify="right")
     for a in state.attempts:
         t = a.timings or {}
-        table.add_row(str(a.number), str(a.restored_step or 0), str(a.reached_step), str(a.end_step),
-                      str(a.steps_lost), a.outcome or "-", f"{t.get('restore', 0):.2f}s", f"{t.get('train', 0):.1f}s",
-                      f"{t[Timing.NOTICE_TO_SAFE]:.2f}s" if Timing.NOTICE_TO_SAFE in t else "-")
+        table.add_row(
+            str(a.number),
+            str(a.restored_step or 0),
+            str(a.reached_step),
+            str(a.end_step),
+            str(a.steps_lost),
+            a.outcome or "-",
+            f"{t.get('restore', 0):.2f}s",
+            f"{t.get('train', 0):.1f}s",
+            f"{t[Timing.NOTICE_TO_SAFE]:.2f}s" if Timing.NOTICE_TO_SAFE in t else "-",
+        )
     console.print(table)
     preempted = [a for a in state.attempts if a.outcome in NOTICED]
     lost = [a.steps_lost or 0 for a in preempted]

@@ -58,10 +58,24 @@ class StorageEmulator:
         # for tests and benchmarks alike).
         env = {"GOGC": "400", "GOMEMLIMIT": "8GiB", "GODEBUG": "madvdontneed=0", **os.environ}
         self._process = subprocess.Popen(
-            [_binary(), "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port),
-             *(["-backend", "filesystem", "-filesystem-root", self.root] if self.root else ["-backend", "memory"]),
-             "-external-url", self.url, "-log-level", "warn"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            [
+                _binary(),
+                "-scheme",
+                "http",
+                "-host",
+                "127.0.0.1",
+                "-port",
+                str(self.port),
+                *(["-backend", "filesystem", "-filesystem-root", self.root] if self.root else ["-backend", "memory"]),
+                "-external-url",
+                self.url,
+                "-log-level",
+                "warn",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
         )
         log.close()
         deadline = time.monotonic() + 15
@@ -82,8 +96,11 @@ class StorageEmulator:
     def died(self) -> str:
         """Why the server is gone, one line naming its log, if it exited after `start`; else ""."""
         code = self._process.poll() if self._process is not None else None
-        return "" if code is None else f"the Cloud Storage emulator (fake-gcs-server) exited with code {code}; " \
-                                       f"see {self.log_path}"
+        return (
+            ""
+            if code is None
+            else f"the Cloud Storage emulator (fake-gcs-server) exited with code {code}; see {self.log_path}"
+        )
 
     def create_bucket(self, name: str) -> None:
         """Creates a bucket through the real google-cloud-storage client."""

@@ -31,6 +31,7 @@ def free_port() -> int:
 class QuietServer(ThreadingHTTPServer):
     """A threading HTTP server whose handler threads do not keep the process alive. `admit`, when
     set, decides for each connection (socket, client address) whether it is served or closed."""
+
     daemon_threads = True
     admit: Callable[[socket.socket, Any], bool] | None = None
 
@@ -46,7 +47,9 @@ class QuietServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-def send_json(handler: BaseHTTPRequestHandler, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+def send_json(
+    handler: BaseHTTPRequestHandler, status: int, payload: Any, headers: dict[str, str] | None = None
+) -> None:
     """Writes one JSON reply with its length (the fakes speak HTTP/1.1 keep-alive to the clients)."""
     data = json.dumps(payload).encode()
     handler.send_response(status)
@@ -113,8 +116,9 @@ class LocalService:
 
     def start(self):
         """Starts serving from a daemon thread; returns self."""
-        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name=self.thread_name,
-                         daemon=True).start()
+        threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name=self.thread_name, daemon=True
+        ).start()
         return self
 
     def stop(self) -> None:

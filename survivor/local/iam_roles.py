@@ -24,10 +24,17 @@ hold no `iam.serviceAccounts.actAs` (that is Service Account User's); the basic 
 
 from __future__ import annotations
 
-_GROUPS = ("compute.instanceGroupManagers.create", "compute.instanceGroupManagers.delete",
-           "compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update")
-_TEMPLATES = ("compute.instanceTemplates.create", "compute.instanceTemplates.get",
-              "compute.instanceTemplates.useReadOnly")
+_GROUPS = (
+    "compute.instanceGroupManagers.create",
+    "compute.instanceGroupManagers.delete",
+    "compute.instanceGroupManagers.get",
+    "compute.instanceGroupManagers.update",
+)
+_TEMPLATES = (
+    "compute.instanceTemplates.create",
+    "compute.instanceTemplates.get",
+    "compute.instanceTemplates.useReadOnly",
+)
 _READ = ("compute.acceleratorTypes.list", "compute.regions.get")
 _ADVICE = ("compute.advice.capacity", "compute.advice.capacityHistory")
 #: what `survivor watch --goodput-metrics` writes with (survivor/cloud/monitoring.py); Owner, Editor,
@@ -37,15 +44,26 @@ _METRICS = ("monitoring.timeSeries.create",)
 #: role -> (its title, how many permissions it holds in all, those of them survivor's VM uses)
 ROLES: dict[str, tuple[str, int, tuple[str, ...]]] = {
     "roles/owner": ("Owner", 13568, _GROUPS + _TEMPLATES + _READ + _ADVICE + ("iam.serviceAccounts.actAs",) + _METRICS),
-    "roles/editor": ("Editor", 11979, _GROUPS + _TEMPLATES + _READ + _ADVICE + ("iam.serviceAccounts.actAs",)
-                     + _METRICS),
-    "roles/viewer": ("Viewer", 6064, ("compute.instanceGroupManagers.get", "compute.instanceTemplates.get",
-                                      "compute.instanceTemplates.useReadOnly") + _READ + _ADVICE),
+    "roles/editor": (
+        "Editor",
+        11979,
+        _GROUPS + _TEMPLATES + _READ + _ADVICE + ("iam.serviceAccounts.actAs",) + _METRICS,
+    ),
+    "roles/viewer": (
+        "Viewer",
+        6064,
+        ("compute.instanceGroupManagers.get", "compute.instanceTemplates.get", "compute.instanceTemplates.useReadOnly")
+        + _READ
+        + _ADVICE,
+    ),
     "roles/compute.admin": ("Compute Admin", 1095, _GROUPS + _TEMPLATES + _READ + _ADVICE),
     "roles/compute.instanceAdmin.v1": ("Compute Instance Admin (v1)", 531, _GROUPS + _TEMPLATES + _READ),
     "roles/compute.instanceAdmin": ("Compute Instance Admin (beta)", 275, _GROUPS + _TEMPLATES + _READ),
-    "roles/compute.viewer": ("Compute Viewer", 419, ("compute.instanceGroupManagers.get",
-                                                     "compute.instanceTemplates.get") + _READ + _ADVICE),
+    "roles/compute.viewer": (
+        "Compute Viewer",
+        419,
+        ("compute.instanceGroupManagers.get", "compute.instanceTemplates.get") + _READ + _ADVICE,
+    ),
     "roles/iam.serviceAccountUser": ("Service Account User", 5, ("iam.serviceAccounts.actAs",)),
     # a notify: webhook kept in Secret Manager, read by the VM's account: "Secret Manager Secret Accessor
     # (roles/secretmanager.secretAccessor) Allows accessing the payload of secrets": resourcemanager.projects.get,

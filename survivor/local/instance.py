@@ -39,10 +39,21 @@ from survivor.jobdir.disk_tier import MARKER, STATE_DISK_ENV
 class LocalInstance:
     """One simulated VM. `boot()` starts the agent; `preempt()`/`kill()` end it like GCE would."""
 
-    def __init__(self, attributes: dict[str, str], root: str, *, name: str = "survivor-local-1",
-                 zone: str = "us-west1-b", project: str = "survivor-local", env: dict[str, str] | None = None,
-                 agent_args: tuple[str, ...] = ("--allow-root-trainer",), python: str = sys.executable,
-                 state_disk: bool = False, wrapper: tuple[str, ...] = (), metadata_firewall: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        attributes: dict[str, str],
+        root: str,
+        *,
+        name: str = "survivor-local-1",
+        zone: str = "us-west1-b",
+        project: str = "survivor-local",
+        env: dict[str, str] | None = None,
+        agent_args: tuple[str, ...] = ("--allow-root-trainer",),
+        python: str = sys.executable,
+        state_disk: bool = False,
+        wrapper: tuple[str, ...] = (),
+        metadata_firewall: tuple[str, ...] = (),
+    ):
         self.root = os.path.abspath(root)
         self.name = name
         self.zone = zone
@@ -85,16 +96,36 @@ class LocalInstance:
             os.remove(self.power_off_path)
         self.boots += 1
         # its kernel is the host's: say when this "VM" powered on, as a guest's uptime would
-        env = {**os.environ, **self.env, "GCE_METADATA_HOST": self.metadata.host, "PYTHONUNBUFFERED": "1",
-               "SURVIVOR_GUEST_BOOTED": f"{time.time():.3f}", POWER_OFF_ENV: self.power_off_path}
+        env = {
+            **os.environ,
+            **self.env,
+            "GCE_METADATA_HOST": self.metadata.host,
+            "PYTHONUNBUFFERED": "1",
+            "SURVIVOR_GUEST_BOOTED": f"{time.time():.3f}",
+            POWER_OFF_ENV: self.power_off_path,
+        }
         self._log = open(self.log_path(), "wb")
         # cwd: its work dir, as the unit's WorkingDirectory=/var/lib/survivor (startup/survivor-agent.service),
         # and so the cwd of an argv trainer; never the caller's, since `python -m survivor` from a directory
         # that holds a `survivor/` folder (a clone's parent) would import that folder instead of the package
         self.process = subprocess.Popen(
-            [*self.wrapper, self.python, "-m", "survivor", "agent", "--workdir", os.path.abspath(self.workdir),
-             "--log-format", "json", *self.agent_args],
-            env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            [
+                *self.wrapper,
+                self.python,
+                "-m",
+                "survivor",
+                "agent",
+                "--workdir",
+                os.path.abspath(self.workdir),
+                "--log-format",
+                "json",
+                *self.agent_args,
+            ],
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
             cwd=os.path.abspath(self.workdir),
         )
         return self

@@ -75,17 +75,21 @@ class LoggingServer(LocalService):
         self._lock = threading.Lock()
         self._listen(port, self._handler())
 
-
-    def add(self, project: str, job_id: str, task: str, text: str, *, severity: str = "INFO",
-            timestamp: str | None = None) -> dict[str, Any]:
+    def add(
+        self, project: str, job_id: str, task: str, text: str, *, severity: str = "INFO", timestamp: str | None = None
+    ) -> dict[str, Any]:
         """Adds a log entry of a Vertex AI job's task, as Cloud Logging would store it; returns the entry."""
         with self._lock:
             stamp = timestamp or _dt.datetime.now(_dt.timezone.utc).isoformat().replace("+00:00", "Z")
-            entry = {"logName": f"projects/{project}/logs/workerpool0-0", "insertId": f"{len(self.entries):08d}",
-                     "resource": {"type": "ml_job", "labels": {"job_id": job_id, "project_id": project,
-                                                               "task_name": task}},
-                     "labels": {"ml.googleapis.com/trial_type": "", "compute.googleapis.com/resource_name": task},
-                     "severity": severity, "timestamp": stamp, "textPayload": text}
+            entry = {
+                "logName": f"projects/{project}/logs/workerpool0-0",
+                "insertId": f"{len(self.entries):08d}",
+                "resource": {"type": "ml_job", "labels": {"job_id": job_id, "project_id": project, "task_name": task}},
+                "labels": {"ml.googleapis.com/trial_type": "", "compute.googleapis.com/resource_name": task},
+                "severity": severity,
+                "timestamp": stamp,
+                "textPayload": text,
+            }
             self.entries.append(entry)
             return entry
 
@@ -113,13 +117,18 @@ class LoggingServer(LocalService):
                 except ValueError as exc:
                     return self._error(400, f"Invalid filter: {exc}")
                 with server._lock:
-                    found = [e for e in server.entries if e["resource"]["labels"]["project_id"] in projects
-                             and matches(e, clauses)]
-                found.sort(key=lambda e: (_parse_time(e["timestamp"]), e["insertId"]),
-                           reverse=body.get("orderBy", "timestamp asc").endswith("desc"))
+                    found = [
+                        e
+                        for e in server.entries
+                        if e["resource"]["labels"]["project_id"] in projects and matches(e, clauses)
+                    ]
+                found.sort(
+                    key=lambda e: (_parse_time(e["timestamp"]), e["insertId"]),
+                    reverse=body.get("orderBy", "timestamp asc").endswith("desc"),
+                )
                 start = int(body.get("pageToken") or 0)
                 size = min(int(body.get("pageSize") or server.max_page), server.max_page)
-                page = found[start:start + size]
+                page = found[start : start + size]
                 reply: dict[str, Any] = {"entries": page} if page else {}
                 if start + size < len(found):
                     reply["nextPageToken"] = str(start + size)

@@ -78,6 +78,7 @@ def socket_owner(local: tuple[str, int], remote: tuple[str, int], table: str = "
     """The uid that owns the IPv4 TCP socket from `local` to `remote` on this host (its line of
     /proc/net/tcp, proc(5): addresses as hex in host byte order, the uid in the eighth column), or
     None when no such socket is listed."""
+
     def hexed(address: tuple[str, int]) -> str:
         return "%08X:%04X" % (struct.unpack("=I", socket.inet_aton(address[0]))[0], address[1])
 
@@ -216,8 +217,15 @@ class MetadataServer(LocalService):
         class Handler(QuietHandler):
             drip = False
 
-            def _send(self, status: int, body: str | bytes, *, etag: str | None = None,
-                      content_type: str = "application/text", flavor: bool = True) -> None:
+            def _send(
+                self,
+                status: int,
+                body: str | bytes,
+                *,
+                etag: str | None = None,
+                content_type: str = "application/text",
+                flavor: bool = True,
+            ) -> None:
                 data = body.encode() if isinstance(body, str) else body
                 if self.drip:
                     return self._drip(status, data, etag, content_type, flavor)
@@ -232,8 +240,11 @@ class MetadataServer(LocalService):
                 self.wfile.write(data)
 
             def _drip(self, status: int, data: bytes, etag: str | None, content_type: str, flavor: bool) -> None:
-                head = [f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}", f"Content-Type: {content_type}",
-                        f"Content-Length: {len(data)}"]
+                head = [
+                    f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}",
+                    f"Content-Type: {content_type}",
+                    f"Content-Length: {len(data)}",
+                ]
                 head += ["Metadata-Flavor: Google"] if flavor else []
                 head += [f"ETag: {etag}"] if etag else []
                 raw = ("\r\n".join(head) + "\r\n\r\n").encode() + data
@@ -241,7 +252,7 @@ class MetadataServer(LocalService):
                 for i in range(len(raw)):
                     if server._stopping.wait(server._drip_interval):
                         return
-                    self.wfile.write(raw[i:i + 1])
+                    self.wfile.write(raw[i : i + 1])
 
             def _body(self) -> bytes:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -250,7 +261,7 @@ class MetadataServer(LocalService):
             def do_GET(self):
                 url = urlsplit(self.path)
                 if url.path.startswith(ADMIN):
-                    return self._admin_get(url.path[len(ADMIN):])
+                    return self._admin_get(url.path[len(ADMIN) :])
                 if not url.path.startswith(PREFIX):
                     return self._send(404, "not found", flavor=False)
                 server.requests += 1
@@ -263,7 +274,7 @@ class MetadataServer(LocalService):
                 if fault == "garbage":
                     return self._send(200, b"\x00\xffnot-metadata", flavor=False, content_type="text/html")
                 query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-                path = url.path[len(PREFIX):]
+                path = url.path[len(PREFIX) :]
                 try:
                     if query.get("wait_for_change") == "true":
                         timeout = min(float(query.get("timeout_sec", "60")), 3600.0)
@@ -276,7 +287,9 @@ class MetadataServer(LocalService):
                 flavor = fault != "no-flavor"
                 if isinstance(value, dict):
                     if query.get("recursive") == "true" or query.get("alt") == "json":
-                        return self._send(200, json.dumps(value), etag=etag, content_type="application/json", flavor=flavor)
+                        return self._send(
+                            200, json.dumps(value), etag=etag, content_type="application/json", flavor=flavor
+                        )
                     if not path.endswith("/") and path:
                         # the real server redirects a directory without a trailing slash
                         self.send_response(301)
@@ -298,9 +311,9 @@ class MetadataServer(LocalService):
                 url = urlsplit(self.path)
                 body = self._body().decode()
                 if url.path.startswith(ADMIN):
-                    server.set(url.path[len(ADMIN):], body)
+                    server.set(url.path[len(ADMIN) :], body)
                     return self._send(200, "ok", flavor=False)
-                path = url.path[len(PREFIX):] if url.path.startswith(PREFIX) else ""
+                path = url.path[len(PREFIX) :] if url.path.startswith(PREFIX) else ""
                 if self.headers.get("Metadata-Flavor") != "Google":
                     return self._send(403, "Missing required header: Metadata-Flavor")
                 if not path.startswith("instance/guest-attributes/") or path.count("/") != 3:
@@ -313,7 +326,7 @@ class MetadataServer(LocalService):
                 url = urlsplit(self.path)
                 if not url.path.startswith(ADMIN):
                     return self._send(405, "method not allowed")
-                server.delete(url.path[len(ADMIN):])
+                server.delete(url.path[len(ADMIN) :])
                 return self._send(200, "ok", flavor=False)
 
             def do_POST(self):

@@ -40,17 +40,27 @@ from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
 
-from survivor.cloud.monitoring import (DESCRIPTORS, INT64, MAX_SERIES, MIN_SECONDS_APART, WORKLOAD, WORKLOAD_LABELS,
-                                       WRITE_PERMISSION)
+from survivor.cloud.monitoring import (
+    DESCRIPTORS,
+    INT64,
+    MAX_SERIES,
+    MIN_SECONDS_APART,
+    WORKLOAD,
+    WORKLOAD_LABELS,
+    WRITE_PERMISSION,
+)
 
 SERVICE = "google.monitoring.v3.MetricService"
 DUPLICATE = "Duplicate TimeSeries encountered. Only one point can be written per TimeSeries per request."
-ORDER = ("Points must be written in order. One or more of the points specified had an older end time than the "
-         "most recent point.")
-FREQUENT = ("One or more points were written more frequently than the maximum sampling period configured for "
-            "the metric.")
-TERM = re.compile(r'\s*(?:AND\s+)?(metric\.type|resource\.type|(?:metric|resource)\.labels?\.[A-Za-z_][A-Za-z0-9_]*)'
-                  r'\s*=\s*"([^"]*)"\s*')
+ORDER = (
+    "Points must be written in order. One or more of the points specified had an older end time than the "
+    "most recent point."
+)
+FREQUENT = "One or more points were written more frequently than the maximum sampling period configured for the metric."
+TERM = re.compile(
+    r"\s*(?:AND\s+)?(metric\.type|resource\.type|(?:metric|resource)\.labels?\.[A-Za-z_][A-Za-z0-9_]*)"
+    r'\s*=\s*"([^"]*)"\s*'
+)
 
 
 @dataclass(frozen=True)
@@ -80,7 +90,7 @@ def parse_filter(text: str) -> dict[str, str]:
     while at < len(text):
         found = TERM.match(text, at)
         if not found or found.end() == at:
-            raise ValueError(f"cannot read the filter at {text[at:at + 40]!r}")
+            raise ValueError(f"cannot read the filter at {text[at : at + 40]!r}")
         out[found.group(1).replace(".labels.", ".label.")] = found.group(2)
         at = found.end()
     if "metric.type" not in out:
@@ -125,11 +135,15 @@ class MonitoringServer:
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         handlers = {
             "CreateTimeSeries": grpc.unary_unary_rpc_method_handler(
-                self._create, request_deserializer=monitoring_v3.CreateTimeSeriesRequest.deserialize,
-                response_serializer=_empty),
+                self._create,
+                request_deserializer=monitoring_v3.CreateTimeSeriesRequest.deserialize,
+                response_serializer=_empty,
+            ),
             "ListTimeSeries": grpc.unary_unary_rpc_method_handler(
-                self._list, request_deserializer=monitoring_v3.ListTimeSeriesRequest.deserialize,
-                response_serializer=monitoring_v3.ListTimeSeriesResponse.serialize),
+                self._list,
+                request_deserializer=monitoring_v3.ListTimeSeriesRequest.deserialize,
+                response_serializer=monitoring_v3.ListTimeSeriesResponse.serialize,
+            ),
         }
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
         self.port = self._server.add_insecure_port(f"127.0.0.1:{port}")
@@ -157,8 +171,12 @@ class MonitoringServer:
     def points(self, metric: str, project: str | None = None) -> list[Point]:
         """Every stored point of `metric` (in `project`, or any), oldest first within each series."""
         with self._lock:
-            return [p for (proj, kind, _, _), points in self.series.items()
-                    if kind == metric and project in (None, proj) for p in points]
+            return [
+                p
+                for (proj, kind, _, _), points in self.series.items()
+                if kind == metric and project in (None, proj)
+                for p in points
+            ]
 
     # -- the API ------------------------------------------------------------------------------------
 
@@ -166,33 +184,53 @@ class MonitoringServer:
         """Why series `index` of a request cannot be written ("" when it can), its key and its point."""
         descriptor = DESCRIPTORS.get(one.metric.type)
         if descriptor is None:
-            return f"Field timeSeries[{index}].metric.type had an invalid value of \"{one.metric.type}\"", None, None
+            return f'Field timeSeries[{index}].metric.type had an invalid value of "{one.metric.type}"', None, None
         unknown = sorted(set(one.metric.labels) - set(descriptor.labels))
         if unknown:
-            return (f"Field timeSeries[{index}].metric.labels had an invalid value of \"{unknown[0]}\": "
-                    f"Unrecognized metric label.", None, None)
+            return (
+                f'Field timeSeries[{index}].metric.labels had an invalid value of "{unknown[0]}": '
+                f"Unrecognized metric label.",
+                None,
+                None,
+            )
         if one.resource.type != WORKLOAD:
-            return f"Field timeSeries[{index}].resource.type had an invalid value of \"{one.resource.type}\"", None, None
+            return f'Field timeSeries[{index}].resource.type had an invalid value of "{one.resource.type}"', None, None
         labels = set(one.resource.labels)
         if labels != set(WORKLOAD_LABELS):
             wrong = sorted(labels.symmetric_difference(WORKLOAD_LABELS))[0]
-            return (f"Field timeSeries[{index}].resource.labels had an invalid value of \"{wrong}\": the resource "
-                    f"{WORKLOAD} takes each of {', '.join(WORKLOAD_LABELS)} and no other", None, None)
+            return (
+                f'Field timeSeries[{index}].resource.labels had an invalid value of "{wrong}": the resource '
+                f"{WORKLOAD} takes each of {', '.join(WORKLOAD_LABELS)} and no other",
+                None,
+                None,
+            )
         if len(one.points) != 1:
-            return (f"Field timeSeries[{index}].points had an invalid value: only one point can be written per "
-                    f"TimeSeries per request", None, None)
+            return (
+                f"Field timeSeries[{index}].points had an invalid value: only one point can be written per "
+                f"TimeSeries per request",
+                None,
+                None,
+            )
         point = one.points[0]
         kind = "int64_value" if descriptor.value_type == INT64 else "double_value"
         if monitoring_v3.TypedValue.pb(point.value).WhichOneof("value") != kind:
-            return (f"Field timeSeries[{index}].points[0].value had an invalid value: the metric {descriptor.type} "
-                    f"takes {descriptor.value_type} values", None, None)
+            return (
+                f"Field timeSeries[{index}].points[0].value had an invalid value: the metric {descriptor.type} "
+                f"takes {descriptor.value_type} values",
+                None,
+                None,
+            )
         end = point.interval.end_time
         start = point.interval.start_time
         if not _seconds(end):
             return f"Field timeSeries[{index}].points[0].interval.end_time is required", None, None
         if _seconds(start) and _seconds(start) != _seconds(end):
-            return (f"Field timeSeries[{index}].points[0].interval.start_time had an invalid value: the start time of "
-                    f"a GAUGE point must equal its end time", None, None)
+            return (
+                f"Field timeSeries[{index}].points[0].interval.start_time had an invalid value: the start time of "
+                f"a GAUGE point must equal its end time",
+                None,
+                None,
+            )
         key = (one.metric.type, tuple(sorted(one.metric.labels.items())), tuple(sorted(one.resource.labels.items())))
         if key in seen:
             return f"Field timeSeries[{index}] had an invalid value: {DUPLICATE}", None, None
@@ -203,15 +241,19 @@ class MonitoringServer:
         with self._lock:
             self.requests.append(len(request.time_series))
         if self.denied:
-            context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                          f"Permission {WRITE_PERMISSION} denied (or the resource may not exist).")
+            context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"Permission {WRITE_PERMISSION} denied (or the resource may not exist).",
+            )
         project = request.name.removeprefix("projects/")
         if not request.name.startswith("projects/") or not project or "/" in project:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Field name had an invalid value of \"{request.name}\"")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f'Field name had an invalid value of "{request.name}"')
         if len(request.time_series) > MAX_SERIES:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"Field timeSeries had an invalid value: the request holds {len(request.time_series)} "
-                          f"TimeSeries; the maximum is {MAX_SERIES}.")
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"Field timeSeries had an invalid value: the request holds {len(request.time_series)} "
+                f"TimeSeries; the maximum is {MAX_SERIES}.",
+            )
         failed: dict[str, list[int]] = {}
         seen: set = set()
         with self._lock:
@@ -239,7 +281,9 @@ class MonitoringServer:
         try:
             wanted = parse_filter(request.filter)
         except ValueError as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Field filter had an invalid value of \"{request.filter}\": {exc}")
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f'Field filter had an invalid value of "{request.filter}": {exc}'
+            )
         if wanted.get("resource.type", WORKLOAD) != WORKLOAD:
             return monitoring_v3.ListTimeSeriesResponse()
         project = request.name.removeprefix("projects/")
@@ -248,18 +292,25 @@ class MonitoringServer:
         answer = monitoring_v3.ListTimeSeriesResponse()
         with self._lock:
             for (proj, kind, labels, resource), points in self.series.items():
-                fields = {"metric.type": kind, **{f"metric.label.{k}": v for k, v in labels},
-                          **{f"resource.label.{k}": v for k, v in resource}}
+                fields = {
+                    "metric.type": kind,
+                    **{f"metric.label.{k}": v for k, v in labels},
+                    **{f"resource.label.{k}": v for k, v in resource},
+                }
                 if proj != project or any(fields.get(k) != v for k, v in wanted.items() if k != "resource.type"):
                     continue
                 shown = [p for p in points if start <= p.end.timestamp() <= end]
                 if not shown:
                     continue
-                series = monitoring_v3.TimeSeries(metric={"type": kind, "labels": dict(labels)},
-                                                  resource={"type": WORKLOAD, "labels": dict(resource)},
-                                                  metric_kind="GAUGE")
+                series = monitoring_v3.TimeSeries(
+                    metric={"type": kind, "labels": dict(labels)},
+                    resource={"type": WORKLOAD, "labels": dict(resource)},
+                    metric_kind="GAUGE",
+                )
                 for p in reversed(shown):  # "points are returned in reverse time order"
-                    value = {"int64_value": p.value} if DESCRIPTORS[kind].value_type == INT64 else {"double_value": p.value}
+                    value = (
+                        {"int64_value": p.value} if DESCRIPTORS[kind].value_type == INT64 else {"double_value": p.value}
+                    )
                     series.points.append(monitoring_v3.Point(interval={"end_time": p.end}, value=value))
                 answer.time_series.append(series)
         return answer

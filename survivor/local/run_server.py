@@ -29,6 +29,7 @@ _JOB_ID = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 class RunServer(LocalService):
     """Cloud Run jobs on 127.0.0.1: create, get, update, delete and run, with done operations."""
+
     thread_name = "run-fake"
 
     def __init__(self, port: int = 0):
@@ -39,8 +40,11 @@ class RunServer(LocalService):
         self._listen(port, self._handler())
 
     def _operation(self, parent: str, response: dict, kind: str) -> dict:
-        return {"name": f"{parent}/operations/op-{next(self._ids)}", "done": True,
-                "response": {"@type": f"type.googleapis.com/google.cloud.run.v2.{kind}", **response}}
+        return {
+            "name": f"{parent}/operations/op-{next(self._ids)}",
+            "done": True,
+            "response": {"@type": f"type.googleapis.com/google.cloud.run.v2.{kind}", **response},
+        }
 
     def _handler(self):
         server = self
@@ -79,8 +83,11 @@ class RunServer(LocalService):
                         return
                     job_id = (parse_qs(url.query).get("jobId") or [""])[0]
                     if not _JOB_ID.match(job_id):
-                        return self._error(400, "INVALID_ARGUMENT", f"job_id {job_id!r}: lowercase letters, "
-                                           "digits and hyphens, starting with a letter")
+                        return self._error(
+                            400,
+                            "INVALID_ARGUMENT",
+                            f"job_id {job_id!r}: lowercase letters, digits and hyphens, starting with a letter",
+                        )
                     name = f"{match.group(1)}/jobs/{job_id}"
                     if name in server.jobs:
                         return self._error(409, "ALREADY_EXISTS", f"Resource '{job_id}' already exists.")
@@ -91,8 +98,10 @@ class RunServer(LocalService):
                     server.requests.append(("POST", self.path, read_json(self)))
                     if match.group(1) not in server.jobs:
                         return self._error(404, "NOT_FOUND", f"Resource '{match.group(1)}' was not found")
-                    execution = {"name": f"{match.group(1)}/executions/{match.group(1).rsplit('/', 1)[1]}-"
-                                         f"{next(server._ids)}", "job": match.group(1).rsplit("/", 1)[1]}
+                    execution = {
+                        "name": f"{match.group(1)}/executions/{match.group(1).rsplit('/', 1)[1]}-{next(server._ids)}",
+                        "job": match.group(1).rsplit("/", 1)[1],
+                    }
                     server.executions.append(execution)
                     parent = match.group(1).rsplit("/jobs/", 1)[0]
                     return send_json(self, 200, server._operation(parent, execution, "Execution"))

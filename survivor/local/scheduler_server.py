@@ -30,6 +30,7 @@ _TARGETS = ("httpTarget", "pubsubTarget", "appEngineHttpTarget")
 
 class SchedulerServer(LocalService):
     """Cloud Scheduler jobs on 127.0.0.1: create, get, update, delete, and `fire` for tests."""
+
     thread_name = "scheduler-fake"
 
     def __init__(self, port: int = 0):
@@ -49,8 +50,9 @@ class SchedulerServer(LocalService):
 
         method = target.get("httpMethod", "POST")  # the client sends enums as integers
         method = scheduler_v1.HttpMethod(method).name if isinstance(method, int) else method
-        return requests.request(method, target_endpoint + uri.path, headers=headers,
-                                data=target.get("body") or b"{}", timeout=timeout)
+        return requests.request(
+            method, target_endpoint + uri.path, headers=headers, data=target.get("body") or b"{}", timeout=timeout
+        )
 
     def _handler(self):
         server = self

@@ -62,7 +62,9 @@ class SecretManagerServer(LocalService):
                 if policy:
                     key = (policy.group(1), policy.group(2))
                     if key not in server.versions:
-                        return send_google_error(self, 404, "NOT_FOUND", f"Secret [projects/{key[0]}/secrets/{key[1]}] not found.")
+                        return send_google_error(
+                            self, 404, "NOT_FOUND", f"Secret [projects/{key[0]}/secrets/{key[1]}] not found."
+                        )
                     members = sorted(server.accessors.get(key, ()))
                     bindings = [{"role": "roles/secretmanager.secretAccessor", "members": members}] if members else []
                     return send_json(self, 200, {"version": 1, "etag": "BwYA", "bindings": bindings})
@@ -72,8 +74,13 @@ class SecretManagerServer(LocalService):
                 project, secret, version = found.groups()
                 name = f"projects/{project}/secrets/{secret}/versions/{version}"
                 if server.denied:
-                    return send_google_error(self, 403, "PERMISSION_DENIED", f"Permission 'secretmanager.versions.access' "
-                                             f"denied for resource '{name}' (or it may not exist).")
+                    return send_google_error(
+                        self,
+                        403,
+                        "PERMISSION_DENIED",
+                        f"Permission 'secretmanager.versions.access' "
+                        f"denied for resource '{name}' (or it may not exist).",
+                    )
                 with server._lock:
                     versions = server.versions.get((project, secret))
                     number = len(versions or ()) if version == "latest" else int(version) if version.isdigit() else 0
@@ -81,8 +88,16 @@ class SecretManagerServer(LocalService):
                         return send_google_error(self, 404, "NOT_FOUND", f"Secret Version [{name}] not found.")
                     data = versions[number - 1]
                     server.accessed.append(name)
-                send_json(self, 200, {"name": f"projects/{project}/secrets/{secret}/versions/{number}",
-                                      "payload": {"data": base64.b64encode(data).decode(),
-                                                  "dataCrc32c": str(google_crc32c.value(data))}})
+                send_json(
+                    self,
+                    200,
+                    {
+                        "name": f"projects/{project}/secrets/{secret}/versions/{number}",
+                        "payload": {
+                            "data": base64.b64encode(data).decode(),
+                            "dataCrc32c": str(google_crc32c.value(data)),
+                        },
+                    },
+                )
 
         return Handler

@@ -101,10 +101,14 @@ class SimulationResult:
         lines.append(f"{'boot':>4} {'restored':>8} {'reached':>8} {'saved':>6} {'lost':>5}  outcome")
         for a in self.attempts:
             outcome = (a.outcome or "killed") + (f": {a.reason}" if a.reason else "")
-            lines.append(f"{a.number:>4} {str(a.restored_step or 0):>8} {str(a.reached_step):>8} "
-                         f"{str(a.end_step):>6} {str(a.steps_lost):>5}  {outcome}")
-        lines.append(f"MIG target size {self.target_size}; DONE {'written' if self.done else 'missing'}"
-                     + (f"; FAILED: {self.failed.get('reason')}" if self.failed else ""))
+            lines.append(
+                f"{a.number:>4} {str(a.restored_step or 0):>8} {str(a.reached_step):>8} "
+                f"{str(a.end_step):>6} {str(a.steps_lost):>5}  {outcome}"
+            )
+        lines.append(
+            f"MIG target size {self.target_size}; DONE {'written' if self.done else 'missing'}"
+            + (f"; FAILED: {self.failed.get('reason')}" if self.failed else "")
+        )
         return "\n".join(lines)
 
     def plot(self, path: str, train_steps: int) -> str | None:
@@ -118,7 +122,9 @@ class SimulationResult:
             return None
         fig, ax = plt.subplots(figsize=(9, 3.5))
         for e in self.events:
-            color = {"notice": "tab:orange", "hard-off": "tab:red", "boot": "tab:green", "left-group": "tab:blue"}.get(e.kind)
+            color = {"notice": "tab:orange", "hard-off": "tab:red", "boot": "tab:green", "left-group": "tab:blue"}.get(
+                e.kind
+            )
             if color:
                 ax.axvline(e.t, color=color, alpha=0.6, lw=1)
         for t, step, label in boot_marks(self):
@@ -128,8 +134,11 @@ class SimulationResult:
         ax.set_ylim(0, train_steps * 1.05)
         ax.set_xlabel("seconds")
         ax.set_ylabel("step")
-        ax.set_title("survivor simulate: boots (green: step restored), ends (purple: step saved), notices (orange), "
-                     "hard offs (red), leaving the MIG (blue)", fontsize=8)
+        ax.set_title(
+            "survivor simulate: boots (green: step restored), ends (purple: step saved), notices (orange), "
+            "hard offs (red), leaving the MIG (blue)",
+            fontsize=8,
+        )
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
@@ -145,11 +154,19 @@ def boot_marks(result: SimulationResult) -> list[tuple[float, int, str]]:
     marks = []
     for index, attempt in zip(boots, result.attempts):
         boot = result.events[index]
-        marks.append((boot.t, attempt.restored_step or 0, f"boot {attempt.number} restored {attempt.restored_step or 0}"))
+        marks.append(
+            (boot.t, attempt.restored_step or 0, f"boot {attempt.number} restored {attempt.restored_step or 0}")
+        )
         if attempt.end_step is None:
             continue
-        end = next((e.t for e in result.events[index + 1:] if e.instance == boot.instance
-                    and e.kind in ("exit", "left-group", "deleted", "boot")), end_of_run)
+        end = next(
+            (
+                e.t
+                for e in result.events[index + 1 :]
+                if e.instance == boot.instance and e.kind in ("exit", "left-group", "deleted", "boot")
+            ),
+            end_of_run,
+        )
         marks.append((end, attempt.end_step, f"saved {attempt.end_step}"))
     return marks
 
@@ -162,15 +179,33 @@ class StandInDied(RuntimeError):
 class Simulator:
     """Runs one job through the fake MIG with Spot-style preemptions."""
 
-    def __init__(self, spec_yaml: str, root: str, *, preempt_every: float = 90.0, jitter: float = 0.0,
-                 hard_off_after: float = 30.0, recreate_delay: float = 1.0, max_preemptions: int | None = None,
-                 seed: int = 0, python: str = sys.executable, env: dict[str, str] | None = None,
-                 preempt_during_restore: int = 0, stateful_disk: bool = False, trace: Trace | None = None,
-                 speed: float = 60.0, on_event: Callable[[Event], None] | None = None,
-                 region_outages: tuple[tuple[str, float, float], ...] = (), watch_every: float | None = None,
-                 shape_outages: tuple[tuple[str, float, float], ...] = (), outages_from_first_commit: bool = False,
-                 preempting_regions: tuple[str, ...] = (), capacity: Zones | None = None,
-                 capacity_zones: dict[str, str] | None = None, stand_ins: Callable[[], str] | None = None):
+    def __init__(
+        self,
+        spec_yaml: str,
+        root: str,
+        *,
+        preempt_every: float = 90.0,
+        jitter: float = 0.0,
+        hard_off_after: float = 30.0,
+        recreate_delay: float = 1.0,
+        max_preemptions: int | None = None,
+        seed: int = 0,
+        python: str = sys.executable,
+        env: dict[str, str] | None = None,
+        preempt_during_restore: int = 0,
+        stateful_disk: bool = False,
+        trace: Trace | None = None,
+        speed: float = 60.0,
+        on_event: Callable[[Event], None] | None = None,
+        region_outages: tuple[tuple[str, float, float], ...] = (),
+        watch_every: float | None = None,
+        shape_outages: tuple[tuple[str, float, float], ...] = (),
+        outages_from_first_commit: bool = False,
+        preempting_regions: tuple[str, ...] = (),
+        capacity: Zones | None = None,
+        capacity_zones: dict[str, str] | None = None,
+        stand_ins: Callable[[], str] | None = None,
+    ):
         self.spec = yaml.safe_load(spec_yaml)
         #: says why a stand-in the caller started is gone ("" while all run): the run stops with StandInDied
         self.stand_ins = stand_ins
@@ -219,8 +254,9 @@ class Simulator:
         self._lock = threading.Lock()
         self._started = time.monotonic()
         if capacity is not None:  # after the start: the trace's clock counts from it (or the first commit)
-            self.compute.follow_capacity(capacity, speed=speed, zones=capacity_zones,
-                                         clock=lambda: self._outage_clock() or 0.0)
+            self.compute.follow_capacity(
+                capacity, speed=speed, zones=capacity_zones, clock=lambda: self._outage_clock() or 0.0
+            )
         self._pending: list[dict] = []
         self.compute.on_instance_created.append(self._created)
         self.compute.on_instance_deleted.append(self._deleted)
@@ -263,10 +299,15 @@ class Simulator:
             attributes.pop("install-nvidia-driver", None)
             local = self.vms.get(name)
             if local is None:
-                local = LocalInstance(attributes, os.path.join(self.root, name), name=name,
-                                      zone=vm["zone"].rsplit("/", 1)[-1],
-                                      project=PROJECT, python=self.python,
-                                      env={**self.env, "SURVIVOR_COMPUTE_ENDPOINT": self.compute.endpoint})
+                local = LocalInstance(
+                    attributes,
+                    os.path.join(self.root, name),
+                    name=name,
+                    zone=vm["zone"].rsplit("/", 1)[-1],
+                    project=PROJECT,
+                    python=self.python,
+                    env={**self.env, "SURVIVOR_COMPUTE_ENDPOINT": self.compute.endpoint},
+                )
                 self.vms[name] = local
             local.boot(wipe=not self.stateful_disk)
             self._event("boot", name, f"boot {local.boots}")
@@ -281,8 +322,12 @@ class Simulator:
         compute = Compute(PROJECT, endpoint=self.compute.endpoint)
         options = MachineOptions.from_spec(spec)
         compute.insert_template(template_body("sim", spec, options, script="#!/bin/bash\n# simulated\n"))
-        notice = (self.compute.templates[(PROJECT, "sim")]["properties"].get("scheduling", {})
-                  .get("preemptionNoticeDuration", {}).get("seconds"))
+        notice = (
+            self.compute.templates[(PROJECT, "sim")]["properties"]
+            .get("scheduling", {})
+            .get("preemptionNoticeDuration", {})
+            .get("seconds")
+        )
         self.notice_seconds = float(notice or 0)
         compute.create_group("sim", "sim", zone=ZONE, size=1)
 
@@ -314,9 +359,11 @@ class Simulator:
         now = self._outage_clock()
         if now is None:
             return False
-        return (any(region == region_of_zone(zone) and start <= now < end for region, start, end in self.region_outages)
-                or any(kind == machine_type and start <= now < end for kind, start, end in self.shape_outages)
-                or self.compute.trace_stockout(zone))
+        return (
+            any(region == region_of_zone(zone) and start <= now < end for region, start, end in self.region_outages)
+            or any(kind == machine_type and start <= now < end for kind, start, end in self.shape_outages)
+            or self.compute.trace_stockout(zone)
+        )
 
     def _machine_of(self, vm_name: str) -> str:
         """The machine type of the group's template the VM `vm_name` belongs to."""
@@ -343,8 +390,12 @@ class Simulator:
                     self.compute.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", machine_type=what)
                 with self.compute.lock:
                     self._outage_failures[outage] = [f for f in self.compute.creation_failures if f not in before]
-                self._event("stockout", "-", f"no capacity {'in' if where == 'region' else 'for'} {what} from "
-                            f"{start:.0f} s" + ("" if end == float("inf") else f" to {end:.0f} s"))
+                self._event(
+                    "stockout",
+                    "-",
+                    f"no capacity {'in' if where == 'region' else 'for'} {what} from "
+                    f"{start:.0f} s" + ("" if end == float("inf") else f" to {end:.0f} s"),
+                )
                 local = self._running()
                 if local is not None and self._in_outage(local.zone, self._machine_of(local.name)):
                     self._preempt(local)
@@ -361,8 +412,9 @@ class Simulator:
         if self.capacity is None:
             return
         with self.compute.lock:
-            zones = {key[1] for key in self.compute.instances} | {m[1] for g in self.compute.groups.values()
-                                                                  for m in g["_members"]}
+            zones = {key[1] for key in self.compute.instances} | {
+                m[1] for g in self.compute.groups.values() for m in g["_members"]
+            }
         # a zone the job has left (a move) is no longer looked at: it is not "back", it is behind us
         out = {zone for zone in zones if self.compute.trace_stockout(zone)} | (self._traced_out - zones)
         for zone in sorted(out - self._traced_out):
@@ -391,9 +443,15 @@ class Simulator:
         if spec.placement is None:
             return
         said: list[str] = []
-        moved = placement.look_and_move(Compute(PROJECT, endpoint=self.compute.endpoint),
-                                        GroupRef(PROJECT, "sim", zone=ZONE), spec, open_storage(spec.job_dir),
-                                        by="watch", scale=self.speed, say=said.append)
+        moved = placement.look_and_move(
+            Compute(PROJECT, endpoint=self.compute.endpoint),
+            GroupRef(PROJECT, "sim", zone=ZONE),
+            spec,
+            open_storage(spec.job_dir),
+            by="watch",
+            scale=self.speed,
+            say=said.append,
+        )
         if moved is not None:
             self._event("move", "-", f"{moved.from_place} -> {moved.to_place}: {moved.reason}")
 
@@ -402,8 +460,10 @@ class Simulator:
         one of them once its agent trains."""
         if not self.preempting_regions:
             return True
-        return region_of_zone(local.zone) in self.preempting_regions and \
-            local.metadata.get("instance/guest-attributes").get("survivor", {}).get("state") == "training"
+        return (
+            region_of_zone(local.zone) in self.preempting_regions
+            and local.metadata.get("instance/guest-attributes").get("survivor", {}).get("state") == "training"
+        )
 
     def _running(self) -> LocalInstance | None:
         for local in self.vms.values():
@@ -412,8 +472,11 @@ class Simulator:
         return None
 
     def _preempt(self, local: LocalInstance, stockout: float = 0.0) -> None:
-        self._event("notice", local.name, f"preempted=TRUE; the trainer at step {local.progress()} (it may train "
-                                          "on until it saves: see reached)")
+        self._event(
+            "notice",
+            local.name,
+            f"preempted=TRUE; the trainer at step {local.progress()} (it may train on until it saves: see reached)",
+        )
         local.set_preempted()
         if self.notice_seconds:
             local.wait(self.notice_seconds)
@@ -475,23 +538,32 @@ class Simulator:
                     if not self._pending:
                         # the agent exited by itself (a failure): systemd restarts it on the same VM
                         for vm in self.vms.values():
-                            if vm.process and vm.process.poll() not in (None, 0) and any(
-                                    m[2] == vm.name for m in group["_members"]):
+                            if (
+                                vm.process
+                                and vm.process.poll() not in (None, 0)
+                                and any(m[2] == vm.name for m in group["_members"])
+                            ):
                                 self._event("exit", vm.name, f"agent exit {vm.process.returncode}; systemd restarts it")
                                 time.sleep(self.recreate_delay)
                                 vm.boot(wipe=False)
                                 self._event("boot", vm.name, f"boot {vm.boots} (restart)")
                                 break
                         else:
-                            if all(vm.process and vm.process.poll() == 0 for vm in self.vms.values()) and \
-                                    (journal.done() or journal.failed()):
+                            if all(vm.process and vm.process.poll() == 0 for vm in self.vms.values()) and (
+                                journal.done() or journal.failed()
+                            ):
                                 # finished with keep-alive: nothing more happens
                                 break
                     time.sleep(0.05)
                     continue
-                allowed = (self.max_preemptions is None or preempted < self.max_preemptions) and self._preemptible(local)
-                if allowed and restore_hits < self.preempt_during_restore and \
-                        local.metadata.get("instance/guest-attributes").get("survivor", {}).get("state") == "restoring":
+                allowed = (self.max_preemptions is None or preempted < self.max_preemptions) and self._preemptible(
+                    local
+                )
+                if (
+                    allowed
+                    and restore_hits < self.preempt_during_restore
+                    and local.metadata.get("instance/guest-attributes").get("survivor", {}).get("state") == "restoring"
+                ):
                     restore_hits += 1
                     preempted += 1
                     self._preempt(local)
@@ -500,8 +572,11 @@ class Simulator:
                 if allowed and time.monotonic() >= self._started + next_preemption:
                     preempted += 1
                     self._preempt(local, stockout)
-                    next_preemption, stockout = self._next_outage() if self.trace else (
-                        time.monotonic() - self._started + self._next_gap(), 0.0)
+                    next_preemption, stockout = (
+                        self._next_outage()
+                        if self.trace
+                        else (time.monotonic() - self._started + self._next_gap(), 0.0)
+                    )
                     continue
                 time.sleep(0.01)
         except BaseException:  # Ctrl-C, a dead stand-in: no reads of a job dir that may not answer
@@ -520,8 +595,9 @@ class Simulator:
         try:
             state = journal.state()
             self.result.done, self.result.failed, self.result.attempts = state.done, state.failed, state.attempts
-            self.result.target_size = self._group()["targetSize"] if any(
-                key[2] == "sim" for key in self.compute.groups) else None
+            self.result.target_size = (
+                self._group()["targetSize"] if any(key[2] == "sim" for key in self.compute.groups) else None
+            )
             if state.done:
                 self._event("done", "-", f"DONE at step {state.done.get('step')}")
         finally:
@@ -604,14 +680,19 @@ def read_spec(options: SimulationOptions) -> dict:
     """The job spec a simulation runs, as a mapping; SpecError (one line) when the workdir holds anything
     but an earlier simulation's files, or the spec cannot be read or is invalid."""
     root = os.path.abspath(options.workdir)
-    if os.path.lexists(root) and not (os.path.isdir(root) and not os.path.islink(root)
-                                      and (not os.listdir(root) or os.path.exists(os.path.join(root, MARKER)))):
+    if os.path.lexists(root) and not (
+        os.path.isdir(root)
+        and not os.path.islink(root)
+        and (not os.listdir(root) or os.path.exists(os.path.join(root, MARKER)))
+    ):
         raise SpecError([f"--workdir {root}: exists and is not an earlier simulation's; name a new directory"])
     try:
         with open(options.config, encoding="utf-8") as f:
             spec = load_yaml(f.read(), source=options.config)
     except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([f"{options.config}: cannot read the job spec ({getattr(exc, 'strerror', None) or exc})"]) from None
+        raise SpecError(
+            [f"{options.config}: cannot read the job spec ({getattr(exc, 'strerror', None) or exc})"]
+        ) from None
     except SpecError as exc:
         raise SpecError(["; ".join(exc.problems)]) from None
     if not str(spec.get("job_dir", "")).startswith(("/", "gs://", "file://")):
@@ -637,8 +718,10 @@ class SimulationRun:
         c = self.cost
         if c is None or c.spot_usd is None or c.on_demand_usd is None:
             return "cost: no price for this machine (give --spot-price and --on-demand-price)"
-        return (f"cost: {c.hours:.3f} h of VM time (x{self.speed:g}) on Spot ${c.spot_usd:.4f} at ${c.spot_rate:.3f}/h; "
-                f"the same VM time on on-demand ${c.on_demand_usd:.4f} at ${c.on_demand_rate:.3f}/h ({c.basis})")
+        return (
+            f"cost: {c.hours:.3f} h of VM time (x{self.speed:g}) on Spot ${c.spot_usd:.4f} at ${c.spot_rate:.3f}/h; "
+            f"the same VM time on on-demand ${c.on_demand_usd:.4f} at ${c.on_demand_rate:.3f}/h ({c.basis})"
+        )
 
     @property
     def succeeded(self) -> bool:
@@ -657,16 +740,27 @@ def simulate(options: SimulationOptions) -> SimulationRun:
     """Runs a job spec through the simulator in `options.workdir` (an earlier simulation there is
     replaced), and plots its timeline there. SpecError before anything runs when read_spec refuses."""
     rate = options.preemptions_per_hour
-    problems = [f"{flag} {value}: expected {what}" for flag, value, what, ok in (
-        ("--preemptions-per-hour", rate, f"more than 0 and at most {MAX_PREEMPTIONS_PER_HOUR}",
-         rate is None or 0 < rate <= MAX_PREEMPTIONS_PER_HOUR),
-        ("--stockout-minutes", options.stockout_minutes, "0 or more", 0 <= options.stockout_minutes < float("inf")),
-        ("--stockout-chance", options.stockout_chance, "from 0 to 1", 0 <= options.stockout_chance <= 1),
-        ("--speed", options.speed, f"more than 0 and at most {MAX_SPEED:g}", 0 < options.speed <= MAX_SPEED)) if not ok]
+    problems = [
+        f"{flag} {value}: expected {what}"
+        for flag, value, what, ok in (
+            (
+                "--preemptions-per-hour",
+                rate,
+                f"more than 0 and at most {MAX_PREEMPTIONS_PER_HOUR}",
+                rate is None or 0 < rate <= MAX_PREEMPTIONS_PER_HOUR,
+            ),
+            ("--stockout-minutes", options.stockout_minutes, "0 or more", 0 <= options.stockout_minutes < float("inf")),
+            ("--stockout-chance", options.stockout_chance, "from 0 to 1", 0 <= options.stockout_chance <= 1),
+            ("--speed", options.speed, f"more than 0 and at most {MAX_SPEED:g}", 0 < options.speed <= MAX_SPEED),
+        )
+        if not ok
+    ]
     if not problems and rate and rate * options.speed > MAX_PREEMPTIONS_PER_REAL_HOUR:
-        problems.append(f"--speed {options.speed:g}: expected at most {MAX_PREEMPTIONS_PER_REAL_HOUR / rate:g} with "
-                        f"--preemptions-per-hour {rate:g} (a preemption at most every real second on average: "
-                        "a VM boots in seconds)")
+        problems.append(
+            f"--speed {options.speed:g}: expected at most {MAX_PREEMPTIONS_PER_REAL_HOUR / rate:g} with "
+            f"--preemptions-per-hour {rate:g} (a preemption at most every real second on average: "
+            "a VM boots in seconds)"
+        )
     if problems:
         raise SpecError(problems)
     capacity, capacity_zones = None, None
@@ -689,8 +783,15 @@ def simulate(options: SimulationOptions) -> SimulationRun:
     spec.setdefault("on_finish", "auto")
     gpus = JobSpec.from_mapping({**spec, "job_dir": "/job"}).num_gpus if spec.get("num_gpus") else 0
     if gpus and options.on_event is not None:
-        options.on_event(Event(0.0, "note", "-", f"the spec asks for {gpus} GPUs; a simulated VM has none and "
-                                                 "installs no driver: its trainer runs on the CPU"))
+        options.on_event(
+            Event(
+                0.0,
+                "note",
+                "-",
+                f"the spec asks for {gpus} GPUs; a simulated VM has none and "
+                "installs no driver: its trainer runs on the CPU",
+            )
+        )
     emulator = None
     if options.gcs:
         from survivor.local.gcs import StorageEmulator
@@ -703,27 +804,52 @@ def simulate(options: SimulationOptions) -> SimulationRun:
     trace = None
     if options.preemptions_per_hour:
         mean_gap = options.stockout_minutes / 60
-        trace = make_trace(options.seed, options.timeout * options.speed / 3600, options.preemptions_per_hour,
-                           options.stockout_chance if mean_gap else 0.0, mean_gap, start_in_stockout=False)
+        trace = make_trace(
+            options.seed,
+            options.timeout * options.speed / 3600,
+            options.preemptions_per_hour,
+            options.stockout_chance if mean_gap else 0.0,
+            mean_gap,
+            start_in_stockout=False,
+        )
     # the watch (Cloud Scheduler + Cloud Run) looks every simulated minute, `survivor watch --every 1m`,
     # when the spec has something for it to decide (a move, a deadline) and nothing else was asked
-    watch = options.watch_every if options.watch_every is not None else (
-        60.0 if spec.get("placement") or spec.get("deadline") else None)
+    watch = (
+        options.watch_every
+        if options.watch_every is not None
+        else (60.0 if spec.get("placement") or spec.get("deadline") else None)
+    )
     # with capacity traces the traces preempt (their outages), not the --preempt-every clock
-    sim = Simulator(yaml.safe_dump(spec), root, preempt_every=options.preempt_every if capacity is None else 1e12,
-                    jitter=options.jitter, hard_off_after=options.hard_off_after,
-                    recreate_delay=options.recreate_delay, max_preemptions=options.max_preemptions, seed=options.seed,
-                    trace=trace, speed=options.speed, on_event=options.on_event, capacity=capacity,
-                    capacity_zones=capacity_zones, watch_every=watch / options.speed if watch else None,
-                    stand_ins=emulator.died if emulator else None)
+    sim = Simulator(
+        yaml.safe_dump(spec),
+        root,
+        preempt_every=options.preempt_every if capacity is None else 1e12,
+        jitter=options.jitter,
+        hard_off_after=options.hard_off_after,
+        recreate_delay=options.recreate_delay,
+        max_preemptions=options.max_preemptions,
+        seed=options.seed,
+        trace=trace,
+        speed=options.speed,
+        on_event=options.on_event,
+        capacity=capacity,
+        capacity_zones=capacity_zones,
+        watch_every=watch / options.speed if watch else None,
+        stand_ins=emulator.died if emulator else None,
+    )
     try:
         result = sim.run(timeout=options.timeout)
     finally:
         if emulator:
             emulator.stop()
     train_steps = int(spec["train_steps"])
-    return SimulationRun(result, result.plot(os.path.join(root, "timeline.png"), train_steps), train_steps,
-                         price(spec, result.vm_seconds() * options.speed / 3600, options), options.speed)
+    return SimulationRun(
+        result,
+        result.plot(os.path.join(root, "timeline.png"), train_steps),
+        train_steps,
+        price(spec, result.vm_seconds() * options.speed / 3600, options),
+        options.speed,
+    )
 
 
 def price(spec: dict, hours: float, options: SimulationOptions) -> pricing.Cost:
@@ -736,9 +862,13 @@ def price(spec: dict, hours: float, options: SimulationOptions) -> pricing.Cost:
 
     machine = MachineOptions.from_spec(JobSpec.from_mapping(spec))
     region = options.region or region_of_zone(machine.zone or ZONE)  # where the simulated VMs run
-    prices = hourly_prices(Machine(machine.machine_type, machine.gpu_type, machine.gpu_count or 0), region,
-                           online=options.online, spot_price=options.spot_price,
-                           on_demand_price=options.on_demand_price)
+    prices = hourly_prices(
+        Machine(machine.machine_type, machine.gpu_type, machine.gpu_count or 0),
+        region,
+        online=options.online,
+        spot_price=options.spot_price,
+        on_demand_price=options.on_demand_price,
+    )
 
     def usd(rate: float | None) -> float | None:
         return None if rate is None else round(hours * rate, 4)

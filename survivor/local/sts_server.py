@@ -69,7 +69,7 @@ class StsServer(LocalService):
         """The boundary rules of a token this instance issued and that has not expired, else None."""
         if not token.startswith(PREFIX):
             return None
-        payload, _, signature = token[len(PREFIX):].partition(".")
+        payload, _, signature = token[len(PREFIX) :].partition(".")
         if not hmac.compare_digest(signature, self._sign(payload)):
             return None
         try:
@@ -87,6 +87,7 @@ class StsServer(LocalService):
 
     def exchange(self, form: dict[str, str], authorized: bool) -> tuple[int, dict[str, Any]]:
         """(status, JSON answer) for one token request's form fields."""
+
         def refuse(why: str, error: str = "invalid_request") -> tuple[int, dict[str, Any]]:
             return 400, {"error": error, "error_description": why}
 
@@ -105,8 +106,12 @@ class StsServer(LocalService):
         rules, why = _boundary_rules(form.get("options"))
         if rules is None:
             return refuse(why)
-        return 200, {"access_token": self.issue(rules), "issued_token_type": ACCESS_TOKEN_TYPE,
-                     "token_type": "Bearer", "expires_in": LIFETIME}
+        return 200, {
+            "access_token": self.issue(rules),
+            "issued_token_type": ACCESS_TOKEN_TYPE,
+            "token_type": "Bearer",
+            "expires_in": LIFETIME,
+        }
 
     def _handler_class(self):
         sts = self
@@ -143,8 +148,11 @@ def _boundary_rules(options: str | None) -> tuple[list[dict] | None, str]:
         if not isinstance(rule, dict) or not isinstance(rule.get("availableResource"), str):
             return None, "each access boundary rule needs an availableResource"
         permissions = rule.get("availablePermissions")
-        if not isinstance(permissions, list) or not permissions or \
-                not all(isinstance(p, str) and p.startswith("inRole:") for p in permissions):
+        if (
+            not isinstance(permissions, list)
+            or not permissions
+            or not all(isinstance(p, str) and p.startswith("inRole:") for p in permissions)
+        ):
             return None, "availablePermissions must be roles, as inRole:roles/..."
         if "availabilityCondition" in rule:
             return None, "this stand-in evaluates no availabilityCondition"

@@ -69,8 +69,14 @@ class Capacity(Protocol):
         """A Spot VM is created at `t` (after `available_through` said it can be): where it lands."""
 
 
-def make_trace(seed: int, hours: float, preemptions_per_hour: float, stockout_chance: float,
-               mean_gap_hours: float, start_in_stockout: bool | None = None) -> Trace:
+def make_trace(
+    seed: int,
+    hours: float,
+    preemptions_per_hour: float,
+    stockout_chance: float,
+    mean_gap_hours: float,
+    start_in_stockout: bool | None = None,
+) -> Trace:
     """A seeded trace: preemptions a Poisson process of `preemptions_per_hour`; each followed, with
     `stockout_chance`, by a stockout of exponential length (mean `mean_gap_hours`), else by none."""
     rng = random.Random(seed)
@@ -106,8 +112,10 @@ class Job:
     def prices(self) -> tuple[float, float]:
         """(spot, on-demand) USD per hour: as given, else pricing's table."""
         table = pricing.hourly(self.machine_type, self.gpu_type, self.gpu_count) or (1.0, 0.3)
-        return (self.spot_price if self.spot_price is not None else table[1],
-                self.on_demand_price if self.on_demand_price is not None else table[0])
+        return (
+            self.spot_price if self.spot_price is not None else table[1],
+            self.on_demand_price if self.on_demand_price is not None else table[0],
+        )
 
 
 @dataclass(frozen=True)
@@ -130,9 +138,11 @@ Policy = Callable[[View], str]
 
 def survivor_policy(switch_back: bool = True) -> Policy:
     """survivor's policy: survivor/operator/deadline.py `decide`, as the agent and `watch` call it."""
+
     def choose(view: View) -> str:
         situation = policy.Situation(**{**view.situation.__dict__, "switch_back": switch_back})
         return policy.decide(view.measured, situation).mode
+
     return choose
 
 
@@ -149,6 +159,7 @@ def fallback_after(n: int) -> Policy:
         if view.preemptions >= n or (not view.spot_available and not view.situation.running):
             state["fell"] = True
         return ON_DEMAND if state["fell"] else SPOT
+
     return choose
 
 
@@ -162,6 +173,7 @@ def uniform_progress() -> Policy:
         job, t, m = view.job, view.t, view.measured
         done = m.steps_done / max(m.train_steps, 1) * job.hours
         remaining, left, d = job.hours - done, job.deadline_hours - t, job.overhead_hours
+
         def expected(at: float) -> float:
             return job.hours * at / job.deadline_hours
 
@@ -177,6 +189,7 @@ def uniform_progress() -> Policy:
         if view.spot_available and done >= expected(t + 2 * d):
             return SPOT
         return ON_DEMAND
+
     return choose
 
 
@@ -196,9 +209,16 @@ class Run:
     committed_hours: float = 0.0  # the training committed at the end (the job's hours once finished)
 
 
-def replay(trace: Capacity, job: Job, choose: Policy, *, tick_hours: float = 1 / 60,
-           check_every_hours: float = policy.CHECK_EVERY_HOURS, limit_factor: float = 4.0,
-           start_mode: str = SPOT) -> Run:
+def replay(
+    trace: Capacity,
+    job: Job,
+    choose: Policy,
+    *,
+    tick_hours: float = 1 / 60,
+    check_every_hours: float = policy.CHECK_EVERY_HOURS,
+    limit_factor: float = 4.0,
+    start_mode: str = SPOT,
+) -> Run:
     """Replays `job` over `trace` under a policy; stops at the finish or `limit_factor` x the deadline.
     The group starts in `start_mode` (survivor's start from a Spot template)."""
     steps_per_hour = 60.0
@@ -215,13 +235,26 @@ def replay(trace: Capacity, job: Job, choose: Policy, *, tick_hours: float = 1 /
 
     def view(running: bool) -> View:
         m = policy.Measured(
-            steps_done=int(committed * steps_per_hour), train_steps=int(job.hours * steps_per_hour),
-            step_rate=measured_rate, spot_productive_hours=spot_progress, spot_wall_hours=spot_wall,
-            overhead_hours=job.overhead_hours, lost_hours=lost_max, elapsed_hours=t, failed_switch_backs=failed,
+            steps_done=int(committed * steps_per_hour),
+            train_steps=int(job.hours * steps_per_hour),
+            step_rate=measured_rate,
+            spot_productive_hours=spot_progress,
+            spot_wall_hours=spot_wall,
+            overhead_hours=job.overhead_hours,
+            lost_hours=lost_max,
+            elapsed_hours=t,
+            failed_switch_backs=failed,
             since_switch_hours=None if last_switch is None else t - last_switch,
-            spent_hours=cost / od_price, spot_price_ratio=spot_price / od_price)
-        s = policy.Situation(hours_left=job.deadline_hours - t, window_hours=job.deadline_hours, mode=mode,
-                             running=running, check_every_hours=check_every_hours)
+            spent_hours=cost / od_price,
+            spot_price_ratio=spot_price / od_price,
+        )
+        s = policy.Situation(
+            hours_left=job.deadline_hours - t,
+            window_hours=job.deadline_hours,
+            mode=mode,
+            running=running,
+            check_every_hours=check_every_hours,
+        )
         return View(m, s, trace.available_through(t, t + tick_hours), preemptions, t, job)
 
     def decide_now(running: bool) -> None:
@@ -240,9 +273,18 @@ def replay(trace: Capacity, job: Job, choose: Policy, *, tick_hours: float = 1 /
 
     while t < job.deadline_hours * limit_factor:
         if committed >= job.hours - 1e-9:
-            return Run(t <= job.deadline_hours + 1e-9, round(t, 3), round(cost, 4), round(spot_hours, 3),
-                       round(od_hours, 3), switches, preemptions, events, round(training, 3),
-                       round(committed, 3))
+            return Run(
+                t <= job.deadline_hours + 1e-9,
+                round(t, 3),
+                round(cost, 4),
+                round(spot_hours, 3),
+                round(od_hours, 3),
+                switches,
+                preemptions,
+                events,
+                round(training, 3),
+                round(committed, 3),
+            )
         if mode == SPOT and vm is not None and trace.preempted(t, t + tick_hours):
             preemptions += 1
             lost = min(job.lost_hours, since_boot) if vm == "training" else 0.0
@@ -284,8 +326,18 @@ def replay(trace: Capacity, job: Job, choose: Policy, *, tick_hours: float = 1 /
         if mode == SPOT:
             spot_wall += tick_hours
         t += tick_hours
-    return Run(False, None, round(cost, 4), round(spot_hours, 3), round(od_hours, 3), switches, preemptions, events,
-               round(training, 3), round(committed, 3))
+    return Run(
+        False,
+        None,
+        round(cost, 4),
+        round(spot_hours, 3),
+        round(od_hours, 3),
+        switches,
+        preemptions,
+        events,
+        round(training, 3),
+        round(committed, 3),
+    )
 
 
 # -- the published traces ---------------------------------------------------------------------------
@@ -323,7 +375,7 @@ class Zones:
         """True when `zone` has capacity at every point in [t0, t1) (hours; none past the end)."""
         points = self.capacity[zone]
         first, last = int(t0 / self.gap_hours), int((t1 - 1e-9) / self.gap_hours)
-        return 0 <= first and last < len(points) and all(points[first:last + 1])
+        return 0 <= first and last < len(points) and all(points[first : last + 1])
 
     def out(self, zone: str, hours: float) -> bool:
         """True when `zone`'s trace has a point without capacity at `hours`; False for a zone not in
@@ -411,12 +463,15 @@ def load(folder: str) -> Zones:
         except RecursionError:
             raise TraceError(f"{path}: not a trace in the published format: nested too deeply") from None
         except (ValueError, KeyError, TypeError, OverflowError) as exc:
-            raise TraceError(f"{path}: not a trace in the published format "
-                             f"({{\"metadata\": {{\"gap_seconds\": ...}}, \"data\": [...]}}): "
-                             f"{type(exc).__name__}: {str(exc)[:200]}") from None
+            raise TraceError(
+                f"{path}: not a trace in the published format "
+                f'({{"metadata": {{"gap_seconds": ...}}, "data": [...]}}): '
+                f"{type(exc).__name__}: {str(exc)[:200]}"
+            ) from None
         if not MIN_GAP_SECONDS <= gap <= MAX_GAP_SECONDS or not points:
-            raise TraceError(f"{path}: gap_seconds must be from {MIN_GAP_SECONDS} to {MAX_GAP_SECONDS} and data "
-                             "not empty")
+            raise TraceError(
+                f"{path}: gap_seconds must be from {MIN_GAP_SECONDS} to {MAX_GAP_SECONDS} and data not empty"
+            )
         zone = match.group(1)
         if zone in capacity:
             raise TraceError(f"{path}: a second trace for zone {zone}")
@@ -447,8 +502,10 @@ def zone_map(zones: Zones, items: list[str] | tuple[str, ...]) -> dict[str, str]
         if not traced or not re.fullmatch(r"[a-z]+-[a-z]+[0-9]+-[a-z]", zone):
             raise TraceError(f"--trace-zone {item!r}: expected TRACE_ZONE=ZONE, e.g. us-east-1a=us-west1-b")
         if traced not in zones.capacity:
-            raise TraceError(f"--trace-zone {item!r}: the traces have no zone {traced} "
-                             f"(they have {', '.join(sorted(zones.capacity))})")
+            raise TraceError(
+                f"--trace-zone {item!r}: the traces have no zone {traced} "
+                f"(they have {', '.join(sorted(zones.capacity))})"
+            )
         if traced in out or zone in out.values():  # one zone, one trace: the fake follows one a zone
             raise TraceError(f"--trace-zone {item!r}: {traced if traced in out else zone} is mapped twice")
         out[traced] = zone

@@ -125,8 +125,12 @@ def check_spec(options: CheckOptions, job_dir: str) -> dict:
     if options.config:
         try:
             if os.path.getsize(options.config) > MAX_SPEC_BYTES:
-                raise SpecError([f"--config {options.config}: longer than the {MAX_SPEC_BYTES} bytes a metadata "
-                                 "value holds (the agent reads the job spec from instance metadata)"])
+                raise SpecError(
+                    [
+                        f"--config {options.config}: longer than the {MAX_SPEC_BYTES} bytes a metadata "
+                        "value holds (the agent reads the job spec from instance metadata)"
+                    ]
+                )
             with open(options.config, encoding="utf-8") as f:
                 loaded = yaml.safe_load(f)
         except (OSError, yaml.YAMLError) as exc:
@@ -137,17 +141,31 @@ def check_spec(options: CheckOptions, job_dir: str) -> dict:
     if options.argv:
         spec["trainer"] = {"argv": list(options.argv)}
     if "trainer" not in spec:
-        raise SpecError(["check-trainer: name the trainer: `survivor check-trainer -- python train.py`, "
-                         "or --config with a trainer: key"])
-    spec.update(name=spec.get("name", "check-trainer"), job_dir=job_dir, train_steps=options.steps,
-                on_finish="keep-alive", sync_seconds=1.0, grace_seconds=spec.get("grace_seconds", 30))
+        raise SpecError(
+            [
+                "check-trainer: name the trainer: `survivor check-trainer -- python train.py`, "
+                "or --config with a trainer: key"
+            ]
+        )
+    spec.update(
+        name=spec.get("name", "check-trainer"),
+        job_dir=job_dir,
+        train_steps=options.steps,
+        on_finish="keep-alive",
+        sync_seconds=1.0,
+        grace_seconds=spec.get("grace_seconds", 30),
+    )
     spec.pop("placement", None), spec.pop("deadline", None)  # one machine: no moves, no switches
     spec["max_failed_attempts"] = 1  # a failed boot says all a second one would: the verdict comes sooner
     if options.checkpoint_steps:  # else only the config's: the agent passes a trainer no flag its spec does not name
         spec["checkpoint_steps"] = options.checkpoint_steps
     if len(yaml.safe_dump(spec).encode()) > MAX_SPEC_BYTES:
-        raise SpecError([f"--config {options.config}: the job spec is longer than the {MAX_SPEC_BYTES} bytes a "
-                         "metadata value holds (the agent reads it from instance metadata)"])
+        raise SpecError(
+            [
+                f"--config {options.config}: the job spec is longer than the {MAX_SPEC_BYTES} bytes a "
+                "metadata value holds (the agent reads it from instance metadata)"
+            ]
+        )
     return spec
 
 
@@ -159,13 +177,16 @@ def resolved_argv(argv: tuple[str, ...], cwd: str) -> tuple[str, ...]:
     program = shutil.which(argv[0], path=os.environ.get("PATH")) or argv[0]
     if os.sep in program and not os.path.isabs(program):  # `.venv/bin/python`: found beside the caller
         program = os.path.abspath(os.path.join(cwd, program))
-    rest = tuple(os.path.abspath(os.path.join(cwd, a)) if not a.startswith("-") and os.path.exists(os.path.join(cwd, a))
-                 else a for a in argv[1:])
+    rest = tuple(
+        os.path.abspath(os.path.join(cwd, a)) if not a.startswith("-") and os.path.exists(os.path.join(cwd, a)) else a
+        for a in argv[1:]
+    )
     return (program, *rest)
 
 
-def preempt_now(reported: int | None, preempt_at: int, running_seconds: float, unreported_after: float,
-                committed: bool = False) -> bool:
+def preempt_now(
+    reported: int | None, preempt_at: int, running_seconds: float, unreported_after: float, committed: bool = False
+) -> bool:
     """Pure decision: whether the preempted run's notice comes now: at the step, or, for a trainer
     that has reported no step, once the agent committed its first checkpoint or it has run
     `unreported_after` seconds.
@@ -197,15 +218,24 @@ def strays_in(workdir: str) -> list[str]:
     return found
 
 
-def run_job(spec: dict, root: str, *, preempt_at: int | None, timeout: float, unreported_after: float,
-            label: str, on_step: Callable[[str, int, int | None], None] = lambda label, boot, step: None) -> Run:
+def run_job(
+    spec: dict,
+    root: str,
+    *,
+    preempt_at: int | None,
+    timeout: float,
+    unreported_after: float,
+    label: str,
+    on_step: Callable[[str, int, int | None], None] = lambda label, boot, step: None,
+) -> Run:
     """Runs the job through `LocalInstance` boots until DONE or FAILED (or `timeout`), preempting it
     once at `preempt_at` (None: never). `on_step(label, boot, step)` hears each reported step."""
     from survivor.local.instance import LocalInstance
 
     run = Run(label=label, job_dir=spec["job_dir"])
-    vm = LocalInstance({"survivor-job": yaml.safe_dump(spec)}, os.path.join(root, "vm"),
-                       name=f"check-{label}-1", python=sys.executable)
+    vm = LocalInstance(
+        {"survivor-job": yaml.safe_dump(spec)}, os.path.join(root, "vm"), name=f"check-{label}-1", python=sys.executable
+    )
     started = time.monotonic()
     journal = Journal(open_storage(spec["job_dir"]))
     pending = preempt_at
@@ -223,8 +253,11 @@ def run_job(spec: dict, root: str, *, preempt_at: int | None, timeout: float, un
                 run.first_steps.setdefault(vm.boots, reached)
             on_step(label, vm.boots, reached)
             committed = reached is None and _guest_step(vm) > 0
-            if pending is not None and vm.running() and preempt_now(reached, pending, time.monotonic() - booted,
-                                                                    unreported_after, committed):
+            if (
+                pending is not None
+                and vm.running()
+                and preempt_now(reached, pending, time.monotonic() - booted, unreported_after, committed)
+            ):
                 run.preempted_at, pending = reached, None
                 vm.preempt(soft_off=True)
                 _boot_over(run, vm)
@@ -234,8 +267,12 @@ def run_job(spec: dict, root: str, *, preempt_at: int | None, timeout: float, un
             if not vm.running():
                 _boot_over(run, vm)
                 state = journal.state()
-                if state.done is not None or state.failed is not None or vm.returncode == EXIT_BAD_SPEC \
-                        or vm.boots >= MAX_BOOTS:
+                if (
+                    state.done is not None
+                    or state.failed is not None
+                    or vm.returncode == EXIT_BAD_SPEC
+                    or vm.boots >= MAX_BOOTS
+                ):
                     break
                 vm.boot(wipe=True)
                 booted = time.monotonic()
@@ -270,7 +307,9 @@ def _boot_over(run: Run, vm) -> None:
         run.strays[vm.boots] = strays
 
 
-def badput_by_boot(attempts: list[Attempt], now: _dt.datetime, done_at: _dt.datetime | None) -> dict[int, dict[CauseName, float]]:
+def badput_by_boot(
+    attempts: list[Attempt], now: _dt.datetime, done_at: _dt.datetime | None
+) -> dict[int, dict[CauseName, float]]:
     """Pure: each boot's seconds that were not productive training, by the ledger's causes."""
     ledger = build_ledger(attempts, now=now, done_at=done_at)
     out: dict[int, dict[CauseName, float]] = {}
@@ -281,16 +320,23 @@ def badput_by_boot(attempts: list[Attempt], now: _dt.datetime, done_at: _dt.date
     return out
 
 
-def findings(run: Run, straight: Run | None, compared: "Comparison | None", steps: int,
-             exact: bool = True) -> list[Finding]:
+def findings(
+    run: Run, straight: Run | None, compared: "Comparison | None", steps: int, exact: bool = True
+) -> list[Finding]:
     """Pure decision: the verdict's checks from the preempted run, the uninterrupted one (None:
     not run) and the comparison of their final checkpoints (None: not compared); `exact`: the
     check compares at all."""
     out: list[Finding] = []
     attempts = sorted(run.attempts, key=lambda a: a.number)
     if run.timed_out:
-        return [Finding("ends within --timeout", FAIL, f"the run had not ended after --timeout ({len(attempts)} "
-                        "boots): nothing can be judged; give it more time, or fewer --steps")]
+        return [
+            Finding(
+                "ends within --timeout",
+                FAIL,
+                f"the run had not ended after --timeout ({len(attempts)} "
+                "boots): nothing can be judged; give it more time, or fewer --steps",
+            )
+        ]
     noticed = next((a for a in attempts if a.outcome in NOTICED), None)
     after = [a for a in attempts if noticed is not None and a.number > noticed.number]
     contract = "docs/trainer-contract.md"
@@ -300,62 +346,124 @@ def findings(run: Run, straight: Run | None, compared: "Comparison | None", step
         out += [f for f in findings_of_files(run) if f.status == FAIL]
         return out
     if not run.reported:
-        out.append(Finding("reports its step", FAIL,
-                           "the trainer never reported a step ($SURVIVOR_PROGRESS_FILE): the agent cannot count "
-                           "what a preemption loses nor tell a save is committed; call "
-                           f"survivor.trainers.contract.report_progress(step) each step ({contract})"))
+        out.append(
+            Finding(
+                "reports its step",
+                FAIL,
+                "the trainer never reported a step ($SURVIVOR_PROGRESS_FILE): the agent cannot count "
+                "what a preemption loses nor tell a save is committed; call "
+                f"survivor.trainers.contract.report_progress(step) each step ({contract})",
+            )
+        )
     if noticed is None:
-        out.append(Finding("saved on the notice", FAIL, "not tested: no preemption reached the trainer ("
-                           + (attempts[0].reason if attempts and attempts[0].reason else
-                              "it finished before it reported a step or the agent committed a checkpoint")
-                           + "); report each step with report_progress so the check can preempt it at --preempt-at"))
+        out.append(
+            Finding(
+                "saved on the notice",
+                FAIL,
+                "not tested: no preemption reached the trainer ("
+                + (
+                    attempts[0].reason
+                    if attempts and attempts[0].reason
+                    else "it finished before it reported a step or the agent committed a checkpoint"
+                )
+                + "); report each step with report_progress so the check can preempt it at --preempt-at",
+            )
+        )
     elif noticed.steps_lost == 0 and noticed.end_step is not None and noticed.end_step > (noticed.restored_step or 0):
         safe = noticed.timings.get(Timing.NOTICE_TO_SAFE)
-        out.append(Finding("saved on the notice", PASS,
-                           f"boot {noticed.number} reached step {noticed.reached_step}, saved and committed step "
-                           f"{noticed.end_step}" + (f" {safe:.2f} s after the notice" if safe is not None else "")
-                           + "; 0 steps lost"))
+        out.append(
+            Finding(
+                "saved on the notice",
+                PASS,
+                f"boot {noticed.number} reached step {noticed.reached_step}, saved and committed step "
+                f"{noticed.end_step}"
+                + (f" {safe:.2f} s after the notice" if safe is not None else "")
+                + "; 0 steps lost",
+            )
+        )
     else:
         lost = "an unknown number of" if noticed.steps_lost is None else str(noticed.steps_lost)
-        fix = "" if contract in (noticed.reason or "") else \
-            f". On SIGTERM, finish the step, save in --job-dir, report_saved(step), exit 0 ({contract})"
-        out.append(Finding("saved on the notice", FAIL,
-                           f"boot {noticed.number} reached step {noticed.reached_step}; committed "
-                           f"{'nothing' if noticed.end_step is None else f'step {noticed.end_step}'}; {lost} steps "
-                           f"lost" + (f": {noticed.reason}" if noticed.reason else "") + fix))
-    if noticed is not None and noticed.end_step == steps and run.preempted_at is not None \
-            and run.preempted_at < steps:
-        out.append(Finding("stops on SIGTERM", FAIL,
-                           f"after the notice at step {run.preempted_at} it trained on to step {steps} instead of "
-                           f"saving and exiting ({noticed.timings.get(Timing.TRAINER_SAVE, 0):.1f} s): a longer job "
-                           "is killed with all it trained since its last save; on SIGTERM finish the step in flight, "
-                           f"save, exit 0 ({contract})"))
+        fix = (
+            ""
+            if contract in (noticed.reason or "")
+            else f". On SIGTERM, finish the step, save in --job-dir, report_saved(step), exit 0 ({contract})"
+        )
+        out.append(
+            Finding(
+                "saved on the notice",
+                FAIL,
+                f"boot {noticed.number} reached step {noticed.reached_step}; committed "
+                f"{'nothing' if noticed.end_step is None else f'step {noticed.end_step}'}; {lost} steps "
+                f"lost" + (f": {noticed.reason}" if noticed.reason else "") + fix,
+            )
+        )
+    if noticed is not None and noticed.end_step == steps and run.preempted_at is not None and run.preempted_at < steps:
+        out.append(
+            Finding(
+                "stops on SIGTERM",
+                FAIL,
+                f"after the notice at step {run.preempted_at} it trained on to step {steps} instead of "
+                f"saving and exiting ({noticed.timings.get(Timing.TRAINER_SAVE, 0):.1f} s): a longer job "
+                "is killed with all it trained since its last save; on SIGTERM finish the step in flight, "
+                f"save, exit 0 ({contract})",
+            )
+        )
     if noticed is not None and after:
         nxt = after[0]
-        first = next((line.get("first_step") for line in run.lines  # the agent's own reading, not the check's
-                      if line.get("message", "").startswith("the trainer started below the restored step")),
-                     run.first_steps.get(nxt.number))
+        first = next(
+            (
+                line.get("first_step")
+                for line in run.lines  # the agent's own reading, not the check's
+                if line.get("message", "").startswith("the trainer started below the restored step")
+            ),
+            run.first_steps.get(nxt.number),
+        )
         below = "below the restored step" in (nxt.reason or "") or any(
-            line.get("message", "").startswith("the trainer started below the restored step") for line in run.lines)
+            line.get("message", "").startswith("the trainer started below the restored step") for line in run.lines
+        )
         if noticed.end_step is None:
-            out.append(Finding("resumed at the step it saved", FAIL,
-                               f"nothing to resume from: boot {noticed.number} committed no checkpoint"))
+            out.append(
+                Finding(
+                    "resumed at the step it saved",
+                    FAIL,
+                    f"nothing to resume from: boot {noticed.number} committed no checkpoint",
+                )
+            )
         elif nxt.restored_step is None or nxt.restored_step != noticed.end_step:
-            out.append(Finding("resumed at the step it saved", FAIL,
-                               f"boot {nxt.number} restored {'nothing' if nxt.restored_step is None else f'step {nxt.restored_step}'}"
-                               f", not the step {noticed.end_step} boot {noticed.number} committed"))
+            out.append(
+                Finding(
+                    "resumed at the step it saved",
+                    FAIL,
+                    f"boot {nxt.number} restored {'nothing' if nxt.restored_step is None else f'step {nxt.restored_step}'}"
+                    f", not the step {noticed.end_step} boot {noticed.number} committed",
+                )
+            )
         elif below:
-            out.append(Finding("resumed at the step it saved", FAIL,
-                               f"boot {nxt.number} restored step {nxt.restored_step} into --job-dir, but its trainer "
-                               f"first reported step {first}: it trained the committed steps "
-                               "again; read the newest checkpoint in --job-dir at start (survivor.trainers.resume."
-                               "ResumableCheckpoint, or fit_resumable for model.fit)"))
+            out.append(
+                Finding(
+                    "resumed at the step it saved",
+                    FAIL,
+                    f"boot {nxt.number} restored step {nxt.restored_step} into --job-dir, but its trainer "
+                    f"first reported step {first}: it trained the committed steps "
+                    "again; read the newest checkpoint in --job-dir at start (survivor.trainers.resume."
+                    "ResumableCheckpoint, or fit_resumable for model.fit)",
+                )
+            )
         else:
             resumed_at = (run.said.get("numbered") or {}).get("first_step")  # the agent saw it resume further
-            went = (f"its trainer went on from step {resumed_at} (the commit's number is not its step: see "
-                    "checkpoints numbered by step)" if resumed_at is not None else "its trainer went on from there")
-            out.append(Finding("resumed at the step it saved", PASS,
-                               f"boot {nxt.number} restored step {nxt.restored_step} and {went}"))
+            went = (
+                f"its trainer went on from step {resumed_at} (the commit's number is not its step: see "
+                "checkpoints numbered by step)"
+                if resumed_at is not None
+                else "its trainer went on from there"
+            )
+            out.append(
+                Finding(
+                    "resumed at the step it saved",
+                    PASS,
+                    f"boot {nxt.number} restored step {nxt.restored_step} and {went}",
+                )
+            )
     naming = [line for said, line in run.said.items() if said in NAMING_WARNINGS or said.startswith("beyond ")]
     if naming:
         out.append(Finding("checkpoints numbered by step", FAIL, " / ".join(line["message"] for line in naming)))
@@ -363,9 +471,14 @@ def findings(run: Run, straight: Run | None, compared: "Comparison | None", step
         out.append(Finding("checkpoints numbered by step", PASS, "each commit's step is the step its files name"))
     committed = any(a.end_step is not None for a in attempts) or (run.state and run.state.done)
     if not committed:
-        out.append(Finding("writes to --job-dir", FAIL,
-                           "nothing the trainer wrote in --job-dir was ever committed: save checkpoints there, "
-                           f"named by step (ckpt-<step>), or set checkpoint_pattern ({contract})"))
+        out.append(
+            Finding(
+                "writes to --job-dir",
+                FAIL,
+                "nothing the trainer wrote in --job-dir was ever committed: save checkpoints there, "
+                f"named by step (ckpt-<step>), or set checkpoint_pattern ({contract})",
+            )
+        )
     out += findings_of_files(run)
     done = (run.state.done or {}) if run.state else {}
     failed = (run.state.failed or {}) if run.state else {}
@@ -375,8 +488,13 @@ def findings(run: Run, straight: Run | None, compared: "Comparison | None", step
     elif done.get("step") == steps and not past:
         out.append(Finding("DONE at train_steps", PASS, f"DONE at step {steps}"))
     else:
-        why = (f"FAILED: {failed.get('reason', '')}" if failed else
-               f"DONE at step {done.get('step')}" if done else "neither DONE nor FAILED")
+        why = (
+            f"FAILED: {failed.get('reason', '')}"
+            if failed
+            else f"DONE at step {done.get('step')}"
+            if done
+            else "neither DONE nor FAILED"
+        )
         if done and "numbered" in run.said:
             why += ": the number of a checkpoint, not a step (see checkpoints numbered by step)"
         if past:
@@ -393,9 +511,14 @@ def findings_of_files(run: Run) -> list[Finding]:
     if not strays:
         return [Finding("nothing outside --job-dir", PASS, "nothing in the trainer's working directory")]
     shown = ", ".join(strays[:5]) + (f" and {len(strays) - 5} more" if len(strays) > 5 else "")
-    return [Finding("nothing outside --job-dir", FAIL,
-                    f"the trainer wrote {shown} in its working directory, which a recreated VM does not have (and "
-                    "the trainer's user may not write on a VM): write them under --job-dir")]
+    return [
+        Finding(
+            "nothing outside --job-dir",
+            FAIL,
+            f"the trainer wrote {shown} in its working directory, which a recreated VM does not have (and "
+            "the trainer's user may not write on a VM): write them under --job-dir",
+        )
+    ]
 
 
 def exact_finding(straight: Run | None, compared: "Comparison | None", steps: int) -> Finding:
@@ -406,17 +529,27 @@ def exact_finding(straight: Run | None, compared: "Comparison | None", steps: in
     if not (straight.state and (straight.state.done or {}).get("step") == steps):
         return Finding("exact", WARN, "the uninterrupted run did not end DONE at train_steps; nothing to compare")
     if compared is None or not compared.tensors:
-        return Finding("exact", WARN, "no checkpoint tensors in common to compare (TensorFlow checkpoints, "
-                                      ".keras or .h5 files of the same name in both runs' --job-dir)")
+        return Finding(
+            "exact",
+            WARN,
+            "no checkpoint tensors in common to compare (TensorFlow checkpoints, "
+            ".keras or .h5 files of the same name in both runs' --job-dir)",
+        )
     if not compared.differing:
-        return Finding("exact", PASS, f"the final checkpoint's {compared.tensors} tensors and files equal the "
-                                      "uninterrupted run's, bit for bit")
+        return Finding(
+            "exact",
+            PASS,
+            f"the final checkpoint's {compared.tensors} tensors and files equal the uninterrupted run's, bit for bit",
+        )
     shown = ", ".join(compared.differing[:3]) + (" ..." if len(compared.differing) > 3 else "")
-    return Finding("exact", WARN,
-                   f"{len(compared.differing)} of {compared.tensors} tensors differ from the uninterrupted run's "
-                   f"({shown}): expected unless the trainer is seeded and deterministic "
-                   "(keras.utils.set_random_seed, tf.config.experimental.enable_op_determinism) and restores "
-                   "its optimizer's and data order's state")
+    return Finding(
+        "exact",
+        WARN,
+        f"{len(compared.differing)} of {compared.tensors} tensors differ from the uninterrupted run's "
+        f"({shown}): expected unless the trainer is seeded and deterministic "
+        "(keras.utils.set_random_seed, tf.config.experimental.enable_op_determinism) and restores "
+        "its optimizer's and data order's state",
+    )
 
 
 @dataclass(frozen=True)
@@ -432,9 +565,12 @@ def compare_tensors(a: dict[str, object], b: dict[str, object]) -> Comparison:
     import numpy as np
 
     common = sorted(set(a) & set(b))
-    differing = [name for name in common
-                 if np.asarray(a[name]).shape != np.asarray(b[name]).shape
-                 or not np.array_equal(np.asarray(a[name]), np.asarray(b[name]))]
+    differing = [
+        name
+        for name in common
+        if np.asarray(a[name]).shape != np.asarray(b[name]).shape
+        or not np.array_equal(np.asarray(a[name]), np.asarray(b[name]))
+    ]
     return Comparison(len(common), differing)
 
 
@@ -474,8 +610,11 @@ def _tf_tensors(prefix: str) -> dict[str, object]:
     except Exception:  # not a whole checkpoint (TensorFlow raises its own errors): nothing to compare
         return {}
     dtypes = reader.get_variable_to_dtype_map()
-    return {name: reader.get_tensor(name) for name, dtype in dtypes.items()
-            if dtype not in (tf.variant, tf.resource) and "save_counter" not in name}
+    return {
+        name: reader.get_tensor(name)
+        for name, dtype in dtypes.items()
+        if dtype not in (tf.variant, tf.resource) and "save_counter" not in name
+    }
 
 
 def _h5_tensors(source) -> dict[str, object]:
@@ -527,8 +666,15 @@ def verdict_lines(verdict: Verdict, steps: int) -> list[str]:
         parts = ", ".join(f"{CAUSE[c].label} {s:.1f} s" for c, s in sorted(causes.items(), key=lambda kv: -kv[1]))
         lines.append(f"     badput of boot {boot}: {total:.1f} s ({parts})")
     failing = [f.check for f in verdict.findings if f.status == FAIL]
-    lines.append("verdict: " + ("survives preemption as survivor needs it" if not failing
-                                else f"{len(failing)} to fix: {', '.join(failing)}") + f" (files under {verdict.root})")
+    lines.append(
+        "verdict: "
+        + (
+            "survives preemption as survivor needs it"
+            if not failing
+            else f"{len(failing)} to fix: {', '.join(failing)}"
+        )
+        + f" (files under {verdict.root})"
+    )
     return lines
 
 
@@ -573,18 +719,32 @@ def run_check(options: CheckOptions, show: Callable[[str], None] = print) -> Ver
         raise SpecError([f"--preempt-at {preempt_at}: expected a step from 1 to {options.steps - 1}"])
     argv = resolved_argv(options.argv, os.getcwd())
     root, _lock = check_root(options.workdir)  # held until the check returns
-    specs = {label: check_spec(CheckOptions(**{**options.__dict__, "argv": argv}), os.path.join(root, label, "jobdir"))
-             for label in ("preempted", "uninterrupted")}
+    specs = {
+        label: check_spec(CheckOptions(**{**options.__dict__, "argv": argv}), os.path.join(root, label, "jobdir"))
+        for label in ("preempted", "uninterrupted")
+    }
     JobSpec.from_mapping(specs["preempted"])  # a bad --config is said here, once, not by each boot
-    show(f"check-trainer: {' '.join(argv) or '(the trainer of ' + str(options.config) + ')'}; {options.steps} steps, "
-         f"preempted at step {preempt_at}" + (f", --checkpoint-steps {specs['preempted']['checkpoint_steps']}"
-                                              if "checkpoint_steps" in specs["preempted"] else ""))
+    show(
+        f"check-trainer: {' '.join(argv) or '(the trainer of ' + str(options.config) + ')'}; {options.steps} steps, "
+        f"preempted at step {preempt_at}"
+        + (
+            f", --checkpoint-steps {specs['preempted']['checkpoint_steps']}"
+            if "checkpoint_steps" in specs["preempted"]
+            else ""
+        )
+    )
     console = make_console()
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     runs: dict[str, Run] = {}
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console, disable=not options.progress) as bar:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not options.progress,
+    ) as bar:
         tasks = {"preempted": bar.add_task("preempted run: boot 1", total=options.steps)}
         if options.exact:
             tasks["uninterrupted"] = bar.add_task("uninterrupted run: waiting", total=options.steps)
@@ -597,18 +757,29 @@ def run_check(options: CheckOptions, show: Callable[[str], None] = print) -> Ver
                 bar.update(tasks[label], description="uninterrupted run: not needed (the preempted run is not DONE)")
                 continue
             os.makedirs(os.path.join(root, label), exist_ok=True)
-            runs[label] = run_job(specs[label], os.path.join(root, label),
-                                  preempt_at=preempt_at if label == "preempted" else None,
-                                  timeout=options.timeout, unreported_after=options.unreported_after,
-                                  label=label, on_step=on_step)
+            runs[label] = run_job(
+                specs[label],
+                os.path.join(root, label),
+                preempt_at=preempt_at if label == "preempted" else None,
+                timeout=options.timeout,
+                unreported_after=options.unreported_after,
+                label=label,
+                on_step=on_step,
+            )
     straight = runs.get("uninterrupted")
     compared = None
     if straight is not None and straight.state and straight.state.done:
-        compared = compare_tensors(checkpoint_tensors(runs["preempted"].final_dir),
-                                   checkpoint_tensors(straight.final_dir))
+        compared = compare_tensors(
+            checkpoint_tensors(runs["preempted"].final_dir), checkpoint_tensors(straight.final_dir)
+        )
     run = runs["preempted"]
     now = _dt.datetime.now(_dt.timezone.utc)
     ended = run.state.done or run.state.failed if run.state else None
     done_at = _dt.datetime.fromisoformat(ended["time"]) if ended and ended.get("time") else now
-    return Verdict(findings(run, straight, compared, options.steps, options.exact),
-                   badput_by_boot(run.attempts, now, done_at), run, straight, root)
+    return Verdict(
+        findings(run, straight, compared, options.steps, options.exact),
+        badput_by_boot(run.attempts, now, done_at),
+        run,
+        straight,
+        root,
+    )

@@ -37,6 +37,7 @@ def executor_image_problem(uri: str, today: _dt.date) -> str | None:
 
 class VertexServer(LocalService):
     """The Vertex AI custom jobs API on 127.0.0.1: create, get, list and cancel, with the rules the service applies."""
+
     thread_name = "vertex-fake"
 
     def __init__(self, port: int = 0, today: _dt.date | None = None):
@@ -78,13 +79,13 @@ class VertexServer(LocalService):
                     problem = executor_image_problem(image, server.today) if image is not None else None
                     if problem:
                         return self._error(400, f"job_spec.worker_pool_specs[{i}].python_package_spec.{problem}")
-                name = f"{path[len('/v1/'):]}/{next(server._ids)}"
+                name = f"{path[len('/v1/') :]}/{next(server._ids)}"
                 job = {**body, "name": name, "state": 1, "createTime": "2026-11-22T00:00:00Z"}
                 server.jobs[name] = job
                 self._send(200, job)
 
             def do_GET(self):
-                path = urlsplit(self.path).path[len("/v1/"):]
+                path = urlsplit(self.path).path[len("/v1/") :]
                 job = server.jobs.get(path)
                 if job is None:
                     return self._error(404, f"CustomJob {path} not found")

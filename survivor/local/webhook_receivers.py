@@ -36,11 +36,33 @@ from survivor.local.http import LocalService, QuietHandler, send_google_error, s
 #: survivor's event kinds and fields (survivor/notify/events.py), as the generic receiver checks them.
 EVENT_FIELDS = {"id": str, "kind": str, "job": str, "time": str, "summary": str, "facts": dict}
 #: Top-level fields of a Slack incoming webhook's message (chat.postMessage's that a webhook takes).
-SLACK_FIELDS = {"text", "blocks", "attachments", "thread_ts", "mrkdwn", "unfurl_links", "unfurl_media",
-                "username", "icon_emoji", "icon_url", "channel", "metadata"}
+SLACK_FIELDS = {
+    "text",
+    "blocks",
+    "attachments",
+    "thread_ts",
+    "mrkdwn",
+    "unfurl_links",
+    "unfurl_media",
+    "username",
+    "icon_emoji",
+    "icon_url",
+    "channel",
+    "metadata",
+}
 #: google.chat.v1.Message fields a webhook may send.
-CHAT_FIELDS = {"text", "cardsV2", "thread", "fallbackText", "accessoryWidgets", "privateMessageViewer",
-               "formattedText", "argumentText", "annotations", "attachment"}
+CHAT_FIELDS = {
+    "text",
+    "cardsV2",
+    "thread",
+    "fallbackText",
+    "accessoryWidgets",
+    "privateMessageViewer",
+    "formattedText",
+    "argumentText",
+    "annotations",
+    "attachment",
+}
 CHAT_MESSAGE_ID = re.compile(r"client-[a-z0-9-]{1,56}")
 
 
@@ -122,8 +144,11 @@ class WebhookReceiver(LocalService):
     @property
     def url(self) -> str:
         """The webhook's URL, with a path and query like the real one's."""
-        path = {"generic": "/hooks/survivor", "slack": "/services/T000/B000/XXXXXXXX",
-                "chat": "/v1/spaces/AAAA/messages?key=local-key&token=local-token"}[self.fmt]
+        path = {
+            "generic": "/hooks/survivor",
+            "slack": "/services/T000/B000/XXXXXXXX",
+            "chat": "/v1/spaces/AAAA/messages?key=local-key&token=local-token",
+        }[self.fmt]
         return self.endpoint + path
 
     def accepted(self) -> list[Received]:
@@ -198,8 +223,11 @@ class WebhookReceiver(LocalService):
                 if taken:
                     send_google_error(self, 409, "ALREADY_EXISTS", f"Message {message_id} already exists")
                     return 409
-                send_json(self, 200, {"name": f"spaces/AAAA/messages/{message_id or len(receiver.received)}",
-                                      "text": body["text"]})
+                send_json(
+                    self,
+                    200,
+                    {"name": f"spaces/AAAA/messages/{message_id or len(receiver.received)}", "text": body["text"]},
+                )
                 return 200
 
         return Handler

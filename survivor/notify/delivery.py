@@ -68,15 +68,15 @@ def post(url: str, fmt: str, request: Request, *, session: requests.Session | No
     connection failure, a timeout, 429 or 5xx; lasting for any other refusal. A Chat webhook's 409
     is success: the message of that `messageId` exists, the event was told before."""
     try:
-        answer = (session or requests).post(url, json=request.body, params=request.params or None,
-                                            headers=request.headers or None, timeout=TIMEOUT)
+        answer = (session or requests).post(
+            url, json=request.body, params=request.params or None, headers=request.headers or None, timeout=TIMEOUT
+        )
     except (requests.ConnectionError, requests.Timeout) as exc:
         raise WebhookError(f"{shown(url)}: {type(exc).__name__}", transient=True) from None
     status = answer.status_code
     if 200 <= status < 300 or (fmt == "chat" and status == 409):
         return status
-    raise WebhookError(f"{shown(url)}: HTTP {status} {answer.text[:200]!r}",
-                       transient=status == 429 or status >= 500)
+    raise WebhookError(f"{shown(url)}: HTTP {status} {answer.text[:200]!r}", transient=status == 429 or status >= 500)
 
 
 def target_key(target: NotifyTarget) -> str:
@@ -145,12 +145,28 @@ class _Worker:
                     tries += 1
                     post(url, self.target.format, request, session=self.session)
         except Exception as exc:  # noqa: BLE001 - said and recorded; the next look sends it again
-            self.notifier._record(Delivery(event.id, event.kind, self.index, round(time.monotonic() - told, 3),
-                                           tries, False, f"{type(exc).__name__}: {exc}"))
-            log.warning("an event was not told: the next look tells it again", event=event.id, target=self.index,
-                        attempts=tries, error=str(exc)[:300])
+            self.notifier._record(
+                Delivery(
+                    event.id,
+                    event.kind,
+                    self.index,
+                    round(time.monotonic() - told, 3),
+                    tries,
+                    False,
+                    f"{type(exc).__name__}: {exc}",
+                )
+            )
+            log.warning(
+                "an event was not told: the next look tells it again",
+                event=event.id,
+                target=self.index,
+                attempts=tries,
+                error=str(exc)[:300],
+            )
             return
-        self.notifier._record(Delivery(event.id, event.kind, self.index, round(time.monotonic() - told, 3), tries, True))
+        self.notifier._record(
+            Delivery(event.id, event.kind, self.index, round(time.monotonic() - told, 3), tries, True)
+        )
         log.info("event told", event=event.id, target=self.index, attempts=tries)
         if self.notifier.marks and storage is not None:
             try:
@@ -158,8 +174,11 @@ class _Worker:
             except PreconditionFailed:
                 pass  # told twice (at least once); the receiver drops the copy by its id
             except StorageError as exc:
-                log.info("the delivery was not recorded; the next look may tell it again", event=event.id,
-                         error=str(exc)[:200])
+                log.info(
+                    "the delivery was not recorded; the next look may tell it again",
+                    event=event.id,
+                    error=str(exc)[:200],
+                )
 
 
 def _sent(storage: JobStorage, name: str) -> bool:
@@ -179,8 +198,14 @@ class Notifier:
         marks: record deliveries and skip what the job dir says was told (off: a test's own count).
     """
 
-    def __init__(self, targets: Iterable[NotifyTarget], *, storage: JobStorage | None = None,
-                 resolve: Callable[[NotifyTarget], str] | None = None, marks: bool = True):
+    def __init__(
+        self,
+        targets: Iterable[NotifyTarget],
+        *,
+        storage: JobStorage | None = None,
+        resolve: Callable[[NotifyTarget], str] | None = None,
+        marks: bool = True,
+    ):
         self.storage = storage
         self.marks = marks
         self.resolve = resolve or _secret_url
@@ -241,8 +266,12 @@ class Notifier:
                 built = None
             found = [] if built is None else built if isinstance(built, list) else [built]
             sent = self._sent_names() if callable(telling) and found else None  # built from records: told before?
-            pairs = [(w, e) for e in found for w in self._workers if w.target.wants(e.kind)
-                     and (sent is None or sent_name(e.id, w.target) not in sent)]
+            pairs = [
+                (w, e)
+                for e in found
+                for w in self._workers
+                if w.target.wants(e.kind) and (sent is None or sent_name(e.id, w.target) not in sent)
+            ]
             with self._idle:
                 self._pending += len(pairs) - 1
                 self._idle.notify_all()

@@ -41,8 +41,14 @@ class Event:
 
     def to_json(self) -> dict[str, Any]:
         """The event as survivor's own JSON (the generic webhook's payload, formats.py)."""
-        return {"id": self.id, "kind": self.kind, "job": self.job, "time": self.time, "summary": self.summary,
-                "facts": dict(self.facts)}
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "job": self.job,
+            "time": self.time,
+            "summary": self.summary,
+            "facts": dict(self.facts),
+        }
 
 
 def _event(job: str, kind: str, key: Any, time: str, summary: str, **facts: Any) -> Event:
@@ -65,84 +71,183 @@ def _usd(value: float | None) -> str:
 
 # -- from the agent ------------------------------------------------------------------------------------
 
+
 def notice(job: str, *, attempt: int, step: int | None, source: str, time: str) -> Event:
     """The VM got a notice (`source`: preempted, maintenance, signal) at `step`."""
-    return _event(job, "notice", attempt, time, f"preemption notice ({source}) at step {step}; saving",
-                  attempt=attempt, step=step, source=source)
+    return _event(
+        job,
+        "notice",
+        attempt,
+        time,
+        f"preemption notice ({source}) at step {step}; saving",
+        attempt=attempt,
+        step=step,
+        source=source,
+    )
 
 
-def safe(job: str, *, attempt: int, committed_step: int | None, steps_lost: int | None, seconds: float | None,
-         time: str) -> Event:
+def safe(
+    job: str, *, attempt: int, committed_step: int | None, steps_lost: int | None, seconds: float | None, time: str
+) -> Event:
     """The notice's checkpoint is committed: what was lost, and how long it took."""
-    return _event(job, "safe", attempt, time,
-                  f"safe after the notice: step {committed_step} committed, {steps_lost} steps lost, "
-                  f"{_seconds(seconds)} from the notice to the commit",
-                  attempt=attempt, committed_step=committed_step, steps_lost=steps_lost, notice_to_commit_seconds=seconds)
+    return _event(
+        job,
+        "safe",
+        attempt,
+        time,
+        f"safe after the notice: step {committed_step} committed, {steps_lost} steps lost, "
+        f"{_seconds(seconds)} from the notice to the commit",
+        attempt=attempt,
+        committed_step=committed_step,
+        steps_lost=steps_lost,
+        notice_to_commit_seconds=seconds,
+    )
 
 
-def resumed(job: str, *, attempt: int, step: int | None, without_vm_seconds: float | None,
-            restore_seconds: float | None, time: str) -> Event:
+def resumed(
+    job: str,
+    *,
+    attempt: int,
+    step: int | None,
+    without_vm_seconds: float | None,
+    restore_seconds: float | None,
+    time: str,
+) -> Event:
     """A new VM restored the job at `step` after `without_vm_seconds` without one."""
-    return _event(job, "resumed", attempt, time,
-                  f"resumed at step {step} after {_seconds(without_vm_seconds)} without a VM "
-                  f"(restore {_seconds(restore_seconds)})",
-                  attempt=attempt, step=step, without_vm_seconds=without_vm_seconds, restore_seconds=restore_seconds)
+    return _event(
+        job,
+        "resumed",
+        attempt,
+        time,
+        f"resumed at step {step} after {_seconds(without_vm_seconds)} without a VM "
+        f"(restore {_seconds(restore_seconds)})",
+        attempt=attempt,
+        step=step,
+        without_vm_seconds=without_vm_seconds,
+        restore_seconds=restore_seconds,
+    )
 
 
-def done(job: str, *, steps: int | None, wall_seconds: float | None, goodput: float | None, preemptions: int,
-         cost: float | None, on_demand_cost: float | None, time: str) -> Event:
+def done(
+    job: str,
+    *,
+    steps: int | None,
+    wall_seconds: float | None,
+    goodput: float | None,
+    preemptions: int,
+    cost: float | None,
+    on_demand_cost: float | None,
+    time: str,
+) -> Event:
     """DONE: the job's figures, its cost beside the same job on on-demand (USD, as `survivor report`)."""
     saving = None if cost is None or on_demand_cost is None else round(on_demand_cost - cost, 4)
     share = "unknown" if goodput is None else f"{goodput:.0%}"
-    return _event(job, "done", "done", time,
-                  f"DONE at step {steps} in {_seconds(wall_seconds)}, goodput {share}, {preemptions} preemptions, "
-                  f"cost {_usd(cost)} against {_usd(on_demand_cost)} on-demand",
-                  steps=steps, wall_seconds=wall_seconds, goodput=goodput, preemptions=preemptions, cost_usd=cost,
-                  on_demand_cost_usd=on_demand_cost, saving_usd=saving)
+    return _event(
+        job,
+        "done",
+        "done",
+        time,
+        f"DONE at step {steps} in {_seconds(wall_seconds)}, goodput {share}, {preemptions} preemptions, "
+        f"cost {_usd(cost)} against {_usd(on_demand_cost)} on-demand",
+        steps=steps,
+        wall_seconds=wall_seconds,
+        goodput=goodput,
+        preemptions=preemptions,
+        cost_usd=cost,
+        on_demand_cost_usd=on_demand_cost,
+        saving_usd=saving,
+    )
 
 
 def failed(job: str, *, reason: str, committed_step: int | None, time: str) -> Event:
     """FAILED: why, and the last committed step (what a fixed job resumes from)."""
-    return _event(job, "failed", "failed", time, f"FAILED: {reason[:300]}; last committed step {committed_step}",
-                  reason=reason[:2000], committed_step=committed_step)
+    return _event(
+        job,
+        "failed",
+        "failed",
+        time,
+        f"FAILED: {reason[:300]}; last committed step {committed_step}",
+        reason=reason[:2000],
+        committed_step=committed_step,
+    )
 
 
 # -- from the watch ------------------------------------------------------------------------------------
 
+
 def moved(job: str, *, from_place: str, to_place: str, why: str, time: str) -> Event:
     """The group moved for capacity (survivor/jobdir/moves.py)."""
-    return _event(job, "moved", time, time, f"moved from {from_place} to {to_place}: {why}",
-                  from_place=from_place, to_place=to_place, why=why)
+    return _event(
+        job,
+        "moved",
+        time,
+        time,
+        f"moved from {from_place} to {to_place}: {why}",
+        from_place=from_place,
+        to_place=to_place,
+        why=why,
+    )
 
 
 def switched(job: str, *, from_mode: str, to_mode: str, why: str, time: str) -> Event:
     """The group switched between Spot, on-demand and flex-start (survivor/jobdir/switches.py)."""
-    return _event(job, "switched", time, time, f"switched from {from_mode or 'spot'} to {to_mode}: {why}",
-                  from_mode=from_mode or "spot", to_mode=to_mode, why=why)
+    return _event(
+        job,
+        "switched",
+        time,
+        time,
+        f"switched from {from_mode or 'spot'} to {to_mode}: {why}",
+        from_mode=from_mode or "spot",
+        to_mode=to_mode,
+        why=why,
+    )
 
 
 def no_vm(job: str, *, since: str, minutes: float, error: str, time: str) -> Event:
     """No training VM since `since`, longer than the threshold; `error` is why (a stockout's)."""
-    return _event(job, "no_vm", since, time, f"no training VM for {minutes:.0f} min" + (f": {error}" if error else ""),
-                  since=since, minutes=round(minutes, 1), error=error)
+    return _event(
+        job,
+        "no_vm",
+        since,
+        time,
+        f"no training VM for {minutes:.0f} min" + (f": {error}" if error else ""),
+        since=since,
+        minutes=round(minutes, 1),
+        error=error,
+    )
 
 
 def deadline_at_risk(job: str, *, reason: str, slack_hours: float | None, key: str, time: str) -> Event:
     """The deadline policy's slack is gone (`slack_hours` < 0): the job may miss its deadline."""
-    return _event(job, "deadline_at_risk", key, time, f"deadline at risk: {reason}", reason=reason,
-                  slack_hours=slack_hours)
+    return _event(
+        job, "deadline_at_risk", key, time, f"deadline at risk: {reason}", reason=reason, slack_hours=slack_hours
+    )
 
 
 def budget_warning(job: str, *, spent: float, budget: float, share: float, time: str) -> Event:
     """The job has spent `share` of its budget."""
-    return _event(job, "budget_warning", f"{budget:g}-{share:g}", time,
-                  f"has spent {_usd(spent)} of its {_usd(budget)} budget ({spent / budget:.0%})",
-                  spent_usd=round(spent, 4), budget_usd=budget, warn_at=share)
+    return _event(
+        job,
+        "budget_warning",
+        f"{budget:g}-{share:g}",
+        time,
+        f"has spent {_usd(spent)} of its {_usd(budget)} budget ({spent / budget:.0%})",
+        spent_usd=round(spent, 4),
+        budget_usd=budget,
+        warn_at=share,
+    )
 
 
 def budget_stopped(job: str, *, spent: float, budget: float, committed_step: int | None, time: str) -> Event:
     """The job reached its budget and stopped, committed; `survivor start --budget` resumes it."""
-    return _event(job, "budget_stopped", f"{budget:g}", time,
-                  f"stopped at its {_usd(budget)} budget ({_usd(spent)} spent), step {committed_step} committed; "
-                  "raise it with `survivor start --budget USD` to go on",
-                  spent_usd=round(spent, 4), budget_usd=budget, committed_step=committed_step)
+    return _event(
+        job,
+        "budget_stopped",
+        f"{budget:g}",
+        time,
+        f"stopped at its {_usd(budget)} budget ({_usd(spent)} spent), step {committed_step} committed; "
+        "raise it with `survivor start --budget USD` to go on",
+        spent_usd=round(spent, 4),
+        budget_usd=budget,
+        committed_step=committed_step,
+    )

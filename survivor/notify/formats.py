@@ -75,16 +75,24 @@ def request_for(fmt: str, event: Event) -> Request:
     if fmt == "slack":
         body = "\n".join([f"*{slack_escape(event.summary)}*", *(slack_escape(line) for line in _fact_lines(event))])
         if len(body) > SLACK_SECTION_LIMIT:
-            body = body[:SLACK_SECTION_LIMIT - 1] + "…"
-        return Request({
-            "text": slack_escape(event.summary),
-            "blocks": [
-                {"type": "section", "text": {"type": "mrkdwn", "text": body}},
-                {"type": "context", "elements": [{"type": "mrkdwn",
-                                                  "text": slack_escape(f"survivor {event.kind} · {event.time} · "
-                                                                       f"id {event.id}")}]},
-            ],
-        })
+            body = body[: SLACK_SECTION_LIMIT - 1] + "…"
+        return Request(
+            {
+                "text": slack_escape(event.summary),
+                "blocks": [
+                    {"type": "section", "text": {"type": "mrkdwn", "text": body}},
+                    {
+                        "type": "context",
+                        "elements": [
+                            {
+                                "type": "mrkdwn",
+                                "text": slack_escape(f"survivor {event.kind} · {event.time} · id {event.id}"),
+                            }
+                        ],
+                    },
+                ],
+            }
+        )
     if fmt == "chat":
         text = "\n".join([f"*{event.summary}*", *_fact_lines(event), f"id {event.id}"])
         return Request({"text": text[:4000]}, params={"messageId": chat_message_id(event.id)})

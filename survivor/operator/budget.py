@@ -65,8 +65,9 @@ class Standing:
         return {"usd": self.budget, "spent_usd": self.spent, "stopped": self.stopped}
 
 
-def budget_standing(spec: JobSpec, storage: JobStorage, *, zone: str | None = None,
-                    now: _dt.datetime | None = None) -> Standing:
+def budget_standing(
+    spec: JobSpec, storage: JobStorage, *, zone: str | None = None, now: _dt.datetime | None = None
+) -> Standing:
     """Reads the job dir once: its budget (raised, else the spec's), its stop, and what it has spent,
     priced as `survivor report` prices it (None for a job with no budget: nothing to price)."""
     budget = spending.budget_usd(spec.budget.usd if spec.budget else None, spending.read_raised(storage))
@@ -83,10 +84,12 @@ def stop_line(name: str, stopped: dict[str, Any], flag: str = "") -> str:
     spent, budget = spending.usd_of(stopped, "spent_usd"), spending.usd_of(stopped, "budget_usd")
     step = stopped.get("step")
     where = f" {flag}" if flag else ""
-    return (f"stopped at its budget: ${spent or 0:.2f} of ${budget or 0:.2f} spent, "
-            f"{'nothing' if step is None else f'step {step}'} committed ({stopped.get('by') or '?'}, "
-            f"{str(stopped.get('time') or '')[:19]}); `survivor start {name}{where} --budget USD` raises it and "
-            f"resumes")
+    return (
+        f"stopped at its budget: ${spent or 0:.2f} of ${budget or 0:.2f} spent, "
+        f"{'nothing' if step is None else f'step {step}'} committed ({stopped.get('by') or '?'}, "
+        f"{str(stopped.get('time') or '')[:19]}); `survivor start {name}{where} --budget USD` raises it and "
+        f"resumes"
+    )
 
 
 @dataclass(frozen=True)
@@ -98,9 +101,17 @@ class BudgetStop:
     resized: bool = False
 
 
-def look(compute: Compute, group: GroupRef, spec: JobSpec, storage: JobStorage, *, running: bool | None = None,
-         say=lambda line: None, now: _dt.datetime | None = None,
-         grace_seconds: float = STOP_GRACE_SECONDS) -> BudgetStop | None:
+def look(
+    compute: Compute,
+    group: GroupRef,
+    spec: JobSpec,
+    storage: JobStorage,
+    *,
+    running: bool | None = None,
+    say=lambda line: None,
+    now: _dt.datetime | None = None,
+    grace_seconds: float = STOP_GRACE_SECONDS,
+) -> BudgetStop | None:
     """The watch's look at the budget: None while the job is under it (or has none). At it: the stop
     recorded if no one did (by="watch"; the agent acts on it at its next check), and the group
     resized to 0 when no VM runs, or when one still runs `grace_seconds` after the record.
@@ -110,8 +121,9 @@ def look(compute: Compute, group: GroupRef, spec: JobSpec, storage: JobStorage, 
     if stopped is None:
         if not standing.over or standing.spent is None or standing.budget is None:
             return None
-        stopped = spending.mark_stopped(storage, spent=standing.spent, budget=standing.budget,
-                                        step=standing.committed_step, by="watch")
+        stopped = spending.mark_stopped(
+            storage, spent=standing.spent, budget=standing.budget, step=standing.committed_step, by="watch"
+        )
     found = compute.get_group(group) or {}
     size = int(found.get("targetSize") or 0)
     now = now or _dt.datetime.now(_dt.timezone.utc)
@@ -123,8 +135,10 @@ def look(compute: Compute, group: GroupRef, spec: JobSpec, storage: JobStorage, 
         compute.resize_group(group, 0)
         say(f"job {spec.name}: {stop_line(spec.name, stopped)}; group {group.name} resized to 0")
         return BudgetStop(stopped, resized=True)
-    say(f"job {spec.name}: {stop_line(spec.name, stopped)}"
-        + (f"; its agent saves and leaves group {group.name}" if size > 0 else ""))
+    say(
+        f"job {spec.name}: {stop_line(spec.name, stopped)}"
+        + (f"; its agent saves and leaves group {group.name}" if size > 0 else "")
+    )
     return BudgetStop(stopped)
 
 
@@ -145,21 +159,28 @@ def start(compute: Compute, group: GroupRef, usd: float | None, *, say=lambda li
             raise BudgetRefused(f"group {group.name}: no job spec found in its template; --budget needs it")
         return
     storage = open_storage(spec.job_dir, project=group.project)
-    if usd is None and spec.budget is None and spending.read_raised(storage) is None \
-            and spending.read_stopped(storage) is None:
+    if (
+        usd is None
+        and spec.budget is None
+        and spending.read_raised(storage) is None
+        and spending.read_stopped(storage) is None
+    ):
         return  # no budget: started as any job
     standing = budget_standing(spec, storage, zone=group.zone)
     spent = standing.spent
     if usd is not None:
         if spent is not None and usd <= spent:
-            raise BudgetRefused(f"job {spec.name}: --budget {usd:g} is not above what it spent, ${spent:.2f}; give "
-                                f"more to resume it")
+            raise BudgetRefused(
+                f"job {spec.name}: --budget {usd:g} is not above what it spent, ${spent:.2f}; give more to resume it"
+            )
         spending.raise_budget(storage, usd)
         say(f"job {spec.name}: budget ${usd:g} (was {_money(standing.budget)}; ${spent or 0:.2f} spent)")
     elif standing.stopped is not None or standing.over:
-        raise BudgetRefused(f"job {spec.name}: at its budget ({_money(standing.budget)}, ${spent or 0:.2f} "
-                            f"spent); `survivor start {spec.name} --budget USD` with more than ${spent or 0:.2f} "
-                            f"resumes it")
+        raise BudgetRefused(
+            f"job {spec.name}: at its budget ({_money(standing.budget)}, ${spent or 0:.2f} "
+            f"spent); `survivor start {spec.name} --budget USD` with more than ${spent or 0:.2f} "
+            f"resumes it"
+        )
     if standing.stopped is not None:
         spending.clear_stopped(storage)
 

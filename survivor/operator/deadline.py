@@ -172,10 +172,14 @@ class FlexStart:
         if self.price_ratio is None or self.price_ratio >= 1.0:
             return "flex-start is not known to be cheaper than on-demand"
         if work + margin > FLEX_START_MAX_RUN_HOURS:
-            return f"{work + margin:.2f} h of training and margin exceed flex-start's {FLEX_START_MAX_RUN_HOURS:g} h run"
+            return (
+                f"{work + margin:.2f} h of training and margin exceed flex-start's {FLEX_START_MAX_RUN_HOURS:g} h run"
+            )
         if left < work + margin + self.wait_hours:
-            return (f"a {self.wait_hours:.2f} h flex-start queue, {work:.2f} h of training and a {margin:.2f} h "
-                    f"margin do not fit in {left:.2f} h")
+            return (
+                f"a {self.wait_hours:.2f} h flex-start queue, {work:.2f} h of training and a {margin:.2f} h "
+                f"margin do not fit in {left:.2f} h"
+            )
         return None
 
 
@@ -261,8 +265,7 @@ def spot_goodput(measured: Measured, window_hours: float) -> float:
         needed = min(1.0, (measured.train_steps / measured.step_rate) / max(window_hours, 1e-9))
     else:
         needed = 1.0
-    blended = ((measured.spot_productive_hours + needed * PRIOR_HOURS)
-               / (measured.spot_wall_hours + PRIOR_HOURS))
+    blended = (measured.spot_productive_hours + needed * PRIOR_HOURS) / (measured.spot_wall_hours + PRIOR_HOURS)
     # never below the line: the safety net keeps the deadline, so a Spot worse than the deadline
     # needs is not a reason to pay for on-demand sooner than uniform progress would
     return min(1.0, max(blended, needed, 1e-3))
@@ -308,9 +311,11 @@ def over_budget(measured: Measured, situation: Situation) -> str | None:
     allowance = situation.cost_cap_restarts * measured.overhead_hours
     if excess + risk <= allowance + 1e-9:
         return None
-    return (f"cost cap: {excess:.2f} h of on-demand spent beyond the committed training, and Spot may add "
-            f"{risk:.2f} h more; on-demand from now keeps the job within {situation.cost_cap_restarts:g} "
-            f"restarts ({allowance:.2f} h) of on-demand from the start")
+    return (
+        f"cost cap: {excess:.2f} h of on-demand spent beyond the committed training, and Spot may add "
+        f"{risk:.2f} h more; on-demand from now keeps the job within {situation.cost_cap_restarts:g} "
+        f"restarts ({allowance:.2f} h) of on-demand from the start"
+    )
 
 
 def decide(measured: Measured, situation: Situation) -> Decision:
@@ -330,16 +335,22 @@ def decide(measured: Measured, situation: Situation) -> Decision:
     if not measured.step_rate:
         waited = measured.overhead_hours  # one restart: longer without training is no boot, it is a stockout
         if not situation.running and measured.elapsed_hours >= waited:
-            return to(ON_DEMAND, f"nothing trained in {measured.elapsed_hours:.2f} h (more than one {waited:.2f} h "
-                                 "restart) and no step rate to plan with: behind the uniform-progress line; on-demand")
+            return to(
+                ON_DEMAND,
+                f"nothing trained in {measured.elapsed_hours:.2f} h (more than one {waited:.2f} h "
+                "restart) and no step rate to plan with: behind the uniform-progress line; on-demand",
+            )
         return to(current, "no step rate measured yet: the first attempt that trains measures it")
     work = (measured.train_steps - measured.steps_done) / measured.step_rate
     margin = margin_hours(measured, situation)
     slack = left - work - margin
     flexing = current == FLEX_START
     if slack < 0:
-        return to(ON_DEMAND, f"safety net: {left:.2f} h left, {work:.2f} h of training on on-demand plus a "
-                             f"{margin:.2f} h margin", slack)
+        return to(
+            ON_DEMAND,
+            f"safety net: {left:.2f} h left, {work:.2f} h of training on on-demand plus a {margin:.2f} h margin",
+            slack,
+        )
     flex = situation.flex_start or FlexStart()
     queued = measured.since_switch_hours
     if flexing and not situation.running and situation.flex_start_failed:
@@ -347,8 +358,12 @@ def decide(measured: Measured, situation: Situation) -> Decision:
     if flexing and not situation.running and situation.flex_start_ended:  # rule 4 may bring Spot back later
         return to(ON_DEMAND, f"the flex-start VM's run is over ({situation.flex_start_ended}); on-demand", slack)
     if flexing and queued is not None and queued >= flex.wait_hours:
-        return to(ON_DEMAND, f"the flex-start request has waited {queued:.2f} h, longer than the "
-                             f"{flex.wait_hours:.2f} h planned with; on-demand", slack)
+        return to(
+            ON_DEMAND,
+            f"the flex-start request has waited {queued:.2f} h, longer than the "
+            f"{flex.wait_hours:.2f} h planned with; on-demand",
+            slack,
+        )
     stay = FLEX_START if flexing else ON_DEMAND
     capped = over_budget(measured, situation)
     if capped:
@@ -358,18 +373,28 @@ def decide(measured: Measured, situation: Situation) -> Decision:
     goodput = spot_goodput(measured, situation.window_hours)
     on_spot = work / goodput + spot_restart_hours(work, measured, situation)
     if spot_dearer(measured, situation):
-        return to(stay, f"{stay}: at {situation.spot_hazard_per_hour:.2f} preemptions an hour a Spot "
-                        "training hour with its restarts costs more than an on-demand one", slack)
+        return to(
+            stay,
+            f"{stay}: at {situation.spot_hazard_per_hour:.2f} preemptions an hour a Spot "
+            "training hour with its restarts costs more than an on-demand one",
+            slack,
+        )
     if current == SPOT:
         if left < on_spot:
-            behind = (f"behind: at {goodput:.0%} Spot goodput the remaining {work:.2f} h of training "
-                      f"need {on_spot:.2f} h on Spot; {left:.2f} h left")
+            behind = (
+                f"behind: at {goodput:.0%} Spot goodput the remaining {work:.2f} h of training "
+                f"need {on_spot:.2f} h on Spot; {left:.2f} h left"
+            )
             if situation.flex_start is None or not situation.flex_start.allowed:
                 return to(ON_DEMAND, behind, slack)
             why_not = flex.problem(work, margin, left)
             if why_not is None:
-                chosen = to(FLEX_START, f"{behind}; flex-start at {flex.price_ratio:.0%} of the on-demand price "
-                                        f"fits with a {flex.wait_hours:.2f} h queue", slack)
+                chosen = to(
+                    FLEX_START,
+                    f"{behind}; flex-start at {flex.price_ratio:.0%} of the on-demand price "
+                    f"fits with a {flex.wait_hours:.2f} h queue",
+                    slack,
+                )
                 return replace(chosen, run_hours=round(work + margin, 3))
             return to(ON_DEMAND, f"{behind}; on-demand: {why_not}", slack)
         return to(SPOT, f"on track: {on_spot:.2f} h on Spot at {goodput:.0%} goodput, {left:.2f} h left", slack)
@@ -377,14 +402,26 @@ def decide(measured: Measured, situation: Situation) -> Decision:
     if situation.switch_back and left >= on_spot + hysteresis:
         obtainable = situation.spot_obtainability
         if obtainable is not None and obtainable < OBTAINABLE:
-            return to(stay, f"staying on {stay}: Compute Engine gives Spot an obtainability of {obtainable:.2f} "
-                            f"at best, below {OBTAINABLE:g}", slack)
+            return to(
+                stay,
+                f"staying on {stay}: Compute Engine gives Spot an obtainability of {obtainable:.2f} "
+                f"at best, below {OBTAINABLE:g}",
+                slack,
+            )
         wait, since = backoff_hours(measured), measured.since_switch_hours
         if since is not None and since < wait:
-            return to(stay, f"staying on {stay}: the last {measured.failed_switch_backs} switch(es) back to "
-                                 f"Spot found no capacity; next try in {wait - since:.2f} h", slack)
-        return to(SPOT, f"slack again: at {goodput:.0%} Spot goodput {on_spot:.2f} h on Spot fit in the "
-                        f"{left:.2f} h left with {hysteresis:.2f} h to spare", slack)
+            return to(
+                stay,
+                f"staying on {stay}: the last {measured.failed_switch_backs} switch(es) back to "
+                f"Spot found no capacity; next try in {wait - since:.2f} h",
+                slack,
+            )
+        return to(
+            SPOT,
+            f"slack again: at {goodput:.0%} Spot goodput {on_spot:.2f} h on Spot fit in the "
+            f"{left:.2f} h left with {hysteresis:.2f} h to spare",
+            slack,
+        )
     return to(stay, f"staying on {stay}: {left:.2f} h left, {work:.2f} h of training", slack)
 
 
@@ -423,9 +460,15 @@ def spot_hours(switches: list[Switch], start: _dt.datetime, end: _dt.datetime) -
     return total / 3600
 
 
-def measure(attempts: list[Attempt], switches: list[Switch], train_steps: int, now: _dt.datetime,
-            first_start: _dt.datetime | None = None, spot_price_ratio: float | None = None,
-            flex_start_price_ratio: float | None = None) -> Measured:
+def measure(
+    attempts: list[Attempt],
+    switches: list[Switch],
+    train_steps: int,
+    now: _dt.datetime,
+    first_start: _dt.datetime | None = None,
+    spot_price_ratio: float | None = None,
+    flex_start_price_ratio: float | None = None,
+) -> Measured:
     """Pure: the policy's inputs from the journal's attempts and the switch records.
 
     The step rate is steps trained per hour of an attempt's wall time less its restore and trainer
@@ -460,23 +503,31 @@ def measure(attempts: list[Attempt], switches: list[Switch], train_steps: int, n
         flex_ratio = flex_start_price_ratio if flex_start_price_ratio is not None else 1.0
         spent = (billed[ON_DEMAND] + spot_price_ratio * billed[SPOT] + flex_ratio * billed[FLEX_START]) / 3600
     return Measured(
-        spent_hours=spent, spot_price_ratio=spot_price_ratio if spot_price_ratio is not None else 1.0,
+        spent_hours=spent,
+        spot_price_ratio=spot_price_ratio if spot_price_ratio is not None else 1.0,
         flex_start_price_ratio=flex_start_price_ratio if flex_start_price_ratio is not None else 1.0,
         failed_switch_backs=failed_switch_backs(attempts, switches),
         since_switch_hours=max(0.0, (now - last).total_seconds() / 3600) if last else None,
-        steps_done=int(done), train_steps=train_steps, step_rate=rate,
+        steps_done=int(done),
+        train_steps=train_steps,
+        step_rate=rate,
         spot_productive_hours=spot_progress / rate if rate else 0.0,
         spot_wall_hours=spot_hours(switches, first, now),
         overhead_hours=BOOT_HOURS + (sum(overheads) / len(overheads) if overheads else BOOT_HOURS),
         lost_hours=max(lost) / rate if rate and lost else 0.0,
-        elapsed_hours=max(0.0, (now - first).total_seconds() / 3600))
+        elapsed_hours=max(0.0, (now - first).total_seconds() / 3600),
+    )
 
 
 def failed_switch_backs(attempts: list[Attempt], switches: list[Switch]) -> int:
     """Pure: the switches back to Spot in a row, newest last, that the group left for on-demand again
     before any attempt started in between trained a step (Spot had no capacity)."""
-    trained = [at for a in attempts if (at := _time(a.started)) is not None
-               and (a.reached_step if a.reached_step is not None else (a.end_step or 0)) > (a.restored_step or 0)]
+    trained = [
+        at
+        for a in attempts
+        if (at := _time(a.started)) is not None
+        and (a.reached_step if a.reached_step is not None else (a.end_step or 0)) > (a.restored_step or 0)
+    ]
     count, to_spot = 0, None
     for switch in switches:
         at = _time(switch.time)
@@ -499,8 +550,9 @@ def _machines(spec: JobSpec):
     try:
         spot = MachineOptions.from_spec(spec)
         fallback = spec.fallback
-        od_gpu = (parse_gpu(fallback.gpu) if fallback and fallback.gpu is not None
-                  else (spot.gpu_type, spot.gpu_count or 0))
+        od_gpu = (
+            parse_gpu(fallback.gpu) if fallback and fallback.gpu is not None else (spot.gpu_type, spot.gpu_count or 0)
+        )
     except (SpecError, TypeError, ValueError):
         return None
     od_machine = fallback.machine_type if fallback and fallback.machine_type else spot.machine_type
@@ -537,25 +589,48 @@ def flex_start(spec: JobSpec) -> FlexStart | None:
         return None
     found = _machines(spec)
     if found is None:
-        return FlexStart(allowed=True, unsupported="the spec's machine options do not parse",
-                         wait_hours=fallback.flex_start_wait_hours)
+        return FlexStart(
+            allowed=True,
+            unsupported="the spec's machine options do not parse",
+            wait_hours=fallback.flex_start_wait_hours,
+        )
     od = found[1]
     od_prices = pricing.hourly(*od)
     flex = pricing.flex_start_hourly(*od)
     ratio = flex / od_prices[0] if flex and od_prices and od_prices[0] else None
-    return FlexStart(allowed=True, unsupported=machines.flex_start_problem(*od) or "",
-                     wait_hours=fallback.flex_start_wait_hours, price_ratio=ratio)
+    return FlexStart(
+        allowed=True,
+        unsupported=machines.flex_start_problem(*od) or "",
+        wait_hours=fallback.flex_start_wait_hours,
+        price_ratio=ratio,
+    )
 
 
-def situation(deadline_at: _dt.datetime, first_start: _dt.datetime, now: _dt.datetime, mode: str, *,
-              running: bool, switch_back: bool = True, check_every_hours: float = CHECK_EVERY_HOURS,
-              flex: FlexStart | None = None, flex_failed: str | None = None,
-              flex_ended: str | None = None) -> Situation:
+def situation(
+    deadline_at: _dt.datetime,
+    first_start: _dt.datetime,
+    now: _dt.datetime,
+    mode: str,
+    *,
+    running: bool,
+    switch_back: bool = True,
+    check_every_hours: float = CHECK_EVERY_HOURS,
+    flex: FlexStart | None = None,
+    flex_failed: str | None = None,
+    flex_ended: str | None = None,
+) -> Situation:
     """Pure: the Situation for a deadline resolved to a time (spec.Deadline.resolve)."""
-    return Situation(hours_left=(deadline_at - now).total_seconds() / 3600,
-                     window_hours=max(1e-6, (deadline_at - first_start).total_seconds() / 3600),
-                     mode=mode, running=running, check_every_hours=check_every_hours, switch_back=switch_back,
-                     flex_start=flex, flex_start_failed=flex_failed, flex_start_ended=flex_ended)
+    return Situation(
+        hours_left=(deadline_at - now).total_seconds() / 3600,
+        window_hours=max(1e-6, (deadline_at - first_start).total_seconds() / 3600),
+        mode=mode,
+        running=running,
+        check_every_hours=check_every_hours,
+        switch_back=switch_back,
+        flex_start=flex,
+        flex_start_failed=flex_failed,
+        flex_start_ended=flex_ended,
+    )
 
 
 def _newest_request(requests: list[dict]) -> dict | None:
@@ -568,8 +643,11 @@ def _newest_request(requests: list[dict]) -> dict | None:
 def _errors_text(error: dict | None) -> str:
     """An `error` object's `errors` as "CODE: message; CODE: message" ('' for none)."""
     errors = ((error or {}).get("errors")) or []
-    return "; ".join(": ".join(v for v in (str(e.get("code") or ""), str(e.get("message") or "")) if v)
-                     for e in errors if isinstance(e, dict))
+    return "; ".join(
+        ": ".join(v for v in (str(e.get("code") or ""), str(e.get("message") or "")) if v)
+        for e in errors
+        if isinstance(e, dict)
+    )
 
 
 def flex_start_failure(requests: list[dict]) -> str | None:
@@ -581,7 +659,8 @@ def flex_start_failure(requests: list[dict]) -> str | None:
     if newest is None or newest.get("state") != "FAILED":
         return None
     return f"resize request {newest.get('name')}: " + (
-        _errors_text((newest.get("status") or {}).get("error")) or "FAILED, no error given")
+        _errors_text((newest.get("status") or {}).get("error")) or "FAILED, no error given"
+    )
 
 
 def flex_start_run_end(requests: list[dict], members: int) -> str | None:
@@ -606,8 +685,9 @@ def flex_start_missing(requests: list[dict], members: int) -> str | None:
     newest = _newest_request(requests)
     if members or (newest is not None and newest.get("state") in ("CREATING", "ACCEPTED", "SUCCEEDED", "FAILED")):
         return None
-    return ("no resize request asks for its VM: the switch to flex-start was cut or refused before it queued one"
-            + (f" (resize request {newest.get('name')} is {newest.get('state')})" if newest else ""))
+    return "no resize request asks for its VM: the switch to flex-start was cut or refused before it queued one" + (
+        f" (resize request {newest.get('name')} is {newest.get('state')})" if newest else ""
+    )
 
 
 def flex_start_queue(requests: list[dict], now: _dt.datetime) -> str | None:
@@ -623,13 +703,22 @@ def flex_start_queue(requests: list[dict], now: _dt.datetime) -> str | None:
     created = parse_time(newest.get("creationTimestamp"))
     queued = f", queued {(now - created).total_seconds() / 3600:.2f} h" if created else ""
     last = _errors_text(((newest.get("status") or {}).get("lastAttempt") or {}).get("error"))
-    return (f"resize request {newest.get('name')}: {newest.get('state')}{queued}"
-            + (f"; its last attempt: {last} (Compute tries again)" if last else "; no VM yet, nothing failed"))
+    return f"resize request {newest.get('name')}: {newest.get('state')}{queued}" + (
+        f"; its last attempt: {last} (Compute tries again)" if last else "; no VM yet, nothing failed"
+    )
 
 
-def assess(spec: JobSpec, storage: JobStorage, now: _dt.datetime, *, running: bool,
-           check_every_hours: float = CHECK_EVERY_HOURS, first_start: _dt.datetime | None = None,
-           flex_failed: str | None = None, flex_ended: str | None = None) -> Decision | None:
+def assess(
+    spec: JobSpec,
+    storage: JobStorage,
+    now: _dt.datetime,
+    *,
+    running: bool,
+    check_every_hours: float = CHECK_EVERY_HOURS,
+    first_start: _dt.datetime | None = None,
+    flex_failed: str | None = None,
+    flex_ended: str | None = None,
+) -> Decision | None:
     """The decision for a job now, from its job dir's attempts and switches (None without a deadline).
 
     The group's mode is the last recorded switch's (Spot before any); `running`: a VM of the group
@@ -640,11 +729,26 @@ def assess(spec: JobSpec, storage: JobStorage, now: _dt.datetime, *, running: bo
         return None
     recorded = switches(storage)
     flex = flex_start(spec)
-    measured = measure(Journal(storage).attempts(), recorded, spec.train_steps, now, first_start,
-                       spot_price_ratio=price_ratio(spec), flex_start_price_ratio=flex.price_ratio if flex else None)
+    measured = measure(
+        Journal(storage).attempts(),
+        recorded,
+        spec.train_steps,
+        now,
+        first_start,
+        spot_price_ratio=price_ratio(spec),
+        flex_start_price_ratio=flex.price_ratio if flex else None,
+    )
     first = now - _dt.timedelta(hours=measured.elapsed_hours)
-    where = situation(spec.deadline.resolve(first), first, now, mode_at(recorded, now), running=running,
-                      switch_back=spec.fallback.switch_back if spec.fallback else True,
-                      check_every_hours=check_every_hours, flex=flex, flex_failed=flex_failed,
-                      flex_ended=flex_ended)
+    where = situation(
+        spec.deadline.resolve(first),
+        first,
+        now,
+        mode_at(recorded, now),
+        running=running,
+        switch_back=spec.fallback.switch_back if spec.fallback else True,
+        check_every_hours=check_every_hours,
+        flex=flex,
+        flex_failed=flex_failed,
+        flex_ended=flex_ended,
+    )
     return decide(measured, where)

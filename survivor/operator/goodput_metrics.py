@@ -26,8 +26,15 @@ from __future__ import annotations
 import datetime as _dt
 
 from survivor.cloud import monitoring
-from survivor.cloud.monitoring import (BADPUT_TIME, CUMULATIVE, DISRUPTIONS, GOODPUT_TIME, GOODPUT_TOTAL,
-                                       TOTAL_ELAPSED_TIME, Series)
+from survivor.cloud.monitoring import (
+    BADPUT_TIME,
+    CUMULATIVE,
+    DISRUPTIONS,
+    GOODPUT_TIME,
+    GOODPUT_TOTAL,
+    TOTAL_ELAPSED_TIME,
+    Series,
+)
 from survivor.jobdir.ledger import CAUSE, TABLE, Ledger
 from survivor.jobdir.moves import Move
 from survivor.spec import JobSpec
@@ -52,10 +59,18 @@ def sources() -> list[str]:
 def goodput_series(ledger: Ledger, *, job: str, location: str, accelerator: str, replica: str = "0") -> list[Series]:
     """Pure: the series one look writes for a job: goodput, badput by source, disruptions, elapsed time."""
     resource = monitoring.workload(location, job, replica)
-    out = [Series(GOODPUT_TIME, {"goodput_source": GOODPUT_TOTAL, "accelerator_type": accelerator}, resource,
-                  round(ledger.productive_seconds, 3))]
-    out += [Series(BADPUT_TIME, {"badput_source": source, "accelerator_type": accelerator}, resource, round(seconds, 3))
-            for source, seconds in badput_by_source(ledger).items()]
+    out = [
+        Series(
+            GOODPUT_TIME,
+            {"goodput_source": GOODPUT_TOTAL, "accelerator_type": accelerator},
+            resource,
+            round(ledger.productive_seconds, 3),
+        )
+    ]
+    out += [
+        Series(BADPUT_TIME, {"badput_source": source, "accelerator_type": accelerator}, resource, round(seconds, 3))
+        for source, seconds in badput_by_source(ledger).items()
+    ]
     window = {"accelerator_type": accelerator, "window_type": CUMULATIVE}
     out.append(Series(DISRUPTIONS, window, resource, max(0, len(ledger.boots) - 1)))
     out.append(Series(TOTAL_ELAPSED_TIME, window, resource, round(ledger.wall_seconds, 3)))
@@ -76,8 +91,16 @@ def accelerator_of(spec: JobSpec) -> str:
     return monitoring.accelerator_type(compute.get("machine_type"), compute.get("gpu"))
 
 
-def publish(spec: JobSpec, storage, *, project: str, location: str, metrics=None,
-            now: _dt.datetime | None = None, created: _dt.datetime | None = None) -> int:
+def publish(
+    spec: JobSpec,
+    storage,
+    *,
+    project: str,
+    location: str,
+    metrics=None,
+    now: _dt.datetime | None = None,
+    created: _dt.datetime | None = None,
+) -> int:
     """Writes the job's goodput as of `now` to Cloud Monitoring in `project` (`metrics`: a
     MetricServiceClient, default survivor/cloud/monitoring.py `client()`); returns the series written.
     Raises monitoring.MonitoringError with the API's words when a write is refused."""
@@ -85,7 +108,8 @@ def publish(spec: JobSpec, storage, *, project: str, location: str, metrics=None
 
     now = now or _dt.datetime.now(_dt.timezone.utc)
     view = read_job(spec.job_dir, storage=storage, now=now, created=created, train_steps=spec.train_steps)
-    series = goodput_series(view.ledger, job=spec.name, location=first_place(view.moves, location),
-                            accelerator=accelerator_of(spec))
+    series = goodput_series(
+        view.ledger, job=spec.name, location=first_place(view.moves, location), accelerator=accelerator_of(spec)
+    )
     monitoring.write(metrics or monitoring.client(), project, series, end=now)
     return len(series)

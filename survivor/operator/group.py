@@ -27,18 +27,47 @@ from typing import Any, Callable, Iterator
 from survivor import log as logs
 from survivor.cloud import machines
 from survivor.operator import image, preflight
-from survivor.operator.deadline import (FLEX_START, FLEX_START_MAX_RUN_HOURS, ON_DEMAND, SPOT, flex_start_failure,
-                                       flex_start_queue)
-from survivor.cloud.compute import (BASE_INSTANCE_NAME_MAX, Compute, ComputeError, GroupRef, InUse, PermissionDenied,
-                                    distribution_policy, explain_operation_errors, find_project, group_creation,
-                                    location_problems, name_problems, spec_project, PROJECT_HINT)
-from survivor.cloud.template import (DLVM_PROJECT, IMAGE_FAMILY_PREFIX, STATE_DISK_DEVICE, STATE_DISK_LABEL, Install, MachineOptions,
-                                     body_differences, deadline_warning, named_differences, parse_gpu, shape_options,
-                                     template_body)
+from survivor.operator.deadline import (
+    FLEX_START,
+    FLEX_START_MAX_RUN_HOURS,
+    ON_DEMAND,
+    SPOT,
+    flex_start_failure,
+    flex_start_queue,
+)
+from survivor.cloud.compute import (
+    BASE_INSTANCE_NAME_MAX,
+    Compute,
+    ComputeError,
+    GroupRef,
+    InUse,
+    PermissionDenied,
+    distribution_policy,
+    explain_operation_errors,
+    find_project,
+    group_creation,
+    location_problems,
+    name_problems,
+    spec_project,
+    PROJECT_HINT,
+)
+from survivor.cloud.template import (
+    DLVM_PROJECT,
+    IMAGE_FAMILY_PREFIX,
+    STATE_DISK_DEVICE,
+    STATE_DISK_LABEL,
+    Install,
+    MachineOptions,
+    body_differences,
+    deadline_warning,
+    named_differences,
+    parse_gpu,
+    shape_options,
+    template_body,
+)
 from survivor.jobdir import claims
 from survivor.jobdir.storage import JobStorage, StorageError
-from survivor.jobdir.switches import (Switch, SwitchFailure, parse_time, record_switch, record_switch_failure,
-                                      switches)
+from survivor.jobdir.switches import Switch, SwitchFailure, parse_time, record_switch, record_switch_failure, switches
 from survivor.spec import FallbackSpec, JobSpec, SpecError
 from survivor.places import region_of_zone
 
@@ -112,7 +141,8 @@ class JobAddress:
     def instance_zone(self) -> str:
         """The zone of the standalone instance (`instance`): `zone`, which must be a zone."""
         problems = ([] if self.zone else [f"--instance {self.instance}: give its --zone too"]) + location_problems(
-            self.zone, None, regional=False)
+            self.zone, None, regional=False
+        )
         if problems:
             raise RequestError(problems[0])
         return self.zone or ""
@@ -173,11 +203,22 @@ def describe_template(request: TemplateRequest, boot: BootChoice | None = None) 
     if request.gpu:
         gpu_type, gpu_count = parse_gpu(request.gpu)
     options = MachineOptions.from_spec(
-        spec, project=request.project, machine_type=request.machine_type, gpu_type=gpu_type, gpu_count=gpu_count,
-        spot=request.spot, image_family=request.image_family, image_project=request.image_project,
-        disk_gb=request.disk_gb, service_account=request.service_account, zone=request.zone, region=request.region,
-        preemption_notice=request.preemption_notice, survivor_wheel=request.survivor_wheel,
-        cloud_platform_scope=True if request.cloud_platform_scope else None, external_ip=request.external_ip,
+        spec,
+        project=request.project,
+        machine_type=request.machine_type,
+        gpu_type=gpu_type,
+        gpu_count=gpu_count,
+        spot=request.spot,
+        image_family=request.image_family,
+        image_project=request.image_project,
+        disk_gb=request.disk_gb,
+        service_account=request.service_account,
+        zone=request.zone,
+        region=request.region,
+        preemption_notice=request.preemption_notice,
+        survivor_wheel=request.survivor_wheel,
+        cloud_platform_scope=True if request.cloud_platform_scope else None,
+        external_ip=request.external_ip,
     )
     if request.gpu and gpu_type is None:  # `none`: from_spec reads None as "unset"
         options.gpu_type, options.gpu_count = None, 0
@@ -201,27 +242,36 @@ def boot_choice(request: TemplateRequest, compute: Compute | None, say: Say = _s
 
     def choose(spec: JobSpec, options: MachineOptions) -> Install | None:
         if not spec.job_dir.startswith("gs://"):
-            say(f"warning: job_dir {spec.job_dir} is not on Cloud Storage: a VM can reach neither it nor survivor's "
-                "wheel, so the template installs nothing (fine for the local stand-ins only)")
+            say(
+                f"warning: job_dir {spec.job_dir} is not on Cloud Storage: a VM can reach neither it nor survivor's "
+                "wheel, so the template installs nothing (fine for the local stand-ins only)"
+            )
             return None
         try:
             local = image.local_install(options.survivor_wheel, options.requirements)
             compute_section = spec.extra.get("compute") or {}
-            if (request.image_family or request.image_project or compute_section.get("image_family")
-                    or compute_section.get("image_project")):
+            if (
+                request.image_family
+                or request.image_project
+                or compute_section.get("image_family")
+                or compute_section.get("image_project")
+            ):
                 # an image family the operator chose, by flag or in the spec (compute.image_family), is
                 # booted as given with the wheel staged: survivor's image is built on the default base
                 # only (the spec's value is honoured: a family the spec names is never replaced by survivor's)
                 return image.install_for(spec.job_dir, local) if compute is None else _staged(spec, local)
-            family = image.family_name(image.install_for(spec.job_dir, local), image.tensorflow_version(local.lock),
-                                       image.base_family(options))
+            family = image.family_name(
+                image.install_for(spec.job_dir, local), image.tensorflow_version(local.lock), image.base_family(options)
+            )
             if compute is not None and compute.image_from_family(compute.project, family) is not None:
                 options.image_project, options.image_family = compute.project, family
                 say(f"  image family {family}: survivor's image for this wheel and lock; boots install nothing")
                 return None
             if request.install == "wheel":
-                say("  the wheel path (--install wheel): every fresh boot disk, so every VM a MIG recreates, "
-                    "installs the wheel and lock again (~3.5 GB from the package index, minutes)")
+                say(
+                    "  the wheel path (--install wheel): every fresh boot disk, so every VM a MIG recreates, "
+                    "installs the wheel and lock again (~3.5 GB from the package index, minutes)"
+                )
                 return image.install_for(spec.job_dir, local) if compute is None else _staged(spec, local)
             if compute is None:
                 try:
@@ -230,8 +280,10 @@ def boot_choice(request: TemplateRequest, compute: Compute | None, say: Say = _s
                     say(f"  no project given: the body shows the wheel path; with one it boots image family {family}")
                     return image.install_for(spec.job_dir, local)
                 options.image_project, options.image_family = project, family
-                say(f"  image family {family}: survivor's image for this wheel and lock (make-template builds it "
-                    "if it is missing; --install wheel stages the wheel instead)")
+                say(
+                    f"  image family {family}: survivor's image for this wheel and lock (make-template builds it "
+                    "if it is missing; --install wheel stages the wheel instead)"
+                )
                 return None
             _build_image(compute, spec, options, local, family, builder_zone(request, spec, options, compute), say)
             options.image_project, options.image_family = compute.project, family
@@ -258,12 +310,14 @@ BUILDER_MINUTES = (10, 20)
 def build_notice(family: str, zone: str) -> str:
     """What make-template says before it builds survivor's image: the cost and the time, once."""
     low, high = BUILDER_MINUTES
-    return (f"  image family {family} has no image yet: building survivor's image once, now, so that every VM "
-            f"the group recreates installs nothing. A {BUILDER_MACHINE} builder in {zone} for about {low}-{high} "
-            f"minutes (about ${BUILDER_USD_PER_HOUR * high / 60:.2f} at ${BUILDER_USD_PER_HOUR}/h list price), then "
-            "the image's storage, billed by its size per month "
-            "(https://cloud.google.com/compute/disks-image-pricing). "
-            "Ctrl-C to stop; --install wheel skips it (every fresh boot disk then installs ~3.5 GB again).")
+    return (
+        f"  image family {family} has no image yet: building survivor's image once, now, so that every VM "
+        f"the group recreates installs nothing. A {BUILDER_MACHINE} builder in {zone} for about {low}-{high} "
+        f"minutes (about ${BUILDER_USD_PER_HOUR * high / 60:.2f} at ${BUILDER_USD_PER_HOUR}/h list price), then "
+        "the image's storage, billed by its size per month "
+        "(https://cloud.google.com/compute/disks-image-pricing). "
+        "Ctrl-C to stop; --install wheel skips it (every fresh boot disk then installs ~3.5 GB again)."
+    )
 
 
 def builder_zone(request: TemplateRequest, spec: JobSpec, options: MachineOptions, compute: Compute) -> str:
@@ -277,21 +331,43 @@ def builder_zone(request: TemplateRequest, spec: JobSpec, options: MachineOption
         zones = compute.region(region)["zones"]
         if zones:
             return sorted(zones)[0]
-    raise SpecError(["make-template builds survivor's image in the job's zone or region: give --zone or --region "
-                     "(or compute.zone / compute.region in the spec), or --install wheel"])
+    raise SpecError(
+        [
+            "make-template builds survivor's image in the job's zone or region: give --zone or --region "
+            "(or compute.zone / compute.region in the spec), or --install wheel"
+        ]
+    )
 
 
-def _build_image(compute: Compute, spec: JobSpec, options: MachineOptions, local: "image.LocalInstall", family: str,
-                 zone: str, say: Say) -> None:
+def _build_image(
+    compute: Compute,
+    spec: JobSpec,
+    options: MachineOptions,
+    local: "image.LocalInstall",
+    family: str,
+    zone: str,
+    say: Say,
+) -> None:
     """Builds survivor's image for this install (image.make_image), saying its cost and time first."""
     say(build_notice(family, zone))
-    if not options.external_ip:  # the builder follows the job's choice (an organisation may forbid external IPs): say its route first
+    if (
+        not options.external_ip
+    ):  # the builder follows the job's choice (an organisation may forbid external IPs): say its route first
         for finding in preflight.package_route(compute, options.network, region_of_zone(zone)):
             say(f"  {finding}")
     install = image.stage_install(spec.job_dir, local)
-    image.make_image(compute, install, family, zone=zone, progress=lambda line: say(f"  {line}"),
-                     machine_type=BUILDER_MACHINE, service_account=options.service_account,
-                     base=image.base_family(options), external_ip=options.external_ip, network=options.network)
+    image.make_image(
+        compute,
+        install,
+        family,
+        zone=zone,
+        progress=lambda line: say(f"  {line}"),
+        machine_type=BUILDER_MACHINE,
+        service_account=options.service_account,
+        base=image.base_family(options),
+        external_ip=options.external_ip,
+        network=options.network,
+    )
 
 
 def check_preflight(body: dict, compute: Compute, zone: str | None, region: str | None, say: Say = _silent) -> None:
@@ -310,8 +386,9 @@ class TemplateOutcome:
     project: str | None = None
 
 
-def make_template(request: TemplateRequest, connect: Connect | None, *, skip_preflight: bool = False,
-                  say: Say = _silent) -> TemplateOutcome:
+def make_template(
+    request: TemplateRequest, connect: Connect | None, *, skip_preflight: bool = False, say: Say = _silent
+) -> TemplateOutcome:
     """Creates the job's instance template (`connect` None: a dry run, nothing is called).
 
     Preflight runs first, on the body as it stands before the boot choice, so nothing is staged or
@@ -338,13 +415,17 @@ def make_template(request: TemplateRequest, connect: Connect | None, *, skip_pre
         compute.insert_template(body)
         return TemplateOutcome("created", body, project)
     keys = ("name", "description", "properties")
-    differences = body_differences({k: existing.get(k) for k in keys}, {k: wanted.get(k) for k in keys},
-                                   project=project)
+    differences = body_differences(
+        {k: existing.get(k) for k in keys}, {k: wanted.get(k) for k in keys}, project=project
+    )
     if not differences:
         return TemplateOutcome("unchanged", body, project)
     named = named_differences(differences, wanted)
-    why = (" -- survivor's wheel changed (another checkout or version)"
-           if set(named) <= {"metadata survivor-wheel", "metadata survivor-wheel-sha256"} else "")
+    why = (
+        " -- survivor's wheel changed (another checkout or version)"
+        if set(named) <= {"metadata survivor-wheel", "metadata survivor-wheel-sha256"}
+        else ""
+    )
     raise RequestError(
         f"template {request.name} already exists with a different body (differs in: {', '.join(named[:6])}){why}. "
         f"Templates cannot be changed: use a new name (e.g. {request.name}-v2) and point the group at it, or "
@@ -381,8 +462,7 @@ class GroupOptions:
 
 def group_problems(group: GroupRef, template: str) -> list[str]:
     """Pure decision: why the job's name or its template's cannot name a group (empty when they can)."""
-    return (name_problems("job", group.name, max_length=BASE_INSTANCE_NAME_MAX)
-            + name_problems("template", template))
+    return name_problems("job", group.name, max_length=BASE_INSTANCE_NAME_MAX) + name_problems("template", template)
 
 
 def check_names(group: GroupRef, template: str) -> None:
@@ -408,8 +488,10 @@ def groups_elsewhere(group: GroupRef, groups: list[GroupRef]) -> list[GroupRef]:
 def elsewhere_refusal(group: GroupRef, others: list[GroupRef]) -> str:
     """Pure: the one line that refuses a second group of a job's name, naming the one there and the fix."""
     there = _address_of(min(others, key=_place_key))
-    return (f"group {group.name}: already exists in {there.place}, and a job has one group: use {there.flag} for it, "
-            f"or delete it first (`survivor delete {group.name} {there.flag}`) to make it in {_address_of(group).place}")
+    return (
+        f"group {group.name}: already exists in {there.place}, and a job has one group: use {there.flag} for it, "
+        f"or delete it first (`survivor delete {group.name} {there.flag}`) to make it in {_address_of(group).place}"
+    )
 
 
 def in_use_refusal(template: str, users: list[GroupRef]) -> str:
@@ -418,17 +500,23 @@ def in_use_refusal(template: str, users: list[GroupRef]) -> str:
     named = ", ".join(f"{g.name} ({_address_of(g).place})" for g in users)
     commands = ", then ".join(f"`survivor delete {g.name} {_address_of(g).flag}`" for g in users)
     what = "that group" if len(users) == 1 else "those groups"
-    return (f"template {template}: kept, still used by group{'s' if len(users) > 1 else ''} {named}; {commands} "
-            f"deletes {what}, then the template")
+    return (
+        f"template {template}: kept, still used by group{'s' if len(users) > 1 else ''} {named}; {commands} "
+        f"deletes {what}, then the template"
+    )
 
 
 def group_body(group: GroupRef, template: str, template_body: dict | None = None) -> dict:
     """The single-VM group's REST body, as make-group's dry run shows it; RequestError for a bad name.
     `template_body`: the template's, when known (its state disk makes the group stateful)."""
     check_names(group, template)
-    body: dict[str, Any] = {"name": group.name, "baseInstanceName": group.name, "targetSize": 1,
-            "instanceTemplate": f"projects/{group.project}/global/instanceTemplates/{template}",
-            "zone" if group.zone else "region": group.zone or group.region}
+    body: dict[str, Any] = {
+        "name": group.name,
+        "baseInstanceName": group.name,
+        "targetSize": 1,
+        "instanceTemplate": f"projects/{group.project}/global/instanceTemplates/{template}",
+        "zone" if group.zone else "region": group.zone or group.region,
+    }
     if group.region:
         body["distributionPolicy"] = distribution_policy(group.project, [])  # zones: those offering the GPU
     stateful = stateful_policy(template_body or {})
@@ -461,8 +549,9 @@ def regional_zones(compute: Compute, region: str, template: dict) -> list[str]:
     return [z for z in zones if compute.zone_accelerators(z).get(target.gpu_type, 0) >= target.gpu_count]
 
 
-def wait_for_group(compute: Compute, group: GroupRef, wait_seconds: float, poll_seconds: float,
-                   progress: Say = _silent) -> tuple[str, str, list]:
+def wait_for_group(
+    compute: Compute, group: GroupRef, wait_seconds: float, poll_seconds: float, progress: Say = _silent
+) -> tuple[str, str, list]:
     """Polls a new group until its VM is RUNNING, its creation failed, or `wait_seconds` passed.
 
     Returns `group_creation`'s (state, zone, errors).
@@ -488,8 +577,9 @@ class GroupOutcome:
     zone: str | None = None
 
 
-def make_group(compute: Compute, group: GroupRef, options: GroupOptions, *, say: Say = _silent,
-               progress: Say = _silent) -> GroupOutcome:
+def make_group(
+    compute: Compute, group: GroupRef, options: GroupOptions, *, say: Say = _silent, progress: Say = _silent
+) -> GroupOutcome:
     """Creates the job's single-VM group, then waits until its VM runs or the group reports why it cannot.
 
     A MIG's insert succeeds even when no VM will ever start (a stockout or a quota shows in the
@@ -508,9 +598,11 @@ def make_group(compute: Compute, group: GroupRef, options: GroupOptions, *, say:
     if found is not None:
         current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
         if current != options.template:
-            raise RequestError(f"group {group.name}: already exists with template {current}, not {options.template}; "
-                               f"delete it first (`survivor delete {group.name} {address.flag} --template {current}`) "
-                               "or use another name")
+            raise RequestError(
+                f"group {group.name}: already exists with template {current}, not {options.template}; "
+                f"delete it first (`survivor delete {group.name} {address.flag} --template {current}`) "
+                "or use another name"
+            )
         if not found.get("targetSize"):
             return GroupOutcome("already exists", "stopped")
         done = "already exists"
@@ -526,32 +618,47 @@ def make_group(compute: Compute, group: GroupRef, options: GroupOptions, *, say:
                 raise RequestError(elsewhere_refusal(group, others))
         template = compute.get_template(options.template)
         if template is None:
-            raise RequestError(f"template {options.template}: not found; create it first with `survivor make-template "
-                               f"{options.template} --config JOB.yaml`")
+            raise RequestError(
+                f"template {options.template}: not found; create it first with `survivor make-template "
+                f"{options.template} --config JOB.yaml`"
+            )
         if not options.skip_preflight:
             check_preflight(template, compute, group.zone, group.region, say)
         distribution = None
         if group.region:
             zones = regional_zones(compute, group.region, template)
             if not zones:
-                raise RequestError(f"group {group.name}: no zone of region {group.region} offers the template's GPU; "
-                                   "pick another region (gcloud compute accelerator-types list)")
+                raise RequestError(
+                    f"group {group.name}: no zone of region {group.region} offers the template's GPU; "
+                    "pick another region (gcloud compute accelerator-types list)"
+                )
             distribution = distribution_policy(group.project, zones)
-        compute.create_group(group.name, options.template, zone=group.zone, region=group.region, size=1,
-                             distribution=distribution, stateful=stateful_policy(template))
+        compute.create_group(
+            group.name,
+            options.template,
+            zone=group.zone,
+            region=group.region,
+            size=1,
+            distribution=distribution,
+            stateful=stateful_policy(template),
+        )
     if options.wait_seconds <= 0:
         return GroupOutcome(done, "not waited for")
-    state, zone, errors = wait_for_group(compute, group, options.wait_seconds, options.poll_seconds,
-                                         progress=progress)
+    state, zone, errors = wait_for_group(compute, group, options.wait_seconds, options.poll_seconds, progress=progress)
     if state == "running":
         return GroupOutcome(done, "running", zone)
     if state == "failed":
-        problem = explain_operation_errors(errors, f"group {group.name}: its VM cannot be created",
-                                           f"zone {zone}" if zone else address.place)
-        raise ComputeError(f"{problem} The group keeps retrying; `survivor delete {group.name} {address.flag}` stops it.")
-    raise RequestError(f"group {group.name}: {done} ({address.place}), but its VM is not RUNNING after "
-                       f"{options.wait_seconds:g} s and the group reports no error; follow it with `survivor status "
-                       f"{group.name} {address.flag}`, or wait longer with --wait-seconds")
+        problem = explain_operation_errors(
+            errors, f"group {group.name}: its VM cannot be created", f"zone {zone}" if zone else address.place
+        )
+        raise ComputeError(
+            f"{problem} The group keeps retrying; `survivor delete {group.name} {address.flag}` stops it."
+        )
+    raise RequestError(
+        f"group {group.name}: {done} ({address.place}), but its VM is not RUNNING after "
+        f"{options.wait_seconds:g} s and the group reports no error; follow it with `survivor status "
+        f"{group.name} {address.flag}`, or wait longer with --wait-seconds"
+    )
 
 
 def stop(compute: Compute, job: JobAddress) -> None:
@@ -596,8 +703,11 @@ def delete(compute: Compute, group: GroupRef, template: str | None = None, say: 
             compute.delete_template(template)
         except InUse as refused:
             try:
-                users = [ref for ref, body in compute.list_groups()
-                         if (body.get("instanceTemplate") or "").rsplit("/", 1)[-1] == template]
+                users = [
+                    ref
+                    for ref, body in compute.list_groups()
+                    if (body.get("instanceTemplate") or "").rsplit("/", 1)[-1] == template
+                ]
             except PermissionDenied:
                 users = []
             if not users:  # not a group, gone since, or not listable: the API's own words name one user
@@ -623,8 +733,10 @@ def state_disks_left(compute: Compute, job: str, job_dir: str | None) -> dict[st
         return {"state_disks_error": str(exc)}
     if not found:
         return {}
-    return {"state_disks": [{**disk.to_json(), "line": state_disks.line(disk, reason)} for disk, reason in found],
-            "state_disks_monthly_usd": state_disks.total_monthly([disk for disk, _ in found])}
+    return {
+        "state_disks": [{**disk.to_json(), "line": state_disks.line(disk, reason)} for disk, reason in found],
+        "state_disks_monthly_usd": state_disks.total_monthly([disk for disk, _ in found]),
+    }
 
 
 def template_body_of_base(compute: Compute, body: dict) -> dict:
@@ -650,8 +762,10 @@ def delete_state_disks(compute: Compute, job: str, job_dir: str | None, say: Say
     try:
         state_disks.clean(compute, job, storage, say=say)
     except ComputeError as exc:
-        say(f"job {job}: its state disks (label {STATE_DISK_LABEL}={job}) could not be listed ({exc}); list them "
-            f"with `gcloud compute disks list --filter=labels.{STATE_DISK_LABEL}={job}`")
+        say(
+            f"job {job}: its state disks (label {STATE_DISK_LABEL}={job}) could not be listed ({exc}); list them "
+            f"with `gcloud compute disks list --filter=labels.{STATE_DISK_LABEL}={job}`"
+        )
 
 
 def serial_source(compute: Compute, job: JobAddress) -> tuple[str, str]:
@@ -667,14 +781,17 @@ def serial_source(compute: Compute, job: JobAddress) -> tuple[str, str]:
     zone, name = members[0]["zone"], members[0]["name"]
     if not members[0]["status"]:
         errors = "; ".join(f"{code}: {message}" for code, message in members[0]["errors"])
-        raise RequestError(f"group {job.name}: its VM {name} is not created yet, so it has no serial port"
-                           + (f" (the group's last attempt: {errors})" if errors else "")
-                           + f"; `survivor status {job.name} {job.flag}` follows it")
+        raise RequestError(
+            f"group {job.name}: its VM {name} is not created yet, so it has no serial port"
+            + (f" (the group's last attempt: {errors})" if errors else "")
+            + f"; `survivor status {job.name} {job.flag}` follows it"
+        )
     return zone, name
 
 
-def serial_output(compute: Compute, zone: str, name: str, *, follow: bool = False,
-                  interval: float = 5.0) -> Iterator[str]:
+def serial_output(
+    compute: Compute, zone: str, name: str, *, follow: bool = False, interval: float = 5.0
+) -> Iterator[str]:
     """The VM's serial port output (the startup script and the agent's journal), chunk by chunk.
 
     With `follow`, keeps reading every `interval` seconds until the caller stops.
@@ -695,14 +812,26 @@ def _template_machine(template: dict) -> dict[str, Any]:
     """The machine a template asks for: type, GPUs (a2/a3/g2 carry theirs without guestAccelerators), Spot."""
     props = template["properties"]
     accel = (props.get("guestAccelerators") or [{}])[0]
-    gpu_type, gpu_count = machines.gpus_of(props.get("machineType") or "", accel.get("acceleratorType"),
-                                           int(accel.get("acceleratorCount") or 0))
-    return {"machine_type": props.get("machineType"), "gpu_type": gpu_type, "gpu_count": gpu_count,
-            "spot": props.get("scheduling", {}).get("provisioningModel") == "SPOT"}
+    gpu_type, gpu_count = machines.gpus_of(
+        props.get("machineType") or "", accel.get("acceleratorType"), int(accel.get("acceleratorCount") or 0)
+    )
+    return {
+        "machine_type": props.get("machineType"),
+        "gpu_type": gpu_type,
+        "gpu_count": gpu_count,
+        "spot": props.get("scheduling", {}).get("provisioningModel") == "SPOT",
+    }
 
 
-def _report_options(machine: dict | None, group: GroupRef, spec: JobSpec | None, spot_price: float | None,
-                    on_demand_price: float | None, created: str | None = None, fallback: dict | None = None):
+def _report_options(
+    machine: dict | None,
+    group: GroupRef,
+    spec: JobSpec | None,
+    spot_price: float | None,
+    on_demand_price: float | None,
+    created: str | None = None,
+    fallback: dict | None = None,
+):
     """How `status` prices the job's report (survivor/operator/report.py): from cached catalog prices
     (status never waits on the catalog: `survivor report` fetches and caches them)."""
     from survivor.operator import report
@@ -711,13 +840,24 @@ def _report_options(machine: dict | None, group: GroupRef, spec: JobSpec | None,
     return report.ReportOptions(
         machine=Machine(machine["machine_type"], machine["gpu_type"], machine["gpu_count"]) if machine else None,
         fallback=Machine(fallback["machine_type"], fallback["gpu_type"], fallback["gpu_count"]) if fallback else None,
-        region=group.region or region_of_zone(group.zone or ""), train_steps=spec.train_steps if spec else None,
-        spot_price=spot_price, on_demand_price=on_demand_price, online=False, created=parse_time(created))
+        region=group.region or region_of_zone(group.zone or ""),
+        train_steps=spec.train_steps if spec else None,
+        spot_price=spot_price,
+        on_demand_price=on_demand_price,
+        online=False,
+        created=parse_time(created),
+    )
 
 
-def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
-               spot_price: float | None = None, on_demand_price: float | None = None,
-               read_job_dir: bool = True) -> dict[str, Any]:
+def job_status(
+    compute: Compute,
+    group: GroupRef,
+    job_dir: str | None = None,
+    *,
+    spot_price: float | None = None,
+    on_demand_price: float | None = None,
+    read_job_dir: bool = True,
+) -> dict[str, Any]:
     """Everything `survivor status` shows: the group, its instance, the job dir's story, and its
     goodput and cost by the goodput ledger, priced as `survivor report` prices (the USD-per-hour
     prices given, else cached catalog prices, else the offline table). The job dir defaults to the
@@ -732,9 +872,11 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
     if found is None:
         out["group"] = None
     else:
-        out["group"] = {"target_size": found.get("targetSize"),
-                        "template": (found.get("instanceTemplate") or "").rsplit("/", 1)[-1],
-                        "created": found.get("creationTimestamp")}
+        out["group"] = {
+            "target_size": found.get("targetSize"),
+            "template": (found.get("instanceTemplate") or "").rsplit("/", 1)[-1],
+            "created": found.get("creationTimestamp"),
+        }
         instances = compute.managed_instances(group)
         for instance in instances:
             instance["guest"] = compute.guest_attributes(instance["zone"], instance["name"]) if instance["zone"] else {}
@@ -744,8 +886,9 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
         base, mode = template_mode(current)
         if mode == FLEX_START:  # its VM comes from a resize request: where that stands
             requests = compute.resize_requests_of(group)
-            out["resize_request"] = (flex_start_failure(requests)
-                                     or flex_start_queue(requests, _dt.datetime.now(_dt.timezone.utc)))
+            out["resize_request"] = flex_start_failure(requests) or flex_start_queue(
+                requests, _dt.datetime.now(_dt.timezone.utc)
+            )
         if template and base != current:  # after a deadline's switch: price the Spot machine
             template = compute.get_template(base) or template
         if template:
@@ -753,8 +896,11 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
             out["machine"] = _template_machine(template)
             if spec and spec.fallback and (spec.fallback.machine_type or spec.fallback.gpu):
                 fallback = _template_machine(on_demand_template_body(template, spec.fallback))
-                if (fallback["machine_type"], fallback["gpu_type"], fallback["gpu_count"]) != \
-                        (out["machine"]["machine_type"], out["machine"]["gpu_type"], out["machine"]["gpu_count"]):
+                if (fallback["machine_type"], fallback["gpu_type"], fallback["gpu_count"]) != (
+                    out["machine"]["machine_type"],
+                    out["machine"]["gpu_type"],
+                    out["machine"]["gpu_count"],
+                ):
                     out["fallback_machine"] = fallback
     job_dir = job_dir or (spec.job_dir if spec else None)
     out["job_dir"] = job_dir
@@ -762,8 +908,15 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
     if spec is None or spec.state_disk_gb:  # what is left of its state disks, and what it costs a month
         out.update(state_disks_left(compute, spec.name if spec else group.name, job_dir))
     if job_dir and read_job_dir:
-        options = _report_options(out.get("machine"), group, spec, spot_price, on_demand_price,
-                                  (out.get("group") or {}).get("created"), out.get("fallback_machine"))
+        options = _report_options(
+            out.get("machine"),
+            group,
+            spec,
+            spot_price,
+            on_demand_price,
+            (out.get("group") or {}).get("created"),
+            out.get("fallback_machine"),
+        )
         view = read_job(job_dir, train_steps=options.train_steps, created=options.created)
         summary = job_summary(view)
         out["job"] = summary
@@ -773,7 +926,6 @@ def job_status(compute: Compute, group: GroupRef, job_dir: str | None = None, *,
         out["cost"] = report.cost_summary(made)
         out["goodput_line"] = report.status_line(made)
     return out
-
 
 
 # -- the deadline's switch between Spot and on-demand ---------------------------------------------
@@ -819,8 +971,9 @@ def on_demand_template_body(spot: dict, fallback: FallbackSpec | None = None) ->
     machine type or GPUs. Its name is the Spot template's with ON_DEMAND_SUFFIX."""
     body, props = _twin(spot, fallback, ON_DEMAND_SUFFIX, "on-demand fallback")
     accel = (props.get("guestAccelerators") or [{}])[0]
-    props["scheduling"] = machines.scheduling(props["machineType"], accel.get("acceleratorType"),
-                                              int(accel.get("acceleratorCount") or 0), spot=False)
+    props["scheduling"] = machines.scheduling(
+        props["machineType"], accel.get("acceleratorType"), int(accel.get("acceleratorCount") or 0), spot=False
+    )
     return body
 
 
@@ -858,13 +1011,18 @@ def shape_template_body(job: dict, spec: JobSpec, shape: int) -> dict:
     sched = props.get("scheduling") or {}
     notice = (sched.get("preemptionNoticeDuration") or {}).get("seconds")
     props["scheduling"] = machines.scheduling(
-        machine.machine_type, machine.gpu_type, attached, spot=sched.get("provisioningModel") == "SPOT",
+        machine.machine_type,
+        machine.gpu_type,
+        attached,
+        spot=sched.get("provisioningModel") == "SPOT",
         termination_action=sched.get("instanceTerminationAction") or "STOP",
-        preemption_notice=int(notice) if notice else None)
+        preemption_notice=int(notice) if notice else None,
+    )
     items = [i for i in props.get("metadata", {}).get("items", []) if i.get("key") != "install-nvidia-driver"]
     image = ((props.get("disks") or [{}])[0].get("initializeParams") or {}).get("sourceImage") or ""
     if machines.gpus_of(machine.machine_type, machine.gpu_type, attached)[1] and (
-            f"projects/{DLVM_PROJECT}/" in image or f"/family/{IMAGE_FAMILY_PREFIX}" in image):
+        f"projects/{DLVM_PROJECT}/" in image or f"/family/{IMAGE_FAMILY_PREFIX}" in image
+    ):
         items.append({"key": "install-nvidia-driver", "value": "True"})
     if "metadata" in props:
         props["metadata"]["items"] = items
@@ -878,8 +1036,12 @@ def flex_start_template_body(spot: dict, fallback: FallbackSpec | None = None) -
     DELETE`, `onHostMaintenance: TERMINATE`, no automatic restart. The run duration is the resize
     request's. Its name is the Spot template's with FLEX_START_SUFFIX."""
     body, props = _twin(spot, fallback, FLEX_START_SUFFIX, "flex-start fallback")
-    props["scheduling"] = {"provisioningModel": "FLEX_START", "instanceTerminationAction": "DELETE",
-                           "onHostMaintenance": "TERMINATE", "automaticRestart": False}
+    props["scheduling"] = {
+        "provisioningModel": "FLEX_START",
+        "instanceTerminationAction": "DELETE",
+        "onHostMaintenance": "TERMINATE",
+        "automaticRestart": False,
+    }
     # F12: every flex-start and resize-request template of Google's consumes no reservation
     props["reservationAffinity"] = {"consumeReservationType": "NO_RESERVATION"}
     return body
@@ -889,8 +1051,10 @@ def flex_start_template_body(spot: dict, fallback: FallbackSpec | None = None) -
 #: configure autoscaling and must turn off repairs", about-resize-requests-mig), and a regional
 #: group's VMs in one zone (the regional example: targetShape ANY_SINGLE_ZONE, redistribution NONE).
 FLEX_START_GROUP = {"instanceLifecyclePolicy": {"defaultActionOnFailure": "DO_NOTHING"}}
-FLEX_START_REGIONAL = {"distributionPolicy": {"targetShape": "ANY_SINGLE_ZONE"},
-                       "updatePolicy": {"instanceRedistributionType": "NONE"}}
+FLEX_START_REGIONAL = {
+    "distributionPolicy": {"targetShape": "ANY_SINGLE_ZONE"},
+    "updatePolicy": {"instanceRedistributionType": "NONE"},
+}
 #: What a group on Spot or on-demand has again: repairs (a preempted VM recreated), and a regional
 #: group's shape ANY (compute.distribution_policy).
 REPAIRING_GROUP = {"instanceLifecyclePolicy": {"defaultActionOnFailure": "REPAIR"}}
@@ -930,9 +1094,18 @@ def spec_of(template: dict) -> JobSpec | None:
     return JobSpec.from_yaml(items["survivor-job"]) if "survivor-job" in items else None
 
 
-def switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, *, by: str,
-                 storage: JobStorage | None = None, say: Say = _silent, seen: str | None = None,
-                 run_hours: float | None = None) -> Switch | None:
+def switch_group(
+    compute: Compute,
+    group: GroupRef,
+    to_mode: str,
+    reason: str,
+    *,
+    by: str,
+    storage: JobStorage | None = None,
+    say: Say = _silent,
+    seen: str | None = None,
+    run_hours: float | None = None,
+) -> Switch | None:
     """Switches the job's group to its Spot, on-demand or flex-start template; None when it runs that
     one already, or when another look claimed the job first: with `seen` (`claims.what_was_seen`, read
     before the records the decision came from) the switch is claimed in the job dir before anything
@@ -951,14 +1124,16 @@ def switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, *
     """
     try:
         try:
-            return _switch_group(compute, group, to_mode, reason, by=by, storage=storage, say=say, seen=seen,
-                                 run_hours=run_hours)
+            return _switch_group(
+                compute, group, to_mode, reason, by=by, storage=storage, say=say, seen=seen, run_hours=run_hours
+            )
         except FlexStartRefused as refused:
             _record_failure(storage, to_mode, reason, by, refused)
             say(f"group {group.name}: flex-start refused ({refused}); on-demand instead")
             log.warning("flex-start refused: on-demand", group=group.name, error=str(refused))
-            return _switch_group(compute, group, ON_DEMAND, f"flex-start refused ({refused}); {reason}", by=by,
-                                 storage=storage, say=say)
+            return _switch_group(
+                compute, group, ON_DEMAND, f"flex-start refused ({refused}); {reason}", by=by, storage=storage, say=say
+            )
     except ComputeError as exc:  # shown by status and report, not only in a log nobody reads
         _record_failure(storage, to_mode, reason, by, exc)
         raise
@@ -967,17 +1142,31 @@ def switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, *
 def _record_failure(storage: JobStorage | None, to_mode: str, reason: str, by: str, exc: Exception) -> None:
     if storage is None:
         return
-    failure = SwitchFailure(time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
-                            to_mode=to_mode, reason=reason, by=by, error=str(exc))
+    failure = SwitchFailure(
+        time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
+        to_mode=to_mode,
+        reason=reason,
+        by=by,
+        error=str(exc),
+    )
     try:
         record_switch_failure(storage, failure)
     except StorageError as unrecorded:
         log.warning("could not record the failed switch", error=str(unrecorded))
 
 
-def _switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, *, by: str,
-                  storage: JobStorage | None, say: Say, seen: str | None = None,
-                  run_hours: float | None = None) -> Switch | None:
+def _switch_group(
+    compute: Compute,
+    group: GroupRef,
+    to_mode: str,
+    reason: str,
+    *,
+    by: str,
+    storage: JobStorage | None,
+    say: Say,
+    seen: str | None = None,
+    run_hours: float | None = None,
+) -> Switch | None:
     found = compute.get_group(group)
     if found is None:
         raise RequestError(f"group {group.name}: not found; nothing to switch")
@@ -994,8 +1183,14 @@ def _switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, 
         if problems:
             raise RequestError(problems[0] + f" (shorten the Spot template's name {base!r})")
     now = _dt.datetime.now(_dt.timezone.utc)
-    switch = Switch(time=now.isoformat(timespec="milliseconds"), to_mode=to_mode, from_mode=from_mode, reason=reason,
-                    by=by, template=target)
+    switch = Switch(
+        time=now.isoformat(timespec="milliseconds"),
+        to_mode=to_mode,
+        from_mode=from_mode,
+        reason=reason,
+        by=by,
+        template=target,
+    )
     # The record first: a switch is a recorded intention that any later look completes
     # (`complete_switch`), as a move is (placement.complete_moves). Recorded after the group changed, a
     # look cut between the two left a group on-demand that the records called Spot; cut before the
@@ -1013,8 +1208,9 @@ def _switch_group(compute: Compute, group: GroupRef, to_mode: str, reason: str, 
     return switch
 
 
-def _withdraw_if_refused(compute: Compute, group: GroupRef, storage: JobStorage | None, switch: Switch,
-                         exc: BaseException) -> None:
+def _withdraw_if_refused(
+    compute: Compute, group: GroupRef, storage: JobStorage | None, switch: Switch, exc: BaseException
+) -> None:
     """A switch Compute Engine refuses (a 403, a missing template: no retry makes it) before the
     group took its template is no switch: its record goes, so status and the deadline policy never
     count it (the failure is recorded by `switch_group`). A passing error leaves the record (the
@@ -1033,12 +1229,23 @@ def _withdraw_if_refused(compute: Compute, group: GroupRef, storage: JobStorage 
     try:
         storage.delete([switch.name])
     except StorageError as unrecorded:
-        log.warning("could not withdraw the refused switch's record; the next look tries it again",
-                    record=switch.name, error=str(unrecorded))
+        log.warning(
+            "could not withdraw the refused switch's record; the next look tries it again",
+            record=switch.name,
+            error=str(unrecorded),
+        )
 
 
-def _apply_switch(compute: Compute, group: GroupRef, switch: Switch, *, base: str, from_mode: str, say: Say,
-                  run_hours: float | None = None) -> None:
+def _apply_switch(
+    compute: Compute,
+    group: GroupRef,
+    switch: Switch,
+    *,
+    base: str,
+    from_mode: str,
+    say: Say,
+    run_hours: float | None = None,
+) -> None:
     """Makes the group run `switch`'s template: the template made from the Spot one the first time,
     set on the group, then the VM recreated from it (or, for flex-start, asked for by a resize
     request). Each step may be repeated: `complete_switch` runs it again after a cut."""
@@ -1073,8 +1280,9 @@ def _apply_switch(compute: Compute, group: GroupRef, switch: Switch, *, base: st
         compute.recreate_instances(group, members)
 
 
-def _to_flex_start(compute: Compute, group: GroupRef, target: str, reason: str, *, run_hours: float | None,
-                   say: Say) -> None:
+def _to_flex_start(
+    compute: Compute, group: GroupRef, target: str, reason: str, *, run_hours: float | None, say: Say
+) -> None:
     """The switch to flex-start, ordered so that a refusal costs nothing:
 
     1. repairs off (and a regional group's VMs in one zone): what a resize request needs (F11, F13);
@@ -1108,8 +1316,9 @@ def _to_flex_start(compute: Compute, group: GroupRef, target: str, reason: str, 
         state = request.get("state")
         if state == "FAILED":
             errors = ((request.get("status") or {}).get("error") or {}).get("errors") or [{}]
-            raise FlexStartRefused(f"resize request {name} FAILED: {errors[0].get('code', '')} "
-                                   f"{errors[0].get('message', '')}".strip())
+            raise FlexStartRefused(
+                f"resize request {name} FAILED: {errors[0].get('code', '')} {errors[0].get('message', '')}".strip()
+            )
         if state in ("ACCEPTED", "SUCCEEDED") or time.monotonic() >= deadline:
             break
         time.sleep(ACCEPT_POLL_SECONDS)
@@ -1129,8 +1338,10 @@ def settle_flex_start(compute: Compute, group: GroupRef, *, say: Say = _silent) 
     others = [m for m in compute.managed_instances(group) if m.get("template") and m["template"] != current]
     for member in others:
         compute.leave_group(group, member["zone"], member["name"])
-        say(f"group {group.name}: {member['name']} ({member['template']}) let go: resize request "
-            f"{newest.get('name')} is {newest.get('state')}")
+        say(
+            f"group {group.name}: {member['name']} ({member['template']}) let go: resize request "
+            f"{newest.get('name')} is {newest.get('state')}"
+        )
     return [m["name"] for m in others]
 
 
@@ -1150,24 +1361,52 @@ def complete_switch(compute: Compute, group: GroupRef, storage: JobStorage, *, s
         settle_flex_start(compute, group, say=say)  # a Spot VM kept while the request was not yet accepted
     if current == last.template or template_mode(last.template)[0] != base:
         return None  # done; or a record of another template family (a move's new shape): not this one's to redo
-    say(f"group {group.name}: finishing the switch to {last.to_mode} recorded at {last.time} (template {last.template})")
-    log.warning("a recorded switch not carried out: finishing it", group=group.name, to=last.to_mode,
-                template=last.template, recorded=last.time)
+    say(
+        f"group {group.name}: finishing the switch to {last.to_mode} recorded at {last.time} (template {last.template})"
+    )
+    log.warning(
+        "a recorded switch not carried out: finishing it",
+        group=group.name,
+        to=last.to_mode,
+        template=last.template,
+        recorded=last.time,
+    )
     try:
         _apply_switch(compute, group, last, base=base, from_mode=from_mode, say=say)
     except FlexStartRefused as refused:  # as switch_group: the refusal goes on-demand in the same look
-        record_switch_failure(storage, SwitchFailure(
-            time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"), to_mode=last.to_mode,
-            reason=last.reason, by=last.by, error=str(refused)))
-        return switch_group(compute, group, ON_DEMAND, f"flex-start refused ({refused}); {last.reason}", by=last.by,
-                            storage=storage, say=say)
+        record_switch_failure(
+            storage,
+            SwitchFailure(
+                time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
+                to_mode=last.to_mode,
+                reason=last.reason,
+                by=last.by,
+                error=str(refused),
+            ),
+        )
+        return switch_group(
+            compute,
+            group,
+            ON_DEMAND,
+            f"flex-start refused ({refused}); {last.reason}",
+            by=last.by,
+            storage=storage,
+            say=say,
+        )
     except (ComputeError, RequestError) as exc:
         # never withdrawn here: the record is an earlier look's decision, and this look may only lack
         # what that one had (a permission); the failure is recorded, the next look tries again
         if not (isinstance(exc, ComputeError) and retry_passing(exc)):
-            record_switch_failure(storage, SwitchFailure(
-                time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"), to_mode=last.to_mode,
-                reason=last.reason, by=last.by, error=str(exc)))
+            record_switch_failure(
+                storage,
+                SwitchFailure(
+                    time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
+                    to_mode=last.to_mode,
+                    reason=last.reason,
+                    by=last.by,
+                    error=str(exc),
+                ),
+            )
         raise
     return last
 

@@ -112,8 +112,10 @@ def build_wheel(cache_dir: str | None = None, root: str | None = None) -> str:
     the tree, kept in `cache_dir`. Raises ImageError when survivor was not installed from a checkout."""
     root = root or source_tree()
     if root is None:
-        raise ImageError("survivor was not installed from a source checkout, so its wheel cannot be built here: "
-                         "give --survivor-wheel PATH (a survivor_train-*.whl)")
+        raise ImageError(
+            "survivor was not installed from a source checkout, so its wheel cannot be built here: "
+            "give --survivor-wheel PATH (a survivor_train-*.whl)"
+        )
     cache_dir = cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "survivor", "wheels")
     target = os.path.join(cache_dir, _tree_digest(root))
     os.makedirs(cache_dir, exist_ok=True)
@@ -126,15 +128,31 @@ def build_wheel(cache_dir: str | None = None, root: str | None = None) -> str:
         try:
             # a clean copy: setuptools builds in the source tree, and a build/ left there by an
             # earlier build would put files into the wheel that the tree no longer has
-            shutil.copytree(os.path.join(root, "survivor"), os.path.join(source, "survivor"),
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(
+                os.path.join(root, "survivor"),
+                os.path.join(source, "survivor"),
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+            )
             for name in ("pyproject.toml", "setup.py", "README.md"):
                 if os.path.exists(os.path.join(root, name)):
                     shutil.copy2(os.path.join(root, name), source)
             result = subprocess.run(
-                [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--disable-pip-version-check",
-                 "--wheel-dir", os.path.join(scratch, "dist"), source],
-                env={**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}, capture_output=True, text=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "wheel",
+                    "--quiet",
+                    "--no-deps",
+                    "--disable-pip-version-check",
+                    "--wheel-dir",
+                    os.path.join(scratch, "dist"),
+                    source,
+                ],
+                env={**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH},
+                capture_output=True,
+                text=True,
+            )
             dist = os.path.join(scratch, "dist")
             wheels = [f for f in os.listdir(dist) if f.endswith(".whl")] if os.path.isdir(dist) else []
             if result.returncode != 0 or len(wheels) != 1:
@@ -172,9 +190,11 @@ def staged_names(local: LocalInstall) -> list[tuple[str, str, str]]:
     """Pure decision: (local path, object name in the job dir, sha256) for each file; names are
     content-addressed, so the same file always lands in the same place."""
     out = []
-    for path, name, digest in zip((local.wheel, local.lock, local.requirements),
-                                  (os.path.basename(local.wheel), "vm-lock.txt", "requirements.txt"),
-                                  local.digests()):
+    for path, name, digest in zip(
+        (local.wheel, local.lock, local.requirements),
+        (os.path.basename(local.wheel), "vm-lock.txt", "requirements.txt"),
+        local.digests(),
+    ):
         if path and digest:
             out.append((path, f"{STAGE}/{digest[:16]}/{name}", digest))
     return out
@@ -186,8 +206,15 @@ def install_for(job_dir: str, local: LocalInstall) -> Install:
     urls = [(f"{job_dir.rstrip('/')}/{name}", digest) for _, name, digest in staged]
     wheel, lock = urls[0], urls[1]
     requirements = urls[2] if len(urls) > 2 else (None, None)
-    return Install(wheel=wheel[0], wheel_sha256=wheel[1], lock=lock[0], lock_sha256=lock[1],
-                   requirements=requirements[0], requirements_sha256=requirements[1], job_dir=job_dir)
+    return Install(
+        wheel=wheel[0],
+        wheel_sha256=wheel[1],
+        lock=lock[0],
+        lock_sha256=lock[1],
+        requirements=requirements[0],
+        requirements_sha256=requirements[1],
+        job_dir=job_dir,
+    )
 
 
 def stage_install(job_dir: str, local: LocalInstall, storage_factory: Callable | None = None) -> Install:
@@ -205,8 +232,10 @@ def stage_install(job_dir: str, local: LocalInstall, storage_factory: Callable |
         # trainer's files, follows none)
         storage.upload([(os.path.realpath(path), name) for path, name, _ in staged_names(local)])
     except GoogleAuthError:  # the storage client is built before storage.py can speak for it
-        raise ImageError(f"staging survivor's wheel and lock in {job_dir}: no Google Cloud credentials; run `gcloud "
-                         "auth application-default login`, or set STORAGE_EMULATOR_HOST for a local emulator") from None
+        raise ImageError(
+            f"staging survivor's wheel and lock in {job_dir}: no Google Cloud credentials; run `gcloud "
+            "auth application-default login`, or set STORAGE_EMULATOR_HOST for a local emulator"
+        ) from None
     except StorageError as exc:
         raise ImageError(f"staging survivor's wheel and lock: {exc}") from exc
     return install_for(job_dir, local)
@@ -227,10 +256,12 @@ def family_name(install: Install, tf_version: str, base: str = BUILDER_IMAGE_FAM
     Deep Learning VM family `base` (a family name: [a-z]([-a-z0-9]*[a-z0-9])?, at most 63
     characters). The base is named (`base_tag`: CUDA, Ubuntu, driver) and in the digest, so a new
     base (a new driver) is a new family, which make-template then builds."""
-    digest = hashlib.sha256(f"{install.wheel_sha256} {install.lock_sha256} {install.requirements_sha256} "
-                            f"{base}".encode())
-    return (f"survivor-{_dashed(__version__)}-tf-{_dashed(tf_version)}-{base_tag(base)}-"
-            f"{digest.hexdigest()[:10]}")[:63].rstrip("-")
+    digest = hashlib.sha256(
+        f"{install.wheel_sha256} {install.lock_sha256} {install.requirements_sha256} {base}".encode()
+    )
+    return (f"survivor-{_dashed(__version__)}-tf-{_dashed(tf_version)}-{base_tag(base)}-{digest.hexdigest()[:10]}")[
+        :63
+    ].rstrip("-")
 
 
 def base_tag(base: str) -> str:
@@ -243,9 +274,18 @@ def _dashed(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def builder_body(name: str, zone: str, install: Install, *, machine_type: str = "n1-standard-8",
-                 disk_gb: int = 100, service_account: str = "default", base: str = BUILDER_IMAGE_FAMILY,
-                 external_ip: bool = True, network: str = "global/networks/default") -> dict:
+def builder_body(
+    name: str,
+    zone: str,
+    install: Install,
+    *,
+    machine_type: str = "n1-standard-8",
+    disk_gb: int = 100,
+    service_account: str = "default",
+    base: str = BUILDER_IMAGE_FAMILY,
+    external_ip: bool = True,
+    network: str = "global/networks/default",
+) -> dict:
     """Pure decision: the `instances.insert` body of make-image's builder: a CPU VM of the Deep Learning
     VM family `base` whose startup script installs `install` (survivor-mode=build) and powers off.
     It follows the job's external-IP choice: without one (`external_ip=False`, an
@@ -254,14 +294,27 @@ def builder_body(name: str, zone: str, install: Install, *, machine_type: str = 
     interface: dict = {"network": network}
     if external_ip:
         interface["accessConfigs"] = [{"name": "External NAT", "type": "ONE_TO_ONE_NAT"}]
-    items = [{"key": "startup-script", "value": startup_script()}, {"key": "survivor-mode", "value": "build"},
-             {"key": "enable-guest-attributes", "value": "TRUE"}, *install.items()]
+    items = [
+        {"key": "startup-script", "value": startup_script()},
+        {"key": "survivor-mode", "value": "build"},
+        {"key": "enable-guest-attributes", "value": "TRUE"},
+        *install.items(),
+    ]
     return {
         "name": name,
         "machineType": f"zones/{zone}/machineTypes/{machine_type}",
-        "disks": [{"boot": True, "autoDelete": True, "type": "PERSISTENT", "initializeParams": {
-            "sourceImage": f"projects/{DLVM_PROJECT}/global/images/family/{base}",
-            "diskSizeGb": str(disk_gb), "diskType": f"zones/{zone}/diskTypes/pd-balanced"}}],
+        "disks": [
+            {
+                "boot": True,
+                "autoDelete": True,
+                "type": "PERSISTENT",
+                "initializeParams": {
+                    "sourceImage": f"projects/{DLVM_PROJECT}/global/images/family/{base}",
+                    "diskSizeGb": str(disk_gb),
+                    "diskType": f"zones/{zone}/diskTypes/pd-balanced",
+                },
+            }
+        ],
         "metadata": {"items": items},
         "serviceAccounts": [{"email": service_account, "scopes": [SCOPES["storage"], SCOPES["logging"]]}],
         "networkInterfaces": [interface],
@@ -279,9 +332,19 @@ def build_outcome(record_names: list[str], builder: str) -> str | None:
     return None
 
 
-def make_image(compute, install: Install, family: str, *, zone: str, storage=None,
-               progress: Callable[[str], None] = print, deadline: float = 3600.0, poll: float = 15.0,
-               keep_builder: bool = False, **builder_options) -> str:
+def make_image(
+    compute,
+    install: Install,
+    family: str,
+    *,
+    zone: str,
+    storage=None,
+    progress: Callable[[str], None] = print,
+    deadline: float = 3600.0,
+    poll: float = 15.0,
+    keep_builder: bool = False,
+    **builder_options,
+) -> str:
     """Builds survivor's image for `install` in `family` (unless the family has one): a builder VM,
     its outcome, the image from its disk, the builder deleted. Returns the image's name."""
     from survivor.cloud.compute import ComputeError
@@ -318,24 +381,34 @@ def make_image(compute, install: Install, family: str, *, zone: str, storage=Non
                 break
             if time.monotonic() - started > deadline:
                 logs = f"`survivor logs --instance {builder} --zone {zone}`"
-                raise ImageError(f"builder {builder}: not done after {deadline:.0f} s; " + (
-                    f"see {logs}" if keep_builder else f"it is deleted: run again with a longer --deadline, or with "
-                    f"--keep-builder to read its serial console ({logs}) and delete it yourself"))
+                raise ImageError(
+                    f"builder {builder}: not done after {deadline:.0f} s; "
+                    + (
+                        f"see {logs}"
+                        if keep_builder
+                        else f"it is deleted: run again with a longer --deadline, or with "
+                        f"--keep-builder to read its serial console ({logs}) and delete it yourself"
+                    )
+                )
             state = compute.guest_attributes(zone, builder).get("build", "installing")
             progress(f"builder {builder}: {vm['status'].lower()}, {state} ({time.monotonic() - started:.0f} s)")
             rounds += 1
-            time.sleep(min(poll, 0.5 * 2 ** rounds))  # soon at first (a failure shows early), then every `poll`
+            time.sleep(min(poll, 0.5 * 2**rounds))  # soon at first (a failure shows early), then every `poll`
         if outcome != "built":
             reason = compute.guest_attributes(zone, builder).get("build", "") or "it powered off without a record"
             raise ImageError(f"builder {builder} could not install: {reason}")
         name = f"{family}-{time.strftime('%Y%m%d%H%M%S', time.gmtime())}"[:63]
         progress(f"image {name}: creating in family {family} from the builder's disk")
-        compute.insert_image({
-            "name": name, "family": family, "sourceDisk": f"projects/{compute.project}/zones/{zone}/disks/{builder}",
-            "description": f"survivor {__version__}: wheel sha256 {install.wheel_sha256}, lock sha256 "
-                           f"{install.lock_sha256}, requirements sha256 {install.requirements_sha256 or 'none'}",
-            "labels": {"survivor-version": _dashed(__version__)},
-        })
+        compute.insert_image(
+            {
+                "name": name,
+                "family": family,
+                "sourceDisk": f"projects/{compute.project}/zones/{zone}/disks/{builder}",
+                "description": f"survivor {__version__}: wheel sha256 {install.wheel_sha256}, lock sha256 "
+                f"{install.lock_sha256}, requirements sha256 {install.requirements_sha256 or 'none'}",
+                "labels": {"survivor-version": _dashed(__version__)},
+            }
+        )
         return name
     except (ComputeError, StorageError) as exc:
         raise ImageError(str(exc)) from exc
@@ -400,11 +473,22 @@ def build_image(request: ImageRequest, connect: Callable, progress: Callable[[st
         for finding in preflight.package_route(compute, options.network, region_of_zone(request.zone)):
             progress(str(finding))
     install = stage_install(spec.job_dir, local)
-    name = make_image(compute, install, family, zone=request.zone, progress=progress, deadline=request.deadline,
-                      poll=request.poll_seconds, keep_builder=request.keep_builder,
-                      machine_type=request.machine_type, disk_gb=request.disk_gb,
-                      service_account=options.service_account, base=base, external_ip=options.external_ip,
-                      network=options.network)
+    name = make_image(
+        compute,
+        install,
+        family,
+        zone=request.zone,
+        progress=progress,
+        deadline=request.deadline,
+        poll=request.poll_seconds,
+        keep_builder=request.keep_builder,
+        machine_type=request.machine_type,
+        disk_gb=request.disk_gb,
+        service_account=options.service_account,
+        base=base,
+        external_ip=options.external_ip,
+        network=options.network,
+    )
     return ImageOutcome(name, family)
 
 

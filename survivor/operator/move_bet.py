@@ -73,8 +73,9 @@ def training_share(outlook: Outlook, restart_hours: float, top_band_hours: float
     return outlook.obtainability / (1.0 + outlook.hazard_per_hour(top_band_hours) * restart_hours)
 
 
-def weigh(here: P, outlooks: Mapping[P, Outlook], costs: Costs, skip: frozenset = frozenset(),
-          name: Callable[[P], str] = str) -> Bet:
+def weigh(
+    here: P, outlooks: Mapping[P, Outlook], costs: Costs, skip: frozenset = frozenset(), name: Callable[[P], str] = str
+) -> Bet:
     """Pure: the best move from `here` among the places of `outlooks` (not those in `skip`), or
     staying: each target's gain (the horizon, the job's time left here, times its training share
     less here's) against the move's cost (a restart, the restore across locations, the chance it
@@ -94,9 +95,11 @@ def weigh(here: P, outlooks: Mapping[P, Outlook], costs: Costs, skip: frozenset 
             best, target = Bet(place, gain, cost, ""), place
     if best is None:
         return Bet(None, 0.0, 0.0, "no other place has capacity data")
-    text = (f"{name(target)}: obtainability {outlooks[target].obtainability:.2f}, uptime "
-            f"{outlooks[target].uptime_hours:.2f} h, against here's {outlooks[here].obtainability:.2f} and "
-            f"{outlooks[here].uptime_hours:.2f} h: {best.gain_hours:.2f} h gained for {best.cost_hours:.2f} h")
+    text = (
+        f"{name(target)}: obtainability {outlooks[target].obtainability:.2f}, uptime "
+        f"{outlooks[target].uptime_hours:.2f} h, against here's {outlooks[here].obtainability:.2f} and "
+        f"{outlooks[here].uptime_hours:.2f} h: {best.gain_hours:.2f} h gained for {best.cost_hours:.2f} h"
+    )
     if best.gain_hours - best.cost_hours <= 0:
         return Bet(None, best.gain_hours, best.cost_hours, f"staying: the best move, to {text}, does not pay")
     return Bet(best.to, best.gain_hours, best.cost_hours, f"moving to {text}")

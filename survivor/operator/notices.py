@@ -109,10 +109,21 @@ def instance_error(members: list[dict[str, Any]]) -> str:
     return ""
 
 
-def look_events(spec: JobSpec, view: JobView, *, running: bool, now: _dt.datetime, error: str = "",
-                slack_hours: float | None = None, deadline_reason: str = "", spent: float | None = None,
-                created: _dt.datetime | None = None, cost: float | None = None,
-                on_demand_cost: float | None = None, budget_usd: float | None = None) -> list[Event]:
+def look_events(
+    spec: JobSpec,
+    view: JobView,
+    *,
+    running: bool,
+    now: _dt.datetime,
+    error: str = "",
+    slack_hours: float | None = None,
+    deadline_reason: str = "",
+    spent: float | None = None,
+    created: _dt.datetime | None = None,
+    cost: float | None = None,
+    on_demand_cost: float | None = None,
+    budget_usd: float | None = None,
+) -> list[Event]:
     """Pure: every event a look tells: the records' (oldest first), then its own: no VM for longer than
     the smallest `no_vm_minutes` of the targets that want it, the deadline at risk (slack below 0),
     the budget's warning. `spent`: the job's cost so far (USD); `budget_usd`: its budget, when
@@ -122,11 +133,25 @@ def look_events(spec: JobSpec, view: JobView, *, running: bool, now: _dt.datetim
     since = None if running else idle_since(view, created)
     thresholds = [t.no_vm_minutes for t in spec.notify if t.wants("no_vm")]
     if since is not None and thresholds and (now - since).total_seconds() >= 60 * min(thresholds):
-        found.append(events.no_vm(spec.name, since=since.isoformat(timespec="milliseconds"),
-                                  minutes=(now - since).total_seconds() / 60, error=error, time=stamp))
+        found.append(
+            events.no_vm(
+                spec.name,
+                since=since.isoformat(timespec="milliseconds"),
+                minutes=(now - since).total_seconds() / 60,
+                error=error,
+                time=stamp,
+            )
+        )
     if slack_hours is not None and slack_hours < 0 and view.state.done is None:
-        found.append(events.deadline_at_risk(spec.name, reason=deadline_reason, slack_hours=round(slack_hours, 2),
-                                             key=f"after-{len(view.state.attempts)}", time=stamp))
+        found.append(
+            events.deadline_at_risk(
+                spec.name,
+                reason=deadline_reason,
+                slack_hours=round(slack_hours, 2),
+                key=f"after-{len(view.state.attempts)}",
+                time=stamp,
+            )
+        )
     usd = budget_usd or (spec.budget.usd if spec.budget else None)
     share = spec.budget.warn_at if spec.budget else Budget.warn_at
     if usd is not None and spent is not None and spent >= share * usd and view.budget_stopped is None:
@@ -134,8 +159,14 @@ def look_events(spec: JobSpec, view: JobView, *, running: bool, now: _dt.datetim
     return found
 
 
-def tell(spec: JobSpec, storage: JobStorage, told: list[Event], *, drain_seconds: float = DRAIN_SECONDS,
-         notifier: Notifier | None = None) -> Notifier | None:
+def tell(
+    spec: JobSpec,
+    storage: JobStorage,
+    told: list[Event],
+    *,
+    drain_seconds: float = DRAIN_SECONDS,
+    notifier: Notifier | None = None,
+) -> Notifier | None:
     """Tells `told` (those the job dir has no delivery record of) to the spec's webhooks and waits
     `drain_seconds` at most for them; returns the notifier (None: the spec has no `notify:`)."""
     if not spec.notify:
@@ -147,10 +178,19 @@ def tell(spec: JobSpec, storage: JobStorage, told: list[Event], *, drain_seconds
     return notifier
 
 
-def tell_look(spec: JobSpec, storage: JobStorage, *, running: bool, now: _dt.datetime | None = None,
-              error: str = "", slack_hours: float | None = None, deadline_reason: str = "",
-              created: _dt.datetime | None = None, zone: str | None = None,
-              drain_seconds: float = DRAIN_SECONDS) -> list[Event]:
+def tell_look(
+    spec: JobSpec,
+    storage: JobStorage,
+    *,
+    running: bool,
+    now: _dt.datetime | None = None,
+    error: str = "",
+    slack_hours: float | None = None,
+    deadline_reason: str = "",
+    created: _dt.datetime | None = None,
+    zone: str | None = None,
+    drain_seconds: float = DRAIN_SECONDS,
+) -> list[Event]:
     """One look's telling (`survivor watch`): reads the job dir, prices it, tells `look_events` that
     no one told. Returns the events looked at. Never raises: a look's decisions matter more."""
     if not spec.notify:
@@ -159,9 +199,20 @@ def tell_look(spec: JobSpec, storage: JobStorage, *, running: bool, now: _dt.dat
         now = now or _dt.datetime.now(_dt.timezone.utc)
         view = read_job(storage.url, storage=storage, train_steps=spec.train_steps, now=now, created=created)
         cost, on_demand = costs(spec, view, zone)
-        found = look_events(spec, view, running=running, now=now, error=error, slack_hours=slack_hours,
-                            deadline_reason=deadline_reason, spent=cost, created=created, cost=cost,
-                            on_demand_cost=on_demand, budget_usd=budget_usd(None, read_raised(storage)))
+        found = look_events(
+            spec,
+            view,
+            running=running,
+            now=now,
+            error=error,
+            slack_hours=slack_hours,
+            deadline_reason=deadline_reason,
+            spent=cost,
+            created=created,
+            cost=cost,
+            on_demand_cost=on_demand,
+            budget_usd=budget_usd(None, read_raised(storage)),
+        )
         tell(spec, storage, found, drain_seconds=drain_seconds)
         return found
     except Exception as exc:  # noqa: BLE001 - telling never costs the look its decision

@@ -148,8 +148,12 @@ def wait_minutes(placement: Placement, moves_without_vm: int, places_count: int)
     return max(after, min(MAX_ROUND_WAIT_MINUTES, after * 2 ** min(rounds, 20)))
 
 
-def decide(placement: Placement | None, look: Look, outlooks: Mapping[Place, Outlook] | None = None,
-           hours_left: float = float("inf")) -> MoveDecision:
+def decide(
+    placement: Placement | None,
+    look: Look,
+    outlooks: Mapping[Place, Outlook] | None = None,
+    hours_left: float = float("inf"),
+) -> MoveDecision:
     """Pure: the move decision for one look. With Compute Engine's capacity data for the group's
     place (`outlooks`, docs/capacity-data.md), the move is a bet (survivor/operator/move_bet.py
     `weigh`: the training time the target is expected to give against the move's price, over the
@@ -157,63 +161,97 @@ def decide(placement: Placement | None, look: Look, outlooks: Mapping[Place, Out
     group's once it has waited. A place in `look.not_offered` is passed over either way."""
     order = places(placement) if placement is not None else ()
     if placement is None or len(order) < 2:
-        return MoveDecision(False, None, "the spec names no other region or shape (placement.regions, "
-                                         "placement.shapes)")
+        return MoveDecision(
+            False, None, "the spec names no other region or shape (placement.regions, placement.shapes)"
+        )
     if look.running:
         return MoveDecision(False, None, "a VM of the group runs")
     here_place = Place(region_of(look.place), look.shape)
     if outlooks and here_place in outlooks:
         known = {p: o for p, o in outlooks.items() if p in order or p == here_place}
-        bet = move_bet.weigh(here_place, known, move_bet.Costs(hours_left=hours_left),
-                             skip=frozenset(look.not_offered),
-                             name=lambda p: p.region + (f" on {shape_text(placement, p.shape)}" if placement.shapes
-                                                        else ""))
-        seen = (f" with {', '.join(sorted(set(look.capacity_errors)))}" if look.capacity_errors else "")
+        bet = move_bet.weigh(
+            here_place,
+            known,
+            move_bet.Costs(hours_left=hours_left),
+            skip=frozenset(look.not_offered),
+            name=lambda p: p.region + (f" on {shape_text(placement, p.shape)}" if placement.shapes else ""),
+        )
+        seen = f" with {', '.join(sorted(set(look.capacity_errors)))}" if look.capacity_errors else ""
         if bet.to is None:
-            return MoveDecision(False, None, f"no training VM in {here_place.region}{seen}; capacity data: "
-                                             f"{bet.reason}")
+            return MoveDecision(
+                False, None, f"no training VM in {here_place.region}{seen}; capacity data: {bet.reason}"
+            )
         to = bet.to
         assert isinstance(to, Place)
         if look.pending and look.idle_seconds / 60 < 2 * placement.move_after_minutes:
-            return MoveDecision(False, None, f"capacity data: {bet.reason}; waiting (up to "
-                                             f"{2 * placement.move_after_minutes:g} min) for a VM of "
-                                             f"{here_place.region} to commit the snapshot on its state disk")
-        return MoveDecision(True, to.region, f"no training VM in {here_place.region}{seen}; capacity data: "
-                                             f"{bet.reason}", lost_pending=look.pending, to_shape=to.shape)
+            return MoveDecision(
+                False,
+                None,
+                f"capacity data: {bet.reason}; waiting (up to "
+                f"{2 * placement.move_after_minutes:g} min) for a VM of "
+                f"{here_place.region} to commit the snapshot on its state disk",
+            )
+        return MoveDecision(
+            True,
+            to.region,
+            f"no training VM in {here_place.region}{seen}; capacity data: {bet.reason}",
+            lost_pending=look.pending,
+            to_shape=to.shape,
+        )
     minutes = look.idle_seconds / 60
     after = wait_minutes(placement, look.moves_without_vm, len(order))
     capacity = bool(look.capacity_errors) and minutes >= after
     preempting = look.preemptions_last_hour >= placement.preemptions_per_hour
     if not (capacity or preempting):
-        rounds = (f" (every place was out {look.moves_without_vm // max(1, len(order) - 1)} time(s) round: "
-                  f"the wait doubles)" if after > placement.move_after_minutes else "")
-        why = (f"capacity errors for {minutes:.0f} of {after:g} min{rounds}" if look.capacity_errors
-               else "no capacity error listed")
+        rounds = (
+            f" (every place was out {look.moves_without_vm // max(1, len(order) - 1)} time(s) round: the wait doubles)"
+            if after > placement.move_after_minutes
+            else ""
+        )
+        why = (
+            f"capacity errors for {minutes:.0f} of {after:g} min{rounds}"
+            if look.capacity_errors
+            else "no capacity error listed"
+        )
         return MoveDecision(False, None, f"no training VM for {minutes:.0f} min; {why}")
     here = region_of(look.place)
     shaped = f" ({shape_text(placement, look.shape)})" if placement.shapes else ""
     if capacity:
-        reason = (f"no training VM in {here}{shaped} for {minutes:.0f} min with "
-                  f"{', '.join(sorted(set(look.capacity_errors)))}")
+        reason = (
+            f"no training VM in {here}{shaped} for {minutes:.0f} min with "
+            f"{', '.join(sorted(set(look.capacity_errors)))}"
+        )
     else:
         reason = f"{here} preempted the job {look.preemptions_last_hour} times in the last hour"
     to = next_place(order, Place(here, look.shape), look.not_offered)
     if to is None:
-        return MoveDecision(False, None, f"{reason}; no other place offers its GPU (placement.regions, "
-                                         "placement.shapes)")
+        return MoveDecision(
+            False, None, f"{reason}; no other place offers its GPU (placement.regions, placement.shapes)"
+        )
     if look.pending and minutes < 2 * after:
-        return MoveDecision(False, None, f"{reason}; waiting (up to {2 * after:g} min) for a VM of {here} to commit "
-                                         "the snapshot on its state disk")
+        return MoveDecision(
+            False,
+            None,
+            f"{reason}; waiting (up to {2 * after:g} min) for a VM of {here} to commit the snapshot on its state disk",
+        )
     at = order.index(Place(here, look.shape)) + 1 if Place(here, look.shape) in order else 0
     walked = order[at:] + order[:at]
     passed = [p for p in walked[: walked.index(to)] if p in look.not_offered]
     if passed:
-        reason += " (passed over " + ", ".join(
-            p.region + (f" on {shape_text(placement, p.shape)}" if placement.shapes else "") for p in passed) + \
-            ": no zone there offers the GPU)"
-    return MoveDecision(True, to.region, reason + (" (a state-disk snapshot not yet in Cloud Storage is left behind)"
-                                                   if look.pending else ""), lost_pending=look.pending,
-                        to_shape=to.shape)
+        reason += (
+            " (passed over "
+            + ", ".join(
+                p.region + (f" on {shape_text(placement, p.shape)}" if placement.shapes else "") for p in passed
+            )
+            + ": no zone there offers the GPU)"
+        )
+    return MoveDecision(
+        True,
+        to.region,
+        reason + (" (a state-disk snapshot not yet in Cloud Storage is left behind)" if look.pending else ""),
+        lost_pending=look.pending,
+        to_shape=to.shape,
+    )
 
 
 # -- the look and the move (side effects) -----------------------------------------------------------
@@ -227,8 +265,9 @@ def place_of(group: GroupRef) -> str:
 def group_at(group: GroupRef, place: str) -> GroupRef:
     """The job's group (same project and name) at `place`."""
     kind, _, where = place.partition("/")
-    return GroupRef(group.project, group.name, zone=where if kind == "zones" else None,
-                    region=where if kind == "regions" else None)
+    return GroupRef(
+        group.project, group.name, zone=where if kind == "zones" else None, region=where if kind == "regions" else None
+    )
 
 
 def current_group(storage: JobStorage, group: GroupRef) -> GroupRef:
@@ -244,22 +283,37 @@ def _idle_since(attempts: list[Attempt], created: _dt.datetime | None, recorded:
     return max(known) if known else None
 
 
-def preempted_in(attempts: list[Attempt], region: str, now: _dt.datetime, *, moved: _dt.datetime | None = None,
-                 scale: float = 1.0) -> int:
+def preempted_in(
+    attempts: list[Attempt], region: str, now: _dt.datetime, *, moved: _dt.datetime | None = None, scale: float = 1.0
+) -> int:
     """Pure: how many of `attempts` ended preempted in `region` in the last hour before `now` (an hour
     of the simulator's fast clock at `scale`) and began after the job's last move (`moved`). An
     attempt's region is its VM's zone's; one recorded without a zone (written before survivor kept
     it) counts wherever the group is."""
     hour_ago = now - _dt.timedelta(hours=1 / scale)
-    return sum(1 for a in attempts if a.outcome == "preempted"
-               and (not a.zone or region_of(f"zones/{a.zone}") == region)
-               and (parse_time(a.ended) or now) >= hour_ago
-               and (moved is None or (parse_time(a.started) or now) >= moved))
+    return sum(
+        1
+        for a in attempts
+        if a.outcome == "preempted"
+        and (not a.zone or region_of(f"zones/{a.zone}") == region)
+        and (parse_time(a.ended) or now) >= hour_ago
+        and (moved is None or (parse_time(a.started) or now) >= moved)
+    )
 
 
-def look_from(place: str, *, instances: list[dict], attempts: list[Attempt], errors: list[dict],
-              created: _dt.datetime | None, recorded: list[Move], pending: bool, now: _dt.datetime,
-              scale: float = 1.0, booting: str | None = None) -> Look:
+def look_from(
+    place: str,
+    *,
+    instances: list[dict],
+    attempts: list[Attempt],
+    errors: list[dict],
+    created: _dt.datetime | None,
+    recorded: list[Move],
+    pending: bool,
+    now: _dt.datetime,
+    scale: float = 1.0,
+    booting: str | None = None,
+) -> Look:
     """Pure: the Look at the job's group at `place`, from what was read of it: its instances
     (`Compute.managed_instances`), the journal's attempts, its `listErrors`, when it was made, the
     job's recorded moves, whether a state-disk snapshot is pending.
@@ -269,13 +323,27 @@ def look_from(place: str, *, instances: list[dict], attempts: list[Attempt], err
     before it do not count: at a boot only a region that keeps preempting the job moves it."""
     running = any(m["status"] == "RUNNING" and m.get("name") != booting for m in instances)
     since = _idle_since(attempts, created, recorded) or now
-    codes = () if booting else tuple(e.get("code", "") for e in errors
-                                     if e.get("code", "").startswith(CAPACITY_CODES)
-                                     and (parse_time(e.get("timestamp")) or now) >= since)
+    codes = (
+        ()
+        if booting
+        else tuple(
+            e.get("code", "")
+            for e in errors
+            if e.get("code", "").startswith(CAPACITY_CODES) and (parse_time(e.get("timestamp")) or now) >= since
+        )
+    )
     moved = parse_time(recorded[-1].time) if recorded else None
     preempted = preempted_in(attempts, region_of(place), now, moved=moved, scale=scale)
-    return Look(place, running, max(0.0, (now - since).total_seconds()) * scale, codes, preempted, pending,
-                shape=current_shape(recorded), moves_without_vm=moves_without_vm(attempts, recorded))
+    return Look(
+        place,
+        running,
+        max(0.0, (now - since).total_seconds()) * scale,
+        codes,
+        preempted,
+        pending,
+        shape=current_shape(recorded),
+        moves_without_vm=moves_without_vm(attempts, recorded),
+    )
 
 
 def moves_without_vm(attempts: list[Attempt], recorded: list[Move]) -> int:
@@ -287,9 +355,15 @@ def moves_without_vm(attempts: list[Attempt], recorded: list[Move]) -> int:
     return sum(1 for t in times if last_vm is None or t is None or t > last_vm)
 
 
-def look(compute: Compute, group: GroupRef, storage: JobStorage, now: _dt.datetime,
-         scale: float = 1.0, booting: str | None = None,
-         placement: Placement | None = None) -> tuple[GroupRef, Look] | None:
+def look(
+    compute: Compute,
+    group: GroupRef,
+    storage: JobStorage,
+    now: _dt.datetime,
+    scale: float = 1.0,
+    booting: str | None = None,
+    placement: Placement | None = None,
+) -> tuple[GroupRef, Look] | None:
     """Looks at the job's current group (after its moves); None when it does not exist. `scale`:
     simulated seconds per second (the simulator's fast clock), applied to the durations seen;
     `booting`: the VM looking at its own boot (`look_from`). `Look.not_offered` is left empty:
@@ -303,17 +377,27 @@ def look(compute: Compute, group: GroupRef, storage: JobStorage, now: _dt.dateti
     current = group_at(group, current_place(recorded, place_of(group)))
     found = compute.get_group(current)
     if found is None and place_of(current) != place_of(group):
-        log.warning("no group where the job's newest move record puts it; looking at its address",
-                    recorded=place_of(current), address=place_of(group))
+        log.warning(
+            "no group where the job's newest move record puts it; looking at its address",
+            recorded=place_of(current),
+            address=place_of(group),
+        )
         kept = [i + 1 for i, m in enumerate(recorded) if m.to_place == place_of(group)]
         recorded, current, found = recorded[: kept[-1] if kept else 0], group, compute.get_group(group)
     if found is None:
         return None
-    return current, look_from(place_of(current), instances=compute.managed_instances(current),
-                              attempts=Journal(storage).attempts(),
-                              errors=[] if booting else compute.group_errors(current),
-                              created=parse_time(found.get("creationTimestamp")), recorded=recorded,
-                              pending=bool(storage.list(PENDING)), now=now, scale=scale, booting=booting)
+    return current, look_from(
+        place_of(current),
+        instances=compute.managed_instances(current),
+        attempts=Journal(storage).attempts(),
+        errors=[] if booting else compute.group_errors(current),
+        created=parse_time(found.get("creationTimestamp")),
+        recorded=recorded,
+        pending=bool(storage.list(PENDING)),
+        now=now,
+        scale=scale,
+        booting=booting,
+    )
 
 
 def job_template(compute: Compute, current: GroupRef, shape: int) -> tuple[str, dict | None]:
@@ -351,9 +435,19 @@ def offers(compute: Compute, current: GroupRef, spec: JobSpec, job: dict) -> fro
     return frozenset(refused)
 
 
-def look_and_move(compute: Compute, group: GroupRef, spec: JobSpec, storage: JobStorage, *, by: str,
-                  now: _dt.datetime | None = None, scale: float = 1.0, booting: str | None = None,
-                  say: Callable[[str], None] = lambda _: None, seen: str | None = None) -> Move | None:
+def look_and_move(
+    compute: Compute,
+    group: GroupRef,
+    spec: JobSpec,
+    storage: JobStorage,
+    *,
+    by: str,
+    now: _dt.datetime | None = None,
+    scale: float = 1.0,
+    booting: str | None = None,
+    say: Callable[[str], None] = lambda _: None,
+    seen: str | None = None,
+) -> Move | None:
     """One look at the job and, when `decide` says so, its move to the next place. Returns the Move
     made, else None. Which places cannot take the job (`offers`) is asked only once a move is due.
     `booting`: the VM whose agent looks at its boot, before it takes the lease (`look_from`). The look
@@ -372,8 +466,11 @@ def look_and_move(compute: Compute, group: GroupRef, spec: JobSpec, storage: Job
     current, state = seen_look
     # capacity data while no VM of the group runs, not at a boot: the booting VM got capacity, and at
     # a boot only a region that keeps preempting the job moves it (`look_from`)
-    outlooks = (outlooks_for(compute, spec, Place(region_of(state.place), state.shape), current.zone)
-                if spec.placement is not None and not state.running and booting is None else None)
+    outlooks = (
+        outlooks_for(compute, spec, Place(region_of(state.place), state.shape), current.zone)
+        if spec.placement is not None and not state.running and booting is None
+        else None
+    )
     decision = decide(spec.placement, state, outlooks)
     job = None
     if decision.move:
@@ -383,13 +480,13 @@ def look_and_move(compute: Compute, group: GroupRef, spec: JobSpec, storage: Job
             decision = decide(spec.placement, state, outlooks)
     where = ""
     if decision.move and spec.placement is not None:  # decide moves only with a placement
-        where = f"move to {decision.to_region}" + (f", shape {shape_text(spec.placement, decision.to_shape)}"
-                                                   if spec.placement.shapes else "")
+        where = f"move to {decision.to_region}" + (
+            f", shape {shape_text(spec.placement, decision.to_shape)}" if spec.placement.shapes else ""
+        )
     say(f"job {group.name} in {state.place}: {where or 'stay'}: {decision.reason}")
     if not decision.move or spec.placement is None:
         return None
-    moved = move(compute, current, decision, storage, by=by, now=now, spec=spec, shape=state.shape, say=say,
-                 seen=seen)
+    moved = move(compute, current, decision, storage, by=by, now=now, spec=spec, shape=state.shape, say=say, seen=seen)
     if moved is not None:
         _state_disks_left_behind(compute, spec, storage, say)
     return moved
@@ -401,8 +498,9 @@ def _state_disks_left_behind(compute: Compute, spec: JobSpec, storage: JobStorag
     if spec.state_disk_gb and spec.placement is not None:
         from survivor.operator import state_disks
 
-        state_disks.clean_after_moves(compute, spec.name, storage, spec.placement.regions,
-                                      shapes=len(spec.placement.shapes), say=say)
+        state_disks.clean_after_moves(
+            compute, spec.name, storage, spec.placement.regions, shapes=len(spec.placement.shapes), say=say
+        )
 
 
 def place_machines(spec: JobSpec) -> dict[Place, tuple[str, str | None, int]]:
@@ -427,22 +525,36 @@ def place_machines(spec: JobSpec) -> dict[Place, tuple[str, str | None, int]]:
     return {p: machines[p.shape] for p in places(spec.placement) if p.shape in machines}
 
 
-def outlooks_for(compute: Compute, spec: JobSpec, here: Place | None = None,
-                 zone: str | None = None) -> dict[Place, Outlook]:
+def outlooks_for(
+    compute: Compute, spec: JobSpec, here: Place | None = None, zone: str | None = None
+) -> dict[Place, Outlook]:
     """Compute Engine's capacity data for every place of the spec (survivor/cloud/capacity.py
     `read_outlooks`); `here` in `zone` only, when the group there is zonal. A place it could not
     get is left out, said once in the log, and decided without it."""
     from survivor.cloud.capacity import read_outlooks
 
     wanted = list(place_machines(spec).items())
-    found = read_outlooks(compute.capacity_advice, compute.capacity_history,
-                          [(p.region, machine, zone if p == here else None) for p, machine in wanted])
+    found = read_outlooks(
+        compute.capacity_advice,
+        compute.capacity_history,
+        [(p.region, machine, zone if p == here else None) for p, machine in wanted],
+    )
     return {wanted[i][0]: outlook for i, outlook in found.items()}
 
 
-def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: JobStorage, *, by: str,
-         now: _dt.datetime, spec: JobSpec, shape: int = 0, say: Callable[[str], None] = lambda _: None,
-         seen: str | None = None) -> Move | None:
+def move(
+    compute: Compute,
+    current: GroupRef,
+    decision: MoveDecision,
+    storage: JobStorage,
+    *,
+    by: str,
+    now: _dt.datetime,
+    spec: JobSpec,
+    shape: int = 0,
+    say: Callable[[str], None] = lambda _: None,
+    seen: str | None = None,
+) -> Move | None:
     """Moves the job's group to `decision.to`, or the next place of the spec after it that can take
     it (a region whose zones offer no GPU of the shape refuses the group). None when no place could,
     or when another look claimed the job first.
@@ -458,8 +570,13 @@ def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: J
     expired, and a VM of a group the records left never trains (survivor/agent/boot.py)."""
     from survivor.cloud.compute import ComputeError
     from survivor.operator.deadline import ON_DEMAND
-    from survivor.operator.group import (RequestError, on_demand_template_body, regional_zones, shape_template_body,
-                                         template_mode)
+    from survivor.operator.group import (
+        RequestError,
+        on_demand_template_body,
+        regional_zones,
+        shape_template_body,
+        template_mode,
+    )
 
     placement = spec.placement
     if placement is None:
@@ -492,10 +609,8 @@ def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: J
                     body = on_demand_template_body(body)
                     if compute.get_template(body["name"]) is None:
                         compute.insert_template(body)
-                        say(f"template {body['name']}: created (on-demand, shape "
-                            f"{shape_text(placement, place.shape)})")
-            if place.region != here.region and "properties" in body and not regional_zones(compute, place.region,
-                                                                                            body):
+                        say(f"template {body['name']}: created (on-demand, shape {shape_text(placement, place.shape)})")
+            if place.region != here.region and "properties" in body and not regional_zones(compute, place.region, body):
                 # what make_group would refuse, found before the record
                 raise RequestError(f"group {current.name}: no zone of region {place.region} offers the template's GPU")
         except ComputeError as exc:  # RequestError too
@@ -506,13 +621,19 @@ def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: J
         # appends a hyphen and a random four-character string to the base instance name",
         # InstanceGroupManager.baseInstanceName, https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers),
         # and a zone's instance names are unique: the group takes the shape's template (complete_moves).
-        target = current if place.region == here.region else GroupRef(current.project, current.name,
-                                                                      region=place.region)
-        record = Move(time=(now + _dt.timedelta(milliseconds=written)).isoformat(), from_place=place_of(current),
-                      to_place=place_of(target), reason=decision.reason + (f" ({'; '.join(refused)})" if refused else ""),
-                      by=by, lost_pending="yes" if decision.lost_pending else "",
-                      shape=str(place.shape) if placement.shapes else "",
-                      machine=machine_text(body) if placement.shapes else "")
+        target = (
+            current if place.region == here.region else GroupRef(current.project, current.name, region=place.region)
+        )
+        record = Move(
+            time=(now + _dt.timedelta(milliseconds=written)).isoformat(),
+            from_place=place_of(current),
+            to_place=place_of(target),
+            reason=decision.reason + (f" ({'; '.join(refused)})" if refused else ""),
+            by=by,
+            lost_pending="yes" if decision.lost_pending else "",
+            shape=str(place.shape) if placement.shapes else "",
+            machine=machine_text(body) if placement.shapes else "",
+        )
         if seen is not None and not claims.claim(storage, seen, what=f"move to {record.to_place}", by=by, now=now):
             say(f"job {current.name}: another look moved or switched it first; this one leaves it")
             return None
@@ -524,18 +645,25 @@ def move(compute: Compute, current: GroupRef, decision: MoveDecision, storage: J
         try:
             complete_moves(compute, current, storage, placement, say=say, raise_on_new_group=True)
         except ComputeError as exc:  # refused, not transient (those were retried): the record is undone
-            back = Move(time=(now + _dt.timedelta(milliseconds=written)).isoformat(), from_place=record.to_place,
-                        to_place=record.from_place, reason=f"undone: its group could not be made: {exc}"[:2000],
-                        by=by, shape=str(shape) if placement.shapes else "",
-                        machine=machine_text(compute.get_template(own) or {}) if placement.shapes else "")
+            back = Move(
+                time=(now + _dt.timedelta(milliseconds=written)).isoformat(),
+                from_place=record.to_place,
+                to_place=record.from_place,
+                reason=f"undone: its group could not be made: {exc}"[:2000],
+                by=by,
+                shape=str(shape) if placement.shapes else "",
+                machine=machine_text(compute.get_template(own) or {}) if placement.shapes else "",
+            )
             record_move(storage, back)
             written += 1
             refused.append(f"{where}: {exc}")
             log.warning("a place refused the job's group", region=place.region, shape=place.shape, error=str(exc))
             seen = claims.what_was_seen(storage) if seen is not None else None  # the records it wrote, claimed anew
             continue
-        say(f"job {current.name}: moved from {record.from_place} to {record.to_place}"
-            + (f", shape {record.machine}" if record.machine else ""))
+        say(
+            f"job {current.name}: moved from {record.from_place} to {record.to_place}"
+            + (f", shape {record.machine}" if record.machine else "")
+        )
         return record
     say(f"job {current.name}: no other place could take its group: {'; '.join(refused)}")
     return None
@@ -623,13 +751,22 @@ def _keep_flex_start(compute: Compute, group: GroupRef, storage: JobStorage, say
     try:
         complete_switch(compute, group, storage, say=say)
     except (ComputeError, RequestError) as exc:
-        say(f"job {group.name}: its switch to flex-start not carried out on the new group yet ({exc}); the next "
-            "look tries again")
+        say(
+            f"job {group.name}: its switch to flex-start not carried out on the new group yet ({exc}); the next "
+            "look tries again"
+        )
         log.warning("flex-start not carried out on a moved group", group=group.name, error=str(exc))
 
 
-def complete_moves(compute: Compute, group: GroupRef, storage: JobStorage, placement: Placement, *,
-                   say: Callable[[str], None] = lambda _: None, raise_on_new_group: bool = False) -> GroupRef:
+def complete_moves(
+    compute: Compute,
+    group: GroupRef,
+    storage: JobStorage,
+    placement: Placement,
+    *,
+    say: Callable[[str], None] = lambda _: None,
+    raise_on_new_group: bool = False,
+) -> GroupRef:
     """The job's recorded moves carried out, whatever cut the look that recorded them; the job's
     current group (where its newest record puts it) returned. The records win over whatever group
     still exists: the group at the newest record's place is made when missing (with the template
@@ -657,18 +794,26 @@ def complete_moves(compute: Compute, group: GroupRef, storage: JobStorage, place
                 _step(lambda: compute.set_group_template(current, wanted))
                 # only the members made from another template: one the group made (or is making) from the
                 # new one since it took it, a VM recreated again would lose its boot
-                members = [(m["zone"], m["name"]) for m in _step(lambda: compute.managed_instances(current))
-                           if m["zone"] and m.get("template") != wanted]
+                members = [
+                    (m["zone"], m["name"])
+                    for m in _step(lambda: compute.managed_instances(current))
+                    if m["zone"] and m.get("template") != wanted
+                ]
                 if members:
                     _step(lambda: compute.recreate_instances(current, members))
                 say(f"job {group.name}: its group took template {wanted}, as its move of {last.time} said")
         elif found is None:
             source = _step(lambda: compute.get_group(group_at(group, last.from_place)))
             if source is None:
-                say(f"job {group.name}: its records put its group at {last.to_place}, where there is none, and "
-                    f"the group it moved from ({last.from_place}) is gone too: make it again (survivor make-group)")
-                log.error("no group where the records put the job, nor where it moved from", to=last.to_place,
-                          from_place=last.from_place)
+                say(
+                    f"job {group.name}: its records put its group at {last.to_place}, where there is none, and "
+                    f"the group it moved from ({last.from_place}) is gone too: make it again (survivor make-group)"
+                )
+                log.error(
+                    "no group where the records put the job, nor where it moved from",
+                    to=last.to_place,
+                    from_place=last.from_place,
+                )
                 return current
             wanted = template_for_shape(_template_of(source), shape)
             spot, mode = template_mode(wanted)
@@ -708,4 +853,5 @@ def machine_text(template: dict) -> str:
     attached = (props.get("guestAccelerators") or [{}])[0]
     kind = str(attached.get("acceleratorType") or "").rsplit("/", 1)[-1]
     return str(props.get("machineType") or "").rsplit("/", 1)[-1] + (
-        f" with {kind}:{attached.get('acceleratorCount')}" if kind else "")
+        f" with {kind}:{attached.get('acceleratorCount')}" if kind else ""
+    )

@@ -108,8 +108,9 @@ def utc_text(text: str) -> str:
         return _cell(text[:40])
 
 
-def move_transfers(moves: list[Move], attempts: list[Attempt], sizes: dict[str, int],
-                   crossing: tuple[str, ...] | None) -> list[MoveTransfer]:
+def move_transfers(
+    moves: list[Move], attempts: list[Attempt], sizes: dict[str, int], crossing: tuple[str, ...] | None
+) -> list[MoveTransfer]:
     """Pure: each move's restore after it. `sizes`: the bytes of each restored manifest still in the
     job dir; `crossing`: the regions that read the job dir's bucket across locations (None: unknown)."""
     out = []
@@ -168,14 +169,23 @@ class JobReport:
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON values (what `--json` prints)."""
-        out = {k: v for k, v in asdict(self).items() if k not in ("ledger", "prices", "moves", "failed_switches",
-                                                                  "transfers")}
+        out = {
+            k: v
+            for k, v in asdict(self).items()
+            if k not in ("ledger", "prices", "moves", "failed_switches", "transfers")
+        }
         out["prices"] = asdict(self.prices) if self.prices else None
         out["saving_so_far"] = self.saving_so_far
         out["saving_projected"] = self.saving_projected
-        out["badput"] = {cause: {"seconds": round(self.badput_seconds[cause], 3), "label": CAUSE[cause].label,
-                                 "ml_goodput_measurement": CAUSE[cause].google_term}
-                         for cause in CAUSES if cause != "productive"}
+        out["badput"] = {
+            cause: {
+                "seconds": round(self.badput_seconds[cause], 3),
+                "label": CAUSE[cause].label,
+                "ml_goodput_measurement": CAUSE[cause].google_term,
+            }
+            for cause in CAUSES
+            if cause != "productive"
+        }
         del out["badput_seconds"]
         if self.ledger is not None:
             out["switches"] = [asdict(s) for s in self.ledger.switches]
@@ -184,8 +194,10 @@ class JobReport:
             out["failed_switches"] = [asdict(f) for f in self.failed_switches]
             out["boot_modes"] = {str(number): mode for number, mode in self.ledger.modes.items()}
             out["unsaved_boots"] = list(self.ledger.unsaved)
-            out["timeline"] = [{"start": s.start.isoformat(), "end": s.end.isoformat(), "cause": s.cause,
-                                "attempt": s.attempt} for s in self.ledger.spans]
+            out["timeline"] = [
+                {"start": s.start.isoformat(), "end": s.end.isoformat(), "cause": s.cause, "attempt": s.attempt}
+                for s in self.ledger.spans
+            ]
         return out
 
 
@@ -209,9 +221,15 @@ def job_figures(job: JobView, prices: Prices | None, train_steps: int | None) ->
     and refused switches listed; no transfers (those read the job dir and its bucket again: the
     dashboard, which refreshes many jobs, shows the figures without them)."""
     latest = job.latest
-    report = figures(job.ledger, prices, job_dir=job.job_dir, state=job.phase,
-                     committed_step=latest.step if latest else None, train_steps=train_steps,
-                     preemptions=job.state.preemptions)
+    report = figures(
+        job.ledger,
+        prices,
+        job_dir=job.job_dir,
+        state=job.phase,
+        committed_step=latest.step if latest else None,
+        train_steps=train_steps,
+        preemptions=job.state.preemptions,
+    )
     report.moves = job.moves
     report.failed_switches = job.switch_failures
     return report
@@ -222,13 +240,21 @@ def report_prices(options: ReportOptions) -> Prices | None:
     prices given; the deadline's fallback machine's on-demand price beside); None without a machine."""
     prices = None
     if options.machine is not None:
-        prices = hourly_prices(options.machine, options.region, online=options.online,
-                               spot_price=options.spot_price, on_demand_price=options.on_demand_price)
+        prices = hourly_prices(
+            options.machine,
+            options.region,
+            online=options.online,
+            spot_price=options.spot_price,
+            on_demand_price=options.on_demand_price,
+        )
         if options.fallback is not None and options.fallback != options.machine:
             other = hourly_prices(options.fallback, options.region, online=options.online)
-            prices = replace(prices, fallback_on_demand=other.on_demand, flex_start=other.flex_start,
-                             basis=f"{prices.basis}; the fallback {_machine_text(options.fallback)} "
-                                   f"on-demand: {other.basis}")
+            prices = replace(
+                prices,
+                fallback_on_demand=other.on_demand,
+                flex_start=other.flex_start,
+                basis=f"{prices.basis}; the fallback {_machine_text(options.fallback)} on-demand: {other.basis}",
+            )
     return prices
 
 
@@ -258,8 +284,16 @@ def _bucket_crossing(storage: JobStorage, regions: list[str]) -> tuple[str, tupl
     return where, locations.crossing_regions(found.location or "", found.location_type, sorted(set(regions)), data)
 
 
-def figures(ledger: Ledger, prices: Prices | None, *, job_dir: str, state: str, committed_step: int | None,
-            train_steps: int | None, preemptions: int) -> JobReport:
+def figures(
+    ledger: Ledger,
+    prices: Prices | None,
+    *,
+    job_dir: str,
+    state: str,
+    committed_step: int | None,
+    train_steps: int | None,
+    preemptions: int,
+) -> JobReport:
     """Pure: the report's figures from a ledger and prices."""
     by_cause = ledger.seconds_by_cause()
     once = sum(s.seconds for s in ledger.spans if s.cause in ONCE_PER_JOB and s.attempt == _first(ledger))
@@ -270,26 +304,40 @@ def figures(ledger: Ledger, prices: Prices | None, *, job_dir: str, state: str, 
     vm_left = productive_left / productive_share if productive_left is not None and productive_share else None
     if steps_left == 0:
         productive_left = vm_left = 0.0
-    report = JobReport(job_dir=job_dir, state=state, committed_step=committed_step, train_steps=train_steps,
-                       wall_hours=round(ledger.wall_seconds / 3600, 4), vm_hours=round(ledger.vm_seconds / 3600, 4),
-                       goodput=None if ledger.goodput is None else round(ledger.goodput, 4),
-                       badput_seconds=by_cause, seconds_per_step=per_step, prices=prices,
-                       hours_left=None if vm_left is None else round(vm_left / 3600, 4),
-                       boots=len(ledger.boots), preemptions=preemptions, mode=ledger.mode,
-                       vm_hours_by_mode={mode: round(seconds / 3600, 4)
-                                         for mode, seconds in ledger.vm_seconds_by_mode().items()},
-                       ledger=ledger)
+    report = JobReport(
+        job_dir=job_dir,
+        state=state,
+        committed_step=committed_step,
+        train_steps=train_steps,
+        wall_hours=round(ledger.wall_seconds / 3600, 4),
+        vm_hours=round(ledger.vm_seconds / 3600, 4),
+        goodput=None if ledger.goodput is None else round(ledger.goodput, 4),
+        badput_seconds=by_cause,
+        seconds_per_step=per_step,
+        prices=prices,
+        hours_left=None if vm_left is None else round(vm_left / 3600, 4),
+        boots=len(ledger.boots),
+        preemptions=preemptions,
+        mode=ledger.mode,
+        vm_hours_by_mode={mode: round(seconds / 3600, 4) for mode, seconds in ledger.vm_seconds_by_mode().items()},
+        ledger=ledger,
+    )
     if prices is not None:
         od_hours_so_far = (ledger.productive_seconds + once) / 3600
-        report.cost_by_mode = {mode: _usd(seconds / 3600, rate(prices, mode))
-                               for mode, seconds in ledger.vm_seconds_by_mode().items()}
-        report.cost_so_far = {"job": _sum(report.cost_by_mode.values()),
-                              "on_demand": _usd(od_hours_so_far, prices.on_demand)}
+        report.cost_by_mode = {
+            mode: _usd(seconds / 3600, rate(prices, mode)) for mode, seconds in ledger.vm_seconds_by_mode().items()
+        }
+        report.cost_so_far = {
+            "job": _sum(report.cost_by_mode.values()),
+            "on_demand": _usd(od_hours_so_far, prices.on_demand),
+        }
         if productive_left is not None and vm_left is not None:
             # the VM time left runs in the mode the group is in now, at that mode's price
             left = _usd(vm_left / 3600, rate(prices, ledger.mode))
-            report.cost_projected = {"job": _sum([report.cost_so_far["job"], left]),
-                                     "on_demand": _usd(od_hours_so_far + productive_left / 3600, prices.on_demand)}
+            report.cost_projected = {
+                "job": _sum([report.cost_so_far["job"], left]),
+                "on_demand": _usd(od_hours_so_far + productive_left / 3600, prices.on_demand),
+            }
     return report
 
 
@@ -330,10 +378,17 @@ def cost_summary(report: JobReport) -> dict[str, Any] | None:
     p = report.prices
     if p is None:
         return None
-    return {"vm_hours": report.vm_hours, "so_far": report.cost_so_far.get("job"),
-            "on_demand_so_far": report.cost_so_far.get("on_demand"), "saving_so_far": report.saving_so_far,
-            "by_mode": report.cost_by_mode, "spot_per_hour": p.spot, "on_demand_per_hour": p.on_demand,
-            "fallback_on_demand_per_hour": p.fallback_on_demand, "basis": p.basis}
+    return {
+        "vm_hours": report.vm_hours,
+        "so_far": report.cost_so_far.get("job"),
+        "on_demand_so_far": report.cost_so_far.get("on_demand"),
+        "saving_so_far": report.saving_so_far,
+        "by_mode": report.cost_by_mode,
+        "spot_per_hour": p.spot,
+        "on_demand_per_hour": p.on_demand,
+        "fallback_on_demand_per_hour": p.fallback_on_demand,
+        "basis": p.basis,
+    }
 
 
 def status_line(report: JobReport) -> str:
@@ -343,8 +398,11 @@ def status_line(report: JobReport) -> str:
     if job is None or report.prices is None:  # a cost comes only with prices
         return f"{goodput} of {report.wall_hours:.2f} h; cost unknown (no machine or price)"
     od = f" (on-demand ${on_demand:.2f})" if on_demand is not None else ""
-    after = [f"{mode} ${report.cost_by_mode[mode]:.2f}" for mode in (ON_DEMAND, FLEX_START)
-             if report.vm_hours_by_mode.get(mode) and report.cost_by_mode.get(mode) is not None]
+    after = [
+        f"{mode} ${report.cost_by_mode[mode]:.2f}"
+        for mode in (ON_DEMAND, FLEX_START)
+        if report.vm_hours_by_mode.get(mode) and report.cost_by_mode.get(mode) is not None
+    ]
     where = "on Spot" if not after else f"(Spot ${report.cost_by_mode[SPOT]:.2f} + {' + '.join(after)} after a switch)"
     return f"{goodput} of {report.wall_hours:.2f} h; ${job:.2f} so far {where}{od}; {report.prices.basis}"
 
@@ -352,44 +410,71 @@ def status_line(report: JobReport) -> str:
 def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
     """The report as Markdown: the figures, badput by cause, the switches between Spot and on-demand,
     cost by provisioning mode beside the same job on on-demand, the timeline."""
-    lines = [f"# Job report: {report.job_dir}", "",
-             f"State **{report.state}**, committed step {report.committed_step if report.committed_step is not None else '-'}"
-             + (f" of {report.train_steps}" if report.train_steps else "")
-             + f"; {report.boots} boots, {report.preemptions} preemptions.", "",
-             f"- Goodput: **{'-' if report.goodput is None else f'{100 * report.goodput:.1f}%'}** of "
-             f"{_duration(report.wall_hours * 3600)} wall time ({_duration(report.vm_hours * 3600)} of VM time)"]
+    lines = [
+        f"# Job report: {report.job_dir}",
+        "",
+        f"State **{report.state}**, committed step {report.committed_step if report.committed_step is not None else '-'}"
+        + (f" of {report.train_steps}" if report.train_steps else "")
+        + f"; {report.boots} boots, {report.preemptions} preemptions.",
+        "",
+        f"- Goodput: **{'-' if report.goodput is None else f'{100 * report.goodput:.1f}%'}** of "
+        f"{_duration(report.wall_hours * 3600)} wall time ({_duration(report.vm_hours * 3600)} of VM time)",
+    ]
     if report.seconds_per_step:
         lines.append(f"- Measured: {report.seconds_per_step:.3f} s per step of productive training")
     if report.hours_left is not None:
         lines.append(f"- Left: {_duration(report.hours_left * 3600)} of VM time at the measured goodput")
-    lines += ["", "## Where the time went", "", "| cause | ml-goodput-measurement | time | share |",
-              "|---|---|---:|---:|"]
+    lines += [
+        "",
+        "## Where the time went",
+        "",
+        "| cause | ml-goodput-measurement | time | share |",
+        "|---|---|---:|---:|",
+    ]
     wall = (report.ledger.wall_seconds if report.ledger else report.wall_hours * 3600) or 1.0  # unrounded
     for cause in CAUSES:
         seconds = report.badput_seconds[cause]
-        lines.append(f"| {CAUSE[cause].label} | {CAUSE[cause].google_term or '(goodput)'} | {_duration(seconds)} | "
-                     f"{100 * seconds / wall:.1f}% |")
+        lines.append(
+            f"| {CAUSE[cause].label} | {CAUSE[cause].google_term or '(goodput)'} | {_duration(seconds)} | "
+            f"{100 * seconds / wall:.1f}% |"
+        )
     unsaved = report.ledger.unsaved if report.ledger else []
     if unsaved:
-        lines += ["", f"{CAUSE['checkpoint'].label.capitalize()} include the agent's wait for a save that never came: "
-                      f"{UNSAVED} in boot{'s' if len(unsaved) > 1 else ''} {', '.join(map(str, unsaved))} (it did "
-                      "not exit on SIGTERM and was killed; its steps since its last checkpoint were lost)."]
+        lines += [
+            "",
+            f"{CAUSE['checkpoint'].label.capitalize()} include the agent's wait for a save that never came: "
+            f"{UNSAVED} in boot{'s' if len(unsaved) > 1 else ''} {', '.join(map(str, unsaved))} (it did "
+            "not exit on SIGTERM and was killed; its steps since its last checkpoint were lost).",
+        ]
     lines += ["", "## Switches between Spot and on-demand", ""]
     switches = report.ledger.switches if report.ledger else []
     if not switches:
         lines.append("None: every VM ran on Spot.")
     else:
-        lines += [f"The group runs **{report.mode}** now.", "",
-                  "| time (UTC) | switch | reason | decided by |", "|---|---|---|---|"]
+        lines += [
+            f"The group runs **{report.mode}** now.",
+            "",
+            "| time (UTC) | switch | reason | decided by |",
+            "|---|---|---|---|",
+        ]
         for switch in switches:
-            lines.append(f"| {utc_text(switch.time)} | {switch.from_mode or '?'} -> {switch.to_mode} | {_cell(switch.reason)} | "
-                         f"{_cell(switch.by) or '?'} |")
+            lines.append(
+                f"| {utc_text(switch.time)} | {switch.from_mode or '?'} -> {switch.to_mode} | {_cell(switch.reason)} | "
+                f"{_cell(switch.by) or '?'} |"
+            )
     if report.failed_switches:
-        lines += ["", "Switches decided but refused by Compute Engine (grant the roles in docs/operator-guide.md):", "",
-                  "| time (UTC) | to | decided by | refusal |", "|---|---|---|---|"]
+        lines += [
+            "",
+            "Switches decided but refused by Compute Engine (grant the roles in docs/operator-guide.md):",
+            "",
+            "| time (UTC) | to | decided by | refusal |",
+            "|---|---|---|---|",
+        ]
         for failure in report.failed_switches:
-            lines.append(f"| {utc_text(failure.time)} | {failure.to_mode} | {_cell(failure.by) or '?'} | "
-                         f"{_cell(failure.error[:300])} |")
+            lines.append(
+                f"| {utc_text(failure.time)} | {failure.to_mode} | {_cell(failure.by) or '?'} | "
+                f"{_cell(failure.error[:300])} |"
+            )
     lines += ["", "## Moves between regions", ""]
     if not report.moves:
         lines.append("None: the job stayed where its group was made.")
@@ -398,32 +483,56 @@ def markdown(report: JobReport, png_name: str = "timeline.png") -> str:
         for move in report.moves:
             lost = " (a state-disk snapshot left behind)" if move.lost_pending else ""
             shape = f" ({_cell(move.machine)})" if move.machine else ""
-            lines.append(f"| {utc_text(move.time)} | {move.from_place} -> {move.to_place}{shape} | {_cell(move.reason)}{lost} | "
-                         f"{_cell(move.by) or '?'} |")
-        lines += ["", "Data moved between locations by each move's restore (the commits after it and the data "
-                      "dir's reads cross too and are not counted):", ""]
+            lines.append(
+                f"| {utc_text(move.time)} | {move.from_place} -> {move.to_place}{shape} | {_cell(move.reason)}{lost} | "
+                f"{_cell(move.by) or '?'} |"
+            )
+        lines += [
+            "",
+            "Data moved between locations by each move's restore (the commits after it and the data "
+            "dir's reads cross too and are not counted):",
+            "",
+        ]
         lines += [f"- {transfer_line(t, report.bucket_location)}" for t in report.transfers]
     lines += ["", "## Cost", ""]
     if report.prices is None:
         lines.append("No machine known: no cost (name the job, or give --machine-type with --job-dir).")
     else:
         p = report.prices
-        fallback = ("" if p.fallback_on_demand is None else
-                    f", the deadline's on-demand fallback machine {money(p.fallback_on_demand)}/h")
-        lines += [f"Prices: Spot {money(p.spot)}/h, on-demand {money(p.on_demand)}/h{fallback} ({p.basis}).", "",
-                  "| VM time | time | price | cost |", "|---|---:|---:|---:|"]
-        for mode, label in ((SPOT, "on Spot"), (ON_DEMAND, "on on-demand (after a switch)"),
-                            (FLEX_START, "on flex-start (after a switch)")):
+        fallback = (
+            ""
+            if p.fallback_on_demand is None
+            else f", the deadline's on-demand fallback machine {money(p.fallback_on_demand)}/h"
+        )
+        lines += [
+            f"Prices: Spot {money(p.spot)}/h, on-demand {money(p.on_demand)}/h{fallback} ({p.basis}).",
+            "",
+            "| VM time | time | price | cost |",
+            "|---|---:|---:|---:|",
+        ]
+        for mode, label in (
+            (SPOT, "on Spot"),
+            (ON_DEMAND, "on on-demand (after a switch)"),
+            (FLEX_START, "on flex-start (after a switch)"),
+        ):
             if mode == FLEX_START and not report.vm_hours_by_mode.get(mode):
                 continue  # a row only for a job that ran on flex-start
-            lines.append(f"| {label} | {_duration(3600 * report.vm_hours_by_mode.get(mode, 0.0))} | {money(rate(p, mode))}/h | "
-                         f"{money(report.cost_by_mode.get(mode))} |")
-        lines += ["", "| | this job | on-demand (same job, no disruptions) | saving |", "|---|---:|---:|---:|",
-                  f"| so far | {money(report.cost_so_far.get('job'))} | {money(report.cost_so_far.get('on_demand'))} | "
-                  f"{money(report.saving_so_far)} |"]
+            lines.append(
+                f"| {label} | {_duration(3600 * report.vm_hours_by_mode.get(mode, 0.0))} | {money(rate(p, mode))}/h | "
+                f"{money(report.cost_by_mode.get(mode))} |"
+            )
+        lines += [
+            "",
+            "| | this job | on-demand (same job, no disruptions) | saving |",
+            "|---|---:|---:|---:|",
+            f"| so far | {money(report.cost_so_far.get('job'))} | {money(report.cost_so_far.get('on_demand'))} | "
+            f"{money(report.saving_so_far)} |",
+        ]
         if report.cost_projected:
-            lines.append(f"| projected to the finish (on {report.mode}) | {money(report.cost_projected.get('job'))} | "
-                         f"{money(report.cost_projected.get('on_demand'))} | {money(report.saving_projected)} |")
+            lines.append(
+                f"| projected to the finish (on {report.mode}) | {money(report.cost_projected.get('job'))} | "
+                f"{money(report.cost_projected.get('on_demand'))} | {money(report.saving_projected)} |"
+            )
     lines += ["", "## Timeline", "", f"![timeline]({png_name})", ""]
     return "\n".join(lines)
 
@@ -432,18 +541,23 @@ def transfer_line(transfer: MoveTransfer, bucket_location: str = "") -> str:
     """Pure: one move's restore, for people: its bytes and whether they crossed locations, unpriced."""
     bucket = f"the job dir's bucket ({bucket_location})" if bucket_location else "the job dir's bucket"
     if transfer.bytes is None:
-        size = ("the restored snapshot's size is not known (collected since, or not recorded)" if transfer.restored
-                else "nothing known restored yet")
+        size = (
+            "the restored snapshot's size is not known (collected since, or not recorded)"
+            if transfer.restored
+            else "nothing known restored yet"
+        )
     elif transfer.restored == "":
         return f"to {transfer.region}: a fresh start, nothing restored"
     else:
-        size = f"the restore read {transfer.bytes / 2 ** 30:.2f} GiB ({transfer.bytes} bytes)"
+        size = f"the restore read {transfer.bytes / 2**30:.2f} GiB ({transfer.bytes} bytes)"
     if transfer.across is None:
         return f"to {transfer.region}: {size} from {bucket}; whether across locations is not known"
     if not transfer.across:
         return f"to {transfer.region}: {size} from {bucket}, within its location: no data transfer fee"
-    return (f"to {transfer.region}: {size} from {bucket} across locations: data transfer between locations, "
-            f"not priced here (no sourced per-GiB rate, docs/bucket-location.md; {locations.PRICING_DOC})")
+    return (
+        f"to {transfer.region}: {size} from {bucket} across locations: data transfer between locations, "
+        f"not priced here (no sourced per-GiB rate, docs/bucket-location.md; {locations.PRICING_DOC})"
+    )
 
 
 def _cell(text: str) -> str:
@@ -484,8 +598,14 @@ def draw_timeline(report: JobReport, path: str) -> str:
         top.axvline(hours(start), color="black", linewidth=0.6)
         top.text(hours(start), 1.05, f"boot {number}", fontsize=7)
         if ledger.modes.get(number) == ON_DEMAND:  # the same causes, but billed at the on-demand price
-            top.broken_barh([(hours(start), (end - start).total_seconds() / 3600)], (0, 1), facecolors="none",
-                            edgecolor="#54278f", hatch="//", linewidth=0)
+            top.broken_barh(
+                [(hours(start), (end - start).total_seconds() / 3600)],
+                (0, 1),
+                facecolors="none",
+                edgecolor="#54278f",
+                hatch="//",
+                linewidth=0,
+            )
         if outcome in NOTICED:
             top.axvline(hours(end), color="#de2d26", linewidth=1.2, linestyle="--")
     for switch in ledger.switches:
@@ -493,15 +613,19 @@ def draw_timeline(report: JobReport, path: str) -> str:
         if when is not None:
             for axis in (top, bottom):
                 axis.axvline(hours(when), color="#54278f", linewidth=1.4, linestyle="-.")
-            top.text(hours(when), -0.02, f"-> {switch.to_mode} ({switch.by or '?'})", fontsize=7, color="#54278f",
-                     va="top")
+            top.text(
+                hours(when), -0.02, f"-> {switch.to_mode} ({switch.by or '?'})", fontsize=7, color="#54278f", va="top"
+            )
     top.set_yticks([])
     top.set_ylim(0, 1.3)
     if top.get_legend_handles_labels()[0]:  # a job without spans has nothing to label
         top.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=5, fontsize=7, frameon=False)
-    top.set_title(f"{report.job_dir}: goodput "
-                  + ("-" if report.goodput is None else f"{100 * report.goodput:.1f}%")
-                  + " (dashed red: preemption; purple: switch; hatched: on-demand)", fontsize=9)
+    top.set_title(
+        f"{report.job_dir}: goodput "
+        + ("-" if report.goodput is None else f"{100 * report.goodput:.1f}%")
+        + " (dashed red: preemption; purple: switch; hatched: on-demand)",
+        fontsize=9,
+    )
     if report.prices is not None:
         xs, spot, on_demand = [0.0], [0.0], [0.0]
         for number, start, end, _ in ledger.boots:  # cost accrues only while a VM runs, at its mode's price
@@ -509,16 +633,22 @@ def draw_timeline(report: JobReport, path: str) -> str:
             for t in (start, end):
                 xs.append(hours(t))
                 spot.append(spot[-1] + (0 if t == start else (end - start).total_seconds() / 3600 * own))
-                on_demand.append(on_demand[-1] + (0 if t == start else
-                                 (end - start).total_seconds() / 3600 * (report.prices.on_demand or 0)))
+                on_demand.append(
+                    on_demand[-1]
+                    + (0 if t == start else (end - start).total_seconds() / 3600 * (report.prices.on_demand or 0))
+                )
         xs.append(hours(ledger.end))
         spot.append(spot[-1])
         on_demand.append(on_demand[-1])
         bottom.plot(xs, spot, label="this job (Spot; on-demand after a switch)", color="#31a354")
         bottom.plot(xs, on_demand, label="the same VM time on on-demand", color="#3182bd")
         if report.cost_so_far.get("on_demand") is not None:
-            bottom.axhline(report.cost_so_far["on_demand"], color="#3182bd", linestyle=":",
-                           label="the same progress on on-demand, no disruptions")
+            bottom.axhline(
+                report.cost_so_far["on_demand"],
+                color="#3182bd",
+                linestyle=":",
+                label="the same progress on on-demand, no disruptions",
+            )
         bottom.set_ylabel("cumulative USD")
         bottom.legend(fontsize=7, loc="upper left")
     else:

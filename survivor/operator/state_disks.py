@@ -59,15 +59,23 @@ class StateDisk:
 
     def to_json(self) -> dict:
         """As `status --json` shows it."""
-        return {"name": self.name, "zone": self.zone, "size_gb": self.size_gb, "disk_type": self.disk_type,
-                "attached_to": [u.rsplit("/", 1)[-1] for u in self.users], "monthly_usd": self.monthly_usd,
-                "price_basis": pricing.DISK_BASIS}
+        return {
+            "name": self.name,
+            "zone": self.zone,
+            "size_gb": self.size_gb,
+            "disk_type": self.disk_type,
+            "attached_to": [u.rsplit("/", 1)[-1] for u in self.users],
+            "monthly_usd": self.monthly_usd,
+            "price_basis": pricing.DISK_BASIS,
+        }
 
 
 def find(compute: Compute, job: str) -> list[StateDisk]:
     """The job's state disks in every zone, by their label; ComputeError if they cannot be listed."""
-    return [StateDisk(d["name"], d["zone"], d["size_gb"], d["disk_type"], tuple(d["users"]))
-            for d in compute.labelled_disks(STATE_DISK_LABEL, job)]
+    return [
+        StateDisk(d["name"], d["zone"], d["size_gb"], d["disk_type"], tuple(d["users"]))
+        for d in compute.labelled_disks(STATE_DISK_LABEL, job)
+    ]
 
 
 def keep_reason(disk: StateDisk, pending: list[PendingSnapshot]) -> str | None:
@@ -79,8 +87,10 @@ def keep_reason(disk: StateDisk, pending: list[PendingSnapshot]) -> str | None:
     waiting = [r for r in pending if r.zone == disk.zone]
     if waiting:
         r = max(waiting, key=lambda r: r.step)
-        return (f"step {r.step} waits on it ({PENDING}{r.instance}.json): the next boot of {r.instance} in "
-                f"{r.zone} commits it; delete that record to let it go")
+        return (
+            f"step {r.step} waits on it ({PENDING}{r.instance}.json): the next boot of {r.instance} in "
+            f"{r.zone} commits it; delete that record to let it go"
+        )
     return None
 
 
@@ -92,8 +102,9 @@ def size_text(disk: StateDisk) -> str:
 
 def line(disk: StateDisk, reason: str | None) -> str:
     """Pure: one disk left, for people: where, how big, what it costs a month, why it is there."""
-    return (f"state disk {disk.name} ({disk.zone}), {size_text(disk)}: "
-            + (reason or "nothing waits on it: `survivor delete` (or the job's watch, once it ended) deletes it"))
+    return f"state disk {disk.name} ({disk.zone}), {size_text(disk)}: " + (
+        reason or "nothing waits on it: `survivor delete` (or the job's watch, once it ended) deletes it"
+    )
 
 
 def left(compute: Compute, job: str, storage=None) -> list[tuple[StateDisk, str | None]]:
@@ -119,8 +130,9 @@ def _pending(storage) -> list[PendingSnapshot] | None:
         return None
 
 
-def clean(compute: Compute, job: str, storage, *, only: Callable[[StateDisk], bool] = lambda _: True,
-          say: Say = _silent) -> list[tuple[StateDisk, str]]:
+def clean(
+    compute: Compute, job: str, storage, *, only: Callable[[StateDisk], bool] = lambda _: True, say: Say = _silent
+) -> list[tuple[StateDisk, str]]:
     """Deletes the job's state disks that `only` selects and that nothing needs (`keep_reason`); says
     one line for each disk deleted or kept, and returns those kept with why. `storage`: the job dir
     (None: not known, so every disk is kept, since a pending snapshot may need it). A disk still
@@ -132,8 +144,11 @@ def clean(compute: Compute, job: str, storage, *, only: Callable[[StateDisk], bo
     pending = _pending(storage) if storage is not None else None
     kept: list[tuple[StateDisk, str]] = []
     for disk in disks:
-        reason = ("the job dir's pending records could not be read, and one may need it" if pending is None
-                  else keep_reason(disk, pending))
+        reason = (
+            "the job dir's pending records could not be read, and one may need it"
+            if pending is None
+            else keep_reason(disk, pending)
+        )
         if reason is None:
             try:
                 compute.delete_disk(disk.zone, disk.name)
@@ -153,8 +168,9 @@ def clean(compute: Compute, job: str, storage, *, only: Callable[[StateDisk], bo
     return kept
 
 
-def clean_after_moves(compute: Compute, job: str, storage, regions: list[str] | tuple[str, ...], *,
-                      shapes: int = 0, say: Say = _silent) -> None:
+def clean_after_moves(
+    compute: Compute, job: str, storage, regions: list[str] | tuple[str, ...], *, shapes: int = 0, say: Say = _silent
+) -> None:
     """After the job's recorded moves (survivor/operator/placement.py): its state disks in a region the
     records moved it away from are deleted once nothing waits on them (a pending snapshot of that zone
     keeps its disk, and the line says so), as `survivor delete` does. The region its group is in now
@@ -165,7 +181,9 @@ def clean_after_moves(compute: Compute, job: str, storage, regions: list[str] | 
     recorded = moves(storage, regions, shapes)
     if not recorded:
         return
-    left_regions = {region_of(p) for m in recorded for p in (m.from_place, m.to_place)} - {region_of(recorded[-1].to_place)}
+    left_regions = {region_of(p) for m in recorded for p in (m.from_place, m.to_place)} - {
+        region_of(recorded[-1].to_place)
+    }
     if not left_regions:
         return
     try:

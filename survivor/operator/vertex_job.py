@@ -33,11 +33,18 @@ def storage_problems(body: dict[str, Any]) -> list[str]:
         except StorageError as exc:
             if exc.reason != BUCKET_MISSING:
                 raise
-            bucket = job_dir[len("gs://"):].split("/", 1)[0]
-            problems.append(f"job_dir {job_dir}: the bucket gs://{bucket} does not exist: create it "
-                            f"(gcloud storage buckets create gs://{bucket} --location REGION) or fix job_dir")
-    packages = sorted({uri for pool in body["jobSpec"]["workerPoolSpecs"]
-                       for uri in (pool.get("pythonPackageSpec") or {}).get("packageUris", ())})
+            bucket = job_dir[len("gs://") :].split("/", 1)[0]
+            problems.append(
+                f"job_dir {job_dir}: the bucket gs://{bucket} does not exist: create it "
+                f"(gcloud storage buckets create gs://{bucket} --location REGION) or fix job_dir"
+            )
+    packages = sorted(
+        {
+            uri
+            for pool in body["jobSpec"]["workerPoolSpecs"]
+            for uri in (pool.get("pythonPackageSpec") or {}).get("packageUris", ())
+        }
+    )
     for uri in packages:
         folder, _, name = uri.rpartition("/")
         try:
@@ -47,8 +54,7 @@ def storage_problems(body: dict[str, Any]) -> list[str]:
                 raise
             there = False
         if not there:
-            problems.append(f"package {uri}: no such object; upload it first (gcloud storage cp "
-                            f"dist/{name} {folder}/)")
+            problems.append(f"package {uri}: no such object; upload it first (gcloud storage cp dist/{name} {folder}/)")
     return problems
 
 
@@ -79,8 +85,11 @@ def checkpoints_report(job_dir: str) -> dict[str, Any]:
     # listing first: a missing bucket is an error there, where a read finds no object
     blob = storage.read("checkpoint") if storage.list("checkpoint") else None
     newest = newest_checkpoint(blob.data.decode("utf-8", "replace")) if blob else None
-    return {"checkpoints": where, "checkpoint": f"{where}/{newest[0]}" if newest else None,
-            "step": newest[1] if newest else None}
+    return {
+        "checkpoints": where,
+        "checkpoint": f"{where}/{newest[0]}" if newest else None,
+        "step": newest[1] if newest else None,
+    }
 
 
 def job_report(name: str, region: str | None = None, job_dir: str | None = None) -> dict[str, Any]:

@@ -69,8 +69,13 @@ class JobOver:
     waiting: str = ""
 
 
-def over_group_to_delete(state: str | None, marker_time: _dt.datetime | None, target_size: int,
-                         now: _dt.datetime, grace_seconds: float = FINISH_GRACE_SECONDS) -> bool:
+def over_group_to_delete(
+    state: str | None,
+    marker_time: _dt.datetime | None,
+    target_size: int,
+    now: _dt.datetime,
+    grace_seconds: float = FINISH_GRACE_SECONDS,
+) -> bool:
     """Pure: whether a look deletes the group of a job that ended. A finished VM leaves its group
     (`deleteInstances`: the target size goes down); a group that still keeps a VM `grace_seconds`
     after DONE or FAILED has one that could not (its account lacks compute.instanceGroupManagers.update),
@@ -83,8 +88,15 @@ def over_group_to_delete(state: str | None, marker_time: _dt.datetime | None, ta
     return marker_time is None or (now - marker_time).total_seconds() >= grace_seconds
 
 
-def end_if_over(compute: Compute, group: GroupRef, storage, *, say: Say = _silent,
-                now: _dt.datetime | None = None, grace_seconds: float | None = None) -> JobOver | None:
+def end_if_over(
+    compute: Compute,
+    group: GroupRef,
+    storage,
+    *,
+    say: Say = _silent,
+    now: _dt.datetime | None = None,
+    grace_seconds: float | None = None,
+) -> JobOver | None:
     """The look at a job whose journal holds DONE or FAILED: its group deleted when
     `over_group_to_delete` says so. None while the job has not ended."""
     from survivor.jobdir.journal import Journal
@@ -102,8 +114,10 @@ def end_if_over(compute: Compute, group: GroupRef, storage, *, say: Say = _silen
         say(f"job {group.name}: {state}; nothing to decide")
         return JobOver(state)
     compute.delete_group(group)
-    say(f"job {group.name}: {state}, but its group still kept a VM (the VM's account could not leave it: grant it "
-        f"roles/compute.instanceAdmin.v1 or compute.instanceGroupManagers.update); group {group.name} deleted")
+    say(
+        f"job {group.name}: {state}, but its group still kept a VM (the VM's account could not leave it: grant it "
+        f"roles/compute.instanceAdmin.v1 or compute.instanceGroupManagers.update); group {group.name} deleted"
+    )
     return JobOver(state, group_deleted=True)
 
 
@@ -123,8 +137,9 @@ def end_state_disks(compute: Compute, spec: JobSpec, storage, over: JobOver, *, 
     return replace(over, waiting=f"state disk {', '.join(attached)} still attached") if attached else over
 
 
-def publish_goodput(spec: JobSpec, storage, group: GroupRef, *, created: _dt.datetime | None = None,
-                    say: Say = _silent, metrics=None) -> int:
+def publish_goodput(
+    spec: JobSpec, storage, group: GroupRef, *, created: _dt.datetime | None = None, say: Say = _silent, metrics=None
+) -> int:
     """The look's write of the job's goodput to Cloud Monitoring (survivor/operator/goodput_metrics.py),
     in the group's project, at its zone (or region): the number of series written, 0 when Cloud
     Monitoring refused or could not be reached, said in one line; the look goes on either way."""
@@ -134,8 +149,14 @@ def publish_goodput(spec: JobSpec, storage, group: GroupRef, *, created: _dt.dat
     from survivor.operator import goodput_metrics
 
     try:
-        written = goodput_metrics.publish(spec, storage, project=group.project, location=group.zone or group.region or "",
-                                          created=created, metrics=metrics)
+        written = goodput_metrics.publish(
+            spec,
+            storage,
+            project=group.project,
+            location=group.zone or group.region or "",
+            created=created,
+            metrics=metrics,
+        )
     except (MonitoringError, DefaultCredentialsError) as exc:
         say(f"job {spec.name}: goodput not written to Cloud Monitoring ({exc})")
         return 0
@@ -143,8 +164,15 @@ def publish_goodput(spec: JobSpec, storage, group: GroupRef, *, created: _dt.dat
     return written
 
 
-def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
-               check_every_hours: float | None = None, say: Say = _silent, goodput_metrics: bool = False):
+def watch_once(
+    compute: Compute,
+    group: GroupRef,
+    *,
+    job_dir: str | None = None,
+    check_every_hours: float | None = None,
+    say: Say = _silent,
+    goodput_metrics: bool = False,
+):
     """One look at a job with a deadline, from anywhere (`survivor watch`): the policy's decision for
     its group now, acted on (switch_group, by="watch"). Running while no VM does (a Spot stockout)
     is what it is for: the agent decides at every boot, and without a VM there is no boot.
@@ -161,9 +189,15 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
         found = compute.get_group(placement.current_group(storage, group))
     if found is None:
         where = f"zone {group.zone}" if group.zone else f"region {group.region}"
-        raise RequestError(f"group {group.name}: not found in {where}; nothing to watch" + (
-            "" if job_dir else " (a job that moved, placement:, is found through its records: give --job-dir, "
-                               "and deploy the watch with it)"))
+        raise RequestError(
+            f"group {group.name}: not found in {where}; nothing to watch"
+            + (
+                ""
+                if job_dir
+                else " (a job that moved, placement:, is found through its records: give --job-dir, "
+                "and deploy the watch with it)"
+            )
+        )
     mode, spec = group_spec(compute, found)
     if spec is None:
         raise RequestError(f"group {group.name}: its template {_template_of(found)} carries no survivor-job spec")
@@ -190,8 +224,10 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
         group = placement.complete_moves(compute, group, storage, spec.placement, say=say)
         found = compute.get_group(group)
         if found is None:
-            raise RequestError(f"group {group.name}: not found where the job's records put it "
-                               f"({placement.place_of(group)}); nothing to watch")
+            raise RequestError(
+                f"group {group.name}: not found where the job's records put it "
+                f"({placement.place_of(group)}); nothing to watch"
+            )
         mode, spec = group_spec(compute, found)
         if spec is None:
             raise RequestError(f"group {group.name}: its template {_template_of(found)} carries no survivor-job spec")
@@ -215,13 +251,28 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
         queued = deadline.flex_start_queue(requests, _dt.datetime.now(_dt.timezone.utc))
         if queued:
             say(f"group {group.name}: flex-start {queued}")
-    decision = deadline.assess(spec, storage, _dt.datetime.now(_dt.timezone.utc), running=running, first_start=created,
-                               check_every_hours=check_every_hours or deadline.CHECK_EVERY_HOURS, flex_failed=failed,
-                               flex_ended=ended)
+    decision = deadline.assess(
+        spec,
+        storage,
+        _dt.datetime.now(_dt.timezone.utc),
+        running=running,
+        first_start=created,
+        check_every_hours=check_every_hours or deadline.CHECK_EVERY_HOURS,
+        flex_failed=failed,
+        flex_ended=ended,
+    )
+
     def tell() -> None:  # the job's webhooks: what its records hold that no one told, and this look's own
-        notices.tell_look(spec, storage, running=running, error=notices.instance_error(members), created=created,
-                          slack_hours=decision.slack_hours if decision else None,
-                          deadline_reason=decision.reason if decision else "", zone=group.zone)
+        notices.tell_look(
+            spec,
+            storage,
+            running=running,
+            error=notices.instance_error(members),
+            created=created,
+            slack_hours=decision.slack_hours if decision else None,
+            deadline_reason=decision.reason if decision else "",
+            zone=group.zone,
+        )
 
     if spec.placement is not None and not running:  # no VM: the job may move to capacity elsewhere
         if placement.look_and_move(compute, group, spec, storage, by="watch", say=say, seen=seen) is not None:
@@ -233,7 +284,16 @@ def watch_once(compute: Compute, group: GroupRef, *, job_dir: str | None = None,
         return None
     say(f"job {spec.name}: {decision.current} -> {decision.mode}: {decision.reason}")
     if decision.switch:
-        switch_group(compute, group, decision.mode, decision.reason, by="watch", storage=storage, say=say, seen=seen,
-                     run_hours=decision.run_hours)
+        switch_group(
+            compute,
+            group,
+            decision.mode,
+            decision.reason,
+            by="watch",
+            storage=storage,
+            say=say,
+            seen=seen,
+            run_hours=decision.run_hours,
+        )
     tell()
     return decision

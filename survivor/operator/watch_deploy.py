@@ -108,17 +108,29 @@ def watch_args(options: WatchDeployment) -> list[str]:
     where = ["--zone", options.zone] if options.zone else ["--region", options.group_region]
     # --every is the period the policy's margin assumes; --once: Scheduler, not the container, repeats it
     # --deployed-in: where its Scheduler job lives, which the look deletes once the job ended (`end_schedule`)
-    args = ["watch", options.job, "--project", options.project, *where, "--every", f"{options.every_minutes}m",
-            "--once", "--deployed-in", options.region]
-    return (args + (["--job-dir", options.job_dir] if options.job_dir else [])
-            + (["--goodput-metrics"] if options.goodput_metrics else []))
+    args = [
+        "watch",
+        options.job,
+        "--project",
+        options.project,
+        *where,
+        "--every",
+        f"{options.every_minutes}m",
+        "--once",
+        "--deployed-in",
+        options.region,
+    ]
+    return (
+        args
+        + (["--job-dir", options.job_dir] if options.job_dir else [])
+        + (["--goodput-metrics"] if options.goodput_metrics else [])
+    )
 
 
 def run_job_body(options: WatchDeployment) -> dict:
     """Pure: the Cloud Run job (run_v2.Job as a dict): one task, no retry (the next scheduled look
     is the retry), a timeout well inside the period, running as the service account."""
-    image = options.image or DEFAULT_IMAGE.format(region=options.region, project=options.project,
-                                                  version=__version__)
+    image = options.image or DEFAULT_IMAGE.format(region=options.region, project=options.project, version=__version__)
     return {
         "labels": {"survivor-job": options.job},
         "template": {
@@ -156,8 +168,10 @@ def clients(run_endpoint: str | None = None, scheduler_endpoint: str | None = No
     default credentials. Imported here: the `operator` extra, never the VM's packages."""
     from google.cloud import run_v2, scheduler_v1
 
-    return (run_v2.JobsClient(**endpoints.client_kwargs(endpoints.RUN.endpoint(run_endpoint))),
-            scheduler_v1.CloudSchedulerClient(**endpoints.client_kwargs(endpoints.SCHEDULER.endpoint(scheduler_endpoint))))
+    return (
+        run_v2.JobsClient(**endpoints.client_kwargs(endpoints.RUN.endpoint(run_endpoint))),
+        scheduler_v1.CloudSchedulerClient(**endpoints.client_kwargs(endpoints.SCHEDULER.endpoint(scheduler_endpoint))),
+    )
 
 
 def deploy(options: WatchDeployment, *, run_client=None, scheduler_client=None) -> dict[str, str]:

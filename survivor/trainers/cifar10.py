@@ -24,8 +24,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 TRAIN_EXAMPLES = 45000  # data_batch_1..4, as the estimator example counts an epoch
 
 
-def build_resnet(depth: int, *, batch_norm_decay: float, batch_norm_epsilon: float, dropout: float, seed: int,
-                 dtype_policy: str | None = None):
+def build_resnet(
+    depth: int,
+    *,
+    batch_norm_decay: float,
+    batch_norm_epsilon: float,
+    dropout: float,
+    seed: int,
+    dtype_policy: str | None = None,
+):
     """ResNet for 32x32 images (He et al. 2016, section 4.2): 3 stages of n basic blocks, 16/32/64 filters."""
     import keras
 
@@ -36,8 +43,9 @@ def build_resnet(depth: int, *, batch_norm_decay: float, batch_norm_epsilon: flo
     init = keras.initializers.HeNormal(seed=seed)
 
     def conv(filters, stride=1, name=None):
-        return keras.layers.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False,
-                                   kernel_initializer=init, name=name)
+        return keras.layers.Conv2D(
+            filters, 3, strides=stride, padding="same", use_bias=False, kernel_initializer=init, name=name
+        )
 
     inputs = keras.Input((32, 32, 3), name="image")
     x = conv(16, name="stem")(inputs)
@@ -53,14 +61,17 @@ def build_resnet(depth: int, *, batch_norm_decay: float, batch_norm_epsilon: flo
             y = conv(filters)(y)
             y = keras.layers.BatchNormalization(**bn)(y)
             if stride != 1 or shortcut.shape[-1] != filters:
-                shortcut = keras.layers.Conv2D(filters, 1, strides=stride, use_bias=False, kernel_initializer=init)(shortcut)
+                shortcut = keras.layers.Conv2D(filters, 1, strides=stride, use_bias=False, kernel_initializer=init)(
+                    shortcut
+                )
                 shortcut = keras.layers.BatchNormalization(**bn)(shortcut)
             x = keras.layers.ReLU()(keras.layers.Add()([y, shortcut]))
     x = keras.layers.GlobalAveragePooling2D()(x)
     if dropout:
         x = keras.layers.Dropout(dropout, seed=seed)(x)
-    outputs = keras.layers.Dense(10, kernel_initializer=keras.initializers.GlorotUniform(seed=seed),
-                                 dtype="float32", name="logits")(x)
+    outputs = keras.layers.Dense(
+        10, kernel_initializer=keras.initializers.GlorotUniform(seed=seed), dtype="float32", name="logits"
+    )(x)
     return keras.Model(inputs, outputs, name=f"resnet{depth}")
 
 
@@ -72,7 +83,9 @@ def learning_rate_schedule(base: float, global_batch: int):
     steps_per_epoch = TRAIN_EXAMPLES / global_batch
     boundaries = [int(steps_per_epoch * epoch) for epoch in (82, 123, 164)]
     scaled = base * global_batch / 128
-    return keras.optimizers.schedules.PiecewiseConstantDecay(boundaries, [scaled, scaled / 10, scaled / 100, scaled / 1000])
+    return keras.optimizers.schedules.PiecewiseConstantDecay(
+        boundaries, [scaled, scaled / 10, scaled / 100, scaled / 1000]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,9 +111,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--data-dir is required (write one with: survivor data cifar10 --synthetic 512 --out DIR)")
     train_file = os.path.join(args.data_dir, "train.tfrecords")
 
-    hparams = {k: getattr(args, k) for k in ("train_batch_size", "momentum", "weight_decay", "learning_rate",
-                                              "batch_norm_decay", "batch_norm_epsilon", "resnet_depth", "dropout",
-                                              "mixed_precision", "seed")}
+    hparams = {
+        k: getattr(args, k)
+        for k in (
+            "train_batch_size",
+            "momentum",
+            "weight_decay",
+            "learning_rate",
+            "batch_norm_decay",
+            "batch_norm_epsilon",
+            "resnet_depth",
+            "dropout",
+            "mixed_precision",
+            "seed",
+        )
+    }
     runtime = Runtime.from_args(args, hparams)
 
     import keras
@@ -109,8 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     from survivor.trainers import cifar10_data
 
     if not tf.io.gfile.exists(train_file):
-        print(f"error: {train_file} does not exist (write it with: survivor data cifar10 --out {args.data_dir} ...)",
-              flush=True)
+        print(
+            f"error: {train_file} does not exist (write it with: survivor data cifar10 --out {args.data_dir} ...)",
+            flush=True,
+        )
         return 2
     if args.mixed_precision:
         keras.mixed_precision.set_global_policy("mixed_float16")
@@ -119,12 +146,18 @@ def main(argv: list[str] | None = None) -> int:
     train_split = functools.cache(lambda: cifar10_data.load_split(args.data_dir, "train"))  # read once a process
 
     def train(start_step: int):
-        return cifar10_data.train_dataset(args.data_dir, batch_size=global_batch, seed=args.seed, start_step=start_step,
-                                          split=train_split())
+        return cifar10_data.train_dataset(
+            args.data_dir, batch_size=global_batch, seed=args.seed, start_step=start_step, split=train_split()
+        )
 
     with runtime.strategy.scope():
-        model = build_resnet(args.resnet_depth, batch_norm_decay=args.batch_norm_decay,
-                             batch_norm_epsilon=args.batch_norm_epsilon, dropout=args.dropout, seed=args.seed)
+        model = build_resnet(
+            args.resnet_depth,
+            batch_norm_decay=args.batch_norm_decay,
+            batch_norm_epsilon=args.batch_norm_epsilon,
+            dropout=args.dropout,
+            seed=args.seed,
+        )
         schedule = learning_rate_schedule(args.learning_rate, global_batch)
         optimizer = keras.optimizers.SGD(schedule, momentum=args.momentum)
         if args.mixed_precision:
@@ -154,8 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     def export(path: str) -> None:
         model.export(path, verbose=False)
 
-    hooks = TrainHooks(loss=loss, regularization=regularization, learning_rate=schedule,
-                       evaluate=evaluate, export=None if args.no_export else export, examples_per_batch=global_batch)
+    hooks = TrainHooks(
+        loss=loss,
+        regularization=regularization,
+        learning_rate=schedule,
+        evaluate=evaluate,
+        export=None if args.no_export else export,
+        examples_per_batch=global_batch,
+    )
     return runtime.train(model, optimizer, train, hooks)
 
 

@@ -58,8 +58,9 @@ def from_python_archive(archive: str, out: str) -> dict[str, int]:
                 # stored as (N, 3072) in CHW order; the estimator example writes HWC
                 images.append(data[b"data"].reshape(-1, DEPTH, HEIGHT, WIDTH).transpose(0, 2, 3, 1))
                 labels.append(np.asarray(data[b"labels"], dtype=np.int64))
-            counts[split] = write_split(os.path.join(out, f"{split}.tfrecords"), np.concatenate(images),
-                                        np.concatenate(labels))
+            counts[split] = write_split(
+                os.path.join(out, f"{split}.tfrecords"), np.concatenate(images), np.concatenate(labels)
+            )
     return counts
 
 
@@ -115,13 +116,18 @@ def train_dataset(data_dir: str, *, batch_size: int, seed: int, start_step: int 
 
     def example(k):
         epoch, position = k // count, k % count
-        index = tf.random.experimental.index_shuffle(position, seed=tf.stack([tf.cast(seed, tf.int64), epoch]),
-                                                     max_index=count - 1)
+        index = tf.random.experimental.index_shuffle(
+            position, seed=tf.stack([tf.cast(seed, tf.int64), epoch]), max_index=count - 1
+        )
         image = _augment(tf.cast(tf.gather(images, index), tf.float32), tf.stack([tf.cast(seed, tf.int64), k]))
         return tf.image.per_image_standardization(image), tf.gather(labels, index)
 
-    return (tf.data.Dataset.range(start_step * batch_size, 2**62).map(example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-            .batch(batch_size, drop_remainder=True).prefetch(2))
+    return (
+        tf.data.Dataset.range(start_step * batch_size, 2**62)
+        .map(example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .batch(batch_size, drop_remainder=True)
+        .prefetch(2)
+    )
 
 
 def eval_dataset(data_dir: str, split: str = "eval", *, batch_size: int):

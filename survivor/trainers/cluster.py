@@ -114,7 +114,9 @@ def _parse(name: str, config: dict[str, Any]) -> Cluster:
         raise ClusterError(f"{name}: task.index = {task.get('index')!r}: expected a number") from None
     role = _role(name, str(task["type"]))
     if role in TRAINING_ROLES and index >= len(hosts.get(role, [])):
-        raise ClusterError(f"{name}: task {role}:{index} is not in the cluster ({len(hosts.get(role, []))} {role} hosts)")
+        raise ClusterError(
+            f"{name}: task {role}:{index} is not in the cluster ({len(hosts.get(role, []))} {role} hosts)"
+        )
     if len(hosts.get("chief", [])) > 1:
         raise ClusterError(f"{name}: {len(hosts['chief'])} chiefs: expected one")
     return Cluster(role, index, hosts, name)

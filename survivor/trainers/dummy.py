@@ -79,8 +79,10 @@ def save(job_dir: str, step: int, padding: int = 0) -> None:
             m = re.fullmatch(r"dummy-checkpoint-(\d+)\.data", name)
             if m and int(m.group(1)) < step:
                 os.remove(os.path.join(job_dir, name))
-    kept = sorted((int(m.group(1)) for m in (re.fullmatch(r"dummy-checkpoint-(\d+)\.json", n)
-                                              for n in os.listdir(job_dir)) if m), reverse=True)
+    kept = sorted(
+        (int(m.group(1)) for m in (re.fullmatch(r"dummy-checkpoint-(\d+)\.json", n) for n in os.listdir(job_dir)) if m),
+        reverse=True,
+    )
     for old in kept[KEEP:]:  # keep the newest few, as TF's CheckpointManager does
         try:
             os.remove(os.path.join(job_dir, f"dummy-checkpoint-{old}.json"))
@@ -97,27 +99,61 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-gpus", type=int, default=0)
     parser.add_argument("--checkpoint-steps", type=int, default=10)
     parser.add_argument("--step-seconds", type=float, default=0.05)
-    parser.add_argument("--on-sigterm", choices=["ignore", "save", "die"], default="ignore",
-                        help="ignore it (the recipe's dummy), save and exit (the contract), or die at once")
-    parser.add_argument("--resume-every", type=int, default=1,
-                        help="resume only from a multiple of this step (Keras BackupAndRestore: the epoch start)")
+    parser.add_argument(
+        "--on-sigterm",
+        choices=["ignore", "save", "die"],
+        default="ignore",
+        help="ignore it (the recipe's dummy), save and exit (the contract), or die at once",
+    )
+    parser.add_argument(
+        "--resume-every",
+        type=int,
+        default=1,
+        help="resume only from a multiple of this step (Keras BackupAndRestore: the epoch start)",
+    )
     parser.add_argument("--fail-at-start", action="store_true")
     parser.add_argument("--step-log")
     parser.add_argument("--timing-log")
-    parser.add_argument("--save-seconds", type=float, default=0.0,
-                        help="extra time each periodic save takes (stands in for a bigger model's save)")
-    parser.add_argument("--save-mib-per-second", type=float, default=0.0,
-                        help="write a save's --checkpoint-bytes no faster than this (0: unpaced)")
-    parser.add_argument("--truncate-after-rename", action="store_true",
-                        help="break the contract: cut each saved .json short 0.2 s after renaming it (chaos)")
-    parser.add_argument("--exit-seconds", type=float, default=0.0,
-                        help="seconds between the save on a notice and the exit (a TensorFlow process's teardown)")
-    parser.add_argument("--no-report-saved", action="store_true",
-                        help="do not report the save on a notice (a trainer older than contract.report_saved)")
-    parser.add_argument("--startup-seconds", type=float, default=0.0,
-                        help="extra start-up time before the first step (imports, graph building)")
-    parser.add_argument("--checkpoint-bytes", type=int, default=0,
-                        help="pad each checkpoint with this many bytes, to make uploads and restores take time")
+    parser.add_argument(
+        "--save-seconds",
+        type=float,
+        default=0.0,
+        help="extra time each periodic save takes (stands in for a bigger model's save)",
+    )
+    parser.add_argument(
+        "--save-mib-per-second",
+        type=float,
+        default=0.0,
+        help="write a save's --checkpoint-bytes no faster than this (0: unpaced)",
+    )
+    parser.add_argument(
+        "--truncate-after-rename",
+        action="store_true",
+        help="break the contract: cut each saved .json short 0.2 s after renaming it (chaos)",
+    )
+    parser.add_argument(
+        "--exit-seconds",
+        type=float,
+        default=0.0,
+        help="seconds between the save on a notice and the exit (a TensorFlow process's teardown)",
+    )
+    parser.add_argument(
+        "--no-report-saved",
+        action="store_true",
+        help="do not report the save on a notice (a trainer older than contract.report_saved)",
+    )
+    parser.add_argument(
+        "--startup-seconds",
+        type=float,
+        default=0.0,
+        help="extra start-up time before the first step (imports, graph building)",
+    )
+    parser.add_argument(
+        "--checkpoint-bytes",
+        type=int,
+        default=0,
+        help="pad each checkpoint with this many bytes, to make uploads and restores take time",
+    )
     args, unknown = parser.parse_known_args(argv)
 
     global _SAVE_BYTES_PER_SECOND, _TRUNCATE_AFTER_RENAME

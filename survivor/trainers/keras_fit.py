@@ -99,9 +99,10 @@ def array_batches(x, y, batch_size: int, seed: int):
 
     def batch(k):
         epoch, index = k // per_epoch, k % per_epoch
-        order = tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64),
-                                                         seed=tf.stack([tf.constant(seed, tf.int64), epoch]))
-        picked = order[index * batch_size:tf.minimum((index + 1) * batch_size, n)]
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(n, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), epoch])
+        )
+        picked = order[index * batch_size : tf.minimum((index + 1) * batch_size, n)]
         return tf.gather(xs, picked), tf.gather(ys, picked)
 
     def stream(step: int):
@@ -110,10 +111,24 @@ def array_batches(x, y, batch_size: int, seed: int):
     return stream, per_epoch
 
 
-def fit_resumable(model, data, *, job_dir: str, steps_per_epoch: int | None = None, epochs: int | None = None,
-                  train_steps: int | None = None, batch_size: int | None = None, validation_split: float = 0.0,
-                  shuffle_seed: int = 0, checkpoint_steps: int | None | str = "auto", keep: int = 3,
-                  callbacks=(), verbose: int = 2, stop: StopRequest | None = None, **fit_kwargs) -> str:
+def fit_resumable(
+    model,
+    data,
+    *,
+    job_dir: str,
+    steps_per_epoch: int | None = None,
+    epochs: int | None = None,
+    train_steps: int | None = None,
+    batch_size: int | None = None,
+    validation_split: float = 0.0,
+    shuffle_seed: int = 0,
+    checkpoint_steps: int | None | str = "auto",
+    keep: int = 3,
+    callbacks=(),
+    verbose: int = 2,
+    stop: StopRequest | None = None,
+    **fit_kwargs,
+) -> str:
     """Runs (or resumes) `model.fit` to exactly `train_steps` global batches (or `epochs` x
     `steps_per_epoch`). `data`: `(x, y)` arrays (with `batch_size`), `batches_from(step)`, or a
     `tf.data.Dataset` of batches. See the module docstring."""
@@ -133,8 +148,10 @@ def fit_resumable(model, data, *, job_dir: str, steps_per_epoch: int | None = No
     elif callable(data) and not isinstance(data, tf.data.Dataset):
         stream_from = data
     else:
+
         def stream_from(step: int):
             return data.repeat().skip(step)
+
     if not steps_per_epoch:
         raise ValueError("steps_per_epoch is needed unless the data are (x, y) arrays")
     total = train_steps if train_steps is not None else (epochs or 0) * steps_per_epoch
@@ -154,8 +171,11 @@ def fit_resumable(model, data, *, job_dir: str, steps_per_epoch: int | None = No
     if done >= total:
         return "finished"
     if isinstance(data, tf.data.Dataset) and done % steps_per_epoch:
-        warnings.warn("a plain tf.data.Dataset resumed mid-epoch is exact only without a reshuffling .shuffle(): "
-                      "pass batches_from(step), a function that builds the stream, or (x, y) arrays", stacklevel=2)
+        warnings.warn(
+            "a plain tf.data.Dataset resumed mid-epoch is exact only without a reshuffling .shuffle(): "
+            "pass batches_from(step), a function that builds the stream, or (x, y) arrays",
+            stacklevel=2,
+        )
 
     class _SaveOnPreemption(keras.callbacks.Callback):
         stopped = False
@@ -174,8 +194,15 @@ def fit_resumable(model, data, *, job_dir: str, steps_per_epoch: int | None = No
     saver = _SaveOnPreemption()
     for initial_epoch, until, steps in epoch_plan(done, total, steps_per_epoch):
         start = int(optimizer.iterations.numpy())
-        model.fit(stream_from(start), initial_epoch=initial_epoch, epochs=until, steps_per_epoch=steps,
-                  callbacks=[saver, *callbacks], verbose=verbose, **fit_kwargs)
+        model.fit(
+            stream_from(start),
+            initial_epoch=initial_epoch,
+            epochs=until,
+            steps_per_epoch=steps,
+            callbacks=[saver, *callbacks],
+            verbose=verbose,
+            **fit_kwargs,
+        )
         if saver.stopped:
             return "stopped"
     final = int(optimizer.iterations.numpy())
@@ -194,8 +221,11 @@ def _example(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps-per-epoch", type=int, default=8)
     parser.add_argument("--num-gpus", type=int, default=0)
     parser.add_argument("--data-dir")
-    parser.add_argument("--arrays", action="store_true",
-                        help="fit (x, y) arrays with batch_size and validation_split, as keras-io's examples do")
+    parser.add_argument(
+        "--arrays",
+        action="store_true",
+        help="fit (x, y) arrays with batch_size and validation_split, as keras-io's examples do",
+    )
     args, _ = parser.parse_known_args(argv)
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -212,17 +242,41 @@ def _example(argv: list[str] | None = None) -> int:
         order = tf.data.Dataset.range(step * 16, 2**62)
         return order.map(lambda k: (tf.gather(x, k % 512), tf.gather(y, k % 512))).batch(16)
 
-    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"),
-                              keras.layers.BatchNormalization(), keras.layers.Dropout(0.3, seed=1),
-                              keras.layers.Dense(2)])
-    model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model = keras.Sequential(
+        [
+            keras.Input((16,)),
+            keras.layers.Dense(32, activation="relu"),
+            keras.layers.BatchNormalization(),
+            keras.layers.Dropout(0.3, seed=1),
+            keras.layers.Dense(2),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     if args.arrays:  # 512 examples, 10% for validation: 461 to train on, 29 batches of 16 an epoch
-        outcome = fit_resumable(model, (x.numpy(), y.numpy()), job_dir=args.job_dir, train_steps=args.train_steps,
-                                batch_size=16, validation_split=0.1, shuffle_seed=3, stop=stop, verbose=0)
+        outcome = fit_resumable(
+            model,
+            (x.numpy(), y.numpy()),
+            job_dir=args.job_dir,
+            train_steps=args.train_steps,
+            batch_size=16,
+            validation_split=0.1,
+            shuffle_seed=3,
+            stop=stop,
+            verbose=0,
+        )
     else:
-        outcome = fit_resumable(model, batches_from, job_dir=args.job_dir, train_steps=args.train_steps,
-                                steps_per_epoch=args.steps_per_epoch, stop=stop, verbose=0)
+        outcome = fit_resumable(
+            model,
+            batches_from,
+            job_dir=args.job_dir,
+            train_steps=args.train_steps,
+            steps_per_epoch=args.steps_per_epoch,
+            stop=stop,
+            verbose=0,
+        )
     print(f"fit {outcome} at step {int(model.optimizer.iterations.numpy())}", flush=True)
     return 0
 

@@ -54,8 +54,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from survivor.trainers.cluster import Cluster, cluster_from_env
-from survivor.trainers.contract import (START_GATE_ENV, SaveRequest, StopRequest, report_progress, report_saved,
-                                        wait_at_start_gate)
+from survivor.trainers.contract import (
+    START_GATE_ENV,
+    SaveRequest,
+    StopRequest,
+    report_progress,
+    report_saved,
+    wait_at_start_gate,
+)
 
 HPARAMS_FILE = "hparams.json"
 #: What a multi-worker trainer exits with after its notice checkpoint: TensorFlow's restartable code on
@@ -68,19 +74,30 @@ def add_contract_flags(parser: argparse.ArgumentParser, *, checkpoint_steps: int
     parser.add_argument("--job-dir", required=True, help="local directory for checkpoints (the agent mirrors it)")
     parser.add_argument("--data-dir", default=None, help="where the input data is")
     parser.add_argument("--train-steps", type=int, required=True, help="total training steps")
-    parser.add_argument("--num-gpus", type=int, default=None,
-                        help="replicas: GPUs to use (default all); on a CPU-only machine, logical CPU devices")
+    parser.add_argument(
+        "--num-gpus",
+        type=int,
+        default=None,
+        help="replicas: GPUs to use (default all); on a CPU-only machine, logical CPU devices",
+    )
     parser.add_argument("--checkpoint-steps", type=int, default=checkpoint_steps, help="save every N steps")
     parser.add_argument("--keep-checkpoints", type=int, default=3, help="local checkpoints kept")
     parser.add_argument("--seed", type=int, default=0, help="seed for weights, data order and dropout")
     parser.add_argument("--log-steps", type=int, default=10, help="log and summarise every N steps")
-    parser.add_argument("--allow-hparam-change", action="store_true",
-                        help="resume even if hyperparameters differ from the checkpoint's")
-    parser.add_argument("--no-determinism", action="store_true",
-                        help="skip op determinism (faster on GPUs; resume is then not bitwise exact)")
-    parser.add_argument("--sync-checkpoints", action="store_true",
-                        help="write periodic checkpoints on the step path (default: copy the state to host memory "
-                             "and write it from a background thread)")
+    parser.add_argument(
+        "--allow-hparam-change", action="store_true", help="resume even if hyperparameters differ from the checkpoint's"
+    )
+    parser.add_argument(
+        "--no-determinism",
+        action="store_true",
+        help="skip op determinism (faster on GPUs; resume is then not bitwise exact)",
+    )
+    parser.add_argument(
+        "--sync-checkpoints",
+        action="store_true",
+        help="write periodic checkpoints on the step path (default: copy the state to host memory "
+        "and write it from a background thread)",
+    )
 
 
 class HparamMismatch(Exception):
@@ -100,8 +117,10 @@ def hparam_refusal(differences: list[str], allowed: bool) -> str | None:
     """Pure decision: the line refusing a resume with these `hparam_differences`, or None."""
     if not differences or allowed:
         return None
-    return ("refusing to resume with other hyperparameters than the checkpoint's "
-            "(pass --allow-hparam-change to override): " + "; ".join(differences))
+    return (
+        "refusing to resume with other hyperparameters than the checkpoint's "
+        "(pass --allow-hparam-change to override): " + "; ".join(differences)
+    )
 
 
 def _local_hparam_refusal(args: argparse.Namespace, hparams: dict[str, Any]) -> str | None:
@@ -189,8 +208,11 @@ class Runtime:
         save_now = SaveRequest.install()  # and a SIGUSR1 then must not end the process
         cluster = cluster_from_env(os.environ)
         if cluster is not None and not cluster.trains:
-            print(f"{cluster.source}: task {cluster.task_type}:{cluster.task_index} has nothing to do: the built-in "
-                  "trainers run MultiWorkerMirroredStrategy (chief and workers only); exiting", flush=True)
+            print(
+                f"{cluster.source}: task {cluster.task_type}:{cluster.task_index} has nothing to do: the built-in "
+                "trainers run MultiWorkerMirroredStrategy (chief and workers only); exiting",
+                flush=True,
+            )
             raise SystemExit(0)
         gated = os.environ.get(START_GATE_ENV) == "stdin"  # the agent restores the job dir meanwhile
         refusal = None if gated else _local_hparam_refusal(args, hparams)  # gated: `train` reads it at the gate
@@ -215,9 +237,12 @@ class Runtime:
         keras.utils.set_random_seed(args.seed)
         if cluster is not None and cluster.multi_worker:
             strategy = tf.distribute.MultiWorkerMirroredStrategy()
-            print(f"worker {cluster.worker_id} of {cluster.workers} ({cluster.task_type}:{cluster.task_index}, "
-                  f"{'chief' if cluster.is_chief else 'not chief'}), {strategy.num_replicas_in_sync} replica(s) "
-                  "in all", flush=True)
+            print(
+                f"worker {cluster.worker_id} of {cluster.workers} ({cluster.task_type}:{cluster.task_index}, "
+                f"{'chief' if cluster.is_chief else 'not chief'}), {strategy.num_replicas_in_sync} replica(s) "
+                "in all",
+                flush=True,
+            )
             return cls(args, strategy, strategy.num_replicas_in_sync, stop, hparams, cluster, save_now=save_now)
         devices = [f"/{kind}:{i}" for i in range(replicas)]
         strategy = tf.distribute.MirroredStrategy(devices)
@@ -263,14 +288,19 @@ class Runtime:
         poll = NoticePoll(self.stop, MetadataClient(timeout=retry.TRAINER_POLL.attempt_seconds, retrying=retry.once))
 
         def leave() -> None:
-            print(f"notice ({poll.source or 'a peer'}): all workers saved at step {self.saved_step}; exiting "
-                  f"{RESTART_EXIT_CODE} for a restart", flush=True)
+            print(
+                f"notice ({poll.source or 'a peer'}): all workers saved at step {self.saved_step}; exiting "
+                f"{RESTART_EXIT_CODE} for a restart",
+                flush=True,
+            )
             sys.exit(RESTART_EXIT_CODE)
 
         config = tf.distribute.experimental.TerminationConfig(
-            termination_watcher_fn=poll, exit_fn=leave, grace_period=0, save_fn=save)
-        return tf.distribute.experimental.PreemptionCheckpointHandler(self.strategy.cluster_resolver, manager,
-                                                                      termination_config=config)
+            termination_watcher_fn=poll, exit_fn=leave, grace_period=0, save_fn=save
+        )
+        return tf.distribute.experimental.PreemptionCheckpointHandler(
+            self.strategy.cluster_resolver, manager, termination_config=config
+        )
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -295,8 +325,11 @@ class Runtime:
         if os.environ.get(START_GATE_ENV) == "stdin":
             with _put_back(checkpoint_objects(model, optimizer, step)):
                 ran = next_step.ahead(batches, run=True)
-            print(f"ready at the start gate (model built, step {'traced and run once' if ran else 'not traced'}): "
-                  "waiting for the restore", flush=True)
+            print(
+                f"ready at the start gate (model built, step {'traced and run once' if ran else 'not traced'}): "
+                "waiting for the restore",
+                flush=True,
+            )
         else:
             next_step.ahead(batches, run=False)
         if not wait_at_start_gate():
@@ -324,15 +357,17 @@ class Runtime:
             progress.step_done(current, loss, accuracy)
             if self.stop.requested and handler is None:  # across workers the handler saves and exits
                 saves.save()
-                print(f"{self.stop.signal_name or 'stop'} at step {current}: checkpoint saved in "
-                      f"{saves.seconds[-1]:.3f} s, exiting", flush=True)
+                print(
+                    f"{self.stop.signal_name or 'stop'} at step {current}: checkpoint saved in "
+                    f"{saves.seconds[-1]:.3f} s, exiting",
+                    flush=True,
+                )
                 progress.writer.flush()
                 report_saved(current)  # last: the agent may end this process once the save is committed
                 return 0
             if self.save_now.take() and handler is None:
                 saves.save(blocking=False)
-                print(f"asked to save at step {current}: checkpoint written in the background, training on",
-                      flush=True)
+                print(f"asked to save at step {current}: checkpoint written in the background, training on", flush=True)
             elif current % args.checkpoint_steps == 0:
                 saves.save(blocking=False)
         progress.timing(saves.seconds, next_step.traces())
@@ -353,8 +388,9 @@ class Runtime:
         positional = callable(dataset)  # dataset(step) starts at that step: its position need not be saved
         iterator = None if positional else iter(dataset)
         checkpoint = tf.train.Checkpoint(**checkpoint_objects(model, optimizer, step, iterator))
-        manager = tf.train.CheckpointManager(checkpoint, self.args.job_dir, max_to_keep=self.args.keep_checkpoints,
-                                             checkpoint_name="ckpt")
+        manager = tf.train.CheckpointManager(
+            checkpoint, self.args.job_dir, max_to_keep=self.args.keep_checkpoints, checkpoint_name="ckpt"
+        )
         latest = latest_checkpoint(manager, self.args.job_dir)
         if latest:
             checkpoint.restore(latest).assert_existing_objects_matched()
@@ -376,7 +412,7 @@ class Runtime:
         def split(batch, ctx):
             index, count = ctx.replica_id_in_sync_group, ctx.num_replicas_in_sync
             per = global_batch // count
-            return tuple(t[index * per:(index + 1) * per] for t in batch)
+            return tuple(t[index * per : (index + 1) * per] for t in batch)
 
         @tf.function
         def train_step(features, labels):
@@ -394,16 +430,17 @@ class Runtime:
 
             loss, correct = strategy.run(replica_step, args=(features, labels))
             step.assign_add(1)
-            return (strategy.reduce("SUM", loss, axis=None),
-                    strategy.reduce("SUM", correct, axis=None) / global_batch)
+            return (strategy.reduce("SUM", loss, axis=None), strategy.reduce("SUM", correct, axis=None) / global_batch)
 
         def distribute(batch):
             return strategy.experimental_distribute_values_from_function(lambda ctx: split(batch, ctx))
 
-        return _StepFunction(lambda: train_step(*distribute(next_batch())),
-                             lambda batch: train_step(*distribute(batch)),
-                             lambda batch: train_step.get_concrete_function(*distribute(batch)),
-                             train_step.experimental_get_tracing_count)
+        return _StepFunction(
+            lambda: train_step(*distribute(next_batch())),
+            lambda batch: train_step(*distribute(batch)),
+            lambda batch: train_step.get_concrete_function(*distribute(batch)),
+            train_step.experimental_get_tracing_count,
+        )
 
     def _evaluate_and_export(self, hooks: TrainHooks, writer, current: int) -> None:
         """After the last step: the evaluation (chief only: replica 0 holds the model that is saved)
@@ -429,8 +466,13 @@ class Runtime:
 class _StepFunction:
     """One training step (call it), which can be traced and run before its first batch (`ahead`)."""
 
-    def __init__(self, run: Callable[[], Any], run_batch: Callable[[Any], Any], trace_batch: Callable[[Any], Any],
-                 traces: Callable[[], int]):
+    def __init__(
+        self,
+        run: Callable[[], Any],
+        run_batch: Callable[[Any], Any],
+        trace_batch: Callable[[Any], Any],
+        traces: Callable[[], int],
+    ):
         self._run, self._run_batch, self._trace_batch, self.traces = run, run_batch, trace_batch, traces
 
     def __call__(self):
@@ -506,12 +548,15 @@ class _Saves:
         if runtime.is_chief:
             self.writer = manager
         else:
-            self.writer = tf.train.CheckpointManager(checkpoint, runtime.scratch_dir("checkpoints"), max_to_keep=1,
-                                                     checkpoint_name="ckpt")
+            self.writer = tf.train.CheckpointManager(
+                checkpoint, runtime.scratch_dir("checkpoints"), max_to_keep=1, checkpoint_name="ckpt"
+            )
         # Off the step path: the state is copied to host memory (variables, an iterator's position) and
         # written by TensorFlow's async checkpoint thread; `checkpoint` names it only once it is complete.
         self.background = not runtime.args.sync_checkpoints and not runtime.multi_worker
-        self.options = tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True) if self.background else None
+        self.options = (
+            tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True) if self.background else None
+        )
         self.seconds: list[float] = []  # time on the step path per save
 
     def save(self, blocking: bool = True) -> None:
@@ -574,8 +619,11 @@ class _StepLog:
         loss_value, accuracy = float(loss_t), float(acc_t)
         steps_per_s = self.window_steps / max(time.monotonic() - self.window_start, 1e-9)
         lr = float(self.hooks.learning_rate(current)) if self.hooks.learning_rate else float("nan")
-        print(f"step {current}/{self.args.train_steps} loss {loss_value:.3f} acc {accuracy:.3f} "
-              f"{steps_per_s * self.global_batch:.0f} ex/s", flush=True)
+        print(
+            f"step {current}/{self.args.train_steps} loss {loss_value:.3f} acc {accuracy:.3f} "
+            f"{steps_per_s * self.global_batch:.0f} ex/s",
+            flush=True,
+        )
         with self.writer.as_default(step=current):
             tf.summary.scalar("loss", loss_value)
             tf.summary.scalar("accuracy", accuracy)
@@ -593,10 +641,12 @@ class _StepLog:
         elapsed = time.perf_counter() - self.first_step_done
         mean_save = sum(save_seconds) / len(save_seconds) if save_seconds else 0.0
         median_save = sorted(save_seconds)[len(save_seconds) // 2] if save_seconds else 0.0
-        print(f"timing steps {self.timed_steps} seconds {elapsed:.3f} steps_per_second {self.timed_steps / elapsed:.3f} "
-              f"saves {len(save_seconds)} mean_save_seconds {mean_save:.4f} median_save_seconds {median_save:.4f} "
-              f"traces {traces}",
-              flush=True)
+        print(
+            f"timing steps {self.timed_steps} seconds {elapsed:.3f} steps_per_second {self.timed_steps / elapsed:.3f} "
+            f"saves {len(save_seconds)} mean_save_seconds {mean_save:.4f} median_save_seconds {median_save:.4f} "
+            f"traces {traces}",
+            flush=True,
+        )
 
 
 def checkpoint_objects(model, optimizer, step, iterator=None) -> dict[str, Any]:
@@ -613,7 +663,9 @@ def checkpoint_objects(model, optimizer, step, iterator=None) -> dict[str, Any]:
         for variable in variables:
             path = getattr(variable, "path", variable.name)
             if path in by_path:
-                raise ValueError(f"two {group} variables share the path {path!r}: a checkpoint could not tell them apart")
+                raise ValueError(
+                    f"two {group} variables share the path {path!r}: a checkpoint could not tell them apart"
+                )
             by_path[path] = getattr(variable, "value", variable)
         objects[group] = by_path
     return objects

@@ -28,12 +28,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-batch-size", type=int, default=32)
     parser.add_argument("--examples", type=int, default=4096)
     parser.add_argument("--features", type=int, default=32)
-    parser.add_argument("--step-seconds", type=float, default=0.0,
-                        help="sleep this long per step, to stand in for a bigger model in demos")
+    parser.add_argument(
+        "--step-seconds",
+        type=float,
+        default=0.0,
+        help="sleep this long per step, to stand in for a bigger model in demos",
+    )
     args = parser.parse_args(argv)
 
-    hparams = {k: getattr(args, k) for k in ("learning_rate", "momentum", "hidden_units", "dropout",
-                                              "train_batch_size", "examples", "features", "seed")}
+    hparams = {
+        k: getattr(args, k)
+        for k in (
+            "learning_rate",
+            "momentum",
+            "hidden_units",
+            "dropout",
+            "train_batch_size",
+            "examples",
+            "features",
+            "seed",
+        )
+    }
     runtime = Runtime.from_args(args, hparams)
 
     import keras
@@ -43,18 +58,24 @@ def main(argv: list[str] | None = None) -> int:
     x = tf.random.stateless_normal([args.examples, args.features], seed=[args.seed, 1])
     w = tf.random.stateless_normal([args.features, 4], seed=[args.seed, 2])
     y = tf.argmax(tf.matmul(x, w) + 0.3 * tf.random.stateless_normal([args.examples, 4], seed=[args.seed, 3]), -1)
-    dataset = (tf.data.Dataset.from_tensor_slices((x, y))
-               .shuffle(args.examples, seed=args.seed, reshuffle_each_iteration=True)
-               .repeat().batch(global_batch, drop_remainder=True))
+    dataset = (
+        tf.data.Dataset.from_tensor_slices((x, y))
+        .shuffle(args.examples, seed=args.seed, reshuffle_each_iteration=True)
+        .repeat()
+        .batch(global_batch, drop_remainder=True)
+    )
     with runtime.strategy.scope():
-        model = keras.Sequential([
-            keras.Input((args.features,)),
-            keras.layers.Dense(args.hidden_units),
-            keras.layers.BatchNormalization(),
-            keras.layers.ReLU(),
-            keras.layers.Dropout(args.dropout, seed=args.seed),
-            keras.layers.Dense(4),
-        ], name="mlp")
+        model = keras.Sequential(
+            [
+                keras.Input((args.features,)),
+                keras.layers.Dense(args.hidden_units),
+                keras.layers.BatchNormalization(),
+                keras.layers.ReLU(),
+                keras.layers.Dropout(args.dropout, seed=args.seed),
+                keras.layers.Dense(4),
+            ],
+            name="mlp",
+        )
         optimizer = keras.optimizers.SGD(args.learning_rate, momentum=args.momentum)
 
     def loss(labels, logits):
@@ -62,8 +83,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import time
 
-    hooks = TrainHooks(loss=loss, learning_rate=lambda step: args.learning_rate, examples_per_batch=global_batch,
-                       after_step=(lambda: time.sleep(args.step_seconds)) if args.step_seconds else None)
+    hooks = TrainHooks(
+        loss=loss,
+        learning_rate=lambda step: args.learning_rate,
+        examples_per_batch=global_batch,
+        after_step=(lambda: time.sleep(args.step_seconds)) if args.step_seconds else None,
+    )
     return runtime.train(model, optimizer, dataset, hooks)
 
 

@@ -56,7 +56,10 @@ class NoticePoll:
         except MetadataError as exc:
             self._failures += 1
             if not self._answered and self._failures >= UNREACHABLE_TRIES:
-                print(f"no metadata server at {metadata.host} ({exc.reason.split(' (')[0]}); watching SIGTERM "
-                      "only", file=sys.stderr, flush=True)
+                print(
+                    f"no metadata server at {metadata.host} ({exc.reason.split(' (')[0]}); watching SIGTERM only",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 self.metadata = None
         return None

@@ -55,8 +55,9 @@ def _feature(value: bytes | Sequence[int] | int) -> bytes:
 
 def example(features: Mapping[str, bytes | Sequence[int] | int]) -> bytes:
     """A serialized `tf.train.Example` with a bytes or int64 feature per key."""
-    entries = b"".join(_field(1, _field(1, key.encode()) + _field(2, _feature(value)))
-                       for key, value in features.items())
+    entries = b"".join(
+        _field(1, _field(1, key.encode()) + _field(2, _feature(value))) for key, value in features.items()
+    )
     return _field(1, entries)
 
 

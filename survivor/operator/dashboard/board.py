@@ -98,11 +98,22 @@ def make_card(index: int, source: JobSource, reading, prices, now: _dt.datetime,
     train_steps = source.options.train_steps
     made = job_figures(job, prices, train_steps)
     happened = events(job)
-    return JobCard(index=index, name=source.name or _name_of(job.job_dir), job_dir=job.job_dir, read_at=now,
-                   state=job.phase, step=job.latest.step if job.latest else None, train_steps=train_steps,
-                   report=made, deadline=verdict(decision), last_event=happened[-1] if happened else None,
-                   events=tuple(happened), notes=tuple(reading.notes), summary=job_summary(job),
-                   drawing=lay_out(job.ledger, happened))
+    return JobCard(
+        index=index,
+        name=source.name or _name_of(job.job_dir),
+        job_dir=job.job_dir,
+        read_at=now,
+        state=job.phase,
+        step=job.latest.step if job.latest else None,
+        train_steps=train_steps,
+        report=made,
+        deadline=verdict(decision),
+        last_event=happened[-1] if happened else None,
+        events=tuple(happened),
+        notes=tuple(reading.notes),
+        summary=job_summary(job),
+        drawing=lay_out(job.ledger, happened),
+    )
 
 
 def _name_of(url: str) -> str:
@@ -126,8 +137,15 @@ class Board:
     """The jobs of the given sources, each read when a page asks and its card is older than
     `refresh_seconds` (a finished job's: `final_seconds`). `clock`: the wall time the ledgers run to."""
 
-    def __init__(self, sources: list[JobSource], *, refresh_seconds: float = 10.0, final_seconds: float = 600.0,
-                 project: str | None = None, clock: Callable[[], _dt.datetime] | None = None):
+    def __init__(
+        self,
+        sources: list[JobSource],
+        *,
+        refresh_seconds: float = 10.0,
+        final_seconds: float = 600.0,
+        project: str | None = None,
+        clock: Callable[[], _dt.datetime] | None = None,
+    ):
         self.sources = sources
         self.refresh_seconds, self.final_seconds = refresh_seconds, final_seconds
         self.project = project
@@ -190,8 +208,11 @@ class Board:
         jobs = list(self._jobs.values())
         with ThreadPoolExecutor(READERS) as pool:
             cards = list(pool.map(self._card, jobs))
-        return [card for job, card in zip(jobs, cards)
-                if job.source.exact or card.error or card.state != "NOT STARTED" or card.step is not None]
+        return [
+            card
+            for job, card in zip(jobs, cards)
+            if job.source.exact or card.error or card.state != "NOT STARTED" or card.step is not None
+        ]
 
     def card(self, index: int) -> JobCard | None:
         """One job's card (re-read first when older than its refresh); None for no such job."""
@@ -214,17 +235,26 @@ class Board:
         try:
             if not job.priced:
                 job.prices, job.priced = report_prices(source.options), True
-            reading = job.reader.read(now=now, train_steps=source.options.train_steps,
-                                      created=source.options.created)
+            reading = job.reader.read(now=now, train_steps=source.options.train_steps, created=source.options.created)
             decision = None
             if source.spec is not None and source.spec.deadline is not None:
                 with noted_warnings():  # the same records' warnings: given once, by the read above
-                    decision = deadline.assess(source.spec, reading.storage, now, running=reading.job.phase == "RUNNING",
-                                               first_start=source.options.created)
+                    decision = deadline.assess(
+                        source.spec,
+                        reading.storage,
+                        now,
+                        running=reading.job.phase == "RUNNING",
+                        first_start=source.options.created,
+                    )
             return make_card(job.index, source, reading, job.prices, now, decision)
         except Exception as exc:  # noqa: BLE001 - one job dir that cannot be read must not take the board down
-            return JobCard(job.index, source.name or _name_of(job.reader.storage.url), job.reader.storage.url, now,
-                           error=_one_line(exc))
+            return JobCard(
+                job.index,
+                source.name or _name_of(job.reader.storage.url),
+                job.reader.storage.url,
+                now,
+                error=_one_line(exc),
+            )
 
 
 def _one_line(exc: BaseException) -> str:

@@ -29,8 +29,14 @@ BOOT_ROW = (64.0, 18.0)
 HEIGHT = 96.0
 
 #: Each mark's colour; a boot's bar's colour by its provisioning mode.
-MARK_COLOURS = {"notice": "#de2d26", "commit": "#006d2c", "move": "#3182bd", "switch": "#54278f",
-                "done": "#000000", "failed": "#de2d26"}
+MARK_COLOURS = {
+    "notice": "#de2d26",
+    "commit": "#006d2c",
+    "move": "#3182bd",
+    "switch": "#54278f",
+    "done": "#000000",
+    "failed": "#de2d26",
+}
 BOOT_COLOURS = {"spot": "#636363", ON_DEMAND: "#54278f", FLEX_START: "#807dba"}
 
 
@@ -58,8 +64,11 @@ def events(view: JobView) -> list[Event]:
     for a in view.state.attempts:
         add(a.started, "boot", f"boot {a.number} on {a.instance}: {restored_text(a)}")
         if a.number in notices:
-            out.append(Event(notices[a.number], "notice", f"notice to boot {a.number}"
-                             + (f" ({a.notice})" if a.notice else "")))
+            out.append(
+                Event(
+                    notices[a.number], "notice", f"notice to boot {a.number}" + (f" ({a.notice})" if a.notice else "")
+                )
+            )
         if a.ended:
             reached = f" at step {a.end_step}" if a.end_step is not None else ""
             lost = f", {a.steps_lost} steps lost" if a.steps_lost else ""
@@ -67,11 +76,19 @@ def events(view: JobView) -> list[Event]:
     for m in view.commits:
         add(m.created, "commit", f"committed step {m.step} (boot {m.attempt})")
     for move in view.moves:
-        add(move.time, "move", f"moved from {move.from_place} to {move.to_place}"
-            + (f" ({move.machine})" if move.machine else "") + (f": {move.reason}" if move.reason else ""))
+        add(
+            move.time,
+            "move",
+            f"moved from {move.from_place} to {move.to_place}"
+            + (f" ({move.machine})" if move.machine else "")
+            + (f": {move.reason}" if move.reason else ""),
+        )
     for s in view.switches:
-        add(s.time, "switch", f"switched {s.from_mode or '?'} to {s.to_mode} ({s.by or '?'})"
-            + (f": {s.reason}" if s.reason else ""))
+        add(
+            s.time,
+            "switch",
+            f"switched {s.from_mode or '?'} to {s.to_mode} ({s.by or '?'})" + (f": {s.reason}" if s.reason else ""),
+        )
     if view.state.done is not None:
         add(str(view.state.done.get("time") or ""), "done", "DONE")
     if view.state.failed is not None:
@@ -141,18 +158,36 @@ def lay_out(ledger: Ledger, marks: list[Event]) -> Drawing:
     def x(t: _dt.datetime) -> float:
         return max(0.0, min(WIDTH, (t - start).total_seconds() / total * WIDTH))
 
-    bars = [Bar(x(s.start), x(s.end) - x(s.start), *CAUSE_ROW, CAUSE[s.cause].colour,
-                f"{CAUSE[s.cause].label}: {_duration(s.seconds)}" + (f" (boot {s.attempt})" if s.attempt else ""),
-                cause=s.cause) for s in ledger.spans]
+    bars = [
+        Bar(
+            x(s.start),
+            x(s.end) - x(s.start),
+            *CAUSE_ROW,
+            CAUSE[s.cause].colour,
+            f"{CAUSE[s.cause].label}: {_duration(s.seconds)}" + (f" (boot {s.attempt})" if s.attempt else ""),
+            cause=s.cause,
+        )
+        for s in ledger.spans
+    ]
     labels = []
     for number, b_start, b_end, outcome in ledger.boots:
         mode = ledger.modes.get(number, "spot")
-        bars.append(Bar(x(b_start), x(b_end) - x(b_start), *BOOT_ROW, BOOT_COLOURS.get(mode, "#636363"),
-                        f"boot {number} on {mode}: {outcome}, {_duration((b_end - b_start).total_seconds())}",
-                        hatched=mode != "spot"))
+        bars.append(
+            Bar(
+                x(b_start),
+                x(b_end) - x(b_start),
+                *BOOT_ROW,
+                BOOT_COLOURS.get(mode, "#636363"),
+                f"boot {number} on {mode}: {outcome}, {_duration((b_end - b_start).total_seconds())}",
+                hatched=mode != "spot",
+            )
+        )
         labels.append((x(b_start), str(number)))
-    drawn = [Mark(x(e.time), e.kind, MARK_COLOURS[e.kind], f"{e.time:%Y-%m-%d %H:%M:%S} {e.text}")
-             for e in marks if e.kind in MARK_COLOURS and start <= e.time <= end + _dt.timedelta(seconds=1)]
+    drawn = [
+        Mark(x(e.time), e.kind, MARK_COLOURS[e.kind], f"{e.time:%Y-%m-%d %H:%M:%S} {e.text}")
+        for e in marks
+        if e.kind in MARK_COLOURS and start <= e.time <= end + _dt.timedelta(seconds=1)
+    ]
     present = {s.cause for s in ledger.spans}
     legend = [(cause.colour, cause.label) for cause in CAUSE.values() if cause.name in present]
     return Drawing(bars, drawn, legend, start, end, labels)

@@ -31,8 +31,10 @@ from survivor.operator.dashboard import timeline
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 #: What a page may load and run: its own origin's stylesheet and script, nothing inline, nothing else.
-CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-                           "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
 
 
 def make_app(board: Board, *, refresh_seconds: float = 10.0, hosts: list[str] | None = None):
@@ -41,13 +43,20 @@ def make_app(board: Board, *, refresh_seconds: float = 10.0, hosts: list[str] | 
     header values accepted (default: 127.0.0.1 and localhost, any port)."""
     from flask import Flask, abort, render_template
 
-    app = Flask(__name__, template_folder=os.path.join(HERE, "templates"),
-                static_folder=os.path.join(HERE, "static"))
+    app = Flask(__name__, template_folder=os.path.join(HERE, "templates"), static_folder=os.path.join(HERE, "static"))
     app.config["TRUSTED_HOSTS"] = hosts or ["127.0.0.1", "localhost"]
     app.jinja_env.autoescape = True  # every template, whatever its name
     app.jinja_env.filters.update(money=money, percent=_percent, duration=_duration, utc=_utc, cut=_cut)
-    app.jinja_env.globals.update(CAUSE=CAUSE, CAUSES=CAUSES, SPOT=SPOT, ON_DEMAND=ON_DEMAND, FLEX_START=FLEX_START,
-                                 WIDTH=timeline.WIDTH, HEIGHT=timeline.HEIGHT, refresh_ms=int(refresh_seconds * 1000))
+    app.jinja_env.globals.update(
+        CAUSE=CAUSE,
+        CAUSES=CAUSES,
+        SPOT=SPOT,
+        ON_DEMAND=ON_DEMAND,
+        FLEX_START=FLEX_START,
+        WIDTH=timeline.WIDTH,
+        HEIGHT=timeline.HEIGHT,
+        refresh_ms=int(refresh_seconds * 1000),
+    )
 
     @app.get("/")
     def jobs():
