@@ -444,4 +444,107 @@ def property_violations(properties: dict[str, Any], where: str = "resource.prope
                     f"'{notice:g}s'. Supported values: {', '.join(f'{s}s' for s in PREEMPTION_NOTICE_SECONDS)}.",
                 )
             )
+    return out + disk_violations(properties)
+
+
+# -- disks -----------------------------------------------------------------------------------------
+
+#: Machine series whose disks are Hyperdisk only (no Persistent Disk: pd-balanced, pd-ssd and
+#: pd-standard are refused), with the disk types survivor knows each takes. Series not named here take
+#: Persistent Disk (survivor's default pd-balanced) and are not checked.
+#: - A3 Ultra (a3-ultragpu-*): Hyperdisk Balanced and Hyperdisk Extreme, Google's "Supported disk types
+#:   for A3" table (https://cloud.google.com/compute/docs/accelerator-optimized-machines#a3-disks; as
+#:   transcribed in skypilot-org/skypilot#4705: "a3 ultra | hyperdisk-balanced, hyperdisk-extreme",
+#:   where A3 High/Mega/Edge also take pd-ssd and pd-balanced).
+#: - A4 (a4-highgpu-*): Hyperdisk only in the same page's A4 table
+#:   (https://cloud.google.com/compute/docs/accelerator-optimized-machines#a4-disks); Google's own A4
+#:   blueprint boots `disk_type: hyperdisk-balanced` (GoogleCloudPlatform/cluster-toolkit
+#:   examples/machine-learning/a4-highgpu-8g/a4high-vm.yaml). Only that type is listed: the other
+#:   Hyperdisk types A4 may take are not sent by survivor.
+HYPERDISK_ONLY: dict[str, tuple[str, ...]] = {
+    "a3-ultragpu": ("hyperdisk-balanced", "hyperdisk-extreme"),
+    "a4-highgpu": ("hyperdisk-balanced",),
+}
+#: "Hyperdisk Balanced and Hyperdisk Balanced High Availability are the only Hyperdisk types you can
+#: use as a boot disk" (https://cloud.google.com/compute/docs/disks/hd-types/hyperdisk-balanced-ha).
+BOOT_HYPERDISKS = ("hyperdisk-balanced", "hyperdisk-balanced-high-availability")
+#: survivor's disk type where the series takes Persistent Disk (survivor/cloud/template.py MachineOptions).
+DEFAULT_DISK_TYPE = "pd-balanced"
+#: Families that take no Hyperdisk Balanced or Extreme, so a template made for A3 Ultra or A4 cannot
+#: lend them its disks: A2 and G2 take Persistent Disk and only Hyperdisk ML (G2 also Throughput), by
+#: the same page's tables (#a2-disks, #g2-disks, as transcribed in skypilot-org/skypilot#4705); N1 takes
+#: no Hyperdisk type ("If a machine series doesn't support Hyperdisk, use Persistent Disk", the machine
+#: series table of https://cloud.google.com/compute/docs/disks/hyperdisks).
+NO_HYPERDISK_BALANCED = ("n1", "a2", "g2")
+BALANCED_HYPERDISKS = ("hyperdisk-balanced", "hyperdisk-balanced-high-availability", "hyperdisk-extreme")
+
+
+def disk_types(machine_type: str) -> tuple[str, ...] | None:
+    """The disk types a Hyperdisk-only series takes (`HYPERDISK_ONLY`); None for a series that takes
+    Persistent Disk too (no rule here)."""
+    name = machine_type.rsplit("/", 1)[-1]
+    for series, types in HYPERDISK_ONLY.items():
+        if name.startswith(series + "-"):
+            return types
+    return None
+
+
+def disk_type_for(machine_type: str, wanted: str = DEFAULT_DISK_TYPE, *, boot: bool = True) -> str:
+    """Pure decision: the disk type a disk of `machine_type` gets: `wanted` when its series takes it,
+    else the first type the series takes that can boot (hyperdisk-balanced)."""
+    types = disk_types(machine_type)
+    if types is None:
+        refused = family(machine_type) in NO_HYPERDISK_BALANCED and wanted in BALANCED_HYPERDISKS
+        return DEFAULT_DISK_TYPE if refused else wanted
+    if wanted in types and (not boot or wanted in BOOT_HYPERDISKS):
+        return wanted
+    return next(t for t in types if t in BOOT_HYPERDISKS)
+
+
+def disk_type_problem(machine_type: str, wanted: str, what: str = "compute.disk_type") -> str | None:
+    """Pure decision: why a disk type the operator named cannot be the boot disk of `machine_type`, in
+    one line; None when it can."""
+    chosen = disk_type_for(machine_type, wanted)
+    if chosen == wanted:
+        return None
+    takes = disk_types(machine_type)
+    why = f"takes Hyperdisk only ({', '.join(takes)})" if takes else f"takes no {wanted}"
+    return f"{what} {wanted} with machine_type {machine_type}: its series {why}; set {what} {chosen} or drop it"
+
+
+def with_disk_types(machine_type: str, disks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pure: a template's `disks` with each disk type changed to one `machine_type` takes (`disk_type_for`;
+    unchanged for a series that takes Persistent Disk): what a shape or a fallback machine's template
+    made from the job's own needs."""
+    out = []
+    for disk in disks:
+        params = disk.get("initializeParams") or {}
+        kind = params.get("diskType")
+        if kind is None:
+            out.append(disk)
+            continue
+        chosen = disk_type_for(machine_type, str(kind).rsplit("/", 1)[-1], boot=bool(disk.get("boot")))
+        if chosen == str(kind).rsplit("/", 1)[-1]:
+            out.append(disk)
+        else:
+            out.append({**disk, "initializeParams": {**params, "diskType": chosen}})
+    return out
+
+
+def disk_violations(properties: dict[str, Any]) -> list[Violation]:
+    """Pure decision: the disks of an instance's (or template's) properties its machine series does not
+    take (`HYPERDISK_ONLY`, `BOOT_HYPERDISKS`). The wording is the API's for a machine and a disk it
+    cannot have ("[e2-medium, local-ssd] features are not compatible for creating instance.",
+    hashicorp/terraform-provider-google#8148)."""
+    machine = str(properties.get("machineType") or "").rsplit("/", 1)[-1]
+    out = []
+    for i, disk in enumerate(properties.get("disks") or []):
+        kind = str((disk.get("initializeParams") or {}).get("diskType") or "").rsplit("/", 1)[-1]
+        if kind and disk_type_for(machine, kind, boot=bool(disk.get("boot"))) != kind:
+            out.append(
+                Violation(
+                    ("machineType", f"disks[{i}].initializeParams.diskType"),
+                    f"[{machine}, {kind}] features are not compatible for creating instance.",
+                )
+            )
     return out

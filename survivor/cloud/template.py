@@ -107,7 +107,7 @@ class MachineOptions:
     image_family: str = DEFAULT_IMAGE_FAMILY
     image_project: str = DLVM_PROJECT
     disk_gb: int = 200
-    disk_type: str = "pd-balanced"
+    disk_type: str = machines.DEFAULT_DISK_TYPE  # A3 Ultra and A4 get hyperdisk-balanced instead
     service_account: str = "default"
     cloud_platform_scope: bool = False
     network: str = "global/networks/default"
@@ -174,6 +174,12 @@ def machine_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
             f"compute.disk_gb {options.disk_gb!r}: expected a whole number of GB >= {MIN_DISK_GB} (and at "
             "least the boot image's size, which survivor preflight checks)"
         )
+    # survivor's default pd-balanced becomes what a Hyperdisk-only series takes; a type the operator
+    # named is kept, or refused here when the series cannot boot from it
+    if options.disk_type != machines.DEFAULT_DISK_TYPE:
+        problem = machines.disk_type_problem(options.machine_type, options.disk_type)
+        if problem:
+            problems.append(problem)
     if spec.state_disk_gb and options.spot and options.termination_action != "STOP":
         # the group's recreation of a stopped VM is the documented case that keeps a stateful disk
         # (docs/large-state.md, "The local tier")
@@ -339,7 +345,8 @@ def template_body(
                 "initializeParams": {
                     "sourceImage": f"projects/{options.image_project}/global/images/family/{options.image_family}",
                     "diskSizeGb": str(options.disk_gb),
-                    "diskType": options.disk_type,
+                    # pd-balanced, or what a Hyperdisk-only series (A3 Ultra, A4) takes instead
+                    "diskType": machines.disk_type_for(options.machine_type, options.disk_type),
                 },
             }
         ]
@@ -371,7 +378,7 @@ def state_disk(spec: JobSpec, options: MachineOptions) -> list[dict[str, Any]]:
             "type": "PERSISTENT",
             "initializeParams": {
                 "diskSizeGb": str(spec.state_disk_gb),
-                "diskType": options.disk_type,
+                "diskType": machines.disk_type_for(options.machine_type, options.disk_type, boot=False),
                 "labels": {STATE_DISK_LABEL: spec.name},
             },
         }

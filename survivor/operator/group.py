@@ -226,6 +226,9 @@ def describe_template(request: TemplateRequest, boot: BootChoice | None = None) 
         problems = location_problems(options.zone, options.region, keys=("compute.zone", "compute.region"))
         if problems:
             raise SpecError(problems)
+    problems = template_name_problems(request.name, spec)
+    if problems:
+        raise SpecError(problems)
     template_body(request.name, spec, options)  # a contradictory request is refused before anything is built
     install = boot(spec, options) if boot else None
     return spec, template_body(request.name, spec, options, install=install)
@@ -962,6 +965,8 @@ def _twin(spot: dict, fallback: FallbackSpec | None, suffix: str, what: str) -> 
         props.pop("guestAccelerators", None)
         if gpu_type and not machines.carries_gpus(props["machineType"]):
             props["guestAccelerators"] = [{"acceleratorType": gpu_type, "acceleratorCount": gpu_count}]
+    if "disks" in props:  # a fallback machine of a Hyperdisk-only series (A3 Ultra, A4) takes no pd-balanced
+        props["disks"] = machines.with_disk_types(props["machineType"], props["disks"])
     return body, props
 
 
@@ -986,6 +991,34 @@ def shape_template_name(template: str, shape: int) -> str:
     return template if shape == 0 else f"{template}-shape-{shape}"
 
 
+def job_template_names(template: str, spec: JobSpec) -> list[str]:
+    """Pure: every template name the job may come to make from its own `template`: one per shape of
+    `placement.shapes` (`shape_template_name`), and, with a deadline, each one's on-demand twin (and
+    flex-start twin when `fallback.flex_start` allows it) that the deadline policy and a move make."""
+    shapes = len(spec.placement.shapes) if spec.placement else 0
+    suffixes = [""]
+    if spec.deadline is not None:
+        suffixes.append(ON_DEMAND_SUFFIX)
+        if spec.fallback is not None and spec.fallback.flex_start:
+            suffixes.append(FLEX_START_SUFFIX)
+    return [shape_template_name(template, n) + suffix for n in range(shapes + 1) for suffix in suffixes]
+
+
+def template_name_problems(template: str, spec: JobSpec) -> list[str]:
+    """Pure decision: one line when a template name the job may make from `template` (its shapes', its
+    twins': `job_template_names`) is longer than a Compute Engine name may be (63 characters, the
+    discovery document's `name` pattern, survivor/cloud/compute.py NAME), naming the longest and how
+    short `template` must be; so it is refused before anything is made, not at a move or a switch."""
+    longest = max(job_template_names(template, spec), key=len)
+    if not name_problems("template", template) and name_problems("template", longest):
+        most = 63 - (len(longest) - len(template))
+        return [
+            f"template {template!r}: the job may make template {longest!r} ({len(longest)} characters; Compute "
+            f"Engine names are at most 63): name the template with at most {most} characters"
+        ]
+    return []
+
+
 def shape_template_body(job: dict, spec: JobSpec, shape: int) -> dict:
     """Pure: the template of the job's `shape`, made from the job's own template body `job` as the
     deadline's on-demand twin is (`on_demand_template_body`): the same body with only the machine
@@ -1003,6 +1036,8 @@ def shape_template_body(job: dict, spec: JobSpec, shape: int) -> dict:
     machine = shape_options(spec, MachineOptions.from_spec(spec), spec.placement.shapes[shape - 1])
     props = body["properties"]
     props["machineType"] = machine.machine_type
+    if "disks" in props:  # a shape of a Hyperdisk-only series (A3 Ultra, A4) takes no pd-balanced
+        props["disks"] = machines.with_disk_types(machine.machine_type, props["disks"])
     props.pop("guestAccelerators", None)
     # a2/a3/g2 carry their GPUs: nothing is attached to them (as template_body does)
     attached = 0 if machines.carries_gpus(machine.machine_type) else (machine.gpu_count or 0 if machine.gpu_type else 0)

@@ -568,7 +568,7 @@ def move(
     group's own region the group itself takes the shape's template and recreates its VM. The lease
     keeps one writer: a VM of the new group restores only once the old one's lease is released or
     expired, and a VM of a group the records left never trains (survivor/agent/boot.py)."""
-    from survivor.cloud.compute import ComputeError
+    from survivor.cloud.compute import ComputeError, name_problems
     from survivor.operator.deadline import ON_DEMAND
     from survivor.operator.group import (
         RequestError,
@@ -599,6 +599,9 @@ def move(
                 raise ComputeError(f"template {base}: not found; the shape's template is made from it")
             else:
                 body = shape_template_body(job, spec, place.shape)
+                too_long = name_problems("template", body["name"])
+                if too_long:  # a template made before make-template checked its shapes' names
+                    raise RequestError(too_long[0] + f" (shorten the job's template name {base!r})")
                 if compute.get_template(body["name"]) is None:
                     compute.insert_template(body)
                     say(f"template {body['name']}: created (shape {shape_text(placement, place.shape)})")
