@@ -414,3 +414,153 @@ def test_a_package_on_the_command_line_wins_over_the_specs_container_image(tmp_p
     assert pool["pythonPackageSpec"]["executorImageUri"] == image and "containerSpec" not in pool
     (pool,) = prepare(SubmitRequest(config), today=TODAY).body["jobSpec"]["workerPoolSpecs"]
     assert pool["containerSpec"]["imageUri"] == IMAGE  # nothing on the command line: the spec's image
+
+
+# -- flex-start and the deadline policy ------------------------------------------------------------
+
+A100 = """
+name: a100-job
+job_dir: gs://my-project-ml/a100
+train_steps: 1000
+trainer: {module: trainer.task, package: gs://my-project-ml/packages/trainer-0.1.tar.gz}
+vertex:
+  region: us-central1
+  chief: {machine_type: a2-highgpu-1g, accelerator: "nvidia-tesla-a100:1"}
+"""
+DEADLINE = "deadline: 36h\nfallback: {flex_start: true, flex_start_wait_hours: 2}\n"
+
+
+def _submit(tmp_path, spec: str, *flags: str) -> int:
+    (tmp_path / "job.yaml").write_text(spec)
+    args = ["submit", "--config", str(tmp_path / "job.yaml"), "--project", "my-project"]
+    return cli.main(args + ["--container-image", IMAGE, *flags])
+
+
+def test_flex_start_reaches_vertex_with_its_max_wait_through_the_real_client(vertex_server, tmp_path, capsys):
+    assert _submit(tmp_path, A100, "--flex-start", "--max-wait", "6") == 0, capsys.readouterr().err
+    scheduling = vertex_server.requests[-1][2]["jobSpec"]["scheduling"]
+    assert scheduling == {"restartJobOnWorkerRestart": True, "strategy": 6, "maxWaitDuration": "21600s"}
+    assert len(vertex_server.jobs) == 1  # FLEX_START is 6 in aiplatform_v1 Scheduling.Strategy
+
+
+def test_survivor_refuses_what_flex_start_cannot_be_before_sending(vertex_server, tmp_path, capsys):
+    t4 = A100.replace("a2-highgpu-1g", "n1-standard-8").replace("nvidia-tesla-a100", "nvidia-tesla-t4")
+    mixed = A100 + '  workers: {count: 2, machine_type: g2-standard-8, accelerator: "nvidia-l4:1"}\n'
+    cases = [
+        (t4, ["--flex-start"], "flex-start runs only jobs with L4, A100, H100, H200 or B200 GPUs"),
+        (mixed, ["--flex-start"], "flex-start needs the same machine configuration for every worker pool"),
+        (A100, ["--max-wait", "6"], "Vertex AI waits for machines only with flex-start"),
+        (A100, ["--flex-start", "--max-wait", "-1"], "max wait -1.0: expected hours >= 0"),
+        (A100, ["--flex-start", "--spot"], "--spot and --flex-start"),
+    ]
+    for spec, flags, expected in cases:
+        assert _submit(tmp_path, spec, *flags) != 0
+        assert expected in capsys.readouterr().err
+    assert vertex_server.requests == []  # nothing was sent
+
+
+def test_the_fake_refuses_flex_start_where_vertex_documents_it_does_not_run(vertex_server):
+    from survivor.cloud import vertex
+
+    spec = JobSpec.from_yaml(A100)
+
+    def flex(pools, **scheduling):
+        body = custom_job_body(spec, pools, container_image=IMAGE, strategy=vertex.FLEX_START, max_wait_hours=1)
+        body["jobSpec"]["scheduling"].update(scheduling)
+        return body
+
+    a100 = Pool("chief", "a2-highgpu-1g", 1, "NVIDIA_TESLA_A100", 1)
+    with pytest.raises(vertex.VertexError, match="accelerator_type NVIDIA_TESLA_T4: FLEX_START needs L4"):
+        submit(flex([Pool("chief", "n1-standard-8", 1, "NVIDIA_TESLA_T4", 1)]), "p", "us-central1")
+    with pytest.raises(vertex.VertexError, match="the same machine configuration for every pool"):
+        submit(flex([a100, Pool("worker", "g2-standard-8", 2, "NVIDIA_L4", 1)]), "p", "us-central1")
+    with pytest.raises(vertex.VertexError, match="FLEX_START jobs run for 7 days at most"):
+        submit(flex([a100], timeout=f"{8 * 24 * 3600}s"), "p", "us-central1")
+    # not a Duration: the client's own parse refuses it, and so does the fake's for a hand-made request
+    with pytest.raises(Exception, match="Duration must end with letter"):
+        submit(flex([a100], maxWaitDuration="90m"), "p", "us-central1")
+    import requests
+
+    answer = requests.post(
+        f"{vertex_server.endpoint}/v1/projects/p/locations/us-central1/customJobs",
+        json=flex([a100], maxWaitDuration="90m"),
+    )
+    assert answer.status_code == 400 and "maxWaitDuration" in answer.json()["error"]["message"]
+    assert not vertex_server.jobs
+    submit(flex([a100, Pool("worker", "a2-highgpu-1g", 2, "NVIDIA_TESLA_A100", 1)]), "p", "us-central1")
+    assert len(vertex_server.jobs) == 1
+
+
+def test_a_max_wait_is_sent_only_with_flex_start():
+    from survivor.cloud import vertex
+
+    spec, pools = JobSpec.from_yaml(A100), [Pool("chief", "a2-highgpu-1g", 1, "NVIDIA_TESLA_A100", 1)]
+    for strategy in (vertex.SPOT, vertex.STANDARD, None):
+        body = custom_job_body(spec, pools, container_image=IMAGE, strategy=strategy, max_wait_hours=3)
+        assert "maxWaitDuration" not in body["jobSpec"]["scheduling"]
+    body = custom_job_body(spec, pools, container_image=IMAGE, strategy=vertex.FLEX_START, max_wait_hours=0)
+    assert body["jobSpec"]["scheduling"]["maxWaitDuration"] == "0s"  # 0: wait until the machines come
+
+
+NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.timezone.utc)
+A100_POOLS = [Pool("chief", "a2-highgpu-1g", 1, "NVIDIA_TESLA_A100", 1)]
+
+
+@pytest.mark.parametrize(
+    "deadline, hours, preemptions, ratio, expected",
+    [
+        # room at the uniform-progress line and no preemptions to plan with: Spot
+        (DEADLINE, 10, None, 0.6, "SPOT"),
+        # the training and a margin no longer fit: the safety net, on-demand (STANDARD)
+        (DEADLINE, 35.9, None, 0.6, "STANDARD"),
+        # Spot's expected restarts put it behind; flex-start allowed, cheaper, and its queue fits
+        (DEADLINE, 10, 1.0, 0.6, "FLEX_START"),
+        # the same, but the spec does not allow flex-start
+        (DEADLINE.replace("flex_start: true", "flex_start: false"), 10, 1.0, 0.6, "STANDARD"),
+        # the same, but flex-start is not cheaper than on-demand
+        (DEADLINE, 10, 1.0, 1.0, "STANDARD"),
+        # the same, but a 2 h queue, 34 h of training and the margin do not fit in 36 h
+        (DEADLINE, 34, 1.0, 0.6, "STANDARD"),
+    ],
+)
+def test_the_deadline_policy_chooses_a_vertex_jobs_strategy(deadline, hours, preemptions, ratio, expected):
+    from survivor.operator import deadline as policy
+    from survivor.operator.vertex_job import deadline_strategy
+
+    spec = JobSpec.from_yaml(A100 + deadline)
+    choice = deadline_strategy(
+        spec, A100_POOLS, training_hours=hours, now=NOW, spot_preemptions_per_hour=preemptions, price_ratio=ratio
+    )
+    assert choice.strategy == expected, choice.decision.reason
+    assert choice.max_wait_hours == (2.0 if expected == "FLEX_START" else None)
+    # the decision is the Compute Engine group's own, not a copy of it
+    situation = policy.Situation(
+        hours_left=36.0,
+        window_hours=36.0,
+        switch_back=False,
+        flex_start=policy.FlexStart(allowed="flex_start: true" in deadline, wait_hours=2.0, price_ratio=ratio),
+        spot_hazard_per_hour=preemptions,
+    )
+    assert choice.decision == policy.decide(policy.Measured(0, 1000, 1000 / hours), situation)
+
+
+def test_the_deadline_policy_needs_a_deadline_and_hours():
+    from survivor.operator.vertex_job import deadline_strategy
+
+    with pytest.raises(SpecError, match="needs the spec's deadline"):
+        deadline_strategy(JobSpec.from_yaml(A100), A100_POOLS, training_hours=10, now=NOW)
+    with pytest.raises(SpecError, match="expected hours > 0"):
+        deadline_strategy(JobSpec.from_yaml(A100 + DEADLINE), A100_POOLS, training_hours=0, now=NOW)
+
+
+def test_submit_with_training_hours_sends_what_the_deadline_policy_chose(vertex_server, tmp_path, capsys):
+    flags = ["--training-hours", "10", "--spot-preemptions-per-hour", "1"]
+    assert _submit(tmp_path, A100 + DEADLINE, *flags) == 0  # the offline table prices a2-highgpu-1g flex-start
+    err = capsys.readouterr().err
+    assert "note: deadline policy: FLEX_START: behind:" in err
+    scheduling = vertex_server.requests[-1][2]["jobSpec"]["scheduling"]
+    assert scheduling["strategy"] == 6 and scheduling["maxWaitDuration"] == "7200s"  # the 2 h queue planned with
+    assert _submit(tmp_path, A100 + DEADLINE, "--training-hours", "10") == 0
+    assert vertex_server.requests[-1][2]["jobSpec"]["scheduling"]["strategy"] == 4  # SPOT
+    assert _submit(tmp_path, A100 + DEADLINE, "--training-hours", "10", "--spot") != 0
+    assert "drop --spot/--flex-start" in capsys.readouterr().err

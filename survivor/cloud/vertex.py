@@ -6,7 +6,8 @@
 Worker pools come from the spec's `vertex:` section (`chief`, `workers`, `parameter_servers`, each with
 `machine_type`, `accelerator: TYPE:COUNT`, `count`), or are translated from a legacy `trainingInput`
 (`scaleTier`, `masterType`, `workerCount`, `workerType`, `parameterServerCount`, `parameterServerType`,
-`runtimeVersion`), saying what could not be kept. Spot scheduling where asked, restart on worker
+`runtimeVersion`), saying what could not be kept. Spot or flex-start scheduling where asked (or as the
+deadline policy chooses: survivor/operator/vertex_job.py), restart on worker
 restart, the job dir as `baseOutputDirectory`; the trainer runs as a Python package module (the spec's
 `trainer.package`, or survivor's own sdist for a builtin trainer) on a prebuilt image, or in a container
 image. On Vertex the trainer writes its checkpoints straight to `<job_dir>/checkpoints` (TensorFlow's GCS
@@ -28,7 +29,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from survivor.cloud import endpoints, runtimes
 from survivor.cloud.compute import REGION_NAME, ZONE_NAME
@@ -63,6 +64,29 @@ SCALE_TIERS = {
 }
 #: K80s are no longer offered on Vertex AI: the closest current GPU stands in.
 RETIRED_GPUS = {"NVIDIA_TESLA_K80": "NVIDIA_TESLA_T4"}
+
+#: The `Scheduling.strategy` values survivor sends (google.cloud.aiplatform_v1 Scheduling.Strategy):
+#: STANDARD "uses regular on-demand resources", SPOT "uses spot resources", FLEX_START "uses DWS
+#: [Dynamic Workload Scheduler] to queue for resources".
+STANDARD, SPOT, FLEX_START = "STANDARD", "SPOT", "FLEX_START"
+#: Flex-start's requirements (https://cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws,
+#: "Requirements"): "Your custom training job requests L4, A100, H100, H200, or B200 GPUs" (their
+#: AcceleratorType names below), "has a maximum timeout of 7 days or less", and "uses the same machine
+#: configuration for all worker pools".
+FLEX_START_ACCELERATORS = (
+    "NVIDIA_L4",
+    "NVIDIA_TESLA_A100",
+    "NVIDIA_A100_80GB",
+    "NVIDIA_H100_80GB",
+    "NVIDIA_H100_MEGA_80GB",
+    "NVIDIA_H200_141GB",
+    "NVIDIA_B200",
+)
+FLEX_START_MAX_TIMEOUT_SECONDS = 7 * 24 * 3600
+#: How long a flex-start job waits for its machines unless told: "The default value is 1 day" (the same
+#: page, "Configure the duration to wait for resource availability"; Scheduling.max_wait_duration: "The
+#: default is 24 hours"); "A value of 0 means that the job waits indefinitely".
+FLEX_START_DEFAULT_WAIT_HOURS = 24.0
 
 
 @dataclass(frozen=True)
@@ -160,6 +184,48 @@ def pools_from_spec(spec: JobSpec) -> list[Pool]:
         gpu, gpus = accelerator_name(entry["accelerator"]) if entry.get("accelerator") else (None, 0)
         pools.append(Pool(role, entry.get("machine_type", "n1-standard-8"), count, gpu, gpus))
     return pools
+
+
+def flex_start_problems(pools: list[Pool]) -> list[str]:
+    """Pure decision: why these pools cannot run as flex-start (`FLEX_START_ACCELERATORS`, one machine
+    configuration for every pool), one line each; empty when they can."""
+    out = []
+    for pool in pools:
+        if pool.accelerator not in FLEX_START_ACCELERATORS:
+            gpu = f"{pool.accelerator}:{pool.accelerator_count}" if pool.accelerator else "no GPU"
+            out.append(
+                f"vertex {pool.role} ({pool.machine_type}, {gpu}): flex-start runs only jobs with "
+                "L4, A100, H100, H200 or B200 GPUs"
+            )
+    machines = {(p.machine_type, p.accelerator, p.accelerator_count) for p in pools}
+    if len(machines) > 1:
+        out.append(
+            "vertex: flex-start needs the same machine configuration for every worker pool; the pools have "
+            + ", ".join(sorted(f"{m} {a}:{n}" if a else m for m, a, n in machines))
+        )
+    return out
+
+
+def max_wait_problem(hours: float) -> str | None:
+    """Pure decision: why `hours` cannot be a flex-start job's `maxWaitDuration` (None when it can: 0
+    is "wait indefinitely")."""
+    if not isinstance(hours, (int, float)) or isinstance(hours, bool) or not 0 <= hours < float("inf"):
+        return f"max wait {hours!r}: expected hours >= 0 (0: wait until the machines come)"
+    return None
+
+
+def scheduling(strategy: str | None, max_wait_hours: float | None = None) -> dict[str, Any]:
+    """Pure: the job's `scheduling` (REST form): the whole job restarts with a worker (the trainer
+    resumes from its checkpoints), on `strategy` (None: Vertex's default, STANDARD), and for
+    FLEX_START how long it may queue (`maxWaitDuration`, a protobuf Duration in seconds, sent only
+    for FLEX_START: the field is "the maximum duration that a job will wait for the requested resources
+    to be provisioned if the scheduling strategy is set to" flex-start)."""
+    out: dict[str, Any] = {"restartJobOnWorkerRestart": True}
+    if strategy:
+        out["strategy"] = strategy
+    if strategy == FLEX_START and max_wait_hours is not None:
+        out["maxWaitDuration"] = f"{round(max_wait_hours * 3600)}s"
+    return out
 
 
 def region_problems(region: str, key: str) -> list[str]:
@@ -290,8 +356,13 @@ def custom_job_body(
     executor_images: list[str] | tuple[str, ...] = (),
     spot: bool = False,
     today: _dt.date | None = None,
+    strategy: str | None = None,
+    max_wait_hours: float | None = None,
 ) -> dict[str, Any]:
     """The CustomJob REST body (enums by name; the client sends them as numbers).
+
+    `strategy` (STANDARD, SPOT or FLEX_START) wins over `spot`; `max_wait_hours` is FLEX_START's queue
+    limit (`scheduling`).
 
     Each pool's image and trainer args follow its own machine: GPUs -> the GPU image and its GPU count.
     `executor_images` are prebuilt images chosen by hand (a `-gpu.`/`-cpu.` name serves those pools,
@@ -348,7 +419,7 @@ def custom_job_body(
         "jobSpec": {
             "workerPoolSpecs": pool_specs,
             "baseOutputDirectory": {"outputUriPrefix": spec.job_dir},
-            "scheduling": {"restartJobOnWorkerRestart": True, **({"strategy": "SPOT"} if spot else {})},
+            "scheduling": scheduling(strategy or (SPOT if spot else None), max_wait_hours),
         },
         "labels": {"survivor-job": spec.name},
     }
@@ -383,6 +454,10 @@ class SubmitRequest:
     container_image: str | None = None
     executor_images: tuple[str, ...] = ()
     spot: bool | None = None
+    flex_start: bool | None = None  # FLEX_START: queue for the machines (Dynamic Workload Scheduler)
+    max_wait_hours: float | None = None  # flex-start's queue limit (None: Vertex's default, 24 h)
+    #: the strategy the deadline policy chose (survivor/operator/vertex_job.py); wins over spot/flex_start
+    strategy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -400,9 +475,15 @@ class Submission:
     notes: tuple[str, ...] = ()
 
 
-def prepare(request: SubmitRequest, today: _dt.date | None = None) -> Submission:
+#: How a caller chooses the job's strategy once its pools are known (survivor/operator/vertex_job.py,
+#: the deadline policy): (spec, pools) -> (strategy, FLEX_START's max wait in hours or None, a note).
+StrategyOf = Callable[[JobSpec, "list[Pool]"], "tuple[str, float | None, str]"]
+
+
+def prepare(request: SubmitRequest, today: _dt.date | None = None, strategy_of: StrategyOf | None = None) -> Submission:
     """The custom job a submit request describes: pools from the spec's `vertex:` section, or translated
-    from a legacy `trainingInput` (the request's file, else the spec's). SpecError when it cannot run."""
+    from a legacy `trainingInput` (the request's file, else the spec's). SpecError when it cannot run.
+    `strategy_of` chooses the scheduling strategy (it wins over `spot`/`flex_start`; its note is kept)."""
     import yaml
 
     spec = JobSpec.from_file(request.config)
@@ -425,14 +506,26 @@ def prepare(request: SubmitRequest, today: _dt.date | None = None) -> Submission
     # runs a Python package even when the spec names a container image
     by_package = bool(request.package or request.executor_images)
     container = request.container_image or (None if by_package else section.get("container_image"))
+    spot = request.spot if request.spot is not None else bool(section.get("spot", False))
+    flex = request.flex_start if request.flex_start is not None else bool(section.get("flex_start", False))
+    wait = request.max_wait_hours if request.max_wait_hours is not None else section.get("max_wait_hours")
+    chosen = request.strategy
+    if strategy_of is not None:
+        chosen, planned, note = strategy_of(spec, pools)
+        notes.append(note)
+        wait, spot, flex = planned if chosen == FLEX_START else None, False, False
+    strategy, problems = strategy_choice(pools, chosen, spot=spot, flex_start=flex, max_wait_hours=wait)
+    if problems:
+        raise SpecError(problems)
     body = custom_job_body(
         spec,
         pools,
         package_uri=request.package or section.get("package"),
         container_image=container,
         executor_images=request.executor_images or section.get("executor_images") or (),
-        spot=request.spot if request.spot is not None else bool(section.get("spot", False)),
         today=today,
+        strategy=strategy,
+        max_wait_hours=wait if strategy == FLEX_START else None,
     )
     return Submission(
         body,
@@ -441,6 +534,36 @@ def prepare(request: SubmitRequest, today: _dt.date | None = None) -> Submission
         spec.job_dir,
         tuple(notes),
     )
+
+
+def strategy_choice(
+    pools: list[Pool],
+    chosen: str | None = None,
+    *,
+    spot: bool = False,
+    flex_start: bool = False,
+    max_wait_hours: float | None = None,
+) -> tuple[str | None, list[str]]:
+    """Pure decision: the job's scheduling strategy and why it cannot be, one line each: `chosen` (the
+    deadline policy's) when given, else FLEX_START for `flex_start`, SPOT for `spot`, else None
+    (Vertex's default, STANDARD). Spot and flex-start together, a max wait without flex-start, a bad
+    max wait and pools flex-start does not run (`flex_start_problems`) are refused."""
+    problems = []
+    if spot and flex_start:
+        problems.append("--spot and --flex-start (vertex.spot, vertex.flex_start): choose one")
+    strategy = chosen or (FLEX_START if flex_start else SPOT if spot else None)
+    if max_wait_hours is not None:
+        problem = max_wait_problem(max_wait_hours)
+        if problem:
+            problems.append(problem)
+        elif strategy != FLEX_START and not chosen:
+            problems.append(
+                f"max wait {max_wait_hours:g} h: Vertex AI waits for machines only with flex-start "
+                "(Scheduling.max_wait_duration); add --flex-start or drop the max wait"
+            )
+    if strategy == FLEX_START:
+        problems += flex_start_problems(pools)
+    return strategy, problems
 
 
 def _aiplatform():

@@ -11,6 +11,7 @@ and talks to Vertex AI and Cloud Logging.
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import json
 import sys
 
@@ -33,8 +34,36 @@ def submit(args: argparse.Namespace) -> int:
         container_image=args.container_image,
         executor_images=tuple(args.executor_image or ()),
         spot=args.spot,
+        flex_start=args.flex_start,
+        max_wait_hours=args.max_wait,
     )
-    submission = vertex.prepare(request)
+    strategy_of = None
+    if args.training_hours is not None:
+        if args.spot or args.flex_start:
+            raise SpecError(
+                [
+                    "--training-hours lets the deadline policy choose Spot, flex-start or standard: drop --spot/--flex-start"
+                ]
+            )
+
+        def strategy_of(spec, pools):
+            steps = 0 if args.dry_run else vertex_job.steps_done(spec.job_dir)
+            choice = vertex_job.deadline_strategy(
+                spec,
+                pools,
+                training_hours=args.training_hours,
+                now=_dt.datetime.now(_dt.timezone.utc),
+                steps_done=steps,
+                spot_preemptions_per_hour=args.spot_preemptions_per_hour,
+                max_wait_hours=args.max_wait,
+            )
+            return (
+                choice.strategy,
+                choice.max_wait_hours,
+                f"deadline policy: {choice.strategy}: {choice.decision.reason}",
+            )
+
+    submission = vertex.prepare(request, strategy_of=strategy_of)
     for note in submission.notes:
         print(f"note: {note}", file=sys.stderr)
     if args.dry_run:
@@ -113,5 +142,32 @@ def add_commands(sub) -> None:
         help="a prebuilt training image newer than survivor's table (once for -cpu., once for -gpu.)",
     )
     p.add_argument("--spot", action="store_true", default=None, help="Spot VMs for every worker pool")
+    p.add_argument(
+        "--flex-start",
+        action="store_true",
+        default=None,
+        help="queue for the machines with Dynamic Workload Scheduler (scheduling.strategy FLEX_START; "
+        "L4, A100, H100, H200 or B200 GPUs, one machine for every pool)",
+    )
+    p.add_argument(
+        "--max-wait",
+        type=float,
+        metavar="HOURS",
+        help="flex-start: how long the job may queue for its machines (maxWaitDuration; Vertex's default "
+        "24; 0: until they come)",
+    )
+    p.add_argument(
+        "--training-hours",
+        type=float,
+        metavar="HOURS",
+        help="hours the whole training takes on these machines: the spec's deadline: policy then chooses "
+        "Spot, flex-start (fallback.flex_start) or standard (docs/scaling-out.md)",
+    )
+    p.add_argument(
+        "--spot-preemptions-per-hour",
+        type=float,
+        metavar="RATE",
+        help="with --training-hours: the Spot preemptions an hour to plan with (default: none assumed)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the request; send nothing")
     p.set_defaults(func=submit)

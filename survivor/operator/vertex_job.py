@@ -6,17 +6,105 @@ Storage before its machines are paid for, and read its progress from the checkpo
     >>> job_report("projects/p/locations/us-central1/customJobs/123", job_dir="gs://my-ml/mnist")
     {'vertex_job': ..., 'state': 'JOB_STATE_RUNNING', 'job': {'checkpoint': '.../ckpt-400', 'step': 400}}
 
+With a deadline (the spec's `deadline:`) and the hours of training the job needs, the deadline
+policy that runs a Compute Engine group (survivor/operator/deadline.py `decide`) chooses the job's
+scheduling strategy: SPOT, STANDARD (its on-demand) or FLEX_START (`deadline_strategy`).
+
 The request and the calls to Vertex AI are survivor/cloud/vertex.py's; the job dir's storage is
 survivor/jobdir/storage.py's.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
+from dataclasses import dataclass, replace
 from typing import Any
 
-from survivor.cloud import vertex
+from survivor.cloud import machines, pricing, vertex
 from survivor.jobdir.storage import BUCKET_MISSING, StorageError, open_storage
+from survivor.operator import deadline
+from survivor.spec import FallbackSpec, JobSpec, SpecError
+
+#: A deadline mode (survivor/operator/deadline.py) as a Vertex AI scheduling strategy: on-demand is
+#: STANDARD ("uses regular on-demand resources", google.cloud.aiplatform_v1 Scheduling.Strategy).
+STRATEGIES = {deadline.SPOT: vertex.SPOT, deadline.ON_DEMAND: vertex.STANDARD, deadline.FLEX_START: vertex.FLEX_START}
+
+
+@dataclass(frozen=True)
+class StrategyChoice:
+    """The deadline policy's choice for a Vertex AI job: the strategy, the decision it maps (its
+    reason is what `survivor submit` prints), and, for FLEX_START, the queue wait it planned with,
+    which the job is given as its `maxWaitDuration` so it never queues past that plan."""
+
+    strategy: str
+    decision: deadline.Decision
+    max_wait_hours: float | None = None
+
+
+def flex_start_price_ratio(pools: list[vertex.Pool]) -> float | None:
+    """Flex-start's hourly price over on-demand's for the chief's machine, from survivor's offline
+    table of Compute Engine list prices (survivor/cloud/pricing.py): an assumption for Vertex AI,
+    whose training prices the table does not hold; None when the machine is not in it (rule 8 then
+    never chooses flex-start)."""
+    if not pools:
+        return None
+    pool = pools[0]
+    built_in = machines.carries_gpus(pool.machine_type)
+    gpu = None if built_in or not pool.accelerator else pool.accelerator.lower().replace("_", "-")
+    on_demand = pricing.hourly(pool.machine_type, gpu, 0 if built_in else pool.accelerator_count)
+    flex = pricing.flex_start_hourly(pool.machine_type)
+    return flex / on_demand[0] if flex and on_demand and on_demand[0] else None
+
+
+def deadline_strategy(
+    spec: JobSpec,
+    pools: list[vertex.Pool],
+    *,
+    training_hours: float,
+    now: _dt.datetime,
+    steps_done: int = 0,
+    spot_preemptions_per_hour: float | None = None,
+    max_wait_hours: float | None = None,
+    price_ratio: float | None = None,
+) -> StrategyChoice:
+    """Pure decision: the scheduling strategy of a Vertex AI job with a deadline, by the same policy
+    (`deadline.decide`) that switches a Compute Engine group, asked once, at the submit (Vertex AI does
+    not change a job's strategy once it runs; a later submit asks again with the time then left).
+
+    The job is planned as a group that would run Spot with no VM yet (its first start is now, or
+    the spec's `deadline.at` sets the end): `training_hours` is the whole training's length on the
+    pools' machines (`spec.train_steps` at one rate; Vertex runs no agent to measure it),
+    `steps_done` what the job dir's checkpoints already hold. Spot unless the safety net (the work
+    and a margin no longer fit: STANDARD) or, with `spot_preemptions_per_hour` (the restarts Spot is
+    expected to cost, as Compute Engine's capacity data gives the group), Spot falls behind: then
+    FLEX_START where the spec allows it (`fallback.flex_start`), the pools run it
+    (`vertex.flex_start_problems`), it is cheaper (`price_ratio`, default `flex_start_price_ratio`)
+    and its queue (`max_wait_hours`, else `fallback.flex_start_wait_hours`) still fits; else STANDARD.
+    SpecError when the spec has no deadline or the hours are not a positive number."""
+    if spec.deadline is None:
+        raise SpecError(["--training-hours: the deadline policy needs the spec's deadline: (e.g. deadline: 36h)"])
+    if not isinstance(training_hours, (int, float)) or not 0 < training_hours < float("inf"):
+        raise SpecError([f"--training-hours {training_hours!r}: expected hours > 0"])
+    fallback = spec.fallback or FallbackSpec()
+    wait = max_wait_hours if max_wait_hours else fallback.flex_start_wait_hours
+    problems = vertex.flex_start_problems(pools)
+    flex = deadline.FlexStart(
+        allowed=fallback.flex_start,
+        unsupported="; ".join(problems),
+        wait_hours=wait,
+        price_ratio=price_ratio if price_ratio is not None else flex_start_price_ratio(pools),
+    )
+    measured = deadline.Measured(
+        steps_done=steps_done, train_steps=spec.train_steps, step_rate=spec.train_steps / training_hours
+    )
+    situation = deadline.situation(
+        spec.deadline.resolve(now), now, now, deadline.SPOT, running=False, switch_back=False, flex=flex
+    )
+    situation = replace(situation, spot_hazard_per_hour=spot_preemptions_per_hour)
+    decision = deadline.decide(measured, situation)
+    strategy = STRATEGIES[decision.mode]
+    return StrategyChoice(strategy, decision, wait if strategy == vertex.FLEX_START else None)
 
 
 def storage_problems(body: dict[str, Any]) -> list[str]:
@@ -74,6 +162,15 @@ def newest_checkpoint(state: str) -> tuple[str, int | None] | None:
     name = found.group(1).rstrip("/").rsplit("/", 1)[-1]
     number = re.search(r"-(\d+)$", name)
     return name, int(number.group(1)) if number else None
+
+
+def steps_done(job_dir: str) -> int:
+    """The step of the newest checkpoint the trainer wrote in the job dir (0: none, or no bucket yet):
+    what a resubmitted job does not train again."""
+    try:
+        return checkpoints_report(job_dir)["step"] or 0 if job_dir.startswith("gs://") else 0
+    except StorageError:
+        return 0
 
 
 def checkpoints_report(job_dir: str) -> dict[str, Any]:
