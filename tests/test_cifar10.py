@@ -94,12 +94,14 @@ def test_survivor_data_synthetic_command(tmp_path):
 
 
 @pytest.mark.slow
-def test_three_sigterms_at_random_steps_resume_bit_for_bit(data_dir, tmp_path):
+def test_two_sigterms_at_random_steps_resume_bit_for_bit(data_dir, tmp_path):
+    # two stops (a resume of a resumed run), not three: tests/test_tf_trainer.py takes the MLP through
+    # three; each ResNet process costs 20-40 CPU-s of the suite's 12 minutes
     straight = str(tmp_path / "straight")
     out = run_trainer(CIFAR, straight, small_args(data_dir))
     assert " traces 1" in out, out[-1500:]  # traced before the first batch, never again
     resumed = str(tmp_path / "resumed")
-    for stop in sorted(random.sample(range(2, 22), 3)):
+    for stop in sorted(random.sample(range(2, 22), 2)):
         run_trainer(CIFAR, resumed, small_args(data_dir), stop_at=stop)
     run_trainer(CIFAR, resumed, small_args(data_dir))
     a, b = checkpoint_values(straight), checkpoint_values(resumed)
