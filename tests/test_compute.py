@@ -176,7 +176,7 @@ def test_regional_group(compute_server, capsys, tmp_path):
 
 def test_leaving_the_group_addresses_it_by_the_project_id_not_created_bys_number():
     from survivor.agent.finish import LeaveGroup, choose_finisher
-    from survivor.cloud.metadata import InstanceIdentity
+    from survivor.metadata import InstanceIdentity
 
     identity = InstanceIdentity(
         "my-project",

@@ -3,7 +3,7 @@
 import pytest
 
 from survivor.agent.finish import DeleteInstance, KeepAlive, LeaveGroup, StopInstance, choose_finisher
-from survivor.cloud.metadata import InstanceIdentity
+from survivor.metadata import InstanceIdentity
 
 IN_A_MIG = "projects/123/zones/us-west1-b/instanceGroupManagers/cifar10-managed"
 IN_A_REGIONAL_MIG = "projects/123/regions/us-west1/instanceGroupManagers/cifar10-managed"

@@ -6,7 +6,7 @@ import time
 import pytest
 import requests
 
-from survivor.cloud.metadata import MetadataClient, MetadataError, MetadataNotFound
+from survivor.metadata import MetadataClient, MetadataError, MetadataNotFound
 
 
 def test_reads_identity_and_attributes(metadata_server):

@@ -19,7 +19,7 @@ from survivor.local.http import free_port, free_ports
 from survivor.local.metadata_server import MetadataServer
 from survivor.trainers.cluster import ClusterError, cluster_from_env
 from survivor.trainers.contract import StopRequest
-from survivor.cloud.metadata import MetadataClient
+from survivor.metadata import MetadataClient
 from survivor.trainers.loop import RESTART_EXIT_CODE
 from survivor.retry import once
 from survivor.trainers.preemption import NoticePoll

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from survivor.cloud.metadata import MetadataClient
+from survivor.metadata import MetadataClient
 from survivor.agent.notice import NoticeWatcher
-from survivor.cloud.metadata import notice_from_metadata
+from survivor.metadata import notice_from_metadata
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,7 @@ def test_the_metadata_deadlines_are_the_documented_ones():
 
 
 def test_the_metadata_client_takes_its_numbers_from_the_policy():
-    from survivor.cloud.metadata import MetadataClient
+    from survivor.metadata import MetadataClient
 
     md = MetadataClient("127.0.0.1:9")
     assert (md.timeout, md.deadline) == (retry.METADATA.attempt_seconds, retry.METADATA.total)

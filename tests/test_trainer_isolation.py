@@ -806,7 +806,7 @@ def _ask(host: str, path: str, **headers: str) -> tuple[int, str]:
 def test_the_trainers_metadata_server_hands_out_only_a_downscoped_data_token():
     from survivor.agent.trainer_metadata import READ_ROLE, TrainerMetadataServer
     from survivor.local.metadata_server import MetadataServer
-    from survivor.cloud.metadata import MetadataClient
+    from survivor.metadata import MetadataClient
     from survivor.local.sts_server import StsServer
 
     token_path = "/computeMetadata/v1/instance/service-accounts/default/token"
@@ -920,7 +920,7 @@ def test_a_bounded_token_may_only_read_its_bucket():
 
 
 def test_the_metadata_emulator_closed_to_a_user_answers_that_user_nothing():
-    from survivor.cloud.metadata import MetadataClient, MetadataError
+    from survivor.metadata import MetadataClient, MetadataError
     from survivor.local.metadata_server import MetadataServer
 
     with MetadataServer() as vm:

@@ -232,7 +232,7 @@ def test_the_metadata_server_is_closed_to_a_specs_own_user_only_on_a_vm(monkeypa
     the metadata server is a stand-in or absent; the trainer does not start when it cannot be added."""
     from survivor.agent import trainer
     from survivor.agent.metadata_firewall import FirewallError
-    from survivor.cloud.metadata import MetadataClient
+    from survivor.metadata import MetadataClient
 
     closed: list[int] = []
     monkeypatch.setattr(trainer, "close_to", closed.append)

@@ -83,7 +83,7 @@ from survivor.agent.trainer import (
     save_signal,
     warm_start,
 )
-from survivor.cloud.metadata import InstanceIdentity, MetadataClient, MetadataError
+from survivor.metadata import InstanceIdentity, MetadataClient, MetadataError
 from survivor.jobdir.disk_tier import DiskTier, state_disk_dir
 from survivor.jobdir.journal import Attempt, Journal, JobState, Outcome, should_give_up, snapshot_to_pass_over, Timing
 from survivor.jobdir.journal import now as _now_text

@@ -28,7 +28,7 @@ from typing import Protocol
 
 from survivor import log as logs
 from survivor.cloud.compute import GroupRef, PermissionDenied
-from survivor.cloud.metadata import InstanceIdentity
+from survivor.metadata import InstanceIdentity
 
 log = logs.get("finish")
 

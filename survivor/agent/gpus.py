@@ -14,7 +14,7 @@ import time
 from typing import Callable
 
 from survivor import log as logs
-from survivor.cloud.metadata import MetadataClient
+from survivor.metadata import MetadataClient
 
 log = logs.get("gpus")
 

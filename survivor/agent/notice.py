@@ -19,7 +19,7 @@ takes any other list:
   other. MIGRATE_ON_HOST_MAINTENANCE is logged, not acted on.
 
 Going now (`wait`, `notice`): the first one wins. Going later (`take_maintenance`): each time the
-value turns to it. What a metadata value means is one pure function, `survivor.cloud.metadata.notice_from_metadata`,
+value turns to it. What a metadata value means is one pure function, `survivor.metadata.notice_from_metadata`,
 which the multi-worker trainers' poll shares.
 
 Metadata is watched with hanging GETs, so a notice is seen within a round trip. A metadata server
@@ -38,7 +38,7 @@ from typing import Any, Callable, Literal, Protocol
 
 from survivor import log as logs
 from survivor import retry
-from survivor.cloud.metadata import WATCHED_KEYS, MetadataClient, MetadataNotice, notice_from_metadata
+from survivor.metadata import WATCHED_KEYS, MetadataClient, MetadataNotice, notice_from_metadata
 from survivor.jobdir.journal import Outcome
 
 log = logs.get("notice")

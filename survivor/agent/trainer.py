@@ -55,7 +55,7 @@ from survivor.agent.delivery import deliver
 from survivor.agent.gpus import gpus_for
 from survivor.agent.metadata_firewall import FirewallError, close_to
 from survivor.agent.trainer_metadata import TrainerMetadataServer, data_bucket, metadata_env
-from survivor.cloud.metadata import DEFAULT_HOST, MetadataClient, MetadataError
+from survivor.metadata import DEFAULT_HOST, MetadataClient, MetadataError
 from survivor.spec import BUILTIN_SAVE_SIGNAL, BUILTIN_WARM_START, JobSpec, TrainerSpec, trainer_argv
 from survivor.trainers.contract import PROGRESS_ENV, START_GATE_ENV, START_GATE_GO, parse_record, plausible_step
 

@@ -44,7 +44,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from survivor import log as logs
 from survivor.cloud import endpoints
-from survivor.cloud.metadata import WATCHED_KEYS, MetadataClient, MetadataError
+from survivor.metadata import WATCHED_KEYS, MetadataClient, MetadataError
 
 log = logs.get("trainer-metadata")
 

@@ -282,7 +282,7 @@ class Runtime:
         import tensorflow as tf
 
         from survivor import retry
-        from survivor.cloud.metadata import MetadataClient
+        from survivor.metadata import MetadataClient
         from survivor.trainers.preemption import NoticePoll
 
         poll = NoticePoll(self.stop, MetadataClient(timeout=retry.TRAINER_POLL.attempt_seconds, retrying=retry.once))

@@ -6,7 +6,7 @@
 TensorFlow's default watcher on a Compute Engine GPU VM reads only `instance/maintenance-event`, so
 it never hears a Spot preemption; on a CPU VM the handler does nothing at all. This one answers True
 once SIGTERM arrived or the metadata server says `instance/preempted` TRUE or a terminating
-maintenance event (the same decision the agent makes, `survivor.cloud.metadata.notice_from_metadata`). It
+maintenance event (the same decision the agent makes, `survivor.metadata.notice_from_metadata`). It
 never blocks for long and never raises: a machine without a metadata server is watched for SIGTERM
 only, after three unanswered tries.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 
-from survivor.cloud.metadata import WATCHED_KEYS, MetadataClient, MetadataError, notice_from_metadata
+from survivor.metadata import WATCHED_KEYS, MetadataClient, MetadataError, notice_from_metadata
 from survivor.trainers.contract import StopRequest
 
 UNREACHABLE_TRIES = 3
