@@ -11,7 +11,7 @@ Anyone who can write to the job dir can write a record, and every `survivor watc
 within bounds (`str.isdigit` takes "²", which `int` refuses), a time within TIME_RANGE (year 1 leaves
 the calendar once a duration is taken from it), a Compute Engine place or name (its name pattern),
 a choice, or text of bounded length. A field that breaks its rule is a ValueError naming the field;
-`switches.read_records` skips the record with one warning naming the object and the error.
+`records.read_records` skips the record with one warning naming the object and the error.
 A field without a rule is read as SHORT text, so a field added to a record is read strictly too.
 """
 

@@ -51,7 +51,8 @@ from typing import Literal, Sequence
 from survivor import log as logs
 from survivor.jobdir.fields import TIME_RANGE
 from survivor.jobdir.journal import NOTICED, Attempt, Timing
-from survivor.jobdir.switches import MODES, Switch, parse_time, record_time
+from survivor.jobdir.records import record_time
+from survivor.jobdir.switches import MODES, Switch, parse_time
 
 #: The causes' names, in the order a timeline shows them (`TABLE`): a span's cause is one of them.
 CauseName = Literal[

@@ -14,13 +14,12 @@ warning, never fatal.
 from __future__ import annotations
 
 import datetime as _dt
-import re
-from dataclasses import asdict, dataclass
-from typing import Collection
+from dataclasses import dataclass
+from typing import ClassVar, Collection
 
-from survivor.jobdir.fields import PLACE, PROSE, TIME, Number, Rule, read_fields
+from survivor.jobdir.fields import PLACE, PROSE, TIME, Number, Rule
+from survivor.jobdir.records import Record, read_records, record_time
 from survivor.jobdir.storage import JobStorage
-from survivor.jobdir.switches import read_records, record_time, write_once
 from survivor.places import region_of
 
 MOVES = "survivor/moves/"
@@ -36,14 +35,17 @@ MOVE_FIELDS: dict[str, Rule] = {
 
 
 @dataclass(frozen=True)
-class Move:
+class Move(Record):
     """One move of the job's group: when (ISO UTC), from where to where (`zones/Z` or `regions/R`),
     why, who decided ("watch" or "agent"), what it left behind (a state-disk snapshot not yet in
     Cloud Storage, counted as lost: `lost_pending`), and, for a job with other machine shapes
     (`placement.shapes`), the shape it moved to (`shape`: "0" the job's compute:, "N" shapes[N-1])
-    and its machine as a person reads it (`machine`: `g2-standard-8`)."""
+    and its machine as a person reads it (`machine`: `g2-standard-8`). Named `survivor/moves/<time>.json`."""
 
-    time: str
+    PREFIX: ClassVar[str] = MOVES
+    FIELDS: ClassVar[dict[str, Rule]] = MOVE_FIELDS
+    REQUIRED: ClassVar[tuple[str, ...]] = ("time", "from_place", "to_place")
+
     from_place: str
     to_place: str
     reason: str = ""
@@ -52,23 +54,10 @@ class Move:
     shape: str = ""
     machine: str = ""
 
-    @property
-    def name(self) -> str:
-        """The record's object name: `survivor/moves/<time>.json` (sorts by time)."""
-        return f"{MOVES}{re.sub(r'[^0-9A-Za-z]', '', self.time)}.json"
-
-    @classmethod
-    def from_json(cls, data: bytes) -> "Move":
-        """Parses a record, each field by its rule in MOVE_FIELDS; ValueError naming the field unless
-        it has a time and both places and every field it has reads."""
-        return cls(
-            **read_fields(data, cls.__dataclass_fields__, MOVE_FIELDS, required=("time", "from_place", "to_place"))
-        )
-
 
 def record_move(storage: JobStorage, move: Move) -> bool:
     """Writes the move's record once; False when a record of that name exists already."""
-    return write_once(storage, move.name, asdict(move))
+    return move.write(storage)
 
 
 #: How far ahead of this clock a record may be dated (a VM's clock that runs fast); past it, skipped.

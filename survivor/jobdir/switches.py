@@ -7,7 +7,7 @@
     ['on-demand']
 
 Layout: `survivor/switches/<time>-<to_mode>.json`, written once each (a conditional create), read in
-time order. Whoever switches the group writes the record (survivor/operator/group.py `switch_group`), so
+time order, each a `records.Record`. Whoever switches the group writes the record (survivor/operator/group.py `switch_group`), so
 the deadline policy can tell Spot time from on-demand time and `survivor report` can show every switch
 with its reason. A record that does not parse is skipped with a warning, never fatal.
 """
@@ -15,20 +15,35 @@ with its reason. A record that does not parse is skipped with a warning, never f
 from __future__ import annotations
 
 import datetime as _dt
-import json
-import re
-from dataclasses import asdict, dataclass
-from typing import Callable, TypeVar
+from dataclasses import dataclass
+from typing import ClassVar, Literal, get_args
 
 from survivor import log as logs
-from survivor.jobdir.fields import PROSE, TIME, Choice, Name, Rule, parse_time, read_fields
-from survivor.jobdir.storage import JobStorage, PreconditionFailed
+from survivor.jobdir.fields import PROSE, TIME, Choice, Name, Rule, parse_time
+from survivor.jobdir.records import Record, record_time
+from survivor.jobdir.storage import JobStorage
+
+__all__ = [
+    "FAILED_SWITCHES",
+    "MODES",
+    "Mode",
+    "SWITCHES",
+    "Switch",
+    "SwitchFailure",
+    "parse_time",
+    "record_switch",
+    "record_switch_failure",
+    "switch_failures",
+    "switches",
+]
 
 SWITCHES = "survivor/switches/"
+#: Switches that were decided but failed (a missing permission, most often): `status` and `report`
+#: show them, and the deadline policy never counts them as switches.
+FAILED_SWITCHES = "survivor/switch-failures/"
 #: The modes a group runs in: its template's provisioning model (flex-start: docs/flex-start.md).
-MODES = ("spot", "on-demand", "flex-start")
-MAX_RECORD_BYTES = 1 << 16
-T = TypeVar("T")
+Mode = Literal["spot", "on-demand", "flex-start"]
+MODES: tuple[str, ...] = get_args(Mode)
 
 log = logs.get("switches")
 
@@ -45,97 +60,52 @@ SWITCH_FIELDS: dict[str, Rule] = {
 
 
 @dataclass(frozen=True)
-class Switch:
+class Switch(Record):
     """One switch of the job's group: when (ISO UTC), from which mode to which, why, who decided
-    ("agent" or "watch"), and the instance template the group uses from then on."""
+    ("agent" or "watch"), and the instance template the group uses from then on. Named
+    `survivor/switches/<time>-<to_mode>.json`."""
 
-    time: str
+    PREFIX: ClassVar[str] = SWITCHES
+    FIELDS: ClassVar[dict[str, Rule]] = SWITCH_FIELDS
+    REQUIRED: ClassVar[tuple[str, ...]] = ("time", "to_mode")
+    SUFFIX: ClassVar[str] = "to_mode"
+
     to_mode: str
     from_mode: str = ""
     reason: str = ""
     by: str = ""
     template: str = ""
 
-    @property
-    def name(self) -> str:
-        """The record's object name: `survivor/switches/<time>-<to_mode>.json` (sorts by time)."""
-        return f"{SWITCHES}{re.sub(r'[^0-9A-Za-z]', '', self.time)}-{self.to_mode}.json"
-
-    @classmethod
-    def from_json(cls, data: bytes) -> "Switch":
-        """Parses a record, each field by its rule in SWITCH_FIELDS; ValueError naming the field
-        unless it has a time and a known to_mode and every field it has reads."""
-        return cls(**read_fields(data, cls.__dataclass_fields__, SWITCH_FIELDS, required=("time", "to_mode")))
-
-
-def write_once(storage: JobStorage, name: str, record: dict) -> bool:
-    """Writes a job-dir record once (a conditional create); False when one of that name exists."""
-    try:
-        storage.write(name, json.dumps(record, indent=1).encode(), if_generation_match=0)
-        return True
-    except PreconditionFailed:
-        return False
-
-
-def read_records(storage: JobStorage, prefix: str, parse: Callable[[bytes], T], kind: str) -> list[tuple[str, T]]:
-    """(object name, record) of every record under `prefix` that `parse` reads; one that it cannot
-    (or too large) is skipped with a warning naming it, never fatal."""
-    out = []
-    for info in storage.list(prefix):
-        blob = storage.read(info.name) if info.size <= MAX_RECORD_BYTES else None
-        if blob is None:
-            continue
-        try:
-            out.append((info.name, parse(blob.data)))
-        except ValueError as exc:
-            log.warning(f"ignoring an unreadable {kind} record {info.name}: {exc}", record=info.name, reason=str(exc))
-    return out
-
-
-#: Switches that were decided but failed (a missing permission, most often): `status` and `report`
-#: show them, and the deadline policy never counts them as switches.
-FAILED_SWITCHES = "survivor/switch-failures/"
-
 
 @dataclass(frozen=True)
-class SwitchFailure:
+class SwitchFailure(Record):
     """A switch the policy decided and the Compute Engine calls refused: when, to which mode, why
-    it was decided, who tried, and the refusal."""
+    it was decided, who tried, and the refusal. Named `survivor/switch-failures/<time>-<to_mode>.json`."""
 
-    time: str
+    PREFIX: ClassVar[str] = FAILED_SWITCHES
+    FIELDS: ClassVar[dict[str, Rule]] = SWITCH_FIELDS
+    REQUIRED: ClassVar[tuple[str, ...]] = ("time", "to_mode")
+    SUFFIX: ClassVar[str] = "to_mode"
+
     to_mode: str
     reason: str = ""
     by: str = ""
     error: str = ""
 
-    @property
-    def name(self) -> str:
-        """The record's object name: `survivor/switch-failures/<time>-<to_mode>.json`."""
-        return f"{FAILED_SWITCHES}{re.sub(r'[^0-9A-Za-z]', '', self.time)}-{self.to_mode}.json"
-
-    @classmethod
-    def from_json(cls, data: bytes) -> "SwitchFailure":
-        """Parses a record, each field by its rule in SWITCH_FIELDS; ValueError naming the field
-        unless it has a time and a known to_mode and every field it has reads."""
-        return cls(**read_fields(data, cls.__dataclass_fields__, SWITCH_FIELDS, required=("time", "to_mode")))
-
 
 def record_switch_failure(storage: JobStorage, failure: SwitchFailure) -> bool:
     """Writes a failed switch's record once (best effort for the caller: it is already failing)."""
-    return write_once(storage, failure.name, asdict(failure))
+    return failure.write(storage)
 
 
 def switch_failures(storage: JobStorage) -> list[SwitchFailure]:
     """Every failed switch recorded, oldest first."""
-    return sorted(
-        (f for _, f in read_records(storage, FAILED_SWITCHES, SwitchFailure.from_json, "failed switch")),
-        key=lambda f: record_time(f.time),
-    )
+    return sorted((f for _, f in SwitchFailure.read_all(storage, "failed switch")), key=lambda f: record_time(f.time))
 
 
 def record_switch(storage: JobStorage, switch: Switch) -> bool:
     """Writes the switch's record once; False when a record of that name exists already."""
-    return write_once(storage, switch.name, asdict(switch))
+    return switch.write(storage)
 
 
 def switches(storage: JobStorage, latest: _dt.datetime | None = None) -> list[Switch]:
@@ -143,7 +113,7 @@ def switches(storage: JobStorage, latest: _dt.datetime | None = None) -> list[Sw
     to a VM's clock), one dated after it is skipped with a warning: a bad clock's switch must not say
     the group runs on-demand already."""
     out = []
-    for name, switch in read_records(storage, SWITCHES, Switch.from_json, "switch"):
+    for name, switch in Switch.read_all(storage, "switch"):
         when = parse_time(switch.time)
         if latest is not None and when is not None and when > latest:
             log.warning(
@@ -154,11 +124,3 @@ def switches(storage: JobStorage, latest: _dt.datetime | None = None) -> list[Sw
             continue
         out.append(switch)
     return sorted(out, key=lambda s: record_time(s.time))  # a time, whatever its zone; from_json parsed each
-
-
-def record_time(text: str) -> _dt.datetime:
-    """The time of a record that `from_json` accepted, which checked that it parses (`parse_time`)."""
-    when = parse_time(text)
-    if when is None:
-        raise ValueError(f"not an ISO 8601 time: {text!r}")
-    return when
