@@ -18,7 +18,7 @@ each boot and each look of `survivor watch --every 1m`). On-demand capacity is a
 there (no on-demand traces exist); the same prices hold in every region (pricing's table,
 n1-standard-8 with one V100, the traces' GPU). The policies, on the same start times:
 
-- `survivor`: survivor/operator/deadline.py `decide` with the job allowed in every region of the
+- `survivor`: survivor/policy/deadline.py `decide` with the job allowed in every region of the
   folder (`placement.regions`): a Spot VM goes to a zone of the group's region with capacity (a
   regional MIG); when the region has had none for `MOVE_AFTER_HOURS` (`move_after_minutes: 1`, one
   look of `survivor watch --every 1m`), survivor/operator/placement.py `decide` (the built rule, not a
@@ -62,7 +62,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from survivor.cloud.capacity import TOP_BAND_UPTIME_HOURS, Outlook  # noqa: E402
 from survivor.local import capacity_advice  # noqa: E402
-from survivor.operator import deadline as deadline_policy, move_bet, placement  # noqa: E402
+from survivor.policy import deadline as deadline_policy, move_bet, placement  # noqa: E402
 from survivor.local import traces  # noqa: E402
 from survivor.local.traces import TraceError, Zones, load, region_of  # noqa: E402  (the published format's reader)
 from survivor.spec import Placement as Rule  # noqa: E402
@@ -97,11 +97,11 @@ MACHINE_TYPE, GPU_TYPE, GPU_COUNT = "n1-standard-8", "nvidia-tesla-v100", 1
 
 @dataclass(frozen=True)
 class Constants:
-    """The survivor row's constants (survivor/operator/move_bet.py, survivor/cloud/capacity.py): how
+    """The survivor row's constants (survivor/policy/move_bet.py, survivor/cloud/capacity.py): how
     far ahead a move's gain counts (at most the job's time left where it is), the uptime a place in
     Google's longest band is planned with, the restore across locations a move costs, whether the
     deadline policy sizes Spot's slack with the place's hazard, and its cost cap's allowance in
-    restarts (survivor/operator/deadline.py rule 7)."""
+    restarts (survivor/policy/deadline.py rule 7)."""
 
     horizon_hours: float = move_bet.HORIZON_HOURS
     top_band_uptime_hours: float = TOP_BAND_UPTIME_HOURS
@@ -214,7 +214,7 @@ class Placement:
             # survivor with Compute Engine's capacity data: the region's outlook is its best
             # zone's advice.capacity scores as the Compute fake serves them from the traces' past
             # (survivor/local/capacity_advice.py); no history (an N1 VM with a V100 has none); the
-            # move is survivor/operator/move_bet.py `weigh`, the function placement.decide calls
+            # move is survivor/policy/move_bet.py `weigh`, the function placement.decide calls
             here = up(self._zones(self.region))
             if here:
                 return here

@@ -35,7 +35,7 @@ from survivor.jobdir.status import read_job
 from survivor.jobdir.storage import open_storage
 from survivor.operator.dashboard.board import Board, JobSource
 from survivor.operator.dashboard.web import make_app
-from survivor.operator.report import ReportOptions
+from survivor.policy.cost import ReportOptions
 
 MACHINE = Machine("g2-standard-8", "nvidia-l4", 1)
 

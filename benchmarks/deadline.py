@@ -6,7 +6,7 @@ A job of L = 12 training hours, a deadline drawn from 1.2L to 2L, and Spot weath
 harsh: preemptions 0.02-0.8 per hour, each followed with probability 0-0.8 by a stockout whose
 length averages 0.5-6 h (and, as often as half that probability, a stockout at the very start).
 Each trace is replayed by survivor/local/traces.py, a pure event simulation at one-minute ticks in
-which survivor's policy is survivor/operator/deadline.py `decide`, the function the agent calls at
+which survivor's policy is survivor/policy/deadline.py `decide`, the function the agent calls at
 every boot and `survivor watch` every 15 minutes. Every policy decides at the same moments (each
 boot, and each look of the watch: 15 minutes, or 1 minute in the rows that say so: Cloud
 Scheduler's unix-cron runs a job at most once a minute) from the same measurements; only uniform

@@ -8,11 +8,12 @@ import json
 import pytest
 import yaml
 
+from survivor.cloud.compute import GroupRef
 from survivor.jobdir.journal import Journal
 from survivor.jobdir.moves import Move, moves
 from survivor.jobdir.storage import open_storage
 from survivor.local.simulator import Simulator
-from survivor.operator import placement
+from survivor.policy import placement
 from survivor.spec import Placement
 from tests.conftest import PYTHON
 
@@ -251,9 +252,7 @@ def test_a_vm_of_a_group_its_job_moved_away_from_leaves_it_without_training(comp
     # and it carried out the records: a move cut after its record had no group where it went, and
     # with no watch deployed the job had no VM at all (a hostile review found it)
     assert (project, f"zones/{zone}", "job") not in compute_server.groups  # its group deleted, the VM with it
-    moved_to = compute.get_group(
-        placement.group_at(placement.GroupRef(project, "job", zone=zone), "regions/us-central1")
-    )
+    moved_to = compute.get_group(placement.group_at(GroupRef(project, "job", zone=zone), "regions/us-central1"))
     assert moved_to is not None and int(moved_to["targetSize"]) == 1
     assert "finish action failed" not in log
 

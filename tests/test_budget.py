@@ -23,7 +23,7 @@ from survivor.jobdir.journal import Journal
 from survivor.jobdir.status import read_job
 from survivor.jobdir.storage import open_storage
 from survivor.operator import budget as budgets
-from survivor.operator.notices import prices_for
+from survivor.policy.cost import prices_for
 from survivor.spec import JobSpec
 from tests.conftest import dummy_spec, executed_steps
 

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from survivor.operator import placement
+from survivor.policy import placement
 from survivor.jobdir.journal import Journal
 from survivor.jobdir.moves import moves
 from survivor.jobdir.storage import open_storage
@@ -303,7 +303,7 @@ def test_with_capacity_data_the_watch_moves_a_stocked_out_job_at_once_and_says_w
     compute_server, tmp_path, capsys, monkeypatch
 ):
     """No timer: Compute Engine's capacity data says the group's zone has none and the next region has
-    some, so the first look moves the job (survivor/operator/move_bet.py), naming the figures."""
+    some, so the first look moves the job (survivor/policy/move_bet.py), naming the figures."""
     from survivor.commands.main import main
 
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "survivor-local")

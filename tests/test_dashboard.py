@@ -22,7 +22,8 @@ from survivor.jobdir.status import job_summary, read_job
 from survivor.jobdir.storage import open_storage
 from survivor.operator.dashboard.board import Board, JobSource
 from survivor.operator.dashboard.web import CONTENT_SECURITY_POLICY, make_app, start
-from survivor.operator.report import ReportOptions, build_report
+from survivor.operator.report import build_report
+from survivor.policy.cost import ReportOptions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MACHINE = Machine("n1-standard-8", "nvidia-tesla-t4", 1)

@@ -5,8 +5,8 @@ import datetime as dt
 
 import pytest
 
-from survivor.operator import deadline
-from survivor.operator.deadline import (
+from survivor.policy import deadline
+from survivor.policy.deadline import (
     ON_DEMAND,
     SPOT,
     Measured,

@@ -1,11 +1,11 @@
 """Rule 8 of the deadline policy: flex-start in place of on-demand, when allowed, supported, cheaper
-and in time (survivor/operator/deadline.py, docs/flex-start.md)."""
+and in time (survivor/policy/deadline.py, docs/flex-start.md)."""
 
 import datetime as dt
 
 import pytest
 
-from survivor.operator.deadline import (
+from survivor.policy.deadline import (
     FLEX_START,
     ON_DEMAND,
     SPOT,
@@ -179,7 +179,7 @@ def test_measure_prices_flex_start_hours_at_their_own_ratio():
 
 
 def test_a_failed_request_goes_on_demand_at_once_and_says_why():
-    from survivor.operator.deadline import flex_start_failure
+    from survivor.policy.deadline import flex_start_failure
 
     failed = Situation(**{**idle_on_spot(10.0, GOOD, mode=FLEX_START).__dict__, "flex_start_failed": "r1: X: y"})
     decision = decide(BEHIND, failed)
@@ -200,7 +200,7 @@ def test_a_failed_request_goes_on_demand_at_once_and_says_why():
 
 
 def test_a_queued_request_says_how_long_it_waited_and_what_its_last_attempt_met():
-    from survivor.operator.deadline import flex_start_queue
+    from survivor.policy.deadline import flex_start_queue
 
     now = dt.datetime(2026, 11, 25, 3, 30, tzinfo=dt.timezone.utc)
     queued = {"name": "b", "creationTimestamp": "2026-11-25T02:00:00Z", "state": "ACCEPTED"}
@@ -231,7 +231,7 @@ def test_a_queued_request_says_how_long_it_waited_and_what_its_last_attempt_met(
 
 
 def test_a_flex_start_run_that_is_over_goes_on_demand_and_says_so():
-    from survivor.operator.deadline import flex_start_run_end
+    from survivor.policy.deadline import flex_start_run_end
 
     done = {"name": "r", "creationTimestamp": "2026-11-18T02:00:00Z", "state": "SUCCEEDED"}
     assert flex_start_run_end([done], members=0) == "resize request r succeeded and the group has no VM left"

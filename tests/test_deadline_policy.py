@@ -1,11 +1,11 @@
-"""The deadline policy (survivor/operator/deadline.py) at its boundaries, and what it reads from the job dir."""
+"""The deadline policy (survivor/policy/deadline.py) at its boundaries, and what it reads from the job dir."""
 
 import datetime as dt
 from dataclasses import replace
 
 import pytest
 
-from survivor.operator.deadline import (
+from survivor.policy.deadline import (
     ON_DEMAND,
     SPOT,
     Measured,
@@ -267,7 +267,7 @@ def test_a_switch_back_that_finds_no_spot_is_not_already_behind_at_the_next_look
 
 
 def test_a_place_that_preempts_often_needs_more_slack_on_spot_and_leaves_it_sooner():
-    from survivor.operator.deadline import Measured, Situation, decide
+    from survivor.policy.deadline import Measured, Situation, decide
 
     measured = Measured(
         steps_done=0,
@@ -287,7 +287,7 @@ def test_a_place_that_preempts_often_needs_more_slack_on_spot_and_leaves_it_soon
 
 
 def test_spot_whose_restarts_cost_more_than_on_demand_is_left():
-    from survivor.operator.deadline import Measured, Situation, decide, spot_dearer
+    from survivor.policy.deadline import Measured, Situation, decide, spot_dearer
 
     measured = Measured(
         steps_done=0, train_steps=100, step_rate=100.0, overhead_hours=0.1, spent_hours=0.0, spot_price_ratio=0.5

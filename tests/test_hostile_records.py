@@ -219,7 +219,8 @@ def test_survivor_report_and_status_read_records_dated_year_one(tmp_path, capsys
     from survivor.commands.main import main
     from survivor.jobdir.moves import Move
     from survivor.jobdir.status import read_job
-    from survivor.operator.report import ReportOptions, build_report, markdown
+    from survivor.operator.report import build_report, markdown
+    from survivor.policy.cost import ReportOptions
 
     job_dir = str(tmp_path / "job")
     storage = open_storage(job_dir)

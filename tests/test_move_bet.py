@@ -1,10 +1,10 @@
-"""A move is a bet with a price (survivor/operator/move_bet.py): hand-made places whose answer is
+"""A move is a bet with a price (survivor/policy/move_bet.py): hand-made places whose answer is
 known, among them a region that flaps every half hour and an outage of every region."""
 
 import pytest
 
 from survivor.cloud.capacity import Outlook, outlook_from, request_bodies
-from survivor.operator.move_bet import Costs, training_share, weigh
+from survivor.policy.move_bet import Costs, training_share, weigh
 
 STEADY = Outlook(1.0, 1.0)  # capacity now and all the last hour; uptime in the top band
 FLAPPING_DOWN = Outlook(0.25, 1 / 60)  # out now, half the last hour out: the shortest uptime

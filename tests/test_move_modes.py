@@ -13,7 +13,7 @@ from survivor.cloud.template import MachineOptions, template_body
 from survivor.jobdir.moves import Move, record_move
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.switches import switches
-from survivor.operator.deadline import FLEX_START, ON_DEMAND
+from survivor.policy.deadline import FLEX_START, ON_DEMAND
 from survivor.operator.group import switch_group
 from survivor.operator.placement import complete_moves
 from survivor.spec import JobSpec

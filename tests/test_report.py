@@ -330,7 +330,8 @@ def test_report_into_an_out_that_is_a_file_is_one_error_naming_out(job, tmp_path
 def test_a_switch_dated_in_the_future_or_unreadable_is_ignored_with_a_warning_naming_its_file(tmp_path, caplog):
     import warnings
 
-    from survivor.operator.report import ReportOptions, build_report, draw_timeline
+    from survivor.operator.report import build_report, draw_timeline
+    from survivor.policy.cost import ReportOptions
 
     job_dir = str(tmp_path / "jobdir")
     write_job(job_dir)
@@ -354,7 +355,8 @@ def test_a_switch_dated_in_the_future_or_unreadable_is_ignored_with_a_warning_na
 def test_a_negative_saving_reads_minus_dollars_not_dollars_minus(job):
     from dataclasses import replace
 
-    from survivor.operator.report import ReportOptions, build_report, markdown
+    from survivor.operator.report import build_report, markdown
+    from survivor.policy.cost import ReportOptions
 
     built = build_report(
         read_job(job, train_steps=200),
@@ -368,7 +370,8 @@ def test_a_negative_saving_reads_minus_dollars_not_dollars_minus(job):
 def test_checkpoint_stalls_of_a_trainer_that_did_not_save_on_the_notice_are_explained(tmp_path, monkeypatch):
     from dataclasses import replace
 
-    from survivor.operator.report import ReportOptions, build_report, markdown
+    from survivor.operator.report import build_report, markdown
+    from survivor.policy.cost import ReportOptions
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     job_dir = str(tmp_path / "jobdir")

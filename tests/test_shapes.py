@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from survivor.operator import placement
+from survivor.policy import placement
 from survivor.spec import JobSpec, Placement, Shape, SpecError
 
 BASE = "job_dir: gs://bucket/run\ntrain_steps: 10\ntrainer: {builtin: dummy}\n"

@@ -524,7 +524,7 @@ A100_POOLS = [Pool("chief", "a2-highgpu-1g", 1, "NVIDIA_TESLA_A100", 1)]
     ],
 )
 def test_the_deadline_policy_chooses_a_vertex_jobs_strategy(deadline, hours, preemptions, ratio, expected):
-    from survivor.operator import deadline as policy
+    from survivor.policy import deadline as policy
     from survivor.operator.vertex_job import deadline_strategy
 
     spec = JobSpec.from_yaml(A100 + deadline)

@@ -730,7 +730,8 @@ class Boot:
         compute.instanceGroupManagers.update) and returns the Switch; else None. Never fatal."""
         from survivor.agent.finish import group_of
         from survivor.jobdir import claims
-        from survivor.operator import deadline, group
+        from survivor.operator import group
+        from survivor.policy import deadline
 
         spec, identity, storage = run.spec, run.identity, run.storage
         if spec.deadline is None:
@@ -777,6 +778,7 @@ class Boot:
         from survivor.jobdir.moves import moves
         from survivor.jobdir.switches import parse_time
         from survivor.operator import placement
+        from survivor.policy.placement import preempted_in
 
         ref = group_of(identity)
         if spec.placement is None or ref is None or self.metadata is None:
@@ -786,9 +788,7 @@ class Boot:
             recorded = moves(storage)
             # the journal already read says whether a move is due: no Compute call on an ordinary boot
             here = region_of_zone(identity.zone)
-            count = placement.preempted_in(
-                state.attempts, here, now, moved=parse_time(recorded[-1].time) if recorded else None
-            )
+            count = preempted_in(state.attempts, here, now, moved=parse_time(recorded[-1].time) if recorded else None)
             if count < spec.placement.preemptions_per_hour:
                 return False
             compute = (self.options.compute_factory or _default_compute)(identity)
@@ -834,6 +834,7 @@ class Boot:
         from survivor.agent.finish import group_of
         from survivor.jobdir.moves import moves
         from survivor.operator import placement
+        from survivor.policy.placement import left_behind, place_of
 
         ref = group_of(identity)
         if spec.placement is None or ref is None:
@@ -843,11 +844,11 @@ class Boot:
         except StorageError as exc:
             log.warning("the job's moves not read; training here", error=str(exc))
             return ""
-        if not placement.left_behind(recorded, ref):
+        if not left_behind(recorded, ref):
             return ""
         log.warning(
             "the job's records moved its group away from this VM's: leaving it without training",
-            group_place=placement.place_of(ref),
+            group_place=place_of(ref),
             job_place=recorded[-1].to_place,
         )
         self._state("moved")
@@ -1063,7 +1064,7 @@ class Boot:
         stop is recorded here): this boot trains nothing and leaves its group. Never fatal: a budget
         that cannot be read is checked again while training."""
         from survivor.jobdir import spending
-        from survivor.operator.budget import budget_standing
+        from survivor.policy.budget import budget_standing
 
         try:
             self._budget_raised = spending.read_raised(storage) is not None
@@ -1095,7 +1096,7 @@ class Boot:
         """The end of an attempt the budget stopped, its checkpoint committed: the stop recorded and
         told, and the VM leaves its group (kept at size 0 until `survivor start --budget`)."""
         from survivor.jobdir import spending
-        from survivor.operator.budget import budget_standing
+        from survivor.policy.budget import budget_standing
 
         spec, identity, journal = run.spec, run.identity, run.journal
         try:
@@ -1157,7 +1158,7 @@ class Boot:
     def _done_event(self, run: Run):
         """DONE's event with the job's figures and cost, as `survivor report` prices them (offline)."""
         from survivor.jobdir.status import read_job
-        from survivor.operator.notices import priced_done
+        from survivor.policy.cost import priced_done
 
         return priced_done(
             run.spec,

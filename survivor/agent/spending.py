@@ -6,7 +6,7 @@
     'budget'
 
 A thread prices the job every `CHECK_SECONDS` (sooner when the rate it has spent at says the budget
-comes sooner) as `survivor report` prices it (survivor/operator/budget.py `budget_standing`), and fires a
+comes sooner) as `survivor report` prices it (survivor/policy/budget.py `budget_standing`), and fires a
 "budget" notice when the job is at its budget, or when the watch recorded the stop
 (survivor/jobdir/spending.py). The notice takes the path every notice takes (SIGTERM the trainer, its
 save committed, the final commit: survivor/agent/boot.py), so the stop loses nothing committed; the
@@ -28,7 +28,7 @@ from survivor.jobdir.storage import JobStorage
 from survivor.spec import JobSpec
 
 if TYPE_CHECKING:
-    from survivor.operator.budget import Standing
+    from survivor.policy.budget import Standing
 
 log = logs.get("budget")
 
@@ -57,7 +57,7 @@ def next_check(every: float, budget: float | None, spent: float | None, usd_per_
 
 class BudgetSource:
     """Fires a "budget" notice once the job is at its budget (or the watch recorded its stop).
-    `standing`: the last check's (survivor/operator/budget.py `Standing`), for the stop's record."""
+    `standing`: the last check's (survivor/policy/budget.py `Standing`), for the stop's record."""
 
     def __init__(self, spec: JobSpec, storage: JobStorage, *, zone: str | None = None, every: float | None = None):
         self.spec, self.storage, self.zone = spec, storage, zone
@@ -74,7 +74,7 @@ class BudgetSource:
         self._stopping.set()
 
     def _run(self, fire: Fire) -> None:
-        from survivor.operator.budget import budget_standing
+        from survivor.policy.budget import budget_standing
 
         delay, last = 0.0, None
         while not self._stopping.wait(delay):

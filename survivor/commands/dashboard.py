@@ -113,7 +113,7 @@ def _options(args: argparse.Namespace):
     """The prices and steps the command line gives job dirs."""
     from survivor.cloud.catalog import Machine
     from survivor.cloud.template import parse_gpu
-    from survivor.operator.report import ReportOptions
+    from survivor.policy.cost import ReportOptions
 
     options = ReportOptions(
         online=False,

@@ -298,7 +298,7 @@ def _print_status(report: dict) -> None:
     if job.get("failed"):
         console.print(f"  [red]FAILED[/red]: {_shown(failed_reason(job['failed']))}")
     if job.get("budget_stopped"):
-        from survivor.operator.budget import stop_line
+        from survivor.policy.budget import stop_line
 
         where = f"--zone {report['zone']}" if report.get("zone") else f"--region {report.get('region')}"
         console.print(
@@ -372,14 +372,13 @@ def report(args: argparse.Namespace) -> int:
     on-demand; writes report.md, timeline.png and report.json into --out; `--json` prints the figures."""
     from survivor.operator import group as groups
     from survivor.operator import report as reports
+    from survivor.policy.cost import ReportOptions
     from survivor.cloud.catalog import Machine
     from survivor.cloud.template import parse_gpu
     from survivor.jobdir.status import read_job
     from survivor.jobdir.switches import parse_time
 
-    options = reports.ReportOptions(
-        spot_price=args.spot_price, on_demand_price=args.on_demand_price, online=not args.offline
-    )
+    options = ReportOptions(spot_price=args.spot_price, on_demand_price=args.on_demand_price, online=not args.offline)
     job_dir = args.job_dir
     if args.name is not None:
         group = _address(args).group()

@@ -11,7 +11,7 @@ The replay advances a clock in `tick_hours` steps: a VM boots for the restart ov
 loses at most `lost_hours` of work to a preemption (survivor commits on the notice), and costs its
 mode's price per hour while it exists; waiting for Spot capacity costs nothing. Decisions run where
 survivor runs them: at every boot (the agent) and every `check_every_hours` (`survivor watch`).
-`survivor_policy` calls survivor/operator/deadline.py's `decide`, the function the agent calls.
+`survivor_policy` calls survivor/policy/deadline.py's `decide`, the function the agent calls.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from survivor.operator import deadline as policy
+from survivor.policy import deadline as policy
 from survivor.cloud import pricing
 
 SPOT, ON_DEMAND = policy.SPOT, policy.ON_DEMAND
@@ -137,7 +137,7 @@ Policy = Callable[[View], str]
 
 
 def survivor_policy(switch_back: bool = True) -> Policy:
-    """survivor's policy: survivor/operator/deadline.py `decide`, as the agent and `watch` call it."""
+    """survivor's policy: survivor/policy/deadline.py `decide`, as the agent and `watch` call it."""
 
     def choose(view: View) -> str:
         situation = policy.Situation(**{**view.situation.__dict__, "switch_back": switch_back})

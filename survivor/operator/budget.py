@@ -1,8 +1,5 @@
-"""A job's budget: what it has spent against it, the stop at it, and the start that raises it.
+"""A job's budget: the watch's stop at it, and the start that raises it.
 
-    >>> standing = budget_standing(spec, storage)           # priced as `survivor report` prices it
-    >>> standing.spent, standing.budget, standing.over
-    (251.3, 250.0, True)
     >>> look(compute, group, spec, storage, say=print)       # `survivor watch`: the group kept at 0
     >>> start(compute, address, usd=400.0, say=print)        # `survivor start JOB --budget 400`
 
@@ -15,9 +12,8 @@ within its next check, and resizes the group to 0 as `survivor stop` does when a
 it), or at once when no VM runs. `survivor start` refuses a job stopped at its budget, or past it,
 unless `--budget` raises it above what was spent.
 
-Costs are `survivor report`'s (survivor/operator/report.py `job_figures`), priced offline for the
-spec's `compute:` machine (survivor/operator/notices.py `costs`: the day's cached Billing Catalog
-prices, else the offline table): the agent, the watch and `start` price it alike.
+What the job has spent against its budget is survivor/policy/budget.py `budget_standing`: the
+agent, the watch and `start` price it alike.
 """
 
 from __future__ import annotations
@@ -29,10 +25,9 @@ from typing import Any
 
 from survivor.cloud.compute import Compute, GroupRef
 from survivor.jobdir import spending
-from survivor.jobdir.status import read_job
 from survivor.jobdir.storage import JobStorage, open_storage
 from survivor.jobdir.switches import parse_time
-from survivor.operator.notices import costs
+from survivor.policy.budget import budget_standing, stop_line
 from survivor.spec import JobSpec
 
 #: How long after the watch recorded the stop a VM that still runs is left to its agent (which
@@ -43,53 +38,6 @@ STOP_GRACE_SECONDS = 300.0
 class BudgetRefused(Exception):
     """`survivor start` refused: the job is at its budget and `--budget` does not raise it above
     what was spent."""
-
-
-@dataclass(frozen=True)
-class Standing:
-    """A job against its budget: `budget` (USD; None: it has none), `spent` (USD so far, None: not
-    priced), `stopped` (the stop's record, None: not stopped at it) and the committed step."""
-
-    budget: float | None
-    spent: float | None
-    stopped: dict[str, Any] | None = None
-    committed_step: int | None = None
-
-    @property
-    def over(self) -> bool:
-        """At or past the budget."""
-        return spending.over_budget(self.spent, self.budget)
-
-    def to_json(self) -> dict[str, Any]:
-        """`survivor status --json`'s `budget`."""
-        return {"usd": self.budget, "spent_usd": self.spent, "stopped": self.stopped}
-
-
-def budget_standing(
-    spec: JobSpec, storage: JobStorage, *, zone: str | None = None, now: _dt.datetime | None = None
-) -> Standing:
-    """Reads the job dir once: its budget (raised, else the spec's), its stop, and what it has spent,
-    priced as `survivor report` prices it (None for a job with no budget: nothing to price)."""
-    budget = spending.budget_usd(spec.budget.usd if spec.budget else None, spending.read_raised(storage))
-    stopped = spending.read_stopped(storage)
-    if budget is None and stopped is None:
-        return Standing(None, None)
-    view = read_job(storage.url, storage=storage, train_steps=spec.train_steps, now=now)
-    spent, _ = costs(spec, view, zone)
-    return Standing(budget, spent, stopped, view.latest.step if view.latest else None)
-
-
-def stop_line(name: str, stopped: dict[str, Any], flag: str = "") -> str:
-    """Pure: what `status` and the watch say of a job stopped at its budget."""
-    spent, budget = spending.usd_of(stopped, "spent_usd"), spending.usd_of(stopped, "budget_usd")
-    step = stopped.get("step")
-    where = f" {flag}" if flag else ""
-    return (
-        f"stopped at its budget: ${spent or 0:.2f} of ${budget or 0:.2f} spent, "
-        f"{'nothing' if step is None else f'step {step}'} committed ({stopped.get('by') or '?'}, "
-        f"{str(stopped.get('time') or '')[:19]}); `survivor start {name}{where} --budget USD` raises it and "
-        f"resumes"
-    )
 
 
 @dataclass(frozen=True)

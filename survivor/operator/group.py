@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 from survivor import log as logs
 from survivor.cloud import machines
 from survivor.operator import image, preflight
-from survivor.operator.deadline import (
+from survivor.policy.deadline import (
     FLEX_START,
     FLEX_START_MAX_RUN_HOURS,
     ON_DEMAND,
@@ -837,10 +837,10 @@ def _report_options(
 ):
     """How `status` prices the job's report (survivor/operator/report.py): from cached catalog prices
     (status never waits on the catalog: `survivor report` fetches and caches them)."""
-    from survivor.operator import report
     from survivor.cloud.catalog import Machine
+    from survivor.policy.cost import ReportOptions
 
-    return report.ReportOptions(
+    return ReportOptions(
         machine=Machine(machine["machine_type"], machine["gpu_type"], machine["gpu_count"]) if machine else None,
         fallback=Machine(fallback["machine_type"], fallback["gpu_type"], fallback["gpu_count"]) if fallback else None,
         region=group.region or region_of_zone(group.zone or ""),
@@ -866,8 +866,9 @@ def job_status(
     prices given, else cached catalog prices, else the offline table). The job dir defaults to the
     one in the template's job spec; it is read once (`read_job`), for the story and the price alike.
     `read_job_dir=False`: the group and its machine only (what `survivor report` needs to price)."""
-    from survivor.operator import report
     from survivor.jobdir.status import job_summary, read_job
+    from survivor.operator import report
+    from survivor.policy.cost import cost_summary, status_line
 
     out: dict[str, Any] = {"name": group.name, "project": group.project, "zone": group.zone, "region": group.region}
     found = compute.get_group(group)
@@ -926,8 +927,8 @@ def job_status(
         if spec:
             summary["train_steps"] = spec.train_steps
         made = report.build_report(view, options)
-        out["cost"] = report.cost_summary(made)
-        out["goodput_line"] = report.status_line(made)
+        out["cost"] = cost_summary(made)
+        out["goodput_line"] = status_line(made)
     return out
 
 

@@ -20,7 +20,6 @@ import datetime as _dt
 from typing import Any
 
 from survivor import log as logs
-from survivor.cloud.catalog import Machine, Prices
 from survivor.jobdir.spending import budget_usd, read_raised
 from survivor.jobdir.status import JobView, read_job
 from survivor.jobdir.storage import JobStorage
@@ -28,62 +27,14 @@ from survivor.jobdir.switches import parse_time
 from survivor.notify import events
 from survivor.notify.delivery import Notifier
 from survivor.notify.events import Event
-from survivor.notify.records import done_event, job_events
-from survivor.spec import Budget, JobSpec, SpecError
-from survivor.places import is_zone, region_of_zone
+from survivor.notify.records import job_events
+from survivor.spec import Budget, JobSpec
+from survivor.policy.cost import costs
 
 log = logs.get("notify")
 
 #: How long a look waits for its events to be told: under the 60 s an event has (retry.WEBHOOK).
 DRAIN_SECONDS = 50.0
-
-
-def machine_of(spec: JobSpec) -> Machine | None:
-    """The machine the spec's `compute:` asks for (None: not one survivor can price)."""
-    from survivor.cloud.template import MachineOptions
-
-    try:
-        options = MachineOptions.from_spec(spec)
-    except (SpecError, ValueError, TypeError):
-        return None
-    return Machine(options.machine_type, options.gpu_type, options.gpu_count or 0)
-
-
-def job_region(spec: JobSpec, zone: str | None) -> str:
-    """The region a job runs in: its VM's zone's, else its `compute.zone`'s, else us-central1."""
-    zone = zone or str(spec.extra.get("compute", {}).get("zone") or "")
-    return region_of_zone(zone) if is_zone(zone) else "us-central1"
-
-
-def prices_for(spec: JobSpec, zone: str | None = None) -> Prices | None:
-    """The job's prices as `survivor report` takes them offline (today's cache, else the table)."""
-    from survivor.operator.report import ReportOptions, report_prices
-
-    machine = machine_of(spec)
-    if machine is None:
-        return None
-    try:
-        return report_prices(ReportOptions(machine=machine, region=job_region(spec, zone), online=False))
-    except Exception as exc:  # noqa: BLE001 - an event without a cost still tells
-        log.info("no prices for the job's events", error=f"{type(exc).__name__}: {exc}")
-        return None
-
-
-def costs(spec: JobSpec, view: JobView, zone: str | None = None) -> tuple[float | None, float | None]:
-    """USD so far: the job's (each boot at its mode's price) and the same progress on on-demand."""
-    from survivor.operator.report import job_figures
-
-    prices = prices_for(spec, zone)
-    if prices is None:
-        return None, None
-    figures = job_figures(view, prices, spec.train_steps)
-    return figures.cost_so_far.get("job"), figures.cost_so_far.get("on_demand")
-
-
-def priced_done(spec: JobSpec, view: JobView, zone: str | None = None) -> Event | None:
-    """DONE's event with its cost against on-demand (None: not DONE)."""
-    cost, on_demand = costs(spec, view, zone)
-    return done_event(spec.name, view, cost=cost, on_demand_cost=on_demand)
 
 
 def idle_since(view: JobView, created: _dt.datetime | None = None) -> _dt.datetime | None:

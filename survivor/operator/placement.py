@@ -41,318 +41,43 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from dataclasses import dataclass, replace
-from typing import Callable, Mapping, TypeVar
+from dataclasses import replace
+from typing import Callable, TypeVar
 
 from survivor import log as logs
 from survivor import retry
 from survivor.cloud.capacity import Outlook
 from survivor.cloud.compute import Compute, GroupRef
 from survivor.jobdir import claims
-from survivor.jobdir.journal import Attempt
 from survivor.jobdir.moves import Move, current_place, current_shape, moves, record_move
 from survivor.jobdir.storage import JobStorage
-from survivor.operator import move_bet
 from survivor.jobdir.switches import parse_time
-from survivor.spec import JobSpec, Placement
 from survivor.places import region_of
+from survivor.policy.placement import (
+    Look,
+    MoveDecision,
+    Place,
+    decide,
+    group_at,
+    look_from,
+    machine_text,
+    place_machines,
+    place_of,
+    places,
+    shape_text,
+)
+from survivor.spec import JobSpec, Placement
 
 log = logs.get("placement")
 T = TypeVar("T")
-
-#: listErrors codes that mean "no capacity here now": a stockout or a quota
-#: (https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability).
-CAPACITY_CODES = ("ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "QUOTA_EXCEEDED")
-
-
-@dataclass(frozen=True)
-class Place:
-    """Where a job's group may be: a region and a machine shape (0: the job's `compute:` shape, N:
-    `placement.shapes[N-1]`)."""
-
-    region: str
-    shape: int = 0
-
-
-@dataclass(frozen=True)
-class Look:
-    """What one look at the job's group saw."""
-
-    place: str  # zones/ZONE or regions/REGION
-    running: bool = False  # a VM of the group is RUNNING
-    idle_seconds: float = 0.0  # since the group last had a VM (or was made, or the job moved)
-    capacity_errors: tuple[str, ...] = ()  # listErrors codes since then that mean no capacity
-    preemptions_last_hour: int = 0  # in this place
-    pending: bool = False  # a state-disk snapshot not yet in Cloud Storage
-    shape: int = 0  # the shape the group runs (its last move's; 0 when it never changed shape)
-    not_offered: frozenset[Place] = frozenset()  # places whose region has no zone with the shape's GPU
-    moves_without_vm: int = 0  # moves since the job last had a VM (each found no capacity so far)
-
-
-@dataclass(frozen=True)
-class MoveDecision:
-    """Whether to move now, where to (a region and a shape), and why (said in the log and recorded
-    with the move)."""
-
-    move: bool
-    to_region: str | None
-    reason: str
-    lost_pending: bool = False
-    to_shape: int = 0
-
-    @property
-    def to(self) -> Place | None:
-        """The place moved to; None when the job stays."""
-        return Place(self.to_region, self.to_shape) if self.move and self.to_region else None
-
-
-def places(placement: Placement) -> tuple[Place, ...]:
-    """Pure: every place of the spec in the order a job walks them: each region of `regions` for the
-    job's `compute:` shape, then each region for the first of `shapes`, and so on.
-
-    Regions first, because another region runs the same machine: the same speed, about the same
-    price, the trainer's batch size and GPU count as tuned. Another shape changes all three (and
-    the user ranked it after the job's own), so it is the later resort: a job leaves its shape only
-    when every region is out of it."""
-    return tuple(Place(region, shape) for shape in range(1 + len(placement.shapes)) for region in placement.regions)
-
-
-def next_place(order: tuple[Place, ...], current: Place, skip: frozenset[Place] = frozenset()) -> Place | None:
-    """Pure: the place after `current` in `order`, round the list, passing over `skip` (places that
-    cannot take the job); the first one when `current` is not in `order`; None when there is none."""
-    at = order.index(current) + 1 if current in order else 0
-    return next((p for p in order[at:] + order[:at] if p != current and p not in skip), None)
-
-
-def shape_text(placement: Placement, shape: int) -> str:
-    """Pure: a shape as a person reads it: `compute:` for the job's own, else its machine keys."""
-    if shape == 0 or shape > len(placement.shapes):
-        return "compute:"
-    written = placement.shapes[shape - 1]
-    return " with ".join(v for v in (written.machine_type or "compute's machine type", written.gpu) if v)
-
-
-#: The longest a job waits in one place before its next move once whole rounds of its places found no
-#: capacity: the wait doubles each round from `move_after_minutes` up to this (or `move_after_minutes`
-#: when that is longer).
-MAX_ROUND_WAIT_MINUTES = 15.0
-
-
-def wait_minutes(placement: Placement, moves_without_vm: int, places_count: int) -> float:
-    """Pure: how long the group waits without a training VM before its next move: `move_after_minutes`,
-    doubled for each whole round of the places already moved through without a VM (every one of them
-    out of capacity), at most MAX_ROUND_WAIT_MINUTES. A stockout of every region then costs a few moves
-    an hour, not one every look."""
-    after = placement.move_after_minutes
-    rounds = moves_without_vm // max(1, places_count - 1)
-    return max(after, min(MAX_ROUND_WAIT_MINUTES, after * 2 ** min(rounds, 20)))
-
-
-def decide(
-    placement: Placement | None,
-    look: Look,
-    outlooks: Mapping[Place, Outlook] | None = None,
-    hours_left: float = float("inf"),
-) -> MoveDecision:
-    """Pure: the move decision for one look. With Compute Engine's capacity data for the group's
-    place (`outlooks`, docs/capacity-data.md), the move is a bet (survivor/operator/move_bet.py
-    `weigh`: the training time the target is expected to give against the move's price, over the
-    `hours_left` of training); without it, today's rule: to the next place of `places` after the
-    group's once it has waited. A place in `look.not_offered` is passed over either way."""
-    order = places(placement) if placement is not None else ()
-    if placement is None or len(order) < 2:
-        return MoveDecision(
-            False, None, "the spec names no other region or shape (placement.regions, placement.shapes)"
-        )
-    if look.running:
-        return MoveDecision(False, None, "a VM of the group runs")
-    here_place = Place(region_of(look.place), look.shape)
-    if outlooks and here_place in outlooks:
-        known = {p: o for p, o in outlooks.items() if p in order or p == here_place}
-        bet = move_bet.weigh(
-            here_place,
-            known,
-            move_bet.Costs(hours_left=hours_left),
-            skip=frozenset(look.not_offered),
-            name=lambda p: p.region + (f" on {shape_text(placement, p.shape)}" if placement.shapes else ""),
-        )
-        seen = f" with {', '.join(sorted(set(look.capacity_errors)))}" if look.capacity_errors else ""
-        if bet.to is None:
-            return MoveDecision(
-                False, None, f"no training VM in {here_place.region}{seen}; capacity data: {bet.reason}"
-            )
-        to = bet.to
-        assert isinstance(to, Place)
-        if look.pending and look.idle_seconds / 60 < 2 * placement.move_after_minutes:
-            return MoveDecision(
-                False,
-                None,
-                f"capacity data: {bet.reason}; waiting (up to "
-                f"{2 * placement.move_after_minutes:g} min) for a VM of "
-                f"{here_place.region} to commit the snapshot on its state disk",
-            )
-        return MoveDecision(
-            True,
-            to.region,
-            f"no training VM in {here_place.region}{seen}; capacity data: {bet.reason}",
-            lost_pending=look.pending,
-            to_shape=to.shape,
-        )
-    minutes = look.idle_seconds / 60
-    after = wait_minutes(placement, look.moves_without_vm, len(order))
-    capacity = bool(look.capacity_errors) and minutes >= after
-    preempting = look.preemptions_last_hour >= placement.preemptions_per_hour
-    if not (capacity or preempting):
-        rounds = (
-            f" (every place was out {look.moves_without_vm // max(1, len(order) - 1)} time(s) round: the wait doubles)"
-            if after > placement.move_after_minutes
-            else ""
-        )
-        why = (
-            f"capacity errors for {minutes:.0f} of {after:g} min{rounds}"
-            if look.capacity_errors
-            else "no capacity error listed"
-        )
-        return MoveDecision(False, None, f"no training VM for {minutes:.0f} min; {why}")
-    here = region_of(look.place)
-    shaped = f" ({shape_text(placement, look.shape)})" if placement.shapes else ""
-    if capacity:
-        reason = (
-            f"no training VM in {here}{shaped} for {minutes:.0f} min with "
-            f"{', '.join(sorted(set(look.capacity_errors)))}"
-        )
-    else:
-        reason = f"{here} preempted the job {look.preemptions_last_hour} times in the last hour"
-    to = next_place(order, Place(here, look.shape), look.not_offered)
-    if to is None:
-        return MoveDecision(
-            False, None, f"{reason}; no other place offers its GPU (placement.regions, placement.shapes)"
-        )
-    if look.pending and minutes < 2 * after:
-        return MoveDecision(
-            False,
-            None,
-            f"{reason}; waiting (up to {2 * after:g} min) for a VM of {here} to commit the snapshot on its state disk",
-        )
-    at = order.index(Place(here, look.shape)) + 1 if Place(here, look.shape) in order else 0
-    walked = order[at:] + order[:at]
-    passed = [p for p in walked[: walked.index(to)] if p in look.not_offered]
-    if passed:
-        reason += (
-            " (passed over "
-            + ", ".join(
-                p.region + (f" on {shape_text(placement, p.shape)}" if placement.shapes else "") for p in passed
-            )
-            + ": no zone there offers the GPU)"
-        )
-    return MoveDecision(
-        True,
-        to.region,
-        reason + (" (a state-disk snapshot not yet in Cloud Storage is left behind)" if look.pending else ""),
-        lost_pending=look.pending,
-        to_shape=to.shape,
-    )
 
 
 # -- the look and the move (side effects) -----------------------------------------------------------
 
 
-def place_of(group: GroupRef) -> str:
-    """`zones/Z` or `regions/R` of a group."""
-    return f"zones/{group.zone}" if group.zone else f"regions/{group.region}"
-
-
-def group_at(group: GroupRef, place: str) -> GroupRef:
-    """The job's group (same project and name) at `place`."""
-    kind, _, where = place.partition("/")
-    return GroupRef(
-        group.project, group.name, zone=where if kind == "zones" else None, region=where if kind == "regions" else None
-    )
-
-
 def current_group(storage: JobStorage, group: GroupRef) -> GroupRef:
     """The job's group after its recorded moves (`group` as made when it never moved)."""
     return group_at(group, current_place(moves(storage), place_of(group)))
-
-
-def _idle_since(attempts: list[Attempt], created: _dt.datetime | None, recorded: list[Move]) -> _dt.datetime | None:
-    times = [created] + [parse_time(m.time) for m in recorded]
-    for attempt in attempts:
-        times += [parse_time(attempt.ended), parse_time(attempt.started)]
-    known = [t for t in times if t is not None]
-    return max(known) if known else None
-
-
-def preempted_in(
-    attempts: list[Attempt], region: str, now: _dt.datetime, *, moved: _dt.datetime | None = None, scale: float = 1.0
-) -> int:
-    """Pure: how many of `attempts` ended preempted in `region` in the last hour before `now` (an hour
-    of the simulator's fast clock at `scale`) and began after the job's last move (`moved`). An
-    attempt's region is its VM's zone's; one recorded without a zone (written before survivor kept
-    it) counts wherever the group is."""
-    hour_ago = now - _dt.timedelta(hours=1 / scale)
-    return sum(
-        1
-        for a in attempts
-        if a.outcome == "preempted"
-        and (not a.zone or region_of(f"zones/{a.zone}") == region)
-        and (parse_time(a.ended) or now) >= hour_ago
-        and (moved is None or (parse_time(a.started) or now) >= moved)
-    )
-
-
-def look_from(
-    place: str,
-    *,
-    instances: list[dict],
-    attempts: list[Attempt],
-    errors: list[dict],
-    created: _dt.datetime | None,
-    recorded: list[Move],
-    pending: bool,
-    now: _dt.datetime,
-    scale: float = 1.0,
-    booting: str | None = None,
-) -> Look:
-    """Pure: the Look at the job's group at `place`, from what was read of it: its instances
-    (`Compute.managed_instances`), the journal's attempts, its `listErrors`, when it was made, the
-    job's recorded moves, whether a state-disk snapshot is pending.
-
-    `booting`: the VM whose agent looks at its own boot (survivor/agent/boot.py). It runs but does
-    not train yet, so it is no training VM; and it got capacity, so the capacity errors listed
-    before it do not count: at a boot only a region that keeps preempting the job moves it."""
-    running = any(m["status"] == "RUNNING" and m.get("name") != booting for m in instances)
-    since = _idle_since(attempts, created, recorded) or now
-    codes = (
-        ()
-        if booting
-        else tuple(
-            e.get("code", "")
-            for e in errors
-            if e.get("code", "").startswith(CAPACITY_CODES) and (parse_time(e.get("timestamp")) or now) >= since
-        )
-    )
-    moved = parse_time(recorded[-1].time) if recorded else None
-    preempted = preempted_in(attempts, region_of(place), now, moved=moved, scale=scale)
-    return Look(
-        place,
-        running,
-        max(0.0, (now - since).total_seconds()) * scale,
-        codes,
-        preempted,
-        pending,
-        shape=current_shape(recorded),
-        moves_without_vm=moves_without_vm(attempts, recorded),
-    )
-
-
-def moves_without_vm(attempts: list[Attempt], recorded: list[Move]) -> int:
-    """Pure: how many of the job's moves came after its newest attempt began (after its last VM):
-    moves that found no capacity so far. A move without a readable time counts (the later one)."""
-    started = [t for t in (parse_time(a.started) for a in attempts) if t is not None]
-    last_vm = max(started) if started else None
-    times = [parse_time(m.time) for m in recorded]
-    return sum(1 for t in times if last_vm is None or t is None or t > last_vm)
 
 
 def look(
@@ -503,28 +228,6 @@ def _state_disks_left_behind(compute: Compute, spec: JobSpec, storage: JobStorag
         )
 
 
-def place_machines(spec: JobSpec) -> dict[Place, tuple[str, str | None, int]]:
-    """Pure: the machine (type, GPU type, GPU count) of each place of the spec's placement; a shape
-    whose keys do not parse is left out (its place is decided without capacity data)."""
-    from survivor.cloud.template import MachineOptions, parse_gpu
-    from survivor.spec import SpecError
-
-    if spec.placement is None:
-        return {}
-    try:
-        own = MachineOptions.from_spec(spec)
-    except (SpecError, ValueError, TypeError):
-        return {}
-    machines: dict[int, tuple[str, str | None, int]] = {0: (own.machine_type, own.gpu_type, own.gpu_count or 0)}
-    for i, shape in enumerate(spec.placement.shapes, start=1):
-        try:
-            gpu = parse_gpu(shape.gpu) if shape.gpu is not None else (own.gpu_type, own.gpu_count or 0)
-        except SpecError:
-            continue
-        machines[i] = (shape.machine_type or own.machine_type, *gpu)
-    return {p: machines[p.shape] for p in places(spec.placement) if p.shape in machines}
-
-
 def outlooks_for(
     compute: Compute, spec: JobSpec, here: Place | None = None, zone: str | None = None
 ) -> dict[Place, Outlook]:
@@ -569,7 +272,7 @@ def move(
     keeps one writer: a VM of the new group restores only once the old one's lease is released or
     expired, and a VM of a group the records left never trains (survivor/agent/boot.py)."""
     from survivor.cloud.compute import ComputeError, name_problems
-    from survivor.operator.deadline import ON_DEMAND
+    from survivor.policy.deadline import ON_DEMAND
     from survivor.operator.group import (
         RequestError,
         on_demand_template_body,
@@ -680,7 +383,7 @@ def template_for_shape(own: str, shape: int) -> str:
     the job's templates): `own` when it is that shape's already; else the shape's template
     (`shape_template_name` of the job's own), its on-demand twin when `own` is on-demand (as `move`
     makes them)."""
-    from survivor.operator.deadline import ON_DEMAND
+    from survivor.policy.deadline import ON_DEMAND
     from survivor.operator.group import ON_DEMAND_SUFFIX, shape_template_name, template_mode
 
     base, mode = template_mode(own)
@@ -689,13 +392,6 @@ def template_for_shape(own: str, shape: int) -> str:
     if at == shape:
         return own
     return shape_template_name(job, shape) + (ON_DEMAND_SUFFIX if mode == ON_DEMAND else "")
-
-
-def left_behind(recorded: list[Move], group: GroupRef) -> bool:
-    """Pure: the job's recorded moves (`moves` read with the spec's placement) put its group
-    somewhere else than `group` (a VM's own): a move was cut before it deleted `group`, or its
-    delete was refused. Such a group's VM never trains."""
-    return bool(recorded) and recorded[-1].to_place != place_of(group)
 
 
 def _step(call: Callable[[], T]) -> T:
@@ -780,7 +476,7 @@ def complete_moves(
     and retried (retry.MOVE_STEP); a step refused is said and left to the next look, except a new
     group refused with `raise_on_new_group` (the move's own look undoes its record)."""
     from survivor.cloud.compute import ComputeError
-    from survivor.operator.deadline import FLEX_START
+    from survivor.policy.deadline import FLEX_START
     from survivor.operator.group import template_mode
 
     recorded = moves(storage, placement.regions, len(placement.shapes))
@@ -847,14 +543,3 @@ def complete_moves(
             say(f"job {group.name}: its group at {place} not deleted ({exc}); the next look tries again")
             log.warning("a group the job moved away from not deleted", place=place, error=str(exc))
     return current
-
-
-def machine_text(template: dict) -> str:
-    """Pure: a template's machine as a move's record names it: `g2-standard-8` (its GPUs built in),
-    `n1-standard-8 with nvidia-tesla-t4:1`."""
-    props = template.get("properties") or {}
-    attached = (props.get("guestAccelerators") or [{}])[0]
-    kind = str(attached.get("acceleratorType") or "").rsplit("/", 1)[-1]
-    return str(props.get("machineType") or "").rsplit("/", 1)[-1] + (
-        f" with {kind}:{attached.get('acceleratorCount')}" if kind else ""
-    )

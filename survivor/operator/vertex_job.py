@@ -7,7 +7,7 @@ Storage before its machines are paid for, and read its progress from the checkpo
     {'vertex_job': ..., 'state': 'JOB_STATE_RUNNING', 'job': {'checkpoint': '.../ckpt-400', 'step': 400}}
 
 With a deadline (the spec's `deadline:`) and the hours of training the job needs, the deadline
-policy that runs a Compute Engine group (survivor/operator/deadline.py `decide`) chooses the job's
+policy that runs a Compute Engine group (survivor/policy/deadline.py `decide`) chooses the job's
 scheduling strategy: SPOT, STANDARD (its on-demand) or FLEX_START (`deadline_strategy`).
 
 The request and the calls to Vertex AI are survivor/cloud/vertex.py's; the job dir's storage is
@@ -23,10 +23,10 @@ from typing import Any
 
 from survivor.cloud import machines, pricing, vertex
 from survivor.jobdir.storage import BUCKET_MISSING, StorageError, open_storage
-from survivor.operator import deadline
+from survivor.policy import deadline
 from survivor.spec import FallbackSpec, JobSpec, SpecError
 
-#: A deadline mode (survivor/operator/deadline.py) as a Vertex AI scheduling strategy: on-demand is
+#: A deadline mode (survivor/policy/deadline.py) as a Vertex AI scheduling strategy: on-demand is
 #: STANDARD ("uses regular on-demand resources", google.cloud.aiplatform_v1 Scheduling.Strategy).
 STRATEGIES = {deadline.SPOT: vertex.SPOT, deadline.ON_DEMAND: vertex.STANDARD, deadline.FLEX_START: vertex.FLEX_START}
 

@@ -5,7 +5,7 @@
 
 The agent decides at every boot (survivor/agent/boot.py); without a VM there is no boot, so the watch
 (Cloud Scheduler + Cloud Run, survivor/operator/watch_deploy.py; or `survivor watch --every`) looks
-at the job's group: the deadline policy's decision (survivor/operator/deadline.py), acted on
+at the job's group: the deadline policy's decision (survivor/policy/deadline.py), acted on
 (`group.switch_group`, by="watch"), and, with `placement:` in the spec and no VM running, a move
 to capacity elsewhere (survivor/operator/placement.py).
 """
@@ -19,7 +19,9 @@ from survivor.cloud.compute import Compute, ComputeError, GroupRef
 from survivor.jobdir import claims
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.switches import parse_time
-from survivor.operator import budget, deadline, notices, placement
+from survivor.operator import budget, notices, placement
+from survivor.policy import deadline
+from survivor.policy.placement import place_of
 from survivor.operator.group import RequestError, Say, complete_switch, spec_of, switch_group, template_mode
 from survivor.spec import JobSpec
 
@@ -225,8 +227,7 @@ def watch_once(
         found = compute.get_group(group)
         if found is None:
             raise RequestError(
-                f"group {group.name}: not found where the job's records put it "
-                f"({placement.place_of(group)}); nothing to watch"
+                f"group {group.name}: not found where the job's records put it ({place_of(group)}); nothing to watch"
             )
         mode, spec = group_spec(compute, found)
         if spec is None:

@@ -11,7 +11,7 @@ holds survivor's records), or a group's job as `survivor status NAME` finds it (
 the job dir, the machine to price, `train_steps`, the deadline). Each job dir is a `RefreshingJob`
 (survivor/jobdir/refresh.py): read through `status.read_job`, then again at most every
 `refresh_seconds`, each time reading only the records that changed; a finished job (DONE or FAILED)
-only every `final_seconds`. Its figures are `survivor report`'s (`report.job_figures`, prices found
+only every `final_seconds`. Its figures are `survivor report`'s (`policy/cost.py` `job_figures`, prices found
 once per job), its deadline's verdict the policy's own (`deadline.assess` over the same listed records,
 no further read). A job dir that cannot be read is a card with one line saying why, never an error
 page; a record a reader skipped is one line of the card's `notes`.
@@ -31,9 +31,9 @@ from typing import Any, Callable
 from survivor.jobdir.refresh import RefreshingJob, noted_warnings
 from survivor.jobdir.status import job_summary
 from survivor.jobdir.storage import JobStorage, job_dirs, open_storage
-from survivor.operator import deadline
+from survivor.policy import deadline
 from survivor.operator.dashboard.timeline import Drawing, Event, events, lay_out
-from survivor.operator.report import JobReport, ReportOptions, job_figures, report_prices
+from survivor.policy.cost import JobReport, ReportOptions, job_figures, report_prices
 from survivor.spec import JobSpec
 
 #: How many job dirs are read at once: their listings and reads wait on the network, not the CPU.
