@@ -4,7 +4,7 @@
     'https://hooks.slack.com/services/T000/B000/XXXX'
 
 A webhook's URL is its credential (anyone who has it may post), so a spec may name the secret version
-that holds it instead (survivor/spec.py `SECRET_VERSION`): instance metadata then carries only the
+that holds it instead (survivor/spec/uris.py `SECRET_VERSION`): instance metadata then carries only the
 name, readable by whoever may read the VM's metadata, and the URL stays in Secret Manager, readable by
 whoever holds `secretmanager.versions.access` (roles/secretmanager.secretAccessor) on the secret:
 the VM's service account, which preflight checks (survivor/operator/preflight.py).

@@ -24,7 +24,7 @@ from survivor.places import region_of
 
 MOVES = "survivor/moves/"
 #: How each field of a move's record is read (survivor/jobdir/fields.py; a field not named: SHORT text).
-#: A shape is a number of `placement.shapes` (survivor/spec.py allows far fewer than 100).
+#: A shape is a number of `placement.shapes` (survivor/spec/sections.py MAX_SHAPES allows far fewer than 100).
 MOVE_FIELDS: dict[str, Rule] = {
     "time": TIME,
     "from_place": PLACE,
