@@ -23,9 +23,9 @@ Every problem is reported at once, one line each, naming the key, the value and 
 
 The package's modules are its jobs, each importing only those before it: `problems` (SpecError),
 `keys` (the key table), `uris`, `loading` (bounded YAML), `recipe` (the flat attributes), `schema`
-(the docs' table and the JSON Schema), `builtin_trainers`, `sections` (the sub-records),
-`validation`, `job` (JobSpec) and `argv` (trainer_argv). Every name the rest of survivor uses is
-here.
+(the docs' table and the JSON Schema), `sections` (the sub-records), `validation`, `job` (JobSpec)
+and `argv` (trainer_argv). The built-in trainers they name are survivor/trainers/registry.py's.
+Every name the rest of survivor uses is here.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from survivor.spec.recipe import (
     kebab,
 )
 from survivor.spec.schema import SCHEMA_ID, json_schema, keys_markdown
-from survivor.spec.builtin_trainers import BUILTIN_FLAGS, BUILTIN_SAVE_SIGNAL, BUILTIN_TRAINERS, BUILTIN_WARM_START
+from survivor.trainers.registry import BUILTIN_FLAGS, BUILTIN_SAVE_SIGNAL, BUILTIN_TRAINERS, BUILTIN_WARM_START
 from survivor.spec.sections import (
     Budget,
     Deadline,

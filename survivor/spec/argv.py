@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from survivor.spec.builtin_trainers import BUILTIN_FLAGS, BUILTIN_TRAINERS
+from survivor.trainers.registry import BUILTIN_FLAGS, BUILTIN_TRAINERS
 from survivor.spec.job import JobSpec
 
 

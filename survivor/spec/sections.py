@@ -8,7 +8,7 @@ import datetime as _dt
 from dataclasses import dataclass
 from typing import Any
 
-from survivor.spec.builtin_trainers import BUILTIN_TRAINERS
+from survivor.trainers.registry import BUILTIN_TRAINERS
 from survivor.spec.uris import SECRET_VERSION
 
 

@@ -11,7 +11,7 @@ import re
 from typing import Any, Mapping
 
 from survivor.places import region_of_zone
-from survivor.spec.builtin_trainers import BUILTIN_TRAINERS
+from survivor.trainers.registry import BUILTIN_TRAINERS
 from survivor.spec.keys import KEYS, ON_FINISH
 from survivor.spec.problems import did_you_mean, show
 from survivor.spec.recipe import FLAT_KEYS, UNSUPPORTED_FLAT_KEYS, kebab

@@ -27,7 +27,7 @@ import threading
 import time
 
 PROGRESS_ENV = "SURVIVOR_PROGRESS_FILE"
-#: Set to `stdin` by the agent for a trainer it starts before its restore (spec.BUILTIN_WARM_START):
+#: Set to `stdin` by the agent for a trainer it starts before its restore (registry.BUILTIN_WARM_START):
 #: the trainer may import and set up its devices, then waits for `go` on stdin before it reads the
 #: job dir (`wait_at_start_gate`). End of input instead: the boot ended before training.
 START_GATE_ENV = "SURVIVOR_START_GATE"

@@ -1,5 +1,8 @@
-"""The trainers survivor ships (survivor/trainers/), by the name a spec gives them: each one's
-module, the flags every one accepts and its save signal.
+"""The trainers survivor ships, by the name a spec gives them (`trainer: {builtin: mlp}`): each
+one's module, the flags every one accepts, its save signal and which start before the restore.
+
+A table and nothing more: the job spec (survivor/spec/) reads it, and every part reads the spec, so
+it imports nothing (no TensorFlow, nothing of survivor).
 """
 
 from __future__ import annotations
