@@ -10,6 +10,7 @@ import pytest
 from survivor.metadata import MetadataClient
 from survivor.agent.notice import NoticeWatcher
 from survivor.metadata import notice_from_metadata
+from tests.waiting import PATIENCE, wait_until
 
 
 @pytest.mark.parametrize(
@@ -36,44 +37,50 @@ def test_preempted_flag_fires_within_a_round_trip(metadata_server):
         assert watcher.wait(0.3) is None
         flipped = time.monotonic()
         metadata_server.set("instance/preempted", "TRUE")
-        notice = watcher.wait(5)
+        notice = watcher.wait(PATIENCE)
+        assert notice is not None, f"no notice within {PATIENCE:g} s of preempted=TRUE"
         assert notice.source == "preempted" and notice.detail == "instance/preempted=TRUE"
         assert notice.monotonic - flipped < 3.0  # a round trip on a loaded machine, not the GET's 5 s timeout
     finally:
         watcher.stop()
 
 
-def wait_for_maintenance(watcher, timeout):
-    deadline = time.monotonic() + timeout
+def no_maintenance_for(watcher, seconds):
+    """True when the watcher takes no maintenance warning for `seconds`: a window in which nothing may
+    happen, so the time is the test (a loaded machine only makes it a weaker one)."""
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        warning = watcher.take_maintenance()
-        if warning is not None:
-            return warning
+        if watcher.take_maintenance() is not None:
+            return False
         time.sleep(0.02)
-    return None
+    return True
+
+
+def maintenance_warning(watcher, what):
+    return wait_until(watcher.take_maintenance, PATIENCE, what, interval=0.02)
 
 
 def test_terminating_maintenance_asks_for_a_save_and_is_not_a_notice_to_stop(metadata_server):
     watcher = watcher_for(metadata_server)
     try:
         metadata_server.set("instance/maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
-        assert wait_for_maintenance(watcher, 0.5) is None
+        assert no_maintenance_for(watcher, 0.5)
         metadata_server.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
-        warning = wait_for_maintenance(watcher, 5)
+        warning = maintenance_warning(watcher, "a save request for TERMINATE_ON_HOST_MAINTENANCE")
         assert warning.source == "maintenance" and not warning.going_now
         assert watcher.wait(0.5) is None  # training goes on: nothing to stop for
-        assert wait_for_maintenance(watcher, 1.0) is None  # the same value again is the same notice
+        assert no_maintenance_for(watcher, 1.0)  # the same value again is the same notice
         # the event ends and a new one is announced: a second save
         asked = metadata_server.requests
         metadata_server.set("instance/maintenance-event", "NONE")
-        deadline = time.monotonic() + 5  # the watcher saw NONE and asks again (a fixed 0.3 s could merge the two)
-        while metadata_server.requests == asked and time.monotonic() < deadline:
-            time.sleep(0.01)
+        # the watcher saw NONE and asks again (a fixed 0.3 s could merge the two)
+        wait_until(lambda: metadata_server.requests != asked, PATIENCE, "the watcher's next look after NONE", 0.01)
         metadata_server.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
-        assert wait_for_maintenance(watcher, 5) is not None
+        maintenance_warning(watcher, "a second save request for a second TERMINATE_ON_HOST_MAINTENANCE")
         # the stop itself still comes as a notice
         metadata_server.set("instance/preempted", "TRUE")
-        assert watcher.wait(5).source == "preempted"
+        notice = watcher.wait(PATIENCE)
+        assert notice is not None and notice.source == "preempted", notice
     finally:
         watcher.stop()
 
@@ -82,9 +89,12 @@ def test_the_watcher_rides_out_a_misbehaving_metadata_server(metadata_server):
     metadata_server.fault("garbage", count=6)
     watcher = watcher_for(metadata_server)
     try:
-        time.sleep(0.5)
+        # the flag flips once the watcher has met every bad answer (a fixed 0.5 s let a loaded
+        # machine's watcher meet none of them, and the test prove nothing)
+        wait_until(lambda: metadata_server.faults_left() == 0, PATIENCE, "the watcher's six bad answers")
         metadata_server.set("instance/preempted", "TRUE")
-        assert watcher.wait(15).source == "preempted"
+        notice = watcher.wait(PATIENCE)
+        assert notice is not None and notice.source == "preempted", notice
     finally:
         watcher.stop()
 
@@ -94,7 +104,7 @@ def test_the_first_notice_wins(metadata_server):
     try:
         watcher.fire("signal", "SIGTERM")
         metadata_server.set("instance/preempted", "TRUE")
-        time.sleep(0.3)
+        time.sleep(0.3)  # a window for the later notice to (wrongly) replace the first: nothing to wait for
         assert watcher.notice.source == "signal"
         assert watcher.notice.outcome == "stopped"
     finally:
@@ -105,7 +115,8 @@ def test_sigterm_to_the_agent_is_a_notice():
     watcher = NoticeWatcher(None).start()  # installs handlers: we are on the main thread
     try:
         threading.Timer(0.1, os.kill, args=(os.getpid(), signal.SIGTERM)).start()
-        notice = watcher.wait(5)
+        notice = watcher.wait(PATIENCE)
+        assert notice is not None, f"no notice within {PATIENCE:g} s of a SIGTERM"
         assert notice.source == "signal" and notice.detail == "SIGTERM"
     finally:
         watcher.stop()

@@ -8,7 +8,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 import zipfile
 
 import pytest
@@ -35,6 +34,7 @@ from survivor.trainers.contract import (
     report_progress,
     report_saved,
 )
+from tests.waiting import PATIENCE, wait_until
 
 
 def spec(**trainer):
@@ -182,19 +182,19 @@ def test_the_dummy_trainer_saves_on_its_save_signal_and_keeps_training(tmp_path)
     progress = tmp_path / "progress"
     proc = TrainerProcess.start(argv, env={**os.environ, "SURVIVOR_PROGRESS_FILE": str(progress)})
     try:
-        while read_progress(str(progress)) is None:
-            time.sleep(0.02)
+        wait_until(lambda: read_progress(str(progress)) is not None, PATIENCE, "the trainer's first step", 0.02)
         proc.request_save(signal.SIGUSR1)
-        deadline = time.monotonic() + 10
-        while not list(job.glob("dummy-checkpoint-*.json")) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        saved = [int(p.name.split("-")[-1].split(".")[0]) for p in job.glob("dummy-checkpoint-*.json")]
+        checkpoints = wait_until(
+            lambda: list(job.glob("dummy-checkpoint-*.json")), PATIENCE, "a checkpoint after SIGUSR1", 0.02
+        )
+        saved = [int(p.name.split("-")[-1].split(".")[0]) for p in checkpoints]
         assert len(saved) == 1
-        deadline = time.monotonic() + 10  # still training: steps past the save (a starved trainer takes longer)
-        while (
-            (read_progress(str(progress)) or 0) <= saved[0] + 5 and proc.poll() is None and time.monotonic() < deadline
-        ):
-            time.sleep(0.02)
+        wait_until(  # still training: steps past the save (or an exit, which the assert below refuses)
+            lambda: (read_progress(str(progress)) or 0) > saved[0] + 5 or proc.poll() is not None,
+            PATIENCE,
+            f"five steps past the save at step {saved[0]}",
+            0.02,
+        )
         assert proc.poll() is None and read_progress(str(progress)) > saved[0] + 5
     finally:
         proc.terminate()
