@@ -39,6 +39,12 @@ class GroupRef:
     zone: str | None = None
     region: str | None = None
 
+    @classmethod
+    def of_scope(cls, project: str, name: str, scope: str) -> GroupRef:
+        """The group `name` under an aggregated list's scope key, `zones/Z` or `regions/R`."""
+        kind, where = scope.split("/", 1)
+        return cls(project, name, zone=where) if kind == "zones" else cls(project, name, region=where)
+
 
 class ComputeError(Exception):
     """A Compute Engine call failed. The message is one actionable sentence."""
@@ -254,15 +260,74 @@ def spec_project(given: str | None, spec: JobSpec) -> str:
     return project
 
 
-def _scope(kind: str, where: str) -> dict[str, Any]:
-    """The `zone=` or `region=` argument of a group call, as keywords (Any: a computed key matches no
-    one parameter's type for the checker)."""
-    return {kind: where}
-
-
 def group_scope(group: GroupRef) -> tuple[str, str]:
     """("zone", Z) or ("region", R)."""
     return ("zone", group.zone) if group.zone else ("region", group.region or "")
+
+
+#: The group calls whose body differs in type and keyword between a zonal group (`instanceGroupManagers`)
+#: and a regional one (`regionInstanceGroupManagers`), as google-cloud-compute names them:
+#: verb -> ((zonal class, keyword), (regional class, keyword)).
+_GROUP_BODIES: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {
+    "delete_instances": (
+        ("InstanceGroupManagersDeleteInstancesRequest", "instance_group_managers_delete_instances_request_resource"),
+        (
+            "RegionInstanceGroupManagersDeleteInstancesRequest",
+            "region_instance_group_managers_delete_instances_request_resource",
+        ),
+    ),
+    "set_instance_template": (
+        (
+            "InstanceGroupManagersSetInstanceTemplateRequest",
+            "instance_group_managers_set_instance_template_request_resource",
+        ),
+        (
+            "RegionInstanceGroupManagersSetTemplateRequest",
+            "region_instance_group_managers_set_template_request_resource",
+        ),
+    ),
+    "recreate_instances": (
+        (
+            "InstanceGroupManagersRecreateInstancesRequest",
+            "instance_group_managers_recreate_instances_request_resource",
+        ),
+        ("RegionInstanceGroupManagersRecreateRequest", "region_instance_group_managers_recreate_request_resource"),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class GroupCalls:
+    """One group's calls, zonal or regional: the one place that tells `instanceGroupManagers` from
+    `regionInstanceGroupManagers`. `groups` and `resize_requests` are the clients of the group's scope.
+
+        >>> at = compute.group_calls(GroupRef("p", "cifar10", region="us-west1"))
+        >>> at.groups.resize(**at.args(size=0))      # regionInstanceGroupManagers.resize, region=us-west1
+    """
+
+    group: GroupRef
+    groups: Any
+    resize_requests: Any
+    v1: Any
+
+    @property
+    def where(self) -> str:
+        """`zone Z` or `region R`, for a failure's sentence."""
+        return " ".join(group_scope(self.group))
+
+    def place(self, **more: Any) -> dict[str, Any]:
+        """The keywords of a call on the scope: `project` and `zone=` or `region=` (and `more`)."""
+        kind, where = group_scope(self.group)
+        return {"project": self.group.project, kind: where, **more}
+
+    def args(self, **more: Any) -> dict[str, Any]:
+        """The keywords of a call on the group: its scope's and `instance_group_manager` (and `more`)."""
+        return self.place(instance_group_manager=self.group.name, **more)
+
+    def body(self, verb: str, **fields: Any) -> dict[str, Any]:
+        """`verb`'s body made of `fields`, under the keyword this scope's client takes it by."""
+        cls, keyword = _GROUP_BODIES[verb][0 if self.group.zone else 1]
+        return {keyword: getattr(self.v1, cls)(**fields)}
 
 
 class Compute:
@@ -322,6 +387,12 @@ class Compute:
     def from_environment(cls, project: str) -> "Compute":
         """Default credentials (on a VM: its service account), or the local fake if configured."""
         return cls(project)
+
+    def group_calls(self, group: GroupRef) -> GroupCalls:
+        """The clients and keywords of `group`'s calls, zonal or regional."""
+        if group.zone:
+            return GroupCalls(group, self.groups, self.resize_requests, self.v1)
+        return GroupCalls(group, self.region_groups, self.region_resize_requests, self.v1)
 
     # -- operations -------------------------------------------------------------------------------
 
@@ -463,32 +534,18 @@ class Compute:
                 body.update_policy = self.v1.InstanceGroupManagerUpdatePolicy(instance_redistribution_type="NONE")
         if distribution:
             body.distribution_policy = self.v1.DistributionPolicy.from_json(json.dumps(distribution))
-        if zone:
-            self._call(
-                f"creating group {name}",
-                f"zone {zone}",
-                lambda: self.groups.insert(project=self.project, zone=zone, instance_group_manager_resource=body),
-            )
-        else:
-            self._call(
-                f"creating group {name}",
-                f"region {region}",
-                lambda: self.region_groups.insert(
-                    project=self.project, region=region, instance_group_manager_resource=body
-                ),
-            )
+        at = self.group_calls(GroupRef(self.project, name, zone=zone, region=region))
+        self._call(
+            f"creating group {name}",
+            at.where,
+            lambda: at.groups.insert(**at.place(instance_group_manager_resource=body)),
+        )
 
     def get_group(self, group: GroupRef) -> dict | None:
         """The group's REST body, or None when it does not exist."""
-        kind, where = group_scope(group)
-        client = self.groups if kind == "zone" else self.region_groups
+        at = self.group_calls(group)
         try:
-            found = self._call(
-                f"group {group.name}",
-                where,
-                lambda: client.get(project=group.project, instance_group_manager=group.name, **_scope(kind, where)),
-                wait=False,
-            )
+            found = self._call(f"group {group.name}", at.where, lambda: at.groups.get(**at.args()), wait=False)
         except NotFound:
             return None
         return json.loads(self.v1.InstanceGroupManager.to_json(found))
@@ -509,9 +566,8 @@ class Compute:
         found = []
         try:
             for scope, listed in pages:
-                kind, where = scope.split("/", 1)
                 for group in listed.instance_group_managers:
-                    ref = GroupRef(self.project, group.name, **_scope("zone" if kind == "zones" else "region", where))
+                    ref = GroupRef.of_scope(self.project, group.name, scope)
                     found.append((ref, json.loads(self.v1.InstanceGroupManager.to_json(group))))
         except Exception as exc:  # a later page's request failed
             raise explain(exc, "listing the project's groups") from exc
@@ -519,41 +575,23 @@ class Compute:
 
     def resize_group(self, group: GroupRef, size: int) -> None:
         """Sets the group's target size (0 stops its VM gracefully, 1 starts one) and waits."""
-        kind, where = group_scope(group)
-        client = self.groups if kind == "zone" else self.region_groups
-        self._call(
-            f"resizing group {group.name} to {size}",
-            f"{kind} {where}",
-            lambda: client.resize(
-                project=group.project, instance_group_manager=group.name, size=size, **_scope(kind, where)
-            ),
-        )
+        at = self.group_calls(group)
+        self._call(f"resizing group {group.name} to {size}", at.where, lambda: at.groups.resize(**at.args(size=size)))
 
     def delete_group(self, group: GroupRef) -> None:
         """Deletes the group (and so its VM) and waits for the operation."""
-        kind, where = group_scope(group)
-        client = self.groups if kind == "zone" else self.region_groups
-        self._call(
-            f"deleting group {group.name}",
-            f"{kind} {where}",
-            lambda: client.delete(project=group.project, instance_group_manager=group.name, **_scope(kind, where)),
-        )
+        at = self.group_calls(group)
+        self._call(f"deleting group {group.name}", at.where, lambda: at.groups.delete(**at.args()))
 
     def patch_group(self, group: GroupRef, patch: dict) -> None:
         """`instanceGroupManagers.patch` (JSON merge patch) of the group with `patch` (REST form: e.g.
         `{"instanceLifecyclePolicy": {"defaultActionOnFailure": "DO_NOTHING"}}`); waits."""
-        kind, where = group_scope(group)
+        at = self.group_calls(group)
         body = self.v1.InstanceGroupManager.from_json(json.dumps(patch))
-        client = self.groups if kind == "zone" else self.region_groups
         self._call(
             f"changing group {group.name}",
-            f"{kind} {where}",
-            lambda: client.patch(
-                project=group.project,
-                instance_group_manager=group.name,
-                instance_group_manager_resource=body,
-                **_scope(kind, where),
-            ),
+            at.where,
+            lambda: at.groups.patch(**at.args(instance_group_manager_resource=body)),
         )
 
     def set_group_template(self, group: GroupRef, template: str) -> None:
@@ -562,62 +600,26 @@ class Compute:
         "The templates for existing instances in the group do not change unless you run
         recreateInstances" (https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/setInstanceTemplate),
         hence `recreate_instances` after it."""
-        kind, where = group_scope(group)
-        url = f"projects/{group.project}/global/instanceTemplates/{template}"
-        if kind == "zone":
-            body = self.v1.InstanceGroupManagersSetInstanceTemplateRequest(instance_template=url)
-            self._call(
-                f"setting the template of {group.name}",
-                f"zone {where}",
-                lambda: self.groups.set_instance_template(
-                    project=group.project,
-                    zone=where,
-                    instance_group_manager=group.name,
-                    instance_group_managers_set_instance_template_request_resource=body,
-                ),
-            )
-        else:
-            body = self.v1.RegionInstanceGroupManagersSetTemplateRequest(instance_template=url)
-            self._call(
-                f"setting the template of {group.name}",
-                f"region {where}",
-                lambda: self.region_groups.set_instance_template(
-                    project=group.project,
-                    region=where,
-                    instance_group_manager=group.name,
-                    region_instance_group_managers_set_template_request_resource=body,
-                ),
-            )
+        at = self.group_calls(group)
+        body = at.body(
+            "set_instance_template", instance_template=f"projects/{group.project}/global/instanceTemplates/{template}"
+        )
+        self._call(
+            f"setting the template of {group.name}",
+            at.where,
+            lambda: at.groups.set_instance_template(**at.args(**body)),
+        )
 
     def recreate_instances(self, group: GroupRef, instances: list[tuple[str, str]]) -> None:
         """`recreateInstances` of (zone, name) members: each is deleted (a graceful stop: the agent
         saves) and created again from the group's current template; waits."""
-        kind, where = group_scope(group)
-        refs = [f"zones/{zone}/instances/{name}" for zone, name in instances]
-        if kind == "zone":
-            body = self.v1.InstanceGroupManagersRecreateInstancesRequest(instances=refs)
-            self._call(
-                f"recreating the instances of {group.name}",
-                f"zone {where}",
-                lambda: self.groups.recreate_instances(
-                    project=group.project,
-                    zone=where,
-                    instance_group_manager=group.name,
-                    instance_group_managers_recreate_instances_request_resource=body,
-                ),
-            )
-        else:
-            body = self.v1.RegionInstanceGroupManagersRecreateRequest(instances=refs)
-            self._call(
-                f"recreating the instances of {group.name}",
-                f"region {where}",
-                lambda: self.region_groups.recreate_instances(
-                    project=group.project,
-                    region=where,
-                    instance_group_manager=group.name,
-                    region_instance_group_managers_recreate_request_resource=body,
-                ),
-            )
+        at = self.group_calls(group)
+        body = at.body("recreate_instances", instances=[f"zones/{zone}/instances/{name}" for zone, name in instances])
+        self._call(
+            f"recreating the instances of {group.name}",
+            at.where,
+            lambda: at.groups.recreate_instances(**at.args(**body)),
+        )
 
     # -- resize requests (flex-start: docs/flex-start.md) -------------------------------------------
 
@@ -625,44 +627,24 @@ class Compute:
         """A resize request: `count` VMs created all at once when Dynamic Workload Scheduler has the
         capacity, each deleted after `run_seconds` (600 to 604800: 10 minutes to 7 days); waits for the
         insert, not for the VMs (`resize_request` tells the state: CREATING, ACCEPTED, SUCCEEDED...)."""
-        kind, where = group_scope(group)
+        at = self.group_calls(group)
         body = self.v1.InstanceGroupManagerResizeRequest(
             name=name, resize_by=count, requested_run_duration=self.v1.Duration(seconds=int(run_seconds))
         )
-        if kind == "zone":
-            self._call(
-                f"requesting {count} flex-start VM(s) for {group.name}",
-                f"zone {where}",
-                lambda: self.resize_requests.insert(
-                    project=group.project,
-                    zone=where,
-                    instance_group_manager=group.name,
-                    instance_group_manager_resize_request_resource=body,
-                ),
-            )
-        else:
-            self._call(
-                f"requesting {count} flex-start VM(s) for {group.name}",
-                f"region {where}",
-                lambda: self.region_resize_requests.insert(
-                    project=group.project,
-                    region=where,
-                    instance_group_manager=group.name,
-                    instance_group_manager_resize_request_resource=body,
-                ),
-            )
+        self._call(
+            f"requesting {count} flex-start VM(s) for {group.name}",
+            at.where,
+            lambda: at.resize_requests.insert(**at.args(instance_group_manager_resize_request_resource=body)),
+        )
 
     def resize_request(self, group: GroupRef, name: str) -> dict | None:
         """The resize request's REST body (its `state` above all), or None when there is none."""
-        kind, where = group_scope(group)
-        client = self.resize_requests if kind == "zone" else self.region_resize_requests
+        at = self.group_calls(group)
         try:
             found = self._call(
                 f"resize request {name} of {group.name}",
-                where,
-                lambda: client.get(
-                    project=group.project, instance_group_manager=group.name, resize_request=name, **_scope(kind, where)
-                ),
+                at.where,
+                lambda: at.resize_requests.get(**at.args(resize_request=name)),
                 wait=False,
             )
         except NotFound:
@@ -671,38 +653,28 @@ class Compute:
 
     def resize_requests_of(self, group: GroupRef) -> list[dict]:
         """Every resize request of the group (REST bodies; the client pages through them)."""
-        kind, where = group_scope(group)
-        client = self.resize_requests if kind == "zone" else self.region_resize_requests
+        at = self.group_calls(group)
         pages = self._call(
-            f"resize requests of {group.name}",
-            where,
-            lambda: client.list(project=group.project, instance_group_manager=group.name, **_scope(kind, where)),
-            wait=False,
+            f"resize requests of {group.name}", at.where, lambda: at.resize_requests.list(**at.args()), wait=False
         )
         return [json.loads(self.v1.InstanceGroupManagerResizeRequest.to_json(r)) for r in pages]
 
     def cancel_resize_request(self, group: GroupRef, name: str) -> None:
         """Cancels a request still queued (ACCEPTED) and waits; the API refuses any other."""
-        kind, where = group_scope(group)
-        client = self.resize_requests if kind == "zone" else self.region_resize_requests
+        at = self.group_calls(group)
         self._call(
             f"cancelling resize request {name} of {group.name}",
-            f"{kind} {where}",
-            lambda: client.cancel(
-                project=group.project, instance_group_manager=group.name, resize_request=name, **_scope(kind, where)
-            ),
+            at.where,
+            lambda: at.resize_requests.cancel(**at.args(resize_request=name)),
         )
 
     def managed_instances(self, group: GroupRef) -> list[dict]:
         """The group's instances: name, zone, status, current action."""
-        kind, where = group_scope(group)
-        client = self.groups if kind == "zone" else self.region_groups
+        at = self.group_calls(group)
         pager = self._call(
             f"listing the instances of {group.name}",
-            where,
-            lambda: client.list_managed_instances(
-                project=group.project, instance_group_manager=group.name, **_scope(kind, where)
-            ),
+            at.where,
+            lambda: at.groups.list_managed_instances(**at.args()),
             wait=False,
         )
         out = []
@@ -725,13 +697,9 @@ class Compute:
         """The MIG's `listErrors`, newest first (sorted here: the method takes no orderBy or filter and
         documents no order, https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/listErrors):
         code, message, action, instance, timestamp."""
-        kind, where = group_scope(group)
-        client = self.groups if kind == "zone" else self.region_groups
+        at = self.group_calls(group)
         pager = self._call(
-            f"listing the errors of {group.name}",
-            where,
-            lambda: client.list_errors(project=group.project, instance_group_manager=group.name, **_scope(kind, where)),
-            wait=False,
+            f"listing the errors of {group.name}", at.where, lambda: at.groups.list_errors(**at.args()), wait=False
         )
         errors = [
             {
@@ -748,32 +716,9 @@ class Compute:
 
     def leave_group(self, group: GroupRef, zone: str, instance: str) -> None:
         """Deletes `instance` through its MIG, which lowers the target size: nothing is recreated."""
-        kind, where = group_scope(group)
-        ref = f"zones/{zone}/instances/{instance}"
-        if kind == "zone":
-            request = self.v1.InstanceGroupManagersDeleteInstancesRequest(instances=[ref])
-            self._call(
-                f"leaving group {group.name}",
-                f"zone {where}",
-                lambda: self.groups.delete_instances(
-                    project=group.project,
-                    zone=where,
-                    instance_group_manager=group.name,
-                    instance_group_managers_delete_instances_request_resource=request,
-                ),
-            )
-        else:
-            request = self.v1.RegionInstanceGroupManagersDeleteInstancesRequest(instances=[ref])
-            self._call(
-                f"leaving group {group.name}",
-                f"region {where}",
-                lambda: self.region_groups.delete_instances(
-                    project=group.project,
-                    region=where,
-                    instance_group_manager=group.name,
-                    region_instance_group_managers_delete_instances_request_resource=request,
-                ),
-            )
+        at = self.group_calls(group)
+        body = at.body("delete_instances", instances=[f"zones/{zone}/instances/{instance}"])
+        self._call(f"leaving group {group.name}", at.where, lambda: at.groups.delete_instances(**at.args(**body)))
 
     # -- what preflight reads ---------------------------------------------------------------------
 
