@@ -21,7 +21,7 @@ n1-standard-8 with one V100, the traces' GPU). The policies, on the same start t
 - `survivor`: survivor/policy/deadline.py `decide` with the job allowed in every region of the
   folder (`placement.regions`): a Spot VM goes to a zone of the group's region with capacity (a
   regional MIG); when the region has had none for `MOVE_AFTER_HOURS` (`move_after_minutes: 1`, one
-  look of `survivor watch --every 1m`), survivor/operator/placement.py `decide` (the built rule, not a
+  look of `survivor watch --every 1m`), survivor/policy/placement.py `decide` (the built rule, not a
   model of it) moves the group to the next region of the list, which may have no capacity either
   (survivor has no oracle): it waits there again before the next move, and once a whole round of the
   regions found none, the wait doubles each round up to 15 minutes (`placement.wait_minutes`).
@@ -190,7 +190,7 @@ class Placement:
         if self.rule == "region":
             return up(self._zones(self.home))
         if self.rule == "move":
-            # survivor's own rule (survivor/operator/placement.py `decide`): after `move_after` with no
+            # survivor's own rule (survivor/policy/placement.py `decide`): after `move_after` with no
             # capacity in its region, the group moves to the next region of the list, which it cannot
             # know has capacity (no oracle); there it waits again, and moves on again
             here = up(self._zones(self.region))

@@ -145,7 +145,7 @@ def test_after_a_preemption_eager_leaves_the_region_and_the_others_stay_in_its_o
 
 
 def test_survivors_move_follows_its_built_rule_without_an_oracle(tmp_path):
-    """The replay's survivor uses survivor/operator/placement.py `decide`: the next region of the list,
+    """The replay's survivor uses survivor/policy/placement.py `decide`: the next region of the list,
     which may be out too; it waits there `move_after` again before the next move (no oracle)."""
     write(tmp_path, "a-1a", [1] * 20 + [0] * 180)
     write(tmp_path, "b-1a", [1] * 20 + [0] * 180)

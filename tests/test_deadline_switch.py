@@ -8,7 +8,8 @@ import pytest
 
 from survivor.cloud.compute import Compute, GroupRef
 from survivor.policy.deadline import ON_DEMAND, SPOT, assess
-from survivor.operator.group import ON_DEMAND_SUFFIX, on_demand_template_body, switch_group
+from survivor.mig.switch import switch_group
+from survivor.mig.templates import ON_DEMAND_SUFFIX, on_demand_template_body
 from survivor.cloud.template import MachineOptions, template_body
 from survivor.jobdir.journal import Journal
 from survivor.jobdir.storage import open_storage
@@ -152,7 +153,7 @@ def test_survivor_watch_switches_a_stocked_out_spot_group_past_its_margin(
 def test_after_a_switch_a_fallback_of_another_shape_is_priced_as_that_machine(compute_server, tmp_path, capsys):
     """status and report price the Spot machine from the Spot template even while the group runs its
     on-demand twin, and the on-demand VM time at the `fallback:` machine's own price."""
-    from survivor.operator.group import job_status
+    from survivor.operator.status import job_status
     from survivor.commands.main import main
     from survivor.jobdir.switches import Switch, record_switch
     from tests.test_ledger import T0
@@ -288,7 +289,7 @@ def a2_job(tmp_path):
 
 
 def test_the_flex_start_template_is_the_same_shape_with_flex_start_scheduling(tmp_path):
-    from survivor.operator.group import FLEX_START_SUFFIX, flex_start_template_body, template_mode
+    from survivor.mig.templates import FLEX_START_SUFFIX, flex_start_template_body, template_mode
 
     spec = a2_job(tmp_path)
     spot = template_body("cifar", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n")
@@ -625,7 +626,7 @@ def test_a_regional_group_on_flex_start_puts_its_vm_in_one_zone_and_back(compute
 
 def test_the_run_duration_is_the_remaining_work_plus_margin(compute_server, tmp_path, capsys, monkeypatch):
     from survivor.commands import main as cli
-    from survivor.operator.group import flex_start_run_seconds
+    from survivor.mig.switch import flex_start_run_seconds
 
     assert flex_start_run_seconds(None) == 7 * 24 * 3600
     assert flex_start_run_seconds(0.01) == 600 and flex_start_run_seconds(1000.0) == 7 * 24 * 3600

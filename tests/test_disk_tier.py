@@ -14,7 +14,7 @@ import pytest
 
 from survivor.agent.mirror import Mirror
 from survivor.cloud.compute import Compute, ComputeError, GroupRef
-from survivor.operator.group import stateful_policy
+from survivor.mig.make import stateful_policy
 from survivor.cloud.template import STATE_DISK_DEVICE, MachineOptions, template_body
 from survivor.commands import main as cli
 from survivor.jobdir.disk_tier import (

@@ -10,7 +10,7 @@ import pytest
 
 from survivor.cloud.compute import Compute, GroupRef, InUse, explain
 from survivor.commands import main as cli
-from survivor.operator.group import GroupOptions, make_group
+from survivor.mig.make import GroupOptions, make_group
 
 PROJECT = "survivor-local"
 WAIT = ["--wait-seconds", "0", "--project", PROJECT]  # nothing here waits for a VM

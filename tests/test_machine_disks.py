@@ -58,7 +58,7 @@ def test_the_fake_refuses_a_persistent_boot_disk_on_a3_ultra_and_takes_survivors
 
 def test_shape_and_fallback_templates_take_the_disk_type_of_their_own_machine(compute_server):
     from survivor.cloud.compute import Compute
-    from survivor.operator.group import on_demand_template_body, shape_template_body
+    from survivor.mig.templates import on_demand_template_body, shape_template_body
     from survivor.spec import FallbackSpec
 
     compute = Compute("survivor-local")
@@ -98,7 +98,7 @@ def test_the_fake_refuses_hyperdisk_balanced_on_n1():
 
 
 def _request(tmp_path, name: str, extra: str):
-    from survivor.operator.group import TemplateRequest
+    from survivor.operator.template import TemplateRequest
 
     config = tmp_path / "job.yaml"
     config.write_text(BASE + "compute: {machine_type: n1-standard-8, gpu: nvidia-tesla-t4:1}\n" + extra)
@@ -106,7 +106,7 @@ def _request(tmp_path, name: str, extra: str):
 
 
 def test_every_template_name_a_job_may_make_is_listed():
-    from survivor.operator.group import job_template_names
+    from survivor.mig.templates import job_template_names
 
     spec = JobSpec.from_yaml(
         BASE + "deadline: 36h\nfallback: {flex_start: true}\n"
@@ -123,7 +123,7 @@ def test_every_template_name_a_job_may_make_is_listed():
 
 
 def test_make_template_refuses_a_name_whose_shape_twin_passes_63_characters(tmp_path):
-    from survivor.operator.group import describe_template
+    from survivor.operator.template import describe_template
 
     extra = "deadline: 36h\nplacement: {regions: [us-west1], shapes: [{machine_type: g2-standard-8}]}\n"
     name = "t" * 50  # 50 + "-shape-1" + "-on-demand" = 68

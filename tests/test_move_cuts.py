@@ -1,6 +1,6 @@
 """A move or a switch cut anywhere, or made by two looks at once.
 
-A move is a recorded intention that any later look completes (survivor/operator/placement.py
+A move is a recorded intention that any later look completes (survivor/mig/move.py
 `complete_moves`): the record first, then the new group, then the old one deleted, each step
 idempotent and retried. The watch is killed at every Compute Engine call of a move in turn, before
 the call reaches the API (an exception no handler of survivor catches, as a SIGKILL leaves nothing

@@ -14,8 +14,8 @@ from survivor.jobdir.moves import Move, record_move
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.switches import switches
 from survivor.policy.deadline import FLEX_START, ON_DEMAND
-from survivor.operator.group import switch_group
-from survivor.operator.placement import complete_moves
+from survivor.mig.switch import switch_group
+from survivor.mig.move import complete_moves
 from survivor.spec import JobSpec
 
 PROJECT = "survivor-local"

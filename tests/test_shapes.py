@@ -111,7 +111,7 @@ def test_a_shape_is_held_to_the_same_machine_rules_as_compute():
 
 
 def test_a_shapes_template_is_the_jobs_with_only_its_machine_changed():
-    from survivor.operator.group import shape_template_body
+    from survivor.mig.templates import shape_template_body
     from survivor.cloud.template import MachineOptions, template_body
 
     spec = JobSpec.from_yaml(
@@ -234,7 +234,7 @@ def test_a_decision_names_the_shape_it_moves_to():
 
 def test_the_fake_stocks_out_one_machine_while_another_has_capacity(compute_server, monkeypatch):
     from survivor.cloud.compute import Compute, GroupRef
-    from survivor.operator.group import shape_template_body
+    from survivor.mig.templates import shape_template_body
     from survivor.cloud.template import MachineOptions, template_body
 
     spec = JobSpec.from_yaml(BASE + "placement: {regions: [us-west1], shapes: [{machine_type: g2-standard-8}]}\n")
@@ -328,7 +328,7 @@ def test_a_job_on_on_demand_keeps_on_demand_on_its_next_shape(compute_server, tm
 
     from survivor.cloud.compute import Compute, GroupRef
     from survivor.commands.main import main
-    from survivor.operator.group import on_demand_template_body
+    from survivor.mig.templates import on_demand_template_body
 
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "survivor-local")
     job_dir = str(tmp_path / "job")

@@ -15,7 +15,7 @@ from survivor.jobdir.disk_tier import PendingFile, PendingSnapshot, pending_name
 from survivor.jobdir.journal import Journal
 from survivor.jobdir.moves import Move, record_move
 from survivor.jobdir.storage import open_storage
-from survivor.operator import state_disks
+from survivor.mig import state_disks
 from survivor.operator.watch import watch_once
 
 PROJECT = "survivor-local"

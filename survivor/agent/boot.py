@@ -5,7 +5,7 @@
 1. Read the job spec from instance metadata (or `--config`), and who this VM is.
 2. Open the job dir. DONE or FAILED already? Finish at once; never train again. A job with
    `placement:` whose region preempted it `preemptions_per_hour` times in the last hour? Move it
-   to its next place (operator/placement.py) before taking the lease, and end this boot there.
+   to its next place (policy/placement.py decides, mig/move.py moves) before taking the lease, and end this boot there.
 3. Take the job dir's lease (one writer per job), and record this attempt in the journal. Too many
    failed attempts in a row? Write FAILED and finish. A deadline that this kind of VM (Spot or
    on-demand) can no longer meet, or slack enough to go back to Spot? Ask the group to switch.
@@ -329,7 +329,7 @@ class Boot:
             return self._finish(spec, identity, "budget", on_error=EXIT_OK, action="auto")
 
         # 2b. a region that keeps preempting the job: it moves, before this VM takes the lease, so the
-        # new group's VM can (operator/placement.py)
+        # new group's VM can (mig/move.py)
         moved = self._move(spec, identity, storage, state)
         # 2c. the job's records put its group elsewhere (a move cut before it deleted this VM's group,
         # or whose delete was refused): the lease is the new group's VM's, so this one leaves its group
@@ -730,7 +730,7 @@ class Boot:
         compute.instanceGroupManagers.update) and returns the Switch; else None. Never fatal."""
         from survivor.agent.finish import group_of
         from survivor.jobdir import claims
-        from survivor.operator import group
+        from survivor.mig.switch import switch_group
         from survivor.policy import deadline
 
         spec, identity, storage = run.spec, run.identity, run.storage
@@ -754,7 +754,7 @@ class Boot:
             factory = self.options.compute_factory or _default_compute
             # switching needs the whole client, not only the finish actions a test's factory may stand in for
             compute = cast("Compute", factory(identity))
-            return group.switch_group(
+            return switch_group(
                 compute,
                 ref,
                 decision.mode,
@@ -777,7 +777,7 @@ class Boot:
         from survivor.agent.finish import group_of
         from survivor.jobdir.moves import moves
         from survivor.jobdir.switches import parse_time
-        from survivor.operator import placement
+        from survivor.mig.move import look_and_move
         from survivor.policy.placement import preempted_in
 
         ref = group_of(identity)
@@ -798,7 +798,7 @@ class Boot:
             self._booting = False  # the move's delete of this VM's group stops it: the move finishes first
             try:
                 # a move needs the whole client, not only the finish actions a test's factory may stand in for
-                record = placement.look_and_move(
+                record = look_and_move(
                     cast("Compute", compute),
                     ref,
                     spec,
@@ -833,7 +833,7 @@ class Boot:
         or leaves its group ("leave"). "" when the job cannot move or its records do not read."""
         from survivor.agent.finish import group_of
         from survivor.jobdir.moves import moves
-        from survivor.operator import placement
+        from survivor.mig.move import complete_moves
         from survivor.policy.placement import left_behind, place_of
 
         ref = group_of(identity)
@@ -858,9 +858,7 @@ class Boot:
         try:
             compute = (self.options.compute_factory or _default_compute)(identity)
             if compute is not None:
-                placement.complete_moves(
-                    cast("Compute", compute), ref, storage, spec.placement, say=lambda line: log.info(line)
-                )
+                complete_moves(cast("Compute", compute), ref, storage, spec.placement, say=lambda line: log.info(line))
                 if cast("Compute", compute).get_group(ref) is None:
                     log.info("this VM's group was deleted with the move: the VM goes with it")
                     return "gone"

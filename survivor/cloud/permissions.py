@@ -87,7 +87,7 @@ DEADLINE_SWITCH = (
 )
 
 #: A job with `placement:` (more than one place) also moves its group, from the agent at boot
-#: (survivor/operator/placement.py `look_and_move`): it makes the group in the next region
+#: (survivor/mig/move.py `look_and_move`): it makes the group in the next region
 #: ("To create a MIG: compute.instanceGroupManagers.create on the project", Google's MIG creation
 #: guides, e.g. https://docs.cloud.google.com/ai-hypercomputer/docs/create/create-mig-with-a4-or-a3ultra,
 #: "Required permissions"), deletes the old one (`compute.instanceGroupManagers.delete`, in the same

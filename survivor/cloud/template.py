@@ -31,7 +31,7 @@ DLVM_PROJECT = "deeplearning-platform-release"
 MIN_DISK_GB = 10
 METADATA_LIMIT = 512 * 1024
 #: The device name of the job's state disk (spec `state_disk_gb`): the group keeps the disk of that
-#: name across the VM's recreation (survivor/operator/group.py `stateful_policy`), and startup.sh finds
+#: name across the VM's recreation (survivor/mig/make.py `stateful_policy`), and startup.sh finds
 #: it at /dev/disk/by-id/google-survivor-state.
 STATE_DISK_DEVICE = "survivor-state"
 #: The label the state disk carries, valued with the job's name: how `survivor delete`, a move, the

@@ -144,15 +144,16 @@ def _group_source(args: argparse.Namespace, name: str):
     from survivor.cloud.catalog import Machine
     from survivor.commands.group import connect
     from survivor.jobdir.switches import parse_time
-    from survivor.operator import group as groups
+    from survivor.mig.address import JobAddress
+    from survivor.operator.status import job_status
     from survivor.operator.dashboard.board import JobSource
     from survivor.operator.watch import group_spec
 
     if not (args.zone or args.region):
         raise CommandError(f"--group {name}: give --zone or --region")
-    group = groups.JobAddress(name, project=args.project, zone=args.zone, region=args.region).group()
+    group = JobAddress(name, project=args.project, zone=args.zone, region=args.region).group()
     compute = connect(group.project)
-    found = groups.job_status(compute, group, read_job_dir=False)
+    found = job_status(compute, group, read_job_dir=False)
     if found.get("group") is None:
         where = f"zone {group.zone}" if group.zone else f"region {group.region}"
         raise CommandError(f"--group {name}: no group {name} in {group.project}/{where}")

@@ -67,7 +67,7 @@ def exit_code(exc: BaseException, write: Callable[[str], None], *, daemon: bool 
         return 0
     if daemon:
         return None
-    from survivor.operator.group import PreflightFailed
+    from survivor.operator.template import PreflightFailed
 
     if isinstance(exc, PreflightFailed):
         write(str(exc))

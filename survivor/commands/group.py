@@ -10,7 +10,7 @@
     $ survivor delete cifar10 --zone us-west1-b                          # never the job dir
 
 Also make-image (survivor's image, so boots install nothing). Each handler turns its arguments into
-typed options and calls survivor/operator/group.py (or image.py); failures reach the terminal through
+typed options and calls survivor/operator/ (template.py, group.py, status.py, image.py) and survivor/mig/make.py; failures reach the terminal through
 survivor/commands/errors.py. `status` and `logs` hand a `--vertex` job to survivor/commands/vertex.py.
 """
 
@@ -29,7 +29,8 @@ from survivor.commands import flags
 
 if TYPE_CHECKING:  # imported where a command uses them: `--help` and the parser need neither
     from survivor.cloud.compute import Compute
-    from survivor.operator import group as groups
+    from survivor.mig.address import JobAddress
+    from survivor.operator.template import TemplateRequest
 
 
 def _progress(message: str) -> None:
@@ -49,20 +50,20 @@ def connect(project: str) -> Compute:
     return Compute(project, progress=_progress)
 
 
-def _address(args: argparse.Namespace) -> groups.JobAddress:
+def _address(args: argparse.Namespace) -> JobAddress:
     """The job's group (or standalone instance) the arguments name."""
-    from survivor.operator import group as groups
+    from survivor.mig.address import JobAddress
 
-    return groups.JobAddress(
+    return JobAddress(
         args.name, project=args.project, zone=args.zone, region=args.region, instance=getattr(args, "instance", None)
     )
 
 
-def _template_request(args: argparse.Namespace) -> groups.TemplateRequest:
+def _template_request(args: argparse.Namespace) -> TemplateRequest:
     """The template the make-template (and preflight) flags describe."""
-    from survivor.operator import group as groups
+    from survivor.operator.template import TemplateRequest
 
-    return groups.TemplateRequest(
+    return TemplateRequest(
         name=args.name,
         config=args.config,
         project=args.project,
@@ -86,9 +87,9 @@ def _template_request(args: argparse.Namespace) -> groups.TemplateRequest:
 def make_template(args: argparse.Namespace) -> int:
     """`survivor make-template NAME --config SPEC`: the job's instance template (--dry-run: its REST body)."""
     from survivor.cloud.template import pretty
-    from survivor.operator import group as groups
+    from survivor.operator import template as templates
 
-    made = groups.make_template(
+    made = templates.make_template(
         _template_request(args), None if args.dry_run else connect, skip_preflight=args.skip_preflight, say=_note
     )
     if made.state == "dry-run":
@@ -126,20 +127,29 @@ def make_image(args: argparse.Namespace) -> int:
 
 def make_group(args: argparse.Namespace) -> int:
     """`survivor make-group NAME --template T --zone Z`: the job's single-VM MIG, waited on until its VM runs."""
-    from survivor.operator import group as groups
+    from survivor.mig import make as makes
+    from survivor.operator.template import check_preflight
 
     address = _address(args)
     group = address.group()
     if args.dry_run:
-        print(json.dumps(groups.group_body(group, args.template), indent=2))
+        print(json.dumps(makes.group_body(group, args.template), indent=2))
         return 0
-    options = groups.GroupOptions(
+    options = makes.GroupOptions(
         template=args.template,
         skip_preflight=args.skip_preflight,
         wait_seconds=args.wait_seconds,
         poll_seconds=args.poll_seconds,
     )
-    made = groups.make_group(connect(group.project), group, options, say=_note, progress=_progress)
+    compute = connect(group.project)
+    made = makes.make_group(
+        compute,
+        group,
+        options,
+        say=_note,
+        progress=_progress,
+        preflight=lambda body: check_preflight(body, compute, group.zone, group.region, _note),
+    )
     if made.state == "stopped":
         print(
             f"group {args.name}: already exists, stopped (target size 0); `survivor start {args.name} "
@@ -154,10 +164,10 @@ def make_group(args: argparse.Namespace) -> int:
 
 def preflight(args: argparse.Namespace) -> int:
     """`survivor preflight JOB --config ...`: every check, one line each; 1 when one blocks."""
-    from survivor.operator import group as groups
+    from survivor.operator.template import preflight_findings
     from survivor.operator.preflight import report
 
-    return 0 if report(groups.preflight_findings(_template_request(args), connect), print) else 1
+    return 0 if report(preflight_findings(_template_request(args), connect), print) else 1
 
 
 #: The most of one field `status` shows: a screen's width. A field holds whatever was written to the
@@ -238,7 +248,7 @@ def moves_and_waits_lines(summary: dict) -> list[str]:
 
 
 def state_disk_lines(report: dict) -> list[str]:
-    """`groups.job_status`'s state disks, one line each (where, size, cost a month, why it is there),
+    """`job_status`'s state disks, one line each (where, size, cost a month, why it is there),
     and their total; or why they could not be listed. Each `_shown`."""
     from survivor.cloud.pricing import DISK_BASIS, money
 
@@ -252,7 +262,7 @@ def state_disk_lines(report: dict) -> list[str]:
 
 
 def _print_status(report: dict) -> None:
-    """Shows `groups.job_status`'s report: the group, its VM, the job's progress, its cost, its last boots."""
+    """Shows `job_status`'s report: the group, its VM, the job's progress, its cost, its last boots."""
     from rich.table import Table
 
     from survivor.jobdir.status import failed_reason
@@ -340,10 +350,10 @@ def status(args: argparse.Namespace) -> int:
         report = job_summary(read_job(args.job_dir))
         show: Callable[[dict], None] = _print_job_dir
     else:
-        from survivor.operator import group as groups
+        from survivor.operator.status import job_status
 
         group = _address(args).group()
-        report = groups.job_status(
+        report = job_status(
             connect(group.project),
             group,
             args.job_dir,
@@ -370,7 +380,7 @@ def _readable_job_dir(job_dir: str) -> None:
 def report(args: argparse.Namespace) -> int:
     """`survivor report JOB` (or `--job-dir`): goodput, badput by cause, cost so far and projected beside
     on-demand; writes report.md, timeline.png and report.json into --out; `--json` prints the figures."""
-    from survivor.operator import group as groups
+    from survivor.operator.status import job_status
     from survivor.operator import report as reports
     from survivor.policy.cost import ReportOptions
     from survivor.cloud.catalog import Machine
@@ -382,7 +392,7 @@ def report(args: argparse.Namespace) -> int:
     job_dir = args.job_dir
     if args.name is not None:
         group = _address(args).group()
-        found = groups.job_status(connect(group.project), group, args.job_dir, read_job_dir=False)
+        found = job_status(connect(group.project), group, args.job_dir, read_job_dir=False)
         job_dir = job_dir or found.get("job_dir")
         machine = found.get("machine")
         if machine:

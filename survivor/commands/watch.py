@@ -110,7 +110,7 @@ def run_deploy(args: argparse.Namespace, group: GroupRef) -> int:
 def run_watch(args: argparse.Namespace) -> int:
     """`survivor watch`: one decision (or one every --every) for the job's group; 0 when done."""
     from survivor.cloud.compute import Compute
-    from survivor.operator.group import JobAddress
+    from survivor.mig.address import JobAddress
     from survivor.operator.watch import watch_once
 
     every = every_minutes(args.every) * 60 if args.every else 0

@@ -137,7 +137,7 @@ def job_summary(job: JobView) -> dict[str, Any]:
         "failed": state.failed,
         # stopped at its budget: `survivor start --budget` resumes it (survivor/jobdir/spending.py)
         "budget_stopped": job.budget_stopped,
-        # where the group went for capacity (survivor/operator/placement.py), oldest first
+        # where the group went for capacity (survivor/mig/move.py), oldest first
         "moves": [
             {
                 "time": m.time,

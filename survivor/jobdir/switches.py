@@ -7,7 +7,7 @@
     ['on-demand']
 
 Layout: `survivor/switches/<time>-<to_mode>.json`, written once each (a conditional create), read in
-time order, each a `records.Record`. Whoever switches the group writes the record (survivor/operator/group.py `switch_group`), so
+time order, each a `records.Record`. Whoever switches the group writes the record (survivor/mig/switch.py `switch_group`), so
 the deadline policy can tell Spot time from on-demand time and `survivor report` can show every switch
 with its reason. A record that does not parse is skipped with a warning, never fatal.
 """

@@ -1487,7 +1487,7 @@ class ComputeServer(AdviceServing, LocalService):
     def _release_disks(self, vm: dict) -> None:
         """A deleted VM's disks: deleted with it when `autoDelete` is set, else detached and kept ("Specifies
         whether the disk will be auto-deleted when the instance is deleted", AttachedDisk.autoDelete; a
-        stateful group's `autoDelete: NEVER` keeps them too, survivor/operator/group.py stateful_policy)."""
+        stateful group's `autoDelete: NEVER` keeps them too, survivor/mig/make.py stateful_policy)."""
         for attached in vm.get("disks") or []:
             m = re.search(r"projects/([^/]+)/zones/([^/]+)/disks/([^/]+)$", attached.get("source", ""))
             key = (m.group(1), m.group(2), m.group(3)) if m else None

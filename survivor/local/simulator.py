@@ -435,7 +435,7 @@ class Simulator:
 
     def _watch(self) -> None:
         """The watch's look, as the deployed Cloud Run job makes it: placement's move decision."""
-        from survivor.operator import placement
+        from survivor.mig.move import look_and_move
         from survivor.cloud.compute import Compute, GroupRef
         from survivor.jobdir.storage import open_storage
 
@@ -443,7 +443,7 @@ class Simulator:
         if spec.placement is None:
             return
         said: list[str] = []
-        moved = placement.look_and_move(
+        moved = look_and_move(
             Compute(PROJECT, endpoint=self.compute.endpoint),
             GroupRef(PROJECT, "sim", zone=ZONE),
             spec,

@@ -95,7 +95,7 @@ def start(compute: Compute, group: GroupRef, usd: float | None, *, say=lambda li
     job dir, where it wins over the spec's); a job stopped at its budget, or past it, is refused
     unless `usd` is above what it spent. Then its stop's record is removed; the caller resizes the
     group."""
-    from survivor.operator.group import spec_of, template_body_of_base
+    from survivor.mig.templates import spec_of, template_body_of_base
 
     if usd is not None and not (math.isfinite(usd) and 0 < usd <= 1e9):
         raise BudgetRefused(f"--budget {usd!r}: expected US dollars, more than 0")

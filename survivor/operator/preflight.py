@@ -50,6 +50,7 @@ from typing import Any, Callable
 
 from survivor.cloud import endpoints, locations, machines, permissions
 from survivor.jobdir.storage import PERMISSION_FOR
+from survivor.mig.templates import template_gpus
 from survivor.places import region_of_zone
 
 #: What the agent does in the job dir needs these (survivor/jobdir/storage.py), all object permissions.
@@ -100,12 +101,7 @@ def target_from_body(body: dict[str, Any]) -> Target:
 
     props = body.get("properties") or {}
     machine = str(props.get("machineType") or "").rsplit("/", 1)[-1]
-    accel = (props.get("guestAccelerators") or [{}])[0]
-    gpu_type, gpu_count = machines.gpus_of(
-        machine,
-        str(accel.get("acceleratorType") or "").rsplit("/", 1)[-1] or None,
-        int(accel.get("acceleratorCount") or 0),
-    )
+    gpu_type, gpu_count = template_gpus(body)
     initialize = (props.get("disks") or [{}])[0].get("initializeParams") or {}
     source = str(initialize.get("sourceImage") or "")
     m = re.search(r"projects/([^/]+)/global/images/family/([^/]+)$", source)

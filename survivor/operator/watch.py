@@ -7,7 +7,7 @@ The agent decides at every boot (survivor/agent/boot.py); without a VM there is 
 (Cloud Scheduler + Cloud Run, survivor/operator/watch_deploy.py; or `survivor watch --every`) looks
 at the job's group: the deadline policy's decision (survivor/policy/deadline.py), acted on
 (`group.switch_group`, by="watch"), and, with `placement:` in the spec and no VM running, a move
-to capacity elsewhere (survivor/operator/placement.py).
+to capacity elsewhere (survivor/policy/placement.py decides, survivor/mig/move.py moves).
 """
 
 from __future__ import annotations
@@ -19,10 +19,13 @@ from survivor.cloud.compute import Compute, ComputeError, GroupRef
 from survivor.jobdir import claims
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.switches import parse_time
-from survivor.operator import budget, notices, placement
+from survivor.mig.move import complete_moves, current_group, look_and_move
+from survivor.operator import budget, notices
 from survivor.policy import deadline
 from survivor.policy.placement import place_of
-from survivor.operator.group import RequestError, Say, complete_switch, spec_of, switch_group, template_mode
+from survivor.mig.address import RequestError, Say
+from survivor.mig.switch import complete_switch, switch_group
+from survivor.mig.templates import spec_of, template_mode
 from survivor.spec import JobSpec
 
 
@@ -126,9 +129,9 @@ def end_if_over(
 def end_state_disks(compute: Compute, spec: JobSpec, storage, over: JobOver, *, say: Say = _silent) -> JobOver:
     """The finish's last step for a job with a state disk, run as the operator: its final step is in
     Cloud Storage (DONE points at it), so each state disk that no pending record needs is deleted
-    (survivor/operator/state_disks.py); one still attached keeps the look coming (`waiting`), one a
+    (survivor/mig/state_disks.py); one still attached keeps the look coming (`waiting`), one a
     pending snapshot needs is kept and said. Listing refused: said, and the job's end is not held."""
-    from survivor.operator import state_disks
+    from survivor.mig import state_disks
 
     try:
         kept = state_disks.clean(compute, spec.name, storage, say=say)
@@ -188,7 +191,7 @@ def watch_once(
     storage = open_storage(job_dir, project=group.project) if job_dir else None
     found = compute.get_group(group)
     if found is None and storage is not None:  # the job may have moved (placement.regions): its records say where
-        found = compute.get_group(placement.current_group(storage, group))
+        found = compute.get_group(current_group(storage, group))
     if found is None:
         where = f"zone {group.zone}" if group.zone else f"region {group.region}"
         raise RequestError(
@@ -204,7 +207,7 @@ def watch_once(
     if spec is None:
         raise RequestError(f"group {group.name}: its template {_template_of(found)} carries no survivor-job spec")
     storage = storage or open_storage(spec.job_dir, project=group.project)
-    here = group if compute.get_group(group) is not None else placement.current_group(storage, group)
+    here = group if compute.get_group(group) is not None else current_group(storage, group)
     if goodput_metrics:
         publish_goodput(spec, storage, here, created=parse_time(found.get("creationTimestamp")), say=say)
     over = end_if_over(compute, here, storage, say=say)
@@ -223,7 +226,7 @@ def watch_once(
     if spec.placement is not None:
         # the records win over whatever group still exists: a move that a look before this one
         # recorded and did not finish is finished first, and the job's group is where it went
-        group = placement.complete_moves(compute, group, storage, spec.placement, say=say)
+        group = complete_moves(compute, group, storage, spec.placement, say=say)
         found = compute.get_group(group)
         if found is None:
             raise RequestError(
@@ -276,7 +279,7 @@ def watch_once(
         )
 
     if spec.placement is not None and not running:  # no VM: the job may move to capacity elsewhere
-        if placement.look_and_move(compute, group, spec, storage, by="watch", say=say, seen=seen) is not None:
+        if look_and_move(compute, group, spec, storage, by="watch", say=say, seen=seen) is not None:
             tell()
             return decision
     if decision is None:

@@ -679,7 +679,7 @@ def flex_start_missing(requests: list[dict], members: int) -> str | None:
     """Pure: why no flex-start VM will come to a group on its flex-start template that has no VM and
     no resize request that could still bring one (none at all, or the newest CANCELLED): the switch
     was cut, or refused, after it pointed the group at the template and resized it to none and
-    before it queued the request (survivor/operator/group.py `switch_group`). Nothing brings a VM
+    before it queued the request (survivor/mig/switch.py `switch_group`). Nothing brings a VM
     then, so the look undoes it (on-demand) instead of waiting out `flex_start_wait_hours`. None
     when a request is queued, running, or ended as `flex_start_failure` or `flex_start_run_end` say."""
     newest = _newest_request(requests)

@@ -19,7 +19,7 @@ its obtainability), one more look's wait before the next decision. The job moves
 the place with the largest expected gain less cost, when that is above zero; never on a timer:
 time without a VM enters only through what the data says of the place now.
 
-Pure: survivor/operator/placement.py `decide` calls it when it has outlooks; the benchmark's
+Pure: survivor/policy/placement.py `decide` calls it when it has outlooks; the benchmark's
 survivor row (benchmarks/capacity.py) and tests/test_move_bet.py call it the same way.
 """
 

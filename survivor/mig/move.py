@@ -128,7 +128,7 @@ def look(
 def job_template(compute: Compute, current: GroupRef, shape: int) -> tuple[str, dict | None]:
     """(name, body) of the job's own template (its `compute:` shape), from the group's current one:
     a deadline's on-demand twin and a shape's template (`shape_template_name`) are named after it."""
-    from survivor.operator.group import ON_DEMAND_SUFFIX, shape_template_name
+    from survivor.mig.templates import ON_DEMAND_SUFFIX, shape_template_name
 
     found = compute.get_group(current) or {}
     name = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
@@ -143,7 +143,8 @@ def offers(compute: Compute, current: GroupRef, spec: JobSpec, job: dict) -> fro
     """The places of the spec that cannot take the job: no zone of the region (for the group's own
     region, of the group's zones) offers the shape's GPU. Asked only when a move is due: one
     `acceleratorTypes.list` per zone."""
-    from survivor.operator.group import regional_zones, shape_template_body
+    from survivor.mig.make import regional_zones
+    from survivor.mig.templates import shape_template_body
 
     here = region_of(place_of(current))
     # in its own region the group changes template in place: its zones are the ones that count
@@ -219,9 +220,9 @@ def look_and_move(
 
 def _state_disks_left_behind(compute: Compute, spec: JobSpec, storage: JobStorage, say: Callable[[str], None]) -> None:
     """A job with a state disk: the disks of the regions its moves left deleted once nothing waits on
-    them (survivor/operator/state_disks.py `clean_after_moves`); its old group's delete does not."""
+    them (survivor/mig/state_disks.py `clean_after_moves`); its old group's delete does not."""
     if spec.state_disk_gb and spec.placement is not None:
-        from survivor.operator import state_disks
+        from survivor.mig import state_disks
 
         state_disks.clean_after_moves(
             compute, spec.name, storage, spec.placement.regions, shapes=len(spec.placement.shapes), say=say
@@ -273,13 +274,9 @@ def move(
     expired, and a VM of a group the records left never trains (survivor/agent/boot.py)."""
     from survivor.cloud.compute import ComputeError, name_problems
     from survivor.policy.deadline import ON_DEMAND
-    from survivor.operator.group import (
-        RequestError,
-        on_demand_template_body,
-        regional_zones,
-        shape_template_body,
-        template_mode,
-    )
+    from survivor.mig.address import RequestError
+    from survivor.mig.make import regional_zones
+    from survivor.mig.templates import on_demand_template_body, shape_template_body, template_mode
 
     placement = spec.placement
     if placement is None:
@@ -384,7 +381,7 @@ def template_for_shape(own: str, shape: int) -> str:
     (`shape_template_name` of the job's own), its on-demand twin when `own` is on-demand (as `move`
     makes them)."""
     from survivor.policy.deadline import ON_DEMAND
-    from survivor.operator.group import ON_DEMAND_SUFFIX, shape_template_name, template_mode
+    from survivor.mig.templates import ON_DEMAND_SUFFIX, shape_template_name, template_mode
 
     base, mode = template_mode(own)
     found = re.fullmatch(r"(.+)-shape-([0-9]+)", base)
@@ -426,7 +423,7 @@ def _make_group(compute: Compute, target: GroupRef, template: str) -> None:
     finds a group of that name and template and does nothing; an insert that took effect before its
     answer was lost is found by the retry's `get`, and a 409 (two looks at once) is one found."""
     from survivor.cloud.compute import ComputeError
-    from survivor.operator.group import GroupOptions, make_group
+    from survivor.mig.make import GroupOptions, make_group
 
     def make() -> None:
         try:
@@ -445,7 +442,8 @@ def _keep_flex_start(compute: Compute, group: GroupRef, storage: JobStorage, say
     request, or goes on-demand when Compute Engine refuses it). A step that fails is said: the next
     look (the watch's own `complete_switch`) tries again."""
     from survivor.cloud.compute import ComputeError
-    from survivor.operator.group import RequestError, complete_switch
+    from survivor.mig.address import RequestError
+    from survivor.mig.switch import complete_switch
 
     try:
         complete_switch(compute, group, storage, say=say)
@@ -477,7 +475,7 @@ def complete_moves(
     group refused with `raise_on_new_group` (the move's own look undoes its record)."""
     from survivor.cloud.compute import ComputeError
     from survivor.policy.deadline import FLEX_START
-    from survivor.operator.group import template_mode
+    from survivor.mig.templates import template_mode
 
     recorded = moves(storage, placement.regions, len(placement.shapes))
     if not recorded:

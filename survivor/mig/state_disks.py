@@ -33,7 +33,7 @@ log = logs.get("state-disks")
 Say = Callable[[str], None]
 
 
-def _silent(line: str) -> None:
+def silent(line: str) -> None:
     pass
 
 
@@ -131,7 +131,7 @@ def _pending(storage) -> list[PendingSnapshot] | None:
 
 
 def clean(
-    compute: Compute, job: str, storage, *, only: Callable[[StateDisk], bool] = lambda _: True, say: Say = _silent
+    compute: Compute, job: str, storage, *, only: Callable[[StateDisk], bool] = lambda _: True, say: Say = silent
 ) -> list[tuple[StateDisk, str]]:
     """Deletes the job's state disks that `only` selects and that nothing needs (`keep_reason`); says
     one line for each disk deleted or kept, and returns those kept with why. `storage`: the job dir
@@ -169,9 +169,9 @@ def clean(
 
 
 def clean_after_moves(
-    compute: Compute, job: str, storage, regions: list[str] | tuple[str, ...], *, shapes: int = 0, say: Say = _silent
+    compute: Compute, job: str, storage, regions: list[str] | tuple[str, ...], *, shapes: int = 0, say: Say = silent
 ) -> None:
-    """After the job's recorded moves (survivor/operator/placement.py): its state disks in a region the
+    """After the job's recorded moves (survivor/mig/move.py): its state disks in a region the
     records moved it away from are deleted once nothing waits on them (a pending snapshot of that zone
     keeps its disk, and the line says so), as `survivor delete` does. The region its group is in now
     keeps its disks: a VM there reattaches them. Without a move recorded nothing is asked; a listing
