@@ -1,7 +1,7 @@
 """The import map docs/architecture.md draws, checked against the source in both directions.
 
 The map is the fenced block under "Parts and import direction" in docs/architecture.md: one line per
-part, `part -> part, part`. A part is a package of survivor (agent, jobdir, cloud, commands, local,
+part, `part -> part, part`. A part is a package of survivor (agent, policy, mig, operator, jobdir, cloud, commands, local,
 trainers) or one of the shared modules (spec, metadata, log, retry, extras, places). Every import from one part into another
 must be an arrow of the map, every arrow must be an import somewhere (the map may not overstate the
 code), and the arrows point one way (no cycle).
@@ -16,7 +16,7 @@ import re
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "survivor"
 MAP = ROOT / "docs" / "architecture.md"
-PACKAGES = {"agent", "jobdir", "cloud", "operator", "commands", "local", "trainers", "startup"}
+PACKAGES = {"agent", "jobdir", "cloud", "operator", "policy", "mig", "commands", "local", "trainers", "startup"}
 
 
 def imports_of(path: pathlib.Path) -> set[str]:
@@ -168,6 +168,19 @@ def test_the_shared_vocabulary_depends_on_nothing_else_of_survivor():
         imported = {m for path in files_of(name) for m in imports_of(path) if not m.startswith(ALSO.get(name, ()))}
         others = {part_of(m) for m in imported} - set(SHARED) - {None}
         assert not others, (name, others)
+
+
+def test_the_agent_never_imports_the_operators_package():
+    # The VM's lock carries no operator extra: the agent's decisions come from policy/, what it does
+    # to its own group from mig/ (tests/test_vm_lock.py imports its whole path with the lock alone).
+    offending = [
+        f"{module_name(p)} imports {m}"
+        for p in sorted((PACKAGE / "agent").rglob("*.py"))
+        for m in imports_of(p)
+        if part_of(m) == "operator"
+    ]
+    assert not offending, offending
+    assert ("agent", "operator") not in drawn_edges()
 
 
 def test_the_trainers_registry_the_spec_reads_imports_nothing():
