@@ -1,6 +1,7 @@
-"""Each job spec key is defined once: survivor/spec.py `KEYS` holds its kind, default,
-bounds, recipe attribute and doc line; the validator's limits, the recipe mapping, the docs' key
-table and the published JSON Schema (docs/job-spec.schema.json) are derived from it."""
+"""Each job spec key is written once: its field in survivor/spec/fields.py holds its default and, in
+its `Key`, its kind, bounds, recipe attribute and doc line; `KEYS`, the validator's limits, the
+recipe mapping, the reading and writing of a spec, the docs' key table and the published JSON Schema
+(docs/job-spec.schema.json) are derived from it."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ NOTICED: tuple[Outcome, ...] = ("preempted", "stopped")
 
 #: The highest attempt number read: a record claiming more is not one survivor wrote.
 MAX_ATTEMPT = 10**9
-#: The highest step (or count of steps) read: a job spec's largest `train_steps` (survivor/spec/keys.py);
+#: The highest step (or count of steps) read: a job spec's largest `train_steps` (survivor/spec/fields.py);
 #: the agent never records a step the trainer reported beyond it (trainers/contract.py).
 MAX_STEP = 10**12
 #: The longest phase read (about 31 years): an attempt's timings are seconds of one VM's life.

@@ -22,29 +22,19 @@ Three sources give the same dataclass:
 Every problem is reported at once, one line each, naming the key, the value and what was expected.
 
 The package's modules are its jobs, each importing only those before it: `problems` (SpecError),
-`keys` (the key table), `uris`, `loading` (bounded YAML), `recipe` (the flat attributes), `schema`
-(the docs' table and the JSON Schema), `sections` (the sub-records), `validation`, `job` (JobSpec)
-and `argv` (trainer_argv). The built-in trainers they name are survivor/trainers/registry.py's.
+`keys` (what a key is, and how a field declares one), `uris`, `loading` (bounded YAML), `sections`
+(the sub-records), `fields` (every key, once: its field with its `Key`; `KEYS`), `recipe` (the flat
+attributes), `schema` (the docs' table and the JSON Schema), `validation`, `job` (JobSpec: reading
+and writing) and `argv` (trainer_argv). The built-in trainers they name are survivor/trainers/registry.py's.
 Every name the rest of survivor uses is here.
 """
 
 from __future__ import annotations
 
 from survivor.spec.problems import SpecError, did_you_mean
-from survivor.spec.keys import KEY, KEYS, Key, ON_FINISH
+from survivor.spec.keys import Key, PLAIN_KINDS, key, keys_of
 from survivor.spec.uris import MAX_LOCATION, SECRET_VERSION, normalize_uri, notify_url_problem, validate_uri
 from survivor.spec.loading import MAX_SPEC_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, load_yaml
-from survivor.spec.recipe import (
-    FLAT_KEYS,
-    RECIPE_HYPERPARAMETERS,
-    RESERVED_ATTRIBUTES,
-    UNSUPPORTED_FLAT_KEYS,
-    flat_attributes_to_mapping,
-    is_hyperparameter_attribute,
-    kebab,
-)
-from survivor.spec.schema import SCHEMA_ID, json_schema, keys_markdown
-from survivor.trainers.registry import BUILTIN_FLAGS, BUILTIN_SAVE_SIGNAL, BUILTIN_TRAINERS, BUILTIN_WARM_START
 from survivor.spec.sections import (
     Budget,
     Deadline,
@@ -62,11 +52,21 @@ from survivor.spec.sections import (
     Shape,
     TrainerSpec,
 )
+from survivor.spec.fields import FIELD_KEYS, JobFields, KEY, KEYS, NUMBER_RANGES, ON_FINISH, OTHER_KEYS
+from survivor.spec.recipe import (
+    FLAT_KEYS,
+    RECIPE_HYPERPARAMETERS,
+    RESERVED_ATTRIBUTES,
+    UNSUPPORTED_FLAT_KEYS,
+    flat_attributes_to_mapping,
+    is_hyperparameter_attribute,
+    kebab,
+)
+from survivor.spec.schema import SCHEMA_ID, json_schema, keys_markdown
 from survivor.spec.validation import (
     DEADLINE_MAX_HOURS,
     EXTRA_SECTIONS,
     MAX_STRING,
-    NUMBER_RANGES,
     SAVE_SIGNALS,
     agent_flag_taken,
     checkpoint_naming,
@@ -75,6 +75,7 @@ from survivor.spec.validation import (
 )
 from survivor.spec.job import JobSpec, SPEC_ATTRIBUTE, dumps_json
 from survivor.spec.argv import trainer_argv
+from survivor.trainers.registry import BUILTIN_FLAGS, BUILTIN_SAVE_SIGNAL, BUILTIN_TRAINERS, BUILTIN_WARM_START
 
 __all__ = [
     "agent_flag_taken",
@@ -90,19 +91,23 @@ __all__ = [
     "dumps_json",
     "EXTRA_SECTIONS",
     "FallbackSpec",
+    "FIELD_KEYS",
     "flat_attributes_to_mapping",
     "FLAT_KEYS",
     "FLEX_START_WAIT_HOURS",
     "format_value",
     "is_hyperparameter_attribute",
     "is_secret_name",
+    "JobFields",
     "JobSpec",
     "json_schema",
     "kebab",
-    "KEY",
     "Key",
+    "key",
+    "KEY",
     "KEYS",
     "keys_markdown",
+    "keys_of",
     "load_yaml",
     "MAX_FLEX_START_WAIT_HOURS",
     "MAX_LOCATION",
@@ -119,8 +124,10 @@ __all__ = [
     "NotifyTarget",
     "NUMBER_RANGES",
     "ON_FINISH",
+    "OTHER_KEYS",
     "Placement",
     "PLACEMENT_RANGES",
+    "PLAIN_KINDS",
     "RECIPE_HYPERPARAMETERS",
     "RESERVED_ATTRIBUTES",
     "SAVE_SIGNALS",

@@ -5,16 +5,15 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import yaml
 
-from survivor.spec.keys import KEY
+from survivor.spec.fields import FIELD_KEYS, JobFields
 from survivor.spec.loading import MAX_SPEC_BYTES, load_yaml
 from survivor.spec.problems import SpecError
 from survivor.spec.recipe import flat_attributes_to_mapping
-from survivor.spec.sections import Budget, Deadline, FallbackSpec, NotifyTarget, Placement, TrainerSpec
+from survivor.spec.sections import FallbackSpec
 from survivor.spec.validation import Validator, is_secret_name
 
 
@@ -22,34 +21,9 @@ from survivor.spec.validation import Validator, is_secret_name
 SPEC_ATTRIBUTE = "survivor-job"
 
 
-@dataclass(frozen=True)
-class JobSpec:
-    """One training job. Built by `from_mapping`, `from_yaml`, `from_file` or `from_metadata`."""
-
-    job_dir: str
-    train_steps: int
-    trainer: TrainerSpec
-    name: str = ""
-    data_dir: str | None = None
-    checkpoint_steps: int | None = None
-    num_gpus: int | None = None  # None: every GPU the VM has
-    num_gpus_named: bool = False  # the spec names num_gpus (numGpus), "all" included
-    hyperparameters: tuple[tuple[str, str], ...] = ()
-    on_finish: str = KEY["on_finish"].default
-    user: str | None = None
-    keep: int = KEY["keep"].default
-    grace_seconds: float = KEY["grace_seconds"].default
-    max_failed_attempts: int = KEY["max_failed_attempts"].default
-    sync_seconds: float = KEY["sync_seconds"].default
-    checkpoint_pattern: str | None = None  # the trainer's checkpoint names: where the step is (`checkpoint_naming`)
-    lease_seconds: float = KEY["lease_seconds"].default
-    state_disk_gb: int | None = None  # a stateful persistent disk for states too large for the notice
-    deadline: Deadline | None = None
-    fallback: FallbackSpec | None = None  # set whenever a deadline is (the defaults when not written)
-    placement: Placement | None = None  # None: the job stays where its group is
-    notify: tuple[NotifyTarget, ...] = ()  # where the job's events go (survivor/notify/)
-    budget: Budget | None = None  # what the job may cost before it stops
-    extra: Mapping[str, Any] = field(default_factory=dict)  # sections other commands read (compute, ...)
+class JobSpec(JobFields):
+    """One training job: its fields are `JobFields`' (survivor/spec/fields.py, one per key). Built by
+    `from_mapping`, `from_yaml`, `from_file` or `from_metadata`; written back by `to_mapping`."""
 
     # -- constructors -----------------------------------------------------------------------------
 
@@ -85,12 +59,9 @@ class JobSpec:
         """Validates a mapping of snake_case keys; collects every problem before raising."""
         v = Validator(data, flat)
         trainer = v.trainer()
-        job_dir = v.uri("job_dir", required=True)
+        plain = {key.name: v.plain(key) for key in FIELD_KEYS if key.plain}  # every location and number
         spec = cls(
-            job_dir=job_dir or "",
-            data_dir=v.uri("data_dir"),
-            train_steps=v.integer("train_steps", required=True) or 0,
-            checkpoint_steps=v.integer("checkpoint_steps"),
+            **plain,
             num_gpus=v.gpus("num_gpus"),
             num_gpus_named=v.named("num_gpus"),
             trainer=trainer,
@@ -98,13 +69,7 @@ class JobSpec:
             hyperparameters=v.hyperparameters(),
             on_finish=v.on_finish(),
             user=v.user(),
-            keep=v.integer("keep") or KEY["keep"].default,
-            grace_seconds=v.number("grace_seconds") or KEY["grace_seconds"].default,
-            max_failed_attempts=v.integer("max_failed_attempts") or KEY["max_failed_attempts"].default,
-            sync_seconds=v.number("sync_seconds") or KEY["sync_seconds"].default,
             checkpoint_pattern=v.checkpoint_pattern(),
-            lease_seconds=v.number("lease_seconds") or KEY["lease_seconds"].default,
-            state_disk_gb=v.integer("state_disk_gb"),
             deadline=v.deadline(),
             fallback=v.fallback(),
             placement=v.placement(),
@@ -115,11 +80,28 @@ class JobSpec:
         v.unsupported()
         v.reject_unknown()
         if v.problems:
-            raise SpecError(v.problems, job_dir=job_dir)
+            raise SpecError(v.problems, job_dir=plain["job_dir"])
         return spec
 
     def to_mapping(self) -> dict[str, Any]:
-        """The spec as the strict YAML mapping `from_mapping` accepts (for metadata and dry runs)."""
+        """The spec as the strict YAML mapping `from_mapping` accepts (for metadata and dry runs): its
+        keys in their fields' order, each as it is unless written here, then the sections other commands
+        read; a key without a value is left out."""
+        written: dict[str, Any] = {
+            "num_gpus": self.num_gpus if self.num_gpus is not None or not self.num_gpus_named else "all",
+            "trainer": self._trainer_mapping(),
+            "hyperparameters": dict(self.hyperparameters),
+            "deadline": self.deadline.text if self.deadline is not None else None,
+            "fallback": self._fallback_mapping(),
+            "placement": self._placement_mapping(),
+            "notify": [target.to_mapping() for target in self.notify],
+            "budget": {"usd": self.budget.usd, "warn_at": self.budget.warn_at} if self.budget is not None else None,
+        }
+        out = {key.name: written[key.name] if key.name in written else getattr(self, key.name) for key in FIELD_KEYS}
+        out.update(self.extra)
+        return {k: v for k, v in out.items() if v not in (None, {}, [])}
+
+    def _trainer_mapping(self) -> dict[str, Any]:
         trainer: dict[str, Any] = {}
         for key in ("module", "builtin", "git_url", "git_ref", "package", "save_signal"):
             value = getattr(self.trainer, key)
@@ -127,53 +109,34 @@ class JobSpec:
                 trainer[key] = value
         if self.trainer.argv:
             trainer["argv"] = list(self.trainer.argv)
-        out: dict[str, Any] = {
-            "name": self.name,
-            "job_dir": self.job_dir,
-            "data_dir": self.data_dir,
-            "train_steps": self.train_steps,
-            "checkpoint_steps": self.checkpoint_steps,
-            "num_gpus": self.num_gpus if self.num_gpus is not None or not self.num_gpus_named else "all",
-            "trainer": trainer,
-            "hyperparameters": dict(self.hyperparameters),
-            "on_finish": self.on_finish,
-            "user": self.user,
-            "keep": self.keep,
-            "grace_seconds": self.grace_seconds,
-            "max_failed_attempts": self.max_failed_attempts,
-            "sync_seconds": self.sync_seconds,
-            "checkpoint_pattern": self.checkpoint_pattern,
-            "lease_seconds": self.lease_seconds,
-            "state_disk_gb": self.state_disk_gb,
+        return trainer
+
+    def _fallback_mapping(self) -> dict[str, Any] | None:
+        if self.fallback is None or self.fallback == FallbackSpec():
+            return None
+        return {
+            k: v
+            for k, v in (
+                ("machine_type", self.fallback.machine_type),
+                ("gpu", self.fallback.gpu),
+                ("switch_back", self.fallback.switch_back),
+                ("flex_start", self.fallback.flex_start),
+                ("flex_start_wait_hours", self.fallback.flex_start_wait_hours),
+            )
+            if v is not None
         }
-        if self.deadline is not None:
-            out["deadline"] = self.deadline.text
-        if self.fallback is not None and self.fallback != FallbackSpec():
-            out["fallback"] = {
-                k: v
-                for k, v in (
-                    ("machine_type", self.fallback.machine_type),
-                    ("gpu", self.fallback.gpu),
-                    ("switch_back", self.fallback.switch_back),
-                    ("flex_start", self.fallback.flex_start),
-                    ("flex_start_wait_hours", self.fallback.flex_start_wait_hours),
-                )
-                if v is not None
-            }
-        if self.placement is not None:
-            out["placement"] = {
-                "regions": list(self.placement.regions),
-                "move_after_minutes": self.placement.move_after_minutes,
-                "preemptions_per_hour": self.placement.preemptions_per_hour,
-            }
-            if self.placement.shapes:
-                out["placement"]["shapes"] = [shape.to_mapping() for shape in self.placement.shapes]
-        if self.notify:
-            out["notify"] = [target.to_mapping() for target in self.notify]
-        if self.budget is not None:
-            out["budget"] = {"usd": self.budget.usd, "warn_at": self.budget.warn_at}
-        out.update(self.extra)
-        return {k: v for k, v in out.items() if v not in (None, {}, [])}
+
+    def _placement_mapping(self) -> dict[str, Any] | None:
+        if self.placement is None:
+            return None
+        out: dict[str, Any] = {
+            "regions": list(self.placement.regions),
+            "move_after_minutes": self.placement.move_after_minutes,
+            "preemptions_per_hour": self.placement.preemptions_per_hour,
+        }
+        if self.placement.shapes:
+            out["shapes"] = [shape.to_mapping() for shape in self.placement.shapes]
+        return out
 
     def to_yaml(self) -> str:
         """The spec as YAML text."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from survivor.spec.keys import KEYS
+from survivor.spec.fields import KEYS
 
 
 #: Instance attributes that belong to Compute Engine, its guest agent or survivor itself: never

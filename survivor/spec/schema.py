@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from survivor.spec.keys import KEYS, Key
+from survivor.spec.fields import KEYS
+from survivor.spec.keys import Key
 from survivor.spec.uris import MAX_LOCATION
 
 

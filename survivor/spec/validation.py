@@ -12,7 +12,8 @@ from typing import Any, Mapping
 
 from survivor.places import region_of_zone
 from survivor.trainers.registry import BUILTIN_TRAINERS
-from survivor.spec.keys import KEYS, ON_FINISH
+from survivor.spec.fields import KEYS, NUMBER_RANGES, ON_FINISH
+from survivor.spec.keys import Key
 from survivor.spec.problems import did_you_mean, show
 from survivor.spec.recipe import FLAT_KEYS, UNSUPPORTED_FLAT_KEYS, kebab
 from survivor.spec.sections import (
@@ -67,9 +68,6 @@ _TOP_LEVEL = {key.name for key in KEYS} - set(EXTRA_SECTIONS)
 MAX_STRING = 131072
 
 
-#: Every number's range (inclusive). Outside it a value is a mistake, and unbounded ones break time
-#: arithmetic (`inf` seconds) or take seconds to print (an integer of 100k digits).
-NUMBER_RANGES: dict[str, tuple[float, float]] = {key.name: key.bounds for key in KEYS if key.bounds}
 #: The latest a duration `deadline` may be: a year of hours.
 DEADLINE_MAX_HOURS = 365 * 24.0
 #: What a trainer's argparse would read as one of the agent's own flags: the flags the agent passes
@@ -225,6 +223,17 @@ class Validator:
             self._problem(key, value, f"a finite number <= {high:g}")
             return None
         return number
+
+    def plain(self, key: Key) -> Any:
+        """A key read by its kind alone (`Key.plain`): a location, a whole number or a number within its
+        bounds; its default when the spec does not give it (or gives it wrong: the problem is recorded)."""
+        if key.kind == "location":
+            value: Any = self.uri(key.name, required=key.required)
+        elif key.kind == "integer":
+            value = self.integer(key.name, required=key.required)
+        else:
+            value = self.number(key.name)
+        return key.default if value is None else value
 
     def boolean(self, key: str) -> bool | None:
         """true/false, yes/no, 1/0 or on/off; None when not given."""

@@ -108,7 +108,7 @@ class SaveRequest:
         return True
 
 
-#: The largest step a trainer reports: a job spec's largest train_steps (survivor/spec/keys.py).
+#: The largest step a trainer reports: a job spec's largest train_steps (survivor/spec/fields.py).
 MAX_STEP = 10**12
 
 #: A progress record's fixed size: a new record always covers the whole previous one.
