@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import subprocess
-import time
 import uuid
 
 import pytest
@@ -21,6 +20,7 @@ from survivor.jobdir.status import job_summary, read_job
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.store import CheckpointStore, manifest_name
 from tests.conftest import PYTHON, dummy_spec, executed_steps
+from tests.waiting import PATIENCE, wait_until
 
 
 @contextlib.contextmanager
@@ -268,10 +268,11 @@ def test_a_full_job_dir_during_the_final_commit_after_a_notice_closes_the_attemp
         vm.boot()
         vm.wait_for_step(25)
         store = CheckpointStore(open_storage(job_dir))
-        deadline = time.monotonic() + 60
-        while ((latest := store.latest()) is None or latest.step < 20) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        committed = store.latest().step
+        committed = wait_until(
+            lambda: (latest := store.latest()) is not None and latest.step >= 20 and latest.step,
+            PATIENCE,
+            "a commit of step 20 or later",
+        )
         free = os.statvfs(fs)
         filler = os.path.join(fs, "filler")
         with open(filler, "wb") as f:  # leaves ~100 KB: an attempt record fits, a checkpoint does not

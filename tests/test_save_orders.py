@@ -2,7 +2,6 @@
 before the VM goes or DONE is written."""
 
 import os
-import time
 
 import yaml
 
@@ -10,18 +9,19 @@ from survivor.jobdir.journal import Journal
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.store import CheckpointStore
 from tests.conftest import PYTHON, executed_steps
+from tests.waiting import PATIENCE, wait_until
 
 FOREIGN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "harness", "foreign_trainer.py")
 
 
-def _wait_for_steps(tmp_path, count, vm, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def _wait_for_steps(tmp_path, count, vm, timeout=PATIENCE):
+    def reached() -> bool:
         if len(executed_steps(tmp_path)) >= count:
-            return
-        assert vm.running(), f"the agent exited ({vm.returncode}); see {vm.log_path()}"
-        time.sleep(0.05)
-    raise TimeoutError(f"{count} steps not reached; see {vm.log_path()}")
+            return True
+        assert vm.running(), f"the agent exited ({vm.returncode}) before {count} steps; see {vm.log_path()}"
+        return False
+
+    wait_until(reached, timeout, f"{count} steps trained (see {vm.log_path()})")
 
 
 def test_a_trainer_that_writes_its_state_file_before_its_shards_resumes_after_a_sigterm(

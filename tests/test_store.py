@@ -25,6 +25,7 @@ from survivor.jobdir.store import (
     check_relative_path,
     snapshots_to_delete,
 )
+from tests.waiting import PATIENCE, wait_until
 
 
 def write(root, name, data):
@@ -220,9 +221,9 @@ def test_sigkill_during_a_real_upload_leaves_the_previous_commit(bucket, tmp_pat
     write(local, "dummy-checkpoint-20.json", b'{"step": 20}')
     before = {o.name for o in storage.list(BLOBS)}
     proc = subprocess.Popen([sys.executable, "-c", UPLOADER, local, job_dir], stdout=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len({o.name for o in storage.list(BLOBS)} - before) < 1:
-        time.sleep(0.01)
+    wait_until(
+        lambda: {o.name for o in storage.list(BLOBS)} - before, PATIENCE, "the upload's first object landed", 0.01
+    )
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     uploaded = {o.name for o in storage.list(BLOBS)} - before

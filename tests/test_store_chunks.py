@@ -18,6 +18,7 @@ from survivor.jobdir.chunks import CHUNKS, Digester, combine_crc32c, crc32c_comb
 from survivor.jobdir.snapshot import Checksums, scan
 from survivor.jobdir.storage import crc32c_of_bytes, open_storage
 from survivor.jobdir.store import BLOBS, CheckpointStore, Manifest, ManifestError, SnapshotChanged
+from tests.waiting import PATIENCE, wait_until
 
 SMALL = 64 << 10  # chunks of 64 KiB keep the tests fast; the code path is the production one
 
@@ -253,10 +254,12 @@ def test_a_sigkill_mid_commit_of_a_chunked_snapshot_never_leaves_a_visible_parti
     write(local, "dummy-checkpoint-20.json", b'{"step": 20}')
     before = {o.name for o in storage.list(CHUNKS)}
     proc = subprocess.Popen([sys.executable, "-c", COMMITTER, local, job_dir, str(SMALL)], stdout=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len({o.name for o in storage.list(CHUNKS)} - before) < 5:
+
+    def five_chunks_landed() -> bool:
         assert proc.poll() is None, "the commit ended before it could be killed"
-        time.sleep(0.005)
+        return len({o.name for o in storage.list(CHUNKS)} - before) >= 5
+
+    wait_until(five_chunks_landed, PATIENCE, "the commit's first five chunks in the job dir", 0.005)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     landed = {o.name for o in storage.list(CHUNKS)} - before
@@ -481,16 +484,21 @@ def test_a_chunk_damaged_while_the_agent_runs_is_stored_again_and_every_later_co
     storage = open_storage(job_dir)
     probe = CheckpointStore(storage, chunk_size=SMALL)
     vm.boot()
-    deadline = time.monotonic() + 60
-    while (probe.latest() is None or probe.latest().step < 10) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    damaged = probe.latest()
-    assert damaged is not None, "no commit to damage"
+    damaged = wait_until(
+        lambda: (latest := probe.latest()) is not None and latest.step >= 10 and latest,
+        PATIENCE,
+        "a commit of step 10 or later to damage",
+        0.1,
+    )
     victim = data_entry(damaged, next(f.path for f in damaged.files if f.path.endswith(".data"))).chunks[2].object
     data = storage.read(victim).data
     storage.write(victim, bytes([data[0] ^ 1]) + data[1:])
-    while probe.latest().step < damaged.step + 15 and time.monotonic() < deadline + 60:
-        time.sleep(0.1)
+    wait_until(
+        lambda: probe.latest().step >= damaged.step + 15,
+        PATIENCE,
+        f"a commit 15 steps past the damaged one's step {damaged.step}",
+        0.1,
+    )
     assert vm.preempt(soft_off=True) == 0
     newest = probe.latest()
     assert newest.step >= damaged.step + 15

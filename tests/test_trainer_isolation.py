@@ -21,6 +21,7 @@ from survivor.jobdir.storage import LocalStorage, crc32c_of_file
 from survivor.jobdir.store import CheckpointStore
 from survivor.agent.trainer import MAX_LINE_BYTES, OutputLines, give_to, read_progress, session_members, write_pid_file
 from survivor.trainers.contract import progress_record
+from tests.waiting import PATIENCE, wait_until
 
 SYSTEM_PYTHON = "/usr/bin/python3"  # one an unprivileged user can execute (this venv may live under /root)
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="a trainer of another user needs a root agent")
@@ -275,11 +276,12 @@ time.sleep(1.0)  # the agent's peak is read while it still runs
     )
     peak = 0.0
     deadline = time.monotonic() + 180
-    while proc.poll() is None and time.monotonic() < deadline:
+    while proc.poll() is None and time.monotonic() < deadline:  # sampled until the agent exits
         peak = max(peak, _peak_rss_mb(proc.pid) or 0.0)
         time.sleep(0.05)
     if proc.poll() is None:
         proc.kill()
+        raise AssertionError("the agent forwarding 200 MB of output: no exit within 180 s")
     assert proc.wait() == 0
     assert done(job_dir)["step"] == 1
     assert 0 < peak < 150, f"the agent peaked at {peak:.0f} MB forwarding 200 MB of output"
@@ -371,28 +373,23 @@ def test_nothing_a_trainer_started_outlives_it(base, ending):
         },
     )
     pids = []
+
+    def both_pids() -> list[int] | None:  # a pid file just created may not hold its pid yet
+        texts = [open(os.path.join(marks, n)).read() for n in os.listdir(marks) if n.endswith(".pid")]
+        return [int(t) for t in texts] if len(texts) == 2 and all(t.strip().isdigit() for t in texts) else None
+
     try:
-        deadline = time.monotonic() + 60
-        while len([n for n in os.listdir(marks) if n.endswith(".pid")]) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        while time.monotonic() < deadline:  # a pid file just created may not hold its pid yet
-            texts = [open(os.path.join(marks, n)).read() for n in os.listdir(marks) if n.endswith(".pid")]
-            if all(t.strip().isdigit() for t in texts):
-                break
-            time.sleep(0.02)
-        pids = [int(t) for t in texts]
+        pids = wait_until(both_pids, PATIENCE, "both children's pid files", 0.02)
         if ending == "notice":
-            while not os.path.exists(os.path.join(marks, "ready")) and time.monotonic() < deadline:
-                time.sleep(0.02)
+            ready = os.path.join(marks, "ready")
+            wait_until(lambda: os.path.exists(ready), PATIENCE, "the trainer ready for its notice", 0.02)
             proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0
-        gone = time.monotonic() + 5  # killed with the agent's exit: gone within moments, even on a loaded machine
-        while any(_alive(pid) for pid in pids) and time.monotonic() < gone:
-            time.sleep(0.02)
-        assert [pid for pid in pids if _alive(pid)] == [], "the trainer's children outlived it"
+        assert proc.wait(PATIENCE) == 0
+        # killed with the agent's exit: gone within moments; the bound is a loaded machine's
+        wait_until(lambda: not any(_alive(pid) for pid in pids), 30, "the trainer's children gone with it", 0.02)
         local_job = os.path.join(workdir, "job")
         sizes = {n: os.path.getsize(os.path.join(local_job, n)) for n in os.listdir(local_job) if "written-by" in n}
-        time.sleep(0.3)
+        time.sleep(0.3)  # a window in which a live child would write (every 0.02 s): nothing to wait for
         assert sizes and sizes == {n: os.path.getsize(os.path.join(local_job, n)) for n in sizes}
     finally:
         for pid in pids:
