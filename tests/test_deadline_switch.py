@@ -176,8 +176,11 @@ def test_after_a_switch_a_fallback_of_another_shape_is_priced_as_that_machine(co
         ),
     )
     found = job_status(compute, group)
-    assert (found["machine"]["machine_type"], found["machine"]["spot"]) == ("n1-standard-8", True)
-    assert found["fallback_machine"] == {
+    assert found.machine is not None and (found.machine["machine_type"], found.machine["spot"]) == (
+        "n1-standard-8",
+        True,
+    )
+    assert found.fallback_machine == {
         "machine_type": "n1-standard-16",
         "gpu_type": "nvidia-tesla-v100",
         "gpu_count": 2,

@@ -314,6 +314,7 @@ def test_status_of_a_group_cuts_every_field_a_vm_or_the_job_dir_wrote(capsys):
     import time
 
     from survivor.commands.group import _print_status
+    from survivor.operator.status import JobStatus
 
     history = [
         {
@@ -366,7 +367,7 @@ def test_status_of_a_group_cuts_every_field_a_vm_or_the_job_dir_wrote(capsys):
     }
     started = time.monotonic()
     with _within(20):
-        _print_status(report)
+        _print_status(JobStatus(**report))
     assert time.monotonic() - started < 1.0
     assert max(len(line) for line in capsys.readouterr().out.splitlines()) < 1200
 

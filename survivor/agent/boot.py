@@ -382,7 +382,7 @@ class Boot:
                 journal.end(attempt, "gave-up", reason=reason)
                 return self._give_up(run, reason, attempts=attempt.number - 1)
 
-            # 3b. a deadline: can the job still finish on this group's kind of VM? (operator/deadline.py)
+            # 3b. a deadline: can the job still finish on this group's kind of VM? (policy/deadline.py)
             switching = self._deadline(run)
             if switching is not None:
                 journal.end(attempt, "stopped", reason=f"the group switches to {switching.to_mode}: {switching.reason}")
@@ -1043,7 +1043,7 @@ class Boot:
         log.info("finished", why=why, action=finisher.name)
         return EXIT_OK
 
-    # -- the budget (survivor/agent/spending.py, survivor/operator/budget.py) -----------------------
+    # -- the budget (survivor/agent/spending.py, survivor/policy/budget.py) -------------------------
 
     def _notice_sources(self, run: Run) -> list:
         """Step 4's notice sources: the usual ones, and the budget's for a job with one."""

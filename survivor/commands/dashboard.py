@@ -154,18 +154,17 @@ def _group_source(args: argparse.Namespace, name: str):
     group = JobAddress(name, project=args.project, zone=args.zone, region=args.region).group()
     compute = connect(group.project)
     found = job_status(compute, group, read_job_dir=False)
-    if found.get("group") is None:
+    if found.group is None:
         where = f"zone {group.zone}" if group.zone else f"region {group.region}"
         raise CommandError(f"--group {name}: no group {name} in {group.project}/{where}")
-    if not found.get("job_dir"):
+    if not found.job_dir:
         raise CommandError(f"--group {name}: its template names no job dir")
     _, spec = group_spec(compute, compute.get_group(group) or {})
     options = _options(args)
     options.region = group.region or (group.zone or "").rsplit("-", 1)[0]
-    options.train_steps = found.get("train_steps") or options.train_steps
-    options.created = parse_time((found.get("group") or {}).get("created"))
-    for key, field in (("machine", "machine"), ("fallback_machine", "fallback")):
-        machine = found.get(key)
+    options.train_steps = found.train_steps or options.train_steps
+    options.created = parse_time((found.group or {}).get("created"))
+    for machine, field in ((found.machine, "machine"), (found.fallback_machine, "fallback")):
         if machine:
             setattr(options, field, Machine(machine["machine_type"], machine["gpu_type"], machine["gpu_count"]))
-    return JobSource(found["job_dir"], name=name, options=options, spec=spec, exact=True)
+    return JobSource(found.job_dir, name=name, options=options, spec=spec, exact=True)

@@ -21,7 +21,7 @@ import json
 import os
 import re
 import sys
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from survivor.cloud.template import MachineOptions
 from survivor.commands.errors import CommandError
@@ -30,6 +30,7 @@ from survivor.commands import flags
 if TYPE_CHECKING:  # imported where a command uses them: `--help` and the parser need neither
     from survivor.cloud.compute import Compute
     from survivor.mig.address import JobAddress
+    from survivor.operator.status import JobStatus
     from survivor.operator.template import TemplateRequest
 
 
@@ -247,21 +248,21 @@ def moves_and_waits_lines(summary: dict) -> list[str]:
     )
 
 
-def state_disk_lines(report: dict) -> list[str]:
+def state_disk_lines(report: JobStatus) -> list[str]:
     """`job_status`'s state disks, one line each (where, size, cost a month, why it is there),
     and their total; or why they could not be listed. Each `_shown`."""
     from survivor.cloud.pricing import DISK_BASIS, money
 
-    disks = report.get("state_disks") or []
+    disks = report.state_disks or []
     lines = [_shown(d["line"], 2 * SCREEN_CHARS) for d in disks]
     if disks:
-        lines.append(f"state disks left: {money(report.get('state_disks_monthly_usd'))} a month ({DISK_BASIS})")
-    if report.get("state_disks_error"):
-        lines.append(f"state disks not listed: {_shown(report['state_disks_error'])}")
+        lines.append(f"state disks left: {money(report.state_disks_monthly_usd)} a month ({DISK_BASIS})")
+    if report.state_disks_error:
+        lines.append(f"state disks not listed: {_shown(report.state_disks_error)}")
     return lines
 
 
-def _print_status(report: dict) -> None:
+def _print_status(report: JobStatus) -> None:
     """Shows `job_status`'s report: the group, its VM, the job's progress, its cost, its last boots."""
     from rich.table import Table
 
@@ -269,13 +270,13 @@ def _print_status(report: dict) -> None:
     from survivor.log import console as make_console
 
     console = make_console()
-    g = report.get("group")
+    g = report.group
     console.print(
-        f"[bold]{_shown(report['name'])}[/bold] in {_shown(report['project'])}/"
-        f"{_shown(report['zone'] or report['region'])}: "
+        f"[bold]{_shown(report.name)}[/bold] in {_shown(report.project)}/"
+        f"{_shown(report.zone or report.region)}: "
         + (f"group target size {_shown(g['target_size'])}, template {_shown(g['template'])}" if g else "no group")
     )
-    for instance in report.get("instances", []):
+    for instance in report.instances or []:
         guest = instance.get("guest") or {}
         state = (
             _shown(instance["status"])
@@ -290,11 +291,11 @@ def _print_status(report: dict) -> None:
         )
         if guest.get("finish"):  # it could not leave its group and powered itself off
             console.print(f"    {_shown(guest['finish'])}")
-    if report.get("resize_request"):  # a flex-start group: its request queued, or why it failed
-        console.print(f"  flex-start {_shown(report['resize_request'])}")
+    if report.resize_request:  # a flex-start group: its request queued, or why it failed
+        console.print(f"  flex-start {_shown(report.resize_request)}")
     for line in state_disk_lines(report):
         console.print(f"  {line}")
-    job = report.get("job")
+    job = report.job
     if not job:
         return
     committed = "nothing committed" if job["committed_step"] is None else f"committed step {job['committed_step']}"
@@ -310,12 +311,12 @@ def _print_status(report: dict) -> None:
     if job.get("budget_stopped"):
         from survivor.policy.budget import stop_line
 
-        where = f"--zone {report['zone']}" if report.get("zone") else f"--region {report.get('region')}"
+        where = f"--zone {report.zone}" if report.zone else f"--region {report.region}"
         console.print(
-            f"  [yellow]{_shown(stop_line(report['name'], job['budget_stopped'], where), 2 * SCREEN_CHARS)}[/yellow]"
+            f"  [yellow]{_shown(stop_line(report.name, job['budget_stopped'], where), 2 * SCREEN_CHARS)}[/yellow]"
         )
-    if report.get("goodput_line"):
-        console.print(f"  {_shown(report['goodput_line'], 2 * SCREEN_CHARS)}")
+    if report.goodput_line:
+        console.print(f"  {_shown(report.goodput_line, 2 * SCREEN_CHARS)}")
     table = Table("boot", "instance", "from", "saved", "outcome", "lost", "reason")
     for row in job["history"][-10:]:
         table.add_row(
@@ -347,24 +348,26 @@ def status(args: argparse.Namespace) -> int:
         from survivor.jobdir.status import job_summary, read_job
 
         _readable_job_dir(args.job_dir)
-        report = job_summary(read_job(args.job_dir))
-        show: Callable[[dict], None] = _print_job_dir
-    else:
-        from survivor.operator.status import job_status
+        summary = job_summary(read_job(args.job_dir))
+        if args.json:
+            print(json.dumps(summary, indent=2, default=str))
+        else:
+            _print_job_dir(summary)
+        return 0
+    from survivor.operator.status import job_status
 
-        group = _address(args).group()
-        report = job_status(
-            connect(group.project),
-            group,
-            args.job_dir,
-            spot_price=args.spot_price,
-            on_demand_price=args.on_demand_price,
-        )
-        show = _print_status
+    group = _address(args).group()
+    found = job_status(
+        connect(group.project),
+        group,
+        args.job_dir,
+        spot_price=args.spot_price,
+        on_demand_price=args.on_demand_price,
+    )
     if args.json:
-        print(json.dumps(report, indent=2, default=str))
+        print(json.dumps(found.to_json(), indent=2, default=str))
     else:
-        show(report)
+        _print_status(found)
     return 0
 
 
@@ -393,20 +396,20 @@ def report(args: argparse.Namespace) -> int:
     if args.name is not None:
         group = _address(args).group()
         found = job_status(connect(group.project), group, args.job_dir, read_job_dir=False)
-        job_dir = job_dir or found.get("job_dir")
-        machine = found.get("machine")
+        job_dir = job_dir or found.job_dir
+        machine = found.machine
         if machine:
             options.machine = Machine(machine["machine_type"], machine["gpu_type"], machine["gpu_count"])
-        fallback = found.get("fallback_machine")
+        fallback = found.fallback_machine
         if fallback:
             options.fallback = Machine(fallback["machine_type"], fallback["gpu_type"], fallback["gpu_count"])
         options.region = group.region or (group.zone or "").rsplit("-", 1)[0]
-        options.train_steps = found.get("train_steps")
+        options.train_steps = found.train_steps
         # the group asked for its first VM when it was made: the wait before the first boot counts
-        options.created = parse_time((found.get("group") or {}).get("created"))
+        options.created = parse_time((found.group or {}).get("created"))
     elif not job_dir:
         raise CommandError("give a job name (with --zone or --region), or --job-dir")
-    if not job_dir and args.name is not None and found.get("group") is None:
+    if not job_dir and args.name is not None and found.group is None:
         where = f"zone {group.zone}" if group.zone else f"region {group.region}"
         raise CommandError(
             f"job {args.name}: no group {args.name} in {group.project}/{where} (deleted, or "
@@ -439,8 +442,8 @@ def report(args: argparse.Namespace) -> int:
                     **made.to_json(),
                     **(
                         {
-                            "state_disks": found.get("state_disks") or [],
-                            "state_disks_monthly_usd": found.get("state_disks_monthly_usd"),
+                            "state_disks": found.state_disks or [],
+                            "state_disks_monthly_usd": found.state_disks_monthly_usd,
                         }
                         if args.name is not None
                         else {}

@@ -2,13 +2,15 @@
 story, its goodput and cost.
 
     >>> status = job_status(compute, JobAddress("cifar10", zone="us-west1-b").group())
-    >>> status["group"]["template"], status["goodput_line"]
+    >>> status.group["template"], status.goodput_line
     ('cifar10', 'goodput 83% of 2.10 h; $1.92 so far on Spot (on-demand $3.40); ...')
+    >>> print(json.dumps(status.to_json(), indent=2, default=str))   # `survivor status NAME --json`
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+from dataclasses import dataclass
 from typing import Any
 
 from survivor.cloud import machines
@@ -19,6 +21,73 @@ from survivor.operator.group import state_disks_left
 from survivor.places import region_of_zone
 from survivor.policy.deadline import FLEX_START, flex_start_failure, flex_start_queue
 from survivor.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What `job_status` found of a job: where its group is (`name`, `project`, `zone`, `region`); the
+    group (`group`: its target size, template and creation; None when there is none), its members
+    with their guest attributes (`instances`), a flex-start group's resize request (`resize_request`),
+    the machine its Spot template asks for and the deadline's fallback machine when that is another
+    (`machine`, `fallback_machine`: type, GPU type and count, Spot); the job dir and its steps; the
+    state disks left (`state_disks` with their monthly total, or `state_disks_error`); and, when the
+    job dir was read, its summary (`job`), cost (`cost`) and goodput line (`goodput_line`).
+
+    `to_json()` is `survivor status --json`'s object: each key only where it was found, as before
+    the view was typed (no group: no `instances`; no job dir read: no `job`, `cost`, `goodput_line`)."""
+
+    name: str
+    project: str
+    zone: str | None
+    region: str | None
+    group: dict[str, Any] | None = None
+    instances: list[dict[str, Any]] | None = None
+    resize_request: str | None = None
+    machine: dict[str, Any] | None = None
+    fallback_machine: dict[str, Any] | None = None
+    job_dir: str | None = None
+    train_steps: int | None = None
+    state_disks: list[dict[str, Any]] | None = None
+    state_disks_monthly_usd: float | None = None
+    state_disks_error: str | None = None
+    job: dict[str, Any] | None = None
+    cost: dict[str, Any] | None = None
+    goodput_line: str | None = None
+
+    @property
+    def flex_start(self) -> bool:
+        """The group runs its flex-start template: its VM comes from a resize request."""
+        return self.group is not None and template_mode(str(self.group.get("template") or ""))[1] == FLEX_START
+
+    def to_json(self) -> dict[str, Any]:
+        """The plain JSON object `survivor status --json` prints, its keys in the order they were found."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "project": self.project,
+            "zone": self.zone,
+            "region": self.region,
+            "group": self.group,
+        }
+        if self.group is not None:
+            out["instances"] = self.instances or []
+            if self.flex_start:
+                out["resize_request"] = self.resize_request
+        if self.machine is not None:
+            out["machine"] = self.machine
+        if self.fallback_machine is not None:
+            out["fallback_machine"] = self.fallback_machine
+        out["job_dir"] = self.job_dir
+        out["train_steps"] = self.train_steps
+        if self.state_disks is not None:
+            out["state_disks"] = self.state_disks
+            out["state_disks_monthly_usd"] = self.state_disks_monthly_usd
+        if self.state_disks_error is not None:
+            out["state_disks_error"] = self.state_disks_error
+        if self.job is not None:
+            out["job"] = self.job
+            out["cost"] = self.cost
+            out["goodput_line"] = self.goodput_line
+        return out
 
 
 def _template_machine(template: dict) -> dict[str, Any]:
@@ -70,7 +139,7 @@ def job_status(
     spot_price: float | None = None,
     on_demand_price: float | None = None,
     read_job_dir: bool = True,
-) -> dict[str, Any]:
+) -> JobStatus:
     """Everything `survivor status` shows: the group, its instance, the job dir's story, and its
     goodput and cost by the goodput ledger, priced as `survivor report` prices (the USD-per-hour
     prices given, else cached catalog prices, else the offline table). The job dir defaults to the
@@ -139,4 +208,4 @@ def job_status(
         made = report.build_report(view, options)
         out["cost"] = cost_summary(made)
         out["goodput_line"] = status_line(made)
-    return out
+    return JobStatus(**out)
