@@ -82,7 +82,7 @@ class Chromium:
         while not os.path.exists(port_file) or not open(port_file).read().strip():
             if time.monotonic() > deadline or process.poll() is not None:
                 process.kill()
-                raise RuntimeError("chromium did not open its DevTools port")
+                raise RuntimeError("chromium did not open its DevTools port within 30 s (or exited)")
             time.sleep(0.05)
         port = int(open(port_file).read().split()[0])
         page = next(

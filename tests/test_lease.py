@@ -185,7 +185,8 @@ def test_an_agent_of_this_boot_in_another_pid_namespace_is_alive_until_its_lease
     storage.write(LEASE, dead_here.to_json(), if_generation_match=storage.read(LEASE).generation)
     started = time.monotonic()
     Lease(storage, me, ttl=60).acquire(poll=0.1)
-    assert time.monotonic() - started < 5  # taken at once, not after the 60 s ttl
+    # taken at once, not after the 60 s ttl (half of it is a loaded machine's slack)
+    assert time.monotonic() - started < 30
 
 
 def test_a_live_holder_keeps_the_job_and_is_named(job_dir):

@@ -7,6 +7,7 @@ import pytest
 import requests
 
 from survivor.metadata import MetadataClient, MetadataError, MetadataNotFound
+from tests.waiting import PATIENCE, wait_until
 
 
 def test_reads_identity_and_attributes(metadata_server):
@@ -154,11 +155,14 @@ def test_a_sigterm_while_the_boot_waits_on_a_dripping_metadata_server_ends_it_at
     """The early signal handler used to only record the SIGTERM: the boot went on waiting for an
     answer that never completes. Now the boot ends within a second, with nothing to save."""
     vm = _agent_on_a_dripping_server(tmp_path, instance_factory)
-    deadline = time.monotonic() + 60  # imports done (a start-up under the suite's load can take seconds)
-    while vm.metadata.faults_left() == 1_000_000 and time.monotonic() < deadline and vm.running():
-        time.sleep(0.05)
-    time.sleep(0.5)  # the agent is inside its first metadata call, a byte every 2 s
-    assert vm.running() and vm.metadata.faults_left() < 1_000_000
+
+    def asked() -> bool:  # imports done (a start-up under the suite's load can take seconds)
+        assert vm.running(), f"the agent exited ({vm.returncode}); see {vm.log_path()}"
+        return vm.metadata.faults_left() < 1_000_000
+
+    wait_until(asked, PATIENCE, "the agent's first metadata call")
+    time.sleep(0.5)  # well inside that call (a byte every 2 s): a moment to be in, not a thing to wait for
+    assert vm.running()
     vm.soft_off()
     started = time.monotonic()
     assert vm.wait(5.0) == 0, "the agent must end its boot within the grace budget after SIGTERM"
@@ -186,4 +190,4 @@ def test_a_call_can_be_given_a_shorter_deadline(metadata_server):
     started = time.monotonic()
     with pytest.raises(MetadataError, match="no complete answer in time"):
         md.get("instance/preempted", deadline=1.0)
-    assert time.monotonic() - started < 2.0  # against 5 s an attempt without it
+    assert time.monotonic() - started < 4.0  # against 5 s an attempt without it (a loaded machine's slack)

@@ -7,6 +7,7 @@ import threading
 from survivor.agent.mirror import POLL_AFTER_NOTICE, Mirror
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.store import CheckpointStore
+from tests.waiting import PATIENCE, wait_until
 
 
 def test_after_a_notice_the_mirror_commits_a_checkpoint_the_moment_it_appears(tmp_path):
@@ -70,17 +71,6 @@ def test_after_a_notice_the_mirror_commits_and_leaves_garbage_collection_to_the_
     assert store.collections == 1
 
 
-def _wait_for(check, timeout=30.0):
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def test_after_a_notice_chunks_of_a_checkpoint_still_being_written_upload_before_its_rename(tmp_path):
     """The save and the upload overlap: whole chunks of the temporary file go up while it is written;
     at the rename the commit sends only the chunks left (the last, and one whose bytes the writer
@@ -103,15 +93,18 @@ def test_after_a_notice_chunks_of_a_checkpoint_still_being_written_upload_before
             f.flush()
             # all three whole chunks up before the header is rewritten: one read after the rewrite
             # would change which chunks the commit sends (a loaded machine's timing, not the product's)
-            assert _wait_for(lambda: len(storage.list("survivor/blobs/chunks/")) >= 3), (
-                "the chunks of the file being written were not uploaded before its rename"
+            wait_until(
+                lambda: len(storage.list("survivor/blobs/chunks/")) >= 3,
+                PATIENCE,
+                "the three whole chunks of the file being written uploaded before its rename",
+                0.02,
             )
             assert not storage.list("survivor/snapshots/"), "nothing is committed before the rename"
             f.write(body[3 * chunk :])
             f.seek(0)
             f.write(body[:64])  # the header, written last
         os.replace(temporary, final)
-        assert _wait_for(lambda: commits), "the renamed checkpoint was not committed"
+        wait_until(lambda: commits, PATIENCE, "the renamed checkpoint committed", 0.02)
     finally:
         mirror.stop()
     stats = commits[0]

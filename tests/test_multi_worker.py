@@ -24,6 +24,7 @@ from survivor.trainers.loop import RESTART_EXIT_CODE
 from survivor.retry import once
 from survivor.trainers.preemption import NoticePoll
 from tests.tf_resume import assert_bitwise_equal, checkpoint_values
+from tests.waiting import wait_until
 
 # -- reading the cluster (pure) -------------------------------------------------------------------
 
@@ -183,11 +184,13 @@ class Workers:
             return 0
 
     def wait_for_step(self, i: int, step: int, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while self.step(i) < step:
-            assert time.monotonic() < deadline, f"worker {i} never reached step {step}"
+        def reached() -> bool:
+            if self.step(i) >= step:
+                return True
             assert all(p.poll() is None for p in self.procs), self.finish()
-            time.sleep(0.01)
+            return False
+
+        wait_until(reached, timeout, f"worker {i} at step {step}", 0.01)
 
     def finish(self, timeout: float = 240) -> list[tuple[int, str]]:
         results = []

@@ -154,7 +154,7 @@ def test_a_policy_stops_and_wakes_when_told():
         ).retrying(until=stop):
             with attempt:
                 raise ConnectionError("down")
-    assert time.monotonic() - started < 2.0  # the 5 s sleep was cut short
+    assert time.monotonic() - started < 4.0  # the 5 s sleep was cut short (at 0.2 s; the rest: a loaded machine's)
 
 
 def test_no_retry_loop_is_written_by_hand():

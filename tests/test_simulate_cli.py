@@ -13,6 +13,7 @@ import time
 import pytest
 
 from tests.conftest import PYTHON, dummy_spec
+from tests.waiting import PATIENCE, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -223,19 +224,19 @@ def test_sigterm_to_simulate_ends_every_agent_and_trainer_it_started(tmp_path):
         for line in process.stderr:  # the timeline as it happens
             if " boot " in line:
                 break
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not _processes_under(workdir, "trainers.dummy"):
-            time.sleep(0.2)
-        assert _processes_under(workdir, "trainers.dummy"), "the simulated VM's trainer never started"
+        wait_until(lambda: _processes_under(workdir, "trainers.dummy"), PATIENCE, "the simulated VM's trainer", 0.2)
         process.send_signal(signal.SIGTERM)
         process.wait(60)
     finally:
         if process.poll() is None:
             process.kill()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and _processes_under(workdir):
-        time.sleep(0.2)
-    assert not _processes_under(workdir), _processes_under(workdir)
+    wait_until(
+        lambda: not _processes_under(workdir),
+        PATIENCE,
+        "no process of the simulation left",
+        0.2,
+        instead=lambda: _processes_under(workdir),
+    )
 
 
 def _processes_under(workdir, what: str = "") -> list[str]:
@@ -303,11 +304,14 @@ def _started_simulation(tmp_path) -> subprocess.Popen:
         text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (tmp_path / "steps.log").exists():
+
+    def trained() -> bool:
+        if (tmp_path / "steps.log").exists():
+            return True
         assert sim.poll() is None, sim.communicate()
-        time.sleep(0.1)
-    assert (tmp_path / "steps.log").exists(), "the simulated VM never trained"
+        return False
+
+    wait_until(trained, PATIENCE, "the simulated VM's first step", 0.1)
     return sim
 
 

@@ -22,15 +22,24 @@ T = TypeVar("T")
 PATIENCE = 60.0
 
 
-def wait_until(condition: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
+def wait_until(
+    condition: Callable[[], T],
+    timeout: float,
+    what: str,
+    interval: float = 0.05,
+    *,
+    instead: Callable[[], object] | None = None,
+) -> T:
     """The first truthy value `condition()` returns, polled every `interval` s; AssertionError naming
-    `what` after `timeout` s. An exception `condition` raises (an assert that the process it waits on
-    still runs) ends the wait at once."""
+    `what` after `timeout` s, with what `instead()` then returns (what is there in place of `what`),
+    if given. An exception `condition` raises (an assert that the process it waits on still runs)
+    ends the wait at once."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"{what}: not within {timeout:g} s")
+            found = f"; instead: {instead()}" if instead is not None else ""
+            raise AssertionError(f"{what}: not within {timeout:g} s{found}")
         time.sleep(interval)
