@@ -8,13 +8,16 @@ survivor/mig/; docs/architecture.md).
 The venv leaves out the lock's TensorFlow side (TensorFlow, Keras, TensorBoard, the CUDA wheels and
 what only they need): the agent imports none of it (tests/test_light_install.py), and it is gigabytes.
 It is kept in pytest's cache, keyed on the lock and this Python, with survivor installed into it
-editable, so a rerun installs nothing; a fresh one takes uv some seconds.
+editable, so a rerun installs nothing; a fresh one takes uv 15 s from its cache (a slow test: it
+runs in the default run, and first).
 """
 
 from __future__ import annotations
 
 import ast
+import fcntl
 import hashlib
+import json
 import os
 import pathlib
 import re
@@ -100,17 +103,23 @@ def vm_venv(request) -> pathlib.Path:
     key = hashlib.sha256(f"{requirements}{sys.version}{ROOT}".encode()).hexdigest()[:16]
     venv = pathlib.Path(request.config.cache.mkdir(f"vm-lock-venv-{key}"))
     python = venv / "bin" / "python"
-    if not (venv / "ready").is_file():
-        subprocess.run([sys.executable, "-m", "uv", "venv", "-q", "--python", sys.executable, str(venv)], check=True)
-        (venv / "vm-lock.txt").write_text(requirements)
-        uv = [sys.executable, "-m", "uv", "pip", "install", "-q", "--python", str(python), "--no-deps"]
-        for args in (["--require-hashes", "-r", str(venv / "vm-lock.txt")], ["-e", str(ROOT)]):
-            done = subprocess.run(uv + args, capture_output=True, text=True, timeout=600)
-            assert done.returncode == 0, done.stderr[-2000:]
-        (venv / "ready").write_text(key)
+    # one builder at a time: two runs of the suite on this checkout share the cache
+    with open(venv.parent / f"vm-lock-venv-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / "ready").is_file():
+            subprocess.run(
+                [sys.executable, "-m", "uv", "venv", "-q", "--clear", "--python", sys.executable, str(venv)], check=True
+            )
+            (venv / "vm-lock.txt").write_text(requirements)
+            uv = [sys.executable, "-m", "uv", "pip", "install", "-q", "--python", str(python), "--no-deps"]
+            for args in (["--require-hashes", "-r", str(venv / "vm-lock.txt")], ["-e", str(ROOT)]):
+                done = subprocess.run(uv + args, capture_output=True, text=True, timeout=600)
+                assert done.returncode == 0, done.stderr[-2000:]
+            (venv / "ready").write_text(key)
     return python
 
 
+@pytest.mark.slow  # a fresh venv of the lock's packages: seconds from uv's cache, more from the index
 def test_every_module_of_the_agents_path_imports_with_only_the_vm_locks_packages(vm_venv):
     modules = sorted(reachable())
     code = (
@@ -129,8 +138,6 @@ def test_every_module_of_the_agents_path_imports_with_only_the_vm_locks_packages
     done = subprocess.run(
         [str(vm_venv), "-c", code], cwd="/", capture_output=True, text=True, env=env, timeout=300, check=True
     )
-    import json
-
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"failed": {}, "operator": []}, result
     # and the unit's command itself starts (its parser, and the modules `survivor agent` imports first)
