@@ -96,7 +96,7 @@ class Attempt:
     #: written before survivor kept it.
     booted: str | None = None
     #: The zone of the attempt's VM: where a preemption happened, which placement's move counts
-    #: per region (survivor/operator/placement.py). None in a record written before survivor kept it.
+    #: per region (survivor/policy/placement.py). None in a record written before survivor kept it.
     zone: str | None = None
 
     @property

@@ -74,7 +74,7 @@ MAX_FLEX_START_WAIT_HOURS = 168.0
 
 @dataclass(frozen=True)
 class FallbackSpec:
-    """The on-demand machine a job with a deadline switches to (survivor/operator/deadline.py decides when).
+    """The on-demand machine a job with a deadline switches to (survivor/policy/deadline.py decides when).
 
     None for `machine_type`/`gpu` means the Spot template's shape; `switch_back` lets the job return
     to Spot once it has enough slack again; `flex_start` lets the deadline policy pick flex-start
@@ -106,7 +106,7 @@ class Shape:
 #: The keys of a shape: the machine keys of `compute:`.
 SHAPE_KEYS = ("machine_type", "gpu")
 #: The most alternative shapes a job may name: each is a template, and each move that is due asks
-#: every zone of every region about every shape's GPU (survivor/operator/placement.py `offers`).
+#: every zone of every region about every shape's GPU (survivor/mig/move.py `offers`).
 MAX_SHAPES = 10
 
 
@@ -120,7 +120,7 @@ class Placement:
     """Where a job may run: its regions in order of preference (the first is where it starts), the
     machine shapes it may run on besides its `compute:` one (`shapes`, in order of preference), and
     how long its group may have no training VM, failing on capacity (a stockout, a quota), before
-    the job moves to the next place (survivor/operator/placement.py decides; docs/deadline.md)."""
+    the job moves to the next place (survivor/policy/placement.py decides; docs/deadline.md)."""
 
     regions: tuple[str, ...]
     move_after_minutes: float = 30.0
