@@ -135,4 +135,4 @@ def test_flex_start_is_priced_from_the_dws_defined_duration_skus_of_the_catalog(
 def test_without_the_catalog_flex_start_comes_from_the_offline_table(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     prices = hourly_prices(Machine("a2-highgpu-1g", None, 0), "us-central1", today=DAY, online=False)
-    assert prices.flex_start == pricing.FLEX_START["a2-highgpu-1g"] and "offline table" in prices.basis
+    assert prices.flex_start == pricing.flex_start_hourly("a2-highgpu-1g") == 2.02 and "offline table" in prices.basis

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
 from survivor import log as logs
-from survivor.cloud import endpoints, machines, pricing
+from survivor.cloud import endpoints, hardware, machines, pricing
 from survivor.extras import install_command
 
 log = logs.get("catalog")
@@ -46,23 +46,12 @@ HOURS_PER_MONTH = 730.0
 #: The largest cache file read: the whole Compute Engine SKU list is a few MB.
 MAX_CACHE_BYTES = 64 << 20
 
-#: Memory (GB) of the G2 shapes (https://cloud.google.com/compute/docs/accelerator-optimized-machines).
-G2_MEMORY_GB = {4: 16, 8: 32, 12: 48, 16: 64, 24: 96, 32: 128, 48: 192, 96: 384}
 #: SKUs priced otherwise than by the hour as listed: commitments, sole tenancy, custom types, and the
 #: Dynamic Workload Scheduler's, which the catalog lists as OnDemand too ("Nvidia Tesla A100 GPU
 #: attached to DWS Defined Duration VMs running in Americas", discounted up to 53%: flex-start),
 #: Calendar Mode and reservations: none is the on-demand list price.
 NOT_LIST_PRICE = ("Commitment", "Sole Tenancy", "Custom", "DWS", "Calendar Mode", "Reserved")
 
-#: The catalog's name for each GPU type survivor knows, as SKU descriptions spell it.
-GPU_NAMES = {
-    "nvidia-tesla-t4": "Nvidia Tesla T4",
-    "nvidia-tesla-v100": "Nvidia Tesla V100",
-    "nvidia-tesla-p100": "Nvidia Tesla P100",
-    "nvidia-tesla-p4": "Nvidia Tesla P4",
-    "nvidia-l4": "Nvidia L4",
-    "nvidia-tesla-a100": "Nvidia Tesla A100",
-}
 #: The SKU description of each persistent disk type's capacity.
 DISK_NAMES = {
     "pd-standard": "Storage PD Capacity",
@@ -114,18 +103,21 @@ class Prices:
 
 
 def shape(machine_type: str) -> tuple[int, float] | None:
-    """(vCPUs, memory GB) of an N1, G2 or A2 high-GPU type; None for a type this module cannot price."""
-    name = machine_type.rsplit("/", 1)[-1]
-    n1 = machines.n1_shape(name)
+    """(vCPUs, memory GB) of an N1 type or of a shape whose record has both (G2, A2 high-GPU: survivor/
+    cloud/hardware.py); None for a type this module cannot price."""
+    n1 = machines.n1_shape(machine_type)
     if n1:
         return n1
-    m = re.fullmatch(r"g2-standard-(\d+)", name)
-    if m and int(m.group(1)) in G2_MEMORY_GB:
-        return int(m.group(1)), float(G2_MEMORY_GB[int(m.group(1))])
-    m = re.fullmatch(r"a2-highgpu-(\d+)g", name)
-    if m:  # 12 vCPUs and 85 GB per A100
-        return 12 * int(m.group(1)), 85.0 * int(m.group(1))
+    found = hardware.shape(machine_type)
+    if found and found.vcpus is not None and found.memory_gb is not None:
+        return found.vcpus, found.memory_gb
     return None
+
+
+def gpu_sku_name(gpu_type: str | None) -> str | None:
+    """The catalog's name for a GPU type, as its SKU descriptions spell it (None when not known)."""
+    found = hardware.gpu(gpu_type)
+    return found.sku_name if found else None
 
 
 def sku_from_message(message: Any) -> Sku | None:
@@ -305,7 +297,7 @@ def catalog_hourly(skus: list[Sku], region: str, machine: Machine) -> tuple[floa
             return None
         total = core.usd * size[0] + ram.usd * size[1]
         if gpu_count:  # built in (a2, g2) or attached, GPUs are SKUs of their own
-            name = GPU_NAMES.get(gpu_type or "")
+            name = gpu_sku_name(gpu_type)
             gpu = _one(
                 here,
                 lambda s, name=name: (
@@ -351,7 +343,7 @@ def catalog_flex_start(skus: list[Sku], region: str, machine: Machine) -> float 
         return None
     total = core.usd * size[0] + ram.usd * size[1]
     if gpu_count:
-        name = GPU_NAMES.get(gpu_type or "")
+        name = gpu_sku_name(gpu_type)
         gpu = _one(
             dws,
             lambda s: (

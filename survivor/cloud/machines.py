@@ -6,8 +6,8 @@
     ['compute.gpu nvidia-tesla-t4:4 with machine_type g2-standard-8: g2 machines carry their own GPUs (g2-standard-8: 1 x nvidia-l4); drop compute.gpu (or --gpu none)']
 
 The discovery document says which fields a template takes, not which combinations Compute Engine
-accepts. This module is the one table of those combinations, with a source for each, and two pure
-checks over it: `choice_problems` for what an operator asked for (one line naming both fields,
+accepts. This module holds those combinations, with a source for each, over the GPU and machine
+family records of survivor/cloud/hardware.py (what each GPU and family is), and two pure checks: `choice_problems` for what an operator asked for (one line naming both fields,
 before any call), and `property_violations` for a REST body (the API's own wording where a public
 source shows it), which survivor's Compute fake applies to every template it is sent -- so a
 template.py that stops following the table fails the suite.
@@ -15,8 +15,8 @@ template.py that stops following the table fails the suite.
 Sources (each rule below names its own):
 - GPU machine types: https://cloud.google.com/compute/docs/gpus -- A and G series carry their GPUs
   ("the GPU model is automatically attached"), N1 takes T4/V100/P100/P4 in fixed counts up to a vCPU
-  and memory limit per count. The per-count limits as transcribed in skypilot-org/skypilot
-  sky/catalog/gcp_catalog.py (`_NUM_ACC_TO_MAX_CPU_AND_MEMORY`, `_ACC_INSTANCE_TYPE_DICTS`).
+  and memory limit per count: the records of survivor/cloud/hardware.py (`Family.shapes`,
+  `Gpu.n1_counts`), each field with its source there.
 - Host maintenance: https://cloud.google.com/compute/docs/instances/setting-vm-host-options and the
   discovery document's `Scheduling.onHostMaintenance` ("For preemptible instances, the default and
   only possible behavior is TERMINATE"). The API's answer to a GPU VM asking for MIGRATE:
@@ -31,7 +31,7 @@ Sources (each rule below names its own):
   `120s`"; gcloud beta `--preemption-notice-duration=120s`).
 - Flex-start (docs/flex-start.md, rules F2, F5, F8): "Flex-start VMs support all accelerator-optimized
   machine types (except A4X and G4) and H4D machine types"
-  (https://cloud.google.com/compute/docs/instances/about-flex-start-vms); a MIG resize request's
+  (https://cloud.google.com/compute/docs/instances/about-flex-start-vms; `Family.flex_start`); a MIG resize request's
   `requestedRunDuration` "must be between 10 minutes and 7 days"
   (https://cloud.google.com/compute/docs/instance-groups/about-resize-requests-mig).
 """
@@ -40,40 +40,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
+
+from survivor.cloud import hardware
+from survivor.cloud.hardware import family
 
 # -- the table -------------------------------------------------------------------------------------
-
-# Machine types that carry their GPUs: type -> (acceleratorType, count).
-# https://cloud.google.com/compute/docs/gpus ("For these machine types, the GPU model is automatically
-# attached to the instance"); shapes as in skypilot-org/skypilot sky/catalog/gcp_catalog.py.
-BUILT_IN_GPUS: dict[str, tuple[str, int]] = {
-    **{f"a2-highgpu-{n}g": ("nvidia-tesla-a100", n) for n in (1, 2, 4, 8)},
-    "a2-megagpu-16g": ("nvidia-tesla-a100", 16),
-    **{f"a2-ultragpu-{n}g": ("nvidia-a100-80gb", n) for n in (1, 2, 4, 8)},
-    **{f"a3-highgpu-{n}g": ("nvidia-h100-80gb", n) for n in (1, 2, 4, 8)},
-    "a3-megagpu-8g": ("nvidia-h100-mega-80gb", 8),
-    "a3-ultragpu-8g": ("nvidia-h200-141gb", 8),
-    "a4-highgpu-8g": ("nvidia-b200", 8),
-    **{f"g2-standard-{n}": ("nvidia-l4", 1) for n in (4, 8, 12, 16, 32)},
-    "g2-standard-24": ("nvidia-l4", 2),
-    "g2-standard-48": ("nvidia-l4", 4),
-    "g2-standard-96": ("nvidia-l4", 8),
-}
-
-# Families whose every shape carries its GPUs (a shape missing above is still one of them).
-BUILT_IN_FAMILIES = ("a2", "a3", "a4", "a4x", "g2", "g4")
-
-# GPUs an N1 machine takes: type -> {count: (max vCPUs, max memory GB)}.
-# https://cloud.google.com/compute/docs/gpus (N1 tables), via skypilot-org/skypilot
-# sky/catalog/gcp_catalog.py `_NUM_ACC_TO_MAX_CPU_AND_MEMORY`. K80 reached end of life (2024) and
-# is left out.
-N1_GPUS: dict[str, dict[int, tuple[int, int]]] = {
-    "nvidia-tesla-t4": {1: (48, 312), 2: (48, 312), 4: (96, 624)},
-    "nvidia-tesla-v100": {1: (12, 78), 2: (24, 156), 4: (48, 312), 8: (96, 624)},
-    "nvidia-tesla-p100": {1: (16, 104), 2: (32, 208), 4: (96, 624)},
-    "nvidia-tesla-p4": {1: (24, 156), 2: (48, 312), 4: (96, 624)},
-}
 
 # N1 predefined shapes: memory per vCPU (GB) and the vCPU counts each comes in.
 # https://cloud.google.com/compute/docs/general-purpose-machines (N1 tables: n1-standard-1 to -96,
@@ -87,46 +59,41 @@ N1_VCPUS = {
 
 PREEMPTION_NOTICE_SECONDS = (120,)
 
-# Flex-start (docs/flex-start.md F2): the accelerator-optimized series but A4X and G4
-# (https://cloud.google.com/compute/docs/machine-resource: A4X, A4, A3, A2, G4, G2), and H4D.
-FLEX_START_FAMILIES = ("a4", "a3", "a2", "g2", "h4d")
 #: A resize request's run duration, seconds (F5: 10 minutes to 7 days).
 FLEX_START_RUN_SECONDS = (600, 7 * 24 * 3600)
 TERMINATION_ACTIONS = ("STOP", "DELETE")
-
-# Regional quota metric for each GPU type, names from the discovery document's `Quota.metric` enum
-# (on demand; Spot uses the PREEMPTIBLE_ one). https://cloud.google.com/compute/resource-usage#gpu_quota
-GPU_QUOTA_METRICS: dict[str, str] = {
-    "nvidia-tesla-t4": "NVIDIA_T4_GPUS",
-    "nvidia-tesla-v100": "NVIDIA_V100_GPUS",
-    "nvidia-tesla-p100": "NVIDIA_P100_GPUS",
-    "nvidia-tesla-p4": "NVIDIA_P4_GPUS",
-    "nvidia-tesla-a100": "NVIDIA_A100_GPUS",
-    "nvidia-a100-80gb": "NVIDIA_A100_80GB_GPUS",
-    "nvidia-l4": "NVIDIA_L4_GPUS",
-    "nvidia-h100-80gb": "NVIDIA_H100_GPUS",  # only PREEMPTIBLE_NVIDIA_H100_GPUS is a regional metric
-}
 
 
 # -- lookups ---------------------------------------------------------------------------------------
 
 
-def family(machine_type: str) -> str:
-    """`g2-standard-8` -> `g2`; a custom `custom-8-30720` is an N1 shape -> `n1`."""
-    name = machine_type.rsplit("/", 1)[-1]
-    if name.startswith("custom-"):
-        return "n1"
-    return name.split("-", 1)[0]
-
-
 def built_in_gpus(machine_type: str) -> tuple[str, int] | None:
     """The (type, count) a machine type carries, None for a type GPUs are attached to (or none)."""
-    return BUILT_IN_GPUS.get(machine_type.rsplit("/", 1)[-1])
+    shape = hardware.shape(machine_type)
+    return (shape.gpu, shape.count) if shape else None
 
 
 def carries_gpus(machine_type: str) -> bool:
     """True for every shape of a family with built-in GPUs (a2, a3, a4, g2...)."""
-    return family(machine_type) in BUILT_IN_FAMILIES
+    found = hardware.family_of(machine_type)
+    return bool(found and found.carries_gpus)
+
+
+def n1_counts(gpu_type: str | None) -> Mapping[int, tuple[int, int]]:
+    """The counts an N1 machine takes `gpu_type` in, each with its (max vCPUs, max memory GB); empty
+    for a GPU never attached (or unknown)."""
+    found = hardware.gpu(gpu_type)
+    return found.n1_counts if found else {}
+
+
+def n1_gpus() -> list[str]:
+    """The GPU types an N1 machine takes."""
+    return [g.name for g in hardware.GPUS.values() if g.n1_counts]
+
+
+def flex_start_families() -> list[str]:
+    """The families flex-start runs (docs/flex-start.md F2)."""
+    return [f.name for f in hardware.FAMILIES.values() if f.flex_start]
 
 
 def n1_shape(machine_type: str) -> tuple[int, float] | None:
@@ -159,13 +126,13 @@ def flex_start_problem(machine_type: str, gpu_type: str | None = None, gpu_count
     """Pure decision: why a machine (type and attached GPUs) cannot run as flex-start, in one line;
     None when it can (docs/flex-start.md F2). N1 with attached GPUs is a general-purpose series, not an
     accelerator-optimized one, so it is refused whatever its GPUs."""
-    fam = family(machine_type)
-    if fam in FLEX_START_FAMILIES:
+    runs = flex_start_families()
+    if family(machine_type) in runs:
         return None
     gpus = f" with {gpu_count} x {gpu_type}" if gpu_type and gpu_count else ""
     return (
         f"machine_type {machine_type.rsplit('/', 1)[-1]}{gpus}: flex-start runs only accelerator-optimized "
-        f"machines but A4X and G4 ({', '.join(f + '-*' for f in FLEX_START_FAMILIES)})"
+        f"machines but A4X and G4 ({', '.join(f + '-*' for f in runs)})"
     )
 
 
@@ -179,20 +146,22 @@ def run_duration_problem(seconds: float) -> str | None:
 
 def quota_metric(gpu_type: str, spot: bool) -> str | None:
     """The regional quota metric a VM's GPUs count against (None when none is known)."""
-    metric = GPU_QUOTA_METRICS.get(gpu_type)
-    if metric is None:
-        return None
-    return f"PREEMPTIBLE_{metric}" if spot else metric
+    found = hardware.gpu(gpu_type)
+    return found.quota(spot) if found else None
 
 
 def _n1_offer(gpu_type: str) -> str:
-    counts = N1_GPUS[gpu_type]
-    return ", ".join(f"{n} (up to {cpus} vCPUs)" for n, (cpus, _) in counts.items())
+    return ", ".join(f"{n} (up to {cpus} vCPUs)" for n, (cpus, _) in n1_counts(gpu_type).items())
 
 
 def _shape_with(gpu_type: str, count: int) -> str | None:
-    matches = [t for t, (g, n) in BUILT_IN_GPUS.items() if g == gpu_type and n == count]
+    matches = [t for t, s in hardware.shapes().items() if s.gpu == gpu_type and s.count == count]
     return matches[0] if matches else None
+
+
+def _home(gpu_type: str) -> str | None:
+    """The family whose shapes carry `gpu_type`, None when none does."""
+    return next((f.name for f in hardware.FAMILIES.values() for s in f.shapes.values() if s.gpu == gpu_type), None)
 
 
 # -- what an operator asked for --------------------------------------------------------------------
@@ -239,35 +208,36 @@ def choice_problems(
             )
     elif gpu_type and gpu_count:
         shape = n1_shape(machine_type)
-        home = {"nvidia-l4": "g2", "nvidia-tesla-a100": "a2", "nvidia-a100-80gb": "a2", "nvidia-h100-80gb": "a3"}
-        if gpu_type not in N1_GPUS:
-            if gpu_type in home:
+        counts = n1_counts(gpu_type)
+        if not counts:
+            home = _home(gpu_type)
+            if home:
                 count_shape = _shape_with(gpu_type, gpu_count)
                 out.append(
                     f"compute.gpu {gpu} with machine_type {machine_type}: {gpu_type} comes only built into "
-                    f"{home[gpu_type]} machines; use machine_type {count_shape or home[gpu_type] + '-...'} "
+                    f"{home} machines; use machine_type {count_shape or home + '-...'} "
                     "and drop compute.gpu"
                 )
             else:
                 out.append(
                     f"compute.gpu {gpu}: unknown GPU type for machine_type {machine_type}; N1 machines take "
-                    f"{', '.join(N1_GPUS)}"
+                    f"{', '.join(n1_gpus())}"
                 )
         elif family(machine_type) != "n1" or shape is None:
             out.append(
                 f"compute.gpu {gpu} with machine_type {machine_type}: GPUs attach only to N1 machines "
                 f"(n1-standard-*, n1-highmem-*, n1-highcpu-*); use e.g. machine_type n1-standard-16"
             )
-        elif gpu_count not in N1_GPUS[gpu_type]:
+        elif gpu_count not in counts:
             out.append(
                 f"compute.gpu {gpu} with machine_type {machine_type}: {gpu_type} attaches in counts "
                 f"{_n1_offer(gpu_type)}; pick one of those counts"
             )
         else:
             vcpus, memory = shape
-            max_cpus, max_memory = N1_GPUS[gpu_type][gpu_count]
+            max_cpus, max_memory = counts[gpu_count]
             if vcpus > max_cpus or memory > max_memory:
-                fits = [n for n, (c, m) in N1_GPUS[gpu_type].items() if c >= vcpus and m >= memory]
+                fits = [n for n, (c, m) in counts.items() if c >= vcpus and m >= memory]
                 out.append(
                     f"compute.gpu {gpu} with machine_type {machine_type}: {gpu_count} x {gpu_type} allows up to "
                     f"{max_cpus} vCPUs and {max_memory} GB ({machine_type} has {vcpus} and {memory:g}); "
@@ -367,26 +337,27 @@ def property_violations(properties: dict[str, Any], where: str = "resource.prope
         kind = str(accel.get("acceleratorType") or "").rsplit("/", 1)[-1]
         count = int(accel.get("acceleratorCount") or 0)
         shape = n1_shape(machine)
+        counts = n1_counts(kind)
         # kubernetes/test-infra#35205 ("[e2-standard-2, nvidia-tesla-t4] features are not compatible for
         # creating instance."), skypilot-org/skypilot#212 (nvidia-tesla-a100 on n1-highmem-8). Whether the
         # API takes a list matching an a2/g2's own GPUs was not found: survivor never sends one.
-        if carries_gpus(machine) or kind not in N1_GPUS or shape is None:
+        if carries_gpus(machine) or not counts or shape is None:
             out.append(
                 Violation(
                     ("machineType", f"guestAccelerators[{i}]"),
                     f"[{machine}, {kind}] features are not compatible for creating instance.",
                 )
             )
-        elif count not in N1_GPUS[kind]:
+        elif count not in counts:
             out.append(
                 Violation(
                     (f"guestAccelerators[{i}].acceleratorCount", "machineType"),
                     f"Invalid value for field '{where}.guestAccelerators[{i}].acceleratorCount': '{count}'. "
-                    f"{kind} can be attached in counts of {sorted(N1_GPUS[kind])} only.",
+                    f"{kind} can be attached in counts of {sorted(counts)} only.",
                 )
             )
         else:
-            max_cpus, max_memory = N1_GPUS[kind][count]
+            max_cpus, max_memory = counts[count]
             if shape[0] > max_cpus or shape[1] > max_memory:
                 out.append(
                     Violation(

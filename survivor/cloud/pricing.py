@@ -1,6 +1,7 @@
 """survivor's offline price table: the last resort when the Cloud Billing Catalog cannot be read.
 
-The figures below are us-central1 list prices in USD per hour, typed in on 2026-11-22 (commit 472da08)
+The figures below, and those of the GPU and shape records in survivor/cloud/hardware.py (`Gpu.prices`,
+`Shape.prices`), are us-central1 list prices in USD per hour, typed in on 2026-11-22 (commit 472da08)
 from Google's pages and not checked against them since:
   on-demand machines: https://cloud.google.com/compute/vm-instance-pricing
   on-demand GPUs:     https://cloud.google.com/compute/gpus-pricing
@@ -15,38 +16,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from survivor.cloud import hardware
+
 #: When and where the table's figures come from, shown beside every estimate made from them.
 TABLE_BASIS = "us-central1 list prices as of 2026-11-22 (offline table)"
 #: The regions whose list prices the table holds; a job elsewhere is priced at these and told so.
 TABLE_REGIONS = ("us-central1",)
 OVERRIDE_BASIS = "given on the command line"
 
-#: (on-demand, spot) USD per hour of the machine type (vCPUs and memory; a2/g2 include their GPUs).
+#: (on-demand, spot) USD per hour of the N1 machine types (vCPUs and memory). A shape that carries its
+#: GPUs (a2, g2) has its figures in its record, a GPU its own per GPU (`Shape.prices`, `Gpu.prices`,
+#: survivor/cloud/hardware.py), and so has flex-start's (`Shape.flex_start_price`).
 MACHINES = {
     "n1-standard-4": (0.19, 0.04),
     "n1-standard-8": (0.38, 0.08),
     "n1-standard-16": (0.76, 0.16),
     "n1-standard-32": (1.52, 0.32),
     "n1-highmem-8": (0.47, 0.10),
-    "g2-standard-4": (0.71, 0.28),
-    "g2-standard-8": (0.85, 0.34),
-    "a2-highgpu-1g": (3.67, 1.47),
-}
-#: Flex-start USD per hour of the whole machine with its GPUs (docs/flex-start.md F9): the Billing
-#: Catalog's "DWS Defined Duration" SKUs, us-central1, as a public research note on Billing Catalog
-#: queries recorded them on 2026-08-02 (a2-highgpu-1g: A100 $1.61365 + 12 vCPUs $0.20868 + 85 GB
-#: $0.19805); found through code search, its repository unnamed: a weak source, the catalog comes first.
-#: Only machines flex-start runs (survivor/cloud/machines.py `flex_start_problem`) belong here.
-FLEX_START = {
-    "a2-highgpu-1g": 2.02,
-}
-#: (on-demand, spot) USD/hour per GPU.
-GPUS = {
-    "nvidia-tesla-t4": (0.35, 0.14),
-    "nvidia-tesla-v100": (2.48, 0.99),
-    "nvidia-tesla-p100": (1.46, 0.58),
-    "nvidia-l4": (0.0, 0.0),  # included in the g2 machine price
-    "nvidia-tesla-a100": (0.0, 0.0),  # included in the a2 machine price
 }
 #: USD per GiB and month of a disk's provisioned size, us-central1, from Google's "Disk and image
 #: pricing" (https://cloud.google.com/compute/disks-image-pricing; its worked example: "a 200 GB
@@ -107,17 +93,21 @@ def money(usd: float | None) -> str:
 
 def hourly(machine_type: str, gpu_type: str | None, gpu_count: int) -> tuple[float, float] | None:
     """(on-demand, spot) USD per hour for a machine and its GPUs from the table; None if not in it."""
-    machine = MACHINES.get(machine_type)
-    gpu = GPUS.get(gpu_type or "", (0.0, 0.0)) if gpu_count else (0.0, 0.0)
-    if machine is None or (gpu_count and gpu_type not in GPUS):
+    shape = hardware.shape(machine_type)
+    machine = MACHINES.get(machine_type) or (shape.prices if shape else None)
+    gpu_record = hardware.gpu(gpu_type)
+    gpu_prices = gpu_record.prices if gpu_record else None
+    if machine is None or (gpu_count and gpu_prices is None):
         return None
+    gpu = gpu_prices if gpu_count and gpu_prices else (0.0, 0.0)
     return round(machine[0] + gpu[0] * gpu_count, 6), round(machine[1] + gpu[1] * gpu_count, 6)
 
 
 def flex_start_hourly(machine_type: str, gpu_type: str | None = None, gpu_count: int = 0) -> float | None:
     """Flex-start USD per hour for a machine from the table; None if not in it. Flex-start machines
     carry their GPUs, so attached GPUs never add to it."""
-    return FLEX_START.get(machine_type)
+    shape = hardware.shape(machine_type)
+    return shape.flex_start_price if shape else None
 
 
 def price_per_hour(text: str) -> float:

@@ -13,7 +13,8 @@ description, category {serviceDisplayName, resourceFamily, resourceGroup, usageT
 Preemptible}, serviceRegions, pricingInfo[].pricingExpression {usageUnit, tieredRates[].unitPrice
 {currencyCode, units, nanos}}; the figures are near the list prices of us-central1 in 2025-2026,
 for tests, not a price list. A committed-use and a sole-tenancy SKU are there because the real list
-has them beside the on-demand ones.
+has them beside the on-demand ones. A GPU's SKUs are spelled with its record's catalog name
+(survivor/cloud/hardware.py `Gpu.sku_name`), as survivor's catalog.py looks for them.
 """
 
 from __future__ import annotations
@@ -21,10 +22,28 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from survivor.cloud import hardware
 from survivor.local.http import LocalService, QuietHandler, send_json
 
 SERVICE_ID = "6F81-5844-456A"
 REGIONS = ["us-central1", "us-west1", "us-east1"]
+
+
+def gpu_rows(gpu_type: str, on_demand: float, spot: float) -> list[tuple]:
+    """A GPU's on-demand and Spot SKUs (rows of `ROWS`), named as the catalog names its type."""
+    name = hardware.GPUS[gpu_type].sku_name
+    return [
+        (f"{name} GPU running in Americas", "Compute", "GPU", "OnDemand", "h", on_demand),
+        (
+            f"{name} GPU attached to Spot Preemptible VMs running in Americas",
+            "Compute",
+            "GPU",
+            "Preemptible",
+            "h",
+            spot,
+        ),
+    ]
+
 
 #: (description, resource family, resource group, usage type, usage unit, USD per unit).
 ROWS = [
@@ -56,47 +75,15 @@ ROWS = [
     ("A2 Instance Ram running in Americas", "Compute", "RAM", "OnDemand", "GiBy.h", 0.004237),
     ("Spot Preemptible A2 Instance Core running in Americas", "Compute", "CPU", "Preemptible", "h", 0.012644),
     ("Spot Preemptible A2 Instance Ram running in Americas", "Compute", "RAM", "Preemptible", "GiBy.h", 0.001695),
-    ("Nvidia Tesla T4 GPU running in Americas", "Compute", "GPU", "OnDemand", "h", 0.35),
-    (
-        "Nvidia Tesla T4 GPU attached to Spot Preemptible VMs running in Americas",
-        "Compute",
-        "GPU",
-        "Preemptible",
-        "h",
-        0.14,
-    ),
-    ("Nvidia Tesla V100 GPU running in Americas", "Compute", "GPU", "OnDemand", "h", 2.48),
-    (
-        "Nvidia Tesla V100 GPU attached to Spot Preemptible VMs running in Americas",
-        "Compute",
-        "GPU",
-        "Preemptible",
-        "h",
-        0.992,
-    ),
-    ("Nvidia L4 GPU running in Americas", "Compute", "GPU", "OnDemand", "h", 0.5599),
-    (
-        "Nvidia L4 GPU attached to Spot Preemptible VMs running in Americas",
-        "Compute",
-        "GPU",
-        "Preemptible",
-        "h",
-        0.2240,
-    ),
-    ("Nvidia Tesla A100 GPU running in Americas", "Compute", "GPU", "OnDemand", "h", 2.933908),
-    (
-        "Nvidia Tesla A100 GPU attached to Spot Preemptible VMs running in Americas",
-        "Compute",
-        "GPU",
-        "Preemptible",
-        "h",
-        1.173563,
-    ),
+    *gpu_rows("nvidia-tesla-t4", 0.35, 0.14),
+    *gpu_rows("nvidia-tesla-v100", 2.48, 0.992),
+    *gpu_rows("nvidia-l4", 0.5599, 0.2240),
+    *gpu_rows("nvidia-tesla-a100", 2.933908, 1.173563),
     # flex-start (docs/flex-start.md F9): listed as OnDemand; a2-highgpu-1g at $2.02/h as recorded 2026-08-02
     ("DWS Defined Duration A2 Core running in Americas", "Compute", "CPU", "OnDemand", "h", 0.01739),
     ("DWS Defined Duration A2 Ram running in Americas", "Compute", "RAM", "OnDemand", "GiBy.h", 0.00233),
     (
-        "Nvidia Tesla A100 GPU attached to DWS Defined Duration VMs running in Americas",
+        f"{hardware.GPUS['nvidia-tesla-a100'].sku_name} GPU attached to DWS Defined Duration VMs running in Americas",
         "Compute",
         "GPU",
         "OnDemand",

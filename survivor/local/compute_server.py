@@ -42,7 +42,8 @@ discovery document, `ManagedInstance.currentAction`). `fail_instance_creation` i
 format (survivor/local/traces.py `load`) says that zone had no capacity, its time scaled.
 
 For preflight checks the fake serves `regions.get` (quotas), `acceleratorTypes.list/get`
-(`ACCELERATORS`, a small table of which zone offers which GPU), `images.getFromFamily` and
+(`ACCELERATORS`, a small table of which zone offers which GPU; each GPU's most per VM is its record's,
+survivor/cloud/hardware.py), `images.getFromFamily` and
 `projects.get`; `set_quota`, `accelerators` and `add_image_family` seed them. It also serves Resource
 Manager's `POST /v3/projects/P:getIamPolicy` and IAM's `roles.get`: `GET /v1/roles/R` for a predefined
 role (survivor/local/iam_roles.py, from a dump of the real answers) and `GET /v1/projects/P/roles/R` for
@@ -74,7 +75,7 @@ import time
 from typing import Any, Callable, Sequence
 from urllib.parse import parse_qs, urlsplit
 
-from survivor.cloud import machines, permissions
+from survivor.cloud import hardware, machines, permissions
 from survivor.extras import require
 from survivor.local.capacity_advice import ADVICE_PERMISSIONS, AdviceServing
 from survivor.local.iam_roles import PREDEFINED_ROLES, role_resource
@@ -133,52 +134,39 @@ METHOD_PERMISSIONS = {
 
 def guest_cpus(machine_type: str) -> int | None:
     """The vCPUs `machineTypes.get` reports as `guestCpus`: the number a predefined shape's name ends in
-    (n1-standard-8, g2-standard-24), or for shapes named by their GPUs the figures of skypilot-org/
-    skypilot-catalog catalogs/v8/gcp/vms.csv (a2-highgpu-1g 12, -2g 24: 12 per A100) and of the
-    machine-type list in Cyclenerd/google-cloud-pricing-cost-calculator#116 (a3-highgpu-8g 208). None
-    (a 404) for a shape the fake does not know."""
+    (n1-standard-8, g2-standard-24), or for shapes named by their GPUs their record's `vcpus`
+    (survivor/cloud/hardware.py: a2-highgpu-1g 12, a3-highgpu-8g 208). None (a 404) for a shape the
+    fake does not know."""
     m = re.fullmatch(r"[a-z0-9]+-[a-z]+-(\d+)", machine_type)
     if m:
         return int(m.group(1))
-    m = re.fullmatch(r"a2-(?:highgpu|ultragpu)-(\d+)g", machine_type)
-    if m:
-        return 12 * int(m.group(1))
-    return {"a3-highgpu-8g": 208}.get(machine_type)
+    shape = hardware.shape(machine_type)
+    return shape.vcpus if shape else None
 
 
-# Which zone offers which GPU (type -> maximumCardsPerInstance): a small, realistic slice of
+# Which zone offers which GPU: a small, realistic slice of
 # https://cloud.google.com/compute/docs/gpus/gpu-regions-zones (not every zone of a region offers
 # every GPU; us-west1-c has no T4). Tests change `server.accelerators` for their own cases.
-ACCELERATORS: dict[str, dict[str, int]] = {
-    "us-west1-a": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-tesla-p100": 4, "nvidia-l4": 8},
-    "us-west1-b": {
-        "nvidia-tesla-t4": 4,
-        "nvidia-tesla-v100": 8,
-        "nvidia-tesla-p100": 4,
-        "nvidia-l4": 8,
-        "nvidia-tesla-a100": 16,
-    },
-    "us-west1-c": {"nvidia-l4": 8},
-    "us-central1-a": {
-        "nvidia-tesla-t4": 4,
-        "nvidia-tesla-v100": 8,
-        "nvidia-tesla-p4": 4,
-        "nvidia-l4": 8,
-        "nvidia-tesla-a100": 16,
-    },
-    "us-central1-b": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-l4": 8, "nvidia-tesla-a100": 16},
-    "us-central1-c": {
-        "nvidia-tesla-t4": 4,
-        "nvidia-tesla-v100": 8,
-        "nvidia-tesla-p4": 4,
-        "nvidia-l4": 8,
-        "nvidia-tesla-a100": 16,
-    },
-    "us-central1-f": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-tesla-a100": 16},
-    "europe-west4-a": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-l4": 8, "nvidia-tesla-a100": 16},
-    "europe-west4-b": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-tesla-p100": 4, "nvidia-tesla-a100": 16},
-    "europe-west4-c": {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-l4": 8},
+ACCELERATORS: dict[str, tuple[str, ...]] = {
+    "us-west1-a": ("nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-p100", "nvidia-l4"),
+    "us-west1-b": ("nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-p100", "nvidia-l4", "nvidia-tesla-a100"),
+    "us-west1-c": ("nvidia-l4",),
+    "us-central1-a": ("nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-p4", "nvidia-l4", "nvidia-tesla-a100"),
+    "us-central1-b": ("nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-l4", "nvidia-tesla-a100"),
+    "us-central1-c": ("nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-p4", "nvidia-l4", "nvidia-tesla-a100"),
+    "us-central1-f": ("nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-a100"),
+    "europe-west4-a": ("nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-l4", "nvidia-tesla-a100"),
+    "europe-west4-b": ("nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-p100", "nvidia-tesla-a100"),
+    "europe-west4-c": ("nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-l4"),
 }
+
+
+def zone_accelerators() -> dict[str, dict[str, int]]:
+    """Each zone's GPUs as `acceleratorTypes` reports them: type -> maximumCardsPerInstance, the
+    most its record says one VM takes (survivor/cloud/hardware.py `Gpu.max_per_vm`)."""
+    return {zone: {name: hardware.GPUS[name].max_per_vm for name in names} for zone, names in ACCELERATORS.items()}
+
+
 DEFAULT_GPU_QUOTA = 8.0  # per regional GPU metric unless a test sets another with set_quota
 DEFAULT_CPU_QUOTA = 512.0  # per regional vCPU metric (CPUS, N2_CPUS...), likewise
 DEFAULT_IMAGE_FAMILIES = [
@@ -315,7 +303,7 @@ class ComputeServer(AdviceServing, LocalService):
         self.failures: dict[str, list[tuple[str, Any]]] = {}
         self.on_instance_created: list[Callable[[dict], None]] = []
         self.on_instance_deleted: list[Callable[[dict], None]] = []
-        self.accelerators: dict[str, dict[str, int]] = json.loads(json.dumps(ACCELERATORS))
+        self.accelerators: dict[str, dict[str, int]] = zone_accelerators()
         self.quotas: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}  # (project, region) -> metric
         self.images: dict[tuple[str, str], dict] = {}  # (project, family) -> image
         self.creation_failures: list[dict] = []
@@ -1828,9 +1816,10 @@ class ComputeServer(AdviceServing, LocalService):
         project, region = params["project"], params["region"]
         zones = self.zones_of(region)
         quotas = {
-            m: (DEFAULT_GPU_QUOTA, 0.0)
-            for m in set(machines.GPU_QUOTA_METRICS.values())
-            | {f"PREEMPTIBLE_{m}" for m in machines.GPU_QUOTA_METRICS.values()}
+            metric: (DEFAULT_GPU_QUOTA, 0.0)
+            for gpu in hardware.GPUS.values()
+            for metric in (gpu.quota(spot=False), gpu.quota(spot=True))
+            if metric
         }
         # vCPUs: CPUS and each family's own metric of the discovery document's Quota.metric enum;
         # PREEMPTIBLE_CPUS at 0, as a project that never asked for it reports it
