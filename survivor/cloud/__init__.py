@@ -1,6 +1,7 @@
 """Google Cloud as survivor uses it: one module per service, each a thin client plus the service's rules.
 
-`compute` (the Compute Engine client: templates, groups, instances, images), `machines` (the rules of machine types and GPUs the
+`compute` (the Compute Engine client: templates, groups, instances, images), `hardware` (one record
+per GPU type and per machine family), `machines` (the rules of machine types and GPUs the
 API documents but does not check in its schema), `template` (a job's instance template body),
 `permissions` (what each Cloud Storage role grants), `vertex` (Vertex AI custom jobs), `runtimes`
 (the Python of each image), `catalog` and `pricing` (the Cloud Billing Catalog's prices), and
