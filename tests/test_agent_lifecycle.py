@@ -35,7 +35,7 @@ def test_preempted_at_a_random_step_resumes_at_the_emergency_checkpoint(how, job
     vm.wait_for_step(target)
     if how == "metadata-flag":
         vm.set_preempted()  # a notice duration: the flag comes before the soft off
-        code = vm.wait(20)
+        code = vm.wait(30)  # within a Spot VM's 30 s before the hard power-off
     else:
         code = vm.preempt(soft_off=True)  # no notice duration: SIGTERM is the first word
     assert code == 0
@@ -70,7 +70,7 @@ def test_a_trainer_that_ignores_sigterm_resumes_from_its_newest_file(job_dir, tm
     vm.boot()
     vm.wait_for_step(random.randint(12, 28))
     vm.set_preempted()
-    assert vm.wait(20) == 0
+    assert vm.wait(30) == 0  # within a Spot VM's 30 s before the hard power-off
     first = journal_of(job_dir).attempts[-1]
     assert first.end_step % 5 == 0 and first.end_step >= 10
     assert first.outcome == "preempted" and first.reason.startswith("the trainer did not save on the notice"), first

@@ -272,6 +272,9 @@ def _within(seconds: float):
 
 
 LONG = "1" * 60_000  # digits: rich's highlighting of such a line takes minutes
+#: A screen of such fields: a few tenths of a second on a loaded machine; the bound leaves it more
+#: slack than 1 s did, far below the minutes the highlighting took.
+SCREEN_SECONDS = 5.0
 
 
 def test_status_shows_a_job_dir_with_60_kb_fields_in_well_under_a_second(tmp_path, capsys):
@@ -302,7 +305,7 @@ def test_status_shows_a_job_dir_with_60_kb_fields_in_well_under_a_second(tmp_pat
     started = time.monotonic()
     with _within(20):
         assert main(["status", "--job-dir", job_dir]) == 0
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < SCREEN_SECONDS
     out = capsys.readouterr().out
     assert "FAILED: [/red] 111" in out  # data, not markup
     assert max(len(line) for line in out.splitlines()) < 1200 and "…" in out
@@ -368,7 +371,7 @@ def test_status_of_a_group_cuts_every_field_a_vm_or_the_job_dir_wrote(capsys):
     started = time.monotonic()
     with _within(20):
         _print_status(JobStatus(**report))
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < SCREEN_SECONDS
     assert max(len(line) for line in capsys.readouterr().out.splitlines()) < 1200
 
 
