@@ -43,6 +43,9 @@ Sources, field by field (each record below uses them):
   public research note on Billing Catalog queries recorded them on 2026-08-02 (a2-highgpu-1g: A100
   $1.61365 + 12 vCPUs $0.20868 + 85 GB $0.19805); found through code search, its repository unnamed:
   a weak source, the catalog comes first.
+- `Family.kinds`: N1's predefined shapes, https://cloud.google.com/compute/docs/general-purpose-machines
+  (N1 tables: n1-standard-1 to -96, n1-highmem-2 to -96, n1-highcpu-2 to -96, in powers of two and
+  96; 3.75, 6.5 and 0.9 GB per vCPU).
 - `Family.flex_start`: "Flex-start VMs support all accelerator-optimized machine types (except A4X
   and G4) and H4D machine types" (https://cloud.google.com/compute/docs/instances/about-flex-start-vms;
   the accelerator-optimized series: https://cloud.google.com/compute/docs/machine-resource).
@@ -93,11 +96,13 @@ class Shape:
 @dataclass(frozen=True)
 class Family:
     """One machine family (`g2` of `g2-standard-8`): whether every shape carries its GPUs, the shapes
-    known here, and whether flex-start runs it."""
+    that carry them known here, its predefined kinds (`kinds`: `standard` of `n1-standard-8` -> memory
+    GB per vCPU and the vCPU counts it comes in), and whether flex-start runs it."""
 
     name: str
     carries_gpus: bool = False
     shapes: Mapping[str, Shape] = field(default_factory=dict)
+    kinds: Mapping[str, tuple[float, tuple[int, ...]]] = field(default_factory=dict)
     flex_start: bool = False
 
 
@@ -221,7 +226,14 @@ FAMILIES: dict[str, Family] = {
             },
         ),
         Family("h4d", flex_start=True),
-        Family("n1"),
+        Family(
+            "n1",
+            kinds={
+                "standard": (3.75, (1, 2, 4, 8, 16, 32, 64, 96)),
+                "highmem": (6.5, (2, 4, 8, 16, 32, 64, 96)),
+                "highcpu": (0.9, (2, 4, 8, 16, 32, 64, 96)),
+            },
+        ),
     )
 }
 

@@ -47,16 +47,6 @@ from survivor.cloud.hardware import family
 
 # -- the table -------------------------------------------------------------------------------------
 
-# N1 predefined shapes: memory per vCPU (GB) and the vCPU counts each comes in.
-# https://cloud.google.com/compute/docs/general-purpose-machines (N1 tables: n1-standard-1 to -96,
-# n1-highmem-2 to -96, n1-highcpu-2 to -96, in powers of two and 96)
-N1_MEMORY_PER_VCPU = {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9}
-N1_VCPUS = {
-    "standard": (1, 2, 4, 8, 16, 32, 64, 96),
-    "highmem": (2, 4, 8, 16, 32, 64, 96),
-    "highcpu": (2, 4, 8, 16, 32, 64, 96),
-}
-
 PREEMPTION_NOTICE_SECONDS = (120,)
 
 #: A resize request's run duration, seconds (F5: 10 minutes to 7 days).
@@ -79,6 +69,11 @@ def carries_gpus(machine_type: str) -> bool:
     return bool(found and found.carries_gpus)
 
 
+def n1_kinds() -> Mapping[str, tuple[float, tuple[int, ...]]]:
+    """N1's predefined kinds (`standard`, `highmem`, `highcpu`): memory GB per vCPU and vCPU counts."""
+    return hardware.FAMILIES["n1"].kinds
+
+
 def n1_counts(gpu_type: str | None) -> Mapping[int, tuple[int, int]]:
     """The counts an N1 machine takes `gpu_type` in, each with its (max vCPUs, max memory GB); empty
     for a GPU never attached (or unknown)."""
@@ -99,10 +94,11 @@ def flex_start_families() -> list[str]:
 def n1_shape(machine_type: str) -> tuple[int, float] | None:
     """(vCPUs, memory GB) of an N1 predefined or custom type; None when it is not one (or shared-core)."""
     name = machine_type.rsplit("/", 1)[-1]
-    m = re.fullmatch(r"n1-(standard|highmem|highcpu)-(\d+)", name)
-    if m:
+    m = re.fullmatch(r"n1-([a-z]+)-(\d+)", name)
+    kinds = n1_kinds()
+    if m and m.group(1) in kinds:
         vcpus = int(m.group(2))
-        return vcpus, vcpus * N1_MEMORY_PER_VCPU[m.group(1)]
+        return vcpus, vcpus * kinds[m.group(1)][0]
     m = re.fullmatch(r"(?:n1-)?custom-(\d+)-(\d+)(?:-ext)?", name)
     if m:
         return int(m.group(1)), int(m.group(2)) / 1024
@@ -188,9 +184,9 @@ def choice_problems(
         family(machine_type) == "n1"
         and predefined
         and predefined.group(1) not in ("megamem", "ultramem")  # M1's
-        and int(predefined.group(2)) not in N1_VCPUS.get(predefined.group(1), ())
+        and int(predefined.group(2)) not in n1_kinds().get(predefined.group(1), (0.0, ()))[1]
     ):
-        kinds = "; ".join(f"n1-{kind}-{{{','.join(map(str, counts))}}}" for kind, counts in N1_VCPUS.items())
+        kinds = "; ".join(f"n1-{kind}-{{{','.join(map(str, counts))}}}" for kind, (_, counts) in n1_kinds().items())
         return [f"machine_type {machine_type}: not an N1 machine type ({kinds}; or custom-CPUS-MEMORY_MB)"]
     if carries_gpus(machine_type):
         fam = family(machine_type)
