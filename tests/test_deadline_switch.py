@@ -7,7 +7,8 @@ import json
 import pytest
 
 from survivor.cloud.compute import Compute, GroupRef
-from survivor.policy.deadline import ON_DEMAND, SPOT, assess
+from survivor.policy.deadline import assess
+from survivor.jobdir.switches import ON_DEMAND, SPOT
 from survivor.mig.switch import switch_group
 from survivor.mig.templates import ON_DEMAND_SUFFIX, on_demand_template_body
 from survivor.cloud.template import MachineOptions, template_body
@@ -317,7 +318,7 @@ def test_the_flex_start_template_is_the_same_shape_with_flex_start_scheduling(tm
 
 
 def test_a_switch_to_flex_start_queues_a_resize_request_whose_vm_comes_when_there_is_capacity(compute_server, tmp_path):
-    from survivor.policy.deadline import FLEX_START
+    from survivor.jobdir.switches import FLEX_START
 
     spec = a2_job(tmp_path)
     compute, group = spot_group(compute_server, spec)
@@ -344,7 +345,7 @@ def test_a_switch_to_flex_start_queues_a_resize_request_whose_vm_comes_when_ther
 
 
 def test_leaving_a_queued_flex_start_request_cancels_it_and_gives_the_group_its_vm_again(compute_server, tmp_path):
-    from survivor.policy.deadline import FLEX_START
+    from survivor.jobdir.switches import FLEX_START
 
     spec = a2_job(tmp_path)
     compute, group = spot_group(compute_server, spec)
@@ -562,7 +563,7 @@ def test_a_refused_flex_start_request_goes_on_demand_within_one_look_and_the_job
 def test_a_spot_vm_that_trains_goes_only_once_the_request_is_accepted(compute_server, tmp_path):
     """The Spot VM trains on while the switch asks; it is let go (deleteInstances) once Compute Engine
     accepted the request, which then brings the flex-start VM. A refusal recreates it on-demand."""
-    from survivor.policy.deadline import FLEX_START
+    from survivor.jobdir.switches import FLEX_START
 
     spec = a2_job(tmp_path)
     compute, group = spot_group(compute_server, spec)
@@ -588,7 +589,7 @@ def test_a_spot_vm_that_trains_goes_only_once_the_request_is_accepted(compute_se
 
 
 def test_a_spot_vm_stays_and_goes_on_demand_when_the_request_is_refused(compute_server, tmp_path):
-    from survivor.policy.deadline import FLEX_START
+    from survivor.jobdir.switches import FLEX_START
 
     spec = a2_job(tmp_path)
     compute, group = spot_group(compute_server, spec)
@@ -603,7 +604,7 @@ def test_a_spot_vm_stays_and_goes_on_demand_when_the_request_is_refused(compute_
 
 def test_a_regional_group_on_flex_start_puts_its_vm_in_one_zone_and_back(compute_server, tmp_path):
     from survivor.cloud.compute import distribution_policy
-    from survivor.policy.deadline import FLEX_START
+    from survivor.jobdir.switches import FLEX_START
 
     spec = a2_job(tmp_path)
     compute = Compute(PROJECT, endpoint=compute_server.endpoint)

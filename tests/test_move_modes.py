@@ -13,7 +13,7 @@ from survivor.cloud.template import MachineOptions, template_body
 from survivor.jobdir.moves import Move, record_move
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.switches import switches
-from survivor.policy.deadline import FLEX_START, ON_DEMAND
+from survivor.jobdir.switches import FLEX_START, ON_DEMAND
 from survivor.mig.switch import switch_group
 from survivor.mig.move import complete_moves
 from survivor.spec import JobSpec

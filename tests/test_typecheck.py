@@ -28,16 +28,23 @@ MISSPELLED = """
 from survivor.agent.notice import Notice
 from survivor.jobdir.journal import Attempt, Journal
 from survivor.jobdir.ledger import Span
+from survivor.jobdir.switches import Switch
 
 
-def close(journal: Journal, attempt: Attempt, span: Span, notice: Notice) -> bool:
+def close(journal: Journal, attempt: Attempt, span: Span, notice: Notice, switch: Switch) -> bool:
     journal.end(attempt, "preemted")
-    return attempt.outcome == "gaveup" or span.cause == "reworked" or notice.source == "sigterm"
+    Switch(time="2026-11-28T10:00:00Z", to_mode="ondemand")
+    return (
+        attempt.outcome == "gaveup"
+        or span.cause == "reworked"
+        or notice.source == "sigterm"
+        or switch.from_mode == "flexstart"
+    )
 """
 
 
 @pytest.mark.slow
-def test_a_misspelled_outcome_cause_or_notice_source_fails_mypy(tmp_path):
+def test_a_misspelled_outcome_cause_notice_source_or_mode_fails_mypy(tmp_path):
     """The records' vocabulary is typed (Literal types, with `strict_equality`): each misspelling
     below is a finding, where a plain string passed everything but the VM."""
     snippet = tmp_path / "misspelled.py"
@@ -51,5 +58,5 @@ def test_a_misspelled_outcome_cause_or_notice_source_fails_mypy(tmp_path):
         timeout=300,
     )
     findings = [line for line in done.stdout.splitlines() if ": error:" in line]
-    for word in ("preemted", "gaveup", "reworked", "sigterm"):
+    for word in ("preemted", "gaveup", "reworked", "sigterm", "ondemand", "flexstart"):
         assert any(word in line for line in findings), (word, done.stdout[-3000:])

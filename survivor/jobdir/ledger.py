@@ -52,7 +52,7 @@ from survivor import log as logs
 from survivor.jobdir.fields import TIME_RANGE
 from survivor.jobdir.journal import NOTICED, Attempt, Timing
 from survivor.jobdir.records import record_time
-from survivor.jobdir.switches import MODES, Switch, parse_time
+from survivor.jobdir.switches import MODES, SPOT, Mode, Switch, parse_time
 
 #: The causes' names, in the order a timeline shows them (`TABLE`): a span's cause is one of them.
 CauseName = Literal[
@@ -94,9 +94,6 @@ CAUSES: tuple[CauseName, ...] = tuple(cause.name for cause in TABLE)
 #: writes it): its checkpoint stall was the agent waiting for a save that never came.
 UNSAVED = "the trainer did not save on the notice"
 
-#: The provisioning modes; a job starts on Spot (survivor's groups start from a Spot template).
-SPOT, ON_DEMAND, FLEX_START = MODES
-
 #: No record survivor wrote is dated before this: an earlier time is a VM clock that was never set
 #: (the records' reader refuses one: survivor/jobdir/fields.py).
 EARLIEST = TIME_RANGE[0]
@@ -134,7 +131,7 @@ class Ledger:
     productive_steps: int = 0
     running: bool = False
     #: Attempt number -> the provisioning mode its VM ran in ("spot", "on-demand" or "flex-start").
-    modes: dict[int, str] = field(default_factory=dict)
+    modes: dict[int, Mode] = field(default_factory=dict)
     #: The switches between the modes, oldest first.
     switches: list[Switch] = field(default_factory=list)
     #: The attempts whose trainer did not save on the notice (`UNSAVED`), by number.
@@ -167,7 +164,7 @@ class Ledger:
         """The seconds VMs ran (what Compute Engine bills): every boot's span."""
         return sum((end - start).total_seconds() for _, start, end, _ in self.boots)
 
-    def vm_seconds_by_mode(self) -> dict[str, float]:
+    def vm_seconds_by_mode(self) -> dict[Mode, float]:
         """The seconds VMs ran in each provisioning mode, every mode present (0.0 when never)."""
         out = dict.fromkeys(MODES, 0.0)
         for number, start, end, _ in self.boots:
@@ -175,7 +172,7 @@ class Ledger:
         return out
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> Mode:
         """The mode the job runs in now: the last switch's, or Spot before any."""
         return self.switches[-1].to_mode if self.switches else SPOT
 
@@ -185,10 +182,10 @@ class Ledger:
         return self.productive_seconds / self.productive_steps if self.productive_steps else None
 
 
-def mode_at(switches: list[Switch], when: _dt.datetime) -> str:
+def mode_at(switches: list[Switch], when: _dt.datetime) -> Mode:
     """Pure: the group's provisioning mode at `when`: the last switch's before it, or the first
     switch's `from_mode` (Spot when it does not say) before any."""
-    mode = switches[0].from_mode if switches and switches[0].from_mode in MODES else SPOT
+    mode: Mode = (switches[0].from_mode if switches else "") or SPOT
     for switch in switches:
         at = parse_time(switch.time)
         if at is not None and at <= when:

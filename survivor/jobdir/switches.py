@@ -25,8 +25,11 @@ from survivor.jobdir.storage import JobStorage
 
 __all__ = [
     "FAILED_SWITCHES",
+    "FLEX_START",
     "MODES",
     "Mode",
+    "ON_DEMAND",
+    "SPOT",
     "SWITCHES",
     "Switch",
     "SwitchFailure",
@@ -43,7 +46,8 @@ SWITCHES = "survivor/switches/"
 FAILED_SWITCHES = "survivor/switch-failures/"
 #: The modes a group runs in: its template's provisioning model (flex-start: docs/flex-start.md).
 Mode = Literal["spot", "on-demand", "flex-start"]
-MODES: tuple[str, ...] = get_args(Mode)
+MODES: tuple[Mode, ...] = get_args(Mode)
+SPOT, ON_DEMAND, FLEX_START = MODES
 
 log = logs.get("switches")
 
@@ -70,8 +74,8 @@ class Switch(Record):
     REQUIRED: ClassVar[tuple[str, ...]] = ("time", "to_mode")
     SUFFIX: ClassVar[str] = "to_mode"
 
-    to_mode: str
-    from_mode: str = ""
+    to_mode: Mode
+    from_mode: Mode | Literal[""] = ""
     reason: str = ""
     by: str = ""
     template: str = ""
@@ -87,7 +91,7 @@ class SwitchFailure(Record):
     REQUIRED: ClassVar[tuple[str, ...]] = ("time", "to_mode")
     SUFFIX: ClassVar[str] = "to_mode"
 
-    to_mode: str
+    to_mode: Mode
     reason: str = ""
     by: str = ""
     error: str = ""

@@ -27,8 +27,7 @@ from typing import Callable, Protocol
 
 from survivor.policy import deadline as policy
 from survivor.cloud import pricing
-
-SPOT, ON_DEMAND = policy.SPOT, policy.ON_DEMAND
+from survivor.jobdir.switches import ON_DEMAND, SPOT, Mode
 
 
 @dataclass(frozen=True)
@@ -133,20 +132,20 @@ class View:
 
 
 #: A policy: the mode the group should run in now.
-Policy = Callable[[View], str]
+Policy = Callable[[View], Mode]
 
 
 def survivor_policy(switch_back: bool = True) -> Policy:
     """survivor's policy: survivor/policy/deadline.py `decide`, as the agent and `watch` call it."""
 
-    def choose(view: View) -> str:
+    def choose(view: View) -> Mode:
         situation = policy.Situation(**{**view.situation.__dict__, "switch_back": switch_back})
         return policy.decide(view.measured, situation).mode
 
     return choose
 
 
-def always(mode: str) -> Policy:
+def always(mode: Mode) -> Policy:
     """Always Spot, or always on-demand."""
     return lambda view: mode
 
@@ -155,7 +154,7 @@ def fallback_after(n: int) -> Policy:
     """SkyPilot/dstack style: Spot until the `n`th preemption, or Spot cannot be had; on-demand from then on."""
     state = {"fell": False}
 
-    def choose(view: View) -> str:
+    def choose(view: View) -> Mode:
         if view.preemptions >= n or (not view.spot_available and not view.situation.running):
             state["fell"] = True
         return ON_DEMAND if state["fell"] else SPOT
@@ -169,7 +168,7 @@ def uniform_progress() -> Policy:
     available (leaving on-demand only once ahead of `ep(t + 2d)`); the safety net `R < C + 2d`."""
     state = {"net": False}
 
-    def choose(view: View) -> str:
+    def choose(view: View) -> Mode:
         job, t, m = view.job, view.t, view.measured
         done = m.steps_done / max(m.train_steps, 1) * job.hours
         remaining, left, d = job.hours - done, job.deadline_hours - t, job.overhead_hours
@@ -217,7 +216,7 @@ def replay(
     tick_hours: float = 1 / 60,
     check_every_hours: float = policy.CHECK_EVERY_HOURS,
     limit_factor: float = 4.0,
-    start_mode: str = SPOT,
+    start_mode: Mode = SPOT,
 ) -> Run:
     """Replays `job` over `trace` under a policy; stops at the finish or `limit_factor` x the deadline.
     The group starts in `start_mode` (survivor's start from a Spot template)."""

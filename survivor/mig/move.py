@@ -273,7 +273,7 @@ def move(
     keeps one writer: a VM of the new group restores only once the old one's lease is released or
     expired, and a VM of a group the records left never trains (survivor/agent/boot.py)."""
     from survivor.cloud.compute import ComputeError, name_problems
-    from survivor.policy.deadline import ON_DEMAND
+    from survivor.jobdir.switches import ON_DEMAND
     from survivor.mig.address import RequestError
     from survivor.mig.make import regional_zones
     from survivor.mig.templates import on_demand_template_body, shape_template_body, template_mode
@@ -380,7 +380,7 @@ def template_for_shape(own: str, shape: int) -> str:
     the job's templates): `own` when it is that shape's already; else the shape's template
     (`shape_template_name` of the job's own), its on-demand twin when `own` is on-demand (as `move`
     makes them)."""
-    from survivor.policy.deadline import ON_DEMAND
+    from survivor.jobdir.switches import ON_DEMAND
     from survivor.mig.templates import ON_DEMAND_SUFFIX, shape_template_name, template_mode
 
     base, mode = template_mode(own)
@@ -474,7 +474,7 @@ def complete_moves(
     and retried (retry.MOVE_STEP); a step refused is said and left to the next look, except a new
     group refused with `raise_on_new_group` (the move's own look undoes its record)."""
     from survivor.cloud.compute import ComputeError
-    from survivor.policy.deadline import FLEX_START
+    from survivor.jobdir.switches import FLEX_START
     from survivor.mig.templates import template_mode
 
     recorded = moves(storage, placement.regions, len(placement.shapes))

@@ -27,7 +27,8 @@ from survivor.mig.templates import (
     spec_of,
     template_mode,
 )
-from survivor.policy.deadline import FLEX_START, FLEX_START_MAX_RUN_HOURS, ON_DEMAND, SPOT
+from survivor.policy.deadline import FLEX_START_MAX_RUN_HOURS
+from survivor.jobdir.switches import FLEX_START, ON_DEMAND, SPOT, Mode
 
 log = logs.get("group")
 
@@ -88,7 +89,7 @@ def _mode_patch(group: GroupRef, to_flex: bool) -> dict:
 def switch_group(
     compute: Compute,
     group: GroupRef,
-    to_mode: str,
+    to_mode: Mode,
     reason: str,
     *,
     by: str,
@@ -130,7 +131,7 @@ def switch_group(
         raise
 
 
-def _record_failure(storage: JobStorage | None, to_mode: str, reason: str, by: str, exc: Exception) -> None:
+def _record_failure(storage: JobStorage | None, to_mode: Mode, reason: str, by: str, exc: Exception) -> None:
     if storage is None:
         return
     failure = SwitchFailure(
@@ -149,7 +150,7 @@ def _record_failure(storage: JobStorage | None, to_mode: str, reason: str, by: s
 def _switch_group(
     compute: Compute,
     group: GroupRef,
-    to_mode: str,
+    to_mode: Mode,
     reason: str,
     *,
     by: str,
@@ -233,7 +234,7 @@ def _apply_switch(
     switch: Switch,
     *,
     base: str,
-    from_mode: str,
+    from_mode: Mode,
     say: Say,
     run_hours: float | None = None,
 ) -> None:

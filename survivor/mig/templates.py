@@ -17,7 +17,7 @@ import json
 from survivor.cloud import machines
 from survivor.cloud.compute import Compute, name_problems
 from survivor.cloud.template import DLVM_PROJECT, IMAGE_FAMILY_PREFIX, MachineOptions, parse_gpu, shape_options
-from survivor.policy.deadline import FLEX_START, ON_DEMAND, SPOT
+from survivor.jobdir.switches import Mode, FLEX_START, ON_DEMAND, SPOT
 from survivor.spec import FallbackSpec, JobSpec
 
 
@@ -46,7 +46,7 @@ def template_gpus(body: dict) -> tuple[str | None, int]:
     )
 
 
-def template_mode(name: str) -> tuple[str, str]:
+def template_mode(name: str) -> tuple[str, Mode]:
     """Pure: (the Spot template's name, the mode) of one of a job's templates, by its suffix."""
     for mode, suffix in SUFFIXES.items():
         if name.endswith(suffix):

@@ -41,7 +41,8 @@ import os
 from survivor.cloud import locations
 from survivor.cloud.pricing import money
 from survivor.jobdir.journal import NOTICED, Attempt
-from survivor.jobdir.ledger import CAUSE, CAUSES, FLEX_START, ON_DEMAND, SPOT, UNSAVED, parse_time
+from survivor.jobdir.ledger import CAUSE, CAUSES, UNSAVED, parse_time
+from survivor.jobdir.switches import FLEX_START, ON_DEMAND, SPOT
 from survivor.jobdir.moves import Move
 from survivor.jobdir.status import JobView
 from survivor.jobdir.storage import JobStorage, open_storage

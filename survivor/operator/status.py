@@ -19,7 +19,8 @@ from survivor.jobdir.switches import parse_time
 from survivor.mig.templates import on_demand_template_body, spec_of, template_mode
 from survivor.operator.group import state_disks_left
 from survivor.places import region_of_zone
-from survivor.policy.deadline import FLEX_START, flex_start_failure, flex_start_queue
+from survivor.policy.deadline import flex_start_failure, flex_start_queue
+from survivor.jobdir.switches import FLEX_START
 from survivor.spec import JobSpec
 
 

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from survivor.jobdir.switches import FLEX_START, ON_DEMAND, SPOT
 from survivor.cloud import machines, pricing, vertex
 from survivor.jobdir.storage import BUCKET_MISSING, StorageError, open_storage
 from survivor.policy import deadline
@@ -28,7 +29,7 @@ from survivor.spec import FallbackSpec, JobSpec, SpecError
 
 #: A deadline mode (survivor/policy/deadline.py) as a Vertex AI scheduling strategy: on-demand is
 #: STANDARD ("uses regular on-demand resources", google.cloud.aiplatform_v1 Scheduling.Strategy).
-STRATEGIES = {deadline.SPOT: vertex.SPOT, deadline.ON_DEMAND: vertex.STANDARD, deadline.FLEX_START: vertex.FLEX_START}
+STRATEGIES = {SPOT: vertex.SPOT, ON_DEMAND: vertex.STANDARD, FLEX_START: vertex.FLEX_START}
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def deadline_strategy(
         steps_done=steps_done, train_steps=spec.train_steps, step_rate=spec.train_steps / training_hours
     )
     situation = deadline.situation(
-        spec.deadline.resolve(now), now, now, deadline.SPOT, running=False, switch_back=False, flex=flex
+        spec.deadline.resolve(now), now, now, SPOT, running=False, switch_back=False, flex=flex
     )
     situation = replace(situation, spot_hazard_per_hour=spot_preemptions_per_hour)
     decision = deadline.decide(measured, situation)

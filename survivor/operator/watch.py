@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass, replace
 
+from survivor.jobdir.switches import FLEX_START
 from survivor.cloud.compute import Compute, ComputeError, GroupRef
 from survivor.jobdir import claims
 from survivor.jobdir.storage import open_storage
@@ -248,7 +249,7 @@ def watch_once(
     running = any(m["status"] == "RUNNING" for m in members)
     created = parse_time(found.get("creationTimestamp"))  # as the records' times: aware, never a crash
     failed = ended = None
-    if mode == deadline.FLEX_START and not running:
+    if mode == FLEX_START and not running:
         requests = compute.resize_requests_of(group)
         failed = deadline.flex_start_failure(requests) or deadline.flex_start_missing(requests, len(members))
         ended = deadline.flex_start_run_end(requests, len(members))

@@ -35,7 +35,8 @@ from typing import Any
 
 from survivor import log as logs
 from survivor.cloud.catalog import Machine, Prices, hourly_prices
-from survivor.jobdir.ledger import CAUSE, CAUSES, FLEX_START, CauseName, ON_DEMAND, SPOT, Ledger
+from survivor.jobdir.ledger import CAUSE, CAUSES, CauseName, Ledger
+from survivor.jobdir.switches import FLEX_START, ON_DEMAND, SPOT
 from survivor.jobdir.moves import Move
 from survivor.jobdir.status import JobView
 from survivor.jobdir.switches import SwitchFailure

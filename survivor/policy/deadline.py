@@ -79,10 +79,9 @@ from dataclasses import dataclass, replace
 from survivor.jobdir.journal import Attempt, Journal, Timing
 from survivor.jobdir.ledger import EARLIEST, build_ledger
 from survivor.jobdir.storage import JobStorage
-from survivor.jobdir.switches import Switch, parse_time, switches
+from survivor.jobdir.switches import Mode, FLEX_START, ON_DEMAND, SPOT, Switch, parse_time, switches
 from survivor.spec import FLEX_START_WAIT_HOURS, JobSpec
 
-SPOT, ON_DEMAND, FLEX_START = "spot", "on-demand", "flex-start"
 #: The longest a flex-start VM runs (docs/flex-start.md F3, F5: a resize request's run duration is at
 #: most 7 days, https://cloud.google.com/compute/docs/instance-groups/about-resize-requests-mig).
 FLEX_START_MAX_RUN_HOURS = 7 * 24.0
@@ -203,7 +202,7 @@ class Situation:
 
     hours_left: float
     window_hours: float
-    mode: str = SPOT
+    mode: Mode = SPOT
     running: bool = False
     check_every_hours: float = CHECK_EVERY_HOURS
     switch_back: bool = True
@@ -240,8 +239,8 @@ def spot_dearer(measured: Measured, situation: Situation) -> bool:
 class Decision:
     """The mode the group should run in, from which one, and why (one sentence, for logs and records)."""
 
-    mode: str
-    current: str
+    mode: Mode
+    current: Mode
     reason: str
     slack_hours: float | None = None  # time left minus the work on on-demand and the margin
     #: for flex-start: the run duration to ask for, the remaining work plus the margin, not a fixed week
@@ -322,7 +321,7 @@ def decide(measured: Measured, situation: Situation) -> Decision:
     """Pure decision: Spot or on-demand for a job with a deadline (the rules in the module docstring)."""
     current = situation.mode
 
-    def to(mode: str, reason: str, slack: float | None = None) -> Decision:
+    def to(mode: Mode, reason: str, slack: float | None = None) -> Decision:
         return Decision(mode, current, reason, None if slack is None else round(slack, 3))
 
     left = situation.hours_left
@@ -437,7 +436,7 @@ def _time(text: str | None) -> _dt.datetime | None:
     return at if at is not None and at >= EARLIEST else None
 
 
-def mode_at(switches: list[Switch], when: _dt.datetime) -> str:
+def mode_at(switches: list[Switch], when: _dt.datetime) -> Mode:
     """Pure: the mode in effect at `when`: the last switch's before it, Spot before any."""
     mode = SPOT
     for switch in switches:
@@ -610,7 +609,7 @@ def situation(
     deadline_at: _dt.datetime,
     first_start: _dt.datetime,
     now: _dt.datetime,
-    mode: str,
+    mode: Mode,
     *,
     running: bool,
     switch_back: bool = True,

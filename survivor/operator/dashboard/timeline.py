@@ -18,7 +18,8 @@ import datetime as _dt
 from dataclasses import dataclass
 
 from survivor.jobdir.journal import NOTICED, restored_text
-from survivor.jobdir.ledger import CAUSE, FLEX_START, ON_DEMAND, Ledger, parse_time
+from survivor.jobdir.ledger import CAUSE, Ledger, parse_time
+from survivor.jobdir.switches import FLEX_START, ON_DEMAND
 from survivor.jobdir.status import JobView
 
 #: The drawing's width in its own units (the SVG's viewBox); the browser scales it to the page.

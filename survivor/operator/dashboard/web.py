@@ -24,7 +24,8 @@ import threading
 from typing import Any
 
 from survivor.cloud.pricing import money
-from survivor.jobdir.ledger import CAUSE, CAUSES, FLEX_START, ON_DEMAND, SPOT
+from survivor.jobdir.ledger import CAUSE, CAUSES
+from survivor.jobdir.switches import FLEX_START, ON_DEMAND, SPOT
 from survivor.operator.dashboard.board import Board
 from survivor.operator.dashboard import timeline
 
