@@ -299,10 +299,9 @@ _GROUP_BODIES: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {
 @dataclass(frozen=True)
 class GroupCalls:
     """One group's calls, zonal or regional: the one place that tells `instanceGroupManagers` from
-    `regionInstanceGroupManagers`. `groups` and `resize_requests` are the clients of the group's scope.
-
-        >>> at = compute.group_calls(GroupRef("p", "cifar10", region="us-west1"))
-        >>> at.groups.resize(**at.args(size=0))      # regionInstanceGroupManagers.resize, region=us-west1
+    `regionInstanceGroupManagers`. `groups` and `resize_requests` are the clients of the group's scope:
+    `at = compute.group_calls(GroupRef("p", "cifar10", region="us-west1"))`, then
+    `at.groups.resize(**at.args(size=0))` is regionInstanceGroupManagers.resize with region=us-west1.
     """
 
     group: GroupRef

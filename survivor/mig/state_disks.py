@@ -25,16 +25,11 @@ from survivor import log as logs
 from survivor.cloud import pricing
 from survivor.cloud.compute import Compute, ComputeError, InUse, NotFound
 from survivor.cloud.template import STATE_DISK_LABEL
+from survivor.mig.address import Say, silent
 from survivor.jobdir.disk_tier import PENDING, PendingSnapshot, pending_snapshots
 from survivor.places import region_of, region_of_zone
 
 log = logs.get("state-disks")
-
-Say = Callable[[str], None]
-
-
-def silent(line: str) -> None:
-    pass
 
 
 @dataclass(frozen=True)
