@@ -63,12 +63,15 @@ CauseName = Literal[
 @dataclass(frozen=True)
 class Cause:
     """One cause of a job's wall time: its name in records, what people read, its bucket in
-    ml-goodput-measurement's `BadputType` (None: goodput) and its colour in the report's timeline."""
+    ml-goodput-measurement's `BadputType` (None: goodput), its colour in the report's timeline, and
+    whether a job on an on-demand VM without disruptions still spends it once, at its start
+    (`once_per_job`: the report counts the first attempt's as no cost of disruptions)."""
 
     name: CauseName
     label: str
     google_term: str | None
     colour: str
+    once_per_job: bool = False
 
 
 #: Every cause, in the order a timeline shows them; `productive` is goodput, the rest badput.
@@ -76,9 +79,9 @@ class Cause:
 TABLE = (
     Cause("capacity", "waiting for capacity", "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION", "#d9d9d9"),
     # accelerator/VM initialization: here the VM's boot and install
-    Cause("vm_boot", "VM boot and install", "TPU_INITIALIZATION", "#9ecae1"),
-    Cause("restore", "restore", "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME", "#6baed6"),
-    Cause("trainer_start", "trainer start", "PROGRAM_STARTUP", "#4292c6"),
+    Cause("vm_boot", "VM boot and install", "TPU_INITIALIZATION", "#9ecae1", once_per_job=True),
+    Cause("restore", "restore", "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME", "#6baed6", once_per_job=True),
+    Cause("trainer_start", "trainer start", "PROGRAM_STARTUP", "#4292c6", once_per_job=True),
     Cause("productive", "productive training", None, "#31a354"),
     Cause("rework", "work re-run after a disruption", "WASTED_PROGRESS_FROM_DISRUPTION", "#e6550d"),
     Cause("checkpoint", "checkpoint stalls", "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME", "#fdae6b"),

@@ -48,10 +48,6 @@ from survivor.spec import JobSpec, SpecError
 log = logs.get("notify")
 
 
-#: The causes a job on an on-demand VM without disruptions still spends once, at its start.
-ONCE_PER_JOB = ("vm_boot", "restore", "trainer_start")
-
-
 @dataclass
 class ReportOptions:
     """What a report needs besides the job dir.
@@ -229,7 +225,7 @@ def figures(
 ) -> JobReport:
     """Pure: the report's figures from a ledger and prices."""
     by_cause = ledger.seconds_by_cause()
-    once = sum(s.seconds for s in ledger.spans if s.cause in ONCE_PER_JOB and s.attempt == _first(ledger))
+    once = sum(s.seconds for s in ledger.spans if CAUSE[s.cause].once_per_job and s.attempt == _first(ledger))
     steps_left = max(0, (train_steps or 0) - (committed_step or 0)) if train_steps and state != "DONE" else 0
     per_step = ledger.seconds_per_step
     productive_left = steps_left * per_step if per_step else None
