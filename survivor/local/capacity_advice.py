@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from survivor.local import traces
+from survivor.local.http import HttpError
 
 #: The trailing window whose points make the "recent success" half of obtainability.
 WINDOW_HOURS = 1.0
@@ -206,8 +207,6 @@ class AdviceServing:
         return scores(trace, named[zone], at) if zone in named else Scores(1.0, UPTIME_BANDS[0])
 
     def _advice_capacity(self, params, query, body):
-        from survivor.local.compute_server import HttpError
-
         region = params["region"]
         selections = (body.get("instanceFlexibilityPolicy") or {}).get("instanceSelections") or {}
         machines = [(key, m, sel) for key, sel in sorted(selections.items()) for m in (sel.get("machineTypes") or [])]
@@ -257,7 +256,6 @@ class AdviceServing:
 
     def _advice_capacityHistory(self, params, query, body):
         from survivor.cloud import pricing
-        from survivor.local.compute_server import HttpError
 
         region, project = params["region"], params["project"]
         props = body.get("instanceProperties") or {}

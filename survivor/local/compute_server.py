@@ -79,7 +79,7 @@ from survivor.cloud import hardware, machines, permissions
 from survivor.extras import require
 from survivor.local.capacity_advice import ADVICE_PERMISSIONS, AdviceServing
 from survivor.local.iam_roles import PREDEFINED_ROLES, role_resource
-from survivor.local.http import LocalService, QuietHandler, send_json
+from survivor.local.http import HttpError, LocalService, QuietHandler, send_json
 from survivor.places import region_of_zone
 
 BASE = "/compute/v1/"
@@ -250,16 +250,6 @@ class Validator:
         elif kind == "boolean":
             if not isinstance(value, bool):
                 raise SchemaError(f"{where}: expected true or false, got {value!r}")
-
-
-class HttpError(Exception):
-    """An error the fake answers with: HTTP status, message and Google's error reason."""
-
-    def __init__(self, status: int, message: str, reason: str = "invalid"):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.reason = reason
 
 
 def _now() -> str:

@@ -11,6 +11,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 
+class HttpError(Exception):
+    """An error a Google API stand-in answers with: HTTP status, message and Google's error reason."""
+
+    def __init__(self, status: int, message: str, reason: str = "invalid"):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.reason = reason
+
+
 def free_ports(count: int) -> list[int]:
     """`count` distinct ports on 127.0.0.1 that nothing listens on (all bound at once, then released)."""
     sockets = [socket.socket() for _ in range(count)]
