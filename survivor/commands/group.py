@@ -129,6 +129,7 @@ def make_image(args: argparse.Namespace) -> int:
 def make_group(args: argparse.Namespace) -> int:
     """`survivor make-group NAME --template T --zone Z`: the job's single-VM MIG, waited on until its VM runs."""
     from survivor.mig import make as makes
+    from survivor.mig.address import JobAddress
     from survivor.operator.template import check_preflight
 
     address = _address(args)
@@ -143,6 +144,12 @@ def make_group(args: argparse.Namespace) -> int:
         poll_seconds=args.poll_seconds,
     )
     compute = connect(group.project)
+    template = compute.get_template(args.template)
+    if template is not None:  # a missing template is make_group's to refuse
+        group, why = makes.choose_start(compute, group, template)
+        if why:
+            print(f"group {args.name}: {why}")
+            address = JobAddress(args.name, group.project, group.zone, group.region)
     made = makes.make_group(
         compute,
         group,
@@ -699,7 +706,9 @@ def _add_group_commands(sub) -> None:
         description="Creates the job's managed instance group of one VM from its template: zonal with --zone, or "
         "regional with --region (its VM in any zone of the region that offers the GPU). Waits until "
         "the VM is RUNNING or the group says why it cannot start it (a stockout, a quota, a "
-        "permission). A job has one group: a group of its name in another zone or region is refused.",
+        "permission). A job has one group: a group of its name in another zone or region is refused. A "
+        "regional group whose spec names other regions (placement.regions) starts in the one Compute Engine's "
+        "capacity data says trains best (without the data: the region named), said in one line.",
         examples=[
             "survivor make-group cifar10 --template cifar10 --zone us-west1-b",
             "survivor make-group cifar10 --template cifar10 --region us-west1 --wait-seconds 0   "
@@ -710,7 +719,7 @@ def _add_group_commands(sub) -> None:
     p.add_argument(
         "--template", required=True, help="the instance template the group's VM boots from (make-template's NAME)"
     )
-    p.add_argument("--dry-run", action="store_true", help="print the exact REST body; call nothing")
+    p.add_argument("--dry-run", action="store_true", help="print the exact REST body (the place named); call nothing")
     p.add_argument(
         "--skip-preflight", action="store_true", help="create it even if `survivor preflight` finds problems"
     )

@@ -151,6 +151,51 @@ def wait_for_group(
         time.sleep(min(poll_seconds, max(0.0, deadline - time.monotonic())))
 
 
+def choose_start(compute: Compute, group: GroupRef, template: dict) -> tuple[GroupRef, str]:
+    """Where `make-group` makes the job's group, and why in one line ("" when there was no choice).
+
+    A regional group (`--region`) of a template whose spec names other regions (`placement.regions`)
+    starts where Compute Engine's capacity data says the job trains best (survivor/policy/placement.py
+    `start_place`, the bet a move makes), on the job's own `compute:` shape: another shape's group
+    runs `<template>-shape-N`, which only a move makes and records. A zonal group (`--zone`) stays in
+    the zone named, and so does a group that exists already (a rerun). Without the data (no
+    permission, a region or machine without it): where asked, said once in the log
+    (survivor/cloud/capacity.py `read_outlooks`)."""
+    from survivor.cloud.capacity import read_outlooks
+    from survivor.mig.templates import spec_of
+    from survivor.policy.placement import Place, place_machines, start_place
+    from survivor.spec import SpecError
+
+    try:
+        spec = spec_of(template)
+    except (SpecError, ValueError):
+        return group, ""
+    placement = spec.placement if spec is not None else None
+    if placement is None or not group.region or len(set(placement.regions) | {group.region}) < 2:
+        return group, ""
+    if compute.get_group(group) is not None:
+        return group, ""
+    machine = place_machines(spec).get(Place(placement.regions[0], 0)) if spec is not None else None
+    if machine is None:
+        return group, ""
+    regions = list(dict.fromkeys([group.region, *placement.regions]))
+    found = read_outlooks(compute.capacity_advice, compute.capacity_history, [(r, machine, None) for r in regions])
+    outlooks = {Place(regions[i]): outlook for i, outlook in found.items()}
+    asked, skip = Place(group.region), set[Place]()
+    for _ in regions:
+        start = start_place(asked, outlooks, frozenset(skip))
+        if start.at == asked or regional_zones(compute, start.at.region, template):
+            break
+        skip.add(start.at)  # no zone of its region offers the GPU: the next best
+    if start.at == asked:
+        return group, f"starts in region {asked.region}: {start.reason}"
+    chosen = GroupRef(group.project, group.name, region=start.at.region)
+    return chosen, (
+        f"starts in region {start.at.region}, not {asked.region}: {start.reason}; later commands take "
+        f"--region {start.at.region}"
+    )
+
+
 @dataclass(frozen=True)
 class GroupOutcome:
     """What make_group did: `done` is "created" or "already exists"; `state` is "running", "stopped"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 from survivor.cloud.capacity import Outlook
 from survivor.cloud.compute import GroupRef
@@ -226,6 +226,36 @@ def decide(
         lost_pending=look.pending,
         to_shape=to.shape,
     )
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a new group starts (`at`) and why, in one line for the operator."""
+
+    at: Place
+    reason: str
+
+
+def start_place(
+    asked: Place,
+    outlooks: Mapping[Place, Outlook],
+    skip: frozenset[Place] = frozenset(),
+    name: Callable[[Place], str] = lambda p: p.region,
+) -> Start:
+    """Pure: where `make-group` makes a job's group: where the first look at it would put it. The
+    place asked for (the first of the spec's places, as the operator named it) unless Compute
+    Engine's capacity data (`outlooks`) makes a move from there a bet that pays (the same
+    `move_bet.weigh` a look without a VM makes, over a job with all its training ahead): a group made
+    where a look would move it at once would pay a move for nothing. Places in `skip` (no zone of
+    their region offers the GPU) are never chosen. Without data for the asked place: the asked place."""
+    if asked not in outlooks:
+        return Start(asked, f"no capacity data for {name(asked)}: made where asked, as without the data")
+    bet = move_bet.weigh(asked, outlooks, move_bet.Costs(hours_left=float("inf")), skip=skip, name=name)
+    if bet.to is None:
+        return Start(asked, f"capacity data: {bet.reason}")
+    to = bet.to
+    assert isinstance(to, Place)
+    return Start(to, f"capacity data: starting in {bet.reason.removeprefix('moving to ')}")
 
 
 def place_of(group: GroupRef) -> str:

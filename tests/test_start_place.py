@@ -1,0 +1,126 @@
+"""Where `make-group` starts a job whose spec names other regions (placement.regions): where Compute
+Engine's capacity data says it trains best (survivor/policy/placement.py `start_place`, the bet a
+move makes), and where the operator named without the data. Pure cases with hand-made outlooks, then
+the real google-cloud-compute client against the Compute fake."""
+
+import pytest
+
+from survivor.cloud.capacity import Outlook
+from survivor.policy.placement import Place, start_place
+
+WEST, CENTRAL, EAST = Place("us-west1"), Place("us-central1"), Place("us-east1")
+STEADY = Outlook(1.0, 1.0)
+OUT = Outlook(0.0, 1 / 60)
+
+
+def test_the_asked_region_out_of_capacity_starts_the_group_where_there_is_some():
+    start = start_place(WEST, {WEST: OUT, CENTRAL: STEADY})
+    assert start.at == CENTRAL and "us-central1: obtainability 1.00" in start.reason
+
+
+def test_with_capacity_in_the_asked_region_the_group_starts_there_however_good_the_others():
+    assert start_place(WEST, {WEST: STEADY, CENTRAL: STEADY}).at == WEST
+    # a small edge elsewhere does not pay for what a move costs: a look would not move it either
+    assert start_place(WEST, {WEST: Outlook(0.97, 1.0), CENTRAL: STEADY}).at == WEST
+
+
+def test_the_best_of_several_places_with_capacity_is_chosen():
+    assert start_place(WEST, {WEST: OUT, CENTRAL: Outlook(0.5, 600 / 3600), EAST: STEADY}).at == EAST
+
+
+def test_without_data_for_the_asked_place_the_group_starts_where_asked():
+    start = start_place(WEST, {CENTRAL: STEADY})
+    assert start.at == WEST and start.reason.startswith("no capacity data for us-west1")
+    assert start_place(WEST, {}).at == WEST
+
+
+def test_a_place_whose_region_offers_no_gpu_is_never_chosen():
+    assert start_place(WEST, {WEST: OUT, CENTRAL: STEADY}, skip=frozenset({CENTRAL})).at == WEST
+    assert start_place(WEST, {WEST: OUT, CENTRAL: STEADY, EAST: STEADY}, skip=frozenset({CENTRAL})).at == EAST
+
+
+def test_nowhere_with_capacity_keeps_the_asked_place():
+    start = start_place(WEST, {WEST: OUT, CENTRAL: OUT})
+    assert start.at == WEST and "does not pay" in start.reason
+
+
+SPEC = "job_dir: {job_dir}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\nplacement: {{regions: [{regions}]}}\n"
+
+
+@pytest.fixture
+def job_template(compute_server, tmp_path, monkeypatch):
+    """make-template for a job that may run in `regions` (default us-west1, us-central1)."""
+    from survivor.commands.main import main
+
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "survivor-local")
+
+    def make(regions: str = "us-west1, us-central1") -> None:
+        spec = tmp_path / "job.yaml"
+        spec.write_text(SPEC.format(job_dir=tmp_path / "job", regions=regions))
+        assert main(["make-template", "job", "--config", str(spec)]) == 0
+
+    return make
+
+
+def make_group(*place: str) -> int:
+    from survivor.commands.main import main
+
+    return main(["make-group", "job", "--template", "job", *place, "--wait-seconds", "0"])
+
+
+def west_out(compute_server) -> None:
+    """No Spot capacity in any zone of us-west1 (the fake's advice says so, as its MIG would)."""
+    for zone in compute_server.zones_of("us-west1"):
+        compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", zone=zone)
+
+
+def test_make_group_starts_in_the_second_region_when_the_first_has_no_capacity(compute_server, job_template, capsys):
+    job_template()
+    west_out(compute_server)
+    capsys.readouterr()
+    assert make_group("--region", "us-west1") == 0
+    out = capsys.readouterr().out
+    assert "group job: starts in region us-central1, not us-west1: capacity data: starting in us-central1" in out
+    assert "later commands take --region us-central1" in out
+    assert ("survivor-local", "regions/us-central1", "job") in compute_server.groups
+    assert ("survivor-local", "regions/us-west1", "job") not in compute_server.groups
+    # a rerun as the line says finds it
+    assert make_group("--region", "us-central1") == 0
+    assert "already exists" in capsys.readouterr().out
+
+
+def test_make_group_without_capacity_data_makes_the_group_where_named_and_says_so_once(
+    compute_server, job_template, capsys
+):
+    job_template()
+    west_out(compute_server)
+    compute_server.fail("compute.advice.capacity", http=403, times=10**6)  # no capacity data
+    capsys.readouterr()
+    assert make_group("--region", "us-west1") == 0
+    captured = capsys.readouterr()
+    assert "starts in region us-west1: no capacity data for us-west1" in captured.out
+    assert ("survivor-local", "regions/us-west1", "job") in compute_server.groups
+    assert ("survivor-local", "regions/us-central1", "job") not in compute_server.groups
+
+
+def test_make_group_with_capacity_everywhere_keeps_the_region_named(compute_server, job_template, capsys):
+    job_template()
+    assert make_group("--region", "us-west1") == 0
+    assert "starts in region us-west1: capacity data: staying" in capsys.readouterr().out
+    assert ("survivor-local", "regions/us-west1", "job") in compute_server.groups
+
+
+def test_a_zone_named_pins_the_group_whatever_the_data(compute_server, job_template, capsys):
+    job_template()
+    west_out(compute_server)
+    assert make_group("--zone", "us-west1-b") == 0
+    assert "starts in" not in capsys.readouterr().out
+    assert ("survivor-local", "zones/us-west1-b", "job") in compute_server.groups
+
+
+def test_a_region_without_the_gpu_is_passed_over_for_the_next_best(compute_server, job_template, capsys):
+    job_template("us-west1, asia-south9, us-central1")
+    west_out(compute_server)
+    assert make_group("--region", "us-west1") == 0
+    assert ("survivor-local", "regions/us-central1", "job") in compute_server.groups
+    assert ("survivor-local", "regions/asia-south9", "job") not in compute_server.groups
