@@ -730,15 +730,29 @@ class Boot:
         compute.instanceGroupManagers.update) and returns the Switch; else None. Never fatal."""
         from survivor.agent.finish import group_of
         from survivor.jobdir import claims
+        from survivor.mig.move import spot_outlook_for
         from survivor.mig.switch import switch_group
         from survivor.policy import deadline
 
         spec, identity, storage = run.spec, run.identity, run.storage
         if spec.deadline is None:
             return None
+        ref = group_of(identity)
+        factory = self.options.compute_factory or _default_compute
+
+        def spot() -> deadline.SpotOutlook | None:  # Compute's capacity data, asked only when it could matter
+            if ref is None or self.metadata is None:
+                return None
+            try:
+                compute = factory(identity)
+            except Exception as exc:  # no client, no data: the decision without it
+                log.warning("no capacity data: deciding with the rule without it", error=f"{type(exc).__name__}: {exc}")
+                return None
+            return spot_outlook_for(cast("Compute", compute), spec, ref, storage) if compute is not None else None
+
         try:
             seen = claims.what_was_seen(storage)  # a switch is claimed under the records it was decided from
-            decision = deadline.assess(spec, storage, _dt.datetime.now(_dt.timezone.utc), running=True)
+            decision = deadline.assess(spec, storage, _dt.datetime.now(_dt.timezone.utc), running=True, spot=spot)
             if decision is None:  # no deadline: returned above already
                 return None
             log.info(
@@ -748,10 +762,8 @@ class Boot:
                 reason=decision.reason,
                 slack_hours=decision.slack_hours,
             )
-            ref = group_of(identity)
             if not decision.switch or ref is None or self.metadata is None:
                 return None
-            factory = self.options.compute_factory or _default_compute
             # switching needs the whole client, not only the finish actions a test's factory may stand in for
             compute = cast("Compute", factory(identity))
             return switch_group(

@@ -53,6 +53,7 @@ from survivor.jobdir.moves import Move, current_place, current_shape, moves, rec
 from survivor.jobdir.storage import JobStorage
 from survivor.jobdir.switches import parse_time
 from survivor.places import region_of
+from survivor.policy.deadline import SpotOutlook, spot_outlook
 from survivor.policy.placement import (
     Look,
     MoveDecision,
@@ -244,6 +245,35 @@ def outlooks_for(
         [(p.region, machine, zone if p == here else None) for p, machine in wanted],
     )
     return {wanted[i][0]: outlook for i, outlook in found.items()}
+
+
+def spot_outlook_for(compute: Compute, spec: JobSpec, group: GroupRef, storage: JobStorage) -> SpotOutlook | None:
+    """The deadline policy's view of Spot from Compute Engine's capacity data (survivor/policy/
+    deadline.py `spot_outlook`): the places the group may run Spot in, those of the spec's placement
+    (its own, on the shape its recorded moves give it, in its zone when the group is zonal) or,
+    without one, its own place on the spec's machine. None without data (said once in the log): the
+    policy decides as without it. Never raises: a failure to read the data never stops a decision,
+    nor training at a boot."""
+    from survivor.cloud.capacity import FALLBACK, read_outlooks
+    from survivor.cloud.template import MachineOptions
+
+    try:
+        placement = spec.placement
+        shape = current_shape(moves(storage, placement.regions, len(placement.shapes))) if placement else 0
+        here = Place(region_of(place_of(group)), shape)
+        if spec.placement is not None:
+            outlooks = outlooks_for(compute, spec, here, group.zone)
+        else:
+            own = MachineOptions.from_spec(spec)
+            machine = (own.machine_type, own.gpu_type, own.gpu_count or 0)
+            found = read_outlooks(
+                compute.capacity_advice, compute.capacity_history, [(here.region, machine, group.zone)]
+            )
+            outlooks = {here: found[0]} if 0 in found else {}
+    except Exception as exc:  # noqa: BLE001 -- the data is an input, never a requirement
+        FALLBACK.say(place_of(group), f"advice: {type(exc).__name__}: {exc}")
+        return None
+    return spot_outlook(outlooks, here)
 
 
 def move(

@@ -20,7 +20,7 @@ from survivor.cloud.compute import Compute, ComputeError, GroupRef
 from survivor.jobdir import claims
 from survivor.jobdir.storage import open_storage
 from survivor.jobdir.switches import parse_time
-from survivor.mig.move import complete_moves, current_group, look_and_move
+from survivor.mig.move import complete_moves, current_group, look_and_move, spot_outlook_for
 from survivor.operator import budget, notices
 from survivor.policy import deadline
 from survivor.policy.placement import place_of
@@ -265,6 +265,7 @@ def watch_once(
         check_every_hours=check_every_hours or deadline.CHECK_EVERY_HOURS,
         flex_failed=failed,
         flex_ended=ended,
+        spot=lambda: spot_outlook_for(compute, spec, group, storage),
     )
 
     def tell() -> None:  # the job's webhooks: what its records hold that no one told, and this look's own

@@ -75,12 +75,17 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, replace
+from typing import Callable, Hashable, Mapping, TypeVar
+
+from survivor.cloud.capacity import Outlook
 
 from survivor.jobdir.journal import Attempt, Journal, Timing
 from survivor.jobdir.ledger import EARLIEST, build_ledger
 from survivor.jobdir.storage import JobStorage
 from survivor.jobdir.switches import Mode, FLEX_START, ON_DEMAND, SPOT, Switch, parse_time, switches
 from survivor.spec import FLEX_START_WAIT_HOURS, JobSpec
+
+P = TypeVar("P", bound=Hashable)
 
 #: The longest a flex-start VM runs (docs/flex-start.md F3, F5: a resize request's run duration is at
 #: most 7 days, https://cloud.google.com/compute/docs/instance-groups/about-resize-requests-mig).
@@ -105,6 +110,12 @@ COST_CAP_RESTARTS = 2.0
 #: With capacity data, the obtainability at least one place must have for a switch back to Spot:
 #: Google's lowest "medium" score (docs/capacity-data.md C3: low 0.0-0.3, medium 0.4-0.6).
 OBTAINABLE = 0.4
+#: Whether the product sizes a Spot run's slack with its place's expected preemptions
+#: (`Situation.spot_hazard_per_hour`): off, as the capacity benchmark's fit chose on every trace
+#: set's first half (docs/benchmarks.md, "Capacity data": sized from Google's uptime bands, which
+#: fall to their shortest whenever a place was out lately, it bought on-demand hours the traces did
+#: not need). The best obtainability is fed either way (rule 4).
+HAZARD_SIZES_SLACK = False
 
 
 @dataclass(frozen=True)
@@ -217,6 +228,35 @@ class Situation:
     spot_obtainability: float | None = None
     #: rule 7's allowance in restarts beyond on-demand from the start (the benchmark fits it)
     cost_cap_restarts: float = COST_CAP_RESTARTS
+
+
+@dataclass(frozen=True)
+class SpotOutlook:
+    """What Compute Engine's capacity data tells the policy about Spot (docs/capacity-data.md): the
+    best obtainability of a place the group may run Spot in, and the expected preemptions per hour
+    where it is (None: not known, or not used: `HAZARD_SIZES_SLACK`)."""
+
+    obtainability: float
+    hazard_per_hour: float | None = None
+
+
+def spot_outlook(outlooks: Mapping[P, Outlook], here: P, *, hazard: bool = HAZARD_SIZES_SLACK) -> SpotOutlook | None:
+    """Pure: the policy's inputs from the outlooks of the places the group may run Spot in (None:
+    none known). The hazard is here's, with `hazard` only, and only where Spot can be had (a place
+    out of capacity has the shortest uptime band: nothing runs there to be preempted), as
+    benchmarks/capacity.py feeds it."""
+    if not outlooks:
+        return None
+    mine = outlooks.get(here)
+    rate = mine.hazard_per_hour() if hazard and mine is not None and mine.obtainability >= OBTAINABLE else None
+    return SpotOutlook(max(o.obtainability for o in outlooks.values()), rate)
+
+
+def uses_capacity(decision: Decision, *, hazard: bool = HAZARD_SIZES_SLACK) -> bool:
+    """Pure: whether capacity data could change `decision`, made without it. The data only holds
+    Spot back (rule 4's obtainability; the hazard's slack and price), so without the hazard only a
+    switch back to Spot is worth asking Compute about; an ordinary boot asks nothing."""
+    return hazard or (decision.switch and decision.mode == SPOT)
 
 
 def spot_restart_hours(work: float, measured: Measured, situation: Situation) -> float:
@@ -717,13 +757,16 @@ def assess(
     first_start: _dt.datetime | None = None,
     flex_failed: str | None = None,
     flex_ended: str | None = None,
+    spot: Callable[[], SpotOutlook | None] | None = None,
 ) -> Decision | None:
     """The decision for a job now, from its job dir's attempts and switches (None without a deadline).
 
     The group's mode is the last recorded switch's (Spot before any); `running`: a VM of the group
     trains now (the agent at its boot says True); `flex_failed`: the group's flex-start request
     FAILED, and why (`flex_start_failure`, read by `survivor watch`); `flex_ended`: its flex-start
-    VM's run is over (`flex_start_run_end`, read by `survivor watch`)."""
+    VM's run is over (`flex_start_run_end`, read by `survivor watch`). `spot`: reads Compute
+    Engine's capacity data (survivor/mig/move.py `spot_outlook_for`), called only when it could
+    change the decision (`uses_capacity`); None from it, or no `spot`: the rules without the data."""
     if spec.deadline is None:
         return None
     recorded = switches(storage)
@@ -750,4 +793,12 @@ def assess(
         flex_failed=flex_failed,
         flex_ended=flex_ended,
     )
-    return decide(measured, where)
+    decision = decide(measured, where)
+    if spot is None or not uses_capacity(decision):
+        return decision
+    seen = spot()
+    if seen is None:
+        return decision
+    return decide(
+        measured, replace(where, spot_obtainability=seen.obtainability, spot_hazard_per_hour=seen.hazard_per_hour)
+    )
