@@ -124,3 +124,25 @@ def test_a_region_without_the_gpu_is_passed_over_for_the_next_best(compute_serve
     assert make_group("--region", "us-west1") == 0
     assert ("survivor-local", "regions/us-central1", "job") in compute_server.groups
     assert ("survivor-local", "regions/asia-south9", "job") not in compute_server.groups
+
+
+def test_a_failure_to_read_the_data_makes_the_group_where_named(tmp_path):
+    from survivor.cloud.compute import GroupRef
+    from survivor.cloud.template import MachineOptions, template_body
+    from survivor.mig.make import choose_start
+    from survivor.spec import JobSpec
+
+    class Unreachable:  # Compute's advice cannot be reached at all
+        def get_group(self, group):
+            return None
+
+        def capacity_advice(self, region, body):
+            raise OSError("connection refused")
+
+        capacity_history = capacity_advice
+
+    spec = JobSpec.from_yaml(SPEC.format(job_dir=tmp_path / "job", regions="us-west1, us-central1"))
+    template = template_body("job", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n")
+    group = GroupRef("survivor-local", "job", region="us-west1")
+    chosen, why = choose_start(Unreachable(), group, template)  # type: ignore[arg-type]
+    assert chosen == group and why.startswith("starts in region us-west1: no capacity data")

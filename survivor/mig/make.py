@@ -161,7 +161,7 @@ def choose_start(compute: Compute, group: GroupRef, template: dict) -> tuple[Gro
     the zone named, and so does a group that exists already (a rerun). Without the data (no
     permission, a region or machine without it): where asked, said once in the log
     (survivor/cloud/capacity.py `read_outlooks`)."""
-    from survivor.cloud.capacity import read_outlooks
+    from survivor.cloud.capacity import FALLBACK, read_outlooks
     from survivor.mig.templates import spec_of
     from survivor.policy.placement import Place, place_machines, start_place
     from survivor.spec import SpecError
@@ -179,7 +179,11 @@ def choose_start(compute: Compute, group: GroupRef, template: dict) -> tuple[Gro
     if machine is None:
         return group, ""
     regions = list(dict.fromkeys([group.region, *placement.regions]))
-    found = read_outlooks(compute.capacity_advice, compute.capacity_history, [(r, machine, None) for r in regions])
+    try:
+        found = read_outlooks(compute.capacity_advice, compute.capacity_history, [(r, machine, None) for r in regions])
+    except Exception as exc:  # noqa: BLE001 -- the data is an input, never a requirement
+        FALLBACK.say(f"region {group.region}", f"advice: {type(exc).__name__}: {exc}")
+        found = {}
     outlooks = {Place(regions[i]): outlook for i, outlook in found.items()}
     asked, skip = Place(group.region), set[Place]()
     for _ in regions:

@@ -38,7 +38,8 @@ a safety net of `2d` (d: a restart's overhead).
    Compute Engine's capacity data (`Situation.spot_obtainability`), not while no place the group
    may run Spot in has at least a medium obtainability (`OBTAINABLE`, Google's lowest "medium"
    score): a try where Compute says nothing can be had spends a restart, and rule 7's allowance,
-   for nothing.
+   for nothing. `assess` asks for the data (its `spot` reader) only when the decision without it
+   is such a switch back (`uses_capacity`); the place's hazard is not fed (`HAZARD_SIZES_SLACK`).
 5. No step rate measured yet: nothing to project. The job stays as it is, except that one whose
    group has had no VM training for longer than one restart (its boot, restore and trainer start:
    measured, else BOOT_HOURS twice) goes on-demand: a VM that was merely booting would be training by

@@ -12,7 +12,8 @@ errors (a stockout, a quota: `listErrors`), or when its region preempted it `pre
 times in the last hour; once a whole round of its places found no capacity, the wait doubles each
 round up to MAX_ROUND_WAIT_MINUTES (`wait_minutes`). Where to: the next place of `places` (every
 region for one shape, then the next shape), skipping a place whose region has no zone offering the
-shape's GPU; with Compute Engine's capacity data the move is a bet (survivor/policy/move_bet.py).
+shape's GPU; with Compute Engine's capacity data the move is a bet (survivor/policy/move_bet.py),
+and a new group starts where the first look would put it (`start_place`, for `make-group`).
 
 Pure: what a look saw goes in (`look_from` builds the `Look`), a decision comes out. The look
 itself and the move it decides (records, groups made and deleted) are survivor/group/move.py's.
