@@ -4,6 +4,7 @@ that hang up (a preempted agent drops its hanging GET; that is not an error)."""
 from __future__ import annotations
 
 import json
+import random
 import socket
 import sys
 import threading
@@ -21,13 +22,50 @@ class HttpError(Exception):
         self.reason = reason
 
 
+#: Linux's range of ephemeral ports: the ones bind(port 0) and every outgoing connection are given
+#: (https://www.kernel.org/doc/Documentation/networking/ip-sysctl.txt, ip_local_port_range)
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+#: The lowest port handed out below that range: above the well-known and common service ports
+LOWEST_PORT = 10000
+
+
 def free_ports(count: int) -> list[int]:
-    """`count` distinct ports on 127.0.0.1 that nothing listens on (all bound at once, then released)."""
-    sockets = [socket.socket() for _ in range(count)]
+    """`count` distinct ports on 127.0.0.1 that nothing listens on (all bound at once, then released).
+
+    Below the ephemeral range where the system has one: a port is told to a process (a TensorFlow
+    worker's `TF_CONFIG`) before that process binds it, and an ephemeral port freed here can be
+    given meanwhile to any outgoing connection (TensorFlow's "Could not start gRPC server" on a
+    busy machine); a random port below the range is taken only by another bind to that very port."""
     try:
-        for s in sockets:
+        with open(EPHEMERAL_RANGE) as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    picks: list[int] = []
+    sockets = []
+    try:
+        if low > LOWEST_PORT + 1000:
+            draw = random.Random()
+            for _ in range(count * 50):
+                if len(picks) == count:
+                    break
+                port = draw.randrange(LOWEST_PORT, low)
+                if port in picks:
+                    continue
+                s = socket.socket()
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    s.close()
+                    continue
+                sockets.append(s)
+                picks.append(port)
+        while len(picks) < count:  # no such range here, or it was crowded: the system's choice
+            s = socket.socket()
             s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
+            sockets.append(s)
+            picks.append(s.getsockname()[1])
+        return picks
     finally:
         for s in sockets:
             s.close()
