@@ -32,9 +32,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from survivor.notify.events import Event
+from survivor.spec import NOTIFY_FORMATS
 
-#: The formats a `notify:` target may name.
-FORMATS = ("generic", "slack", "chat")
+#: The formats a `notify:` target may name: the spec's list, which its check reads (the spec may not
+#: import notify); `request_for` lays out each.
+FORMATS = NOTIFY_FORMATS
 #: A Slack section's text: "Maximum length for this field is 3000 characters" (section block).
 SLACK_SECTION_LIMIT = 3000
 #: A Chat custom message id: `client-` and at most 63 characters of [a-z0-9-].
