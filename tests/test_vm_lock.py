@@ -96,12 +96,18 @@ def vm_lock_requirements() -> str:
 
 
 @pytest.fixture(scope="module")
-def vm_venv(request) -> pathlib.Path:
+def vm_venv(request, tmp_path_factory) -> pathlib.Path:
     """A venv with only the VM lock's packages (less its TensorFlow side) and survivor (editable, no
-    dependencies), kept in pytest's cache."""
+    dependencies), kept in pytest's cache (in this run's temporary dir when the cache is off:
+    `-p no:cacheprovider`)."""
     requirements = vm_lock_requirements()
     key = hashlib.sha256(f"{requirements}{sys.version}{ROOT}".encode()).hexdigest()[:16]
-    venv = pathlib.Path(request.config.cache.mkdir(f"vm-lock-venv-{key}"))
+    cache = getattr(request.config, "cache", None)
+    if cache is not None:
+        venv = pathlib.Path(cache.mkdir(f"vm-lock-venv-{key}"))
+    else:
+        venv = tmp_path_factory.getbasetemp().parent / f"vm-lock-venv-{key}"
+        venv.mkdir(exist_ok=True)
     python = venv / "bin" / "python"
     # one builder at a time: two runs of the suite on this checkout share the cache
     with open(venv.parent / f"vm-lock-venv-{key}.lock", "w") as lock:
