@@ -131,13 +131,13 @@ def switch_group(
         raise
 
 
-def _failed(switch: Switch, exc: Exception) -> SwitchFailure:
+def _failed(to_mode: Mode, reason: str, by: str, exc: Exception) -> SwitchFailure:
     """The record of a switch the Compute Engine calls refused, now."""
     return SwitchFailure(
         time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
-        to_mode=switch.to_mode,
-        reason=switch.reason,
-        by=switch.by,
+        to_mode=to_mode,
+        reason=reason,
+        by=by,
         error=str(exc),
     )
 
@@ -145,7 +145,7 @@ def _failed(switch: Switch, exc: Exception) -> SwitchFailure:
 def _record_failure(storage: JobStorage | None, to_mode: Mode, reason: str, by: str, exc: Exception) -> None:
     if storage is None:
         return
-    failure = _failed(Switch(time="", to_mode=to_mode, reason=reason, by=by), exc)
+    failure = _failed(to_mode, reason, by, exc)
     try:
         record_switch_failure(storage, failure)
     except StorageError as unrecorded:
@@ -371,7 +371,7 @@ def complete_switch(compute: Compute, group: GroupRef, storage: JobStorage, *, s
     try:
         _apply_switch(compute, group, last, base=base, from_mode=from_mode, say=say)
     except FlexStartRefused as refused:  # as switch_group: the refusal goes on-demand in the same look
-        record_switch_failure(storage, _failed(last, refused))
+        record_switch_failure(storage, _failed(last.to_mode, last.reason, last.by, refused))
         return switch_group(
             compute,
             group,
@@ -385,7 +385,7 @@ def complete_switch(compute: Compute, group: GroupRef, storage: JobStorage, *, s
         # never withdrawn here: the record is an earlier look's decision, and this look may only lack
         # what that one had (a permission); the failure is recorded, the next look tries again
         if not (isinstance(exc, ComputeError) and retry_passing(exc)):
-            record_switch_failure(storage, _failed(last, exc))
+            record_switch_failure(storage, _failed(last.to_mode, last.reason, last.by, exc))
         raise
     return last
 
