@@ -121,9 +121,14 @@ class MachineOptions:
     gpu_explicit: bool = True  # False when the GPU is survivor's default, not the operator's choice
 
     @classmethod
+    def names(cls) -> set[str]:
+        """The options a request or the spec's `compute:` section may set, by field name."""
+        return {f.name for f in fields(cls)} - {"gpu_explicit"}
+
+    @classmethod
     def from_spec(cls, spec: JobSpec, **overrides: Any) -> "MachineOptions":
         """Options from the spec's `compute:` section, then explicit overrides (None means unset)."""
-        known = {f.name for f in fields(cls)} - {"gpu_explicit"}
+        known = cls.names()
         section = dict(spec.extra.get("compute", {}))
         if "gpu" in section:
             section["gpu_type"], section["gpu_count"] = parse_gpu(str(section.pop("gpu")))

@@ -64,23 +64,12 @@ def _template_request(args: argparse.Namespace) -> TemplateRequest:
     """The template the make-template (and preflight) flags describe."""
     from survivor.operator.template import TemplateRequest
 
+    # each flag's dest is the MachineOptions field it sets: a new option needs its flag only
     return TemplateRequest(
         name=args.name,
         config=args.config,
-        project=args.project,
-        machine_type=args.machine_type,
+        machine={name: getattr(args, name) for name in MachineOptions.names() if hasattr(args, name)},
         gpu=args.gpu,
-        spot=args.spot,
-        image_family=args.image_family,
-        image_project=args.image_project,
-        disk_gb=args.disk_gb,
-        service_account=args.service_account,
-        cloud_platform_scope=args.cloud_platform_scope,
-        zone=args.zone,
-        region=args.region,
-        preemption_notice=args.preemption_notice,
-        survivor_wheel=args.survivor_wheel,
-        external_ip=getattr(args, "external_ip", None),
         install=getattr(args, "install", "image"),
     )
 
@@ -587,7 +576,10 @@ def _template_flags(p) -> None:
         "Compute Engine's default)",
     )
     p.add_argument(
-        "--cloud-platform-scope", action="store_true", help="the whole cloud-platform scope instead of storage+compute"
+        "--cloud-platform-scope",
+        action="store_true",
+        default=None,
+        help="the whole cloud-platform scope instead of storage+compute",
     )
     flags.place(
         p,

@@ -2,7 +2,7 @@
 image it needs built first when survivor's family does not have it yet.
 
     >>> connect = lambda project: Compute(project)
-    >>> made = make_template(TemplateRequest("cifar10", "job.yaml", zone="us-west1-b"), connect)
+    >>> made = make_template(TemplateRequest("cifar10", "job.yaml", machine={"zone": "us-west1-b"}), connect)
     >>> made.state                                              # "created", "unchanged" or "dry-run"
 
 The recipe's `gcloud compute instance-templates create`, by job name: a job NAME has a template
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 from survivor.cloud.compute import Compute, location_problems, name_problems, spec_project
 from survivor.cloud.template import (
@@ -52,29 +52,42 @@ class PreflightFailed(Exception):
 class TemplateRequest:
     """An instance template for a job spec: the spec file and what overrides its `compute:` section.
 
-    None means "as the spec says" for every field; `gpu` is `TYPE:COUNT` or `none`.
+    `machine` holds the `MachineOptions` fields the request sets, by their names (`zone`,
+    `machine_type`, `spot`, `disk_gb`, ...; a missing or None value means "as the spec says"), so an
+    option `MachineOptions` gains reaches the template with no change here. `gpu` is `TYPE:COUNT` or
+    `none`.
     """
 
     name: str
     config: str
-    project: str | None = None
-    machine_type: str | None = None
+    machine: Mapping[str, Any] = field(default_factory=dict)
     gpu: str | None = None
-    spot: bool | None = None
-    image_family: str | None = None
-    image_project: str | None = None
-    disk_gb: int | None = None
-    service_account: str | None = None
-    cloud_platform_scope: bool = False
-    zone: str | None = None
-    region: str | None = None
-    preemption_notice: int | None = None
-    survivor_wheel: str | None = None
-    external_ip: bool | None = None  # None: the spec's compute.external_ip (default true)
     #: what a VM installs at boot: "image" (survivor's image for this install, built once when missing:
     #: a recreated VM installs nothing) or "wheel" (the wheel and lock staged in the bucket, installed
     #: on every fresh boot disk: ~3.5 GB from the package index each time)
     install: str = "image"
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.machine) - MachineOptions.names())
+        if unknown:
+            raise SpecError(
+                [
+                    f"{key}: not a machine option; expected one of {', '.join(sorted(MachineOptions.names()))}"
+                    for key in unknown
+                ]
+            )
+
+    @property
+    def project(self) -> str | None:
+        return self.machine.get("project")
+
+    @property
+    def zone(self) -> str | None:
+        return self.machine.get("zone")
+
+    @property
+    def region(self) -> str | None:
+        return self.machine.get("region")
 
     def where(self, spec: JobSpec) -> tuple[str | None, str | None]:
         """(zone, region): as requested, else the spec's compute.zone and compute.region."""
@@ -95,24 +108,7 @@ def describe_template(request: TemplateRequest, boot: BootChoice | None = None) 
     gpu_type = gpu_count = None
     if request.gpu:
         gpu_type, gpu_count = parse_gpu(request.gpu)
-    options = MachineOptions.from_spec(
-        spec,
-        project=request.project,
-        machine_type=request.machine_type,
-        gpu_type=gpu_type,
-        gpu_count=gpu_count,
-        spot=request.spot,
-        image_family=request.image_family,
-        image_project=request.image_project,
-        disk_gb=request.disk_gb,
-        service_account=request.service_account,
-        zone=request.zone,
-        region=request.region,
-        preemption_notice=request.preemption_notice,
-        survivor_wheel=request.survivor_wheel,
-        cloud_platform_scope=True if request.cloud_platform_scope else None,
-        external_ip=request.external_ip,
-    )
+    options = MachineOptions.from_spec(spec, gpu_type=gpu_type, gpu_count=gpu_count, **request.machine)
     if request.gpu and gpu_type is None:  # `none`: from_spec reads None as "unset"
         options.gpu_type, options.gpu_count = None, 0
     if not (request.zone or request.region):  # the spec's own compute.zone / compute.region
@@ -147,8 +143,8 @@ def boot_choice(request: TemplateRequest, compute: Compute | None, say: Say = si
             local = image.local_install(options.survivor_wheel, options.requirements)
             compute_section = spec.extra.get("compute") or {}
             if (
-                request.image_family
-                or request.image_project
+                request.machine.get("image_family")
+                or request.machine.get("image_project")
                 or compute_section.get("image_family")
                 or compute_section.get("image_project")
             ):
