@@ -58,6 +58,7 @@ lost. Used by tests/test_simulator.py, tests/test_chaos.py and benchmarks/chaos.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -821,7 +822,13 @@ def _fill(fs: str, leave: int) -> str:
     filler = os.path.join(fs, f".chaos-filler-{os.getpid()}")
     free = os.statvfs(fs)
     with open(filler, "wb") as f:
-        f.write(b"\0" * max(0, free.f_bavail * free.f_frsize - leave))
+        try:
+            f.write(b"\0" * max(0, free.f_bavail * free.f_frsize - leave))
+        except OSError as e:
+            # another writer on the file system (a round's agent flushing its last lines) took some of
+            # the room between statvfs and the write: the file system is full, as the round wants
+            if e.errno != errno.ENOSPC:
+                raise
     return filler
 
 

@@ -79,14 +79,17 @@ class TemplateRequest:
 
     @property
     def project(self) -> str | None:
+        """The project the request names (None: the spec's, else the environment's)."""
         return self.machine.get("project")
 
     @property
     def zone(self) -> str | None:
+        """The zone the request names (None: the spec's compute.zone)."""
         return self.machine.get("zone")
 
     @property
     def region(self) -> str | None:
+        """The region the request names (None: the spec's compute.region)."""
         return self.machine.get("region")
 
     def where(self, spec: JobSpec) -> tuple[str | None, str | None]:
