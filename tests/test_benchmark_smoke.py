@@ -57,7 +57,7 @@ SMOKE = {
         "--cuts",
         "0",
     ],  # every class at its size: tests/test_chaos.py
-    "capacity": ["--traces", "benchmarks/traces/aws-02-15-2023", "--every", "240"],
+    "capacity": ["--traces", "benchmarks/traces/preemption-aws-04-22-2023", "--every", "240"],  # 177 h: 2 s
     "time_to_resume": ["--depth", "8", "--repeats", "1"],
     "overhead": [
         "--steps",
