@@ -89,6 +89,12 @@ CHECK_EVERY_HOURS = MOVE_AFTER_HOURS
 #: How long SkyPilot's recovery keeps its restriction (same region, or not the previous one): 3 tries,
 #: 60 s then 96 s apart (see the module docstring).
 SKYPILOT_WINDOW_HOURS = 0.05
+#: The replay's tick (survivor/local/traces.py `replay`). A look in the tick from t comes after what
+#: the tick's points did (a preemption in it is what the look reacts to), and a VM's creation in it
+#: needs capacity through the tick, so the capacity data the look reads is the tick's last point's:
+#: read at t, it would still show the capacity whose loss the look is reacting to (Google's
+#: obtainability follows "real-time availability"), and the move would wait a tick for nothing.
+TICK_HOURS = 1 / 60
 #: The replay runs to this many times the deadline (a Spot-only job may need longer; it then missed).
 LIMIT_FACTOR = 2.0
 #: The table's machine: the traces are of one V100 VM.
@@ -237,9 +243,10 @@ class Placement:
         raise ValueError(f"unknown placement rule {self.rule!r}")
 
     def outlooks(self, t: float) -> dict[str, Outlook]:
-        """Each allowed region's outlook `t` hours into the job: its best zone's advice.capacity
-        scores as the Compute fake serves them from the traces' past."""
-        return {r: self._outlook(r, self.start + t) for r in self.regions}
+        """Each allowed region's outlook at the look in the tick from `t` hours into the job: its best
+        zone's advice.capacity scores as the Compute fake serves them from the traces' past, up to the
+        tick's last point (`TICK_HOURS`)."""
+        return {r: self._outlook(r, self.start + t + TICK_HOURS - 1e-9) for r in self.regions}
 
     def _outlook(self, region: str, at: float) -> Outlook:
         best = max(
@@ -361,6 +368,7 @@ def replay_one(
         where,
         job,
         choose,
+        tick_hours=TICK_HOURS,
         limit_factor=LIMIT_FACTOR,
         check_every_hours=CHECK_EVERY_HOURS,
         start_mode=traces.ON_DEMAND if name == ALWAYS_ON_DEMAND else traces.SPOT,

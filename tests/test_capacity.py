@@ -221,6 +221,28 @@ def test_with_capacity_data_a_region_that_flaps_every_half_hour_is_left_once_for
     assert (where.zone, where.moves, run.preemptions) == ("west-1a", 1, 1) and run.met
 
 
+def test_with_capacity_data_the_look_after_a_preemption_reads_the_data_of_its_tick(tmp_path, monkeypatch):
+    # points 90 s apart: east-1 loses its capacity 1.5 min into a one-minute tick (2.025 h). The look
+    # that finds the VM preempted reads the tick's last point, the loss included, so survivor moves
+    # in that tick, as SkyPilot's EAGER_NEXT_REGION relaunches outside the preempted region; read at
+    # the tick's start, the data still showed east-1's capacity and the move waited a tick
+    points = {"east-1a": [1] * 81 + [0] * 400, "west-1a": [1] * 481}
+    for zone, data in points.items():
+        (tmp_path / f"{zone}_v100_1.json").write_text(json.dumps({"metadata": {"gap_seconds": 90}, "data": data}))
+    zones = load(str(tmp_path))
+
+    def finish(rule, policy):
+        where = Placement(zones, 0.0, "east-1", rule)
+        run = traces.replay(where, job(), policy, limit_factor=2.0)
+        assert run.preemptions == 1 and where.zone == "west-1a" and run.met
+        return run.finished_at
+
+    eager = finish("eager", traces.always(traces.SPOT))
+    assert finish("advice", traces.survivor_policy()) == eager
+    monkeypatch.setattr(capacity, "TICK_HOURS", 1e-9)  # the data of the tick's start
+    assert finish("advice", traces.survivor_policy()) == pytest.approx(eager + TICK, abs=1e-3)
+
+
 def test_with_capacity_data_an_outage_of_every_region_moves_nothing(tmp_path):
     write(tmp_path, "east-1a", [1] * 20 + [0] * 60 + [1] * 120)
     write(tmp_path, "west-1a", [1] * 20 + [0] * 60 + [1] * 120)
