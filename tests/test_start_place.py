@@ -144,5 +144,63 @@ def test_a_failure_to_read_the_data_makes_the_group_where_named(tmp_path):
     spec = JobSpec.from_yaml(SPEC.format(job_dir=tmp_path / "job", regions="us-west1, us-central1"))
     template = template_body("job", spec, MachineOptions.from_spec(spec), script="#!/bin/bash\n")
     group = GroupRef("survivor-local", "job", region="us-west1")
-    chosen, why = choose_start(Unreachable(), group, template)  # type: ignore[arg-type]
-    assert chosen == group and why.startswith("starts in region us-west1: no capacity data")
+    start = choose_start(Unreachable(), group, "job", template)  # type: ignore[arg-type]
+    assert start.group == group and start.template == "job" and start.move is None
+    assert start.why.startswith("starts in region us-west1: no capacity data")
+
+
+SHAPES = (
+    "job_dir: {job_dir}\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\n"
+    "compute: {{machine_type: n1-standard-8, gpu: 'nvidia-tesla-t4:1'}}\n"
+    "placement: {{regions: [us-west1], shapes: [{{machine_type: g2-standard-8}}]}}\n"
+)
+
+
+@pytest.fixture
+def shapes_template(compute_server, tmp_path, monkeypatch):
+    """make-template for a job of one region and two machine shapes (its own N1 with a T4, then G2)."""
+    from survivor.commands.main import main
+
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "survivor-local")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(SHAPES.format(job_dir=tmp_path / "job"))
+    assert main(["make-template", "job", "--config", str(spec)]) == 0
+    return str(tmp_path / "job")
+
+
+def test_with_its_own_shape_out_the_group_starts_on_the_next_shape_and_the_records_say_so(
+    compute_server, shapes_template, capsys
+):
+    from survivor.jobdir.moves import current_shape, moves
+    from survivor.jobdir.storage import open_storage
+
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", machine_type="n1-standard-8")
+    capsys.readouterr()
+    assert make_group("--region", "us-west1") == 0
+    out = capsys.readouterr().out
+    assert "starts in region us-west1 on g2-standard-8 (template job-shape-1)" in out, out
+    group = compute_server.groups[("survivor-local", "regions/us-west1", "job")]
+    assert group["instanceTemplate"].endswith("/job-shape-1")
+    assert compute_server.templates[("survivor-local", "job-shape-1")]["properties"]["machineType"] == "g2-standard-8"
+    recorded = moves(open_storage(shapes_template))
+    assert [(m.from_place, m.to_place, m.shape, m.machine, m.by) for m in recorded] == [
+        ("regions/us-west1", "regions/us-west1", "1", "g2-standard-8", "make-group")
+    ]
+    assert current_shape(recorded) == 1 and "capacity data" in recorded[0].reason
+    # a rerun finds the group on its shape's template, and records nothing more
+    assert make_group("--region", "us-west1") == 0
+    assert "already exists" in capsys.readouterr().out
+    assert len(moves(open_storage(shapes_template))) == 1
+
+
+def test_with_its_own_shape_available_the_group_starts_on_it_and_nothing_is_recorded(
+    compute_server, shapes_template, capsys
+):
+    from survivor.jobdir.moves import moves
+    from survivor.jobdir.storage import open_storage
+
+    assert make_group("--region", "us-west1") == 0
+    assert "starts in region us-west1: capacity data: staying" in capsys.readouterr().out
+    assert compute_server.groups[("survivor-local", "regions/us-west1", "job")]["instanceTemplate"].endswith("/job")
+    assert ("survivor-local", "job-shape-1") not in compute_server.templates
+    assert moves(open_storage(shapes_template)) == []

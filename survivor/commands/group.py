@@ -17,6 +17,7 @@ survivor/commands/errors.py. `status` and `logs` hand a `--vertex` job to surviv
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -135,10 +136,11 @@ def make_group(args: argparse.Namespace) -> int:
     compute = connect(group.project)
     template = compute.get_template(args.template)
     if template is not None:  # a missing template is make_group's to refuse
-        group, why = makes.choose_start(compute, group, template)
-        if why:
-            print(f"group {args.name}: {why}")
-            address = JobAddress(args.name, group.project, group.zone, group.region)
+        start = makes.choose_start(compute, group, args.template, template)
+        if start.why:
+            print(f"group {args.name}: {start.why}")
+        group, options = start.group, dataclasses.replace(options, template=start.template)
+        address = JobAddress(args.name, group.project, group.zone, group.region)
     made = makes.make_group(
         compute,
         group,

@@ -151,52 +151,109 @@ def wait_for_group(
         time.sleep(min(poll_seconds, max(0.0, deadline - time.monotonic())))
 
 
-def choose_start(compute: Compute, group: GroupRef, template: dict) -> tuple[GroupRef, str]:
-    """Where `make-group` makes the job's group, and why in one line ("" when there was no choice).
+@dataclass(frozen=True)
+class StartChoice:
+    """Where `make-group` makes a job's group and from which template; `why` in one line ("" when
+    there was no choice); `move` the record that says the group starts on another machine shape
+    (written to the job dir before the group is made, as a move's is)."""
 
-    A regional group (`--region`) of a template whose spec names other regions (`placement.regions`)
-    starts where Compute Engine's capacity data says the job trains best (survivor/policy/placement.py
-    `start_place`, the bet a move makes), on the job's own `compute:` shape: another shape's group
-    runs `<template>-shape-N`, which only a move makes and records. A zonal group (`--zone`) stays in
-    the zone named, and so does a group that exists already (a rerun). Without the data (no
-    permission, a region or machine without it): where asked, said once in the log
-    (survivor/cloud/capacity.py `read_outlooks`)."""
+    group: GroupRef
+    template: str
+    why: str = ""
+    move: Any = None  # survivor.jobdir.moves.Move
+
+
+def choose_start(compute: Compute, group: GroupRef, template_name: str, template: dict) -> StartChoice:
+    """Where `make-group` makes the job's group, on which machine shape, and why.
+
+    A regional group (`--region`) of a template whose spec names other regions or machine shapes
+    (`placement.regions`, `placement.shapes`) starts where Compute Engine's capacity data says the
+    job trains best (survivor/policy/placement.py `start_place`, the bet a move makes, over every
+    region and shape). Another shape's group runs `<template>-shape-N` (made here when missing, as a
+    move makes it), and a move's record (`StartChoice.move`, by make-group, written here before the
+    group is made) says so: the job's looks and boots read the shape from the records as after any
+    move, and a look after a make-group cut between the record and the group makes the group
+    (survivor/mig/move.py `complete_moves`). A zonal group (`--zone`)
+    stays in the zone named, and so does a group that exists already (a rerun: its own template).
+    Without the data (no permission, a region or machine without it): where asked, said once in the
+    log (survivor/cloud/capacity.py `read_outlooks`)."""
     from survivor.cloud.capacity import FALLBACK, read_outlooks
-    from survivor.mig.templates import spec_of
-    from survivor.policy.placement import Place, place_machines, start_place
+    from survivor.jobdir.moves import Move, record_move
+    from survivor.jobdir.storage import open_storage
+    from survivor.mig.templates import shape_template_body, shape_template_name, spec_of
+    from survivor.policy.placement import Place, machine_text, place_machines, place_of, shape_text, start_place
     from survivor.spec import SpecError
 
+    asked_start = StartChoice(group, template_name)
     try:
         spec = spec_of(template)
     except (SpecError, ValueError):
-        return group, ""
+        return asked_start
     placement = spec.placement if spec is not None else None
-    if placement is None or not group.region or len(set(placement.regions) | {group.region}) < 2:
-        return group, ""
-    if compute.get_group(group) is not None:
-        return group, ""
-    machine = place_machines(spec).get(Place(placement.regions[0], 0)) if spec is not None else None
-    if machine is None:
-        return group, ""
+    if spec is None or placement is None or not group.region:
+        return asked_start
     regions = list(dict.fromkeys([group.region, *placement.regions]))
+    if len(regions) < 2 and not placement.shapes:
+        return asked_start
+    found_group = compute.get_group(group)
+    if found_group is not None:  # a rerun: make_group reports on the group as it is
+        current = (found_group.get("instanceTemplate") or "").rsplit("/", 1)[-1]
+        shapes = {shape_template_name(template_name, k) for k in range(1, 1 + len(placement.shapes))}
+        return StartChoice(group, current if current in shapes else template_name)
+    machines = {p.shape: m for p, m in place_machines(spec).items()}
+    if 0 not in machines:
+        return asked_start
+    wanted = [Place(r, k) for k in sorted(machines) for r in regions]  # in the order a job walks them
     try:
-        found = read_outlooks(compute.capacity_advice, compute.capacity_history, [(r, machine, None) for r in regions])
+        found = read_outlooks(
+            compute.capacity_advice, compute.capacity_history, [(p.region, machines[p.shape], None) for p in wanted]
+        )
     except Exception as exc:  # noqa: BLE001 -- the data is an input, never a requirement
         FALLBACK.say(f"region {group.region}", f"advice: {type(exc).__name__}: {exc}")
         found = {}
-    outlooks = {Place(regions[i]): outlook for i, outlook in found.items()}
+    outlooks = {wanted[i]: outlook for i, outlook in found.items()}
+
+    def name(place: Place) -> str:
+        return place.region + (f" on {shape_text(placement, place.shape)}" if place.shape else "")
+
     asked, skip = Place(group.region), set[Place]()
-    for _ in regions:
-        start = start_place(asked, outlooks, frozenset(skip))
-        if start.at == asked or regional_zones(compute, start.at.region, template):
+    bodies = {0: template}
+    for _ in wanted:
+        start = start_place(asked, outlooks, frozenset(skip), name)
+        if start.at == asked:
             break
-        skip.add(start.at)  # no zone of its region offers the GPU: the next best
+        if start.at.shape not in bodies:
+            bodies[start.at.shape] = shape_template_body(template, spec, start.at.shape)
+        if regional_zones(compute, start.at.region, bodies[start.at.shape]):
+            break
+        skip.add(start.at)  # no zone of its region offers the shape's GPU: the next best
     if start.at == asked:
-        return group, f"starts in region {asked.region}: {start.reason}"
+        return StartChoice(group, template_name, f"starts in region {asked.region}: {start.reason}")
     chosen = GroupRef(group.project, group.name, region=start.at.region)
-    return chosen, (
-        f"starts in region {start.at.region}, not {asked.region}: {start.reason}; later commands take "
-        f"--region {start.at.region}"
+    later = f"; later commands take --region {start.at.region}" if start.at.region != asked.region else ""
+    if start.at.shape == 0:
+        return StartChoice(
+            chosen, template_name, f"starts in region {start.at.region}, not {asked.region}: {start.reason}{later}"
+        )
+    body = bodies[start.at.shape]
+    if compute.get_template(body["name"]) is None:
+        compute.insert_template(body)
+    record = Move(
+        time=_dt.datetime.now(_dt.timezone.utc).isoformat(),
+        from_place=place_of(chosen),
+        to_place=place_of(chosen),
+        reason=f"make-group, {start.reason}",
+        by="make-group",
+        shape=str(start.at.shape),
+        machine=machine_text(body),
+    )
+    record_move(open_storage(spec.job_dir), record)
+    return StartChoice(
+        chosen,
+        body["name"],
+        f"starts in region {start.at.region} on {shape_text(placement, start.at.shape)} (template "
+        f"{body['name']}), not {asked.region} on its compute: shape: {start.reason}{later}",
+        record,
     )
 
 
