@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from survivor.spec.keys import Key, key, keys_of
-from survivor.spec.sections import Budget, Deadline, FallbackSpec, NotifyTarget, Placement, TrainerSpec
+from survivor.spec.sections import NOTIFY_FORMATS, Budget, Deadline, FallbackSpec, NotifyTarget, Placement, TrainerSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,7 +163,9 @@ class JobFields:
         metadata=key(
             "section",
             "a list of webhooks told the job's events: `url` (or a Secret Manager version "
-            "`projects/P/secrets/S/versions/V` holding it), `format` (`generic`, `slack`, `chat`), `on` (events; default "
+            "`projects/P/secrets/S/versions/V` holding it), "
+            # a new format is written once, in NOTIFY_FORMATS
+            f"`format` ({', '.join(f'`{name}`' for name in NOTIFY_FORMATS)}), `on` (events; default "
             "all), `no_vm_minutes` (docs/notifications.md)",
         ),
     )
