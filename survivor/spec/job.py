@@ -13,7 +13,7 @@ from survivor.spec.fields import FIELD_KEYS, JobFields
 from survivor.spec.loading import MAX_SPEC_BYTES, load_yaml
 from survivor.spec.problems import SpecError
 from survivor.spec.recipe import flat_attributes_to_mapping
-from survivor.spec.sections import FallbackSpec
+from survivor.spec.sections import FALLBACK_KEYS, FallbackSpec
 from survivor.spec.validation import Validator, is_secret_name
 
 
@@ -114,17 +114,7 @@ class JobSpec(JobFields):
     def _fallback_mapping(self) -> dict[str, Any] | None:
         if self.fallback is None or self.fallback == FallbackSpec():
             return None
-        return {
-            k: v
-            for k, v in (
-                ("machine_type", self.fallback.machine_type),
-                ("gpu", self.fallback.gpu),
-                ("switch_back", self.fallback.switch_back),
-                ("flex_start", self.fallback.flex_start),
-                ("flex_start_wait_hours", self.fallback.flex_start_wait_hours),
-            )
-            if v is not None
-        }
+        return {k: v for k in FALLBACK_KEYS if (v := getattr(self.fallback, k)) is not None}
 
     def _placement_mapping(self) -> dict[str, Any] | None:
         if self.placement is None:

@@ -5,7 +5,7 @@ fallback, its placement and machine shapes, its webhooks (`NotifyTarget`) and it
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from survivor.trainers.registry import BUILTIN_TRAINERS
@@ -89,6 +89,16 @@ class FallbackSpec:
     flex_start_wait_hours: float = FLEX_START_WAIT_HOURS
 
 
+def section_keys(section: type) -> tuple[str, ...]:
+    """The keys a spec section takes: its record's fields, in their order, so a new key is written
+    once, as a field (the validator's unknown-key check and the written spec read this)."""
+    return tuple(f.name for f in fields(section))
+
+
+#: The keys of `fallback:`.
+FALLBACK_KEYS = section_keys(FallbackSpec)
+
+
 @dataclass(frozen=True)
 class Shape:
     """Another machine a job can train on: the machine keys of its `compute:` section, read as
@@ -100,11 +110,11 @@ class Shape:
 
     def to_mapping(self) -> dict[str, str]:
         """The keys as the spec writes them."""
-        return {k: v for k, v in (("machine_type", self.machine_type), ("gpu", self.gpu)) if v is not None}
+        return {k: v for k in SHAPE_KEYS if (v := getattr(self, k)) is not None}
 
 
 #: The keys of a shape: the machine keys of `compute:`.
-SHAPE_KEYS = ("machine_type", "gpu")
+SHAPE_KEYS = section_keys(Shape)
 #: The most alternative shapes a job may name: each is a template, and each move that is due asks
 #: every zone of every region about every shape's GPU (survivor/mig/move.py `offers`).
 MAX_SHAPES = 10
@@ -187,3 +197,8 @@ class Budget:
 
     usd: float
     warn_at: float = 0.8
+
+
+#: The keys of a `notify:` target and of `budget:`.
+NOTIFY_KEYS = section_keys(NotifyTarget)
+BUDGET_KEYS = section_keys(Budget)

@@ -17,8 +17,10 @@ from survivor.spec.keys import Key
 from survivor.spec.problems import did_you_mean, show
 from survivor.spec.recipe import FLAT_KEYS, UNSUPPORTED_FLAT_KEYS, kebab
 from survivor.spec.sections import (
+    BUDGET_KEYS,
     Budget,
     Deadline,
+    FALLBACK_KEYS,
     FLEX_START_WAIT_HOURS,
     FallbackSpec,
     MAX_FLEX_START_WAIT_HOURS,
@@ -26,6 +28,7 @@ from survivor.spec.sections import (
     MAX_SHAPES,
     NOTIFY_EVENTS,
     NOTIFY_FORMATS,
+    NOTIFY_KEYS,
     NotifyTarget,
     PLACEMENT_RANGES,
     Placement,
@@ -284,7 +287,7 @@ class Validator:
     def fallback(self) -> FallbackSpec | None:
         """`fallback`: the on-demand machine of a job with a deadline (`machine_type`, `gpu`, `switch_back`),
         and whether flex-start may stand in for on-demand (`flex_start`, `flex_start_wait_hours`)."""
-        keys = ("machine_type", "gpu", "switch_back", "flex_start", "flex_start_wait_hours")
+        keys = FALLBACK_KEYS
         value = self._get("fallback")
         has_deadline = self.named("deadline")
         if value is None:
@@ -396,7 +399,7 @@ class Validator:
         if len(value) > MAX_NOTIFY_TARGETS:
             self.problems.append(f"notify: {len(value)} targets; expected at most {MAX_NOTIFY_TARGETS}")
             return ()
-        known = ("url", "format", "on", "no_vm_minutes")
+        known = NOTIFY_KEYS
         targets = []
         for i, item in enumerate(value):
             label = f"notify[{i}]"
@@ -458,7 +461,7 @@ class Validator:
         if not isinstance(value, dict):
             self._problem("budget", value, "a mapping with usd (and warn_at), e.g. {usd: 250, warn_at: 0.8}")
             return None
-        known = ("usd", "warn_at")
+        known = BUDGET_KEYS
         for key in sorted(str(k) for k in value if k not in known):
             close = did_you_mean(key, known)
             self.problems.append(f"budget.{key}: unknown key{f' ({close})' if close else ''}; expected usd or warn_at")
