@@ -406,7 +406,7 @@ class DiskTier:
             if (digest.size, digest.crc32c) != (f.size, f.crc32c):
                 problem = f"{f.path}: {digest.size} bytes, CRC32C {digest.crc32c}; recorded {f.size}, {f.crc32c}"
                 break
-            files.append(LocalFile(f.path, f.size, st.st_mtime_ns, f.crc32c, digest.chunks))
+            files.append(LocalFile.from_digest(f.path, st, digest))  # verified: digest's size and CRC32C are f's
         if problem is not None:
             log.warning(
                 "ignoring a pending disk-tier snapshot that does not verify; the previous commit restores",

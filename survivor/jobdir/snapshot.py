@@ -58,6 +58,12 @@ class LocalFile:
     crc32c: str
     chunks: tuple[ChunkDigest, ...] = ()
 
+    @classmethod
+    def from_digest(cls, rel: str, st: os.stat_result, digest: FileDigest) -> LocalFile:
+        """The file at `rel` as `digest` read it, with `st` (its stat) giving its mtime: the one
+        way a snapshot's file is built, so a new field of `FileDigest` reaches every snapshot."""
+        return cls(rel, digest.size, st.st_mtime_ns, digest.crc32c, digest.chunks)
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -446,7 +452,7 @@ def _stable_entry(path: str, rel: str, checksums: Checksums) -> LocalFile | None
     if digest.size != after.st_size:  # read while it was still being written (the stat raced the write)
         return None
     checksums.keep(rel, after, digest)
-    return LocalFile(rel, after.st_size, after.st_mtime_ns, digest.crc32c, digest.chunks)
+    return LocalFile.from_digest(rel, after, digest)
 
 
 def event_files(root: str) -> list[str]:
