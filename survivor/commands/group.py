@@ -29,6 +29,8 @@ from survivor.commands.errors import CommandError
 from survivor.commands import flags
 
 if TYPE_CHECKING:  # imported where a command uses them: `--help` and the parser need neither
+    from rich.table import Table
+
     from survivor.cloud.compute import Compute
     from survivor.mig.address import JobAddress
     from survivor.operator.status import JobStatus
@@ -186,8 +188,6 @@ def _shown(value, width: int = SCREEN_CHARS) -> str:
 
 def _print_job_dir(summary: dict) -> None:
     """Shows what the job dir alone says: state, committed step, preemptions, lost steps, every attempt."""
-    from rich.table import Table
-
     from survivor.jobdir.status import failed_reason
     from survivor.log import console as make_console
 
@@ -205,8 +205,16 @@ def _print_job_dir(summary: dict) -> None:
         console.print(line)
     if summary["failed"]:
         console.print(f"[red]FAILED:[/red] {_shown(failed_reason(summary['failed']))}")
-    table = Table("attempt", "instance", "restored", "ended at", "outcome", "lost", "reason")
-    for row in summary["history"]:
+    console.print(boots_table(summary["history"]))
+
+
+def boots_table(history: list[dict], reason_width: int = SCREEN_CHARS) -> Table:
+    """`job_summary`'s boot history as `status` prints it, for a job dir and for a job alike: one
+    row a boot, each field `_shown`, the reason cut at `reason_width`."""
+    from rich.table import Table
+
+    table = Table("boot", "instance", "restored", "saved", "outcome", "lost", "reason")
+    for row in history:
         table.add_row(
             _shown(row["attempt"]),
             _shown(row["instance"]),
@@ -214,9 +222,9 @@ def _print_job_dir(summary: dict) -> None:
             _shown(row["end_step"]),
             _shown(row["outcome"]),
             _shown(row["steps_lost"]),
-            _shown(row["reason"]),
+            _shown(row["reason"], reason_width),
         )
-    console.print(table)
+    return table
 
 
 def moves_and_waits_lines(summary: dict) -> list[str]:
@@ -262,8 +270,6 @@ def state_disk_lines(report: JobStatus) -> list[str]:
 
 def _print_status(report: JobStatus) -> None:
     """Shows `job_status`'s report: the group, its VM, the job's progress, its cost, its last boots."""
-    from rich.table import Table
-
     from survivor.jobdir.status import failed_reason
     from survivor.log import console as make_console
 
@@ -315,18 +321,8 @@ def _print_status(report: JobStatus) -> None:
         )
     if report.goodput_line:
         console.print(f"  {_shown(report.goodput_line, 2 * SCREEN_CHARS)}")
-    table = Table("boot", "instance", "from", "saved", "outcome", "lost", "reason")
-    for row in job["history"][-10:]:
-        table.add_row(
-            _shown(row["attempt"]),
-            _shown(row["instance"]),
-            _shown(row["restored"]),
-            _shown(row["end_step"]),
-            _shown(row["outcome"]),
-            _shown(row["steps_lost"]),
-            _shown(row["reason"], 60),
-        )
-    console.print(table)
+    # the last ten boots, reasons shorter: this table shares the screen with the group's lines
+    console.print(boots_table(job["history"][-10:], reason_width=60))
 
 
 def status(args: argparse.Namespace) -> int:
