@@ -2,7 +2,8 @@
 
 Cloud Storage's roles on a bucket (`ROLE_PERMISSIONS`), and the Compute Engine and IAM permissions a
 job's VM uses on its project (`LEAVE_GROUP`, `DEADLINE_SWITCH`, `BOOT_MOVE`; what a project's roles
-grant is read with IAM's `roles.get`, not kept here).
+grant is read with IAM's `roles.get`, not kept here), and the permission each Compute Engine method
+the VM calls needs (`METHOD_PERMISSIONS`, which the fake Compute Engine enforces).
 
     >>> "storage.objects.get" in ROLE_PERMISSIONS["roles/storage.objectUser"]
     True
@@ -110,6 +111,53 @@ BOOT_MOVE = DEADLINE_SWITCH + (
 #: and so do Compute Admin and the basic Editor and Owner roles. survivor reads the data where it
 #: decides (preflight warns when they are missing: the data is an input, never a requirement).
 CAPACITY_DATA = ("compute.advice.capacity", "compute.advice.capacityHistory")
+
+#: The permission each Compute Engine method a VM calls needs on its resource, by the method's id (the
+#: REST reference's "Authorization requires the following IAM permission": deleteInstances and
+#: setInstanceTemplate ask for compute.instanceGroupManagers.update; the sources are above). The
+#: fake Compute Engine (survivor/local/compute_server.py) answers a 403 by it, so a new call the VM
+#: makes joins this table beside its permission above.
+METHOD_PERMISSIONS = {
+    **{
+        f"compute.{kind}.{verb}": "compute.instanceGroupManagers.update"
+        for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
+        for verb in ("deleteInstances", "setInstanceTemplate", "recreateInstances", "resize", "patch")
+    },
+    **{
+        f"compute.{kind}.{verb}": "compute.instanceGroupManagers.get"
+        for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
+        for verb in ("get", "listManagedInstances", "listErrors")
+    },
+    "compute.instanceTemplates.get": "compute.instanceTemplates.get",
+    # the move at boot (permissions.BOOT_MOVE): a group made in the next region, the old one deleted,
+    # the next region's accelerator types listed
+    **{
+        f"compute.{kind}.insert": "compute.instanceGroupManagers.create"
+        for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
+    },
+    **{
+        f"compute.{kind}.delete": "compute.instanceGroupManagers.delete"
+        for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
+    },
+    "compute.acceleratorTypes.list": "compute.acceleratorTypes.list",
+    "compute.regions.get": "compute.regions.get",  # the move reads the next region's zones (BOOT_MOVE)
+    "compute.instanceTemplates.insert": "compute.instanceTemplates.create",
+    # resize requests: "Authorization requires ... compute.instanceGroupManagers.update" (insert's REST
+    # reference, https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagerResizeRequests/insert);
+    # reading them is taken to need .get, as reading the group does (an assumption)
+    **{
+        f"compute.{kind}.{verb}": "compute.instanceGroupManagers.update"
+        for kind in ("instanceGroupManagerResizeRequests", "regionInstanceGroupManagerResizeRequests")
+        for verb in ("insert", "cancel", "delete")
+    },
+    **{
+        f"compute.{kind}.{verb}": "compute.instanceGroupManagers.get"
+        for kind in ("instanceGroupManagerResizeRequests", "regionInstanceGroupManagerResizeRequests")
+        for verb in ("get", "list")
+    },
+    # capacity data (CAPACITY_DATA): each method needs the permission of its own name
+    **{p: p for p in CAPACITY_DATA},
+}
 
 _VM_COMPUTE = frozenset(p for p in DEADLINE_SWITCH if p.startswith("compute."))
 _GROUPS = frozenset({"compute.instanceGroupManagers.create", "compute.instanceGroupManagers.delete"})

@@ -142,11 +142,6 @@ def rate_to_hazard(rate: float) -> float:
 
 # -- the fake's two methods ---------------------------------------------------------------------
 
-#: The IAM permission each method needs (docs/capacity-data.md, C1 and H1).
-ADVICE_PERMISSIONS = {
-    "compute.advice.capacity": "compute.advice.capacity",
-    "compute.advice.capacityHistory": "compute.advice.capacityHistory",
-}
 _TPU = re.compile(r"^(ct[0-9]|tpu)")
 
 

@@ -50,8 +50,8 @@ role (survivor/local/iam_roles.py, from a dump of the real answers) and `GET /v1
 a custom one (`custom_roles`) (the project's IAM policy, `set_project_policy`; by default
 the Compute Engine default service account has Editor, as older projects grant it), and enforces that
 policy on `caller` (None: every call is allowed): the group and template calls a VM makes need the
-permission of `METHOD_PERMISSIONS`, granted by a role as `roles.get` lists it (what preflight reads),
-else a 403 in the API's words ("Required
+permission survivor/cloud/permissions.py's `METHOD_PERMISSIONS` names, granted by a role as
+`roles.get` lists it (what preflight reads), else a 403 in the API's words ("Required
 'compute.instanceGroupManagers.update' permission for 'projects/P/zones/Z/instanceGroupManagers/G'").
 
 `on_instance_created` / `on_instance_deleted` let the local simulator attach a running agent to each
@@ -77,7 +77,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from survivor.cloud import hardware, machines, permissions
 from survivor.extras import require
-from survivor.local.capacity_advice import ADVICE_PERMISSIONS, AdviceServing
+from survivor.local.capacity_advice import AdviceServing
 from survivor.local.iam_roles import PREDEFINED_ROLES, role_resource
 from survivor.local.http import HttpError, LocalService, QuietHandler, send_json
 from survivor.places import region_of_zone
@@ -85,51 +85,6 @@ from survivor.places import region_of_zone
 BASE = "/compute/v1/"
 PROJECT_NUMBER = "123456789012"
 DEFAULT_ACCOUNT = f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
-
-#: The permission each call a VM makes needs on its resource (the REST reference's "Authorization
-#: requires the following IAM permission": deleteInstances and setInstanceTemplate ask for
-#: compute.instanceGroupManagers.update; survivor/cloud/permissions.py has the sources).
-METHOD_PERMISSIONS = {
-    **{
-        f"compute.{kind}.{verb}": "compute.instanceGroupManagers.update"
-        for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
-        for verb in ("deleteInstances", "setInstanceTemplate", "recreateInstances", "resize", "patch")
-    },
-    **{
-        f"compute.{kind}.{verb}": "compute.instanceGroupManagers.get"
-        for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
-        for verb in ("get", "listManagedInstances", "listErrors")
-    },
-    "compute.instanceTemplates.get": "compute.instanceTemplates.get",
-    # the move at boot (permissions.BOOT_MOVE): a group made in the next region, the old one deleted,
-    # the next region's accelerator types listed
-    **{
-        f"compute.{kind}.insert": "compute.instanceGroupManagers.create"
-        for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
-    },
-    **{
-        f"compute.{kind}.delete": "compute.instanceGroupManagers.delete"
-        for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
-    },
-    "compute.acceleratorTypes.list": "compute.acceleratorTypes.list",
-    "compute.regions.get": "compute.regions.get",  # the move reads the next region's zones (BOOT_MOVE)
-    "compute.instanceTemplates.insert": "compute.instanceTemplates.create",
-    # resize requests: "Authorization requires ... compute.instanceGroupManagers.update" (insert's REST
-    # reference, https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagerResizeRequests/insert);
-    # reading them is taken to need .get, as reading the group does (an assumption)
-    **{
-        f"compute.{kind}.{verb}": "compute.instanceGroupManagers.update"
-        for kind in ("instanceGroupManagerResizeRequests", "regionInstanceGroupManagerResizeRequests")
-        for verb in ("insert", "cancel", "delete")
-    },
-    **{
-        f"compute.{kind}.{verb}": "compute.instanceGroupManagers.get"
-        for kind in ("instanceGroupManagerResizeRequests", "regionInstanceGroupManagerResizeRequests")
-        for verb in ("get", "list")
-    },
-    # capacity data (survivor/local/capacity_advice.py, docs/capacity-data.md)
-    **ADVICE_PERMISSIONS,
-}
 
 
 def guest_cpus(machine_type: str) -> int | None:
@@ -376,7 +331,7 @@ class ComputeServer(AdviceServing, LocalService):
 
     def _check_permission(self, method_id: str, path: str) -> None:
         """A 403 in the API's words when `caller` lacks the permission `method_id` needs."""
-        needed = METHOD_PERMISSIONS.get(method_id)
+        needed = permissions.METHOD_PERMISSIONS.get(method_id)
         if self.caller is None or needed is None:
             return
         project = path.split("/")[1]
