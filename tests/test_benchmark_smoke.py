@@ -3,15 +3,20 @@ rots unseen (`benchmarks.time_to_safety` once failed on main: its trainer was st
 of a package the agent's working directory does not have). Each must exit 0 and print its table;
 the plots go to a scratch folder (SURVIVOR_BENCHMARK_PLOTS), never over the published ones.
 
-Not here: `benchmarks.boot` (it builds survivor's wheel and the VM's lock, minutes even at its
-smallest; tests/test_boot_rehearsal.py runs the same boots), and those whose own tests run them
-small (`benchmarks.commands`, `benchmarks.capacity`'s model in tests/test_capacity.py)."""
+Not here (`NOT_SMOKED`): `benchmarks.boot` (it builds survivor's wheel and the VM's lock, minutes
+even at its smallest; tests/test_boot_rehearsal.py runs the same boots), `benchmarks.commands`
+(its own tests run it small), and `benchmarks.state_trainer` (a trainer the large-state benchmark
+starts, no benchmark). A new benchmark joins `SMOKE` (and benchmarks/run_all.sh) or, with its
+reason, `NOT_SMOKED`: a module of benchmarks/ with a `main` in neither fails
+`test_every_benchmark_is_smoked_or_excused`."""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -74,6 +79,8 @@ SMOKE = {
     "trainer_start": ["--baseline", ROOT, "--pairs", "1"],
     "dashboard": ["--jobs", "6", "--commits", "2", "--repeats", "1"],
 }
+#: The modules of benchmarks/ with a `main` that are not smoked here, and why (the docstring above).
+NOT_SMOKED = {"boot": "minutes at its smallest", "commands": "its own tests", "state_trainer": "a trainer"}
 #: TensorFlow trainers, agent boots: tens of seconds each on 2 cores
 SLOW = {"time_to_resume", "overhead", "trainer_start", "chaos", "goodput"}
 
@@ -94,6 +101,19 @@ def test_each_benchmark_runs_at_its_smoke_size(name, tmp_path):
     assert done.returncode == 0, f"benchmarks.{name}:\n{(done.stdout + done.stderr)[-3000:]}"
     assert "|---|" in done.stdout, done.stdout[-2000:]  # its table
     assert "docs/benchmarks/" not in done.stdout.replace(str(tmp_path), "")  # no published plot overwritten
+
+
+def test_every_benchmark_is_smoked_or_excused():
+    """A benchmark added without a smoke size would otherwise pass unseen: every module of
+    benchmarks/ with a top-level `main` is in `SMOKE` or `NOT_SMOKED` (read, none run)."""
+    with_main = {
+        path.stem
+        for path in Path(ROOT, "benchmarks").glob("*.py")
+        if any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in ast.parse(path.read_text()).body)
+    }
+    assert with_main - SMOKE.keys() - NOT_SMOKED.keys() == set(), "add each to SMOKE, or to NOT_SMOKED with why"
+    assert not SMOKE.keys() & NOT_SMOKED.keys()
+    assert NOT_SMOKED.keys() <= with_main, "NOT_SMOKED names a module that is gone or has no main"
 
 
 def test_a_failed_run_keeps_its_scratch_dir_and_says_where(tmp_path):
