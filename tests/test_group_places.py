@@ -48,10 +48,29 @@ def test_make_group_refuses_a_second_group_of_the_job_in_another_zone_or_region(
     code, _, err = run(capsys, "make-group", "job", "--template", template, "--zone", "us-central1-a", *WAIT)
     assert code == 1 and "already exists in zone us-west1-b" in err
     assert places(compute_server) == [("zones/us-west1-b", "job")]
-    # the same place again is a rerun, not a second group; another job's name is another job
+    # the same place again is a rerun, not a second group
     assert run(capsys, "make-group", "job", "--template", template, "--zone", "us-west1-b", *WAIT)[0] == 0
-    assert run(capsys, "make-group", "other", "--template", template, "--region", "us-west1", *WAIT)[0] == 0
-    assert places(compute_server) == [("regions/us-west1", "other"), ("zones/us-west1-b", "job")]
+    assert places(compute_server) == [("zones/us-west1-b", "job")]
+
+
+def test_make_group_refuses_a_second_group_of_the_same_job_under_another_name(compute_server, capsys, template):
+    """The template carries the job (its spec, its job dir): a group of another name on it, or on one
+    of the job's other templates, would be a second VM billed while the first holds the job's lease."""
+    from survivor.mig.make import job_of_template
+
+    assert run(capsys, "make-group", "job", "--template", template, "--zone", "us-west1-b", *WAIT)[0] == 0
+    code, out, err = run(capsys, "make-group", "other", "--template", template, "--region", "us-west1", *WAIT)
+    assert code == 1 and out == ""
+    assert err.strip() == (
+        "error: group other: template t's job already has group job in zone us-west1-b, and a job has one "
+        "group (a second would be billed while the first holds the job dir's lease): use `job --zone "
+        "us-west1-b`, or delete it first (`survivor delete job --zone us-west1-b`)"
+    )
+    assert places(compute_server) == [("zones/us-west1-b", "job")]
+    assert [job_of_template(t) for t in ("t", "t-on-demand", "t-shape-2", "t-shape-2-on-demand", "t-flex-start")] == [
+        "t"
+    ] * 5
+    assert job_of_template("t2") == "t2" and job_of_template("t-shaped") == "t-shaped"
 
 
 def test_a_regional_group_is_found_from_a_zone_too(compute_server, capsys, template):

@@ -351,13 +351,16 @@ def check_line(run: Runner, line: Line, words: list[str], tmp_path: pathlib.Path
         assert promised, "the guide no longer quotes what make-group prints"
         promised = promised.group(1)
         assert out.strip() == promised
-        # the guide's stockout example, from the zone the rehearsal stocked out
+        # the guide's stockout example, from the zone the rehearsal stocked out, by a group of another
+        # job (a copy of the template under another name: a job has one group)
+        made = compute.get_template("cifar10")
+        compute.insert_template({"name": "rehearsal", "properties": made["properties"]})
         code, _, err = run(
             [
                 "make-group",
                 "stocked",
                 "--template",
-                "cifar10",
+                "rehearsal",
                 "--zone",
                 "us-west1-a",
                 "--wait-seconds",
@@ -373,15 +376,15 @@ def check_line(run: Runner, line: Line, words: list[str], tmp_path: pathlib.Path
         assert re.search(pattern, said, re.S), f"the guide's stockout example:\n{example}\nmake-group said:\n{said}"
         assert run(["delete", "stocked", "--zone", "us-west1-a", "--template", "keep-it"])[0] == 0
         # the guide's regional alternative (a group in any zone of the region offering the T4), as a
-        # group of another name: us-west1-a is stocked out, us-west1-c has no T4
-        code, out, err = run(["make-group", "regional", "--template", "cifar10", "--region", "us-west1"])
+        # group of another job: us-west1-a is stocked out, us-west1-c has no T4
+        code, out, err = run(["make-group", "regional", "--template", "rehearsal", "--region", "us-west1"])
         assert code == 0, err
         group = compute.get_group(GroupRef(compute.project, "regional", region="us-west1"))
         assert group["distributionPolicy"]["targetShape"] == "ANY"
         zones = {z["zone"].rsplit("/", 1)[-1] for z in group["distributionPolicy"]["zones"]}
         assert zones == {"us-west1-a", "us-west1-b"}, "only the zones that offer the T4"
         assert "its VM is RUNNING in us-west1-b" in out
-        assert run(["delete", "regional", "--region", "us-west1", "--template", "keep-it"])[0] == 0
+        assert run(["delete", "regional", "--region", "us-west1"])[0] == 0  # and its template
         # the guide's regional line for the job itself, run after the zonal one as a reader going
         # line by line would: refused in the words the guide quotes, nothing made
         alternative, refusal = guide_alternative()

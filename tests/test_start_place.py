@@ -204,3 +204,53 @@ def test_with_its_own_shape_available_the_group_starts_on_it_and_nothing_is_reco
     assert compute_server.groups[("survivor-local", "regions/us-west1", "job")]["instanceTemplate"].endswith("/job")
     assert ("survivor-local", "job-shape-1") not in compute_server.templates
     assert moves(open_storage(shapes_template)) == []
+
+
+def test_every_region_on_the_jobs_own_shape_comes_before_another_shape(compute_server, tmp_path, monkeypatch, capsys):
+    """Capacity for the job's own machine in another region: the group goes there, not to another
+    shape here, however close the bets (a move walks the regions on the job's own shape first)."""
+    from survivor.commands.main import main
+
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "survivor-local")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        SHAPES.format(job_dir=tmp_path / "job").replace("regions: [us-west1]", "regions: [us-west1, us-central1]")
+    )
+    assert main(["make-template", "job", "--config", str(spec)]) == 0
+    west_out(compute_server)
+    capsys.readouterr()
+    assert make_group("--region", "us-west1") == 0
+    assert "starts in region us-central1, not us-west1" in capsys.readouterr().out
+    assert compute_server.groups[("survivor-local", "regions/us-central1", "job")]["instanceTemplate"].endswith("/job")
+
+
+def test_a_rerun_after_a_make_group_cut_between_its_record_and_its_group_records_nothing_more(
+    compute_server, shapes_template, capsys
+):
+    from survivor.cloud.compute import Compute, GroupRef
+    from survivor.jobdir.moves import moves
+    from survivor.jobdir.storage import open_storage
+    from survivor.mig.make import choose_start
+
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", machine_type="n1-standard-8")
+    compute = Compute("survivor-local")
+    group = GroupRef("survivor-local", "job", region="us-west1")
+    first = choose_start(compute, group, "job", compute.get_template("job"))  # then the make-group was killed
+    assert first.template == "job-shape-1" and len(moves(open_storage(shapes_template))) == 1
+    assert make_group("--region", "us-west1") == 0
+    assert compute_server.groups[("survivor-local", "regions/us-west1", "job")]["instanceTemplate"].endswith(
+        "/job-shape-1"
+    )
+    assert len(moves(open_storage(shapes_template))) == 1
+
+
+def test_spot_written_as_a_quoted_string_is_refused_naming_the_key(tmp_path, capsys):
+    from survivor.commands.main import main
+
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        "job_dir: gs://my-bucket/j\ntrain_steps: 1\ntrainer: {builtin: dummy}\n"
+        "compute: {spot: 'false', zone: us-west1-b}\n"
+    )
+    assert main(["make-template", "job", "--config", str(spec), "--dry-run"]) != 0
+    assert "compute.spot 'false': expected true or false" in capsys.readouterr().err

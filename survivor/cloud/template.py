@@ -172,8 +172,9 @@ def parse_gpu(text: str) -> tuple[str | None, int]:
 def machine_problems(spec: JobSpec, options: MachineOptions) -> list[str]:
     """Pure decision: the contradictions between machine type, GPUs, Spot and notice, one line each."""
     problems = []
-    if not isinstance(options.external_ip, bool):
-        problems.append(f"compute.external_ip {options.external_ip!r}: expected true or false")
+    for key in ("spot", "external_ip", "cloud_platform_scope"):  # YAML's "false" in quotes is a string
+        if not isinstance(getattr(options, key), bool):
+            problems.append(f"compute.{key} {getattr(options, key)!r}: expected true or false")
     if isinstance(options.disk_gb, bool) or not isinstance(options.disk_gb, int) or options.disk_gb < MIN_DISK_GB:
         problems.append(
             f"compute.disk_gb {options.disk_gb!r}: expected a whole number of GB >= {MIN_DISK_GB} (and at "

@@ -69,6 +69,28 @@ def groups_elsewhere(group: GroupRef, groups: list[GroupRef]) -> list[GroupRef]:
     return [g for g in groups if g.name == group.name and (g.zone, g.region) != (group.zone, group.region)]
 
 
+def job_of_template(template: str) -> str:
+    """Pure: the job template (make-template's) that `template` belongs to: itself, or the one its
+    deadline twin (`-on-demand`, `-flex-start`) or machine shape (`-shape-N`) was made from."""
+    import re
+
+    from survivor.mig.templates import template_mode
+
+    return re.sub(r"-shape-[0-9]+$", "", template_mode(template)[0])
+
+
+def groups_of_job(group: GroupRef, template: str, groups: list[tuple[GroupRef, dict]]) -> list[GroupRef]:
+    """Pure decision: the groups of `groups` under another name than `group` that run one of the
+    templates of `template`'s job: a second group would train the same job dir (one VM holds its
+    lease; the others are billed for nothing)."""
+    job = job_of_template(template)
+    return [
+        ref
+        for ref, body in groups
+        if ref.name != group.name and job_of_template(str(body.get("instanceTemplate") or "").rsplit("/", 1)[-1]) == job
+    ]
+
+
 def elsewhere_refusal(group: GroupRef, others: list[GroupRef]) -> str:
     """Pure: the one line that refuses a second group of a job's name, naming the one there and the fix."""
     there = _address_of(min(others, key=_place_key))
@@ -178,7 +200,7 @@ def choose_start(compute: Compute, group: GroupRef, template_name: str, template
     Without the data (no permission, a region or machine without it): where asked, said once in the
     log (survivor/cloud/capacity.py `read_outlooks`)."""
     from survivor.cloud.capacity import FALLBACK, read_outlooks
-    from survivor.jobdir.moves import Move, record_move
+    from survivor.jobdir.moves import Move, moves, record_move
     from survivor.jobdir.storage import open_storage
     from survivor.mig.templates import shape_template_body, shape_template_name, spec_of
     from survivor.policy.placement import Place, machine_text, place_machines, place_of, shape_text, start_place
@@ -216,17 +238,28 @@ def choose_start(compute: Compute, group: GroupRef, template_name: str, template
     def name(place: Place) -> str:
         return place.region + (f" on {shape_text(placement, place.shape)}" if place.shape else "")
 
-    asked, skip = Place(group.region), set[Place]()
+    asked = Place(group.region)
     bodies = {0: template}
-    for _ in wanted:
-        start = start_place(asked, outlooks, frozenset(skip), name)
-        if start.at == asked:
-            break
-        if start.at.shape not in bodies:
-            bodies[start.at.shape] = shape_template_body(template, spec, start.at.shape)
-        if regional_zones(compute, start.at.region, bodies[start.at.shape]):
-            break
-        skip.add(start.at)  # no zone of its region offers the shape's GPU: the next best
+
+    def best(among: dict[Place, Any]) -> Any:
+        """start_place over `among`, passing over a place whose region offers not its shape's GPU."""
+        skip = set[Place]()
+        for _ in wanted:
+            start = start_place(asked, among, frozenset(skip), name)
+            if start.at == asked:
+                break
+            if start.at.shape not in bodies:
+                bodies[start.at.shape] = shape_template_body(template, spec, start.at.shape)
+            if regional_zones(compute, start.at.region, bodies[start.at.shape]):
+                break
+            skip.add(start.at)  # no zone of its region offers the shape's GPU: the next best
+        return start
+
+    # the job's own shape in every region first, as a move walks them (policy/placement.py `places`):
+    # another shape changes speed, price and what the trainer was tuned for
+    start = best({p: o for p, o in outlooks.items() if p.shape == 0})
+    if start.at == asked and placement.shapes:
+        start = best(outlooks)
     if start.at == asked:
         return StartChoice(group, template_name, f"starts in region {asked.region}: {start.reason}")
     chosen = GroupRef(group.project, group.name, region=start.at.region)
@@ -238,16 +271,20 @@ def choose_start(compute: Compute, group: GroupRef, template_name: str, template
     body = bodies[start.at.shape]
     if compute.get_template(body["name"]) is None:
         compute.insert_template(body)
+    storage = open_storage(spec.job_dir)
+    recorded = moves(storage)
     record = Move(
         time=_dt.datetime.now(_dt.timezone.utc).isoformat(),
         from_place=place_of(chosen),
         to_place=place_of(chosen),
-        reason=f"make-group, {start.reason}",
+        reason=start.reason,
         by="make-group",
         shape=str(start.at.shape),
         machine=machine_text(body),
     )
-    record_move(open_storage(spec.job_dir), record)
+    last = recorded[-1] if recorded else None
+    if last is None or (last.to_place, last.shape, last.by) != (record.to_place, record.shape, record.by):
+        record_move(storage, record)  # a rerun of a make-group cut after its record writes no second one
     return StartChoice(
         chosen,
         body["name"],
@@ -306,13 +343,22 @@ def make_group(
     else:
         if options.one_place:
             try:
-                listed = [ref for ref, _ in compute.list_groups()]
+                bodies = compute.list_groups()
             except PermissionDenied as exc:  # a role that may create groups but not list them
                 say(f"warning: group {group.name}: not checked for a group of this name elsewhere ({exc})")
-                listed = []
-            others = groups_elsewhere(group, listed)
+                bodies = []
+            others = groups_elsewhere(group, [ref for ref, _ in bodies])
             if others:
                 raise RequestError(elsewhere_refusal(group, others))
+            same_job = groups_of_job(group, options.template, bodies)
+            if same_job:
+                there = _address_of(min(same_job, key=_place_key))
+                raise RequestError(
+                    f"group {group.name}: template {options.template}'s job already has group "
+                    f"{there.name} in {there.place}, and a job has one group (a second would be billed "
+                    f"while the first holds the job dir's lease): use `{there.name} {there.flag}`, or "
+                    f"delete it first (`survivor delete {there.name} {there.flag}`)"
+                )
         template = compute.get_template(options.template)
         if template is None:
             raise RequestError(
