@@ -254,3 +254,30 @@ def test_spot_written_as_a_quoted_string_is_refused_naming_the_key(tmp_path, cap
     )
     assert main(["make-template", "job", "--config", str(spec), "--dry-run"]) != 0
     assert "compute.spot 'false': expected true or false" in capsys.readouterr().err
+
+
+def test_make_templates_machine_flags_are_written_into_the_spec_the_template_carries(tmp_path, capsys):
+    """The VM, its deadline prices, its capacity-data requests and its shapes' templates read the
+    machine from the carried spec's compute: section: it must say what the template is."""
+    import json
+
+    from survivor.commands.main import main
+
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        "job_dir: gs://my-bucket/j\ntrain_steps: 1\ntrainer: {builtin: dummy}\n"
+        "compute: {machine_type: n1-standard-8, gpu: 'nvidia-tesla-t4:1', disk_gb: 123, zone: us-west1-b}\n"
+    )
+    argv = ["make-template", "job", "--config", str(spec), "--dry-run", "--machine-type", "n1-standard-16"]
+    assert main([*argv, "--gpu", "nvidia-tesla-t4:2", "--disk-gb", "77", "--on-demand", "--zone", "us-west1-a"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    items = {i["key"]: i["value"] for i in body["properties"]["metadata"]["items"]}
+    carried = json.loads(items["survivor-job"])["compute"]
+    assert carried == {
+        "machine_type": "n1-standard-16",
+        "gpu": "nvidia-tesla-t4:2",
+        "disk_gb": 77,
+        "spot": False,
+        "zone": "us-west1-b",  # where the checks ran is the command's, not the job's machine
+    }
+    assert body["properties"]["machineType"] == "n1-standard-16"

@@ -13,6 +13,7 @@ contradicts itself raises `SpecError`. Lines meant for the operator go through a
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 from dataclasses import dataclass, field
@@ -98,6 +99,27 @@ class TemplateRequest:
         return self.zone or section.get("zone"), self.region or section.get("region")
 
 
+#: Flags of make-template that are not written into the spec the template carries (`with_flags`).
+NOT_CARRIED = frozenset({"project", "zone", "region", "survivor_wheel"})
+
+
+def with_flags(spec: JobSpec, request: TemplateRequest) -> JobSpec:
+    """Pure: the spec with the request's machine flags written into its `compute:` section, so that the
+    spec the template carries (`survivor-job`) says what the template is: the VM's deadline prices,
+    its capacity-data requests and its shapes' templates read the machine from that section. Where the
+    checks ran (`project`, `zone`, `region`: the group's place is make-group's) and a local wheel's path
+    (`survivor_wheel`, nothing on the VM) stay out."""
+    flagged = {k: v for k, v in request.machine.items() if v is not None and k not in NOT_CARRIED}
+    if request.gpu:
+        flagged["gpu"] = request.gpu
+    if not flagged:
+        return spec
+    section = {
+        k: v for k, v in (spec.extra.get("compute") or {}).items() if not ("gpu" in flagged and k.startswith("gpu"))
+    }
+    return dataclasses.replace(spec, extra={**spec.extra, "compute": {**section, **flagged}})
+
+
 def describe_template(request: TemplateRequest, boot: BootChoice | None = None) -> tuple[JobSpec, dict]:
     """The job spec and the template body a request describes; SpecError when it contradicts itself.
 
@@ -107,7 +129,7 @@ def describe_template(request: TemplateRequest, boot: BootChoice | None = None) 
     problems = name_problems("template", request.name) + location_problems(request.zone, request.region)
     if problems:
         raise SpecError(problems)
-    spec = JobSpec.from_file(request.config)
+    spec = with_flags(JobSpec.from_file(request.config), request)
     gpu_type = gpu_count = None
     if request.gpu:
         gpu_type, gpu_count = parse_gpu(request.gpu)
