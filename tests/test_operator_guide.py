@@ -465,6 +465,11 @@ def spec_file(tmp_path: pathlib.Path, text: str | None = None) -> str:
             "--region us-west1-b: not a region (e.g. us-west1); for that one zone use --zone us-west1-b",
         ),
         (["--gpu", "nvidia-tesla-t4"], "gpu = 'nvidia-tesla-t4': expected TYPE:COUNT"),
+        (["--gpu", ":4"], "gpu = ':4': expected TYPE:COUNT"),  # no type is no GPU "none"
+        (
+            ["--zone", "us-west1-b", "--region", "us-central1"],
+            "--zone us-west1-b and --region us-central1: give one (as make-group takes)",
+        ),
     ],
 )
 def test_a_contradictory_or_malformed_template_request_is_one_line_naming_it(flags, expected, tmp_path, capsys):

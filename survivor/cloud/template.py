@@ -164,7 +164,7 @@ def parse_gpu(text: str) -> tuple[str | None, int]:
     if text.strip().lower() in ("none", "0", ""):
         return None, 0
     kind, _, count = text.partition(":")
-    if not count.isdigit() or int(count) < 1:
+    if not kind.strip() or not count.isdigit() or int(count) < 1:
         raise SpecError([f"gpu = {text!r}: expected TYPE:COUNT, e.g. nvidia-tesla-t4:4, or none"])
     return kind.strip(), int(count)
 

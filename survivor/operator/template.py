@@ -127,6 +127,8 @@ def describe_template(request: TemplateRequest, boot: BootChoice | None = None) 
     once the request is known to be sound.
     """
     problems = name_problems("template", request.name) + location_problems(request.zone, request.region)
+    if request.zone and request.region:  # the checks run for one place, as make-group makes one group
+        problems.append(f"--zone {request.zone} and --region {request.region}: give one (as make-group takes)")
     if problems:
         raise SpecError(problems)
     spec = with_flags(JobSpec.from_file(request.config), request)
