@@ -808,7 +808,10 @@ def test_make_template_again_on_an_unchanged_spec_is_unchanged_though_get_return
     code, out, err = run_cli(capsys, "make-template", "t", "--config", job, "--project", PROJECT, "--no-external-ip")
     assert (
         code == 1
-        and "already exists with a different body (differs in: properties.networkInterfaces[0].accessConfigs)" in err
+        # the spec the template carries says the flag too (its compute: external_ip)
+        and "already exists with a different body (differs in: metadata survivor-job, "
+        "properties.networkInterfaces[0].accessConfigs)"
+        in err
     ), err
     code, out, err = run_cli(capsys, "make-template", "t", "--config", job, "--project", PROJECT, "--disk-gb", "300")
     assert code == 1 and "properties.disks[0].initializeParams.diskSizeGb" in err, err
