@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from survivor.cloud.compute import (
     BASE_INSTANCE_NAME_MAX,
@@ -29,6 +29,9 @@ from survivor.cloud.compute import (
 from survivor.cloud.template import STATE_DISK_DEVICE
 from survivor.mig.address import JobAddress, RequestError, Say, silent
 from survivor.mig.templates import template_gpus
+
+if TYPE_CHECKING:
+    from survivor.jobdir.moves import Move
 
 
 @dataclass(frozen=True)
@@ -182,7 +185,7 @@ class StartChoice:
     group: GroupRef
     template: str
     why: str = ""
-    move: Any = None  # survivor.jobdir.moves.Move
+    move: Move | None = None
 
 
 def choose_start(compute: Compute, group: GroupRef, template_name: str, template: dict) -> StartChoice:

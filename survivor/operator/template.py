@@ -26,7 +26,6 @@ from survivor.cloud.template import (
     body_differences,
     deadline_warning,
     named_differences,
-    parse_gpu,
     template_body,
 )
 from survivor.mig.address import RequestError, Say, silent
@@ -132,12 +131,9 @@ def describe_template(request: TemplateRequest, boot: BootChoice | None = None) 
     if problems:
         raise SpecError(problems)
     spec = with_flags(JobSpec.from_file(request.config), request)
-    gpu_type = gpu_count = None
-    if request.gpu:
-        gpu_type, gpu_count = parse_gpu(request.gpu)
-    options = MachineOptions.from_spec(spec, gpu_type=gpu_type, gpu_count=gpu_count, **request.machine)
-    if request.gpu and gpu_type is None:  # `none`: from_spec reads None as "unset"
-        options.gpu_type, options.gpu_count = None, 0
+    # the machine flags are the spec's compute: section now (its `gpu` read as from a spec, `none`
+    # included); only where the checks run and the local wheel are the request's alone
+    options = MachineOptions.from_spec(spec, **{k: v for k, v in request.machine.items() if k in NOT_CARRIED})
     if not (request.zone or request.region):  # the spec's own compute.zone / compute.region
         problems = location_problems(options.zone, options.region, keys=("compute.zone", "compute.region"))
         if problems:
@@ -169,12 +165,7 @@ def boot_choice(request: TemplateRequest, compute: Compute | None, say: Say = si
         try:
             local = image.local_install(options.survivor_wheel, options.requirements)
             compute_section = spec.extra.get("compute") or {}
-            if (
-                request.machine.get("image_family")
-                or request.machine.get("image_project")
-                or compute_section.get("image_family")
-                or compute_section.get("image_project")
-            ):
+            if compute_section.get("image_family") or compute_section.get("image_project"):  # with its flags
                 # an image family the operator chose, by flag or in the spec (compute.image_family), is
                 # booted as given with the wheel staged: survivor's image is built on the default base
                 # only (the spec's value is honoured: a family the spec names is never replaced by survivor's)
