@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 import random
 import sys
@@ -10,7 +11,11 @@ import uuid
 
 import pytest
 
-from survivor.local.metadata_server import MetadataServer
+from tests import line_coverage
+
+line_coverage.start()  # before the first import of survivor: its probes go in at import
+
+from survivor.local.metadata_server import MetadataServer  # noqa: E402
 
 PYTHON = sys.executable
 
@@ -167,6 +172,19 @@ def instance_factory(tmp_path):
 
 def pytest_configure(config):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    line_coverage.configure()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    line_coverage.worker_finish()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The run's line coverage, its last line (tests/line_coverage.py), and coverage.json."""
+    coverage = line_coverage.merged()
+    if coverage is not None:
+        line_coverage.REPORT.write_text(json.dumps(coverage))
+        terminalreporter.write_line(line_coverage.summary_line(coverage))
 
 
 @pytest.hookimpl(tryfirst=True)
