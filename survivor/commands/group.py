@@ -11,7 +11,9 @@
 
 Also make-image (survivor's image, so boots install nothing). Each handler turns its arguments into
 typed options and calls survivor/operator/ (template.py, group.py, status.py, image.py) and survivor/mig/make.py; failures reach the terminal through
-survivor/commands/errors.py. `status` and `logs` hand a `--vertex` job to survivor/commands/vertex.py.
+survivor/commands/errors.py. `status --vertex` and `logs --vertex` read a Vertex AI custom job here too
+(survivor/operator/vertex_job.py, survivor/cloud/vertex.py), so a flag of every path of one command is
+one handler's; `submit` is survivor/commands/vertex.py's.
 """
 
 from __future__ import annotations
@@ -329,9 +331,7 @@ def status(args: argparse.Namespace) -> int:
     """`survivor status`: a job's group, VM, progress, preemptions, lost work and cost; or its job dir alone
     (`--job-dir` without a name); or a Vertex AI custom job (`--vertex`)."""
     if args.vertex:
-        from survivor.commands import vertex
-
-        return vertex.status(args)
+        return _vertex_status(args)
     if args.name is None:
         if not args.job_dir:
             raise CommandError("give a job name (with --zone or --region), or --job-dir")
@@ -362,6 +362,26 @@ def status(args: argparse.Namespace) -> int:
         print(json.dumps(found.to_json(), indent=2, default=str))
     else:
         _print_status(found)
+    return 0
+
+
+def _vertex_status(args: argparse.Namespace) -> int:
+    """`survivor status --vertex JOB`: the custom job's state beside what its job dir says."""
+    from survivor.operator import vertex_job
+
+    report = vertex_job.job_report(args.vertex, args.region, args.job_dir)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    print(f"{report['display_name']}: {report['state']} ({report['vertex_job']})")
+    if "job" in report:
+        found = report["job"]
+        if found["checkpoint"] is None:
+            print(f"  job dir: no checkpoint yet in {found['checkpoints']}")
+        else:
+            at = "" if found["step"] is None else f" at step {found['step']}"
+            print(f"  job dir: newest checkpoint{at}: {found['checkpoint']}")
+    print(f"  logs: survivor logs --vertex {report['vertex_job']}")
     return 0
 
 
@@ -506,11 +526,17 @@ def delete(args: argparse.Namespace) -> int:
 
 
 def logs(args: argparse.Namespace) -> int:
-    """`survivor logs`: the serial port output of the job's VM (the startup script and the agent's journal)."""
+    """`survivor logs`: the serial port output of the job's VM (the startup script and the agent's journal);
+    with --vertex, a Vertex AI custom job's replicas' logs from Cloud Logging."""
     if args.vertex:
-        from survivor.commands import vertex
+        from survivor.cloud import vertex
 
-        return vertex.logs(args)
+        try:
+            for line in vertex.follow_logs(args.vertex, follow=args.follow, interval=args.interval):
+                print(line, flush=True)
+        except KeyboardInterrupt:  # Ctrl-C is how an operator ends --follow
+            pass
+        return 0
     if not args.name and not args.instance:
         raise CommandError(
             "name the job (its MIG), an instance with --instance and --zone, or a Vertex AI custom job with --vertex"

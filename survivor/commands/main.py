@@ -8,8 +8,9 @@ One module per group of commands, each adding its subparsers and handlers:
 
 - survivor/commands/agent.py: `agent`, the daemon;
 - survivor/commands/group.py: the operator's Compute Engine commands (make-template, make-image,
-  make-group, preflight, status, stop, start, delete, logs);
-- survivor/commands/vertex.py: `submit`, and `status`/`logs` with `--vertex`;
+  make-group, preflight, status, stop, start, delete, logs; `status` and `logs` of a Vertex AI
+  custom job too, with `--vertex`);
+- survivor/commands/vertex.py: `submit`, a Vertex AI custom job;
 - survivor/commands/local.py: demo, simulate, check-trainer, emulate, data (the only commands that
   start stand-ins);
 - survivor/commands/watch.py: `watch`, the deadline policy from outside the VM;

@@ -1,11 +1,10 @@
-"""The Vertex AI commands: submit, status --vertex, logs --vertex.
+"""The Vertex AI command: submit.
 
     $ survivor submit --config job.yaml --region us-central1 --dry-run   # the request; nothing sent
-    $ survivor status --vertex projects/P/locations/R/customJobs/ID --job-dir gs://bucket/run
-    $ survivor logs --vertex projects/P/locations/R/customJobs/ID --follow
 
 The same job spec and trainer as a Vertex AI custom job; survivor/cloud/vertex.py builds the request
-and talks to Vertex AI and Cloud Logging.
+and talks to Vertex AI. Watching it (`status --vertex`, `logs --vertex`) is a path of those commands,
+in survivor/commands/group.py, so a flag of `logs` reaches all its paths from one handler.
 """
 
 from __future__ import annotations
@@ -77,36 +76,6 @@ def submit(args: argparse.Namespace) -> int:
     created = vertex.submit(submission.body, submission.project, submission.region)
     print(f"submitted {created['name']}")
     print(f"watch it: survivor status --vertex {created['name']} --job-dir {submission.job_dir}")
-    return 0
-
-
-def status(args: argparse.Namespace) -> int:
-    """`survivor status --vertex JOB`: the custom job's state beside what its job dir says."""
-    from survivor.operator import vertex_job
-
-    report = vertex_job.job_report(args.vertex, args.region, args.job_dir)
-    if args.json:
-        print(json.dumps(report, indent=2, default=str))
-        return 0
-    print(f"{report['display_name']}: {report['state']} ({report['vertex_job']})")
-    if "job" in report:
-        found = report["job"]
-        if found["checkpoint"] is None:
-            print(f"  job dir: no checkpoint yet in {found['checkpoints']}")
-        else:
-            at = "" if found["step"] is None else f" at step {found['step']}"
-            print(f"  job dir: newest checkpoint{at}: {found['checkpoint']}")
-    print(f"  logs: survivor logs --vertex {report['vertex_job']}")
-    return 0
-
-
-def logs(args: argparse.Namespace) -> int:
-    """`survivor logs --vertex JOB`: the replicas' logs from Cloud Logging; with --follow, until the job ends."""
-    try:
-        for line in vertex.follow_logs(args.vertex, follow=args.follow, interval=args.interval):
-            print(line, flush=True)
-    except KeyboardInterrupt:  # Ctrl-C is how an operator ends --follow
-        pass
     return 0
 
 
