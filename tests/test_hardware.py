@@ -37,7 +37,7 @@ def test_every_shape_carries_a_gpu_survivor_knows_and_belongs_to_a_family_that_c
 
 
 def test_every_gpu_the_fakes_zones_offer_has_a_most_per_vm_that_fits_its_counts():
-    for zone, offered in fake.ACCELERATORS.items():
+    for zone, offered in fake.zone_accelerators().items():
         for name in offered:
             gpu = hardware.GPUS[name]
             assert gpu.max_per_vm >= max(gpu.n1_counts, default=0), (zone, name)
@@ -65,6 +65,7 @@ MADE_UP = Gpu(
     n1_counts={1: (16, 104), 2: (32, 208)},
     max_per_vm=2,
     prices=(1.0, 0.4),
+    zones=("us-west1-b",),
 )
 BUILT_ONLY = Gpu("nvidia-made-up-y1")
 MADE_UP_FAMILY = Family(
@@ -83,7 +84,6 @@ def made_up(monkeypatch):
     monkeypatch.setitem(hardware.GPUS, MADE_UP.name, MADE_UP)
     monkeypatch.setitem(hardware.GPUS, BUILT_ONLY.name, BUILT_ONLY)
     monkeypatch.setitem(hardware.FAMILIES, MADE_UP_FAMILY.name, MADE_UP_FAMILY)
-    monkeypatch.setitem(fake.ACCELERATORS, "us-west1-b", (*fake.ACCELERATORS["us-west1-b"], MADE_UP.name))
 
 
 def test_a_new_gpu_is_one_record_that_the_rules_the_template_and_the_prices_know(made_up):

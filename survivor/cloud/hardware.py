@@ -29,6 +29,22 @@ Sources, field by field (each record below uses them):
   GPU running in Americas").
 - `Gpu.max_per_vm`: `maximumCardsPerInstance` as the Compute fake's `acceleratorTypes` report it, a
   small, realistic slice of https://cloud.google.com/compute/docs/gpus/gpu-regions-zones.
+- `Gpu.zones`: the zones of the Compute fake (survivor/local/compute_server.py) that offer it, a
+  small, realistic slice of the same page (not every zone of a region offers every GPU; us-west1-c
+  has no T4); test data for the stand-in, never a rule survivor applies.
+- `Gpu.catalog_prices`: the stand-in Billing Catalog's (survivor/local/catalog_server.py) "Americas"
+  SKUs for one GPU, (on-demand, Spot) USD per hour; test data for the stand-in, None: no SKU there.
+- `Family.hyperdisk_only`: machine series whose disks are Hyperdisk only (no Persistent Disk:
+  pd-balanced, pd-ssd and pd-standard are refused), with the disk types survivor knows each takes;
+  a series not named takes Persistent Disk (survivor's default pd-balanced) and is not checked.
+  A3 Ultra (a3-ultragpu-*): Hyperdisk Balanced and Hyperdisk Extreme, Google's "Supported disk types
+  for A3" table (https://cloud.google.com/compute/docs/accelerator-optimized-machines#a3-disks; as
+  transcribed in skypilot-org/skypilot#4705: "a3 ultra | hyperdisk-balanced, hyperdisk-extreme",
+  where A3 High/Mega/Edge also take pd-ssd and pd-balanced). A4 (a4-highgpu-*): Hyperdisk only in
+  the same page's A4 table (https://cloud.google.com/compute/docs/accelerator-optimized-machines#a4-disks);
+  Google's own A4 blueprint boots `disk_type: hyperdisk-balanced` (GoogleCloudPlatform/cluster-toolkit
+  examples/machine-learning/a4-highgpu-8g/a4high-vm.yaml). Only that type is listed: the other
+  Hyperdisk types A4 may take are not sent by survivor.
 - `Shape.memory_gb`: G2 from https://cloud.google.com/compute/docs/accelerator-optimized-machines;
   A2 High GPU 85 GB per A100. `Shape.vcpus`: a predefined shape's name ends in it (g2-standard-24);
   for shapes named by their GPUs, skypilot-org/skypilot-catalog catalogs/v8/gcp/vms.csv
@@ -64,7 +80,8 @@ class Gpu:
     `quota_metric`: the on-demand regional metric (Spot counts against `PREEMPTIBLE_` + it), None when
     none is known; `n1_counts`: count -> (max vCPUs, max memory GB) on an N1 machine, empty when it is
     never attached; `max_per_vm`: the most one VM takes, 0 when the fake's zones offer none;
-    `prices`: (on-demand, Spot) USD per hour in the offline table, None when not in it."""
+    `prices`: (on-demand, Spot) USD per hour in the offline table, None when not in it; `zones`
+    and `catalog_prices`: what the Compute fake and the stand-in catalog say of it (test data)."""
 
     name: str
     sku_name: str | None = None
@@ -72,6 +89,8 @@ class Gpu:
     n1_counts: Mapping[int, tuple[int, int]] = field(default_factory=dict)
     max_per_vm: int = 0
     prices: tuple[float, float] | None = None
+    zones: tuple[str, ...] = ()
+    catalog_prices: tuple[float, float] | None = None
 
     def quota(self, spot: bool) -> str | None:
         """The regional quota metric this GPU counts against on a Spot (preemptible) or on-demand VM."""
@@ -97,13 +116,15 @@ class Shape:
 class Family:
     """One machine family (`g2` of `g2-standard-8`): whether every shape carries its GPUs, the shapes
     that carry them known here, its predefined kinds (`kinds`: `standard` of `n1-standard-8` -> memory
-    GB per vCPU and the vCPU counts it comes in), and whether flex-start runs it."""
+    GB per vCPU and the vCPU counts it comes in), whether flex-start runs it, and its Hyperdisk-only
+    series (`hyperdisk_only`: series such as `a4-highgpu` -> the disk types it takes)."""
 
     name: str
     carries_gpus: bool = False
     shapes: Mapping[str, Shape] = field(default_factory=dict)
     kinds: Mapping[str, tuple[float, tuple[int, ...]]] = field(default_factory=dict)
     flex_start: bool = False
+    hyperdisk_only: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def _gpu_shapes(gpu: str, counts: Mapping[str, int], vcpus_per_gpu: int | None = None) -> dict[str, Shape]:
@@ -123,6 +144,19 @@ _G2: dict[int, tuple[int, int, tuple[float, float] | None]] = {
     96: (8, 384, None),
 }
 
+#: The Compute fake's zones that offer T4 and V100 alike (`Gpu.zones`).
+_ZONES_T4_V100 = (
+    "us-west1-a",
+    "us-west1-b",
+    "us-central1-a",
+    "us-central1-b",
+    "us-central1-c",
+    "us-central1-f",
+    "europe-west4-a",
+    "europe-west4-b",
+    "europe-west4-c",
+)
+
 #: Every GPU type survivor knows, by `acceleratorType` name.
 GPUS: dict[str, Gpu] = {
     g.name: g
@@ -134,6 +168,8 @@ GPUS: dict[str, Gpu] = {
             n1_counts={1: (48, 312), 2: (48, 312), 4: (96, 624)},
             max_per_vm=4,
             prices=(0.35, 0.14),
+            zones=_ZONES_T4_V100,
+            catalog_prices=(0.35, 0.14),
         ),
         Gpu(
             "nvidia-tesla-v100",
@@ -142,6 +178,8 @@ GPUS: dict[str, Gpu] = {
             n1_counts={1: (12, 78), 2: (24, 156), 4: (48, 312), 8: (96, 624)},
             max_per_vm=8,
             prices=(2.48, 0.99),
+            zones=_ZONES_T4_V100,
+            catalog_prices=(2.48, 0.992),
         ),
         Gpu(
             "nvidia-tesla-p100",
@@ -150,6 +188,7 @@ GPUS: dict[str, Gpu] = {
             n1_counts={1: (16, 104), 2: (32, 208), 4: (96, 624)},
             max_per_vm=4,
             prices=(1.46, 0.58),
+            zones=("us-west1-a", "us-west1-b", "europe-west4-b"),
         ),
         Gpu(
             "nvidia-tesla-p4",
@@ -157,6 +196,7 @@ GPUS: dict[str, Gpu] = {
             quota_metric="NVIDIA_P4_GPUS",
             n1_counts={1: (24, 156), 2: (48, 312), 4: (96, 624)},
             max_per_vm=4,
+            zones=("us-central1-a", "us-central1-c"),
         ),
         Gpu(
             "nvidia-tesla-a100",
@@ -164,6 +204,16 @@ GPUS: dict[str, Gpu] = {
             quota_metric="NVIDIA_A100_GPUS",
             max_per_vm=16,
             prices=(0.0, 0.0),  # included in the a2 machine price
+            zones=(
+                "us-west1-b",
+                "us-central1-a",
+                "us-central1-b",
+                "us-central1-c",
+                "us-central1-f",
+                "europe-west4-a",
+                "europe-west4-b",
+            ),
+            catalog_prices=(2.933908, 1.173563),
         ),
         Gpu("nvidia-a100-80gb", quota_metric="NVIDIA_A100_80GB_GPUS"),
         Gpu(
@@ -172,6 +222,17 @@ GPUS: dict[str, Gpu] = {
             quota_metric="NVIDIA_L4_GPUS",
             max_per_vm=8,
             prices=(0.0, 0.0),  # included in the g2 machine price
+            zones=(
+                "us-west1-a",
+                "us-west1-b",
+                "us-west1-c",
+                "us-central1-a",
+                "us-central1-b",
+                "us-central1-c",
+                "europe-west4-a",
+                "europe-west4-c",
+            ),
+            catalog_prices=(0.5599, 0.2240),
         ),
         # only PREEMPTIBLE_NVIDIA_H100_GPUS is a regional metric
         Gpu("nvidia-h100-80gb", quota_metric="NVIDIA_H100_GPUS"),
@@ -186,7 +247,13 @@ GPUS: dict[str, Gpu] = {
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family("a4", carries_gpus=True, flex_start=True, shapes={"a4-highgpu-8g": Shape("nvidia-b200", 8)}),
+        Family(
+            "a4",
+            carries_gpus=True,
+            flex_start=True,
+            shapes={"a4-highgpu-8g": Shape("nvidia-b200", 8)},
+            hyperdisk_only={"a4-highgpu": ("hyperdisk-balanced",)},
+        ),
         Family("a4x", carries_gpus=True),
         Family(
             "a3",
@@ -198,6 +265,7 @@ FAMILIES: dict[str, Family] = {
                 "a3-megagpu-8g": Shape("nvidia-h100-mega-80gb", 8),
                 "a3-ultragpu-8g": Shape("nvidia-h200-141gb", 8),
             },
+            hyperdisk_only={"a3-ultragpu": ("hyperdisk-balanced", "hyperdisk-extreme")},
         ),
         Family(
             "a2",

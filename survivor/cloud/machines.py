@@ -416,22 +416,6 @@ def property_violations(properties: dict[str, Any], where: str = "resource.prope
 
 # -- disks -----------------------------------------------------------------------------------------
 
-#: Machine series whose disks are Hyperdisk only (no Persistent Disk: pd-balanced, pd-ssd and
-#: pd-standard are refused), with the disk types survivor knows each takes. Series not named here take
-#: Persistent Disk (survivor's default pd-balanced) and are not checked.
-#: - A3 Ultra (a3-ultragpu-*): Hyperdisk Balanced and Hyperdisk Extreme, Google's "Supported disk types
-#:   for A3" table (https://cloud.google.com/compute/docs/accelerator-optimized-machines#a3-disks; as
-#:   transcribed in skypilot-org/skypilot#4705: "a3 ultra | hyperdisk-balanced, hyperdisk-extreme",
-#:   where A3 High/Mega/Edge also take pd-ssd and pd-balanced).
-#: - A4 (a4-highgpu-*): Hyperdisk only in the same page's A4 table
-#:   (https://cloud.google.com/compute/docs/accelerator-optimized-machines#a4-disks); Google's own A4
-#:   blueprint boots `disk_type: hyperdisk-balanced` (GoogleCloudPlatform/cluster-toolkit
-#:   examples/machine-learning/a4-highgpu-8g/a4high-vm.yaml). Only that type is listed: the other
-#:   Hyperdisk types A4 may take are not sent by survivor.
-HYPERDISK_ONLY: dict[str, tuple[str, ...]] = {
-    "a3-ultragpu": ("hyperdisk-balanced", "hyperdisk-extreme"),
-    "a4-highgpu": ("hyperdisk-balanced",),
-}
 #: "Hyperdisk Balanced and Hyperdisk Balanced High Availability are the only Hyperdisk types you can
 #: use as a boot disk" (https://cloud.google.com/compute/docs/disks/hd-types/hyperdisk-balanced-ha).
 BOOT_HYPERDISKS = ("hyperdisk-balanced", "hyperdisk-balanced-high-availability")
@@ -447,10 +431,12 @@ BALANCED_HYPERDISKS = ("hyperdisk-balanced", "hyperdisk-balanced-high-availabili
 
 
 def disk_types(machine_type: str) -> tuple[str, ...] | None:
-    """The disk types a Hyperdisk-only series takes (`HYPERDISK_ONLY`); None for a series that takes
-    Persistent Disk too (no rule here)."""
+    """The disk types a Hyperdisk-only series takes (its family's record, survivor/cloud/hardware.py
+    `Family.hyperdisk_only`, with the sources); None for a series that takes Persistent Disk too (no
+    rule here)."""
     name = machine_type.rsplit("/", 1)[-1]
-    for series, types in HYPERDISK_ONLY.items():
+    found = hardware.family_of(name)
+    for series, types in (found.hyperdisk_only if found else {}).items():
         if name.startswith(series + "-"):
             return types
     return None
@@ -500,7 +486,7 @@ def with_disk_types(machine_type: str, disks: list[dict[str, Any]]) -> list[dict
 
 def disk_violations(properties: dict[str, Any]) -> list[Violation]:
     """Pure decision: the disks of an instance's (or template's) properties its machine series does not
-    take (`HYPERDISK_ONLY`, `BOOT_HYPERDISKS`). The wording is the API's for a machine and a disk it
+    take (`disk_types`, `BOOT_HYPERDISKS`). The wording is the API's for a machine and a disk it
     cannot have ("[e2-medium, local-ssd] features are not compatible for creating instance.",
     hashicorp/terraform-provider-google#8148)."""
     machine = str(properties.get("machineType") or "").rsplit("/", 1)[-1]

@@ -75,10 +75,8 @@ ROWS = [
     ("A2 Instance Ram running in Americas", "Compute", "RAM", "OnDemand", "GiBy.h", 0.004237),
     ("Spot Preemptible A2 Instance Core running in Americas", "Compute", "CPU", "Preemptible", "h", 0.012644),
     ("Spot Preemptible A2 Instance Ram running in Americas", "Compute", "RAM", "Preemptible", "GiBy.h", 0.001695),
-    *gpu_rows("nvidia-tesla-t4", 0.35, 0.14),
-    *gpu_rows("nvidia-tesla-v100", 2.48, 0.992),
-    *gpu_rows("nvidia-l4", 0.5599, 0.2240),
-    *gpu_rows("nvidia-tesla-a100", 2.933908, 1.173563),
+    # each GPU's SKUs from its record (survivor/cloud/hardware.py `Gpu.catalog_prices`)
+    *(row for g in hardware.GPUS.values() if g.catalog_prices for row in gpu_rows(g.name, *g.catalog_prices)),
     # flex-start (docs/flex-start.md F9): listed as OnDemand; a2-highgpu-1g at $2.02/h as recorded 2026-08-02
     ("DWS Defined Duration A2 Core running in Americas", "Compute", "CPU", "OnDemand", "h", 0.01739),
     ("DWS Defined Duration A2 Ram running in Americas", "Compute", "RAM", "OnDemand", "GiBy.h", 0.00233),

@@ -42,8 +42,8 @@ discovery document, `ManagedInstance.currentAction`). `fail_instance_creation` i
 format (survivor/local/traces.py `load`) says that zone had no capacity, its time scaled.
 
 For preflight checks the fake serves `regions.get` (quotas), `acceleratorTypes.list/get`
-(`ACCELERATORS`, a small table of which zone offers which GPU; each GPU's most per VM is its record's,
-survivor/cloud/hardware.py), `images.getFromFamily` and
+(`zone_accelerators`: which zone offers which GPU and the most one VM takes, each GPU's record's,
+survivor/cloud/hardware.py `Gpu.zones` and `max_per_vm`), `images.getFromFamily` and
 `projects.get`; `set_quota`, `accelerators` and `add_image_family` seed them. It also serves Resource
 Manager's `POST /v3/projects/P:getIamPolicy` and IAM's `roles.get`: `GET /v1/roles/R` for a predefined
 role (survivor/local/iam_roles.py, from a dump of the real answers) and `GET /v1/projects/P/roles/R` for
@@ -99,27 +99,16 @@ def guest_cpus(machine_type: str) -> int | None:
     return shape.vcpus if shape else None
 
 
-# Which zone offers which GPU: a small, realistic slice of
-# https://cloud.google.com/compute/docs/gpus/gpu-regions-zones (not every zone of a region offers
-# every GPU; us-west1-c has no T4). Tests change `server.accelerators` for their own cases.
-ACCELERATORS: dict[str, tuple[str, ...]] = {
-    "us-west1-a": ("nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-p100", "nvidia-l4"),
-    "us-west1-b": ("nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-p100", "nvidia-l4", "nvidia-tesla-a100"),
-    "us-west1-c": ("nvidia-l4",),
-    "us-central1-a": ("nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-p4", "nvidia-l4", "nvidia-tesla-a100"),
-    "us-central1-b": ("nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-l4", "nvidia-tesla-a100"),
-    "us-central1-c": ("nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-p4", "nvidia-l4", "nvidia-tesla-a100"),
-    "us-central1-f": ("nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-a100"),
-    "europe-west4-a": ("nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-l4", "nvidia-tesla-a100"),
-    "europe-west4-b": ("nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-p100", "nvidia-tesla-a100"),
-    "europe-west4-c": ("nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-l4"),
-}
-
-
 def zone_accelerators() -> dict[str, dict[str, int]]:
-    """Each zone's GPUs as `acceleratorTypes` reports them: type -> maximumCardsPerInstance, the
-    most its record says one VM takes (survivor/cloud/hardware.py `Gpu.max_per_vm`)."""
-    return {zone: {name: hardware.GPUS[name].max_per_vm for name in names} for zone, names in ACCELERATORS.items()}
+    """Each zone's GPUs as `acceleratorTypes` reports them: type -> maximumCardsPerInstance, from the
+    GPUs' records when called (survivor/cloud/hardware.py: `Gpu.zones`, the zones that offer it, a
+    slice of Google's table with its source there; `Gpu.max_per_vm`, the most one VM takes). Tests
+    change `server.accelerators` for their own cases."""
+    offered: dict[str, dict[str, int]] = {}
+    for gpu in hardware.GPUS.values():
+        for zone in gpu.zones:
+            offered.setdefault(zone, {})[gpu.name] = gpu.max_per_vm
+    return offered
 
 
 DEFAULT_GPU_QUOTA = 8.0  # per regional GPU metric unless a test sets another with set_quota
