@@ -6,10 +6,15 @@ import datetime as _dt
 import json
 
 import pytest
+from dataclasses import dataclass
+from typing import ClassVar
 
 from survivor.jobdir.journal import Attempt, Journal
 from survivor.jobdir.ledger import CAUSES, TABLE, build_ledger
 from survivor.jobdir.storage import open_storage
+from survivor.jobdir.fields import TIME, Rule
+from survivor.jobdir.records import Record
+from survivor.jobdir.status import read_job
 
 T0 = _dt.datetime(2026, 3, 1, 12, 0, tzinfo=_dt.timezone.utc)
 
@@ -265,3 +270,23 @@ def test_the_cause_table_holds_every_typed_cause_once_in_its_order():
     from survivor.jobdir.ledger import CAUSES, CauseName
 
     assert CAUSES == get_args(CauseName)
+
+
+@dataclass(frozen=True)
+class TrainerExit(Record):
+    """A made-up kind of record: one per trainer exit."""
+
+    PREFIX: ClassVar[str] = "survivor/trainer-exits/"
+    FIELDS: ClassVar[dict[str, Rule]] = {"time": TIME}
+    code: str = ""
+
+
+def test_a_new_kind_of_record_reaches_the_ledger_and_the_view_with_no_reader_in_read_job(tmp_path):
+    """A kind of record is its class and its writer: `read_job` reads it for the ledger and the view
+    (`Records.of`) the first time either asks, oldest first, and skips one that does not read."""
+    storage = open_storage(str(tmp_path))
+    assert TrainerExit(time="2026-11-24T10:05:00Z", code="137").write(storage)
+    assert TrainerExit(time="2026-11-24T10:00:00Z", code="1").write(storage)
+    storage.write("survivor/trainer-exits/broken.json", b"{")
+    view = read_job(str(tmp_path), storage=storage, now=T0)
+    assert [e.code for e in view.records.of(TrainerExit)] == ["1", "137"]

@@ -51,7 +51,7 @@ from typing import Literal, Sequence
 from survivor import log as logs
 from survivor.jobdir.fields import TIME_RANGE
 from survivor.jobdir.journal import NOTICED, Attempt, Timing
-from survivor.jobdir.records import record_time
+from survivor.jobdir.records import Records, record_time
 from survivor.jobdir.switches import MODES, SPOT, Mode, Switch, parse_time
 
 #: The causes' names, in the order a timeline shows them (`TABLE`): a span's cause is one of them.
@@ -231,8 +231,10 @@ def build_ledger(
     done_at: _dt.datetime | None = None,
     created: _dt.datetime | None = None,
     switches: Sequence[Switch] = (),
+    records: Records | None = None,
 ) -> Ledger:
-    """Pure: the ledger of a job from its attempt records.
+    """Pure: the ledger of a job from its attempt records (and `records`, whose kinds are read the
+    first time they are asked for).
 
     Args:
         attempts: the journal's attempts (any order).
@@ -243,6 +245,8 @@ def build_ledger(
         created: when the job first asked for a VM (the MIG's creation); None: its first boot.
             A group made again after the job's first boot starts nothing later than that boot.
         switches: the job's switches between Spot and on-demand (any order), for each boot's mode.
+        records: the job dir's other records, by kind (`Records.of`), for a cause a kind of them
+            measures (`survivor/jobdir/status.py` `read_job` passes the job dir's; None: none).
 
     An attempt whose times are impossible (`implausible`) is skipped with a warning.
     """

@@ -14,6 +14,11 @@ create: two writers of the same moment never overwrite each other), named by its
 `SUFFIX` field, when the kind has one) so that names sort by time, and read back strictly: each
 field by its rule in `FIELDS` (survivor/jobdir/fields.py), the `REQUIRED` ones present. A record that
 does not read is skipped with a warning naming it, never fatal (`read_records`).
+
+`Records` holds a job dir's records by kind, each kind read once when first asked for
+(`Records.of`): `survivor/jobdir/status.py` `read_job` hands one to the ledger and keeps it in its
+view, so a new kind that the ledger or a view reads is read through it, with no reader of its own
+in `read_job`.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import datetime as _dt
 import json
 import re
 from dataclasses import asdict, dataclass, fields
-from typing import Callable, ClassVar, TypeVar
+from typing import Callable, ClassVar, Mapping, Sequence, TypeVar
 
 from survivor import log as logs
 from survivor.jobdir.fields import Rule, parse_time, read_fields
@@ -73,6 +78,28 @@ class Record:
     def read_all(cls: type[R], storage: JobStorage, kind: str) -> list[tuple[str, R]]:
         """(object name, record) of every record of this kind that reads, in no promised order."""
         return read_records(storage, cls.PREFIX, cls.from_json, kind)
+
+
+class Records:
+    """A job dir's records by kind, each kind read (`Record.read_all`) the first time it is asked for
+    and kept, oldest first. Without storage it holds only what it was `given` (a test's, or none).
+
+        >>> Records().of(Record)
+        []
+    """
+
+    def __init__(
+        self, storage: JobStorage | None = None, given: Mapping[type[Record], Sequence[Record]] | None = None
+    ) -> None:
+        self._storage = storage
+        self._read: dict[type[Record], list[Record]] = {k: list(v) for k, v in (given or {}).items()}
+
+    def of(self, kind: type[R]) -> list[R]:
+        """Every record of `kind` that reads, oldest first (an unreadable one skipped with a warning)."""
+        if kind not in self._read:
+            found = kind.read_all(self._storage, kind.PREFIX.rstrip("/").rsplit("/", 1)[-1]) if self._storage else []
+            self._read[kind] = sorted((r for _, r in found), key=lambda r: record_time(r.time))
+        return [r for r in self._read[kind] if isinstance(r, kind)]
 
 
 def write_once(storage: JobStorage, name: str, record: dict) -> bool:

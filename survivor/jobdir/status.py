@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from survivor.jobdir.disk_tier import PendingSnapshot, pending_snapshots
@@ -15,6 +15,7 @@ from survivor.jobdir.journal import JobState, Journal, restored_text
 from survivor.jobdir.ledger import CLOCK_SLACK, Ledger, build_ledger
 from survivor.jobdir.moves import Move
 from survivor.jobdir.moves import moves as recorded_moves
+from survivor.jobdir.records import Records
 from survivor.jobdir.spending import read_stopped
 from survivor.jobdir.storage import JobStorage, open_storage
 from survivor.jobdir.store import CheckpointStore, Manifest
@@ -39,6 +40,10 @@ class JobView:
     commits: tuple[Manifest, ...] = ()
     #: the job stopped at its budget (survivor/jobdir/spending.py), None: not stopped at it
     budget_stopped: dict[str, Any] | None = None
+    #: the job dir's other kinds of record (survivor/jobdir/records.py `Record`), each read the first
+    #: time the ledger or a reader of the view asks for it (`records.of(Kind)`): a new kind needs no
+    #: field here
+    records: Records = field(default_factory=Records)
 
     @property
     def phase(self) -> str:
@@ -81,12 +86,14 @@ def read_job(
     state = Journal(storage).state()
     switches = recorded_switches(storage, latest=now + CLOCK_SLACK)
     marker = state.done or state.failed
+    records = Records(storage)
     ledger = build_ledger(
         state.attempts,
         now=now,
         done_at=parse_time(marker.get("time")) if marker else None,
         created=created,
         switches=switches,
+        records=records,
     )
     store = CheckpointStore(storage, max_step=train_steps)
     committed = tuple(store.committed()) if commits else ()
@@ -102,6 +109,7 @@ def read_job(
         ledger=ledger,
         commits=committed,
         budget_stopped=read_stopped(storage),
+        records=records,
     )
 
 
