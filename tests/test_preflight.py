@@ -729,7 +729,7 @@ def test_preflight_reads_predefined_roles_with_roles_get_as_it_reads_custom_ones
         "--zone",
         "us-west1-b",
     )
-    assert f"ok: project {PROJECT}: {VM_ACCOUNT} has compute.instanceGroupManagers.get" in out, out
+    assert f"ok: project {PROJECT}: {VM_ACCOUNT} has {', '.join(permissions.BOOT_MOVE)}" in out, out
 
     compute_server.set_project_policy(PROJECT, [{"role": "roles/compute.notInTheTable", "members": [member]}])
     code, out, _ = run_cli(

@@ -19,7 +19,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Literal, TypeVar
 
 from survivor import log as logs
 from survivor.cloud import endpoints
@@ -44,6 +44,50 @@ class GroupRef:
         """The group `name` under an aggregated list's scope key, `zones/Z` or `regions/R`."""
         kind, where = scope.split("/", 1)
         return cls(project, name, zone=where) if kind == "zones" else cls(project, name, region=where)
+
+
+#: Which of a job's VMs make a call (survivor/cloud/permissions.py `vm_permissions`): every VM
+#: (leaving its group), a VM with a deadline (the switch), a VM with places to move to (the move at boot).
+VmUse = Literal["every", "deadline", "move"]
+_INSTANCE_ADMIN = "roles/compute.instanceAdmin.v1"
+_VIEWER = "roles/compute.viewer"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What one Compute Engine method needs: the IAM permission on its resource (its REST reference's
+    "Authorization requires the following IAM permission"), which of a job's VMs make the call (None:
+    only the operator's commands and the watch), and the smallest predefined role that grants it,
+    for preflight's fix line (from the roles' `includedPermissions`: survivor/local/iam_roles.py)."""
+
+    permission: str
+    vm: VmUse | None = None
+    role: str = ""
+
+
+#: method id (`compute.instanceTemplates.insert`) -> what it needs, as each `Compute` method that calls
+#: it declares (`needs`); survivor/cloud/permissions.py derives the VM's permissions, their roles and
+#: `METHOD_PERMISSIONS` (which the Compute fake enforces) from it, so a new call declares it here.
+METHOD_NEEDS: dict[str, Needs] = {}
+
+
+def both_scopes(kind: str, verb: str) -> tuple[str, str]:
+    """The method ids of a zonal and a regional group's call: `instanceGroupManagers`, `get` ->
+    `compute.instanceGroupManagers.get`, `compute.regionInstanceGroupManagers.get`."""
+    return f"compute.{kind}.{verb}", f"compute.region{kind[0].upper()}{kind[1:]}.{verb}"
+
+
+def needs(permission: str, *methods: str, vm: VmUse | None = None, role: str = "") -> Callable[[F], F]:
+    """Declares, on the `Compute` method that makes them, the calls (`methods`, method ids) that need
+    `permission`, which VMs make them, and the role that grants it (`Needs`)."""
+
+    def declare(fn: F) -> F:
+        for method in methods:
+            METHOD_NEEDS[method] = Needs(permission, vm, role)
+        return fn
+
+    return declare
 
 
 class ComputeError(Exception):
@@ -437,6 +481,10 @@ class Compute:
 
     # -- capacity data (docs/capacity-data.md) ----------------------------------------------------
 
+    # capacity data (docs/capacity-data.md): `advice.capacity` needs `compute.advice.capacity` (its REST
+    # reference, "IAM Permissions"); Compute Viewer holds it (Google's role reference,
+    # https://cloud.google.com/iam/docs/roles-permissions/compute, lists it under roles/compute.viewer)
+    @needs("compute.advice.capacity", "compute.advice.capacity", role=_VIEWER)
     def capacity_advice(self, region: str, body: dict) -> dict:
         """`advice.capacity` in `region` for a CapacityAdviceRequest REST body: the response as REST
         JSON (`recommendations[].scores`, `.shards`). ComputeError (PermissionDenied for a 403) on
@@ -450,6 +498,8 @@ class Compute:
         )
         return json.loads(self.v1.CapacityAdviceResponse.to_json(found))
 
+    # `advice.capacityHistory` needs `compute.advice.capacityHistory` (the same sources)
+    @needs("compute.advice.capacityHistory", "compute.advice.capacityHistory", role=_VIEWER)
     def capacity_history(self, region: str, body: dict) -> dict:
         """`advice.capacityHistory` in `region` for a CapacityHistoryRequest REST body: the response
         as REST JSON (`preemptionHistory`, `priceHistory`). ComputeError on failure, as above."""
@@ -470,6 +520,7 @@ class Compute:
         """The request message for a REST body (unknown fields are an error here already)."""
         return self.v1.InstanceTemplate.from_json(json.dumps(body), ignore_unknown_fields=False)
 
+    @needs("compute.instanceTemplates.get", "compute.instanceTemplates.get", vm="deadline", role=_INSTANCE_ADMIN)
     def get_template(self, name: str) -> dict | None:
         """The template's REST body, or None."""
         try:
@@ -483,6 +534,8 @@ class Compute:
             return None
         return json.loads(self.v1.InstanceTemplate.to_json(template))
 
+    # the deadline switch makes the on-demand template
+    @needs("compute.instanceTemplates.create", "compute.instanceTemplates.insert", vm="deadline", role=_INSTANCE_ADMIN)
     def insert_template(self, body: dict) -> None:
         """Creates the template `body` (REST form) and waits for the operation."""
         message = self.template_message(body)
@@ -502,6 +555,16 @@ class Compute:
 
     # -- managed instance groups ------------------------------------------------------------------
 
+    # the move at boot makes the group in the next region ("To create a MIG:
+    # compute.instanceGroupManagers.create on the project", Google's MIG creation guides, e.g.
+    # https://docs.cloud.google.com/ai-hypercomputer/docs/create/create-mig-with-a4-or-a3ultra,
+    # "Required permissions")
+    @needs(
+        "compute.instanceGroupManagers.create",
+        *both_scopes("instanceGroupManagers", "insert"),
+        vm="move",
+        role=_INSTANCE_ADMIN,
+    )
     def create_group(
         self,
         name: str,
@@ -540,6 +603,12 @@ class Compute:
             lambda: at.groups.insert(**at.place(instance_group_manager_resource=body)),
         )
 
+    @needs(
+        "compute.instanceGroupManagers.get",
+        *both_scopes("instanceGroupManagers", "get"),
+        vm="deadline",
+        role=_INSTANCE_ADMIN,
+    )
     def get_group(self, group: GroupRef) -> dict | None:
         """The group's REST body, or None when it does not exist."""
         at = self.group_calls(group)
@@ -572,16 +641,28 @@ class Compute:
             raise explain(exc, "listing the project's groups") from exc
         return found
 
+    @needs(
+        "compute.instanceGroupManagers.update", *both_scopes("instanceGroupManagers", "resize"), role=_INSTANCE_ADMIN
+    )
     def resize_group(self, group: GroupRef, size: int) -> None:
         """Sets the group's target size (0 stops its VM gracefully, 1 starts one) and waits."""
         at = self.group_calls(group)
         self._call(f"resizing group {group.name} to {size}", at.where, lambda: at.groups.resize(**at.args(size=size)))
 
+    # the move at boot deletes the old group (`compute.instanceGroupManagers.delete`, in the same
+    # `compute.instanceGroupManagers.*` family the roles reference lists)
+    @needs(
+        "compute.instanceGroupManagers.delete",
+        *both_scopes("instanceGroupManagers", "delete"),
+        vm="move",
+        role=_INSTANCE_ADMIN,
+    )
     def delete_group(self, group: GroupRef) -> None:
         """Deletes the group (and so its VM) and waits for the operation."""
         at = self.group_calls(group)
         self._call(f"deleting group {group.name}", at.where, lambda: at.groups.delete(**at.args()))
 
+    @needs("compute.instanceGroupManagers.update", *both_scopes("instanceGroupManagers", "patch"), role=_INSTANCE_ADMIN)
     def patch_group(self, group: GroupRef, patch: dict) -> None:
         """`instanceGroupManagers.patch` (JSON merge patch) of the group with `patch` (REST form: e.g.
         `{"instanceLifecyclePolicy": {"defaultActionOnFailure": "DO_NOTHING"}}`); waits."""
@@ -593,6 +674,15 @@ class Compute:
             lambda: at.groups.patch(**at.args(instance_group_manager_resource=body)),
         )
 
+    # "Authorization requires the following IAM permission on the specified resource
+    # instanceGroupManager: compute.instanceGroupManagers.update"
+    # (https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/setInstanceTemplate)
+    @needs(
+        "compute.instanceGroupManagers.update",
+        *both_scopes("instanceGroupManagers", "setInstanceTemplate"),
+        vm="deadline",
+        role=_INSTANCE_ADMIN,
+    )
     def set_group_template(self, group: GroupRef, template: str) -> None:
         """`setInstanceTemplate`: the template the group creates its instances from from now on; waits.
 
@@ -609,6 +699,12 @@ class Compute:
             lambda: at.groups.set_instance_template(**at.args(**body)),
         )
 
+    @needs(
+        "compute.instanceGroupManagers.update",
+        *both_scopes("instanceGroupManagers", "recreateInstances"),
+        vm="deadline",
+        role=_INSTANCE_ADMIN,
+    )
     def recreate_instances(self, group: GroupRef, instances: list[tuple[str, str]]) -> None:
         """`recreateInstances` of (zone, name) members: each is deleted (a graceful stop: the agent
         saves) and created again from the group's current template; waits."""
@@ -622,6 +718,14 @@ class Compute:
 
     # -- resize requests (flex-start: docs/flex-start.md) -------------------------------------------
 
+    # resize requests: "Authorization requires ... compute.instanceGroupManagers.update" (insert's REST
+    # reference, https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagerResizeRequests/insert);
+    # cancelling one is taken to need the same
+    @needs(
+        "compute.instanceGroupManagers.update",
+        *both_scopes("instanceGroupManagerResizeRequests", "insert"),
+        role=_INSTANCE_ADMIN,
+    )
     def request_resize(self, group: GroupRef, name: str, count: int, run_seconds: int) -> None:
         """A resize request: `count` VMs created all at once when Dynamic Workload Scheduler has the
         capacity, each deleted after `run_seconds` (600 to 604800: 10 minutes to 7 days); waits for the
@@ -636,6 +740,12 @@ class Compute:
             lambda: at.resize_requests.insert(**at.args(instance_group_manager_resize_request_resource=body)),
         )
 
+    # reading resize requests is taken to need .get, as reading the group does (an assumption)
+    @needs(
+        "compute.instanceGroupManagers.get",
+        *both_scopes("instanceGroupManagerResizeRequests", "get"),
+        role=_INSTANCE_ADMIN,
+    )
     def resize_request(self, group: GroupRef, name: str) -> dict | None:
         """The resize request's REST body (its `state` above all), or None when there is none."""
         at = self.group_calls(group)
@@ -650,6 +760,11 @@ class Compute:
             return None
         return json.loads(self.v1.InstanceGroupManagerResizeRequest.to_json(found))
 
+    @needs(
+        "compute.instanceGroupManagers.get",
+        *both_scopes("instanceGroupManagerResizeRequests", "list"),
+        role=_INSTANCE_ADMIN,
+    )
     def resize_requests_of(self, group: GroupRef) -> list[dict]:
         """Every resize request of the group (REST bodies; the client pages through them)."""
         at = self.group_calls(group)
@@ -658,6 +773,13 @@ class Compute:
         )
         return [json.loads(self.v1.InstanceGroupManagerResizeRequest.to_json(r)) for r in pages]
 
+    # and so is deleting one, which survivor never calls (the Compute fake serves it and holds it to this)
+    @needs(
+        "compute.instanceGroupManagers.update",
+        *both_scopes("instanceGroupManagerResizeRequests", "cancel"),
+        *both_scopes("instanceGroupManagerResizeRequests", "delete"),
+        role=_INSTANCE_ADMIN,
+    )
     def cancel_resize_request(self, group: GroupRef, name: str) -> None:
         """Cancels a request still queued (ACCEPTED) and waits; the API refuses any other."""
         at = self.group_calls(group)
@@ -667,6 +789,12 @@ class Compute:
             lambda: at.resize_requests.cancel(**at.args(resize_request=name)),
         )
 
+    @needs(
+        "compute.instanceGroupManagers.get",
+        *both_scopes("instanceGroupManagers", "listManagedInstances"),
+        vm="deadline",
+        role=_INSTANCE_ADMIN,
+    )
     def managed_instances(self, group: GroupRef) -> list[dict]:
         """The group's instances: name, zone, status, current action."""
         at = self.group_calls(group)
@@ -692,6 +820,12 @@ class Compute:
             )
         return out
 
+    @needs(
+        "compute.instanceGroupManagers.get",
+        *both_scopes("instanceGroupManagers", "listErrors"),
+        vm="deadline",
+        role=_INSTANCE_ADMIN,
+    )
     def group_errors(self, group: GroupRef) -> list[dict]:
         """The MIG's `listErrors`, newest first (sorted here: the method takes no orderBy or filter and
         documents no order, https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/listErrors):
@@ -713,6 +847,15 @@ class Compute:
         oldest = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
         return sorted(errors, key=lambda e: _when(e["timestamp"]) or oldest, reverse=True)
 
+    # "requires the following IAM permission on the specified resource instanceGroupManager:
+    # compute.instanceGroupManagers.update"
+    # (https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/deleteInstances)
+    @needs(
+        "compute.instanceGroupManagers.update",
+        *both_scopes("instanceGroupManagers", "deleteInstances"),
+        vm="every",
+        role=_INSTANCE_ADMIN,
+    )
     def leave_group(self, group: GroupRef, zone: str, instance: str) -> None:
         """Deletes `instance` through its MIG, which lowers the target size: nothing is recreated."""
         at = self.group_calls(group)
@@ -721,6 +864,11 @@ class Compute:
 
     # -- what preflight reads ---------------------------------------------------------------------
 
+    # the move reads the next region's zones ("Authorization requires the following IAM permission on
+    # the specified resource region: compute.regions.get",
+    # https://cloud.google.com/compute/docs/reference/rest/v1/regions/get; without it a VM with the
+    # guide's custom role never moved)
+    @needs("compute.regions.get", "compute.regions.get", vm="move", role=_VIEWER)
     def region(self, region: str) -> dict:
         """`regions.get`: the region's zones (names) and quotas ({metric: (limit, usage)})."""
         found = self._call(
@@ -734,6 +882,8 @@ class Compute:
             "quotas": {q.metric: (q.limit, q.usage) for q in found.quotas},
         }
 
+    # the move lists the accelerator types of the next region's zones
+    @needs("compute.acceleratorTypes.list", "compute.acceleratorTypes.list", vm="move", role=_VIEWER)
     def zone_accelerators(self, zone: str) -> dict[str, int]:
         """The GPU types a zone offers: name -> maximumCardsPerInstance (`acceleratorTypes.list`)."""
         pager = self._call(

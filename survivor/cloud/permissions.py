@@ -2,8 +2,9 @@
 
 Cloud Storage's roles on a bucket (`ROLE_PERMISSIONS`), and the Compute Engine and IAM permissions a
 job's VM uses on its project (`LEAVE_GROUP`, `DEADLINE_SWITCH`, `BOOT_MOVE`; what a project's roles
-grant is read with IAM's `roles.get`, not kept here), and the permission each Compute Engine method
-the VM calls needs (`METHOD_PERMISSIONS`, which the fake Compute Engine enforces).
+grant is read with IAM's `roles.get`, not kept here) and the permission each Compute Engine method
+needs (`METHOD_PERMISSIONS`, which the fake Compute Engine enforces), both derived from what each
+method of survivor/cloud/compute.py `Compute` declares it calls and needs (`needs`).
 
     >>> "storage.objects.get" in ROLE_PERMISSIONS["roles/storage.objectUser"]
     True
@@ -31,6 +32,8 @@ editor, viewer) never appear in a bucket's policy, so they are not here.
 from __future__ import annotations
 
 from typing import Iterable
+
+from survivor.cloud import compute
 
 _OBJECT_USE = ("create", "delete", "get", "list", "restore", "update")
 _BUCKET_ADMIN = ("create", "delete", "get", "list", "update", "getIamPolicy", "setIamPolicy")
@@ -66,116 +69,55 @@ ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
 }
 
 
-#: The Compute Engine and IAM permissions a job's VM uses on its project: leaving its MIG
-#: (`deleteInstances`) and the deadline switch (`get` the group and its templates, make the
-#: on-demand template, `setInstanceTemplate` and `recreateInstances` with a template that runs as
-#: the VM's own service account). `deleteInstances` and `setInstanceTemplate` "require the following
-#: IAM permission on the specified resource instanceGroupManager: compute.instanceGroupManagers.update"
-#: (https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/deleteInstances,
-#: .../setInstanceTemplate); pointing a group at a template uses it (`compute.instanceTemplates.useReadOnly`)
-#: and a template that runs as a service account needs `iam.serviceAccounts.actAs` on that account
-#: (https://cloud.google.com/iam/docs/service-account-permissions: "attaching a service account to a
-#: resource" needs actAs). These two are listed as Google's Compute IAM reference gives them;
-#: the search tool here did not return that page's text for them.
-LEAVE_GROUP = ("compute.instanceGroupManagers.update",)
-DEADLINE_SWITCH = (
-    "compute.instanceGroupManagers.get",
-    "compute.instanceGroupManagers.update",
-    "compute.instanceTemplates.get",
-    "compute.instanceTemplates.useReadOnly",
-    "compute.instanceTemplates.create",
-    "iam.serviceAccounts.actAs",
-)
+#: What each Compute Engine method a job's VM or survivor's commands call needs, by the method's id,
+#: as the `Compute` method that calls it declares (survivor/cloud/compute.py `needs`, each with its
+#: source). The fake Compute Engine (survivor/local/compute_server.py) answers a 403 by it.
+METHOD_PERMISSIONS = {method: need.permission for method, need in compute.METHOD_NEEDS.items()}
 
-#: A job with `placement:` (more than one place) also moves its group, from the agent at boot
-#: (survivor/mig/move.py `look_and_move`): it makes the group in the next region
-#: ("To create a MIG: compute.instanceGroupManagers.create on the project", Google's MIG creation
-#: guides, e.g. https://docs.cloud.google.com/ai-hypercomputer/docs/create/create-mig-with-a4-or-a3ultra,
-#: "Required permissions"), deletes the old one (`compute.instanceGroupManagers.delete`, in the same
-#: `compute.instanceGroupManagers.*` family the roles reference lists) and lists the accelerator types
-#: of the next region's zones (`compute.acceleratorTypes.list`), after reading that region's zones
-#: (`regions.get`: "Authorization requires the following IAM permission on the specified resource
-#: region: compute.regions.get", https://cloud.google.com/compute/docs/reference/rest/v1/regions/get;
-#: without it a VM with the guide's custom role never moved).
-BOOT_MOVE = DEADLINE_SWITCH + (
-    "compute.instanceGroupManagers.create",
-    "compute.instanceGroupManagers.delete",
-    "compute.acceleratorTypes.list",
-    "compute.regions.get",
-)
+#: Two permissions the VM's calls need beyond their methods': the deadline switch points its group at
+#: a template (`compute.instanceTemplates.useReadOnly`) that runs as the VM's own service account, and
+#: "attaching a service account to a resource" needs `iam.serviceAccounts.actAs` on that account
+#: (https://cloud.google.com/iam/docs/service-account-permissions). These two are listed as Google's
+#: Compute IAM reference gives them; the search tool here did not return that page's text for them.
+_SWITCH_TEMPLATE = ("compute.instanceTemplates.useReadOnly", "iam.serviceAccounts.actAs")
 
-#: Compute Engine's capacity data (docs/capacity-data.md): `advice.capacity` needs
-#: `compute.advice.capacity`, `advice.capacityHistory` needs `compute.advice.capacityHistory` (each
-#: method's REST reference, "IAM Permissions"); Compute Viewer holds both (Google's role reference,
-#: https://cloud.google.com/iam/docs/roles-permissions/compute, lists them under roles/compute.viewer),
-#: and so do Compute Admin and the basic Editor and Owner roles. survivor reads the data where it
-#: decides (preflight warns when they are missing: the data is an input, never a requirement).
+
+def _used_by(use: compute.VmUse, *, beyond: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The permissions of the calls the VMs of `use` make (`Needs.vm`) not in `beyond`, each once, in the
+    order declared."""
+    used = dict.fromkeys(n.permission for n in compute.METHOD_NEEDS.values() if n.vm == use)
+    return tuple(p for p in used if p not in beyond)
+
+
+#: The Compute Engine and IAM permissions a job's VM uses on its project, from its calls
+#: (`compute.METHOD_NEEDS`): leaving its MIG (`deleteInstances`); with a deadline, the switch (`get`
+#: the group and its templates, make the on-demand template, `setInstanceTemplate` and
+#: `recreateInstances`, and `_SWITCH_TEMPLATE`); with `placement:` (more than one place), the move at
+#: boot (survivor/mig/move.py `look_and_move`: a group made in the next region, the old one deleted,
+#: that region's zones and their accelerator types read).
+LEAVE_GROUP = _used_by("every")
+DEADLINE_SWITCH = LEAVE_GROUP + _used_by("deadline", beyond=LEAVE_GROUP) + _SWITCH_TEMPLATE
+BOOT_MOVE = DEADLINE_SWITCH + _used_by("move", beyond=DEADLINE_SWITCH)
+
+#: Compute Engine's capacity data (docs/capacity-data.md, `Compute.capacity_advice` and
+#: `capacity_history` say what each needs); Compute Viewer holds both, and so do Compute Admin and the
+#: basic Editor and Owner roles. survivor reads the data where it decides (preflight warns when they
+#: are missing: the data is an input, never a requirement).
 CAPACITY_DATA = ("compute.advice.capacity", "compute.advice.capacityHistory")
-
-#: The permission each Compute Engine method a VM calls needs on its resource, by the method's id (the
-#: REST reference's "Authorization requires the following IAM permission": deleteInstances and
-#: setInstanceTemplate ask for compute.instanceGroupManagers.update; the sources are above). The
-#: fake Compute Engine (survivor/local/compute_server.py) answers a 403 by it, so a new call the VM
-#: makes joins this table beside its permission above.
-METHOD_PERMISSIONS = {
-    **{
-        f"compute.{kind}.{verb}": "compute.instanceGroupManagers.update"
-        for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
-        for verb in ("deleteInstances", "setInstanceTemplate", "recreateInstances", "resize", "patch")
-    },
-    **{
-        f"compute.{kind}.{verb}": "compute.instanceGroupManagers.get"
-        for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
-        for verb in ("get", "listManagedInstances", "listErrors")
-    },
-    "compute.instanceTemplates.get": "compute.instanceTemplates.get",
-    # the move at boot (permissions.BOOT_MOVE): a group made in the next region, the old one deleted,
-    # the next region's accelerator types listed
-    **{
-        f"compute.{kind}.insert": "compute.instanceGroupManagers.create"
-        for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
-    },
-    **{
-        f"compute.{kind}.delete": "compute.instanceGroupManagers.delete"
-        for kind in ("instanceGroupManagers", "regionInstanceGroupManagers")
-    },
-    "compute.acceleratorTypes.list": "compute.acceleratorTypes.list",
-    "compute.regions.get": "compute.regions.get",  # the move reads the next region's zones (BOOT_MOVE)
-    "compute.instanceTemplates.insert": "compute.instanceTemplates.create",
-    # resize requests: "Authorization requires ... compute.instanceGroupManagers.update" (insert's REST
-    # reference, https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagerResizeRequests/insert);
-    # reading them is taken to need .get, as reading the group does (an assumption)
-    **{
-        f"compute.{kind}.{verb}": "compute.instanceGroupManagers.update"
-        for kind in ("instanceGroupManagerResizeRequests", "regionInstanceGroupManagerResizeRequests")
-        for verb in ("insert", "cancel", "delete")
-    },
-    **{
-        f"compute.{kind}.{verb}": "compute.instanceGroupManagers.get"
-        for kind in ("instanceGroupManagerResizeRequests", "regionInstanceGroupManagerResizeRequests")
-        for verb in ("get", "list")
-    },
-    # capacity data (CAPACITY_DATA): each method needs the permission of its own name
-    **{p: p for p in CAPACITY_DATA},
-}
-
-_VM_COMPUTE = frozenset(p for p in DEADLINE_SWITCH if p.startswith("compute."))
-_GROUPS = frozenset({"compute.instanceGroupManagers.create", "compute.instanceGroupManagers.delete"})
 
 #: The smallest predefined role that grants each of the VM's project permissions, for a fix line
 #: only: what a project's roles grant is read from IAM's `roles.get` (survivor/operator/preflight.py),
-#: never from a table here. From the roles' `includedPermissions` (IAM `roles.get`, as dumped in
-#: darkbitio/gcp-iam-role-permissions, 2026-08-22; survivor/local/iam_roles.py has the detail): Compute
-#: Instance Admin (v1) holds `compute.instanceGroupManagers.*` and `compute.instanceTemplates.*` but not
+#: never from a table here. Each call's is declared with it (`Needs.role`), from the roles'
+#: `includedPermissions` (IAM `roles.get`, as dumped in darkbitio/gcp-iam-role-permissions,
+#: 2026-08-22; survivor/local/iam_roles.py has the detail): Compute Instance Admin (v1) holds
+#: `compute.instanceGroupManagers.*` and `compute.instanceTemplates.*` but not
 #: `iam.serviceAccounts.actAs` ("If the user will be managing virtual machine instances that are
 #: configured to run as a service account, you must also grant the roles/iam.serviceAccountUser
 #: role", https://cloud.google.com/iam/docs/roles-permissions/compute); Compute Viewer holds the
 #: reads (accelerator types, regions, capacity data).
 ROLE_FOR = {
-    **{p: "roles/compute.instanceAdmin.v1" for p in _VM_COMPUTE | _GROUPS},
-    "compute.acceleratorTypes.list": "roles/compute.viewer",
-    "compute.regions.get": "roles/compute.viewer",
-    **{p: "roles/compute.viewer" for p in CAPACITY_DATA},
+    **{n.permission: n.role for n in compute.METHOD_NEEDS.values() if n.role},
+    "compute.instanceTemplates.useReadOnly": "roles/compute.instanceAdmin.v1",
     "iam.serviceAccounts.actAs": "roles/iam.serviceAccountUser",
     # a deployed `survivor watch --goodput-metrics`'s account (survivor/cloud/monitoring.py)
     "monitoring.timeSeries.create": "roles/monitoring.metricWriter",
