@@ -1025,6 +1025,10 @@ class Compute:
             return None
         return json.loads(self.v1.Instance.to_json(found))
 
+    # a VM outside a group stops itself once its job is done (`on_finish: stop`): "To stop an
+    # instance: compute.instances.stop on the instance" (https://cloud.google.com/compute/docs/instances/restarting-an-instance,
+    # "Required permissions"; Compute Instance Admin (v1) holds it)
+    @needs("compute.instances.stop", "compute.instances.stop", role=_INSTANCE_ADMIN)
     def stop_instance(self, project: str, zone: str, instance: str) -> None:
         """Stops the instance (ACPI soft off: the agent saves first) and waits."""
         self._call(
@@ -1041,6 +1045,9 @@ class Compute:
             lambda: self.instances.start(project=self.project, zone=zone, instance=instance),
         )
 
+    # ... or deletes itself (`on_finish: delete`): `compute.instances.delete`, the permission of the
+    # method's own name, which Compute Instance Admin (v1) holds (survivor/local/iam_roles.json)
+    @needs("compute.instances.delete", "compute.instances.delete", role=_INSTANCE_ADMIN)
     def delete_instance(self, project: str, zone: str, instance: str) -> None:
         """Deletes the instance and waits."""
         self._call(
