@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -114,6 +115,18 @@ def test_every_benchmark_is_smoked_or_excused():
     assert with_main - SMOKE.keys() - NOT_SMOKED.keys() == set(), "add each to SMOKE, or to NOT_SMOKED with why"
     assert not SMOKE.keys() & NOT_SMOKED.keys()
     assert NOT_SMOKED.keys() <= with_main, "NOT_SMOKED names a module that is gone or has no main"
+
+
+def test_run_all_runs_every_benchmark_or_says_why_not():
+    """benchmarks/run_all.sh's default list and its `not_here` list hold every module of benchmarks/
+    with a `main`, once (a benchmark left out of both went unrun when the tables were remade)."""
+    script = Path(ROOT, "benchmarks", "run_all.sh").read_text()
+    default = re.search(r'benches="\$\{\*:-([^}"]*)\}"', script)
+    not_here = re.search(r'^not_here="([^"]*)"', script, re.MULTILINE)
+    assert default and not_here, "run_all.sh: its benches= and not_here= lines"
+    listed = default.group(1).split() + not_here.group(1).split()
+    assert len(listed) == len(set(listed)), listed
+    assert set(listed) == set(SMOKE) | set(NOT_SMOKED), set(listed) ^ (set(SMOKE) | set(NOT_SMOKED))
 
 
 def test_a_failed_run_keeps_its_scratch_dir_and_says_where(tmp_path):
