@@ -11,8 +11,11 @@ never (`tf.train.Checkpoint.write`). `--shards N` writes N data shards, the last
 `--pause` seconds between files and deletes the previous save after the new one. `--export` writes
 an `export/` directory after the final save, as the built-in trainers write their SavedModel. It
 resumes from what the state file names and exits 3 when that checkpoint is missing, as a script
-would that trusts its state file. On SIGTERM it saves at the step it is at and exits 0. It knows
-nothing of survivor: no contract module, no progress file; every step it executes goes to `--step-log`.
+would that trusts its state file. On SIGTERM it saves at the step it is at and exits 0. With
+`--hold-at N --hold-file PATH` it trains no step from N on until PATH exists (a SIGTERM ends the wait
+as it ends training): a test's notice then lands while it trains, however late the test sends it,
+never after the job finished. It knows nothing of survivor: no contract module, no progress file;
+every step it executes goes to `--step-log`.
 Used by tests/test_save_orders.py and the chaos run's "save orders" rounds.
 """
 
@@ -92,13 +95,21 @@ def main() -> None:
     parser.add_argument("--order", choices=["state-first", "shards-first", "no-state"], default="state-first")
     parser.add_argument("--shards", type=int, default=1, help="data shards a save writes")
     parser.add_argument("--export", action="store_true", help="write export/ after the final save")
+    parser.add_argument("--hold-at", type=int, help="train no step from this one on until --hold-file exists")
+    parser.add_argument("--hold-file", help="the file whose existence lets training pass --hold-at")
     args, _ = parser.parse_known_args()
+    if (args.hold_at is None) != (args.hold_file is None):
+        parser.error("--hold-at and --hold-file go together")
     os.makedirs(args.job_dir, exist_ok=True)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     step = restore(args.job_dir)
     print(f"resumed from step {step}", flush=True)
     while step < args.train_steps and not stop:
+        while args.hold_at is not None and step + 1 >= args.hold_at and not stop and not os.path.exists(args.hold_file):
+            time.sleep(0.01)
+        if stop:
+            break
         time.sleep(args.step_seconds)
         step += 1
         with open(args.step_log, "a", encoding="utf-8") as log:

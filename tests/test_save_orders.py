@@ -29,8 +29,13 @@ def test_a_trainer_that_writes_its_state_file_before_its_shards_resumes_after_a_
 ):
     """Its every save's first commit holds the state file alone; the shards, arriving 0.3 s and 0.6 s
     later, commit the step again. The notice is safe only once the whole save is committed, and the
-    next boot, on a fresh disk, resumes where the SIGTERM left it and finishes."""
+    next boot, on a fresh disk, resumes where the SIGTERM left it and finishes.
+
+    The trainer trains nothing from step 90 on until the notice is sent: a test process held on a
+    loaded machine (once ~14 s past its wait, in a full-suite run) otherwise let it train all 400
+    steps, so the notice met a job that had finished and the test checked nothing it means."""
     train_steps = 400
+    hold = tmp_path / "notice-sent"
     spec = yaml.safe_dump(
         {
             "job_dir": job_dir,
@@ -52,6 +57,10 @@ def test_a_trainer_that_writes_its_state_file_before_its_shards_resumes_after_a_
                     "0.3",
                     "--step-seconds",
                     "0.01",
+                    "--hold-at",
+                    "90",
+                    "--hold-file",
+                    str(hold),
                 ]
             },
         }
@@ -59,7 +68,9 @@ def test_a_trainer_that_writes_its_state_file_before_its_shards_resumes_after_a_
     vm = instance_factory(spec)
     vm.boot()
     _wait_for_steps(tmp_path, 70, vm)  # three periodic saves, each committed with its state file alone first
-    assert vm.preempt(soft_off=True) == 0
+    code = vm.preempt(soft_off=True)
+    hold.touch()  # the next boot trains on past step 90
+    assert code == 0, f"the agent's exit on the soft off: {code}; see {vm.log_path()}"
     first = Journal(open_storage(job_dir)).state().attempts[-1]
     saved = executed_steps(tmp_path)[-1]
     assert first.end_step == saved and first.steps_lost == 0, first
