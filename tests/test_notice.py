@@ -2,6 +2,8 @@
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -121,3 +123,37 @@ def test_sigterm_to_the_agent_is_a_notice():
     finally:
         watcher.stop()
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+#: A fresh watcher each round, a SIGTERM at a random instant, the main thread in `wait()` the while.
+_SIGTERM_AT_ANY_INSTANT = """
+import os, random, signal, sys, threading
+from survivor import log as logs
+from survivor.agent.notice import NoticeWatcher, Signals
+logs.setup("json", "ERROR")
+for _ in range(int(sys.argv[1])):
+    watcher = NoticeWatcher(None, sources=[Signals()]).start()
+    threading.Timer(random.uniform(0, 0.002), os.kill, (os.getpid(), signal.SIGTERM)).start()
+    while watcher.wait(timeout=0) is None:
+        pass
+    watcher.stop()
+print("every SIGTERM heard")
+"""
+
+
+def test_a_sigterm_at_any_instant_of_the_main_threads_wait_is_heard_never_a_deadlock():
+    """The handler ran in the main thread wherever it was, and fired there: a SIGTERM that landed
+    while `wait()` held its Event's lock waited for that lock in the same thread, for good (the
+    agent silent, then SIGKILLed at the hard off). Before the fix 300 rounds never finished."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _SIGTERM_AT_ANY_INSTANT, "300"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=PATIENCE,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"a SIGTERM deadlocked the watcher's main thread: not done in {PATIENCE:g} s") from exc
+    assert done.returncode == 0 and "every SIGTERM heard" in done.stdout, done.stderr[-2000:]

@@ -29,6 +29,7 @@ the agent.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -131,24 +132,56 @@ class MetadataFlag:
 
 class Signals:
     """SIGTERM and SIGINT to this process, as a "signal" notice. Handlers are installed only from
-    the main thread (Python's rule) and put back on `stop`."""
+    the main thread (Python's rule) and put back on `stop`.
+
+    A handler only writes the signal's number to a pipe; a thread of its own reads it and fires.
+    Python runs a handler in the main thread between two of its bytecodes, wherever that thread is:
+    a handler that fired there took the watcher's locks, its Event's condition among them, and a
+    SIGTERM landing while the main thread held that very lock (in `NoticeWatcher.wait`, which it
+    calls every 0.2 s while the trainer runs) deadlocked the agent for good: it never saved, and
+    the hard off SIGKILLed it."""
 
     def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)) -> None:
         self.signals = tuple(signals)
         self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
+        self._write: int | None = None  # the pipe's write end, while the handlers are installed
 
     def start(self, fire: Fire) -> None:
-        """Installs the handlers, if this is the main thread."""
+        """Installs the handlers and starts the thread that fires, if this is the main thread."""
         if threading.current_thread() is not threading.main_thread():
             return
+        read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        threading.Thread(target=self._deliver, args=(read, fire), name="signals", daemon=True).start()
         for sig in self.signals:
-            self._previous[sig] = signal.signal(sig, lambda signum, frame: fire("signal", signal.Signals(signum).name))
+            self._previous[sig] = signal.signal(sig, self._note)
+
+    def _note(self, signum: int, frame: FrameType | None) -> None:
+        """The handler: no lock, no log line, one write (a full pipe already holds a notice)."""
+        write = self._write
+        if write is None:  # stopped: a signal caught just before its handler was put back
+            return
+        try:
+            os.write(write, bytes([signum]))
+        except OSError:
+            pass
+
+    @staticmethod
+    def _deliver(read: int, fire: Fire) -> None:
+        """Fires each signal the handler noted, until `stop` closes the pipe."""
+        with os.fdopen(read, "rb", buffering=0) as pipe:
+            while data := pipe.read(64):
+                for signum in data:
+                    fire("signal", signal.Signals(signum).name)
 
     def stop(self) -> None:
-        """Puts the previous handlers back."""
+        """Puts the previous handlers back and ends the thread (once it has fired what was noted)."""
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+        write, self._write = self._write, None
+        if write is not None:
+            os.close(write)
 
 
 def default_sources(
