@@ -157,3 +157,23 @@ def test_a_sigterm_at_any_instant_of_the_main_threads_wait_is_heard_never_a_dead
     except subprocess.TimeoutExpired as exc:
         raise AssertionError(f"a SIGTERM deadlocked the watcher's main thread: not done in {PATIENCE:g} s") from exc
     assert done.returncode == 0 and "every SIGTERM heard" in done.stdout, done.stderr[-2000:]
+
+
+def test_a_trainers_save_and_stop_requests_take_no_lock_a_signal_could_find_held():
+    """The trainer's side of the contract: its handlers run in the main thread between two bytecodes,
+    so they only count (a lock the main thread held there would never be released). Requests made
+    before a take are one save; one made after is the next."""
+    from survivor.trainers.contract import SaveRequest, StopRequest
+
+    save = SaveRequest()
+    assert not save.take()
+    save._ask()
+    save._ask()
+    assert save.take() and not save.take()
+    save._ask()
+    assert save.take()
+    stop = StopRequest()
+    assert not stop.requested
+    stop._handle(15, None)
+    assert stop.requested and stop.signal_name == "SIGTERM" and stop.at is not None
+    assert not hasattr(save, "_event") and not hasattr(stop, "_event")

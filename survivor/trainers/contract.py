@@ -23,7 +23,6 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 
 PROGRESS_ENV = "SURVIVOR_PROGRESS_FILE"
@@ -47,8 +46,11 @@ class StopRequest:
     """A flag set by SIGTERM/SIGINT: "save a checkpoint now and exit". `at` is when it was set
     (time.monotonic()), for a trainer that logs how long its save on notice took."""
 
+    # Plain attributes, no lock: Python runs a signal handler in the main thread between two of its
+    # bytecodes, so a handler that took a lock (threading.Event's) the main thread held at that moment
+    # would wait for itself for good.
     def __init__(self) -> None:
-        self._event = threading.Event()
+        self._requested = False
         self.signal_name: str | None = None
         self.at: float | None = None
 
@@ -68,13 +70,13 @@ class StopRequest:
     @property
     def requested(self) -> bool:
         """True once a stop was asked for."""
-        return self._event.is_set()
+        return self._requested
 
     def set(self) -> None:
         """Asks for the stop (as the signal does), noting when the first request came."""
         if self.at is None:
             self.at = time.monotonic()
-        self._event.set()
+        self._requested = True
 
 
 def _nothing_left_to_stop() -> None:
@@ -90,21 +92,28 @@ class SaveRequest:
     """A flag set by the save signal (SIGUSR1 unless told otherwise): "save a checkpoint now and keep
     training", which the agent sends on a host-maintenance notice. `take()` reads and clears it."""
 
-    def __init__(self):
-        self._event = threading.Event()
+    def __init__(self) -> None:
+        # counts, no lock (StopRequest says why): the handler only adds to `_asked`
+        self._asked = 0
+        self._taken = 0
 
     @classmethod
     def install(cls, sig: int = signal.SIGUSR1) -> "SaveRequest":
         """A SaveRequest that `sig` sets from now on (instead of ending the process)."""
         request = cls()
-        signal.signal(sig, lambda signum, frame: request._event.set())
+        signal.signal(sig, lambda signum, frame: request._ask())
         return request
 
+    def _ask(self) -> None:
+        self._asked += 1
+
     def take(self) -> bool:
-        """True once per request: the caller saves now."""
-        if not self._event.is_set():
+        """True once per request (requests that come before a take are one): the caller saves now.
+        A request that comes while this runs is seen by the next take."""
+        asked = self._asked
+        if asked == self._taken:
             return False
-        self._event.clear()
+        self._taken = asked
         return True
 
 
