@@ -1,8 +1,8 @@
 """Line coverage of survivor/, measured by every run of the suite and printed above its result line.
 
 The suite measures with SlipCover (https://github.com/plasma-umass/slipcover): it inserts a probe in
-a module's bytecode when the module is imported and takes each probe out once its line has run, so
-a covered line costs nothing after its first run. On Python 3.11, which this project runs on, that
+a module's bytecode when the module is imported, and each probe takes itself out once its line has
+run (`immediate`), so a covered line costs nothing after its first run. On Python 3.11, which this project runs on, that
 cost the suite's pure-Python tests about 10% of their CPU time, where coverage.py's line tracer
 (the C tracer; its cheaper `sysmon` core needs 3.12) cost the whole suite about 42% of its time.
 
@@ -44,7 +44,11 @@ def start() -> None:
         raise RuntimeError(f"line coverage starts after survivor was imported ({early[0]}): start it first")
     import slipcover
 
-    _measure = slipcover.Slipcover(source=[str(SOURCE)])
+    # immediate: a probe takes itself out of the bytecode on its first run. The default waits for a
+    # probe's 50th run, then takes every run probe out from Python, walking every thread's frames while
+    # it holds its lock: in an xdist worker with a stand-in's threads that once hung the run for good
+    # (its main thread inside that walk, waiting on a lock no thread released)
+    _measure = slipcover.Slipcover(source=[str(SOURCE)], immediate=True)
     slipcover.ImportManager(_measure, slipcover.FileMatcher(sources=[str(SOURCE)])).__enter__()
 
 
