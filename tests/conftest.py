@@ -187,7 +187,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(line_coverage.summary_line(coverage))
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # an unknown hook when xdist is off (-p no:xdist)
 def pytest_xdist_make_scheduler(config, log):
     """Work stealing when the slow tests are deselected: nothing long is dealt out, and it hands the
     short ones out in fewer messages (-m "not slow": 2:48 against 3:02 one at a time). Otherwise
