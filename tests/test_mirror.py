@@ -1,6 +1,7 @@
 """The mirror after a notice: the trainer's last checkpoint is committed as soon as it lands, while
 the trainer is still exiting, and nothing but the commit runs on the way to safety."""
 
+import dataclasses
 import os
 import threading
 
@@ -500,3 +501,69 @@ def _fresh_mirror(tmp_path):
             store, storage, str(local), attempt=1, interval=3600, committed_step=None, on_commit=lambda stats: None
         ).start(restored=frozenset()),
     )
+
+
+def _save_180(local, version: bytes) -> None:
+    """A save of step 180, two shards and an index, each file renamed into place."""
+    for name in ["ckpt-180.data-00000-of-00002", "ckpt-180.data-00001-of-00002", "ckpt-180.index"]:
+        (local / ".tmp").write_bytes(version + name.encode())
+        os.replace(local / ".tmp", local / name)
+
+
+def test_a_step_saved_again_before_a_clean_exit_commits_its_last_save_and_the_export_after_it(tmp_path):
+    """A loop that saves at every checkpoint_steps and once more at its end (TensorFlow's
+    CheckpointManager.save with the same checkpoint_number rewrites the step's files, here with new
+    bytes) and then writes its export. While it trains, the rewrite never replaces the first commit;
+    once it exited 0, the final sync commits its last save with the export, the first commit stays
+    beside it, and DONE may be written. After an exit with an error the first commit stands alone."""
+    for clean in (True, False):
+        root = tmp_path / str(clean)
+        root.mkdir()
+        local, storage, store, mirror = _fresh_mirror(root)
+        _save_180(local, b"first save ")
+        first = mirror.sync(collect=False)
+        assert first is not None and first.manifest.step == 180
+        _save_180(local, b"second save ")
+        assert mirror.sync(collect=False) is None  # still training: the first commit stands
+        (local / "export").mkdir()
+        (local / "export" / "saved_model.pb").write_bytes(b"graph")
+        mirror.final_sync(pause=0.01, clean_exit=clean)
+        assert mirror.uncommitted() is None
+        restored = root / "restored"
+        manifest = store.restore(str(restored))
+        kept = [m.seq for m in store.committed()]
+        if clean:
+            assert manifest.seq == first.manifest.seq + 1 and kept == [first.manifest.seq + 1, first.manifest.seq]
+            assert (restored / "export" / "saved_model.pb").read_bytes() == b"graph"
+            assert (restored / "ckpt-180.index").read_bytes() == b"second save ckpt-180.index"
+        else:
+            assert manifest.seq == first.manifest.seq and kept == [first.manifest.seq]
+            assert not (restored / "export").exists()
+            assert (restored / "ckpt-180.index").read_bytes() == b"first save ckpt-180.index"
+
+
+def test_a_step_saved_again_is_told_from_one_changed_in_place_by_its_files_inodes(tmp_path):
+    """`saved_again`: a whole save renamed over the committed one is the step saved again; the same
+    bytes written into the committed files in place (a truncation or rewrite after the rename) are
+    not, nor is a save still arriving, nor a change to files whose inodes the commit never knew."""
+    from survivor.agent.mirror import saved_again
+    from survivor.jobdir.snapshot import scan
+
+    local = tmp_path / "job"
+    local.mkdir()
+    names = ["ckpt-20.data-00000-of-00001", "ckpt-20.index"]
+    for name in names:
+        (local / name).write_bytes(b"first " + name.encode())
+    committed = {f.path: f for f in scan(str(local)).files}
+    for name in names:  # written in place: the same inodes
+        with open(local / name, "r+b") as f:
+            f.truncate(3)
+    assert not saved_again(committed, scan(str(local)))
+    for name in names:  # renamed into place: new inodes
+        (local / ".tmp").write_bytes(b"second " + name.encode())
+        os.replace(local / ".tmp", local / name)
+    assert saved_again(committed, scan(str(local)))
+    unknown = {path: dataclasses.replace(f, inode=0) for path, f in committed.items()}
+    assert not saved_again(unknown, scan(str(local)))
+    os.remove(local / "ckpt-20.index")  # not whole
+    assert not saved_again(committed, scan(str(local)))

@@ -85,3 +85,54 @@ def test_a_trainer_that_writes_its_state_file_before_its_shards_resumes_after_a_
     steps = executed_steps(tmp_path)
     assert steps[len(steps) - (train_steps - saved)] == saved + 1 and steps[-1] == train_steps
     assert len(steps) == train_steps  # not one step trained twice
+
+
+def test_a_trainer_that_saves_its_last_step_twice_and_then_exports_ends_with_both_committed(
+    job_dir, tmp_path, instance_factory
+):
+    """The foreign trainer saves at every 20th step and once more when its loop ends, so its last
+    step is saved twice, the second time with new bytes in every shard, and then it writes its
+    export. The first save of that step is committed while the second is written (0.3 s between
+    files, a sync every 0.1 s); once the trainer exits 0 its last save and the export are
+    committed, and DONE points at a commit that holds both."""
+    train_steps = 60
+    spec = yaml.safe_dump(
+        {
+            "job_dir": job_dir,
+            "train_steps": train_steps,
+            "checkpoint_steps": 20,
+            "sync_seconds": 0.1,
+            "on_finish": "keep-alive",
+            "trainer": {
+                "argv": [
+                    PYTHON,
+                    FOREIGN,
+                    "--order",
+                    "no-state",
+                    "--shards",
+                    "3",
+                    "--export",
+                    "--step-log",
+                    str(tmp_path / "steps.log"),
+                    "--pause",
+                    "0.3",
+                    "--step-seconds",
+                    "0.01",
+                ]
+            },
+        }
+    )
+    vm = instance_factory(spec)
+    vm.boot()
+    assert vm.wait(120) == 0, f"see {vm.log_path()}"
+    state = Journal(open_storage(job_dir)).state()
+    assert state.done is not None and state.done["step"] == train_steps, state.done
+    store = CheckpointStore(open_storage(job_dir))
+    final = store.latest()
+    paths = {f.path for f in final.files}
+    assert final.step == train_steps and final.resumable, sorted(paths)
+    assert {"export/saved_model.pb", "export/variables/variables.index"} <= paths, sorted(paths)
+    with open(vm.log_path(), encoding="utf-8") as log:
+        said = log.read()
+    assert "saved the committed step again" in said  # the first save of step 60 was committed first
+    assert "changed after its commit" in said  # ... and its rewrite waited for the trainer's exit

@@ -550,7 +550,7 @@ class Boot:
         commit_failure = ""
         try:
             with self.phase.timed(Timing.FINAL_COMMIT):
-                mirror.final_sync()
+                mirror.final_sync(clean_exit=code == 0)
         except LeaseLost:
             return AttemptResult(lease_lost=True, restored_step=restored, committed_step=mirror.committed_step)
         except StorageError as exc:  # the last commit stands; say what was lost and why

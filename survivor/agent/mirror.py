@@ -30,7 +30,16 @@ from survivor import log as logs
 from survivor.jobdir.chunks import chunk_object
 from survivor.jobdir.disk_tier import DiskTier, PendingSnapshot, UploadRate, fits
 from survivor.jobdir.lease import LeaseLost
-from survivor.jobdir.snapshot import Checksums, Snapshot, checkpoint_files, event_files, resumable, scan, step_now
+from survivor.jobdir.snapshot import (
+    Checksums,
+    LocalFile,
+    Snapshot,
+    checkpoint_files,
+    event_files,
+    resumable,
+    scan,
+    step_now,
+)
 from survivor.jobdir.storage import JobStorage, Part
 from survivor.jobdir.store import CheckpointStore, CommitStats, SnapshotChanged
 
@@ -78,6 +87,25 @@ def same_step(
     if step is not None and not gone & checkpoint_files(gone, step, naming):
         return "content"
     return "changes"
+
+
+def saved_again(committed: dict[str, LocalFile], now: Snapshot) -> bool:
+    """Pure: whether `now`, a snapshot of the committed step whose checkpoint files changed since
+    its commit (`committed`: that commit's files by path), is the step saved again the way the
+    contract saves: whole, and every checkpoint file that differs from its commit a new file renamed
+    into place (another inode), never one changed in place (a truncation or a rewrite after the
+    rename, which a commit must not follow). A file whose commit's inode is not known (the restored
+    step's) counts as changed in place."""
+    if now.step is None or not now.resumable:
+        return False
+    ours = checkpoint_files({f.path for f in now.files}, now.step, now.naming)
+    for file in now.files:
+        before = committed.get(file.path)
+        if file.path not in ours or before is None or (before.size, before.crc32c) == (file.size, file.crc32c):
+            continue
+        if not before.inode or before.inode == file.inode:
+            return False
+    return True
 
 
 class Mirror:
@@ -138,6 +166,8 @@ class Mirror:
         self._fingerprint: frozenset | None = None
         self._committed_whole = True  # whether the last commit held a whole checkpoint of its step
         self._final = False  # the trainer is gone: the final sync commits rewritten notes too
+        self._clean_exit = False  # ... and it exited 0: a step it saved again is committed again
+        self._committed_files: dict[str, LocalFile] = {}  # the last commit's files (none known: the restored ones)
         self._changed_step: int | None = None  # the committed step whose files were seen changing
         self._checksums = Checksums(store.chunk_size)
         self._events: dict[str, tuple[int, int]] = {}
@@ -239,10 +269,21 @@ class Mirror:
         )
         if verdict == "content" and not self._final:
             return None  # notes rewritten between saves: they go with the next step's commit (or the final one)
-        if verdict == "changes":
-            # A trainer that rewrote or truncated its files after their rename: the first commit of
-            # the step stands; a second would replace it for good.
-            # docs/trainer-contract.md says what the agent can and cannot catch.
+        if verdict == "changes" and self._resaved(snapshot):
+            # The trainer saved the committed step again and exited 0 (a loop that saves at every
+            # checkpoint_steps and once more at its end, TensorFlow's CheckpointManager.save with the
+            # same checkpoint_number; an export after it): what it left is its last word. The new
+            # commit does not hold the first one whole, so both stay (`store.snapshots_to_delete`):
+            # a restore that fails on the newer passes it over for the first.
+            log.info(
+                "the trainer saved the committed step again before it exited; committing its last save "
+                "(the first commit of the step stays)",
+                step=snapshot.step,
+            )
+        elif verdict == "changes":
+            # A trainer that rewrote or truncated its files after their rename, while it trains (or
+            # exited with an error, so a save may have stopped halfway): the first commit of the
+            # step stands. docs/trainer-contract.md says what the agent can and cannot catch.
             if self._changed_step != snapshot.step:
                 log.warning(
                     "the files of a committed step changed after its commit; keeping the first commit "
@@ -266,9 +307,17 @@ class Mirror:
         self.on_commit(stats)
         return stats
 
+    def _resaved(self, snapshot: Snapshot) -> bool:
+        """Whether a snapshot of the committed step whose checkpoint files changed is committed
+        anyway: only at the final sync after the trainer exited 0 (nothing of it writes any more, and
+        it did not stop halfway through a save), and only a whole save renamed into place
+        (`saved_again`)."""
+        return self._final and self._clean_exit and saved_again(self._committed_files, snapshot)
+
     def _took(self, snapshot: Snapshot, fingerprint: frozenset, after_notice: bool) -> None:
         """Notes `snapshot` as the committed state (to the job dir, or to the state disk)."""
         self._fingerprint = fingerprint
+        self._committed_files = {f.path: f for f in snapshot.files}
         self._committed_whole = snapshot.resumable
         self.committed_step = snapshot.step
         if after_notice and snapshot.resumable:  # a save still arriving makes nothing safe yet
@@ -443,14 +492,16 @@ class Mirror:
         self._wake.set()
         self._thread.join()
 
-    def final_sync(self, attempts: int = 5, pause: float = 0.2) -> CommitStats | None:
+    def final_sync(self, attempts: int = 5, pause: float = 0.2, clean_exit: bool = False) -> CommitStats | None:
         """Stops the background rounds and commits what the trainer left, retrying a file that
-        changed during its upload (`pause` seconds apart). Garbage collection is left to `tidy`,
+        changed during its upload (`pause` seconds apart). `clean_exit`: the trainer exited 0, so a
+        whole checkpoint of the committed step that it saved again is committed again (with what it
+        wrote after, such as an export); otherwise the first commit stands. Garbage collection is left to `tidy`,
         after the checkpoint is safe. Afterwards `uncommitted` is the newest step the trainer left
         that is still not committed (None: all of it is), which `decide_ending` will not call DONE.
         Raises LeaseLost when another agent holds the job, StorageError when the job dir fails."""
         self.stop()
-        self._final = True
+        self._final, self._clean_exit = True, clean_exit
         stats = None
         for attempt in range(attempts):
             stats = self.sync(collect=False) or stats
@@ -472,16 +523,19 @@ class Mirror:
             return None
         if self.committed_step is not None and snapshot.step < self.committed_step:
             return None
-        if (
-            snapshot.step == self.committed_step
-            and same_step(
-                self._fingerprint,
-                snapshot.fingerprint(),
-                committed_whole=self._committed_whole,
-                step=snapshot.step,
-                naming=self.naming,
+        if snapshot.step == self.committed_step and (
+            snapshot.fingerprint() == self._fingerprint
+            or (
+                same_step(
+                    self._fingerprint,
+                    snapshot.fingerprint(),
+                    committed_whole=self._committed_whole,
+                    step=snapshot.step,
+                    naming=self.naming,
+                )
+                == "changes"
+                and not self._resaved(snapshot)
             )
-            == "changes"
         ):
             return None
         return snapshot.step
