@@ -1,7 +1,6 @@
 """The mirror after a notice: the trainer's last checkpoint is committed as soon as it lands, while
 the trainer is still exiting, and nothing but the commit runs on the way to safety."""
 
-import dataclasses
 import os
 import threading
 
@@ -540,30 +539,3 @@ def test_a_step_saved_again_before_a_clean_exit_commits_its_last_save_and_the_ex
             assert manifest.seq == first.manifest.seq and kept == [first.manifest.seq]
             assert not (restored / "export").exists()
             assert (restored / "ckpt-180.index").read_bytes() == b"first save ckpt-180.index"
-
-
-def test_a_step_saved_again_is_told_from_one_changed_in_place_by_its_files_inodes(tmp_path):
-    """`saved_again`: a whole save renamed over the committed one is the step saved again; the same
-    bytes written into the committed files in place (a truncation or rewrite after the rename) are
-    not, nor is a save still arriving, nor a change to files whose inodes the commit never knew."""
-    from survivor.agent.mirror import saved_again
-    from survivor.jobdir.snapshot import scan
-
-    local = tmp_path / "job"
-    local.mkdir()
-    names = ["ckpt-20.data-00000-of-00001", "ckpt-20.index"]
-    for name in names:
-        (local / name).write_bytes(b"first " + name.encode())
-    committed = {f.path: f for f in scan(str(local)).files}
-    for name in names:  # written in place: the same inodes
-        with open(local / name, "r+b") as f:
-            f.truncate(3)
-    assert not saved_again(committed, scan(str(local)))
-    for name in names:  # renamed into place: new inodes
-        (local / ".tmp").write_bytes(b"second " + name.encode())
-        os.replace(local / ".tmp", local / name)
-    assert saved_again(committed, scan(str(local)))
-    unknown = {path: dataclasses.replace(f, inode=0) for path, f in committed.items()}
-    assert not saved_again(unknown, scan(str(local)))
-    os.remove(local / "ckpt-20.index")  # not whole
-    assert not saved_again(committed, scan(str(local)))

@@ -449,19 +449,38 @@ def test_a_snapshot_the_trainer_fails_on_is_passed_over_once_and_the_job_trains_
     assert [line for line in messages(vm, "WARNING") if "passing over" in line["message"]]
 
 
-def test_a_trainer_that_truncates_its_checkpoint_after_the_rename_never_replaces_its_commit(tmp_path, instance_factory):
-    """Each save is renamed into place and then truncated: the mirror commits the step while it is
-    whole and never commits the same step again once its files changed; every later boot resumes."""
+def test_a_trainer_that_truncates_its_checkpoint_after_the_rename_loses_no_commit(tmp_path, instance_factory):
+    """Each save is renamed into place and then truncated. While it trains, the mirror commits a
+    step while it is whole and never commits the same step again once its files changed. On the
+    notice it saves, truncates and exits 0: what it left is committed too (the agent cannot tell a
+    truncation from a second save of the step, which TensorFlow writes partly in place), beside the
+    whole commit, and the next boots pass over the torn one for it: DONE, nothing committed lost."""
     job_dir = str(tmp_path / "jobdir")
     vm = instance_factory(_strict_spec(job_dir, tmp_path, 60, "--truncate-after-rename"))
     vm.boot()
     vm.wait_for_step(35)
     assert vm.preempt(soft_off=True) == 0
-    storage = open_storage(job_dir)
-    steps = [CheckpointStore(storage).load(n).step for n in CheckpointStore(storage).manifest_names()]
-    assert len(steps) == len(set(steps)), f"a step was committed twice: {steps}"
+    assert [line for line in vm.log_lines(1) if "files of a committed step changed" in line.get("message", "")]
+    store = CheckpointStore(open_storage(job_dir))
+    manifests = [store.load(n) for n in store.manifest_names()]
+    steps = [m.step for m in manifests]
+    saved = steps[0]
+    assert steps[1:].count(saved) <= 1 and len(steps[1:]) == len(set(steps[1:])), steps  # twice at most: the last
+    newest = tmp_path / "newest"
+    store.restore(str(newest))
+    try:  # the agent may end the trainer once the notice's save is committed, before its truncation
+        json.loads((newest / f"ckpt-{saved}.json").read_text())
+        torn = False
+    except ValueError:
+        torn = True
+    # the whole commit the job resumes from: the newest, else the first commit of its step, else the one before
+    whole = saved if not torn or steps.count(saved) == 2 else steps[1]
     vm.boot(wipe=True)
-    assert vm.wait(60) == 0, open(vm.log_path()).read()[-3000:]
+    code = vm.wait(60)
+    if code == 1:  # the trainer failed on the torn commit: systemd starts the agent again, which passes it over
+        vm.boot()
+        code = vm.wait(60)
+    assert code == 0, open(vm.log_path()).read()[-3000:]
     state = state_of(job_dir)
     assert state.done["step"] == 60 and [a.outcome for a in state.attempts][-1] == "finished"
-    assert [line for line in vm.log_lines(1) if "files of a committed step changed" in line.get("message", "")]
+    assert state.attempts[-1].restored_step == whole, [(a.outcome, a.restored_step) for a in state.attempts]

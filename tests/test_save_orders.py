@@ -3,6 +3,7 @@ before the VM goes or DONE is written."""
 
 import os
 
+import pytest
 import yaml
 
 from survivor.jobdir.journal import Journal
@@ -136,3 +137,61 @@ def test_a_trainer_that_saves_its_last_step_twice_and_then_exports_ends_with_bot
         said = log.read()
     assert "saved the committed step again" in said  # the first save of step 60 was committed first
     assert "changed after its commit" in said  # ... and its rewrite waited for the trainer's exit
+
+
+#: A plain TensorFlow loop as users write it: CheckpointManager.save(checkpoint_number=step) every
+#: --checkpoint-steps and once more after the loop (its last step saved twice: the second save
+#: renames new data shards into place but rewrites the `.index` in place), then a SavedModel export.
+TF_LOOP_SAVING_TWICE = """
+import argparse, os, time
+import tensorflow as tf
+p = argparse.ArgumentParser()
+p.add_argument("--job-dir"); p.add_argument("--train-steps", type=int); p.add_argument("--checkpoint-steps", type=int)
+a, _ = p.parse_known_args()
+w = tf.Variable(tf.zeros([4])); step = tf.Variable(0, dtype=tf.int64)
+ckpt = tf.train.Checkpoint(w=w, step=step)
+manager = tf.train.CheckpointManager(ckpt, a.job_dir, max_to_keep=2)
+ckpt.restore(manager.latest_checkpoint)
+while int(step) < a.train_steps:
+    w.assign_add(tf.ones([4])); step.assign_add(1); time.sleep(0.05)
+    if int(step) % a.checkpoint_steps == 0:
+        manager.save(checkpoint_number=int(step))
+time.sleep(1.0)  # the agent commits the first save of the last step before the second
+w.assign_add(tf.ones([4]))  # the second save's bytes differ
+manager.save(checkpoint_number=int(step))
+tf.saved_model.save(tf.Module(), os.path.join(a.job_dir, "export"))
+"""
+
+
+@pytest.mark.slow
+def test_a_tensorflow_loop_that_saves_its_last_step_twice_then_exports_ends_with_both_committed(
+    tmp_path, instance_factory
+):
+    """Real TensorFlow, as a user's loop saves: the second save of the last step rewrites its
+    `.index` in place, so no file-by-file rule tells it from a torn checkpoint; once the trainer
+    exits 0 its last save and the export are committed, and DONE points at them."""
+    script = tmp_path / "loop.py"
+    script.write_text(TF_LOOP_SAVING_TWICE)
+    job_dir = str(tmp_path / "jobdir")  # one storage is enough: what is checked is what the agent commits
+    spec = {
+        "job_dir": job_dir,
+        "train_steps": 20,
+        "checkpoint_steps": 10,
+        "sync_seconds": 0.1,
+        "on_finish": "keep-alive",
+        "trainer": {"argv": [PYTHON, str(script)]},
+    }
+    vm = instance_factory(yaml.safe_dump(spec))
+    vm.boot()
+    assert vm.wait(180) == 0, f"see {vm.log_path()}"
+    assert Journal(open_storage(job_dir)).state().done["step"] == 20
+    store = CheckpointStore(open_storage(job_dir))
+    final, *earlier = [m for m in store.committed() if m.step == 20]
+    assert {"export/saved_model.pb", "ckpt-20.index"} <= {f.path for f in final.files}
+    assert earlier, "the first save of step 20 was not committed before the second: the test checked nothing"
+    restored = tmp_path / "restored"
+    store.restore(str(restored))
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(restored / "ckpt-20"))
+    assert list(reader.get_tensor("w/.ATTRIBUTES/VARIABLE_VALUE")) == [21.0] * 4  # the second save's

@@ -32,7 +32,6 @@ from survivor.jobdir.disk_tier import DiskTier, PendingSnapshot, UploadRate, fit
 from survivor.jobdir.lease import LeaseLost
 from survivor.jobdir.snapshot import (
     Checksums,
-    LocalFile,
     Snapshot,
     checkpoint_files,
     event_files,
@@ -87,25 +86,6 @@ def same_step(
     if step is not None and not gone & checkpoint_files(gone, step, naming):
         return "content"
     return "changes"
-
-
-def saved_again(committed: dict[str, LocalFile], now: Snapshot) -> bool:
-    """Pure: whether `now`, a snapshot of the committed step whose checkpoint files changed since
-    its commit (`committed`: that commit's files by path), is the step saved again the way the
-    contract saves: whole, and every checkpoint file that differs from its commit a new file renamed
-    into place (another inode), never one changed in place (a truncation or a rewrite after the
-    rename, which a commit must not follow). A file whose commit's inode is not known (the restored
-    step's) counts as changed in place."""
-    if now.step is None or not now.resumable:
-        return False
-    ours = checkpoint_files({f.path for f in now.files}, now.step, now.naming)
-    for file in now.files:
-        before = committed.get(file.path)
-        if file.path not in ours or before is None or (before.size, before.crc32c) == (file.size, file.crc32c):
-            continue
-        if not before.inode or before.inode == file.inode:
-            return False
-    return True
 
 
 class Mirror:
@@ -167,7 +147,6 @@ class Mirror:
         self._committed_whole = True  # whether the last commit held a whole checkpoint of its step
         self._final = False  # the trainer is gone: the final sync commits rewritten notes too
         self._clean_exit = False  # ... and it exited 0: a step it saved again is committed again
-        self._committed_files: dict[str, LocalFile] = {}  # the last commit's files (none known: the restored ones)
         self._changed_step: int | None = None  # the committed step whose files were seen changing
         self._checksums = Checksums(store.chunk_size)
         self._events: dict[str, tuple[int, int]] = {}
@@ -287,8 +266,9 @@ class Mirror:
             if self._changed_step != snapshot.step:
                 log.warning(
                     "the files of a committed step changed after its commit; keeping the first commit "
-                    "(a trainer writes a checkpoint under a temporary name, renames it, and never "
-                    "changes it after)",
+                    "while the trainer runs (a trainer writes a checkpoint under a temporary name, renames "
+                    "it, and never changes it after; a second save of the step is committed once the "
+                    "trainer exits 0)",
                     step=snapshot.step,
                 )
                 self._changed_step = snapshot.step
@@ -310,14 +290,15 @@ class Mirror:
     def _resaved(self, snapshot: Snapshot) -> bool:
         """Whether a snapshot of the committed step whose checkpoint files changed is committed
         anyway: only at the final sync after the trainer exited 0 (nothing of it writes any more, and
-        it did not stop halfway through a save), and only a whole save renamed into place
-        (`saved_again`)."""
-        return self._final and self._clean_exit and saved_again(self._committed_files, snapshot)
+        it did not stop halfway through a save), and only when it holds a whole checkpoint. Which of
+        its files were renamed into place does not tell a save from a rewrite: a second
+        `CheckpointManager.save` of one checkpoint number renames new data shards into place but
+        rewrites the `.index` in place (the same inode; measured with TensorFlow 2.21)."""
+        return self._final and self._clean_exit and snapshot.resumable
 
     def _took(self, snapshot: Snapshot, fingerprint: frozenset, after_notice: bool) -> None:
         """Notes `snapshot` as the committed state (to the job dir, or to the state disk)."""
         self._fingerprint = fingerprint
-        self._committed_files = {f.path: f for f in snapshot.files}
         self._committed_whole = snapshot.resumable
         self.committed_step = snapshot.step
         if after_notice and snapshot.resumable:  # a save still arriving makes nothing safe yet

@@ -49,22 +49,20 @@ _STATE_LINE = re.compile(r'^(model_checkpoint_path|all_model_checkpoint_paths):\
 
 @dataclass(frozen=True)
 class LocalFile:
-    """One file of a snapshot: path relative to the job dir, size, mtime (ns), crc32c (base64), its
-    chunks' digests (empty when not taken: the commit then reads the file for them) and its inode
-    (0: not known), which tells a file replaced by a rename from one changed in place."""
+    """One file of a snapshot: path relative to the job dir, size, mtime (ns), crc32c (base64) and
+    its chunks' digests (empty when not taken: the commit then reads the file for them)."""
 
     path: str
     size: int
     mtime_ns: int
     crc32c: str
     chunks: tuple[ChunkDigest, ...] = ()
-    inode: int = 0
 
     @classmethod
     def from_digest(cls, rel: str, st: os.stat_result, digest: FileDigest) -> LocalFile:
         """The file at `rel` as `digest` read it, with `st` (its stat) giving its mtime: the one
         way a snapshot's file is built, so a new field of `FileDigest` reaches every snapshot."""
-        return cls(rel, digest.size, st.st_mtime_ns, digest.crc32c, digest.chunks, st.st_ino)
+        return cls(rel, digest.size, st.st_mtime_ns, digest.crc32c, digest.chunks)
 
 
 @dataclass(frozen=True)
