@@ -721,6 +721,43 @@ def test_a_standalone_agent_stops_its_instance(compute_server, tmp_path):
     assert compute_server.instances[(PROJECT, "us-west1-b", "solo")]["status"] == "TERMINATED"
 
 
+@pytest.mark.parametrize("on_finish", ["auto", "delete"])
+def test_a_standalone_vm_whose_account_may_not_stop_or_delete_it_powers_off(on_finish, compute_server, tmp_path):
+    """Outside a group, a DONE job's VM stops (or deletes) itself; refused the permission, it powers
+    off from its guest, which stops it, instead of billing on with a retrying agent. One line says
+    why and what to grant."""
+    from survivor.jobdir.journal import Journal
+    from survivor.jobdir.storage import open_storage
+    from survivor.local.instance import LocalInstance
+    from tests.conftest import dummy_spec
+
+    method = "compute.instances.stop" if on_finish == "auto" else "compute.instances.delete"
+    compute_server.add_instance(PROJECT, "us-west1-b", "solo")
+    compute_server.fail(method, http=403, message=f"Required '{method}' permission for 'projects/{PROJECT}'")
+    job_dir = str(tmp_path / "jobdir")
+    vm = LocalInstance(
+        {"survivor-job": dummy_spec(job_dir, tmp_path, train_steps=10, on_finish=on_finish)},
+        str(tmp_path / "vm"),
+        name="solo",
+        zone="us-west1-b",
+        project=PROJECT,
+        python=sys.executable,
+        env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint},
+    )
+    try:
+        vm.boot()
+        assert vm.wait(120) == 0, open(vm.log_path()).read()[-2000:]
+        assert vm.powered_off() and Journal(open_storage(job_dir)).done() is not None
+        verb = "stop" if on_finish == "auto" else "delete"
+        said = [line["message"] for line in vm.log_lines() if line.get("severity") == "ERROR"]
+        assert [m for m in said if m.startswith(f"this VM's service account cannot {verb} it") and method in m], said
+    finally:
+        vm.close()
+    assert (
+        compute_server.instances[(PROJECT, "us-west1-b", "solo")]["status"] == "RUNNING"
+    )  # refused: only the guest stopped
+
+
 def test_stopping_a_mig_instance_directly_gets_it_restarted_which_is_why_agents_leave(compute_server):
     compute = Compute(PROJECT)
     spec = JobSpec.from_yaml("job_dir: /tmp/x\ntrain_steps: 1\ntrainer: {builtin: dummy}\n")

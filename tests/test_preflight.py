@@ -586,6 +586,24 @@ def test_preflight_reads_the_project_policy_and_names_each_permission_the_vm_lac
     )
     assert f"ok: project {PROJECT}: {VM_ACCOUNT} has compute.instanceGroupManagers.update" in out.splitlines()
 
+    # on_finish: delete: a VM made outside a group deletes itself; without the permission it is only
+    # stopped (its disks billed): a warning naming it, never a stop, since a group's VM never needs it
+    code, out, _ = run_cli(
+        capsys,
+        "preflight",
+        "job",
+        "--config",
+        _job(tmp_path, f"gs://{bucket}/run", "on_finish: delete\n"),
+        "--project",
+        PROJECT,
+        "--zone",
+        "us-west1-b",
+    )
+    assert code == 0, out
+    [line] = [line for line in out.splitlines() if line.startswith(f"warning: project {PROJECT}")]
+    assert "lacks compute.instances.delete (grant roles/compute.instanceAdmin.v1" in line
+    assert "outside a group" in line and "disks still billed" in line
+
 
 def test_the_compute_fake_refuses_the_vms_calls_its_project_roles_do_not_grant(compute_server):
     from survivor.cloud.compute import Compute, ComputeError, GroupRef

@@ -61,6 +61,7 @@ from survivor.agent.ending import (
     saved_and_committed,
 )
 from survivor.agent.finish import (
+    CANNOT_FINISH,
     CANNOT_LEAVE,
     ComputeActions,
     KeepAlive,
@@ -1043,9 +1044,13 @@ class Boot:
                 compute = factory(identity)
             finisher.finish(identity, compute)
         except Exception as exc:
-            if finisher.name == "leave-group" and is_permission_error(exc):
-                # DONE/FAILED is committed: a VM that cannot leave must not bill on
-                line = CANNOT_LEAVE.format(why=str(exc)[:300])
+            if finisher.name in ("leave-group", "stop", "delete") and is_permission_error(exc):
+                # DONE/FAILED is committed: a VM that cannot leave (or stop, or delete itself) must not bill on
+                why_not = str(exc)[:300]
+                if finisher.name == "leave-group":
+                    line = CANNOT_LEAVE.format(why=why_not)
+                else:
+                    line = CANNOT_FINISH.format(action=finisher.name, why=why_not)
                 log.error(line, action=finisher.name)
                 self._guest("finish", line[:1000], force=True)
                 log.warning(power_off(), why=why)

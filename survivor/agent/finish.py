@@ -62,6 +62,16 @@ CANNOT_LEAVE = (
     "powers off at once. Grant the VM's account roles/compute.instanceAdmin.v1 (docs/operator-guide.md)"
 )
 
+#: The one line a VM outside a group says when its account may not stop or delete it. Shutting a VM
+#: down from its guest OS stops it ("To stop an instance from the guest OS", which needs no
+#: compute.instances.stop: https://cloud.google.com/compute/docs/instances/restarting-an-instance),
+#: so its GPU stops billing; a VM that was to delete itself keeps its disks, still billed.
+CANNOT_FINISH = (
+    "this VM's service account cannot {action} it ({why}): powering the VM off from its guest, "
+    "which stops it, so a finished job stops billing for its GPUs. Grant the VM's account "
+    "roles/compute.instanceAdmin.v1 (docs/operator-guide.md)"
+)
+
 
 def is_permission_error(error: Exception) -> bool:
     """Pure: a finish call refused for a missing permission (not a transient failure): the Compute

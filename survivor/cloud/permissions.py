@@ -124,12 +124,22 @@ ROLE_FOR = {
 }
 
 
-def vm_permissions(*, deadline: bool, moves: bool) -> tuple[str, ...]:
+#: A VM made from the template outside a group finishes by stopping or deleting itself
+#: (survivor/agent/finish.py). Refused `compute.instances.stop`, it powers off from its guest, which
+#: stops it as well (survivor/agent/finish.py `CANNOT_FINISH`), so `auto` and `stop` need nothing;
+#: refused `compute.instances.delete`, it is stopped, not deleted, and its disks stay billed. A
+#: group's VM leaves its group instead, so this is never required of it.
+STANDALONE_FINISH = {"delete": compute.METHOD_NEEDS["compute.instances.delete"].permission}
+
+
+def vm_permissions(*, deadline: bool, moves: bool, on_finish: str = "keep-alive") -> tuple[str, ...]:
     """Pure: the project permissions a job's VM uses: leaving its group; with a deadline, the switch;
-    with places to move to, the move at boot (which makes and deletes groups)."""
-    if moves:
-        return BOOT_MOVE
-    return DEADLINE_SWITCH if deadline else LEAVE_GROUP
+    with places to move to, the move at boot (which makes and deletes groups); last, what the job's
+    `on_finish` needs of a VM outside a group (`STANDALONE_FINISH`: never a stop, as the template is
+    made for a group)."""
+    used = BOOT_MOVE if moves else DEADLINE_SWITCH if deadline else LEAVE_GROUP
+    standalone = STANDALONE_FINISH.get(on_finish)
+    return used + (standalone,) if standalone and standalone not in used else used
 
 
 def granted_by(roles: Iterable[str], table: dict[str, frozenset[str]] | None = None) -> frozenset[str]:

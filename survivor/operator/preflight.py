@@ -93,6 +93,7 @@ class Target:
     placement_regions: tuple[str, ...] = ()  # placement.regions: where the job may run and read its buckets
     moves: bool = False  # placement: names another region or shape: the VM may move its group at boot
     notify_secrets: tuple[str, ...] = ()  # the Secret Manager versions holding notify: webhooks' URLs
+    on_finish: str = "auto"  # the spec's: what a VM made outside a group does at the end (stop or delete itself)
 
 
 def target_from_body(body: dict[str, Any]) -> Target:
@@ -125,6 +126,7 @@ def target_from_body(body: dict[str, Any]) -> Target:
         placement_regions=tuple(spec.placement.regions) if spec and spec.placement else (),
         moves=bool(spec and spec.placement and len(spec.placement.regions) + len(spec.placement.shapes) > 1),
         notify_secrets=tuple(dict.fromkeys(t.url for t in spec.notify if t.secret)) if spec else (),
+        on_finish=spec.on_finish if spec else "auto",
     )
 
 
@@ -251,6 +253,9 @@ def compute_iam_findings(
 
 #: What goes wrong on the VM without each permission (the preflight's one line says it).
 _WHY = {
+    "compute.instances.delete": "; needed only by a VM made from this template outside a group, which "
+    "deletes itself once the job ends (on_finish: delete): without it such a VM powers itself off "
+    "instead, stopped with its disks still billed; the group's VMs leave their group instead",
     "compute.instanceGroupManagers.update": "; without it a finished VM cannot leave its group: it powers "
     "itself off, the group repairs it, and a billed VM boots again and "
     "again until the group is deleted (--skip-preflight forces this; "
@@ -888,7 +893,7 @@ def check(
     except ComputeError as exc:
         out.append(Finding("compute", str(exc)))
     if bucket and account != "default":  # on Google Cloud (a gs:// job dir): the VM's own calls
-        needed = permissions.vm_permissions(deadline=target.deadline, moves=target.moves)
+        needed = permissions.vm_permissions(deadline=target.deadline, moves=target.moves, on_finish=target.on_finish)
         out += _project_state(compute, f"serviceAccount:{account}", needed)
         for version in target.notify_secrets:  # read by the VM's account (survivor/cloud/secrets.py)
             out += _secret_state(compute, version, f"serviceAccount:{account}")
