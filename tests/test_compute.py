@@ -699,13 +699,14 @@ def test_a_look_deletes_only_a_group_that_still_keeps_a_vm_after_the_grace():
     assert over_group_to_delete("DONE", minutes[1], 1, now) and over_group_to_delete("FAILED", None, 1, now)
 
 
-def test_a_standalone_agent_stops_its_instance(compute_server, tmp_path):
+def standalone_vm(compute_server, tmp_path, on_finish: str):
+    """A local VM `solo` outside any group, known to the Compute fake, running a 10-step dummy job."""
     from survivor.local.instance import LocalInstance
     from tests.conftest import dummy_spec
 
     compute_server.add_instance(PROJECT, "us-west1-b", "solo")
-    vm = LocalInstance(
-        {"survivor-job": dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=10, on_finish="auto")},
+    return LocalInstance(
+        {"survivor-job": dummy_spec(str(tmp_path / "jobdir"), tmp_path, train_steps=10, on_finish=on_finish)},
         str(tmp_path / "vm"),
         name="solo",
         zone="us-west1-b",
@@ -713,6 +714,10 @@ def test_a_standalone_agent_stops_its_instance(compute_server, tmp_path):
         python=sys.executable,
         env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint},
     )
+
+
+def test_a_standalone_agent_stops_its_instance(compute_server, tmp_path):
+    vm = standalone_vm(compute_server, tmp_path, "auto")
     try:
         vm.boot()
         assert vm.wait(120) == 0
@@ -728,22 +733,11 @@ def test_a_standalone_vm_whose_account_may_not_stop_or_delete_it_powers_off(on_f
     why and what to grant."""
     from survivor.jobdir.journal import Journal
     from survivor.jobdir.storage import open_storage
-    from survivor.local.instance import LocalInstance
-    from tests.conftest import dummy_spec
 
     method = "compute.instances.stop" if on_finish == "auto" else "compute.instances.delete"
-    compute_server.add_instance(PROJECT, "us-west1-b", "solo")
+    vm = standalone_vm(compute_server, tmp_path, on_finish)
     compute_server.fail(method, http=403, message=f"Required '{method}' permission for 'projects/{PROJECT}'")
     job_dir = str(tmp_path / "jobdir")
-    vm = LocalInstance(
-        {"survivor-job": dummy_spec(job_dir, tmp_path, train_steps=10, on_finish=on_finish)},
-        str(tmp_path / "vm"),
-        name="solo",
-        zone="us-west1-b",
-        project=PROJECT,
-        python=sys.executable,
-        env={"SURVIVOR_COMPUTE_ENDPOINT": compute_server.endpoint},
-    )
     try:
         vm.boot()
         assert vm.wait(120) == 0, open(vm.log_path()).read()[-2000:]

@@ -15,6 +15,23 @@ from tests.waiting import PATIENCE, wait_until
 FOREIGN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "harness", "foreign_trainer.py")
 
 
+def _foreign(tmp_path, order: str, *extra: str) -> list[str]:
+    """The foreign trainer's argv: `order`, 0.3 s between its files, 10 ms steps logged to steps.log."""
+    return [
+        PYTHON,
+        FOREIGN,
+        "--order",
+        order,
+        "--step-log",
+        str(tmp_path / "steps.log"),
+        "--pause",
+        "0.3",
+        "--step-seconds",
+        "0.01",
+        *extra,
+    ]
+
+
 def _wait_for_steps(tmp_path, count, vm, timeout=PATIENCE):
     def reached() -> bool:
         if len(executed_steps(tmp_path)) >= count:
@@ -46,24 +63,7 @@ def test_a_trainer_that_writes_its_state_file_before_its_shards_resumes_after_a_
             "sync_seconds": 0.2,
             "on_finish": "keep-alive",
             "keep": 1,
-            "trainer": {
-                "argv": [
-                    PYTHON,
-                    FOREIGN,
-                    "--order",
-                    "state-first",
-                    "--step-log",
-                    str(tmp_path / "steps.log"),
-                    "--pause",
-                    "0.3",
-                    "--step-seconds",
-                    "0.01",
-                    "--hold-at",
-                    "90",
-                    "--hold-file",
-                    str(hold),
-                ]
-            },
+            "trainer": {"argv": _foreign(tmp_path, "state-first", "--hold-at", "90", "--hold-file", str(hold))},
         }
     )
     vm = instance_factory(spec)
@@ -104,23 +104,7 @@ def test_a_trainer_that_saves_its_last_step_twice_and_then_exports_ends_with_bot
             "checkpoint_steps": 20,
             "sync_seconds": 0.1,
             "on_finish": "keep-alive",
-            "trainer": {
-                "argv": [
-                    PYTHON,
-                    FOREIGN,
-                    "--order",
-                    "no-state",
-                    "--shards",
-                    "3",
-                    "--export",
-                    "--step-log",
-                    str(tmp_path / "steps.log"),
-                    "--pause",
-                    "0.3",
-                    "--step-seconds",
-                    "0.01",
-                ]
-            },
+            "trainer": {"argv": _foreign(tmp_path, "no-state", "--shards", "3", "--export")},
         }
     )
     vm = instance_factory(spec)
