@@ -61,8 +61,6 @@ from survivor.agent.ending import (
     saved_and_committed,
 )
 from survivor.agent.finish import (
-    CANNOT_FINISH,
-    CANNOT_LEAVE,
     ComputeActions,
     KeepAlive,
     choose_finisher,
@@ -1044,13 +1042,9 @@ class Boot:
                 compute = factory(identity)
             finisher.finish(identity, compute)
         except Exception as exc:
-            if finisher.name in ("leave-group", "stop", "delete") and is_permission_error(exc):
+            if finisher.refused and is_permission_error(exc):
                 # DONE/FAILED is committed: a VM that cannot leave (or stop, or delete itself) must not bill on
-                why_not = str(exc)[:300]
-                if finisher.name == "leave-group":
-                    line = CANNOT_LEAVE.format(why=why_not)
-                else:
-                    line = CANNOT_FINISH.format(action=finisher.name, why=why_not)
+                line = finisher.refused.format(why=str(exc)[:300])
                 log.error(line, action=finisher.name)
                 self._guest("finish", line[:1000], force=True)
                 log.warning(power_off(), why=why)

@@ -24,7 +24,7 @@ import os
 import subprocess
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from survivor import log as logs
 from survivor.cloud.compute import GroupRef, PermissionDenied
@@ -128,9 +128,12 @@ class ComputeActions(Protocol):
 
 
 class Finisher(Protocol):
-    """A finish action: what becomes of this VM once its job is DONE or FAILED."""
+    """A finish action: what becomes of this VM once its job is DONE or FAILED. `refused`: the one
+    line said when its Compute Engine call is refused for a missing permission (`{why}` the refusal),
+    after which the VM powers itself off instead; "" for an action that makes no call."""
 
     name: str
+    refused: ClassVar[str]
 
     def finish(self, identity: InstanceIdentity, compute: ComputeActions | None) -> None:
         """Does it to the VM `identity` names; raises when the Compute Engine call fails."""
@@ -141,6 +144,7 @@ class KeepAlive:
     """`keep-alive`: the VM stays up as it is, for inspection."""
 
     name = "keep-alive"
+    refused: ClassVar[str] = ""
 
     def finish(self, identity: InstanceIdentity, compute: ComputeActions | None) -> None:
         """Does nothing but say so."""
@@ -153,6 +157,7 @@ class LeaveGroup:
 
     group: GroupRef
     name: str = "leave-group"
+    refused: ClassVar[str] = CANNOT_LEAVE
 
     def finish(self, identity: InstanceIdentity, compute: ComputeActions | None) -> None:
         """Asks the MIG to delete this instance (`deleteInstances`)."""
@@ -164,6 +169,7 @@ class StopInstance:
     """`stop`: this standalone VM stops itself (its disk stays)."""
 
     name = "stop"
+    refused: ClassVar[str] = CANNOT_FINISH.format(action="stop", why="{why}")
 
     def finish(self, identity: InstanceIdentity, compute: ComputeActions | None) -> None:
         """Stops this instance."""
@@ -175,6 +181,7 @@ class DeleteInstance:
     """`delete`: this standalone VM deletes itself."""
 
     name = "delete"
+    refused: ClassVar[str] = CANNOT_FINISH.format(action="delete", why="{why}")
 
     def finish(self, identity: InstanceIdentity, compute: ComputeActions | None) -> None:
         """Deletes this instance."""

@@ -30,15 +30,7 @@ from survivor import log as logs
 from survivor.jobdir.chunks import chunk_object
 from survivor.jobdir.disk_tier import DiskTier, PendingSnapshot, UploadRate, fits
 from survivor.jobdir.lease import LeaseLost
-from survivor.jobdir.snapshot import (
-    Checksums,
-    Snapshot,
-    checkpoint_files,
-    event_files,
-    resumable,
-    scan,
-    step_now,
-)
+from survivor.jobdir.snapshot import Checksums, Snapshot, checkpoint_files, event_files, resumable, scan, step_now
 from survivor.jobdir.storage import JobStorage, Part
 from survivor.jobdir.store import CheckpointStore, CommitStats, SnapshotChanged
 
