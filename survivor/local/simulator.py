@@ -421,10 +421,12 @@ class Simulator:
             self._event("stockout", "-", f"no Spot capacity in {zone} (the trace)")
         for zone in sorted(self._traced_out - out):
             self._event("capacity", "-", f"{zone} has Spot capacity again (the trace)")
-        began, self._traced_out = out - self._traced_out, out
+        began, back, self._traced_out = out - self._traced_out, self._traced_out - out, out
         local = self._running()
         if local is not None and local.zone in began:
             self._preempt(local)
+        if back:  # a zone the trace gives back is tried at once, not at the next second's try
+            self._next_retry = 0.0
         if time.monotonic() < self._next_retry:  # a try a second: each refused one is listed (listErrors)
             return
         self._next_retry = time.monotonic() + 1.0
