@@ -230,12 +230,13 @@ def test_a_rerun_after_a_make_group_cut_between_its_record_and_its_group_records
     from survivor.cloud.compute import Compute, GroupRef
     from survivor.jobdir.moves import moves
     from survivor.jobdir.storage import open_storage
-    from survivor.mig.make import choose_start
+    from survivor.mig.make import choose_start, record_start
 
     compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", machine_type="n1-standard-8")
     compute = Compute("survivor-local")
     group = GroupRef("survivor-local", "job", region="us-west1")
-    first = choose_start(compute, group, "job", compute.get_template("job"))  # then the make-group was killed
+    first = choose_start(compute, group, "job", compute.get_template("job"))
+    record_start(compute, first)  # then the make-group was killed
     assert first.template == "job-shape-1" and len(moves(open_storage(shapes_template))) == 1
     assert make_group("--region", "us-west1") == 0
     assert compute_server.groups[("survivor-local", "regions/us-west1", "job")]["instanceTemplate"].endswith(
@@ -281,3 +282,66 @@ def test_make_templates_machine_flags_are_written_into_the_spec_the_template_car
         "zone": "us-west1-b",  # where the checks ran is the command's, not the job's machine
     }
     assert body["properties"]["machineType"] == "n1-standard-16"
+
+
+def dry_run(capsys, *place: str) -> tuple[dict, str]:
+    """make-group --dry-run: (the body it prints, what it says on stderr)."""
+    import json
+
+    from survivor.commands.main import main
+
+    capsys.readouterr()
+    assert main(["make-group", "job", "--template", "job", *place, "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    return json.loads(captured.out), captured.err
+
+
+def test_a_dry_run_shows_where_capacity_data_would_start_the_group_and_makes_nothing(
+    compute_server, job_template, capsys
+):
+    job_template()
+    west_out(compute_server)
+    body, said = dry_run(capsys, "--region", "us-west1")
+    assert "group job: starts in region us-central1, not us-west1: capacity data" in said
+    assert body["region"] == "us-central1" and body["instanceTemplate"].endswith("/job")
+    assert not compute_server.groups
+    # make-group then does what the dry run showed
+    assert make_group("--region", "us-west1") == 0
+    made = compute_server.groups[("survivor-local", "regions/us-central1", "job")]
+    assert made["instanceTemplate"] == body["instanceTemplate"]
+
+
+def test_a_dry_run_on_another_shape_names_its_template_and_neither_makes_it_nor_records_a_move(
+    compute_server, shapes_template, capsys
+):
+    from survivor.jobdir.moves import moves
+    from survivor.jobdir.storage import open_storage
+
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", machine_type="n1-standard-8")
+    body, said = dry_run(capsys, "--region", "us-west1")
+    assert "on g2-standard-8 (template job-shape-1)" in said
+    assert "make-group would first make template job-shape-1" in said
+    assert body["instanceTemplate"].endswith("/job-shape-1")
+    assert ("survivor-local", "job-shape-1") not in compute_server.templates
+    assert moves(open_storage(shapes_template)) == [] and not compute_server.groups
+
+
+def test_a_dry_run_shows_the_stateful_policy_of_a_template_with_a_state_disk(
+    compute_server, tmp_path, monkeypatch, capsys
+):
+    from survivor.commands.main import main
+
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "survivor-local")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"job_dir: {tmp_path}/job\ntrain_steps: 100\ntrainer: {{builtin: dummy}}\nstate_disk_gb: 50\n")
+    assert main(["make-template", "job", "--config", str(spec)]) == 0
+    body, _ = dry_run(capsys, "--zone", "us-west1-b")
+    assert body["statefulPolicy"]["preservedState"]["disks"]
+
+
+def test_a_dry_run_that_cannot_read_compute_prints_the_group_as_named_and_says_why(capsys, monkeypatch):
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "survivor-local")
+    monkeypatch.setenv("SURVIVOR_COMPUTE_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    body, said = dry_run(capsys, "--region", "us-west1")
+    assert body["region"] == "us-west1" and body["instanceTemplate"].endswith("/job")
+    assert said.startswith("dry run: Compute Engine not read (") and said.count("\n") == 1

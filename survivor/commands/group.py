@@ -129,8 +129,7 @@ def make_group(args: argparse.Namespace) -> int:
     address = _address(args)
     group = address.group()
     if args.dry_run:
-        print(json.dumps(makes.group_body(group, args.template), indent=2))
-        return 0
+        return _dry_run_group(args, group)
     options = makes.GroupOptions(
         template=args.template,
         skip_preflight=args.skip_preflight,
@@ -143,6 +142,7 @@ def make_group(args: argparse.Namespace) -> int:
         start = makes.choose_start(compute, group, args.template, template)
         if start.why:
             print(f"group {args.name}: {start.why}")
+        makes.record_start(compute, start)
         group, options = start.group, dataclasses.replace(options, template=start.template)
         address = JobAddress(args.name, group.project, group.zone, group.region)
     made = makes.make_group(
@@ -162,6 +162,41 @@ def make_group(args: argparse.Namespace) -> int:
         print(f"group {args.name}: {made.done} ({address.place}); its VM is RUNNING in {made.zone}")
     else:
         print(f"group {args.name}: {made.done} ({address.place}, 1 instance); not waiting for its VM")
+    return 0
+
+
+def _dry_run_group(args: argparse.Namespace, group) -> int:
+    """make-group's dry run: the REST body make-group would send, on stdout. It reads, and never
+    writes: the template (a state disk makes the group stateful) and, for a regional group whose spec
+    names other places, where Compute Engine's capacity data would start it (`choose_start`: the
+    region, and another shape's template, said on stderr). Unreadable (no credentials, no
+    template): the body as named, and one line on stderr saying so."""
+    from survivor.mig import make as makes
+
+    makes.group_body(group, args.template)  # a bad name is refused before anything is read
+    template_body, chosen = None, None
+    try:
+        compute = connect(group.project)
+        template_body = compute.get_template(args.template)
+        if template_body is None:
+            _note(f"dry run: template {args.template} not found in project {group.project}; make-group would refuse")
+        else:
+            chosen = makes.choose_start(compute, group, args.template, template_body)
+    except Exception as exc:  # noqa: BLE001 -- a dry run shows what it can: the body as named
+        _note(
+            f"dry run: Compute Engine not read ({type(exc).__name__}: {exc}); the group as named, its template unread"
+        )
+    if chosen is not None:
+        if chosen.why:
+            _note(f"group {args.name}: {chosen.why}")
+        if chosen.new_template is not None:
+            _note(f"dry run: make-group would first make template {chosen.new_template['name']} (the shape's)")
+        group, template_name = chosen.group, chosen.template
+        if template_name != args.template:
+            template_body = chosen.new_template or compute.get_template(template_name) or template_body
+    else:
+        template_name = args.template
+    print(json.dumps(makes.group_body(group, template_name, template_body), indent=2))
     return 0
 
 
@@ -735,7 +770,12 @@ def _add_group_commands(sub) -> None:
     p.add_argument(
         "--template", required=True, help="the instance template the group's VM boots from (make-template's NAME)"
     )
-    p.add_argument("--dry-run", action="store_true", help="print the exact REST body (the place named); call nothing")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the exact REST body, where capacity data would start the group; reads Compute "
+        "Engine, changes nothing",
+    )
     p.add_argument(
         "--skip-preflight", action="store_true", help="create it even if `survivor preflight` finds problems"
     )

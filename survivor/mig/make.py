@@ -180,16 +180,21 @@ def wait_for_group(
 class StartChoice:
     """Where `make-group` makes a job's group and from which template; `why` in one line ("" when
     there was no choice); `move` the record that says the group starts on another machine shape
-    (written to the job dir before the group is made, as a move's is)."""
+    (written to the job dir `job_dir` before the group is made, as a move's is); `new_template` that
+    shape's template body, inserted when missing (`record_start` writes both)."""
 
     group: GroupRef
     template: str
     why: str = ""
     move: Move | None = None
+    new_template: dict | None = None
+    job_dir: str = ""
 
 
 def choose_start(compute: Compute, group: GroupRef, template_name: str, template: dict) -> StartChoice:
-    """Where `make-group` makes the job's group, on which machine shape, and why.
+    """Where `make-group` makes the job's group, on which machine shape, and why; it reads Compute
+    Engine and the job dir and writes nothing (make-group's dry run shows it; `record_start` writes
+    what it chose).
 
     A regional group (`--region`) of a template whose spec names other regions or machine shapes
     (`placement.regions`, `placement.shapes`) starts where Compute Engine's capacity data says the
@@ -203,8 +208,7 @@ def choose_start(compute: Compute, group: GroupRef, template_name: str, template
     Without the data (no permission, a region or machine without it): where asked, said once in the
     log (survivor/cloud/capacity.py `read_outlooks`)."""
     from survivor.cloud.capacity import FALLBACK, read_outlooks
-    from survivor.jobdir.moves import Move, moves, record_move
-    from survivor.jobdir.storage import open_storage
+    from survivor.jobdir.moves import Move
     from survivor.mig.templates import shape_template_body, shape_template_name, spec_of
     from survivor.policy.placement import Place, machine_text, place_machines, place_of, shape_text, start_place
     from survivor.spec import SpecError
@@ -272,10 +276,6 @@ def choose_start(compute: Compute, group: GroupRef, template_name: str, template
             chosen, template_name, f"starts in region {start.at.region}, not {asked.region}: {start.reason}{later}"
         )
     body = bodies[start.at.shape]
-    if compute.get_template(body["name"]) is None:
-        compute.insert_template(body)
-    storage = open_storage(spec.job_dir)
-    recorded = moves(storage)
     record = Move(
         time=_dt.datetime.now(_dt.timezone.utc).isoformat(),
         from_place=place_of(chosen),
@@ -285,16 +285,33 @@ def choose_start(compute: Compute, group: GroupRef, template_name: str, template
         shape=str(start.at.shape),
         machine=machine_text(body),
     )
-    last = recorded[-1] if recorded else None
-    if last is None or (last.to_place, last.shape, last.by) != (record.to_place, record.shape, record.by):
-        record_move(storage, record)  # a rerun of a make-group cut after its record writes no second one
     return StartChoice(
         chosen,
         body["name"],
         f"starts in region {start.at.region} on {shape_text(placement, start.at.shape)} (template "
         f"{body['name']}), not {asked.region} on its compute: shape: {start.reason}{later}",
         record,
+        body if compute.get_template(body["name"]) is None else None,
+        spec.job_dir,
     )
+
+
+def record_start(compute: Compute, choice: StartChoice) -> None:
+    """Writes what `choose_start` chose, before the group is made: the shape's template when it is
+    still missing, then the move's record in the job dir (a rerun of a make-group cut after its
+    record writes no second one)."""
+    from survivor.jobdir.moves import moves, record_move
+    from survivor.jobdir.storage import open_storage
+
+    if choice.new_template is not None and compute.get_template(choice.new_template["name"]) is None:
+        compute.insert_template(choice.new_template)
+    if choice.move is None:
+        return
+    storage = open_storage(choice.job_dir)
+    recorded, record = moves(storage), choice.move
+    last = recorded[-1] if recorded else None
+    if last is None or (last.to_place, last.shape, last.by) != (record.to_place, record.shape, record.by):
+        record_move(storage, record)
 
 
 @dataclass(frozen=True)
