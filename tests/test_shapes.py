@@ -277,10 +277,11 @@ def stocked_out_group(compute_server, template: str) -> dict:
     import datetime as _dt
 
     from survivor.cloud.compute import Compute, GroupRef
-    from survivor.commands.main import main
 
     compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", accelerator="nvidia-tesla-t4")
-    assert main(["make-group", "job", "--template", template, "--zone", "us-west1-b", "--wait-seconds", "0"]) == 0
+    # on the job's own shape, as when the stockout began after make-group (which would now start
+    # the group on the next shape: tests/test_start_place.py)
+    Compute("survivor-local").create_group("job", template, zone="us-west1-b", size=1)
     group = compute_server.groups[("survivor-local", "zones/us-west1-b", "job")]
     now = _dt.datetime.now(_dt.timezone.utc)
     group["creationTimestamp"] = (now - _dt.timedelta(minutes=45)).isoformat()

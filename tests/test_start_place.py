@@ -345,3 +345,40 @@ def test_a_dry_run_that_cannot_read_compute_prints_the_group_as_named_and_says_w
     body, said = dry_run(capsys, "--region", "us-west1")
     assert body["region"] == "us-west1" and body["instanceTemplate"].endswith("/job")
     assert said.startswith("dry run: Compute Engine not read (") and said.count("\n") == 1
+
+
+def test_a_zonal_group_whose_own_shape_is_out_starts_on_the_next_shape_in_its_zone(
+    compute_server, shapes_template, capsys
+):
+    from survivor.jobdir.moves import current_shape, moves
+    from survivor.jobdir.storage import open_storage
+
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", machine_type="n1-standard-8")
+    capsys.readouterr()
+    assert make_group("--zone", "us-west1-b") == 0
+    out = capsys.readouterr().out
+    assert "starts in zone us-west1-b on g2-standard-8 (template job-shape-1), not zone us-west1-b" in out, out
+    assert "--region" not in out  # the zone named is where later commands find it
+    group = compute_server.groups[("survivor-local", "zones/us-west1-b", "job")]
+    assert group["instanceTemplate"].endswith("/job-shape-1")
+    recorded = moves(open_storage(shapes_template))
+    assert [(m.from_place, m.to_place, m.shape, m.by) for m in recorded] == [
+        ("zones/us-west1-b", "zones/us-west1-b", "1", "make-group")
+    ]
+    assert current_shape(recorded) == 1
+
+
+def test_a_zonal_group_stays_on_its_own_shape_where_its_zone_offers_not_the_next_shapes_gpu(
+    compute_server, shapes_template, capsys
+):
+    from survivor.jobdir.moves import moves
+    from survivor.jobdir.storage import open_storage
+
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", machine_type="n1-standard-8")
+    capsys.readouterr()
+    assert make_group("--zone", "us-central1-f") == 0  # a T4 zone without L4s
+    assert "starts in zone us-central1-f: capacity data" in capsys.readouterr().out
+    group = compute_server.groups[("survivor-local", "zones/us-central1-f", "job")]
+    assert group["instanceTemplate"].endswith("/job")
+    assert ("survivor-local", "job-shape-1") not in compute_server.templates
+    assert moves(open_storage(shapes_template)) == []

@@ -203,14 +203,17 @@ def choose_start(compute: Compute, group: GroupRef, template_name: str, template
     move makes it), and a move's record (`StartChoice.move`, by make-group, written here before the
     group is made) says so: the job's looks and boots read the shape from the records as after any
     move, and a look after a make-group cut between the record and the group makes the group
-    (survivor/mig/move.py `complete_moves`). A zonal group (`--zone`)
-    stays in the zone named, and so does a group that exists already (a rerun: its own template).
+    (survivor/mig/move.py `complete_moves`). A zonal group (`--zone`) stays in the zone named, and
+    may start there on another shape of the spec (asked of the data for that zone, one the zone
+    offers the GPU of; a move of a zonal group changes its shape in place too); a group that exists
+    already keeps its own template (a rerun).
     Without the data (no permission, a region or machine without it): where asked, said once in the
     log (survivor/cloud/capacity.py `read_outlooks`)."""
     from survivor.cloud.capacity import FALLBACK, read_outlooks
     from survivor.jobdir.moves import Move
     from survivor.mig.templates import shape_template_body, shape_template_name, spec_of
     from survivor.policy.placement import Place, machine_text, place_machines, place_of, shape_text, start_place
+    from survivor.places import region_of
     from survivor.spec import SpecError
 
     asked_start = StartChoice(group, template_name)
@@ -219,9 +222,11 @@ def choose_start(compute: Compute, group: GroupRef, template_name: str, template
     except (SpecError, ValueError):
         return asked_start
     placement = spec.placement if spec is not None else None
-    if spec is None or placement is None or not group.region:
+    if spec is None or placement is None:
         return asked_start
-    regions = list(dict.fromkeys([group.region, *placement.regions]))
+    home = group.region or region_of(str(group.zone))
+    # a zonal group stays in its zone: only its shapes are weighed, for that zone
+    regions = [home] if group.zone else list(dict.fromkeys([home, *placement.regions]))
     if len(regions) < 2 and not placement.shapes:
         return asked_start
     found_group = compute.get_group(group)
@@ -235,17 +240,19 @@ def choose_start(compute: Compute, group: GroupRef, template_name: str, template
     wanted = [Place(r, k) for k in sorted(machines) for r in regions]  # in the order a job walks them
     try:
         found = read_outlooks(
-            compute.capacity_advice, compute.capacity_history, [(p.region, machines[p.shape], None) for p in wanted]
+            compute.capacity_advice,
+            compute.capacity_history,
+            [(p.region, machines[p.shape], group.zone) for p in wanted],
         )
     except Exception as exc:  # noqa: BLE001 -- the data is an input, never a requirement
-        FALLBACK.say(f"region {group.region}", f"advice: {type(exc).__name__}: {exc}")
+        FALLBACK.say(f"region {home}", f"advice: {type(exc).__name__}: {exc}")
         found = {}
     outlooks = {wanted[i]: outlook for i, outlook in found.items()}
 
     def name(place: Place) -> str:
         return place.region + (f" on {shape_text(placement, place.shape)}" if place.shape else "")
 
-    asked = Place(group.region)
+    asked = Place(home)
     bodies = {0: template}
 
     def best(among: dict[Place, Any]) -> Any:
@@ -257,7 +264,8 @@ def choose_start(compute: Compute, group: GroupRef, template_name: str, template
                 break
             if start.at.shape not in bodies:
                 bodies[start.at.shape] = shape_template_body(template, spec, start.at.shape)
-            if regional_zones(compute, start.at.region, bodies[start.at.shape]):
+            zones = regional_zones(compute, start.at.region, bodies[start.at.shape])
+            if group.zone in zones if group.zone else zones:
                 break
             skip.add(start.at)  # no zone of its region offers the shape's GPU: the next best
         return start
@@ -268,8 +276,8 @@ def choose_start(compute: Compute, group: GroupRef, template_name: str, template
     if start.at == asked and placement.shapes:
         start = best(outlooks)
     if start.at == asked:
-        return StartChoice(group, template_name, f"starts in region {asked.region}: {start.reason}")
-    chosen = GroupRef(group.project, group.name, region=start.at.region)
+        return StartChoice(group, template_name, f"starts in {place_text(group)}: {start.reason}")
+    chosen = group if group.zone else GroupRef(group.project, group.name, region=start.at.region)
     later = f"; later commands take --region {start.at.region}" if start.at.region != asked.region else ""
     if start.at.shape == 0:
         return StartChoice(
@@ -288,12 +296,17 @@ def choose_start(compute: Compute, group: GroupRef, template_name: str, template
     return StartChoice(
         chosen,
         body["name"],
-        f"starts in region {start.at.region} on {shape_text(placement, start.at.shape)} (template "
-        f"{body['name']}), not {asked.region} on its compute: shape: {start.reason}{later}",
+        f"starts in {place_text(chosen)} on {shape_text(placement, start.at.shape)} (template "
+        f"{body['name']}), not {place_text(group)} on its compute: shape: {start.reason}{later}",
         record,
         body if compute.get_template(body["name"]) is None else None,
         spec.job_dir,
     )
+
+
+def place_text(group: GroupRef) -> str:
+    """Pure: "zone Z" or "region R" of a group, as make-group's line names it."""
+    return f"zone {group.zone}" if group.zone else f"region {group.region}"
 
 
 def record_start(compute: Compute, choice: StartChoice) -> None:
