@@ -382,3 +382,40 @@ def test_a_zonal_group_stays_on_its_own_shape_where_its_zone_offers_not_the_next
     assert group["instanceTemplate"].endswith("/job")
     assert ("survivor-local", "job-shape-1") not in compute_server.templates
     assert moves(open_storage(shapes_template)) == []
+
+
+def test_a_dry_run_of_a_template_that_does_not_exist_is_refused_as_make_group_refuses_it(
+    compute_server, capsys, monkeypatch
+):
+    from survivor.commands.main import main
+
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "survivor-local")
+    capsys.readouterr()
+    assert main(["make-group", "job", "--template", "nope", "--zone", "us-west1-b", "--dry-run"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip() == (
+        "error: template nope: not found; create it first with `survivor make-template nope --config JOB.yaml`"
+    )
+    assert captured.out == ""
+    assert main(["make-group", "job", "--template", "nope", "--zone", "us-west1-b", "--wait-seconds", "0"]) == 1
+    assert capsys.readouterr().err.strip() == captured.err.strip()
+
+
+def test_a_dry_run_refuses_what_make_group_refuses_and_shows_a_rerun_as_make_group_finds_it(
+    compute_server, shapes_template, capsys
+):
+    from survivor.commands.main import main
+
+    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", machine_type="n1-standard-8")
+    assert make_group("--region", "us-west1") == 0  # on job-shape-1, the first shape out
+    # a rerun: the group on its shape's template, as make-group reports on it
+    body, _ = dry_run(capsys, "--region", "us-west1")
+    assert body["instanceTemplate"].endswith("/job-shape-1")
+    # a second group of the job elsewhere: refused with make-group's own line
+    refused = ["make-group", "job", "--template", "job", "--zone", "us-west1-b"]
+    capsys.readouterr()
+    assert main([*refused, "--dry-run"]) == 1
+    said = capsys.readouterr()
+    assert said.out == "" and "a job has one group" in said.err
+    assert main([*refused, "--wait-seconds", "0"]) == 1
+    assert capsys.readouterr().err == said.err

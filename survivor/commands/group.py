@@ -169,23 +169,28 @@ def _dry_run_group(args: argparse.Namespace, group) -> int:
     """make-group's dry run: the REST body make-group would send, on stdout. It reads, and never
     writes: the template (a state disk makes the group stateful) and, for a regional group whose spec
     names other places, where Compute Engine's capacity data would start it (`choose_start`: the
-    region, and another shape's template, said on stderr). Unreadable (no credentials, no
-    template): the body as named, and one line on stderr saying so."""
+    region, and another shape's template, said on stderr). What make-group refuses (a group of the
+    name elsewhere or on another template: `refusals`; a template that does not exist) it refuses;
+    Compute unreadable (no credentials): the body as named, and one line on stderr saying so."""
     from survivor.mig import make as makes
 
     makes.group_body(group, args.template)  # a bad name is refused before anything is read
-    template_body, chosen = None, None
+    template_body, chosen, read = None, None, True
     try:
         compute = connect(group.project)
         template_body = compute.get_template(args.template)
-        if template_body is None:
-            _note(f"dry run: template {args.template} not found in project {group.project}; make-group would refuse")
-        else:
-            chosen = makes.choose_start(compute, group, args.template, template_body)
     except Exception as exc:  # noqa: BLE001 -- a dry run shows what it can: the body as named
+        read = False
         _note(
             f"dry run: Compute Engine not read ({type(exc).__name__}: {exc}); the group as named, its template unread"
         )
+    if read:  # in make-group's order: where it starts, what it refuses there, a missing template
+        if template_body is not None:
+            chosen = makes.choose_start(compute, group, args.template, template_body)
+        target = (chosen.group, chosen.template) if chosen is not None else (group, args.template)
+        makes.refusals(compute, *target, say=_note)
+        if template_body is None:
+            raise CommandError(makes.missing_template(args.template))
     if chosen is not None:
         if chosen.why:
             _note(f"group {args.name}: {chosen.why}")

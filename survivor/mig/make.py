@@ -304,6 +304,11 @@ def choose_start(compute: Compute, group: GroupRef, template_name: str, template
     )
 
 
+def missing_template(name: str) -> str:
+    """Pure: why make-group (and its dry run) refuses a template that does not exist."""
+    return f"template {name}: not found; create it first with `survivor make-template {name} --config JOB.yaml`"
+
+
 def place_text(group: GroupRef) -> str:
     """Pure: "zone Z" or "region R" of a group, as make-group's line names it."""
     return f"zone {group.zone}" if group.zone else f"region {group.region}"
@@ -337,6 +342,46 @@ class GroupOutcome:
     zone: str | None = None
 
 
+def refusals(
+    compute: Compute, group: GroupRef, template: str, *, one_place: bool = True, say: Say = silent
+) -> dict | None:
+    """What make-group refuses before it makes anything, read and never written (its dry run asks
+    the same): RequestError for a group of the name with another template, and, for a new group
+    (`one_place`), a group of the name elsewhere or another group of the template's job. Returns
+    the group found (None: a new one)."""
+    found = compute.get_group(group)
+    if found is not None:
+        current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
+        if current != template:
+            flag = JobAddress(group.name, group.project, group.zone, group.region).flag
+            raise RequestError(
+                f"group {group.name}: already exists with template {current}, not {template}; "
+                f"delete it first (`survivor delete {group.name} {flag} --template {current}`) "
+                "or use another name"
+            )
+        return found
+    if not one_place:
+        return None
+    try:
+        bodies = compute.list_groups()
+    except PermissionDenied as exc:  # a role that may create groups but not list them
+        say(f"warning: group {group.name}: not checked for a group of this name elsewhere ({exc})")
+        bodies = []
+    others = groups_elsewhere(group, [ref for ref, _ in bodies])
+    if others:
+        raise RequestError(elsewhere_refusal(group, others))
+    same_job = groups_of_job(group, template, bodies)
+    if same_job:
+        there = _address_of(min(same_job, key=_place_key))
+        raise RequestError(
+            f"group {group.name}: template {template}'s job already has group "
+            f"{there.name} in {there.place}, and a job has one group (a second would be billed "
+            f"while the first holds the job dir's lease): use `{there.name} {there.flag}`, or "
+            f"delete it first (`survivor delete {there.name} {there.flag}`)"
+        )
+    return None
+
+
 def make_group(
     compute: Compute,
     group: GroupRef,
@@ -359,45 +404,17 @@ def make_group(
     """
     check_names(group, options.template)
     address = JobAddress(group.name, group.project, group.zone, group.region)
-    found = compute.get_group(group)
+    found = refusals(compute, group, options.template, one_place=options.one_place, say=say)
     done = "created"
     template = None
     if found is not None:
-        current = (found.get("instanceTemplate") or "").rsplit("/", 1)[-1]
-        if current != options.template:
-            raise RequestError(
-                f"group {group.name}: already exists with template {current}, not {options.template}; "
-                f"delete it first (`survivor delete {group.name} {address.flag} --template {current}`) "
-                "or use another name"
-            )
         if not found.get("targetSize"):
             return GroupOutcome("already exists", "stopped")
         done = "already exists"
     else:
-        if options.one_place:
-            try:
-                bodies = compute.list_groups()
-            except PermissionDenied as exc:  # a role that may create groups but not list them
-                say(f"warning: group {group.name}: not checked for a group of this name elsewhere ({exc})")
-                bodies = []
-            others = groups_elsewhere(group, [ref for ref, _ in bodies])
-            if others:
-                raise RequestError(elsewhere_refusal(group, others))
-            same_job = groups_of_job(group, options.template, bodies)
-            if same_job:
-                there = _address_of(min(same_job, key=_place_key))
-                raise RequestError(
-                    f"group {group.name}: template {options.template}'s job already has group "
-                    f"{there.name} in {there.place}, and a job has one group (a second would be billed "
-                    f"while the first holds the job dir's lease): use `{there.name} {there.flag}`, or "
-                    f"delete it first (`survivor delete {there.name} {there.flag}`)"
-                )
         template = compute.get_template(options.template)
         if template is None:
-            raise RequestError(
-                f"template {options.template}: not found; create it first with `survivor make-template "
-                f"{options.template} --config JOB.yaml`"
-            )
+            raise RequestError(missing_template(options.template))
         if preflight is not None and not options.skip_preflight:
             preflight(template)
         distribution = None
