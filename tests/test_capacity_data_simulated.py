@@ -85,3 +85,32 @@ def test_when_the_data_says_no_region_has_capacity_the_job_does_not_move(tmp_pat
     table = result.table()
     assert result.done is not None and result.done["step"] == 300, table
     assert not moves(open_storage(job_dir)), table
+
+
+def test_capacity_back_everywhere_between_two_advice_requests_never_reads_as_a_reason_to_move(compute_server, tmp_path):
+    """The advice comes one request at a time; here is asked last, so capacity that returns
+    everywhere between two requests reads as here's as well (it once read as us-central1's alone,
+    and a look moved a job in an outage of every region)."""
+    from survivor.cloud.compute import Compute
+    from survivor.mig.move import outlooks_for
+    from survivor.policy import move_bet
+    from survivor.policy.placement import Place
+    from survivor.spec import JobSpec
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for zone in ("us-west1-a", "us-west1-b", "us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"):
+        _trace(traces, zone, [0] * 6 + [1] * 6)  # every zone out for an hour, then back
+    reads = iter(range(1_000_000))
+    first = len(compute_server.zones_of("us-west1"))  # a read a zone: us-west1's, when it is asked first
+
+    def clock() -> float:  # seconds; at speed 3600 one a trace hour: the outage ends at 1.0
+        n = next(reads)
+        return 0.0 if n == 0 else (0.99 if n <= first else 1.01)
+
+    compute_server.follow_capacity(load(str(traces)), speed=3600.0, clock=clock)
+    spec = JobSpec.from_yaml(_spec(str(tmp_path / "job"), 100))
+    here = Place("us-west1")
+    outlooks = outlooks_for(Compute("survivor-local", endpoint=compute_server.endpoint), spec, here)
+    assert outlooks[here].obtainability >= outlooks[Place("us-central1")].obtainability, outlooks
+    assert move_bet.weigh(here, outlooks, move_bet.Costs(hours_left=1.0)).to is None

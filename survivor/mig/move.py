@@ -235,16 +235,21 @@ def outlooks_for(
 ) -> dict[Place, Outlook]:
     """Compute Engine's capacity data for every place of the spec (survivor/cloud/capacity.py
     `read_outlooks`); `here` in `zone` only, when the group there is zonal. A place it could not
-    get is left out, said once in the log, and decided without it."""
+    get is left out, said once in the log, and decided without it. `here` is asked last: the answers
+    come one request at a time, and a capacity that returns everywhere between two of them must not
+    look, to a move, like capacity elsewhere and none here (a job moved so once in a simulated
+    outage of every region: its own region was read just before the end, another just after)."""
     from survivor.cloud.capacity import read_outlooks
 
     wanted = list(place_machines(spec).items())
+    asked = sorted(wanted, key=lambda item: item[0] == here)  # stable: the others in their order
     found = read_outlooks(
         compute.capacity_advice,
         compute.capacity_history,
-        [(p.region, machine, zone if p == here else None) for p, machine in wanted],
+        [(p.region, machine, zone if p == here else None) for p, machine in asked],
     )
-    return {wanted[i][0]: outlook for i, outlook in found.items()}
+    got = {asked[i][0]: outlook for i, outlook in found.items()}
+    return {p: got[p] for p, _ in wanted if p in got}
 
 
 def spot_outlook_for(compute: Compute, spec: JobSpec, group: GroupRef, storage: JobStorage) -> SpotOutlook | None:
