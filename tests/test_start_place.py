@@ -168,27 +168,44 @@ def shapes_template(compute_server, tmp_path, monkeypatch):
     return str(tmp_path / "job")
 
 
+@pytest.mark.parametrize(
+    "flag, where, said",
+    [
+        (
+            ["--region", "us-west1"],
+            "regions/us-west1",
+            "starts in region us-west1 on g2-standard-8 (template job-shape-1)",
+        ),
+        (  # a zonal group stays in its zone, and takes the shape there
+            ["--zone", "us-west1-b"],
+            "zones/us-west1-b",
+            "starts in zone us-west1-b on g2-standard-8 (template job-shape-1), not zone us-west1-b",
+        ),
+    ],
+    ids=["regional", "zonal"],
+)
 def test_with_its_own_shape_out_the_group_starts_on_the_next_shape_and_the_records_say_so(
-    compute_server, shapes_template, capsys
+    compute_server, shapes_template, capsys, flag, where, said
 ):
     from survivor.jobdir.moves import current_shape, moves
     from survivor.jobdir.storage import open_storage
 
     compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", machine_type="n1-standard-8")
     capsys.readouterr()
-    assert make_group("--region", "us-west1") == 0
+    assert make_group(*flag) == 0
     out = capsys.readouterr().out
-    assert "starts in region us-west1 on g2-standard-8 (template job-shape-1)" in out, out
-    group = compute_server.groups[("survivor-local", "regions/us-west1", "job")]
+    assert said in out, out
+    assert "later commands take" not in out  # the place named is where later commands find it
+    group = compute_server.groups[("survivor-local", where, "job")]
     assert group["instanceTemplate"].endswith("/job-shape-1")
     assert compute_server.templates[("survivor-local", "job-shape-1")]["properties"]["machineType"] == "g2-standard-8"
     recorded = moves(open_storage(shapes_template))
     assert [(m.from_place, m.to_place, m.shape, m.machine, m.by) for m in recorded] == [
-        ("regions/us-west1", "regions/us-west1", "1", "g2-standard-8", "make-group")
+        (where, where, "1", "g2-standard-8", "make-group")
     ]
     assert current_shape(recorded) == 1 and "capacity data" in recorded[0].reason
     # a rerun finds the group on its shape's template, and records nothing more
-    assert make_group("--region", "us-west1") == 0
+    assert make_group(*flag) == 0
     assert "already exists" in capsys.readouterr().out
     assert len(moves(open_storage(shapes_template))) == 1
 
@@ -345,27 +362,6 @@ def test_a_dry_run_that_cannot_read_compute_prints_the_group_as_named_and_says_w
     body, said = dry_run(capsys, "--region", "us-west1")
     assert body["region"] == "us-west1" and body["instanceTemplate"].endswith("/job")
     assert said.startswith("dry run: Compute Engine not read (") and said.count("\n") == 1
-
-
-def test_a_zonal_group_whose_own_shape_is_out_starts_on_the_next_shape_in_its_zone(
-    compute_server, shapes_template, capsys
-):
-    from survivor.jobdir.moves import current_shape, moves
-    from survivor.jobdir.storage import open_storage
-
-    compute_server.fail_instance_creation("ZONE_RESOURCE_POOL_EXHAUSTED", machine_type="n1-standard-8")
-    capsys.readouterr()
-    assert make_group("--zone", "us-west1-b") == 0
-    out = capsys.readouterr().out
-    assert "starts in zone us-west1-b on g2-standard-8 (template job-shape-1), not zone us-west1-b" in out, out
-    assert "--region" not in out  # the zone named is where later commands find it
-    group = compute_server.groups[("survivor-local", "zones/us-west1-b", "job")]
-    assert group["instanceTemplate"].endswith("/job-shape-1")
-    recorded = moves(open_storage(shapes_template))
-    assert [(m.from_place, m.to_place, m.shape, m.by) for m in recorded] == [
-        ("zones/us-west1-b", "zones/us-west1-b", "1", "make-group")
-    ]
-    assert current_shape(recorded) == 1
 
 
 def test_a_zonal_group_stays_on_its_own_shape_where_its_zone_offers_not_the_next_shapes_gpu(
