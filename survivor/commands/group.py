@@ -33,7 +33,7 @@ from survivor.commands import flags
 if TYPE_CHECKING:  # imported where a command uses them: `--help` and the parser need neither
     from rich.table import Table
 
-    from survivor.cloud.compute import Compute
+    from survivor.cloud.compute import Compute, GroupRef
     from survivor.mig.address import JobAddress
     from survivor.operator.status import JobStatus
     from survivor.operator.template import TemplateRequest
@@ -165,11 +165,11 @@ def make_group(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dry_run_group(args: argparse.Namespace, group) -> int:
+def _dry_run_group(args: argparse.Namespace, group: GroupRef) -> int:
     """make-group's dry run: the REST body make-group would send, on stdout. It reads, and never
-    writes: the template (a state disk makes the group stateful) and, for a regional group whose spec
-    names other places, where Compute Engine's capacity data would start it (`choose_start`: the
-    region, and another shape's template, said on stderr). What make-group refuses (a group of the
+    writes: the template (a state disk makes the group stateful) and, for a group whose spec names
+    other places, where Compute Engine's capacity data would start it (`choose_start`: the region,
+    and another shape's template, said on stderr). What make-group refuses (a group of the
     name elsewhere or on another template: `refusals`; a template that does not exist) it refuses;
     Compute unreadable (no credentials): the body as named, and one line on stderr saying so."""
     from survivor.mig import make as makes

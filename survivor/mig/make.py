@@ -199,9 +199,9 @@ def choose_start(compute: Compute, group: GroupRef, template_name: str, template
     A regional group (`--region`) of a template whose spec names other regions or machine shapes
     (`placement.regions`, `placement.shapes`) starts where Compute Engine's capacity data says the
     job trains best (survivor/policy/placement.py `start_place`, the bet a move makes, over every
-    region and shape). Another shape's group runs `<template>-shape-N` (made here when missing, as a
-    move makes it), and a move's record (`StartChoice.move`, by make-group, written here before the
-    group is made) says so: the job's looks and boots read the shape from the records as after any
+    region and shape). Another shape's group runs `<template>-shape-N` (`record_start` makes it when
+    missing, as a move makes it), and a move's record (`StartChoice.move`, by make-group, written by
+    `record_start` before the group is made) says so: the job's looks and boots read the shape from the records as after any
     move, and a look after a make-group cut between the record and the group makes the group
     (survivor/mig/move.py `complete_moves`). A zonal group (`--zone`) stays in the zone named, and
     may start there on another shape of the spec (asked of the data for that zone, one the zone
