@@ -47,6 +47,7 @@ net = keras.Sequential([keras.Input((1,)), keras.layers.Dense(5)])
 opt = keras.optimizers.Adam(0.1)
 iterator = iter(toy_dataset())
 ckpt = ResumableCheckpoint(args.job_dir, model=net, optimizer=opt, iterator=iterator)
+loss = None  # a run resumed at train_steps trains no step
 for step in range(ckpt.step, args.train_steps):
     loss = train_step(net, next(iterator), opt)
     report_progress(step + 1)
@@ -55,4 +56,4 @@ for step in range(ckpt.step, args.train_steps):
     if stop.requested:
         report_saved(step + 1)  # the agent commits it and lets the VM go without waiting for the exit
         break
-print(f"step {ckpt.step}: loss {float(loss):.4f}" if ckpt.step else "nothing to train", flush=True)
+print(f"step {ckpt.step}: loss {float(loss):.4f}" if loss is not None else "nothing to train", flush=True)
