@@ -175,33 +175,27 @@ def _dry_run_group(args: argparse.Namespace, group: GroupRef) -> int:
     from survivor.mig import make as makes
 
     makes.group_body(group, args.template)  # a bad name is refused before anything is read
-    template_body, chosen, read = None, None, True
     try:
         compute = connect(group.project)
         template_body = compute.get_template(args.template)
     except Exception as exc:  # noqa: BLE001 -- a dry run shows what it can: the body as named
-        read = False
         _note(
             f"dry run: Compute Engine not read ({type(exc).__name__}: {exc}); the group as named, its template unread"
         )
-    if read:  # in make-group's order: where it starts, what it refuses there, a missing template
-        if template_body is not None:
-            chosen = makes.choose_start(compute, group, args.template, template_body)
-        target = (chosen.group, chosen.template) if chosen is not None else (group, args.template)
-        makes.refusals(compute, *target, say=_note)
-        if template_body is None:
-            raise CommandError(makes.missing_template(args.template))
-    if chosen is not None:
-        if chosen.why:
-            _note(f"group {args.name}: {chosen.why}")
-        if chosen.new_template is not None:
-            _note(f"dry run: make-group would first make template {chosen.new_template['name']} (the shape's)")
-        group, template_name = chosen.group, chosen.template
-        if template_name != args.template:
-            template_body = chosen.new_template or compute.get_template(template_name) or template_body
-    else:
-        template_name = args.template
-    print(json.dumps(makes.group_body(group, template_name, template_body), indent=2))
+        print(json.dumps(makes.group_body(group, args.template), indent=2))
+        return 0
+    # in make-group's order: where it starts, what it refuses there, a missing template
+    chosen = makes.choose_start(compute, group, args.template, template_body) if template_body is not None else None
+    makes.refusals(compute, *((chosen.group, chosen.template) if chosen else (group, args.template)), say=_note)
+    if template_body is None or chosen is None:
+        raise CommandError(makes.missing_template(args.template))
+    if chosen.why:
+        _note(f"group {args.name}: {chosen.why}")
+    if chosen.new_template is not None:
+        _note(f"dry run: make-group would first make template {chosen.new_template['name']} (the shape's)")
+    if chosen.template != args.template:
+        template_body = chosen.new_template or compute.get_template(chosen.template) or template_body
+    print(json.dumps(makes.group_body(chosen.group, chosen.template, template_body), indent=2))
     return 0
 
 
